@@ -45,3 +45,12 @@ function(fs_static_ucx_fixups)
       ucx::uct ucx::ucs ${FS_UCM_ARCHIVE} ${CMAKE_DL_LIBS} rt)
   endif()
 endfunction()
+
+# spdlog and fmt are used header-only everywhere (Debian ships fmt only as a shared object, and
+# header-only keeps static binaries free of it): drop the shared fmt from spdlog's interface.
+function(fs_header_only_logging)
+  if(TARGET spdlog::spdlog_header_only)
+    set_target_properties(spdlog::spdlog_header_only PROPERTIES
+      INTERFACE_LINK_LIBRARIES "Threads::Threads;fmt::fmt-header-only")
+  endif()
+endfunction()
