@@ -2,6 +2,12 @@
 # static linking and test labels are decided in one place.
 include_guard(GLOBAL)
 
+# Aggregate targets: `gpu_tests` (what `make static` builds for the GPU machine), `benches`,
+# `fuzzers`. Tests and benches add themselves to these.
+add_custom_target(gpu_tests)
+add_custom_target(benches)
+add_custom_target(fuzzers)
+
 # Warnings are errors in our own code only (imported targets are SYSTEM includes).
 set(FS_CXX_WARNINGS -Wall -Wextra -Wpedantic -Werror -Wno-unused-parameter
     -Wno-missing-field-initializers)
@@ -67,7 +73,8 @@ function(fs_cc_test)
     # A gtest binary that skips every test exits 0; ctest reports it as skipped through this
     # regex so a machine without a GPU shows "skipped", not "passed".
     if("gpu" IN_LIST A_LABELS)
-      set_tests_properties(${A_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] .*no CUDA device")
+      add_dependencies(gpu_tests ${A_NAME})
+      set_tests_properties(${A_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "no CUDA device")
     endif()
   endif()
 endfunction()
@@ -84,4 +91,20 @@ function(fs_cuda_library)
   set_target_properties(${A_NAME} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF
     POSITION_INDEPENDENT_CODE ON)
   target_link_libraries(${A_NAME} PUBLIC ${A_DEPS} CUDA::cudart_static)
+endfunction()
+
+# fs_cc_bench(NAME n SRCS ... DEPS ... [GPU]): a Google Benchmark or plain main() binary in
+# build/bench/, part of the `benches` target (and of `gpu_tests` when GPU is given, so that the
+# static GPU build carries it).
+function(fs_cc_bench)
+  cmake_parse_arguments(A "GPU" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_compile_options(${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FS_CXX_WARNINGS}>)
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bench)
+  fs_static_link(${A_NAME})
+  add_dependencies(benches ${A_NAME})
+  if(A_GPU)
+    add_dependencies(gpu_tests ${A_NAME})
+  endif()
 endfunction()

@@ -28,9 +28,9 @@ struct CheckVoidify {
 
 }  // namespace flashserve::internal
 
-#define CHECK(condition)                                    \
-  (condition) ? (void)0                                     \
-              : ::flashserve::internal::CheckVoidify() &    \
+#define CHECK(condition)                                 \
+  (condition) ? (void)0                                  \
+              : ::flashserve::internal::CheckVoidify() & \
                     ::flashserve::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 
 #define FS_CHECK_OP_(a, b, op) CHECK((a)op(b)) << "(" << (a) << " vs " << (b) << ") "
@@ -40,9 +40,9 @@ struct CheckVoidify {
 #define CHECK_LE(a, b) FS_CHECK_OP_(a, b, <=)
 #define CHECK_GT(a, b) FS_CHECK_OP_(a, b, >)
 #define CHECK_GE(a, b) FS_CHECK_OP_(a, b, >=)
-#define CHECK_OK(expr)                                                  \
-  do {                                                                  \
-    const auto& fs_check_ok_status_ = (expr);                           \
+#define CHECK_OK(expr)                                                 \
+  do {                                                                 \
+    const auto& fs_check_ok_status_ = (expr);                          \
     CHECK(fs_check_ok_status_.ok()) << fs_check_ok_status_.ToString(); \
   } while (false)
 

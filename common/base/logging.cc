@@ -17,11 +17,16 @@ std::atomic<bool> g_json{false};
 
 spdlog::level::level_enum ToSpd(Level level) {
   switch (level) {
-    case Level::kDebug: return spdlog::level::debug;
-    case Level::kInfo: return spdlog::level::info;
-    case Level::kWarning: return spdlog::level::warn;
-    case Level::kError: return spdlog::level::err;
-    case Level::kOff: return spdlog::level::off;
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarning:
+      return spdlog::level::warn;
+    case Level::kError:
+      return spdlog::level::err;
+    case Level::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -37,15 +42,27 @@ std::string JsonEscape(std::string_view s) {
   out.reserve(s.size() + 8);
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
-          absl::StrAppend(&out, "\\u00", absl::string_view("0123456789abcdef" + (c >> 4), 1),
-                          absl::string_view("0123456789abcdef" + (c & 15), 1));
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 15]);
         } else {
           out.push_back(static_cast<char>(c));
         }
@@ -75,18 +92,25 @@ void InitLogging(const LoggingOptions& options) {
 
 absl::Status ParseLevel(std::string_view name, Level* level) {
   std::string n = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
-  if (n == "debug") *level = Level::kDebug;
-  else if (n == "info") *level = Level::kInfo;
-  else if (n == "warning" || n == "warn") *level = Level::kWarning;
-  else if (n == "error") *level = Level::kError;
-  else if (n == "off") *level = Level::kOff;
+  if (n == "debug")
+    *level = Level::kDebug;
+  else if (n == "info")
+    *level = Level::kInfo;
+  else if (n == "warning" || n == "warn")
+    *level = Level::kWarning;
+  else if (n == "error")
+    *level = Level::kError;
+  else if (n == "off")
+    *level = Level::kOff;
   else
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown log level '", std::string(name), "' (debug, info, warning, error, off)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown log level '", std::string(name),
+                                                   "' (debug, info, warning, error, off)"));
   return absl::OkStatus();
 }
 
-bool Enabled(Level level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
+bool Enabled(Level level) {
+  return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
+}
 
 void Emit(Level level, const char* file, int line, std::string_view message) {
   std::string_view base(file);

@@ -58,10 +58,10 @@ struct LogVoidify {
 #define FS_LOG_LEVEL_WARNING ::flashserve::logging::Level::kWarning
 #define FS_LOG_LEVEL_ERROR ::flashserve::logging::Level::kError
 
-#define LOG(severity)                                                              \
-  !::flashserve::logging::Enabled(FS_LOG_LEVEL_##severity)                         \
-      ? (void)0                                                                    \
-      : ::flashserve::logging::LogVoidify() &                                      \
+#define LOG(severity)                                                                      \
+  !::flashserve::logging::Enabled(FS_LOG_LEVEL_##severity)                                 \
+      ? (void)0                                                                            \
+      : ::flashserve::logging::LogVoidify() &                                              \
             ::flashserve::logging::LogMessage(FS_LOG_LEVEL_##severity, __FILE__, __LINE__) \
                 .stream()
 #define VLOG(n) LOG(DEBUG)

@@ -62,17 +62,16 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& status_or) {
 
 // Evaluates expr (absl::Status or StatusOr); on error returns it from the enclosing function,
 // with any streamed context appended.
-#define RETURN_IF_ERROR(expr)                                                                \
+#define RETURN_IF_ERROR(expr)                                                               \
   if (auto fs_status_tmp_ = ::flashserve::internal::GetStatus(expr); fs_status_tmp_.ok()) { \
-  } else                                                                                     \
+  } else                                                                                    \
     return ::flashserve::internal::StatusContextBuilder(std::move(fs_status_tmp_))
 
-#define FS_ASSIGN_OR_RETURN_IMPL_(var, lhs, rexpr, context)                        \
-  auto var = (rexpr);                                                              \
-  if (!var.ok()) {                                                                 \
-    return ::flashserve::internal::StatusContextBuilder::Annotate(var.status(),    \
-                                                                  (context));      \
-  }                                                                                \
+#define FS_ASSIGN_OR_RETURN_IMPL_(var, lhs, rexpr, context)                                 \
+  auto var = (rexpr);                                                                       \
+  if (!var.ok()) {                                                                          \
+    return ::flashserve::internal::StatusContextBuilder::Annotate(var.status(), (context)); \
+  }                                                                                         \
   lhs = std::move(var).value()
 
 #define FS_ASSIGN_OR_RETURN_2_(lhs, rexpr) \
@@ -82,6 +81,6 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& status_or) {
 #define FS_ASSIGN_OR_RETURN_PICK_(_1, _2, _3, NAME, ...) NAME
 
 // ASSIGN_OR_RETURN(lhs, expr [, context]): lhs may declare a variable ("auto x").
-#define ASSIGN_OR_RETURN(...)                                                       \
-  FS_ASSIGN_OR_RETURN_PICK_(__VA_ARGS__, FS_ASSIGN_OR_RETURN_3_, FS_ASSIGN_OR_RETURN_2_, \
-                            unused)(__VA_ARGS__)
+#define ASSIGN_OR_RETURN(...)                                                                    \
+  FS_ASSIGN_OR_RETURN_PICK_(__VA_ARGS__, FS_ASSIGN_OR_RETURN_3_, FS_ASSIGN_OR_RETURN_2_, unused) \
+  (__VA_ARGS__)

@@ -70,7 +70,8 @@ void ThreadPool::ParallelFor(size_t n, size_t min_chunk,
   }
   fn(0, std::min(n, per));
   absl::MutexLock lock(&done_mu);
-  done_mu.Await(absl::Condition(+[](size_t* r) { return *r == 0; }, &remaining));
+  done_mu.Await(absl::Condition(
+      +[](size_t* r) { return *r == 0; }, &remaining));
 }
 
 }  // namespace flashserve
