@@ -105,3 +105,32 @@ TEST(CheckpointInspect, ClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Tokenize, RoundTripThroughTheCli) {
+  Result enc = Flashctl(
+      "tokenize --tokenizer tests/conformance/data/v41-tiny/tokenizer.json --text "
+      "'def main():\n    return 42' --json");
+  ASSERT_EQ(enc.exit_code, 0) << enc.out;
+  nlohmann::json doc = nlohmann::json::parse(enc.out);
+  ASSERT_FALSE(doc["ids"].empty());
+  EXPECT_EQ(doc["ids"].size(), doc["tokens"].size());
+  std::string ids;
+  for (const auto& id : doc["ids"]) ids += std::to_string(id.get<int>()) + ",";
+  ids.pop_back();
+  Result dec = Flashctl("detokenize --tokenizer tests/conformance/data/v41-tiny --ids " + ids);
+  ASSERT_EQ(dec.exit_code, 0) << dec.out;
+  EXPECT_EQ(dec.out, "def main():\n    return 42\n");
+}
+
+TEST(Tokenize, Errors) {
+  EXPECT_EQ(Flashctl("tokenize --tokenizer /nonexistent --text hi").exit_code, 1);
+  EXPECT_EQ(Flashctl("tokenize --tokenizer tests/conformance/data/v41-tiny").exit_code, 2);
+  Result bad = Flashctl("detokenize --tokenizer tests/conformance/data/v41-tiny --ids 1,x");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  Result unknown = Flashctl("detokenize --tokenizer tests/conformance/data/v41-tiny --ids 999999");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.out;
+}
+
+}  // namespace
