@@ -1,0 +1,279 @@
+// GlobalStore: opening, closing, the index rebuild and the administrative operations. The data
+// path (put, get, lookup, eviction) is in global_store_io.cc.
+#include "cache_service/global_store/global_store.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cache_service/global_store/meta_record.h"
+#include "cache_service/global_store/rocks_util.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace flashserve::cache {
+namespace {
+
+constexpr char kBlocksFamily[] = "blocks";
+constexpr char kMetaFamily[] = "meta";
+// A marker in the default column family: the store's own format version (key and value layouts).
+constexpr char kFormatKey[] = "flashserve.cache.format";
+constexpr char kFormatValue[] = "1";
+
+absl::Status Validate(const GlobalStoreOptions& o) {
+  if (o.path.empty()) return absl::InvalidArgumentError("global store: path is empty");
+  if (o.capacity_bytes == 0) return absl::InvalidArgumentError("global store: capacity_bytes 0");
+  if (o.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("global store: ttl <= 0");
+  if (o.eviction_samples < 1 || o.max_evictions_per_put < 1 || o.access_persist_batch < 1) {
+    return absl::InvalidArgumentError(
+        "global store: eviction_samples, max_evictions_per_put and access_persist_batch >= 1");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<rocksdb::ColumnFamilyDescriptor> Families(const GlobalStoreOptions& o) {
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  table.checksum = rocksdb::kXXH3;
+  rocksdb::ColumnFamilyOptions blocks;
+  blocks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  blocks.compression = o.compression ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
+  blocks.write_buffer_size = 64 << 20;
+  blocks.level_compaction_dynamic_level_bytes = true;
+  rocksdb::ColumnFamilyOptions meta;
+  meta.table_factory = blocks.table_factory;
+  meta.compression = rocksdb::kNoCompression;
+  meta.write_buffer_size = 16 << 20;
+  return {{rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+          {kBlocksFamily, blocks},
+          {kMetaFamily, meta}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlobalStore>> GlobalStore::Open(GlobalStoreOptions options) {
+  RETURN_IF_ERROR(Validate(options));
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.paranoid_checks = true;
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  rocksdb::DB* db = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(db_options, options.path, Families(options), &handles, &db),
+                absl::StrCat("opening global store at ", options.path)));
+  std::unique_ptr<GlobalStore> store(new GlobalStore(std::move(options), db, std::move(handles)));
+
+  std::string format;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), store->handles_[0], kFormatKey, &format);
+  if (s.IsNotFound()) {
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    s = db->Put(sync, store->handles_[0], kFormatKey, kFormatValue);
+  } else if (s.ok() && format != kFormatValue) {
+    return absl::FailedPreconditionError(absl::StrCat("global store at ", store->options_.path,
+                                                      " has format ", format, ", expected ",
+                                                      kFormatValue));
+  }
+  RETURN_IF_ERROR(FromRocks(s, "global store format marker"));
+  RETURN_IF_ERROR(store->LoadIndex());
+  return store;
+}
+
+GlobalStore::GlobalStore(GlobalStoreOptions options, rocksdb::DB* db,
+                         std::vector<rocksdb::ColumnFamilyHandle*> handles)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      metrics_holder_(options_.metrics, "ssd"),
+      m_(metrics_holder_.get()),
+      db_(db),
+      handles_(std::move(handles)),
+      blocks_cf_(handles_[1]),
+      meta_cf_(handles_[2]) {}
+
+GlobalStore::~GlobalStore() {
+  absl::Status s = Close();
+  if (!s.ok()) LOG(ERROR) << "global store close: " << s;
+}
+
+absl::Status GlobalStore::Close() {
+  if (db_ == nullptr) return absl::OkStatus();
+  absl::Status status = PersistAccessTimes();
+  // Flushing the memtables makes the next open fast (no WAL to replay). It is not needed for
+  // durability: with sync_writes every put is in the synced WAL; without it, SyncWAL covers it.
+  if (options_.flush_on_close) status.Update(FlushMemtables());
+  status.Update(FromRocks(db_->SyncWAL(), "syncing the WAL on close"));
+  for (rocksdb::ColumnFamilyHandle* h : handles_) {
+    status.Update(FromRocks(db_->DestroyColumnFamilyHandle(h), "closing a column family"));
+  }
+  handles_.clear();
+  status.Update(FromRocks(db_->Close(), "closing the global store"));
+  delete db_;
+  db_ = nullptr;
+  return status;
+}
+
+absl::Status GlobalStore::LoadIndex() {
+  const absl::Time start = absl::Now();
+  std::vector<std::string> bad;
+  absl::MutexLock lock(&mu_);
+  uint64_t estimate = 0;
+  if (db_->GetIntProperty(meta_cf_, "rocksdb.estimate-num-keys", &estimate)) {
+    index_.Reserve(static_cast<size_t>(estimate));
+  }
+  rocksdb::ReadOptions scan;
+  scan.fill_cache = false;  // a one-off sequential scan: keep the block cache for reads
+  scan.readahead_size = 2 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, meta_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    absl::StatusOr<EntryState> state = DecodeMetaRecord(it->value().ToStringView());
+    if (k.size() != sizeof(StoreKey::bytes) || !state.ok()) {
+      bad.push_back(k.ToString());
+      continue;
+    }
+    StoreKey key;
+    std::memcpy(key.bytes.data(), k.data(), k.size());
+    index_.Upsert(key, *state);
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "scanning the meta column family"));
+  if (!bad.empty()) {
+    // Unreadable metadata: drop the entries (their blocks are unreachable without it).
+    LOG(ERROR) << "global store: dropping " << bad.size() << " entries with bad metadata";
+    rocksdb::WriteBatch batch;
+    for (const std::string& k : bad) {
+      batch.Delete(blocks_cf_, k);
+      batch.Delete(meta_cf_, k);
+    }
+    RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "dropping bad meta"));
+  }
+  // The capacity may have been lowered since the last run: evict down to it now.
+  std::vector<StoreKey> victims;
+  const int64_t now_us = NowMicros();
+  while (index_.bytes() > options_.capacity_bytes) {
+    std::optional<StoreKey> k = index_.SampleLeastRecent(options_.eviction_samples);
+    if (!k.has_value()) break;  // only pinned entries left
+    EvictLocked(*k, Expired(*index_.Find(*k), now_us) ? m_.evicted_ttl : m_.evicted_capacity,
+                &victims);
+  }
+  DeleteFromDisk(victims);
+  last_persist_us_ = now_us;
+  UpdateGaugesLocked();
+  LOG(INFO) << "global store opened path=" << options_.path << " entries=" << index_.size()
+            << " bytes=" << index_.bytes() << " pinned=" << index_.pinned_entries()
+            << " evicted=" << victims.size() << " in " << absl::Now() - start;
+  return absl::OkStatus();
+}
+
+absl::Status GlobalStore::Pin(const ModelFingerprint& fingerprint, const BlockKey& key) {
+  const StoreKey k = MakeStoreKey(fingerprint, key);
+  absl::MutexLock lock(&mu_);
+  const EntryState* s = index_.Find(k);
+  if (s == nullptr || Expired(*s, NowMicros())) return absl::NotFoundError("pin: block not cached");
+  if (s->pinned) return absl::OkStatus();
+  index_.SetPinned(k, true);
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync_writes;
+  // Written under the mutex so that a concurrent eviction cannot delete the record first and
+  // leave this write as an orphan. Pins are rare operator actions.
+  rocksdb::Status st = db_->Put(w, meta_cf_, AsSlice(k), EncodeMetaRecord(*index_.Find(k)));
+  if (!st.ok()) index_.SetPinned(k, false);
+  UpdateGaugesLocked();
+  return FromRocks(st, "pin");
+}
+
+absl::Status GlobalStore::Unpin(const ModelFingerprint& fingerprint, const BlockKey& key) {
+  const StoreKey k = MakeStoreKey(fingerprint, key);
+  absl::MutexLock lock(&mu_);
+  const EntryState* s = index_.Find(k);
+  if (s == nullptr) return absl::NotFoundError("unpin: block not cached");
+  if (!s->pinned) return absl::OkStatus();
+  index_.SetPinned(k, false);
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync_writes;
+  rocksdb::Status st = db_->Put(w, meta_cf_, AsSlice(k), EncodeMetaRecord(*index_.Find(k)));
+  if (!st.ok()) index_.SetPinned(k, true);
+  UpdateGaugesLocked();
+  return FromRocks(st, "unpin");
+}
+
+absl::Status GlobalStore::Delete(const ModelFingerprint& fingerprint, const BlockKey& key) {
+  const StoreKey k = MakeStoreKey(fingerprint, key);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!index_.Erase(k).has_value()) return absl::NotFoundError("delete: block not cached");
+    UpdateGaugesLocked();
+  }
+  rocksdb::WriteBatch batch;
+  batch.Delete(blocks_cf_, AsSlice(k));
+  batch.Delete(meta_cf_, AsSlice(k));
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync_writes;
+  return FromRocks(db_->Write(w, &batch), "delete");
+}
+
+absl::StatusOr<size_t> GlobalStore::Flush(const Sha256Digest& fingerprint_digest) {
+  std::vector<StoreKey> keys;
+  {
+    absl::MutexLock lock(&mu_);
+    index_.KeysOfFingerprint(fingerprint_digest, &keys);
+    for (const StoreKey& k : keys) index_.Erase(k);
+    UpdateGaugesLocked();
+  }
+  m_.evicted_flush->Increment(static_cast<double>(keys.size()));
+  // [digest, digest || 0xFF x 33): every 64-byte key with this 32-byte prefix sorts inside.
+  const std::string begin(reinterpret_cast<const char*>(fingerprint_digest.data()), 32);
+  const std::string end = begin + std::string(33, '\xff');
+  rocksdb::WriteBatch batch;
+  batch.DeleteRange(blocks_cf_, begin, end);
+  batch.DeleteRange(meta_cf_, begin, end);
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync_writes;
+  RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "flush fingerprint"));
+  LOG(INFO) << "global store: flushed fingerprint " << DigestToHex(fingerprint_digest) << " ("
+            << keys.size() << " blocks)";
+  return keys.size();
+}
+
+absl::StatusOr<size_t> GlobalStore::SweepExpired(size_t budget) {
+  std::vector<StoreKey> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<StoreKey> expired;
+    const int64_t now_us = NowMicros();
+    index_.SweepExpired(now_us - absl::ToInt64Microseconds(options_.ttl) + 1, budget, &expired);
+    for (const StoreKey& k : expired) EvictLocked(k, m_.evicted_ttl, &victims);
+    UpdateGaugesLocked();
+  }
+  DeleteFromDisk(victims);
+  return victims.size();
+}
+
+absl::Status GlobalStore::PersistAccessTimes() {
+  absl::MutexLock lock(&mu_);
+  return PersistTouchedLocked(std::numeric_limits<size_t>::max());
+}
+
+absl::Status GlobalStore::FlushMemtables() {
+  rocksdb::FlushOptions f;
+  f.wait = true;
+  // All three families: a WAL is deleted only once every family's data in it is flushed, so
+  // leaving the default family's marker unflushed would keep (and replay) every old WAL.
+  return FromRocks(db_->Flush(f, handles_), "flushing memtables");
+}
+
+GlobalStoreStats GlobalStore::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return GlobalStoreStats{index_.size(), index_.bytes(), index_.pinned_entries(),
+                          index_.pinned_bytes(), options_.capacity_bytes};
+}
+
+}  // namespace flashserve::cache

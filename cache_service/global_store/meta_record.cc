@@ -1,0 +1,60 @@
+#include "cache_service/global_store/meta_record.h"
+
+#include "common/base/hash.h"
+
+namespace flashserve::cache {
+namespace {
+
+constexpr uint8_t kMetaVersion = 1;
+constexpr uint8_t kFlagPinned = 1;
+
+void PutLe(uint64_t v, int bytes, char* out) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t GetLe(const char* in, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  return v;
+}
+// The check word: low 32 bits of XXH3-64 over bytes 0-3 and 8-31.
+uint32_t CheckWord(const char* p) {
+  char buf[28];
+  for (int i = 0; i < 4; ++i) buf[i] = p[i];
+  for (int i = 8; i < 32; ++i) buf[i - 4] = p[i];
+  return static_cast<uint32_t>(Xxh3_64(buf, sizeof(buf)));
+}
+
+}  // namespace
+
+std::string EncodeMetaRecord(const EntryState& state) {
+  std::string out(kMetaRecordBytes, '\0');
+  char* p = out.data();
+  p[0] = static_cast<char>(kMetaVersion);
+  p[1] = static_cast<char>(state.pinned ? kFlagPinned : 0);
+  PutLe(state.bytes, 8, p + 8);
+  PutLe(static_cast<uint64_t>(state.created_unix_micros), 8, p + 16);
+  PutLe(static_cast<uint64_t>(state.last_access_unix_micros), 8, p + 24);
+  PutLe(CheckWord(p), 4, p + 4);
+  return out;
+}
+
+absl::StatusOr<EntryState> DecodeMetaRecord(std::string_view bytes) {
+  if (bytes.size() != kMetaRecordBytes) return absl::DataLossError("meta record: wrong size");
+  const char* p = bytes.data();
+  if (GetLe(p + 4, 4) != CheckWord(p)) return absl::DataLossError("meta record: check word");
+  if (static_cast<uint8_t>(p[0]) != kMetaVersion) {
+    return absl::DataLossError("meta record: unknown version");
+  }
+  const uint8_t flags = static_cast<uint8_t>(p[1]);
+  if ((flags & ~kFlagPinned) != 0 || p[2] != 0 || p[3] != 0) {
+    return absl::DataLossError("meta record: reserved bits set");
+  }
+  EntryState s;
+  s.pinned = (flags & kFlagPinned) != 0;
+  s.bytes = GetLe(p + 8, 8);
+  s.created_unix_micros = static_cast<int64_t>(GetLe(p + 16, 8));
+  s.last_access_unix_micros = static_cast<int64_t>(GetLe(p + 24, 8));
+  return s;
+}
+
+}  // namespace flashserve::cache
