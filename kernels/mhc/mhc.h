@@ -1,0 +1,121 @@
+// Manifold hyper-connections (mHC) of DeepSeek-V4.1-Flash, model spec §4.2 and §10 item 4: the
+// residual is kMhcStreams = 4 parallel streams of width D per token. Each sublayer site (attention,
+// FFN) owns hc_{site}_fn [24, 4·D], hc_{site}_base [24] and hc_{site}_scale [3] (all fp32), from
+// which a "mixes" pass over the stream derives
+//   pre[4]      read-out weights (collapse 4 streams into the sublayer input),
+//   post[4]     write-back weights of the sublayer output into each stream,
+//   comb[4][4]  stream-to-stream mixing, near doubly stochastic (Sinkhorn),
+// and two element-wise ops use them:
+//   hc_pre  (X, pre)            -> sum_c pre[c]·X[c]                          [tokens, D]
+//   hc_post (f, R, post, comb)  -> out[j] = post[j]·f + sum_i comb[i][j]·R[i]  [tokens, 4, D]
+// README.md gives the exact recipe, the Block.forward sequence that orders these calls (the
+// one-sublayer pre-mix shift lives in the model layer, not here) and the test tolerances.
+//
+// Common contract:
+// - bf16 tensors are uint16 bit patterns. A stream tensor [tokens, 4, D] keeps the 4 streams of a
+//   token contiguous (stream c of token t at base + t * stride + c * D); `stride` counts elements
+//   between tokens and must be >= 4 * D. Row strides of [tokens, D] tensors must be >= D.
+// - fp32 per-token outputs (mixes, pre, post, comb) are packed: 24, 4, 4 and 16 floats per token;
+//   comb[i][j] is at comb + t * 16 + i * 4 + j, with i the source stream and j the destination.
+// - All math is fp32 (§10 item 4); each bf16 output element is rounded once (RNE).
+// - tokens == 0 is a no-op. Pointers that are used must be non-null.
+// - Errors: InvalidArgumentError naming the offending field, detected before anything is read or
+//   written.
+// - Ownership: the caller owns every buffer; nothing is allocated (the mixes pass keeps a few KB on
+//   the stack per token).
+// - Threading: `pool` may be null (single-threaded). Calls are thread-safe for disjoint outputs;
+//   results do not depend on the pool size (tokens are independent; the summation order inside a
+//   token is fixed).
+// This header includes no CUDA header (the CUDA backend adds Launch* declarations here later).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace flashserve {
+class ThreadPool;
+}  // namespace flashserve
+
+namespace flashserve::kernels {
+
+// Number of residual streams (config hc_mult; 4 for the released and the tiny model).
+inline constexpr int kMhcStreams = 4;
+// Mix outputs per token: 4 pre + 4 post + 16 comb.
+inline constexpr int kMhcMixes = (2 + kMhcStreams) * kMhcStreams;
+
+// One site's mixes pass over a stream tensor X, optionally fused with the collapse of the same X
+// by an incoming pre mix (the sublayer input), so X is read once.
+struct MhcMixesParams {
+  int64_t tokens = 0;
+  int64_t dim = 0;               // D, width of one stream (>= 1)
+  const uint16_t* x = nullptr;   // bf16 [tokens, 4, D]
+  int64_t x_stride = 0;          // elements between tokens, >= 4 * D
+  const float* fn = nullptr;     // fp32 [24, 4 * D] row-major, contiguous (hc_{site}_fn)
+  const float* base = nullptr;   // fp32 [24] (hc_{site}_base)
+  const float* scale = nullptr;  // fp32 [3] (hc_{site}_scale: pre, post, comb)
+  int sinkhorn_iters = 20;       // >= 1 (config hc_sinkhorn_iters)
+  float hc_eps = 1e-6f;          // >= 0, finite (config hc_eps)
+  float norm_eps = 1e-20f;       // > 0, finite (config norm_eps)
+  float* pre = nullptr;          // fp32 [tokens, 4] out
+  float* post = nullptr;         // fp32 [tokens, 4] out
+  float* comb = nullptr;         // fp32 [tokens, 4, 4] out, [i][j] = source i, destination j
+  float* mixes = nullptr;        // optional fp32 [tokens, 24] out: raw (X·fn^T)·r, for debugging
+  // Optional fused collapse: when pre_in is set, collapsed = HcPre(X, pre_in) is written too.
+  const float* pre_in = nullptr;  // fp32 [tokens, 4] (the previous sublayer's pre)
+  uint16_t* collapsed = nullptr;  // bf16 [tokens, D] out, required iff pre_in is set
+  int64_t collapsed_stride = 0;   // elements, >= D
+};
+
+// hc_pre: out[t] = bf16(sum_c pre[t][c] · X[t][c]), fp32 products summed over c = 0..3 in order.
+struct HcPreParams {
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  const uint16_t* x = nullptr;  // bf16 [tokens, 4, D]
+  int64_t x_stride = 0;         // elements, >= 4 * D
+  const float* pre = nullptr;   // fp32 [tokens, 4]
+  uint16_t* out = nullptr;      // bf16 [tokens, D]; must not overlap x
+  int64_t out_stride = 0;       // elements, >= D
+};
+
+// hc_post: out[t][j] = bf16(post[t][j]·f[t] + sum_{i=0..3} comb[t][i][j]·R[t][i]), all fp32, in
+// the reference expression's order: the source sum (i ascending) first, then the post term added.
+struct HcPostParams {
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  const uint16_t* f = nullptr;         // bf16 [tokens, D], the sublayer output
+  int64_t f_stride = 0;                // elements, >= D
+  const uint16_t* residual = nullptr;  // bf16 [tokens, 4, D], the sublayer's input stream
+  int64_t residual_stride = 0;         // elements, >= 4 * D
+  const float* post = nullptr;         // fp32 [tokens, 4]
+  const float* comb = nullptr;         // fp32 [tokens, 4, 4]
+  uint16_t* out = nullptr;             // bf16 [tokens, 4, D]; may equal residual (same stride),
+  int64_t out_stride = 0;              // otherwise must not overlap residual or f; >= 4 * D
+};
+
+// Validation shared by every backend (what the launchers check first). Cost O(1).
+absl::Status Validate(const MhcMixesParams& p);
+absl::Status Validate(const HcPreParams& p);
+absl::Status Validate(const HcPostParams& p);
+
+// The per-token tail of the mixes pass (spec §4.2 A, B, C), exposed so tests and tools can check
+// it on given mixes. Inputs: mixes[24], base[24], scale[3]; outputs pre[4], post[4], comb[16]:
+//   pre[c]  = sigmoid(mixes[c]·scale[0] + base[c]) + hc_eps
+//   post[c] = 2·sigmoid(mixes[4+c]·scale[1] + base[4+c])
+//   comb    = row softmax of (mixes[8+4i+j]·scale[2] + base[8+4i+j]) + hc_eps, divided by its
+//             column sums (+hc_eps); then sinkhorn_iters − 1 rounds of row-sum division (+hc_eps)
+//             followed by column-sum division (+hc_eps).
+// sigmoid(v) = 1 / (1 + exp(−v)). No validation (sinkhorn_iters < 1 acts as 1). Pure, thread-safe.
+void MhcSplitSinkhorn(const float* mixes, const float* base, const float* scale, int sinkhorn_iters,
+                      float hc_eps, float* pre, float* post, float* comb);
+
+// ---- CPU bodies (cpu/*.cc; target fs_kernels_mhc). ----
+// Mixes (+ optional fused collapse). Cost: tokens · 4D · (24 + 1) multiply-adds, plus 20 small
+// Sinkhorn rounds per token; reads fn once per token (it stays in cache for small D).
+absl::Status MhcMixesCpu(const MhcMixesParams& p, ThreadPool* pool);
+// Collapse of the streams; cost tokens · 4D multiply-adds, memory bound.
+absl::Status HcPreCpu(const HcPreParams& p, ThreadPool* pool);
+// Write-back and stream mixing; cost tokens · 4D · 5 multiply-adds, memory bound.
+absl::Status HcPostCpu(const HcPostParams& p, ThreadPool* pool);
+
+}  // namespace flashserve::kernels
