@@ -1,0 +1,109 @@
+// RMSNorm and rotary position embedding (RoPE) of DeepSeek-V4.1-Flash: params structs and
+// launchers. Model spec §10 items 2 and 5, §4.3 (text RoPE) and §4.10 (the ViT's 2-D RoPE);
+// README.md gives the exact recipes and the test tolerances. Frequencies and cos/sin come from
+// rope_table.h.
+//
+// Common contract:
+// - bf16 tensors are uint16 bit patterns; fp32 tensors are float. Strides count elements.
+// - Each op reads bf16, computes in fp32 and rounds each output element to bf16 once (RNE).
+// - In place is allowed: out == x with equal strides. Otherwise x and out must not overlap.
+// - An empty shape (rows or tokens == 0) is a no-op; pointers that are used must be non-null.
+// - Errors: InvalidArgumentError naming the offending field, detected before anything is read or
+//   written.
+// - Ownership: the caller owns every buffer; nothing is allocated (a few KB of stack per row).
+// - Threading: `pool` may be null (single-threaded). Calls are thread-safe for disjoint outputs;
+//   results do not depend on the pool size (rows/tokens are independent, the order of the
+//   arithmetic inside one row is fixed).
+// This header includes no CUDA header (the CUDA backend adds Launch* declarations here later).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/norm_rope/rope_table.h"
+
+namespace flashserve {
+class ThreadPool;
+}  // namespace flashserve
+
+namespace flashserve::kernels {
+
+// ---- RMSNorm: out[r, c] = bf16( w[c] * (x[r, c] * rsqrt(mean_c(x[r, :]^2) + eps)) ) ----
+// Text norms carry a bf16 weight (eps = config norm_eps, 1e-20); the ViT's carry fp32 (eps 1e-6).
+struct RmsNormParams {
+  int64_t rows = 0;
+  int64_t cols = 0;                       // >= 1
+  const uint16_t* x = nullptr;            // bf16 [rows, cols], row r at x + r * x_stride
+  int64_t x_stride = 0;                   // >= cols
+  const uint16_t* weight_bf16 = nullptr;  // bf16 [cols]; exactly one of the two weights is set
+  const float* weight_f32 = nullptr;      // fp32 [cols]
+  float eps = 1e-20f;                     // > 0, finite
+  uint16_t* out = nullptr;                // bf16 [rows, cols], row r at out + r * out_stride
+  int64_t out_stride = 0;                 // >= cols; == x_stride when out == x
+};
+
+absl::Status ValidateRmsNorm(const RmsNormParams& p);
+
+// Cost O(rows * cols).
+absl::Status RmsNormCpu(const RmsNormParams& p, ThreadPool* pool);
+
+// The normalising factor alone, fp32 1 / sqrt(fp32(sum x^2) * fp32(1/n) + eps) with x^2 in fp32
+// and the sum accumulated in double; this is what RmsNormCpu multiplies each x by. For callers
+// that need r itself (Engram's gate; the mHC mixes have their own in kernels/mhc). n >= 1.
+float RmsInverse(const uint16_t* x_bf16, int64_t n, float eps);
+float RmsInverse(const float* x, int64_t n, float eps);
+
+// ---- Text RoPE: GPT-J / interleaved pairs over the LAST rope_dims dims of every head ----
+// For token t at position p = positions[t], head h, pair k of the rotated tail (dims
+// head_dim - rd + 2k and +1; a = even = real, b = odd = imaginary):
+//   (a, b) -> (a*cos - b*sin, a*sin + b*cos)   with cos/sin of table->CosSin(p), in fp32,
+// and sin -> -sin when `inverse` (the conjugate rotation applied to the attention output).
+// The first head_dim - rd dims are left as they are (copied when out != x).
+// positions cover prefill chunks (start_pos + t), decode batches (one position per sequence) and
+// the compressor's group positions (j * ratio).
+struct RopeParams {
+  const RopeTable* table = nullptr;  // rd = table->rope_dims()
+  int64_t tokens = 0;
+  int64_t heads = 0;                   // >= 1
+  int64_t head_dim = 0;                // >= rd
+  const int64_t* positions = nullptr;  // [tokens], each >= 0
+  const uint16_t* x = nullptr;         // bf16 [tokens, heads, head_dim]
+  int64_t x_stride = 0;       // elements between tokens, >= (heads-1)*x_head_stride+head_dim
+  int64_t x_head_stride = 0;  // elements between heads, >= head_dim
+  uint16_t* out = nullptr;    // bf16, same shape; may equal x (then equal strides)
+  int64_t out_stride = 0;
+  int64_t out_head_stride = 0;
+  bool inverse = false;
+};
+
+absl::Status ValidateRope(const RopeParams& p);
+
+// Cost O(tokens * (rd/2 sin/cos on cache misses + heads * head_dim)).
+absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool);
+
+// ---- Vision 2-D RoPE: NeoX half-split over all head_dim dims of every head (§4.10) ----
+// With half = head_dim/2 and q = head_dim/4 frequencies f (ComputeVisionRopeFrequencies), angle j
+// (0 <= j < half) of a patch at (row, col) is fp32(row * f_j) for j < q, fp32(col * f_{j-q})
+// otherwise; dims (j, j + half) rotate:
+//   x1 = x[j], x2 = x[j + half]:  out[j] = x1*cos - x2*sin,  out[j + half] = x2*cos + x1*sin.
+struct VisionRope2dParams {
+  int64_t patches = 0;
+  int64_t heads = 0;              // >= 1
+  int64_t head_dim = 0;           // multiple of 4 in [4, kMaxRopeDims] (64 in the ViT)
+  double theta = 10000.0;         // vision_rope_theta, > 1
+  const int32_t* rows = nullptr;  // [patches] patch row (0 .. n_h-1), >= 0
+  const int32_t* cols = nullptr;  // [patches] patch column (0 .. n_w-1), >= 0
+  const uint16_t* x = nullptr;    // bf16 [patches, heads, head_dim]
+  int64_t x_stride = 0;           // elements between patches
+  int64_t x_head_stride = 0;      // elements between heads, >= head_dim
+  uint16_t* out = nullptr;        // may equal x (then equal strides)
+  int64_t out_stride = 0;
+  int64_t out_head_stride = 0;
+};
+
+absl::Status ValidateVisionRope2d(const VisionRope2dParams& p);
+
+// Cost O(patches * (head_dim/2 sin/cos + heads * head_dim)).
+absl::Status VisionRope2dCpu(const VisionRope2dParams& p, ThreadPool* pool);
+
+}  // namespace flashserve::kernels
