@@ -1,0 +1,34 @@
+// Internal to fs_kernels_attention: the workspace layout shared by the validation (its size) and
+// the CPU body (its use). Not for other modules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+
+namespace flashserve {
+class ThreadPool;
+}  // namespace flashserve
+
+namespace flashserve::kernels::attention_internal {
+
+inline constexpr size_t kAlign = 64;
+
+// One thread slot's scratch, offsets in floats from the slot's start (which is 64-byte aligned).
+struct SlotLayout {
+  int64_t kv_block = 0;   // fp32 [64, head_dim]: the block's valid KV rows, compacted
+  int64_t q_t = 0;        // fp32 [head_dim, 8]: the group's queries, transposed (head fastest)
+  int64_t acc = 0;        // fp32 [8, head_dim]: P·V accumulators
+  int64_t part = 0;       // fp32 [head_dim]: one head's block partial Σ bf16(p)·v
+  int64_t logits = 0;     // fp32 [8, 64]: scaled logits, then p
+  int64_t rows = 0;       // int32 [64]: list positions of the compacted rows
+  size_t slot_bytes = 0;  // multiple of kAlign
+};
+
+SlotLayout ComputeSlotLayout(int64_t head_dim);
+
+// Thread slots a call uses: pool size + 1 (the caller runs one chunk), or 1 without a pool.
+size_t NumSlots(const ThreadPool* pool);
+
+}  // namespace flashserve::kernels::attention_internal
