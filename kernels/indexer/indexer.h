@@ -1,0 +1,143 @@
+// The hierarchical (two-level) indexer of DeepSeek-V4.1-Flash, model spec §4.5 steps 4–6, §4.6
+// and §10 item 6. Three ops, run by an index-source layer in this order:
+//   IndexerScore     score[i, t] = bf16(Σ_h bf16(w[i,h] · ReLU(bf16(q[i,h]·k[t]))))  (causal,
+//                    optionally restricted to a published candidate mask)
+//   CandidateBlocks  (candidate source layer only) the block-level candidate mask from the scores
+//   IndexerTopk      the k best positions per row, ascending, −1 past the row's reach, + offset
+// README.md gives the exact recipes, the tie rule and the test tolerances.
+//
+// Common contract:
+// - bf16 tensors are uint16 bit patterns; row-major; every `*_stride` counts ELEMENTS between
+//   consecutive rows (query tokens, or key rows for `k`).
+// - Rows are query tokens i = 0..tokens−1 at absolute positions p = start_pos + i. Row i reaches
+//   the compressed positions t < reach(i) = (start_pos + i + 1) / ratio (integer division; the
+//   reference's compress_lens). Every row must satisfy reach(i) <= width, where `width` is the
+//   score width (the reference uses width = end_pos / ratio, end_pos = start_pos + tokens). In
+//   decode (one row) reach == width, so the causal rule is a no-op there, as in the reference.
+// - tokens == 0 (and, for scoring and top-k, width == 0) is a no-op.
+// - Errors: InvalidArgumentError naming the offending field, detected before anything is read or
+//   written.
+// - Ownership: the caller owns every buffer; nothing is allocated. Ops that select take a caller
+//   workspace (size from the *WorkspaceBytes functions; 8-byte aligned). Outputs must not overlap
+//   inputs.
+// - Threading: `pool` may be null (single-threaded). Results do not depend on the pool size or
+//   on the workspace size. Calls are thread-safe for disjoint outputs and workspaces.
+// This header includes no CUDA header (the CUDA backend adds Launch* declarations here later).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace flashserve {
+class ThreadPool;
+}  // namespace flashserve
+
+namespace flashserve::kernels {
+
+// Largest index_head_dim accepted (the scorer keeps a key tile of this depth on the stack).
+inline constexpr int64_t kMaxIndexHeadDim = 512;
+
+// Step 4: index scores. Positions t >= reach(i) get −inf; so do positions outside the candidate
+// mask when one is given (candidate consumers, §4.5 step 5). Per visible (i, t):
+//   qk_h   = bf16(Σ_d q[i,h,d]·k[t,d])        fp32 accumulation over d ascending, one rounding
+//   v_h    = bf16(w[i,h] · max(qk_h, 0))
+//   score  = bf16(Σ_h v_h)                     fp32 accumulation from +0 over h ascending
+// q and k are the caller's FP4 quant-dequantised bf16 values; w = weights_proj(x)·2^-6 (tiny
+// model 2^-4), bf16. Scores are never −0.
+struct IndexerScoreParams {
+  int64_t tokens = 0;
+  int64_t heads = 0;            // index_n_heads (32; tiny 4), >= 1
+  int64_t head_dim = 0;         // index_head_dim (128; tiny 64), 1..kMaxIndexHeadDim
+  int64_t width = 0;            // score width Lc (positions 0..width−1 of k are read)
+  int64_t start_pos = 0;        // absolute position of row 0, >= 0
+  int64_t ratio = 1;            // compress ratio r, >= 1
+  const uint16_t* q = nullptr;  // bf16 [tokens, heads, head_dim], heads contiguous
+  int64_t q_stride = 0;         // >= heads * head_dim
+  const uint16_t* k = nullptr;  // bf16 [>= width, head_dim] (the index key cache)
+  int64_t k_stride = 0;         // >= head_dim
+  const uint16_t* w = nullptr;  // bf16 [tokens, heads]
+  int64_t w_stride = 0;         // >= heads
+  // Optional candidate mask (nonzero = candidate) [tokens, width]; candidates_stride 0 applies
+  // row 0 to every token (the decode mask [1, Lc]), otherwise >= width.
+  const uint8_t* candidates = nullptr;
+  int64_t candidates_stride = 0;
+  uint16_t* scores = nullptr;  // bf16 [tokens, width] out
+  int64_t scores_stride = 0;   // >= width
+};
+
+// Step 5 (candidate source layer): per row, block scores b[j] = max of the scores at positions
+// 8j..8j+7 (padding past `width` counts as −inf); the block holding the row's newest reachable
+// position, (reach(i) − 1) / block_size, is forced to +inf; the min(topk_blocks, n_blocks) best
+// blocks are picked (ties: the lower block index wins); a picked block is kept iff b[j] > −inf;
+// kept blocks mark their positions, cropped to `width`, with 1, all others 0. n_blocks =
+// ceil(width / block_size). Every row must reach at least one position (reach(i) >= 1).
+struct CandidateBlocksParams {
+  int64_t tokens = 0;
+  int64_t width = 0;                 // score width Lc, >= 1
+  int64_t start_pos = 0;             // as IndexerScoreParams
+  int64_t ratio = 1;                 // as IndexerScoreParams (1 at the candidate source)
+  int64_t block_size = 8;            // candidate_block_size, >= 1
+  int64_t topk_blocks = 0;           // candidate_topk_blocks (2048; tiny 4), >= 1
+  const uint16_t* scores = nullptr;  // bf16 [tokens, width]: this layer's causal, UNMASKED scores
+  int64_t scores_stride = 0;         // >= width
+  uint8_t* candidates = nullptr;     // [tokens, width] out, 1 = candidate position
+  int64_t candidates_stride = 0;     // >= width
+  uint16_t* block_scores = nullptr;  // optional bf16 [tokens, n_blocks] out (pinned = +inf)
+  int64_t block_scores_stride = 0;   // >= n_blocks when block_scores is set
+  void* workspace = nullptr;         // >= CandidateBlocksWorkspaceBytes(width, block_size, 1)
+  size_t workspace_bytes = 0;
+};
+
+// Step 6: k = min(index_topk, width) for every row. Per row: the k largest scores (value order;
+// −0 == +0), ties at the k-th value going to the LOWEST positions (the golden run's torch.topk
+// choice on every fixture row; the reference leaves it implementation-defined); the chosen
+// positions sorted ascending; positions >= reach(i) replaced by −1 (they sort last); the others
+// plus `offset`. NaN scores are not expected (their order is unspecified).
+struct IndexerTopkParams {
+  int64_t tokens = 0;
+  int64_t width = 0;                 // score width Lc
+  int64_t start_pos = 0;             // as IndexerScoreParams
+  int64_t ratio = 1;                 // as IndexerScoreParams
+  int64_t index_topk = 0;            // config index_topk (512; tiny 16), >= 1
+  int64_t offset = 0;                // window rows: tokens of the call in prefill, window_size
+                                     // in decode; >= 0, offset + width <= INT32_MAX
+  const uint16_t* scores = nullptr;  // bf16 [tokens, width]
+  int64_t scores_stride = 0;         // >= width
+  int32_t* indices = nullptr;        // int32 [tokens, k] out
+  int64_t indices_stride = 0;        // >= k
+  void* workspace = nullptr;         // >= IndexerTopkWorkspaceBytes(width, 1)
+  size_t workspace_bytes = 0;
+};
+
+// k of the top-k: min(index_topk, width) (0 when either is <= 0). Pure.
+int64_t IndexerTopkK(int64_t index_topk, int64_t width);
+
+// Blocks per row for CandidateBlocks: ceil(width / block_size) (0 for width <= 0 or
+// block_size <= 0). Pure.
+int64_t CandidateBlockCount(int64_t width, int64_t block_size);
+
+// Workspace for `slots` rows selected concurrently. A call uses at most
+// min(workspace_bytes / per-slot bytes, tokens, pool threads + 1) slots, so passing
+// slots = pool->size() + 1 gives full parallelism; slots = 1 still works (serially). Per slot:
+// 8·width bytes for the top-k, 8·n_blocks for the candidate blocks. Pure.
+size_t IndexerTopkWorkspaceBytes(int64_t width, int64_t slots);
+size_t CandidateBlocksWorkspaceBytes(int64_t width, int64_t block_size, int64_t slots);
+
+// Validation shared by every backend (what the launchers check first). Cost O(1).
+absl::Status Validate(const IndexerScoreParams& p);
+absl::Status Validate(const CandidateBlocksParams& p);
+absl::Status Validate(const IndexerTopkParams& p);
+
+// ---- CPU bodies (cpu/*.cc; target fs_kernels_indexer). ----
+// Scores. Work is split over (row, 2048-position chunk) pairs, so one decode row with a long
+// history still spreads over the pool. Cost: visible positions · heads · head_dim multiply-adds;
+// positions outside the candidate mask or the reach cost one store.
+absl::Status IndexerScoreCpu(const IndexerScoreParams& p, ThreadPool* pool);
+// Candidate mask, split over rows. Cost per row O(width) (max pass, nth_element, mask write).
+absl::Status CandidateBlocksCpu(const CandidateBlocksParams& p, ThreadPool* pool);
+// Top-k, split over rows. Cost per row O(width) for the selection plus O(k log k) for the sort.
+absl::Status IndexerTopkCpu(const IndexerTopkParams& p, ThreadPool* pool);
+
+}  // namespace flashserve::kernels
