@@ -81,6 +81,8 @@ class PreparedLinear {
   static absl::StatusOr<PreparedLinear> Create(const LinearWeightView& view,
                                                const PrepareLinearOptions& options = {});
 
+  // An empty (0 x 0) Linear, only to be assigned from Create(); LinearCpu rejects it.
+  PreparedLinear() = default;
   PreparedLinear(PreparedLinear&&) = default;
   PreparedLinear& operator=(PreparedLinear&&) = default;
   PreparedLinear(const PreparedLinear&) = delete;
@@ -106,7 +108,6 @@ class PreparedLinear {
   size_t scales_size() const { return scales_.size(); }
 
  private:
-  PreparedLinear() = default;
 
   WeightFormat format_ = WeightFormat::kBf16;
   int64_t out_ = 0;
