@@ -47,6 +47,9 @@ absl::Status ValidateLinearParams(const LinearParams& p, const ThreadPool* pool)
   }
   if (p.m == 0) return absl::OkStatus();
   const PreparedLinear& w = *p.weight;
+  if (w.out_features() <= 0 || w.in_features() <= 0) {
+    return Invalid("weight", "is empty (default-constructed, not from PreparedLinear::Create)");
+  }
   if ((p.x_bf16 == nullptr) == (p.x_f32 == nullptr)) {
     return Invalid("x_bf16/x_f32", "must have exactly one non-null pointer");
   }
