@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cache_service/global_store/block_key.h"
+#include "cache_service/global_store/block_value.h"
 #include "cache_service/global_store/cache_metrics.h"
 #include "cache_service/global_store/store_index.h"
 #include "common/base/clock.h"
@@ -74,6 +76,68 @@ struct GlobalStoreStats {
   size_t pinned_entries = 0;
   uint64_t pinned_bytes = 0;
   uint64_t capacity_bytes = 0;
+};
+
+// One entry as the index sees it (no disk read), for Lookup's per-block metadata and admin tools.
+struct StoreEntryInfo {
+  Sha256Digest fingerprint{};  // the model fingerprint digest it is stored under
+  BlockKey key;
+  uint64_t bytes = 0;  // encoded value size (header + payload + checksum)
+  int64_t created_unix_micros = 0;
+  int64_t last_access_unix_micros = 0;
+  int64_t expires_unix_micros = 0;  // last access + ttl; 0 when pinned
+  bool pinned = false;
+};
+
+// Entries and bytes held for one model fingerprint.
+struct FingerprintUsage {
+  Sha256Digest fingerprint{};
+  size_t entries = 0;
+  uint64_t bytes = 0;
+  size_t pinned_entries = 0;
+  uint64_t pinned_bytes = 0;
+};
+
+// Which entries ListEntries / VerifyBlocks visit, in RocksDB key order (fingerprint digest, then
+// block key). `start_after` is a cursor: the 64-byte store key (digest || block key) of the last
+// entry already visited; empty starts from the beginning.
+struct EntryScan {
+  std::optional<Sha256Digest> fingerprint;  // only this model's entries
+  std::optional<bool> pinned;               // only entries in this pin state (ListEntries only)
+  std::string start_after;
+  size_t limit = 100;           // entries returned (List) or checked (Verify) at most
+  size_t scan_budget = 100000;  // keys examined at most per call (bounds the work of a filter)
+};
+
+// One page of a scan. `resume_after` is the cursor for the next call; empty when the scan reached
+// the end of the selected range.
+struct EntryPage {
+  std::vector<StoreEntryInfo> entries;
+  std::string resume_after;
+};
+
+struct VerifyReport {
+  size_t checked = 0;
+  std::vector<StoreEntryInfo> corrupt;  // entries whose value failed verification
+  size_t dropped = 0;                   // of those, removed (drop_corrupt)
+  std::string resume_after;             // as EntryPage
+};
+
+// The stored value of one block, read raw (not verified, nothing dropped or counted), with its
+// header fields parsed at their fixed offsets (README.md, "Block value format").
+struct InspectedBlock {
+  StoreEntryInfo info;
+  BlockValueHeader header;          // as written; meaningful only when header_readable
+  bool header_readable = false;     // the value is at least header + checksum long
+  std::string stored_checksum;      // the 16 checksum bytes at the end of the value
+  std::optional<bool> checksum_ok;  // set when verification was asked: the full check passed
+  std::string verify_error;         // why it failed, when it did
+};
+
+struct CompactionReport {
+  uint64_t bytes_before = 0;  // SST bytes of the blocks and meta families before
+  uint64_t bytes_after = 0;
+  absl::Duration duration;
 };
 
 // One block to put: its key and the payload (KV rows), not owned.
@@ -139,11 +203,46 @@ class GlobalStore {
 
   GlobalStoreStats Stats() const;
 
+  // ---- inspection and maintenance (global_store_admin.cc) ----
+
+  // Index state of each key of the chain, in order: nullopt for absent or expired entries. No disk
+  // I/O and no metrics; with `touch`, present entries count as accessed now (refreshing their TTL
+  // and LRU age, as a Get would). Cost: one index probe per key under the mutex.
+  std::vector<std::optional<StoreEntryInfo>> Describe(const Sha256Digest& fingerprint_digest,
+                                                      std::span<const BlockKey> keys,
+                                                      bool touch = false);
+  // Per-fingerprint usage (unexpired and expired-but-not-yet-swept entries alike), sorted by
+  // digest. Cost: a walk of the whole index under the mutex, O(entries).
+  std::vector<FingerprintUsage> UsageByFingerprint() const;
+  // A page of live entries in key order, read from the meta column family from the cursor and
+  // answered from the index (expired entries are skipped). Errors: InvalidArgument (a cursor that
+  // is not 64 bytes), RocksDB iterator errors.
+  absl::StatusOr<EntryPage> ListEntries(const EntryScan& scan) const;
+  // Reads one block's raw value and parses its header; with `verify` also runs the full check
+  // (DecodeBlockValue). Nothing is dropped or counted. NotFound if the index has no live entry.
+  absl::StatusOr<InspectedBlock> InspectBlock(const Sha256Digest& fingerprint_digest,
+                                              const BlockKey& key, bool verify);
+  // Reads and verifies up to scan.limit live entries from the cursor (raw reads: no hits, misses
+  // or touches). Each failure is logged and counted in fs_cache_checksum_failures_total; with
+  // `drop_corrupt` it is also removed as a Get would remove it. scan.pinned is ignored.
+  // Errors: InvalidArgument (cursor), RocksDB iterator errors on the meta family.
+  absl::StatusOr<VerifyReport> VerifyBlocks(const EntryScan& scan, bool drop_corrupt);
+  // RocksDB manual compaction of the blocks and meta families (bottommost level forced), so that
+  // deleted and overwritten values leave the disk. Blocks the caller until done; reads and puts
+  // continue meanwhile. Errors: those of CompactRange (a Corruption found while compacting puts
+  // RocksDB in its read-only background-error state; README.md, "Failure modes").
+  absl::StatusOr<CompactionReport> Compact();
+
  private:
   GlobalStore(GlobalStoreOptions options, rocksdb::DB* db,
               std::vector<rocksdb::ColumnFamilyHandle*> handles);
   absl::Status LoadIndex();
   int64_t NowMicros() const;
+  StoreEntryInfo InfoOf(const StoreKey& key, const EntryState& state) const;
+  // Up to `limit` keys of the meta family after the scan's cursor whose index entries are live
+  // and pass the filter; `*resume_after` gets the cursor for the next call.
+  absl::StatusOr<std::vector<StoreEntryInfo>> ScanLive(const EntryScan& scan,
+                                                       std::string* resume_after) const;
   bool Expired(const EntryState& state, int64_t now_us) const;
   // Removes `key` from the index (so later lookups miss), counts it under `reason` and appends it
   // to *victims for DeleteFromDisk.

@@ -73,6 +73,11 @@ class StoreIndex {
   void SweepExpired(int64_t cutoff_unix_micros, size_t budget, std::vector<StoreKey>* expired);
   // Appends every key of the fingerprint `digest` to *keys. O(entries).
   void KeysOfFingerprint(const Sha256Digest& digest, std::vector<StoreKey>* keys) const;
+  // Calls f(key, state) for every entry, in no particular order. O(entries).
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const auto& [key, entry] : entries_) f(key, entry.state);
+  }
   // Moves up to `max` entries touched since their last persistence into *out (key and state) and
   // clears their mark. O(max) amortised.
   void TakeTouched(size_t max, std::vector<std::pair<StoreKey, EntryState>>* out);

@@ -87,7 +87,7 @@ absl::Status SwaPool::Put(const ModelFingerprint& fingerprint, const SwaKey& key
       RemoveLocked(tail, expired ? m_.evicted_ttl : m_.evicted_capacity, &freed);
     }
     lru_.push_front(k);
-    entries_.emplace(k, Entry{std::move(data), checksum, now_us, lru_.begin()});
+    entries_.emplace(k, Entry{std::move(data), checksum, now_us, now_us, lru_.begin()});
     bytes_ += size;
     UpdateGaugesLocked();
   }

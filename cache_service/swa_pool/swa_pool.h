@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,16 @@ struct SwaPoolOptions {
 // 10% of the memory available to this process: the smaller of physical memory (sysconf) and the
 // cgroup v2 limit (/sys/fs/cgroup/memory.max) when one is set.
 uint64_t DefaultSwaCapacityBytes();
+
+// One snapshot's metadata, without its bytes.
+struct SwaEntryInfo {
+  Sha256Digest fingerprint{};  // model fingerprint digest
+  SwaKey key;
+  uint64_t bytes = 0;
+  int64_t created_unix_micros = 0;  // when this snapshot was put
+  int64_t last_access_unix_micros = 0;
+  int64_t expires_unix_micros = 0;  // last access + ttl
+};
 
 struct SwaPoolStats {
   size_t entries = 0;
@@ -78,6 +89,15 @@ class SwaPool {
 
   SwaPoolStats Stats() const;
 
+  // Metadata of one live snapshot, or nullopt (absent or expired). No copy, no checksum pass, no
+  // metrics and no LRU update: for Lookup's "is there a snapshot" probes and admin tools. O(1).
+  std::optional<SwaEntryInfo> Describe(const ModelFingerprint& fingerprint,
+                                       const SwaKey& key) const;
+  // Metadata of every live snapshot, sorted by (fingerprint digest, key). A copy of the metadata
+  // is taken under the lock (O(entries)) and sorted outside it; the pool holds thousands of
+  // snapshots, not millions.
+  std::vector<SwaEntryInfo> Entries() const;
+
   // Flips the bits of byte `offset` of a stored snapshot, keeping its checksum: a test hook that
   // simulates a DRAM error. False if absent or offset is out of range.
   bool CorruptForTesting(const ModelFingerprint& fingerprint, const SwaKey& key, size_t offset);
@@ -88,6 +108,7 @@ class SwaPool {
     std::shared_ptr<std::string> data;  // shared so that Get can verify and copy unlocked
     Hash128 checksum;
     int64_t last_access_us = 0;
+    int64_t created_us = 0;
     std::list<PoolKey>::iterator lru;  // position in lru_ (front = most recent)
   };
 
@@ -95,6 +116,7 @@ class SwaPool {
   static PoolKey MakeKey(const ModelFingerprint& fingerprint, const SwaKey& key);
   int64_t NowMicros() const;
   bool Expired(const Entry& e, int64_t now_us) const;
+  SwaEntryInfo InfoOf(const PoolKey& key, const Entry& e) const;
   // Unlinks an entry, counts it under `reason` (may be null) and hands its bytes to *freed so that
   // they are released after the lock is dropped.
   void RemoveLocked(absl::flat_hash_map<PoolKey, Entry>::iterator it, metrics::Counter* reason,
