@@ -6,7 +6,9 @@
 //                     [--payload=56960] [--sync=1] [--seed=1] [--index_entries=0]
 //
 // --index_entries=N also writes N tiny entries to a second store (unsynced batches of 1024), then
-// reports the time and resident memory that reopening it takes (the index rebuild).
+// reports the time and resident memory that reopening it takes (the index rebuild) and the
+// latency of index lookups over it. The raw disk's O_DIRECT sequential write and read speed is
+// measured in the same run, on the same directory, and put/get are reported as ratios of it.
 // Reads are measured cold (page cache dropped for the store's files with posix_fadvise after the
 // data is flushed to SST files and synced) and warm (a second pass), in random batch order.
 #include <fcntl.h>
@@ -14,7 +16,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -82,9 +87,10 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-void Report(const char* phase, uint64_t blocks, uint64_t payload, double s) {
+double Report(const char* phase, uint64_t blocks, uint64_t payload, double s) {
   printf("%-10s %8llu blocks %10.1f MB/s %10.0f blocks/s  (%.2f s)\n", phase,
          static_cast<unsigned long long>(blocks), blocks * payload / s / 1e6, blocks / s, s);
+  return blocks * payload / s / 1e6;
 }
 
 // Drops the page cache of every file in `dir` (clean pages only: the data is synced first).
@@ -107,6 +113,39 @@ uint64_t ResidentBytes() {
     fclose(f);
   }
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
+// Sequential write then read of `bytes` with O_DIRECT in 1 MiB requests (what `dd oflag=direct`
+// / `iflag=direct` measure): the raw speed of the disk under `dir`, measured in the same run.
+int RawDisk(const std::string& dir, uint64_t bytes, double* write_mbps, double* read_mbps) {
+  const std::string path = dir + "/raw_disk_probe";
+  constexpr size_t kChunk = size_t{1} << 20;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, kChunk) != 0) return Fail("posix_memalign");
+  std::memset(buf, 0x5a, kChunk);
+  const uint64_t chunks = std::max<uint64_t>(1, bytes / kChunk);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+  if (fd < 0) return Fail("open O_DIRECT for writing: " + std::string(strerror(errno)));
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < chunks; ++i) {
+    if (write(fd, buf, kChunk) != static_cast<ssize_t>(kChunk)) return Fail("raw write");
+  }
+  fdatasync(fd);
+  *write_mbps = chunks * kChunk / Seconds(t0) / 1e6;
+  close(fd);
+  fd = open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) return Fail("open O_DIRECT for reading: " + std::string(strerror(errno)));
+  t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < chunks; ++i) {
+    if (read(fd, buf, kChunk) != static_cast<ssize_t>(kChunk)) return Fail("raw read");
+  }
+  *read_mbps = chunks * kChunk / Seconds(t0) / 1e6;
+  close(fd);
+  unlink(path.c_str());
+  free(buf);
+  printf("raw disk   write %.1f MB/s, read %.1f MB/s (O_DIRECT, 1 MiB sequential, %.0f MB)\n",
+         *write_mbps, *read_mbps, chunks * kChunk / 1e6);
+  return 0;
 }
 
 // Writes `n` tiny entries, closes, and measures the reopen (index rebuild).
@@ -141,6 +180,27 @@ int IndexRebuild(const std::string& dir, uint64_t n) {
   printf("reopen    %8llu entries: %.2f s, resident +%.0f MB (%.0f B per entry)\n",
          static_cast<unsigned long long>((*store)->Stats().entries), s,
          (ResidentBytes() - rss0) / 1e6, double(ResidentBytes() - rss0) / n);
+  // Lookup latency: longest prefix over chains of 16 stored keys (a 1,024-token prompt) plus one
+  // absent key, answered from the index (LookupMode::kIndexOnly), on a store of n entries.
+  constexpr int kLookups = 20000;
+  constexpr uint64_t kChain = 16;
+  std::mt19937_64 rng(7);
+  std::vector<double> us;
+  us.reserve(kLookups);
+  std::vector<BlockKey> chain(kChain + 1);
+  for (int i = 0; i < kLookups; ++i) {
+    const uint64_t start = rng() % (n - kChain);
+    for (uint64_t j = 0; j < kChain; ++j) chain[j] = testing::KeyFor(start + j);
+    chain[kChain] = testing::KeyFor(n + 1 + i);  // never stored
+    const auto t = std::chrono::steady_clock::now();
+    auto hit = (*store)->LongestPrefix(fp, chain, LookupMode::kIndexOnly);
+    us.push_back(Seconds(t) * 1e6);
+    if (!hit.ok() || *hit != kChain) return Fail("lookup returned the wrong prefix length");
+  }
+  std::sort(us.begin(), us.end());
+  printf("lookup     %d x 17-key chains on %llu entries: p50 %.1f us, p99 %.1f us, max %.1f us\n",
+         kLookups, static_cast<unsigned long long>(n), us[us.size() / 2],
+         us[us.size() * 99 / 100], us.back());
   return 0;
 }
 
@@ -177,6 +237,7 @@ int Run(int argc, char** argv) {
   o.capacity_bytes = uint64_t{1} << 42;
   o.sync_writes = a.sync;
   const ModelFingerprint fp = testing::TestFingerprint("bench");
+  double put_mbps = 0, cold_mbps = 0;
   std::vector<std::string> payloads;  // 8 distinct payloads reused: generation is not measured
   for (uint64_t i = 0; i < 8; ++i) payloads.push_back(testing::PayloadFor(a.seed, i, a.payload));
   {
@@ -192,7 +253,7 @@ int Run(int argc, char** argv) {
       absl::Status s = (*store)->PutBatch(fp, batch);
       if (!s.ok()) return Fail("put: " + s.ToString());
     }
-    Report("put", blocks, a.payload, Seconds(t0));
+    put_mbps = Report("put", blocks, a.payload, Seconds(t0));
     absl::Status s = (*store)->FlushMemtables();
     if (s.ok()) s = (*store)->Close();
     if (!s.ok()) return Fail(s.ToString());
@@ -215,9 +276,14 @@ int Run(int argc, char** argv) {
         if (!got[k].ok() || got[k]->size() != a.payload) ++bad;
       }
     }
-    Report(phase, blocks, a.payload, Seconds(t0));
+    const double mbps = Report(phase, blocks, a.payload, Seconds(t0));
+    if (std::string(phase) == "get cold") cold_mbps = mbps;
     if (bad != 0) return Fail(std::to_string(bad) + " blocks missing or wrong");
   }
+  double raw_write = 0, raw_read = 0;
+  if (int rc = RawDisk(a.dir, blocks * a.payload, &raw_write, &raw_read); rc != 0) return rc;
+  printf("ratio      put / raw write %.2f, get cold / raw read %.2f\n", put_mbps / raw_write,
+         cold_mbps / raw_read);
   return a.index_entries > 0 ? IndexRebuild(a.dir, a.index_entries) : 0;
 }
 
