@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/endian.h"
 #include "common/base/hash.h"
 #include "common/base/strings.h"
 
@@ -23,14 +24,8 @@ constexpr size_t kOffCreated = 96;
 static_assert(kOffCreated + 8 == kBlockHeaderBytes);
 static_assert(kBlockValueMagic.size() == 8);
 
-void PutLe(uint64_t v, int bytes, char* out) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>(v >> (8 * i));
-}
-uint64_t GetLe(const char* in, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
-  return v;
-}
+constexpr auto PutLe = PutLittleEndian;
+constexpr auto GetLe = GetLittleEndian;
 
 absl::Status Loss(std::string_view what) {
   return absl::DataLossError(absl::StrCat("block value: ", ToAbsl(what)));

@@ -1,5 +1,6 @@
 #include "cache_service/global_store/meta_record.h"
 
+#include "common/base/endian.h"
 #include "common/base/hash.h"
 
 namespace flashserve::cache {
@@ -8,14 +9,8 @@ namespace {
 constexpr uint8_t kMetaVersion = 1;
 constexpr uint8_t kFlagPinned = 1;
 
-void PutLe(uint64_t v, int bytes, char* out) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>(v >> (8 * i));
-}
-uint64_t GetLe(const char* in, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
-  return v;
-}
+constexpr auto PutLe = PutLittleEndian;
+constexpr auto GetLe = GetLittleEndian;
 // The check word: low 32 bits of XXH3-64 over bytes 0-3 and 8-31.
 uint32_t CheckWord(const char* p) {
   char buf[28];
