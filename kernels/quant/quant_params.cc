@@ -225,20 +225,39 @@ absl::Status Validate(const QdqParams& p) {
   return NoOverlap(kOp, "x", x, "out", out);
 }
 
-absl::Status ToQuantizeParams(const EncodeRowsParams& p, QuantizeParams* out) {
-  if (!ValidKind(p.kind)) {
+namespace {
+
+// The row-layout checks shared by EncodeRows and DecodeRows: a valid kind, a valid shape for its
+// block format, and a row stride that holds a whole serving row (docs/kv_layout.md). Gives the
+// format and the offset of the scale bytes inside a row.
+absl::Status CheckRowLayout(const char* op, KvRowKind kind, int64_t rows, int64_t channels,
+                            int64_t row_stride, BlockFormat* format, int64_t* scale_offset) {
+  if (!ValidKind(kind)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "EncodeRows: invalid KvRowKind %d", static_cast<int>(static_cast<uint8_t>(p.kind))));
+        "%s: invalid KvRowKind %d", op, static_cast<int>(static_cast<uint8_t>(kind))));
   }
-  const BlockFormat format = KvRowFormat(p.kind);
+  *format = KvRowFormat(kind);
   bool empty = false;
-  if (auto s = CheckShape("EncodeRows", format, p.rows, p.channels, &empty); !s.ok()) return s;
-  const int64_t row_bytes = KvRowBytes(p.kind, p.channels);
-  if (!empty && p.row_stride < row_bytes) {
+  if (auto s = CheckShape(op, *format, rows, channels, &empty); !s.ok()) return s;
+  const int64_t row_bytes = KvRowBytes(kind, channels);
+  if (!empty && row_stride < row_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "EncodeRows: row_stride %d is smaller than the %d-byte row", p.row_stride, row_bytes));
+        "%s: row_stride %d is smaller than the %d-byte row", op, row_stride, row_bytes));
   }
-  const int64_t scale_offset = KvRowScaleOffset(p.kind, p.channels);
+  *scale_offset = KvRowScaleOffset(kind, channels);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ToQuantizeParams(const EncodeRowsParams& p, QuantizeParams* out) {
+  BlockFormat format;
+  int64_t scale_offset = 0;
+  if (auto s = CheckRowLayout("EncodeRows", p.kind, p.rows, p.channels, p.row_stride, &format,
+                              &scale_offset);
+      !s.ok()) {
+    return s;
+  }
   *out = QuantizeParams{.format = format,
                         .rows = p.rows,
                         .cols = p.channels,
@@ -252,19 +271,13 @@ absl::Status ToQuantizeParams(const EncodeRowsParams& p, QuantizeParams* out) {
 }
 
 absl::Status ToDequantizeParams(const DecodeRowsParams& p, DequantizeParams* out) {
-  if (!ValidKind(p.kind)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "DecodeRows: invalid KvRowKind %d", static_cast<int>(static_cast<uint8_t>(p.kind))));
+  BlockFormat format;
+  int64_t scale_offset = 0;
+  if (auto s = CheckRowLayout("DecodeRows", p.kind, p.rows, p.channels, p.row_stride, &format,
+                              &scale_offset);
+      !s.ok()) {
+    return s;
   }
-  const BlockFormat format = KvRowFormat(p.kind);
-  bool empty = false;
-  if (auto s = CheckShape("DecodeRows", format, p.rows, p.channels, &empty); !s.ok()) return s;
-  const int64_t row_bytes = KvRowBytes(p.kind, p.channels);
-  if (!empty && p.row_stride < row_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "DecodeRows: row_stride %d is smaller than the %d-byte row", p.row_stride, row_bytes));
-  }
-  const int64_t scale_offset = KvRowScaleOffset(p.kind, p.channels);
   *out = DequantizeParams{.format = format,
                           .rows = p.rows,
                           .cols = p.channels,
