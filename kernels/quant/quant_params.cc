@@ -251,7 +251,7 @@ absl::Status CheckRowLayout(const char* op, KvRowKind kind, int64_t rows, int64_
 }  // namespace
 
 absl::Status ToQuantizeParams(const EncodeRowsParams& p, QuantizeParams* out) {
-  BlockFormat format;
+  BlockFormat format = BlockFormat::kFp8E4m3Ue8m0B32;  // set by CheckRowLayout
   int64_t scale_offset = 0;
   if (auto s = CheckRowLayout("EncodeRows", p.kind, p.rows, p.channels, p.row_stride, &format,
                               &scale_offset);
@@ -271,7 +271,7 @@ absl::Status ToQuantizeParams(const EncodeRowsParams& p, QuantizeParams* out) {
 }
 
 absl::Status ToDequantizeParams(const DecodeRowsParams& p, DequantizeParams* out) {
-  BlockFormat format;
+  BlockFormat format = BlockFormat::kFp8E4m3Ue8m0B32;  // set by CheckRowLayout
   int64_t scale_offset = 0;
   if (auto s = CheckRowLayout("DecodeRows", p.kind, p.rows, p.channels, p.row_stride, &format,
                               &scale_offset);
