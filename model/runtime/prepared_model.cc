@@ -55,6 +55,34 @@ class Preparer {
     return prepared;
   }
 
+  // A bf16 Linear whose rows split into `groups` equal Linears (the grouped output projection).
+  absl::StatusOr<std::vector<PreparedLinear>> PrepareGroups(const Linear& linear, int groups) {
+    if (linear.format != LinearFormat::kBf16 || groups < 1 || linear.out_features % groups != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ToAbsl(linear.weight.name), ": cannot split ", linear.out_features,
+                       " bf16 rows into ", groups, " groups"));
+    }
+    const int64_t rows = linear.out_features / groups;
+    const size_t group_bytes = static_cast<size_t>(rows * linear.in_features) * 2;
+    std::vector<PreparedLinear> out;
+    for (int g = 0; g < groups; ++g) {
+      LinearWeightView view{.format = WeightFormat::kBf16,
+                            .out_features = rows,
+                            .in_features = linear.in_features,
+                            .weight = linear.weight.bytes().subspan(g * group_bytes, group_bytes)};
+      absl::StatusOr<PreparedLinear> prepared = PreparedLinear::Create(
+          view, kernels::PrepareLinearOptions{.expand_to_f32 = options_.expand_to_f32});
+      if (!prepared.ok()) {
+        return absl::Status(prepared.status().code(),
+                            absl::StrCat(ToAbsl(linear.weight.name), " group ", g, ": ",
+                                         prepared.status().message()));
+      }
+      resident_bytes_ += prepared->resident_bytes();
+      out.push_back(*std::move(prepared));
+    }
+    return out;
+  }
+
   absl::StatusOr<PreparedExpert> Expert(const ExpertWeights& e) {
     ASSIGN_OR_RETURN(PreparedLinear w1, Prepare(e.w1));
     ASSIGN_OR_RETURN(PreparedLinear w2, Prepare(e.w2));
@@ -62,15 +90,15 @@ class Preparer {
     return PreparedExpert{std::move(w1), std::move(w2), std::move(w3)};
   }
 
-  absl::StatusOr<PreparedBlock> Block(const BlockWeights& b, int compress_ratio) {
+  absl::StatusOr<PreparedBlock> Block(const BlockWeights& b, int compress_ratio, int o_groups) {
     const AttentionWeights& a = b.attn;
     ASSIGN_OR_RETURN(PreparedLinear wq_a, Prepare(a.wq_a));
     ASSIGN_OR_RETURN(PreparedLinear wq_b, Prepare(a.wq_b));
     ASSIGN_OR_RETURN(PreparedLinear wkv, Prepare(a.wkv));
-    ASSIGN_OR_RETURN(PreparedLinear wo_a, Prepare(a.wo_a));
     ASSIGN_OR_RETURN(PreparedLinear wo_b, Prepare(a.wo_b));
-    PreparedAttention attn{std::move(wq_a), std::move(wq_b), std::move(wkv), std::move(wo_a),
-                           std::move(wo_b)};
+    ASSIGN_OR_RETURN(std::vector<PreparedLinear> wo_a, PrepareGroups(a.wo_a, o_groups));
+    PreparedAttention attn{std::move(wq_a), std::move(wq_b), std::move(wkv), std::move(wo_b),
+                           std::move(wo_a)};
     if (a.compressor) {
       // Ratio-2 compressors run true fp32 GEMMs on fp32 copies; ratio 1 is a plain bf16 Linear.
       const Bf16As as = compress_ratio > 1 ? Bf16As::kF32Gemm : Bf16As::kBf16Gemm;
@@ -123,7 +151,8 @@ absl::StatusOr<std::unique_ptr<PreparedModel>> PrepareModel(const LoadedCheckpoi
   auto model = std::make_unique<PreparedModel>(PreparedModel{.head = std::move(head)});
   model->layers.reserve(w.layers.size());
   for (size_t i = 0; i < w.layers.size(); ++i) {
-    ASSIGN_OR_RETURN(PreparedBlock block, p.Block(w.layers[i], schedule.layers[i].compress_ratio));
+    ASSIGN_OR_RETURN(PreparedBlock block, p.Block(w.layers[i], schedule.layers[i].compress_ratio,
+                                                  checkpoint.config().o_groups));
     model->layers.push_back(std::move(block));
   }
   if (w.dspark) {
@@ -134,7 +163,7 @@ absl::StatusOr<std::unique_ptr<PreparedModel>> PrepareModel(const LoadedCheckpoi
                       .markov_head = std::move(markov),
                       .confidence_proj = std::move(conf)};
     for (const BlockWeights& stage : w.dspark->stages) {
-      ASSIGN_OR_RETURN(PreparedBlock block, p.Block(stage, /*compress_ratio=*/0));
+      ASSIGN_OR_RETURN(PreparedBlock block, p.Block(stage, /*compress_ratio=*/0, checkpoint.config().o_groups));
       ds.stages.push_back(std::move(block));
     }
     model->dspark = std::move(ds);

@@ -21,7 +21,10 @@ namespace flashserve::model {
 using kernels::PreparedLinear;
 
 struct PreparedAttention {
-  PreparedLinear wq_a, wq_b, wkv, wo_a, wo_b;
+  PreparedLinear wq_a, wq_b, wkv, wo_b;
+  // The grouped low-rank output (spec §4.3 step 6): wo_a [o_groups·o_lora_rank, H·d/o_groups]
+  // split into one bf16 Linear per group (rows g·o_lora_rank ..), each applied to its own heads.
+  std::vector<PreparedLinear> wo_a;
   std::optional<PreparedLinear> compressor_wkv;    // KV sources; kF32 at ratio 2, kBf16 at ratio 1
   std::optional<PreparedLinear> compressor_wgate;  // ratio-2 sources; kF32
   std::optional<PreparedLinear> indexer_wq_b;      // index sources

@@ -36,7 +36,9 @@ TEST_F(PreparedModelTest, FormatsFollowTheReference) {
   ASSERT_EQ(m.layers.size(), 8u);
   EXPECT_EQ(m.head.format(), WeightFormat::kF32);
   EXPECT_EQ(m.layers[0].attn.wq_a.format(), WeightFormat::kFp8Block32);
-  EXPECT_EQ(m.layers[0].attn.wo_a.format(), WeightFormat::kBf16);
+  ASSERT_EQ(m.layers[0].attn.wo_a.size(), 2u);  // o_groups
+  EXPECT_EQ(m.layers[0].attn.wo_a[1].format(), WeightFormat::kBf16);
+  EXPECT_EQ(m.layers[0].attn.wo_a[1].out_features(), 64);  // o_lora_rank
   EXPECT_EQ(m.layers[0].ffn.gate.format(), WeightFormat::kF32);
   EXPECT_EQ(m.layers[0].ffn.experts[3].w2.format(), WeightFormat::kFp4Block32);
   EXPECT_EQ(m.layers[0].ffn.shared.w1.format(), WeightFormat::kFp8Block32);

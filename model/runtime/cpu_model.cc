@@ -1,0 +1,605 @@
+#include "model/runtime/cpu_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/base/strings.h"
+#include "common/base/thread_pool.h"
+#include "common/formats/bf16.h"
+#include "common/formats/kv_row.h"
+#include "kernels/attention/attention.h"
+#include "kernels/indexer/indexer.h"
+#include "kernels/mhc/mhc.h"
+#include "kernels/norm_rope/norm_rope.h"
+#include "model/engram/token_map.h"
+#include "model/runtime/cpu_model_impl.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace flashserve::model {
+namespace {
+
+using kernels::PreparedLinear;
+
+std::vector<uint16_t> CopyBf16(const TensorView& v) {
+  std::vector<uint16_t> out(v.nbytes / 2);
+  if (!out.empty()) std::memcpy(out.data(), v.data, out.size() * 2);
+  return out;
+}
+
+std::vector<float> CopyF32(const TensorView& v) {
+  std::vector<float> out(v.nbytes / 4);
+  if (!out.empty()) std::memcpy(out.data(), v.data, out.size() * 4);
+  return out;
+}
+
+MhcSiteParams CopySite(const MhcSite& s) {
+  return MhcSiteParams{CopyF32(s.fn), CopyF32(s.base), CopyF32(s.scale)};
+}
+
+template <typename T>
+void Resize(std::vector<T>& v, int64_t n) {
+  v.assign(static_cast<size_t>(std::max<int64_t>(n, 1)), T{});
+}
+
+// Collects every Linear the forward runs through ws.linear_ws (the MoE and the compressor have
+// their own workspaces).
+void BlockLinears(const PreparedBlock& b, std::vector<const PreparedLinear*>& out) {
+  const PreparedAttention& a = b.attn;
+  for (const PreparedLinear* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) out.push_back(l);
+  for (const PreparedLinear& l : a.wo_a) out.push_back(&l);
+  for (const auto* l : {&a.indexer_wq_b, &a.indexer_weights_proj, &a.indexer_wk}) {
+    if (l->has_value()) out.push_back(&**l);
+  }
+  if (b.engram_wkv) out.push_back(&*b.engram_wkv);
+}
+
+absl::StatusOr<LayerRef> MakeLayerRef(const ModelConfig& config, const LayerInfo& info,
+                                      const BlockWeights& w, const PreparedBlock& p,
+                                      const kernels::RopeTable* rope) {
+  LayerRef l;
+  l.info = &info;
+  l.prepared = &p;
+  l.rope = rope;
+  l.attn_norm = CopyBf16(w.attn_norm);
+  l.ffn_norm = CopyBf16(w.ffn_norm);
+  l.q_norm = CopyBf16(w.attn.q_norm);
+  l.kv_norm = CopyBf16(w.attn.kv_norm);
+  l.hc_attn = CopySite(w.hc_attn);
+  l.hc_ffn = CopySite(w.hc_ffn);
+  l.attn_sink = CopyF32(w.attn.attn_sink);
+  if (info.owns_compressor) {
+    if (!w.attn.compressor || !p.attn.compressor_wkv) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", info.layer_id, ": KV source without compressor weights"));
+    }
+    l.compressor_norm = CopyBf16(w.attn.compressor->norm);
+    l.compressor = kernels::CompressorWeights{
+        .ratio = info.compress_ratio,
+        .wkv = &*p.attn.compressor_wkv,
+        .wgate = p.attn.compressor_wgate ? &*p.attn.compressor_wgate : nullptr,
+        .norm_weight = l.compressor_norm.data(),
+        .norm_eps = static_cast<float>(config.norm_eps)};
+  }
+  if (info.owns_index_keys) {
+    if (!w.attn.indexer || !w.attn.indexer->k_norm || !p.attn.indexer_wk) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", info.layer_id, ": index-key owner without wk / k_norm"));
+    }
+    l.k_norm = CopyBf16(*w.attn.indexer->k_norm);
+  }
+  if (info.owns_indexer && (!p.attn.indexer_wq_b || !p.attn.indexer_weights_proj)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", info.layer_id, ": index source without indexer weights"));
+  }
+  l.gate_bias = CopyF32(w.ffn.gate_bias);
+  if (w.ffn.gate_bias_vl) l.gate_bias_vl = CopyF32(*w.ffn.gate_bias_vl);
+  for (const PreparedExpert& e : p.ffn.experts) {
+    l.w1.push_back(&e.w1);
+    l.w2.push_back(&e.w2);
+    l.w3.push_back(&e.w3);
+  }
+  l.moe = kernels::MoeWeights{
+      .n_experts = static_cast<int64_t>(p.ffn.experts.size()),
+      .gate = &p.ffn.gate,
+      .gate_bias = l.gate_bias.data(),
+      .gate_bias_vl = l.gate_bias_vl.empty() ? nullptr : l.gate_bias_vl.data(),
+      .w1 = l.w1.data(),
+      .w3 = l.w3.data(),
+      .w2 = l.w2.data(),
+      .shared_w1 = &p.ffn.shared.w1,
+      .shared_w3 = &p.ffn.shared.w3,
+      .shared_w2 = &p.ffn.shared.w2};
+  l.moe_options = kernels::MoeOptions{.top_k = info.n_activated_experts,
+                                      .route_scale = static_cast<float>(config.route_scale),
+                                      .swiglu_limit = static_cast<float>(config.swiglu_limit),
+                                      .gate_temp = static_cast<float>(config.gate_temp),
+                                      .norm_topk_prob = config.norm_topk_prob};
+  if (info.has_engram) {
+    if (!w.engram || !p.engram_wkv) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", info.layer_id, ": Engram layer without Engram weights"));
+    }
+    l.engram_codes = w.engram->table_codes.data;
+    l.engram_scales = w.engram->table_scales.data;
+    l.engram_rows = w.engram->table_codes.shape.empty() ? 0 : w.engram->table_codes.shape[0];
+    const std::vector<uint16_t> q = CopyBf16(w.engram->q_weight);
+    const std::vector<uint16_t> k = CopyBf16(w.engram->k_weight);
+    l.engram_weight.resize(q.size());
+    for (size_t i = 0; i < q.size(); ++i) {
+      l.engram_weight[i] = formats::Bf16BitsToFloat(q[i]) * formats::Bf16BitsToFloat(k[i]);
+    }
+  }
+  return l;
+}
+
+absl::StatusOr<engram::NgramHasher> MakeHasher(const ModelConfig& config,
+                                               const std::string& tokenizer_path) {
+  if (tokenizer_path.empty()) {
+    return absl::InvalidArgumentError(
+        "the config has Engram layers: CpuModelOptions.tokenizer_path must name tokenizer.json");
+  }
+  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(tokenizer_path), "Engram token map");
+  ASSIGN_OR_RETURN(
+      engram::CompressedTokenMap map,
+      engram::BuildCompressedTokenMap(
+          static_cast<int32_t>(tok->VocabSize()),
+          [&](int32_t id) { return tok->Decode({id}, /*skip_special=*/false); },
+          [&](int32_t id) -> absl::StatusOr<std::string> {
+            ASSIGN_OR_RETURN(std::string_view raw, tok->IdToToken(id));
+            return std::string(raw);
+          }));
+  if (static_cast<int>(map.class_of.size()) < config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", map.class_of.size(),
+                                                   " ids, the model's vocabulary ",
+                                                   config.vocab_size));
+  }
+  return engram::NgramHasher::FromConfig(config, std::move(map));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+absl::Status CpuModel::Impl::Linear(const PreparedLinear& w, int64_t m, const uint16_t* x,
+                                    int64_t x_stride, uint16_t* y, int64_t y_stride) {
+  kernels::LinearParams p{.weight = &w,
+                          .m = m,
+                          .x_bf16 = x,
+                          .x_stride = x_stride,
+                          .y_bf16 = y,
+                          .y_stride = y_stride,
+                          .mode = options.linear_mode,
+                          .workspace = ws.linear_ws.data(),
+                          .workspace_bytes = ws.linear_ws.size()};
+  return kernels::LinearCpu(p, pool);
+}
+
+absl::Status CpuModel::Impl::LinearF32Out(const PreparedLinear& w, int64_t m, const uint16_t* x,
+                                          int64_t x_stride, float* y, int64_t y_stride) {
+  kernels::LinearParams p{.weight = &w,
+                          .m = m,
+                          .x_bf16 = x,
+                          .x_stride = x_stride,
+                          .y_f32 = y,
+                          .y_stride = y_stride,
+                          .mode = options.linear_mode,
+                          .workspace = ws.linear_ws.data(),
+                          .workspace_bytes = ws.linear_ws.size()};
+  return kernels::LinearCpu(p, pool);
+}
+
+absl::Status CpuModel::Impl::RmsNorm(const std::vector<uint16_t>& weight, int64_t rows,
+                                     int64_t cols, const uint16_t* x, int64_t x_stride,
+                                     uint16_t* out, int64_t out_stride) {
+  kernels::RmsNormParams p{.rows = rows,
+                           .cols = cols,
+                           .x = x,
+                           .x_stride = x_stride,
+                           .weight_bf16 = weight.data(),
+                           .eps = static_cast<float>(config->norm_eps),
+                           .out = out,
+                           .out_stride = out_stride};
+  return kernels::RmsNormCpu(p, pool);
+}
+
+absl::Status CpuModel::Impl::Rope(const kernels::RopeTable& table, int64_t tokens, int64_t heads,
+                                  int64_t head_dim, int64_t stride, const int64_t* positions,
+                                  uint16_t* x, bool inverse) {
+  kernels::RopeParams p{.table = &table,
+                        .tokens = tokens,
+                        .heads = heads,
+                        .head_dim = head_dim,
+                        .positions = positions,
+                        .x = x,
+                        .x_stride = stride,
+                        .x_head_stride = head_dim,
+                        .out = x,
+                        .out_stride = stride,
+                        .out_head_stride = head_dim,
+                        .inverse = inverse};
+  return kernels::RopeCpu(p, pool);
+}
+
+absl::Status CpuModel::Impl::Block(const LayerRef& layer, int64_t s,
+                                   const std::function<absl::Status()>& attn,
+                                   std::span<const uint8_t> image,
+                                   const ForwardObserver* observer) {
+  const int64_t d = config->dim, hc = kernels::kMhcStreams, xs = hc * d;
+  const int layer_id = layer.info->layer_id;
+  if (observer && observer->on_block) {
+    observer->on_block(layer_id, BlockPoint::kInput, {ws.x.data(), size_t(s * xs)},
+                       {ws.pre.data(), size_t(s * hc)});
+  }
+  auto mixes = [&](const uint16_t* x, const MhcSiteParams& site, const float* pre_in, float* pre,
+                   float* post, float* comb) {
+    kernels::MhcMixesParams p{.tokens = s,
+                              .dim = d,
+                              .x = x,
+                              .x_stride = xs,
+                              .fn = site.fn.data(),
+                              .base = site.base.data(),
+                              .scale = site.scale.data(),
+                              .sinkhorn_iters = config->hc_sinkhorn_iters,
+                              .hc_eps = static_cast<float>(config->hc_eps),
+                              .norm_eps = static_cast<float>(config->norm_eps),
+                              .pre = pre,
+                              .post = post,
+                              .comb = comb,
+                              .pre_in = pre_in,
+                              .collapsed = ws.collapsed.data(),
+                              .collapsed_stride = d};
+    return kernels::MhcMixesCpu(p, pool);
+  };
+  auto post = [&](const uint16_t* residual, const float* post_mix, const float* comb,
+                  uint16_t* out) {
+    kernels::HcPostParams p{.tokens = s,
+                            .dim = d,
+                            .f = ws.sub.data(),
+                            .f_stride = d,
+                            .residual = residual,
+                            .residual_stride = xs,
+                            .post = post_mix,
+                            .comb = comb,
+                            .out = out,
+                            .out_stride = xs};
+    return kernels::HcPostCpu(p, pool);
+  };
+  // Attention site: its mixes from X; the sublayer reads X collapsed by the incoming pre mix.
+  RETURN_IF_ERROR(mixes(ws.x.data(), layer.hc_attn, ws.pre.data(), ws.a_pre.data(),
+                        ws.a_post.data(), ws.a_comb.data()))
+      << "layer " << layer_id << " attention mixes";
+  RETURN_IF_ERROR(RmsNorm(layer.attn_norm, s, d, ws.collapsed.data(), d, ws.normed.data(), d));
+  RETURN_IF_ERROR(attn()) << "layer " << layer_id << " attention";
+  RETURN_IF_ERROR(post(ws.x.data(), ws.a_post.data(), ws.a_comb.data(), ws.y.data()));
+  // FFN site: its mixes from Y; the sublayer reads Y collapsed by the attention site's pre mix.
+  RETURN_IF_ERROR(mixes(ws.y.data(), layer.hc_ffn, ws.a_pre.data(), ws.f_pre.data(),
+                        ws.f_post.data(), ws.f_comb.data()))
+      << "layer " << layer_id << " FFN mixes";
+  RETURN_IF_ERROR(RmsNorm(layer.ffn_norm, s, d, ws.collapsed.data(), d, ws.normed.data(), d));
+  const int64_t top_k = layer.moe_options.top_k;
+  kernels::MoeParams mp{.weights = &layer.moe,
+                        .options = layer.moe_options,
+                        .m = s,
+                        .x = ws.normed.data(),
+                        .x_stride = d,
+                        .is_image = image.empty() ? nullptr : image.data(),
+                        .y = ws.sub.data(),
+                        .y_stride = d,
+                        .expert_ids = ws.expert_ids.data(),
+                        .expert_weights = ws.expert_weights.data(),
+                        .mode = options.linear_mode,
+                        .workspace = ws.moe_ws.data(),
+                        .workspace_bytes = ws.moe_ws.size()};
+  RETURN_IF_ERROR(kernels::MoeCpu(mp, pool)) << "layer " << layer_id << " MoE";
+  RETURN_IF_ERROR(post(ws.y.data(), ws.f_post.data(), ws.f_comb.data(), ws.x.data()));
+  std::copy_n(ws.f_pre.data(), s * hc, ws.pre.data());
+  if (observer && observer->on_experts) {
+    observer->on_experts(layer_id, {ws.expert_ids.data(), size_t(s * top_k)},
+                         {ws.expert_weights.data(), size_t(s * top_k)}, top_k);
+  }
+  if (observer && observer->on_block) {
+    observer->on_block(layer_id, BlockPoint::kOutput, {ws.x.data(), size_t(s * xs)},
+                       {ws.pre.data(), size_t(s * hc)});
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Create.
+
+CpuModel::CpuModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CpuModel::~CpuModel() = default;
+
+const ModelConfig& CpuModel::config() const { return *impl_->config; }
+const LayerSchedule& CpuModel::schedule() const { return *impl_->schedule; }
+int64_t CpuModel::max_context() const { return impl_->max_context; }
+int64_t CpuModel::max_tokens_per_call() const { return impl_->max_tokens; }
+
+absl::StatusOr<std::unique_ptr<CpuModel>> CpuModel::Create(const LoadedCheckpoint& checkpoint,
+                                                          const PreparedModel& prepared,
+                                                          const CpuModelOptions& options,
+                                                          ThreadPool* pool) {
+  const ModelConfig& c = checkpoint.config();
+  const LayerSchedule& sched = checkpoint.schedule();
+  const ModelWeights& w = checkpoint.weights();
+  if (c.hc_mult != kernels::kMhcStreams) {
+    return absl::InvalidArgumentError(absl::StrCat("hc_mult ", c.hc_mult,
+                                                   " is not supported (the CPU kernels use ",
+                                                   kernels::kMhcStreams, " streams)"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->checkpoint = &checkpoint;
+  impl->prepared = &prepared;
+  impl->config = &c;
+  impl->schedule = &sched;
+  impl->options = options;
+  impl->pool = pool;
+  impl->max_context = options.max_context > 0 ? options.max_context : c.max_seq_len;
+  impl->max_tokens = options.max_tokens_per_call;
+  if (impl->max_tokens < std::max(1, c.dspark_block_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens_per_call ", impl->max_tokens,
+                     " must be at least 1 and the DSpark block size ", c.dspark_block_size));
+  }
+  if (impl->max_context < 1) {
+    return absl::InvalidArgumentError("max_context must be at least 1");
+  }
+  if (prepared.layers.size() != static_cast<size_t>(c.n_layers) ||
+      (sched.n_dspark_stages > 0 &&
+       (!prepared.dspark || prepared.dspark->stages.size() != size_t(sched.n_dspark_stages)))) {
+    return absl::InvalidArgumentError("the prepared model does not match the checkpoint");
+  }
+
+  // RoPE tables: [0] plain (ratio-0 layers, DSpark), [1] compressed layers.
+  const int64_t cached = impl->max_context + c.dspark_block_size + 1;
+  kernels::RopeSpec plain{.rope_dims = c.rope_head_dim, .theta = c.rope_theta};
+  kernels::RopeSpec compressed{.rope_dims = c.rope_head_dim,
+                               .theta = c.compress_rope_theta,
+                               .original_seq_len = c.original_seq_len,
+                               .factor = c.rope_factor,
+                               .beta_fast = static_cast<double>(c.beta_fast),
+                               .beta_slow = static_cast<double>(c.beta_slow)};
+  ASSIGN_OR_RETURN(kernels::RopeTable t0, kernels::RopeTable::Create(plain, cached));
+  ASSIGN_OR_RETURN(kernels::RopeTable t1, kernels::RopeTable::Create(compressed, cached));
+  impl->ropes.push_back(std::move(t0));
+  impl->ropes.push_back(std::move(t1));
+
+  for (const LayerInfo& info : sched.layers) {
+    const bool stage = info.dspark_stage >= 0;
+    const BlockWeights& bw = stage ? w.dspark->stages[info.dspark_stage] : w.layers[info.layer_id];
+    const PreparedBlock& pb =
+        stage ? prepared.dspark->stages[info.dspark_stage] : prepared.layers[info.layer_id];
+    const kernels::RopeTable* rope =
+        info.rope == RopeKind::kPlain ? &impl->ropes[0] : &impl->ropes[1];
+    ASSIGN_OR_RETURN(LayerRef ref, MakeLayerRef(c, info, bw, pb, rope));
+    impl->layers.push_back(std::move(ref));
+  }
+  impl->final_norm = CopyBf16(w.norm);
+  if (w.dspark) {
+    impl->dspark_main_norm = CopyBf16(w.dspark->main_norm);
+    impl->dspark_norm = CopyBf16(w.dspark->norm);
+  }
+  if (!c.engram_layer_ids.empty()) {
+    ASSIGN_OR_RETURN(engram::NgramHasher hasher, MakeHasher(c, options.tokenizer_path));
+    impl->hasher.emplace(std::move(hasher));
+  }
+
+  // Workspace.
+  Workspace& ws = impl->ws;
+  const int64_t T = impl->max_tokens, C = impl->max_context, D = c.dim, hc = c.hc_mult;
+  const int64_t W = c.window_size, hd = c.head_dim, H = c.n_heads, id = c.index_head_dim;
+  const int64_t IH = c.index_n_heads, K = std::min<int64_t>(c.index_topk, C);
+  Resize(ws.x, T * hc * D);
+  Resize(ws.y, T * hc * D);
+  for (auto* v : {&ws.pre, &ws.a_pre, &ws.a_post, &ws.f_pre, &ws.f_post}) Resize(*v, T * hc);
+  Resize(ws.a_comb, T * hc * hc);
+  Resize(ws.f_comb, T * hc * hc);
+  for (auto* v : {&ws.collapsed, &ws.normed, &ws.sub, &ws.main_x}) Resize(*v, T * D);
+  Resize(ws.positions, 2 * T);
+  Resize(ws.image, T);
+  Resize(ws.qr, T * c.q_lora_rank);
+  Resize(ws.q, T * H * hd);
+  Resize(ws.o, T * H * hd);
+  Resize(ws.o_low, T * c.o_groups * c.o_lora_rank);
+  Resize(ws.kv, T * hd);
+  Resize(ws.kv_rows, T * formats::SwaKvRowBytes(hd));
+  Resize(ws.pool, (W + T + std::min(C, T * K) + c.dspark_block_size) * hd);
+  Resize(ws.list, T * (W + K + c.dspark_block_size));
+  Resize(ws.window_list, T * W);
+  ws.remap.assign(static_cast<size_t>(C), -1);
+  Resize(ws.latent, T * hd);
+  Resize(ws.group_index, T);
+  Resize(ws.main_rows, T * formats::MainKvRowBytes(hd));
+  Resize(ws.ik, T * id);
+  Resize(ws.ik_rows, T * formats::IndexKRowBytes(id));
+  Resize(ws.iq, T * IH * id);
+  Resize(ws.iw, T * IH);
+  Resize(ws.scores, T * C);
+  Resize(ws.candidates, T * C);
+  ws.topk.resize(impl->layers.size());
+  ws.topk_k.assign(impl->layers.size(), 0);
+  int max_top_k = 1;
+  for (const LayerRef& l : impl->layers) {
+    if (l.info->owns_indexer) Resize(ws.topk[l.info->layer_id], T * K);
+    max_top_k = std::max(max_top_k, l.info->n_activated_experts);
+  }
+  Resize(ws.expert_ids, T * max_top_k);
+  Resize(ws.expert_weights, T * max_top_k);
+  if (impl->hasher) {
+    const int64_t cols = impl->hasher->layout().num_columns();
+    Resize(ws.hash_ids, T * impl->hasher->ids_per_position());
+    Resize(ws.engram_e, T * cols * c.engram_head_dim);
+    Resize(ws.engram_kv, T * (hc + 1) * D);
+  }
+  const int64_t n_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  Resize(ws.taps, T * std::max<int64_t>(n_taps, 1) * D);
+
+  std::vector<const PreparedLinear*> linears;
+  for (const PreparedBlock& b : prepared.layers) BlockLinears(b, linears);
+  if (prepared.dspark) {
+    for (const PreparedBlock& b : prepared.dspark->stages) BlockLinears(b, linears);
+    linears.push_back(&prepared.dspark->main_proj);
+    linears.push_back(&prepared.dspark->markov_head);
+    linears.push_back(&prepared.dspark->confidence_proj);
+  }
+  linears.push_back(&prepared.head);
+  size_t linear_bytes = 0, moe_bytes = 0, compress_bytes = 0;
+  for (const PreparedLinear* l : linears) {
+    linear_bytes = std::max(linear_bytes, kernels::LinearWorkspaceBytes(*l, T, options.linear_mode,
+                                                                         pool));
+  }
+  for (const LayerRef& l : impl->layers) {
+    ASSIGN_OR_RETURN(size_t b, kernels::MoeWorkspaceBytes(l.moe, T, l.moe_options.top_k,
+                                                          options.linear_mode, pool),
+                     absl::StrCat("layer ", l.info->layer_id));
+    moe_bytes = std::max(moe_bytes, b);
+    if (l.compressor) {
+      compress_bytes =
+          std::max(compress_bytes, kernels::CompressorWorkspaceBytes(*l.compressor, T, pool));
+    }
+  }
+  const int64_t slots = pool ? static_cast<int64_t>(pool->size()) + 1 : 1;
+  Resize(ws.linear_ws, static_cast<int64_t>(linear_bytes));
+  Resize(ws.moe_ws, static_cast<int64_t>(moe_bytes));
+  Resize(ws.compress_ws, static_cast<int64_t>(compress_bytes));
+  Resize(ws.attn_ws, static_cast<int64_t>(kernels::SparseAttnWorkspaceBytes(hd, pool)));
+  Resize(ws.topk_ws, static_cast<int64_t>(kernels::IndexerTopkWorkspaceBytes(C, slots)));
+  Resize(ws.cand_ws, static_cast<int64_t>(kernels::CandidateBlocksWorkspaceBytes(
+                         C, std::max(1, c.candidate_block_size), slots)));
+  return std::unique_ptr<CpuModel>(new CpuModel(std::move(impl)));
+}
+
+absl::StatusOr<SessionState> CpuModel::NewSession(int64_t capacity) const {
+  if (capacity > impl_->max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("session capacity ", capacity,
+                                                   " exceeds the model's max_context ",
+                                                   impl_->max_context));
+  }
+  return MakeSessionState(*impl_->config, *impl_->schedule, capacity);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+
+absl::Status CpuModel::Forward(SessionState& state, const ForwardInput& input,
+                               ForwardOutput* out) {
+  Impl& m = *impl_;
+  Workspace& ws = m.ws;
+  const ModelConfig& c = *m.config;
+  const int64_t s = static_cast<int64_t>(input.tokens.size());
+  const int64_t start = state.position, D = c.dim, hc = c.hc_mult, xs = hc * D;
+  if (out == nullptr) return absl::InvalidArgumentError("out must not be null");
+  if (state.failed) {
+    return absl::FailedPreconditionError("the session failed in an earlier call; start a new one");
+  }
+  if (state.layers.size() != m.layers.size()) {
+    return absl::InvalidArgumentError("the session state was made for another model");
+  }
+  if (s < 1 || s > m.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("a call carries 1..", m.max_tokens,
+                                                   " tokens, got ", s));
+  }
+  if (start + s > state.capacity) {
+    return absl::OutOfRangeError(absl::StrCat("positions ", start, "..", start + s - 1,
+                                              " exceed the session capacity ", state.capacity));
+  }
+  if (!input.image.empty() && static_cast<int64_t>(input.image.size()) != s) {
+    return absl::InvalidArgumentError(absl::StrCat("image has ", input.image.size(),
+                                                   " flags for ", s, " tokens"));
+  }
+  for (int64_t t = 0; t < s; ++t) {
+    if (input.tokens[t] < 0 || input.tokens[t] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", t, " has id ", input.tokens[t],
+                                                     ", outside [0, ", c.vocab_size, ")"));
+    }
+  }
+  bool any_image = false;
+  for (int64_t t = 0; t < s; ++t) {
+    ws.image[t] = input.image.empty() ? 0 : (input.image[t] != 0);
+    any_image |= ws.image[t] != 0;
+  }
+  const std::span<const uint8_t> image =
+      any_image ? std::span<const uint8_t>(ws.image.data(), size_t(s)) : std::span<const uint8_t>();
+  for (int64_t t = 0; t < s; ++t) ws.positions[t] = start + t;
+  ws.candidates_width = -1;
+  m.observer = input.observer;
+
+  // From here on the state changes: a failure poisons it.
+  state.failed = true;
+  if (m.hasher) {
+    const int64_t per = m.hasher->ids_per_position();
+    RETURN_IF_ERROR(m.hasher->HashChunk(input.tokens, image, state.engram,
+                                        {ws.hash_ids.data(), size_t(s * per)}))
+        << "Engram hashing";
+  }
+  // Embedding, copied into the 4 streams; the incoming pre mix is one-hot on stream 0.
+  const uint8_t* embed = m.checkpoint->weights().embed.data;
+  for (int64_t t = 0; t < s; ++t) {
+    uint16_t* row = ws.x.data() + t * xs;
+    if (input.embeddings != nullptr && ws.image[t]) {
+      std::memcpy(row, input.embeddings + t * D, D * 2);
+    } else {
+      std::memcpy(row, embed + static_cast<size_t>(input.tokens[t]) * D * 2, D * 2);
+    }
+    for (int64_t k = 1; k < hc; ++k) std::memcpy(row + k * D, row, D * 2);
+    for (int64_t k = 0; k < hc; ++k) ws.pre[t * hc + k] = k == 0 ? 1.0f : 0.0f;
+  }
+
+  const int64_t n_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerRef& layer = m.layers[i];
+    if (layer.info->has_engram) {
+      const int64_t per = m.hasher->ids_per_position();
+      const int64_t cols = m.hasher->layout().num_columns();
+      RETURN_IF_ERROR(m.Engram(layer, s, ws.hash_ids.data() + layer.info->engram_index * cols,
+                               per, image))
+          << "layer " << i << " Engram";
+    }
+    if (layer.info->is_dspark_tap) {
+      // The stream mean of the block input (bf16 result of an fp32 mean).
+      for (int64_t t = 0; t < s; ++t) {
+        const uint16_t* xr = ws.x.data() + t * xs;
+        uint16_t* tap = ws.taps.data() + (t * n_taps + layer.info->dspark_tap_index) * D;
+        for (int64_t e = 0; e < D; ++e) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < hc; ++k) sum += formats::Bf16BitsToFloat(xr[k * D + e]);
+          tap[e] = formats::FloatToBf16Bits(sum / static_cast<float>(hc));
+        }
+      }
+    }
+    RETURN_IF_ERROR(m.Block(
+        layer, s, [&] { return m.Attention(layer, state, start, s); }, image, input.observer));
+  }
+
+  // Final collapse with the last block's FFN pre mix, norm, head (fp32).
+  kernels::HcPreParams hp{.tokens = s,
+                          .dim = D,
+                          .x = ws.x.data(),
+                          .x_stride = xs,
+                          .pre = ws.pre.data(),
+                          .out = ws.collapsed.data(),
+                          .out_stride = D};
+  RETURN_IF_ERROR(kernels::HcPreCpu(hp, m.pool));
+  const int64_t first = input.all_logits ? 0 : s - 1, rows = s - first;
+  RETURN_IF_ERROR(m.RmsNorm(m.final_norm, rows, D, ws.collapsed.data() + first * D, D,
+                            ws.normed.data(), D));
+  out->logits.resize(static_cast<size_t>(rows * c.vocab_size));
+  RETURN_IF_ERROR(m.LinearF32Out(m.prepared->head, rows, ws.normed.data(), D, out->logits.data(),
+                                 c.vocab_size))
+      << "head";
+  out->main_hidden.assign(ws.taps.begin() + (s - 1) * n_taps * D,
+                          ws.taps.begin() + s * n_taps * D);
+  if (m.schedule->n_dspark_stages > 0) {
+    RETURN_IF_ERROR(m.DSparkIngest(state, start, s)) << "DSpark windows";
+  }
+  state.position = start + s;
+  state.failed = false;
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::model
