@@ -3,7 +3,9 @@
 # with the bundled tiny model:
 #   1. flashctl checkpoint inspect on the tiny model (a real load that checks every tensor) and on
 #      the released V4.1-Flash config;
-#   2. the cache service (`flashserve cache`) on 127.0.0.1:8100 (gRPC) and :8101 (/metrics,
+#   2. flashserve generate on the tiny model: a text prompt, and the fixture's image prompt
+#      (random weights: the text is gibberish; the timings and the mechanism are the point);
+#   3. the cache service (`flashserve cache`) on 127.0.0.1:8100 (gRPC) and :8101 (/metrics,
 #      /health), data in BUILD_DIR/run/cache, and `flashctl cache stats` against it.
 # Then it keeps the cache service in the foreground until Ctrl-C (SIGTERM/SIGINT drain it).
 # RUN_ONCE=1 stops the service after the checks instead (scripted use).
@@ -14,6 +16,17 @@ echo "== flashctl checkpoint inspect tests/conformance/data/v41-tiny"
 echo
 echo "== flashctl checkpoint inspect configs/deepseek-v41-flash/inference_config.json"
 "$dir/bin/flashctl" checkpoint inspect configs/deepseek-v41-flash/inference_config.json
+echo
+
+echo "== flashserve generate --model tests/conformance/data/v41-tiny --prompt ..."
+"$dir/bin/flashserve" generate --model tests/conformance/data/v41-tiny \
+  --prompt "<｜User｜>Write a Python function that adds two numbers.<｜Assistant｜></think>" \
+  --max-tokens 32
+echo "== flashserve generate ... --image tests/conformance/data/v41-tiny/image.png"
+"$dir/bin/flashserve" generate --model tests/conformance/data/v41-tiny \
+  --prompt "<｜User｜>Look at this picture: <｜deepseek_image｜>
+What colors and shapes do you see in it?<｜Assistant｜></think>" \
+  --image tests/conformance/data/v41-tiny/image.png --max-tokens 16 --temperature 0.8 --seed 1
 echo
 
 data="$dir/run/cache"
