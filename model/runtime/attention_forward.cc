@@ -81,26 +81,35 @@ absl::Status CpuModel::Impl::WindowKv(const LayerRef& layer, int64_t s, const ui
   return DecodeRows(KvRowKind::kSwaKv, s, hd, ws.kv_rows.data(), ws.kv.data());
 }
 
-void CpuModel::Impl::UpdateRing(LayerState& l, int64_t start, int64_t s) {
-  const int64_t W = l.swa.capacity;
+void CpuModel::Impl::UpdateRing(LayerState& l, int64_t start, int64_t s, int64_t row0,
+                                StepJournal::Layer* journal) {
+  const int64_t W = l.swa.capacity, rb = l.swa.row_bytes, ch = l.swa.channels;
+  if (journal != nullptr) {
+    journal->slots.clear();
+    journal->old_rows.clear();
+    journal->old_values.clear();
+  }
   for (int64_t t = std::max<int64_t>(0, s - W); t < s; ++t) {
     const int64_t slot = (start + t) % W;
-    std::memcpy(l.swa.row(slot), ws.kv_rows.data() + t * l.swa.row_bytes,
-                static_cast<size_t>(l.swa.row_bytes));
-    std::memcpy(l.swa.values(slot), ws.kv.data() + t * l.swa.channels,
-                static_cast<size_t>(l.swa.channels) * 2);
+    if (journal != nullptr) {
+      journal->slots.push_back(slot);
+      journal->old_rows.insert(journal->old_rows.end(), l.swa.row(slot), l.swa.row(slot) + rb);
+      journal->old_values.insert(journal->old_values.end(), l.swa.values(slot),
+                                 l.swa.values(slot) + ch);
+    }
+    std::memcpy(l.swa.row(slot), ws.kv_rows.data() + (row0 + t) * rb, static_cast<size_t>(rb));
+    std::memcpy(l.swa.values(slot), ws.kv.data() + (row0 + t) * ch, static_cast<size_t>(ch) * 2);
   }
 }
 
-absl::Status CpuModel::Impl::AttentionOutput(const LayerRef& layer, int64_t s, int64_t pool_rows,
-                                             int64_t list_width, const int64_t* positions) {
+absl::Status CpuModel::Impl::SparseAttnRows(const LayerRef& layer, int64_t row0, int64_t s,
+                                            int64_t pool_rows, int64_t list_width) {
   const ModelConfig& c = *config;
-  const PreparedAttention& a = layer.prepared->attn;
-  const int64_t H = c.n_heads, hd = c.head_dim, G = c.o_groups, r = c.o_lora_rank;
+  const int64_t H = c.n_heads, hd = c.head_dim;
   kernels::SparseAttnParams p{.tokens = s,
                               .heads = H,
                               .head_dim = hd,
-                              .q = ws.q.data(),
+                              .q = ws.q.data() + row0 * H * hd,
                               .q_stride = H * hd,
                               .q_head_stride = hd,
                               .kv = ws.pool.data(),
@@ -111,45 +120,68 @@ absl::Status CpuModel::Impl::AttentionOutput(const LayerRef& layer, int64_t s, i
                               .indices_stride = list_width,
                               .attn_sink = layer.attn_sink.data(),
                               .softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd)),
-                              .out = ws.o.data(),
+                              .out = ws.o.data() + row0 * H * hd,
                               .out_stride = H * hd,
                               .out_head_stride = hd,
                               .workspace = ws.attn_ws.data(),
                               .workspace_bytes = ws.attn_ws.size()};
   RETURN_IF_ERROR(kernels::SparseAttnCpu(p, pool)) << "sparse attention";
-  RETURN_IF_ERROR(Rope(*layer.rope, s, H, hd, H * hd, positions, ws.o.data(), /*inverse=*/true));
-  // Grouped low-rank output: group g projects its own H/G heads.
-  const int64_t group_in = H / G * hd;
-  for (int64_t g = 0; g < G; ++g) {
-    RETURN_IF_ERROR(Linear(a.wo_a[g], s, ws.o.data() + g * group_in, H * hd,
-                           ws.o_low.data() + g * r, G * r))
-        << "wo_a group " << g;
-  }
-  RETURN_IF_ERROR(Linear(a.wo_b, s, ws.o_low.data(), G * r, ws.sub.data(), c.dim)) << "wo_b";
   return absl::OkStatus();
 }
 
-absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& state, int64_t start,
-                                       int64_t s) {
+absl::Status CpuModel::Impl::OutputProjection(const LayerRef& layer, int64_t m,
+                                              const int64_t* positions) {
+  const ModelConfig& c = *config;
+  const PreparedAttention& a = layer.prepared->attn;
+  const int64_t H = c.n_heads, hd = c.head_dim, G = c.o_groups, r = c.o_lora_rank;
+  RETURN_IF_ERROR(Rope(*layer.rope, m, H, hd, H * hd, positions, ws.o.data(), /*inverse=*/true));
+  // Grouped low-rank output: group g projects its own H/G heads.
+  const int64_t group_in = H / G * hd;
+  for (int64_t g = 0; g < G; ++g) {
+    RETURN_IF_ERROR(Linear(a.wo_a[g], m, ws.o.data() + g * group_in, H * hd,
+                           ws.o_low.data() + g * r, G * r))
+        << "wo_a group " << g;
+  }
+  RETURN_IF_ERROR(Linear(a.wo_b, m, ws.o_low.data(), G * r, ws.sub.data(), c.dim)) << "wo_b";
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::Impl::Attention(const LayerRef& layer, int64_t m) {
+  RETURN_IF_ERROR(AttentionQuery(layer, m, ws.positions.data()));
+  RETURN_IF_ERROR(WindowKv(layer, m, ws.normed.data(), ws.positions.data()));
+  for (size_t b = 0; b < segs.size(); ++b) {
+    RETURN_IF_ERROR(AttentionSegment(layer, static_cast<int64_t>(b)))
+        << (segs.size() > 1 ? absl::StrCat("session ", b) : std::string());
+  }
+  return OutputProjection(layer, m, ws.positions.data());
+}
+
+absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) {
   const ModelConfig& c = *config;
   const LayerInfo& info = *layer.info;
   const PreparedAttention& a = layer.prepared->attn;
-  const int64_t D = c.dim, hd = c.head_dim, W = c.window_size;
-  const int64_t* positions = ws.positions.data();
+  const Segment& seg = segs[b];
+  SessionState& state = *seg.state;
+  const int64_t D = c.dim, hd = c.head_dim, W = c.window_size, T = max_tokens;
+  const int64_t r0 = seg.row0, s = seg.rows, start = seg.start;
+  const uint16_t* x = ws.normed.data() + r0 * D;  // this session's attention input rows
   LayerState& own = state.layers[info.layer_id];
-
-  RETURN_IF_ERROR(AttentionQuery(layer, s, positions));
-  RETURN_IF_ERROR(WindowKv(layer, s, ws.normed.data(), positions));
+  StepJournal::Layer* journal =
+      seg.journal != nullptr ? &seg.journal->layers[info.layer_id] : nullptr;
 
   // KV source: compress this call's tokens, derive index keys, append the cache rows.
   if (info.owns_compressor) {
     const int64_t r = info.compress_ratio;
+    if (journal != nullptr) {
+      journal->compressor = *own.compressor;
+      journal->x.assign(x, x + s * D);
+    }
     int64_t groups = 0;
     kernels::CompressParams cp{.weights = &*layer.compressor,
                                .state = &*own.compressor,
                                .start_pos = start,
                                .tokens = s,
-                               .x = ws.normed.data(),
+                               .x = x,
                                .x_stride = D,
                                .latent = ws.latent.data(),
                                .latent_stride = hd,
@@ -161,14 +193,13 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
     RETURN_IF_ERROR(kernels::CompressCpu(cp, pool)) << "compressor";
     if (groups > 0) {
       const int64_t first = ws.group_index[0];
-      std::vector<int64_t>& gpos = ws.group_index;  // reused as positions j·r below
       if (info.owns_index_keys) {
         const int64_t id = c.index_head_dim;
         RETURN_IF_ERROR(Linear(*a.indexer_wk, groups, ws.latent.data(), hd, ws.ik.data(), id))
             << "indexer wk";
         RETURN_IF_ERROR(RmsNorm(layer.k_norm, groups, id, ws.ik.data(), id, ws.ik.data(), id));
-        for (int64_t g = 0; g < groups; ++g) ws.positions[s + g] = gpos[g] * r;
-        RETURN_IF_ERROR(Rope(*layer.rope, groups, 1, id, id, ws.positions.data() + s,
+        for (int64_t g = 0; g < groups; ++g) ws.group_positions[g] = ws.group_index[g] * r;
+        RETURN_IF_ERROR(Rope(*layer.rope, groups, 1, id, id, ws.group_positions.data(),
                              ws.ik.data()));
         RETURN_IF_ERROR(EncodeRows(KvRowKind::kIndexK, groups, id, ws.ik.data(),
                                    ws.ik_rows.data()));
@@ -197,10 +228,15 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
   // Indexer: scores against the KV source's own index keys, top-k per row.
   const int64_t ratio = info.compress_ratio;
   const int64_t width = ratio > 0 ? (start + s) / ratio : 0;
+  const int64_t C = max_context;
+  int32_t* own_topk =
+      info.owns_indexer ? ws.topk[info.layer_id].data() + r0 * std::min<int64_t>(c.index_topk, C)
+                        : nullptr;
+  const int64_t K = std::min<int64_t>(c.index_topk, C);  // row stride of the top-k buffers
   if (info.owns_indexer) {
     const int64_t id = c.index_head_dim, IH = c.index_n_heads;
     const int64_t k = kernels::IndexerTopkK(c.index_topk, width);
-    ws.topk_k[info.layer_id] = k;
+    ws.topk_k[info.layer_id * T + b] = k;
     if (width > 0) {
       const int key_layer = options.reference_stale_index_keys && state.shared_index_k_layer >= 0
                                 ? state.shared_index_k_layer
@@ -208,32 +244,34 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
       const LayerState& src = state.layers[key_layer];
       if (src.index_k.capacity < width) {
         return absl::FailedPreconditionError(
-            absl::StrCat("layer ", key_layer, " holds no index keys for ", width,
-                         " positions"));
+            absl::StrCat("layer ", key_layer, " holds no index keys for ", width, " positions"));
       }
-      RETURN_IF_ERROR(Linear(*a.indexer_wq_b, s, ws.qr.data(), c.q_lora_rank, ws.iq.data(),
-                             IH * id))
+      uint16_t* iq = ws.iq.data() + r0 * IH * id;
+      uint16_t* iw = ws.iw.data() + r0 * IH;
+      RETURN_IF_ERROR(Linear(*a.indexer_wq_b, s, ws.qr.data() + r0 * c.q_lora_rank,
+                             c.q_lora_rank, iq, IH * id))
           << "indexer wq_b";
-      RETURN_IF_ERROR(Rope(*layer.rope, s, IH, id, IH * id, positions, ws.iq.data()));
+      RETURN_IF_ERROR(Rope(*layer.rope, s, IH, id, IH * id, ws.positions.data() + r0, iq));
       kernels::quant::QdqParams qp{.format = kernels::quant::BlockFormat::kFp4E2m1Ue8m0B32,
                                    .rows = s * IH,
                                    .cols = id,
-                                   .x = ws.iq.data(),
+                                   .x = iq,
                                    .x_stride = id,
-                                   .out = ws.iq.data(),
+                                   .out = iq,
                                    .out_stride = id};
       RETURN_IF_ERROR(kernels::quant::QdqCpu(qp));
-      RETURN_IF_ERROR(Linear(*a.indexer_weights_proj, s, ws.normed.data(), D, ws.iw.data(), IH))
+      RETURN_IF_ERROR(Linear(*a.indexer_weights_proj, s, x, D, iw, IH))
           << "indexer weights_proj";
       const float wscale = static_cast<float>(1.0 / std::sqrt(double(id) * double(IH)));
       for (int64_t e = 0; e < s * IH; ++e) {
-        ws.iw[e] = formats::FloatToBf16Bits(formats::Bf16BitsToFloat(ws.iw[e]) * wscale);
+        iw[e] = formats::FloatToBf16Bits(formats::Bf16BitsToFloat(iw[e]) * wscale);
       }
       const bool masked = info.candidate_masked;
-      if (masked && ws.candidates_width != width) {
+      uint8_t* candidates = ws.candidates.data() + r0 * C;  // row stride C
+      if (masked && ws.candidates_width[b] != width) {
         return absl::FailedPreconditionError(
             absl::StrCat("layer ", info.layer_id, " needs the candidate mask of width ", width,
-                         "; this call published ", ws.candidates_width));
+                         "; this call published ", ws.candidates_width[b]));
       }
       kernels::IndexerScoreParams sp{.tokens = s,
                                      .heads = IH,
@@ -241,14 +279,14 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
                                      .width = width,
                                      .start_pos = start,
                                      .ratio = ratio,
-                                     .q = ws.iq.data(),
+                                     .q = iq,
                                      .q_stride = IH * id,
                                      .k = src.index_k.values(0),
                                      .k_stride = id,
-                                     .w = ws.iw.data(),
+                                     .w = iw,
                                      .w_stride = IH,
-                                     .candidates = masked ? ws.candidates.data() : nullptr,
-                                     .candidates_stride = masked ? width : 0,
+                                     .candidates = masked ? candidates : nullptr,
+                                     .candidates_stride = masked ? C : 0,
                                      .scores = ws.scores.data(),
                                      .scores_stride = width};
       RETURN_IF_ERROR(kernels::IndexerScoreCpu(sp, pool)) << "indexer scores";
@@ -261,12 +299,12 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
                                           .topk_blocks = c.candidate_topk_blocks,
                                           .scores = ws.scores.data(),
                                           .scores_stride = width,
-                                          .candidates = ws.candidates.data(),
-                                          .candidates_stride = width,
+                                          .candidates = candidates,
+                                          .candidates_stride = C,
                                           .workspace = ws.cand_ws.data(),
                                           .workspace_bytes = ws.cand_ws.size()};
         RETURN_IF_ERROR(kernels::CandidateBlocksCpu(bp, pool)) << "candidate blocks";
-        ws.candidates_width = width;
+        ws.candidates_width[b] = width;
       }
       kernels::IndexerTopkParams tp{.tokens = s,
                                     .width = width,
@@ -276,8 +314,8 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
                                     .offset = 0,
                                     .scores = ws.scores.data(),
                                     .scores_stride = width,
-                                    .indices = ws.topk[info.layer_id].data(),
-                                    .indices_stride = k,
+                                    .indices = own_topk,
+                                    .indices_stride = K,
                                     .workspace = ws.topk_ws.data(),
                                     .workspace_bytes = ws.topk_ws.size()};
       RETURN_IF_ERROR(kernels::IndexerTopkCpu(tp, pool)) << "indexer top-k";
@@ -286,15 +324,17 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
 
   // KV pool: [ring (W rows) | this call's window KV (s rows) | gathered compressed rows].
   std::memcpy(ws.pool.data(), own.swa.values(0), static_cast<size_t>(W * hd) * 2);
-  std::memcpy(ws.pool.data() + W * hd, ws.kv.data(), static_cast<size_t>(s * hd) * 2);
+  std::memcpy(ws.pool.data() + W * hd, ws.kv.data() + r0 * hd, static_cast<size_t>(s * hd) * 2);
   int64_t pool_rows = W + s;
   int64_t k = 0;
   const int32_t* topk = nullptr;
   if (ratio > 0 && width > 0) {
-    k = ws.topk_k[info.index_source_layer];
-    topk = ws.topk[info.index_source_layer].data();
+    k = ws.topk_k[info.index_source_layer * T + b];
+    topk = ws.topk[info.index_source_layer].data() + r0 * K;
     if (info.owns_indexer && observer != nullptr && observer->on_topk) {
-      observer->on_topk(info.layer_id, {topk, size_t(s * k)}, k);
+      std::vector<int32_t> rows(static_cast<size_t>(s * k));  // observers are for tests
+      for (int64_t t = 0; t < s; ++t) std::copy_n(topk + t * K, k, rows.data() + t * k);
+      observer->on_topk(info.layer_id, rows, k);
     }
   }
   // Window entries (chunk form, width W; docs/architecture.md), then the compressed entries,
@@ -304,17 +344,19 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
   const int64_t list_width = W + k;
   if (k > 0) {
     const KvRows& compressed = state.layers[info.kv_source_layer].main;
-    for (int64_t e = 0; e < s * k; ++e) {
-      const int32_t j = topk[e];
-      if (j < 0) continue;
-      if (j >= width) {
-        return absl::InternalError(absl::StrCat("top-k entry ", j, " beyond width ", width));
-      }
-      if (ws.remap[j] < 0) {
-        ws.remap[j] = static_cast<int32_t>(pool_rows);
-        std::memcpy(ws.pool.data() + pool_rows * hd, compressed.values(j),
-                    static_cast<size_t>(hd) * 2);
-        ++pool_rows;
+    for (int64_t t = 0; t < s; ++t) {
+      for (int64_t e = 0; e < k; ++e) {
+        const int32_t j = topk[t * K + e];
+        if (j < 0) continue;
+        if (j >= width) {
+          return absl::InternalError(absl::StrCat("top-k entry ", j, " beyond width ", width));
+        }
+        if (ws.remap[j] < 0) {
+          ws.remap[j] = static_cast<int32_t>(pool_rows);
+          std::memcpy(ws.pool.data() + pool_rows * hd, compressed.values(j),
+                      static_cast<size_t>(hd) * 2);
+          ++pool_rows;
+        }
       }
     }
   }
@@ -322,15 +364,17 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, SessionState& stat
     int32_t* row = ws.list.data() + t * list_width;
     std::copy_n(ws.window_list.data() + t * W, W, row);
     for (int64_t e = 0; e < k; ++e) {
-      const int32_t j = topk[t * k + e];
+      const int32_t j = topk[t * K + e];
       row[W + e] = j < 0 ? -1 : ws.remap[j];
     }
   }
-  for (int64_t e = 0; e < s * k; ++e) {
-    if (topk[e] >= 0) ws.remap[topk[e]] = -1;
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t e = 0; e < k; ++e) {
+      if (topk[t * K + e] >= 0) ws.remap[topk[t * K + e]] = -1;
+    }
   }
-  RETURN_IF_ERROR(AttentionOutput(layer, s, pool_rows, list_width, positions));
-  UpdateRing(own, start, s);
+  RETURN_IF_ERROR(SparseAttnRows(layer, r0, s, pool_rows, list_width));
+  UpdateRing(own, start, s, r0, journal);
   return absl::OkStatus();
 }
 

@@ -400,7 +400,7 @@ absl::StatusOr<std::unique_ptr<CpuModel>> CpuModel::Create(const LoadedCheckpoin
   Resize(ws.a_comb, T * hc * hc);
   Resize(ws.f_comb, T * hc * hc);
   for (auto* v : {&ws.collapsed, &ws.normed, &ws.sub, &ws.main_x}) Resize(*v, T * D);
-  Resize(ws.positions, 2 * T);
+  Resize(ws.positions, T);
   Resize(ws.image, T);
   Resize(ws.qr, T * c.q_lora_rank);
   Resize(ws.q, T * H * hd);
@@ -422,7 +422,10 @@ absl::StatusOr<std::unique_ptr<CpuModel>> CpuModel::Create(const LoadedCheckpoin
   Resize(ws.scores, T * C);
   Resize(ws.candidates, T * C);
   ws.topk.resize(impl->layers.size());
-  ws.topk_k.assign(impl->layers.size(), 0);
+  ws.topk_k.assign(impl->layers.size() * T, 0);
+  ws.candidates_width.assign(static_cast<size_t>(T), -1);
+  Resize(ws.group_positions, T);
+  impl->segs.reserve(static_cast<size_t>(T));
   int max_top_k = 1;
   for (const LayerRef& l : impl->layers) {
     if (l.info->owns_indexer) Resize(ws.topk[l.info->layer_id], T * K);
@@ -438,6 +441,10 @@ absl::StatusOr<std::unique_ptr<CpuModel>> CpuModel::Create(const LoadedCheckpoin
   }
   const int64_t n_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
   Resize(ws.taps, T * std::max<int64_t>(n_taps, 1) * D);
+  if (c.dspark_enabled()) {
+    Resize(ws.markov_bias, c.vocab_size);
+    Resize(ws.confidence_in, c.dspark_block_size * (D + c.dspark_markov_rank));
+  }
 
   std::vector<const PreparedLinear*> linears;
   for (const PreparedBlock& b : prepared.layers) BlockLinears(b, linears);
@@ -488,66 +495,125 @@ absl::StatusOr<SessionState> CpuModel::NewSession(int64_t capacity) const {
 
 absl::Status CpuModel::Forward(SessionState& state, const ForwardInput& input,
                                ForwardOutput* out) {
+  if (out == nullptr) return absl::InvalidArgumentError("out must not be null");
+  SessionState* states[] = {&state};
+  return ForwardBatch(states, {&input, 1}, {out, 1});
+}
+
+absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
+                                    std::span<const ForwardInput> inputs,
+                                    std::span<ForwardOutput> outputs) {
   Impl& m = *impl_;
   Workspace& ws = m.ws;
   const ModelConfig& c = *m.config;
-  const int64_t s = static_cast<int64_t>(input.tokens.size());
-  const int64_t start = state.position, D = c.dim, hc = c.hc_mult, xs = hc * D;
-  if (out == nullptr) return absl::InvalidArgumentError("out must not be null");
-  if (state.failed) {
-    return absl::FailedPreconditionError("the session failed in an earlier call; start a new one");
+  const int64_t D = c.dim, hc = c.hc_mult, xs = hc * D, W = c.window_size;
+  if (states.size() != inputs.size() || states.size() != outputs.size() || states.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("ForwardBatch: ", states.size(), " states, ",
+                                                   inputs.size(), " inputs, ", outputs.size(),
+                                                   " outputs"));
   }
-  if (state.layers.size() != m.layers.size()) {
-    return absl::InvalidArgumentError("the session state was made for another model");
-  }
-  if (s < 1 || s > m.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("a call carries 1..", m.max_tokens,
-                                                   " tokens, got ", s));
-  }
-  if (start + s > state.capacity) {
-    return absl::OutOfRangeError(absl::StrCat("positions ", start, "..", start + s - 1,
-                                              " exceed the session capacity ", state.capacity));
-  }
-  if (!input.image.empty() && static_cast<int64_t>(input.image.size()) != s) {
-    return absl::InvalidArgumentError(absl::StrCat("image has ", input.image.size(),
-                                                   " flags for ", s, " tokens"));
-  }
-  for (int64_t t = 0; t < s; ++t) {
-    if (input.tokens[t] < 0 || input.tokens[t] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token ", t, " has id ", input.tokens[t],
-                                                     ", outside [0, ", c.vocab_size, ")"));
+  // Validate everything before touching any state.
+  m.segs.clear();
+  int64_t rows = 0;
+  for (size_t b = 0; b < states.size(); ++b) {
+    const std::string who = states.size() > 1 ? absl::StrCat("session ", b, ": ") : "";
+    SessionState* st = states[b];
+    const ForwardInput& in = inputs[b];
+    const int64_t s = static_cast<int64_t>(in.tokens.size());
+    if (st == nullptr) return absl::InvalidArgumentError(who + "null state");
+    for (size_t e = 0; e < b; ++e) {
+      if (states[e] == st) return absl::InvalidArgumentError(who + "the session appears twice");
     }
+    if (st->failed) {
+      return absl::FailedPreconditionError(
+          who + "the session failed in an earlier call; start a new one");
+    }
+    if (st->layers.size() != m.layers.size()) {
+      return absl::InvalidArgumentError(who + "the session state was made for another model");
+    }
+    if (s < 1) return absl::InvalidArgumentError(who + "a call carries at least one token");
+    if (st->position + s > st->capacity) {
+      return absl::OutOfRangeError(absl::StrCat(who, "positions ", st->position, "..",
+                                                st->position + s - 1,
+                                                " exceed the session capacity ", st->capacity));
+    }
+    if (!in.image.empty() && static_cast<int64_t>(in.image.size()) != s) {
+      return absl::InvalidArgumentError(absl::StrCat(who, "image has ", in.image.size(),
+                                                     " flags for ", s, " tokens"));
+    }
+    for (int64_t t = 0; t < s; ++t) {
+      if (in.tokens[t] < 0 || in.tokens[t] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(who, "token ", t, " has id ",
+                                                       in.tokens[t], ", outside [0, ",
+                                                       c.vocab_size, ")"));
+      }
+    }
+    if (in.journal != nullptr && s > W) {
+      return absl::InvalidArgumentError(absl::StrCat(who, "a journaled call carries at most ", W,
+                                                     " tokens (the window), got ", s));
+    }
+    if (in.observer != nullptr && states.size() > 1) {
+      return absl::InvalidArgumentError("observers are only supported for a batch of one");
+    }
+    m.segs.push_back(Segment{.state = st, .row0 = rows, .rows = s, .start = st->position,
+                             .journal = in.journal});
+    rows += s;
   }
+  if (rows > m.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("the call carries ", rows,
+                                                   " tokens; at most ", m.max_tokens));
+  }
+  const int64_t M = rows;
   bool any_image = false;
-  for (int64_t t = 0; t < s; ++t) {
-    ws.image[t] = input.image.empty() ? 0 : (input.image[t] != 0);
-    any_image |= ws.image[t] != 0;
+  for (const Segment& seg : m.segs) {
+    const ForwardInput& in = inputs[&seg - m.segs.data()];
+    for (int64_t t = 0; t < seg.rows; ++t) {
+      const int64_t r = seg.row0 + t;
+      ws.image[r] = in.image.empty() ? 0 : (in.image[t] != 0);
+      any_image |= ws.image[r] != 0;
+      ws.positions[r] = seg.start + t;
+    }
+    ws.candidates_width[&seg - m.segs.data()] = -1;
   }
   const std::span<const uint8_t> image =
-      any_image ? std::span<const uint8_t>(ws.image.data(), size_t(s)) : std::span<const uint8_t>();
-  for (int64_t t = 0; t < s; ++t) ws.positions[t] = start + t;
-  ws.candidates_width = -1;
-  m.observer = input.observer;
+      any_image ? std::span<const uint8_t>(ws.image.data(), size_t(M)) : std::span<const uint8_t>();
+  m.observer = inputs[0].observer;
 
-  // From here on the state changes: a failure poisons it.
-  state.failed = true;
-  if (m.hasher) {
-    const int64_t per = m.hasher->ids_per_position();
-    RETURN_IF_ERROR(m.hasher->HashChunk(input.tokens, image, state.engram,
-                                        {ws.hash_ids.data(), size_t(s * per)}))
-        << "Engram hashing";
-  }
-  // Embedding, copied into the 4 streams; the incoming pre mix is one-hot on stream 0.
-  const uint8_t* embed = m.checkpoint->weights().embed.data;
-  for (int64_t t = 0; t < s; ++t) {
-    uint16_t* row = ws.x.data() + t * xs;
-    if (input.embeddings != nullptr && ws.image[t]) {
-      std::memcpy(row, input.embeddings + t * D, D * 2);
-    } else {
-      std::memcpy(row, embed + static_cast<size_t>(input.tokens[t]) * D * 2, D * 2);
+  // From here on the states change: a failure poisons them.
+  for (const Segment& seg : m.segs) seg.state->failed = true;
+  for (size_t b = 0; b < m.segs.size(); ++b) {
+    const Segment& seg = m.segs[b];
+    const ForwardInput& in = inputs[b];
+    if (seg.journal != nullptr) {
+      StepJournal& j = *seg.journal;
+      j.start = seg.start;
+      j.tokens.assign(in.tokens.begin(), in.tokens.end());
+      j.image.assign(in.image.begin(), in.image.end());
+      j.engram = seg.state->engram;
+      j.layers.resize(m.layers.size());
     }
-    for (int64_t k = 1; k < hc; ++k) std::memcpy(row + k * D, row, D * 2);
-    for (int64_t k = 0; k < hc; ++k) ws.pre[t * hc + k] = k == 0 ? 1.0f : 0.0f;
+    if (m.hasher) {
+      const int64_t per = m.hasher->ids_per_position();
+      std::span<const uint8_t> seg_image;
+      if (any_image) seg_image = image.subspan(size_t(seg.row0), size_t(seg.rows));
+      RETURN_IF_ERROR(m.hasher->HashChunk(
+          in.tokens, seg_image, seg.state->engram,
+          {ws.hash_ids.data() + seg.row0 * per, size_t(seg.rows * per)}))
+          << "Engram hashing";
+    }
+    // Embedding, copied into the 4 streams; the incoming pre mix is one-hot on stream 0.
+    const uint8_t* embed = m.checkpoint->weights().embed.data;
+    for (int64_t t = 0; t < seg.rows; ++t) {
+      const int64_t r = seg.row0 + t;
+      uint16_t* row = ws.x.data() + r * xs;
+      if (in.embeddings != nullptr && ws.image[r]) {
+        std::memcpy(row, in.embeddings + t * D, D * 2);
+      } else {
+        std::memcpy(row, embed + static_cast<size_t>(in.tokens[t]) * D * 2, D * 2);
+      }
+      for (int64_t k = 1; k < hc; ++k) std::memcpy(row + k * D, row, D * 2);
+      for (int64_t k = 0; k < hc; ++k) ws.pre[r * hc + k] = k == 0 ? 1.0f : 0.0f;
+    }
   }
 
   const int64_t n_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
@@ -556,13 +622,13 @@ absl::Status CpuModel::Forward(SessionState& state, const ForwardInput& input,
     if (layer.info->has_engram) {
       const int64_t per = m.hasher->ids_per_position();
       const int64_t cols = m.hasher->layout().num_columns();
-      RETURN_IF_ERROR(m.Engram(layer, s, ws.hash_ids.data() + layer.info->engram_index * cols,
+      RETURN_IF_ERROR(m.Engram(layer, M, ws.hash_ids.data() + layer.info->engram_index * cols,
                                per, image))
           << "layer " << i << " Engram";
     }
     if (layer.info->is_dspark_tap) {
       // The stream mean of the block input (bf16 result of an fp32 mean).
-      for (int64_t t = 0; t < s; ++t) {
+      for (int64_t t = 0; t < M; ++t) {
         const uint16_t* xr = ws.x.data() + t * xs;
         uint16_t* tap = ws.taps.data() + (t * n_taps + layer.info->dspark_tap_index) * D;
         for (int64_t e = 0; e < D; ++e) {
@@ -573,11 +639,11 @@ absl::Status CpuModel::Forward(SessionState& state, const ForwardInput& input,
       }
     }
     RETURN_IF_ERROR(m.Block(
-        layer, s, [&] { return m.Attention(layer, state, start, s); }, image, input.observer));
+        layer, M, [&] { return m.Attention(layer, M); }, image, m.observer));
   }
 
-  // Final collapse with the last block's FFN pre mix, norm, head (fp32).
-  kernels::HcPreParams hp{.tokens = s,
+  // Final collapse with the last block's FFN pre mix, norm, head (fp32), per session.
+  kernels::HcPreParams hp{.tokens = M,
                           .dim = D,
                           .x = ws.x.data(),
                           .x_stride = xs,
@@ -585,19 +651,92 @@ absl::Status CpuModel::Forward(SessionState& state, const ForwardInput& input,
                           .out = ws.collapsed.data(),
                           .out_stride = D};
   RETURN_IF_ERROR(kernels::HcPreCpu(hp, m.pool));
-  const int64_t first = input.all_logits ? 0 : s - 1, rows = s - first;
-  RETURN_IF_ERROR(m.RmsNorm(m.final_norm, rows, D, ws.collapsed.data() + first * D, D,
-                            ws.normed.data(), D));
-  out->logits.resize(static_cast<size_t>(rows * c.vocab_size));
-  RETURN_IF_ERROR(m.LinearF32Out(m.prepared->head, rows, ws.normed.data(), D, out->logits.data(),
-                                 c.vocab_size))
-      << "head";
-  out->main_hidden.assign(ws.taps.begin() + (s - 1) * n_taps * D,
-                          ws.taps.begin() + s * n_taps * D);
-  if (m.schedule->n_dspark_stages > 0) {
-    RETURN_IF_ERROR(m.DSparkIngest(state, start, s)) << "DSpark windows";
+  RETURN_IF_ERROR(m.RmsNorm(m.final_norm, M, D, ws.collapsed.data(), D, ws.normed.data(), D));
+  for (size_t b = 0; b < m.segs.size(); ++b) {
+    const Segment& seg = m.segs[b];
+    ForwardOutput& out = outputs[b];
+    const int64_t first = inputs[b].all_logits ? 0 : seg.rows - 1, n = seg.rows - first;
+    out.logits.resize(static_cast<size_t>(n * c.vocab_size));
+    RETURN_IF_ERROR(m.LinearF32Out(m.prepared->head, n, ws.normed.data() + (seg.row0 + first) * D,
+                                   D, out.logits.data(), c.vocab_size))
+        << "head";
+    const int64_t last = seg.row0 + seg.rows - 1;
+    out.main_hidden.assign(ws.taps.begin() + last * n_taps * D,
+                           ws.taps.begin() + (last + 1) * n_taps * D);
   }
-  state.position = start + s;
+  if (m.schedule->n_dspark_stages > 0) {
+    RETURN_IF_ERROR(m.DSparkIngest(M)) << "DSpark windows";
+  }
+  for (Segment& seg : m.segs) {
+    seg.state->position = seg.start + seg.rows;
+    seg.state->failed = false;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::Truncate(SessionState& state, const StepJournal& journal, int64_t keep) {
+  Impl& m = *impl_;
+  const ModelConfig& c = *m.config;
+  const int64_t s = static_cast<int64_t>(journal.tokens.size());
+  if (m.options.reference_stale_index_keys) {
+    return absl::FailedPreconditionError(
+        "Truncate is not supported with reference_stale_index_keys");
+  }
+  if (state.failed || journal.start < 0 || state.position != journal.start + s ||
+      journal.layers.size() != m.layers.size()) {
+    return absl::FailedPreconditionError(
+        "the journal does not describe the last call on this session");
+  }
+  if (keep < 0 || keep > s) {
+    return absl::OutOfRangeError(absl::StrCat("keep ", keep, " outside [0, ", s, "]"));
+  }
+  if (keep == s) return absl::OkStatus();
+  state.failed = true;
+  const int64_t W = c.window_size, start = journal.start;
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const StepJournal::Layer& jl = journal.layers[l];
+    LayerState& ls = state.layers[l];
+    // Ring slots written for positions start + t, t >= keep, get their old rows back (a journaled
+    // call carries at most W tokens, so every slot was written once).
+    const int64_t rb = ls.swa.row_bytes, ch = ls.swa.channels;
+    for (size_t e = 0; e < jl.slots.size(); ++e) {
+      const int64_t slot = jl.slots[e];
+      const int64_t t = ((slot - start) % W + W) % W;
+      if (t < keep) continue;
+      std::memcpy(ls.swa.row(slot), jl.old_rows.data() + e * rb, static_cast<size_t>(rb));
+      std::memcpy(ls.swa.values(slot), jl.old_values.data() + e * ch, static_cast<size_t>(ch) * 2);
+    }
+    // The compressor: its state before the call, advanced over the kept tokens.
+    if (ls.compressor && jl.compressor) {
+      *ls.compressor = *jl.compressor;
+      if (keep > 0) {
+        int64_t groups = 0;
+        kernels::CompressParams cp{.weights = &*m.layers[l].compressor,
+                                   .state = &*ls.compressor,
+                                   .start_pos = start,
+                                   .tokens = keep,
+                                   .x = jl.x.data(),
+                                   .x_stride = c.dim,
+                                   .latent = m.ws.latent.data(),
+                                   .latent_stride = c.head_dim,
+                                   .latent_capacity = keep,
+                                   .group_index = m.ws.group_index.data(),
+                                   .groups_emitted = &groups,
+                                   .workspace = m.ws.compress_ws.data(),
+                                   .workspace_bytes = m.ws.compress_ws.size()};
+        RETURN_IF_ERROR(kernels::CompressCpu(cp, m.pool)) << "compressor replay";
+      }
+    }
+  }
+  state.engram = journal.engram;
+  if (m.hasher && keep > 0) {
+    const int64_t per = m.hasher->ids_per_position();
+    std::span<const uint8_t> image;
+    if (!journal.image.empty()) image = std::span(journal.image).first(size_t(keep));
+    RETURN_IF_ERROR(m.hasher->HashChunk(std::span(journal.tokens).first(size_t(keep)), image,
+                                        state.engram, {m.ws.hash_ids.data(), size_t(keep * per)}));
+  }
+  state.position = start + keep;
   state.failed = false;
   return absl::OkStatus();
 }

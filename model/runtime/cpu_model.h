@@ -31,12 +31,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/gemm/gemm.h"
+#include "model/engram/ngram_hasher.h"
 #include "model/runtime/prepared_model.h"
 #include "model/runtime/session_state.h"
 #include "model/weights/loader.h"
@@ -80,6 +82,25 @@ struct ForwardObserver {
       on_experts;
 };
 
+// What a Forward call overwrote in one session, so that the call can be cut after the fact
+// (CpuModel::Truncate): the old ring rows of the slots it wrote, each KV source's compressor state
+// and attention input, the Engram look-back. Filled by Forward when ForwardInput::journal is set;
+// reuse one journal per session to avoid reallocation. Opaque to callers.
+struct StepJournal {
+  int64_t start = -1;  // position of the call's first token (-1: empty journal)
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> image;
+  engram::NgramLookback engram;
+  struct Layer {
+    std::vector<int64_t> slots;       // ring slots the call wrote, in call order
+    std::vector<uint8_t> old_rows;    // their serving rows before the call
+    std::vector<uint16_t> old_values;  // and their bf16 mirror
+    std::optional<kernels::CompressorState> compressor;  // KV sources: state before the call
+    std::vector<uint16_t> x;          // KV sources: the compressor's input rows [s, dim]
+  };
+  std::vector<Layer> layers;
+};
+
 struct ForwardInput {
   std::span<const int32_t> tokens;  // s >= 1 token ids
   // Empty, or one flag per token: nonzero marks an image-span token (VL router bias, no Engram).
@@ -89,6 +110,9 @@ struct ForwardInput {
   const uint16_t* embeddings = nullptr;
   bool all_logits = false;  // logits of every position instead of the last one only
   const ForwardObserver* observer = nullptr;
+  // Optional: record what the call overwrites so that Truncate can keep only a prefix of its
+  // tokens (speculative verification). Requires tokens.size() <= window_size.
+  StepJournal* journal = nullptr;
 };
 
 struct ForwardOutput {
@@ -129,6 +153,24 @@ class CpuModel {
   // for another model; OutOfRange when the state's capacity would be exceeded. An error from a
   // kernel midway leaves `state` unusable (FailedPrecondition on the next call).
   absl::Status Forward(SessionState& state, const ForwardInput& input, ForwardOutput* out);
+
+  // One step over several sessions: the dense layers run over all their tokens together, the
+  // attention per session. Each session's logits and state equal those of Forward on it alone
+  // (bit for bit with exact GEMMs). Sessions may be at any positions and may join or leave
+  // between steps; their states are not copied. Errors: those of Forward (naming the session
+  // index), InvalidArgument when the spans' sizes differ, a session appears twice or the total
+  // token count exceeds max_tokens_per_call. Nothing changes on a validation error.
+  absl::Status ForwardBatch(std::span<SessionState* const> states,
+                            std::span<const ForwardInput> inputs,
+                            std::span<ForwardOutput> outputs);
+
+  // Keeps the first `keep` tokens of the call recorded in `journal` (the last Forward on `state`)
+  // and rolls back the rest: SWA rings and DSpark windows, the compressors' open groups, the
+  // Engram look-back and the position become those after `keep` single steps. Compressed rows of
+  // dropped groups stay in the buffers past the new position and are never read. Errors:
+  // FailedPrecondition when the journal does not describe the state's last call, or with
+  // reference_stale_index_keys; OutOfRange for keep outside [0, tokens].
+  absl::Status Truncate(SessionState& state, const StepJournal& journal, int64_t keep);
 
   // DSpark draft after a Forward: the anchor (the token sampled from the last logits) sits at
   // position state.position, the drafts at the following block − 1 positions. Does not change

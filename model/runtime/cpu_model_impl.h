@@ -66,9 +66,10 @@ struct Workspace {
   std::vector<uint8_t> ik_rows;                       // [T, index row bytes]
   std::vector<uint8_t> main_rows;                     // [T, main row bytes]
   std::vector<uint8_t> candidates;                    // [T, C]
-  int64_t candidates_width = -1;                      // width of this call's mask (−1: none)
-  std::vector<std::vector<int32_t>> topk;             // per layer: [T, k] (index sources)
-  std::vector<int64_t> topk_k;                        // per layer: k of this call
+  std::vector<int64_t> candidates_width;              // per segment: width of its mask (−1: none)
+  std::vector<std::vector<int32_t>> topk;             // per layer: [T, K] rows (index sources)
+  std::vector<int64_t> topk_k;                        // [layer · T + segment]: k of this call
+  std::vector<int64_t> group_positions;               // [T]: j·r of emitted groups
   // Engram.
   std::vector<int64_t> hash_ids;                      // [T, ids per position]
   std::vector<uint16_t> engram_e, engram_kv;          // [T, cols·hd], [T, (hc+1)·dim]
@@ -77,8 +78,19 @@ struct Workspace {
   std::vector<float> expert_weights;
   // DSpark.
   std::vector<uint16_t> taps, main_x;                 // [T, taps·dim], [T, dim]
+  std::vector<float> markov_bias;                     // [vocab]
+  std::vector<uint16_t> confidence_in;                // [block, dim + markov rank]
   // Raw kernel workspaces.
   std::vector<uint8_t> linear_ws, attn_ws, moe_ws, compress_ws, topk_ws, cand_ws;
+};
+
+// One session's rows in a (batched) call.
+struct Segment {
+  SessionState* state = nullptr;
+  int64_t row0 = 0;   // first row in the call's activations
+  int64_t rows = 0;   // tokens of this session
+  int64_t start = 0;  // position of its first token
+  StepJournal* journal = nullptr;
 };
 
 struct CpuModel::Impl {
@@ -98,7 +110,8 @@ struct CpuModel::Impl {
   std::vector<uint16_t> dspark_main_norm, dspark_norm;
   std::optional<engram::NgramHasher> hasher;
   Workspace ws;
-  const ForwardObserver* observer = nullptr;  // of the current call
+  const ForwardObserver* observer = nullptr;  // of the current call (batch of one)
+  std::vector<Segment> segs;                  // of the current call
 
   // ---- helpers (cpu_model.cc) ----
   absl::Status Linear(const kernels::PreparedLinear& w, int64_t m, const uint16_t* x,
@@ -116,25 +129,32 @@ struct CpuModel::Impl {
                      std::span<const uint8_t> image, const ForwardObserver* observer);
 
   // ---- attention (attention_forward.cc) ----
-  // Main-model attention of `layer` on ws.normed for the call's positions.
-  absl::Status Attention(const LayerRef& layer, SessionState& state, int64_t start, int64_t s);
+  // Main-model attention of `layer` on ws.normed rows [0, m) for the call's segments.
+  absl::Status Attention(const LayerRef& layer, int64_t m);
+  // The per-session part: compressor, index keys, indexer, KV pool, sparse attention into ws.o.
+  absl::Status AttentionSegment(const LayerRef& layer, int64_t b);
   // q path shared by main and draft attention: ws.qr and ws.q at `positions`.
   absl::Status AttentionQuery(const LayerRef& layer, int64_t s, const int64_t* positions);
   // Window KV of s rows of `x`: kv_norm(wkv(x)), RoPE, FP8 rows in ws.kv_rows, bf16 in ws.kv.
   absl::Status WindowKv(const LayerRef& layer, int64_t s, const uint16_t* x,
                         const int64_t* positions);
-  // Sparse attention of ws.q over ws.pool with ws.list, inverse RoPE, grouped output into ws.sub.
-  absl::Status AttentionOutput(const LayerRef& layer, int64_t s, int64_t pool_rows,
-                               int64_t list_width, const int64_t* positions);
-  // Writes ws.kv_rows / ws.kv of positions start.. start+s−1 into the layer's ring.
-  void UpdateRing(LayerState& l, int64_t start, int64_t s);
+  // Sparse attention of q rows [row0, row0 + s) over ws.pool with ws.list into ws.o.
+  absl::Status SparseAttnRows(const LayerRef& layer, int64_t row0, int64_t s, int64_t pool_rows,
+                              int64_t list_width);
+  // Inverse RoPE of ws.o rows [0, m) and the grouped output projection into ws.sub.
+  absl::Status OutputProjection(const LayerRef& layer, int64_t m, const int64_t* positions);
+  // Writes ws.kv_rows / ws.kv rows [row0, row0 + s) (positions start..) into the layer's ring,
+  // first saving the overwritten rows into `journal` when given.
+  void UpdateRing(LayerState& l, int64_t start, int64_t s, int64_t row0,
+                  StepJournal::Layer* journal);
 
   // ---- Engram (engram_forward.cc) ----
   absl::Status Engram(const LayerRef& layer, int64_t s, const int64_t* hash_ids,
                       int64_t ids_stride, std::span<const uint8_t> image);
 
   // ---- DSpark (dspark_forward.cc) ----
-  absl::Status DSparkIngest(SessionState& state, int64_t start, int64_t s);
+  // Writes the stage windows for the call's m rows (every segment).
+  absl::Status DSparkIngest(int64_t m);
 };
 
 }  // namespace flashserve::model

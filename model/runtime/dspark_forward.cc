@@ -12,7 +12,7 @@
 
 namespace flashserve::model {
 
-absl::Status CpuModel::Impl::DSparkIngest(SessionState& state, int64_t start, int64_t s) {
+absl::Status CpuModel::Impl::DSparkIngest(int64_t s) {
   const ModelConfig& c = *config;
   const int64_t D = c.dim;
   const int64_t taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
@@ -25,7 +25,11 @@ absl::Status CpuModel::Impl::DSparkIngest(SessionState& state, int64_t start, in
     const LayerRef& layer = layers[c.n_layers + st];
     RETURN_IF_ERROR(WindowKv(layer, s, ws.main_x.data(), ws.positions.data()))
         << "stage " << st;
-    UpdateRing(state.layers[c.n_layers + st], start, s);
+    for (const Segment& seg : segs) {
+      StepJournal::Layer* journal =
+          seg.journal != nullptr ? &seg.journal->layers[c.n_layers + st] : nullptr;
+      UpdateRing(seg.state->layers[c.n_layers + st], seg.start, seg.rows, seg.row0, journal);
+    }
   }
   return absl::OkStatus();
 }
@@ -64,6 +68,7 @@ absl::Status CpuModel::Draft(const SessionState& state, int32_t anchor, DraftOut
     ws.positions[t] = last + 1 + t;
   }
   m.observer = nullptr;
+  m.segs.clear();
   const int64_t ring_valid = std::min<int64_t>(W, last + 1);
   for (int st = 0; st < m.schedule->n_dspark_stages; ++st) {
     const LayerRef& layer = m.layers[c.n_layers + st];
@@ -80,7 +85,8 @@ absl::Status CpuModel::Draft(const SessionState& state, int32_t anchor, DraftOut
         for (int64_t e = 0; e < ring_valid; ++e) row[e] = static_cast<int32_t>(e);
         for (int64_t e = 0; e < B; ++e) row[ring_valid + e] = static_cast<int32_t>(W + e);
       }
-      return m.AttentionOutput(layer, B, W + B, width, ws.positions.data());
+      RETURN_IF_ERROR(m.SparseAttnRows(layer, 0, B, W + B, width));
+      return m.OutputProjection(layer, B, ws.positions.data());
     };
     RETURN_IF_ERROR(m.Block(layer, B, attention, {}, nullptr)) << "DSpark stage " << st;
   }
@@ -102,7 +108,7 @@ absl::Status CpuModel::Draft(const SessionState& state, int32_t anchor, DraftOut
   const DSparkWeights& dw = *m.checkpoint->weights().dspark;
   const int64_t rank = c.dspark_markov_rank;
   std::vector<uint16_t>& markov = ws.sub;  // [B, rank] bf16 embeddings (fits: rank <= dim)
-  std::vector<float> bias(static_cast<size_t>(V));
+  std::vector<float>& bias = ws.markov_bias;  // [V]
   out->ids.assign(static_cast<size_t>(B + 1), 0);
   out->ids[0] = anchor;
   for (int64_t i = 0; i < B; ++i) {
@@ -122,7 +128,7 @@ absl::Status CpuModel::Draft(const SessionState& state, int32_t anchor, DraftOut
   }
   // Confidence: proj(concat(pre-norm collapsed row, its Markov embedding)), fp32.
   const int64_t cin = D + rank;
-  std::vector<uint16_t> cat(static_cast<size_t>(B * cin));
+  std::vector<uint16_t>& cat = ws.confidence_in;  // [B, dim + rank]
   for (int64_t i = 0; i < B; ++i) {
     std::memcpy(cat.data() + i * cin, ws.collapsed.data() + i * D, D * 2);
     std::memcpy(cat.data() + i * cin + D, markov.data() + i * rank, rank * 2);

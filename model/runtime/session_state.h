@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -75,9 +76,64 @@ struct SessionState {
   int64_t GlobalKvBytes() const;  // main + index_k rows of every KV source
 };
 
+// Makes `state` a fresh sequence again without reallocating (position 0, empty compressor groups,
+// empty Engram look-back); rows are left as they are and never read below the new position.
+void ResetSessionState(SessionState& state);
+
+// A fixed set of session states allocated once at start-up (sessions × capacity), handed out and
+// taken back; no allocation after Create. Thread safety: not thread-safe (one owner, e.g. the
+// scheduler thread).
+class SessionPool {
+ public:
+  static absl::StatusOr<SessionPool> Create(const ModelConfig& config,
+                                            const LayerSchedule& schedule, int sessions,
+                                            int64_t capacity);
+  // A reset state, or ResourceExhausted when every state is in use.
+  absl::StatusOr<SessionState*> Acquire();
+  // Returns a state obtained from Acquire. InvalidArgument for a foreign or released state.
+  absl::Status Release(SessionState* state);
+
+  int size() const { return static_cast<int>(states_.size()); }
+  int in_use() const { return in_use_count_; }
+  // Bytes allocated, by tier (all sessions): the serving rows of the SWA rings and of the global
+  // KV (main + index K), the compressors' open groups, and the CPU backend's bf16 mirrors.
+  struct Bytes {
+    int64_t swa = 0, global = 0, compressor = 0, mirrors = 0, total = 0;
+  };
+  Bytes bytes() const { return bytes_; }
+
+ private:
+  std::vector<std::unique_ptr<SessionState>> states_;
+  std::vector<bool> in_use_;
+  int in_use_count_ = 0;
+  Bytes bytes_;
+};
+
 // Allocates a state for up to `capacity` positions (a multiple of every compress ratio is not
 // required: rows are floor(capacity / ratio)). Errors: InvalidArgument for capacity < 1.
 absl::StatusOr<SessionState> MakeSessionState(const ModelConfig& config,
                                               const LayerSchedule& schedule, int64_t capacity);
+
+}  // namespace flashserve::model
+
+namespace flashserve::model {
+
+// Serialisation of a whole session state (for moving a session between processes and for tests;
+// the cache service stores global KV blocks and SWA snapshots, docs/kv_layout.md). Layout, all
+// integers little-endian: "FSSS" | u32 version 1 | i64 capacity | i64 position | i32 layers |
+// i32 shared_index_k_layer | Engram look-back (i64 position, 7 × i64 recent) | per layer: u8 flags
+// (1 main, 2 index_k, 4 compressor) | the `window` SWA rows | main rows [position / ratio] |
+// index-K rows [position / ratio] | the compressor state (kernels/compressor layout); the ratio
+// comes from the schedule. Only rows below the position are written; bf16 mirrors are not (they
+// are decoded again).
+absl::StatusOr<std::vector<uint8_t>> SerializeSessionState(const SessionState& state,
+                                                           const LayerSchedule& schedule);
+
+// Reads `bytes` into `state`, which must come from MakeSessionState for the same model with a
+// capacity of at least the serialised position (it may differ from the serialised capacity).
+// Errors: InvalidArgument / DataLoss naming what does not match (magic, version, layer count,
+// flags, sizes, a position beyond the capacity, trailing bytes); `state` is unchanged on error.
+absl::Status DeserializeSessionState(std::span<const uint8_t> bytes, const LayerSchedule& schedule,
+                                     SessionState& state);
 
 }  // namespace flashserve::model
