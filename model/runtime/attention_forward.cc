@@ -156,32 +156,38 @@ absl::Status CpuModel::Impl::Attention(const LayerRef& layer, int64_t m) {
   return OutputProjection(layer, m, ws.positions.data());
 }
 
-absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) {
+absl::Status CpuModel::Impl::CompressSegment(const LayerRef& layer, int64_t b) {
   const ModelConfig& c = *config;
   const LayerInfo& info = *layer.info;
   const PreparedAttention& a = layer.prepared->attn;
   const Segment& seg = segs[b];
   SessionState& state = *seg.state;
-  const int64_t D = c.dim, hd = c.head_dim, W = c.window_size, T = max_tokens;
+  const int64_t D = c.dim, hd = c.head_dim;
   const int64_t r0 = seg.row0, s = seg.rows, start = seg.start;
-  const uint16_t* x = ws.normed.data() + r0 * D;  // this session's attention input rows
+  const uint16_t* x = ws.normed.data() + r0 * D;
   LayerState& own = state.layers[info.layer_id];
   StepJournal::Layer* journal =
       seg.journal != nullptr ? &seg.journal->layers[info.layer_id] : nullptr;
-
   // KV source: compress this call's tokens, derive index keys, append the cache rows.
-  if (info.owns_compressor) {
+  {
     const int64_t r = info.compress_ratio;
     if (journal != nullptr) {
       journal->compressor = *own.compressor;
       journal->x.assign(x, x + s * D);
     }
+    // Replay: the rows of these positions are cached; only the open group is rebuilt, from the
+    // first group boundary of the call on.
+    const int64_t skip = seg.replay ? (r - start % r) % r : 0;
+    if (seg.replay) {
+      own.compressor->pending = 0;
+      if (skip >= s) return absl::OkStatus();
+    }
     int64_t groups = 0;
     kernels::CompressParams cp{.weights = &*layer.compressor,
                                .state = &*own.compressor,
-                               .start_pos = start,
-                               .tokens = s,
-                               .x = x,
+                               .start_pos = start + skip,
+                               .tokens = s - skip,
+                               .x = x + skip * D,
                                .x_stride = D,
                                .latent = ws.latent.data(),
                                .latent_stride = hd,
@@ -191,7 +197,7 @@ absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) 
                                .workspace = ws.compress_ws.data(),
                                .workspace_bytes = ws.compress_ws.size()};
     RETURN_IF_ERROR(kernels::CompressCpu(cp, pool)) << "compressor";
-    if (groups > 0) {
+    if (groups > 0 && !seg.replay) {
       const int64_t first = ws.group_index[0];
       if (info.owns_index_keys) {
         const int64_t id = c.index_head_dim;
@@ -223,6 +229,26 @@ absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) 
       RETURN_IF_ERROR(StoreRows(KvRowKind::kMainKv, own.main, first, groups, ws.main_rows.data()))
           << "compressed KV";
     }
+  }
+
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) {
+  const ModelConfig& c = *config;
+  const LayerInfo& info = *layer.info;
+  const PreparedAttention& a = layer.prepared->attn;
+  const Segment& seg = segs[b];
+  SessionState& state = *seg.state;
+  const int64_t D = c.dim, hd = c.head_dim, W = c.window_size, T = max_tokens;
+  const int64_t r0 = seg.row0, s = seg.rows, start = seg.start;
+  const uint16_t* x = ws.normed.data() + r0 * D;  // this session's attention input rows
+  LayerState& own = state.layers[info.layer_id];
+  StepJournal::Layer* journal =
+      seg.journal != nullptr ? &seg.journal->layers[info.layer_id] : nullptr;
+
+  if (info.owns_compressor && seg.compressed_layer != info.layer_id) {
+    RETURN_IF_ERROR(CompressSegment(layer, b));
   }
 
   // Indexer: scores against the KV source's own index keys, top-k per row.
@@ -341,6 +367,12 @@ absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) 
   // each compressed row copied once into the pool.
   RETURN_IF_ERROR(kernels::FillChunkWindowIndices(
       start, s, W, W, absl::Span<int32_t>(ws.window_list.data(), size_t(s * W))));
+  if (info.layer_id >= seg.drop_ring_from_layer) {
+    // Bounded window: only this call's rows (pool rows >= W) are visible.
+    for (int64_t e = 0; e < s * W; ++e) {
+      if (ws.window_list[e] < W) ws.window_list[e] = -1;
+    }
+  }
   const int64_t list_width = W + k;
   if (k > 0) {
     const KvRows& compressed = state.layers[info.kv_source_layer].main;
@@ -374,7 +406,7 @@ absl::Status CpuModel::Impl::AttentionSegment(const LayerRef& layer, int64_t b) 
     }
   }
   RETURN_IF_ERROR(SparseAttnRows(layer, r0, s, pool_rows, list_width));
-  UpdateRing(own, start, s, r0, journal);
+  if (info.layer_id >= seg.ring_write_from_layer) UpdateRing(own, start, s, r0, journal);
   return absl::OkStatus();
 }
 

@@ -555,15 +555,25 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
     if (in.observer != nullptr && states.size() > 1) {
       return absl::InvalidArgumentError("observers are only supported for a batch of one");
     }
+    if (in.ced && (states.size() > 1 || in.all_logits || in.journal != nullptr)) {
+      return absl::InvalidArgumentError(
+          "a CED prefill runs alone, without all_logits and without a journal");
+    }
     m.segs.push_back(Segment{.state = st, .row0 = rows, .rows = s, .start = st->position,
                              .journal = in.journal});
+    if (m.replay_ring_from >= 0) {
+      Segment& seg = m.segs.back();
+      seg.replay = true;
+      seg.drop_ring_from_layer = 0;
+      seg.ring_write_from_layer = m.replay_ring_from;
+    }
     rows += s;
   }
   if (rows > m.max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("the call carries ", rows,
                                                    " tokens; at most ", m.max_tokens));
   }
-  const int64_t M = rows;
+  int64_t M = rows;
   bool any_image = false;
   for (const Segment& seg : m.segs) {
     const ForwardInput& in = inputs[&seg - m.segs.data()];
@@ -575,9 +585,11 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
     }
     ws.candidates_width[&seg - m.segs.data()] = -1;
   }
-  const std::span<const uint8_t> image =
+  std::span<const uint8_t> image =
       any_image ? std::span<const uint8_t>(ws.image.data(), size_t(M)) : std::span<const uint8_t>();
   m.observer = inputs[0].observer;
+  const int dec = m.schedule->decoder_start_layer;
+  const bool ced = inputs[0].ced && dec < c.n_layers && M > W;
 
   // From here on the states change: a failure poisons them.
   for (const Segment& seg : m.segs) seg.state->failed = true;
@@ -619,6 +631,14 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
   const int64_t n_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerRef& layer = m.layers[i];
+    if (ced && i == dec) {
+      RETURN_IF_ERROR(m.CedDecoderStart(layer, M, n_taps)) << "CED at layer " << i;
+      M = W;
+      any_image = false;
+      for (int64_t t = 0; t < M; ++t) any_image |= ws.image[t] != 0;
+      image = any_image ? std::span<const uint8_t>(ws.image.data(), size_t(M))
+                        : std::span<const uint8_t>();
+    }
     if (layer.info->has_engram) {
       const int64_t per = m.hasher->ids_per_position();
       const int64_t cols = m.hasher->layout().num_columns();
@@ -672,6 +692,94 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
     seg.state->failed = false;
   }
   return absl::OkStatus();
+}
+
+absl::Status CpuModel::Impl::CedDecoderStart(const LayerRef& layer, int64_t m, int64_t n_taps) {
+  const ModelConfig& c = *config;
+  const int64_t D = c.dim, hc = c.hc_mult, xs = hc * D, W = c.window_size;
+  // The decoder's global KV for every row: the attention input of its first layer (the mixes'
+  // collapse by the incoming pre mix, then attn_norm), through the compressor and index keys.
+  kernels::MhcMixesParams p{.tokens = m,
+                            .dim = D,
+                            .x = ws.x.data(),
+                            .x_stride = xs,
+                            .fn = layer.hc_attn.fn.data(),
+                            .base = layer.hc_attn.base.data(),
+                            .scale = layer.hc_attn.scale.data(),
+                            .sinkhorn_iters = c.hc_sinkhorn_iters,
+                            .hc_eps = static_cast<float>(c.hc_eps),
+                            .norm_eps = static_cast<float>(c.norm_eps),
+                            .pre = ws.a_pre.data(),
+                            .post = ws.a_post.data(),
+                            .comb = ws.a_comb.data(),
+                            .pre_in = ws.pre.data(),
+                            .collapsed = ws.collapsed.data(),
+                            .collapsed_stride = D};
+  RETURN_IF_ERROR(kernels::MhcMixesCpu(p, pool));
+  RETURN_IF_ERROR(RmsNorm(layer.attn_norm, m, D, ws.collapsed.data(), D, ws.normed.data(), D));
+  if (layer.info->owns_compressor) {
+    RETURN_IF_ERROR(CompressSegment(layer, 0));
+  }
+  // The decoder runs on the last W rows only.
+  const int64_t off = m - W;
+  auto keep_tail = [&](auto& v, int64_t width) {
+    std::copy(v.begin() + off * width, v.begin() + m * width, v.begin());
+  };
+  keep_tail(ws.x, xs);
+  keep_tail(ws.pre, hc);
+  keep_tail(ws.image, 1);
+  keep_tail(ws.positions, 1);
+  if (hasher) keep_tail(ws.hash_ids, hasher->ids_per_position());
+  if (n_taps > 0) keep_tail(ws.taps, n_taps * D);
+  Segment& seg = segs[0];
+  seg.start += off;
+  seg.rows = W;
+  seg.compressed_layer = layer.info->layer_id;
+  seg.drop_ring_from_layer = layer.info->layer_id;
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::Replay(SessionState& state, std::span<const int32_t> tokens,
+                              ForwardOutput* out, int ring_from_layer) {
+  Impl& m = *impl_;
+  const ModelConfig& c = *m.config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (out == nullptr) return absl::InvalidArgumentError("out must not be null");
+  if (n < 1 || n > state.capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("replay of ", n, " tokens in a session of ",
+                                                   state.capacity, " positions"));
+  }
+  if (state.layers.size() != m.layers.size()) {
+    return absl::InvalidArgumentError("the session state was made for another model");
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", t, " has id ", tokens[t],
+                                                     ", outside [0, ", c.vocab_size, ")"));
+    }
+  }
+  const int64_t first = n - std::min<int64_t>(c.window_size, n);
+  if (n - first > m.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("replay needs max_tokens_per_call >= ",
+                                                   n - first));
+  }
+  // The Engram look-back of position `first` comes from the token ids alone.
+  state.failed = false;
+  state.engram = engram::NgramLookback{};
+  if (m.hasher) {
+    const int64_t per = m.hasher->ids_per_position();
+    for (int64_t at = 0; at < first; at += m.max_tokens) {
+      const int64_t len = std::min(m.max_tokens, first - at);
+      RETURN_IF_ERROR(m.hasher->HashChunk(tokens.subspan(size_t(at), size_t(len)), {},
+                                          state.engram,
+                                          {m.ws.hash_ids.data(), size_t(len * per)}));
+    }
+  }
+  state.position = first;
+  m.replay_ring_from = std::max(0, ring_from_layer);
+  absl::Status st = Forward(state, {.tokens = tokens.subspan(size_t(first))}, out);
+  m.replay_ring_from = -1;
+  return st;
 }
 
 absl::Status CpuModel::Truncate(SessionState& state, const StepJournal& journal, int64_t keep) {

@@ -113,6 +113,12 @@ struct ForwardInput {
   // Optional: record what the call overwrites so that Truncate can keep only a prefix of its
   // tokens (speculative verification). Requires tokens.size() <= window_size.
   StepJournal* journal = nullptr;
+  // CED prefill (DESIGN.md §3): the encoder layers (before schedule().decoder_start_layer) run on
+  // every token, the decoder's first layer computes its global KV and index keys for every token,
+  // and the decoder runs on the last window_size tokens only, their windows truncated at the
+  // first of them (decoder bounded replay). Equal to exact for calls of at most window_size
+  // tokens. Only in a batch of one, without all_logits or a journal.
+  bool ced = false;
 };
 
 struct ForwardOutput {
@@ -171,6 +177,17 @@ class CpuModel {
   // FailedPrecondition when the journal does not describe the state's last call, or with
   // reference_stale_index_keys; OutOfRange for keep outside [0, tokens].
   absl::Status Truncate(SessionState& state, const StepJournal& journal, int64_t keep);
+
+  // Bounded replay (DESIGN.md §3): `state` holds the global KV rows (main and index-K rows of
+  // every KV source) of positions [0, n), e.g. restored from the cache, and no usable SWA state;
+  // `tokens` are those n tokens. Runs the last min(window_size, n) of them through every layer,
+  // each window truncated at the first replayed position, without rewriting any global KV row;
+  // writes the SWA rings of layers >= ring_from_layer (and the DSpark windows), the compressors'
+  // open groups and the Engram look-back. The state ends at position n, ready to decode; `out`
+  // has the last token's logits. Errors: InvalidArgument for n outside [1, capacity] or ids
+  // outside the vocabulary; the state is unusable after a kernel error (as Forward).
+  absl::Status Replay(SessionState& state, std::span<const int32_t> tokens, ForwardOutput* out,
+                      int ring_from_layer = 0);
 
   // DSpark draft after a Forward: the anchor (the token sampled from the last logits) sits at
   // position state.position, the drafts at the following block − 1 positions. Does not change

@@ -91,6 +91,11 @@ struct Segment {
   int64_t rows = 0;   // tokens of this session
   int64_t start = 0;  // position of its first token
   StepJournal* journal = nullptr;
+  // Bounded replay and CED (docs/architecture.md "CED prefill and bounded replay"):
+  int drop_ring_from_layer = 1 << 30;  // layers >= this ignore the ring (window truncated at start)
+  int compressed_layer = -1;           // this layer's compressor already ran for the call
+  bool replay = false;                 // global KV of these positions is cached: write none
+  int ring_write_from_layer = 0;       // layers below keep their rings untouched
 };
 
 struct CpuModel::Impl {
@@ -112,6 +117,7 @@ struct CpuModel::Impl {
   Workspace ws;
   const ForwardObserver* observer = nullptr;  // of the current call (batch of one)
   std::vector<Segment> segs;                  // of the current call
+  int replay_ring_from = -1;                  // set by Replay for its call (-1: not a replay)
 
   // ---- helpers (cpu_model.cc) ----
   absl::Status Linear(const kernels::PreparedLinear& w, int64_t m, const uint16_t* x,
@@ -133,6 +139,8 @@ struct CpuModel::Impl {
   absl::Status Attention(const LayerRef& layer, int64_t m);
   // The per-session part: compressor, index keys, indexer, KV pool, sparse attention into ws.o.
   absl::Status AttentionSegment(const LayerRef& layer, int64_t b);
+  // The KV-source part alone on ws.normed rows of segment b: compressor, index keys, cache rows.
+  absl::Status CompressSegment(const LayerRef& layer, int64_t b);
   // q path shared by main and draft attention: ws.qr and ws.q at `positions`.
   absl::Status AttentionQuery(const LayerRef& layer, int64_t s, const int64_t* positions);
   // Window KV of s rows of `x`: kv_norm(wkv(x)), RoPE, FP8 rows in ws.kv_rows, bf16 in ws.kv.
@@ -147,6 +155,10 @@ struct CpuModel::Impl {
   // first saving the overwritten rows into `journal` when given.
   void UpdateRing(LayerState& l, int64_t start, int64_t s, int64_t row0,
                   StepJournal::Layer* journal);
+
+  // CED: at the decoder's first layer, its global KV for every row of the (single) segment, then
+  // the activations cut to the last window rows.
+  absl::Status CedDecoderStart(const LayerRef& layer, int64_t m, int64_t n_taps);
 
   // ---- Engram (engram_forward.cc) ----
   absl::Status Engram(const LayerRef& layer, int64_t s, const int64_t* hash_ids,
