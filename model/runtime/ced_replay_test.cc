@@ -89,6 +89,32 @@ TEST_F(CedReplayTest, CedKeepsEncoderAndGlobalKvExact) {
   std::printf("CED vs exact, 8 teacher-forced decode steps: greedy agreement %d/8\n", agree);
 }
 
+TEST_F(CedReplayTest, ChunkedCedEqualsOneCall) {
+  const std::vector<int32_t> prompt = testing::LoadPrompt("a").ids;
+  ForwardOutput one, part;
+  const SessionState s1 = Run(prompt, true, &one);
+  auto s2 = model_->NewSession(256);
+  ASSERT_TRUE(s2.ok());
+  const std::span<const int32_t> all(prompt);
+  ASSERT_TRUE(model_->Forward(*s2, {.tokens = all.first(77), .ced = true, .ced_skip_decoder = true},
+                              &part).ok());
+  EXPECT_TRUE(part.logits.empty());
+  ASSERT_TRUE(model_->Forward(*s2, {.tokens = all.subspan(77, 60), .ced = true,
+                                    .ced_skip_decoder = true},
+                              &part).ok());
+  ASSERT_TRUE(model_->Forward(*s2, {.tokens = all.subspan(137), .ced = true}, &part).ok());
+  EXPECT_EQ(part.logits, one.logits);
+  EXPECT_TRUE(SameGlobalKv(s1, *s2));
+  // all_logits with ced: the decoder rows (the last window tokens).
+  ForwardOutput rows;
+  Run(prompt, true, &rows);
+  auto s3 = model_->NewSession(256);
+  ASSERT_TRUE(model_->Forward(*s3, {.tokens = prompt, .all_logits = true, .ced = true}, &rows).ok());
+  const int64_t V = model_->config().vocab_size;
+  ASSERT_EQ(rows.logits.size(), size_t(16 * V));
+  EXPECT_EQ(0, std::memcmp(rows.logits.data() + 15 * V, one.logits.data(), V * 4));
+}
+
 TEST_F(CedReplayTest, ShortReplayEqualsExactPrefill) {
   const std::vector<int32_t> a = testing::LoadPrompt("a").ids;
   const std::vector<int32_t> prompt(a.begin(), a.begin() + 15);  // odd: an open ratio-2 group

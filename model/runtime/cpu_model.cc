@@ -555,9 +555,11 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
     if (in.observer != nullptr && states.size() > 1) {
       return absl::InvalidArgumentError("observers are only supported for a batch of one");
     }
-    if (in.ced && (states.size() > 1 || in.all_logits || in.journal != nullptr)) {
-      return absl::InvalidArgumentError(
-          "a CED prefill runs alone, without all_logits and without a journal");
+    if (in.ced && (states.size() > 1 || in.journal != nullptr)) {
+      return absl::InvalidArgumentError("a CED prefill runs alone and without a journal");
+    }
+    if (in.ced_skip_decoder && !in.ced) {
+      return absl::InvalidArgumentError("ced_skip_decoder needs ced");
     }
     m.segs.push_back(Segment{.state = st, .row0 = rows, .rows = s, .start = st->position,
                              .journal = in.journal});
@@ -589,7 +591,8 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
       any_image ? std::span<const uint8_t>(ws.image.data(), size_t(M)) : std::span<const uint8_t>();
   m.observer = inputs[0].observer;
   const int dec = m.schedule->decoder_start_layer;
-  const bool ced = inputs[0].ced && dec < c.n_layers && M > W;
+  const bool skip_decoder = inputs[0].ced_skip_decoder && dec < c.n_layers;
+  const bool ced = inputs[0].ced && dec < c.n_layers && (M > W || skip_decoder);
 
   // From here on the states change: a failure poisons them.
   for (const Segment& seg : m.segs) seg.state->failed = true;
@@ -632,8 +635,10 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerRef& layer = m.layers[i];
     if (ced && i == dec) {
-      RETURN_IF_ERROR(m.CedDecoderStart(layer, M, n_taps)) << "CED at layer " << i;
-      M = W;
+      const int64_t keep = skip_decoder ? 0 : W;
+      RETURN_IF_ERROR(m.CedDecoderStart(layer, M, n_taps, keep)) << "CED at layer " << i;
+      M = keep;
+      if (M == 0) break;
       any_image = false;
       for (int64_t t = 0; t < M; ++t) any_image |= ws.image[t] != 0;
       image = any_image ? std::span<const uint8_t>(ws.image.data(), size_t(M))
@@ -662,6 +667,14 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
         layer, M, [&] { return m.Attention(layer, M); }, image, m.observer));
   }
 
+  if (M == 0) {  // CED chunk that stops after the decoder's global KV
+    Segment& seg = m.segs[0];
+    seg.state->position = seg.start + seg.rows;
+    seg.state->failed = false;
+    outputs[0].logits.clear();
+    outputs[0].main_hidden.clear();
+    return absl::OkStatus();
+  }
   // Final collapse with the last block's FFN pre mix, norm, head (fp32), per session.
   kernels::HcPreParams hp{.tokens = M,
                           .dim = D,
@@ -694,9 +707,10 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
   return absl::OkStatus();
 }
 
-absl::Status CpuModel::Impl::CedDecoderStart(const LayerRef& layer, int64_t m, int64_t n_taps) {
+absl::Status CpuModel::Impl::CedDecoderStart(const LayerRef& layer, int64_t m, int64_t n_taps,
+                                             int64_t keep) {
   const ModelConfig& c = *config;
-  const int64_t D = c.dim, hc = c.hc_mult, xs = hc * D, W = c.window_size;
+  const int64_t D = c.dim, hc = c.hc_mult, xs = hc * D, W = keep;
   // The decoder's global KV for every row: the attention input of its first layer (the mixes'
   // collapse by the incoming pre mix, then attn_norm), through the compressor and index keys.
   kernels::MhcMixesParams p{.tokens = m,
@@ -722,6 +736,11 @@ absl::Status CpuModel::Impl::CedDecoderStart(const LayerRef& layer, int64_t m, i
   }
   // The decoder runs on the last W rows only.
   const int64_t off = m - W;
+  if (W == 0) {
+    segs[0].start += m;  // position bookkeeping: every row was consumed
+    segs[0].rows = 0;
+    return absl::OkStatus();
+  }
   auto keep_tail = [&](auto& v, int64_t width) {
     std::copy(v.begin() + off * width, v.begin() + m * width, v.begin());
   };

@@ -117,8 +117,13 @@ struct ForwardInput {
   // every token, the decoder's first layer computes its global KV and index keys for every token,
   // and the decoder runs on the last window_size tokens only, their windows truncated at the
   // first of them (decoder bounded replay). Equal to exact for calls of at most window_size
-  // tokens. Only in a batch of one, without all_logits or a journal.
+  // tokens. With all_logits, the logits of those last rows. Only in a batch of one, without a
+  // journal.
   bool ced = false;
+  // With ced, for every prefill chunk but the last: stop after the decoder's global KV (the
+  // decoder's outputs would only matter for the last window tokens of the prompt); no logits,
+  // no DSpark windows. The last chunk must then carry at least window_size tokens.
+  bool ced_skip_decoder = false;
 };
 
 struct ForwardOutput {

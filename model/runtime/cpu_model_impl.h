@@ -158,7 +158,7 @@ struct CpuModel::Impl {
 
   // CED: at the decoder's first layer, its global KV for every row of the (single) segment, then
   // the activations cut to the last window rows.
-  absl::Status CedDecoderStart(const LayerRef& layer, int64_t m, int64_t n_taps);
+  absl::Status CedDecoderStart(const LayerRef& layer, int64_t m, int64_t n_taps, int64_t keep);
 
   // ---- Engram (engram_forward.cc) ----
   absl::Status Engram(const LayerRef& layer, int64_t s, const int64_t* hash_ids,

@@ -8,6 +8,7 @@
 
 #include "cache_service/server/cache_main.h"
 #include "services/generate/generate.h"
+#include "services/score/score.h"
 
 namespace {
 
@@ -16,7 +17,9 @@ constexpr std::string_view kUsage =
     "roles:\n"
     "  cache    global KV cache (RocksDB on SSD) and SWA snapshot pool, gRPC + /metrics\n"
     "  generate run one prompt on the CPU backend: --model DIR (--prompt TEXT | --tokens IDS)\n"
-    "           [--image FILE] [--max-tokens N] [--temperature T] [--seed S] [--json]\n";
+    "           [--image FILE] [--max-tokens N] [--temperature T] [--seed S] [--json]\n"
+    "  score    log-probabilities and perplexity of a sequence: --model DIR (--tokens IDS |\n"
+    "           --text-file FILE) [--prefill-mode exact|ced] [--logits-out FILE] [--json]\n";
 
 }  // namespace
 
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (role == "cache") return flashserve::cache::RunCacheCommand(args);
   if (role == "generate") return flashserve::generate::RunGenerateCommand(args);
+  if (role == "score") return flashserve::score::RunScoreCommand(args);
   if (role == "--help" || role == "-h" || role == "help") {
     std::cout << kUsage;
     return 0;
