@@ -19,6 +19,7 @@
 //
 // Thread safety: every method is thread-safe except Close (call it with no other call in flight).
 // Disk I/O runs outside the index mutex, except Pin/Unpin and the periodic access-time batch.
+// MultiGet splits its RocksDB reads over `read_threads` threads (a pool owned by the store).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,7 @@
 #include "cache_service/global_store/cache_metrics.h"
 #include "cache_service/global_store/store_index.h"
 #include "common/base/clock.h"
+#include "common/base/thread_pool.h"
 
 namespace rocksdb {
 class DB;
@@ -63,6 +65,10 @@ struct GlobalStoreOptions {
   absl::Duration access_persist_interval = absl::Minutes(1);
   size_t access_persist_batch = 4096;               // records per periodic last-access batch
   uint64_t block_cache_bytes = uint64_t{64} << 20;  // RocksDB block cache
+  // RocksDB reads of one MultiGet are split over this many threads (the caller's and
+  // read_threads - 1 pool workers started at Open): a cold read waits on the disk, and one
+  // thread keeps one read in flight (Debian's RocksDB has no io_uring MultiRead). >= 1.
+  int read_threads = 2;
 };
 
 // LongestPrefix modes. kIndexOnly answers from the in-memory index (present, not expired): no
@@ -270,6 +276,7 @@ class GlobalStore {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // default, blocks, meta (owned)
   rocksdb::ColumnFamilyHandle* blocks_cf_;
   rocksdb::ColumnFamilyHandle* meta_cf_;
+  std::unique_ptr<ThreadPool> read_pool_;  // read_threads - 1 workers; null when 1
 
   mutable absl::Mutex mu_;
   StoreIndex index_ ABSL_GUARDED_BY(mu_);

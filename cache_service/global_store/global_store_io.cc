@@ -142,7 +142,21 @@ std::vector<absl::StatusOr<std::string>> GlobalStore::MultiGet(const ModelFinger
   std::vector<rocksdb::Status> statuses(n);
   rocksdb::ReadOptions ro;
   ro.verify_checksums = options_.rocksdb_verify_checksums;
-  if (n > 0) db_->MultiGet(ro, blocks_cf_, n, rkeys.data(), values.data(), statuses.data());
+  // Values are ~57 KB and read about once per prefill: caching them would only churn the block
+  // cache (~1,100 blocks at its 64 MB default); the OS page cache still serves repeated reads.
+  // Measured: ~20% less CPU per GB on cold reads (bench_cache_store).
+  ro.fill_cache = false;
+  // Each chunk is one RocksDB MultiGet of contiguous keys; chunks run on the read pool and the
+  // calling thread. Two or more keys per chunk: a lone key gains nothing from a hand-off.
+  const auto read = [&](size_t begin, size_t end) {
+    db_->MultiGet(ro, blocks_cf_, end - begin, rkeys.data() + begin, values.data() + begin,
+                  statuses.data() + begin);
+  };
+  if (read_pool_ != nullptr) {
+    read_pool_->ParallelFor(n, 2, read);
+  } else if (n > 0) {
+    read(0, n);
+  }
 
   std::vector<StoreKey> stale;
   for (size_t j = 0; j < n; ++j) {

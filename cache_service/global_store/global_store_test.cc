@@ -55,6 +55,43 @@ TEST_F(GlobalStoreTest, BatchPutAndMultiGet) {
   }
 }
 
+// MultiGet's reads split over 1, 2 and 5 threads (chunks of one key and of several, more threads
+// than keys), from the memtable and from SST files: every result lands at its own key's position.
+TEST_F(GlobalStoreTest, MultiGetOverReadThreadsKeepsEachResultInPlace) {
+  Open();
+  std::vector<std::string> payloads;
+  std::vector<BlockWrite> writes;
+  for (uint64_t i = 0; i < 24; ++i) payloads.push_back(PayloadFor(3, i, 500 + 131 * i));
+  for (uint64_t i = 0; i < 24; i += 2) writes.push_back({KeyFor(i), payloads[i]});  // even ids
+  ASSERT_TRUE(store_->PutBatch(fp_, writes).ok());
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 24; ++i) keys.push_back(KeyFor((i * 7) % 24));  // odd ids miss
+  for (bool flushed : {false, true}) {
+    for (int threads : {1, 2, 5}) {
+      options_.read_threads = threads;
+      Open();
+      if (flushed) {
+        ASSERT_TRUE(store_->FlushMemtables().ok());
+      }
+      for (size_t n : {size_t{1}, size_t{3}, keys.size()}) {
+        const auto got = store_->MultiGet(fp_, std::span(keys).first(n));
+        ASSERT_EQ(got.size(), n);
+        for (size_t j = 0; j < n; ++j) {
+          const uint64_t id = keys[j].bytes[0];
+          SCOPED_TRACE(::testing::Message() << "threads " << threads << " flushed " << flushed
+                                            << " n " << n << " position " << j << " id " << id);
+          if (id % 2 == 0) {
+            ASSERT_TRUE(got[j].ok()) << got[j].status();
+            EXPECT_TRUE(*got[j] == payloads[id]);
+          } else {
+            EXPECT_TRUE(absl::IsNotFound(got[j].status())) << got[j].status();
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(GlobalStoreTest, LongestPrefixStopsAtTheFirstMiss) {
   Open();
   const std::vector<TokenId> tokens = testing::Tokens(64 * 6 + 5, 17);
@@ -167,6 +204,9 @@ TEST_F(GlobalStoreTest, InvalidOptionsAreRejected) {
   EXPECT_TRUE(absl::IsInvalidArgument(GlobalStore::Open(o).status()));
   o = options_;
   o.path = "";
+  EXPECT_TRUE(absl::IsInvalidArgument(GlobalStore::Open(o).status()));
+  o = options_;
+  o.read_threads = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(GlobalStore::Open(o).status()));
 }
 
