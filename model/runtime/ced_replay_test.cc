@@ -174,6 +174,16 @@ TEST_F(CedReplayTest, LongReplayRebuildsRingsFromCachedGlobalKv) {
               cmp.rel_rms, cmp.max_abs, cmp.argmax_got, cmp.argmax_ref);
   EXPECT_LT(cmp.rel_rms, 0.5);
   EXPECT_LT(worst, 0.5);
+  // The truncated windows never read the dropped rings: garbage in them changes nothing.
+  SessionState garbage = se;
+  uint16_t v = 0x3f80;
+  for (LayerState& l : garbage.layers) {
+    for (uint16_t& x : l.swa.bf16) x = (v = static_cast<uint16_t>(v * 31 + 7)) & 0x3fff;
+  }
+  ResetSessionState(garbage);
+  ForwardOutput replayed_garbage;
+  ASSERT_TRUE(model_->Replay(garbage, prompt, &replayed_garbage).ok());
+  EXPECT_EQ(replayed_garbage.logits, replayed.logits);
   // And it decodes.
   const int32_t next = cmp.argmax_ref;
   ASSERT_TRUE(model_->Forward(sr, {.tokens = {&next, 1}}, &replayed).ok());
