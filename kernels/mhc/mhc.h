@@ -26,12 +26,14 @@
 // - Threading: `pool` may be null (single-threaded). Calls are thread-safe for disjoint outputs;
 //   results do not depend on the pool size (tokens are independent; the summation order inside a
 //   token is fixed).
-// This header includes no CUDA header (the CUDA backend adds Launch* declarations here later).
+// This header includes no CUDA header; CUstream_st* is cudaStream_t (nullptr: legacy stream).
 #pragma once
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+
+struct CUstream_st;
 
 namespace flashserve {
 class ThreadPool;
@@ -117,5 +119,43 @@ absl::Status MhcMixesCpu(const MhcMixesParams& p, ThreadPool* pool);
 absl::Status HcPreCpu(const HcPreParams& p, ThreadPool* pool);
 // Write-back and stream mixing; cost tokens · 4D · 5 multiply-adds, memory bound.
 absl::Status HcPostCpu(const HcPostParams& p, ThreadPool* pool);
+
+// ---- CUDA launchers (cuda/*.cu; target fs_kernels_mhc_cuda, FLASHSERVE_CUDA only) ----
+// All pointers are device pointers (or managed memory). Each launcher validates first (Validate
+// above, the same checks and messages as the CPU bodies), then enqueues its kernels on `stream` and
+// returns; buffers must stay valid until the stream passes them. Nothing is allocated. CUDA launch
+// failures abort (CUDA_CHECK). Alignment is not required: 16-byte aligned rows with D % 8 == 0
+// (4-byte aligned, D even, for the mixes pass) take the vectorised paths. README.md "CUDA" gives
+// the numerics; in short, LaunchHcPre / LaunchHcPost and the fused collapse equal the CPU bodies
+// bit for bit, while the mixes pass sums its 4·D-long dot products in another order (fp32 FMAs,
+// split over slices of kMhcMixesSliceDims), so mixes agree with MhcMixesCpu to ~1e-6 relative and
+// pre/post/comb to ~1e-6 absolute. GPU results are deterministic and do not depend on the batch:
+// a token's outputs depend only on its own row, D and the site's weights.
+
+// The mixes pass reduces each token's row in slices of this many dims of every stream (4 x 256
+// values, 96 KB of fn in shared memory per block), one partial sum per slice, in the workspace.
+inline constexpr int64_t kMhcMixesSliceDims = 256;
+
+// fp32 workspace LaunchMhcMixes needs: 25 partial sums per token per slice (4 KB per token per
+// 1024 channels of D; 2 KB/token at D = 5120: 32 MiB for 16384 tokens). Size it for the largest
+// batch once; it holds nothing between launches.
+inline int64_t MhcMixesWorkspaceFloats(int64_t tokens, int64_t dim) {
+  const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+  return tokens * slices * (kMhcMixes + 1);
+}
+
+// The mixes pass (+ optional fused collapse) on the GPU: two kernels, a split reduction of
+// (X·fn^T, sum X^2) over slices of D into `workspace`, then one thread per token sums the slices in
+// order and runs MhcSplitSinkhorn's fp32 recipe. workspace: device, >= MhcMixesWorkspaceFloats
+// floats, overlapping no operand; not read before it is written. Errors: Validate's, plus
+// InvalidArgumentError for a missing or small workspace or > 65535 slices (D > 16M). Cost: one read
+// of X, fn read once per 32 tokens (from L2), 24·4·D FMAs per token; compute- and memory-bound
+// about equally on an H200 (README.md).
+absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
+                            CUstream_st* stream);
+// hc_pre on the GPU, bit for bit HcPreCpu. Memory bound: X read once, out written once.
+absl::Status LaunchHcPre(const HcPreParams& p, CUstream_st* stream);
+// hc_post on the GPU, bit for bit HcPostCpu (in place allowed as there). Memory bound.
+absl::Status LaunchHcPost(const HcPostParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

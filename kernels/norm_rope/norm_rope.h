@@ -14,13 +14,15 @@
 // - Threading: `pool` may be null (single-threaded). Calls are thread-safe for disjoint outputs;
 //   results do not depend on the pool size (rows/tokens are independent, the order of the
 //   arithmetic inside one row is fixed).
-// This header includes no CUDA header (the CUDA backend adds Launch* declarations here later).
+// This header includes no CUDA header; CUstream_st* is cudaStream_t (nullptr: legacy stream).
 #pragma once
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "kernels/norm_rope/rope_table.h"
+
+struct CUstream_st;
 
 namespace flashserve {
 class ThreadPool;
@@ -77,6 +79,9 @@ struct RopeParams {
 };
 
 absl::Status ValidateRope(const RopeParams& p);
+// Everything ValidateRope checks except the values of `positions` (only that it is non-null): what
+// the GPU launchers check, since their positions live in device memory. Cost O(1).
+absl::Status ValidateRopeLayout(const RopeParams& p);
 
 // Cost O(tokens * (rd/2 sin/cos on cache misses + heads * head_dim)).
 absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool);
@@ -105,5 +110,42 @@ absl::Status ValidateVisionRope2d(const VisionRope2dParams& p);
 
 // Cost O(patches * (head_dim/2 sin/cos + heads * head_dim)).
 absl::Status VisionRope2dCpu(const VisionRope2dParams& p, ThreadPool* pool);
+
+// ---- Fused RMSNorm + text RoPE over one head per row (kv_norm then RoPE on the kv tail) ----
+// Row r is normalised as RmsNormParams says, and its last rd = table->rope_dims() dims are then
+// rotated as RopeParams says (one head of head_dim = cols) at position positions[r], reading the
+// bf16-rounded normed values: bit for bit RmsNormCpu followed by RopeCpu on its output (out may be
+// x, as for both). Only on the GPU (LaunchRmsNormRope).
+struct RmsNormRopeParams {
+  RmsNormParams norm;                  // rows = tokens, cols = head_dim (>= rd)
+  const RopeTable* table = nullptr;    // host object; its frequencies travel with the launch
+  const int64_t* positions = nullptr;  // [rows], device memory on the GPU path
+  bool inverse = false;
+};
+
+// ValidateRmsNorm(norm) plus a non-null table with rope_dims <= cols and non-null positions
+// (values not read). Cost O(1).
+absl::Status ValidateRmsNormRope(const RmsNormRopeParams& p);
+
+// ---- CUDA launchers (cuda/*.cu; target fs_kernels_norm_rope_cuda, FLASHSERVE_CUDA only) ----
+// All tensor pointers (x, out, weights, positions) are device pointers (or managed memory); the
+// RopeTable stays on the host (its rd/2 fp32 frequencies are passed by value with the launch, and
+// cos/sin are computed on the device: no table lives in device memory). The launchers validate
+// first (the same checks and messages as the CPU bodies, except that device positions are not
+// read: a negative position rotates by its negative angle), then enqueue one kernel on `stream`
+// and return; buffers must stay valid until the stream passes it. Nothing is allocated. CUDA
+// launch failures abort (CUDA_CHECK). Results equal the CPU bodies' bit for bit (README.md "CUDA"
+// gives the recipe and the one theoretical exception: a double sin/cos or sum rounding within
+// 2^-29 of an fp32 tie). Alignment is not required; 16-byte aligned rows (4-byte for RoPE pairs)
+// take the vectorised path.
+// RMSNorm: a warp per row for cols <= 1024, a 256-thread block per row above. Cost: one read of
+// x and of the weight per row, one write of out.
+absl::Status LaunchRmsNorm(const RmsNormParams& p, CUstream_st* stream);
+// Text RoPE: a block per token; cos/sin (double sin/cos rounded to fp32, rd/2 per token) shared
+// by the token's heads. Cost: the rotated tails read and written; the other dims copied when
+// out != x (untouched in place).
+absl::Status LaunchRope(const RopeParams& p, CUstream_st* stream);
+// Fused RMSNorm + RoPE: LaunchRmsNorm's kernel, rotating the tail pairs before they are stored.
+absl::Status LaunchRmsNormRope(const RmsNormRopeParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

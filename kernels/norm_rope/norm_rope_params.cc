@@ -1,4 +1,4 @@
-// Validation shared by the CPU bodies and (later) the CUDA launchers, so both reject exactly the
+// Validation shared by the CPU bodies and the CUDA launchers (cuda/), so both reject exactly the
 // same params with the same messages.
 #include <cstdint>
 
@@ -112,7 +112,7 @@ absl::Status ValidateRmsNorm(const RmsNormParams& p) {
                        p.cols);
 }
 
-absl::Status ValidateRope(const RopeParams& p) {
+absl::Status ValidateRopeLayout(const RopeParams& p) {
   constexpr const char* kOp = "Rope";
   if (p.table == nullptr) return Invalid(kOp, "table", "is null");
   if (p.head_dim < p.table->rope_dims() || p.head_dim > kMaxDim) {
@@ -123,12 +123,30 @@ absl::Status ValidateRope(const RopeParams& p) {
                                    p.x_head_stride, p.out, p.out_stride, p.out_head_stride));
   if (p.tokens == 0) return absl::OkStatus();
   if (p.positions == nullptr) return Invalid(kOp, "positions", "is null");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRope(const RopeParams& p) {
+  RETURN_IF_ERROR(ValidateRopeLayout(p));
+  if (p.tokens == 0) return absl::OkStatus();
   for (int64_t t = 0; t < p.tokens; ++t) {
     if (p.positions[t] < 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("Rope: positions[%d] = %d is negative", t, p.positions[t]));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRmsNormRope(const RmsNormRopeParams& p) {
+  constexpr const char* kOp = "RmsNormRope";
+  RETURN_IF_ERROR(ValidateRmsNorm(p.norm));
+  if (p.table == nullptr) return Invalid(kOp, "table", "is null");
+  if (p.norm.cols < p.table->rope_dims()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RmsNormRope: cols %d is smaller than rope_dims %d", p.norm.cols, p.table->rope_dims()));
+  }
+  if (p.norm.rows > 0 && p.positions == nullptr) return Invalid(kOp, "positions", "is null");
   return absl::OkStatus();
 }
 

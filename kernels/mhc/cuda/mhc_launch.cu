@@ -1,0 +1,119 @@
+// CUDA launchers of the mHC ops: validate (mhc_params.cc, shared with the CPU bodies), pick the
+// instantiation for the operands' alignment, size the grid, launch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/mhc/cuda/mhc_kernels.cuh"
+#include "kernels/mhc/mhc.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using mhc_device::kElemThreads;
+using mhc_device::kFinishThreads;
+using mhc_device::kMixSmemBytes;
+using mhc_device::kMixThreads;
+using mhc_device::kTokensPerTile;
+
+// Grid-stride kernels never need more blocks than this.
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+constexpr int64_t kMaxTilesPerBlock = 8;
+
+bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
+}
+
+unsigned BlocksFor(int64_t items, int64_t per_block) {
+  return static_cast<unsigned>(std::min((items + per_block - 1) / per_block, kMaxBlocks));
+}
+
+template <bool kPairVec, bool kCollapse>
+void LaunchPartial(const MhcMixesParams& p, float* workspace, dim3 grid, cudaStream_t stream) {
+  auto* kernel = mhc_device::MixesPartialKernel<kPairVec, kCollapse>;
+  // Per device and cheap; set on every launch so that any current device has it.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(kMixSmemBytes)));
+  kernel<<<grid, kMixThreads, kMixSmemBytes, stream>>>(p, workspace);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
+                            CUstream_st* stream) {
+  RETURN_IF_ERROR(Validate(p));
+  if (p.tokens == 0) return absl::OkStatus();
+  const int64_t need = MhcMixesWorkspaceFloats(p.tokens, p.dim);
+  if (workspace == nullptr || workspace_floats < need) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("MhcMixes: workspace holds %d floats, %d needed (MhcMixesWorkspaceFloats)",
+                        workspace == nullptr ? 0 : workspace_floats, need));
+  }
+  const int64_t slices = (p.dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+  const int64_t tiles = (p.tokens + kTokensPerTile - 1) / kTokensPerTile;
+  if (slices > 65535 || tiles >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("MhcMixes: dim %d / tokens %d too large for one launch", p.dim, p.tokens));
+  }
+  // Up to kMaxTilesPerBlock token tiles per block amortise its fn staging (96 KB from L2) while
+  // keeping >= 64 blocks per slice; a token's result does not depend on which block takes it.
+  const int64_t tiles_per_block = std::clamp<int64_t>(tiles / 64, 1, kMaxTilesPerBlock);
+  const dim3 grid(static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block),
+                  static_cast<unsigned>(slices));
+  const bool vec = p.dim % 2 == 0 && Aligned(p.x, 2 * p.x_stride, 4);
+  const bool collapse = p.pre_in != nullptr;
+  if (vec && collapse) {
+    LaunchPartial<true, true>(p, workspace, grid, stream);
+  } else if (vec) {
+    LaunchPartial<true, false>(p, workspace, grid, stream);
+  } else if (collapse) {
+    LaunchPartial<false, true>(p, workspace, grid, stream);
+  } else {
+    LaunchPartial<false, false>(p, workspace, grid, stream);
+  }
+  mhc_device::MixesFinishKernel<<<BlocksFor(p.tokens, kFinishThreads), kFinishThreads, 0, stream>>>(
+      p, workspace, slices);
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status LaunchHcPre(const HcPreParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(Validate(p));
+  if (p.tokens == 0) return absl::OkStatus();
+  const bool vec =
+      p.dim % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) && Aligned(p.out, 2 * p.out_stride, 16);
+  const int64_t kw = vec ? 8 : 1;
+  const unsigned blocks = BlocksFor(p.tokens * (p.dim / kw), kElemThreads);
+  if (vec) {
+    mhc_device::HcPreKernel<8><<<blocks, kElemThreads, 0, stream>>>(p);
+  } else {
+    mhc_device::HcPreKernel<1><<<blocks, kElemThreads, 0, stream>>>(p);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status LaunchHcPost(const HcPostParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(Validate(p));
+  if (p.tokens == 0) return absl::OkStatus();
+  const bool vec = p.dim % 8 == 0 && Aligned(p.f, 2 * p.f_stride, 16) &&
+                   Aligned(p.residual, 2 * p.residual_stride, 16) &&
+                   Aligned(p.out, 2 * p.out_stride, 16);
+  const int64_t kw = vec ? 8 : 1;
+  const unsigned blocks = BlocksFor(p.tokens * (p.dim / kw), kElemThreads);
+  if (vec) {
+    mhc_device::HcPostKernel<8><<<blocks, kElemThreads, 0, stream>>>(p);
+  } else {
+    mhc_device::HcPostKernel<1><<<blocks, kElemThreads, 0, stream>>>(p);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

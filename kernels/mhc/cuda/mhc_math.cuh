@@ -1,0 +1,157 @@
+// Device fp32 arithmetic of the mHC kernels: each operation is the one correctly rounded IEEE
+// operation the CPU bodies (built with -ffp-contract=off) perform, as inline PTX without .ftz and
+// never contracted into an FMA, so no nvcc flag (-ftz, -use_fast_math, -fmad, -prec-div) changes a
+// bit. bf16 conversions follow common/formats/bf16.h. Also the device port of MhcSplitSinkhorn
+// (cpu/mhc_mixes_cpu.cc): the same operations in the same order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/mhc/mhc.h"
+
+namespace flashserve::kernels::mhc_device {
+
+__device__ __forceinline__ float MulRn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ float AddRn(float a, float b) {
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ float SubRn(float a, float b) {
+  float r;
+  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ float DivRn(float a, float b) {
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ float SqrtRn(float a) {
+  float r;
+  asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+
+__device__ __forceinline__ float FmaRn(float a, float b, float c) {
+  float r;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
+}
+
+__device__ __forceinline__ float DoubleToF32(double a) {
+  float r;
+  asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a));
+  return r;
+}
+
+__device__ __forceinline__ float Int64ToF32(int64_t a) {
+  float r;
+  asm("cvt.rn.f32.s64 %0, %1;" : "=f"(r) : "l"(a));
+  return r;
+}
+
+__device__ __forceinline__ float Bf16ToF32(uint32_t bf16) { return __uint_as_float(bf16 << 16); }
+
+__device__ __forceinline__ uint32_t F32ToBf16(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return ((bits >> 16) | 0x0040u) & 0xFFFFu;
+  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+}
+
+// ---- MhcSplitSinkhorn ------------------------------------------------------------------------
+
+// exp rounded once to fp32 from CUDA's double exp (within 1 double ulp, so this is the correctly
+// rounded fp32 value except within ~2^-52 of an fp32 tie). glibc's expf, which the CPU body calls,
+// is not correctly rounded for ~6e-4 of the arguments in [2^-8, 64] (measured over every fp32 on
+// glibc 2.36), so the two tails can differ by an ulp-level amount (README.md "CUDA").
+__device__ __forceinline__ float ExpF(float x) { return DoubleToF32(exp(static_cast<double>(x))); }
+
+__device__ __forceinline__ float Sigmoid(float v) { return DivRn(1.0f, AddRn(1.0f, ExpF(-v))); }
+
+__device__ __forceinline__ void DivideByRowSums(float (&m)[kMhcStreams][kMhcStreams], float eps) {
+#pragma unroll
+  for (int i = 0; i < kMhcStreams; ++i) {
+    float s = m[i][0];
+#pragma unroll
+    for (int j = 1; j < kMhcStreams; ++j) s = AddRn(s, m[i][j]);
+    const float denom = AddRn(s, eps);
+#pragma unroll
+    for (int j = 0; j < kMhcStreams; ++j) m[i][j] = DivRn(m[i][j], denom);
+  }
+}
+
+__device__ __forceinline__ void DivideByColumnSums(float (&m)[kMhcStreams][kMhcStreams],
+                                                   float eps) {
+#pragma unroll
+  for (int j = 0; j < kMhcStreams; ++j) {
+    float s = m[0][j];
+#pragma unroll
+    for (int i = 1; i < kMhcStreams; ++i) s = AddRn(s, m[i][j]);
+    const float denom = AddRn(s, eps);
+#pragma unroll
+    for (int i = 0; i < kMhcStreams; ++i) m[i][j] = DivRn(m[i][j], denom);
+  }
+}
+
+// MhcSplitSinkhorn (mhc.h) on one token, operation for operation.
+__device__ __forceinline__ void SplitSinkhorn(const float (&mixes)[kMhcMixes], const float* base,
+                                              const float* scale, int sinkhorn_iters, float hc_eps,
+                                              float* pre, float* post, float* comb) {
+  constexpr int kS = kMhcStreams;
+#pragma unroll
+  for (int c = 0; c < kS; ++c) {
+    pre[c] = AddRn(Sigmoid(AddRn(MulRn(mixes[c], scale[0]), base[c])), hc_eps);
+  }
+#pragma unroll
+  for (int c = 0; c < kS; ++c) {
+    post[c] = MulRn(2.0f, Sigmoid(AddRn(MulRn(mixes[kS + c], scale[1]), base[kS + c])));
+  }
+  float m[kS][kS];
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int j = 0; j < kS; ++j) {
+      const int k = 2 * kS + kS * i + j;
+      m[i][j] = AddRn(MulRn(mixes[k], scale[2]), base[k]);
+    }
+  }
+  // Round 1: softmax over j (max-subtracted; std::max's a < b ? b : a), + eps, then columns.
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+    float mx = m[i][0];
+#pragma unroll
+    for (int j = 1; j < kS; ++j) mx = mx < m[i][j] ? m[i][j] : mx;
+    float e[kS];
+#pragma unroll
+    for (int j = 0; j < kS; ++j) e[j] = ExpF(SubRn(m[i][j], mx));
+    float s = e[0];
+#pragma unroll
+    for (int j = 1; j < kS; ++j) s = AddRn(s, e[j]);
+#pragma unroll
+    for (int j = 0; j < kS; ++j) m[i][j] = AddRn(DivRn(e[j], s), hc_eps);
+  }
+  DivideByColumnSums(m, hc_eps);
+#pragma unroll 1
+  for (int it = 1; it < sinkhorn_iters; ++it) {
+    DivideByRowSums(m, hc_eps);
+    DivideByColumnSums(m, hc_eps);
+  }
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int j = 0; j < kS; ++j) comb[kS * i + j] = m[i][j];
+  }
+}
+
+}  // namespace flashserve::kernels::mhc_device

@@ -1,0 +1,366 @@
+// GPU launchers against the CPU bodies and the double reference: LaunchMhcMixes vs MhcMixesCpu /
+// MixesRef (D = 1, 7, 256, 300, 5120; 1 to 4100 tokens; odd strides; fused collapse), the device
+// Sinkhorn tail vs MhcSplitSinkhorn on the GPU's own mixes, batch invariance, LaunchHcPre /
+// LaunchHcPost vs HcPreCpu / HcPostCpu bit for bit (packed, padded, misaligned, in place), and the
+// launchers' errors. Outputs start poisoned, so a value the kernel fails to write (or writes into
+// the padding) is a mismatch. Each mixes comparison prints what it measured.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/base/check.h"
+#include "gtest/gtest.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/mhc/mhc.h"
+#include "kernels/mhc/mhc_test_util.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using mhc_test::MixesRef;
+using mhc_test::RandomBf16;
+using mhc_test::RandomSite;
+using mhc_test::SiteParams;
+
+constexpr int kS = kMhcStreams;
+constexpr uint16_t kPoison = 0xA5A5;
+
+// Tolerances (README.md "CUDA"). The GPU sums each dot product in another order than the CPU:
+// |gpu − double| <= kMixRelTol · Σ|x·fn|·r (the CPU body's own bound), |gpu − cpu| <= twice that.
+constexpr double kMixRelTol = 2e-6;
+// pre/post/comb from the two bodies' mixes (values O(1)).
+constexpr double kSplitAbsTol = 1e-5;
+// The device tail on the GPU's own mixes vs MhcSplitSinkhorn on the same mixes: identical but
+// for glibc expf's misrounded results (~6e-4 of its arguments), each an fp32 ulp.
+constexpr double kTailAbsTol = 2e-6;
+
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  DeviceBuffer buf(std::max<size_t>(host.size() * sizeof(T), 1));
+  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+template <typename T>
+std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> host(n);
+  buf.CopyToHost(host.data(), n * sizeof(T));
+  return host;
+}
+
+// A float vector of n poison values (so unwritten outputs show).
+std::vector<float> PoisonF(size_t n) {
+  std::vector<float> v(n);
+  std::memset(v.data(), 0xA5, n * sizeof(float));
+  return v;
+}
+
+// Index of the first differing element, or -1.
+template <typename T>
+int64_t FirstDiff(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+std::vector<float> RandomPre(int64_t tokens, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> pre(static_cast<size_t>(tokens * kS));
+  for (float& v : pre) v = u(rng);
+  return pre;
+}
+
+// All outputs of one mixes pass.
+struct MixOutputs {
+  std::vector<float> pre, post, comb, mixes;
+  std::vector<uint16_t> collapsed;
+};
+
+struct MixCase {
+  int64_t tokens, dim, x_pad;
+  bool collapse;
+};
+
+MhcMixesParams SiteParamsFor(const MixCase& c, const SiteParams& site) {
+  MhcMixesParams p;
+  p.tokens = c.tokens;
+  p.dim = c.dim;
+  p.x_stride = kS * c.dim + c.x_pad;
+  p.fn = site.fn.data();
+  p.base = site.base.data();
+  p.scale = site.scale.data();
+  p.collapsed_stride = c.dim + 3;
+  return p;
+}
+
+MixOutputs RunCpu(MhcMixesParams p, const std::vector<uint16_t>& x, const float* pre_in) {
+  MixOutputs o{PoisonF(p.tokens * kS), PoisonF(p.tokens * kS), PoisonF(p.tokens * 16),
+               PoisonF(p.tokens * kMhcMixes),
+               std::vector<uint16_t>(p.tokens * p.collapsed_stride, kPoison)};
+  p.x = x.data();
+  p.pre = o.pre.data();
+  p.post = o.post.data();
+  p.comb = o.comb.data();
+  p.mixes = o.mixes.data();
+  if (pre_in != nullptr) {
+    p.pre_in = pre_in;
+    p.collapsed = o.collapsed.data();
+  }
+  CHECK_OK(MhcMixesCpu(p, nullptr));
+  return o;
+}
+
+// The same pass on the GPU: x, fn, base, scale and pre_in copied to the device.
+MixOutputs RunGpu(MhcMixesParams p, const std::vector<uint16_t>& x, const SiteParams& site,
+                  const std::vector<float>* pre_in) {
+  const size_t n = static_cast<size_t>(p.tokens);
+  DeviceBuffer dx = ToDevice(x), dfn = ToDevice(site.fn), dbase = ToDevice(site.base),
+               dscale = ToDevice(site.scale);
+  DeviceBuffer dpre = ToDevice(PoisonF(n * kS)), dpost = ToDevice(PoisonF(n * kS)),
+               dcomb = ToDevice(PoisonF(n * 16)), dmix = ToDevice(PoisonF(n * kMhcMixes));
+  DeviceBuffer dcoll = ToDevice(std::vector<uint16_t>(n * p.collapsed_stride, kPoison));
+  DeviceBuffer dpre_in = pre_in != nullptr ? ToDevice(*pre_in) : DeviceBuffer();
+  const int64_t ws_floats = MhcMixesWorkspaceFloats(p.tokens, p.dim);
+  DeviceBuffer ws = ToDevice(PoisonF(static_cast<size_t>(ws_floats)));
+  p.x = dx.get<uint16_t>();
+  p.fn = dfn.get<float>();
+  p.base = dbase.get<float>();
+  p.scale = dscale.get<float>();
+  p.pre = dpre.get<float>();
+  p.post = dpost.get<float>();
+  p.comb = dcomb.get<float>();
+  p.mixes = dmix.get<float>();
+  if (pre_in != nullptr) {
+    p.pre_in = dpre_in.get<float>();
+    p.collapsed = dcoll.get<uint16_t>();
+  }
+  CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr));
+  return {ToHost<float>(dpre, n * kS), ToHost<float>(dpost, n * kS), ToHost<float>(dcomb, n * 16),
+          ToHost<float>(dmix, n * kMhcMixes), ToHost<uint16_t>(dcoll, n * p.collapsed_stride)};
+}
+
+double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - double{b[i]}));
+  return m;
+}
+
+void CheckMixes(const MixCase& c, uint64_t seed) {
+  SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d%s", c.tokens, c.dim, c.x_pad,
+                               c.collapse ? " collapse" : ""));
+  std::mt19937_64 rng(seed);
+  const SiteParams site = RandomSite(c.dim, 1.0, rng);
+  const MhcMixesParams p = SiteParamsFor(c, site);
+  const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
+  const std::vector<float> pre_in = RandomPre(c.tokens, rng);
+  const MixOutputs cpu = RunCpu(p, x, c.collapse ? pre_in.data() : nullptr);
+  const MixOutputs gpu = RunGpu(p, x, site, c.collapse ? &pre_in : nullptr);
+
+  double worst_ref = 0, worst_cpu = 0;
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    double ref[kMhcMixes], mag[kMhcMixes];
+    MixesRef(x.data() + t * p.x_stride, c.dim, site.fn.data(), p.norm_eps, ref, mag);
+    for (int m = 0; m < kMhcMixes; ++m) {
+      const double g = gpu.mixes[t * kMhcMixes + m];
+      const double scale = std::max(mag[m], 1e-30);
+      ASSERT_LE(std::fabs(g - ref[m]), kMixRelTol * scale) << "token " << t << " mix " << m;
+      ASSERT_LE(std::fabs(g - cpu.mixes[t * kMhcMixes + m]), 2 * kMixRelTol * scale)
+          << "token " << t << " mix " << m;
+      worst_ref = std::max(worst_ref, std::fabs(g - ref[m]) / scale);
+      worst_cpu = std::max(worst_cpu, std::fabs(g - cpu.mixes[t * kMhcMixes + m]) / scale);
+    }
+  }
+  const double split =
+      std::max({MaxAbs(gpu.pre, cpu.pre), MaxAbs(gpu.post, cpu.post), MaxAbs(gpu.comb, cpu.comb)});
+  EXPECT_LE(split, kSplitAbsTol);
+
+  // The device tail on the GPU's own mixes.
+  int64_t identical = 0;
+  double tail = 0;
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    float pre[kS], post[kS], comb[16];
+    MhcSplitSinkhorn(&gpu.mixes[t * kMhcMixes], site.base.data(), site.scale.data(),
+                     p.sinkhorn_iters, p.hc_eps, pre, post, comb);
+    bool same = std::memcmp(pre, &gpu.pre[t * kS], sizeof(pre)) == 0 &&
+                std::memcmp(post, &gpu.post[t * kS], sizeof(post)) == 0 &&
+                std::memcmp(comb, &gpu.comb[t * 16], sizeof(comb)) == 0;
+    identical += same;
+    for (int i = 0; i < kS; ++i) {
+      tail = std::max({tail, std::fabs(double{pre[i]} - gpu.pre[t * kS + i]),
+                       std::fabs(double{post[i]} - gpu.post[t * kS + i])});
+    }
+    for (int i = 0; i < 16; ++i)
+      tail = std::max(tail, std::fabs(double{comb[i]} - gpu.comb[t * 16 + i]));
+  }
+  EXPECT_LE(tail, kTailAbsTol);
+  std::printf(
+      "  tokens %ld dim %ld: mixes max |gpu-ref|/mag %.2e, |gpu-cpu|/mag %.2e; pre/post/comb "
+      "max |gpu-cpu| %.2e; tail on gpu mixes: %ld of %ld tokens bit-identical, max diff %.2e\n",
+      static_cast<long>(c.tokens), static_cast<long>(c.dim), worst_ref, worst_cpu, split,
+      static_cast<long>(identical), static_cast<long>(c.tokens), tail);
+
+  if (c.collapse) {
+    const int64_t at = FirstDiff(gpu.collapsed, cpu.collapsed);
+    EXPECT_EQ(at, -1) << "collapsed differs at element " << at;
+  }
+}
+
+TEST(MhcGpuTest, MixesMatchCpuAndDoubleReference) {
+  FS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 7;
+  // Released D = 5120 (1 / 33 / 300 tokens), the tiny fixture's 256 over several tiles per block,
+  // a partial slice (300), odd D and strides (scalar loads), D = 1.
+  for (const MixCase& c : std::vector<MixCase>{{1, 5120, 0, false},
+                                               {33, 5120, 0, true},
+                                               {300, 5120, 0, false},
+                                               {4100, 256, 0, true},
+                                               {70, 300, 8, true},
+                                               {9, 7, 3, true},
+                                               {5, 5120, 1, true},
+                                               {3, 1, 0, true}}) {
+    CheckMixes(c, seed++);
+  }
+}
+
+// A token's outputs do not depend on the batch around it (tile slot, token count).
+TEST(MhcGpuTest, MixesAreBatchInvariant) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(99);
+  const MixCase c{37, 5120, 0, true};
+  const SiteParams site = RandomSite(c.dim, 1.0, rng);
+  const MhcMixesParams p = SiteParamsFor(c, site);
+  const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
+  const std::vector<float> pre_in = RandomPre(c.tokens, rng);
+  const MixOutputs all = RunGpu(p, x, site, &pre_in);
+  for (int64_t t : {0, 17, 36}) {
+    MhcMixesParams one = p;
+    one.tokens = 1;
+    const std::vector<uint16_t> x1(x.begin() + t * p.x_stride, x.begin() + (t + 1) * p.x_stride);
+    const std::vector<float> pre1(pre_in.begin() + t * kS, pre_in.begin() + (t + 1) * kS);
+    const MixOutputs solo = RunGpu(one, x1, site, &pre1);
+    EXPECT_EQ(0, std::memcmp(solo.mixes.data(), &all.mixes[t * kMhcMixes], 4 * kMhcMixes)) << t;
+    EXPECT_EQ(0, std::memcmp(solo.pre.data(), &all.pre[t * kS], 4 * kS)) << t;
+    EXPECT_EQ(0, std::memcmp(solo.post.data(), &all.post[t * kS], 4 * kS)) << t;
+    EXPECT_EQ(0, std::memcmp(solo.comb.data(), &all.comb[t * 16], 4 * 16)) << t;
+    EXPECT_EQ(0,
+              std::memcmp(solo.collapsed.data(), &all.collapsed[t * p.collapsed_stride], 2 * c.dim))
+        << t;
+  }
+}
+
+// ---- hc_pre / hc_post --------------------------------------------------------------------------
+
+struct ElemCase {
+  int64_t tokens, dim, pad;  // pad: extra elements per row of every tensor (odd: scalar path)
+  int64_t offset;            // elements added to every base pointer (odd: misaligned)
+};
+
+const ElemCase kElemCases[] = {{1, 5120, 0, 0}, {7, 5120, 0, 0}, {1000, 4096, 8, 0},
+                               {9, 5120, 3, 0}, {9, 5120, 0, 1}, {64, 7, 0, 0},
+                               {5, 1, 2, 0},    {300, 256, 0, 0}};
+
+void CheckPrePost(const ElemCase& c, uint64_t seed) {
+  SCOPED_TRACE(
+      absl::StrFormat("tokens %d dim %d pad %d offset %d", c.tokens, c.dim, c.pad, c.offset));
+  std::mt19937_64 rng(seed);
+  const int64_t xs = kS * c.dim + c.pad, fs = c.dim + c.pad, n = c.tokens;
+  std::vector<uint16_t> x = RandomBf16(c.offset + n * xs, 1.3, rng);
+  std::vector<uint16_t> f = RandomBf16(c.offset + n * fs, 0.8, rng);
+  const std::vector<float> pre = RandomPre(n, rng);
+  std::vector<float> post = RandomPre(n, rng), comb = RandomPre(n * 4, rng);
+  for (float& v : post) v *= 2.0f;
+
+  // hc_pre.
+  std::vector<uint16_t> want(c.offset + n * fs, kPoison);
+  CHECK_OK(HcPreCpu({n, c.dim, x.data() + c.offset, xs, pre.data(), want.data() + c.offset, fs},
+                    nullptr));
+  DeviceBuffer dx = ToDevice(x), dpre = ToDevice(pre),
+               dout = ToDevice(std::vector<uint16_t>(want.size(), kPoison));
+  ASSERT_TRUE(LaunchHcPre({n, c.dim, dx.get<uint16_t>() + c.offset, xs, dpre.get<float>(),
+                           dout.get<uint16_t>() + c.offset, fs},
+                          nullptr)
+                  .ok());
+  const int64_t pre_at = FirstDiff(ToHost<uint16_t>(dout, want.size()), want);
+  EXPECT_EQ(pre_at, -1) << "hc_pre differs at element " << pre_at;
+
+  // hc_post out of place, then in place over the residual.
+  std::vector<uint16_t> want_post(c.offset + n * xs, kPoison);
+  const HcPostParams cpu{
+      n,           c.dim,       f.data() + c.offset,         fs, x.data() + c.offset, xs,
+      post.data(), comb.data(), want_post.data() + c.offset, xs};
+  CHECK_OK(HcPostCpu(cpu, nullptr));
+  DeviceBuffer df = ToDevice(f), dpost = ToDevice(post), dcomb = ToDevice(comb);
+  DeviceBuffer dres_out = ToDevice(std::vector<uint16_t>(want_post.size(), kPoison));
+  HcPostParams gpu{n,
+                   c.dim,
+                   df.get<uint16_t>() + c.offset,
+                   fs,
+                   dx.get<uint16_t>() + c.offset,
+                   xs,
+                   dpost.get<float>(),
+                   dcomb.get<float>(),
+                   dres_out.get<uint16_t>() + c.offset,
+                   xs};
+  ASSERT_TRUE(LaunchHcPost(gpu, nullptr).ok());
+  const int64_t post_at = FirstDiff(ToHost<uint16_t>(dres_out, want_post.size()), want_post);
+  EXPECT_EQ(post_at, -1) << "hc_post differs at element " << post_at;
+
+  std::vector<uint16_t> in_place = x;
+  HcPostParams cpu_in = cpu;
+  cpu_in.residual = in_place.data() + c.offset;
+  cpu_in.out = in_place.data() + c.offset;
+  CHECK_OK(HcPostCpu(cpu_in, nullptr));
+  gpu.out = dx.get<uint16_t>() + c.offset;
+  ASSERT_TRUE(LaunchHcPost(gpu, nullptr).ok());
+  const int64_t in_at = FirstDiff(ToHost<uint16_t>(dx, x.size()), in_place);
+  EXPECT_EQ(in_at, -1) << "hc_post in place differs at element " << in_at;
+}
+
+TEST(MhcGpuTest, HcPreAndHcPostMatchCpuBitForBit) {
+  FS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 300;
+  for (const ElemCase& c : kElemCases) CheckPrePost(c, seed++);
+}
+
+// ---- errors (no device needed: the launchers fail before any CUDA call) -----------------------
+
+TEST(MhcGpuTest, LaunchersRejectBadParamsBeforeLaunching) {
+  std::mt19937_64 rng(5);
+  const SiteParams site = RandomSite(8, 1.0, rng);
+  std::vector<uint16_t> x(2 * kS * 8);
+  std::vector<float> pre(2 * kS), post(2 * kS), comb(2 * 16), ws(1000);
+  MhcMixesParams p = SiteParamsFor({2, 8, 0, false}, site);
+  p.x = x.data();
+  p.pre = pre.data();
+  p.post = post.data();
+  p.comb = comb.data();
+  EXPECT_EQ(LaunchMhcMixes(p, nullptr, 0, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchMhcMixes(p, ws.data(), MhcMixesWorkspaceFloats(2, 8) - 1, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MhcMixesWorkspaceFloats(2, 8), 2 * 25);
+  EXPECT_EQ(MhcMixesWorkspaceFloats(16384, 5120), int64_t{16384} * 20 * 25);
+  p.sinkhorn_iters = 0;
+  EXPECT_EQ(LaunchMhcMixes(p, ws.data(), 1000, nullptr).code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<uint16_t> out(2 * 8);
+  EXPECT_EQ(LaunchHcPre({2, 8, x.data(), kS * 8 - 1, pre.data(), out.data(), 8}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // x_stride below the row extent
+  EXPECT_EQ(LaunchHcPost({2, 8, out.data(), 8, x.data(), kS * 8, post.data(), comb.data(),
+                          x.data() + 1, kS * 8},
+                         nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // out partially overlaps the residual
+}
+
+}  // namespace
+}  // namespace flashserve::kernels

@@ -1,0 +1,240 @@
+// Device bodies of RMSNorm (optionally fused with the text RoPE of each row's tail) and of the text
+// RoPE (launchers in norm_rope_launch.cu; per-value arithmetic in norm_rope_math.cuh). Each kernel
+// performs the CPU body's fp32 operations in the CPU body's order; only sums of squares are
+// reordered, and they are accumulated in double exactly as the CPU does (see README.md "CUDA").
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/norm_rope/cuda/norm_rope_math.cuh"
+#include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/rope_table.h"
+
+namespace flashserve::kernels::norm_rope_device {
+
+inline constexpr int kNormThreads = 256;
+inline constexpr int kRopeThreads = 128;
+
+// The per-launch RoPE constants, passed by value (2 KB of kernel parameters; no device table).
+struct RopeArgs {
+  static constexpr bool kRope = true;
+  const int64_t* positions = nullptr;  // device, [tokens]
+  int pairs = 0;                       // rd / 2
+  bool inverse = false;
+  float freqs[kMaxRopeDims / 2] = {};
+};
+
+// The plain RMSNorm's empty stand-in for RopeArgs.
+struct NoRope {
+  static constexpr bool kRope = false;
+  int pairs = 0;
+};
+
+// ---- loads and stores of kW consecutive values (kW = 8: one 16-byte access) -----------------
+
+template <int kW>
+__device__ __forceinline__ void LoadBf16(const uint16_t* p, float (&v)[kW]) {
+  if constexpr (kW == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = Bf16ToF32(w[j] & 0xFFFFu);
+      v[2 * j + 1] = Bf16ToF32(w[j] >> 16);
+    }
+  } else {
+    static_assert(kW == 1);
+    v[0] = Bf16ToF32(p[0]);
+  }
+}
+
+template <int kW>
+__device__ __forceinline__ void LoadWeight(const uint16_t* w, float (&v)[kW]) {
+  LoadBf16<kW>(w, v);
+}
+
+template <int kW>
+__device__ __forceinline__ void LoadWeight(const float* w, float (&v)[kW]) {
+  if constexpr (kW == 8) {
+    const float4 a = *reinterpret_cast<const float4*>(w);
+    const float4 b = *reinterpret_cast<const float4*>(w + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    v[0] = w[0];
+  }
+}
+
+template <int kW>
+__device__ __forceinline__ void StoreBf16(uint16_t* p, const float (&v)[kW]) {
+  if constexpr (kW == 8) {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = F32ToBf16(v[2 * j]) | (F32ToBf16(v[2 * j + 1]) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    p[0] = static_cast<uint16_t>(F32ToBf16(v[0]));
+  }
+}
+
+__device__ __forceinline__ float WeightAt(const uint16_t* w, int64_t c) { return Bf16ToF32(w[c]); }
+__device__ __forceinline__ float WeightAt(const float* w, int64_t c) { return w[c]; }
+
+// Sum of `v` over a group of kGroup threads (a warp, or the whole block), the same value in every
+// thread. The terms are fp32 squares of bf16 values (16 significant bits each), so the double sum
+// is exact, whatever its order, while the row's squares span less than ~2^(37 - log2(cols)); past
+// that it may differ from the CPU's sequential double sum by a few double ulps, which changes the
+// fp32 rounding only at an fp32 tie (probability ~2^-29 per row).
+template <int kGroup>
+__device__ __forceinline__ double GroupSum(double v, double* warp_sums) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if constexpr (kGroup == 32) {
+    return v;
+  } else {
+    static_assert(kGroup == kNormThreads);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    double total = warp_sums[0];
+#pragma unroll
+    for (int w = 1; w < kGroup / 32; ++w) total += warp_sums[w];
+    __syncthreads();  // warp_sums is rewritten for the next row
+    return total;
+  }
+}
+
+// out = bf16(w * (x * r)) per row; with Tail = RopeArgs the last 2 * tail.pairs values of the row
+// are then rotated (from their bf16-rounded normed values) instead of stored as they are. kGroup
+// threads (a warp, or the block) share a row; kW = 8 needs 16-byte aligned rows and weight and
+// (cols - 2 * pairs) % 8 == 0. In place is safe: each thread reads x[c] before it writes out[c],
+// and pass 2 starts after every thread's pass-1 reads (GroupSum synchronises).
+template <int kGroup, typename W, int kW, typename Tail>
+__global__ void __launch_bounds__(kNormThreads)
+    RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
+  constexpr int kRowsPerBlock = kNormThreads / kGroup;
+  __shared__ double warp_sums[kNormThreads / 32];
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t chunks = p.cols / kW;
+  const int64_t plain_chunks = (p.cols - 2 * int64_t{tail.pairs}) / kW;
+  const float inv_n = DivRn(1.0f, Int64ToF32(p.cols));
+  for (int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup; row < p.rows;
+       row += int64_t{gridDim.x} * kRowsPerBlock) {
+    const uint16_t* x = p.x + row * p.x_stride;
+    uint16_t* out = p.out + row * p.out_stride;
+    // Pass 1: sum of fp32 squares, in double.
+    double sum = 0.0;
+    for (int64_t j = lane; j < chunks; j += kGroup) {
+      float v[kW];
+      LoadBf16<kW>(x + j * kW, v);
+#pragma unroll
+      for (int i = 0; i < kW; ++i) sum += static_cast<double>(MulRn(v[i], v[i]));
+    }
+    sum = GroupSum<kGroup>(sum, warp_sums);
+    const float mean = MulRn(DoubleToF32(sum), inv_n);
+    const float r = DivRn(1.0f, SqrtRn(AddRn(mean, p.eps)));
+    // Pass 2: the unrotated values.
+    for (int64_t j = lane; j < plain_chunks; j += kGroup) {
+      float v[kW];
+      float w[kW];
+      LoadBf16<kW>(x + j * kW, v);
+      LoadWeight<kW>(weight + j * kW, w);
+#pragma unroll
+      for (int i = 0; i < kW; ++i) v[i] = MulRn(w[i], MulRn(v[i], r));
+      StoreBf16<kW>(out + j * kW, v);
+    }
+    if constexpr (Tail::kRope) {
+      const int64_t nope = p.cols - 2 * int64_t{tail.pairs};
+      const int64_t pos = tail.positions[row];
+      for (int k = lane; k < tail.pairs; k += kGroup) {
+        const int64_t c = nope + 2 * k;
+        // The bf16 value RmsNormCpu would store is what RopeCpu reads.
+        const float a = Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c), MulRn(Bf16ToF32(x[c]), r))));
+        const float b =
+            Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c + 1), MulRn(Bf16ToF32(x[c + 1]), r))));
+        float cs = 0.0f;
+        float sn = 0.0f;
+        RopeCosSinAt(pos, tail.freqs[k], &cs, &sn);
+        if (tail.inverse) sn = -sn;
+        float re = 0.0f;
+        float im = 0.0f;
+        RotatePair(a, b, cs, sn, &re, &im);
+        out[c] = static_cast<uint16_t>(F32ToBf16(re));
+        out[c + 1] = static_cast<uint16_t>(F32ToBf16(im));
+      }
+    }
+  }
+}
+
+// Text RoPE, one block per token (grid-stride): the block computes the token's rd/2 cos/sin once
+// into shared memory, then rotates every head's tail pair by pair and, when out != x, copies the
+// unrotated dims. kPairVec: every pair and every copied pair of values is one aligned 32-bit word
+// (x, out 4-byte aligned; strides, head strides and head_dim - rd even). The launcher guarantees
+// heads * head_dim < 2^31, so per-token indices fit 32 bits.
+template <bool kPairVec>
+__global__ void __launch_bounds__(kRopeThreads) RopeKernel(RopeParams p, RopeArgs f) {
+  __shared__ float s_cos[kMaxRopeDims / 2];
+  __shared__ float s_sin[kMaxRopeDims / 2];
+  const uint32_t pairs = static_cast<uint32_t>(f.pairs);
+  const uint32_t nope = static_cast<uint32_t>(p.head_dim) - 2 * pairs;
+  const uint32_t rotated = static_cast<uint32_t>(p.heads) * pairs;
+  const bool copy_nope = p.out != p.x && nope > 0;
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    const int64_t pos = f.positions[t];
+    for (uint32_t k = threadIdx.x; k < pairs; k += blockDim.x) {
+      float cs = 0.0f;
+      float sn = 0.0f;
+      RopeCosSinAt(pos, f.freqs[k], &cs, &sn);
+      s_cos[k] = cs;
+      s_sin[k] = f.inverse ? -sn : sn;
+    }
+    __syncthreads();
+    const uint16_t* x_tok = p.x + t * p.x_stride;
+    uint16_t* out_tok = p.out + t * p.out_stride;
+    for (uint32_t i = threadIdx.x; i < rotated; i += blockDim.x) {
+      const uint32_t h = i / pairs;
+      const uint32_t k = i - h * pairs;
+      const uint16_t* xp = x_tok + h * p.x_head_stride + nope + 2 * k;
+      uint16_t* op = out_tok + h * p.out_head_stride + nope + 2 * k;
+      uint32_t lo = 0;
+      uint32_t hi = 0;
+      if constexpr (kPairVec) {
+        const uint32_t word = *reinterpret_cast<const uint32_t*>(xp);
+        lo = word & 0xFFFFu;
+        hi = word >> 16;
+      } else {
+        lo = xp[0];
+        hi = xp[1];
+      }
+      float re = 0.0f;
+      float im = 0.0f;
+      RotatePair(Bf16ToF32(lo), Bf16ToF32(hi), s_cos[k], s_sin[k], &re, &im);
+      if constexpr (kPairVec) {
+        *reinterpret_cast<uint32_t*>(op) = F32ToBf16(re) | (F32ToBf16(im) << 16);
+      } else {
+        op[0] = static_cast<uint16_t>(F32ToBf16(re));
+        op[1] = static_cast<uint16_t>(F32ToBf16(im));
+      }
+    }
+    if (copy_nope) {
+      constexpr uint32_t kStep = kPairVec ? 2 : 1;  // values per copied unit
+      const uint32_t units = nope / kStep;
+      const uint32_t total = static_cast<uint32_t>(p.heads) * units;
+      for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
+        const uint32_t h = i / units;
+        const uint32_t d = (i - h * units) * kStep;
+        const uint16_t* xp = x_tok + h * p.x_head_stride + d;
+        uint16_t* op = out_tok + h * p.out_head_stride + d;
+        if constexpr (kPairVec) {
+          *reinterpret_cast<uint32_t*>(op) = *reinterpret_cast<const uint32_t*>(xp);
+        } else {
+          op[0] = xp[0];
+        }
+      }
+    }
+    __syncthreads();  // s_cos / s_sin are rewritten for the next token
+  }
+}
+
+}  // namespace flashserve::kernels::norm_rope_device

@@ -1,0 +1,120 @@
+// CUDA launchers of RMSNorm, text RoPE and the fused RMSNorm + RoPE: validate (norm_rope_params.cc,
+// shared with the CPU bodies), pick the instantiation for the shape and the operands' alignment,
+// size the grid, launch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/norm_rope/cuda/norm_rope_kernels.cuh"
+#include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/rope_table.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using norm_rope_device::kNormThreads;
+using norm_rope_device::kRopeThreads;
+using norm_rope_device::NoRope;
+using norm_rope_device::RopeArgs;
+
+// Rows (tokens) are walked grid-stride; more blocks than this only queue.
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+// A warp per row up to this width; a 256-thread block per row above.
+constexpr int64_t kWarpRowMaxCols = 1024;
+
+bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
+}
+
+unsigned BlocksFor(int64_t items, int64_t per_block) {
+  return static_cast<unsigned>(std::min((items + per_block - 1) / per_block, kMaxBlocks));
+}
+
+RopeArgs MakeRopeArgs(const RopeTable& table, const int64_t* positions, bool inverse) {
+  RopeArgs a;
+  a.positions = positions;
+  a.inverse = inverse;
+  const auto freqs = table.frequencies();
+  a.pairs = static_cast<int>(freqs.size());
+  std::copy(freqs.begin(), freqs.end(), a.freqs);
+  return a;
+}
+
+template <int kGroup, typename W, int kW, typename Tail>
+void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
+  constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
+  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail>
+      <<<BlocksFor(p.rows, kRowsPerBlock), kNormThreads, 0, stream>>>(p, weight, tail);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename W, typename Tail>
+void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
+  const int64_t plain = p.cols - 2 * int64_t{tail.pairs};
+  const bool vec = p.cols % 8 == 0 && plain % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) &&
+                   Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
+  const bool warp_rows = p.cols <= kWarpRowMaxCols;
+  if (warp_rows && vec) {
+    LaunchNorm<32, W, 8>(p, weight, tail, stream);
+  } else if (warp_rows) {
+    LaunchNorm<32, W, 1>(p, weight, tail, stream);
+  } else if (vec) {
+    LaunchNorm<kNormThreads, W, 8>(p, weight, tail, stream);
+  } else {
+    LaunchNorm<kNormThreads, W, 1>(p, weight, tail, stream);
+  }
+}
+
+template <typename Tail>
+void LaunchNormWeights(const RmsNormParams& p, const Tail& tail, cudaStream_t stream) {
+  if (p.weight_bf16 != nullptr) {
+    LaunchNormFor(p, p.weight_bf16, tail, stream);
+  } else {
+    LaunchNormFor(p, p.weight_f32, tail, stream);
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchRmsNorm(const RmsNormParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateRmsNorm(p));
+  if (p.rows == 0) return absl::OkStatus();
+  LaunchNormWeights(p, NoRope{}, stream);
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRmsNormRope(const RmsNormRopeParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateRmsNormRope(p));
+  if (p.norm.rows == 0) return absl::OkStatus();
+  LaunchNormWeights(p.norm, MakeRopeArgs(*p.table, p.positions, p.inverse), stream);
+  return absl::OkStatus();
+}
+
+absl::Status LaunchRope(const RopeParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateRopeLayout(p));
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.heads * p.head_dim >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Rope: heads * head_dim = %d must be < 2^31 on the GPU", p.heads * p.head_dim));
+  }
+  const RopeArgs args = MakeRopeArgs(*p.table, p.positions, p.inverse);
+  const int64_t nope = p.head_dim - p.table->rope_dims();
+  const bool vec = nope % 2 == 0 && Aligned(p.x, 2 * p.x_stride, 4) &&
+                   Aligned(p.out, 2 * p.out_stride, 4) && p.x_head_stride % 2 == 0 &&
+                   p.out_head_stride % 2 == 0;
+  const unsigned blocks = BlocksFor(p.tokens, 1);
+  if (vec) {
+    norm_rope_device::RopeKernel<true><<<blocks, kRopeThreads, 0, stream>>>(p, args);
+  } else {
+    norm_rope_device::RopeKernel<false><<<blocks, kRopeThreads, 0, stream>>>(p, args);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,358 @@
+// GPU launchers against the CPU bodies: LaunchRmsNorm vs RmsNormCpu, LaunchRope vs RopeCpu and
+// LaunchRmsNormRope vs RmsNormCpu then RopeCpu, over the released shapes (rows 1..4096, cols 512 /
+// 1024 / 1280 / 5120; q 64 x 512, index 32 x 128, kv 1 x 512 with rd 64; positions up to 2^20),
+// odd widths, padded / unaligned strides (the scalar paths) and in place. Outputs start poisoned,
+// so a value the kernel fails to write (or writes into the padding) is a mismatch.
+//
+// Expected: identical bits. Tolerated (README.md "CUDA"): values within one bf16 ulp on at most
+// 1e-5 of the elements — the double sin/cos or sum rounding to a different fp32 at an fp32 tie,
+// which should never be seen; each comparison prints its count.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/base/check.h"
+#include "gtest/gtest.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/norm_rope_test_util.h"
+#include "kernels/norm_rope/rope_table.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using testing::RandomBf16;
+using testing::RandomFloats;
+
+constexpr uint16_t kPoison = 0xA5A5;
+
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  DeviceBuffer buf(host.size() * sizeof(T));
+  buf.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+template <typename T>
+std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> host(n);
+  buf.CopyToHost(host.data(), n * sizeof(T));
+  return host;
+}
+
+// Signed position of a bf16 bit pattern on the number line (±0 both 0), for ulp distances.
+int32_t Ordered(uint16_t b) {
+  return (b & 0x8000u) != 0 ? -static_cast<int32_t>(b & 0x7FFFu) : static_cast<int32_t>(b);
+}
+
+// Compares whole buffers (padding included): "" when every value is identical, or within one
+// bf16 ulp on at most max(1e-5 * n, 1) values; otherwise a description of the first bad value.
+std::string CompareBf16(const char* what, const std::vector<uint16_t>& got,
+                        const std::vector<uint16_t>& want) {
+  if (got.size() != want.size()) return "size differs";
+  int64_t off_by_one = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    const int32_t d = std::abs(Ordered(got[i]) - Ordered(want[i]));
+    if (d > 1 || got[i] == kPoison || want[i] == kPoison) {
+      return absl::StrFormat("%s: element %d is 0x%04x, want 0x%04x", what, i, got[i], want[i]);
+    }
+    ++off_by_one;
+  }
+  const int64_t n = static_cast<int64_t>(got.size());
+  std::printf("  %s: %ld values, %ld identical, %ld one bf16 ulp apart\n", what,
+              static_cast<long>(n), static_cast<long>(n - off_by_one),
+              static_cast<long>(off_by_one));
+  if (off_by_one > std::max<int64_t>(n / 100000, 1)) {
+    return absl::StrFormat("%s: %d values one ulp apart (more than 1e-5 of %d)", what, off_by_one,
+                           n);
+  }
+  return "";
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------------
+
+struct NormCase {
+  int64_t rows, cols;
+  bool bf16_weight;
+  int64_t x_pad, out_pad;  // stride = cols + pad (odd pads take the scalar path)
+};
+
+// rows x cols (x and out padded as given), CPU vs GPU, out of place and in place.
+void CheckNorm(const NormCase& c, uint32_t seed) {
+  SCOPED_TRACE(absl::StrFormat("rows %d cols %d %s pads %d/%d", c.rows, c.cols,
+                               c.bf16_weight ? "bf16" : "fp32", c.x_pad, c.out_pad));
+  const int64_t xs = c.cols + c.x_pad, os = c.cols + c.out_pad;
+  std::vector<uint16_t> x = RandomBf16(c.rows * xs, 1.5f, seed);
+  // A spread of row scales (1/64 .. 64) so that r covers many binades.
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const int shift = static_cast<int>(r % 13) - 6;
+    for (int64_t i = 0; i < xs; ++i) {
+      uint16_t& v = x[r * xs + i];
+      const int exp = static_cast<int>((v >> 7) & 0xFF);
+      if (exp > 10 && exp < 240) v = static_cast<uint16_t>(static_cast<int>(v) + shift * 128);
+    }
+  }
+  const std::vector<uint16_t> w16 = RandomBf16(c.cols, 1.0f, seed + 1);
+  const std::vector<float> w32 = RandomFloats(c.cols, -2.0f, 2.0f, seed + 2);
+  RmsNormParams p;
+  p.rows = c.rows;
+  p.cols = c.cols;
+  p.x_stride = xs;
+  p.out_stride = os;
+  p.eps = c.bf16_weight ? 1e-20f : 1e-6f;
+
+  std::vector<uint16_t> want(static_cast<size_t>(c.rows * os), kPoison);
+  RmsNormParams cpu = p;
+  cpu.x = x.data();
+  cpu.out = want.data();
+  if (c.bf16_weight) {
+    cpu.weight_bf16 = w16.data();
+  } else {
+    cpu.weight_f32 = w32.data();
+  }
+  ASSERT_TRUE(RmsNormCpu(cpu, nullptr).ok());
+
+  DeviceBuffer dx = ToDevice(x), dw16 = ToDevice(w16), dw32 = ToDevice(w32);
+  DeviceBuffer dout = ToDevice(std::vector<uint16_t>(want.size(), kPoison));
+  RmsNormParams gpu = p;
+  gpu.x = dx.get<uint16_t>();
+  gpu.out = dout.get<uint16_t>();
+  if (c.bf16_weight) {
+    gpu.weight_bf16 = dw16.get<uint16_t>();
+  } else {
+    gpu.weight_f32 = dw32.get<float>();
+  }
+  ASSERT_TRUE(LaunchRmsNorm(gpu, nullptr).ok());
+  EXPECT_EQ(CompareBf16("rms_norm", ToHost<uint16_t>(dout, want.size()), want), "");
+
+  // In place over x (x's stride): the CPU body in place on a host copy.
+  std::vector<uint16_t> in_place = x;
+  cpu.x = cpu.out = in_place.data();
+  cpu.out_stride = xs;
+  ASSERT_TRUE(RmsNormCpu(cpu, nullptr).ok());
+  gpu.x = gpu.out = dx.get<uint16_t>();
+  gpu.out_stride = xs;
+  ASSERT_TRUE(LaunchRmsNorm(gpu, nullptr).ok());
+  EXPECT_EQ(CompareBf16("rms_norm in place", ToHost<uint16_t>(dx, x.size()), in_place), "");
+}
+
+TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
+  FS_SKIP_WITHOUT_GPU();
+  uint32_t seed = 100;
+  for (int64_t rows : {1, 7, 64, 4096}) {
+    for (int64_t cols : {512, 1024, 1280, 5120}) {
+      CheckNorm({rows, cols, true, 0, 0}, seed++);
+    }
+  }
+  // ViT norms (fp32 weight, eps 1e-6) and a decode batch of the largest width.
+  CheckNorm({577, 1024, false, 0, 0}, seed++);
+  CheckNorm({33, 7168, true, 0, 0}, seed++);
+}
+
+TEST(NormRopeGpuTest, RmsNormScalarPathsAndOddWidths) {
+  FS_SKIP_WITHOUT_GPU();
+  uint32_t seed = 200;
+  // Odd pads misalign rows (scalar path); odd and tiny widths; both weight types; both row modes.
+  for (const NormCase& c : std::vector<NormCase>{{5, 512, true, 3, 1},
+                                                 {5, 5120, false, 1, 8},
+                                                 {9, 1, true, 0, 0},
+                                                 {9, 7, false, 2, 0},
+                                                 {300, 1000, true, 0, 5},
+                                                 {3, 1030, false, 0, 0},
+                                                 {2, 4099, true, 1, 1}}) {
+    CheckNorm(c, seed++);
+  }
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------
+
+const RopeSpec kFullYarn{64, 160000.0, 65536, 16.0, 32.0, 1.0};
+const RopeSpec kFullPlain{64, 10000.0, 0, 16.0, 32.0, 1.0};
+const RopeSpec kTinyYarn{32, 160000.0, 64, 4.0, 32.0, 1.0};
+
+RopeTable Table(const RopeSpec& spec) {
+  absl::StatusOr<RopeTable> t = RopeTable::Create(spec, 0);
+  CHECK_OK(t.status());
+  return *std::move(t);
+}
+
+// Positions: a prefill run from `first` for half the tokens, then random ones up to 2^20.
+std::vector<int64_t> Positions(int64_t tokens, int64_t first, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> any(0, int64_t{1} << 20);
+  std::vector<int64_t> pos(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) pos[t] = t < tokens / 2 ? first + t : any(rng);
+  if (tokens > 2) pos[tokens - 1] = int64_t{1} << 20;
+  return pos;
+}
+
+struct RopeCase {
+  const RopeSpec* spec;
+  int64_t tokens, heads, head_dim;
+  int64_t head_pad, token_pad;  // head stride = head_dim + head_pad; token stride adds token_pad
+};
+
+void CheckRope(const RopeCase& c, bool inverse, uint32_t seed) {
+  SCOPED_TRACE(absl::StrFormat("tokens %d heads %d head_dim %d rd %d pads %d/%d%s", c.tokens,
+                               c.heads, c.head_dim, c.spec->rope_dims, c.head_pad, c.token_pad,
+                               inverse ? " inverse" : ""));
+  const RopeTable table = Table(*c.spec);
+  const int64_t hs = c.head_dim + c.head_pad, ts = c.heads * hs + c.token_pad;
+  const std::vector<uint16_t> x = RandomBf16(c.tokens * ts, 2.0f, seed);
+  const std::vector<int64_t> pos = Positions(c.tokens, 3 * seed, seed + 1);
+  RopeParams p;
+  p.table = &table;
+  p.tokens = c.tokens;
+  p.heads = c.heads;
+  p.head_dim = c.head_dim;
+  p.x_stride = p.out_stride = ts;
+  p.x_head_stride = p.out_head_stride = hs;
+  p.inverse = inverse;
+
+  std::vector<uint16_t> want(x.size(), kPoison);
+  RopeParams cpu = p;
+  cpu.positions = pos.data();
+  cpu.x = x.data();
+  cpu.out = want.data();
+  ASSERT_TRUE(RopeCpu(cpu, nullptr).ok());
+  DeviceBuffer dx = ToDevice(x), dpos = ToDevice(pos);
+  DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));
+  RopeParams gpu = p;
+  gpu.positions = dpos.get<int64_t>();
+  gpu.x = dx.get<uint16_t>();
+  gpu.out = dout.get<uint16_t>();
+  ASSERT_TRUE(LaunchRope(gpu, nullptr).ok());
+  EXPECT_EQ(CompareBf16("rope", ToHost<uint16_t>(dout, x.size()), want), "");
+
+  std::vector<uint16_t> in_place = x;
+  cpu.x = cpu.out = in_place.data();
+  ASSERT_TRUE(RopeCpu(cpu, nullptr).ok());
+  gpu.x = gpu.out = dx.get<uint16_t>();
+  ASSERT_TRUE(LaunchRope(gpu, nullptr).ok());
+  EXPECT_EQ(CompareBf16("rope in place", ToHost<uint16_t>(dx, x.size()), in_place), "");
+}
+
+TEST(NormRopeGpuTest, RopeMatchesCpuOnReleasedShapes) {
+  FS_SKIP_WITHOUT_GPU();
+  uint32_t seed = 300;
+  // Released q [64 x 512], index q [32 x 128], kv [1 x 512], rd 64, YaRN and plain; tiny q.
+  for (const RopeCase& c : std::vector<RopeCase>{{&kFullYarn, 1, 64, 512, 0, 0},
+                                                 {&kFullYarn, 300, 64, 512, 0, 0},
+                                                 {&kFullYarn, 4096, 1, 512, 0, 0},
+                                                 {&kFullPlain, 257, 32, 128, 0, 0},
+                                                 {&kFullPlain, 2048, 1, 512, 0, 0},
+                                                 {&kTinyYarn, 33, 4, 128, 0, 0}}) {
+    for (bool inverse : {false, true}) CheckRope(c, inverse, seed++);
+  }
+}
+
+TEST(NormRopeGpuTest, RopeScalarPathsAndPaddedStrides) {
+  FS_SKIP_WITHOUT_GPU();
+  uint32_t seed = 400;
+  // Even pads keep the 32-bit pair path with gaps; odd pads force the 16-bit path; rd == head_dim.
+  for (const RopeCase& c : std::vector<RopeCase>{{&kFullYarn, 17, 8, 512, 8, 6},
+                                                 {&kFullYarn, 17, 8, 512, 1, 3},
+                                                 {&kFullPlain, 9, 3, 64, 0, 1},
+                                                 {&kFullPlain, 9, 5, 65, 0, 0},
+                                                 {&kTinyYarn, 5, 2, 32, 0, 0}}) {
+    CheckRope(c, false, seed++);
+  }
+}
+
+// ---- Fused RMSNorm + RoPE --------------------------------------------------------------------
+
+void CheckNormRope(int64_t rows, int64_t cols, const RopeSpec& spec, bool inverse, uint32_t seed) {
+  SCOPED_TRACE(absl::StrFormat("rows %d cols %d rd %d%s", rows, cols, spec.rope_dims,
+                               inverse ? " inverse" : ""));
+  const RopeTable table = Table(spec);
+  const std::vector<uint16_t> x = RandomBf16(rows * cols, 0.7f, seed);
+  const std::vector<uint16_t> w = RandomBf16(cols, 1.0f, seed + 1);
+  const std::vector<int64_t> pos = Positions(rows, 11, seed + 2);
+  // Reference: RmsNormCpu, then RopeCpu in place on its output (one head of cols dims).
+  std::vector<uint16_t> want(x.size(), kPoison);
+  ASSERT_TRUE(RmsNormCpu({rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols},
+                         nullptr)
+                  .ok());
+  RopeParams rope;
+  rope.table = &table;
+  rope.tokens = rows;
+  rope.heads = 1;
+  rope.head_dim = cols;
+  rope.positions = pos.data();
+  rope.x = rope.out = want.data();
+  rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
+  rope.inverse = inverse;
+  ASSERT_TRUE(RopeCpu(rope, nullptr).ok());
+
+  DeviceBuffer dx = ToDevice(x), dw = ToDevice(w), dpos = ToDevice(pos);
+  DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));
+  RmsNormRopeParams p;
+  p.norm = {rows,    cols,   dx.get<uint16_t>(),   cols, dw.get<uint16_t>(),
+            nullptr, 1e-20f, dout.get<uint16_t>(), cols};
+  p.table = &table;
+  p.positions = dpos.get<int64_t>();
+  p.inverse = inverse;
+  ASSERT_TRUE(LaunchRmsNormRope(p, nullptr).ok());
+  EXPECT_EQ(CompareBf16("rms_norm_rope", ToHost<uint16_t>(dout, x.size()), want), "");
+  p.norm.out = dx.get<uint16_t>();
+  ASSERT_TRUE(LaunchRmsNormRope(p, nullptr).ok());
+  EXPECT_EQ(CompareBf16("rms_norm_rope in place", ToHost<uint16_t>(dx, x.size()), want), "");
+}
+
+TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
+  FS_SKIP_WITHOUT_GPU();
+  // kv [512] with rd 64 (warp-per-row, vectorised); tiny kv [128] rd 32; a wide row (block path);
+  // an odd width (scalar path).
+  CheckNormRope(1, 512, kFullYarn, false, 500);
+  CheckNormRope(2048, 512, kFullYarn, false, 501);
+  CheckNormRope(2048, 512, kFullPlain, true, 502);
+  CheckNormRope(65, 128, kTinyYarn, false, 503);
+  CheckNormRope(9, 2048, kFullYarn, false, 504);
+  CheckNormRope(9, 517, kFullPlain, false, 505);
+}
+
+// ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------
+
+TEST(NormRopeGpuTest, LaunchersRejectBadParamsBeforeLaunching) {
+  uint16_t buf[64] = {};
+  const uint16_t w[8] = {};
+  RmsNormParams n{2, 8, buf, 8, w, nullptr, 1e-20f, buf + 32, 8};
+  n.weight_f32 = reinterpret_cast<const float*>(w);  // both weights set
+  EXPECT_EQ(LaunchRmsNorm(n, nullptr).code(), absl::StatusCode::kInvalidArgument);
+
+  const RopeTable table = Table(kTinyYarn);
+  RopeParams r;
+  r.table = &table;
+  r.tokens = 1;
+  r.heads = 1;
+  r.head_dim = 32;
+  r.x = buf;
+  r.out = buf + 32;
+  r.x_stride = r.out_stride = r.x_head_stride = r.out_head_stride = 32;
+  EXPECT_EQ(LaunchRope(r, nullptr).code(), absl::StatusCode::kInvalidArgument);  // no positions
+  const int64_t pos = 0;
+  r.positions = &pos;
+  r.head_dim = 16;  // < rd
+  EXPECT_EQ(LaunchRope(r, nullptr).code(), absl::StatusCode::kInvalidArgument);
+
+  RmsNormRopeParams f;
+  f.norm = {1, 16, buf, 16, w, nullptr, 1e-20f, buf + 32, 16};
+  f.table = &table;
+  f.positions = &pos;
+  EXPECT_EQ(LaunchRmsNormRope(f, nullptr).code(), absl::StatusCode::kInvalidArgument);  // 16 < 32
+  f.norm.cols = f.norm.x_stride = f.norm.out_stride = 32;
+  f.positions = nullptr;
+  EXPECT_EQ(LaunchRmsNormRope(f, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
