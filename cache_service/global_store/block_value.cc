@@ -36,7 +36,11 @@ absl::Status Loss(std::string_view what) {
 void EncodeBlockValue(const ModelFingerprint& fingerprint, const BlockKey& key,
                       int64_t created_unix_micros, std::string_view payload, std::string* out) {
   out->resize(EncodedBlockValueBytes(payload.size()));
-  char* p = out->data();
+  EncodeBlockValueTo(fingerprint, key, created_unix_micros, payload, out->data());
+}
+
+void EncodeBlockValueTo(const ModelFingerprint& fingerprint, const BlockKey& key,
+                        int64_t created_unix_micros, std::string_view payload, char* p) {
   std::memcpy(p + kOffMagic, kBlockValueMagic.data(), kBlockValueMagic.size());
   PutLe(kBlockFormatVersion, 2, p + kOffFormatVersion);
   PutLe(kBlockHeaderBytes, 2, p + kOffHeaderBytes);

@@ -41,6 +41,10 @@ struct BlockValueHeader {
 // one copy of the payload and one XXH3-128 pass.
 void EncodeBlockValue(const ModelFingerprint& fingerprint, const BlockKey& key,
                       int64_t created_unix_micros, std::string_view payload, std::string* out);
+// The same, into EncodedBlockValueBytes(payload.size()) bytes at `out` (caller-owned memory, e.g.
+// a value-log append buffer).
+void EncodeBlockValueTo(const ModelFingerprint& fingerprint, const BlockKey& key,
+                        int64_t created_unix_micros, std::string_view payload, char* out);
 
 // A decoded value: the header and a view of the payload inside the input bytes (valid while they
 // are).

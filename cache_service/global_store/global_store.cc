@@ -6,9 +6,11 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "cache_service/global_store/meta_record.h"
 #include "cache_service/global_store/rocks_util.h"
+#include "cache_service/global_store/value_log.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "rocksdb/cache.h"
@@ -23,8 +25,12 @@ namespace {
 constexpr char kBlocksFamily[] = "blocks";
 constexpr char kMetaFamily[] = "meta";
 // A marker in the default column family: the store's own format version (key and value layouts).
+// "1": values in the blocks family only; "2": values may also be in the value log (metadata
+// records of version 2). A binary that knows only "1" refuses a "2" store instead of dropping its
+// unknown records.
 constexpr char kFormatKey[] = "flashserve.cache.format";
 constexpr char kFormatValue[] = "1";
+constexpr char kFormatValueLog[] = "2";
 
 absl::Status Validate(const GlobalStoreOptions& o) {
   if (o.path.empty()) return absl::InvalidArgumentError("global store: path is empty");
@@ -35,6 +41,12 @@ absl::Status Validate(const GlobalStoreOptions& o) {
         "global store: eviction_samples, max_evictions_per_put and access_persist_batch >= 1");
   }
   if (o.read_threads < 1) return absl::InvalidArgumentError("global store: read_threads < 1");
+  if (!(o.value_log_gc_live_ratio > 0 && o.value_log_gc_live_ratio <= 1)) {
+    return absl::InvalidArgumentError("global store: value_log_gc_live_ratio not in (0, 1]");
+  }
+  if (o.value_log_segment_bytes < 2 * kValueLogAlign) {
+    return absl::InvalidArgumentError("global store: value_log_segment_bytes < 8 KiB");
+  }
   return absl::OkStatus();
 }
 
@@ -80,17 +92,26 @@ absl::StatusOr<std::unique_ptr<GlobalStore>> GlobalStore::Open(GlobalStoreOption
 
   std::string format;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), store->handles_[0], kFormatKey, &format);
-  if (s.IsNotFound()) {
-    rocksdb::WriteOptions sync;
-    sync.sync = true;
-    s = db->Put(sync, store->handles_[0], kFormatKey, kFormatValue);
-  } else if (s.ok() && format != kFormatValue) {
+  const char* want = store->options_.value_log ? kFormatValueLog : kFormatValue;
+  if (s.ok() && format != kFormatValue && format != kFormatValueLog) {
     return absl::FailedPreconditionError(absl::StrCat("global store at ", store->options_.path,
                                                       " has format ", format, ", expected ",
-                                                      kFormatValue));
+                                                      kFormatValue, " or ", kFormatValueLog));
+  }
+  // A store that has held value-log entries stays "2" (they may still be there).
+  if (s.IsNotFound() || (s.ok() && format == kFormatValue && want == kFormatValueLog)) {
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    s = db->Put(sync, store->handles_[0], kFormatKey, want);
   }
   RETURN_IF_ERROR(FromRocks(s, "global store format marker"));
+  ValueLogOptions vo;
+  vo.dir = store->options_.path + "/vlog";
+  vo.segment_bytes = store->options_.value_log_segment_bytes;
+  vo.direct_reads = store->options_.value_log_direct_reads;
+  ASSIGN_OR_RETURN(store->vlog_, ValueLog::Open(std::move(vo)));
   RETURN_IF_ERROR(store->LoadIndex());
+  store->ReclaimSegments();  // segments emptied before the last close, or never referenced
   return store;
 }
 
@@ -129,6 +150,7 @@ absl::Status GlobalStore::Close() {
   delete db_;
   db_ = nullptr;
   read_pool_.reset();
+  vlog_.reset();  // every append returned durable; nothing to flush
   return status;
 }
 
@@ -143,6 +165,9 @@ absl::Status GlobalStore::LoadIndex() {
   rocksdb::ReadOptions scan;
   scan.fill_cache = false;  // a one-off sequential scan: keep the block cache for reads
   scan.readahead_size = 2 << 20;
+  absl::flat_hash_map<uint32_t, uint64_t> segment_sizes;
+  for (const auto& [id, size] : vlog_->Segments()) segment_sizes[id] = size;
+  size_t dangling = 0;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, meta_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
@@ -151,6 +176,18 @@ absl::Status GlobalStore::LoadIndex() {
       bad.push_back(k.ToString());
       continue;
     }
+    if (state->segment != 0) {
+      // A location outside its segment: the segment is gone or shorter. Possible only for an
+      // entry whose delete was in flight when the process died after its segment was deleted
+      // (README.md, "Value log"), or after damage. Dropped like a bad record.
+      auto seg = segment_sizes.find(state->segment);
+      if (seg == segment_sizes.end() || state->offset < kSegmentHeaderBytes ||
+          state->offset + state->bytes > seg->second) {
+        ++dangling;
+        bad.push_back(k.ToString());
+        continue;
+      }
+    }
     StoreKey key;
     std::memcpy(key.bytes.data(), k.data(), k.size());
     index_.Upsert(key, *state);
@@ -158,7 +195,8 @@ absl::Status GlobalStore::LoadIndex() {
   RETURN_IF_ERROR(FromRocks(it->status(), "scanning the meta column family"));
   if (!bad.empty()) {
     // Unreadable metadata: drop the entries (their blocks are unreachable without it).
-    LOG(ERROR) << "global store: dropping " << bad.size() << " entries with bad metadata";
+    LOG(ERROR) << "global store: dropping " << bad.size() << " entries with bad metadata ("
+               << dangling << " naming bytes no segment holds)";
     rocksdb::WriteBatch batch;
     for (const std::string& k : bad) {
       batch.Delete(blocks_cf_, k);
@@ -228,7 +266,9 @@ absl::Status GlobalStore::Delete(const ModelFingerprint& fingerprint, const Bloc
   batch.Delete(meta_cf_, AsSlice(k));
   rocksdb::WriteOptions w;
   w.sync = options_.sync_writes;
-  return FromRocks(db_->Write(w, &batch), "delete");
+  RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "delete"));
+  ReclaimSegments();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<size_t> GlobalStore::Flush(const Sha256Digest& fingerprint_digest) {
@@ -251,6 +291,7 @@ absl::StatusOr<size_t> GlobalStore::Flush(const Sha256Digest& fingerprint_digest
   RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "flush fingerprint"));
   LOG(INFO) << "global store: flushed fingerprint " << DigestToHex(fingerprint_digest) << " ("
             << keys.size() << " blocks)";
+  ReclaimSegments();
   return keys.size();
 }
 
@@ -265,6 +306,7 @@ absl::StatusOr<size_t> GlobalStore::SweepExpired(size_t budget) {
     UpdateGaugesLocked();
   }
   DeleteFromDisk(victims);
+  if (!victims.empty()) ReclaimSegments();
   return victims.size();
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -48,6 +49,8 @@ class ColumnFamilyHandle;
 
 namespace flashserve::cache {
 
+class ValueLog;
+
 struct GlobalStoreOptions {
   std::string path;                                 // RocksDB directory; created if missing
   uint64_t capacity_bytes = uint64_t{64} << 30;     // encoded value bytes held; > 0
@@ -69,6 +72,20 @@ struct GlobalStoreOptions {
   // read_threads - 1 pool workers started at Open): a cold read waits on the disk, and one
   // thread keeps one read in flight (Debian's RocksDB has no io_uring MultiRead). >= 1.
   int read_threads = 2;
+
+  // ---- value log (README.md, "Value log") ----
+  // New values go to append-only segment files under <path>/vlog (one write + one fdatasync per
+  // batch, then the synced metadata record naming segment and offset); RocksDB keeps only the
+  // metadata. false: values in the blocks column family. Entries of either kind stay readable
+  // whatever this says.
+  bool value_log = true;
+  uint64_t value_log_segment_bytes = uint64_t{256} << 20;  // a segment is sealed at this size
+  // A sealed segment whose live bytes fall below this fraction of its size is rewritten (its live
+  // values copied to the active segment, their metadata updated, the segment deleted); one with
+  // no live value is deleted. In (0, 1].
+  double value_log_gc_live_ratio = 0.5;
+  uint64_t value_log_gc_bytes_per_put = uint64_t{8} << 20;  // segment bytes GC reads per PutBatch
+  bool value_log_direct_reads = false;  // O_DIRECT reads (README.md: measured, off by default)
 };
 
 // LongestPrefix modes. kIndexOnly answers from the in-memory index (present, not expired): no
@@ -268,6 +285,27 @@ class GlobalStore {
   // Handles a value that failed verification: counted, logged, removed.
   void DropCorrupt(const StoreKey& key, std::string_view why);
 
+  // ---- value log (global_store_vlog.cc) ----
+  // Reads the values of value-log entries (segment > 0), coalescing values that are adjacent on
+  // disk into one read, spread over the read pool. fn(j, status, bytes) is called once per entry,
+  // concurrently for distinct j; `bytes` is valid during the call. status: NotFound (the segment
+  // was removed: the entry moved or left), DataLoss (short read), Unavailable (I/O).
+  void ReadFromLog(
+      std::span<const EntryState> states,
+      const std::function<void(size_t, const absl::Status&, std::string_view)>& fn) const;
+  // One raw value, from the value log or the blocks family. NotFound: gone; DataLoss: short
+  // read or a RocksDB checksum failure; Unavailable: I/O.
+  absl::StatusOr<std::string> ReadRawValue(const StoreKey& key, const EntryState& state) const;
+  // One bounded garbage-collection step: reads up to `budget` bytes of the sealed segment being
+  // collected (chosen by live ratio) and moves its live values to the active segment. Returns
+  // false when no segment needed collecting. Without `wait`, returns true at once when another
+  // thread is collecting.
+  bool CollectGarbage(uint64_t budget, bool wait);
+  bool CollectGarbageLocked(uint64_t budget) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gc_mu_);
+  // Deletes the sealed segments no index entry refers to, after a WAL sync (so that the deletes
+  // and relocations that emptied them are durable first).
+  void ReclaimSegments();
+
   const GlobalStoreOptions options_;
   Clock* const clock_;
   OwnedTierMetrics metrics_holder_;
@@ -277,6 +315,12 @@ class GlobalStore {
   rocksdb::ColumnFamilyHandle* blocks_cf_;
   rocksdb::ColumnFamilyHandle* meta_cf_;
   std::unique_ptr<ThreadPool> read_pool_;  // read_threads - 1 workers; null when 1
+  std::unique_ptr<ValueLog> vlog_;         // always open: older entries may live there
+
+  absl::Mutex gc_mu_ ABSL_ACQUIRED_BEFORE(mu_);             // one GC step at a time
+  uint32_t gc_segment_ ABSL_GUARDED_BY(gc_mu_) = 0;         // the segment being collected; 0: none
+  uint64_t gc_offset_ ABSL_GUARDED_BY(gc_mu_) = 0;          // next byte of it to scan
+  std::vector<uint32_t> gc_stuck_ ABSL_GUARDED_BY(gc_mu_);  // scanned, live entries not found
 
   mutable absl::Mutex mu_;
   StoreIndex index_ ABSL_GUARDED_BY(mu_);

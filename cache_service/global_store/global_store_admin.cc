@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache_service/global_store/global_store.h"
 #include "cache_service/global_store/rocks_util.h"
+#include "cache_service/global_store/value_log.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/strings.h"
@@ -188,6 +189,7 @@ absl::StatusOr<InspectedBlock> GlobalStore::InspectBlock(const Sha256Digest& fin
   fp.digest = fingerprint_digest;
   const StoreKey k = MakeStoreKey(fp, key);
   InspectedBlock out;
+  EntryState state;
   {
     absl::MutexLock lock(&mu_);
     const EntryState* s = index_.Find(k);
@@ -195,19 +197,16 @@ absl::StatusOr<InspectedBlock> GlobalStore::InspectBlock(const Sha256Digest& fin
       return absl::NotFoundError("inspect: block not cached");
     }
     out.info = InfoOf(k, *s);
+    state = *s;
   }
-  rocksdb::ReadOptions ro;
-  ro.verify_checksums = options_.rocksdb_verify_checksums;
-  ro.fill_cache = false;
-  rocksdb::PinnableSlice value;
-  const rocksdb::Status st = db_->Get(ro, blocks_cf_, AsSlice(k), &value);
-  if (st.IsCorruption()) {  // RocksDB's own block checksum: no bytes to show
+  absl::StatusOr<std::string> value = ReadRawValue(k, state);
+  if (absl::IsDataLoss(value.status())) {  // RocksDB's block checksum or a short read: no bytes
     out.checksum_ok = false;
-    out.verify_error = st.ToString();
+    out.verify_error = std::string(ToStd(value.status().message()));
     return out;
   }
-  RETURN_IF_ERROR(FromRocks(st, "inspect: reading the block"));
-  const std::string_view bytes = value.ToStringView();
+  RETURN_IF_ERROR(value.status()) << "inspect: reading the block";
+  const std::string_view bytes = *value;
   out.header_readable = ParseHeaderUnverified(bytes, &out.header);
   if (bytes.size() >= kBlockChecksumBytes) {
     out.stored_checksum = std::string(bytes.substr(bytes.size() - kBlockChecksumBytes));
@@ -228,33 +227,31 @@ absl::StatusOr<VerifyReport> GlobalStore::VerifyBlocks(const EntryScan& scan, bo
   ASSIGN_OR_RETURN(std::vector<StoreEntryInfo> entries, ScanLive(live, &report.resume_after));
   const size_t n = entries.size();
   std::vector<StoreKey> skeys(n);
-  std::vector<rocksdb::Slice> rkeys(n);
-  for (size_t i = 0; i < n; ++i) {
-    ModelFingerprint fp;
-    fp.digest = entries[i].fingerprint;
-    skeys[i] = MakeStoreKey(fp, entries[i].key);
-    rkeys[i] = AsSlice(skeys[i]);
+  std::vector<std::optional<EntryState>> states(n);
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < n; ++i) {
+      ModelFingerprint fp;
+      fp.digest = entries[i].fingerprint;
+      skeys[i] = MakeStoreKey(fp, entries[i].key);
+      if (const EntryState* s = index_.Find(skeys[i]); s != nullptr) states[i] = *s;
+    }
   }
-  std::vector<rocksdb::PinnableSlice> values(n);
-  std::vector<rocksdb::Status> statuses(n);
-  rocksdb::ReadOptions ro;
-  ro.verify_checksums = options_.rocksdb_verify_checksums;
-  ro.fill_cache = false;
-  if (n > 0) db_->MultiGet(ro, blocks_cf_, n, rkeys.data(), values.data(), statuses.data());
   for (size_t i = 0; i < n; ++i) {
+    if (!states[i].has_value()) continue;  // deleted since the scan: a race, not damage
+    absl::StatusOr<std::string> value = ReadRawValue(skeys[i], *states[i]);
     std::string why;
-    if (statuses[i].ok()) {
-      ModelFingerprint fp{entries[i].fingerprint, LayoutVersionOf(values[i].ToStringView())};
-      absl::StatusOr<DecodedBlockValue> d =
-          DecodeBlockValue(values[i].ToStringView(), entries[i].key, fp);
+    if (value.ok()) {
+      ModelFingerprint fp{entries[i].fingerprint, LayoutVersionOf(*value)};
+      absl::StatusOr<DecodedBlockValue> d = DecodeBlockValue(*value, entries[i].key, fp);
       if (!d.ok()) why = std::string(ToStd(d.status().message()));
-    } else if (statuses[i].IsCorruption()) {
-      why = statuses[i].ToString();
+    } else if (absl::IsDataLoss(value.status())) {
+      why = std::string(ToStd(value.status().message()));
     } else {
-      // NotFound: deleted since the scan (a race, not damage); other errors: not checked.
-      if (!statuses[i].IsNotFound()) {
+      // NotFound: deleted or moved since the scan (a race, not damage); other errors: not checked.
+      if (!absl::IsNotFound(value.status())) {
         LOG(WARNING) << "global store verify: reading " << entries[i].key.ToHex() << ": "
-                     << statuses[i].ToString();
+                     << value.status();
       }
       continue;
     }
@@ -277,16 +274,20 @@ absl::StatusOr<VerifyReport> GlobalStore::VerifyBlocks(const EntryScan& scan, bo
 absl::StatusOr<CompactionReport> GlobalStore::Compact() {
   CompactionReport report;
   const absl::Time start = absl::Now();
-  report.bytes_before = SstBytes(db_, blocks_cf_) + SstBytes(db_, meta_cf_);
+  report.bytes_before = SstBytes(db_, blocks_cf_) + SstBytes(db_, meta_cf_) + vlog_->TotalBytes();
+  // Value-log segments under the live ratio, all of them (the per-put steps are bounded).
+  while (CollectGarbage(uint64_t{64} << 20, /*wait=*/true)) {
+  }
+  ReclaimSegments();
   rocksdb::CompactRangeOptions cro;
   cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
   for (rocksdb::ColumnFamilyHandle* cf : {blocks_cf_, meta_cf_}) {
     RETURN_IF_ERROR(FromRocks(db_->CompactRange(cro, cf, nullptr, nullptr), "compaction"));
   }
-  report.bytes_after = SstBytes(db_, blocks_cf_) + SstBytes(db_, meta_cf_);
+  report.bytes_after = SstBytes(db_, blocks_cf_) + SstBytes(db_, meta_cf_) + vlog_->TotalBytes();
   report.duration = absl::Now() - start;
   LOG(INFO) << "global store compacted: " << report.bytes_before << " -> " << report.bytes_after
-            << " SST bytes in " << report.duration;
+            << " bytes (SST + value log) in " << report.duration;
   return report;
 }
 

@@ -59,7 +59,8 @@ class GlobalStoreCorruptionTest : public testing::StoreTest {
  protected:
   // Writes 5 ordinary blocks and the target (key 100), flushes them into an SST file if asked,
   // closes the store and flips one byte of the target's payload in files ending in `suffix`.
-  void WriteCorruptAndReopen(bool flush_to_sst, std::string_view suffix, size_t payload_bytes) {
+  void WriteCorruptAndReopen(bool flush_to_sst, std::string_view suffix, size_t payload_bytes,
+                             const std::string& subdir = "") {
     Open();
     for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(fp_, KeyFor(i), Other(i)).ok());
     ASSERT_TRUE(store_->Put(fp_, KeyFor(100), TargetPayload(payload_bytes)).ok());
@@ -68,7 +69,7 @@ class GlobalStoreCorruptionTest : public testing::StoreTest {
     }
     ASSERT_TRUE(store_->Close().ok());
     store_.reset();
-    const std::vector<FileHit> hits = FindInFiles(options_.path, kMarker, suffix);
+    const std::vector<FileHit> hits = FindInFiles(options_.path + subdir, kMarker, suffix);
     ASSERT_FALSE(hits.empty()) << "the payload pattern is in no " << suffix << " file";
     for (const FileHit& h : hits) FlipByte(h.file, h.offset + kMarker.size() / 2);
     Open();
@@ -88,6 +89,7 @@ class GlobalStoreCorruptionTest : public testing::StoreTest {
 
 // Our own checksum alone (RocksDB's block checksums off) catches the flipped byte.
 TEST_F(GlobalStoreCorruptionTest, FlippedByteInSstIsCaughtByTheValueChecksum) {
+  options_.value_log = false;  // values in the blocks family
   options_.rocksdb_verify_checksums = false;
   ASSERT_NO_FATAL_FAILURE(WriteCorruptAndReopen(/*flush_to_sst=*/true, ".sst", 56960));
   EXPECT_EQ(store_->Stats().entries, 6u);  // the index does not know yet
@@ -105,6 +107,7 @@ TEST_F(GlobalStoreCorruptionTest, FlippedByteInSstIsCaughtByTheValueChecksum) {
 // With RocksDB's block checksums on (the default) the same corruption is caught one layer down,
 // and handled the same way.
 TEST_F(GlobalStoreCorruptionTest, FlippedByteInSstIsCaughtByRocksDbChecksums) {
+  options_.value_log = false;
   ASSERT_NO_FATAL_FAILURE(WriteCorruptAndReopen(/*flush_to_sst=*/true, ".sst", 56960));
   absl::StatusOr<size_t> n =
       store_->LongestPrefix(fp_, std::vector<BlockKey>{KeyFor(100)}, LookupMode::kVerified);
@@ -117,11 +120,54 @@ TEST_F(GlobalStoreCorruptionTest, FlippedByteInSstIsCaughtByRocksDbChecksums) {
 // A flipped byte in the WAL: RocksDB's record checksum stops recovery before the damaged write,
 // so the block (written last) is simply absent; earlier writes survive.
 TEST_F(GlobalStoreCorruptionTest, FlippedByteInWalLosesOnlyTheDamagedWrite) {
+  options_.value_log = false;
   other_bytes_ = 3000;              // the WAL's 32 KB fragments must not split the pattern
   options_.flush_on_close = false;  // leave the writes in the WAL, as a crash would
   ASSERT_NO_FATAL_FAILURE(WriteCorruptAndReopen(/*flush_to_sst=*/false, ".log", 2000));
   ExpectNoWrongBytes();
   EXPECT_EQ(store_->Stats().entries, 5u);
+}
+
+// A flipped byte in a value-log segment: our checksum (the only one on those bytes) catches it on
+// the first read; the entry is dropped, counted, and its neighbours in the same write are intact.
+TEST_F(GlobalStoreCorruptionTest, FlippedByteInValueLogIsCaughtByTheValueChecksum) {
+  ASSERT_NO_FATAL_FAILURE(WriteCorruptAndReopen(/*flush_to_sst=*/true, ".vseg", 56960, "/vlog"));
+  EXPECT_EQ(store_->Stats().entries, 6u);
+  ExpectMiss(fp_, KeyFor(100));
+  EXPECT_EQ(tier_.checksum_failures->Value(), 1);
+  EXPECT_EQ(tier_.evicted_corrupt->Value(), 1);
+  ExpectNoWrongBytes();
+  EXPECT_EQ(tier_.checksum_failures->Value(), 1);
+  Reopen();
+  EXPECT_EQ(store_->Stats().entries, 5u);
+}
+
+// The same damage found by VerifyBlocks (the admin scan reads the value log too).
+TEST_F(GlobalStoreCorruptionTest, VerifyBlocksFindsDamageInTheValueLog) {
+  ASSERT_NO_FATAL_FAILURE(WriteCorruptAndReopen(/*flush_to_sst=*/false, ".vseg", 56960, "/vlog"));
+  absl::StatusOr<VerifyReport> r = store_->VerifyBlocks(EntryScan{}, /*drop_corrupt=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->checked, 6u);
+  ASSERT_EQ(r->corrupt.size(), 1u);
+  EXPECT_EQ(r->corrupt[0].key, KeyFor(100));
+  EXPECT_EQ(store_->Stats().entries, 5u);
+  ExpectNoWrongBytes();
+}
+
+// A segment cut short (a lost tail): the entries whose bytes are gone are dropped when the store
+// opens (their metadata names bytes no segment holds); the others are served.
+TEST_F(GlobalStoreCorruptionTest, TruncatedSegmentDropsOnlyTheLostEntries) {
+  Open();
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(fp_, KeyFor(i), Other(i)).ok());
+  ASSERT_TRUE(store_->Put(fp_, KeyFor(100), TargetPayload(56960)).ok());  // the last value
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  const std::vector<FileHit> hits = FindInFiles(options_.path + "/vlog", kMarker, ".vseg");
+  ASSERT_EQ(hits.size(), 1u);
+  std::filesystem::resize_file(hits[0].file, hits[0].offset);
+  Open();
+  EXPECT_EQ(store_->Stats().entries, 5u);
+  ExpectNoWrongBytes();
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // GlobalStore data path: put, get, multiget, lookup.
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -7,6 +8,7 @@
 #include "cache_service/global_store/global_store.h"
 #include "cache_service/global_store/meta_record.h"
 #include "cache_service/global_store/rocks_util.h"
+#include "cache_service/global_store/value_log.h"
 #include "common/base/logging.h"
 #include "common/base/strings.h"
 #include "common/metrics/scoped_timer.h"
@@ -60,44 +62,91 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
     UpdateGaugesLocked();
   }
 
-  rocksdb::WriteBatch batch;
-  // Deletes first: a victim may be a key this batch rewrites (an expired entry put again), and a
-  // batch applies in order, so the new value must come after its delete.
-  for (const StoreKey& k : victims) {
-    batch.Delete(blocks_cf_, AsSlice(k));
-    batch.Delete(meta_cf_, AsSlice(k));
+  // With the value log, the values go first: one write of the batch's values (back to back,
+  // the buffer padded to 4 KiB) and one fdatasync. Only then is the metadata naming them written
+  // (synced), so a crash in between leaves unreferenced bytes, never a record naming lost bytes.
+  std::vector<uint64_t> at(fresh.size(), 0);  // offset of each fresh value in its segment
+  ValueLocation loc;
+  absl::Status appended;
+  if (options_.value_log) {
+    uint64_t total = 0;
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      at[f] = total;
+      total += EncodedBlockValueBytes(blocks[fresh[f]].payload.size());
+    }
+    AlignedBuffer values(AlignUp(total));
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      EncodeBlockValueTo(fingerprint, blocks[fresh[f]].key, now_us, blocks[fresh[f]].payload,
+                         values.data() + at[f]);
+    }
+    std::memset(values.data() + total, 0, values.size() - total);
+    absl::StatusOr<ValueLocation> l = vlog_->Append(values);
+    if (l.ok()) {
+      loc = *l;
+      for (uint64_t& a : at) a += loc.offset;
+    } else {
+      appended = l.status();
+    }
   }
-  std::string value;
+  const auto state_of = [&](size_t f) {
+    EntryState st{
+        EncodedBlockValueBytes(blocks[fresh[f]].payload.size()), now_us, now_us, false, 0, 0};
+    if (options_.value_log) {
+      st.segment = loc.segment;
+      st.offset = at[f];
+    }
+    return st;
+  };
+
+  rocksdb::Status s;
   uint64_t payload_bytes = 0;
-  for (size_t i : fresh) {
-    const StoreKey k = MakeStoreKey(fingerprint, blocks[i].key);
-    EncodeBlockValue(fingerprint, blocks[i].key, now_us, blocks[i].payload, &value);
-    batch.Put(blocks_cf_, AsSlice(k), value);
-    batch.Put(meta_cf_, AsSlice(k),
-              EncodeMetaRecord(EntryState{value.size(), now_us, now_us, false}));
-    payload_bytes += blocks[i].payload.size();
+  if (appended.ok()) {
+    rocksdb::WriteBatch batch;
+    // Deletes first: a victim may be a key this batch rewrites (an expired entry put again), and
+    // a batch applies in order, so the new value must come after its delete.
+    for (const StoreKey& k : victims) {
+      batch.Delete(blocks_cf_, AsSlice(k));
+      batch.Delete(meta_cf_, AsSlice(k));
+    }
+    std::string value;
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      const size_t i = fresh[f];
+      const StoreKey k = MakeStoreKey(fingerprint, blocks[i].key);
+      if (!options_.value_log) {
+        EncodeBlockValue(fingerprint, blocks[i].key, now_us, blocks[i].payload, &value);
+        batch.Put(blocks_cf_, AsSlice(k), value);
+      }
+      batch.Put(meta_cf_, AsSlice(k), EncodeMetaRecord(state_of(f)));
+      payload_bytes += blocks[i].payload.size();
+    }
+    rocksdb::WriteOptions w;
+    w.sync = options_.sync_writes;
+    s = db_->Write(w, &batch);
   }
-  rocksdb::WriteOptions w;
-  w.sync = options_.sync_writes;
-  const rocksdb::Status s = db_->Write(w, &batch);
   {
     absl::MutexLock lock(&mu_);
     reserved_bytes_ -= incoming;
-    if (s.ok()) {
-      for (size_t i : fresh) {
-        index_.Upsert(
-            MakeStoreKey(fingerprint, blocks[i].key),
-            EntryState{EncodedBlockValueBytes(blocks[i].payload.size()), now_us, now_us, false});
+    if (appended.ok() && s.ok()) {
+      for (size_t f = 0; f < fresh.size(); ++f) {
+        index_.Upsert(MakeStoreKey(fingerprint, blocks[fresh[f]].key), state_of(f));
       }
     }
     UpdateGaugesLocked();
   }
-  if (!s.ok()) {
+  // Released after the index update: until then the segment's new entries are not counted, and
+  // the hold keeps ReclaimSegments from deleting it.
+  if (options_.value_log && appended.ok()) vlog_->Release(loc.segment);
+  if (!appended.ok() || !s.ok()) {
     timer.Cancel();
-    return FromRocks(s, "put batch");
+    DeleteFromDisk(victims);  // they already left the index
+    return appended.ok() ? FromRocks(s, "put batch") : appended;
   }
   m_.written_bytes->Increment(static_cast<double>(payload_bytes));
   MaybePersistTouched();
+  if (options_.value_log_gc_bytes_per_put > 0) {
+    CollectGarbage(options_.value_log_gc_bytes_per_put, /*wait=*/false);
+  }
+  if (!victims.empty() || options_.value_log) ReclaimSegments();
   return absl::OkStatus();
 }
 
@@ -114,7 +163,8 @@ std::vector<absl::StatusOr<std::string>> GlobalStore::MultiGet(const ModelFinger
   std::vector<absl::StatusOr<std::string>> out(keys.size(),
                                                absl::NotFoundError("block not cached"));
   std::vector<StoreKey> skeys(keys.size());
-  std::vector<size_t> to_read;
+  std::vector<size_t> in_rocks, in_log;  // indices into keys, by where the value lives
+  std::vector<EntryState> log_states;    // parallel to in_log
   std::vector<StoreKey> expired;
   const int64_t now_us = NowMicros();
   {
@@ -129,15 +179,38 @@ std::vector<absl::StatusOr<std::string>> GlobalStore::MultiGet(const ModelFinger
         continue;
       }
       index_.Touch(skeys[i], now_us);
-      to_read.push_back(i);
+      if (s->segment != 0) {
+        in_log.push_back(i);
+        log_states.push_back(*s);
+      } else {
+        in_rocks.push_back(i);
+      }
     }
     if (!expired.empty()) UpdateGaugesLocked();
   }
   DeleteFromDisk(expired);
 
-  const size_t n = to_read.size();
+  // Outcome of one read, resolved after all reads: decoding runs on the reading threads.
+  std::vector<std::string> corrupt(keys.size());  // why, for values that failed verification
+  std::vector<char> stale(keys.size(), 0);        // index and disk disagree (a race)
+  const auto decode = [&](size_t i, std::string_view bytes) {
+    absl::StatusOr<DecodedBlockValue> d = DecodeBlockValue(bytes, keys[i], fingerprint);
+    if (d.ok()) {
+      out[i] = std::string(d->payload);
+      return;
+    }
+    if (absl::IsFailedPrecondition(d.status())) {  // intact, but the reader's layout differs
+      LOG(WARNING) << "global store: " << d.status();
+      out[i] = absl::NotFoundError("block has another layout version");
+      return;
+    }
+    corrupt[i] = std::string(ToStd(d.status().message()));
+  };
+
+  // Values in the blocks family: RocksDB MultiGet in contiguous chunks over the read pool.
+  const size_t n = in_rocks.size();
   std::vector<rocksdb::Slice> rkeys(n);
-  for (size_t j = 0; j < n; ++j) rkeys[j] = AsSlice(skeys[to_read[j]]);
+  for (size_t j = 0; j < n; ++j) rkeys[j] = AsSlice(skeys[in_rocks[j]]);
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);
   rocksdb::ReadOptions ro;
@@ -157,51 +230,85 @@ std::vector<absl::StatusOr<std::string>> GlobalStore::MultiGet(const ModelFinger
   } else if (n > 0) {
     read(0, n);
   }
-
-  std::vector<StoreKey> stale;
   for (size_t j = 0; j < n; ++j) {
-    const size_t i = to_read[j];
+    const size_t i = in_rocks[j];
     const rocksdb::Status& st = statuses[j];
     if (st.ok()) {
-      absl::StatusOr<DecodedBlockValue> d =
-          DecodeBlockValue(values[j].ToStringView(), keys[i], fingerprint);
-      if (d.ok()) {
-        out[i] = std::string(d->payload);
-        m_.read_bytes->Increment(static_cast<double>(d->payload.size()));
-        continue;
-      }
-      if (absl::IsFailedPrecondition(d.status())) {  // intact, but the reader's layout differs
-        LOG(WARNING) << "global store: " << d.status();
-        out[i] = absl::NotFoundError("block has another layout version");
-        continue;
-      }
-      DropCorrupt(skeys[i], ToStd(d.status().message()));
-      out[i] = absl::NotFoundError("block failed verification");
+      decode(i, values[j].ToStringView());
     } else if (st.IsCorruption()) {  // RocksDB's own block checksum caught it
-      DropCorrupt(skeys[i], st.ToString());
-      out[i] = absl::NotFoundError("block failed verification");
+      corrupt[i] = st.ToString();
     } else if (st.IsNotFound()) {  // index and disk disagree after a race with a delete
-      stale.push_back(skeys[i]);
+      stale[i] = 1;
     } else {
       out[i] = FromRocks(st, "reading a block");
     }
   }
-  if (!stale.empty()) {
-    std::vector<StoreKey> victims;
+
+  // Values in the value log: exact byte ranges, adjacent values in one read. A segment that is
+  // gone means the entry moved (garbage collection) or left since the index was read: look again
+  // and read the new location, once.
+  for (int attempt = 0; attempt < 2 && !in_log.empty(); ++attempt) {
+    std::vector<char> moved(in_log.size(), 0);
+    ReadFromLog(log_states, [&](size_t j, const absl::Status& st, std::string_view bytes) {
+      const size_t i = in_log[j];
+      if (st.ok()) {
+        decode(i, bytes);
+      } else if (absl::IsNotFound(st)) {
+        moved[j] = 1;
+      } else if (absl::IsDataLoss(st)) {
+        corrupt[i] = std::string(ToStd(st.message()));
+      } else {
+        out[i] = st;
+      }
+    });
+    std::vector<size_t> again;
+    std::vector<EntryState> again_states;
+    absl::MutexLock lock(&mu_);
+    for (size_t j = 0; j < in_log.size(); ++j) {
+      if (!moved[j]) continue;
+      const size_t i = in_log[j];
+      const EntryState* s = index_.Find(skeys[i]);
+      if (s == nullptr) continue;  // left meanwhile: a miss
+      if (s->segment != log_states[j].segment || s->offset != log_states[j].offset) {
+        again.push_back(i);
+        again_states.push_back(*s);
+      } else {
+        corrupt[i] = "value log segment missing";
+      }
+    }
+    in_log.swap(again);
+    log_states.swap(again_states);
+  }
+
+  std::vector<StoreKey> victims;
+  bool any_stale = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!corrupt[i].empty()) {
+      DropCorrupt(skeys[i], corrupt[i]);
+      out[i] = absl::NotFoundError("block failed verification");
+    }
+    any_stale = any_stale || stale[i];
+  }
+  if (any_stale) {
     {
       absl::MutexLock lock(&mu_);
-      for (const StoreKey& k : stale) {
-        if (index_.Erase(k).has_value()) victims.push_back(k);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (stale[i] && index_.Erase(skeys[i]).has_value()) victims.push_back(skeys[i]);
       }
       UpdateGaugesLocked();
     }
     DeleteFromDisk(victims);
   }
   size_t hits = 0, misses = 0;
+  uint64_t read_bytes = 0;
   for (const auto& r : out) {
-    if (r.ok()) ++hits;
+    if (r.ok()) {
+      ++hits;
+      read_bytes += r->size();
+    }
     if (absl::IsNotFound(r.status())) ++misses;
   }
+  m_.read_bytes->Increment(static_cast<double>(read_bytes));
   m_.hits->Increment(static_cast<double>(hits));
   m_.misses->Increment(static_cast<double>(misses));
   MaybePersistTouched();

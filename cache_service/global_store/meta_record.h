@@ -1,6 +1,8 @@
-// The per-entry metadata record of the GlobalStore's "meta" column family (32 bytes; layout in
-// README.md, "Metadata record"). Written in the same atomic WriteBatch as the block value, so a
-// durable block always has its record; last-access updates are rewritten lazily (unsynced).
+// The per-entry metadata record of the GlobalStore's "meta" column family (layout in README.md,
+// "Metadata record"): version 1, 32 bytes, for a value in the blocks family (written in the same
+// atomic WriteBatch as the value); version 2, 48 bytes, adds the value-log segment and offset
+// (written, synced, after the value is durable in its segment). Last-access updates are
+// rewritten lazily (unsynced).
 #pragma once
 
 #include <string>
@@ -12,8 +14,9 @@
 namespace flashserve::cache {
 
 inline constexpr size_t kMetaRecordBytes = 32;
+inline constexpr size_t kMetaRecordLocatedBytes = 48;
 
-// Encodes `state` (32 bytes). Thread-safe.
+// Encodes `state`: version 2 (48 bytes) when state.segment != 0, else version 1. Thread-safe.
 std::string EncodeMetaRecord(const EntryState& state);
 // Decodes a record. DataLoss on a wrong size, unknown version, set reserved bits or a bad check
 // word. Thread-safe.

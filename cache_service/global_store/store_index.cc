@@ -37,6 +37,7 @@ void StoreIndex::Upsert(const StoreKey& key, EntryState state) {
     e.slot = static_cast<uint32_t>(slots_.size());
     slots_.push_back(key);
   } else {
+    RemoveUse(e.state);
     bytes_ -= e.state.bytes;
     if (e.state.pinned) {
       pinned_bytes_ -= e.state.bytes;
@@ -45,6 +46,7 @@ void StoreIndex::Upsert(const StoreKey& key, EntryState state) {
     state.pinned = state.pinned || e.state.pinned;
   }
   e.state = state;
+  AddUse(state);
   bytes_ += state.bytes;
   if (state.pinned) {
     pinned_bytes_ += state.bytes;
@@ -66,6 +68,7 @@ std::optional<EntryState> StoreIndex::Erase(const StoreKey& key) {
     moved->second.slot = slot;
   }
   slots_.pop_back();
+  RemoveUse(state);
   bytes_ -= state.bytes;
   if (state.pinned) {
     pinned_bytes_ -= state.bytes;
@@ -100,6 +103,40 @@ bool StoreIndex::SetPinned(const StoreKey& key, bool pinned) {
     --pinned_entries_;
   }
   return true;
+}
+
+bool StoreIndex::Relocate(const StoreKey& key, uint32_t from_segment, uint64_t from_offset,
+                          uint32_t segment, uint64_t offset) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  EntryState& s = it->second.state;
+  if (s.segment != from_segment || s.offset != from_offset) return false;
+  RemoveUse(s);
+  s.segment = segment;
+  s.offset = offset;
+  AddUse(s);
+  return true;
+}
+
+SegmentUse StoreIndex::SegmentUseOf(uint32_t segment) const {
+  auto it = segments_.find(segment);
+  return it == segments_.end() ? SegmentUse{} : it->second;
+}
+
+void StoreIndex::AddUse(const EntryState& s) {
+  if (s.segment == 0) return;
+  SegmentUse& u = segments_[s.segment];
+  ++u.entries;
+  u.bytes += s.bytes;
+}
+
+void StoreIndex::RemoveUse(const EntryState& s) {
+  if (s.segment == 0) return;
+  auto it = segments_.find(s.segment);
+  CHECK(it != segments_.end() && it->second.entries > 0) << "store index: segment use underflow";
+  --it->second.entries;
+  it->second.bytes -= s.bytes;
+  if (it->second.entries == 0) segments_.erase(it);
 }
 
 std::optional<StoreKey> StoreIndex::SampleLeastRecent(int samples) {

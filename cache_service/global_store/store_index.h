@@ -41,6 +41,16 @@ struct EntryState {
   int64_t created_unix_micros = 0;
   int64_t last_access_unix_micros = 0;
   bool pinned = false;
+  // Where the value is: segment 0 = the RocksDB blocks family; otherwise a value-log segment
+  // (value_log.h) and the byte offset of the value in it.
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+};
+
+// Live entries and encoded bytes that the index places in one value-log segment.
+struct SegmentUse {
+  size_t entries = 0;
+  uint64_t bytes = 0;
 };
 
 class StoreIndex {
@@ -63,6 +73,12 @@ class StoreIndex {
   bool Touch(const StoreKey& key, int64_t now_unix_micros);
   // Sets the pin flag. False if absent.
   bool SetPinned(const StoreKey& key, bool pinned);
+  // Moves the entry's value to (segment, offset) if it is still at (from_segment, from_offset);
+  // false otherwise (erased or replaced meanwhile). O(1).
+  bool Relocate(const StoreKey& key, uint32_t from_segment, uint64_t from_offset, uint32_t segment,
+                uint64_t offset);
+  // Live use of a value-log segment (zero when nothing refers to it). O(1).
+  SegmentUse SegmentUseOf(uint32_t segment) const;
 
   // Approximate LRU: examines `samples` entries chosen uniformly at random (every entry when there
   // are no more than `samples`) and returns the unpinned one with the oldest last access, or
@@ -102,6 +118,10 @@ class StoreIndex {
   uint64_t pinned_bytes_ = 0;
   size_t pinned_entries_ = 0;
   std::mt19937_64 rng_;
+  absl::flat_hash_map<uint32_t, SegmentUse> segments_;  // value-log segments only (id > 0)
+
+  void AddUse(const EntryState& s);
+  void RemoveUse(const EntryState& s);
 };
 
 }  // namespace flashserve::cache

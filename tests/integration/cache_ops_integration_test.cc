@@ -64,12 +64,13 @@ void FlipByte(const std::string& file, size_t offset) {
   ASSERT_TRUE(f.good()) << file;
 }
 
-// Flips one byte of the marker in every .sst file of `dir` that holds it; returns how many.
+// Flips one byte of the marker in every .sst file and value-log segment (vlog/*.vseg) under `dir`
+// that holds it; returns how many.
 int CorruptMarkerInSsts(const std::string& dir) {
   int flipped = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     const std::string name = entry.path().string();
-    if (!name.ends_with(".sst")) continue;
+    if (!name.ends_with(".sst") && !name.ends_with(".vseg")) continue;
     std::ifstream in(name, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     in.close();

@@ -1,0 +1,358 @@
+#include "cache_service/global_store/value_log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/base/check.h"
+#include "common/base/endian.h"
+#include "common/base/hash.h"
+#include "common/base/logging.h"
+
+namespace flashserve::cache {
+namespace {
+
+// Segment header (the first 4 KiB of a segment; docs/kv_layout.md, "Global KV value log").
+constexpr char kSegmentMagic[] = "FSVLSEG\n";  // 8 bytes
+constexpr uint16_t kSegmentVersion = 1;
+constexpr size_t kMaxIov = 512;  // iovecs per pwritev (IOV_MAX is 1024 on Linux)
+
+std::string SegmentPath(const std::string& dir, uint32_t id) {
+  char name[32];
+  snprintf(name, sizeof(name), "/%08x.vseg", id);
+  return dir + name;
+}
+
+absl::Status Errno(const char* what, const std::string& path) {
+  return absl::UnavailableError(
+      absl::StrCat("value log: ", what, " ", path, ": ", strerror(errno)));
+}
+
+uint64_t HeaderCheck(const char* p) { return Xxh3_64(p, 24); }
+
+// Writes every iovec, in order, from `offset` (pwritev may return short counts).
+bool PwriteAll(int fd, const iovec* iov, int n, uint64_t offset) {
+  std::vector<iovec> rest(iov, iov + n);
+  size_t first = 0;
+  while (first < rest.size()) {
+    const int cnt = static_cast<int>(std::min(rest.size() - first, kMaxIov));
+    const ssize_t w = pwritev(fd, rest.data() + first, cnt, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    offset += static_cast<uint64_t>(w);
+    size_t left = static_cast<size_t>(w);
+    while (left > 0 && first < rest.size()) {
+      if (left >= rest[first].iov_len) {
+        left -= rest[first].iov_len;
+        ++first;
+      } else {
+        rest[first].iov_base = static_cast<char*>(rest[first].iov_base) + left;
+        rest[first].iov_len -= left;
+        left = 0;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
+  void* p = nullptr;
+  CHECK(posix_memalign(&p, kValueLogAlign, std::max<size_t>(bytes, 1)) == 0) << "out of memory";
+  data_ = static_cast<char*>(p);
+}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    free(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+AlignedBuffer::~AlignedBuffer() { free(data_); }
+
+struct ValueLog::Segment {
+  uint32_t id = 0;
+  std::string path;
+  int read_fd = -1;
+  int write_fd = -1;  // the active segment only
+  uint64_t size = 0;  // bytes written or reserved by a commit in progress (under ValueLog::mu_)
+  int holds = 0;      // appends returned and not yet released (under ValueLog::mu_)
+  bool direct_reads = false;
+  ~Segment() {
+    if (read_fd >= 0) close(read_fd);
+    if (write_fd >= 0) close(write_fd);
+  }
+};
+
+struct ValueLog::PendingAppend {
+  const AlignedBuffer* bytes = nullptr;
+  absl::StatusOr<ValueLocation> result = absl::InternalError("value log: append not run");
+  bool done = false;
+};
+
+ValueLog::ValueLog(ValueLogOptions options) : options_(std::move(options)) {}
+
+ValueLog::~ValueLog() {
+  if (dir_fd_ >= 0) close(dir_fd_);
+}
+
+absl::StatusOr<std::unique_ptr<ValueLog>> ValueLog::Open(ValueLogOptions options) {
+  if (mkdir(options.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Errno("creating", options.dir);
+  }
+  std::unique_ptr<ValueLog> log(new ValueLog(std::move(options)));
+  const std::string& dir = log->options_.dir;
+  log->dir_fd_ = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (log->dir_fd_ < 0) return Errno("opening", dir);
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return Errno("listing", dir);
+  while (dirent* e = readdir(d)) {
+    unsigned id = 0;
+    char tail = 0;
+    if (sscanf(e->d_name, "%8x.vse%c", &id, &tail) != 2 || tail != 'g' || id == 0 ||
+        std::string(e->d_name) != SegmentPath("", id).substr(1)) {
+      continue;
+    }
+    auto seg = std::make_shared<Segment>();
+    seg->id = id;
+    seg->path = SegmentPath(dir, id);
+    seg->direct_reads = log->options_.direct_reads;
+    seg->read_fd = open(seg->path.c_str(), O_RDONLY | (seg->direct_reads ? O_DIRECT : 0));
+    if (seg->read_fd < 0 && seg->direct_reads) {
+      seg->direct_reads = false;
+      seg->read_fd = open(seg->path.c_str(), O_RDONLY);
+    }
+    if (seg->read_fd < 0) {
+      closedir(d);
+      return Errno("opening", seg->path);
+    }
+    struct stat st {};
+    fstat(seg->read_fd, &st);
+    seg->size = static_cast<uint64_t>(st.st_size);
+    char header[32] = {};
+    // Read the header with a buffered descriptor (O_DIRECT needs an aligned buffer).
+    const int hfd = open(seg->path.c_str(), O_RDONLY);
+    const bool readable = hfd >= 0 && pread(hfd, header, sizeof(header), 0) == sizeof(header);
+    if (hfd >= 0) close(hfd);
+    if (!readable || std::memcmp(header, kSegmentMagic, 8) != 0 ||
+        GetLittleEndian(header + 8, 2) != kSegmentVersion ||
+        GetLittleEndian(header + 12, 4) != id ||
+        GetLittleEndian(header + 24, 8) != HeaderCheck(header)) {
+      LOG(ERROR) << "value log: segment " << seg->path << " has a bad header; ignored";
+      continue;
+    }
+    log->next_id_ = std::max(log->next_id_, id + 1);
+    log->segments_[id] = std::move(seg);
+  }
+  closedir(d);
+  return log;
+}
+
+absl::Status ValueLog::CreateSegmentLocked(uint32_t id) {
+  auto seg = std::make_shared<Segment>();
+  seg->id = id;
+  seg->path = SegmentPath(options_.dir, id);
+  seg->write_fd = open(seg->path.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | (options_.direct_writes ? O_DIRECT : 0), 0644);
+  if (seg->write_fd < 0 && options_.direct_writes && errno == EINVAL) {  // e.g. tmpfs
+    seg->write_fd = open(seg->path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  }
+  if (seg->write_fd < 0) return Errno("creating", seg->path);
+  seg->direct_reads = options_.direct_reads;
+  seg->read_fd = open(seg->path.c_str(), O_RDONLY | (seg->direct_reads ? O_DIRECT : 0));
+  if (seg->read_fd < 0 && seg->direct_reads) {
+    seg->direct_reads = false;
+    seg->read_fd = open(seg->path.c_str(), O_RDONLY);
+  }
+  if (seg->read_fd < 0) return Errno("opening", seg->path);
+  AlignedBuffer header(kSegmentHeaderBytes);
+  std::memset(header.data(), 0, header.size());
+  std::memcpy(header.data(), kSegmentMagic, 8);
+  PutLittleEndian(kSegmentVersion, 2, header.data() + 8);
+  PutLittleEndian(id, 4, header.data() + 12);
+  PutLittleEndian(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())), 8, header.data() + 16);
+  PutLittleEndian(HeaderCheck(header.data()), 8, header.data() + 24);
+  const iovec iov{header.data(), header.size()};
+  // The header and the directory entry are durable before any location in the segment is
+  // handed out: a synced metadata record never names a segment that a crash could lose.
+  if (!PwriteAll(seg->write_fd, &iov, 1, 0) || fdatasync(seg->write_fd) != 0) {
+    return Errno("writing the header of", seg->path);
+  }
+  if (fsync(dir_fd_) != 0) return Errno("syncing", options_.dir);
+  seg->size = kSegmentHeaderBytes;
+  if (active_ != nullptr && active_->write_fd >= 0) {
+    close(active_->write_fd);
+    active_->write_fd = -1;
+  }
+  segments_[id] = seg;
+  active_ = std::move(seg);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ValueLocation> ValueLog::Append(const AlignedBuffer& bytes) {
+  CHECK(bytes.size() % kValueLogAlign == 0) << "value log: unaligned append";
+  std::unique_lock<std::mutex> lock(mu_);
+  PendingAppend p;
+  p.bytes = &bytes;
+  queue_.push_back(&p);
+  while (!p.done) {
+    if (!committing_) {
+      CommitQueued(lock);
+    } else {
+      committed_.wait(lock);
+    }
+  }
+  return std::move(p.result);
+}
+
+void ValueLog::CommitQueued(std::unique_lock<std::mutex>& lock) {
+  committing_ = true;
+  std::vector<PendingAppend*> batch;
+  batch.swap(queue_);
+  uint64_t total = 0;
+  for (const PendingAppend* p : batch) total += p->bytes->size();
+  absl::Status s;
+  if (active_ == nullptr ||
+      (active_->size + total > options_.segment_bytes && active_->size > kSegmentHeaderBytes)) {
+    s = CreateSegmentLocked(next_id_++);
+  }
+  std::shared_ptr<Segment> seg = active_;
+  uint64_t base = 0;
+  if (s.ok()) {
+    base = seg->size;
+    seg->size += total;
+    seg->holds += static_cast<int>(batch.size());
+    lock.unlock();
+    std::vector<iovec> iov;
+    iov.reserve(batch.size());
+    for (const PendingAppend* p : batch) iov.push_back({p->bytes->data(), p->bytes->size()});
+    if (!PwriteAll(seg->write_fd, iov.data(), static_cast<int>(iov.size()), base) ||
+        fdatasync(seg->write_fd) != 0) {
+      s = Errno("appending to", seg->path);
+    }
+    lock.lock();
+    if (!s.ok()) {
+      seg->holds -= static_cast<int>(batch.size());
+      // The tail is unknown now: seal the segment, the next append starts a new one.
+      if (active_ == seg) {
+        close(seg->write_fd);
+        seg->write_fd = -1;
+        active_ = nullptr;
+      }
+    }
+  }
+  uint64_t at = base;
+  for (PendingAppend* p : batch) {
+    if (s.ok()) {
+      p->result = ValueLocation{seg->id, at};
+    } else {
+      p->result = s;
+    }
+    at += p->bytes->size();
+    p->done = true;
+  }
+  committing_ = false;
+  committed_.notify_all();
+}
+
+void ValueLog::Release(uint32_t segment) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(segment);
+  if (it != segments_.end()) --it->second->holds;
+}
+
+std::shared_ptr<ValueLog::Segment> ValueLog::Find(uint32_t segment) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(segment);
+  return it == segments_.end() ? nullptr : it->second;
+}
+
+absl::Status ValueLog::Read(ValueLocation loc, uint64_t len, char* out) const {
+  std::shared_ptr<Segment> seg = Find(loc.segment);
+  if (seg == nullptr) return absl::NotFoundError("value log: segment removed");
+  if (!seg->direct_reads) {
+    uint64_t done = 0;
+    while (done < len) {
+      const ssize_t r =
+          pread(seg->read_fd, out + done, len - done, static_cast<off_t>(loc.offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Errno("reading", seg->path);
+      if (r == 0) return absl::DataLossError("value log: short read (segment truncated)");
+      done += static_cast<uint64_t>(r);
+    }
+    return absl::OkStatus();
+  }
+  const uint64_t begin = loc.offset & ~uint64_t{kValueLogAlign - 1};
+  const uint64_t end = AlignUp(loc.offset + len);
+  AlignedBuffer buf(end - begin);
+  uint64_t done = 0;
+  while (done < loc.offset + len - begin) {
+    const ssize_t r =
+        pread(seg->read_fd, buf.data() + done, buf.size() - done, static_cast<off_t>(begin + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Errno("reading", seg->path);
+    if (r == 0) return absl::DataLossError("value log: short read (segment truncated)");
+    done += static_cast<uint64_t>(r);
+  }
+  std::memcpy(out, buf.data() + (loc.offset - begin), len);
+  return absl::OkStatus();
+}
+
+uint64_t ValueLog::SegmentSize(uint32_t segment) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(segment);
+  return it == segments_.end() ? 0 : it->second->size;
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> ValueLog::Segments() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  out.reserve(segments_.size());
+  for (const auto& [id, seg] : segments_) out.emplace_back(id, seg->size);
+  return out;
+}
+
+uint64_t ValueLog::TotalBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [id, seg] : segments_) n += seg->size;
+  return n;
+}
+
+bool ValueLog::Removable(uint32_t segment) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(segment);
+  return it != segments_.end() && it->second != active_ && it->second->holds == 0;
+}
+
+absl::Status ValueLog::Remove(uint32_t segment) {
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = segments_.find(segment);
+    if (it == segments_.end()) return absl::OkStatus();
+    CHECK(it->second != active_) << "value log: removing the active segment";
+    seg = std::move(it->second);
+    segments_.erase(it);
+  }
+  if (unlink(seg->path.c_str()) != 0 && errno != ENOENT) return Errno("removing", seg->path);
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::cache
