@@ -6,7 +6,6 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <random>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -16,6 +15,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "model/runtime/cpu_model.h"
+#include "model/sampling/sampler.h"
 #include "model/runtime/prepared_model.h"
 #include "model/tokenizer/stream_decoder.h"
 #include "model/tokenizer/tokenizer.h"
@@ -38,22 +38,6 @@ absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Greedy (lowest id on ties) or softmax(logits / T) sampling.
-int32_t SampleToken(const std::vector<float>& logits, int64_t row, int64_t vocab,
-                    double temperature, std::mt19937_64& rng) {
-  const float* l = logits.data() + row * vocab;
-  const int32_t best = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
-  if (temperature <= 0) return best;
-  double sum = 0;
-  std::vector<double> p(static_cast<size_t>(vocab));
-  for (int64_t v = 0; v < vocab; ++v) sum += p[v] = std::exp((l[v] - l[best]) / temperature);
-  double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
-  for (int64_t v = 0; v < vocab; ++v) {
-    if ((u -= p[v]) <= 0) return static_cast<int32_t>(v);
-  }
-  return best;
-}
-
 }  // namespace
 
 absl::StatusOr<GenerateResult> Generate(const GenerateOptions& o, std::ostream* stream) {
@@ -61,9 +45,7 @@ absl::StatusOr<GenerateResult> Generate(const GenerateOptions& o, std::ostream* 
     return absl::InvalidArgumentError("give exactly one of --prompt and --tokens");
   }
   if (o.max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be at least 1");
-  if (!(o.temperature >= 0 && o.temperature <= 100)) {
-    return absl::InvalidArgumentError("--temperature must be in [0, 100]");
-  }
+
   GenerateResult r;
   const Clock::time_point t0 = Clock::now();
   ASSIGN_OR_RETURN(auto checkpoint, model::LoadedCheckpoint::Open(o.model_dir));
@@ -106,17 +88,31 @@ absl::StatusOr<GenerateResult> Generate(const GenerateOptions& o, std::ostream* 
   if (ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
   r.prompt_ids = ids;
 
-  const int64_t capacity = static_cast<int64_t>(ids.size()) + o.max_tokens + 1;
+  // Speculative steps verify up to a block past the last kept token.
+  const int64_t capacity =
+      static_cast<int64_t>(ids.size()) + o.max_tokens + 1 + 2 * config.dspark_block_size;
   model::CpuModelOptions mo{.max_tokens_per_call = std::max<int64_t>(
                                 std::min<int64_t>(o.chunk, capacity), config.dspark_block_size),
                             .max_context = std::max<int64_t>(capacity, config.max_seq_len),
+                            .linear_mode = o.exact_gemm ? kernels::LinearMode::kExact
+                                                        : kernels::LinearMode::kFast,
                             .tokenizer_path = o.model_dir};
   ASSIGN_OR_RETURN(auto cpu, model::CpuModel::Create(*checkpoint, *prepared, mo, &pool));
   ASSIGN_OR_RETURN(model::SessionState session, cpu->NewSession(capacity));
   r.load_seconds = Seconds(t0, Clock::now());
 
   const int64_t V = config.vocab_size, n = static_cast<int64_t>(ids.size());
-  std::mt19937_64 rng(o.seed);
+  sampling::SamplingParams sp{.temperature = static_cast<float>(o.temperature),
+                              .top_k = o.top_k,
+                              .top_p = static_cast<float>(o.top_p),
+                              .min_p = static_cast<float>(o.min_p),
+                              .repetition_penalty = static_cast<float>(o.repetition_penalty),
+                              .seed = o.seed,
+                              .max_tokens = o.max_tokens};
+  const std::optional<int32_t> eos = tok->special_ids().eos;
+  if (eos) sp.stop_token_ids.push_back(*eos);
+  ASSIGN_OR_RETURN(sampling::Sampler sampler,
+                   sampling::Sampler::Create(sp, static_cast<int32_t>(V), ids));
   model::ForwardOutput out;
   const Clock::time_point t1 = Clock::now();
   for (int64_t start = 0; start < n; start += mo.max_tokens_per_call) {
@@ -130,22 +126,60 @@ absl::StatusOr<GenerateResult> Generate(const GenerateOptions& o, std::ostream* 
   }
   const Clock::time_point t2 = Clock::now();
   r.prefill_seconds = Seconds(t1, t2);
-  const std::optional<int32_t> eos = tok->special_ids().eos;
   tokenizer::StreamDecoder decoder(tok.get(), /*skip_special=*/true);
   std::string piece;
-  for (int i = 0; i < o.max_tokens; ++i) {
-    const int32_t next = SampleToken(out.logits, 0, V, o.temperature, rng);
-    r.output_ids.push_back(next);
-    if (eos && next == *eos) {
+  // Emits one sampled token; returns true when generation is over.
+  auto emit = [&](const sampling::SampleResult& res) -> absl::StatusOr<bool> {
+    r.output_ids.push_back(res.token);
+    if (res.finish == sampling::FinishReason::kStop) {
       r.stopped_at_eos = true;
-      break;
+      return true;
     }
     piece.clear();
-    RETURN_IF_ERROR(decoder.Next(next, &piece));
+    RETURN_IF_ERROR(decoder.Next(res.token, &piece));
     r.text += piece;
     if (stream != nullptr) *stream << piece << std::flush;
-    if (i + 1 == o.max_tokens) break;
-    RETURN_IF_ERROR(cpu->Forward(session, {.tokens = {&next, 1}}, &out)) << "decode step " << i;
+    return res.finish != sampling::FinishReason::kNone;
+  };
+  ASSIGN_OR_RETURN(sampling::SampleResult first, sampler.Sample(out.logits));
+  ASSIGN_OR_RETURN(bool done, emit(first));
+  int32_t anchor = first.token;
+  const bool speculative = o.speculative && config.dspark_enabled();
+  model::StepJournal journal;
+  model::DraftOutput draft;
+  std::vector<int32_t> verify;
+  std::vector<sampling::SampleResult> results(static_cast<size_t>(config.dspark_block_size + 1));
+  while (!done) {
+    ++r.decode_steps;
+    if (!speculative) {
+      RETURN_IF_ERROR(cpu->Forward(session, {.tokens = {&anchor, 1}}, &out))
+          << "decode step " << r.decode_steps;
+      ASSIGN_OR_RETURN(sampling::SampleResult res, sampler.Sample(out.logits));
+      ASSIGN_OR_RETURN(done, emit(res));
+      anchor = res.token;
+      continue;
+    }
+    // Draft after the anchor, verify anchor + drafts in one call, keep the accepted prefix.
+    RETURN_IF_ERROR(cpu->Draft(session, anchor, &draft)) << "draft";
+    const std::span<const int32_t> drafts = std::span(draft.ids).subspan(1);
+    verify.assign(1, anchor);
+    verify.insert(verify.end(), drafts.begin(), drafts.end());
+    RETURN_IF_ERROR(cpu->Forward(session,
+                                 {.tokens = verify, .all_logits = true, .journal = &journal},
+                                 &out))
+        << "verify step " << r.decode_steps;
+    ASSIGN_OR_RETURN(int32_t emitted, sampler.Verify(drafts, {}, out.logits, results));
+    r.drafted += static_cast<int64_t>(drafts.size());
+    // The first emitted − 1 tokens are accepted drafts; the last is the correction or the bonus
+    // token (or a draft that finished the request, after which nothing continues). Keep the
+    // anchor and the accepted drafts.
+    const int32_t accepted = emitted - 1;
+    r.accepted += accepted;
+    RETURN_IF_ERROR(cpu->Truncate(session, journal, 1 + accepted)) << "truncate";
+    for (int32_t i = 0; i < emitted && !done; ++i) {
+      ASSIGN_OR_RETURN(done, emit(results[i]));
+    }
+    anchor = results[emitted - 1].token;
   }
   piece.clear();
   decoder.Flush(&piece);
@@ -167,8 +201,14 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   p->excludes(t);
   app.add_option("--image", o.images, "image file for a <｜deepseek_image｜> placeholder");
   app.add_option("--max-tokens", o.max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--temperature", o.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--temperature", o.temperature, "0 = greedy")->check(CLI::Range(0.0, 2.0));
+  app.add_option("--top-p", o.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = off)");
+  app.add_option("--min-p", o.min_p, "drop tokens below min_p × the best (0 = off)");
+  app.add_option("--repetition-penalty", o.repetition_penalty, "1 = off");
   app.add_option("--seed", o.seed, "sampling seed");
+  app.add_flag("--speculative", o.speculative, "speculative decoding with the DSpark drafter");
+  app.add_flag("--exact", o.exact_gemm, "the reference's GEMM order (bit-reproducible)");
   app.add_option("--threads", o.threads, "CPU threads (0 = all)");
   app.add_option("--chunk", o.chunk, "prefill tokens per forward call")->check(CLI::Range(1, 1 << 20));
   app.add_flag("--json", json, "print one JSON object (ids, text, timings) instead of the text");
@@ -207,7 +247,9 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
                      {"text", r->text},                     {"stopped_at_eos", r->stopped_at_eos},
                      {"load_seconds", r->load_seconds},     {"prefill_seconds", r->prefill_seconds},
                      {"decode_seconds", r->decode_seconds}, {"prefill_tokens_per_second", prefill_tps},
-                     {"decode_tokens_per_second", decode_tps}};
+                     {"decode_tokens_per_second", decode_tps},
+                     {"decode_steps", r->decode_steps},     {"drafted", r->drafted},
+                     {"accepted", r->accepted}};
     std::cout << j.dump() << "\n";
   } else {
     std::cout << "\n";
@@ -215,7 +257,12 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
               << " s (" << prefill_tps << " tok/s); " << n_out << " tokens generated, decode "
               << r->decode_seconds << " s (" << decode_tps << " tok/s)"
               << (r->stopped_at_eos ? ", stopped at EOS" : "") << "; load " << r->load_seconds
-              << " s]\n";
+              << " s";
+    if (r->drafted > 0) {
+      std::cerr << "; speculative: " << r->accepted << " of " << r->drafted
+                << " drafts accepted in " << r->decode_steps << " verify steps";
+    }
+    std::cerr << "]\n";
   }
   return 0;
 }

@@ -24,9 +24,18 @@ struct GenerateOptions {
   std::vector<std::string> images;     // image files, one per placeholder in the prompt
   int max_tokens = 64;                 // generated tokens (EOS stops earlier)
   double temperature = 0.0;            // 0 = greedy
+  double top_p = 1.0;                  // nucleus (1 = off)
+  int top_k = 0;                       // 0 = off
+  double min_p = 0.0;                  // 0 = off
+  double repetition_penalty = 1.0;     // 1 = off
   uint64_t seed = 0;                   // sampling seed (temperature > 0)
   int threads = 0;                     // 0 = hardware threads
   int64_t chunk = 256;                 // prefill tokens per forward call
+  // Speculative decoding with the DSpark drafter: each step drafts block − 1 tokens after the
+  // anchor, verifies anchor + drafts in one multi-token forward and keeps the accepted prefix
+  // (model/sampling Verify: exact match when greedy, rejection sampling otherwise).
+  bool speculative = false;
+  bool exact_gemm = false;             // the reference's GEMM order (bit-reproducible, slower)
 };
 
 struct GenerateResult {
@@ -37,6 +46,9 @@ struct GenerateResult {
   double load_seconds = 0;
   double prefill_seconds = 0;          // prompt forward (time to first token)
   double decode_seconds = 0;           // the remaining steps
+  int64_t decode_steps = 0;            // forward calls after the prefill
+  int64_t drafted = 0;                 // speculative: draft tokens verified
+  int64_t accepted = 0;                // speculative: draft tokens accepted
 };
 
 // Runs the prompt; writes the text to `stream` as it is produced (may be null).

@@ -52,6 +52,7 @@ TEST(GenerateTest, TextPromptWithImageExpandsLikeTheReference) {
 
 TEST(GenerateTest, SeededSamplingIsReproducible) {
   GenerateOptions o{.model_dir = kDir, .max_tokens = 8, .temperature = 1.0, .seed = 7};
+  // (top_p etc. default off)
   o.prompt = "def main():";
   auto a = Generate(o, nullptr);
   auto b = Generate(o, nullptr);
@@ -60,6 +61,34 @@ TEST(GenerateTest, SeededSamplingIsReproducible) {
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->output_ids, b->output_ids);
   EXPECT_NE(a->output_ids, c->output_ids);
+}
+
+TEST(GenerateTest, SpeculativeGreedyEqualsPlainGreedy) {
+  GenerateOptions o{.model_dir = kDir, .max_tokens = 24, .exact_gemm = true};
+  o.tokens = Golden()["prompts"]["a"]["ids"].get<std::vector<int32_t>>();
+  auto plain = Generate(o, nullptr);
+  o.speculative = true;
+  auto spec = Generate(o, nullptr);
+  ASSERT_TRUE(plain.ok() && spec.ok()) << plain.status() << spec.status();
+  EXPECT_EQ(spec->output_ids, plain->output_ids);
+  EXPECT_GT(spec->drafted, 0);
+  EXPECT_LT(spec->decode_steps, plain->decode_steps + 1);
+  std::printf("speculative greedy: %lld of %lld drafts accepted, %lld verify steps for %zu tokens "
+              "(plain: %lld steps)\n",
+              static_cast<long long>(spec->accepted), static_cast<long long>(spec->drafted),
+              static_cast<long long>(spec->decode_steps), spec->output_ids.size(),
+              static_cast<long long>(plain->decode_steps));
+}
+
+TEST(GenerateTest, SpeculativeSamplingRunsToTheLimit) {
+  GenerateOptions o{.model_dir = kDir, .max_tokens = 20, .temperature = 0.8, .top_p = 0.95,
+                    .seed = 3, .speculative = true};
+  o.prompt = "import os";
+  auto a = Generate(o, nullptr);
+  auto b = Generate(o, nullptr);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+  EXPECT_EQ(a->output_ids.size(), 20u);
+  EXPECT_EQ(a->output_ids, b->output_ids);  // seeded: reproducible
 }
 
 TEST(GenerateTest, BadOptionsAreRejected) {
