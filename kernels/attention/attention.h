@@ -15,13 +15,15 @@
 // - Threading: `pool` may be null (single-threaded). Work is split over (token, group of 8
 //   heads); results do not depend on the pool size. Concurrent calls are safe with distinct
 //   outputs and workspaces. Must not be called from inside a task of `pool`.
-// This header includes no CUDA header (the CUDA backend adds LaunchSparseAttn here later).
+// This header includes no CUDA header; CUstream_st* is cudaStream_t (nullptr: legacy stream).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
+
+struct CUstream_st;
 
 namespace flashserve {
 class ThreadPool;
@@ -89,5 +91,49 @@ absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* poo
 // Runs the recipe above. Errors: those of ValidateSparseAttn; nothing is written then.
 // Cost O(tokens · heads · width · head_dim) multiply-adds (twice: q·k and p·v).
 absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
+
+// ---- CUDA launcher (cuda/*.cu; target fs_kernels_attention_cuda, FLASHSERVE_CUDA only) ----
+// Every tensor pointer of the params (q, kv, indices, attn_sink, out, workspace) is a device
+// pointer (or managed memory). README.md "CUDA" gives the design and the numerics.
+//
+// Paths: head_dim 128, 256 or 512 with 16-byte aligned q / kv / out and strides that are multiples
+// of 8 elements take the tensor-core path (mma.sync bf16, fp32 accumulation; one CTA per token
+// and group of 16, 32 or 64 heads sharing each gathered 64-row KV block in shared memory). The
+// recipe is the one above, but the q·k and Σ bf16(p)·v sums run in the tensor cores' order, the
+// block sums of p in a warp-tree order, and when a launch has fewer than kSparseAttnCudaSplitCtas
+// (token, head group) items the list is split into contiguous ranges of 64-blocks whose states
+// (m, denom, acc) are merged by a second kernel (exp(m_s − M) weights), so bf16(p) is taken
+// against the split-so-far max. Results agree with SparseAttnCpu to rounding: per element
+// |gpu − cpu| <= 2^-8·(|cpu| + mass) + 1e-6 (mass as in the CPU tests); most elements are
+// bit-identical. Every other valid params struct takes the scalar path (a CTA per (token,
+// head), the CPU's operations in the CPU's order; equal to SparseAttnCpu bit for bit except where
+// the device exp (double exp rounded to fp32) and glibc expf differ, about never).
+// Results are deterministic (no atomics; fixed reduction orders) for a given params struct.
+//
+// Differences from SparseAttnCpu's validation: the launcher reads no device values, so a
+// non-finite sink is not rejected (it gives NaN or 0 outputs), and an index outside [-1, n_kv)
+// is not rejected either; the kernels treat it as -1 (the list position is kept, the row is not
+// read). The workspace requirement is SparseAttnCudaWorkspaceBytes.
+
+// Launches with fewer (token, head group) items than this split their lists so that about this
+// many CTAs run; it also bounds the split states, hence the workspace.
+inline constexpr int64_t kSparseAttnCudaSplitCtas = 128;
+
+// Device workspace bytes LaunchSparseAttn needs: the fp32 states of up to kSparseAttnCudaSplitCtas
+// split CTAs, (head_dim + 2) floats for each of the CTA's 16 / 32 / 64 head slots; 16.8 MB at
+// 64 heads × 512. Independent of tokens and width: size it once. 0 for invalid dims.
+inline size_t SparseAttnCudaWorkspaceBytes(int64_t heads, int64_t head_dim) {
+  if (heads < 1 || head_dim < 1 || head_dim > kSparseAttnMaxHeadDim) return 0;
+  const int64_t slots = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
+  return static_cast<size_t>(kSparseAttnCudaSplitCtas * slots * (head_dim + 2)) * sizeof(float);
+}
+
+// Validates (ValidateSparseAttn's checks and messages, less the value checks above, with the
+// workspace sized by SparseAttnCudaWorkspaceBytes), then enqueues one or two kernels on `stream`
+// and returns; buffers must stay valid until the stream passes them. The workspace holds nothing
+// between launches; launches sharing one must be ordered (same stream). Nothing is allocated.
+// CUDA launch failures abort (CUDA_CHECK). Cost: each gathered KV row is read once per (token,
+// head group) from L2/HBM; 4·heads·head_dim·valid_entries FLOPs per token on the tensor cores.
+absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

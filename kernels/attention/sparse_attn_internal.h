@@ -1,10 +1,11 @@
 // Internal to fs_kernels_attention: the workspace layout shared by the validation (its size) and
-// the CPU body (its use). Not for other modules.
+// the CPU body (its use), and the validation shared with the CUDA launcher. Not for other modules.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/attention/attention.h"
 
 namespace flashserve {
@@ -30,5 +31,11 @@ SlotLayout ComputeSlotLayout(int64_t head_dim);
 
 // Thread slots a call uses: pool size + 1 (the caller runs one chunk), or 1 without a pool.
 size_t NumSlots(const ThreadPool* pool);
+
+// ValidateSparseAttn with the workspace requirement given (SparseAttnWorkspaceBytes for the CPU
+// body, SparseAttnCudaWorkspaceBytes for the launcher). host_values = false skips the checks that
+// read tensor values (finite sinks, index range): the launcher's pointers are device pointers.
+absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_need,
+                                   bool host_values);
 
 }  // namespace flashserve::kernels::attention_internal

@@ -1,5 +1,5 @@
-// Validation and workspace sizing shared by the CPU body and (later) the CUDA launcher, so both
-// reject exactly the same params with the same messages.
+// Validation and workspace sizing shared by the CPU body and the CUDA launcher, so both reject
+// the same params with the same messages (the launcher reads no device values).
 #include <cmath>
 #include <cstdint>
 
@@ -119,7 +119,10 @@ size_t SparseAttnWorkspaceBytes(int64_t head_dim, const ThreadPool* pool) {
   return NumSlots(pool) * ComputeSlotLayout(head_dim).slot_bytes + kAlign;
 }
 
-absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* pool) {
+namespace attention_internal {
+
+absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_need,
+                                   bool host_values) {
   RETURN_IF_ERROR(CheckDims(p));
   if (p.tokens == 0) return absl::OkStatus();
   if (p.q == nullptr) return Invalid("q", "is null");
@@ -137,11 +140,11 @@ absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* poo
   int64_t out_elems = 0;
   RETURN_IF_ERROR(CheckHeadTensor("q", p, p.q_stride, p.q_head_stride, &q_elems));
   RETURN_IF_ERROR(CheckHeadTensor("out", p, p.out_stride, p.out_head_stride, &out_elems));
-  for (int64_t h = 0; h < p.heads; ++h) {
+  for (int64_t h = 0; host_values && h < p.heads; ++h) {
     if (!std::isfinite(p.attn_sink[h])) return Invalid("attn_sink", "holds a non-finite value");
   }
-  const size_t need = SparseAttnWorkspaceBytes(p.head_dim, pool);
-  if (p.workspace == nullptr || p.workspace_bytes < need) {
+  const size_t need = workspace_need;
+  if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "SparseAttn: workspace of %d bytes is missing or smaller than the %d bytes needed",
         p.workspace_bytes, need));
@@ -169,7 +172,14 @@ absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* poo
   if (ws.Overlaps(q) || ws.Overlaps(kv) || ws.Overlaps(idx)) {
     return Invalid("workspace", "overlaps an input");
   }
-  return CheckIndices(p);
+  return host_values ? CheckIndices(p) : absl::OkStatus();
+}
+
+}  // namespace attention_internal
+
+absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* pool) {
+  return attention_internal::ValidateSparseAttnFor(p, SparseAttnWorkspaceBytes(p.head_dim, pool),
+                                                   /*host_values=*/true);
 }
 
 }  // namespace flashserve::kernels

@@ -1,0 +1,106 @@
+// LaunchSparseAttn: validate (sparse_attn_params.cc, shared with the CPU body), pick the path and
+// the instantiation, cut the launch into units (README.md "CUDA"), launch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/base/status_macros.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/sparse_attn_kernels.cuh"
+#include "kernels/attention/sparse_attn_internal.h"
+#include "kernels/common/cuda_check.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using attn_device::Geometry;
+using attn_device::TensorShape;
+
+// Grid-stride kernels never need more CTAs than this.
+constexpr int64_t kMaxCtas = int64_t{1} << 20;
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// The tensor path's preconditions: its head_dim instantiations, 16-byte rows for cp.async and
+// 4-byte bf16 pairs for the stores.
+bool TensorPathFits(const SparseAttnParams& p) {
+  if (p.head_dim != 128 && p.head_dim != 256 && p.head_dim != 512) return false;
+  if (!Aligned16(p.q) || !Aligned16(p.out) || (p.n_kv > 0 && !Aligned16(p.kv))) return false;
+  for (int64_t s : {p.q_stride, p.q_head_stride, p.kv_stride, p.out_stride, p.out_head_stride}) {
+    if (s % 8 != 0) return false;
+  }
+  return true;
+}
+
+template <int kD, int kMT>
+void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
+  using S = TensorShape<kD, kMT>;
+  Geometry geo;
+  geo.groups = (p.heads + S::kHeads - 1) / S::kHeads;
+  const int64_t items = p.tokens * geo.groups;
+  const int64_t n_blocks = (p.width + kSparseAttnBlock - 1) / kSparseAttnBlock;
+  // Few items: split each list into ranges of 64-blocks so that about kSparseAttnCudaSplitCtas
+  // CTAs run; items · splits <= kSparseAttnCudaSplitCtas keeps the states in the workspace.
+  int64_t splits = 1;
+  if (items < kSparseAttnCudaSplitCtas) {
+    splits = std::max<int64_t>(1, std::min(n_blocks, kSparseAttnCudaSplitCtas / items));
+  }
+  geo.blocks_per_split = splits > 1 ? (n_blocks + splits - 1) / splits : n_blocks;
+  geo.splits = splits > 1 ? (n_blocks + geo.blocks_per_split - 1) / geo.blocks_per_split : 1;
+  geo.units = items * geo.splits;
+  geo.state = static_cast<float*>(p.workspace);
+
+  auto* kernel = attn_device::TensorKernel<kD, kMT>;
+  // Per device and cheap; set on every launch so that any current device has it.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(S::kSmemBytes)));
+  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
+  kernel<<<ctas, S::kThreads, S::kSmemBytes, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+  if (geo.splits > 1) {
+    const auto combine_ctas = static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas));
+    attn_device::CombineKernel<S::kHeads>
+        <<<combine_ctas, attn_device::kCombineThreads, 0, stream>>>(p, geo);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <int kD>
+void LaunchTensorForHeads(const SparseAttnParams& p, cudaStream_t stream) {
+  if (p.heads <= 16) {
+    LaunchTensor<kD, 1>(p, stream);
+  } else if (p.heads <= 32) {
+    LaunchTensor<kD, 2>(p, stream);
+  } else {
+    LaunchTensor<kD, 4>(p, stream);
+  }
+}
+
+void LaunchScalar(const SparseAttnParams& p, cudaStream_t stream) {
+  const size_t smem = attn_device::ScalarSmemBytes(p.head_dim);  // <= 33 KB at head_dim 4096
+  const auto ctas = static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas));
+  attn_device::ScalarKernel<<<ctas, attn_device::kScalarThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(attention_internal::ValidateSparseAttnFor(
+      p, SparseAttnCudaWorkspaceBytes(p.heads, p.head_dim), /*host_values=*/false));
+  if (p.tokens == 0) return absl::OkStatus();
+  if (!TensorPathFits(p)) {
+    LaunchScalar(p, stream);
+  } else if (p.head_dim == 128) {
+    LaunchTensorForHeads<128>(p, stream);
+  } else if (p.head_dim == 256) {
+    LaunchTensorForHeads<256>(p, stream);
+  } else {
+    LaunchTensorForHeads<512>(p, stream);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,329 @@
+// bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
+//
+//   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
+//
+// Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
+// of 128 window rows (shared by every token of the batch) + ROWS compressed rows (default 65536;
+// each token selects 512 distinct rows at random). For 1, 8, 64 and 256 tokens it prints: the
+// median time of N launches between two CUDA events (after the warm-up), bytes (unique KV rows
+// read × 1024 B + q + out + indices), FLOPs (4 · heads · 512 · entries per token), TFLOP/s, and
+// the roofline time max(bytes / copy bandwidth, FLOPs / tensor-core rate) and ratio = roofline /
+// measured. Both roofs are measured in the same run: the copy is cudaMemcpyAsync device-to-device
+// of the KV pool (counted as read + write), the tensor-core rate is cublasGemmEx bf16 in, fp32
+// compute, 8192³ (cuBLAS loaded with dlopen: the toolkit has no static cuBLAS) or, when no
+// libcublas can be loaded, the mma.sync peak of bench/mma_peak.cu (printed as such). Before
+// timing, the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch
+// makes the exit code 1.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "common/base/check.h"
+#include "common/formats/bf16.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/bench/mma_peak.h"
+#include "kernels/common/cuda_check.h"
+
+namespace flashserve::kernels {
+namespace {
+
+constexpr int64_t kHeads = 64;
+constexpr int64_t kDim = 512;
+constexpr int64_t kWindow = 128;
+constexpr int64_t kSelected = 512;
+constexpr int64_t kWidth = kWindow + kSelected;
+
+struct Options {
+  int iters = 50;
+  int warmup = 10;
+  int64_t compressed = 65536;
+};
+
+double MedianMicros(const Options& o, const std::function<void()>& launch) {
+  for (int i = 0; i < o.warmup; ++i) launch();
+  std::vector<cudaEvent_t> ev(2 * o.iters);
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < o.iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
+    launch();
+    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> us(o.iters);
+  for (int i = 0; i < o.iters; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    us[i] = 1000.0 * ms;
+  }
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (uint16_t& x : v) x = formats::FloatToBf16Bits(dist(rng));
+  return v;
+}
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& host) {
+  DeviceBuffer d(std::max<size_t>(host.size() * sizeof(T), 16));
+  d.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return d;
+}
+
+// cublasGemmEx bf16 × bf16 → bf16, fp32 compute, m = n = k = 8192, in TFLOP/s; 0 when no libcublas
+// can be loaded (the name of the one used goes to `source`).
+double MeasureCublasTflops(const Options& o, std::string* source) {
+  void* lib = nullptr;
+  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      *source = std::string("cuBLAS GemmEx 8192^3 bf16/fp32 (") + name + ")";
+      break;
+    }
+  }
+  if (lib == nullptr) return 0.0;
+  auto create = reinterpret_cast<decltype(&cublasCreate_v2)>(dlsym(lib, "cublasCreate_v2"));
+  auto destroy = reinterpret_cast<decltype(&cublasDestroy_v2)>(dlsym(lib, "cublasDestroy_v2"));
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void*, const void*, cudaDataType, int, const void*,
+                                    cudaDataType, int, const void*, void*, cudaDataType, int,
+                                    cublasComputeType_t, cublasGemmAlgo_t);
+  auto gemm = reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx"));
+  if (create == nullptr || destroy == nullptr || gemm == nullptr) return 0.0;
+  cublasHandle_t handle = nullptr;
+  if (create(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
+  constexpr int n = 8192;
+  const size_t bytes = size_t{n} * n * 2;
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  CUDA_CHECK(cudaMemset(a.get(), 0x3C, bytes));  // bf16 0x3C3C ≈ 0.0115
+  CUDA_CHECK(cudaMemset(b.get(), 0x3C, bytes));
+  const float alpha = 1.0f, beta = 0.0f;
+  bool ok = true;
+  auto run = [&] {
+    ok &= gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n, b.get(),
+               CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+               CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+  };
+  Options short_run = o;
+  short_run.iters = 10;
+  short_run.warmup = 3;
+  const double us = MedianMicros(short_run, run);
+  destroy(handle);
+  return ok ? 2.0 * n * n * double(n) / us / 1e6 : 0.0;
+}
+
+// Device-to-device copy bandwidth (read + write) of `bytes` bytes, GB/s.
+double MeasureCopyGbps(const Options& o, const DeviceBuffer& src, size_t bytes) {
+  DeviceBuffer dst(bytes);
+  const double us = MedianMicros(o, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice));
+  });
+  return 2.0 * bytes / us / 1e3;
+}
+
+class Bench {
+ public:
+  explicit Bench(Options o) : o_(o), n_kv_(kWindow + o.compressed) {
+    kv_ = RandomBf16(n_kv_ * kDim, 1);
+    sink_.resize(kHeads);
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<float> u(-1.0f, 3.0f);
+    for (float& s : sink_) s = u(rng);
+    dkv_ = Upload(kv_);
+    dsink_ = Upload(sink_);
+    dws_ = DeviceBuffer(SparseAttnCudaWorkspaceBytes(kHeads, kDim));
+  }
+
+  void Roofs() {
+    copy_gbps_ = MeasureCopyGbps(o_, dkv_, kv_.size() * 2);
+    mma_tflops_ = attn_bench::MeasureMmaSyncTflops(5);
+    cublas_tflops_ = MeasureCublasTflops(o_, &cublas_source_);
+    tc_tflops_ = std::max(mma_tflops_, cublas_tflops_);
+  }
+
+  void Decode(int64_t tokens) {
+    // Lists: the window rows 0..127 (every token), then 512 distinct random compressed rows.
+    std::mt19937_64 rng(100 + tokens);
+    std::uniform_int_distribution<int64_t> pick(kWindow, n_kv_ - 1);
+    std::vector<int32_t> idx(static_cast<size_t>(tokens * kWidth));
+    std::unordered_set<int64_t> unique;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::unordered_set<int64_t> mine;
+      for (int64_t e = 0; e < kWindow; ++e) idx[t * kWidth + e] = static_cast<int32_t>(e);
+      for (int64_t e = kWindow; e < kWidth; ++e) {
+        int64_t r = pick(rng);
+        while (!mine.insert(r).second) r = pick(rng);
+        idx[t * kWidth + e] = static_cast<int32_t>(r);
+        unique.insert(r);
+      }
+    }
+    const int64_t unique_rows = kWindow + static_cast<int64_t>(unique.size());
+    const std::vector<uint16_t> q = RandomBf16(tokens * kHeads * kDim, 10 + tokens);
+    DeviceBuffer dq = Upload(q), didx = Upload(idx), dout(q.size() * 2);
+    SparseAttnParams p;
+    p.tokens = tokens;
+    p.heads = kHeads;
+    p.head_dim = kDim;
+    p.q = dq.get<uint16_t>();
+    p.q_stride = kHeads * kDim;
+    p.q_head_stride = kDim;
+    p.kv = dkv_.get<uint16_t>();
+    p.n_kv = n_kv_;
+    p.kv_stride = kDim;
+    p.indices = didx.get<int32_t>();
+    p.width = kWidth;
+    p.indices_stride = kWidth;
+    p.attn_sink = dsink_.get<float>();
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    p.out = dout.get<uint16_t>();
+    p.out_stride = kHeads * kDim;
+    p.out_head_stride = kDim;
+    p.workspace = dws_.get();
+    p.workspace_bytes = dws_.bytes();
+    CHECK_OK(LaunchSparseAttn(p, nullptr));
+    Verify(p, q, idx, dout);
+
+    const double us = MedianMicros(o_, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
+    const double bytes =
+        unique_rows * kDim * 2.0 + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
+    const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
+    const double mem_us = bytes / copy_gbps_ / 1e3;
+    const double tc_us = flops / tc_tflops_ / 1e6;
+    rows_.push_back({tokens, us, bytes / 1e6, unique_rows, flops / us / 1e6, mem_us, tc_us,
+                     std::max(mem_us, tc_us) / us});
+  }
+
+  int Print(const std::string& command) const {
+    std::printf("roofs: copy (d2d, read+write) %.0f GB/s; mma.sync peak (own kernel) %.0f TFLOP/s",
+                copy_gbps_, mma_tflops_);
+    if (cublas_tflops_ > 0) {
+      std::printf("; %s %.0f TFLOP/s\n", cublas_source_.c_str(), cublas_tflops_);
+    } else {
+      std::printf("; cuBLAS not loadable here, the mma.sync rate is the tensor-core roof\n");
+    }
+    std::printf("\n%7s %10s %9s %11s %8s %10s %10s %7s\n", "tokens", "median_us", "MB_read",
+                "unique_rows", "TFLOP/s", "mem_us", "tc_us", "ratio");
+    for (const Row& r : rows_) {
+      std::printf("%7ld %10.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", long(r.tokens), r.us, r.mb,
+                  long(r.unique_rows), r.tflops, r.mem_us, r.tc_us, r.ratio);
+    }
+    std::printf("(ratio = max(mem_us, tc_us) / median_us; tensor-core roof %.0f TFLOP/s)\n",
+                tc_tflops_);
+    std::printf("\ncorrectness (first tokens vs SparseAttnCpu): %s\n",
+                failures_ == 0 ? "OK" : "MISMATCH");
+    std::printf("command: %s\n", command.c_str());
+    return failures_ == 0 ? 0 : 1;
+  }
+
+ private:
+  struct Row {
+    int64_t tokens;
+    double us, mb;
+    int64_t unique_rows;
+    double tflops, mem_us, tc_us, ratio;
+  };
+
+  // The first two tokens against SparseAttnCpu: |gpu − cpu| <= 2^-8·(|cpu| + Σ p|v|/den) + 1e-6,
+  // with the mass bounded here by max |v| (= the bound's worst case, since Σ p / den <= 1).
+  void Verify(const SparseAttnParams& gp, const std::vector<uint16_t>& q,
+              const std::vector<int32_t>& idx, const DeviceBuffer& dout) {
+    const int64_t n = std::min<int64_t>(gp.tokens, 2);
+    std::vector<uint16_t> got(static_cast<size_t>(n * kHeads * kDim));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    dout.CopyToHost(got.data(), got.size() * 2);
+    std::vector<uint16_t> want(got.size());
+    std::vector<uint8_t> ws(SparseAttnWorkspaceBytes(kDim, nullptr));
+    SparseAttnParams p = gp;
+    p.tokens = n;
+    p.q = q.data();
+    p.kv = kv_.data();
+    p.indices = idx.data();
+    p.attn_sink = sink_.data();
+    p.out = want.data();
+    p.workspace = ws.data();
+    p.workspace_bytes = ws.size();
+    CHECK_OK(SparseAttnCpu(p, nullptr));
+    float vmax = 0;
+    for (uint16_t v : kv_) vmax = std::max(vmax, std::fabs(formats::Bf16BitsToFloat(v)));
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float g = formats::Bf16BitsToFloat(got[i]), w = formats::Bf16BitsToFloat(want[i]);
+      if (!(std::fabs(g - w) <= std::ldexp(std::fabs(w) + vmax, -8) + 1e-6)) {
+        std::fprintf(stderr, "MISMATCH: tokens %ld element %zu: gpu %g cpu %g\n", long(gp.tokens),
+                     i, g, w);
+        ++failures_;
+        return;
+      }
+    }
+  }
+
+  Options o_;
+  int64_t n_kv_;
+  std::vector<uint16_t> kv_;
+  std::vector<float> sink_;
+  DeviceBuffer dkv_, dsink_, dws_;
+  double copy_gbps_ = 0, mma_tflops_ = 0, cublas_tflops_ = 0, tc_tflops_ = 0;
+  std::string cublas_source_;
+  std::vector<Row> rows_;
+  int failures_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  Options o;
+  std::string command = argv[0];
+  for (int i = 1; i < argc; ++i) {
+    command += std::string(" ") + argv[i];
+    const std::string a = argv[i];
+    if ((a == "--iters" || a == "--warmup" || a == "--compressed") && i + 1 < argc) {
+      const long v = std::atol(argv[++i]);
+      command += std::string(" ") + argv[i];
+      if (v <= 0 || (a == "--compressed" && (v < kSelected || v > (int64_t{1} << 30)))) {
+        std::fprintf(stderr, "%s needs a positive count (--compressed: 512 .. 2^30)\n", a.c_str());
+        return 2;
+      }
+      if (a == "--compressed") {
+        o.compressed = v;
+      } else {
+        (a == "--iters" ? o.iters : o.warmup) = static_cast<int>(v);
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--compressed ROWS]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!CudaDeviceAvailable()) {
+    std::fprintf(stderr, "bench_sparse_attn: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf(
+      "device: %s, %d SMs, L2 %d MB; median of %d launches after %d warm-up; 64 heads x 512, "
+      "128 window + 512 selected of %ld compressed rows\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup,
+      long(o.compressed));
+  Bench bench(o);
+  bench.Roofs();
+  for (int64_t tokens : {1, 8, 64, 256}) bench.Decode(tokens);
+  return bench.Print(command);
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
+
+int main(int argc, char** argv) { return flashserve::kernels::Main(argc, argv); }

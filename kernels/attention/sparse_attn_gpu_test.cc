@@ -1,0 +1,384 @@
+// LaunchSparseAttn against SparseAttnCpu on the same inputs and against the double-precision
+// softmax (README.md "CUDA" states the tolerance): the released dims (64 heads × 512, 128 window +
+// 512 selected entries with -1 slots; 1, 4 and 64 tokens, i.e. split and unsplit launches), the
+// tiny fixture's dims, odd head counts, head_dim 256, the scalar path (odd head_dim, unaligned
+// strides: bit-exact with the CPU in practice), rows without a valid entry, large and small sinks,
+// determinism, and the launcher's errors. Outputs start poisoned, so an element the kernel fails
+// to write is a mismatch. Each comparison prints what it measured.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/base/check.h"
+#include "common/base/thread_pool.h"
+#include "common/formats/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_test_util.h"
+#include "kernels/common/gpu_test_util.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using formats::Bf16BitsToFloat;
+using testing::AttnCase;
+using testing::RandomCase;
+
+constexpr uint16_t kPoison = 0xFFC1;  // a NaN: any unwritten element fails every comparison
+
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  DeviceBuffer buf(std::max<size_t>(host.size() * sizeof(T), 16));
+  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+ThreadPool* Pool() {
+  static ThreadPool* pool =
+      new ThreadPool(std::max<size_t>(1, std::thread::hardware_concurrency() - 1));
+  return pool;
+}
+
+// Element pitches of one run: heads and tokens padded by q_pad / out_pad elements, KV rows by
+// kv_pad (a pad that is not a multiple of 8 sends a head_dim-128 case down the scalar path).
+struct Layout {
+  int64_t q_pad = 0;
+  int64_t kv_pad = 0;
+  int64_t out_pad = 0;
+};
+
+// Copies packed [rows][d] into rows of `pitch` elements (padding filled with `fill`).
+std::vector<uint16_t> Pad(const std::vector<uint16_t>& packed, int64_t rows, int64_t d,
+                          int64_t pitch, uint16_t fill) {
+  std::vector<uint16_t> out(static_cast<size_t>(std::max<int64_t>(rows, 1) * pitch), fill);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(packed.begin() + r * d, d, out.begin() + r * pitch);
+  }
+  return out;
+}
+
+// Params over host or device copies of `c` in layout `l` (q and out use head pitch d + pad and
+// token pitch heads · (d + pad) + pad).
+SparseAttnParams LayoutParams(const AttnCase& c, const Layout& l) {
+  SparseAttnParams p;
+  p.tokens = c.tokens;
+  p.heads = c.heads;
+  p.head_dim = c.head_dim;
+  p.q_head_stride = c.head_dim + l.q_pad;
+  p.q_stride = c.heads * p.q_head_stride + l.q_pad;
+  p.n_kv = c.n_kv;
+  p.kv_stride = c.head_dim + l.kv_pad;
+  p.width = c.width;
+  p.indices_stride = c.width;
+  p.softmax_scale = c.scale;
+  p.out_head_stride = c.head_dim + l.out_pad;
+  p.out_stride = c.heads * p.out_head_stride + l.out_pad;
+  return p;
+}
+
+// Extracts the packed [tokens, heads, d] output from a strided one.
+std::vector<uint16_t> Unpad(const std::vector<uint16_t>& out, const SparseAttnParams& p) {
+  std::vector<uint16_t> packed(static_cast<size_t>(p.tokens * p.heads * p.head_dim));
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      std::copy_n(out.begin() + t * p.out_stride + h * p.out_head_stride, p.head_dim,
+                  packed.begin() + (t * p.heads + h) * p.head_dim);
+    }
+  }
+  return packed;
+}
+
+struct Outputs {
+  std::vector<uint16_t> gpu;
+  std::vector<uint16_t> cpu;
+};
+
+// Runs LaunchSparseAttn and SparseAttnCpu on the same (padded) inputs; packed outputs.
+Outputs RunBoth(const AttnCase& c, const Layout& l = {}) {
+  SparseAttnParams hp = LayoutParams(c, l);
+  const int64_t q_rows = c.tokens * c.heads;
+  // q as [tokens][heads][head pitch] + token pad: pad every head row, then re-pitch tokens.
+  std::vector<uint16_t> q(static_cast<size_t>(std::max<int64_t>(c.tokens, 1) * hp.q_stride),
+                          0x7FC0);
+  for (int64_t r = 0; r < q_rows; ++r) {
+    std::copy_n(c.q.begin() + r * c.head_dim, c.head_dim,
+                q.begin() + (r / c.heads) * hp.q_stride + (r % c.heads) * hp.q_head_stride);
+  }
+  const std::vector<uint16_t> kv = Pad(c.kv, c.n_kv, c.head_dim, hp.kv_stride, 0x7FC0);
+  const size_t out_elems = static_cast<size_t>(std::max<int64_t>(c.tokens, 1) * hp.out_stride);
+
+  Outputs o;
+  std::vector<uint16_t> cpu_out(out_elems, kPoison);
+  std::vector<uint8_t> cpu_ws(SparseAttnWorkspaceBytes(c.head_dim, Pool()));
+  hp.q = q.data();
+  hp.kv = c.n_kv > 0 ? kv.data() : nullptr;
+  hp.indices = c.indices.data();
+  hp.attn_sink = c.sink.data();
+  hp.out = cpu_out.data();
+  hp.workspace = cpu_ws.data();
+  hp.workspace_bytes = cpu_ws.size();
+  CHECK_OK(SparseAttnCpu(hp, Pool()));
+  o.cpu = Unpad(cpu_out, hp);
+
+  DeviceBuffer dq = ToDevice(q), dkv = ToDevice(kv), didx = ToDevice(c.indices),
+               dsink = ToDevice(c.sink), dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
+  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+  SparseAttnParams dp = hp;
+  dp.q = dq.get<uint16_t>();
+  dp.kv = c.n_kv > 0 ? dkv.get<uint16_t>() : nullptr;
+  dp.indices = didx.get<int32_t>();
+  dp.attn_sink = dsink.get<float>();
+  dp.out = dout.get<uint16_t>();
+  dp.workspace = dws.get();
+  dp.workspace_bytes = dws.bytes();
+  const absl::Status st = LaunchSparseAttn(dp, nullptr);
+  CHECK(st.ok()) << st.message();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> gpu_out(out_elems);
+  dout.CopyToHost(gpu_out.data(), out_elems * sizeof(uint16_t));
+  o.gpu = Unpad(gpu_out, hp);
+  return o;
+}
+
+// The tensor-core path's tolerance against SparseAttnCpu, per element (README.md "CUDA"):
+//   |gpu − cpu| <= 2^-8 · (|cpu| + mass) + 1e-6
+// (one bf16(p) rounding flip moves a term by ≤ 2^-8 relative, the output rounding by ≤ 1 ulp).
+// Also checks the GPU against the double reference with the CPU body's own bound, and reports
+// bit-identical elements, the largest difference in output ulps and the relative RMS difference.
+struct Stats {
+  int64_t outside = 0;
+  int64_t outside_double = 0;
+  int64_t bit_diffs = 0;
+  int max_ulps = 0;
+  double rel_rms = 0;      // gpu vs cpu
+  double rel_rms_gpu = 0;  // gpu vs the double reference
+  double rel_rms_cpu = 0;  // cpu vs the double reference
+  double worst_ratio = 0;
+};
+
+// sqrt(Σ (a − ref)² / Σ ref²) over bf16 outputs against a double reference.
+double RelRms(const std::vector<uint16_t>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = Bf16BitsToFloat(a[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+Stats Compare(const AttnCase& c, const Outputs& o, const char* label) {
+  std::vector<double> ref, mass;
+  testing::DoubleReference(c, &ref, &mass);
+  Stats s;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < o.gpu.size(); ++i) {
+    const double g = Bf16BitsToFloat(o.gpu[i]);
+    const double k = Bf16BitsToFloat(o.cpu[i]);
+    const double bound = std::ldexp(std::fabs(k) + mass[i], -8) + 1e-6;
+    const double err = std::fabs(g - k);
+    s.worst_ratio = std::max(s.worst_ratio, err / bound);
+    if (!(err <= bound)) ++s.outside;
+    if (o.gpu[i] != o.cpu[i]) {
+      ++s.bit_diffs;
+      // Distance in bf16 steps (same-sign values; a sign change counts as "far").
+      const int ulps =
+          ((o.gpu[i] ^ o.cpu[i]) & 0x8000) != 0
+              ? 1000
+              : std::abs(static_cast<int>(o.gpu[i] & 0x7FFF) - static_cast<int>(o.cpu[i] & 0x7FFF));
+      s.max_ulps = std::max(s.max_ulps, ulps);
+    }
+    num += (g - k) * (g - k);
+    den += k * k;
+  }
+  s.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  s.outside_double = testing::CountOutsideTolerance(o.gpu, ref, mass, nullptr);
+  s.rel_rms_gpu = RelRms(o.gpu, ref);
+  s.rel_rms_cpu = RelRms(o.cpu, ref);
+  std::printf(
+      "%-34s %9zu elems: bit-identical %6.2f%%, max %d ulp (a sign flip counts 1000), "
+      "rel-RMS gpu-cpu %.2e, vs double: gpu %.2e cpu %.2e, worst |gpu-cpu|/bound %.3f, "
+      "outside %ld, outside double-ref bound %ld\n",
+      label, o.gpu.size(),
+      o.gpu.empty() ? 100.0 : 100.0 * (1.0 - double(s.bit_diffs) / double(o.gpu.size())),
+      s.max_ulps, s.rel_rms, s.rel_rms_gpu, s.rel_rms_cpu, s.worst_ratio,
+      static_cast<long>(s.outside), static_cast<long>(s.outside_double));
+  return s;
+}
+
+void ExpectClose(const AttnCase& c, const Outputs& o, const char* label) {
+  const Stats s = Compare(c, o, label);
+  EXPECT_EQ(s.outside, 0) << label;
+  EXPECT_EQ(s.outside_double, 0) << label;
+  // Two bf16 roundings of nearly equal values differ by one ulp (2^-8..2^-7 relative) where they
+  // straddle a rounding boundary: below 2^-8 RMS means far fewer than all elements moved.
+  EXPECT_LE(s.rel_rms, std::ldexp(1.0, -8)) << label;
+  // No less accurate than the CPU body: its own error is the bf16 rounding of p and of o.
+  EXPECT_LE(s.rel_rms_gpu, 1.25 * s.rel_rms_cpu + 1e-6) << label;
+}
+
+// A decode-like list per token: `window` entries from the window rows [0, window) (the first
+// `leading_invalid` of them -1, as while the ring fills), then `selected` distinct-ish random
+// compressed rows from [window, n_kv) with about `invalid_frac` of them -1.
+AttnCase DecodeCase(int64_t tokens, int64_t heads, int64_t d, int64_t window, int64_t selected,
+                    int64_t n_compressed, double invalid_frac, uint32_t seed) {
+  AttnCase c =
+      RandomCase(tokens, heads, d, window + n_compressed, window + selected, invalid_frac, seed);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t leading_invalid = t % 3 == 2 ? 70 : 0;  // straddles the first 64-block
+    int32_t* row = c.indices.data() + t * c.width;
+    for (int64_t e = 0; e < window; ++e) {
+      row[e] = e < leading_invalid ? -1 : static_cast<int32_t>((e + 7 * t) % window);
+    }
+    for (int64_t e = window; e < c.width; ++e) {
+      if (row[e] >= 0) row[e] = static_cast<int32_t>(window + row[e] % n_compressed);
+    }
+  }
+  return c;
+}
+
+TEST(SparseAttnGpuTest, ReleasedDimsDecode) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t tokens : {1, 4, 64}) {
+    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 4096, 0.1, 100 + tokens);
+    char label[64];
+    std::snprintf(label, sizeof(label), "released 64x512 w640 tokens %ld", long(tokens));
+    ExpectClose(c, RunBoth(c), label);
+  }
+}
+
+TEST(SparseAttnGpuTest, ReleasedDimsPaddedStrides) {
+  FS_SKIP_WITHOUT_GPU();
+  const AttnCase c = DecodeCase(3, 64, 512, 128, 512, 1000, 0.05, 7);
+  ExpectClose(c, RunBoth(c, {8, 16, 24}), "released, padded strides");
+}
+
+TEST(SparseAttnGpuTest, TinyDims) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t tokens : {1, 5, 17}) {
+    const AttnCase c = RandomCase(tokens, 4, 128, 40, 32, 0.2, 200 + tokens);
+    ExpectClose(c, RunBoth(c), "tiny 4x128 w32");
+  }
+}
+
+TEST(SparseAttnGpuTest, OddHeadCountsAndPartialBlocks) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t heads : {1, 5, 16, 17, 33, 65, 100}) {
+    const AttnCase c = RandomCase(3, heads, 128, 300, 200, 0.3, 300 + heads);
+    char label[64];
+    std::snprintf(label, sizeof(label), "heads %ld x128 w200", long(heads));
+    ExpectClose(c, RunBoth(c), label);
+  }
+}
+
+TEST(SparseAttnGpuTest, HeadDim256) {
+  FS_SKIP_WITHOUT_GPU();
+  const AttnCase c = RandomCase(9, 24, 256, 500, 130, 0.1, 11);
+  ExpectClose(c, RunBoth(c), "24x256 w130");
+}
+
+// The scalar path does the CPU's operations in the CPU's order: equal bits but where the device
+// exp and glibc expf round differently (not seen in practice; allowed up to 0.1 %).
+TEST(SparseAttnGpuTest, ScalarPathOddShapes) {
+  FS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t heads, d, width;
+    Layout layout;
+  };
+  for (const Shape& s :
+       {Shape{3, 1, 70, {}}, Shape{5, 7, 64, {}}, Shape{8, 96, 130, {}}, Shape{2, 100, 33, {}},
+        Shape{4, 600, 65, {}}, Shape{6, 128, 150, {2, 0, 0}}, Shape{6, 512, 150, {0, 3, 0}},
+        Shape{6, 512, 150, {0, 0, 1}}}) {
+    const AttnCase c = RandomCase(4, s.heads, s.d, 90, s.width, 0.25, 400 + s.d);
+    char label[64];
+    std::snprintf(label, sizeof(label), "scalar %ldx%ld w%ld", long(s.heads), long(s.d),
+                  long(s.width));
+    const Outputs o = RunBoth(c, s.layout);
+    const Stats st = Compare(c, o, label);
+    EXPECT_EQ(st.outside, 0) << label;
+    EXPECT_EQ(st.outside_double, 0) << label;
+    EXPECT_LE(st.bit_diffs, static_cast<int64_t>(o.gpu.size()) / 1000) << label;
+  }
+}
+
+TEST(SparseAttnGpuTest, RowsWithoutValidEntriesAreZero) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t d : {128, 512, 100}) {
+    AttnCase c = RandomCase(5, 64, d, 200, 192, 0.0, 500 + d);
+    std::fill_n(c.indices.begin() + 1 * c.width, c.width, -1);  // token 1: all -1
+    std::fill_n(c.indices.begin() + 3 * c.width, c.width, -1);  // token 3: all -1
+    const Outputs o = RunBoth(c);
+    ExpectClose(c, o, "all-invalid tokens 1 and 3");
+    for (int64_t t : {1, 3}) {
+      for (int64_t i = 0; i < c.heads * d; ++i) {
+        ASSERT_EQ(o.gpu[t * c.heads * d + i], 0) << "token " << t << " element " << i;
+      }
+    }
+    // Width 0 and an empty pool: every row is +0.
+    AttnCase e = RandomCase(2, 64, d, 0, 0, 1.0, 7);
+    const Outputs oe = RunBoth(e);
+    EXPECT_EQ(oe.gpu, std::vector<uint16_t>(oe.gpu.size(), 0));
+  }
+}
+
+TEST(SparseAttnGpuTest, LargeAndSmallSinks) {
+  FS_SKIP_WITHOUT_GPU();
+  for (float sink : {-60.0f, 0.0f, 8.0f, 30.0f}) {
+    AttnCase c = DecodeCase(4, 64, 512, 128, 512, 2000, 0.1, 600);
+    std::fill(c.sink.begin(), c.sink.end(), sink);
+    c.sink[5] = -sink;  // a mix within one group
+    char label[64];
+    std::snprintf(label, sizeof(label), "sink %.0f", sink);
+    ExpectClose(c, RunBoth(c), label);
+  }
+}
+
+TEST(SparseAttnGpuTest, Deterministic) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t tokens : {1, 64}) {
+    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 4096, 0.1, 700);
+    const Outputs a = RunBoth(c);
+    const Outputs b = RunBoth(c);
+    EXPECT_EQ(a.gpu, b.gpu) << "tokens " << tokens;
+  }
+}
+
+TEST(SparseAttnGpuTest, LauncherErrors) {
+  FS_SKIP_WITHOUT_GPU();
+  const AttnCase c = RandomCase(2, 4, 128, 10, 8, 0.0, 9);
+  DeviceBuffer dq = ToDevice(c.q), dkv = ToDevice(c.kv), didx = ToDevice(c.indices),
+               dsink = ToDevice(c.sink), dout(c.q.size() * 2);
+  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+  SparseAttnParams p = LayoutParams(c, {});
+  p.q = dq.get<uint16_t>();
+  p.kv = dkv.get<uint16_t>();
+  p.indices = didx.get<int32_t>();
+  p.attn_sink = dsink.get<float>();
+  p.out = dout.get<uint16_t>();
+  p.workspace = dws.get();
+  p.workspace_bytes = dws.bytes();
+  EXPECT_TRUE(LaunchSparseAttn(p, nullptr).ok());
+  SparseAttnParams bad = p;
+  bad.workspace_bytes = SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim) - 1;
+  EXPECT_EQ(LaunchSparseAttn(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad = p;
+  bad.q = nullptr;
+  EXPECT_EQ(LaunchSparseAttn(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad = p;
+  bad.softmax_scale = 0.0f;
+  EXPECT_EQ(LaunchSparseAttn(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad = p;
+  bad.out = const_cast<uint16_t*>(p.q);
+  EXPECT_EQ(LaunchSparseAttn(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad = p;
+  bad.tokens = 0;
+  EXPECT_TRUE(LaunchSparseAttn(bad, nullptr).ok());
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
