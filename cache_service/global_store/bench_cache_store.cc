@@ -4,7 +4,11 @@
 //
 //   bench_cache_store [--dir=PATH] [--bytes=1073741824] [--max_bytes=2147483648] [--batch=16]
 //                     [--payload=56960] [--sync=1] [--seed=1] [--index_entries=0]
-//                     [--read_threads=2]
+//                     [--read_threads=2] [--clients=1]
+//
+// --clients=N runs the put and get phases from N threads at once, each with its own batches (the
+// server's shape: concurrent requests), so that the store's group commit can share one
+// fdatasync between the batches that arrive together.
 //
 // --index_entries=N also writes N tiny entries to a second store (unsynced batches of 1024), then
 // reports the time and resident memory that reopening it takes (the index rebuild) and the
@@ -17,6 +21,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +52,7 @@ struct Args {
   uint64_t seed = 1;
   uint64_t index_entries = 0;  // > 0: also time reopening a store of this many (tiny) entries
   uint64_t read_threads = 2;   // GlobalStoreOptions::read_threads
+  uint64_t clients = 1;        // concurrent callers in the put and get phases
 };
 
 bool Parse(int argc, char** argv, Args* a) {
@@ -75,6 +83,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->index_entries = n;
     } else if (k == "read_threads") {
       a->read_threads = std::max<uint64_t>(1, n);
+    } else if (k == "clients") {
+      a->clients = std::clamp<uint64_t>(n, 1, 64);
     } else {
       return false;
     }
@@ -232,7 +242,7 @@ int Run(int argc, char** argv) {
     fprintf(stderr,
             "usage: bench_cache_store [--dir=PATH] [--bytes=N] [--max_bytes=N] "
             "[--batch=N] [--payload=N] [--sync=0|1] [--seed=N] [--index_entries=N] "
-            "[--read_threads=N]\n");
+            "[--read_threads=N] [--clients=N]\n");
     return 2;
   }
   if (a.payload == 0) return Fail("--payload must be > 0");
@@ -245,12 +255,13 @@ int Run(int argc, char** argv) {
   }
   printf(
       "command: %s --dir=%s --bytes=%llu --max_bytes=%llu --batch=%llu --payload=%llu "
-      "--sync=%d --seed=%llu --index_entries=%llu --read_threads=%llu\n",
+      "--sync=%d --seed=%llu --index_entries=%llu --read_threads=%llu --clients=%llu\n",
       argv[0], tmp ? "<temp under /tmp>" : a.dir.c_str(), static_cast<unsigned long long>(a.bytes),
       static_cast<unsigned long long>(a.max_bytes), static_cast<unsigned long long>(a.batch),
       static_cast<unsigned long long>(a.payload), a.sync ? 1 : 0,
       static_cast<unsigned long long>(a.seed), static_cast<unsigned long long>(a.index_entries),
-      static_cast<unsigned long long>(a.read_threads));
+      static_cast<unsigned long long>(a.read_threads),
+      static_cast<unsigned long long>(a.clients));
   printf(
       "blocks: %llu x %llu B payload, batches of %llu, WAL fsync per batch: %s, no compression\n",
       static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(a.payload),
@@ -269,15 +280,27 @@ int Run(int argc, char** argv) {
     auto store = GlobalStore::Open(o);
     if (!store.ok()) return Fail(store.status().ToString());
     const Start t0;
-    std::vector<BlockWrite> batch;
-    for (uint64_t i = 0; i < blocks; i += a.batch) {
-      batch.clear();
-      for (uint64_t j = i; j < i + a.batch; ++j) {
-        batch.push_back({testing::KeyFor(j), payloads[j % payloads.size()]});
+    std::atomic<bool> failed{false};
+    auto writer = [&](uint64_t client) {
+      std::vector<BlockWrite> batch;
+      for (uint64_t i = client * a.batch; i < blocks; i += a.batch * a.clients) {
+        batch.clear();
+        for (uint64_t j = i; j < i + a.batch; ++j) {
+          batch.push_back({testing::KeyFor(j), payloads[j % payloads.size()]});
+        }
+        absl::Status s = (*store)->PutBatch(fp, batch);
+        if (!s.ok()) {
+          fprintf(stderr, "put: %s\n", s.ToString().c_str());
+          failed = true;
+          return;
+        }
       }
-      absl::Status s = (*store)->PutBatch(fp, batch);
-      if (!s.ok()) return Fail("put: " + s.ToString());
-    }
+    };
+    std::vector<std::thread> threads;
+    for (uint64_t c = 1; c < a.clients; ++c) threads.emplace_back(writer, c);
+    writer(0);
+    for (std::thread& t : threads) t.join();
+    if (failed) return Fail("put failed");
     put_mbps = Report("put", blocks, a.payload, t0);
     absl::Status s = (*store)->FlushMemtables();
     Report("put+flush", blocks, a.payload, t0);
@@ -292,16 +315,25 @@ int Run(int argc, char** argv) {
   DropPageCache(a.dir);
   for (const char* phase : {"get cold", "get warm"}) {
     const Start t0;
-    std::vector<BlockKey> keys;
-    uint64_t bad = 0;
-    for (uint64_t b : order) {
-      keys.clear();
-      for (uint64_t j = b * a.batch; j < (b + 1) * a.batch; ++j) keys.push_back(testing::KeyFor(j));
-      const auto got = (*store)->MultiGet(fp, keys);
-      for (size_t k = 0; k < got.size(); ++k) {
-        if (!got[k].ok() || got[k]->size() != a.payload) ++bad;
+    std::atomic<uint64_t> bad{0};
+    auto reader = [&](uint64_t client) {
+      std::vector<BlockKey> keys;
+      for (size_t o = client; o < order.size(); o += a.clients) {
+        const uint64_t b = order[o];
+        keys.clear();
+        for (uint64_t j = b * a.batch; j < (b + 1) * a.batch; ++j) {
+          keys.push_back(testing::KeyFor(j));
+        }
+        const auto got = (*store)->MultiGet(fp, keys);
+        for (size_t k = 0; k < got.size(); ++k) {
+          if (!got[k].ok() || got[k]->size() != a.payload) ++bad;
+        }
       }
-    }
+    };
+    std::vector<std::thread> threads;
+    for (uint64_t c = 1; c < a.clients; ++c) threads.emplace_back(reader, c);
+    reader(0);
+    for (std::thread& t : threads) t.join();
     const double mbps = Report(phase, blocks, a.payload, t0);
     if (std::string(phase) == "get cold") cold_mbps = mbps;
     if (bad != 0) return Fail(std::to_string(bad) + " blocks missing or wrong");
