@@ -22,13 +22,15 @@
 //   inputs.
 // - Threading: `pool` may be null (single-threaded). Results do not depend on the pool size or
 //   on the workspace size. Calls are thread-safe for disjoint outputs and workspaces.
-// This header includes no CUDA header (the CUDA backend adds Launch* declarations here later).
+// This header includes no CUDA header; CUstream_st* is cudaStream_t (nullptr: legacy stream).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
+
+struct CUstream_st;
 
 namespace flashserve {
 class ThreadPool;
@@ -139,5 +141,27 @@ absl::Status IndexerScoreCpu(const IndexerScoreParams& p, ThreadPool* pool);
 absl::Status CandidateBlocksCpu(const CandidateBlocksParams& p, ThreadPool* pool);
 // Top-k, split over rows. Cost per row O(width) for the selection plus O(k log k) for the sort.
 absl::Status IndexerTopkCpu(const IndexerTopkParams& p, ThreadPool* pool);
+
+// ---- CUDA launchers (cuda/*.cu; target fs_kernels_indexer_cuda, FLASHSERVE_CUDA only) ----
+// Same params as the CPU bodies; every tensor pointer (q, k, w, candidates, scores, indices,
+// block_scores) is a device pointer (or managed memory). The launchers validate first (the same
+// checks and messages as the CPU bodies; the top-k and candidate launchers need no workspace, so
+// `workspace` / `workspace_bytes` are ignored there), then enqueue one kernel on `stream` and
+// return; buffers must stay valid until the stream passes it. Nothing is allocated. CUDA launch
+// failures abort (CUDA_CHECK). Results equal the CPU bodies' bit for bit (README.md "CUDA").
+// Scores: a thread per (row, position); each head's dot product is one fp32 FMA chain over d
+// ascending (bf16·bf16 products are exact in fp32, so the FMA chain rounds exactly like the CPU's
+// mul + add), heads summed ascending. Cost: visible positions · heads · head_dim FMAs on the CUDA
+// cores; each key row read once per row of the call per 32 heads (rows of one position tile run
+// back to back, so repeats mostly hit L2).
+absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream);
+// Top-k: a block per row; an exact two-pass radix select on the 16-bit order key of the bf16
+// scores (the k-th value), then one ordered pass that takes every larger value plus the lowest
+// positions of the k-th value, writing them already ascending. Cost per row: three reads of the
+// row's scores, one write of k indices.
+absl::Status LaunchIndexerTopk(const IndexerTopkParams& p, CUstream_st* stream);
+// Candidate blocks: the same selection over the block maxima (recomputed in each pass), then the
+// mask (and block_scores) written. Cost per row: three reads of the row's scores, one mask write.
+absl::Status LaunchCandidateBlocks(const CandidateBlocksParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

@@ -1,0 +1,303 @@
+// bench_indexer: the GPU indexer (scores, top-512, candidate blocks) over 1M compressed positions
+// at the released dims against its roofline.
+//
+//   bench_indexer [--iters N] [--warmup N] [--width W]
+//
+// Released dims: 32 heads × 128, W compressed positions (default 2^20) of FP4-dequantised bf16
+// keys (e2m1 grid values × a power-of-two scale per 32-value block, as the model's QDQ leaves
+// them), FP4-grid q, bf16 w ~ 2^-6 scale. For 1 and 8 query rows (decode-style: row i reaches
+// W − rows + 1 + i positions) it prints the median of N launches between two CUDA events (after
+// the warm-up) of: the scores, the top-512 of those scores, the two back to back, and the
+// candidate blocks (8-position blocks, 2048 of them). Bytes: keys W × 256 B + scores rows × W × 2 B
+// (+ q, w) for the scores; scores + indices for the top-k (read once: the ideal); scores + mask for
+// the candidates. FLOPs: 2 × 32 × 128 × W per row. Roofline = max(bytes / copy bandwidth,
+// FLOPs / tensor-core rate), ratio = roofline / measured (1.0 = at the roof). Both roofs are
+// measured in the same run: the copy is cudaMemcpyAsync device-to-device of the key tensor
+// (counted read + write), the tensor-core rate is the mma.sync bf16 peak of
+// kernels/attention/bench/mma_peak.cu (below the wgmma peak, so the FLOP roof is optimistic for
+// us). Before timing, the scores of the first 16384 positions of every row (CPU body on those
+// positions) and the full top-k rows (CPU body on the GPU's scores) are compared; a mismatch
+// makes the exit code 1.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/base/check.h"
+#include "common/base/thread_pool.h"
+#include "kernels/attention/bench/mma_peak.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/indexer/indexer.h"
+
+namespace flashserve::kernels {
+namespace {
+
+constexpr int64_t kHeads = 32;
+constexpr int64_t kDim = 128;
+constexpr int64_t kTopk = 512;
+constexpr int64_t kCheckWidth = 16384;
+
+struct Options {
+  int iters = 20;
+  int warmup = 3;
+  int64_t width = int64_t{1} << 20;
+};
+
+double MedianMicros(const Options& o, const std::function<void()>& launch) {
+  for (int i = 0; i < o.warmup; ++i) launch();
+  std::vector<cudaEvent_t> ev(2 * o.iters);
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < o.iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
+    launch();
+    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> us(o.iters);
+  for (int i = 0; i < o.iters; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    us[i] = 1000.0 * ms;
+  }
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as bf16 bits.
+constexpr uint16_t kE2m1[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
+
+// FP4-dequantised bf16: e2m1 value × 2^scale_exp, one scale per 32 consecutive values.
+std::vector<uint16_t> Fp4Dequantised(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint16_t> x(static_cast<size_t>(n));
+  int scale_exp = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 32 == 0) scale_exp = static_cast<int>(rng() % 4) - 3;  // 2^-3 .. 2^0
+    const uint16_t m = kE2m1[rng() % 8];
+    uint16_t v = m == 0 ? uint16_t{0} : static_cast<uint16_t>(m + scale_exp * 128);
+    if (v != 0 && (rng() & 1) != 0) v |= 0x8000;
+    x[static_cast<size_t>(i)] = v;
+  }
+  return x;
+}
+
+DeviceBuffer Upload(const std::vector<uint16_t>& host) {
+  DeviceBuffer d(host.size() * 2);
+  d.CopyFromHost(host.data(), host.size() * 2);
+  return d;
+}
+
+struct Row {
+  std::string op;
+  int64_t rows = 0;
+  double us = 0, mb = 0, gflop = 0, roof_us = 0;
+};
+
+class Bench {
+ public:
+  Bench(Options o, double copy_gbps, double tc_tflops)
+      : o_(o), copy_gbps_(copy_gbps), tc_tflops_(tc_tflops) {}
+
+  void Run(int64_t rows, const std::vector<uint16_t>& k, const DeviceBuffer& dk) {
+    const int64_t width = o_.width;
+    const std::vector<uint16_t> q = Fp4Dequantised(rows * kHeads * kDim, 11 + rows);
+    std::vector<uint16_t> w(static_cast<size_t>(rows * kHeads));
+    std::mt19937 rng(static_cast<uint32_t>(rows));
+    for (uint16_t& v : w) v = static_cast<uint16_t>(0x3C00 + rng() % 256);  // ~2^-7 .. 2^-6
+    DeviceBuffer dq = Upload(q), dw = Upload(w);
+    DeviceBuffer dscores(static_cast<size_t>(rows * width) * 2);
+    DeviceBuffer dindices(static_cast<size_t>(rows * kTopk) * 4);
+    DeviceBuffer dmask(static_cast<size_t>(rows * width));
+
+    IndexerScoreParams sp;
+    sp.tokens = rows;
+    sp.heads = kHeads;
+    sp.head_dim = kDim;
+    sp.width = width;
+    sp.start_pos = width - rows;
+    sp.ratio = 1;
+    sp.q = dq.get<uint16_t>();
+    sp.q_stride = kHeads * kDim;
+    sp.k = dk.get<uint16_t>();
+    sp.k_stride = kDim;
+    sp.w = dw.get<uint16_t>();
+    sp.w_stride = kHeads;
+    sp.scores = dscores.get<uint16_t>();
+    sp.scores_stride = width;
+    IndexerTopkParams tp;
+    tp.tokens = rows;
+    tp.width = width;
+    tp.start_pos = sp.start_pos;
+    tp.ratio = 1;
+    tp.index_topk = kTopk;
+    tp.offset = 128;
+    tp.scores = sp.scores;
+    tp.scores_stride = width;
+    tp.indices = dindices.get<int32_t>();
+    tp.indices_stride = kTopk;
+    CandidateBlocksParams cp;
+    cp.tokens = rows;
+    cp.width = width;
+    cp.start_pos = sp.start_pos;
+    cp.ratio = 1;
+    cp.block_size = 8;
+    cp.topk_blocks = 2048;
+    cp.scores = sp.scores;
+    cp.scores_stride = width;
+    cp.candidates = dmask.get<uint8_t>();
+    cp.candidates_stride = width;
+
+    CHECK_OK(LaunchIndexerScore(sp, nullptr));
+    CHECK_OK(LaunchIndexerTopk(tp, nullptr));
+    Verify(rows, q, w, k, dscores, dindices, tp);
+
+    const double key_bytes = static_cast<double>(width) * kDim * 2;
+    const double score_bytes = static_cast<double>(rows) * width * 2;
+    const double qw_bytes = static_cast<double>(q.size() + w.size()) * 2;
+    const double flops = 2.0 * kHeads * kDim * static_cast<double>(width) * rows;
+    const double index_bytes = static_cast<double>(rows) * kTopk * 4;
+    const double mask_bytes = static_cast<double>(rows) * width;
+    Add("score", rows, key_bytes + score_bytes + qw_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScore(sp, nullptr)); });
+    Add("topk512", rows, score_bytes + index_bytes, 0,
+        [&] { CHECK_OK(LaunchIndexerTopk(tp, nullptr)); });
+    Add("score+topk512", rows, key_bytes + qw_bytes + index_bytes, flops, [&] {
+      CHECK_OK(LaunchIndexerScore(sp, nullptr));
+      CHECK_OK(LaunchIndexerTopk(tp, nullptr));
+    });
+    Add("cand_blocks", rows, score_bytes + mask_bytes, 0,
+        [&] { CHECK_OK(LaunchCandidateBlocks(cp, nullptr)); });
+  }
+
+  int Print(const std::string& command) const {
+    std::printf("\nroofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s\n",
+                copy_gbps_, tc_tflops_);
+    std::printf("%-14s %5s %11s %10s %9s %8s %11s %7s\n", "op", "rows", "median_us", "MB", "GFLOP",
+                "TFLOP/s", "roofline_us", "ratio");
+    for (const Row& r : rows_) {
+      std::printf("%-14s %5ld %11.1f %10.1f %9.1f %8.2f %11.1f %7.3f\n", r.op.c_str(),
+                  static_cast<long>(r.rows), r.us, r.mb, r.gflop, r.gflop / r.us / 1e3, r.roof_us,
+                  r.roof_us / r.us);
+    }
+    std::printf("\ncorrectness (scores of the first %ld positions, full top-k rows vs CPU): %s\n",
+                static_cast<long>(kCheckWidth), failures_ == 0 ? "OK" : "MISMATCH");
+    std::printf("command: %s\n", command.c_str());
+    return failures_ == 0 ? 0 : 1;
+  }
+
+ private:
+  void Add(const char* op, int64_t rows, double bytes, double flops,
+           const std::function<void()>& launch) {
+    const double us = MedianMicros(o_, launch);
+    const double roof = std::max(bytes / copy_gbps_ / 1e3, flops / tc_tflops_ / 1e6);
+    rows_.push_back({op, rows, us, bytes / 1e6, flops / 1e9, roof});
+  }
+
+  void Verify(int64_t rows, const std::vector<uint16_t>& q, const std::vector<uint16_t>& w,
+              const std::vector<uint16_t>& k, const DeviceBuffer& dscores,
+              const DeviceBuffer& dindices, const IndexerTopkParams& tp) {
+    const int64_t width = o_.width;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> scores(static_cast<size_t>(rows * width));
+    dscores.CopyToHost(scores.data(), scores.size() * 2);
+    std::vector<int32_t> indices(static_cast<size_t>(rows * kTopk));
+    dindices.CopyToHost(indices.data(), indices.size() * 4);
+    ThreadPool pool(4);
+    int64_t bad_scores = 0, bad_indices = 0;
+    const int64_t cw = std::min(width, kCheckWidth);
+    for (int64_t r = 0; r < rows; ++r) {
+      // Row r alone over the first cw positions (all visible to every row).
+      std::vector<uint16_t> want(static_cast<size_t>(cw));
+      IndexerScoreParams p;
+      p.tokens = 1;
+      p.heads = kHeads;
+      p.head_dim = kDim;
+      p.width = cw;
+      p.start_pos = cw - 1;
+      p.q = q.data() + r * kHeads * kDim;
+      p.q_stride = kHeads * kDim;
+      p.k = k.data();
+      p.k_stride = kDim;
+      p.w = w.data() + r * kHeads;
+      p.w_stride = kHeads;
+      p.scores = want.data();
+      p.scores_stride = cw;
+      CHECK_OK(IndexerScoreCpu(p, &pool));
+      for (int64_t t = 0; t < cw; ++t) bad_scores += want[t] != scores[r * width + t];
+    }
+    std::vector<int32_t> want(indices.size());
+    std::vector<uint64_t> ws(static_cast<size_t>(width));
+    IndexerTopkParams cpu = tp;
+    cpu.scores = scores.data();
+    cpu.indices = want.data();
+    cpu.workspace = ws.data();
+    cpu.workspace_bytes = IndexerTopkWorkspaceBytes(width, 1);
+    CHECK_OK(IndexerTopkCpu(cpu, nullptr));
+    for (size_t i = 0; i < want.size(); ++i) bad_indices += want[i] != indices[i];
+    std::printf("rows %ld: %ld of %ld checked scores and %ld of %zu indices differ from the CPU\n",
+                static_cast<long>(rows), static_cast<long>(bad_scores),
+                static_cast<long>(rows * cw), static_cast<long>(bad_indices), want.size());
+    if (bad_scores + bad_indices > 0) ++failures_;
+  }
+
+  Options o_;
+  double copy_gbps_, tc_tflops_;
+  std::vector<Row> rows_;
+  int failures_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  Options o;
+  std::string command = argv[0];
+  for (int i = 1; i < argc; ++i) {
+    command += std::string(" ") + argv[i];
+    const std::string a = argv[i];
+    if ((a == "--iters" || a == "--warmup" || a == "--width") && i + 1 < argc) {
+      const long long v = std::atoll(argv[++i]);
+      command += std::string(" ") + argv[i];
+      if (v <= 0 || (a == "--width" && v < kTopk)) {
+        std::fprintf(stderr, "%s needs a positive count (width >= 512)\n", a.c_str());
+        return 2;
+      }
+      if (a == "--width") {
+        o.width = v;
+      } else {
+        (a == "--iters" ? o.iters : o.warmup) = static_cast<int>(v);
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--width W]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!CudaDeviceAvailable()) {
+    std::fprintf(stderr, "bench_indexer: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB; median of %d launches after %d warm-up; width %ld\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup,
+              static_cast<long>(o.width));
+  const std::vector<uint16_t> k = Fp4Dequantised(o.width * kDim, 7);
+  DeviceBuffer dk = Upload(k), copy(k.size() * 2);
+  const double copy_us = MedianMicros(o, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(copy.get(), dk.get(), k.size() * 2, cudaMemcpyDeviceToDevice));
+  });
+  const double copy_gbps = 2.0 * static_cast<double>(k.size()) * 2 / copy_us / 1e3;
+  const double tc_tflops = attn_bench::MeasureMmaSyncTflops(5);
+  Bench bench(o, copy_gbps, tc_tflops);
+  for (int64_t rows : {1, 8}) bench.Run(rows, k, dk);
+  return bench.Print(command);
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
+
+int main(int argc, char** argv) { return flashserve::kernels::Main(argc, argv); }
