@@ -9,65 +9,14 @@
 
 #include <cstdint>
 
+#include "kernels/common/cuda_exact_math.cuh"
+
 #include "kernels/mhc/mhc.h"
 
 namespace flashserve::kernels::mhc_device {
 
-__device__ __forceinline__ float MulRn(float a, float b) {
-  float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float AddRn(float a, float b) {
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float SubRn(float a, float b) {
-  float r;
-  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float DivRn(float a, float b) {
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float SqrtRn(float a) {
-  float r;
-  asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
-  return r;
-}
-
-__device__ __forceinline__ float FmaRn(float a, float b, float c) {
-  float r;
-  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
-  return r;
-}
-
-__device__ __forceinline__ float DoubleToF32(double a) {
-  float r;
-  asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a));
-  return r;
-}
-
-__device__ __forceinline__ float Int64ToF32(int64_t a) {
-  float r;
-  asm("cvt.rn.f32.s64 %0, %1;" : "=f"(r) : "l"(a));
-  return r;
-}
-
-__device__ __forceinline__ float Bf16ToF32(uint32_t bf16) { return __uint_as_float(bf16 << 16); }
-
-__device__ __forceinline__ uint32_t F32ToBf16(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return ((bits >> 16) | 0x0040u) & 0xFFFFu;
-  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-}
+// The exact fp32 / bf16 operations shared with the other families (kernels/common).
+using namespace ::flashserve::kernels::exact;  // NOLINT(build/namespaces)
 
 // ---- MhcSplitSinkhorn ------------------------------------------------------------------------
 

@@ -9,58 +9,12 @@
 
 #include <cstdint>
 
+#include "kernels/common/cuda_exact_math.cuh"
+
 namespace flashserve::kernels::norm_rope_device {
 
-__device__ __forceinline__ float MulRn(float a, float b) {
-  float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float AddRn(float a, float b) {
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float SubRn(float a, float b) {
-  float r;
-  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float DivRn(float a, float b) {
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-__device__ __forceinline__ float SqrtRn(float a) {
-  float r;
-  asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
-  return r;
-}
-
-// Round to nearest even, subnormals kept (cvt.rn without .ftz).
-__device__ __forceinline__ float DoubleToF32(double a) {
-  float r;
-  asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a));
-  return r;
-}
-
-__device__ __forceinline__ float Int64ToF32(int64_t a) {
-  float r;
-  asm("cvt.rn.f32.s64 %0, %1;" : "=f"(r) : "l"(a));
-  return r;
-}
-
-__device__ __forceinline__ float Bf16ToF32(uint32_t bf16) { return __uint_as_float(bf16 << 16); }
-
-__device__ __forceinline__ uint32_t F32ToBf16(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return ((bits >> 16) | 0x0040u) & 0xFFFFu;
-  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-}
+// The exact fp32 / bf16 operations shared with the other families (kernels/common).
+using namespace ::flashserve::kernels::exact;  // NOLINT(build/namespaces)
 
 // cos/sin of the fp32 angle fp32(fp32(pos) * freq) as RopeCosSin computes them: the double
 // cos/sin of the (exact) double angle, rounded once to fp32. CUDA's double sin/cos are within 2
