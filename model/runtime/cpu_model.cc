@@ -190,40 +190,43 @@ absl::Status CpuModel::ForwardBatch(std::span<SessionState* const> states,
   m.segs.clear();
   int64_t rows = 0;
   for (size_t b = 0; b < states.size(); ++b) {
-    const std::string who = states.size() > 1 ? absl::StrCat("session ", b, ": ") : "";
+    // The message prefix naming the session, built only on an error path (no allocation per step).
+    const auto who = [&]() -> std::string {
+      return states.size() > 1 ? absl::StrCat("session ", b, ": ") : std::string();
+    };
     SessionState* st = states[b];
     const ForwardInput& in = inputs[b];
     const int64_t s = static_cast<int64_t>(in.tokens.size());
-    if (st == nullptr) return absl::InvalidArgumentError(who + "null state");
+    if (st == nullptr) return absl::InvalidArgumentError(who() + "null state");
     for (size_t e = 0; e < b; ++e) {
-      if (states[e] == st) return absl::InvalidArgumentError(who + "the session appears twice");
+      if (states[e] == st) return absl::InvalidArgumentError(who() + "the session appears twice");
     }
     if (st->failed) {
       return absl::FailedPreconditionError(
-          who + "the session failed in an earlier call; start a new one");
+          who() + "the session failed in an earlier call; start a new one");
     }
     if (st->layers.size() != m.layers.size()) {
-      return absl::InvalidArgumentError(who + "the session state was made for another model");
+      return absl::InvalidArgumentError(who() + "the session state was made for another model");
     }
-    if (s < 1) return absl::InvalidArgumentError(who + "a call carries at least one token");
+    if (s < 1) return absl::InvalidArgumentError(who() + "a call carries at least one token");
     if (st->position + s > st->capacity) {
-      return absl::OutOfRangeError(absl::StrCat(who, "positions ", st->position, "..",
+      return absl::OutOfRangeError(absl::StrCat(who(), "positions ", st->position, "..",
                                                 st->position + s - 1,
                                                 " exceed the session capacity ", st->capacity));
     }
     if (!in.image.empty() && static_cast<int64_t>(in.image.size()) != s) {
-      return absl::InvalidArgumentError(absl::StrCat(who, "image has ", in.image.size(),
+      return absl::InvalidArgumentError(absl::StrCat(who(), "image has ", in.image.size(),
                                                      " flags for ", s, " tokens"));
     }
     for (int64_t t = 0; t < s; ++t) {
       if (in.tokens[t] < 0 || in.tokens[t] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(who, "token ", t, " has id ",
+        return absl::InvalidArgumentError(absl::StrCat(who(), "token ", t, " has id ",
                                                        in.tokens[t], ", outside [0, ",
                                                        c.vocab_size, ")"));
       }
     }
     if (in.journal != nullptr && s > W) {
-      return absl::InvalidArgumentError(absl::StrCat(who, "a journaled call carries at most ", W,
+      return absl::InvalidArgumentError(absl::StrCat(who(), "a journaled call carries at most ", W,
                                                      " tokens (the window), got ", s));
     }
     if (in.observer != nullptr && states.size() > 1) {
