@@ -161,7 +161,7 @@ absl::StatusOr<std::vector<BlockRead>> CacheClient::GetBlocks(const ModelFingerp
 absl::StatusOr<std::vector<PutOutcome>> CacheClient::PutBlocks(const ModelFingerprint& fingerprint,
                                                                std::span<const BlockToPut> blocks,
                                                                std::string_view tenant_salt,
-                                                               bool pin) {
+                                                               bool pin, uint32_t ttl_s) {
   std::vector<PutOutcome> out;
   out.reserve(blocks.size());
   for (size_t begin = 0; begin < blocks.size(); begin += options_.max_keys_per_call) {
@@ -171,6 +171,7 @@ absl::StatusOr<std::vector<PutOutcome>> CacheClient::PutBlocks(const ModelFinger
     client_internal::ToProto(fingerprint, req.mutable_fingerprint());
     req.set_tenant_salt(std::string(tenant_salt));
     req.set_pin(pin);
+    req.set_ttl_s(ttl_s);
     for (const BlockToPut& b : page) {
       v1::BlockPut* p = req.add_blocks();
       p->mutable_key()->set_sha256(b.key.bytes.data(), b.key.bytes.size());
@@ -223,6 +224,7 @@ absl::StatusOr<PutSwaResult> CacheClient::PutSwa(const ModelFingerprint& fingerp
   }
   req.mutable_tail_token_ids()->Add(put.tail.begin(), put.tail.end());
   req.set_prefix_tokens(put.prefix_tokens);
+  req.set_ttl_s(put.ttl_s);
   v1::TransferDescriptor* d = req.mutable_source();
   d->set_backend(v1::TRANSFER_BACKEND_INLINE);
   d->set_length(put.snapshot.size());

@@ -64,11 +64,12 @@ class CacheClient {
   absl::StatusOr<std::vector<BlockRead>> GetBlocks(const ModelFingerprint& fingerprint,
                                                    std::span<const BlockKey> keys);
   // Stores blocks (parents before children); one outcome per block, in order. `pin` exempts the
-  // new blocks from eviction.
+  // new blocks from eviction; `ttl_s` is their lifetime after the last access (0: the server's
+  // cache.ttl; above cache.max_ttl the call fails with InvalidArgument).
   absl::StatusOr<std::vector<PutOutcome>> PutBlocks(const ModelFingerprint& fingerprint,
                                                     std::span<const BlockToPut> blocks,
                                                     std::string_view tenant_salt = {},
-                                                    bool pin = false);
+                                                    bool pin = false, uint32_t ttl_s = 0);
   // Reads a snapshot; `take` removes it once read.
   absl::StatusOr<SwaRead> GetSwa(const ModelFingerprint& fingerprint, const SwaKey& key,
                                  bool take = false);

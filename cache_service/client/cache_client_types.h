@@ -76,6 +76,7 @@ struct SwaToPut {
   std::vector<TokenId> tail;               // the 0-63 tokens after last_block
   uint64_t prefix_tokens = 0;              // 64 x full blocks + tail.size()
   std::string_view snapshot;               // not owned
+  uint32_t ttl_s = 0;                      // lifetime after the last access; 0: server default
 };
 
 struct PutSwaResult {

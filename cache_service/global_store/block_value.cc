@@ -18,7 +18,7 @@ constexpr size_t kOffLayoutVersion = 12;
 constexpr size_t kOffFingerprint = 16;
 constexpr size_t kOffKey = 48;
 constexpr size_t kOffTokenCount = 80;
-constexpr size_t kOffFlags = 84;
+constexpr size_t kOffTtl = 84;  // u32 seconds, 0 = default (a zero "flags" field before store format 3)
 constexpr size_t kOffPayloadLength = 88;
 constexpr size_t kOffCreated = 96;
 static_assert(kOffCreated + 8 == kBlockHeaderBytes);
@@ -34,13 +34,15 @@ absl::Status Loss(std::string_view what) {
 }  // namespace
 
 void EncodeBlockValue(const ModelFingerprint& fingerprint, const BlockKey& key,
-                      int64_t created_unix_micros, std::string_view payload, std::string* out) {
+                      int64_t created_unix_micros, std::string_view payload, std::string* out,
+                      uint32_t ttl_s) {
   out->resize(EncodedBlockValueBytes(payload.size()));
-  EncodeBlockValueTo(fingerprint, key, created_unix_micros, payload, out->data());
+  EncodeBlockValueTo(fingerprint, key, created_unix_micros, payload, out->data(), ttl_s);
 }
 
 void EncodeBlockValueTo(const ModelFingerprint& fingerprint, const BlockKey& key,
-                        int64_t created_unix_micros, std::string_view payload, char* p) {
+                        int64_t created_unix_micros, std::string_view payload, char* p,
+                        uint32_t ttl_s) {
   std::memcpy(p + kOffMagic, kBlockValueMagic.data(), kBlockValueMagic.size());
   PutLe(kBlockFormatVersion, 2, p + kOffFormatVersion);
   PutLe(kBlockHeaderBytes, 2, p + kOffHeaderBytes);
@@ -48,7 +50,7 @@ void EncodeBlockValueTo(const ModelFingerprint& fingerprint, const BlockKey& key
   std::memcpy(p + kOffFingerprint, fingerprint.digest.data(), 32);
   std::memcpy(p + kOffKey, key.bytes.data(), 32);
   PutLe(kBlockTokens, 4, p + kOffTokenCount);
-  PutLe(0, 4, p + kOffFlags);
+  PutLe(ttl_s, 4, p + kOffTtl);
   PutLe(payload.size(), 8, p + kOffPayloadLength);
   PutLe(static_cast<uint64_t>(created_unix_micros), 8, p + kOffCreated);
   if (!payload.empty()) std::memcpy(p + kBlockHeaderBytes, payload.data(), payload.size());
@@ -84,7 +86,6 @@ absl::StatusOr<DecodedBlockValue> DecodeBlockValue(std::string_view bytes, const
   }
   if (std::memcmp(p + kOffKey, key.bytes.data(), 32) != 0) return Loss("key echo mismatch");
   if (GetLe(p + kOffTokenCount, 4) != kBlockTokens) return Loss("token count is not 64");
-  if (GetLe(p + kOffFlags, 4) != 0) return Loss("reserved flags set");
   if (const uint64_t v = GetLe(p + kOffLayoutVersion, 4); v != fingerprint.layout_version) {
     return absl::FailedPreconditionError(absl::StrCat("block value: layout version ", v,
                                                       " differs from the reader's ",
@@ -98,6 +99,7 @@ absl::StatusOr<DecodedBlockValue> DecodeBlockValue(std::string_view bytes, const
   out.header.token_count = kBlockTokens;
   out.header.payload_length = payload_length;
   out.header.created_unix_micros = static_cast<int64_t>(GetLe(p + kOffCreated, 8));
+  out.header.ttl_s = static_cast<uint32_t>(GetLe(p + kOffTtl, 4));
   out.payload = bytes.substr(kBlockHeaderBytes, payload_length);
   return out;
 }

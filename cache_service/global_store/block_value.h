@@ -35,16 +35,20 @@ struct BlockValueHeader {
   uint32_t token_count = kBlockTokens;
   uint64_t payload_length = 0;
   int64_t created_unix_micros = 0;
+  uint32_t ttl_s = 0;  // the TTL asked for at put time, seconds; 0: the store's default
 };
 
 // Encodes header + payload + checksum into *out (replacing its contents). Thread-safe; cost:
 // one copy of the payload and one XXH3-128 pass.
+// `ttl_s` is recorded in the header (0: the store's default) so that a replayed entry keeps it.
 void EncodeBlockValue(const ModelFingerprint& fingerprint, const BlockKey& key,
-                      int64_t created_unix_micros, std::string_view payload, std::string* out);
+                      int64_t created_unix_micros, std::string_view payload, std::string* out,
+                      uint32_t ttl_s = 0);
 // The same, into EncodedBlockValueBytes(payload.size()) bytes at `out` (caller-owned memory, e.g.
 // a value-log append buffer).
 void EncodeBlockValueTo(const ModelFingerprint& fingerprint, const BlockKey& key,
-                        int64_t created_unix_micros, std::string_view payload, char* out);
+                        int64_t created_unix_micros, std::string_view payload, char* out,
+                        uint32_t ttl_s = 0);
 
 // A decoded value: the header and a view of the payload inside the input bytes (valid while they
 // are).
@@ -54,8 +58,7 @@ struct DecodedBlockValue {
 };
 
 // Decodes and verifies `bytes`: length, checksum, magic, format version, header size, fingerprint
-// digest (== `fingerprint.digest`), key echo (== `key`), token count (64), reserved bits (0) and
-// payload length. Any mismatch is DataLossError naming the field: the value is damaged or
+// digest (== `fingerprint.digest`), key echo (== `key`), token count (64) and payload length. Any mismatch is DataLossError naming the field: the value is damaged or
 // misplaced; the caller treats it as a miss, drops it and never serves the bytes.
 // An intact value (all of the above pass) whose layout version differs from
 // `fingerprint.layout_version` is FailedPreconditionError: the reader, not the data, is at fault

@@ -71,7 +71,7 @@ TEST_F(BlockValueTest, HeaderLayoutIsAsDocumented) {
   EXPECT_EQ(std::memcmp(v.data() + 16, fp_.digest.data(), 32), 0);
   EXPECT_EQ(std::memcmp(v.data() + 48, key_.bytes.data(), 32), 0);
   EXPECT_EQ(ReadLe(v, 80, 4), 64u);  // token count
-  EXPECT_EQ(ReadLe(v, 84, 4), 0u);   // flags
+  EXPECT_EQ(ReadLe(v, 84, 4), 0u);   // ttl seconds (0: the store's default)
   EXPECT_EQ(ReadLe(v, 88, 8), payload_.size());
   EXPECT_EQ(ReadLe(v, 96, 8), 1'700'000'000'123'456u);
   EXPECT_EQ(v.substr(104, payload_.size()), payload_);
@@ -106,7 +106,7 @@ TEST_F(BlockValueTest, EachHeaderFieldIsCheckedBehindAValidChecksum) {
   };
   for (const Edit& e : {Edit{0, "magic"}, Edit{8, "format version"}, Edit{10, "header size"},
                         Edit{16, "fingerprint"}, Edit{47, "fingerprint"}, Edit{48, "key echo"},
-                        Edit{79, "key echo"}, Edit{80, "token count"}, Edit{84, "flags"},
+                        Edit{79, "key echo"}, Edit{80, "token count"},
                         Edit{88, "payload length"}}) {
     std::string v = Encoded();
     v[e.offset] = static_cast<char>(v[e.offset] ^ 0x01);
@@ -115,13 +115,16 @@ TEST_F(BlockValueTest, EachHeaderFieldIsCheckedBehindAValidChecksum) {
     ASSERT_FALSE(d.ok()) << e.field;
     EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss) << e.field << ": " << d.status();
   }
-  // The creation time is informational: a resealed change decodes, with the new time.
+  // The creation time and the TTL are informational: a resealed change decodes, with the new
+  // values.
   std::string v = Encoded();
   v[96] = static_cast<char>(v[96] ^ 0x01);
+  v[85] = 0x0e;  // ttl 0x0e00 s
   Reseal(&v);
   absl::StatusOr<DecodedBlockValue> d = DecodeBlockValue(v, key_, fp_);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->header.created_unix_micros, 1'700'000'000'123'456 ^ 1);
+  EXPECT_EQ(d->header.ttl_s, 0x0e00u);
 }
 
 TEST_F(BlockValueTest, ReaderExpectationsMustMatch) {

@@ -26,16 +26,24 @@ constexpr char kBlocksFamily[] = "blocks";
 constexpr char kMetaFamily[] = "meta";
 // A marker in the default column family: the store's own format version (key and value layouts).
 // "1": values in the blocks family only; "2": values may also be in the value log (metadata
-// records of version 2). A binary that knows only "1" refuses a "2" store instead of dropping its
-// unknown records.
+// records of version 2); "3": as 2, plus the value-log checkpoint record (kCheckpointKey) that
+// makes puts durable with one sync (README.md, "Durability"). Every open writes "3". A binary
+// that knows fewer versions refuses a newer store instead of misreading it.
 constexpr char kFormatKey[] = "flashserve.cache.format";
-constexpr char kFormatValue[] = "1";
-constexpr char kFormatValueLog[] = "2";
+constexpr char kFormatV1[] = "1";
+constexpr char kFormatV2[] = "2";
+constexpr char kFormatV3[] = "3";
+// No replay: a store written before checkpoints existed synced every metadata record.
+constexpr ValueLocation kNoReplay{std::numeric_limits<uint32_t>::max(), 0};
 
 absl::Status Validate(const GlobalStoreOptions& o) {
   if (o.path.empty()) return absl::InvalidArgumentError("global store: path is empty");
   if (o.capacity_bytes == 0) return absl::InvalidArgumentError("global store: capacity_bytes 0");
   if (o.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("global store: ttl <= 0");
+  if (o.max_ttl < o.ttl || o.max_ttl > absl::Seconds(std::numeric_limits<uint32_t>::max())) {
+    return absl::InvalidArgumentError(
+        "global store: max_ttl must be at least ttl and at most 2^32 - 1 seconds");
+  }
   if (o.eviction_samples < 1 || o.max_evictions_per_put < 1 || o.access_persist_batch < 1) {
     return absl::InvalidArgumentError(
         "global store: eviction_samples, max_evictions_per_put and access_persist_batch >= 1");
@@ -92,25 +100,56 @@ absl::StatusOr<std::unique_ptr<GlobalStore>> GlobalStore::Open(GlobalStoreOption
 
   std::string format;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), store->handles_[0], kFormatKey, &format);
-  const char* want = store->options_.value_log ? kFormatValueLog : kFormatValue;
-  if (s.ok() && format != kFormatValue && format != kFormatValueLog) {
+  if (s.ok() && format != kFormatV1 && format != kFormatV2 && format != kFormatV3) {
     return absl::FailedPreconditionError(absl::StrCat("global store at ", store->options_.path,
                                                       " has format ", format, ", expected ",
-                                                      kFormatValue, " or ", kFormatValueLog));
+                                                      kFormatV1, ", ", kFormatV2, " or ",
+                                                      kFormatV3));
   }
-  // A store that has held value-log entries stays "2" (they may still be there).
-  if (s.IsNotFound() || (s.ok() && format == kFormatValue && want == kFormatValueLog)) {
-    rocksdb::WriteOptions sync;
-    sync.sync = true;
-    s = db->Put(sync, store->handles_[0], kFormatKey, want);
+  if (!s.ok() && !s.IsNotFound()) {
+    RETURN_IF_ERROR(FromRocks(s, "global store format marker"));
   }
-  RETURN_IF_ERROR(FromRocks(s, "global store format marker"));
+  // Where to replay the value log from: the checkpoint of a "3" store (a missing or unreadable
+  // one replays every segment); a new store or an older format has nothing to replay.
+  store->replay_from_ = kNoReplay;
+  if (s.ok() && format == kFormatV3) {
+    std::string ck;
+    const rocksdb::Status c =
+        db->Get(rocksdb::ReadOptions(), store->handles_[0], kCheckpointKey, &ck);
+    absl::StatusOr<ValueLocation> from =
+        c.ok() ? DecodeCheckpoint(ck) : absl::DataLossError(c.ToString());
+    if (from.ok()) {
+      store->replay_from_ = *from;
+    } else {
+      LOG(ERROR) << "global store: value-log checkpoint unreadable (" << from.status()
+                 << "); replaying every segment";
+      store->replay_from_ = ValueLocation{};
+    }
+  }
   ValueLogOptions vo;
   vo.dir = store->options_.path + "/vlog";
   vo.segment_bytes = store->options_.value_log_segment_bytes;
   vo.direct_reads = store->options_.value_log_direct_reads;
+  if (store->replay_from_.segment != kNoReplay.segment) {
+    vo.min_segment_id = store->replay_from_.segment + 1;
+  }
   ASSIGN_OR_RETURN(store->vlog_, ValueLog::Open(std::move(vo)));
   RETURN_IF_ERROR(store->LoadIndex());
+  // Everything in the log now has metadata (replayed or found): the checkpoint moves to its end.
+  // The WAL sync first makes the replayed records durable; the marker goes with the checkpoint.
+  ValueLocation end{};
+  for (const auto& [id, size] : store->vlog_->Segments()) end = ValueLocation{id, size};
+  RETURN_IF_ERROR(FromRocks(db->FlushWAL(/*sync=*/true), "syncing the WAL at open"));
+  rocksdb::WriteBatch marker;
+  marker.Put(store->handles_[0], kFormatKey, kFormatV3);
+  marker.Put(store->handles_[0], kCheckpointKey, EncodeCheckpoint(end));
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  RETURN_IF_ERROR(FromRocks(db->Write(sync, &marker), "global store format marker"));
+  {
+    absl::MutexLock lock(&store->checkpoint_mu_);
+    store->checkpoint_ = end;
+  }
   store->ReclaimSegments();  // segments emptied before the last close, or never referenced
   return store;
 }
@@ -141,6 +180,7 @@ absl::Status GlobalStore::Close() {
   // Flushing the memtables makes the next open fast (no WAL to replay). It is not needed for
   // durability: with sync_writes every put is in the synced WAL; without it, SyncWAL covers it.
   if (options_.flush_on_close) status.Update(FlushMemtables());
+  status.Update(Checkpoint());  // the next open replays nothing
   status.Update(FromRocks(db_->SyncWAL(), "syncing the WAL on close"));
   for (rocksdb::ColumnFamilyHandle* h : handles_) {
     status.Update(FromRocks(db_->DestroyColumnFamilyHandle(h), "closing a column family"));
@@ -203,6 +243,10 @@ absl::Status GlobalStore::LoadIndex() {
       batch.Delete(meta_cf_, k);
     }
     RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "dropping bad meta"));
+  }
+  if (replay_from_.segment != kNoReplay.segment) {
+    ASSIGN_OR_RETURN(const size_t replayed, ReplayValueLogLocked(replay_from_));
+    (void)replayed;
   }
   // The capacity may have been lowered since the last run: evict down to it now.
   std::vector<StoreKey> victims;
@@ -268,7 +312,8 @@ absl::Status GlobalStore::Delete(const ModelFingerprint& fingerprint, const Bloc
   w.sync = options_.sync_writes;
   RETURN_IF_ERROR(FromRocks(db_->Write(w, &batch), "delete"));
   ReclaimSegments();
-  return absl::OkStatus();
+  // Past the deleted value: a replay after a crash must not bring it back.
+  return Checkpoint();
 }
 
 absl::StatusOr<size_t> GlobalStore::Flush(const Sha256Digest& fingerprint_digest) {
@@ -292,6 +337,7 @@ absl::StatusOr<size_t> GlobalStore::Flush(const Sha256Digest& fingerprint_digest
   LOG(INFO) << "global store: flushed fingerprint " << DigestToHex(fingerprint_digest) << " ("
             << keys.size() << " blocks)";
   ReclaimSegments();
+  RETURN_IF_ERROR(Checkpoint());  // a replay after a crash must not bring them back
   return keys.size();
 }
 
@@ -301,7 +347,7 @@ absl::StatusOr<size_t> GlobalStore::SweepExpired(size_t budget) {
     absl::MutexLock lock(&mu_);
     std::vector<StoreKey> expired;
     const int64_t now_us = NowMicros();
-    index_.SweepExpired(now_us - absl::ToInt64Microseconds(options_.ttl) + 1, budget, &expired);
+    index_.SweepExpired(now_us, absl::ToInt64Microseconds(options_.ttl), budget, &expired);
     for (const StoreKey& k : expired) EvictLocked(k, m_.evicted_ttl, &victims);
     UpdateGaugesLocked();
   }

@@ -4,10 +4,16 @@
 // block (block_value.h) whose checksum, key echo and fingerprint are verified on every read: a
 // failed check is a miss (counted, logged, the entry deleted), never bytes served.
 //
-// Durability: with `sync_writes` (the default) Put returns after the RocksDB WAL holding the batch
-// is fsync'd, and the entry becomes visible to lookups only after that: RocksDB publishes a write
-// to readers after its WAL sync, and the in-memory index (which answers lookups) is updated after
-// Write() returns. With sync_writes = false a crash of the machine (not of the process) may lose
+// Durability (README.md, "Durability"): Put returns once its values are durable and only then
+// makes them visible. With the value log (the default) that takes one fdatasync per batch, shared
+// by concurrent batches (group commit): the values are synced in their segment, and the metadata
+// records naming them are written to RocksDB unsynced. The value log is itself the redo log for
+// that metadata: every `value_log_checkpoint_bytes` (and on Close, Delete and Flush) the store
+// syncs RocksDB's WAL and records the value-log position up to which every value has durable
+// metadata (the checkpoint); Open scans the segments from there, verifies every value found
+// (checksum, key echo, fingerprint) and re-inserts the entries whose metadata a power loss took.
+// Without the value log, `sync_writes` (the default) makes Put sync the RocksDB WAL holding the
+// batch; with sync_writes = false a crash of the machine (not of the process) may then lose
 // acknowledged puts.
 //
 // Eviction: an in-memory index (store_index.h) holds each entry's size, last access and pin; TTL
@@ -22,6 +28,7 @@
 // MultiGet splits its RocksDB reads over `read_threads` threads (a pool owned by the store).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +46,7 @@
 #include "cache_service/global_store/block_value.h"
 #include "cache_service/global_store/cache_metrics.h"
 #include "cache_service/global_store/store_index.h"
+#include "cache_service/global_store/value_log.h"
 #include "common/base/clock.h"
 #include "common/base/thread_pool.h"
 
@@ -49,15 +57,15 @@ class ColumnFamilyHandle;
 
 namespace flashserve::cache {
 
-class ValueLog;
-
 struct GlobalStoreOptions {
   std::string path;                                 // RocksDB directory; created if missing
   uint64_t capacity_bytes = uint64_t{64} << 30;     // encoded value bytes held; > 0
   absl::Duration ttl = absl::Hours(72);             // since last access; > 0
+  // The largest TTL a PutBatch may ask for (>= ttl, < 2^32 s); larger requests: InvalidArgument.
+  absl::Duration max_ttl = absl::Hours(24 * 30);
   Clock* clock = nullptr;                           // TTL and LRU ages; null: Clock::Real()
   CacheMetrics* metrics = nullptr;                  // tier "ssd"; null: a private registry
-  bool sync_writes = true;                          // Put returns after the WAL is fsync'd
+  bool sync_writes = true;  // blocks-family puts, pins and deletes sync the WAL (see Durability)
   bool compression = false;                         // LZ4 on blocks (FP4 KV barely compresses)
   bool rocksdb_verify_checksums = true;             // RocksDB's block checksums too, not only ours
   bool flush_on_close = true;                       // Close writes memtables to SST files
@@ -86,6 +94,9 @@ struct GlobalStoreOptions {
   double value_log_gc_live_ratio = 0.5;
   uint64_t value_log_gc_bytes_per_put = uint64_t{8} << 20;  // segment bytes GC reads per PutBatch
   bool value_log_direct_reads = false;  // O_DIRECT reads (README.md: measured, off by default)
+  // A checkpoint is taken once this many value bytes were appended since the last one; Open
+  // replays at most about this much (a read and a checksum pass). > 0.
+  uint64_t value_log_checkpoint_bytes = uint64_t{256} << 20;
 };
 
 // LongestPrefix modes. kIndexOnly answers from the in-memory index (present, not expired): no
@@ -188,13 +199,18 @@ class GlobalStore {
   // Stores one block; see PutBatch.
   absl::Status Put(const ModelFingerprint& fingerprint, const BlockKey& key,
                    std::string_view payload);
-  // Stores blocks atomically (one RocksDB WriteBatch, one WAL sync), evicting as needed, and
-  // returns once they are durable (sync_writes) and visible. A key already present is not
-  // rewritten (keys are content addresses: same key, same KV); its last access is refreshed.
+  // Stores blocks atomically (values appended with one fdatasync, then one RocksDB WriteBatch of
+  // metadata), evicting as needed, and returns once they are durable (see Durability) and
+  // visible. A key already present is not rewritten (keys are content addresses: same key, same
+  // KV); its last access is refreshed.
   // Errors: InvalidArgument (payload over max_payload_bytes), ResourceExhausted (pinned bytes
   // leave no room), IO errors from RocksDB (nothing of the batch is visible then; entries chosen
   // for eviction may have left the index early and return on reopen).
-  absl::Status PutBatch(const ModelFingerprint& fingerprint, std::span<const BlockWrite> blocks);
+  // `ttl`: how long the new blocks live after their last access; zero means options().ttl, and a
+  // fraction of a second rounds up. A key already present keeps the longer of its TTL and this
+  // one. InvalidArgument also when `ttl` is negative or above max_ttl.
+  absl::Status PutBatch(const ModelFingerprint& fingerprint, std::span<const BlockWrite> blocks,
+                        absl::Duration ttl = absl::ZeroDuration());
 
   // The payload of one block. NotFound on a miss: absent, expired, or failed verification.
   absl::StatusOr<std::string> Get(const ModelFingerprint& fingerprint, const BlockKey& key);
@@ -223,6 +239,13 @@ class GlobalStore {
   absl::Status PersistAccessTimes();
   // Forces RocksDB memtables into SST files (tests and tools; not needed for durability).
   absl::Status FlushMemtables();
+  // Syncs RocksDB's WAL and records the value-log position up to which every value has durable
+  // metadata, so that Open replays only what follows (see Durability). Puts wait while the
+  // position is read (until the puts in flight have written their metadata); the syncs run after.
+  // Thread-safe. Errors: RocksDB write / sync errors (the previous checkpoint stays in force).
+  absl::Status Checkpoint();
+  // The position the last checkpoint recorded (Open writes one; {0, 0}: an empty log).
+  ValueLocation CheckpointPosition() const;
 
   GlobalStoreStats Stats() const;
 
@@ -267,6 +290,7 @@ class GlobalStore {
   absl::StatusOr<std::vector<StoreEntryInfo>> ScanLive(const EntryScan& scan,
                                                        std::string* resume_after) const;
   bool Expired(const EntryState& state, int64_t now_us) const;
+  int64_t TtlMicros(const EntryState& state) const;  // the entry's TTL, else the default
   // Removes `key` from the index (so later lookups miss), counts it under `reason` and appends it
   // to *victims for DeleteFromDisk.
   void EvictLocked(const StoreKey& key, metrics::Counter* reason, std::vector<StoreKey>* victims)
@@ -306,6 +330,14 @@ class GlobalStore {
   // and relocations that emptied them are durable first).
   void ReclaimSegments();
 
+  // ---- checkpoint and replay (global_store_replay.cc) ----
+  // Re-inserts the entries of values at or after `from` (a checkpoint) whose metadata is missing,
+  // after verifying each value; returns how many. Called by LoadIndex before the capacity check.
+  absl::StatusOr<size_t> ReplayValueLogLocked(ValueLocation from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checkpoint() when enough bytes were appended since the last one (one caller at a time).
+  void MaybeCheckpoint(uint64_t appended);
+
   const GlobalStoreOptions options_;
   Clock* const clock_;
   OwnedTierMetrics metrics_holder_;
@@ -317,10 +349,19 @@ class GlobalStore {
   std::unique_ptr<ThreadPool> read_pool_;  // read_threads - 1 workers; null when 1
   std::unique_ptr<ValueLog> vlog_;         // always open: older entries may live there
 
-  absl::Mutex gc_mu_ ABSL_ACQUIRED_BEFORE(mu_);             // one GC step at a time
+  absl::Mutex gc_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);         // one GC step at a time
   uint32_t gc_segment_ ABSL_GUARDED_BY(gc_mu_) = 0;         // the segment being collected; 0: none
   uint64_t gc_offset_ ABSL_GUARDED_BY(gc_mu_) = 0;          // next byte of it to scan
   std::vector<uint32_t> gc_stuck_ ABSL_GUARDED_BY(gc_mu_);  // scanned, live entries not found
+
+  // Held shared from a value-log append until the metadata naming its values is written (puts,
+  // GC), exclusively by Checkpoint while it reads the log's end.
+  absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  ValueLocation replay_from_;  // the checkpoint read at Open (set before LoadIndex)
+  std::atomic<uint64_t> appended_since_checkpoint_{0};
+  std::atomic<bool> checkpointing_{false};
+  mutable absl::Mutex checkpoint_mu_;
+  ValueLocation checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_);
 
   mutable absl::Mutex mu_;
   StoreIndex index_ ABSL_GUARDED_BY(mu_);

@@ -65,7 +65,7 @@ StoreEntryInfo GlobalStore::InfoOf(const StoreKey& key, const EntryState& state)
   info.last_access_unix_micros = state.last_access_unix_micros;
   info.pinned = state.pinned;
   info.expires_unix_micros =
-      state.pinned ? 0 : state.last_access_unix_micros + absl::ToInt64Microseconds(options_.ttl);
+      state.pinned ? 0 : state.last_access_unix_micros + TtlMicros(state);
   return info;
 }
 

@@ -51,6 +51,67 @@ TEST_F(GlobalStoreEvictionTest, AnExpiredBlockCanBePutAgain) {
   ExpectHit(fp_, KeyFor(1), P(1));
 }
 
+// Per-request TTLs (PutBatch's ttl): shorter and longer than the default, counted from the last
+// access like the default, kept across reopen, swept by SweepExpired, extended (never shortened)
+// by a re-put, bounded by max_ttl.
+TEST_F(GlobalStoreEvictionTest, PerRequestTtlsOverrideTheDefault) {
+  options_.ttl = absl::Hours(72);
+  options_.max_ttl = absl::Hours(240);
+  Open();
+  const std::string p1 = P(1), p2 = P(2), p3 = P(3);
+  const BlockWrite short_block{KeyFor(1), p1}, long_block{KeyFor(2), p2}, plain{KeyFor(3), p3};
+  ASSERT_TRUE(store_->PutBatch(fp_, {&short_block, 1}, absl::Minutes(30)).ok());
+  ASSERT_TRUE(store_->PutBatch(fp_, {&long_block, 1}, absl::Hours(200)).ok());
+  ASSERT_TRUE(store_->PutBatch(fp_, {&plain, 1}).ok());
+  const auto expires = [&](uint64_t i) {
+    return store_->Describe(fp_.digest, std::vector<BlockKey>{KeyFor(i)})[0]->expires_unix_micros -
+           absl::ToUnixMicros(clock_.Now());
+  };
+  EXPECT_EQ(expires(1), absl::ToInt64Microseconds(absl::Minutes(30)));
+  EXPECT_EQ(expires(2), absl::ToInt64Microseconds(absl::Hours(200)));
+  EXPECT_EQ(expires(3), absl::ToInt64Microseconds(absl::Hours(72)));
+  Reopen();  // the TTLs are in the metadata records
+  EXPECT_EQ(expires(1), absl::ToInt64Microseconds(absl::Minutes(30)));
+  EXPECT_EQ(expires(2), absl::ToInt64Microseconds(absl::Hours(200)));
+  clock_.Advance(absl::Minutes(20));
+  ExpectHit(fp_, KeyFor(1), p1);    // an access restarts its 30 minutes
+  clock_.Advance(absl::Minutes(29));
+  ExpectHit(fp_, KeyFor(1), p1);
+  clock_.Advance(absl::Minutes(30));
+  ExpectMiss(fp_, KeyFor(1));
+  EXPECT_EQ(tier_.evicted_ttl->Value(), 1);
+  clock_.Advance(absl::Hours(100));  // 101 h: the default-TTL block is gone, the 200 h one not
+  absl::StatusOr<size_t> swept = store_->SweepExpired(100);
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, 1u);
+  ExpectMiss(fp_, KeyFor(3));
+  ExpectHit(fp_, KeyFor(2), p2);
+  // A re-put asking for less keeps the longer TTL; asking for more extends it.
+  ASSERT_TRUE(store_->PutBatch(fp_, {&long_block, 1}, absl::Hours(1)).ok());
+  EXPECT_EQ(expires(2), absl::ToInt64Microseconds(absl::Hours(200)));
+  ASSERT_TRUE(store_->PutBatch(fp_, {&long_block, 1}, absl::Hours(240)).ok());
+  EXPECT_EQ(expires(2), absl::ToInt64Microseconds(absl::Hours(240)));
+  Reopen();  // the extension was persisted with the access times
+  EXPECT_EQ(expires(2), absl::ToInt64Microseconds(absl::Hours(240)));
+  // Out of range: rejected, nothing stored.
+  const std::string p4 = P(4);
+  const BlockWrite b4{KeyFor(4), p4};
+  EXPECT_EQ(store_->PutBatch(fp_, {&b4, 1}, absl::Hours(241)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->PutBatch(fp_, {&b4, 1}, -absl::Seconds(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpectMiss(fp_, KeyFor(4));
+  // Fractions of a second round up.
+  ASSERT_TRUE(store_->PutBatch(fp_, {&b4, 1}, absl::Milliseconds(1500)).ok());
+  EXPECT_EQ(expires(4), absl::ToInt64Microseconds(absl::Seconds(2)));
+}
+
+TEST_F(GlobalStoreEvictionTest, MaxTtlBelowTheDefaultIsRejectedAtOpen) {
+  options_.ttl = absl::Hours(72);
+  options_.max_ttl = absl::Hours(1);
+  EXPECT_EQ(GlobalStore::Open(options_).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(GlobalStoreEvictionTest, SweepRemovesExpiredEntriesWithoutReads) {
   Open();
   for (uint64_t i = 0; i < 20; ++i) PutN(i);

@@ -24,8 +24,17 @@ absl::Status GlobalStore::Put(const ModelFingerprint& fingerprint, const BlockKe
 }
 
 absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
-                                   std::span<const BlockWrite> blocks) {
+                                   std::span<const BlockWrite> blocks, absl::Duration ttl) {
   metrics::ScopedTimer timer(*m_.put_seconds);
+  if (ttl < absl::ZeroDuration() || ttl > options_.max_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat("put: ttl ", absl::FormatDuration(ttl),
+                                                   " is outside [0, max_ttl ",
+                                                   absl::FormatDuration(options_.max_ttl), "]"));
+  }
+  // Whole seconds, rounded up; 0 stays "the default". The default itself is stored as 0 so that
+  // changing the store's ttl later applies to those entries.
+  uint32_t ttl_s = static_cast<uint32_t>(absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
+  if (absl::Seconds(ttl_s) == options_.ttl) ttl_s = 0;
   for (const BlockWrite& b : blocks) {
     if (b.payload.size() > options_.max_payload_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("put: payload of ", b.payload.size(),
@@ -45,6 +54,8 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
       const StoreKey k = MakeStoreKey(fingerprint, blocks[i].key);
       const EntryState* s = index_.Find(k);
       if (s != nullptr && !Expired(*s, now_us)) {
+        // Same key, same KV: keep the value, refresh its age, extend its TTL if asked for more.
+        if (ttl_s != 0 && int64_t{ttl_s} * 1000000 > TtlMicros(*s)) index_.SetTtl(k, ttl_s);
         index_.Touch(k, now_us);
         continue;
       }
@@ -64,10 +75,14 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
 
   // With the value log, the values go first: one write of the batch's values (back to back,
   // the buffer padded to 4 KiB) and one fdatasync. Only then is the metadata naming them written
-  // (synced), so a crash in between leaves unreferenced bytes, never a record naming lost bytes.
+  // (unsynced: the value log is its redo log, see Durability in global_store.h), so a crash in
+  // between leaves unreferenced bytes, never a record naming lost bytes. log_mu_ is held until
+  // the metadata is written so that a checkpoint never passes a value without metadata.
   std::vector<uint64_t> at(fresh.size(), 0);  // offset of each fresh value in its segment
   ValueLocation loc;
   absl::Status appended;
+  uint64_t appended_bytes = 0;
+  log_mu_.ReaderLock();
   if (options_.value_log) {
     uint64_t total = 0;
     for (size_t f = 0; f < fresh.size(); ++f) {
@@ -77,9 +92,10 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
     AlignedBuffer values(AlignUp(total));
     for (size_t f = 0; f < fresh.size(); ++f) {
       EncodeBlockValueTo(fingerprint, blocks[fresh[f]].key, now_us, blocks[fresh[f]].payload,
-                         values.data() + at[f]);
+                         values.data() + at[f], ttl_s);
     }
     std::memset(values.data() + total, 0, values.size() - total);
+    appended_bytes = values.size();
     absl::StatusOr<ValueLocation> l = vlog_->Append(values);
     if (l.ok()) {
       loc = *l;
@@ -90,7 +106,8 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
   }
   const auto state_of = [&](size_t f) {
     EntryState st{
-        EncodedBlockValueBytes(blocks[fresh[f]].payload.size()), now_us, now_us, false, 0, 0};
+        EncodedBlockValueBytes(blocks[fresh[f]].payload.size()), now_us, now_us, false, 0, 0,
+        ttl_s};
     if (options_.value_log) {
       st.segment = loc.segment;
       st.offset = at[f];
@@ -113,16 +130,17 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
       const size_t i = fresh[f];
       const StoreKey k = MakeStoreKey(fingerprint, blocks[i].key);
       if (!options_.value_log) {
-        EncodeBlockValue(fingerprint, blocks[i].key, now_us, blocks[i].payload, &value);
+        EncodeBlockValue(fingerprint, blocks[i].key, now_us, blocks[i].payload, &value, ttl_s);
         batch.Put(blocks_cf_, AsSlice(k), value);
       }
       batch.Put(meta_cf_, AsSlice(k), EncodeMetaRecord(state_of(f)));
       payload_bytes += blocks[i].payload.size();
     }
     rocksdb::WriteOptions w;
-    w.sync = options_.sync_writes;
+    w.sync = options_.sync_writes && !options_.value_log;
     s = db_->Write(w, &batch);
   }
+  log_mu_.ReaderUnlock();
   {
     absl::MutexLock lock(&mu_);
     reserved_bytes_ -= incoming;
@@ -142,6 +160,7 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
     return appended.ok() ? FromRocks(s, "put batch") : appended;
   }
   m_.written_bytes->Increment(static_cast<double>(payload_bytes));
+  MaybeCheckpoint(appended_bytes);
   MaybePersistTouched();
   if (options_.value_log_gc_bytes_per_put > 0) {
     CollectGarbage(options_.value_log_gc_bytes_per_put, /*wait=*/false);

@@ -12,9 +12,12 @@ namespace flashserve::cache {
 
 int64_t GlobalStore::NowMicros() const { return absl::ToUnixMicros(clock_->Now()); }
 
+int64_t GlobalStore::TtlMicros(const EntryState& state) const {
+  return state.ttl_s != 0 ? int64_t{state.ttl_s} * 1000000 : absl::ToInt64Microseconds(options_.ttl);
+}
+
 bool GlobalStore::Expired(const EntryState& state, int64_t now_us) const {
-  return !state.pinned &&
-         now_us - state.last_access_unix_micros >= absl::ToInt64Microseconds(options_.ttl);
+  return !state.pinned && now_us - state.last_access_unix_micros >= TtlMicros(state);
 }
 
 void GlobalStore::EvictLocked(const StoreKey& key, metrics::Counter* reason,
@@ -27,8 +30,8 @@ void GlobalStore::EvictLocked(const StoreKey& key, metrics::Counter* reason,
 void GlobalStore::MakeRoomLocked(uint64_t incoming, int64_t now_us,
                                  std::vector<StoreKey>* victims) {
   std::vector<StoreKey> expired;
-  index_.SweepExpired(now_us - absl::ToInt64Microseconds(options_.ttl) + 1,
-                      options_.ttl_sweep_per_put, &expired);
+  index_.SweepExpired(now_us, absl::ToInt64Microseconds(options_.ttl), options_.ttl_sweep_per_put,
+                      &expired);
   for (const StoreKey& k : expired) EvictLocked(k, m_.evicted_ttl, victims);
   for (int round = 0; round < options_.max_evictions_per_put &&
                       index_.bytes() + reserved_bytes_ + incoming > options_.capacity_bytes;

@@ -11,6 +11,7 @@
 #include "cache_service/global_store/meta_record.h"
 #include "cache_service/global_store/rocks_util.h"
 #include "cache_service/global_store/value_log.h"
+#include "cache_service/global_store/value_log_scan.h"
 #include "common/base/endian.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -28,11 +29,8 @@ namespace {
 constexpr uint64_t kMaxRunBytes = uint64_t{8} << 20;
 constexpr uint64_t kMinRunBytes = uint64_t{256} << 10;
 
-// Offsets of the block-value header fields the scanner needs (block_value.cc).
-constexpr size_t kOffFingerprint = 16;
-constexpr size_t kOffKey = 48;
+// The layout-version field of the block-value header (block_value.cc).
 constexpr size_t kOffLayoutVersion = 12;
-constexpr size_t kOffPayloadLength = 88;
 
 }  // namespace
 
@@ -143,52 +141,19 @@ bool GlobalStore::CollectGarbageLocked(uint64_t budget) {
     gc_offset_ = kSegmentHeaderBytes;
   }
   const uint32_t seg = gc_segment_;
-  const uint64_t size = vlog_->SegmentSize(seg);
-  uint64_t len = std::min(std::max<uint64_t>(budget, kValueLogAlign), size - gc_offset_);
-  std::unique_ptr<char[]> buf(new char[len]);
-  absl::Status st = vlog_->Read(ValueLocation{seg, gc_offset_}, len, buf.get());
-
-  // Scan the chunk's records: each batch starts 4 KiB-aligned with its values back to back and
-  // zero padding after them; anything that is not a value header skips to the next boundary.
-  struct Found {
-    StoreKey key;
-    size_t pos;
-    uint64_t bytes;
-  };
-  std::vector<Found> found;
-  size_t pos = 0;
-  while (st.ok() && pos + EncodedBlockValueBytes(0) <= len) {
-    const char* p = buf.get() + pos;
-    const uint64_t payload = GetLittleEndian(p + kOffPayloadLength, 8);
-    if (std::memcmp(p, kBlockValueMagic.data(), kBlockValueMagic.size()) != 0 || payload > size) {
-      pos = AlignUp(gc_offset_ + pos + 1) - gc_offset_;
-      continue;
-    }
-    const uint64_t rec = EncodedBlockValueBytes(payload);
-    if (pos + rec > len) {
-      if (pos != 0 || gc_offset_ + rec > size) break;
-      len = rec;  // one value larger than the budget: read it whole
-      buf.reset(new char[len]);
-      st = vlog_->Read(ValueLocation{seg, gc_offset_}, len, buf.get());
-      continue;
-    }
-    Found f{};
-    std::memcpy(f.key.bytes.data(), p + kOffFingerprint, 32);
-    std::memcpy(f.key.bytes.data() + 32, p + kOffKey, 32);
-    f.pos = pos;
-    f.bytes = rec;
-    found.push_back(f);
-    pos += rec;
-  }
+  ScanStep step;
+  const absl::Status st = ScanSegmentStep(*vlog_, seg, gc_offset_, budget, &step);
   if (!st.ok()) {
     LOG(ERROR) << "global store: collecting segment " << seg << ": " << st;
     gc_stuck_.push_back(seg);
     gc_segment_ = 0;
     return true;
   }
-  // Where the scan stopped: the end of the chunk unless a value straddles it.
-  const bool segment_end = gc_offset_ + len >= size;
-  const uint64_t consumed = segment_end ? len : std::min<uint64_t>(pos, len);
+  using Found = ScannedValue;
+  const std::vector<Found>& found = step.found;
+  const char* const buf = step.buf.get();
+  const bool segment_end = step.segment_end;
+  const uint64_t consumed = step.consumed;
 
   std::vector<Found> live;
   {
@@ -205,7 +170,7 @@ bool GlobalStore::CollectGarbageLocked(uint64_t budget) {
   uint64_t total = 0;
   std::vector<Found> keep;
   for (const Found& f : live) {
-    const std::string_view v(buf.get() + f.pos, f.bytes);
+    const std::string_view v(buf + f.pos, f.bytes);
     ModelFingerprint fp;
     fp.digest = FingerprintOf(f.key);
     fp.layout_version = static_cast<uint32_t>(GetLittleEndian(v.data() + kOffLayoutVersion, 4));
@@ -221,15 +186,18 @@ bool GlobalStore::CollectGarbageLocked(uint64_t budget) {
     AlignedBuffer out(AlignUp(total));
     uint64_t at = 0;
     for (const Found& f : keep) {
-      std::memcpy(out.data() + at, buf.get() + f.pos, f.bytes);
+      std::memcpy(out.data() + at, buf + f.pos, f.bytes);
       at += f.bytes;
     }
     std::memset(out.data() + at, 0, out.size() - at);
+    // Shared until the relocations are written: a checkpoint must not pass the copies first.
+    absl::ReaderMutexLock log_lock(&log_mu_);
     absl::StatusOr<ValueLocation> loc = vlog_->Append(out);
     if (!loc.ok()) {
       LOG(WARNING) << "global store: collecting segment " << seg << ": " << loc.status();
       return true;  // retried on a later step
     }
+    appended_since_checkpoint_.fetch_add(out.size(), std::memory_order_relaxed);
     {
       // Under the index mutex so that an eviction cannot delete a record between the check and
       // this write (the late write would resurrect it). Unsynced: the old copy stays valid until

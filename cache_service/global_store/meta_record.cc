@@ -23,7 +23,9 @@ uint32_t CheckWord(const char* p, size_t size) {
 }  // namespace
 
 std::string EncodeMetaRecord(const EntryState& state) {
-  const bool located = state.segment != 0;
+  // Version 2 also carries a TTL (bytes 36..39; zero before store format 3), so an entry with its
+  // own TTL is written as version 2 even when its value is in the blocks family (segment 0).
+  const bool located = state.segment != 0 || state.ttl_s != 0;
   std::string out(located ? kMetaRecordLocatedBytes : kMetaRecordBytes, '\0');
   char* p = out.data();
   p[0] = static_cast<char>(located ? kMetaVersionLocated : kMetaVersion);
@@ -33,6 +35,7 @@ std::string EncodeMetaRecord(const EntryState& state) {
   PutLe(static_cast<uint64_t>(state.last_access_unix_micros), 8, p + 24);
   if (located) {
     PutLe(state.segment, 4, p + 32);
+    PutLe(state.ttl_s, 4, p + 36);
     PutLe(state.offset, 8, p + 40);
   }
   PutLe(CheckWord(p, out.size()), 4, p + 4);
@@ -61,12 +64,29 @@ absl::StatusOr<EntryState> DecodeMetaRecord(std::string_view bytes) {
   s.created_unix_micros = static_cast<int64_t>(GetLe(p + 16, 8));
   s.last_access_unix_micros = static_cast<int64_t>(GetLe(p + 24, 8));
   if (located) {
-    if (GetLe(p + 36, 4) != 0) return absl::DataLossError("meta record: reserved bits set");
     s.segment = static_cast<uint32_t>(GetLe(p + 32, 4));
+    s.ttl_s = static_cast<uint32_t>(GetLe(p + 36, 4));
     s.offset = GetLe(p + 40, 8);
-    if (s.segment == 0) return absl::DataLossError("meta record: segment 0");
+    if (s.segment == 0 && s.offset != 0) {
+      return absl::DataLossError("meta record: an offset without a segment");
+    }
   }
   return s;
+}
+
+std::string EncodeCheckpoint(ValueLocation loc) {
+  std::string out(16, '\0');
+  PutLittleEndian(loc.segment, 4, out.data());
+  PutLittleEndian(loc.offset, 8, out.data() + 8);
+  return out;
+}
+
+absl::StatusOr<ValueLocation> DecodeCheckpoint(std::string_view bytes) {
+  if (bytes.size() != 16 || GetLittleEndian(bytes.data() + 4, 4) != 0) {
+    return absl::DataLossError("value-log checkpoint: malformed record");
+  }
+  return ValueLocation{static_cast<uint32_t>(GetLittleEndian(bytes.data(), 4)),
+                       GetLittleEndian(bytes.data() + 8, 8)};
 }
 
 }  // namespace flashserve::cache

@@ -89,6 +89,18 @@ bool StoreIndex::Touch(const StoreKey& key, int64_t now_unix_micros) {
   return true;
 }
 
+bool StoreIndex::SetTtl(const StoreKey& key, uint32_t ttl_s) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  Entry& e = it->second;
+  e.state.ttl_s = ttl_s;
+  if (!e.touched) {
+    e.touched = true;
+    touched_.push_back(key);
+  }
+  return true;
+}
+
 bool StoreIndex::SetPinned(const StoreKey& key, bool pinned) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return false;
@@ -159,14 +171,17 @@ std::optional<StoreKey> StoreIndex::SampleLeastRecent(int samples) {
   return best;
 }
 
-void StoreIndex::SweepExpired(int64_t cutoff_unix_micros, size_t budget,
+void StoreIndex::SweepExpired(int64_t now_unix_micros, int64_t default_ttl_us, size_t budget,
                               std::vector<StoreKey>* expired) {
   const size_t n = std::min(budget, slots_.size());
   for (size_t i = 0; i < n; ++i) {
     if (sweep_cursor_ >= slots_.size()) sweep_cursor_ = 0;
     const StoreKey& key = slots_[sweep_cursor_++];
     const EntryState& s = entries_.find(key)->second.state;
-    if (!s.pinned && s.last_access_unix_micros < cutoff_unix_micros) expired->push_back(key);
+    const int64_t ttl_us = s.ttl_s != 0 ? int64_t{s.ttl_s} * 1000000 : default_ttl_us;
+    if (!s.pinned && now_unix_micros - s.last_access_unix_micros >= ttl_us) {
+      expired->push_back(key);
+    }
   }
 }
 

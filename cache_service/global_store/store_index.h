@@ -45,6 +45,8 @@ struct EntryState {
   // (value_log.h) and the byte offset of the value in it.
   uint32_t segment = 0;
   uint64_t offset = 0;
+  // The entry's own TTL in seconds (counted from the last access); 0: the store's default.
+  uint32_t ttl_s = 0;
 };
 
 // Live entries and encoded bytes that the index places in one value-log segment.
@@ -71,6 +73,8 @@ class StoreIndex {
   std::optional<EntryState> Erase(const StoreKey& key);
   // Sets the last access and marks the entry for persistence. False if absent.
   bool Touch(const StoreKey& key, int64_t now_unix_micros);
+  // Sets the entry's TTL (seconds, 0 = default) and marks it for persistence. False if absent.
+  bool SetTtl(const StoreKey& key, uint32_t ttl_s);
   // Sets the pin flag. False if absent.
   bool SetPinned(const StoreKey& key, bool pinned);
   // Moves the entry's value to (segment, offset) if it is still at (from_segment, from_offset);
@@ -84,9 +88,11 @@ class StoreIndex {
   // are no more than `samples`) and returns the unpinned one with the oldest last access, or
   // nullopt when all examined entries are pinned. O(samples).
   std::optional<StoreKey> SampleLeastRecent(int samples);
-  // Examines up to `budget` entries from a rotating cursor and appends those unpinned with a last
-  // access before `cutoff_unix_micros` to *expired. O(budget).
-  void SweepExpired(int64_t cutoff_unix_micros, size_t budget, std::vector<StoreKey>* expired);
+  // Examines up to `budget` entries from a rotating cursor and appends those expired at `now` to
+  // *expired: unpinned, and last access + TTL (the entry's own, else `default_ttl_us`) <= now.
+  // O(budget).
+  void SweepExpired(int64_t now_unix_micros, int64_t default_ttl_us, size_t budget,
+                    std::vector<StoreKey>* expired);
   // Appends every key of the fingerprint `digest` to *keys. O(entries).
   void KeysOfFingerprint(const Sha256Digest& digest, std::vector<StoreKey>* keys) const;
   // Calls f(key, state) for every entry, in no particular order. O(entries).

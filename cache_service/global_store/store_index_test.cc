@@ -67,7 +67,7 @@ TEST(StoreIndexTest, MatchesAReferenceModel) {
   EXPECT_EQ(index.pinned_entries(), pinned);
   // Every entry is reachable through the sweep (the slot array covers the map).
   std::vector<StoreKey> all;
-  index.SweepExpired(std::numeric_limits<int64_t>::max(), index.size(), &all);
+  index.SweepExpired(std::numeric_limits<int64_t>::max(), 0, index.size(), &all);
   EXPECT_EQ(all.size(), model.size() - pinned);
 }
 

@@ -106,7 +106,8 @@ struct ValueLog::PendingAppend {
   bool done = false;
 };
 
-ValueLog::ValueLog(ValueLogOptions options) : options_(std::move(options)) {}
+ValueLog::ValueLog(ValueLogOptions options)
+    : options_(std::move(options)), next_id_(std::max<uint32_t>(1, options_.min_segment_id)) {}
 
 ValueLog::~ValueLog() {
   if (dir_fd_ >= 0) close(dir_fd_);
@@ -312,6 +313,12 @@ absl::Status ValueLog::Read(ValueLocation loc, uint64_t len, char* out) const {
   }
   std::memcpy(out, buf.data() + (loc.offset - begin), len);
   return absl::OkStatus();
+}
+
+ValueLocation ValueLog::End() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (active_ == nullptr) return ValueLocation{};
+  return ValueLocation{active_->id, active_->size};
 }
 
 uint64_t ValueLog::SegmentSize(uint32_t segment) const {

@@ -58,6 +58,10 @@ struct ValueLogOptions {
   uint64_t segment_bytes = uint64_t{256} << 20;  // a segment is sealed once this full
   bool direct_writes = true;  // O_DIRECT appends (falls back to buffered where unsupported)
   bool direct_reads = false;  // O_DIRECT reads (no page cache: warm reads cost a disk read)
+  // New segments get ids >= this (and above every segment found at open): the store passes one
+  // more than its checkpoint's segment so that an id never names two different segments across
+  // the replay window (GlobalStore, "Durability").
+  uint32_t min_segment_id = 1;
 };
 
 // Where a value lives: segment ids start at 1; 0 means "in the RocksDB blocks family".
@@ -87,6 +91,10 @@ class ValueLog {
   // DataLoss: the segment ends before loc.offset + len; Unavailable: I/O error.
   absl::Status Read(ValueLocation loc, uint64_t len, char* out) const;
 
+  // Where the next append would start: the active segment and its size ({0, 0} when no segment is
+  // active, e.g. right after Open: the next append creates one). Appends still in flight are
+  // counted (their bytes are reserved), so call it when none can be (GlobalStore checkpoints).
+  ValueLocation End() const;
   // The size in bytes of a segment (0 if absent).
   uint64_t SegmentSize(uint32_t segment) const;
   // Every segment with its size, by id.

@@ -139,6 +139,16 @@ TEST(MetaRecordTest, LocatedRecordRoundTripsAndRejectsDamage) {
   bad[5] = static_cast<char>(bad[5] ^ 1);
   EXPECT_FALSE(DecodeMetaRecord(bad).ok());
   EXPECT_EQ(EncodeMetaRecord(EntryState{1, 2, 3, false, 0, 0}).size(), kMetaRecordBytes);
+  // An entry with its own TTL: version 2 even in the blocks family (segment 0); the TTL round
+  // trips; an offset without a segment is damage.
+  const std::string ttl_rec = EncodeMetaRecord(EntryState{1, 2, 3, false, 0, 0, 3600});
+  ASSERT_EQ(ttl_rec.size(), kMetaRecordLocatedBytes);
+  absl::StatusOr<EntryState> t = DecodeMetaRecord(ttl_rec);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ttl_s, 3600u);
+  EXPECT_EQ(t->segment, 0u);
+  EXPECT_EQ(DecodeMetaRecord(EncodeMetaRecord(EntryState{1, 2, 3, false, 7, 99, 60}))->ttl_s, 60u);
+  EXPECT_FALSE(DecodeMetaRecord(EncodeMetaRecord(EntryState{1, 2, 3, false, 0, 99, 60})).ok());
 }
 
 }  // namespace

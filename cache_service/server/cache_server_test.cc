@@ -52,6 +52,51 @@ TEST_F(CacheServiceTest, LookupReportsAgeTtlPinsAndExpiry) {
   EXPECT_EQ((*got)[1].status, ReadStatus::kNotFound);
 }
 
+TEST_F(CacheServiceTest, PerRequestTtlsThroughTheService) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--cache.ttl=72h", "--cache.max_ttl=240h", "--cache.swa.ttl=10m",
+                                 "--cache.swa.max_ttl=1h"}));
+  const std::vector<TokenId> tokens = Tokens(2 * 64 + 7, 3);
+  Chain chain = MakeChain(tokens, 500);
+  // Beyond cache.max_ttl: INVALID_ARGUMENT, nothing stored.
+  auto too_long = client_->PutBlocks(fp_, chain.puts, "", false, 241 * 3600);
+  EXPECT_TRUE(absl::IsInvalidArgument(too_long.status())) << too_long.status();
+  auto miss = client_->Lookup(fp_, tokens, "", false);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss->hit_tokens, 0u);
+  // Block 0 with 2 h, block 1 with the default.
+  ASSERT_TRUE(client_->PutBlocks(fp_, std::span(chain.puts).first(1), "", false, 7200).ok());
+  ASSERT_TRUE(client_->PutBlocks(fp_, std::span(chain.puts).subspan(1)).ok());
+  auto hit = client_->Lookup(fp_, tokens, "", false);
+  ASSERT_TRUE(hit.ok());
+  ASSERT_EQ(hit->blocks.size(), 2u);
+  EXPECT_EQ(hit->blocks[0].ttl_remaining, absl::Hours(2));
+  EXPECT_EQ(hit->blocks[1].ttl_remaining, absl::Hours(72));
+  clock_.Advance(absl::Hours(3));
+  hit = client_->Lookup(fp_, tokens, "", false);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->hit_tokens, 0u);  // block 0 expired: the chain breaks there
+
+  // SWA: a 2-minute snapshot; the reply's expiry says so; beyond swa.max_ttl is rejected.
+  SwaToPut put;
+  put.last_block = chain.keys[0];
+  put.tail = std::vector<TokenId>(tokens.begin() + 64, tokens.begin() + 100);
+  put.prefix_tokens = 100;
+  put.key = SwaKeyForPrefix(std::span(tokens).first(100), fp_, "");
+  const std::string snapshot(4096, 's');
+  put.snapshot = snapshot;
+  put.ttl_s = 7200;
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->PutSwa(fp_, put).status()));
+  put.ttl_s = 120;
+  auto swa = client_->PutSwa(fp_, put);
+  ASSERT_TRUE(swa.ok()) << swa.status();
+  EXPECT_EQ(swa->outcome, PutOutcome::kStored);
+  EXPECT_EQ(swa->expires - clock_.Now(), absl::Minutes(2));
+  clock_.Advance(absl::Minutes(1));
+  EXPECT_EQ(client_->GetSwa(fp_, put.key)->status, ReadStatus::kOk);
+  clock_.Advance(absl::Minutes(2) + absl::Seconds(1));
+  EXPECT_EQ(client_->GetSwa(fp_, put.key)->status, ReadStatus::kNotFound);
+}
+
 TEST_F(CacheServiceTest, SnapshotFoundForTheLongestPrefixEnd) {
   ASSERT_NO_FATAL_FAILURE(Start());
   const std::vector<TokenId> tokens = Tokens(3 * 64 + 40, 2);

@@ -245,7 +245,7 @@ absl::Status CacheServiceImpl::DoPutBlocks(const v1::PutBlocksRequest& req,
   }
   const std::vector<std::optional<StoreEntryInfo>> before =
       s_->store().Describe(fp.digest, valid_keys);
-  absl::Status put = s_->store().PutBatch(fp, valid);
+  absl::Status put = s_->store().PutBatch(fp, valid, absl::Seconds(req.ttl_s()));
   if (!put.ok() && !absl::IsResourceExhausted(put)) return put;
   size_t j = 0;
   for (int i = 0; i < n; ++i) {
@@ -327,15 +327,16 @@ absl::Status CacheServiceImpl::DoPutSwa(const v1::PutSwaRequest& req, v1::PutSwa
   value.reserve(bytes.size() + kSwaTrailerBytes);
   value.assign(bytes);
   AppendSwaTrailer(p, &value);
-  absl::Status put = s_->swa().Put(fp, key, std::move(value));
+  const absl::Duration ttl =
+      req.ttl_s() == 0 ? s_->options().swa_ttl : absl::Seconds(req.ttl_s());
+  absl::Status put = s_->swa().Put(fp, key, std::move(value), ttl);
   if (absl::IsResourceExhausted(put)) {
     resp->set_status(v1::PUT_STATUS_REJECTED_FULL);
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(put);
   resp->set_status(v1::PUT_STATUS_STORED);
-  resp->set_expires_unix_ms(
-      adapter::MsFromMicros(NowMicros() + absl::ToInt64Microseconds(s_->options().swa_ttl)));
+  resp->set_expires_unix_ms(adapter::MsFromMicros(NowMicros() + absl::ToInt64Microseconds(ttl)));
   return absl::OkStatus();
 }
 

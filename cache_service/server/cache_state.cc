@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<CacheState>> CacheState::Open(const CacheServerOp
   g.path = options.data_dir;
   g.capacity_bytes = options.capacity.bytes;
   g.ttl = options.ttl;
+  g.max_ttl = options.max_ttl;
   g.clock = s->clock_;
   g.metrics = s->cache_metrics_.get();
   g.sync_writes = options.sync_writes;
@@ -49,6 +50,7 @@ absl::StatusOr<std::unique_ptr<CacheState>> CacheState::Open(const CacheServerOp
   SwaPoolOptions p;
   p.capacity_bytes = options.swa_capacity.bytes;
   p.ttl = options.swa_ttl;
+  p.max_ttl = options.swa_max_ttl;
   p.clock = s->clock_;
   p.metrics = s->cache_metrics_.get();
   ASSIGN_OR_RETURN(s->swa_, SwaPool::Create(std::move(p)), "creating the SWA pool");

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <cstdlib>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,12 +26,20 @@ void RegisterCacheServerOptions(options::OptionSet* set, CacheServerOptions* o) 
            "RocksDB directory of the global KV store (created if missing).", NonEmpty());
   set->Add("cache.capacity", &o->capacity, ByteSize::GiB(64),
            "Global KV bytes kept on disk (encoded values).", AtLeast(ByteSize{1}));
-  set->Add("cache.ttl", &o->ttl, absl::Hours(72), "Global KV block lifetime since last access.",
+  set->Add("cache.ttl", &o->ttl, absl::Hours(72),
+           "Global KV block lifetime since last access, for puts that ask for none (ttl_s 0).",
+           AtLeast(absl::Seconds(1)));
+  set->Add("cache.max_ttl", &o->max_ttl, absl::Hours(720),
+           "Largest ttl_s a PutBlocks may ask for (larger: INVALID_ARGUMENT); >= cache.ttl.",
            AtLeast(absl::Seconds(1)));
   set->Add("cache.swa.capacity", &o->swa_capacity, ByteSize{0},
            "SWA snapshot bytes kept in DRAM; 0 = 10% of the memory available to the process.");
   set->Add("cache.swa.ttl", &o->swa_ttl, absl::Minutes(10),
-           "SWA snapshot lifetime since last access.", AtLeast(absl::Seconds(1)));
+           "SWA snapshot lifetime since last access, for puts that ask for none (ttl_s 0).",
+           AtLeast(absl::Seconds(1)));
+  set->Add("cache.swa.max_ttl", &o->swa_max_ttl, absl::Hours(1),
+           "Largest ttl_s a PutSwa may ask for (larger: INVALID_ARGUMENT); >= cache.swa.ttl.",
+           AtLeast(absl::Seconds(1)));
   set->Add("cache.admin_token", &o->admin_token, "",
            "AdminService bearer token; required unless cache.listen is loopback. Empty: "
            "$FLASHSERVE_ADMIN_TOKEN.");
@@ -123,6 +132,19 @@ absl::Status CheckCacheServerOptions(CacheServerOptions* o) {
   if (o->max_payload_size.bytes + (uint64_t{1} << 16) > o->max_message_size.bytes) {
     return absl::InvalidArgumentError(
         "cache.max_payload_size must be at least 64KiB below cache.max_message_size");
+  }
+  if (o->max_ttl < o->ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.max_ttl=", absl::FormatDuration(o->max_ttl), " is below cache.ttl=",
+                     absl::FormatDuration(o->ttl)));
+  }
+  if (o->max_ttl > absl::Seconds(std::numeric_limits<uint32_t>::max())) {
+    return absl::InvalidArgumentError("cache.max_ttl must be below 2^32 seconds");
+  }
+  if (o->swa_max_ttl < o->swa_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache.swa.max_ttl=", absl::FormatDuration(o->swa_max_ttl), " is below cache.swa.ttl=",
+        absl::FormatDuration(o->swa_ttl)));
   }
   return absl::OkStatus();
 }

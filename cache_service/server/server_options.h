@@ -31,12 +31,17 @@ struct CacheServerOptions {
   std::string data_dir;
   // cache.capacity: encoded bytes of global KV blocks kept on disk. Default 64GiB.
   options::ByteSize capacity;
-  // cache.ttl: global KV block lifetime since last access. Default 72h.
+  // cache.ttl: global KV block lifetime since last access, for puts that ask for none. Default 72h.
   absl::Duration ttl;
+  // cache.max_ttl: the largest ttl_s a PutBlocks may ask for (larger: INVALID_ARGUMENT). Default
+  // 720h; at least cache.ttl.
+  absl::Duration max_ttl;
   // cache.swa.capacity: SWA snapshot bytes kept in DRAM; 0 = 10% of available memory. Default 0.
   options::ByteSize swa_capacity;
-  // cache.swa.ttl: SWA snapshot lifetime since last access. Default 10m.
+  // cache.swa.ttl: SWA snapshot lifetime since last access, for puts that ask for none. Default 10m.
   absl::Duration swa_ttl;
+  // cache.swa.max_ttl: the largest ttl_s a PutSwa may ask for. Default 1h; at least cache.swa.ttl.
+  absl::Duration swa_max_ttl;
   // cache.admin_token: bearer token for AdminService. Required when `listen` is not loopback;
   // empty falls back to the environment variable FLASHSERVE_ADMIN_TOKEN. With a token configured,
   // every admin RPC but Health must carry "authorization: Bearer <token>".

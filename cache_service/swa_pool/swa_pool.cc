@@ -25,6 +25,9 @@ uint64_t DefaultSwaCapacityBytes() {
 
 absl::StatusOr<std::unique_ptr<SwaPool>> SwaPool::Create(SwaPoolOptions options) {
   if (options.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("SWA pool: ttl <= 0");
+  if (options.max_ttl < options.ttl) {
+    return absl::InvalidArgumentError("SWA pool: max_ttl is below ttl");
+  }
   if (options.capacity_bytes == 0) options.capacity_bytes = DefaultSwaCapacityBytes();
   return std::unique_ptr<SwaPool>(new SwaPool(std::move(options)));
 }
@@ -45,7 +48,7 @@ SwaPool::PoolKey SwaPool::MakeKey(const ModelFingerprint& fingerprint, const Swa
 int64_t SwaPool::NowMicros() const { return absl::ToUnixMicros(clock_->Now()); }
 
 bool SwaPool::Expired(const Entry& e, int64_t now_us) const {
-  return now_us - e.last_access_us >= absl::ToInt64Microseconds(options_.ttl);
+  return now_us - e.last_access_us >= e.ttl_us;
 }
 
 void SwaPool::RemoveLocked(absl::flat_hash_map<PoolKey, Entry>::iterator it,
@@ -64,8 +67,14 @@ void SwaPool::UpdateGaugesLocked() {
 }
 
 absl::Status SwaPool::Put(const ModelFingerprint& fingerprint, const SwaKey& key,
-                          std::string snapshot) {
+                          std::string snapshot, absl::Duration ttl) {
   metrics::ScopedTimer timer(*m_.put_seconds);
+  if (ttl < absl::ZeroDuration() || ttl > options_.max_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat("SWA put: ttl ", absl::FormatDuration(ttl),
+                                                   " is outside [0, max_ttl ",
+                                                   absl::FormatDuration(options_.max_ttl), "]"));
+  }
+  const int64_t ttl_us = absl::ToInt64Microseconds(ttl == absl::ZeroDuration() ? options_.ttl : ttl);
   const uint64_t size = snapshot.size();
   if (size > options_.capacity_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -79,15 +88,14 @@ absl::Status SwaPool::Put(const ModelFingerprint& fingerprint, const SwaKey& key
     absl::MutexLock lock(&mu_);
     const int64_t now_us = NowMicros();
     if (auto it = entries_.find(k); it != entries_.end()) RemoveLocked(it, nullptr, &freed);
-    // The tail is the least recently used; it is also the first to expire.
-    while (!lru_.empty()) {
-      auto tail = entries_.find(lru_.back());
-      const bool expired = Expired(tail->second, now_us);
-      if (!expired && bytes_ + size <= options_.capacity_bytes) break;
-      RemoveLocked(tail, expired ? m_.evicted_ttl : m_.evicted_capacity, &freed);
+    // Expired snapshots go first (TTLs differ, so any may have expired), then the least recently
+    // used (the tail).
+    if (bytes_ + size > options_.capacity_bytes) SweepExpiredLocked(now_us, &freed);
+    while (!lru_.empty() && bytes_ + size > options_.capacity_bytes) {
+      RemoveLocked(entries_.find(lru_.back()), m_.evicted_capacity, &freed);
     }
     lru_.push_front(k);
-    entries_.emplace(k, Entry{std::move(data), checksum, now_us, now_us, lru_.begin()});
+    entries_.emplace(k, Entry{std::move(data), checksum, now_us, now_us, ttl_us, lru_.begin()});
     bytes_ += size;
     UpdateGaugesLocked();
   }
@@ -165,15 +173,18 @@ size_t SwaPool::Flush(const Sha256Digest& fingerprint_digest) {
   return freed.size();
 }
 
+void SwaPool::SweepExpiredLocked(int64_t now_us, std::vector<std::shared_ptr<std::string>>* freed) {
+  for (auto at = lru_.begin(); at != lru_.end();) {
+    auto it = entries_.find(*at);
+    ++at;  // RemoveLocked erases the current position
+    if (Expired(it->second, now_us)) RemoveLocked(it, m_.evicted_ttl, freed);
+  }
+}
+
 size_t SwaPool::SweepExpired() {
   std::vector<std::shared_ptr<std::string>> freed;
   absl::MutexLock lock(&mu_);
-  const int64_t now_us = NowMicros();
-  while (!lru_.empty()) {
-    auto tail = entries_.find(lru_.back());
-    if (!Expired(tail->second, now_us)) break;
-    RemoveLocked(tail, m_.evicted_ttl, &freed);
-  }
+  SweepExpiredLocked(NowMicros(), &freed);
   UpdateGaugesLocked();
   return freed.size();
 }

@@ -40,6 +40,7 @@ namespace flashserve::cache {
 struct SwaPoolOptions {
   uint64_t capacity_bytes = 0;             // snapshot bytes held; 0: DefaultSwaCapacityBytes()
   absl::Duration ttl = absl::Minutes(10);  // since last access; > 0
+  absl::Duration max_ttl = absl::Hours(1);  // the largest TTL a Put may ask for; >= ttl
   Clock* clock = nullptr;                  // null: Clock::Real()
   CacheMetrics* metrics = nullptr;         // tier "dram"; null: a private registry
 };
@@ -55,7 +56,7 @@ struct SwaEntryInfo {
   uint64_t bytes = 0;
   int64_t created_unix_micros = 0;  // when this snapshot was put
   int64_t last_access_unix_micros = 0;
-  int64_t expires_unix_micros = 0;  // last access + ttl
+  int64_t expires_unix_micros = 0;  // last access + the snapshot's ttl
 };
 
 struct SwaPoolStats {
@@ -66,15 +67,19 @@ struct SwaPoolStats {
 
 class SwaPool {
  public:
-  // InvalidArgument if ttl <= 0.
+  // InvalidArgument if ttl <= 0 or max_ttl < ttl.
   static absl::StatusOr<std::unique_ptr<SwaPool>> Create(SwaPoolOptions options);
   SwaPool(const SwaPool&) = delete;
   SwaPool& operator=(const SwaPool&) = delete;
 
   // Stores (or replaces) the snapshot for (fingerprint, key), evicting expired then least recently
-  // used entries to fit. Takes ownership of the bytes. ResourceExhausted if the snapshot alone
-  // exceeds the capacity. Cost: one XXH3-128 pass (outside the lock) and O(evicted).
-  absl::Status Put(const ModelFingerprint& fingerprint, const SwaKey& key, std::string snapshot);
+  // used entries to fit. Takes ownership of the bytes. `ttl`: the snapshot's lifetime after its
+  // last access; zero means options().ttl. ResourceExhausted if the snapshot alone exceeds the
+  // capacity; InvalidArgument if ttl is negative or above max_ttl. Cost: one XXH3-128 pass
+  // (outside the lock) and O(evicted); O(entries) when the pool is full (expired snapshots are
+  // looked for everywhere before a live one is evicted).
+  absl::Status Put(const ModelFingerprint& fingerprint, const SwaKey& key, std::string snapshot,
+                   absl::Duration ttl = absl::ZeroDuration());
 
   // A verified copy of the snapshot. NotFound on a miss: absent, expired, or failed checksum.
   // Cost: one XXH3-128 pass and one copy, outside the lock.
@@ -84,7 +89,7 @@ class SwaPool {
   bool Erase(const ModelFingerprint& fingerprint, const SwaKey& key);
   // Removes every snapshot of the fingerprint with this digest; returns how many. O(entries).
   size_t Flush(const Sha256Digest& fingerprint_digest);
-  // Removes expired snapshots (from the LRU tail); returns how many. O(expired).
+  // Removes expired snapshots; returns how many. O(entries) (TTLs differ per snapshot).
   size_t SweepExpired();
 
   SwaPoolStats Stats() const;
@@ -109,6 +114,7 @@ class SwaPool {
     Hash128 checksum;
     int64_t last_access_us = 0;
     int64_t created_us = 0;
+    int64_t ttl_us = 0;  // this snapshot's TTL
     std::list<PoolKey>::iterator lru;  // position in lru_ (front = most recent)
   };
 
@@ -123,6 +129,9 @@ class SwaPool {
                     std::vector<std::shared_ptr<std::string>>* freed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes every expired snapshot (counted as TTL evictions). O(entries).
+  void SweepExpiredLocked(int64_t now_us, std::vector<std::shared_ptr<std::string>>* freed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SwaPoolOptions options_;
   Clock* const clock_;

@@ -13,7 +13,7 @@ SwaEntryInfo SwaPool::InfoOf(const PoolKey& key, const Entry& e) const {
   info.bytes = e.data->size();
   info.created_unix_micros = e.created_us;
   info.last_access_unix_micros = e.last_access_us;
-  info.expires_unix_micros = e.last_access_us + absl::ToInt64Microseconds(options_.ttl);
+  info.expires_unix_micros = e.last_access_us + e.ttl_us;
   return info;
 }
 

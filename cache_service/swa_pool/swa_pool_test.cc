@@ -105,6 +105,36 @@ TEST_F(SwaPoolTest, TtlIsTenMinutesFromTheLastAccessByDefault) {
   EXPECT_EQ(pool_->Stats().entries, 0u);
 }
 
+// Per-request TTLs (PutSwa's ttl_s): each snapshot expires after its own TTL; a full pool
+// evicts an expired snapshot anywhere before a live least-recently-used one; max_ttl bounds them.
+TEST_F(SwaPoolTest, PerRequestTtlsAndExpiredSnapshotsGoFirst) {
+  options_.ttl = absl::Minutes(10);
+  options_.max_ttl = absl::Hours(1);
+  options_.capacity_bytes = 3000;
+  Create();
+  ASSERT_TRUE(pool_->Put(fp_, K(1), Snap(1), absl::Minutes(50)).ok());  // LRU tail, long TTL
+  ASSERT_TRUE(pool_->Put(fp_, K(2), Snap(2), absl::Minutes(2)).ok());   // short TTL
+  ASSERT_TRUE(pool_->Put(fp_, K(3), Snap(3)).ok());                     // default 10 min
+  EXPECT_EQ(pool_->Describe(fp_, K(2))->expires_unix_micros - absl::ToUnixMicros(clock_.Now()),
+            absl::ToInt64Microseconds(absl::Minutes(2)));
+  clock_.Advance(absl::Minutes(3));
+  EXPECT_FALSE(pool_->Describe(fp_, K(2)).has_value());  // expired
+  // Full: the expired snapshot 2 (middle of the LRU order) goes, not the tail (1, still live).
+  ASSERT_TRUE(pool_->Put(fp_, K(4), Snap(4)).ok());
+  EXPECT_EQ(tier_.evicted_ttl->Value(), 1);
+  EXPECT_EQ(tier_.evicted_capacity->Value(), 0);
+  ExpectHit(K(1), Snap(1));
+  ExpectMiss(K(2));
+  clock_.Advance(absl::Minutes(20));  // 3 and 4 (10 min) expire; 1 (50 min, read 20 min ago) not
+  EXPECT_EQ(pool_->SweepExpired(), 2u);
+  ExpectHit(K(1), Snap(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(pool_->Put(fp_, K(5), Snap(5), absl::Minutes(61))));
+  EXPECT_TRUE(absl::IsInvalidArgument(pool_->Put(fp_, K(5), Snap(5), -absl::Seconds(1))));
+  ExpectMiss(K(5));
+  options_.max_ttl = absl::Minutes(5);
+  EXPECT_TRUE(absl::IsInvalidArgument(SwaPool::Create(options_).status()));
+}
+
 TEST_F(SwaPoolTest, CapacityEvictsTheLeastRecentlyUsed) {
   options_.capacity_bytes = 3000;
   Create();
