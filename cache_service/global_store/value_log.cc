@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -93,6 +94,10 @@ struct ValueLog::Segment {
   int write_fd = -1;  // the active segment only
   uint64_t size = 0;  // bytes written or reserved by a commit in progress (under ValueLog::mu_)
   int holds = 0;      // appends returned and not yet released (under ValueLog::mu_)
+  int unsynced = 0;   // written groups waiting for their sync (under ValueLog::mu_)
+  // An fdatasync failed: later syncs of this file prove nothing (Linux may clear the error), so
+  // every group still waiting on it fails too (under ValueLog::mu_).
+  bool sync_failed = false;
   bool direct_reads = false;
   ~Segment() {
     if (read_fd >= 0) close(read_fd);
@@ -104,6 +109,11 @@ struct ValueLog::PendingAppend {
   const AlignedBuffer* bytes = nullptr;
   absl::StatusOr<ValueLocation> result = absl::InternalError("value log: append not run");
   bool done = false;
+};
+
+struct ValueLog::WrittenGroup {
+  std::vector<PendingAppend*> appends;  // results hold their locations, not yet done
+  std::shared_ptr<Segment> segment;
 };
 
 ValueLog::ValueLog(ValueLogOptions options)
@@ -155,7 +165,11 @@ absl::StatusOr<std::unique_ptr<ValueLog>> ValueLog::Open(ValueLogOptions options
         GetLittleEndian(header + 8, 2) != kSegmentVersion ||
         GetLittleEndian(header + 12, 4) != id ||
         GetLittleEndian(header + 24, 8) != HeaderCheck(header)) {
+      // Usually a segment whose creation was interrupted before its header was synced (no
+      // location in it was ever handed out). Its id stays taken: a new segment must not collide
+      // with the file.
       LOG(ERROR) << "value log: segment " << seg->path << " has a bad header; ignored";
+      log->next_id_ = std::max(log->next_id_, id + 1);
       continue;
     }
     log->next_id_ = std::max(log->next_id_, id + 1);
@@ -197,13 +211,18 @@ absl::Status ValueLog::CreateSegmentLocked(uint32_t id) {
   }
   if (fsync(dir_fd_) != 0) return Errno("syncing", options_.dir);
   seg->size = kSegmentHeaderBytes;
-  if (active_ != nullptr && active_->write_fd >= 0) {
-    close(active_->write_fd);
-    active_->write_fd = -1;
-  }
+  std::shared_ptr<Segment> previous = std::move(active_);
   segments_[id] = seg;
   active_ = std::move(seg);
+  if (previous != nullptr) MaybeCloseWriterLocked(*previous);
   return absl::OkStatus();
+}
+
+void ValueLog::MaybeCloseWriterLocked(Segment& seg) {
+  if (active_.get() != &seg && seg.unsynced == 0 && seg.write_fd >= 0) {
+    close(seg.write_fd);
+    seg.write_fd = -1;
+  }
 }
 
 absl::StatusOr<ValueLocation> ValueLog::Append(const AlignedBuffer& bytes) {
@@ -212,9 +231,13 @@ absl::StatusOr<ValueLocation> ValueLog::Append(const AlignedBuffer& bytes) {
   PendingAppend p;
   p.bytes = &bytes;
   queue_.push_back(&p);
+  // Every caller with an unfinished append helps: it writes the queue when no one writes, syncs
+  // the written groups when no one syncs, and otherwise waits for either to finish.
   while (!p.done) {
-    if (!committing_) {
-      CommitQueued(lock);
+    if (!writing_ && !queue_.empty()) {
+      WriteQueued(lock);
+    } else if (!syncing_ && !written_.empty()) {
+      SyncWritten(lock);
     } else {
       committed_.wait(lock);
     }
@@ -222,8 +245,8 @@ absl::StatusOr<ValueLocation> ValueLog::Append(const AlignedBuffer& bytes) {
   return std::move(p.result);
 }
 
-void ValueLog::CommitQueued(std::unique_lock<std::mutex>& lock) {
-  committing_ = true;
+void ValueLog::WriteQueued(std::unique_lock<std::mutex>& lock) {
+  writing_ = true;
   std::vector<PendingAppend*> batch;
   batch.swap(queue_);
   uint64_t total = 0;
@@ -243,19 +266,15 @@ void ValueLog::CommitQueued(std::unique_lock<std::mutex>& lock) {
     std::vector<iovec> iov;
     iov.reserve(batch.size());
     for (const PendingAppend* p : batch) iov.push_back({p->bytes->data(), p->bytes->size()});
-    if (!PwriteAll(seg->write_fd, iov.data(), static_cast<int>(iov.size()), base) ||
-        fdatasync(seg->write_fd) != 0) {
+    if (!PwriteAll(seg->write_fd, iov.data(), static_cast<int>(iov.size()), base)) {
       s = Errno("appending to", seg->path);
     }
     lock.lock();
     if (!s.ok()) {
       seg->holds -= static_cast<int>(batch.size());
       // The tail is unknown now: seal the segment, the next append starts a new one.
-      if (active_ == seg) {
-        close(seg->write_fd);
-        seg->write_fd = -1;
-        active_ = nullptr;
-      }
+      if (active_ == seg) active_ = nullptr;
+      MaybeCloseWriterLocked(*seg);
     }
   }
   uint64_t at = base;
@@ -264,11 +283,56 @@ void ValueLog::CommitQueued(std::unique_lock<std::mutex>& lock) {
       p->result = ValueLocation{seg->id, at};
     } else {
       p->result = s;
+      p->done = true;
     }
     at += p->bytes->size();
-    p->done = true;
   }
-  committing_ = false;
+  if (s.ok()) {
+    ++seg->unsynced;
+    written_.push_back(WrittenGroup{std::move(batch), std::move(seg)});
+  }
+  writing_ = false;
+  committed_.notify_all();
+}
+
+void ValueLog::SyncWritten(std::unique_lock<std::mutex>& lock) {
+  syncing_ = true;
+  std::vector<WrittenGroup> groups;
+  groups.swap(written_);
+  std::vector<std::shared_ptr<Segment>> segs;
+  for (const WrittenGroup& g : groups) {
+    if (std::find(segs.begin(), segs.end(), g.segment) == segs.end()) segs.push_back(g.segment);
+  }
+  lock.unlock();
+  // Every group here finished its write before this sync starts: one fdatasync per segment
+  // covers them all (and possibly later writes too, which are not counted on).
+  std::vector<absl::Status> synced(segs.size());
+  for (size_t i = 0; i < segs.size(); ++i) {
+    if (fdatasync(segs[i]->write_fd) != 0) synced[i] = Errno("syncing", segs[i]->path);
+  }
+  lock.lock();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    if (!synced[i].ok()) segs[i]->sync_failed = true;
+    if (synced[i].ok() && segs[i]->sync_failed) {
+      synced[i] = absl::UnavailableError(
+          absl::StrCat("value log: an earlier sync of ", segs[i]->path, " failed"));
+    }
+  }
+  for (WrittenGroup& g : groups) {
+    const size_t i = static_cast<size_t>(std::find(segs.begin(), segs.end(), g.segment) -
+                                         segs.begin());
+    --g.segment->unsynced;
+    if (!synced[i].ok()) {
+      g.segment->holds -= static_cast<int>(g.appends.size());
+      if (active_ == g.segment) active_ = nullptr;  // the tail is unknown: seal it
+    }
+    for (PendingAppend* p : g.appends) {
+      if (!synced[i].ok()) p->result = synced[i];
+      p->done = true;
+    }
+  }
+  for (const std::shared_ptr<Segment>& seg : segs) MaybeCloseWriterLocked(*seg);
+  syncing_ = false;
   committed_.notify_all();
 }
 

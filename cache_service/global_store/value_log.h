@@ -4,9 +4,11 @@
 // record. On-disk format: docs/kv_layout.md ("Global KV value log") and README.md ("Value log").
 //
 // Each Append is one write of a 4 KiB-aligned, 4 KiB-padded buffer at the end of the active
-// segment followed by one fdatasync, made by a single leader for every append queued meanwhile
-// (group commit: concurrent PutBatch calls share one device flush). Appends return only once
-// their bytes are durable. A segment is sealed when it reaches `segment_bytes` (a new one is
+// segment followed by an fdatasync that started after the write completed. Writes and syncs are
+// group-committed and pipelined: one thread at a time writes every append queued meanwhile (one
+// pwritev), one thread at a time syncs every group written meanwhile (one fdatasync per segment
+// involved), and the next group's write proceeds while the previous group's sync is in flight.
+// The waiting callers themselves do this work. Appends return only once their bytes are durable. A segment is sealed when it reaches `segment_bytes` (a new one is
 // created, its directory entry synced before any location in it is returned) and at open (the
 // store never appends after a possibly torn tail).
 //
@@ -73,8 +75,9 @@ struct ValueLocation {
 class ValueLog {
  public:
   // Opens the directory: every `<id>.vseg` file with a valid header becomes a sealed segment.
-  // Files with a bad header are logged and left alone (entries pointing into them then fail their
-  // location check at index load). Errors: Unavailable (I/O).
+  // Files with a bad header (a creation interrupted by a crash, or damage) are logged and left
+  // alone, their ids never reused (entries pointing into them fail their location check at index
+  // load). Errors: Unavailable (I/O).
   static absl::StatusOr<std::unique_ptr<ValueLog>> Open(ValueLogOptions options);
   ~ValueLog();
   ValueLog(const ValueLog&) = delete;
@@ -112,8 +115,16 @@ class ValueLog {
   explicit ValueLog(ValueLogOptions options);
   absl::Status CreateSegmentLocked(uint32_t id);  // becomes the active segment
   std::shared_ptr<Segment> Find(uint32_t segment) const;
-  // Writes the queued appends (the caller is the leader): one pwritev + fdatasync.
-  void CommitQueued(std::unique_lock<std::mutex>& lock);
+  // A group of appends written by one pwritev into one segment.
+  struct WrittenGroup;
+  // Writes every queued append (the caller becomes the writer): one pwritev; the group then waits
+  // in written_ for a sync.
+  void WriteQueued(std::unique_lock<std::mutex>& lock);
+  // Syncs every written group (the caller becomes the syncer) and completes their appends.
+  void SyncWritten(std::unique_lock<std::mutex>& lock);
+  // Closes the write descriptor of a segment that is no longer active once no written group
+  // waits for its sync.
+  void MaybeCloseWriterLocked(Segment& seg);
 
   const ValueLogOptions options_;
   int dir_fd_ = -1;
@@ -122,8 +133,10 @@ class ValueLog {
   std::map<uint32_t, std::shared_ptr<Segment>> segments_;  // guarded by mu_
   std::shared_ptr<Segment> active_;                        // guarded by mu_; null: none yet
   uint32_t next_id_ = 1;                                   // guarded by mu_
-  std::vector<PendingAppend*> queue_;                      // guarded by mu_
-  bool committing_ = false;                                // guarded by mu_: a leader writes
+  std::vector<PendingAppend*> queue_;                      // guarded by mu_: not yet written
+  std::vector<WrittenGroup> written_;                      // guarded by mu_: written, not synced
+  bool writing_ = false;                                   // guarded by mu_: a writer is at work
+  bool syncing_ = false;                                   // guarded by mu_: a syncer is at work
 };
 
 }  // namespace flashserve::cache
