@@ -1,0 +1,162 @@
+// Device helpers of the MoE kernels (cuda/*.cuh, included by cuda/moe_launch.cu only): exact
+// fp32 / bf16 operations, the FP8 block quantiser, the FP4 weight decoder, cp.async and mma.sync.
+// Every fp32 operation that must match the CPU is an explicit _rn instruction (cuda_exact_math.cuh,
+// quant_math.h), so no nvcc flag can contract or flush it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/quant/cuda/quant_math.h"
+
+namespace flashserve::kernels::moe_device {
+
+namespace qm = ::flashserve::kernels::quant::math;
+
+// ---- correctly rounded exp / log1p (the double result rounded once to fp32) ------------------
+// CUDA's double exp and log1p are within 1 ulp of double, so the fp32 rounding is the correctly
+// rounded one except within 2^-29 of a midpoint between floats.
+__device__ __forceinline__ float ExpF32(float v) { return exact::DoubleToF32(exp(double(v))); }
+__device__ __forceinline__ float Log1pF32(float v) { return exact::DoubleToF32(log1p(double(v))); }
+
+// ---- SwiGLU (MoeSwiGluRow): g, u are the fp32 GEMM sums, rounded to bf16 first ----------------
+__device__ __forceinline__ uint32_t SwiGluBf16(float g_sum, float u_sum, float limit, float weight,
+                                               bool has_weight) {
+  float gv = exact::Bf16ToF32(exact::F32ToBf16(g_sum));
+  float uv = exact::Bf16ToF32(exact::F32ToBf16(u_sum));
+  if (limit > 0.f) {
+    // Comparisons, not fminf/fmaxf: a NaN passes through, as in the CPU body.
+    uv = uv < -limit ? -limit : (uv > limit ? limit : uv);
+    gv = gv > limit ? limit : gv;
+  }
+  float a = exact::MulRn(exact::DivRn(gv, exact::AddRn(1.f, ExpF32(-gv))), uv);
+  if (has_weight) a = exact::MulRn(weight, a);
+  return exact::F32ToBf16(a);
+}
+
+// ---- FP8 E4M3 / UE8M0 quantiser of one 32-value block (LinearCpu's activation rule) -----------
+// x: the block's 32 bf16 values, two per word (element 2i in the low half of x[i]). Writes the
+// scale byte, the 32 E4M3 codes (codes[i] holds elements 4i..4i+3, lowest in the low byte) and
+// the 32 QDQ values as bf16 in operand order (MoeOperandColumn): qdq[4t + j] holds logical
+// elements 8t + j (low half) and 8t + j + 4 (high half).
+__device__ __forceinline__ void QuantizeBlock32(const uint32_t (&x)[16], uint32_t* scale_byte,
+                                                uint32_t (&codes)[8], uint32_t (&qdq)[16]) {
+  uint32_t amax = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) amax = qm::AmaxOfPair(x[i], amax);
+  const uint32_t sb = qm::Fp8ScaleByte(amax);
+  *scale_byte = sb;
+  const float recip = qm::Ue8m0Reciprocal(sb);
+  const float scale = qm::Ue8m0ToF32(sb);
+  uint32_t c[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const uint32_t v = (x[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+    c[i] = sb == 255u ? qm::EncodeNanScale(v, 0x7Fu, 0x80u) : qm::EncodeFp8(v, recip);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    codes[i] = c[4 * i] | (c[4 * i + 1] << 8) | (c[4 * i + 2] << 16) | (c[4 * i + 3] << 24);
+  }
+  // code value × power-of-two scale is exact in fp32 and in bf16 (<= 4 significant bits; the
+  // scale is >= 2^-22 and the product is at most twice the block's amax).
+  uint32_t v[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) v[i] = exact::F32ToBf16(exact::MulRn(qm::E4m3ToF32(c[i]), scale));
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) qdq[4 * t + j] = v[8 * t + j] | (v[8 * t + j + 4] << 16);
+  }
+}
+
+// ---- FP4 E2M1 × UE8M0 weights to bf16 pairs --------------------------------------------------
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// A 32-bit word of 8 packed E2M1 codes (logical elements 0..7, element n in bits 4n..4n+3) as 4
+// bf16 pairs out[j] = (value(n = j), value(n = j + 4)) × scale, low half first, given the scale
+// as the bf16x2 multiplier m1 = 2^(scale byte - 1) (ScaleMultiplier). Exact: the 3 magnitude
+// bits moved to bf16 bits 6..8 make a bf16 equal to the E2M1 value × 2^-126 (E2M1's subnormal
+// 0.5 lands on a bf16 subnormal, which mul.bf16x2 keeps), and the multiply by 2^126 · scale
+// only moves the exponent. Cost per 8 weights: 7 shifts, 8 LOP3, 4 HMUL2.
+__device__ __forceinline__ void DecodeFp4x8(uint32_t w, uint32_t m1, uint32_t (&out)[4]) {
+  const uint32_t mag[4] = {w << 6, w << 2, w >> 2, w >> 6};
+  const uint32_t sgn[4] = {w << 12, w << 8, w << 4, w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    out[j] = MulBf16x2((mag[j] & 0x01C001C0u) | (sgn[j] & 0x80008000u), m1);
+  }
+}
+
+// True when a byte of the 4 scale bytes in `s` is above 128 (a scale above 2, for which
+// 2^(byte - 1) does not fit bf16): those take DecodeFp4x8Wide.
+__device__ __forceinline__ bool HasWideScale(uint32_t s) {
+  return (((s & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) & s & 0x80808080u) != 0u;
+}
+
+// The bf16x2 multiplier 2^(b - 1) of byte `blk` of the scale word, from s + 0x7E7E7E7E (every
+// byte <= 128, so the per-byte add of 126 carries nowhere): bf16 bits (b + 126) << 7, twice.
+__device__ __forceinline__ uint32_t ScaleMultiplier(uint32_t s_plus_126, int blk) {
+  return __byte_perm(s_plus_126, 0u, static_cast<uint32_t>(blk) | 0x4040u | (blk << 8)) << 7;
+}
+
+// DecodeFp4x8 for any scale byte sb: bytes above 128 take two multiplies (by 2^126, then by
+// 2^(sb - 127)); byte 255 (NaN) gives NaN, as the CPU's fp32 dequantisation does.
+__device__ __forceinline__ void DecodeFp4x8Wide(uint32_t w, uint32_t sb, uint32_t (&out)[4]) {
+  if (sb <= 128u) {
+    DecodeFp4x8(w, ((sb + 126u) << 7) * 0x10001u, out);
+    return;
+  }
+  DecodeFp4x8(w, 0x7E807E80u, out);  // 2^126: the code values themselves
+  const uint32_t m2 = sb == 255u ? 0x7FC07FC0u : (sb << 7) * 0x10001u;  // 2^(sb - 127)
+#pragma unroll
+  for (int j = 0; j < 4; ++j) out[j] = MulBf16x2(out[j], m2);
+}
+
+// ---- cp.async / mma.sync ---------------------------------------------------------------------
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddr(smem)), "l"(gmem));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// c += a · b: m16n8k16, a row-major 16×16 bf16, b column-major 16×8 bf16, fp32 accumulators.
+__device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 LoadShared16(const void* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+__device__ __forceinline__ uint32_t LoadShared4(const void* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+}  // namespace flashserve::kernels::moe_device

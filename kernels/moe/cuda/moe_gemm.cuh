@@ -1,0 +1,310 @@
+// The grouped expert GEMMs: FP4 E2M1 weights (× UE8M0 per 32) expanded to bf16 in registers,
+// bf16 QDQ activations, mma.sync m16n8k16 with fp32 accumulators. Device code of
+// cuda/moe_launch.cu only.
+//
+// Work split: a CTA of 4 warps owns one tile of up to kBM slot rows of one expert (the tile list
+// of the permute stage, walked grid-stride over gridDim.y) and kBN output columns (blockIdx.x).
+// Each warp owns all kBM rows and kWN n8 column tiles; for the up projection half of them are w1
+// (gate) and half the same columns of w3 (up), so the SwiGLU pairs sit in the same thread.
+// K advances 128 at a time through a kStages-deep cp.async ring (A rows, FP4 codes, scales).
+//
+// Operand layout trick: a thread of an mma quad (tig = lane % 4) covers, in every 32-wide K block,
+// the logical columns 8·tig .. 8·tig+7. The FP4 codes of those columns are one 32-bit word, which
+// DecodeFp4x8 turns into the pairs (j, j+4), j < 4; the A rows are stored in the matching order
+// (MoeOperandColumn), so one 16-byte shared load gives the same four pairs of A. The k slots of
+// the two m16n8k16 instructions of a block are then a permutation of the block's 32 columns, the
+// same for A and B, which leaves the dot product unchanged.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/moe/cuda/moe_device.cuh"
+
+namespace flashserve::kernels::moe_device {
+
+inline constexpr int kGemmThreads = 128;
+inline constexpr int kGemmWarps = kGemmThreads / 32;
+inline constexpr int kGemmBK = 128;  // K per pipeline stage (4 scale blocks)
+
+template <int kMT, int kWN, bool kUp>
+struct GemmShape {
+  static_assert(!kUp || kWN % 2 == 0, "the up projection pairs gate and up tiles");
+  static constexpr int kBM = 16 * kMT;              // slot rows per tile
+  static constexpr int kNB = 8 * kWN * kGemmWarps;  // weight rows per CTA
+  static constexpr int kBN = kUp ? kNB / 2 : kNB;   // output columns per CTA
+  static constexpr int kARow = 2 * kGemmBK;         // bytes of one A row per stage
+  static constexpr int kBRow = kGemmBK / 2 + 16;    // FP4 bytes of one B row + bank padding
+  static constexpr int kAStage = kBM * kARow;
+  static constexpr int kBStage = kNB * kBRow;
+  static constexpr int kStageBytes = kAStage + kBStage + 4 * kNB;
+  static constexpr int kStages = kBM >= 64 ? 3 : 4;
+  static constexpr int kTilePitch = kBN + 8;  // bf16 elements per row of the SwiGLU tile
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kTileBytes = kUp ? kBM * kTilePitch * 2 : 0;
+  static constexpr int kSmemBytes = kPipeBytes > kTileBytes ? kPipeBytes : kTileBytes;
+  static_assert(kStageBytes % 16 == 0 && kAStage % 16 == 0 && kBStage % 16 == 0);
+};
+
+struct GemmArgs {
+  const uint16_t* a = nullptr;          // [slots, K] bf16, operand order
+  const uint8_t* w = nullptr;           // [E, N, K/2]: w1 (up) or w2 (down)
+  const uint8_t* w_scale = nullptr;     // [E, N, K/32]
+  const uint8_t* w_up = nullptr;        // [E, N, K/2]: w3 (up only)
+  const uint8_t* w_up_scale = nullptr;  // [E, N, K/32]
+  int64_t n = 0;                        // N of one projection: I (up) or D (down)
+  int64_t k = 0;                        // K: D (up) or I (down)
+  const int32_t* offsets = nullptr;
+  const int32_t* tiles = nullptr;
+  const int32_t* num_tiles = nullptr;
+  const float* slot_weight = nullptr;  // up only
+  float swiglu_limit = 0.f;            // up only
+  uint16_t* out = nullptr;             // up: ag [slots, I] operand order; down: ye [slots, D]
+  uint16_t* act = nullptr;             // up only, optional: a [slots, I]
+};
+
+// Shared-memory row of the warp's n8 tile j (see the file comment).
+template <int kWN, bool kUp, int kBN>
+__device__ __forceinline__ int WarpTileRow(int warp, int j) {
+  if (!kUp) return (warp * kWN + j) * 8;
+  constexpr int kHalf = kWN / 2;
+  return j < kHalf ? (warp * kHalf + j) * 8 : kBN + (warp * kHalf + j - kHalf) * 8;
+}
+
+// Issues the cp.async copies of K step kt into `stage`.
+template <int kMT, int kWN, bool kUp>
+__device__ __forceinline__ void LoadStage(const GemmArgs& g, unsigned char* stage, int64_t kt,
+                                          int64_t e, int64_t n0, int64_t row0, int64_t row_end) {
+  using S = GemmShape<kMT, kWN, kUp>;
+  const int tid = threadIdx.x;
+  // Rows past the expert's end are not loaded: whatever the ring holds there only reaches
+  // output rows that are never stored (row r of A feeds row r of the product alone).
+  const int rows = static_cast<int>(row_end - row0);
+  for (int i = tid; i < rows * 16; i += kGemmThreads) {
+    const int r = i / 16, c = i % 16;
+    const uint16_t* src = g.a + (row0 + r) * g.k + kt * kGemmBK + c * 8;
+    // 16-byte chunk c of row r goes to chunk c ^ 4 on odd rows: the two rows a quarter-warp
+    // reads then hit disjoint bank halves.
+    CpAsync16(stage + r * S::kARow + ((c ^ ((r & 1) << 2)) * 16), src, true);
+  }
+  for (int i = tid; i < S::kNB * 4; i += kGemmThreads) {
+    const int r = i / 4, c = i % 4;
+    const bool up = kUp && r >= S::kBN;
+    const int64_t nrow = n0 + (up ? r - S::kBN : r);
+    const uint8_t* src = (up ? g.w_up : g.w) + (e * g.n + nrow) * (g.k / 2) + kt * 64 + c * 16;
+    CpAsync16(stage + S::kAStage + r * S::kBRow + c * 16, src, true);
+  }
+  for (int r = tid; r < S::kNB; r += kGemmThreads) {
+    const bool up = kUp && r >= S::kBN;
+    const int64_t nrow = n0 + (up ? r - S::kBN : r);
+    const uint8_t* src = (up ? g.w_up_scale : g.w_scale) + (e * g.n + nrow) * (g.k / 32) + kt * 4;
+    CpAsync4(stage + S::kAStage + S::kBStage + r * 4, src);
+  }
+}
+
+// acc += one 32-wide K block (blk) of the stage. kWide: some scale byte of the thread's rows is
+// above 128 (never in real checkpoints; the exact-arithmetic tests use them).
+template <int kMT, int kWN, bool kUp, bool kWide>
+__device__ __forceinline__ void ComputeBlock(const unsigned char* stage, int blk, int valid_mt,
+                                             const int (&brow)[kWN],
+                                             const uint32_t (&scale_word)[kWN],
+                                             float (&acc)[kMT][kWN][4]) {
+  using S = GemmShape<kMT, kWN, kUp>;
+  const int lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const unsigned char* sa = stage;
+  const unsigned char* sb = stage + S::kAStage;
+  uint32_t bq[kWN][4];
+#pragma unroll
+  for (int j = 0; j < kWN; ++j) {
+    const uint32_t w = LoadShared4(sb + brow[j] * S::kBRow + blk * 16 + tig * 4);
+    if constexpr (kWide) {
+      DecodeFp4x8Wide(w, (scale_word[j] >> (8 * blk)) & 0xFFu, bq[j]);
+    } else {
+      DecodeFp4x8(w, ScaleMultiplier(scale_word[j] + 0x7E7E7E7Eu, blk), bq[j]);
+    }
+  }
+  const int chunk = (blk * 4 + tig) ^ ((grp & 1) << 2);  // rows grp, grp + 8: parity of grp
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    if (mt >= valid_mt) break;
+    const uint4 lo = LoadShared16(sa + (mt * 16 + grp) * S::kARow + chunk * 16);
+    const uint4 hi = LoadShared16(sa + (mt * 16 + grp + 8) * S::kARow + chunk * 16);
+#pragma unroll
+    for (int j = 0; j < kWN; ++j) {
+      MmaBf16(acc[mt][j], lo.x, hi.x, lo.y, hi.y, bq[j][0], bq[j][1]);
+      MmaBf16(acc[mt][j], lo.z, hi.z, lo.w, hi.w, bq[j][2], bq[j][3]);
+    }
+  }
+}
+
+// acc += the stage's 128-wide K slice, for the first `valid_mt` m16 sub-tiles (the others hold
+// only rows past the expert's end: skipping them keeps a 65-row expert from costing two full
+// 64-row tiles of tensor-core work; the condition is uniform over the CTA).
+template <int kMT, int kWN, bool kUp>
+__device__ __forceinline__ void ComputeStage(const unsigned char* stage, int valid_mt,
+                                             float (&acc)[kMT][kWN][4]) {
+  using S = GemmShape<kMT, kWN, kUp>;
+  const int warp = threadIdx.x / 32, grp = (threadIdx.x % 32) / 4;
+  const unsigned char* ss = stage + S::kAStage + S::kBStage;
+  int brow[kWN];
+  uint32_t scale_word[kWN];
+  bool wide = false;
+#pragma unroll
+  for (int j = 0; j < kWN; ++j) {
+    brow[j] = WarpTileRow<kWN, kUp, S::kBN>(warp, j) + grp;
+    scale_word[j] = LoadShared4(ss + brow[j] * 4);
+    wide |= HasWideScale(scale_word[j]);
+  }
+  // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
+  if (!__any_sync(0xFFFFFFFFu, wide)) {
+#pragma unroll
+    for (int blk = 0; blk < 4; ++blk) {
+      ComputeBlock<kMT, kWN, kUp, false>(stage, blk, valid_mt, brow, scale_word, acc);
+    }
+  } else {
+#pragma unroll 1
+    for (int blk = 0; blk < 4; ++blk) {
+      ComputeBlock<kMT, kWN, kUp, true>(stage, blk, valid_mt, brow, scale_word, acc);
+    }
+  }
+}
+
+// Down projection: ye = bf16(acc).
+template <int kMT, int kWN>
+__device__ __forceinline__ void StoreDown(const GemmArgs& g, const float (&acc)[kMT][kWN][4],
+                                          int64_t n0, int64_t row0, int64_t row_end) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kWN; ++j) {
+      const int64_t col = n0 + (warp * kWN + j) * 8 + 2 * tig;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = row0 + mt * 16 + grp + 8 * h;
+        if (r < row_end) {
+          const uint32_t v =
+              exact::F32ToBf16(acc[mt][j][2 * h]) | (exact::F32ToBf16(acc[mt][j][2 * h + 1]) << 16);
+          *reinterpret_cast<uint32_t*>(g.out + r * g.n + col) = v;
+        }
+      }
+    }
+  }
+}
+
+// Up projection: SwiGLU into a bf16 tile in shared memory, then the FP8 quantiser per 32 columns
+// of each row (the tile's kBN columns are whole 32-blocks of I).
+template <int kMT, int kWN>
+__device__ __forceinline__ void StoreUp(const GemmArgs& g, const float (&acc)[kMT][kWN][4],
+                                        unsigned char* smem, int64_t n0, int64_t row0,
+                                        int64_t row_end) {
+  using S = GemmShape<kMT, kWN, true>;
+  constexpr int kHalf = kWN / 2;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    if (row0 + mt * 16 >= row_end) break;  // uniform: no row of this sub-tile is stored
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rl = mt * 16 + grp + 8 * h;
+      const bool valid = row0 + rl < row_end;
+      const float w = valid ? g.slot_weight[row0 + rl] : 0.f;
+#pragma unroll
+      for (int j = 0; j < kHalf; ++j) {
+        const int col = (warp * kHalf + j) * 8 + 2 * tig;
+        const uint32_t lo =
+            SwiGluBf16(acc[mt][j][2 * h], acc[mt][kHalf + j][2 * h], g.swiglu_limit, w, true);
+        const uint32_t hi = SwiGluBf16(acc[mt][j][2 * h + 1], acc[mt][kHalf + j][2 * h + 1],
+                                       g.swiglu_limit, w, true);
+        *reinterpret_cast<uint32_t*>(tile + rl * S::kTilePitch + col) = lo | (hi << 16);
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kBlocks = S::kBN / 32;
+  for (int u = threadIdx.x; u < S::kBM * kBlocks; u += kGemmThreads) {
+    const int rl = u / kBlocks, cb = u % kBlocks;
+    const int64_t r = row0 + rl;
+    if (r >= row_end) continue;
+    const uint4* src = reinterpret_cast<const uint4*>(tile + rl * S::kTilePitch + cb * 32);
+    uint32_t x[16];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = src[q];
+      x[4 * q] = v.x;
+      x[4 * q + 1] = v.y;
+      x[4 * q + 2] = v.z;
+      x[4 * q + 3] = v.w;
+    }
+    const int64_t at = r * g.n + n0 + cb * 32;
+    if (g.act != nullptr) {
+      uint4* dst = reinterpret_cast<uint4*>(g.act + at);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) dst[q] = src[q];
+    }
+    uint32_t sb, codes[8], qdq[16];
+    QuantizeBlock32(x, &sb, codes, qdq);
+    uint4* dst = reinterpret_cast<uint4*>(g.out + at);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
+    }
+  }
+}
+
+template <int kMT, int kWN, bool kUp>
+__global__ void __launch_bounds__(kGemmThreads) MoeExpertGemmKernel(GemmArgs g) {
+  using S = GemmShape<kMT, kWN, kUp>;
+  extern __shared__ __align__(128) unsigned char gemm_smem[];
+  const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
+  const int num_tiles = *g.num_tiles;
+  const int64_t kt_count = g.k / kGemmBK;
+  for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+    const int64_t e = g.tiles[2 * tile];
+    const int64_t row0 = g.tiles[2 * tile + 1];
+    const int64_t row_end = min(row0 + S::kBM, int64_t{g.offsets[e + 1]});
+    const int valid_mt = static_cast<int>((row_end - row0 + 15) / 16);
+    float acc[kMT][kWN][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < kWN; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < S::kStages - 1; ++s) {
+      if (s < kt_count) {
+        LoadStage<kMT, kWN, kUp>(g, gemm_smem + s * S::kStageBytes, s, e, n0, row0, row_end);
+      }
+      CpAsyncCommit();
+    }
+    for (int64_t kt = 0; kt < kt_count; ++kt) {
+      CpAsyncWait<S::kStages - 2>();
+      __syncthreads();  // stage kt is visible; everyone is done with the stage refilled below
+      const int64_t next = kt + S::kStages - 1;
+      if (next < kt_count) {
+        LoadStage<kMT, kWN, kUp>(g, gemm_smem + (next % S::kStages) * S::kStageBytes, next, e, n0,
+                                 row0, row_end);
+      }
+      CpAsyncCommit();
+      ComputeStage<kMT, kWN, kUp>(gemm_smem + (kt % S::kStages) * S::kStageBytes, valid_mt, acc);
+    }
+    CpAsyncWait<0>();
+    __syncthreads();  // the epilogue tile overlays the ring
+    if constexpr (kUp) {
+      StoreUp<kMT, kWN>(g, acc, gemm_smem, n0, row0, row_end);
+    } else {
+      StoreDown<kMT, kWN>(g, acc, n0, row0, row_end);
+    }
+    __syncthreads();  // the next tile refills the ring
+  }
+}
+
+}  // namespace flashserve::kernels::moe_device

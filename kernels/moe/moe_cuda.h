@@ -1,0 +1,199 @@
+// CUDA launchers of the MoE layer (moe.h's numerics on sm_90a): routing from precomputed gate
+// logits, a counting sort of the (token, rank) slots by expert with the FP8 activation quantiser,
+// the grouped FP4 expert GEMMs (w1/w3 fused with SwiGLU, then w2) and the combine.
+// README.md "CUDA" documents the design, the tests and their tolerances.
+//
+// Numerics against MoeCpu (exact mode):
+// - Router: MoeRouteCpu's fp32 operations in its order; exp and log1p are correctly rounded (the
+//   double result rounded once), which glibc's expf/log1pf are not always, so a score can differ
+//   by an ulp: ids equal except at near ties, weights within a few ulp.
+// - Activations: x is quantised once per token, per 32 to FP8 E4M3 + UE8M0, exactly as LinearCpu
+//   does (bit-identical codes and scales); the SwiGLU output likewise before w2.
+// - GEMMs: the FP8 activation values (code × scale) and the FP4 weight values (E2M1 code × E8M0
+//   scale) are exact bf16 numbers (at most 4 significant bits times a power of two), so the
+//   blockwise sum of the reference is a plain bf16 GEMM with fp32 accumulation: mma.sync
+//   m16n8k16 on the bf16 tensor cores. Only the fp32 summation order differs from LinearCpu (as
+//   in its fast mode), so g, u and the expert outputs can differ by one bf16 rounding.
+// - SwiGLU: MoeSwiGluRow's operations in its order, exp correctly rounded (glibc's expf is not on
+//   one bf16 input, -0x1.9cp-4).
+// - Combine: per token an fp32 sum from 0 of its routed bf16 outputs in ascending expert id, then
+//   the shared expert's bf16 output, one RNE cast: the CPU's operations, bit for bit.
+// - Shared expert: not run here. The real model's shared expert is an FP8 32×32-block dense
+//   Linear; the caller computes its bf16 output with the dense GEMM path and passes it as
+//   `shared_y`, which the combine adds last, exactly where MoeCpu adds it.
+//
+// Common contract: every tensor pointer is a device pointer (or managed memory); bf16 tensors are
+// uint16 bit patterns; strides count elements. Launchers validate first (InvalidArgumentError
+// naming the field; nothing is enqueued then), then enqueue on `stream` and return; buffers must
+// stay valid until the stream passes the work. Nothing is allocated. CUDA launch failures abort
+// (CUDA_CHECK). Concurrent launches need distinct outputs and workspaces.
+// This header includes no CUDA header; CUstream_st* is cudaStream_t (nullptr: legacy stream).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/moe/moe_route.h"
+
+struct CUstream_st;
+
+namespace flashserve::kernels {
+
+inline constexpr int64_t kMoeCudaMaxTopK = 16;
+inline constexpr int64_t kMoeCudaMaxExperts = 1024;
+// D and I must be multiples of this (the GEMMs' K step; every model dim is).
+inline constexpr int64_t kMoeCudaDimMultiple = 128;
+
+// Column order of the GEMM operand rows (xg, ag): inside every 32-column block, logical column
+// 8t + j + 4h (t, j < 4, h < 2) is stored at 8t + 2j + h, so that one 16-byte load gives a tensor-
+// core thread the four bf16 pairs it multiplies with the four pairs it decodes from one 32-bit
+// word of FP4 weights (README.md "CUDA"). The bf16 values themselves are the QDQ values.
+constexpr int64_t MoeOperandColumn(int64_t k) {
+  const int64_t r = k % 32;
+  return k - r + 8 * (r / 8) + 2 * (r % 4) + (r % 8) / 4;
+}
+
+// One layer's routed experts on the device, in checkpoint layout with the experts contiguous.
+struct MoeCudaWeights {
+  int64_t n_experts = 0;                // E, 1..kMoeCudaMaxExperts
+  int64_t dim = 0;                      // D, a multiple of kMoeCudaDimMultiple
+  int64_t inter = 0;                    // I, a multiple of kMoeCudaDimMultiple
+  const uint8_t* w1 = nullptr;          // [E, I, D/2] packed E2M1 (element 2j in the low nibble)
+  const uint8_t* w1_scale = nullptr;    // [E, I, D/32] UE8M0
+  const uint8_t* w3 = nullptr;          // [E, I, D/2]
+  const uint8_t* w3_scale = nullptr;    // [E, I, D/32]
+  const uint8_t* w2 = nullptr;          // [E, D, I/2]
+  const uint8_t* w2_scale = nullptr;    // [E, D, I/32]
+  const float* gate_bias = nullptr;     // [E] or null (= 0)
+  const float* gate_bias_vl = nullptr;  // [E]; required when is_image is given
+};
+// Code pointers must be 16-byte aligned, scale pointers 4-byte aligned.
+absl::Status Validate(const MoeCudaWeights& w);
+
+// ---- Stages (what MoeCuda enqueues; public for tests, benches and other schedules) ----------
+
+// Stage 1: MoeRouteCpu on the device. Same params (device pointers), with two differences: an
+// is_image array requires bias_vl (the flags are not read on the host), and n_experts <=
+// kMoeCudaMaxExperts, top_k <= kMoeCudaMaxTopK. `expert_counts` (optional, [E], zeroed by the
+// caller) gets the number of tokens routed to each expert added. One warp per token.
+absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream);
+
+// Stage 2: counting sort of the m·top_k (token, rank) slots by expert — exclusive scan of the
+// counts, stable scatter (tokens ascending inside an expert, as MoeCpu) — plus the tile list of
+// the grouped GEMMs, and the FP8 quantiser: each token's x row is quantised once and its QDQ
+// values written to its top_k slot rows (the gathered GEMM operand).
+struct MoePermuteParams {
+  int64_t m = 0;          // tokens; 0 is a no-op
+  int64_t n_experts = 0;  // E
+  int64_t top_k = 0;
+  int64_t dim = 0;                         // D
+  int64_t tile_rows = 16;                  // rows per GEMM tile: 16, 32 or 64 (MoeCudaTileRows)
+  const int32_t* expert_ids = nullptr;     // [m, top_k] (LaunchMoeRoute's)
+  const float* expert_weights = nullptr;   // [m, top_k]
+  const int32_t* expert_counts = nullptr;  // [E] (LaunchMoeRoute's counts)
+  const uint16_t* x = nullptr;             // bf16 [m, D], 16-byte aligned rows
+  int64_t x_stride = 0;                    // >= D, a multiple of 8
+  int32_t* offsets = nullptr;              // out [E + 1]: expert e owns slot rows [o[e], o[e+1])
+  int32_t* slot_token = nullptr;           // out [m·k]: token of each slot row
+  float* slot_weight = nullptr;            // out [m·k]: its routing weight
+  int32_t* token_slot = nullptr;           // out [m·k]: slot row of (token t, rank j) at t·k + j
+  int32_t* tiles = nullptr;                // out [2·m·k]: (expert, first slot row) per tile
+  int32_t* num_tiles = nullptr;            // out [1]
+  uint16_t* xg = nullptr;                  // out bf16 [m·k, D]: QDQ(x) rows, operand order
+  uint8_t* x_codes = nullptr;              // optional out [m, D]: FP8 E4M3 codes
+  uint8_t* x_scales = nullptr;             // optional out [m, D/32]: UE8M0 scale bytes
+};
+absl::Status Validate(const MoePermuteParams& p);
+absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
+
+// Rows per GEMM tile for a call: 16 (decode, a few tokens per expert), 32 or 64 from the mean
+// number of slots per expert. Any of the three is correct; this is the fastest guess. Pure.
+int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts);
+
+// Stage 3: per tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU with
+// the slot's routing weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along I:
+// ag gets the QDQ values (the w2 operand, operand order).
+struct MoeExpertUpParams {
+  const MoeCudaWeights* weights = nullptr;  // host struct of device pointers
+  float swiglu_limit = 10.f;                // <= 0 disables the clamps
+  int64_t slots = 0;                        // m·top_k: rows of xg / ag
+  int64_t tile_rows = 16;                   // as given to LaunchMoePermute
+  const int32_t* offsets = nullptr;         // LaunchMoePermute's outputs
+  const int32_t* tiles = nullptr;
+  const int32_t* num_tiles = nullptr;
+  const uint16_t* xg = nullptr;        // bf16 [slots, D]
+  const float* slot_weight = nullptr;  // [slots]
+  uint16_t* ag = nullptr;              // out bf16 [slots, I], QDQ(a), operand order
+  uint16_t* act = nullptr;             // optional out bf16 [slots, I]: a before the quantiser
+};
+absl::Status Validate(const MoeExpertUpParams& p);
+absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
+
+// Stage 4: per tile, ye = ag·w2^T, one bf16 rounding.
+struct MoeExpertDownParams {
+  const MoeCudaWeights* weights = nullptr;
+  int64_t slots = 0;
+  int64_t tile_rows = 16;
+  const int32_t* offsets = nullptr;
+  const int32_t* tiles = nullptr;
+  const int32_t* num_tiles = nullptr;
+  const uint16_t* ag = nullptr;  // bf16 [slots, I], operand order
+  uint16_t* ye = nullptr;        // out bf16 [slots, D]
+};
+absl::Status Validate(const MoeExpertDownParams& p);
+absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
+
+// Stage 5: y[t] = bf16(Σ_{experts of t, ascending id} ye[slot] (+ shared_y[t])), fp32 from 0.
+struct MoeCombineParams {
+  int64_t m = 0;
+  int64_t top_k = 0;
+  int64_t dim = 0;
+  const int32_t* expert_ids = nullptr;  // [m, top_k]
+  const int32_t* token_slot = nullptr;  // [m, top_k] (LaunchMoePermute's)
+  const uint16_t* ye = nullptr;         // bf16 [m·top_k, D]
+  const uint16_t* shared_y = nullptr;   // optional bf16 [m, D], 16-byte aligned rows
+  int64_t shared_y_stride = 0;          // >= D, a multiple of 8 (when shared_y is set)
+  uint16_t* y = nullptr;                // out bf16 [m, D], 16-byte aligned rows
+  int64_t y_stride = 0;                 // >= D, a multiple of 8
+};
+absl::Status Validate(const MoeCombineParams& p);
+absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
+
+// ---- The whole layer (routed experts + the caller's shared-expert output) --------------------
+
+struct MoeCudaParams {
+  const MoeCudaWeights* weights = nullptr;  // host struct of device pointers
+  MoeOptions options;
+  int64_t m = 0;                       // tokens; 0 is a no-op
+  const float* logits = nullptr;       // fp32 [m, E] dense: x · gate^T (before / gate_temp)
+  const uint16_t* x = nullptr;         // bf16 [m, D], 16-byte aligned rows
+  int64_t x_stride = 0;                // >= D, a multiple of 8
+  const uint8_t* is_image = nullptr;   // [m] or null; nonzero selects with gate_bias_vl
+  const uint16_t* shared_y = nullptr;  // optional bf16 [m, D]: the shared expert's output
+  int64_t shared_y_stride = 0;         // >= D, a multiple of 8 (when shared_y is set)
+  uint16_t* y = nullptr;               // out bf16 [m, D]; must not overlap the inputs
+  int64_t y_stride = 0;                // >= D, a multiple of 8
+  int32_t* expert_ids = nullptr;       // optional out [m, top_k] (rank order)
+  float* expert_weights = nullptr;     // optional out [m, top_k]
+  void* workspace = nullptr;           // device, >= MoeCudaWorkspaceBytes(...), any alignment
+  size_t workspace_bytes = 0;
+};
+
+// Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes
+// (gathered rows and expert outputs share one region) + 8·E, plus alignment. Monotone in
+// max_tokens. Errors: InvalidArgumentError for invalid weights dims, top_k or max_tokens.
+absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int64_t max_tokens,
+                                             int64_t top_k);
+
+absl::Status Validate(const MoeCudaParams& p);
+
+// y = routed MoE(x) (+ shared_y) with the numerics above: a memset and six kernels on `stream`
+// (route, scan + scatter, quantise + gather, w1/w3 + SwiGLU, w2, combine) and, when asked for,
+// two device copies of the routing. Capturable in a CUDA graph (no host synchronisation, no
+// allocation). Cost: the touched experts' weights are read about once per tile-row block of
+// tokens; see README.md for the measured figures.
+absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream);
+
+}  // namespace flashserve::kernels

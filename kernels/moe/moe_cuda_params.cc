@@ -1,0 +1,303 @@
+// Host-side validation of the CUDA launchers' params, the workspace layout and the tile-size
+// choice. No CUDA here, so the checks are tested on machines without a GPU.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_internal.h"
+#include "kernels/moe/moe_internal.h"
+
+namespace flashserve::kernels {
+namespace {
+
+// Slot rows are int32 on the device; dims stay far below int32 too.
+constexpr int64_t kMaxSlots = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxStride = int64_t{1} << 32;
+
+absl::Status Invalid(const char* op, const char* field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: %s %s", op, field, why));
+}
+
+absl::Status CheckNonNull(const char* op,
+                          std::initializer_list<std::pair<const char*, const void*>> fields) {
+  for (const auto& [name, ptr] : fields) {
+    if (ptr == nullptr) return Invalid(op, name, "is null");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAligned(const char* op, const char* field, const void* ptr, uintptr_t align) {
+  if (reinterpret_cast<uintptr_t>(ptr) % align != 0) {
+    return Invalid(op, field, absl::StrFormat("must be %d-byte aligned", align));
+  }
+  return absl::OkStatus();
+}
+
+// A bf16 row-major tensor read or written 16 bytes at a time.
+absl::Status CheckRows16(const char* op, const char* field, const char* stride_field,
+                         const void* ptr, int64_t stride, int64_t dim) {
+  RETURN_IF_ERROR(CheckAligned(op, field, ptr, 16));
+  if (stride < dim || stride > kMaxStride || stride % 8 != 0) {
+    return Invalid(op, stride_field,
+                   absl::StrFormat("is %d, must be >= %d and a multiple of 8", stride, dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDim(const char* op, const char* field, int64_t v) {
+  if (v <= 0 || v > kMaxDim || v % kMoeCudaDimMultiple != 0) {
+    return Invalid(op, field,
+                   absl::StrFormat("is %d, must be a positive multiple of %d up to %d", v,
+                                   kMoeCudaDimMultiple, kMaxDim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckExpertsTopK(const char* op, int64_t n_experts, int64_t top_k) {
+  if (n_experts < 1 || n_experts > kMoeCudaMaxExperts) {
+    return Invalid(op, "n_experts",
+                   absl::StrFormat("is %d, must be in [1, %d]", n_experts, kMoeCudaMaxExperts));
+  }
+  const int64_t max_k = std::min(n_experts, kMoeCudaMaxTopK);
+  if (top_k < 1 || top_k > max_k) {
+    return Invalid(op, "top_k", absl::StrFormat("is %d, must be in [1, %d]", top_k, max_k));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSlots(const char* op, const char* field, int64_t m, int64_t top_k) {
+  if (m < 0 || m > kMaxSlots / std::max<int64_t>(top_k, 1)) {
+    return Invalid(op, field, absl::StrFormat("is %d, m·top_k must be in [0, 2^31)", m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTileRows(const char* op, int64_t tile_rows) {
+  if (tile_rows != 16 && tile_rows != 32 && tile_rows != 64) {
+    return Invalid(op, "tile_rows", absl::StrFormat("is %d, must be 16, 32 or 64", tile_rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t slots,
+                             int64_t tile_rows, const int32_t* offsets, const int32_t* tiles,
+                             const int32_t* num_tiles) {
+  if (w == nullptr) return Invalid(op, "weights", "is null");
+  RETURN_IF_ERROR(Validate(*w)) << op;
+  if (slots < 0 || slots > kMaxSlots) return Invalid(op, "slots", "must be in [0, 2^31)");
+  RETURN_IF_ERROR(CheckTileRows(op, tile_rows));
+  if (slots == 0) return absl::OkStatus();
+  return CheckNonNull(op, {{"offsets", offsets}, {"tiles", tiles}, {"num_tiles", num_tiles}});
+}
+
+size_t Align256(size_t v) { return (v + 255) & ~size_t{255}; }
+
+}  // namespace
+
+absl::Status Validate(const MoeCudaWeights& w) {
+  constexpr const char* kOp = "MoeCudaWeights";
+  if (w.n_experts < 1 || w.n_experts > kMoeCudaMaxExperts) {
+    return Invalid(kOp, "n_experts",
+                   absl::StrFormat("is %d, must be in [1, %d]", w.n_experts, kMoeCudaMaxExperts));
+  }
+  RETURN_IF_ERROR(CheckDim(kOp, "dim", w.dim));
+  RETURN_IF_ERROR(CheckDim(kOp, "inter", w.inter));
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"w1", w.w1},
+                                     {"w1_scale", w.w1_scale},
+                                     {"w3", w.w3},
+                                     {"w3_scale", w.w3_scale},
+                                     {"w2", w.w2},
+                                     {"w2_scale", w.w2_scale}}));
+  for (const auto& [name, ptr] :
+       {std::pair<const char*, const void*>{"w1", w.w1}, {"w3", w.w3}, {"w2", w.w2}}) {
+    RETURN_IF_ERROR(CheckAligned(kOp, name, ptr, 16));
+  }
+  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"w1_scale", w.w1_scale},
+                                  {"w3_scale", w.w3_scale},
+                                  {"w2_scale", w.w2_scale}}) {
+    RETURN_IF_ERROR(CheckAligned(kOp, name, ptr, 4));
+  }
+  return absl::OkStatus();
+}
+
+namespace moe_cuda_internal {
+
+absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p) {
+  constexpr const char* kOp = "LaunchMoeRoute";
+  RETURN_IF_ERROR(CheckExpertsTopK(kOp, p.n_experts, p.options.top_k));
+  RETURN_IF_ERROR(moe_internal::ValidateMoeOptions(p.options, p.n_experts, kOp));
+  RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.options.top_k));
+  if (p.is_image != nullptr && p.bias_vl == nullptr) {
+    return Invalid(kOp, "bias_vl", "is null but is_image is given");
+  }
+  if (p.m == 0) return absl::OkStatus();
+  return CheckNonNull(
+      kOp,
+      {{"logits", p.logits}, {"expert_ids", p.expert_ids}, {"expert_weights", p.expert_weights}});
+}
+
+}  // namespace moe_cuda_internal
+
+absl::Status Validate(const MoePermuteParams& p) {
+  constexpr const char* kOp = "LaunchMoePermute";
+  RETURN_IF_ERROR(CheckExpertsTopK(kOp, p.n_experts, p.top_k));
+  RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.top_k));
+  RETURN_IF_ERROR(CheckDim(kOp, "dim", p.dim));
+  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows));
+  if (p.m == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"expert_ids", p.expert_ids},
+                                     {"expert_weights", p.expert_weights},
+                                     {"expert_counts", p.expert_counts},
+                                     {"x", p.x},
+                                     {"offsets", p.offsets},
+                                     {"slot_token", p.slot_token},
+                                     {"slot_weight", p.slot_weight},
+                                     {"token_slot", p.token_slot},
+                                     {"tiles", p.tiles},
+                                     {"num_tiles", p.num_tiles},
+                                     {"xg", p.xg}}));
+  RETURN_IF_ERROR(CheckRows16(kOp, "x", "x_stride", p.x, p.x_stride, p.dim));
+  RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
+  return CheckAligned(kOp, "x_codes", p.x_codes, 16);
+}
+
+int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts) {
+  // Rows per touched expert on average; a tile taller than most experts' row counts wastes
+  // tensor-core work, a shorter one re-reads the weights per tile (mostly from L2).
+  const int64_t slots = m * top_k;
+  if (slots <= 12 * n_experts) return 16;
+  if (slots <= 40 * n_experts) return 32;
+  return 64;
+}
+
+absl::Status Validate(const MoeExpertUpParams& p) {
+  constexpr const char* kOp = "LaunchMoeExpertUp";
+  RETURN_IF_ERROR(
+      CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
+  if (p.slots == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
+  RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
+  RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
+  return CheckAligned(kOp, "act", p.act, 16);
+}
+
+absl::Status Validate(const MoeExpertDownParams& p) {
+  constexpr const char* kOp = "LaunchMoeExpertDown";
+  RETURN_IF_ERROR(
+      CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
+  if (p.slots == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
+  RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
+  return CheckAligned(kOp, "ye", p.ye, 16);
+}
+
+absl::Status Validate(const MoeCombineParams& p) {
+  constexpr const char* kOp = "LaunchMoeCombine";
+  if (p.top_k < 1 || p.top_k > kMoeCudaMaxTopK) {
+    return Invalid(kOp, "top_k",
+                   absl::StrFormat("is %d, must be in [1, %d]", p.top_k, kMoeCudaMaxTopK));
+  }
+  RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.top_k));
+  RETURN_IF_ERROR(CheckDim(kOp, "dim", p.dim));
+  if (p.m == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNonNull(
+      kOp, {{"expert_ids", p.expert_ids}, {"token_slot", p.token_slot}, {"ye", p.ye}, {"y", p.y}}));
+  RETURN_IF_ERROR(CheckAligned(kOp, "ye", p.ye, 16));
+  RETURN_IF_ERROR(CheckRows16(kOp, "y", "y_stride", p.y, p.y_stride, p.dim));
+  if (p.shared_y != nullptr) {
+    RETURN_IF_ERROR(
+        CheckRows16(kOp, "shared_y", "shared_y_stride", p.shared_y, p.shared_y_stride, p.dim));
+  }
+  return absl::OkStatus();
+}
+
+namespace moe_cuda_internal {
+
+MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,
+                                   int64_t max_tokens, int64_t top_k) {
+  const size_t s = static_cast<size_t>(std::max<int64_t>(max_tokens, 0) * top_k);
+  const size_t e = static_cast<size_t>(n_experts);
+  MoeCudaLayout l;
+  size_t at = 0;
+  auto take = [&at](size_t bytes) {
+    const size_t here = at;
+    at = Align256(at + bytes);
+    return here;
+  };
+  l.counts = take(4 * e);
+  l.offsets = take(4 * (e + 1));
+  l.num_tiles = take(4);
+  l.tiles = take(8 * s);
+  l.ids = take(4 * s);
+  l.weights = take(4 * s);
+  l.slot_token = take(4 * s);
+  l.slot_weight = take(4 * s);
+  l.token_slot = take(4 * s);
+  l.xg = take(2 * s * static_cast<size_t>(dim));
+  l.ag = take(2 * s * static_cast<size_t>(inter));
+  l.total = at + 256;
+  return l;
+}
+
+absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
+  constexpr const char* kOp = "MoeCuda";
+  if (p.weights == nullptr) return Invalid(kOp, "weights", "is null");
+  RETURN_IF_ERROR(Validate(*p.weights)) << kOp;
+  const MoeCudaWeights& w = *p.weights;
+  RETURN_IF_ERROR(moe_internal::ValidateMoeOptions(p.options, w.n_experts, kOp));
+  RETURN_IF_ERROR(CheckExpertsTopK(kOp, w.n_experts, p.options.top_k));
+  RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.options.top_k));
+  if (p.is_image != nullptr && w.gate_bias_vl == nullptr) {
+    return Invalid(kOp, "weights.gate_bias_vl", "is null but is_image is given");
+  }
+  if (p.m == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"logits", p.logits}, {"x", p.x}, {"y", p.y}}));
+  RETURN_IF_ERROR(CheckRows16(kOp, "x", "x_stride", p.x, p.x_stride, w.dim));
+  RETURN_IF_ERROR(CheckRows16(kOp, "y", "y_stride", p.y, p.y_stride, w.dim));
+  if (p.shared_y != nullptr) {
+    RETURN_IF_ERROR(
+        CheckRows16(kOp, "shared_y", "shared_y_stride", p.shared_y, p.shared_y_stride, w.dim));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe_cuda_internal
+
+absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int64_t max_tokens,
+                                             int64_t top_k) {
+  constexpr const char* kOp = "MoeCudaWorkspaceBytes";
+  if (weights.n_experts < 1 || weights.n_experts > kMoeCudaMaxExperts) {
+    return Invalid(kOp, "weights.n_experts", "is out of range");
+  }
+  RETURN_IF_ERROR(CheckDim(kOp, "weights.dim", weights.dim));
+  RETURN_IF_ERROR(CheckDim(kOp, "weights.inter", weights.inter));
+  RETURN_IF_ERROR(CheckExpertsTopK(kOp, weights.n_experts, top_k));
+  RETURN_IF_ERROR(CheckSlots(kOp, "max_tokens", max_tokens, top_k));
+  return moe_cuda_internal::ComputeMoeCudaLayout(weights.n_experts, weights.dim, weights.inter,
+                                                 max_tokens, top_k)
+      .total;
+}
+
+absl::Status Validate(const MoeCudaParams& p) {
+  RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeCudaParamsCore(p));
+  if (p.m == 0) return absl::OkStatus();
+  const size_t need =
+      moe_cuda_internal::ComputeMoeCudaLayout(p.weights->n_experts, p.weights->dim,
+                                              p.weights->inter, p.m, p.options.top_k)
+          .total;
+  if (p.workspace == nullptr || p.workspace_bytes < need) {
+    return Invalid("MoeCuda", "workspace",
+                   absl::StrFormat("has %d bytes, needs %d", p.workspace_bytes, need));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,276 @@
+// The host side of the CUDA launchers, runnable without a GPU: params validation (what every
+// launcher runs first: bad fields are rejected with a message naming them), the workspace
+// size, the tile-size choice, the operand column order, and the premises the GPU tests rely on
+// (deterministic weights, exact-arithmetic inputs, the correctly rounded SwiGLU reference).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/formats/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_internal.h"
+#include "kernels/moe/moe_test_util.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using moe_test::LayerSpec;
+using moe_test::WeightKind;
+
+// Stand-in "device" buffers: validation only looks at null-ness and alignment.
+alignas(256) uint8_t g_buf[4096];
+
+MoeCudaWeights GoodWeights() {
+  MoeCudaWeights w;
+  w.n_experts = 8;
+  w.dim = 256;
+  w.inter = 128;
+  w.w1 = w.w3 = w.w2 = g_buf;
+  w.w1_scale = w.w3_scale = w.w2_scale = g_buf + 64;
+  return w;
+}
+
+void ExpectInvalid(const absl::Status& s, const std::string& field) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field << ": " << s;
+  EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
+}
+
+TEST(MoeCudaParamsTest, OperandColumnIsTheDocumentedPermutation) {
+  for (int64_t base : {0, 32, 4096}) {
+    std::vector<bool> seen(32, false);
+    for (int64_t t = 0; t < 4; ++t) {
+      for (int64_t j = 0; j < 4; ++j) {
+        for (int64_t h = 0; h < 2; ++h) {
+          const int64_t phys = MoeOperandColumn(base + 8 * t + j + 4 * h);
+          EXPECT_EQ(phys, base + 8 * t + 2 * j + h);
+          seen[phys - base] = true;
+        }
+      }
+    }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }));
+  }
+}
+
+TEST(MoeCudaParamsTest, WeightsValidation) {
+  EXPECT_TRUE(Validate(GoodWeights()).ok());
+  MoeCudaWeights w = GoodWeights();
+  w.n_experts = kMoeCudaMaxExperts + 1;
+  ExpectInvalid(Validate(w), "n_experts");
+  w = GoodWeights();
+  w.dim = 192;  // not a multiple of 128
+  ExpectInvalid(Validate(w), "dim");
+  w = GoodWeights();
+  w.inter = 0;
+  ExpectInvalid(Validate(w), "inter");
+  w = GoodWeights();
+  w.w3_scale = nullptr;
+  ExpectInvalid(Validate(w), "w3_scale");
+  w = GoodWeights();
+  w.w2 = g_buf + 8;
+  ExpectInvalid(Validate(w), "w2 must be 16-byte aligned");
+  w = GoodWeights();
+  w.w1_scale = g_buf + 2;
+  ExpectInvalid(Validate(w), "w1_scale must be 4-byte aligned");
+}
+
+MoeCudaParams GoodLayer(const MoeCudaWeights* w) {
+  MoeCudaParams p;
+  p.weights = w;
+  p.options.top_k = 2;
+  p.m = 3;
+  p.logits = reinterpret_cast<const float*>(g_buf);
+  p.x = reinterpret_cast<const uint16_t*>(g_buf);
+  p.x_stride = 256;
+  p.y = reinterpret_cast<uint16_t*>(g_buf + 1024);
+  p.y_stride = 264;
+  p.workspace = g_buf;
+  p.workspace_bytes = *MoeCudaWorkspaceBytes(*w, 3, 2);
+  return p;
+}
+
+TEST(MoeCudaParamsTest, LayerValidation) {
+  const MoeCudaWeights w = GoodWeights();
+  EXPECT_TRUE(Validate(GoodLayer(&w)).ok());
+  MoeCudaParams p = GoodLayer(&w);
+  p.options.top_k = 9;
+  ExpectInvalid(Validate(p), "top_k");
+  p = GoodLayer(&w);
+  p.options.gate_temp = 0.f;
+  ExpectInvalid(Validate(p), "gate_temp");
+  p = GoodLayer(&w);
+  p.x_stride = 260;  // not a multiple of 8
+  ExpectInvalid(Validate(p), "x_stride");
+  p = GoodLayer(&w);
+  p.y = reinterpret_cast<uint16_t*>(g_buf + 2);
+  ExpectInvalid(Validate(p), "y must be 16-byte aligned");
+  p = GoodLayer(&w);
+  p.shared_y = reinterpret_cast<const uint16_t*>(g_buf);
+  p.shared_y_stride = 128;
+  ExpectInvalid(Validate(p), "shared_y_stride");
+  p = GoodLayer(&w);
+  const uint8_t image[3] = {0, 1, 0};
+  p.is_image = image;
+  ExpectInvalid(Validate(p), "gate_bias_vl");
+  p = GoodLayer(&w);
+  p.workspace_bytes -= 1;
+  ExpectInvalid(Validate(p), "workspace");
+  p = GoodLayer(&w);
+  p.logits = nullptr;
+  ExpectInvalid(Validate(p), "logits");
+  p = GoodLayer(&w);
+  p.m = 0;
+  p.logits = nullptr;
+  p.workspace = nullptr;
+  EXPECT_TRUE(Validate(p).ok()) << "m = 0 is a no-op";
+  p = GoodLayer(&w);
+  p.weights = nullptr;
+  ExpectInvalid(Validate(p), "weights");
+}
+
+TEST(MoeCudaParamsTest, StageValidation) {
+  MoePermuteParams pp;
+  pp.m = 2;
+  pp.n_experts = 8;
+  pp.top_k = 2;
+  pp.dim = 256;
+  ExpectInvalid(Validate(pp), "expert_ids");
+  pp.tile_rows = 24;
+  ExpectInvalid(Validate(pp), "tile_rows");
+  pp.tile_rows = 16;
+  pp.top_k = 17;
+  ExpectInvalid(Validate(pp), "top_k");
+
+  const MoeCudaWeights w = GoodWeights();
+  MoeExpertUpParams up;
+  up.weights = &w;
+  up.slots = 4;
+  ExpectInvalid(Validate(up), "offsets");
+  up.weights = nullptr;
+  ExpectInvalid(Validate(up), "weights");
+  MoeExpertDownParams down;
+  down.weights = &w;
+  down.slots = 0;
+  EXPECT_TRUE(Validate(down).ok());
+  down.slots = -1;
+  ExpectInvalid(Validate(down), "slots");
+
+  MoeCombineParams cp;
+  cp.m = 1;
+  cp.top_k = 2;
+  cp.dim = 256;
+  ExpectInvalid(Validate(cp), "expert_ids");
+
+  MoeRouteParams rp;
+  rp.m = 1;
+  rp.n_experts = 2000;
+  rp.options.top_k = 2;
+  ExpectInvalid(moe_cuda_internal::ValidateMoeRouteCuda(rp), "n_experts");
+  rp.n_experts = 8;
+  ExpectInvalid(moe_cuda_internal::ValidateMoeRouteCuda(rp), "logits");
+  const uint8_t image[1] = {1};
+  rp.is_image = image;
+  ExpectInvalid(moe_cuda_internal::ValidateMoeRouteCuda(rp), "bias_vl");
+}
+
+TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
+  const MoeCudaWeights w = GoodWeights();
+  size_t prev = 0;
+  for (int64_t m : {0, 1, 7, 100, 1000}) {
+    auto bytes = MoeCudaWorkspaceBytes(w, m, 2);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_GE(*bytes, prev);
+    // Gathered rows / expert outputs and the SwiGLU activations dominate.
+    EXPECT_GE(*bytes, static_cast<size_t>(m * 2 * (2 * 256 + 2 * 128)));
+    prev = *bytes;
+  }
+  EXPECT_FALSE(MoeCudaWorkspaceBytes(w, -1, 2).ok());
+  EXPECT_FALSE(MoeCudaWorkspaceBytes(w, 1, 0).ok());
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 16);
+  EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 16);
+  EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 32);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), 64);
+}
+
+// The device fill and the host references regenerate the same weights from the hash.
+TEST(MoeCudaTestUtilTest, WeightsAreDeterministicAndInRange) {
+  LayerSpec s;
+  s.kind = WeightKind::kExactArith;
+  const auto a = moe_test::GenerateProjection(s, moe_test::kW2, 3);
+  const auto b = moe_test::GenerateProjection(s, moe_test::kW2, 3);
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.scales, b.scales);
+  const auto c = moe_test::GenerateProjection(s, moe_test::kW2, 4);
+  EXPECT_NE(a.codes, c.codes);
+  EXPECT_EQ(*std::min_element(a.scales.begin(), a.scales.end()), 123);
+  EXPECT_EQ(*std::max_element(a.scales.begin(), a.scales.end()), 129);
+  std::vector<int> nibbles(16, 0);
+  for (uint8_t byte : a.codes) {
+    ++nibbles[byte & 0xF];
+    ++nibbles[byte >> 4];
+  }
+  for (int n : nibbles) EXPECT_GT(n, 0);
+}
+
+// The GPU tests' exact-arithmetic premise: Σ|x·w| < 2^15 (2^20 units of 2^-5) on the shapes they
+// use, and the small integers survive the FP8 QDQ unchanged.
+TEST(MoeCudaTestUtilTest, ExactArithmeticPremiseHolds) {
+  for (const auto& [dim, inter] : {std::pair<int64_t, int64_t>{256, 128}, {640, 384}}) {
+    LayerSpec s;
+    s.dim = dim;
+    s.inter = inter;
+    s.kind = WeightKind::kExactArith;
+    const auto x = moe_test::SmallIntActivations(4, dim, 16, 5);
+    EXPECT_EQ(moe_test::QdqRow(x.data(), dim), std::vector<uint16_t>(x.begin(), x.begin() + dim));
+    for (int64_t t = 0; t < 4; ++t) {
+      for (int proj : {moe_test::kW1, moe_test::kW3}) {
+        EXPECT_LT(moe_test::ExactSumBound(s, proj, t, x.data() + t * dim), 1 << 20);
+      }
+    }
+    const auto a = moe_test::SmallIntActivations(4, inter, 8, 6);
+    for (int64_t t = 0; t < 4; ++t) {
+      EXPECT_LT(moe_test::ExactSumBound(s, moe_test::kW2, t, a.data() + t * inter), 1 << 20);
+    }
+  }
+}
+
+// The GPU's SwiGLU uses a correctly rounded exp; MoeSwiGluRow uses glibc's expf. They agree on
+// every bf16 gate value except where expf is not correctly rounded (one input with this glibc,
+// g = 0x1.9cp-4); such a difference is one of the sources the whole-layer tolerance covers.
+TEST(MoeCudaTestUtilTest, SwiGluReferenceMatchesCpuOutsideExpRounding) {
+  int differ = 0;
+  const uint16_t u = formats::FloatToBf16Bits(3.f);
+  const float w = 0.75f;
+  for (uint32_t g = 0; g < 0x10000; ++g) {
+    const uint16_t gb = static_cast<uint16_t>(g);
+    if (std::isnan(formats::Bf16BitsToFloat(gb))) continue;
+    uint16_t cpu;
+    MoeSwiGluRow(&gb, &u, 1, 0.f, &w, &cpu);
+    const uint16_t cr = moe_test::SwiGluCr(gb, u, 0.f, &w);
+    if (cpu != cr) {
+      ++differ;
+      const float gv = formats::Bf16BitsToFloat(gb);
+      EXPECT_NE(std::exp(-gv), static_cast<float>(std::exp(-static_cast<double>(gv))))
+          << "g = " << gv << ": differs without an expf rounding difference";
+    }
+  }
+  EXPECT_LE(differ, 4);
+}
+
+TEST(MoeCudaTestUtilTest, CountingSortMatchesMoeCpuOrder) {
+  // ids of 4 tokens, top-2 over 4 experts: expert 1 gets tokens 0, 1, 2, 3 (ranks 0, 1, 0, 1).
+  const std::vector<int32_t> ids = {1, 0, 3, 1, 1, 2, 2, 1};
+  const std::vector<float> wts = {.1f, .2f, .3f, .4f, .5f, .6f, .7f, .8f};
+  const auto h = moe_test::CountingSort(ids, wts, 4, 2, 4);
+  EXPECT_EQ(h.offsets, (std::vector<int32_t>{0, 1, 5, 7, 8}));
+  EXPECT_EQ(h.slot_token, (std::vector<int32_t>{0, 0, 1, 2, 3, 2, 3, 1}));
+  EXPECT_EQ(h.slot_weight[1], .1f);
+  EXPECT_EQ(h.token_slot[0], 1);
+  EXPECT_EQ(moe_test::TileList(h.offsets, 2), (std::vector<int32_t>{0, 0, 1, 1, 1, 3, 2, 5, 3, 7}));
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
