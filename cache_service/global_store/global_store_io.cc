@@ -1,4 +1,5 @@
 // GlobalStore data path: put, get, multiget, lookup.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -16,6 +17,25 @@
 #include "rocksdb/write_batch.h"
 
 namespace flashserve::cache {
+namespace {
+
+// Append buffers up to this size are kept per thread and reused: a fresh multi-megabyte buffer
+// per batch costs a page fault per 4 KiB touched (measured: twice the put CPU per GB at batches
+// of 64 blocks). Larger batches allocate and free theirs.
+constexpr size_t kReusedAppendBytes = size_t{8} << 20;
+
+// A 4 KiB-aligned buffer of at least `bytes` for this thread's next append.
+char* AppendBuffer(size_t bytes, AlignedBuffer* fresh) {
+  thread_local AlignedBuffer reused;
+  if (bytes > kReusedAppendBytes) {
+    *fresh = AlignedBuffer(bytes);
+    return fresh->data();
+  }
+  if (reused.size() < bytes) reused = AlignedBuffer(std::max(bytes, size_t{1} << 20));
+  return reused.data();
+}
+
+}  // namespace
 
 absl::Status GlobalStore::Put(const ModelFingerprint& fingerprint, const BlockKey& key,
                               std::string_view payload) {
@@ -89,14 +109,16 @@ absl::Status GlobalStore::PutBatch(const ModelFingerprint& fingerprint,
       at[f] = total;
       total += EncodedBlockValueBytes(blocks[fresh[f]].payload.size());
     }
-    AlignedBuffer values(AlignUp(total));
+    const size_t padded = AlignUp(total);
+    AlignedBuffer large;
+    char* values = AppendBuffer(padded, &large);
     for (size_t f = 0; f < fresh.size(); ++f) {
       EncodeBlockValueTo(fingerprint, blocks[fresh[f]].key, now_us, blocks[fresh[f]].payload,
-                         values.data() + at[f], ttl_s);
+                         values + at[f], ttl_s);
     }
-    std::memset(values.data() + total, 0, values.size() - total);
-    appended_bytes = values.size();
-    absl::StatusOr<ValueLocation> l = vlog_->Append(values);
+    std::memset(values + total, 0, padded - total);
+    appended_bytes = padded;
+    absl::StatusOr<ValueLocation> l = vlog_->Append(values, padded);
     if (l.ok()) {
       loc = *l;
       for (uint64_t& a : at) a += loc.offset;

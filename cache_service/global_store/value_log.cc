@@ -106,7 +106,8 @@ struct ValueLog::Segment {
 };
 
 struct ValueLog::PendingAppend {
-  const AlignedBuffer* bytes = nullptr;
+  const char* data = nullptr;
+  size_t size = 0;
   absl::StatusOr<ValueLocation> result = absl::InternalError("value log: append not run");
   bool done = false;
 };
@@ -225,11 +226,13 @@ void ValueLog::MaybeCloseWriterLocked(Segment& seg) {
   }
 }
 
-absl::StatusOr<ValueLocation> ValueLog::Append(const AlignedBuffer& bytes) {
-  CHECK(bytes.size() % kValueLogAlign == 0) << "value log: unaligned append";
+absl::StatusOr<ValueLocation> ValueLog::Append(const char* data, size_t len) {
+  CHECK(len % kValueLogAlign == 0 && reinterpret_cast<uintptr_t>(data) % kValueLogAlign == 0)
+      << "value log: unaligned append";
   std::unique_lock<std::mutex> lock(mu_);
   PendingAppend p;
-  p.bytes = &bytes;
+  p.data = data;
+  p.size = len;
   queue_.push_back(&p);
   // Every caller with an unfinished append helps: it writes the queue when no one writes, syncs
   // the written groups when no one syncs, and otherwise waits for either to finish.
@@ -250,7 +253,7 @@ void ValueLog::WriteQueued(std::unique_lock<std::mutex>& lock) {
   std::vector<PendingAppend*> batch;
   batch.swap(queue_);
   uint64_t total = 0;
-  for (const PendingAppend* p : batch) total += p->bytes->size();
+  for (const PendingAppend* p : batch) total += p->size;
   absl::Status s;
   if (active_ == nullptr ||
       (active_->size + total > options_.segment_bytes && active_->size > kSegmentHeaderBytes)) {
@@ -265,7 +268,7 @@ void ValueLog::WriteQueued(std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     std::vector<iovec> iov;
     iov.reserve(batch.size());
-    for (const PendingAppend* p : batch) iov.push_back({p->bytes->data(), p->bytes->size()});
+    for (const PendingAppend* p : batch) iov.push_back({const_cast<char*>(p->data), p->size});
     if (!PwriteAll(seg->write_fd, iov.data(), static_cast<int>(iov.size()), base)) {
       s = Errno("appending to", seg->path);
     }
@@ -285,7 +288,7 @@ void ValueLog::WriteQueued(std::unique_lock<std::mutex>& lock) {
       p->result = s;
       p->done = true;
     }
-    at += p->bytes->size();
+    at += p->size;
   }
   if (s.ok()) {
     ++seg->unsynced;

@@ -87,7 +87,12 @@ class ValueLog {
   // starts, after it is durable. Concurrent calls are group-committed. The returned segment is
   // held (not removable) until Release(segment) is called once per Append. Errors: Unavailable
   // (the active segment is then sealed; nothing written by the failed call is referenced).
-  absl::StatusOr<ValueLocation> Append(const AlignedBuffer& bytes);
+  absl::StatusOr<ValueLocation> Append(const AlignedBuffer& bytes) {
+    return Append(bytes.data(), bytes.size());
+  }
+  // The same for the first `len` bytes at `data` (aligned to kValueLogAlign, len a multiple of
+  // it), e.g. the used part of a reused buffer.
+  absl::StatusOr<ValueLocation> Append(const char* data, size_t len);
   void Release(uint32_t segment);
 
   // Reads exactly `len` bytes at `loc` into out. NotFound: no such segment (removed);
