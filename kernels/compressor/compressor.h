@@ -6,7 +6,8 @@
 //   ratio 1: latent_t = RMSNorm(bf16(x_t · wkv^T))               (bf16 GEMM, no activation quant)
 //   ratio r >= 2 (the model uses 2): per token kv_t = x_t · wkv^T, z_t = x_t · wgate^T as true
 //            fp32 GEMMs; group j = tokens j·r .. j·r + r − 1; per channel c
-//            w_i = softmax_i(z[i][c]), pooled[c] = Σ_i w_i · kv[i][c] (fp32),
+//            w_i = softmax_i(z[i][c]) (correctly rounded exp, exp_rn.h),
+//            pooled[c] = Σ_i w_i · kv[i][c] (fp32),
 //            latent_j = RMSNorm(bf16(pooled))                    (cast FIRST, then the norm)
 //   cache:   RoPE of the last rd dims at position j·r, then FP4 E2M1 / E4M3-per-16 quant-dequant;
 //            optionally the 288-byte serving row (common/formats/kv_row.h).
@@ -19,27 +20,25 @@
 // every buffer; nothing is allocated per call (the pool's task closures aside). Errors are
 // InvalidArgumentError / FailedPreconditionError naming the field, detected before anything is
 // written (state included). Calls are thread-safe for distinct states, outputs and workspaces.
-// This header includes no CUDA header.
+// The state, the post-GEMM half (CompressProjectedCpu), the cache tail and the CUDA launchers are
+// declared in compressor_params.h (C++17, no GEMM types: the CUDA code includes it), included
+// here. This header includes no CUDA header.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "kernels/compressor/compressor_params.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/prepared_linear.h"
-#include "kernels/norm_rope/rope_table.h"
 
 namespace flashserve {
 class ThreadPool;
 }  // namespace flashserve
 
 namespace flashserve::kernels {
-
-inline constexpr int64_t kMaxCompressRatio = 16;
 
 // One layer's compressor weights (borrowed; must outlive the calls).
 struct CompressorWeights {
@@ -54,24 +53,6 @@ struct CompressorWeights {
   LinearMode mode = LinearMode::kExact;
 };
 
-// The open (partial) group of one sequence at one compressor layer. Part of the session state.
-// Invariants: 0 <= pending < ratio; rows [0, pending) of kv / score hold the fp32 kv and z of the
-// tokens at positions next_pos − pending .. next_pos − 1, in order. Serialized size:
-// CompressorStateBytes(ratio, C) = 16 + 8·(ratio − 1)·C bytes (4,112 B for r = 2, C = 512;
-// 1,040 B for the tiny model's C = 128; 16 B for ratio 1, which never holds tokens).
-struct CompressorState {
-  int64_t ratio = 0;
-  int64_t channels = 0;
-  int64_t pending = 0;
-  int64_t next_pos = 0;      // meaningful only when pending > 0
-  std::vector<float> kv;     // [(ratio − 1) · channels] fp32
-  std::vector<float> score;  // [(ratio − 1) · channels] fp32 (the gate logits z)
-};
-
-// An empty state (pending 0) with its buffers allocated once. Errors: InvalidArgumentError for
-// ratio outside 1..kMaxCompressRatio or channels < 1.
-absl::StatusOr<CompressorState> MakeCompressorState(int64_t ratio, int64_t channels);
-
 // Bytes of the serialized state: int64 next_pos, int64 pending (little-endian), then kv and score
 // rows as fp32 (all ratio − 1 rows; unused rows are written as stored).
 int64_t CompressorStateBytes(int64_t ratio, int64_t channels);
@@ -82,9 +63,6 @@ int64_t CompressorStateBytes(int64_t ratio, int64_t channels);
 // state is unchanged on error.
 absl::Status SerializeCompressorState(const CompressorState& state, std::span<uint8_t> out);
 absl::Status DeserializeCompressorState(std::span<const uint8_t> in, CompressorState& state);
-
-// Upper bound on the groups one call over `tokens` tokens can emit: ceil(tokens / ratio).
-int64_t CompressMaxGroups(int64_t ratio, int64_t tokens);
 
 // Workspace bytes CompressCpu needs for calls of up to `max_tokens` tokens with `pool` (pass the
 // same pool, or one of the same size, to CompressCpu). Ratio 1: the wkv Linear's workspace.
@@ -120,28 +98,5 @@ absl::Status ValidateCompress(const CompressParams& p, const ThreadPool* pool);
 // or restored-at-a-group-boundary state can start at any multiple of ratio.
 // Cost: O(s·D·C) (two GEMMs for ratio >= 2) + O(groups·C).
 absl::Status CompressCpu(const CompressParams& p, ThreadPool* pool);
-
-// The cache-side tail of the main-KV chain for `rows` latents: out = QDQ_FP4E4M3B16(RoPE(latent,
-// position group_index[g]·ratio)), RoPE on the last table->rope_dims() dims (interleaved pairs,
-// as kernels/norm_rope RopeCpu). If cache_rows is set, row g also gets the serving encoding
-// (formats::EncodeMainKvRow of the post-RoPE vector; decoding it gives `kv` bit for bit).
-struct FinalizeCompressedKvParams {
-  const RopeTable* table = nullptr;
-  int64_t ratio = 0;                    // 1 .. kMaxCompressRatio
-  int64_t rows = 0;                     // 0 is a no-op
-  int64_t channels = 0;                 // C, multiple of 16, >= rope_dims
-  const int64_t* group_index = nullptr;  // [rows], each in [0, INT64_MAX / ratio]
-  const uint16_t* latent = nullptr;     // bf16 [rows, C]
-  int64_t latent_stride = 0;            // >= C
-  uint16_t* kv = nullptr;               // bf16 [rows, C]; may equal latent (then equal strides)
-  int64_t kv_stride = 0;                // >= C
-  uint8_t* cache_rows = nullptr;        // optional: [rows, formats::MainKvRowBytes(C)] bytes
-  int64_t cache_row_stride = 0;         // bytes, >= MainKvRowBytes(C) when cache_rows is set
-};
-
-absl::Status ValidateFinalizeCompressedKv(const FinalizeCompressedKvParams& p);
-
-// Cost O(rows·(rd/2 sin/cos + C)). Results do not depend on the pool size.
-absl::Status FinalizeCompressedKvCpu(const FinalizeCompressedKvParams& p, ThreadPool* pool);
 
 }  // namespace flashserve::kernels

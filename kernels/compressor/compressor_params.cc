@@ -1,5 +1,5 @@
-// Compressor state handling, params validation and workspace sizes (shared with a future CUDA
-// launcher).
+// Compressor state handling, params validation and workspace sizes (shared by the CPU bodies and
+// the CUDA launchers, so both reject the same params with the same messages).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -176,6 +176,16 @@ absl::Status ValidateCompress(const CompressParams& p, const ThreadPool* pool) {
 }
 
 absl::Status ValidateFinalizeCompressedKv(const FinalizeCompressedKvParams& p) {
+  if (absl::Status st = ValidateFinalizeCompressedKvLayout(p); !st.ok()) return st;
+  for (int64_t g = 0; g < p.rows; ++g) {
+    if (p.group_index[g] < 0 || p.group_index[g] > std::numeric_limits<int64_t>::max() / p.ratio) {
+      return Invalid("group_index", absl::StrCat("[", g, "] = ", p.group_index[g]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFinalizeCompressedKvLayout(const FinalizeCompressedKvParams& p) {
   if (p.table == nullptr) return Invalid("table", "is null");
   if (!ValidRatio(p.ratio)) return Invalid("ratio", absl::StrCat("= ", p.ratio));
   if (p.rows < 0) return Invalid("rows", "< 0");
@@ -184,11 +194,6 @@ absl::Status ValidateFinalizeCompressedKv(const FinalizeCompressedKvParams& p) {
   }
   if (p.rows == 0) return absl::OkStatus();
   if (p.group_index == nullptr) return Invalid("group_index", "is null");
-  for (int64_t g = 0; g < p.rows; ++g) {
-    if (p.group_index[g] < 0 || p.group_index[g] > std::numeric_limits<int64_t>::max() / p.ratio) {
-      return Invalid("group_index", absl::StrCat("[", g, "] = ", p.group_index[g]));
-    }
-  }
   if (p.latent == nullptr) return Invalid("latent", "is null");
   if (p.kv == nullptr) return Invalid("kv", "is null");
   if (p.latent_stride < p.channels) return Invalid("latent_stride", "< channels");
@@ -200,6 +205,115 @@ absl::Status ValidateFinalizeCompressedKv(const FinalizeCompressedKvParams& p) {
     return Invalid("cache_row_stride", "< MainKvRowBytes(channels)");
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// The state-independent checks of CompressProjectedParams, then the state's counters.
+absl::Status ValidateProjected(const CompressProjectedParams& p, int64_t state_ratio,
+                               int64_t state_channels, int64_t pending, int64_t next_pos) {
+  constexpr int64_t kMaxStride = int64_t{1} << 40;
+  if (!ValidRatio(p.ratio)) return Invalid("ratio", absl::StrCat("= ", p.ratio));
+  if (p.channels < 1 || p.channels > (int64_t{1} << 24)) {
+    return Invalid("channels", absl::StrCat("= ", p.channels));
+  }
+  if (state_ratio != p.ratio || state_channels != p.channels) {
+    return Invalid("state", "ratio / channels do not match the params");
+  }
+  if (pending < 0 || pending >= p.ratio) return Invalid("state.pending", "out of range");
+  if (p.norm_weight == nullptr) return Invalid("norm_weight", "is null");
+  if (!(p.norm_eps > 0.0f) || p.norm_eps == std::numeric_limits<float>::infinity()) {
+    return Invalid("norm_eps", "must be finite and > 0");
+  }
+  if (p.tokens < 0 || p.tokens > kMaxStride) return Invalid("tokens", "out of range");
+  if (p.groups_emitted == nullptr) return Invalid("groups_emitted", "is null");
+  if (p.start_pos < 0) return Invalid("start_pos", "< 0");
+  if (p.start_pos % p.ratio != pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("compressor: start_pos ", p.start_pos, " does not follow the state's ",
+                     pending, " pending token(s) at ratio ", p.ratio));
+  }
+  if (pending > 0 && p.start_pos != next_pos) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("compressor: start_pos ", p.start_pos, " != state.next_pos ", next_pos));
+  }
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.start_pos > std::numeric_limits<int64_t>::max() - p.tokens) {
+    return Invalid("start_pos", "+ tokens overflows");
+  }
+  if (p.ratio >= 2) {
+    if (p.kv == nullptr) {
+      return Invalid("kv", "is null (fp32 projections are needed at ratio >= 2)");
+    }
+    if (p.kv_bf16 != nullptr) return Invalid("kv_bf16", "must be null at ratio >= 2");
+    if (p.score == nullptr) return Invalid("score", "is null at ratio >= 2");
+    if (p.score_stride < p.channels || p.score_stride > kMaxStride) {
+      return Invalid("score_stride", "< C (or too large)");
+    }
+  } else {
+    if ((p.kv == nullptr) == (p.kv_bf16 == nullptr)) {
+      return Invalid("kv", "and kv_bf16: exactly one must be set at ratio 1");
+    }
+    if (p.score != nullptr) return Invalid("score", "must be null at ratio 1");
+  }
+  if (p.kv_stride < p.channels || p.kv_stride > kMaxStride) {
+    return Invalid("kv_stride", "< C (or too large)");
+  }
+  if (p.latent == nullptr) return Invalid("latent", "is null");
+  if (p.group_index == nullptr) return Invalid("group_index", "is null");
+  if (p.latent_stride < p.channels || p.latent_stride > kMaxStride) {
+    return Invalid("latent_stride", "< C (or too large)");
+  }
+  if (p.latent_capacity < CompressMaxGroups(p.ratio, p.tokens)) {
+    return Invalid("latent_capacity", "< CompressMaxGroups(ratio, tokens)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateCompressProjected(const CompressProjectedParams& p,
+                                       const CompressorState& state) {
+  if (state.ratio >= 1 &&
+      (state.kv.size() != static_cast<size_t>((state.ratio - 1) * state.channels) ||
+       state.score.size() != state.kv.size())) {
+    return Invalid("state", "was not made by MakeCompressorState");
+  }
+  return ValidateProjected(p, state.ratio, state.channels, state.pending, state.next_pos);
+}
+
+absl::Status ValidateCompressProjected(const CompressProjectedParams& p,
+                                       const CompressorDeviceState& state) {
+  if (state.ratio >= 2 && (state.kv == nullptr || state.score == nullptr)) {
+    return Invalid("state", "kv / score device rows are null");
+  }
+  return ValidateProjected(p, state.ratio, state.channels, state.pending, state.next_pos);
+}
+
+int64_t CompressorDeviceStateBytes(int64_t ratio, int64_t channels) {
+  return 8 * (ratio - 1) * channels;
+}
+
+absl::StatusOr<CompressorDeviceState> MakeCompressorDeviceState(int64_t ratio, int64_t channels,
+                                                                void* device_memory, size_t bytes) {
+  if (!ValidRatio(ratio)) return Invalid("ratio", absl::StrCat("= ", ratio));
+  if (channels < 1 || channels > (int64_t{1} << 24)) {
+    return Invalid("channels", absl::StrCat("= ", channels));
+  }
+  CompressorDeviceState s;
+  s.ratio = ratio;
+  s.channels = channels;
+  if (ratio == 1) return s;
+  const int64_t need = CompressorDeviceStateBytes(ratio, channels);
+  if (device_memory == nullptr || reinterpret_cast<uintptr_t>(device_memory) % 16 != 0) {
+    return Invalid("device_memory", "is null or not 16-byte aligned");
+  }
+  if (bytes < static_cast<size_t>(need)) {
+    return Invalid("bytes", absl::StrCat("= ", bytes, ", need ", need));
+  }
+  s.kv = static_cast<float*>(device_memory);
+  s.score = s.kv + (ratio - 1) * channels;
+  return s;
 }
 
 }  // namespace flashserve::kernels

@@ -6,6 +6,7 @@
 
 #include "common/formats/bf16.h"
 #include "gtest/gtest.h"
+#include "kernels/compressor/exp_rn.h"
 
 namespace flashserve::kernels::compressor_test {
 namespace {
@@ -147,8 +148,8 @@ std::vector<uint16_t> RecipeCompress(const Layer& l, const uint16_t* x, int64_t 
         z[i] = RecipeDot(x + (g * r + i) * x_stride, l.wgate.data() + ch * l.d, l.d);
         mx = std::max(mx, z[i]);
       }
-      for (int64_t i = 0; i < r; ++i) sum += std::exp(z[i] - mx);
-      for (int64_t i = 0; i < r; ++i) acc += (std::exp(z[i] - mx) / sum) * kv[i];
+      for (int64_t i = 0; i < r; ++i) sum += compressor_math::ExpRn(z[i] - mx);
+      for (int64_t i = 0; i < r; ++i) acc += (compressor_math::ExpRn(z[i] - mx) / sum) * kv[i];
       pooled[ch] = cast_first ? formats::RoundToBf16(acc) : acc;
     }
     RecipeNorm(pooled.data(), c, l.norm.data(), 1e-20f, out.data() + g * c);
@@ -196,6 +197,102 @@ std::vector<double> DoubleCompress(const Layer& l, const uint16_t* x, int64_t x_
 double UlpBf16(double v) {
   const double a = std::max(std::fabs(v), 1e-30);
   return std::ldexp(1.0, static_cast<int>(std::floor(std::log2(a))) - 7);
+}
+
+Projections Project(const Layer& l, const uint16_t* x, int64_t x_stride, int64_t n) {
+  Projections pr;
+  pr.ratio = l.ratio;
+  pr.c = l.c;
+  pr.n = n;
+  pr.kv.resize(static_cast<size_t>(n * l.c));
+  if (l.ratio > 1) pr.score.resize(pr.kv.size());
+  if (l.ratio == 1) pr.kv_bf16.resize(pr.kv.size());
+  std::vector<uint8_t> ws(
+      LinearWorkspaceBytes(*l.wkv_lin, n, l.weights.mode, nullptr) +
+      (l.ratio > 1 ? LinearWorkspaceBytes(*l.wgate_lin, n, l.weights.mode, nullptr) : 0));
+  auto run = [&](const PreparedLinear* w, float* y_f32, uint16_t* y_bf16) {
+    LinearParams lp;
+    lp.weight = w;
+    lp.m = n;
+    lp.x_bf16 = x;
+    lp.x_stride = x_stride;
+    lp.y_f32 = y_f32;
+    lp.y_bf16 = y_bf16;
+    lp.y_stride = l.c;
+    lp.mode = l.weights.mode;
+    lp.workspace = ws.data();
+    lp.workspace_bytes = ws.size();
+    const absl::Status st = LinearCpu(lp, nullptr);
+    EXPECT_TRUE(st.ok()) << st;
+  };
+  run(l.wkv_lin.get(), pr.kv.data(), nullptr);
+  if (l.ratio > 1) run(l.wgate_lin.get(), pr.score.data(), nullptr);
+  if (l.ratio == 1) run(l.wkv_lin.get(), nullptr, pr.kv_bf16.data());
+  return pr;
+}
+
+Projections RandomProjections(int64_t ratio, int64_t c, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> kv(-2.0f, 2.0f), z(-4.0f, 4.0f);
+  Projections pr;
+  pr.ratio = ratio;
+  pr.c = c;
+  pr.n = n;
+  pr.kv.resize(static_cast<size_t>(n * c));
+  for (float& v : pr.kv) v = kv(rng);
+  if (ratio > 1) {
+    pr.score.resize(pr.kv.size());
+    for (float& v : pr.score) v = z(rng);
+  } else {
+    pr.kv_bf16.resize(pr.kv.size());
+    for (size_t i = 0; i < pr.kv.size(); ++i) pr.kv_bf16[i] = FloatToBf16Bits(pr.kv[i]);
+  }
+  return pr;
+}
+
+Rows RunProjectedChunks(const Projections& pr, const uint16_t* norm,
+                        const std::vector<int64_t>& sizes, bool bf16, int64_t start_pos,
+                        CompressorState* state, ThreadPool* pool) {
+  CompressorState fresh = MakeCompressorState(pr.ratio, pr.c).value();
+  CompressorState* st = state != nullptr ? state : &fresh;
+  const int64_t max_s = sizes.empty() ? 1 : *std::max_element(sizes.begin(), sizes.end());
+  const int64_t cap = std::max<int64_t>(CompressMaxGroups(pr.ratio, max_s), 1);
+  std::vector<uint16_t> lat(static_cast<size_t>(cap * pr.c));
+  std::vector<int64_t> idx(static_cast<size_t>(cap));
+  Rows out;
+  int64_t done = 0;
+  for (int64_t s : sizes) {
+    int64_t emitted = -1;
+    CompressProjectedParams p;
+    p.ratio = pr.ratio;
+    p.channels = pr.c;
+    p.start_pos = start_pos + done;
+    p.tokens = s;
+    if (bf16) {
+      p.kv_bf16 = pr.kv_bf16.data() + done * pr.c;
+    } else {
+      p.kv = pr.kv.data() + done * pr.c;
+    }
+    p.kv_stride = pr.c;
+    if (pr.ratio > 1) {
+      p.score = pr.score.data() + done * pr.c;
+      p.score_stride = pr.c;
+    }
+    p.norm_weight = norm;
+    p.latent = lat.data();
+    p.latent_stride = pr.c;
+    p.latent_capacity = cap;
+    p.group_index = idx.data();
+    p.groups_emitted = &emitted;
+    const absl::Status status = CompressProjectedCpu(p, st, pool);
+    EXPECT_TRUE(status.ok()) << status;
+    if (!status.ok()) return out;
+    out.latent.insert(out.latent.end(), lat.begin(), lat.begin() + emitted * pr.c);
+    out.index.insert(out.index.end(), idx.begin(), idx.begin() + emitted);
+    done += s;
+  }
+  EXPECT_EQ(done, pr.n);
+  return out;
 }
 
 }  // namespace flashserve::kernels::compressor_test

@@ -58,4 +58,24 @@ std::vector<double> DoubleCompress(const Layer& layer, const uint16_t* x, int64_
 // bf16 ulp at |v| (normal range).
 double UlpBf16(double v);
 
+// The projections of n tokens, fp32 [n, C] each: kv = x·wkv^T, score = x·wgate^T (ratio >= 2),
+// and at ratio 1 also the bf16 GEMM output kv_bf16.
+struct Projections {
+  int64_t ratio = 0, c = 0, n = 0;
+  std::vector<float> kv, score;
+  std::vector<uint16_t> kv_bf16;
+};
+
+// As CompressCpu computes them (LinearCpu in the layer's mode).
+Projections Project(const Layer& layer, const uint16_t* x, int64_t x_stride, int64_t n);
+// Random values as a GEMM leaves them: kv uniform in ±2, score uniform in ±4 (kv_bf16 = bf16(kv)).
+Projections RandomProjections(int64_t ratio, int64_t c, int64_t n, uint32_t seed);
+
+// Runs CompressProjectedCpu over the projections split into calls of `sizes` (summing to pr.n),
+// from `start_pos` with `state` (a fresh one when null); bf16 = use kv_bf16 (ratio 1). Fails the
+// test on any error.
+Rows RunProjectedChunks(const Projections& pr, const uint16_t* norm,
+                        const std::vector<int64_t>& sizes, bool bf16 = false, int64_t start_pos = 0,
+                        CompressorState* state = nullptr, ThreadPool* pool = nullptr);
+
 }  // namespace flashserve::kernels::compressor_test

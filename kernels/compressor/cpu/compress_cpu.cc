@@ -1,12 +1,10 @@
-// CompressCpu: wkv (and wgate) GEMMs, softmax-gated pooling over groups of `ratio` tokens (fp32),
-// one bf16 cast, then RMSNorm. Compiled with -ffp-contract=off: the pooling's fp32 products and
-// sums must round exactly as written (no fused multiply-adds).
-#include <cmath>
-#include <cstring>
+// CompressCpu: wkv (and wgate) GEMMs, then (ratio >= 2) CompressProjectedCpu for the pooling,
+// the bf16 cast, the RMSNorm and the state (cpu/compress_projected_cpu.cc); ratio 1 is the bf16
+// GEMM and the RMSNorm.
+#include <cstdint>
 
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
-#include "common/formats/bf16.h"
 #include "kernels/compressor/compressor.h"
 #include "kernels/norm_rope/norm_rope.h"
 
@@ -16,29 +14,6 @@ namespace {
 void* AlignPtr(void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
   return reinterpret_cast<void*>((v + 63) & ~uintptr_t{63});
-}
-
-// Pools one group of r token rows (kv[i], z[i] point at C floats each) into bf16 `out`:
-// per channel, w = softmax over the r gate logits (exp(z − max) / Σ, fp32), then
-// Σ_i w_i·kv_i in token order, each product rounded to fp32; one cast to bf16 at the end.
-void PoolGroup(const float* const* kv, const float* const* z, int64_t r, int64_t c,
-               uint16_t* out) {
-  float e[kMaxCompressRatio];
-  for (int64_t ch = 0; ch < c; ++ch) {
-    float mx = z[0][ch];
-    for (int64_t i = 1; i < r; ++i) mx = std::fmax(mx, z[i][ch]);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < r; ++i) {
-      e[i] = std::exp(z[i][ch] - mx);
-      sum += e[i];
-    }
-    float acc = 0.0f;
-    for (int64_t i = 0; i < r; ++i) {
-      const float w = e[i] / sum;
-      acc += w * kv[i][ch];  // from +0, as torch's sum: two −0 products give +0
-    }
-    out[ch] = formats::FloatToBf16Bits(acc);
-  }
 }
 
 absl::Status NormRows(const CompressorWeights& w, int64_t rows, int64_t c, uint16_t* latent,
@@ -78,7 +53,6 @@ absl::Status CompressRatio1(const CompressParams& p, ThreadPool* pool) {
 
 absl::Status CompressPooled(const CompressParams& p, ThreadPool* pool) {
   const CompressorWeights& w = *p.weights;
-  CompressorState& st = *p.state;
   const int64_t r = w.ratio, c = w.wkv->out_features(), s = p.tokens;
   const size_t rows_bytes = (static_cast<size_t>(s * c) * sizeof(float) + 63) & ~size_t{63};
   auto* kv = static_cast<float*>(AlignPtr(p.workspace));
@@ -105,47 +79,23 @@ absl::Status CompressPooled(const CompressParams& p, ThreadPool* pool) {
     RETURN_IF_ERROR(LinearCpu(lp, pool)) << (k == 0 ? "compressor wkv" : "compressor wgate");
   }
 
-  // Token i of the combined stream: the state's pending rows first, then this call's rows.
-  const int64_t pending = st.pending, total = pending + s, groups = total / r;
-  auto kv_row = [&](int64_t i) {
-    return i < pending ? st.kv.data() + i * c : kv + (i - pending) * c;
-  };
-  auto z_row = [&](int64_t i) {
-    return i < pending ? st.score.data() + i * c : z + (i - pending) * c;
-  };
-  const int64_t first_group = (p.start_pos - pending) / r;
-  auto pool_range = [&](size_t begin, size_t end) {
-    const float* kvp[kMaxCompressRatio];
-    const float* zp[kMaxCompressRatio];
-    for (size_t g = begin; g < end; ++g) {
-      for (int64_t i = 0; i < r; ++i) {
-        kvp[i] = kv_row(static_cast<int64_t>(g) * r + i);
-        zp[i] = z_row(static_cast<int64_t>(g) * r + i);
-      }
-      PoolGroup(kvp, zp, r, c, p.latent + static_cast<int64_t>(g) * p.latent_stride);
-    }
-  };
-  if (pool != nullptr && groups > 1) {
-    pool->ParallelFor(static_cast<size_t>(groups), 16, pool_range);
-  } else {
-    pool_range(0, static_cast<size_t>(groups));
-  }
-  if (groups > 0) {
-    RETURN_IF_ERROR(NormRows(w, groups, c, p.latent, p.latent_stride, pool));
-  }
-  for (int64_t g = 0; g < groups; ++g) p.group_index[g] = first_group + g;
-
-  // Keep the new open group. When no group completed, its first rows are already in place.
-  for (int64_t i = groups * r; i < total; ++i) {
-    const int64_t dst = i - groups * r;
-    if (i < pending) continue;  // groups == 0: the row is already at index dst == i
-    std::memcpy(st.kv.data() + dst * c, kv_row(i), static_cast<size_t>(c) * sizeof(float));
-    std::memcpy(st.score.data() + dst * c, z_row(i), static_cast<size_t>(c) * sizeof(float));
-  }
-  st.pending = total - groups * r;
-  st.next_pos = p.start_pos + s;
-  *p.groups_emitted = groups;
-  return absl::OkStatus();
+  CompressProjectedParams pp;
+  pp.ratio = r;
+  pp.channels = c;
+  pp.start_pos = p.start_pos;
+  pp.tokens = s;
+  pp.kv = kv;
+  pp.kv_stride = c;
+  pp.score = z;
+  pp.score_stride = c;
+  pp.norm_weight = w.norm_weight;
+  pp.norm_eps = w.norm_eps;
+  pp.latent = p.latent;
+  pp.latent_stride = p.latent_stride;
+  pp.latent_capacity = p.latent_capacity;
+  pp.group_index = p.group_index;
+  pp.groups_emitted = p.groups_emitted;
+  return CompressProjectedCpu(pp, p.state, pool);
 }
 
 }  // namespace

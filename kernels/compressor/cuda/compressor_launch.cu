@@ -1,0 +1,155 @@
+// CUDA launchers of the compressor: validate (compressor_params.cc, shared with the CPU bodies),
+// pick the instantiation, size the grid, launch; and the device state's copies.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/compressor/compressor_params.h"
+#include "kernels/compressor/cuda/compressor_kernels.cuh"
+
+namespace flashserve::kernels {
+namespace {
+
+using compressor_device::CompressArgs;
+using compressor_device::Input;
+using compressor_device::kFinalizeThreads;
+using compressor_device::kThreads;
+
+// Rows are walked grid-stride; more blocks than this only queue.
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+// A warp per latent row up to this many channels; a whole block per row above.
+constexpr int64_t kWarpRowMaxChannels = 1024;
+
+int CeilLog2(int64_t n) {
+  int b = 0;
+  while ((int64_t{1} << b) < n) ++b;
+  return b;
+}
+
+template <int kGroup, Input kInput, int kRatio>
+void LaunchCompress(const CompressArgs& a, cudaStream_t stream) {
+  constexpr int64_t kRowsPerBlock = kThreads / kGroup;
+  // At least one block: block 0 also writes the state's new open group.
+  const int64_t blocks =
+      std::clamp<int64_t>((a.groups + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
+  compressor_device::CompressKernel<kGroup, kInput, kRatio>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kGroup>
+void LaunchCompressFor(const CompressArgs& a, cudaStream_t stream) {
+  if (a.p.ratio == 1) {
+    if (a.p.kv_bf16 != nullptr) {
+      LaunchCompress<kGroup, Input::kBf16, 1>(a, stream);
+    } else {
+      LaunchCompress<kGroup, Input::kCastF32, 1>(a, stream);
+    }
+  } else if (a.p.ratio == 2) {  // the released model
+    LaunchCompress<kGroup, Input::kPool, 2>(a, stream);
+  } else {
+    LaunchCompress<kGroup, Input::kPool, 0>(a, stream);
+  }
+}
+
+absl::Status CheckStateShape(const CompressorState& host, const CompressorDeviceState& device) {
+  if (host.ratio != device.ratio || host.channels != device.channels ||
+      host.kv.size() != static_cast<size_t>((host.ratio - 1) * host.channels) ||
+      host.score.size() != host.kv.size()) {
+    return absl::InvalidArgumentError(
+        "compressor: host and device states differ in ratio / channels (or the host state was "
+        "not made by MakeCompressorState)");
+  }
+  if (device.ratio >= 2 && (device.kv == nullptr || device.score == nullptr)) {
+    return absl::InvalidArgumentError("compressor: device state rows are null");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchCompressProjected(const CompressProjectedParams& p, CompressorDeviceState* state,
+                                     CUstream_st* stream) {
+  if (state == nullptr) return absl::InvalidArgumentError("compressor: state is null");
+  RETURN_IF_ERROR(ValidateCompressProjected(p, *state));
+  if (p.tokens == 0) {
+    *p.groups_emitted = 0;
+    return absl::OkStatus();
+  }
+  CompressArgs a;
+  a.p = p;
+  a.state_kv = state->kv;
+  a.state_score = state->score;
+  a.pending = p.ratio == 1 ? 0 : state->pending;
+  const int64_t total = a.pending + p.tokens;
+  a.groups = total / p.ratio;
+  a.first_group = (p.start_pos - a.pending) / p.ratio;
+  a.sum_bits = CeilLog2(p.channels);
+  if (p.channels <= kWarpRowMaxChannels) {
+    LaunchCompressFor<32>(a, stream);
+  } else {
+    LaunchCompressFor<kThreads>(a, stream);
+  }
+  *p.groups_emitted = a.groups;
+  state->pending = total - a.groups * p.ratio;
+  state->next_pos = p.start_pos + p.tokens;
+  return absl::OkStatus();
+}
+
+absl::Status LaunchFinalizeCompressedKv(const FinalizeCompressedKvParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateFinalizeCompressedKvLayout(p));
+  if (p.rows == 0) return absl::OkStatus();
+  compressor_device::FinalizeArgs a;
+  a.p = p;
+  const auto freqs = p.table->frequencies();
+  a.pairs = static_cast<int>(freqs.size());
+  std::copy(freqs.begin(), freqs.end(), a.freqs);
+  constexpr int64_t kRowsPerBlock = kFinalizeThreads / 32;
+  const int64_t blocks = std::min((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
+  compressor_device::FinalizeKernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(
+      a);
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status UploadCompressorState(const CompressorState& host, CompressorDeviceState* device,
+                                   CUstream_st* stream) {
+  if (device == nullptr) return absl::InvalidArgumentError("compressor: device state is null");
+  RETURN_IF_ERROR(CheckStateShape(host, *device));
+  if (host.pending < 0 || host.pending >= host.ratio || host.next_pos < host.pending) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compressor: host state holds pending = ", host.pending, ", next_pos = ", host.next_pos));
+  }
+  const size_t bytes = host.kv.size() * sizeof(float);
+  if (bytes > 0) {
+    CUDA_CHECK(cudaMemcpyAsync(device->kv, host.kv.data(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(device->score, host.score.data(), bytes, cudaMemcpyHostToDevice, stream));
+  }
+  device->pending = host.pending;
+  device->next_pos = host.next_pos;
+  return absl::OkStatus();
+}
+
+absl::Status DownloadCompressorState(const CompressorDeviceState& device, CompressorState* host,
+                                     CUstream_st* stream) {
+  if (host == nullptr) return absl::InvalidArgumentError("compressor: host state is null");
+  RETURN_IF_ERROR(CheckStateShape(*host, device));
+  const size_t bytes = host->kv.size() * sizeof(float);
+  if (bytes > 0) {
+    CUDA_CHECK(cudaMemcpyAsync(host->kv.data(), device.kv, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(host->score.data(), device.score, bytes, cudaMemcpyDeviceToHost, stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  host->pending = device.pending;
+  host->next_pos = device.next_pos;
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels
