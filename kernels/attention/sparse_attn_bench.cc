@@ -34,6 +34,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -49,27 +50,6 @@ struct Options {
   int warmup = 10;
   int64_t compressed = 65536;
 };
-
-double MedianMicros(const Options& o, const std::function<void()>& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
-  std::vector<cudaEvent_t> ev(2 * o.iters);
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < o.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-    launch();
-    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -123,7 +103,7 @@ double MeasureCublasTflops(const Options& o, std::string* source) {
   Options short_run = o;
   short_run.iters = 10;
   short_run.warmup = 3;
-  const double us = MedianMicros(short_run, run);
+  const double us = MedianEventMicros(short_run.warmup, short_run.iters, run);
   destroy(handle);
   return ok ? 2.0 * n * n * double(n) / us / 1e6 : 0.0;
 }
@@ -131,7 +111,7 @@ double MeasureCublasTflops(const Options& o, std::string* source) {
 // Device-to-device copy bandwidth (read + write) of `bytes` bytes, GB/s.
 double MeasureCopyGbps(const Options& o, const DeviceBuffer& src, size_t bytes) {
   DeviceBuffer dst(bytes);
-  const double us = MedianMicros(o, [&] {
+  const double us = MedianEventMicros(o.warmup, o.iters, [&] {
     CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice));
   });
   return 2.0 * bytes / us / 1e3;
@@ -199,7 +179,7 @@ class Bench {
     CHECK_OK(LaunchSparseAttn(p, nullptr));
     Verify(p, q, idx, dout);
 
-    const double us = MedianMicros(o_, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
+    const double us = MedianEventMicros(o_.warmup, o_.iters, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
     const double bytes =
         unique_rows * kDim * 2.0 + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;

@@ -30,6 +30,7 @@
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 #include "kernels/compressor/compressor.h"
 #include "kernels/norm_rope/rope_table.h"
 
@@ -44,27 +45,6 @@ struct Options {
   int warmup = 5;
   int64_t tokens = 16384;
 };
-
-double MedianMicros(const Options& o, const std::function<void()>& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
-  std::vector<cudaEvent_t> ev(2 * o.iters);
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < o.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-    launch();
-    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 template <typename T>
 DeviceBuffer Upload(const std::vector<T>& host) {
@@ -190,7 +170,7 @@ class Bench {
 
  private:
   void Add(const std::string& op, double bytes, const std::function<void()>& launch) {
-    const double us = MedianMicros(o_, launch);
+    const double us = MedianEventMicros(o_.warmup, o_.iters, launch);
     rows_.push_back({op, us, bytes / 1e6, bytes / copy_gbps_ / 1e3});
   }
 
@@ -296,7 +276,7 @@ int Main(int argc, char** argv) {
       RopeTable::Create(RopeSpec{64, 160000.0, 65536, 16.0, 32.0, 1.0}, 0).value();
   const size_t copy_bytes = static_cast<size_t>(o.tokens * kC) * 4;
   DeviceBuffer src(copy_bytes), dst(copy_bytes);
-  const double copy_us = MedianMicros(o, [&] {
+  const double copy_us = MedianEventMicros(o.warmup, o.iters, [&] {
     CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice));
   });
   Bench bench(o, 2.0 * static_cast<double>(copy_bytes) / copy_us / 1e3, table);

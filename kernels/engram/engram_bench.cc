@@ -26,6 +26,7 @@
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 #include "kernels/engram/engram.h"
 
 namespace flashserve::kernels {
@@ -44,27 +45,6 @@ struct Options {
   int64_t rows = 8000000;
   bool separate = false;
 };
-
-double MedianMicros(const Options& o, const std::function<void()>& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
-  std::vector<cudaEvent_t> ev(2 * o.iters);
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < o.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-    launch();
-    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 // Fills `n` bytes of device memory with copies of `pattern`.
 void FillRepeated(uint8_t* dst, size_t n, const std::vector<uint8_t>& pattern) {
@@ -144,9 +124,9 @@ int Run(const Options& o, const std::string& command) {
 
   const double out_bytes = static_cast<double>(got.size()) * 2;
   const double bytes = static_cast<double>(ids.size()) * (kRowBytes + 8) + out_bytes;
-  const double us = MedianMicros(o, [&] { CHECK_OK(LaunchEngramGather(p, nullptr)); });
+  const double us = MedianEventMicros(o.warmup, o.iters, [&] { CHECK_OK(LaunchEngramGather(p, nullptr)); });
   DeviceBuffer copy_src(got.size() * 2), copy_dst(got.size() * 2);
-  const double copy_us = MedianMicros(o, [&] {
+  const double copy_us = MedianEventMicros(o.warmup, o.iters, [&] {
     CUDA_CHECK(
         cudaMemcpyAsync(copy_dst.get(), copy_src.get(), got.size() * 2, cudaMemcpyDeviceToDevice));
   });

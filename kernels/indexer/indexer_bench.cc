@@ -33,6 +33,7 @@
 #include "common/base/thread_pool.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 #include "kernels/indexer/indexer.h"
 
 namespace flashserve::kernels {
@@ -48,27 +49,6 @@ struct Options {
   int warmup = 3;
   int64_t width = int64_t{1} << 20;
 };
-
-double MedianMicros(const Options& o, const std::function<void()>& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
-  std::vector<cudaEvent_t> ev(2 * o.iters);
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < o.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-    launch();
-    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 // e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as bf16 bits.
 constexpr uint16_t kE2m1[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
@@ -195,7 +175,7 @@ class Bench {
  private:
   void Add(const char* op, int64_t rows, double bytes, double flops,
            const std::function<void()>& launch) {
-    const double us = MedianMicros(o_, launch);
+    const double us = MedianEventMicros(o_.warmup, o_.iters, launch);
     const double roof = std::max(bytes / copy_gbps_ / 1e3, flops / tc_tflops_ / 1e6);
     rows_.push_back({op, rows, us, bytes / 1e6, flops / 1e9, roof});
   }
@@ -287,7 +267,7 @@ int Main(int argc, char** argv) {
               static_cast<long>(o.width));
   const std::vector<uint16_t> k = Fp4Dequantised(o.width * kDim, 7);
   DeviceBuffer dk = Upload(k), copy(k.size() * 2);
-  const double copy_us = MedianMicros(o, [&] {
+  const double copy_us = MedianEventMicros(o.warmup, o.iters, [&] {
     CUDA_CHECK(cudaMemcpyAsync(copy.get(), dk.get(), k.size() * 2, cudaMemcpyDeviceToDevice));
   });
   const double copy_gbps = 2.0 * static_cast<double>(k.size()) * 2 / copy_us / 1e3;

@@ -27,6 +27,7 @@
 #include "common/base/check.h"
 #include "common/formats/bf16.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
 
@@ -37,27 +38,6 @@ struct Options {
   int iters = 50;
   int warmup = 10;
 };
-
-double MedianMicros(const Options& o, const std::function<void()>& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
-  std::vector<cudaEvent_t> ev(2 * o.iters);
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < o.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-    launch();
-    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 // Deterministic bf16 values in about ±2 (xorshift).
 std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed) {
@@ -188,10 +168,10 @@ class Bench {
   void Time(const char* op, const std::string& shape, double bytes, const DeviceBuffer& src,
             size_t src_bytes, const std::function<void()>& launch) {
     DeviceBuffer copy(src_bytes);
-    const double copy_us = MedianMicros(o_, [&] {
+    const double copy_us = MedianEventMicros(o_.warmup, o_.iters, [&] {
       CUDA_CHECK(cudaMemcpyAsync(copy.get(), src.get(), src_bytes, cudaMemcpyDeviceToDevice));
     });
-    const double us = MedianMicros(o_, launch);
+    const double us = MedianEventMicros(o_.warmup, o_.iters, launch);
     rows_.push_back(
         {op, shape, us, bytes / 1e6, bytes / us / 1e3, copy_us, 2.0 * src_bytes / copy_us / 1e3});
   }

@@ -22,6 +22,7 @@
 
 #include "common/formats/bf16.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 #include "kernels/quant/quant.h"
 
 namespace flashserve::kernels::quant {
@@ -33,27 +34,6 @@ struct Options {
 };
 
 // Median launch time in microseconds of `launch`, each launch between two events.
-double MedianMicros(const Options& o, const std::function<void()>& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
-  std::vector<cudaEvent_t> ev(2 * o.iters);
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < o.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-    launch();
-    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
 // Random bf16 data shaped like activations: per-row scale 2^e (e in [-8, 8]), values in ±1.
 std::vector<uint16_t> RandomBf16(int64_t rows, int64_t cols) {
   std::vector<uint16_t> x(static_cast<size_t>(rows * cols));
@@ -87,7 +67,7 @@ class Bench {
         scales(static_cast<size_t>(rows * cols / 16)), copy(x_bytes);
     x.CopyFromHost(host_x.data(), x_bytes);
 
-    const double copy_us = MedianMicros(o_, [&] {
+    const double copy_us = MedianEventMicros(o_.warmup, o_.iters, [&] {
       CUDA_CHECK(cudaMemcpyAsync(copy.get(), x.get(), x_bytes, cudaMemcpyDeviceToDevice));
     });
     const double copy_gbps = 2.0 * x_bytes / copy_us / 1e3;
@@ -121,7 +101,7 @@ class Bench {
     const std::vector<uint16_t> host_x = RandomBf16(rows, channels);
     DeviceBuffer x(x_bytes), out(static_cast<size_t>(rows * row_bytes)), copy(x_bytes);
     x.CopyFromHost(host_x.data(), x_bytes);
-    const double copy_us = MedianMicros(o_, [&] {
+    const double copy_us = MedianEventMicros(o_.warmup, o_.iters, [&] {
       CUDA_CHECK(cudaMemcpyAsync(copy.get(), x.get(), x_bytes, cudaMemcpyDeviceToDevice));
     });
     const EncodeRowsParams p{
@@ -152,7 +132,7 @@ class Bench {
  private:
   void Time(const char* op, BlockFormat f, const std::string& shape, double bytes, double copy_gbps,
             const std::function<void()>& launch) {
-    const double us = MedianMicros(o_, launch);
+    const double us = MedianEventMicros(o_.warmup, o_.iters, launch);
     rows_.push_back({op, BlockFormatName(f), shape, us, bytes / 1e6, bytes / us / 1e3, copy_gbps});
   }
 
