@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/quant/cuda/quant_math.h"
+
 #if defined(__CUDACC__)
 #define FS_EXP_RN_HD __host__ __device__ __forceinline__
 #else
@@ -28,25 +30,9 @@
 
 namespace flashserve::kernels::compressor_math {
 
-FS_EXP_RN_HD float BitsToF32(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-#endif
-}
-
-FS_EXP_RN_HD uint32_t F32ToBits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return bits;
-#endif
-}
+// Bit casts on host and device (kernels/quant/cuda/quant_math.h's).
+FS_EXP_RN_HD float BitsToF32(uint32_t bits) { return quant::math::F32(bits); }
+FS_EXP_RN_HD uint32_t F32ToBits(float f) { return quant::math::Bits(f); }
 
 // One rounding to nearest even, subnormals kept (no .ftz whatever the nvcc flags).
 FS_EXP_RN_HD float RoundToF32(double d) {
