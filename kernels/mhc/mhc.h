@@ -144,15 +144,26 @@ inline int64_t MhcMixesWorkspaceFloats(int64_t tokens, int64_t dim) {
   return tokens * slices * (kMhcMixes + 1);
 }
 
+// The two device bodies of the mixes pass. Both give the same guarantees (tolerance against the
+// double reference, batch invariance); their bits differ (another summation order).
+enum class MhcMixesGpuKernel {
+  // Default. X·fn^T on the tensor cores (mma.sync bf16; fn split exactly into three bf16 pieces,
+  // so every product is exact; fp32 sums), memory-bound: X read once, fn staged once per block.
+  kTensorCore,
+  // The first body: fp32 FMAs on the CUDA cores, bound by the fp32 FMA rate (README.md).
+  kFp32Fma,
+};
+
 // The mixes pass (+ optional fused collapse) on the GPU: two kernels, a split reduction of
-// (X·fn^T, sum X^2) over slices of D into `workspace`, then one thread per token sums the slices in
+// (X·fn^T, sum X^2) over slices of D into `workspace`, then a finish kernel sums the slices in
 // order and runs MhcSplitSinkhorn's fp32 recipe. workspace: device, >= MhcMixesWorkspaceFloats
 // floats, overlapping no operand; not read before it is written. Errors: Validate's, plus
 // InvalidArgumentError for a missing or small workspace or > 65535 slices (D > 16M). Cost: one read
-// of X, fn read once per 32 tokens (from L2), 24·4·D FMAs per token; compute- and memory-bound
-// about equally on an H200 (README.md).
+// of X; kTensorCore: fn read from L2 once per block and slice, memory-bound; kFp32Fma: fn read once
+// per 32 tokens, 24·4·D FMAs per token, bound by the fp32 FMA rate on an H200 (README.md).
 absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
-                            CUstream_st* stream);
+                            CUstream_st* stream,
+                            MhcMixesGpuKernel kernel = MhcMixesGpuKernel::kTensorCore);
 // hc_pre on the GPU, bit for bit HcPreCpu. Memory bound: X read once, out written once.
 absl::Status LaunchHcPre(const HcPreParams& p, CUstream_st* stream);
 // hc_post on the GPU, bit for bit HcPostCpu (in place allowed as there). Memory bound.

@@ -12,6 +12,13 @@
 // write. Before timing, the first tokens of each op are compared with the CPU body (mixes within
 // 1e-5 relative to their magnitude, hc_pre / hc_post bit for bit); a mismatch makes the exit
 // code 1.
+//
+// Bounds (mixes rows): bytes_us = bytes / the copy's GB/s (the byte roof), fma_us = FLOPs at the
+// fp32 FMA peak (SMs x 128 lanes x 2 x peak clock; the bound of the fp32-FMA body), mma_us = the
+// tensor-core body's 3 x bf16 mma.sync work at an assumed 1024 dense bf16 FMA / clock / SM (about
+// what mma.sync sustains on Hopper; wgmma's peak is twice that). roof = the larger of bytes_us and
+// the compute bound of the body that ran; frac = roof / median_us. "mixes" is the default
+// (tensor-core) body, "mixes_fma" the fp32-FMA body.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -100,6 +107,13 @@ struct Row {
   std::string op;
   int64_t tokens = 0;
   double us = 0, mb = 0, gbps = 0, tflops = 0, copy_us = 0, copy_gbps = 0;
+  double bytes_us = 0, fma_us = 0, mma_us = 0, roof_us = 0;
+};
+
+// Peak rates of device 0 for the bounds columns.
+struct Peaks {
+  double fma_flops = 0;  // fp32 FLOP/s (FMA = 2)
+  double mma_flops = 0;  // bf16 mma.sync FLOP/s (assumed 1024 FMA / clock / SM)
 };
 
 class Bench {
@@ -112,7 +126,9 @@ class Bench {
     scale_ = RandomFloats(3, 0.5f, 1.4f, 3);
   }
 
-  void Mixes(int64_t tokens, bool collapse) {
+  void SetPeaks(Peaks peaks) { peaks_ = peaks; }
+
+  void Mixes(int64_t tokens, bool collapse, MhcMixesGpuKernel kernel) {
     const int64_t dim = o_.dim, width = kS * dim;
     const std::vector<uint16_t> x = RandomBf16(tokens * width, tokens);
     const std::vector<float> pre_in = RandomFloats(tokens * kS, 0.0f, 1.0f, 4);
@@ -138,14 +154,20 @@ class Bench {
       p.collapsed = dcoll.get<uint16_t>();
       p.collapsed_stride = dim;
     }
-    CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr));
+    CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel));
     VerifyMixes(p, x, Download<float>(dmix, tokens * kMhcMixes));
     p.mixes = nullptr;
     const double bytes =
         2.0 * tokens * width + 4.0 * kMhcMixes * width + (collapse ? 2.0 * tokens * dim : 0.0);
     const double flops = 2.0 * kMhcMixes * width * tokens;
-    Time(collapse ? "mixes+collapse" : "mixes", tokens, bytes, flops, dx, x.size() * 2,
-         [&] { CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr)); });
+    const bool tc = kernel == MhcMixesGpuKernel::kTensorCore;
+    const std::string op = std::string(tc ? "mixes" : "mixes_fma") + (collapse ? "+collapse" : "");
+    Time(op.c_str(), tokens, bytes, flops, dx, x.size() * 2,
+         [&] { CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel)); });
+    Row& r = rows_.back();
+    r.fma_us = flops / peaks_.fma_flops * 1e6;
+    r.mma_us = 3.0 * flops / peaks_.mma_flops * 1e6;
+    r.roof_us = std::max(r.bytes_us, tc ? r.mma_us : r.fma_us);
   }
 
   void PrePost(int64_t tokens) {
@@ -187,12 +209,18 @@ class Bench {
   }
 
   int Print(const std::string& command) const {
-    std::printf("\n%-15s %7s %10s %10s %8s %8s %10s %9s %7s\n", "op", "tokens", "median_us",
-                "MB_moved", "GB/s", "TFLOP/s", "copy_us", "copy_GB/s", "ratio");
+    std::printf("\n%-19s %7s %10s %10s %8s %8s %10s %9s %7s %9s %9s %9s %6s\n", "op", "tokens",
+                "median_us", "MB_moved", "GB/s", "TFLOP/s", "copy_us", "copy_GB/s", "ratio",
+                "bytes_us", "fma_us", "mma_us", "frac");
     for (const Row& r : rows_) {
-      std::printf("%-15s %7ld %10.2f %10.2f %8.0f %8.2f %10.2f %9.0f %7.2f\n", r.op.c_str(),
+      std::printf("%-19s %7ld %10.2f %10.2f %8.0f %8.2f %10.2f %9.0f %7.2f %9.2f", r.op.c_str(),
                   static_cast<long>(r.tokens), r.us, r.mb, r.gbps, r.tflops, r.copy_us, r.copy_gbps,
-                  r.gbps / r.copy_gbps);
+                  r.gbps / r.copy_gbps, r.bytes_us);
+      if (r.roof_us > 0) {
+        std::printf(" %9.2f %9.2f %6.2f\n", r.fma_us, r.mma_us, r.roof_us / r.us);
+      } else {
+        std::printf(" %9s %9s %6.2f\n", "-", "-", r.bytes_us / r.us);
+      }
     }
     std::printf("\ncorrectness (first tokens vs CPU body): %s\n",
                 failures_ == 0 ? "OK" : "MISMATCH");
@@ -208,8 +236,9 @@ class Bench {
       CUDA_CHECK(cudaMemcpyAsync(copy.get(), src.get(), src_bytes, cudaMemcpyDeviceToDevice));
     });
     const double us = MedianMicros(o_, launch);
+    const double copy_gbps = 2.0 * src_bytes / copy_us / 1e3;
     rows_.push_back({op, tokens, us, bytes / 1e6, bytes / us / 1e3, flops / us / 1e6, copy_us,
-                     2.0 * src_bytes / copy_us / 1e3});
+                     copy_gbps, bytes / copy_gbps / 1e3});
   }
 
   // The first tokens' mixes against MhcMixesCpu: within 1e-5 of sum |x·fn|·r.
@@ -259,6 +288,7 @@ class Bench {
   Options o_;
   std::vector<float> fn_, base_, scale_;
   std::vector<Row> rows_;
+  Peaks peaks_;
   int failures_ = 0;
 };
 
@@ -294,9 +324,20 @@ int Main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB; median of %d launches after %d warm-up; D = %ld\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup,
               static_cast<long>(o.dim));
+  int clock_khz = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  const double sm_hz = static_cast<double>(prop.multiProcessorCount) * clock_khz * 1e3;
+  const Peaks peaks{sm_hz * 128 * 2, sm_hz * 1024 * 2};
+  std::printf("peaks: fp32 FMA %.1f TFLOP/s, bf16 mma.sync (assumed) %.0f TFLOP/s at %.2f GHz\n",
+              peaks.fma_flops / 1e12, peaks.mma_flops / 1e12, clock_khz / 1e6);
   Bench bench(o);
-  for (int64_t tokens : {1, 8, 64, 512, 2048, 4096, 16384}) bench.Mixes(tokens, false);
-  for (int64_t tokens : {1, 64, 16384}) bench.Mixes(tokens, true);
+  bench.SetPeaks(peaks);
+  constexpr MhcMixesGpuKernel kTc = MhcMixesGpuKernel::kTensorCore;
+  constexpr MhcMixesGpuKernel kFma = MhcMixesGpuKernel::kFp32Fma;
+  for (int64_t tokens : {1, 8, 64, 512, 2048, 4096, 16384}) bench.Mixes(tokens, false, kTc);
+  for (int64_t tokens : {1, 64, 16384}) bench.Mixes(tokens, true, kTc);
+  for (int64_t tokens : {1, 16384}) bench.Mixes(tokens, false, kFma);
+  bench.Mixes(16384, true, kFma);
   for (int64_t tokens : {1, 64, 16384}) bench.PrePost(tokens);
   return bench.Print(command);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "common/base/check.h"
 #include "gtest/gtest.h"
 #include "kernels/common/gpu_test_util.h"
+#include "kernels/mhc/cuda/mhc_tc_plan.h"
 #include "kernels/mhc/mhc.h"
 #include "kernels/mhc/mhc_test_util.h"
 
@@ -122,7 +124,7 @@ MixOutputs RunCpu(MhcMixesParams p, const std::vector<uint16_t>& x, const float*
 
 // The same pass on the GPU: x, fn, base, scale and pre_in copied to the device.
 MixOutputs RunGpu(MhcMixesParams p, const std::vector<uint16_t>& x, const SiteParams& site,
-                  const std::vector<float>* pre_in) {
+                  const std::vector<float>* pre_in, MhcMixesGpuKernel kernel) {
   const size_t n = static_cast<size_t>(p.tokens);
   DeviceBuffer dx = ToDevice(x), dfn = ToDevice(site.fn), dbase = ToDevice(site.base),
                dscale = ToDevice(site.scale);
@@ -144,7 +146,7 @@ MixOutputs RunGpu(MhcMixesParams p, const std::vector<uint16_t>& x, const SitePa
     p.pre_in = dpre_in.get<float>();
     p.collapsed = dcoll.get<uint16_t>();
   }
-  CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr));
+  CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel));
   return {ToHost<float>(dpre, n * kS), ToHost<float>(dpost, n * kS), ToHost<float>(dcomb, n * 16),
           ToHost<float>(dmix, n * kMhcMixes), ToHost<uint16_t>(dcoll, n * p.collapsed_stride)};
 }
@@ -155,16 +157,23 @@ double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-void CheckMixes(const MixCase& c, uint64_t seed) {
-  SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d%s", c.tokens, c.dim, c.x_pad,
-                               c.collapse ? " collapse" : ""));
+const char* KernelName(MhcMixesGpuKernel k) {
+  return k == MhcMixesGpuKernel::kTensorCore ? "tensor-core" : "fp32-fma";
+}
+
+constexpr MhcMixesGpuKernel kKernels[] = {MhcMixesGpuKernel::kTensorCore,
+                                          MhcMixesGpuKernel::kFp32Fma};
+
+void CheckMixes(const MixCase& c, uint64_t seed, MhcMixesGpuKernel kernel) {
+  SCOPED_TRACE(absl::StrFormat("%s: tokens %d dim %d pad %d%s", KernelName(kernel), c.tokens, c.dim,
+                               c.x_pad, c.collapse ? " collapse" : ""));
   std::mt19937_64 rng(seed);
   const SiteParams site = RandomSite(c.dim, 1.0, rng);
   const MhcMixesParams p = SiteParamsFor(c, site);
   const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
   const std::vector<float> pre_in = RandomPre(c.tokens, rng);
   const MixOutputs cpu = RunCpu(p, x, c.collapse ? pre_in.data() : nullptr);
-  const MixOutputs gpu = RunGpu(p, x, site, c.collapse ? &pre_in : nullptr);
+  const MixOutputs gpu = RunGpu(p, x, site, c.collapse ? &pre_in : nullptr, kernel);
 
   double worst_ref = 0, worst_cpu = 0;
   for (int64_t t = 0; t < c.tokens; ++t) {
@@ -204,10 +213,10 @@ void CheckMixes(const MixCase& c, uint64_t seed) {
   }
   EXPECT_LE(tail, kTailAbsTol);
   std::printf(
-      "  tokens %ld dim %ld: mixes max |gpu-ref|/mag %.2e, |gpu-cpu|/mag %.2e; pre/post/comb "
+      "  %s tokens %ld dim %ld: mixes max |gpu-ref|/mag %.2e, |gpu-cpu|/mag %.2e; pre/post/comb "
       "max |gpu-cpu| %.2e; tail on gpu mixes: %ld of %ld tokens bit-identical, max diff %.2e\n",
-      static_cast<long>(c.tokens), static_cast<long>(c.dim), worst_ref, worst_cpu, split,
-      static_cast<long>(identical), static_cast<long>(c.tokens), tail);
+      KernelName(kernel), static_cast<long>(c.tokens), static_cast<long>(c.dim), worst_ref,
+      worst_cpu, split, static_cast<long>(identical), static_cast<long>(c.tokens), tail);
 
   if (c.collapse) {
     const int64_t at = FirstDiff(gpu.collapsed, cpu.collapsed);
@@ -217,37 +226,43 @@ void CheckMixes(const MixCase& c, uint64_t seed) {
 
 TEST(MhcGpuTest, MixesMatchCpuAndDoubleReference) {
   FS_SKIP_WITHOUT_GPU();
-  uint64_t seed = 7;
-  // Released D = 5120 (1 / 33 / 300 tokens), the tiny fixture's 256 over several tiles per block,
-  // a partial slice (300), odd D and strides (scalar loads), D = 1.
-  for (const MixCase& c : std::vector<MixCase>{{1, 5120, 0, false},
-                                               {33, 5120, 0, true},
-                                               {300, 5120, 0, false},
-                                               {4100, 256, 0, true},
-                                               {70, 300, 8, true},
-                                               {9, 7, 3, true},
-                                               {5, 5120, 1, true},
-                                               {3, 1, 0, true}}) {
-    CheckMixes(c, seed++);
+  // Released D = 5120 (1 / 33 / 300 tokens; 2100 tokens: blocks that span two slices), the tiny
+  // fixture's 256 over several tiles per block, a partial slice (300), odd D and strides (scalar
+  // loads), D = 1 — for both bodies.
+  for (MhcMixesGpuKernel kernel : kKernels) {
+    uint64_t seed = 7;
+    for (const MixCase& c : std::vector<MixCase>{{1, 5120, 0, false},
+                                                 {33, 5120, 0, true},
+                                                 {300, 5120, 0, false},
+                                                 {2100, 5120, 0, true},
+                                                 {4100, 256, 0, true},
+                                                 {70, 300, 8, true},
+                                                 {9, 7, 3, true},
+                                                 {5, 5120, 1, true},
+                                                 {3, 1, 0, true}}) {
+      CheckMixes(c, seed++, kernel);
+    }
   }
 }
 
 // A token's outputs do not depend on the batch around it (tile slot, token count).
-TEST(MhcGpuTest, MixesAreBatchInvariant) {
-  FS_SKIP_WITHOUT_GPU();
+// For the tensor-core body, 600 tokens at D = 5120 put tokens in every tile slot, in blocks that
+// span two slices, and in the last, partial tile.
+void CheckBatchInvariance(const MixCase& c, MhcMixesGpuKernel kernel,
+                          std::initializer_list<int64_t> probe) {
+  SCOPED_TRACE(absl::StrFormat("%s: tokens %d", KernelName(kernel), c.tokens));
   std::mt19937_64 rng(99);
-  const MixCase c{37, 5120, 0, true};
   const SiteParams site = RandomSite(c.dim, 1.0, rng);
   const MhcMixesParams p = SiteParamsFor(c, site);
   const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
   const std::vector<float> pre_in = RandomPre(c.tokens, rng);
-  const MixOutputs all = RunGpu(p, x, site, &pre_in);
-  for (int64_t t : {0, 17, 36}) {
+  const MixOutputs all = RunGpu(p, x, site, &pre_in, kernel);
+  for (int64_t t : probe) {
     MhcMixesParams one = p;
     one.tokens = 1;
     const std::vector<uint16_t> x1(x.begin() + t * p.x_stride, x.begin() + (t + 1) * p.x_stride);
     const std::vector<float> pre1(pre_in.begin() + t * kS, pre_in.begin() + (t + 1) * kS);
-    const MixOutputs solo = RunGpu(one, x1, site, &pre1);
+    const MixOutputs solo = RunGpu(one, x1, site, &pre1, kernel);
     EXPECT_EQ(0, std::memcmp(solo.mixes.data(), &all.mixes[t * kMhcMixes], 4 * kMhcMixes)) << t;
     EXPECT_EQ(0, std::memcmp(solo.pre.data(), &all.pre[t * kS], 4 * kS)) << t;
     EXPECT_EQ(0, std::memcmp(solo.post.data(), &all.post[t * kS], 4 * kS)) << t;
@@ -256,6 +271,58 @@ TEST(MhcGpuTest, MixesAreBatchInvariant) {
               std::memcmp(solo.collapsed.data(), &all.collapsed[t * p.collapsed_stride], 2 * c.dim))
         << t;
   }
+}
+
+TEST(MhcGpuTest, MixesAreBatchInvariant) {
+  FS_SKIP_WITHOUT_GPU();
+  for (MhcMixesGpuKernel kernel : kKernels)
+    CheckBatchInvariance({37, 5120, 0, true}, kernel, {0, 17, 36});
+  CheckBatchInvariance({600, 5120, 0, true}, MhcMixesGpuKernel::kTensorCore,
+                       {0, 7, 8, 15, 250, 333, 598, 599});
+}
+
+// The tensor-core body's work partition (host arithmetic, no device needed): every (slice, tile)
+// unit is computed exactly once, by blocks whose loads differ by at most one unit.
+TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
+  for (const int64_t tokens :
+       {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{600}, int64_t{16384}}) {
+    for (const int64_t dim : {int64_t{1}, int64_t{300}, int64_t{5120}}) {
+      for (const int sms : {1, 7, 132}) {
+        const int64_t units = mhc_tc::Units(tokens, dim);
+        const int64_t tiles = mhc_tc::Tiles(tokens);
+        const int64_t blocks = mhc_tc::BlocksFor(units, sms);
+        ASSERT_GE(blocks, 1);
+        ASSERT_LE(blocks, std::min<int64_t>(units, sms));
+        std::vector<int> seen(static_cast<size_t>(units), 0);
+        int64_t most = 0, least = units;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t begin = mhc_tc::BlockUnitBegin(units, blocks, b);
+          const int64_t end = mhc_tc::BlockUnitBegin(units, blocks, b + 1);
+          most = std::max(most, end - begin);
+          least = std::min(least, end - begin);
+          // The kernel's walk: segments cut at slice boundaries, warp w takes w, w + 8, ...
+          for (int64_t u = begin; u < end;) {
+            const int64_t seg_end = std::min(end, (u / tiles + 1) * tiles);
+            for (int w = 0; w < mhc_tc::kWarps; ++w) {
+              const int64_t n = mhc_tc::WarpUnits(u, seg_end, w);
+              for (int64_t i = 0; i < n; ++i) {
+                const int64_t unit = u + w + mhc_tc::kWarps * i;
+                ASSERT_LT(unit, seg_end);
+                ++seen[static_cast<size_t>(unit)];
+              }
+            }
+            u = seg_end;
+          }
+        }
+        EXPECT_LE(most - least, 1) << tokens << " " << dim << " " << sms;
+        for (int64_t u = 0; u < units; ++u) {
+          ASSERT_EQ(seen[static_cast<size_t>(u)], 1) << "unit " << u << " tokens " << tokens;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mhc_tc::Slices(5120), 20);
+  EXPECT_EQ(mhc_tc::Units(16384, 5120), 20 * 1024);
 }
 
 // ---- hc_pre / hc_post --------------------------------------------------------------------------
@@ -345,6 +412,8 @@ TEST(MhcGpuTest, LaunchersRejectBadParamsBeforeLaunching) {
   p.post = post.data();
   p.comb = comb.data();
   EXPECT_EQ(LaunchMhcMixes(p, nullptr, 0, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchMhcMixes(p, nullptr, 0, nullptr, MhcMixesGpuKernel::kFp32Fma).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchMhcMixes(p, ws.data(), MhcMixesWorkspaceFloats(2, 8) - 1, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MhcMixesWorkspaceFloats(2, 8), 2 * 25);

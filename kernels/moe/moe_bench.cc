@@ -2,6 +2,7 @@
 // released dims against the roofline.
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
+//             [--k-step 0|128|256]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -14,6 +15,10 @@
 //   roof   = max(bytes / d2d copy bandwidth, FLOPs / bf16 mma.sync rate), both measured in this
 //            run (cudaMemcpyAsync d2d of 1 GiB counted read + write; kernels/attention/bench's
 //            mma.sync peak, the instruction the GEMMs use); ratio = roof / measured.
+// up_GB/s, dn_GB/s: the touched experts' w1 + w3 (resp. w2) codes + scales over that stage's
+// time: each GEMM's weight streaming rate (compare with the d2d figure, which counts a copy's
+// read and write). --k-step: the GEMMs' K per pipeline stage (MoeCudaParams::gemm_k_step;
+// 0 = automatic, 128 = the first design), to compare the two on one build.
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
 // of one call + synchronize, and the replay of a CUDA graph of one call.
 // Before timing, m = 1 and m = 4 are checked against MoeCpu (exact mode, only the touched experts
@@ -53,6 +58,7 @@ struct Options {
   int warmup = 3;
   int sets = 8;
   std::vector<int64_t> tokens = {1, 16, 128, 512, 1024, 4096};
+  int64_t k_step = kMoeCudaKStepAuto;
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -120,8 +126,9 @@ MoeOptions Opts() {
   return o;
 }
 
-MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out) {
+MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, int64_t k_step) {
   MoeCudaParams p;
+  p.gemm_k_step = k_step;
   p.weights = &w;
   p.options = Opts();
   p.m = c.m;
@@ -145,7 +152,7 @@ struct Stages {
   MoeCombineParams combine;
 };
 
-Stages MakeStages(const MoeCudaWeights& w, Call& c) {
+Stages MakeStages(const MoeCudaWeights& w, Call& c, int64_t k_step) {
   const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE);
   Stages s;
   s.route = MoeRouteParams{Opts(),
@@ -186,6 +193,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c) {
                                p.num_tiles,
                                c.ag.get<uint16_t>(),
                                c.ye.get<uint16_t>()};
+  s.up.k_step = k_step;
+  s.down.k_step = k_step;
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
@@ -249,7 +258,9 @@ int Main(int argc, char** argv) {
     command += std::string(" ") + argv[i];
     const std::string a = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
+                   "[--k-step 0|128|256]\n",
                    argv[0]);
       return 2;
     }
@@ -260,6 +271,12 @@ int Main(int argc, char** argv) {
       std::stringstream ss(v);
       std::string item;
       while (std::getline(ss, item, ',')) o.tokens.push_back(std::atoll(item.c_str()));
+    } else if (a == "--k-step") {
+      o.k_step = std::atoll(v.c_str());
+      if (o.k_step != 0 && o.k_step != 128 && o.k_step != 256) {
+        std::fprintf(stderr, "--k-step must be 0, 128 or 256\n");
+        return 2;
+      }
     } else if (a == "--iters" || a == "--warmup" || a == "--sets") {
       (a == "--iters" ? o.iters : a == "--warmup" ? o.warmup : o.sets) = std::atoi(v.c_str());
     } else {
@@ -312,16 +329,33 @@ int Main(int argc, char** argv) {
   bool ok = CheckAgainstCpu(spec, w, 1);
   ok = CheckAgainstCpu(spec, w, 4) && ok;
 
-  std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s\n", "tokens",
+  std::printf("gemm k_step %ld (0 = automatic)\n", static_cast<long>(o.k_step));
+  std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s\n", "tokens",
               "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us", "ratio",
-              "route_us", "perm_us", "up_us", "down_us", "comb_us");
+              "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s");
+  std::vector<std::string> plans;
   for (int64_t m : o.tokens) {
+    for (bool up : {true, false}) {
+      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up);
+      // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
+      // slots, of which about num_tiles do work) and the weight bytes they have in flight.
+      const double resident = std::min<double>(
+          g.ctas_per_sm, static_cast<double>(g.grid_x * g.grid_y) / prop.multiProcessorCount);
+      char line[256];
+      std::snprintf(line, sizeof(line), "%6ld %4s %5ld %6ld %6ld %6ld %8.1f %5ldx%-6ld %7ld %9.1f",
+                    static_cast<long>(m), up ? "up" : "down", static_cast<long>(g.tile_rows),
+                    static_cast<long>(g.weight_rows), static_cast<long>(g.k_step),
+                    static_cast<long>(g.stages), g.smem_bytes / 1024.0, static_cast<long>(g.grid_x),
+                    static_cast<long>(g.grid_y), static_cast<long>(g.ctas_per_sm),
+                    resident * (g.stages - 1) * g.weight_stage_bytes / 1024.0);
+      plans.push_back(line);
+    }
     std::vector<Call> calls;
     double touched = 0;
     for (int s = 0; s < o.sets; ++s) {
       calls.push_back(MakeCall(m, 1000 * m + s));
       DeviceBuffer ids(m * kK * 4);
-      MoeCudaParams p = LayerParams(w, calls.back(), ids.get<int32_t>());
+      MoeCudaParams p = LayerParams(w, calls.back(), ids.get<int32_t>(), o.k_step);
       CHECK_OK(MoeCuda(p, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       std::vector<bool> used(kE, false);
@@ -330,18 +364,17 @@ int Main(int argc, char** argv) {
       touched += static_cast<double>(calls.back().touched) / o.sets;
     }
     const double us = MedianMicros(o, stream, [&](int i) {
-      MoeCudaParams p = LayerParams(w, calls[i % o.sets], nullptr);
+      MoeCudaParams p = LayerParams(w, calls[i % o.sets], nullptr, o.k_step);
       CHECK_OK(MoeCuda(p, stream));
     });
     std::vector<Stages> stages;
-    for (Call& c : calls) stages.push_back(MakeStages(w, c));
+    for (Call& c : calls) stages.push_back(MakeStages(w, c, o.k_step));
     auto stage_us = [&](const std::function<void(Stages&, Call&)>& run) {
       return MedianMicros(o, stream, [&](int i) { run(stages[i % o.sets], calls[i % o.sets]); });
     };
-    const double route_us = stage_us([&](Stages& s, Call& c) {
-      CUDA_CHECK(cudaMemsetAsync(c.counts.get(), 0, kE * 4, stream));
-      CHECK_OK(LaunchMoeRoute(s.route, c.counts.get<int32_t>(), stream));
-    });
+    // As MoeCuda runs it: no per-expert counts (the sort counts the ids itself).
+    const double route_us =
+        stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeRoute(s.route, nullptr, stream)); });
     const double perm_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoePermute(s.permute, stream)); });
     const double up_us =
@@ -353,16 +386,26 @@ int Main(int argc, char** argv) {
     const double bytes = touched * expert_bytes + 4.0 * m * kD + 4.0 * m * kE;
     const double flops = 2.0 * m * kK * 3.0 * kD * kI;
     const double roof = std::max(bytes / copy_gbps / 1e3, flops / tc_tflops / 1e6);
+    const double up_bytes = touched * expert_bytes * 2.0 / 3.0;
+    const double down_bytes = touched * expert_bytes / 3.0;
     std::printf(
         "%6ld %7.1f %10.1f %9.1f %9.1f %8.1f %7.0f %10.1f %6.3f | %8.1f %8.1f %8.1f %8.1f "
-        "%8.1f\n",
+        "%8.1f | %8.0f %8.0f\n",
         static_cast<long>(m), touched, us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
-        bytes / us / 1e3, roof, roof / us, route_us, perm_us, up_us, down_us, comb_us);
+        bytes / us / 1e3, roof, roof / us, route_us, perm_us, up_us, down_us, comb_us,
+        up_bytes / up_us / 1e3, down_bytes / down_us / 1e3);
   }
+
+  std::printf(
+      "\nGEMM launches (grid y = tile slots, an upper bound of the tiles; in-flight = "
+      "first-wave CTAs per SM x (stages - 1) x weight bytes per stage):\n%6s %4s %5s %6s "
+      "%6s %6s %8s %12s %7s %9s\n",
+      "tokens", "gemm", "rows", "w_rows", "k_step", "stages", "smem_KB", "grid", "CTA/SM", "KB/SM");
+  for (const std::string& line : plans) std::printf("%s\n", line.c_str());
 
   // Batch-1 latency: host wall time of one call + synchronize, and a CUDA graph of one call.
   Call one = MakeCall(1, 7);
-  MoeCudaParams p1 = LayerParams(w, one, nullptr);
+  MoeCudaParams p1 = LayerParams(w, one, nullptr, o.k_step);
   CHECK_OK(MoeCuda(p1, stream));  // outside capture first: per-device kernel attributes
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> wall;

@@ -77,11 +77,13 @@ absl::Status Validate(const MoeCudaWeights& w);
 // Stage 1: MoeRouteCpu on the device. Same params (device pointers), with two differences: an
 // is_image array requires bias_vl (the flags are not read on the host), and n_experts <=
 // kMoeCudaMaxExperts, top_k <= kMoeCudaMaxTopK. `expert_counts` (optional, [E], zeroed by the
-// caller) gets the number of tokens routed to each expert added. One warp per token.
+// caller) gets the number of tokens routed to each expert added. One block per token, a thread
+// per expert.
 absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream);
 
-// Stage 2: counting sort of the m·top_k (token, rank) slots by expert — exclusive scan of the
-// counts, stable scatter (tokens ascending inside an expert, as MoeCpu) — plus the tile list of
+// Stage 2: counting sort of the m·top_k (token, rank) slots by expert in one block, O(m·k) —
+// per-warp histograms, exclusive scans, stable scatter (tokens ascending inside an expert, as
+// MoeCpu) — plus the tile list of
 // the grouped GEMMs, and the FP8 quantiser: each token's x row is quantised once and its QDQ
 // values written to its top_k slot rows (the gathered GEMM operand).
 struct MoePermuteParams {
@@ -92,7 +94,7 @@ struct MoePermuteParams {
   int64_t tile_rows = 16;                  // rows per GEMM tile: 16, 32 or 64 (MoeCudaTileRows)
   const int32_t* expert_ids = nullptr;     // [m, top_k] (LaunchMoeRoute's)
   const float* expert_weights = nullptr;   // [m, top_k]
-  const int32_t* expert_counts = nullptr;  // [E] (LaunchMoeRoute's counts)
+  const int32_t* expert_counts = nullptr;  // unused (the sort counts the ids); may be null
   const uint16_t* x = nullptr;             // bf16 [m, D], 16-byte aligned rows
   int64_t x_stride = 0;                    // >= D, a multiple of 8
   int32_t* offsets = nullptr;              // out [E + 1]: expert e owns slot rows [o[e], o[e+1])
@@ -112,6 +114,12 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // number of slots per expert. Any of the three is correct; this is the fastest guess. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts);
 
+// K per pipeline stage of the GEMMs (`k_step` of the GEMM params, `gemm_k_step` of MoeCudaParams):
+// 0 = automatic (256 for 16- and 32-row tiles when K is a multiple of 256, else 128), or 128 (the
+// first design, kept selectable for comparison), or 256 (K must be a multiple of 256; 64-row
+// tiles always take 128). The output bits do not depend on it (same per-accumulator order).
+inline constexpr int64_t kMoeCudaKStepAuto = 0;
+
 // Stage 3: per tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU with
 // the slot's routing weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along I:
 // ag gets the QDQ values (the w2 operand, operand order).
@@ -127,6 +135,7 @@ struct MoeExpertUpParams {
   const float* slot_weight = nullptr;  // [slots]
   uint16_t* ag = nullptr;              // out bf16 [slots, I], QDQ(a), operand order
   uint16_t* act = nullptr;             // optional out bf16 [slots, I]: a before the quantiser
+  int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -139,8 +148,9 @@ struct MoeExpertDownParams {
   const int32_t* offsets = nullptr;
   const int32_t* tiles = nullptr;
   const int32_t* num_tiles = nullptr;
-  const uint16_t* ag = nullptr;  // bf16 [slots, I], operand order
-  uint16_t* ye = nullptr;        // out bf16 [slots, D]
+  const uint16_t* ag = nullptr;        // bf16 [slots, I], operand order
+  uint16_t* ye = nullptr;              // out bf16 [slots, D]
+  int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -161,6 +171,24 @@ struct MoeCombineParams {
 absl::Status Validate(const MoeCombineParams& p);
 absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 
+// What one GEMM launch of a call looks like on the current device (for benches and tuning):
+// the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
+struct MoeCudaGemmPlan {
+  int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)
+  int64_t weight_rows = 0;         // weight rows per CTA (gate + up rows for the up projection)
+  int64_t k_step = 0;              // K per pipeline stage: 128 or 256
+  int64_t stages = 0;              // cp.async ring depth
+  int64_t smem_bytes = 0;          // dynamic shared memory per CTA
+  int64_t grid_x = 0;              // N blocks
+  int64_t grid_y = 0;              // tile slots (the upper bound of the tile count)
+  int64_t ctas_per_sm = 0;         // resident CTAs per SM (cudaOccupancy...)
+  int64_t weight_stage_bytes = 0;  // FP4 codes + scales of one stage of one CTA
+};
+// Errors: InvalidArgumentError for invalid weights, m, top_k or k_step. Queries the device's
+// occupancy (a driver call; not for the hot path).
+absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
+                                                    int64_t top_k, int64_t k_step, bool up);
+
 // ---- The whole layer (routed experts + the caller's shared-expert output) --------------------
 
 struct MoeCudaParams {
@@ -179,6 +207,7 @@ struct MoeCudaParams {
   float* expert_weights = nullptr;     // optional out [m, top_k]
   void* workspace = nullptr;           // device, >= MoeCudaWorkspaceBytes(...), any alignment
   size_t workspace_bytes = 0;
+  int64_t gemm_k_step = kMoeCudaKStepAuto;  // both GEMMs' k_step (0, 128 or 256)
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes
@@ -189,8 +218,8 @@ absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int6
 
 absl::Status Validate(const MoeCudaParams& p);
 
-// y = routed MoE(x) (+ shared_y) with the numerics above: a memset and six kernels on `stream`
-// (route, scan + scatter, quantise + gather, w1/w3 + SwiGLU, w2, combine) and, when asked for,
+// y = routed MoE(x) (+ shared_y) with the numerics above: six kernels on `stream` (route, sort,
+// quantise + gather, w1/w3 + SwiGLU, w2, combine) and, when asked for,
 // two device copies of the routing. Capturable in a CUDA graph (no host synchronisation, no
 // allocation). Cost: the touched experts' weights are read about once per tile-row block of
 // tokens; see README.md for the measured figures.

@@ -98,6 +98,16 @@ absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t sl
   return CheckNonNull(op, {{"offsets", offsets}, {"tiles", tiles}, {"num_tiles", num_tiles}});
 }
 
+absl::Status CheckKStep(const char* op, const char* field, int64_t k_step, int64_t k) {
+  if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
+    return Invalid(op, field, absl::StrFormat("is %d, must be 0 (automatic), 128 or 256", k_step));
+  }
+  if (k_step == 256 && k % 256 != 0) {
+    return Invalid(op, field, absl::StrFormat("is 256 but K = %d is not a multiple of 256", k));
+  }
+  return absl::OkStatus();
+}
+
 size_t Align256(size_t v) { return (v + 255) & ~size_t{255}; }
 
 }  // namespace
@@ -155,7 +165,6 @@ absl::Status Validate(const MoePermuteParams& p) {
   if (p.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"expert_ids", p.expert_ids},
                                      {"expert_weights", p.expert_weights},
-                                     {"expert_counts", p.expert_counts},
                                      {"x", p.x},
                                      {"offsets", p.offsets},
                                      {"slot_token", p.slot_token},
@@ -183,6 +192,7 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   RETURN_IF_ERROR(
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -194,6 +204,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   RETURN_IF_ERROR(
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
   return CheckAligned(kOp, "ye", p.ye, 16);
@@ -258,6 +269,8 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   if (p.is_image != nullptr && w.gate_bias_vl == nullptr) {
     return Invalid(kOp, "weights.gate_bias_vl", "is null but is_image is given");
   }
+  RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.dim));
+  RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.inter));
   if (p.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"logits", p.logits}, {"x", p.x}, {"y", p.y}}));
   RETURN_IF_ERROR(CheckRows16(kOp, "x", "x_stride", p.x, p.x_stride, w.dim));

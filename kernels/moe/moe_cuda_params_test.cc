@@ -119,6 +119,13 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.workspace_bytes -= 1;
   ExpectInvalid(Validate(p), "workspace");
   p = GoodLayer(&w);
+  p.gemm_k_step = 64;
+  ExpectInvalid(Validate(p), "gemm_k_step");
+  p.gemm_k_step = 256;  // I = 128 is not a multiple of 256
+  ExpectInvalid(Validate(p), "gemm_k_step");
+  p.gemm_k_step = 128;
+  EXPECT_TRUE(Validate(p).ok());
+  p = GoodLayer(&w);
   p.logits = nullptr;
   ExpectInvalid(Validate(p), "logits");
   p = GoodLayer(&w);
@@ -149,6 +156,12 @@ TEST(MoeCudaParamsTest, StageValidation) {
   up.weights = &w;
   up.slots = 4;
   ExpectInvalid(Validate(up), "offsets");
+  const int32_t dummy[2] = {0, 0};
+  up.offsets = up.tiles = up.num_tiles = dummy;
+  up.k_step = 512;
+  ExpectInvalid(Validate(up), "k_step");
+  up.k_step = 256;  // D = 256
+  ExpectInvalid(Validate(up), "xg");
   up.weights = nullptr;
   ExpectInvalid(Validate(up), "weights");
   MoeExpertDownParams down;
@@ -157,6 +170,10 @@ TEST(MoeCudaParamsTest, StageValidation) {
   EXPECT_TRUE(Validate(down).ok());
   down.slots = -1;
   ExpectInvalid(Validate(down), "slots");
+  down.slots = 4;
+  down.offsets = down.tiles = down.num_tiles = dummy;
+  down.k_step = 256;  // K = I = 128
+  ExpectInvalid(Validate(down), "k_step");
 
   MoeCombineParams cp;
   cp.m = 1;
@@ -218,7 +235,8 @@ TEST(MoeCudaTestUtilTest, WeightsAreDeterministicAndInRange) {
 // The GPU tests' exact-arithmetic premise: Σ|x·w| < 2^15 (2^20 units of 2^-5) on the shapes they
 // use, and the small integers survive the FP8 QDQ unchanged.
 TEST(MoeCudaTestUtilTest, ExactArithmeticPremiseHolds) {
-  for (const auto& [dim, inter] : {std::pair<int64_t, int64_t>{256, 128}, {640, 384}}) {
+  for (const auto& [dim, inter] :
+       {std::pair<int64_t, int64_t>{256, 128}, {640, 384}, {1024, 1280}}) {
     LayerSpec s;
     s.dim = dim;
     s.inter = inter;

@@ -314,10 +314,13 @@ int64_t ExpertOfRow(const std::vector<int32_t>& offsets, int64_t r) {
          offsets.begin() - 1;
 }
 
+// K = 256 and 640 / 128 and 384 take 128-wide K steps where K is not a multiple of 256; D 1024 /
+// I 1280 take 256-wide steps over 4 and 5 stages, so every ring (2, 3 and 4 stages) wraps.
 const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},
                                {8, 256, 128, 2, 37, 10.f},
                                {6, 640, 384, 3, 50, 0.f},
-                               {8, 256, 128, 1, 90, 10.f}};
+                               {8, 256, 128, 1, 90, 10.f},
+                               {4, 1024, 1280, 2, 40, 10.f}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();

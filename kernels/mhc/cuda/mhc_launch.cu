@@ -10,6 +10,8 @@
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/mhc/cuda/mhc_kernels.cuh"
+#include "kernels/mhc/cuda/mhc_tc_kernels.cuh"
+#include "kernels/mhc/cuda/mhc_tc_plan.h"
 #include "kernels/mhc/mhc.h"
 
 namespace flashserve::kernels {
@@ -43,10 +45,58 @@ void LaunchPartial(const MhcMixesParams& p, float* workspace, dim3 grid, cudaStr
   CUDA_CHECK(cudaGetLastError());
 }
 
+template <bool kVec, bool kFnVec, bool kCollapse>
+void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
+                     cudaStream_t stream) {
+  auto* kernel = mhc_device::MixesPartialTcKernel<kVec, kFnVec, kCollapse>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(mhc_device::kTcSmemBytes)));
+  kernel<<<blocks, mhc_device::kTcThreads, mhc_device::kTcSmemBytes, stream>>>(p, workspace,
+                                                                               coll_vec);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kVec, bool kFnVec>
+void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
+                     cudaStream_t stream) {
+  if (p.pre_in != nullptr) {
+    LaunchPartialTc<kVec, kFnVec, true>(p, workspace, coll_vec, blocks, stream);
+  } else {
+    LaunchPartialTc<kVec, kFnVec, false>(p, workspace, coll_vec, blocks, stream);
+  }
+}
+
+// The tensor-core body (mhc_tc_kernels.cuh): one block per SM at most, the units split evenly.
+void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cudaStream_t stream) {
+  int device = 0;
+  int sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const auto blocks = static_cast<unsigned>(mhc_tc::BlocksFor(mhc_tc::Units(p.tokens, p.dim), sms));
+  const bool vec = p.dim % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16);
+  const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
+  const bool coll_vec =
+      p.collapsed != nullptr && p.dim % 8 == 0 && Aligned(p.collapsed, 2 * p.collapsed_stride, 16);
+  if (vec && fn_vec) {
+    LaunchPartialTc<true, true>(p, workspace, coll_vec, blocks, stream);
+  } else if (fn_vec) {
+    LaunchPartialTc<false, true>(p, workspace, coll_vec, blocks, stream);
+  } else {
+    // fn misaligned or D % 4 != 0: X takes the scalar path too (rare; correct, slower).
+    LaunchPartialTc<false, false>(p, workspace, coll_vec, blocks, stream);
+  }
+  const int64_t pairs = (p.tokens + 1) / 2;
+  const int64_t warps = mhc_device::kTcFinishThreads / 32;
+  mhc_device::
+      MixesFinishLanesKernel<<<BlocksFor(pairs, warps), mhc_device::kTcFinishThreads, 0, stream>>>(
+          p, workspace, slices);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
-                            CUstream_st* stream) {
+                            CUstream_st* stream, MhcMixesGpuKernel kernel) {
   RETURN_IF_ERROR(Validate(p));
   if (p.tokens == 0) return absl::OkStatus();
   const int64_t need = MhcMixesWorkspaceFloats(p.tokens, p.dim);
@@ -60,6 +110,10 @@ absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t w
   if (slices > 65535 || tiles >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("MhcMixes: dim %d / tokens %d too large for one launch", p.dim, p.tokens));
+  }
+  if (kernel == MhcMixesGpuKernel::kTensorCore) {
+    LaunchMixesTc(p, workspace, slices, stream);
+    return absl::OkStatus();
   }
   // Up to kMaxTilesPerBlock token tiles per block amortise its fn staging (96 KB from L2) while
   // keeping >= 64 blocks per slice; a token's result does not depend on which block takes it.

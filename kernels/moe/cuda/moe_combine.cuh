@@ -12,7 +12,14 @@
 
 namespace flashserve::kernels::moe_device {
 
-inline constexpr int kCombineThreads = 128;
+inline constexpr int kCombineMaxThreads = 1024;
+inline constexpr int kCombineBatch = 8;  // row loads in flight per thread
+
+// Threads per combine block: one per 8 columns (whole warps), at most kCombineMaxThreads.
+__host__ __device__ inline int CombineThreads(int64_t dim) {
+  const int64_t t = (dim / 8 + 31) / 32 * 32;
+  return static_cast<int>(t < kCombineMaxThreads ? t : kCombineMaxThreads);
+}
 
 __device__ __forceinline__ void AddBf16x8(float (&acc)[8], const uint4 v) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -23,38 +30,54 @@ __device__ __forceinline__ void AddBf16x8(float (&acc)[8], const uint4 v) {
   }
 }
 
-// A block per token (grid-stride), 8 columns per thread and step.
-__global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(MoeCombineParams p) {
+// A block per token (grid-stride), 8 columns per thread (a single step for D <= 8192). The
+// token's slot rows are ordered by expert id in parallel (rank j = number of smaller ids; the ids
+// of a token are distinct), and a thread issues its row loads (up to kCombineBatch) before the
+// first add, so a token costs about one L2 round trip instead of top_k.
+__global__ void __launch_bounds__(kCombineMaxThreads) MoeCombineKernel(MoeCombineParams p) {
+  __shared__ int32_t ids[kMoeCudaMaxTopK];
+  __shared__ int32_t slot[kMoeCudaMaxTopK];
   __shared__ int32_t rows[kMoeCudaMaxTopK];
   const int64_t k = p.top_k;
   for (int64_t t = blockIdx.x; t < p.m; t += gridDim.x) {
-    if (threadIdx.x == 0) {
-      // The token's slot rows sorted by expert id (insertion sort; k is small, ids distinct).
-      int32_t ids[kMoeCudaMaxTopK];
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t id = p.expert_ids[t * k + j];
-        const int32_t row = p.token_slot[t * k + j];
-        int64_t at = j;
-        while (at > 0 && ids[at - 1] > id) {
-          ids[at] = ids[at - 1];
-          rows[at] = rows[at - 1];
-          --at;
-        }
-        ids[at] = id;
-        rows[at] = row;
-      }
+    if (threadIdx.x < k) {
+      ids[threadIdx.x] = p.expert_ids[t * k + threadIdx.x];
+      slot[threadIdx.x] = p.token_slot[t * k + threadIdx.x];
     }
     __syncthreads();
-    for (int64_t c = int64_t{threadIdx.x} * 8; c < p.dim; c += kCombineThreads * 8) {
+    if (threadIdx.x < k) {
+      const int32_t id = ids[threadIdx.x];
+      int rank = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        // Lower id first; equal ids (not produced by the router) keep rank order.
+        rank += ids[j] < id || (ids[j] == id && j < threadIdx.x) ? 1 : 0;
+      }
+      rows[rank] = slot[threadIdx.x];
+    }
+    __syncthreads();
+    for (int64_t c = int64_t{threadIdx.x} * 8; c < p.dim; c += int64_t{blockDim.x} * 8) {
+      uint4 sh = make_uint4(0, 0, 0, 0);
+      if (p.shared_y != nullptr) {
+        sh = *reinterpret_cast<const uint4*>(p.shared_y + t * p.shared_y_stride + c);
+      }
       float acc[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-      for (int64_t j = 0; j < k; ++j) {
-        AddBf16x8(acc, *reinterpret_cast<const uint4*>(p.ye + int64_t{rows[j]} * p.dim + c));
+      // Up to kCombineBatch row loads in flight, then their adds in order.
+      for (int64_t j0 = 0; j0 < k; j0 += kCombineBatch) {
+        uint4 v[kCombineBatch];
+#pragma unroll
+        for (int j = 0; j < kCombineBatch; ++j) {
+          v[j] = j0 + j < k
+                     ? *reinterpret_cast<const uint4*>(p.ye + int64_t{rows[j0 + j]} * p.dim + c)
+                     : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < kCombineBatch; ++j) {
+          if (j0 + j < k) AddBf16x8(acc, v[j]);
+        }
       }
-      if (p.shared_y != nullptr) {
-        AddBf16x8(acc, *reinterpret_cast<const uint4*>(p.shared_y + t * p.shared_y_stride + c));
-      }
+      if (p.shared_y != nullptr) AddBf16x8(acc, sh);
       uint32_t out[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -63,7 +86,7 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(MoeCombinePa
       *reinterpret_cast<uint4*>(p.y + t * p.y_stride + c) =
           make_uint4(out[0], out[1], out[2], out[3]);
     }
-    __syncthreads();  // rows is rewritten for the next token
+    __syncthreads();  // ids / rows are rewritten for the next token
   }
 }
 

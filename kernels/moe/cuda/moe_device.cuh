@@ -84,14 +84,20 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
 // as the bf16x2 multiplier m1 = 2^(scale byte - 1) (ScaleMultiplier). Exact: the 3 magnitude
 // bits moved to bf16 bits 6..8 make a bf16 equal to the E2M1 value × 2^-126 (E2M1's subnormal
 // 0.5 lands on a bf16 subnormal, which mul.bf16x2 keeps), and the multiply by 2^126 · scale
-// only moves the exponent. Cost per 8 weights: 7 shifts, 8 LOP3, 4 HMUL2.
+// only moves the exponent.
+// The placement: codes j and j + 4 sit 16 bits apart, like the two halves of a bf16x2, so one
+// mask keeps that pair and one multiply by 2^a + 2^b makes the two shifted copies that put the
+// magnitude (copy a) and the sign (copy b) in place (they do not overlap, so the add carries
+// nowhere); a second mask keeps those bits. Pairs 2, 3 are pairs 0, 1 of w >> 8. Cost per 8
+// weights: 1 shift + 8 LOP3 on the integer pipe, 4 IMAD + 4 HMUL2 on the FMA pipe (the first
+// version, 7 shifts + 8 LOP3, was integer-pipe bound at about HBM speed). Equal to the shift
+// form on all 2^32 words (checked on the host when this was written).
 __device__ __forceinline__ void DecodeFp4x8(uint32_t w, uint32_t m1, uint32_t (&out)[4]) {
-  const uint32_t mag[4] = {w << 6, w << 2, w >> 2, w >> 6};
-  const uint32_t sgn[4] = {w << 12, w << 8, w << 4, w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    out[j] = MulBf16x2((mag[j] & 0x01C001C0u) | (sgn[j] & 0x80008000u), m1);
-  }
+  const uint32_t w8 = w >> 8;
+  out[0] = MulBf16x2(((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u, m1);   // << 6 | << 12
+  out[1] = MulBf16x2(((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u, m1);   // << 2 | << 8
+  out[2] = MulBf16x2(((w8 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u, m1);  // pair 0 of w >> 8
+  out[3] = MulBf16x2(((w8 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u, m1);  // pair 1 of w >> 8
 }
 
 // True when a byte of the 4 scale bytes in `s` is above 128 (a scale above 2, for which
@@ -144,8 +150,8 @@ __device__ __forceinline__ void CpAsyncWait() {
 // c += a · b: m16n8k16, a row-major 16×16 bf16, b column-major 16×8 bf16, fp32 accumulators.
 __device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+  // Not volatile: no side effect, so the compiler may interleave it with the decode.
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
       "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

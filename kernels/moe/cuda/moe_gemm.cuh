@@ -6,7 +6,8 @@
 // of the permute stage, walked grid-stride over gridDim.y) and kBN output columns (blockIdx.x).
 // Each warp owns all kBM rows and kWN n8 column tiles; for the up projection half of them are w1
 // (gate) and half the same columns of w3 (up), so the SwiGLU pairs sit in the same thread.
-// K advances 128 at a time through a kStages-deep cp.async ring (A rows, FP4 codes, scales).
+// K advances kBK (128 or 256) at a time through a kStages-deep cp.async ring (A rows, FP4 codes,
+// scales).
 //
 // Operand layout trick: a thread of an mma quad (tig = lane % 4) covers, in every 32-wide K block,
 // the logical columns 8·tig .. 8·tig+7. The FP4 codes of those columns are one 32-bit word, which
@@ -26,20 +27,30 @@ namespace flashserve::kernels::moe_device {
 
 inline constexpr int kGemmThreads = 128;
 inline constexpr int kGemmWarps = kGemmThreads / 32;
-inline constexpr int kGemmBK = 128;  // K per pipeline stage (4 scale blocks)
 
-template <int kMT, int kWN, bool kUp>
+// kBK: K per pipeline stage, 128 or 256 (4 or 8 scale blocks; the launcher takes 256 when K
+// allows). A 256-wide stage reads 128 contiguous bytes (a whole line) of every weight row per
+// request instead of 64: scattered 64-byte reads of thousands of rows at once are the suspected
+// reason the first version streamed the weights at ~1.1 TB/s (README.md "CUDA").
+template <int kMT, int kWN, bool kUp, int kBK = 128>
 struct GemmShape {
   static_assert(!kUp || kWN % 2 == 0, "the up projection pairs gate and up tiles");
+  static_assert(kBK == 128 || kBK == 256);
+  static constexpr int kBlocks = kBK / 32;          // scale blocks per stage
+  static constexpr int kScaleWords = kBK / 128;     // 32-bit scale words per row and stage
   static constexpr int kBM = 16 * kMT;              // slot rows per tile
   static constexpr int kNB = 8 * kWN * kGemmWarps;  // weight rows per CTA
   static constexpr int kBN = kUp ? kNB / 2 : kNB;   // output columns per CTA
-  static constexpr int kARow = 2 * kGemmBK;         // bytes of one A row per stage
-  static constexpr int kBRow = kGemmBK / 2 + 16;    // FP4 bytes of one B row + bank padding
+  static constexpr int kARow = 2 * kBK;             // bytes of one A row per stage
+  static constexpr int kBRow = kBK / 2 + 16;        // FP4 bytes of one B row + bank padding
   static constexpr int kAStage = kBM * kARow;
   static constexpr int kBStage = kNB * kBRow;
-  static constexpr int kStageBytes = kAStage + kBStage + 4 * kNB;
-  static constexpr int kStages = kBM >= 64 ? 3 : 4;
+  static constexpr int kStageBytes = kAStage + kBStage + 4 * kScaleWords * kNB;
+  // 64-row tiles: 3 stages of 128 or 2 of 256 (two CTAs per SM either way; a 256-wide stage is
+  // ~1.5 us of tensor work, more than the load latency it must cover). Smaller tiles: 4 stages
+  // of 128, or 3 of 256 (the 16-row tile then fits four CTAs per SM, so the 432-CTA grid of a
+  // one-token call runs in a single wave).
+  static constexpr int kStages = kBM >= 64 ? (kBK == 256 ? 2 : 3) : (kBK == 256 ? 3 : 4);
   static constexpr int kTilePitch = kBN + 8;  // bf16 elements per row of the SwiGLU tile
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kTileBytes = kUp ? kBM * kTilePitch * 2 : 0;
@@ -73,100 +84,130 @@ __device__ __forceinline__ int WarpTileRow(int warp, int j) {
 }
 
 // Issues the cp.async copies of K step kt into `stage`.
-template <int kMT, int kWN, bool kUp>
+template <int kMT, int kWN, bool kUp, int kBK>
 __device__ __forceinline__ void LoadStage(const GemmArgs& g, unsigned char* stage, int64_t kt,
                                           int64_t e, int64_t n0, int64_t row0, int64_t row_end) {
-  using S = GemmShape<kMT, kWN, kUp>;
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
+  constexpr int kAChunks = kBK / 8;   // 16-byte chunks of an A row
+  constexpr int kBChunks = kBK / 32;  // 16-byte chunks of a B row
   const int tid = threadIdx.x;
   // Rows past the expert's end are not loaded: whatever the ring holds there only reaches
   // output rows that are never stored (row r of A feeds row r of the product alone).
   const int rows = static_cast<int>(row_end - row0);
-  for (int i = tid; i < rows * 16; i += kGemmThreads) {
-    const int r = i / 16, c = i % 16;
-    const uint16_t* src = g.a + (row0 + r) * g.k + kt * kGemmBK + c * 8;
+  for (int i = tid; i < rows * kAChunks; i += kGemmThreads) {
+    const int r = i / kAChunks, c = i % kAChunks;
+    const uint16_t* src = g.a + (row0 + r) * g.k + kt * kBK + c * 8;
     // 16-byte chunk c of row r goes to chunk c ^ 4 on odd rows: the two rows a quarter-warp
     // reads then hit disjoint bank halves.
     CpAsync16(stage + r * S::kARow + ((c ^ ((r & 1) << 2)) * 16), src, true);
   }
-  for (int i = tid; i < S::kNB * 4; i += kGemmThreads) {
-    const int r = i / 4, c = i % 4;
+  // Consecutive threads take consecutive 16-byte chunks of one row: each row's kBK / 2 bytes
+  // are requested together.
+  for (int i = tid; i < S::kNB * kBChunks; i += kGemmThreads) {
+    const int r = i / kBChunks, c = i % kBChunks;
     const bool up = kUp && r >= S::kBN;
     const int64_t nrow = n0 + (up ? r - S::kBN : r);
-    const uint8_t* src = (up ? g.w_up : g.w) + (e * g.n + nrow) * (g.k / 2) + kt * 64 + c * 16;
+    const uint8_t* src =
+        (up ? g.w_up : g.w) + (e * g.n + nrow) * (g.k / 2) + kt * (kBK / 2) + c * 16;
     CpAsync16(stage + S::kAStage + r * S::kBRow + c * 16, src, true);
   }
-  for (int r = tid; r < S::kNB; r += kGemmThreads) {
+  // Scale rows are K / 32 bytes (a multiple of 4, not always of 8): 4-byte copies.
+  for (int i = tid; i < S::kNB * S::kScaleWords; i += kGemmThreads) {
+    const int r = i / S::kScaleWords, q = i % S::kScaleWords;
     const bool up = kUp && r >= S::kBN;
     const int64_t nrow = n0 + (up ? r - S::kBN : r);
-    const uint8_t* src = (up ? g.w_up_scale : g.w_scale) + (e * g.n + nrow) * (g.k / 32) + kt * 4;
-    CpAsync4(stage + S::kAStage + S::kBStage + r * 4, src);
+    const uint8_t* src =
+        (up ? g.w_up_scale : g.w_scale) + (e * g.n + nrow) * (g.k / 32) + kt * S::kBlocks + 4 * q;
+    CpAsync4(stage + S::kAStage + S::kBStage + (r * S::kScaleWords + q) * 4, src);
   }
 }
 
 // acc += one 32-wide K block (blk) of the stage. kWide: some scale byte of the thread's rows is
-// above 128 (never in real checkpoints; the exact-arithmetic tests use them).
-template <int kMT, int kWN, bool kUp, bool kWide>
+// above 128 (never in real checkpoints; the exact-arithmetic tests use them). sw: the thread's
+// scale word of this block for each n8 tile (4 bytes = 4 blocks).
+template <int kMT, int kWN, bool kUp, int kBK, bool kWide>
 __device__ __forceinline__ void ComputeBlock(const unsigned char* stage, int blk, int valid_mt,
-                                             const int (&brow)[kWN],
-                                             const uint32_t (&scale_word)[kWN],
+                                             const int (&brow)[kWN], const uint32_t (&sw)[kWN],
                                              float (&acc)[kMT][kWN][4]) {
-  using S = GemmShape<kMT, kWN, kUp>;
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
   const int lane = threadIdx.x % 32;
   const int grp = lane / 4, tig = lane % 4;
   const unsigned char* sa = stage;
   const unsigned char* sb = stage + S::kAStage;
+  const int sub = blk % 4;  // the block's byte in the scale word
   uint32_t bq[kWN][4];
 #pragma unroll
   for (int j = 0; j < kWN; ++j) {
     const uint32_t w = LoadShared4(sb + brow[j] * S::kBRow + blk * 16 + tig * 4);
     if constexpr (kWide) {
-      DecodeFp4x8Wide(w, (scale_word[j] >> (8 * blk)) & 0xFFu, bq[j]);
+      DecodeFp4x8Wide(w, (sw[j] >> (8 * sub)) & 0xFFu, bq[j]);
     } else {
-      DecodeFp4x8(w, ScaleMultiplier(scale_word[j] + 0x7E7E7E7Eu, blk), bq[j]);
+      DecodeFp4x8(w, ScaleMultiplier(sw[j] + 0x7E7E7E7Eu, sub), bq[j]);
     }
   }
   const int chunk = (blk * 4 + tig) ^ ((grp & 1) << 2);  // rows grp, grp + 8: parity of grp
+  uint4 lo[kMT] = {}, hi[kMT] = {};
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
     if (mt >= valid_mt) break;
-    const uint4 lo = LoadShared16(sa + (mt * 16 + grp) * S::kARow + chunk * 16);
-    const uint4 hi = LoadShared16(sa + (mt * 16 + grp + 8) * S::kARow + chunk * 16);
+    lo[mt] = LoadShared16(sa + (mt * 16 + grp) * S::kARow + chunk * 16);
+    hi[mt] = LoadShared16(sa + (mt * 16 + grp + 8) * S::kARow + chunk * 16);
+  }
+  // All first halves, then all second halves: the two products into one accumulator are kMT·kWN
+  // instructions apart instead of back to back (an mma.sync result is ~30 cycles away).
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    if (mt >= valid_mt) break;
 #pragma unroll
     for (int j = 0; j < kWN; ++j) {
-      MmaBf16(acc[mt][j], lo.x, hi.x, lo.y, hi.y, bq[j][0], bq[j][1]);
-      MmaBf16(acc[mt][j], lo.z, hi.z, lo.w, hi.w, bq[j][2], bq[j][3]);
+      MmaBf16(acc[mt][j], lo[mt].x, hi[mt].x, lo[mt].y, hi[mt].y, bq[j][0], bq[j][1]);
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    if (mt >= valid_mt) break;
+#pragma unroll
+    for (int j = 0; j < kWN; ++j) {
+      MmaBf16(acc[mt][j], lo[mt].z, hi[mt].z, lo[mt].w, hi[mt].w, bq[j][2], bq[j][3]);
     }
   }
 }
 
-// acc += the stage's 128-wide K slice, for the first `valid_mt` m16 sub-tiles (the others hold
+// acc += the stage's kBK-wide K slice, for the first `valid_mt` m16 sub-tiles (the others hold
 // only rows past the expert's end: skipping them keeps a 65-row expert from costing two full
 // 64-row tiles of tensor-core work; the condition is uniform over the CTA).
-template <int kMT, int kWN, bool kUp>
+template <int kMT, int kWN, bool kUp, int kBK>
 __device__ __forceinline__ void ComputeStage(const unsigned char* stage, int valid_mt,
                                              float (&acc)[kMT][kWN][4]) {
-  using S = GemmShape<kMT, kWN, kUp>;
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
   const int warp = threadIdx.x / 32, grp = (threadIdx.x % 32) / 4;
   const unsigned char* ss = stage + S::kAStage + S::kBStage;
   int brow[kWN];
-  uint32_t scale_word[kWN];
+  uint32_t scale_word[S::kScaleWords][kWN];
   bool wide = false;
 #pragma unroll
   for (int j = 0; j < kWN; ++j) {
     brow[j] = WarpTileRow<kWN, kUp, S::kBN>(warp, j) + grp;
-    scale_word[j] = LoadShared4(ss + brow[j] * 4);
-    wide |= HasWideScale(scale_word[j]);
+#pragma unroll
+    for (int q = 0; q < S::kScaleWords; ++q) {
+      scale_word[q][j] = LoadShared4(ss + (brow[j] * S::kScaleWords + q) * 4);
+      wide |= HasWideScale(scale_word[q][j]);
+    }
   }
   // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
   if (!__any_sync(0xFFFFFFFFu, wide)) {
 #pragma unroll
-    for (int blk = 0; blk < 4; ++blk) {
-      ComputeBlock<kMT, kWN, kUp, false>(stage, blk, valid_mt, brow, scale_word, acc);
+    for (int blk = 0; blk < S::kBlocks; ++blk) {
+      ComputeBlock<kMT, kWN, kUp, kBK, false>(stage, blk, valid_mt, brow, scale_word[blk / 4], acc);
     }
   } else {
+#pragma unroll
+    for (int q = 0; q < S::kScaleWords; ++q) {  // static index: scale_word stays in registers
 #pragma unroll 1
-    for (int blk = 0; blk < 4; ++blk) {
-      ComputeBlock<kMT, kWN, kUp, true>(stage, blk, valid_mt, brow, scale_word, acc);
+      for (int b = 0; b < 4; ++b) {
+        ComputeBlock<kMT, kWN, kUp, kBK, true>(stage, 4 * q + b, valid_mt, brow, scale_word[q],
+                                               acc);
+      }
     }
   }
 }
@@ -257,13 +298,13 @@ __device__ __forceinline__ void StoreUp(const GemmArgs& g, const float (&acc)[kM
   }
 }
 
-template <int kMT, int kWN, bool kUp>
+template <int kMT, int kWN, bool kUp, int kBK>
 __global__ void __launch_bounds__(kGemmThreads) MoeExpertGemmKernel(GemmArgs g) {
-  using S = GemmShape<kMT, kWN, kUp>;
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
   extern __shared__ __align__(128) unsigned char gemm_smem[];
   const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
   const int num_tiles = *g.num_tiles;
-  const int64_t kt_count = g.k / kGemmBK;
+  const int64_t kt_count = g.k / kBK;
   for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
     const int64_t e = g.tiles[2 * tile];
     const int64_t row0 = g.tiles[2 * tile + 1];
@@ -281,7 +322,7 @@ __global__ void __launch_bounds__(kGemmThreads) MoeExpertGemmKernel(GemmArgs g) 
 #pragma unroll
     for (int s = 0; s < S::kStages - 1; ++s) {
       if (s < kt_count) {
-        LoadStage<kMT, kWN, kUp>(g, gemm_smem + s * S::kStageBytes, s, e, n0, row0, row_end);
+        LoadStage<kMT, kWN, kUp, kBK>(g, gemm_smem + s * S::kStageBytes, s, e, n0, row0, row_end);
       }
       CpAsyncCommit();
     }
@@ -290,11 +331,12 @@ __global__ void __launch_bounds__(kGemmThreads) MoeExpertGemmKernel(GemmArgs g) 
       __syncthreads();  // stage kt is visible; everyone is done with the stage refilled below
       const int64_t next = kt + S::kStages - 1;
       if (next < kt_count) {
-        LoadStage<kMT, kWN, kUp>(g, gemm_smem + (next % S::kStages) * S::kStageBytes, next, e, n0,
-                                 row0, row_end);
+        LoadStage<kMT, kWN, kUp, kBK>(g, gemm_smem + (next % S::kStages) * S::kStageBytes, next, e,
+                                      n0, row0, row_end);
       }
       CpAsyncCommit();
-      ComputeStage<kMT, kWN, kUp>(gemm_smem + (kt % S::kStages) * S::kStageBytes, valid_mt, acc);
+      ComputeStage<kMT, kWN, kUp, kBK>(gemm_smem + (kt % S::kStages) * S::kStageBytes, valid_mt,
+                                       acc);
     }
     CpAsyncWait<0>();
     __syncthreads();  // the epilogue tile overlays the ring

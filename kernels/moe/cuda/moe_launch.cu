@@ -33,28 +33,10 @@ unsigned Blocks(int64_t n, int64_t cap) {
 
 void EnqueueRoute(const MoeRouteParams& p, int32_t* counts, cudaStream_t stream) {
   if (p.m == 0) return;
-  const int64_t blocks = (p.m + moe_device::kRouteWarps - 1) / moe_device::kRouteWarps;
-  moe_device::MoeRouteKernel<<<Blocks(blocks, kMaxGridX), 32 * moe_device::kRouteWarps,
-                               moe_device::kRouteWarps * moe_device::RouteSmemPerWarp(p.n_experts),
-                               stream>>>(p, counts);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void EnqueuePermute(const MoePermuteParams& p, cudaStream_t stream) {
-  if (p.m == 0) return;
-  moe_device::MoeScatterKernel<<<static_cast<unsigned>(p.n_experts), moe_device::kScatterThreads, 0,
-                                 stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
   moe_device::
-      MoeQuantGatherKernel<<<Blocks(p.m, kMaxGridX), moe_device::kGatherThreads, 0, stream>>>(p);
+      MoeRouteKernel<<<Blocks(p.m, kMaxGridX), moe_device::RouteThreads(p.n_experts), 0, stream>>>(
+          p, counts);
   CUDA_CHECK(cudaGetLastError());
-}
-
-// Upper bound of the tile count: every tile holds at least one slot row, and at most one tile per
-// touched expert is partial.
-int64_t MaxTiles(int64_t slots, int64_t n_experts, int64_t tile_rows) {
-  const int64_t partial = std::min(slots, n_experts);
-  return std::min(slots, (slots + partial * (tile_rows - 1)) / tile_rows);
 }
 
 // Opts the kernel into more than 48 KiB of dynamic shared memory, once per device (bit d of
@@ -71,16 +53,79 @@ void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
-template <int kMT, int kWN, bool kUp>
-void LaunchGemm(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
-  using S = GemmShape<kMT, kWN, kUp>;
-  auto* kernel = moe_device::MoeExpertGemmKernel<kMT, kWN, kUp>;
+void EnqueuePermute(const MoePermuteParams& p, cudaStream_t stream) {
+  if (p.m == 0) return;
+  static std::atomic<uint64_t> smem_set{0};
+  const size_t smem = moe_device::SortSmemBytes(p.n_experts);
+  EnsureSmemLimit(moe_device::MoeSortKernel,
+                  static_cast<int>(moe_device::SortSmemBytes(kMoeCudaMaxExperts)), smem_set);
+  // When one pass of the sort's threads covers the quantiser blocks (a few tokens: 3 at D 5120),
+  // its block also gathers: one launch fewer on the batch-1 path. Beyond, a grid of its own.
+  const bool fused = p.m * (p.dim / 32) <= moe_device::kSortThreads;
+  moe_device::MoeSortKernel<<<1, moe_device::kSortThreads, smem, stream>>>(p, fused);
+  CUDA_CHECK(cudaGetLastError());
+  if (fused) return;
+  moe_device::
+      MoeQuantGatherKernel<<<Blocks(p.m, kMaxGridX), moe_device::kGatherThreads, 0, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Upper bound of the tile count: every tile holds at least one slot row, and at most one tile per
+// touched expert is partial.
+int64_t MaxTiles(int64_t slots, int64_t n_experts, int64_t tile_rows) {
+  const int64_t partial = std::min(slots, n_experts);
+  return std::min(slots, (slots + partial * (tile_rows - 1)) / tile_rows);
+}
+
+template <int kMT, int kWN, bool kUp, int kBK>
+void LaunchGemmBK(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
+  auto* kernel = moe_device::MoeExpertGemmKernel<kMT, kWN, kUp, kBK>;
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(kernel, S::kSmemBytes, smem_set);
   const dim3 grid(static_cast<unsigned>(g.n / S::kBN),
                   Blocks(MaxTiles(slots, n_experts, S::kBM), kMaxGridY));
   kernel<<<grid, moe_device::kGemmThreads, S::kSmemBytes, stream>>>(g);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// K steps of 256 (whole 128-byte lines of every weight row per request) where K allows, unless
+// 128 is asked for (the first design, kept for comparison).
+template <int kMT, int kWN, bool kUp>
+void LaunchGemm(const GemmArgs& g, int64_t k_step, int64_t slots, int64_t n_experts,
+                cudaStream_t stream) {
+  if (k_step != 128 && g.k % 256 == 0) {
+    return LaunchGemmBK<kMT, kWN, kUp, 256>(g, slots, n_experts, stream);
+  }
+  LaunchGemmBK<kMT, kWN, kUp, 128>(g, slots, n_experts, stream);
+}
+
+template <int kMT, int kWN, bool kUp, int kBK>
+MoeCudaGemmPlan DescribeBK(int64_t n, int64_t slots, int64_t n_experts) {
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
+  auto* kernel = moe_device::MoeExpertGemmKernel<kMT, kWN, kUp, kBK>;
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(kernel, S::kSmemBytes, smem_set);
+  int ctas = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, moe_device::kGemmThreads,
+                                                           S::kSmemBytes));
+  MoeCudaGemmPlan plan;
+  plan.tile_rows = S::kBM;
+  plan.weight_rows = S::kNB;
+  plan.k_step = kBK;
+  plan.stages = S::kStages;
+  plan.smem_bytes = S::kSmemBytes;
+  plan.grid_x = n / S::kBN;
+  plan.grid_y = Blocks(MaxTiles(slots, n_experts, S::kBM), kMaxGridY);
+  plan.ctas_per_sm = ctas;
+  plan.weight_stage_bytes = S::kBStage - 16 * S::kNB + 4 * S::kScaleWords * S::kNB;
+  return plan;
+}
+
+template <int kMT, int kWN, bool kUp>
+MoeCudaGemmPlan Describe(int64_t n, int64_t k, int64_t k_step, int64_t slots, int64_t n_experts) {
+  if (k_step != 128 && k % 256 == 0) return DescribeBK<kMT, kWN, kUp, 256>(n, slots, n_experts);
+  return DescribeBK<kMT, kWN, kUp, 128>(n, slots, n_experts);
 }
 
 void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
@@ -103,11 +148,11 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.act = p.act;
   switch (p.tile_rows) {
     case 16:
-      return LaunchGemm<1, 2, true>(g, p.slots, w.n_experts, stream);
+      return LaunchGemm<1, 2, true>(g, p.k_step, p.slots, w.n_experts, stream);
     case 32:
-      return LaunchGemm<2, 4, true>(g, p.slots, w.n_experts, stream);
+      return LaunchGemm<2, 4, true>(g, p.k_step, p.slots, w.n_experts, stream);
     default:
-      return LaunchGemm<4, 4, true>(g, p.slots, w.n_experts, stream);
+      return LaunchGemm<4, 4, true>(g, p.k_step, p.slots, w.n_experts, stream);
   }
 }
 
@@ -126,22 +171,44 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.out = p.ye;
   switch (p.tile_rows) {
     case 16:
-      return LaunchGemm<1, 2, false>(g, p.slots, w.n_experts, stream);
+      return LaunchGemm<1, 2, false>(g, p.k_step, p.slots, w.n_experts, stream);
     case 32:
-      return LaunchGemm<2, 4, false>(g, p.slots, w.n_experts, stream);
+      return LaunchGemm<2, 4, false>(g, p.k_step, p.slots, w.n_experts, stream);
     default:
-      return LaunchGemm<4, 4, false>(g, p.slots, w.n_experts, stream);
+      return LaunchGemm<4, 4, false>(g, p.k_step, p.slots, w.n_experts, stream);
   }
 }
 
 void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
-  moe_device::MoeCombineKernel<<<Blocks(p.m, kMaxGridX), moe_device::kCombineThreads, 0, stream>>>(
-      p);
+  moe_device::
+      MoeCombineKernel<<<Blocks(p.m, kMaxGridX), moe_device::CombineThreads(p.dim), 0, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
+
+absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
+                                                    int64_t top_k, int64_t k_step, bool up) {
+  RETURN_IF_ERROR(Validate(weights));
+  if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
+    return absl::InvalidArgumentError("MoeCudaDescribeGemm: m or top_k out of range");
+  }
+  if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
+    return absl::InvalidArgumentError("MoeCudaDescribeGemm: k_step must be 0, 128 or 256");
+  }
+  const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts);
+  const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
+  const int64_t slots = m * top_k, e = weights.n_experts;
+  if (up) {
+    if (tile_rows == 16) return Describe<1, 2, true>(n, k, k_step, slots, e);
+    if (tile_rows == 32) return Describe<2, 4, true>(n, k, k_step, slots, e);
+    return Describe<4, 4, true>(n, k, k_step, slots, e);
+  }
+  if (tile_rows == 16) return Describe<1, 2, false>(n, k, k_step, slots, e);
+  if (tile_rows == 32) return Describe<2, 4, false>(n, k, k_step, slots, e);
+  return Describe<4, 4, false>(n, k, k_step, slots, e);
+}
 
 absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream) {
   RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeRouteCuda(p));
@@ -182,7 +249,6 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
       moe_cuda_internal::ComputeMoeCudaLayout(e, w.dim, w.inter, m, k);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p.workspace) + 255) &
                                                 ~uintptr_t{255});
-  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
   auto* offsets = reinterpret_cast<int32_t*>(base + l.offsets);
   auto* num_tiles = reinterpret_cast<int32_t*>(base + l.num_tiles);
   auto* tiles = reinterpret_cast<int32_t*>(base + l.tiles);
@@ -195,10 +261,10 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   auto* ag = reinterpret_cast<uint16_t*>(base + l.ag);
   uint16_t* ye = xg;  // xg is dead once the up stage has run (same stream)
 
-  CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int32_t) * e, stream));
+  // The sort counts the ids itself: no counts from the route, no memset.
   const MoeRouteParams rp{p.options,      m,          e,   p.logits, w.gate_bias,
                           w.gate_bias_vl, p.is_image, ids, weights};
-  EnqueueRoute(rp, counts, stream);
+  EnqueueRoute(rp, nullptr, stream);
   if (p.expert_ids != nullptr) {
     CUDA_CHECK(cudaMemcpyAsync(p.expert_ids, ids, sizeof(int32_t) * slots, cudaMemcpyDeviceToDevice,
                                stream));
@@ -216,7 +282,6 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.tile_rows = tile_rows;
   pp.expert_ids = ids;
   pp.expert_weights = weights;
-  pp.expert_counts = counts;
   pp.x = p.x;
   pp.x_stride = p.x_stride;
   pp.offsets = offsets;
@@ -239,6 +304,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.xg = xg;
   up.slot_weight = slot_weight;
   up.ag = ag;
+  up.k_step = p.gemm_k_step;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -250,6 +316,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.num_tiles = num_tiles;
   down.ag = ag;
   down.ye = ye;
+  down.k_step = p.gemm_k_step;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;

@@ -1,5 +1,5 @@
-// Router post-processing on the device (MoeRouteCpu's recipe): a warp per token. Device code of
-// cuda/moe_launch.cu only.
+// Router post-processing on the device (MoeRouteCpu's recipe): a block per token, a thread per
+// expert. Device code of cuda/moe_launch.cu only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,12 +12,9 @@
 
 namespace flashserve::kernels::moe_device {
 
-inline constexpr int kRouteWarps = 4;
-
-// Dynamic shared memory per warp: 2·E floats, kMoeCudaMaxTopK chosen ids, E taken flags.
-__host__ __device__ inline size_t RouteSmemPerWarp(int64_t n_experts) {
-  return static_cast<size_t>(8 * n_experts + 4 * kMoeCudaMaxTopK +
-                             ((n_experts + 15) & ~int64_t{15}));
+// Threads per routing block: the expert count rounded up to whole warps (E <= 1024).
+__host__ __device__ inline int RouteThreads(int64_t n_experts) {
+  return static_cast<int>((n_experts + 31) / 32 * 32);
 }
 
 // Lane-wise argmax merge: the higher score wins, the lower id on equal scores (-1 = none).
@@ -29,75 +26,82 @@ __device__ __forceinline__ void MergeBest(int32_t& best, float& score, int32_t o
   }
 }
 
-__global__ void __launch_bounds__(32 * kRouteWarps)
+// One token per block (grid-stride), expert e on thread e: every score is computed at once (the
+// old warp-per-token loop paid a dependent global load per 32 experts), then top_k passes of a
+// block argmax: a warp shuffle merge, one warp winner per warp in shared memory (double-buffered
+// by pass parity, so one barrier per pass), and every thread merges the warp winners in
+// ascending warp order (the same answer everywhere). Lower id wins ties, as the CPU's
+// first-then-strictly-greater walk.
+__global__ void __launch_bounds__(kMoeCudaMaxExperts)
     MoeRouteKernel(MoeRouteParams p, int32_t* counts) {
-  extern __shared__ __align__(16) unsigned char route_smem[];
+  __shared__ int32_t win_id[2][kMoeCudaMaxExperts / 32];
+  __shared__ float win_score[2][kMoeCudaMaxExperts / 32];
+  __shared__ int32_t chosen[kMoeCudaMaxTopK];
+  __shared__ float chosen_s[kMoeCudaMaxTopK];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int warps = blockDim.x / 32;
   const int64_t n = p.n_experts;
   const int64_t k = p.options.top_k;
-  const size_t per_warp = RouteSmemPerWarp(n);
-  float* s = reinterpret_cast<float*>(route_smem + warp * per_warp);  // unbiased scores [E]
-  float* b = s + n;                                                   // biased scores [E]
-  int32_t* chosen = reinterpret_cast<int32_t*>(b + n);                // [kMoeCudaMaxTopK]
-  unsigned char* taken = reinterpret_cast<unsigned char*>(chosen + kMoeCudaMaxTopK);  // [E]
+  const int e = threadIdx.x;
+  const bool has_expert = e < n;
   const float temp = p.options.gate_temp;
 
-  for (int64_t t = int64_t{blockIdx.x} * kRouteWarps + warp; t < p.m;
-       t += int64_t{gridDim.x} * kRouteWarps) {
-    const float* logits = p.logits + t * n;
+  for (int64_t t = blockIdx.x; t < p.m; t += gridDim.x) {
     const bool image = p.is_image != nullptr && p.is_image[t] != 0;
     const float* bias = image ? p.bias_vl : p.bias;
-    for (int64_t e = lane; e < n; e += 32) {
+    float sc = 0.f, biased = 0.f;
+    if (has_expert) {
       // PyTorch softplus (threshold 20), then sqrt; the same fp32 operations as the CPU body.
-      const float v = exact::DivRn(logits[e], temp);
+      const float v = exact::DivRn(p.logits[t * n + e], temp);
       const float sp = v > 20.f ? v : Log1pF32(ExpF32(v));
-      const float sc = exact::SqrtRn(sp);
-      s[e] = sc;
-      b[e] = bias != nullptr ? exact::AddRn(sc, bias[e]) : sc;
-      taken[e] = 0;
+      sc = exact::SqrtRn(sp);
+      biased = bias != nullptr ? exact::AddRn(sc, bias[e]) : sc;
     }
-    __syncwarp();
+    bool taken = !has_expert;
     for (int64_t j = 0; j < k; ++j) {
-      // Each lane walks its experts in ascending id with the CPU's rule (first untaken, then
-      // strictly greater), then the lanes merge with lower-id-wins ties: the CPU's argmax.
-      int32_t best = -1;
-      float score = 0.f;
-      for (int64_t e = lane; e < n; e += 32) {
-        if (taken[e] == 0 && (best < 0 || b[e] > score)) {
-          best = static_cast<int32_t>(e);
-          score = b[e];
-        }
-      }
+      int32_t best = taken ? -1 : e;
+      float score = biased;
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) {
         const int32_t ob = __shfl_xor_sync(0xFFFFFFFFu, best, off);
         const float os = __shfl_xor_sync(0xFFFFFFFFu, score, off);
         MergeBest(best, score, ob, os);
       }
-      best = __shfl_sync(0xFFFFFFFFu, best, 0);  // one answer even if NaN scores broke the order
+      const int buf = static_cast<int>(j % 2);
       if (lane == 0) {
-        taken[best] = 1;
-        chosen[j] = best;
+        win_id[buf][warp] = best;
+        win_score[buf][warp] = score;
       }
-      __syncwarp();
+      __syncthreads();
+      best = -1;
+      score = 0.f;
+      for (int w = 0; w < warps; ++w) MergeBest(best, score, win_id[buf][w], win_score[buf][w]);
+      // A winner always exists (k <= E untaken candidates; MergeBest takes the first one it
+      // sees even when NaN scores defeat the comparisons).
+      if (e == best) {
+        taken = true;
+        chosen[j] = e;
+        chosen_s[j] = sc;
+      }
     }
-    if (lane == 0) {
+    __syncthreads();  // chosen is complete
+    if (threadIdx.x == 0) {
       int32_t* ids = p.expert_ids + t * k;
       float* weights = p.expert_weights + t * k;
       float sum = 0.f;
-      for (int64_t j = 0; j < k; ++j) sum = exact::AddRn(sum, s[chosen[j]]);
+      for (int64_t j = 0; j < k; ++j) sum = exact::AddRn(sum, chosen_s[j]);
       const bool norm = p.options.norm_topk_prob && k > 1;
       const float denom = exact::AddRn(sum, 1e-20f);
       for (int64_t j = 0; j < k; ++j) {
-        float w = s[chosen[j]];
+        float w = chosen_s[j];
         if (norm) w = exact::DivRn(w, denom);
         weights[j] = exact::MulRn(w, p.options.route_scale);
         ids[j] = chosen[j];
         if (counts != nullptr) atomicAdd(counts + chosen[j], 1);
       }
     }
-    __syncwarp();
+    __syncthreads();  // chosen and the winner buffers are rewritten for the next token
   }
 }
 

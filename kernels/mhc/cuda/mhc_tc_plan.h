@@ -1,0 +1,53 @@
+// Work partition of the tensor-core mixes pass (mhc_tc_kernels.cuh), shared by the device code and
+// the host (launcher, tests). Plain C++: no CUDA header, so the host tests can check it.
+//
+// Work is a list of units (slice s, token tile k), slice-major: unit u = s * tiles + k, with
+// tiles of kMhcTcTileTokens tokens and slices of kMhcMixesSliceDims dims (of every stream). Block
+// b of a grid of `blocks` takes the contiguous unit range [b * U / blocks, (b+1) * U / blocks),
+// so blocks differ by at most one unit; the range is cut into segments at slice boundaries (one
+// staging of that slice's weights each), and within a segment warp w takes units w, w + 8, ...
+// Which block computes a unit never changes its arithmetic: a token's result depends on D only.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/mhc/mhc.h"
+
+#ifdef __CUDACC__
+#define FS_MHC_HD __host__ __device__
+#else
+#define FS_MHC_HD
+#endif
+
+namespace flashserve::kernels::mhc_tc {
+
+// Tokens per unit: one mma.sync m16 tile, one warp.
+inline constexpr int64_t kTileTokens = 16;
+// Warps (and units in flight) per block.
+inline constexpr int kWarps = 8;
+
+FS_MHC_HD inline int64_t Slices(int64_t dim) {
+  return (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+}
+FS_MHC_HD inline int64_t Tiles(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens; }
+FS_MHC_HD inline int64_t Units(int64_t tokens, int64_t dim) { return Slices(dim) * Tiles(tokens); }
+
+// First unit of block b (b == blocks gives the end).
+FS_MHC_HD inline int64_t BlockUnitBegin(int64_t units, int64_t blocks, int64_t b) {
+  return b * units / blocks;
+}
+
+// Blocks for a launch: one per SM at most (each holds ~144 KB of shared memory), never more than
+// units (so no block is empty).
+inline int64_t BlocksFor(int64_t units, int sm_count) {
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  return units < sms ? units : sms;
+}
+
+// Units of a segment [begin, end) that warp w takes: w, w + kWarps, ...
+FS_MHC_HD inline int64_t WarpUnits(int64_t begin, int64_t end, int w) {
+  const int64_t n = end - begin;
+  return n > w ? (n - w + kWarps - 1) / kWarps : 0;
+}
+
+}  // namespace flashserve::kernels::mhc_tc
