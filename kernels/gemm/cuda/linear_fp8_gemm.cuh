@@ -1,0 +1,356 @@
+// Device code of the FP8 block-scaled Linear (gemm_cuda.h), included by cuda/linear_fp8_launch.cu
+// only: E4M3 × UE8M0 weights expanded to bf16 in registers, bf16 QDQ activations, mma.sync
+// m16n8k16 with fp32 accumulators, a cp.async ring; and the split-K reduction.
+//
+// Work split: a CTA of 4 warps owns kBM = 16·kMT rows (blockIdx.x), 128 output columns
+// (blockIdx.y) and one K split (blockIdx.z). Warp w owns all kBM rows and the 32 columns
+// 32w .. 32w+31: one row of 32×32 weight scale blocks, so a warp needs a single scale per
+// 32-wide K block (warp-uniform: the rare two-multiply decode path is a uniform branch). K
+// advances kBK = 128 at a time (128 contiguous bytes of every weight row: a whole line).
+//
+// Operand order: in every 32-wide K block, the thread with tig = lane % 4 covers the logical
+// columns 8·tig .. 8·tig+7, for A (one 16-byte shared load of 8 bf16, rows grp and grp+8) and
+// for B (one 8-byte load of 8 E4M3 codes, row grp of each n8 tile). The first m16n8k16 takes
+// columns 8·tig+0..3 in its k slots (2tig, 2tig+1, 2tig+8, 2tig+9), the second 8·tig+4..7. The
+// slots hold a permutation of the block's 32 columns, the same for A and B: the dot product is
+// unchanged, and A stays in plain row-major order (no operand reordering anywhere).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+
+namespace flashserve::kernels::gemm_device {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kWN = 4;                    // n8 tiles per warp
+inline constexpr int kBN = 8 * kWN * kWarps;     // 128 output columns per CTA
+inline constexpr int kBK = 128;                  // K per pipeline stage
+inline constexpr int kBlocks = kBK / 32;         // 32-wide scale blocks per stage
+inline constexpr int kMaxStripBytes = 4 * 2048;  // scale strip: 4 scale rows × K/32 <= 2048
+
+template <int kMT>
+struct Shape {
+  static constexpr int kBM = 16 * kMT;
+  static constexpr int kARow = 2 * kBK;   // bytes of one A row per stage
+  static constexpr int kBRow = kBK + 32;  // bytes of one B row per stage + bank padding
+  static constexpr int kAStage = kBM * kARow;
+  static constexpr int kBStage = kBN * kBRow;
+  static constexpr int kStageBytes = kAStage + kBStage;
+  // Two CTAs per SM at every size (the plan aims for 2 per SM).
+  static constexpr int kStages = kMT == 1 ? 4 : 3;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static_assert(kStageBytes % 128 == 0);
+};
+
+struct GemmArgs {
+  const uint16_t* a = nullptr;       // QDQ activations bf16 [m, k], stride k, 16-byte aligned
+  const uint8_t* w = nullptr;        // E4M3 [n, k]
+  const uint8_t* w_scale = nullptr;  // UE8M0 [ceil(n/32), k/32]
+  const float* bias = nullptr;       // [n] or null
+  int64_t m = 0, n = 0, k = 0;
+  int64_t steps_per_split = 0;  // K steps of kBK per split (blockIdx.z)
+  int strip_pitch = 0;          // scale bytes per strip row: steps_per_split · kBlocks
+  uint16_t* y_bf16 = nullptr;   // final outputs (no split)
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;
+  bool y_pair = false;       // bf16 pairs may be stored as 32-bit words
+  float* partial = nullptr;  // [splits, m, n] fp32 when gridDim.z > 1
+};
+
+// ---- cp.async / mma.sync / bf16x2 ------------------------------------------------------------
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// c += a · b: m16n8k16, a row-major 16×16 bf16, b column-major 16×8 bf16, fp32 accumulators.
+__device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// ---- E4M3 × UE8M0 -> bf16 --------------------------------------------------------------------
+// Bytes (sel = 0x1404: bytes 0, 1; 0x3424: bytes 2, 3) of `word` as a bf16 pair equal to the
+// E4M3 values × 2^-120: the code's 7 magnitude bits go to bf16 bits 4..10 (mantissa bits 4..6,
+// exponent bits 0..3; E4M3's bias 7 vs bf16's 127), the sign to bit 15. E4M3 subnormals land on
+// bf16 subnormals (0.mmm × 2^-126 = 0.mmm × 2^-6 × 2^-120). NaN codes (0x7F, 0xFF) would read
+// as ±480 · 2^-120; DeviceFp8Linear::Upload rejects them.
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t E4m3PairScaled(uint32_t word) {
+  const uint32_t t = __byte_perm(word, 0u, kSel);  // code a in bits 8..15, code b in 24..31
+  return ((t >> 4) & 0x07F007F0u) | (t & 0x80008000u);
+}
+
+// The bf16x2 multipliers of a scale byte sb: one multiply by 2^(sb - 7) = 2^120 · 2^(sb - 127)
+// when it is a normal bf16 (sb <= 134); else 2^120 (the code values) then 2^(sb - 127), NaN for
+// byte 255 (the CPU's Ue8m0ToFloat(255) is NaN, and NaN × anything is NaN there too). Exact:
+// only exponents move, and for sb >= 3 every E4M3 value × 2^(sb-127) is a bf16 number
+// (subnormals included, which mul.rn.bf16x2 keeps).
+struct ScaleMul {
+  uint32_t m1, m2;
+  bool wide;
+};
+__device__ __forceinline__ ScaleMul MakeScaleMul(uint32_t sb) {
+  ScaleMul s;
+  s.wide = sb > 134u;
+  s.m1 = s.wide ? 0x7B807B80u : ((sb + 120u) << 7) * 0x10001u;
+  s.m2 = sb == 255u ? 0x7FC07FC0u : (sb << 7) * 0x10001u;
+  return s;
+}
+
+// The thread's 8 codes of one n8 tile and block (two words: columns 8tig+0..3, 8tig+4..7) as the
+// B registers of the two mma instructions.
+__device__ __forceinline__ void DecodeB(uint2 w, const ScaleMul& s, uint32_t (&b)[4]) {
+  b[0] = MulBf16x2(E4m3PairScaled<0x1404u>(w.x), s.m1);
+  b[1] = MulBf16x2(E4m3PairScaled<0x3424u>(w.x), s.m1);
+  b[2] = MulBf16x2(E4m3PairScaled<0x1404u>(w.y), s.m1);
+  b[3] = MulBf16x2(E4m3PairScaled<0x3424u>(w.y), s.m1);
+  if (s.wide) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) b[q] = MulBf16x2(b[q], s.m2);
+  }
+}
+
+// ---- the GEMM --------------------------------------------------------------------------------
+// Issues the cp.async copies of K step kt (absolute) into `stage`. Rows past m or n and columns
+// past k are zero-filled without reading.
+template <int kMT>
+__device__ __forceinline__ void LoadStage(const GemmArgs& g, unsigned char* stage, int64_t kt,
+                                          int64_t row0, int64_t n0) {
+  using S = Shape<kMT>;
+  constexpr int kAChunks = kBK / 8;   // 16-byte chunks of an A row (8 bf16)
+  constexpr int kBChunks = kBK / 16;  // 16-byte chunks of a B row (16 codes)
+  static_assert(S::kBM * kAChunks % kThreads == 0 && kBN * kBChunks % kThreads == 0);
+#pragma unroll
+  for (int it = 0; it < S::kBM * kAChunks / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = i / kAChunks, c = i % kAChunks;
+    const int64_t row = row0 + r, col = kt * kBK + c * 8;
+    const bool valid = row < g.m && col < g.k;
+    // Odd rows store chunk c at c ^ 4: rows grp and grp + 1, read by one quarter-warp, then sit
+    // in disjoint bank halves.
+    CpAsync16(stage + r * S::kARow + ((c ^ ((r & 1) << 2)) * 16),
+              valid ? g.a + row * g.k + col : g.a, valid);
+  }
+  // Consecutive threads take consecutive 16-byte chunks of a row: 128-byte lines per 8 threads.
+#pragma unroll
+  for (int it = 0; it < kBN * kBChunks / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = i / kBChunks, c = i % kBChunks;
+    const int64_t nrow = n0 + r, col = kt * kBK + c * 16;
+    const bool valid = nrow < g.n && col < g.k;
+    CpAsync16(stage + S::kAStage + r * S::kBRow + c * 16, valid ? g.w + nrow * g.k + col : g.w,
+              valid);
+  }
+}
+
+// acc += the stage's first `blocks` 32-wide K blocks for the first `valid_mt` m16 sub-tiles
+// (both uniform over the CTA). scales: this warp's strip row at the stage's first block.
+template <int kMT>
+__device__ __forceinline__ void ComputeStage(const unsigned char* stage,
+                                             const unsigned char* scales, int blocks, int valid_mt,
+                                             float (&acc)[kMT][kWN][4]) {
+  using S = Shape<kMT>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const unsigned char* sa = stage;
+  const unsigned char* sb = stage + S::kAStage + (warp * 32 + grp) * S::kBRow + tig * 8;
+#pragma unroll
+  for (int blk = 0; blk < kBlocks; ++blk) {
+    if (blk >= blocks) break;
+    const ScaleMul mul = MakeScaleMul(scales[blk]);
+    uint32_t bq[kWN][4];
+#pragma unroll
+    for (int j = 0; j < kWN; ++j) {
+      const uint2 w = *reinterpret_cast<const uint2*>(sb + j * 8 * S::kBRow + blk * 32);
+      DecodeB(w, mul, bq[j]);
+    }
+    const int chunk = (blk * 4 + tig) ^ ((grp & 1) << 2);  // rows grp, grp + 8: parity of grp
+    uint4 lo[kMT], hi[kMT];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      lo[mt] = make_uint4(0, 0, 0, 0);
+      hi[mt] = lo[mt];
+      if (mt >= valid_mt) continue;
+      lo[mt] = *reinterpret_cast<const uint4*>(sa + (mt * 16 + grp) * S::kARow + chunk * 16);
+      hi[mt] = *reinterpret_cast<const uint4*>(sa + (mt * 16 + grp + 8) * S::kARow + chunk * 16);
+    }
+    // All first halves, then all second halves: the two products into one accumulator sit
+    // kMT·kWN instructions apart.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      if (mt >= valid_mt) break;
+#pragma unroll
+      for (int j = 0; j < kWN; ++j) {
+        MmaBf16(acc[mt][j], lo[mt].x, hi[mt].x, lo[mt].y, hi[mt].y, bq[j][0], bq[j][1]);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      if (mt >= valid_mt) break;
+#pragma unroll
+      for (int j = 0; j < kWN; ++j) {
+        MmaBf16(acc[mt][j], lo[mt].z, hi[mt].z, lo[mt].w, hi[mt].w, bq[j][2], bq[j][3]);
+      }
+    }
+  }
+}
+
+// Final outputs (+ bias, one rounding) or, for a split, the raw fp32 partials.
+template <int kMT>
+__device__ __forceinline__ void StoreTile(const GemmArgs& g, const float (&acc)[kMT][kWN][4],
+                                          int64_t row0, int64_t n0, bool split) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kWN; ++j) {
+      const int64_t col = n0 + warp * 32 + j * 8 + 2 * tig;
+      if (col >= g.n) continue;
+      const bool two = col + 1 < g.n;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = row0 + mt * 16 + grp + 8 * h;
+        if (r >= g.m) continue;
+        float v0 = acc[mt][j][2 * h], v1 = acc[mt][j][2 * h + 1];
+        if (split) {
+          float* dst = g.partial + (int64_t{blockIdx.z} * g.m + r) * g.n + col;
+          dst[0] = v0;
+          if (two) dst[1] = v1;
+          continue;
+        }
+        if (g.bias != nullptr) {
+          v0 = exact::AddRn(v0, g.bias[col]);
+          if (two) v1 = exact::AddRn(v1, g.bias[col + 1]);
+        }
+        if (g.y_f32 != nullptr) {
+          float* dst = g.y_f32 + r * g.y_stride + col;
+          dst[0] = v0;
+          if (two) dst[1] = v1;
+        } else {
+          uint16_t* dst = g.y_bf16 + r * g.y_stride + col;
+          const uint32_t b0 = exact::F32ToBf16(v0), b1 = exact::F32ToBf16(v1);
+          if (two && g.y_pair) {
+            *reinterpret_cast<uint32_t*>(dst) = b0 | (b1 << 16);
+          } else {
+            dst[0] = static_cast<uint16_t>(b0);
+            if (two) dst[1] = static_cast<uint16_t>(b1);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int kMT>
+__global__ void __launch_bounds__(kThreads) LinearFp8GemmKernel(GemmArgs g) {
+  using S = Shape<kMT>;
+  extern __shared__ __align__(128) unsigned char gemm_smem[];
+  unsigned char* strip = gemm_smem + S::kPipeBytes;
+  const int64_t row0 = int64_t{blockIdx.x} * S::kBM;
+  const int64_t n0 = int64_t{blockIdx.y} * kBN;
+  const int64_t k_steps = (g.k + kBK - 1) / kBK;
+  const int64_t k_blocks = g.k / 32;
+  const int64_t kt0 = int64_t{blockIdx.z} * g.steps_per_split;
+  const int64_t kt_end = min(kt0 + g.steps_per_split, k_steps);
+  const int64_t kt_count = kt_end - kt0;  // >= 1 (the plan leaves no split empty)
+  const int64_t kb0 = kt0 * kBlocks;
+
+  // This CTA's weight scales for its K range: strip[r][b] = scale block (n0/32 + r, kb0 + b).
+  // Visible to every warp after the main loop's first barrier.
+  const int64_t scale_rows = (g.n + 31) / 32;
+  for (int i = threadIdx.x; i < 4 * g.strip_pitch; i += kThreads) {
+    const int r = i / g.strip_pitch, b = i % g.strip_pitch;
+    const int64_t sr = n0 / 32 + r, kb = kb0 + b;
+    strip[i] = (sr < scale_rows && kb < k_blocks) ? g.w_scale[sr * k_blocks + kb] : uint8_t{127};
+  }
+
+  const int valid_mt = static_cast<int>((min(g.m - row0, int64_t{S::kBM}) + 15) / 16);
+  float acc[kMT][kWN][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kWN; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < kt_count) LoadStage<kMT>(g, gemm_smem + s * S::kStageBytes, kt0 + s, row0, n0);
+    CpAsyncCommit();
+  }
+  const unsigned char* warp_scales = strip + (threadIdx.x / 32) * g.strip_pitch;
+  for (int64_t i = 0; i < kt_count; ++i) {
+    CpAsyncWait<S::kStages - 2>();
+    __syncthreads();  // stage i is visible; everyone is done with the stage refilled below
+    const int64_t next = i + S::kStages - 1;
+    if (next < kt_count) {
+      LoadStage<kMT>(g, gemm_smem + (next % S::kStages) * S::kStageBytes, kt0 + next, row0, n0);
+    }
+    CpAsyncCommit();
+    const int64_t first_block = (kt0 + i) * kBlocks;
+    const int blocks = static_cast<int>(min(int64_t{kBlocks}, k_blocks - first_block));
+    ComputeStage<kMT>(gemm_smem + (i % S::kStages) * S::kStageBytes, warp_scales + i * kBlocks,
+                      blocks, valid_mt, acc);
+  }
+  CpAsyncWait<0>();
+  StoreTile<kMT>(g, acc, row0, n0, gridDim.z > 1);
+}
+
+// ---- split-K reduction -----------------------------------------------------------------------
+struct ReduceArgs {
+  const float* partial = nullptr;  // [splits, m, n]
+  int64_t splits = 0, m = 0, n = 0;
+  const float* bias = nullptr;
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;
+};
+
+inline constexpr int kReduceThreads = 256;
+
+// y = (((+0 + p_0) + p_1) + ...) + bias, splits ascending; one rounding to bf16.
+__global__ void __launch_bounds__(kReduceThreads) LinearFp8ReduceKernel(ReduceArgs r) {
+  const int64_t total = r.m * r.n;
+  for (int64_t i = int64_t{blockIdx.x} * kReduceThreads + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * kReduceThreads) {
+    const int64_t row = i / r.n, col = i % r.n;
+    float s = 0.f;
+    for (int64_t sp = 0; sp < r.splits; ++sp) s = exact::AddRn(s, r.partial[sp * total + i]);
+    if (r.bias != nullptr) s = exact::AddRn(s, r.bias[col]);
+    if (r.y_f32 != nullptr) {
+      r.y_f32[row * r.y_stride + col] = s;
+    } else {
+      r.y_bf16[row * r.y_stride + col] = static_cast<uint16_t>(exact::F32ToBf16(s));
+    }
+  }
+}
+
+}  // namespace flashserve::kernels::gemm_device

@@ -1,0 +1,119 @@
+// LaunchLinearFp8 (gemm_cuda.h): validation and plan on the host, then the activation QDQ
+// (kernels/quant), the GEMM (cuda/linear_fp8_gemm.cuh) and, for split plans, the reduction.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "common/base/status_macros.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/quant/quant.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using gemm_device::GemmArgs;
+using gemm_device::ReduceArgs;
+
+// The plan counts K steps and splits in the kernel's stage width.
+static_assert(gemm_device::kBK == kLinearCudaKStep);
+
+size_t QdqRegionBytes(int64_t m, int64_t k) {
+  return (static_cast<size_t>(2 * m * k) + 255) / 256 * 256;
+}
+
+// Opts the kernel into its largest dynamic shared memory once per device (bit d of `done`), so
+// later launches make no extra driver call (cheap to enqueue and to capture in a graph).
+template <typename Kernel>
+void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <int kMT>
+void LaunchGemm(const GemmArgs& g, const LinearCudaPlan& plan, cudaStream_t stream) {
+  using S = gemm_device::Shape<kMT>;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = gemm_device::LinearFp8GemmKernel<kMT>;
+  EnsureSmemLimit(kernel, S::kPipeBytes + gemm_device::kMaxStripBytes, smem_set);
+  const int smem = S::kPipeBytes + (4 * g.strip_pitch + 15) / 16 * 16;
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(plan.splits));
+  kernel<<<grid, gemm_device::kThreads, smem, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateLinearCudaParams(p));
+  if (p.m == 0) return absl::OkStatus();
+  const Fp8LinearDevice& w = *p.weight;
+  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k);
+  auto* ws = static_cast<unsigned char*>(p.workspace);
+  auto* a = reinterpret_cast<uint16_t*>(ws);
+
+  quant::QdqParams q;
+  q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+  q.rows = p.m;
+  q.cols = w.k;
+  q.x = p.x_bf16;
+  q.x_stride = p.x_stride;
+  q.out = a;
+  q.out_stride = w.k;
+  RETURN_IF_ERROR(quant::LaunchQdq(q, stream));
+
+  GemmArgs g;
+  g.a = a;
+  g.w = w.codes;
+  g.w_scale = w.scales;
+  g.bias = w.bias;
+  g.m = p.m;
+  g.n = w.n;
+  g.k = w.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.strip_pitch = static_cast<int>(plan.steps_per_split * gemm_device::kBlocks);
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  g.y_stride = p.y_stride;
+  g.y_pair =
+      p.y_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.y_bf16) % 4 == 0 && p.y_stride % 2 == 0;
+  if (plan.splits > 1) g.partial = reinterpret_cast<float*>(ws + QdqRegionBytes(p.m, w.k));
+  switch (plan.tile_rows) {
+    case 16:
+      LaunchGemm<1>(g, plan, stream);
+      break;
+    case 32:
+      LaunchGemm<2>(g, plan, stream);
+      break;
+    default:
+      LaunchGemm<4>(g, plan, stream);
+      break;
+  }
+  if (plan.splits > 1) {
+    ReduceArgs r;
+    r.partial = g.partial;
+    r.splits = plan.splits;
+    r.m = p.m;
+    r.n = w.n;
+    r.bias = w.bias;
+    r.y_bf16 = p.y_bf16;
+    r.y_f32 = p.y_f32;
+    r.y_stride = p.y_stride;
+    const int64_t blocks = std::min<int64_t>(
+        (p.m * w.n + gemm_device::kReduceThreads - 1) / gemm_device::kReduceThreads, 4096);
+    gemm_device::LinearFp8ReduceKernel<<<static_cast<unsigned>(blocks), gemm_device::kReduceThreads,
+                                         0, stream>>>(r);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,140 @@
+// The FP8 block-scaled dense Linear on the GPU (sm_90a): y[M, N] = x[M, K] · W[N, K]^T (+ bias)
+// for the FP8 32×32-block Linears of DeepSeek-V4.1-Flash (wq_a, wq_b, wkv, wo_b, indexer.wq_b,
+// the shared expert's w1/w2/w3, engram.wkv, mtp.0.main_proj), the counterpart of LinearCpu for a
+// kFp8Block32 PreparedLinear. README.md "CUDA" documents the design, the tests and the figures.
+//
+// Numerics against LinearCpu (exact mode):
+// - Activations: x (bf16) is quantised per 32 along K to E4M3 with a UE8M0 scale, exactly as
+//   LinearCpu does (kernels/quant LaunchQdq, bit-identical to formats::QuantizeFp8Ue8m0B32), and
+//   kept as its QDQ bf16 values code × scale (exact in bf16).
+// - Weights: E4M3 code × UE8M0 scale is exact in bf16 for scale bytes >= 3 (every real scale),
+//   so the reference's per-32-block sums are one bf16 GEMM with fp32 accumulation (mma.sync
+//   m16n8k16 on the tensor cores). Only the fp32 summation order differs from LinearCpu's (as
+//   in its fast mode): exact-arithmetic inputs match bit for bit, other inputs within about one
+//   bf16 rounding. Scale byte 255 (NaN) gives NaN, as on the CPU; E4M3 NaN codes (0x7F, 0xFF)
+//   are rejected by DeviceFp8Linear::Upload (the decoder would read them as ±480).
+// - Epilogue: + bias (fp32) and one RNE rounding to bf16, or the fp32 sum (y_f32).
+// - Split-K (small M): each split writes fp32 partials, a second kernel sums them in ascending
+//   split order from +0. The plan depends only on (M, N, K, params), never on the device, so
+//   results are reproducible run to run and device to device.
+//
+// Common contract: pointers are device pointers (or managed memory); bf16 tensors are uint16 bit
+// patterns; strides count elements. LaunchLinearFp8 validates first (InvalidArgumentError naming
+// the field; nothing is enqueued then), then enqueues on `stream` and returns; buffers must stay
+// valid until the stream passes the work. Nothing is allocated per call. CUDA launch failures
+// abort (CUDA_CHECK). Concurrent launches need distinct outputs and workspaces.
+// This header includes no CUDA header and no C++20 header (.cu files include it); CUstream_st* is
+// cudaStream_t (nullptr: legacy stream).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+struct CUstream_st;
+
+namespace flashserve::kernels {
+
+// prepared_linear.h is C++20 (std::span); .cu files are C++17, so only a declaration here.
+class PreparedLinear;
+
+// Device layout of one FP8 Linear: the checkpoint's own layout, unchanged.
+//   codes  E4M3 [N, K] row-major (row n = output feature n), 16-byte aligned base
+//   scales UE8M0 [ceil(N/32), K/32] row-major: block (n/32, k/32)
+//   bias   fp32 [N] or null
+struct Fp8LinearDevice {
+  int64_t n = 0;  // out_features, 1 .. 2^31
+  int64_t k = 0;  // in_features, a multiple of 32, at most kLinearCudaMaxK
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const float* bias = nullptr;
+};
+
+inline constexpr int64_t kLinearCudaMaxK = int64_t{1} << 16;
+inline constexpr int64_t kLinearCudaMaxSplits = 32;
+inline constexpr int64_t kLinearCudaTileN = 128;  // output columns per CTA
+// K per pipeline stage of the kernel (gemm_device::kBK, static_assert in the launcher): the unit
+// of LinearCudaPlan::k_steps / steps_per_split for every tile size.
+inline constexpr int64_t kLinearCudaKStep = 128;
+
+// InvalidArgumentError naming the field (dims, null or misaligned pointers), else OK.
+absl::Status Validate(const Fp8LinearDevice& w);
+
+struct LinearCudaParams {
+  const Fp8LinearDevice* weight = nullptr;  // host pointer to the device view
+  int64_t m = 0;                            // rows of x and y, 0 .. 2^31 - 1; 0 is a no-op
+  const uint16_t* x_bf16 = nullptr;         // bf16 [M, x_stride], any alignment
+  int64_t x_stride = 0;                     // elements, >= K
+  // Exactly one output: bf16 (one RNE rounding) or fp32. Must not overlap x or the workspace.
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;  // elements, >= N
+  // 0 = automatic (LinearCudaPlan); 16, 32 or 64 forces the CTA's rows (tests, benches).
+  int64_t tile_rows = 0;
+  // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
+  // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
+  int64_t split_k = 0;
+  // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k) bytes,
+  // 16-byte aligned, not used concurrently by another launch.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k): CTA rows (16/32/64), K per
+// pipeline stage (kLinearCudaKStep), K splits and the K steps of each split. Pure; cheap.
+struct LinearCudaPlan {
+  int64_t tile_rows = 16;
+  int64_t k_step = kLinearCudaKStep;
+  int64_t k_steps = 0;          // ceil(K / k_step)
+  int64_t splits = 1;           // >= 1; every split has at least one step
+  int64_t steps_per_split = 0;  // the last split may have fewer
+  int64_t m_tiles = 0;
+  int64_t n_tiles = 0;
+};
+LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
+                              int64_t split_k = 0);
+
+// Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic): the QDQ
+// activations (2·M·K, rounded up to 256) plus, when the plan splits K, the fp32 partials
+// (4·splits·M·N). Monotone in max_m. Cost: O(min(max_m, 16896)) plans.
+size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
+                                int64_t split_k = 0);
+
+// InvalidArgumentError naming the first bad field of p, else OK. Host-only checks (no device
+// access): pointer nullness and alignment, dims, strides, workspace size.
+absl::Status ValidateLinearCudaParams(const LinearCudaParams& p);
+
+// y = x · W^T (+ bias) as documented above: the activation QDQ kernel, the GEMM, and for split
+// plans the reduction. Errors: ValidateLinearCudaParams's. Cost: 2-3 kernel launches.
+absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream);
+
+// The device copy of a kFp8Block32 PreparedLinear (codes, scales, bias) in Fp8LinearDevice
+// layout, owning its device memory (cudaMalloc at Upload, cudaFree at destruction). Move-only.
+class DeviceFp8Linear {
+ public:
+  // Synchronous upload (cudaMemcpy). Errors: InvalidArgumentError when `w` is not kFp8Block32,
+  // K is not a multiple of 32 or above kLinearCudaMaxK, or a code is an E4M3 NaN (0x7F / 0xFF;
+  // the message gives its row and column). Cost: O(N·K) host scan + the copy.
+  static absl::StatusOr<DeviceFp8Linear> Upload(const PreparedLinear& w);
+
+  DeviceFp8Linear() = default;
+  ~DeviceFp8Linear();
+  DeviceFp8Linear(DeviceFp8Linear&& o) noexcept;
+  DeviceFp8Linear& operator=(DeviceFp8Linear&& o) noexcept;
+  DeviceFp8Linear(const DeviceFp8Linear&) = delete;
+  DeviceFp8Linear& operator=(const DeviceFp8Linear&) = delete;
+
+  const Fp8LinearDevice& view() const { return view_; }
+  size_t device_bytes() const { return bytes_; }
+
+ private:
+  void Release();
+
+  void* memory_ = nullptr;  // one allocation: codes, then scales, then bias
+  size_t bytes_ = 0;
+  Fp8LinearDevice view_;
+};
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,189 @@
+// Host-side pieces of the CUDA FP8 Linear (gemm_cuda.h): the plan, the workspace size and the
+// params validation. No device needed.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/gemm/gemm_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+// A fake device view: the pointers are never dereferenced by the host checks.
+struct FakeWeight {
+  alignas(16) uint8_t codes[16] = {};
+  uint8_t scales[1] = {};
+  Fp8LinearDevice View(int64_t n, int64_t k) const { return {n, k, codes, scales, nullptr}; }
+};
+
+TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120).tile_rows, 16);
+  EXPECT_EQ(PlanLinearCuda(16, 1280, 5120).tile_rows, 16);
+  EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).tile_rows, 32);
+  EXPECT_EQ(PlanLinearCuda(33, 1280, 5120).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 64).tile_rows, 64);
+  const LinearCudaPlan p = PlanLinearCuda(300, 2304, 5120);
+  EXPECT_EQ(p.k_step, 128);
+  EXPECT_EQ(p.k_steps, 40);
+  EXPECT_EQ(p.m_tiles, 5);
+  EXPECT_EQ(p.n_tiles, 18);
+}
+
+TEST(LinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
+  for (int64_t m : {1, 7, 64, 300, 4096}) {
+    for (int64_t n : {96, 512, 1280, 5120, 32768}) {
+      for (int64_t k : {32, 96, 1280, 2304, 5120, 15360}) {
+        for (int64_t forced : {0, 1, 3, 32}) {
+          const LinearCudaPlan p = PlanLinearCuda(m, n, k, 0, forced);
+          SCOPED_TRACE(std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k));
+          ASSERT_GE(p.splits, 1);
+          ASSERT_LE(p.splits, kLinearCudaMaxSplits);
+          ASSERT_GE(p.k_steps * p.k_step, k);
+          ASSERT_LT((p.k_steps - 1) * p.k_step, k);
+          // Every split has at least one step and together they cover all steps.
+          ASSERT_GE(p.splits * p.steps_per_split, p.k_steps);
+          ASSERT_LT((p.splits - 1) * p.steps_per_split, p.k_steps);
+          if (forced > 0) {
+            ASSERT_LE(p.splits, forced);
+          }
+        }
+      }
+    }
+  }
+  // Decode of wq_a: 10 column tiles, K split to fill the GPU; a large prefill does not split.
+  EXPECT_GT(PlanLinearCuda(1, 1280, 5120).splits, 8);
+  EXPECT_EQ(PlanLinearCuda(4096, 2304, 5120).splits, 1);
+}
+
+// Replays the K range of every split the way LinearFp8GemmKernel derives it from the plan (K steps
+// of kLinearCudaKStep = the kernel's kBK; kt0 = z · steps_per_split, kt_end = min(kt0 +
+// steps_per_split, ceil(K / kBK)); 32-wide scale blocks below K / 32) and checks that every
+// 32-wide K block is summed exactly once, at every tile size. (A plan counting 256-wide steps
+// for the 16/32-row tiles made the kernel sum only half of K.)
+TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
+  constexpr int64_t kBlocksPerStep = kLinearCudaKStep / 32;
+  for (int64_t tile : {0, 16, 32, 64}) {
+    for (int64_t m : {1, 7, 17, 64, 300}) {
+      for (int64_t k : std::initializer_list<int64_t>{32, 64, 96, 256, 512, 640, 1280, 2304, 5120,
+                                                      15360, kLinearCudaMaxK}) {
+        for (int64_t forced : {0, 1, 3, 5, 32}) {
+          const LinearCudaPlan p = PlanLinearCuda(m, 1000, k, tile, forced);
+          SCOPED_TRACE(std::to_string(tile) + " " + std::to_string(m) + " " + std::to_string(k) +
+                       " " + std::to_string(forced));
+          ASSERT_EQ(p.k_step, kLinearCudaKStep);
+          // The kernel's scale strip: 4 rows of steps_per_split · kBlocksPerStep bytes, at most
+          // kMaxStripBytes = 8192.
+          ASSERT_LE(4 * p.steps_per_split * kBlocksPerStep, 8192);
+          const int64_t k_steps = (k + kLinearCudaKStep - 1) / kLinearCudaKStep;
+          const int64_t k_blocks = k / 32;
+          std::vector<int> seen(k_blocks, 0);
+          for (int64_t z = 0; z < p.splits; ++z) {
+            const int64_t kt0 = z * p.steps_per_split;
+            const int64_t kt_end = std::min(kt0 + p.steps_per_split, k_steps);
+            ASSERT_GE(kt_end - kt0, 1) << "empty split " << z;
+            for (int64_t kt = kt0; kt < kt_end; ++kt) {
+              const int64_t first = kt * kBlocksPerStep;
+              const int64_t blocks = std::min(kBlocksPerStep, k_blocks - first);
+              for (int64_t b = 0; b < blocks; ++b) ++seen[first + b];
+            }
+          }
+          for (int64_t b = 0; b < k_blocks; ++b) ASSERT_EQ(seen[b], 1) << "K block " << b;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
+  FakeWeight f;
+  for (int64_t n : {96, 1280, 5120}) {
+    const Fp8LinearDevice w = f.View(n, 2304);
+    for (int64_t forced : {0, 4}) {
+      const size_t max_bytes = LinearCudaWorkspaceBytes(w, 400, 0, forced);
+      size_t prev = 0;
+      for (int64_t m = 1; m <= 400; ++m) {
+        const LinearCudaPlan p = PlanLinearCuda(m, n, 2304, 0, forced);
+        const size_t need = static_cast<size_t>((2 * m * 2304 + 255) / 256 * 256) +
+                            (p.splits > 1 ? static_cast<size_t>(4 * p.splits * m * n) : 0);
+        ASSERT_LE(need, max_bytes) << m;
+        const size_t mono = LinearCudaWorkspaceBytes(w, m, 0, forced);
+        ASSERT_GE(mono, prev) << m;
+        prev = mono;
+      }
+    }
+  }
+}
+
+TEST(LinearCudaParamsTest, RejectsBadFields) {
+  FakeWeight f;
+  const Fp8LinearDevice w = f.View(256, 512);
+  std::vector<uint16_t> x(512), y(256);
+  alignas(16) static uint8_t ws[1 << 16];
+  auto good = [&] {
+    LinearCudaParams p;
+    p.weight = &w;
+    p.m = 1;
+    p.x_bf16 = x.data();
+    p.x_stride = 512;
+    p.y_bf16 = y.data();
+    p.y_stride = 256;
+    p.workspace = ws;
+    p.workspace_bytes = LinearCudaWorkspaceBytes(w, 1);
+    return p;
+  };
+  ASSERT_TRUE(ValidateLinearCudaParams(good()).ok()) << ValidateLinearCudaParams(good());
+  auto expect_field = [](const LinearCudaParams& p, const char* field) {
+    const absl::Status s = ValidateLinearCudaParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  };
+  LinearCudaParams p = good();
+  p.weight = nullptr;
+  expect_field(p, "weight");
+  p = good();
+  p.m = -1;
+  expect_field(p, "m ");
+  p = good();
+  p.x_bf16 = nullptr;
+  expect_field(p, "x_bf16");
+  p = good();
+  p.x_stride = 511;
+  expect_field(p, "x_stride");
+  p = good();
+  p.y_f32 = reinterpret_cast<float*>(ws);
+  expect_field(p, "y_bf16/y_f32");
+  p = good();
+  p.y_stride = 255;
+  expect_field(p, "y_stride");
+  p = good();
+  p.tile_rows = 48;
+  expect_field(p, "tile_rows");
+  p = good();
+  p.split_k = kLinearCudaMaxSplits + 1;
+  expect_field(p, "split_k");
+  p = good();
+  p.workspace_bytes -= 1;
+  expect_field(p, "workspace");
+  p = good();
+  p.workspace = ws + 8;
+  expect_field(p, "workspace");
+  // A weight the kernel cannot take: K not a multiple of 32, codes misaligned.
+  const Fp8LinearDevice bad_k = f.View(256, 500);
+  p = good();
+  p.weight = &bad_k;
+  expect_field(p, "weight");
+  Fp8LinearDevice bad_codes = w;
+  bad_codes.codes = f.codes + 1;
+  EXPECT_FALSE(Validate(bad_codes).ok());
+  // m == 0 needs nothing else.
+  LinearCudaParams empty;
+  empty.weight = &w;
+  EXPECT_TRUE(ValidateLinearCudaParams(empty).ok());
+}
+
+}  // namespace
+}  // namespace flashserve::kernels

@@ -1,0 +1,208 @@
+// bench_gemm_gpu: the FP8 block-scaled Linear on the GPU (LaunchLinearFp8) at the released FP8
+// Linear shapes against the roofline.
+//
+//   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
+//
+// Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
+// (activation QDQ, GEMM, split-K reduction when the plan splits). Successive calls cycle through
+// enough weight copies (>= 160 MB in all) that no call finds its weight in L2.
+//   bytes = weight codes + scales + x (bf16) + y (bf16): what any implementation must move
+//   FLOPs = 2·M·N·K
+//   roof  = max(bytes / d2d copy bandwidth, FLOPs / bf16 mma.sync rate), both measured in this
+//           run (cudaMemcpyAsync d2d of 1 GiB counted read + write; kernels/attention/bench's
+//           mma.sync peak, the instruction the GEMM uses); ratio = roof / measured (1 = on the
+//           roof).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/base/check.h"
+#include "kernels/attention/bench/mma_peak.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/gemm_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+constexpr Shape kShapes[] = {
+    {"wq_a", 1280, 5120},      {"wq_b", 32768, 1280},       {"wkv", 512, 5120},
+    {"wo_b", 5120, 8192},      {"idx_wq_b", 4096, 1280},    {"shared_w13", 2304, 5120},
+    {"shared_w2", 5120, 2304}, {"engram_wkv", 25600, 6144}, {"main_proj", 5120, 15360},
+};
+
+struct Options {
+  int iters = 20;
+  int warmup = 3;
+  std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  std::vector<std::string> shapes;  // empty: all
+};
+
+std::vector<std::string> SplitList(const char* s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--iters") {
+      o.iters = std::max(1, std::atoi(argv[i + 1]));
+    } else if (flag == "--warmup") {
+      o.warmup = std::max(0, std::atoi(argv[i + 1]));
+    } else if (flag == "--m") {
+      o.ms.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) o.ms.push_back(std::atoll(v.c_str()));
+    } else if (flag == "--shapes") {
+      o.shapes = SplitList(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
+  for (int i = 0; i < o.warmup; ++i) launch(i);
+  std::vector<cudaEvent_t> ev(2 * o.iters);
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < o.iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+    launch(o.warmup + i);
+    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us(o.iters);
+  for (int i = 0; i < o.iters; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    us[i] = 1000.0 * ms;
+  }
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// Deterministic weight bytes: E4M3 codes without the NaN codes, scales 2^-12 .. 2^-2.
+void FillWeight(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (uint8_t& c : codes) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<uint8_t>(s >> 56);
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+  }
+  for (uint8_t& c : scales) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<uint8_t>(115 + (s >> 60) % 11);
+  }
+}
+
+int Main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  std::printf("command:");
+  for (int i = 0; i < argc; ++i) std::printf(" %s", argv[i]);
+  std::printf("\n");
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB; median of %d calls after %d warm-up\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const size_t copy_bytes = size_t{1} << 30;
+  double copy_gbps = 0;
+  {
+    DeviceBuffer src(copy_bytes), dst(copy_bytes);
+    CUDA_CHECK(cudaMemset(src.get(), 1, copy_bytes));
+    const double copy_us = MedianMicros(o, stream, [&](int) {
+      CUDA_CHECK(
+          cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    copy_gbps = 2.0 * copy_bytes / copy_us / 1e3;
+  }
+  const double tc_tflops = attn_bench::MeasureMmaSyncTflops(5);
+  std::printf("roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s\n\n", copy_gbps,
+              tc_tflops);
+  std::printf("%-11s %6s %6s %5s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K", "M",
+              "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us", "ratio");
+
+  const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());
+  for (const Shape& s : kShapes) {
+    if (!o.shapes.empty() &&
+        std::find(o.shapes.begin(), o.shapes.end(), std::string(s.name)) == o.shapes.end()) {
+      continue;
+    }
+    const int64_t scale_bytes = ((s.n + 31) / 32) * (s.k / 32);
+    const int64_t w_bytes = s.n * s.k + scale_bytes;
+    const int copies =
+        static_cast<int>(std::clamp<int64_t>((int64_t{160} << 20) / w_bytes + 1, 1, 64));
+    std::vector<uint8_t> codes(s.n * s.k), scales(scale_bytes);
+    std::vector<DeviceBuffer> dcodes, dscales;
+    std::vector<Fp8LinearDevice> views;
+    for (int c = 0; c < copies; ++c) {
+      FillWeight(codes, scales, 1000 + c);
+      dcodes.emplace_back(codes.size());
+      dscales.emplace_back(scales.size());
+      dcodes.back().CopyFromHost(codes.data(), codes.size());
+      dscales.back().CopyFromHost(scales.data(), scales.size());
+      views.push_back(
+          {s.n, s.k, dcodes.back().get<uint8_t>(), dscales.back().get<uint8_t>(), nullptr});
+    }
+    std::vector<uint16_t> x(max_m * s.k);
+    uint64_t r = 7;
+    for (uint16_t& v : x) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      v = static_cast<uint16_t>(0x3C00 + ((r >> 52) & 0x3FF)) | ((r >> 63) ? 0x8000 : 0);
+    }
+    DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.n * 2));
+    dx.CopyFromHost(x.data(), x.size() * 2);
+    DeviceBuffer ws(LinearCudaWorkspaceBytes(views[0], max_m));
+    for (int64_t m : o.ms) {
+      const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k);
+      const double us = MedianMicros(o, stream, [&](int i) {
+        LinearCudaParams p;
+        p.weight = &views[i % copies];
+        p.m = m;
+        p.x_bf16 = dx.get<uint16_t>();
+        p.x_stride = s.k;
+        p.y_bf16 = dy.get<uint16_t>();
+        p.y_stride = s.n;
+        p.workspace = ws.get();
+        p.workspace_bytes = ws.bytes();
+        const absl::Status st = LaunchLinearFp8(p, stream);
+        CHECK(st.ok()) << st;
+      });
+      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
+      const double flops = 2.0 * m * s.n * s.k;
+      const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
+      std::printf("%-11s %6ld %6ld %5ld %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+                  s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+                  static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us,
+                  bytes / 1e6, flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us,
+                  roof_us / us);
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
+
+int main(int argc, char** argv) { return flashserve::kernels::Main(argc, argv); }

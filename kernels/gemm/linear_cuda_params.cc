@@ -1,0 +1,128 @@
+// Plan, workspace sizing and validation of the CUDA FP8 Linear (gemm_cuda.h). Host-only, no
+// CUDA: built into fs_kernels_gemm so the CPU test covers it.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "kernels/gemm/gemm_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+// CTAs a plan aims for before it stops splitting K: two per SM of a 132-SM H100 / H200. A
+// constant, not the device's SM count, so the bits never depend on the device.
+constexpr int64_t kTargetCtas = 264;
+constexpr int64_t kMaxN = int64_t{65535} * kLinearCudaTileN;  // grid.y limit
+constexpr int64_t kMaxM = (int64_t{1} << 31) - 1;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+absl::Status Invalid(const char* field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrFormat("LaunchLinearFp8: %s %s", field, why));
+}
+
+size_t QdqBytes(int64_t m, int64_t k) { return AlignUp(static_cast<size_t>(2 * m * k), 256); }
+
+size_t PartialBytes(const LinearCudaPlan& plan, int64_t m, int64_t n) {
+  return plan.splits > 1 ? static_cast<size_t>(4 * plan.splits * m * n) : 0;
+}
+
+}  // namespace
+
+absl::Status Validate(const Fp8LinearDevice& w) {
+  if (w.n <= 0 || w.n > kMaxN) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Fp8LinearDevice: n %d must be in [1, %d]", w.n, kMaxN));
+  }
+  if (w.k <= 0 || w.k % 32 != 0 || w.k > kLinearCudaMaxK) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Fp8LinearDevice: k %d must be a positive multiple of 32, at most %d", w.k,
+                        kLinearCudaMaxK));
+  }
+  if (w.codes == nullptr || !Aligned(w.codes, 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Fp8LinearDevice: codes %p must be non-null and 16-byte aligned",
+                        static_cast<const void*>(w.codes)));
+  }
+  if (w.scales == nullptr) return absl::InvalidArgumentError("Fp8LinearDevice: scales is null");
+  if (w.bias != nullptr && !Aligned(w.bias, 4)) {
+    return absl::InvalidArgumentError("Fp8LinearDevice: bias must be 4-byte aligned");
+  }
+  return absl::OkStatus();
+}
+
+LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k) {
+  LinearCudaPlan p;
+  p.tile_rows = tile_rows != 0 ? tile_rows : (m <= 16 ? 16 : (m <= 32 ? 32 : 64));
+  // The kernel's stage is 128 wide at every tile size (a whole 128-byte line of each weight row;
+  // two CTAs per SM): steps and splits count that unit, never anything else.
+  p.k_step = kLinearCudaKStep;
+  p.k_steps = CeilDiv(k, p.k_step);
+  p.m_tiles = CeilDiv(m, p.tile_rows);
+  p.n_tiles = CeilDiv(n, kLinearCudaTileN);
+  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
+  int64_t splits = 1;
+  if (split_k > 0) {
+    splits = split_k;
+  } else if (tiles < kTargetCtas) {
+    splits = std::min(kLinearCudaMaxSplits, kTargetCtas / tiles);
+  }
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
+  p.steps_per_split = CeilDiv(p.k_steps, splits);
+  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  return p;
+}
+
+size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
+                                int64_t split_k) {
+  if (max_m <= 0) return 0;
+  size_t partials = 0;
+  // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles, so the automatic
+  // plan never splits, and a forced split's partials grow with m: max_m covers the rest.
+  const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
+  for (int64_t m = 1; m <= scan; ++m) {
+    partials =
+        std::max(partials, PartialBytes(PlanLinearCuda(m, w.n, w.k, tile_rows, split_k), m, w.n));
+  }
+  partials = std::max(
+      partials, PartialBytes(PlanLinearCuda(max_m, w.n, w.k, tile_rows, split_k), max_m, w.n));
+  return QdqBytes(max_m, w.k) + partials;
+}
+
+absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
+  if (p.weight == nullptr) return Invalid("weight", "is null");
+  if (p.m < 0 || p.m > kMaxM) return Invalid("m", absl::StrFormat("%d is not in [0, 2^31)", p.m));
+  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64) {
+    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 16, 32 or 64", p.tile_rows));
+  }
+  if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
+    return Invalid("split_k",
+                   absl::StrFormat("%d is not in [0, %d]", p.split_k, kLinearCudaMaxSplits));
+  }
+  if (p.m == 0) return absl::OkStatus();
+  if (absl::Status s = Validate(*p.weight); !s.ok()) {
+    return Invalid("weight", std::string(s.message()));
+  }
+  const Fp8LinearDevice& w = *p.weight;
+  if (p.x_bf16 == nullptr) return Invalid("x_bf16", "is null");
+  if (p.x_stride < w.k) return Invalid("x_stride", absl::StrFormat("%d < K = %d", p.x_stride, w.k));
+  if ((p.y_bf16 == nullptr) == (p.y_f32 == nullptr)) {
+    return Invalid("y_bf16/y_f32", "must have exactly one non-null pointer");
+  }
+  if (p.y_stride < w.n) return Invalid("y_stride", absl::StrFormat("%d < N = %d", p.y_stride, w.n));
+  if (p.y_bf16 != nullptr && !Aligned(p.y_bf16, 2))
+    return Invalid("y_bf16", "is not 2-byte aligned");
+  if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
+  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k);
+  const size_t need = QdqBytes(p.m, w.k) + PartialBytes(plan, p.m, w.n);
+  if (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need) {
+    return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",
+                                                p.workspace_bytes, p.workspace, need));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels
