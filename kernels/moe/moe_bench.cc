@@ -2,7 +2,7 @@
 // released dims against the roofline.
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
-//             [--k-step 0|128|256]
+//             [--k-step 0|128|256] [--shared 0|1]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -21,8 +21,15 @@
 // 0 = automatic, 128 = the first design), to compare the two on one build.
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
 // of one call + synchronize, and the replay of a CUDA graph of one call.
-// Before timing, m = 1 and m = 4 are checked against MoeCpu (exact mode, only the touched experts
-// built on the host) with the GPU test's tolerances; a failure makes the exit code 1.
+// Shared expert (--shared 1, the default): a second table times, per token count, MoeCuda with
+// the FP8 shared expert run inside it (MoeCudaParams::shared, w1/w3 fused into one [2·Is, D]
+// w13, Is = 2304) and LaunchMoeSharedExpert alone (fused w13, and w1 + w3 as two GEMMs); the
+// calls cycle through 4 device copies of each form of the shared weights (35.4 MB of FP8 codes +
+// scales each, 141 MB per form, more than the L2) so no call finds them in L2. shared GB/s = its
+// weight bytes over the shared-only time. Before timing, m = 1 and m = 4 are checked against MoeCpu
+// (exact mode, only the touched experts built on the host) with the GPU test's tolerances, routed
+// only and (with --shared 1) with the GPU shared expert against MoeCpu's; a failure makes the exit
+// code 1.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -43,6 +51,7 @@
 #include "kernels/moe/moe.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_gpu_test_util.h"
+#include "kernels/moe/moe_shared_cuda.h"
 #include "kernels/moe/moe_test_util.h"
 
 namespace flashserve::kernels {
@@ -51,7 +60,8 @@ namespace {
 using moe_test::ToDevice;
 using moe_test::ToHost;
 
-constexpr int64_t kE = 384, kK = 6, kD = 5120, kI = 2304;
+constexpr int64_t kE = 384, kK = 6, kD = 5120, kI = 2304, kIs = 2304;
+constexpr int kSharedCopies = 4;
 
 struct Options {
   int iters = 20;
@@ -59,6 +69,7 @@ struct Options {
   int sets = 8;
   std::vector<int64_t> tokens = {1, 16, 128, 512, 1024, 4096};
   int64_t k_step = kMoeCudaKStepAuto;
+  bool shared = true;
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -200,9 +211,12 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, int64_t k_step) {
   return s;
 }
 
-// Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties). Returns
-// true when within the GPU test's tolerances.
-bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, int64_t m) {
+// Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties), with the
+// shared expert when `shared` is given (host weights for MoeCpu, `dev_shared` for MoeCuda).
+// Returns true when within the GPU test's tolerances.
+bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, int64_t m,
+                     const moe_test::SharedExpert* shared = nullptr,
+                     const MoeSharedExpertWeights* dev_shared = nullptr) {
   const MoeOptions o = Opts();
   const auto gate = moe_test::RandomGate(kE, kD, 99 + m);
   std::vector<uint16_t> x;
@@ -221,10 +235,13 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
                       nullptr,
                       experts->w(moe_test::kW1),
                       experts->w(moe_test::kW3),
-                      experts->w(moe_test::kW2)};
+                      experts->w(moe_test::kW2),
+                      shared != nullptr ? shared->w1.get() : nullptr,
+                      shared != nullptr ? shared->w3.get() : nullptr,
+                      shared != nullptr ? shared->w2.get() : nullptr};
   const auto cpu = moe_test::RunMoeCpu(cw, o, x, m, nullptr);
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), y(m * kD * 2), d_ids(m * kK * 4);
-  DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK));
+  DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   MoeCudaParams p;
   p.weights = &w;
   p.options = o;
@@ -235,6 +252,7 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   p.y = y.get<uint16_t>();
   p.y_stride = kD;
   p.expert_ids = d_ids.get<int32_t>();
+  p.shared = dev_shared;
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   CHECK_OK(MoeCuda(p, nullptr));
@@ -244,10 +262,11 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   const bool ok = ids_ok && d.rel_rms <= 0x1.0p-8 && d.max_abs <= 0x1.0p-5 * d.max_ref &&
                   d.within_ulp >= 0.95 * d.n;
   std::printf(
-      "check m %ld vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max |y| %.3g), "
+      "check m %ld%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max |y| %.3g), "
       "%.3f %% within 1 ulp -> %s\n",
-      static_cast<long>(m), ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref,
-      100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
+      static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
+      ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n,
+      ok ? "OK" : "MISMATCH");
   return ok;
 }
 
@@ -260,7 +279,7 @@ int Main(int argc, char** argv) {
     if (i + 1 >= argc) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
-                   "[--k-step 0|128|256]\n",
+                   "[--k-step 0|128|256] [--shared 0|1]\n",
                    argv[0]);
       return 2;
     }
@@ -277,6 +296,8 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "--k-step must be 0, 128 or 256\n");
         return 2;
       }
+    } else if (a == "--shared") {
+      o.shared = v != "0";
     } else if (a == "--iters" || a == "--warmup" || a == "--sets") {
       (a == "--iters" ? o.iters : a == "--warmup" ? o.warmup : o.sets) = std::atoi(v.c_str());
     } else {
@@ -328,6 +349,21 @@ int Main(int argc, char** argv) {
 
   bool ok = CheckAgainstCpu(spec, w, 1);
   ok = CheckAgainstCpu(spec, w, 4) && ok;
+  // The shared expert: one host copy (MoeCpu), kSharedCopies device copies of each form (fused
+  // w13, separate w1 / w3), all from the same bytes.
+  moe_test::SharedExpert shared;
+  std::vector<std::unique_ptr<moe_test::DeviceSharedExpert>> dev_shared, dev_shared_sep;
+  if (o.shared) {
+    shared = moe_test::RandomSharedExpert(kD, kIs, 31);
+    for (int i = 0; i < kSharedCopies; ++i) {
+      dev_shared.push_back(moe_test::UploadSharedExpert(shared, true));
+      dev_shared_sep.push_back(moe_test::UploadSharedExpert(shared, false));
+    }
+    ok = CheckAgainstCpu(spec, w, 1, &shared, &dev_shared[0]->view) && ok;
+    ok = CheckAgainstCpu(spec, w, 4, &shared, &dev_shared[0]->view) && ok;
+    ok = CheckAgainstCpu(spec, w, 4, &shared, &dev_shared_sep[0]->view) && ok;
+  }
+  std::vector<double> routed_us;
 
   std::printf("gemm k_step %ld (0 = automatic)\n", static_cast<long>(o.k_step));
   std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s\n", "tokens",
@@ -367,6 +403,7 @@ int Main(int argc, char** argv) {
       MoeCudaParams p = LayerParams(w, calls[i % o.sets], nullptr, o.k_step);
       CHECK_OK(MoeCuda(p, stream));
     });
+    routed_us.push_back(us);
     std::vector<Stages> stages;
     for (Call& c : calls) stages.push_back(MakeStages(w, c, o.k_step));
     auto stage_us = [&](const std::function<void(Stages&, Call&)>& run) {
@@ -394,6 +431,49 @@ int Main(int argc, char** argv) {
         static_cast<long>(m), touched, us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
         bytes / us / 1e3, roof, roof / us, route_us, perm_us, up_us, down_us, comb_us,
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3);
+  }
+
+  if (o.shared) {
+    std::printf(
+        "\nwith the shared expert (Is %ld, FP8 w13 fused inside MoeCuda; shared-only times of "
+        "LaunchMoeSharedExpert, fused w13 and separate w1 + w3; %d weight copies cycled):\n%6s "
+        "%10s %12s %8s %12s %12s %10s\n",
+        static_cast<long>(kIs), kSharedCopies, "tokens", "routed_us", "+shared_us", "delta",
+        "shared13_us", "shared_1_3_us", "sh_GB/s");
+    const double shared_bytes = 3.0 * kIs * kD * (1.0 + 1.0 / 1024);
+    for (size_t ti = 0; ti < o.tokens.size(); ++ti) {
+      const int64_t m = o.tokens[ti];
+      Call c = MakeCall(m, 77 + m);
+      DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, &dev_shared[0]->view));
+      const double layer_us = MedianMicros(o, stream, [&](int i) {
+        MoeCudaParams p = LayerParams(w, c, nullptr, o.k_step);
+        p.shared = &dev_shared[i % kSharedCopies]->view;
+        p.workspace = ws.get();
+        p.workspace_bytes = ws.bytes();
+        CHECK_OK(MoeCuda(p, stream));
+      });
+      DeviceBuffer sws(std::max(*MoeSharedExpertWorkspaceBytes(dev_shared[0]->view, m),
+                                *MoeSharedExpertWorkspaceBytes(dev_shared_sep[0]->view, m)));
+      auto shared_only = [&](const MoeSharedExpertWeights& sw) {
+        MoeSharedExpertParams sp;
+        sp.weights = &sw;
+        sp.m = m;
+        sp.x = c.x.get<uint16_t>();
+        sp.x_stride = kD;
+        sp.y = c.y.get<uint16_t>();
+        sp.y_stride = kD;
+        sp.workspace = sws.get();
+        sp.workspace_bytes = sws.bytes();
+        CHECK_OK(LaunchMoeSharedExpert(sp, stream));
+      };
+      const double fused_us =
+          MedianMicros(o, stream, [&](int i) { shared_only(dev_shared[i % kSharedCopies]->view); });
+      const double sep_us = MedianMicros(
+          o, stream, [&](int i) { shared_only(dev_shared_sep[i % kSharedCopies]->view); });
+      std::printf("%6ld %10.1f %12.1f %8.1f %12.1f %12.1f %10.0f\n", static_cast<long>(m),
+                  routed_us[ti], layer_us, layer_us - routed_us[ti], fused_us, sep_us,
+                  shared_bytes / fused_us / 1e3);
+    }
   }
 
   std::printf(

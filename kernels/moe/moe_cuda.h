@@ -18,9 +18,9 @@
 //   one bf16 input, -0x1.9cp-4).
 // - Combine: per token an fp32 sum from 0 of its routed bf16 outputs in ascending expert id, then
 //   the shared expert's bf16 output, one RNE cast: the CPU's operations, bit for bit.
-// - Shared expert: not run here. The real model's shared expert is an FP8 32×32-block dense
-//   Linear; the caller computes its bf16 output with the dense GEMM path and passes it as
-//   `shared_y`, which the combine adds last, exactly where MoeCpu adds it.
+// - Shared expert: either run here (MoeCudaParams::shared: the FP8 dense SwiGLU of
+//   moe_shared_cuda.h, kernels/gemm's FP8 Linear) or computed by the caller and passed as
+//   `shared_y`; the combine adds its bf16 output last, exactly where MoeCpu adds it.
 //
 // Common contract: every tensor pointer is a device pointer (or managed memory); bf16 tensors are
 // uint16 bit patterns; strides count elements. Launchers validate first (InvalidArgumentError
@@ -40,6 +40,8 @@
 struct CUstream_st;
 
 namespace flashserve::kernels {
+
+struct MoeSharedExpertWeights;  // moe_shared_cuda.h
 
 inline constexpr int64_t kMoeCudaMaxTopK = 16;
 inline constexpr int64_t kMoeCudaMaxExperts = 1024;
@@ -189,40 +191,47 @@ struct MoeCudaGemmPlan {
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up);
 
-// ---- The whole layer (routed experts + the caller's shared-expert output) --------------------
+// ---- The whole layer (routed experts + the shared expert) -------------------------------------
 
 struct MoeCudaParams {
   const MoeCudaWeights* weights = nullptr;  // host struct of device pointers
   MoeOptions options;
-  int64_t m = 0;                       // tokens; 0 is a no-op
-  const float* logits = nullptr;       // fp32 [m, E] dense: x · gate^T (before / gate_temp)
-  const uint16_t* x = nullptr;         // bf16 [m, D], 16-byte aligned rows
-  int64_t x_stride = 0;                // >= D, a multiple of 8
-  const uint8_t* is_image = nullptr;   // [m] or null; nonzero selects with gate_bias_vl
-  const uint16_t* shared_y = nullptr;  // optional bf16 [m, D]: the shared expert's output
-  int64_t shared_y_stride = 0;         // >= D, a multiple of 8 (when shared_y is set)
-  uint16_t* y = nullptr;               // out bf16 [m, D]; must not overlap the inputs
-  int64_t y_stride = 0;                // >= D, a multiple of 8
-  int32_t* expert_ids = nullptr;       // optional out [m, top_k] (rank order)
-  float* expert_weights = nullptr;     // optional out [m, top_k]
-  void* workspace = nullptr;           // device, >= MoeCudaWorkspaceBytes(...), any alignment
+  int64_t m = 0;                      // tokens; 0 is a no-op
+  const float* logits = nullptr;      // fp32 [m, E] dense: x · gate^T (before / gate_temp)
+  const uint16_t* x = nullptr;        // bf16 [m, D], 16-byte aligned rows
+  int64_t x_stride = 0;               // >= D, a multiple of 8
+  const uint8_t* is_image = nullptr;  // [m] or null; nonzero selects with gate_bias_vl
+  // At most one of: the shared expert's weights (MoeCuda runs it on the GPU, swiglu_limit from
+  // options; its D must be the experts'; the workspace must be sized with them), or its bf16
+  // output computed by the caller. Neither: no shared expert.
+  const MoeSharedExpertWeights* shared = nullptr;  // host struct of device weights
+  const uint16_t* shared_y = nullptr;              // optional bf16 [m, D]
+  int64_t shared_y_stride = 0;                     // >= D, a multiple of 8 (when shared_y is set)
+  uint16_t* y = nullptr;                           // out bf16 [m, D]; must not overlap the inputs
+  int64_t y_stride = 0;                            // >= D, a multiple of 8
+  int32_t* expert_ids = nullptr;                   // optional out [m, top_k] (rank order)
+  float* expert_weights = nullptr;                 // optional out [m, top_k]
+  void* workspace = nullptr;  // device, >= MoeCudaWorkspaceBytes(...), any alignment
   size_t workspace_bytes = 0;
   int64_t gemm_k_step = kMoeCudaKStepAuto;  // both GEMMs' k_step (0, 128 or 256)
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes
-// (gathered rows and expert outputs share one region) + 8·E, plus alignment. Monotone in
-// max_tokens. Errors: InvalidArgumentError for invalid weights dims, top_k or max_tokens.
+// (gathered rows and expert outputs share one region) + 8·E, plus alignment; with `shared`
+// (the weights MoeCudaParams::shared will carry) also 2·max_tokens·D (its output) +
+// MoeSharedExpertWorkspaceBytes. Monotone in max_tokens. Errors: InvalidArgumentError for
+// invalid weights dims, top_k or max_tokens, invalid shared weights or a shared D other than D.
 absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int64_t max_tokens,
-                                             int64_t top_k);
+                                             int64_t top_k,
+                                             const MoeSharedExpertWeights* shared = nullptr);
 
 absl::Status Validate(const MoeCudaParams& p);
 
-// y = routed MoE(x) (+ shared_y) with the numerics above: six kernels on `stream` (route, sort,
-// quantise + gather, w1/w3 + SwiGLU, w2, combine) and, when asked for,
-// two device copies of the routing. Capturable in a CUDA graph (no host synchronisation, no
-// allocation). Cost: the touched experts' weights are read about once per tile-row block of
-// tokens; see README.md for the measured figures.
+// y = routed MoE(x) (+ the shared expert) with the numerics above: six kernels on `stream`
+// (route, sort, quantise + gather, w1/w3 + SwiGLU, w2, combine), LaunchMoeSharedExpert's first
+// when `shared` is given, and, when asked for, two device copies of the routing. Capturable in a
+// CUDA graph (no host synchronisation, no allocation). Cost: the touched experts' weights are read
+// about once per tile-row block of tokens; see README.md for the measured figures.
 absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_shared_cuda.h"
 
 namespace flashserve::kernels::moe_cuda_internal {
 
@@ -22,15 +24,35 @@ struct MoeCudaLayout {
   size_t token_slot = 0;   // i32 [S]
   size_t xg = 0;           // bf16 [S, D]; reused for ye [S, D] once the up stage has read it
   size_t ag = 0;           // bf16 [S, I]
-  size_t total = 0;        // including 256 bytes of alignment slack
+  // With the GPU shared expert (shared_bytes > 0) only:
+  size_t shared_y = 0;   // bf16 [max_tokens, D]: its output, added by the combine
+  size_t shared_ws = 0;  // its workspace (MoeSharedExpertWorkspaceBytes), 256-byte aligned
+  size_t total = 0;      // including 256 bytes of alignment slack
 };
 
-// S = max_tokens · top_k.
+// S = max_tokens · top_k. shared_bytes: MoeSharedExpertWorkspaceBytes for max_tokens, or 0
+// when the shared expert is not run by MoeCuda.
 MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,
-                                   int64_t max_tokens, int64_t top_k);
+                                   int64_t max_tokens, int64_t top_k, size_t shared_bytes = 0);
+
+// What LaunchMoeSharedExpert enqueues, every launch validated: the up GEMM(s) (up[0] = w13 or
+// w1, up[1] = w3 when not fused; g in columns [0, Is) and u in [Is, 2·Is) of one [m, 2·Is]
+// buffer either way), the SwiGLU, the down GEMM.
+struct MoeSharedExpertPlan {
+  LinearCudaParams up[2];
+  int n_up = 0;
+  MoeSharedSwiGluParams swiglu;
+  LinearCudaParams down;
+};
+absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpertPlan* plan);
 
 // LaunchMoeRoute's checks (MoeRouteCpu's, minus the host read of is_image, plus the GPU limits).
 absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p);
+
+// MoeSharedExpertWorkspaceBytes(*shared, max_tokens), 0 when shared is null; InvalidArgumentError
+// (prefixed with op) for invalid shared weights or a D other than the experts' `dim`.
+absl::StatusOr<size_t> SharedExpertBytes(const char* op, const MoeSharedExpertWeights* shared,
+                                         int64_t dim, int64_t max_tokens);
 
 // Validation of the whole-layer params without the workspace-size check (shared by Validate and
 // MoeCuda, which also needs the layout).

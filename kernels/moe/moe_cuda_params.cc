@@ -13,6 +13,7 @@
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
 #include "kernels/moe/moe_internal.h"
+#include "kernels/moe/moe_shared_cuda.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -233,7 +234,7 @@ absl::Status Validate(const MoeCombineParams& p) {
 namespace moe_cuda_internal {
 
 MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,
-                                   int64_t max_tokens, int64_t top_k) {
+                                   int64_t max_tokens, int64_t top_k, size_t shared_bytes) {
   const size_t s = static_cast<size_t>(std::max<int64_t>(max_tokens, 0) * top_k);
   const size_t e = static_cast<size_t>(n_experts);
   MoeCudaLayout l;
@@ -254,8 +255,24 @@ MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter
   l.token_slot = take(4 * s);
   l.xg = take(2 * s * static_cast<size_t>(dim));
   l.ag = take(2 * s * static_cast<size_t>(inter));
+  if (shared_bytes > 0) {
+    l.shared_y =
+        take(2 * static_cast<size_t>(std::max<int64_t>(max_tokens, 0)) * static_cast<size_t>(dim));
+    l.shared_ws = take(shared_bytes);
+  }
   l.total = at + 256;
   return l;
+}
+
+// The shared expert's workspace bytes (0 without one), after checking its D against the experts'.
+absl::StatusOr<size_t> SharedExpertBytes(const char* op, const MoeSharedExpertWeights* shared,
+                                         int64_t dim, int64_t max_tokens) {
+  if (shared == nullptr) return size_t{0};
+  ASSIGN_OR_RETURN(const MoeSharedExpertDims d, MoeSharedExpertDimsOf(*shared), op);
+  if (d.dim != dim) {
+    return Invalid(op, "shared", absl::StrFormat("has D = %d, the experts D = %d", d.dim, dim));
+  }
+  return MoeSharedExpertWorkspaceBytes(*shared, max_tokens);
 }
 
 absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
@@ -271,6 +288,10 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   }
   RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.dim));
   RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.inter));
+  if (p.shared != nullptr && p.shared_y != nullptr) {
+    return Invalid(kOp, "shared", "and shared_y are both given (give one)");
+  }
+  RETURN_IF_ERROR(SharedExpertBytes(kOp, p.shared, w.dim, 0).status());
   if (p.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"logits", p.logits}, {"x", p.x}, {"y", p.y}}));
   RETURN_IF_ERROR(CheckRows16(kOp, "x", "x_stride", p.x, p.x_stride, w.dim));
@@ -285,7 +306,7 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
 }  // namespace moe_cuda_internal
 
 absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int64_t max_tokens,
-                                             int64_t top_k) {
+                                             int64_t top_k, const MoeSharedExpertWeights* shared) {
   constexpr const char* kOp = "MoeCudaWorkspaceBytes";
   if (weights.n_experts < 1 || weights.n_experts > kMoeCudaMaxExperts) {
     return Invalid(kOp, "weights.n_experts", "is out of range");
@@ -294,17 +315,21 @@ absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int6
   RETURN_IF_ERROR(CheckDim(kOp, "weights.inter", weights.inter));
   RETURN_IF_ERROR(CheckExpertsTopK(kOp, weights.n_experts, top_k));
   RETURN_IF_ERROR(CheckSlots(kOp, "max_tokens", max_tokens, top_k));
+  ASSIGN_OR_RETURN(const size_t shared_bytes,
+                   moe_cuda_internal::SharedExpertBytes(kOp, shared, weights.dim, max_tokens));
   return moe_cuda_internal::ComputeMoeCudaLayout(weights.n_experts, weights.dim, weights.inter,
-                                                 max_tokens, top_k)
+                                                 max_tokens, top_k, shared_bytes)
       .total;
 }
 
 absl::Status Validate(const MoeCudaParams& p) {
   RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeCudaParamsCore(p));
   if (p.m == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const size_t shared_bytes,
+                   moe_cuda_internal::SharedExpertBytes("MoeCuda", p.shared, p.weights->dim, p.m));
   const size_t need =
       moe_cuda_internal::ComputeMoeCudaLayout(p.weights->n_experts, p.weights->dim,
-                                              p.weights->inter, p.m, p.options.top_k)
+                                              p.weights->inter, p.m, p.options.top_k, shared_bytes)
           .total;
   if (p.workspace == nullptr || p.workspace_bytes < need) {
     return Invalid("MoeCuda", "workspace",

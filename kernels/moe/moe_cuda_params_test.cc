@@ -13,6 +13,7 @@
 #include "kernels/moe/moe.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
+#include "kernels/moe/moe_shared_cuda.h"
 #include "kernels/moe/moe_test_util.h"
 
 namespace flashserve::kernels {
@@ -90,6 +91,62 @@ MoeCudaParams GoodLayer(const MoeCudaWeights* w) {
   p.workspace = g_buf;
   p.workspace_bytes = *MoeCudaWorkspaceBytes(*w, 3, 2);
   return p;
+}
+
+// The GPU shared expert's host checks that need no device weights (the rest, with uploaded
+// DeviceFp8Linears, is in moe_gpu_shared_test.cc).
+TEST(MoeCudaParamsTest, SharedExpertHostValidation) {
+  const MoeCudaWeights w = GoodWeights();
+  const MoeSharedExpertWeights none;  // all null
+  ExpectInvalid(MoeSharedExpertWorkspaceBytes(none, 1).status(), "w2");
+  ExpectInvalid(MoeCudaWorkspaceBytes(w, 3, 2, &none).status(), "w2");
+  MoeCudaParams p = GoodLayer(&w);
+  p.shared = &none;
+  p.shared_y = reinterpret_cast<const uint16_t*>(g_buf);
+  p.shared_y_stride = 256;
+  ExpectInvalid(Validate(p), "shared and shared_y");
+  p.shared_y = nullptr;
+  ExpectInvalid(Validate(p), "w2");
+  p.m = 0;
+  ExpectInvalid(Validate(p), "w2");  // checked even for m = 0
+
+  MoeSharedExpertParams sp;
+  ExpectInvalid(Validate(sp), "weights");
+  sp.weights = &none;
+  ExpectInvalid(Validate(sp), "w2");
+
+  MoeSharedSwiGluParams s;
+  s.m = 2;
+  s.inter = 8;
+  s.g = s.u = reinterpret_cast<const uint16_t*>(g_buf);
+  s.a = reinterpret_cast<uint16_t*>(g_buf + 1024);
+  s.g_stride = s.u_stride = s.a_stride = 8;
+  EXPECT_TRUE(Validate(s).ok());
+  MoeSharedSwiGluParams q = s;
+  q.m = -1;
+  ExpectInvalid(Validate(q), "m");
+  q = s;
+  q.inter = 0;
+  ExpectInvalid(Validate(q), "inter");
+  q = s;
+  q.u = nullptr;
+  ExpectInvalid(Validate(q), "u is null");
+  q = s;
+  q.a_stride = 7;
+  ExpectInvalid(Validate(q), "a_stride");
+  q = MoeSharedSwiGluParams{};
+  q.inter = 8;
+  EXPECT_TRUE(Validate(q).ok());  // m = 0: nothing is read
+
+  // The layer's workspace grows by the shared output [m, D] and the shared workspace.
+  using moe_cuda_internal::ComputeMoeCudaLayout;
+  const auto plain = ComputeMoeCudaLayout(8, 256, 128, 3, 2);
+  const auto with = ComputeMoeCudaLayout(8, 256, 128, 3, 2, 1000);
+  EXPECT_GE(with.total, plain.total + 2 * 3 * 256 + 1000);
+  EXPECT_GE(with.shared_y, plain.ag + 2 * 3 * 2 * 128);
+  EXPECT_GE(with.shared_ws, with.shared_y + 2 * 3 * 256);
+  EXPECT_EQ(with.shared_y % 256, 0u);
+  EXPECT_EQ(with.shared_ws % 256, 0u);
 }
 
 TEST(MoeCudaParamsTest, LayerValidation) {

@@ -1,11 +1,14 @@
-// MoeCuda (the whole routed layer, plus a shared-expert output computed on the host the way MoeCpu
-// computes it) against MoeCpu in exact mode, on seeded random FP4 experts with realistic scales
-// (2^-9 .. 2^-5) and on the v41-tiny fixture's layer-0 weights with the golden layer-0 stream.
+// MoeCuda (the whole routed layer, plus the shared expert: either its output computed on the host
+// the way MoeCpu computes it, or run by MoeCuda itself on the GPU from DeviceFp8Linears uploaded
+// from the same PreparedLinears MoeCpu uses) against MoeCpu in exact mode, on seeded random FP4
+// experts with realistic scales (2^-9 .. 2^-5) and on the v41-tiny fixture's layer-0 weights with
+// the golden layer-0 stream.
 //
 // Tolerances (README.md "CUDA"): the GPU sums each GEMM in another fp32 order than LinearCpu, so
 // a g / u / expert output can round to the neighbouring bf16 (rare: the fp32 difference is ~1e-7
 // relative against a bf16 step of 4e-3), which can move an FP8 code of a by one step and an
-// expert output by ~2^-3·|a_i·w_i|; exp / log1p are correctly rounded on the GPU. So, per case:
+// expert output by ~2^-3·|a_i·w_i|; exp / log1p are correctly rounded on the GPU. The GPU shared
+// expert's GEMMs (kernels/gemm) likewise differ from LinearCpu in fp32 order only. So, per case:
 //   routes:  expert ids identical (no near ties by construction), weights within 4 fp32 ulp;
 //   outputs: rel-RMS(y_gpu − y_cpu) <= 2^-8 (one bf16 step), max |y_gpu − y_cpu| <= 2^-5 ·
 //            max |y_cpu|, and >= 95 % of the outputs within one bf16 ulp of the CPU's.
@@ -25,6 +28,7 @@
 #include "kernels/moe/moe.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_gpu_test_util.h"
+#include "kernels/moe/moe_shared_cuda.h"
 #include "kernels/moe/moe_test_util.h"
 
 namespace flashserve::kernels {
@@ -43,15 +47,17 @@ struct GpuRun {
 };
 
 // MoeCuda on host inputs; y written with a padded stride (checked untouched).
+// `shared`: the GPU shared expert (then shared_y must be empty).
 GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vector<float>& logits,
                   const std::vector<uint16_t>& x, const std::vector<uint8_t>& image,
-                  const std::vector<uint16_t>& shared_y, int64_t m) {
+                  const std::vector<uint16_t>& shared_y, int64_t m,
+                  const MoeSharedExpertWeights* shared = nullptr) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
   DeviceBuffer y = Poisoned<uint16_t>(m * y_stride), ids = Poisoned<int32_t>(m * k),
                wts = Poisoned<float>(m * k);
-  auto bytes = MoeCudaWorkspaceBytes(w, m, k);
+  auto bytes = MoeCudaWorkspaceBytes(w, m, k, shared);
   CHECK_OK(bytes.status());
   DeviceBuffer ws(*bytes);
   MoeCudaParams p;
@@ -62,6 +68,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.x = d_x.get<uint16_t>();
   p.x_stride = d;
   p.is_image = image.empty() ? nullptr : d_image.get<uint8_t>();
+  p.shared = shared;
   p.shared_y = shared_y.empty() ? nullptr : d_shared.get<uint16_t>();
   p.shared_y_stride = d;
   p.y = y.get<uint16_t>();
@@ -119,6 +126,9 @@ struct LayerCase {
   int bias_mode;         // 0: random ±0.2; 1: expert 3 always first; 2: experts 0..3 never chosen
   float route_scale, swiglu_limit, gate_temp;
   bool norm;
+  // With shared_inter > 0: 0 = its output computed on the host and passed as shared_y; 1 = run
+  // by MoeCuda (w1, w3 separate); 2 = run by MoeCuda with w1 / w3 fused into w13.
+  int gpu_shared = 0;
 };
 
 void RunCase(const LayerCase& c) {
@@ -163,9 +173,14 @@ void RunCase(const LayerCase& c) {
   const auto cpu_experts = moe_test::BuildCpuExperts(spec, used);
   moe_test::SharedExpert shared;
   std::vector<uint16_t> shared_y;
+  std::unique_ptr<moe_test::DeviceSharedExpert> dev_shared;
   if (c.shared_inter > 0) {
     shared = moe_test::RandomSharedExpert(c.dim, c.shared_inter, seed + 5);
-    shared_y = moe_test::SharedExpertOutput(shared, x, c.m, c.dim, c.swiglu_limit);
+    if (c.gpu_shared == 0) {
+      shared_y = moe_test::SharedExpertOutput(shared, x, c.m, c.dim, c.swiglu_limit);
+    } else {
+      dev_shared = moe_test::UploadSharedExpert(shared, c.gpu_shared == 2);
+    }
   }
   const MoeWeights w{c.n_experts,
                      gate.get(),
@@ -181,7 +196,8 @@ void RunCase(const LayerCase& c) {
   ASSERT_EQ(cpu.ids, ids);
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
-  const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m);
+  const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                                dev_shared != nullptr ? &dev_shared->view : nullptr);
   ExpectClose(c.name, gpu, cpu, c.dim, c.top_k, {});
 }
 
@@ -201,6 +217,36 @@ TEST(MoeGpuLayerTest, SmallShapesMatchMoeCpu) {
        1.f, true},
       {"E8 k2 m64 experts 0-3 never chosen", 8, 256, 128, 2, 64, 0, false, 2, 1.5f, 10.f, 1.f,
        true},
+  };
+  for (const LayerCase& c : cases) RunCase(c);
+}
+
+// MoeCuda running the shared expert itself (MoeCudaParams::shared), both weight forms.
+TEST(MoeGpuLayerTest, SmallShapesWithGpuSharedExpertMatchMoeCpu) {
+  FS_SKIP_WITHOUT_GPU();
+  const LayerCase cases[] = {
+      {"E8 k2 m1 + GPU shared", 8, 256, 128, 2, 1, 128, false, 0, 1.5f, 10.f, 1.f, true, 1},
+      {"E8 k2 m1 + GPU shared w13", 8, 256, 128, 2, 1, 128, false, 0, 1.5f, 10.f, 1.f, true, 2},
+      {"E8 k2 m7 image + GPU shared Is 256", 8, 256, 128, 2, 7, 256, true, 0, 1.5f, 10.f, 1.f, true,
+       1},
+      {"E8 k2 m64 + GPU shared w13", 8, 256, 128, 2, 64, 128, false, 0, 1.5f, 10.f, 1.f, true, 2},
+      {"E8 k2 m300 + GPU shared Is 384", 8, 256, 128, 2, 300, 384, false, 0, 1.5f, 10.f, 1.f, true,
+       1},
+      {"E16 k4 m33 D384 I256, no clamp, temp 2, no norm, image + GPU shared w13", 16, 384, 256, 4,
+       33, 256, true, 0, 1.f, 0.f, 2.f, false, 2},
+  };
+  for (const LayerCase& c : cases) RunCase(c);
+}
+
+TEST(MoeGpuLayerTest, ReleasedDimsWithGpuSharedExpertMatchMoeCpu) {
+  FS_SKIP_WITHOUT_GPU();
+  const LayerCase cases[] = {
+      {"E384 k6 D5120 I2304 m1 + GPU shared w13", 384, 5120, 2304, 6, 1, 2304, false, 0, 1.5f, 10.f,
+       1.f, true, 2},
+      {"E384 k6 D5120 I2304 m4 image + GPU shared", 384, 5120, 2304, 6, 4, 2304, true, 0, 1.5f,
+       10.f, 1.f, true, 1},
+      {"E384 k6 D5120 I2304 m4 + GPU shared w13", 384, 5120, 2304, 6, 4, 2304, false, 0, 1.5f, 10.f,
+       1.f, true, 2},
   };
   for (const LayerCase& c : cases) RunCase(c);
 }

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_shared_cuda.h"
 #include "kernels/moe/moe_test_util.h"
 
 namespace flashserve::kernels::moe_test {
@@ -52,5 +54,17 @@ std::unique_ptr<DeviceExperts> UploadDeviceExperts(int64_t n_experts, int64_t di
                                                    const std::vector<HostFp4> (&proj)[3],
                                                    const std::vector<float>& bias,
                                                    const std::vector<float>& bias_vl);
+
+// The shared expert's Linears on the device, uploaded (DeviceFp8Linear::Upload) from the same
+// PreparedLinears MoeCpu uses; fused: w1 and w3 concatenated into one [2·Is, D] w13 (ConcatRows).
+struct DeviceSharedExpert {
+  DeviceFp8Linear w1, w3, w2, w13;
+  MoeSharedExpertWeights view;
+};
+std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused);
+
+// The kFp8Block32 Linear whose rows are top's then bottom's (same K; top's N a multiple of 32),
+// built from their codes and scale bytes.
+std::unique_ptr<PreparedLinear> ConcatRows(const PreparedLinear& top, const PreparedLinear& bottom);
 
 }  // namespace flashserve::kernels::moe_test

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/cuda/moe_combine.cuh"
@@ -16,6 +17,7 @@
 #include "kernels/moe/cuda/moe_route.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
+#include "kernels/moe/moe_shared_cuda.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -245,8 +247,12 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   if (p.m == 0) return absl::OkStatus();
   const MoeCudaWeights& w = *p.weights;
   const int64_t m = p.m, k = p.options.top_k, e = w.n_experts, slots = m * k;
+  // Validate checked the shared weights; an error here is a broken invariant.
+  const absl::StatusOr<size_t> shared_bytes =
+      moe_cuda_internal::SharedExpertBytes("MoeCuda", p.shared, w.dim, m);
+  CHECK_OK(shared_bytes.status());
   const moe_cuda_internal::MoeCudaLayout l =
-      moe_cuda_internal::ComputeMoeCudaLayout(e, w.dim, w.inter, m, k);
+      moe_cuda_internal::ComputeMoeCudaLayout(e, w.dim, w.inter, m, k, *shared_bytes);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p.workspace) + 255) &
                                                 ~uintptr_t{255});
   auto* offsets = reinterpret_cast<int32_t*>(base + l.offsets);
@@ -260,6 +266,27 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   auto* xg = reinterpret_cast<uint16_t*>(base + l.xg);
   auto* ag = reinterpret_cast<uint16_t*>(base + l.ag);
   uint16_t* ye = xg;  // xg is dead once the up stage has run (same stream)
+
+  // The shared expert first: it needs only x, and its output waits in the workspace for the
+  // combine.
+  const uint16_t* shared_y = p.shared_y;
+  int64_t shared_y_stride = p.shared_y_stride;
+  if (p.shared != nullptr) {
+    auto* sy = reinterpret_cast<uint16_t*>(base + l.shared_y);
+    MoeSharedExpertParams sp;
+    sp.weights = p.shared;
+    sp.swiglu_limit = p.options.swiglu_limit;
+    sp.m = m;
+    sp.x = p.x;
+    sp.x_stride = p.x_stride;
+    sp.y = sy;
+    sp.y_stride = w.dim;
+    sp.workspace = base + l.shared_ws;
+    sp.workspace_bytes = *shared_bytes;
+    CHECK_OK(LaunchMoeSharedExpert(sp, stream));
+    shared_y = sy;
+    shared_y_stride = w.dim;
+  }
 
   // The sort counts the ids itself: no counts from the route, no memset.
   const MoeRouteParams rp{p.options,      m,          e,   p.logits, w.gate_bias,
@@ -326,8 +353,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   cp.expert_ids = ids;
   cp.token_slot = token_slot;
   cp.ye = ye;
-  cp.shared_y = p.shared_y;
-  cp.shared_y_stride = p.shared_y_stride;
+  cp.shared_y = shared_y;
+  cp.shared_y_stride = shared_y_stride;
   cp.y = p.y;
   cp.y_stride = p.y_stride;
   EnqueueCombine(cp, stream);

@@ -1,0 +1,298 @@
+// The GPU shared expert (moe_shared_cuda.h):
+// - the SwiGLU kernel bit for bit against SwiGluCr (MoeSwiGluRow with a correctly rounded exp) on
+//   every bf16 gate value, with and without the clamps, and against MoeSwiGluRow itself except
+//   where glibc's expf is not correctly rounded (as the routed experts' check);
+// - LaunchMoeSharedExpert (both weight forms) against MoeCpu's shared expert (LinearCpu exact
+//   mode + MoeSwiGluRow, moe_test::SharedExpertOutput) with the layer tolerances of
+//   moe_gpu_layer_test.cc (only the GEMMs' fp32 order differs);
+// - the validation of its params and of MoeCudaParams::shared.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "common/formats/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/moe/moe.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_gpu_test_util.h"
+#include "kernels/moe/moe_shared_cuda.h"
+#include "kernels/moe/moe_test_util.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using formats::Bf16BitsToFloat;
+using formats::FloatToBf16Bits;
+using moe_test::Poisoned;
+using moe_test::ToDevice;
+using moe_test::ToHost;
+
+bool IsNan(uint16_t b) { return std::isnan(Bf16BitsToFloat(b)); }
+
+TEST(MoeGpuSharedTest, SwiGluIsBitExactOnEveryBf16Gate) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 0x10000;  // one row: every bf16 pattern of g
+  struct Row {
+    float u;  // constant u of the row (NaN: u = g's pattern reversed, varied values)
+    float limit;
+  };
+  const Row rows[] = {{3.f, 10.f},   {-0.7f, 10.f}, {25.f, 10.f}, {-25.f, 10.f}, {1e-3f, 0.f},
+                      {-300.f, 0.f}, {NAN, 10.f},   {NAN, 0.f},   {0.f, 10.f}};
+  constexpr int64_t kRows = sizeof(rows) / sizeof(rows[0]);
+  // One launch per limit value needs rows of one limit together: launch row by row instead,
+  // through padded strides (g, u, a rows of kN + 8, kN + 16, kN + 24).
+  const int64_t gs = kN + 8, us = kN + 16, as = kN + 24;
+  std::vector<uint16_t> g(kRows * gs, 0), u(kRows * us, 0);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < kN; ++i) {
+      g[r * gs + i] = static_cast<uint16_t>(i);
+      // Varied u: a deterministic bf16 in [-16, 16) that is never NaN.
+      const uint16_t varied =
+          FloatToBf16Bits(static_cast<float>((i * 2654435761u) % 8192) / 256.f - 16.f);
+      u[r * us + i] = std::isnan(rows[r].u) ? varied : FloatToBf16Bits(rows[r].u);
+    }
+  }
+  DeviceBuffer dg = ToDevice(g), du = ToDevice(u);
+  DeviceBuffer da = Poisoned<uint16_t>(kRows * as);
+  for (int64_t r = 0; r < kRows; ++r) {
+    MoeSharedSwiGluParams p;
+    p.m = 1;
+    p.inter = kN;
+    p.swiglu_limit = rows[r].limit;
+    p.g = dg.get<uint16_t>() + r * gs;
+    p.g_stride = gs;
+    p.u = du.get<uint16_t>() + r * us;
+    p.u_stride = us;
+    p.a = da.get<uint16_t>() + r * as;
+    p.a_stride = as;
+    ASSERT_TRUE(LaunchMoeSharedSwiGlu(p, nullptr).ok());
+  }
+  const auto a = ToHost<uint16_t>(da, kRows * as);
+  int64_t expf_differ = 0, nan_inputs = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < kN; ++i) {
+      const uint16_t gb = g[r * gs + i], ub = u[r * us + i], got = a[r * as + i];
+      if (IsNan(gb)) {
+        ++nan_inputs;
+        bad += IsNan(got) ? 0 : 1;
+        continue;
+      }
+      const uint16_t cr = moe_test::SwiGluCr(gb, ub, rows[r].limit, nullptr);
+      uint16_t cpu;
+      MoeSwiGluRow(&gb, &ub, 1, rows[r].limit, nullptr, &cpu);
+      const bool both_nan = IsNan(cr) && IsNan(got);  // inf · 0 and the like: NaN either way
+      if (got != cr && !both_nan) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "row " << r << " g = " << Bf16BitsToFloat(gb)
+                        << " u = " << Bf16BitsToFloat(ub) << ": got 0x" << std::hex << got
+                        << ", want 0x" << cr;
+        }
+      }
+      if (cpu != cr && !(IsNan(cpu) && IsNan(cr))) {
+        ++expf_differ;
+        const float gv = Bf16BitsToFloat(gb);
+        EXPECT_NE(std::exp(-gv), static_cast<float>(std::exp(-static_cast<double>(gv))))
+            << "g = " << gv << ": MoeSwiGluRow differs without an expf rounding difference";
+      }
+    }
+    EXPECT_EQ(bad, 0) << "row " << r;
+    for (int64_t i = kN; i < as; ++i) EXPECT_EQ(a[r * as + i], 0xA5A5) << "padding of row " << r;
+  }
+  EXPECT_GT(nan_inputs, 0);
+  EXPECT_LE(expf_differ, 4 * kRows);
+  std::printf(
+      "SwiGLU: %ld rows x 65536 gate values bit-exact vs the CR reference; %ld outputs "
+      "differ from MoeSwiGluRow by glibc expf rounding\n",
+      static_cast<long>(kRows), static_cast<long>(expf_differ));
+}
+
+struct SharedCase {
+  int64_t dim, inter, m;
+  bool fused;
+  float swiglu_limit;
+};
+
+// LaunchMoeSharedExpert on host x; y written with a padded stride (checked untouched).
+std::vector<uint16_t> RunShared(const MoeSharedExpertWeights& w, const std::vector<uint16_t>& x,
+                                int64_t m, int64_t dim, float limit) {
+  const int64_t x_stride = dim + 24, y_stride = dim + 40;
+  std::vector<uint16_t> xp(m * x_stride, 0);
+  for (int64_t t = 0; t < m; ++t) std::copy_n(x.begin() + t * dim, dim, xp.begin() + t * x_stride);
+  DeviceBuffer dx = ToDevice(xp), dy = Poisoned<uint16_t>(m * y_stride);
+  auto bytes = MoeSharedExpertWorkspaceBytes(w, m);
+  CHECK_OK(bytes.status());
+  DeviceBuffer ws(*bytes);
+  MoeSharedExpertParams p;
+  p.weights = &w;
+  p.swiglu_limit = limit;
+  p.m = m;
+  p.x = dx.get<uint16_t>();
+  p.x_stride = x_stride;
+  p.y = dy.get<uint16_t>();
+  p.y_stride = y_stride;
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.bytes();
+  CHECK_OK(LaunchMoeSharedExpert(p, nullptr));
+  const auto padded = ToHost<uint16_t>(dy, m * y_stride);
+  std::vector<uint16_t> y(m * dim);
+  for (int64_t t = 0; t < m; ++t) {
+    std::copy_n(padded.begin() + t * y_stride, dim, y.begin() + t * dim);
+    for (int64_t c = dim; c < y_stride; ++c) EXPECT_EQ(padded[t * y_stride + c], 0xA5A5) << t;
+  }
+  return y;
+}
+
+TEST(MoeGpuSharedTest, SharedExpertMatchesCpu) {
+  FS_SKIP_WITHOUT_GPU();
+  const SharedCase cases[] = {
+      {256, 128, 1, false, 10.f},   {256, 128, 1, true, 10.f},   {256, 128, 7, true, 0.f},
+      {384, 256, 64, false, 10.f},  {256, 384, 300, true, 10.f}, {5120, 2304, 1, true, 10.f},
+      {5120, 2304, 1, false, 10.f}, {5120, 2304, 4, true, 10.f}, {5120, 2304, 4, false, 10.f},
+  };
+  for (const SharedCase& c : cases) {
+    const uint64_t seed = static_cast<uint64_t>(c.dim + c.inter + c.m);
+    const auto shared = moe_test::RandomSharedExpert(c.dim, c.inter, seed);
+    const auto x = moe_test::RealisticActivations(c.m, c.dim, seed + 1);
+    const auto want = moe_test::SharedExpertOutput(shared, x, c.m, c.dim, c.swiglu_limit);
+    const auto dev = moe_test::UploadSharedExpert(shared, c.fused);
+    const auto got = RunShared(dev->view, x, c.m, c.dim, c.swiglu_limit);
+    const moe_test::Diff d = moe_test::Compare(got, want);
+    std::printf(
+        "shared D %ld Is %ld m %ld %s limit %g: rel-RMS %.2e, max abs %.3g (max |y| %.3g), "
+        "%.4f %% within 1 ulp, %.4f %% bit-identical\n",
+        static_cast<long>(c.dim), static_cast<long>(c.inter), static_cast<long>(c.m),
+        c.fused ? "w13" : "w1+w3", c.swiglu_limit, d.rel_rms, d.max_abs, d.max_ref,
+        100.0 * d.within_ulp / d.n, 100.0 * d.identical / d.n);
+    EXPECT_GT(d.max_ref, 0.0);
+    EXPECT_LE(d.rel_rms, 0x1.0p-8);
+    EXPECT_LE(d.max_abs, 0x1.0p-5 * d.max_ref);
+    EXPECT_GE(d.within_ulp, 0.95 * d.n);
+  }
+}
+
+// Both weight forms give the same bits when the plans agree (same GEMM splits): here at m = 300,
+// where neither up GEMM splits K, so g and u are the same fp32 sums either way.
+TEST(MoeGpuSharedTest, FusedAndSeparateAgreeWithoutSplitK) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kD = 256, kIs = 128, kM = 300;
+  const auto shared = moe_test::RandomSharedExpert(kD, kIs, 77);
+  const auto x = moe_test::RealisticActivations(kM, kD, 78);
+  const auto fused = moe_test::UploadSharedExpert(shared, true);
+  const auto separate = moe_test::UploadSharedExpert(shared, false);
+  const auto plan13 = PlanLinearCuda(kM, 2 * kIs, kD), plan1 = PlanLinearCuda(kM, kIs, kD);
+  if (plan13.splits != plan1.splits) GTEST_SKIP() << "plans differ in K splits";
+  EXPECT_EQ(RunShared(fused->view, x, kM, kD, 10.f), RunShared(separate->view, x, kM, kD, 10.f));
+}
+
+TEST(MoeGpuSharedTest, ValidationNamesTheField) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kD = 256, kIs = 128;
+  const auto shared = moe_test::RandomSharedExpert(kD, kIs, 5);
+  const auto sep = moe_test::UploadSharedExpert(shared, false);
+  const auto fused = moe_test::UploadSharedExpert(shared, true);
+  auto expect_error = [](const absl::Status& s, const char* field) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.ToString().find(field), std::string::npos) << s;
+  };
+  MoeSharedExpertWeights w = sep->view;
+  w.w2 = nullptr;
+  expect_error(MoeSharedExpertWorkspaceBytes(w, 4).status(), "w2");
+  w = sep->view;
+  w.w13 = fused->view.w13;
+  expect_error(MoeSharedExpertWorkspaceBytes(w, 4).status(), "w13");
+  w = sep->view;
+  w.w3 = nullptr;
+  expect_error(MoeSharedExpertWorkspaceBytes(w, 4).status(), "w3");
+  w = sep->view;
+  w.w1 = sep->view.w2;  // [D, Is] where [Is, D] is due
+  expect_error(MoeSharedExpertWorkspaceBytes(w, 4).status(), "w1");
+  w = fused->view;
+  w.w13 = sep->view.w1;  // [Is, D] where [2·Is, D] is due
+  expect_error(MoeSharedExpertWorkspaceBytes(w, 4).status(), "w13");
+  EXPECT_FALSE(MoeSharedExpertWorkspaceBytes(sep->view, -1).ok());
+
+  DeviceBuffer x(4 * kD * 2), y(4 * kD * 2);
+  auto bytes = MoeSharedExpertWorkspaceBytes(fused->view, 4);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_LE(*bytes, *MoeSharedExpertWorkspaceBytes(fused->view, 5));
+  DeviceBuffer ws(*bytes);
+  MoeSharedExpertParams p;
+  p.weights = &fused->view;
+  p.m = 4;
+  p.x = x.get<uint16_t>();
+  p.x_stride = kD;
+  p.y = y.get<uint16_t>();
+  p.y_stride = kD;
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.bytes();
+  EXPECT_TRUE(Validate(p).ok());
+  MoeSharedExpertParams q = p;
+  q.workspace_bytes = *bytes - 1;
+  expect_error(Validate(q), "workspace");
+  q = p;
+  q.x_stride = kD - 1;
+  expect_error(Validate(q), "x_stride");
+  q = p;
+  q.y = nullptr;
+  expect_error(LaunchMoeSharedExpert(q, nullptr), "y");
+  q = p;
+  q.weights = nullptr;
+  expect_error(Validate(q), "weights");
+  q = p;
+  q.m = 0;
+  q.x = nullptr;
+  q.workspace = nullptr;
+  EXPECT_TRUE(LaunchMoeSharedExpert(q, nullptr).ok());
+
+  MoeSharedSwiGluParams s;
+  s.m = 2;
+  s.inter = 8;
+  s.g = p.x;
+  s.u = p.x;
+  s.a = p.y;
+  s.g_stride = s.u_stride = s.a_stride = 8;
+  EXPECT_TRUE(Validate(s).ok());
+  s.u_stride = 7;
+  expect_error(Validate(s), "u_stride");
+
+  // MoeCudaParams::shared: D must match the experts', and not together with shared_y.
+  moe_test::LayerSpec spec;  // E 8, D 256, I 128
+  const auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
+  EXPECT_TRUE(MoeCudaWorkspaceBytes(dev->view, 4, 2, &fused->view).ok());
+  EXPECT_GT(*MoeCudaWorkspaceBytes(dev->view, 4, 2, &fused->view),
+            *MoeCudaWorkspaceBytes(dev->view, 4, 2));
+  const auto other = moe_test::UploadSharedExpert(moe_test::RandomSharedExpert(384, kIs, 6), true);
+  expect_error(MoeCudaWorkspaceBytes(dev->view, 4, 2, &other->view).status(), "shared");
+  DeviceBuffer logits(4 * 8 * 4), cws(*MoeCudaWorkspaceBytes(dev->view, 4, 2, &fused->view));
+  MoeCudaParams mp;
+  mp.weights = &dev->view;
+  mp.options.top_k = 2;
+  mp.m = 4;
+  mp.logits = logits.get<float>();
+  mp.x = x.get<uint16_t>();
+  mp.x_stride = kD;
+  mp.y = y.get<uint16_t>();
+  mp.y_stride = kD;
+  mp.shared = &fused->view;
+  mp.workspace = cws.get();
+  mp.workspace_bytes = cws.bytes();
+  EXPECT_TRUE(Validate(mp).ok());
+  MoeCudaParams mq = mp;
+  mq.workspace_bytes = *MoeCudaWorkspaceBytes(dev->view, 4, 2);
+  expect_error(Validate(mq), "workspace");
+  mq = mp;
+  mq.shared_y = x.get<uint16_t>();
+  mq.shared_y_stride = kD;
+  expect_error(Validate(mq), "shared");
+  mq = mp;
+  mq.shared = &other->view;
+  expect_error(Validate(mq), "shared");
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
