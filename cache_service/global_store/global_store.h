@@ -83,8 +83,8 @@ struct GlobalStoreOptions {
 
   // ---- value log (README.md, "Value log") ----
   // New values go to append-only segment files under <path>/vlog (one write + one fdatasync per
-  // batch, then the synced metadata record naming segment and offset); RocksDB keeps only the
-  // metadata. false: values in the blocks column family. Entries of either kind stay readable
+  // batch, then the unsynced metadata record naming segment and offset, see Durability); RocksDB
+  // keeps only the metadata. false: values in the blocks column family. Entries of either kind stay readable
   // whatever this says.
   bool value_log = true;
   uint64_t value_log_segment_bytes = uint64_t{256} << 20;  // a segment is sealed at this size
@@ -199,9 +199,10 @@ class GlobalStore {
   // Stores one block; see PutBatch.
   absl::Status Put(const ModelFingerprint& fingerprint, const BlockKey& key,
                    std::string_view payload);
-  // Stores blocks atomically (values appended with one fdatasync, then one RocksDB WriteBatch of
-  // metadata), evicting as needed, and returns once they are durable (see Durability) and
-  // visible. A key already present is not rewritten (keys are content addresses: same key, same
+  // Stores blocks (values appended with one fdatasync, then one RocksDB WriteBatch of metadata),
+  // evicting as needed, and returns once they are durable (see Durability) and visible. A batch
+  // is all-or-nothing across process crashes; after a machine crash, a batch whose append was
+  // torn may come back in part (each value verified on its own; blocks are independent entries). A key already present is not rewritten (keys are content addresses: same key, same
   // KV); its last access is refreshed.
   // Errors: InvalidArgument (payload over max_payload_bytes), ResourceExhausted (pinned bytes
   // leave no room), IO errors from RocksDB (nothing of the batch is visible then; entries chosen

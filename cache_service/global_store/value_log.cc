@@ -206,7 +206,7 @@ absl::Status ValueLog::CreateSegmentLocked(uint32_t id) {
   PutLittleEndian(HeaderCheck(header.data()), 8, header.data() + 24);
   const iovec iov{header.data(), header.size()};
   // The header and the directory entry are durable before any location in the segment is
-  // handed out: a synced metadata record never names a segment that a crash could lose.
+  // handed out: no metadata record (durable or replayed) names a segment that a crash could lose.
   if (!PwriteAll(seg->write_fd, &iov, 1, 0) || fdatasync(seg->write_fd) != 0) {
     return Errno("writing the header of", seg->path);
   }
