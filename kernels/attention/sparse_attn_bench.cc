@@ -1,6 +1,7 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
+//                     [--path both|auto|wgmma|mma.sync]
 //
 // Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
 // of 128 window rows (shared by every token of the batch) + ROWS compressed rows (default 65536;
@@ -13,7 +14,9 @@
 // compute, 8192³ (cuBLAS loaded with dlopen: the toolkit has no static cuBLAS) or, when no
 // libcublas can be loaded, the mma.sync peak of bench/mma_peak.cu (printed as such). Before
 // timing, the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch
-// makes the exit code 1.
+// makes the exit code 1. --path picks the CUDA body (the launcher's override,
+// cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
+// wgmma path, one row each.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -33,11 +36,14 @@
 #include "common/formats/bf16.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/bench/mma_peak.h"
+#include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 
 namespace flashserve::kernels {
 namespace {
+
+using attention_internal::SparseAttnCudaPath;
 
 constexpr int64_t kHeads = 64;
 constexpr int64_t kDim = 512;
@@ -49,6 +55,8 @@ struct Options {
   int iters = 50;
   int warmup = 10;
   int64_t compressed = 65536;
+  std::vector<SparseAttnCudaPath> paths = {SparseAttnCudaPath::kMmaSync,
+                                           SparseAttnCudaPath::kWgmma};
 };
 
 std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed) {
@@ -137,7 +145,9 @@ class Bench {
     tc_tflops_ = std::max(mma_tflops_, cublas_tflops_);
   }
 
-  void Decode(int64_t tokens) {
+  // One row: `tokens` decode queries on `path` (the launcher's override while it runs).
+  void Decode(int64_t tokens, SparseAttnCudaPath path) {
+    attention_internal::SetSparseAttnCudaPathOverride(path);
     // Lists: the window rows 0..127 (every token), then 512 distinct random compressed rows.
     std::mt19937_64 rng(100 + tokens);
     std::uniform_int_distribution<int64_t> pick(kWindow, n_kv_ - 1);
@@ -176,17 +186,20 @@ class Bench {
     p.out_head_stride = kDim;
     p.workspace = dws_.get();
     p.workspace_bytes = dws_.bytes();
+    const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
     CHECK_OK(LaunchSparseAttn(p, nullptr));
     Verify(p, q, idx, dout);
 
-    const double us = MedianEventMicros(o_.warmup, o_.iters, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
+    const double us =
+        MedianEventMicros(o_.warmup, o_.iters, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
     const double bytes =
         unique_rows * kDim * 2.0 + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
     const double mem_us = bytes / copy_gbps_ / 1e3;
     const double tc_us = flops / tc_tflops_ / 1e6;
-    rows_.push_back({tokens, us, bytes / 1e6, unique_rows, flops / us / 1e6, mem_us, tc_us,
-                     std::max(mem_us, tc_us) / us});
+    rows_.push_back({attention_internal::SparseAttnCudaPathName(taken), tokens, us, bytes / 1e6,
+                     unique_rows, flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
+    attention_internal::SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto);
   }
 
   int Print(const std::string& command) const {
@@ -197,11 +210,12 @@ class Bench {
     } else {
       std::printf("; cuBLAS not loadable here, the mma.sync rate is the tensor-core roof\n");
     }
-    std::printf("\n%7s %10s %9s %11s %8s %10s %10s %7s\n", "tokens", "median_us", "MB_read",
-                "unique_rows", "TFLOP/s", "mem_us", "tc_us", "ratio");
+    std::printf("\n%-9s %7s %10s %9s %11s %8s %10s %10s %7s\n", "path", "tokens", "median_us",
+                "MB_read", "unique_rows", "TFLOP/s", "mem_us", "tc_us", "ratio");
     for (const Row& r : rows_) {
-      std::printf("%7ld %10.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", long(r.tokens), r.us, r.mb,
-                  long(r.unique_rows), r.tflops, r.mem_us, r.tc_us, r.ratio);
+      std::printf("%-9s %7ld %10.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", r.path,
+                  long(r.tokens), r.us, r.mb, long(r.unique_rows), r.tflops, r.mem_us, r.tc_us,
+                  r.ratio);
     }
     std::printf("(ratio = max(mem_us, tc_us) / median_us; tensor-core roof %.0f TFLOP/s)\n",
                 tc_tflops_);
@@ -213,6 +227,7 @@ class Bench {
 
  private:
   struct Row {
+    const char* path;  // the path taken (SparseAttnCudaPathName)
     int64_t tokens;
     double us, mb;
     int64_t unique_rows;
@@ -244,8 +259,10 @@ class Bench {
     for (size_t i = 0; i < got.size(); ++i) {
       const float g = formats::Bf16BitsToFloat(got[i]), w = formats::Bf16BitsToFloat(want[i]);
       if (!(std::fabs(g - w) <= std::ldexp(std::fabs(w) + vmax, -8) + 1e-6)) {
-        std::fprintf(stderr, "MISMATCH: tokens %ld element %zu: gpu %g cpu %g\n", long(gp.tokens),
-                     i, g, w);
+        std::fprintf(stderr, "MISMATCH: %s, tokens %ld element %zu: gpu %g cpu %g\n",
+                     attention_internal::SparseAttnCudaPathName(
+                         attention_internal::SparseAttnCudaPathFor(gp)),
+                     long(gp.tokens), i, g, w);
         ++failures_;
         return;
       }
@@ -281,8 +298,24 @@ int Main(int argc, char** argv) {
       } else {
         (a == "--iters" ? o.iters : o.warmup) = static_cast<int>(v);
       }
+    } else if (a == "--path" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      command += " " + v;
+      if (v == "both") {
+        o.paths = {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmma};
+      } else if (v == "auto" || v == "wgmma" || v == "mma.sync") {
+        o.paths = {v == "auto"    ? SparseAttnCudaPath::kAuto
+                   : v == "wgmma" ? SparseAttnCudaPath::kWgmma
+                                  : SparseAttnCudaPath::kMmaSync};
+      } else {
+        std::fprintf(stderr, "--path takes both, auto, wgmma or mma.sync\n");
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--compressed ROWS]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
+                   "[--path both|auto|wgmma|mma.sync]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -299,7 +332,9 @@ int Main(int argc, char** argv) {
       long(o.compressed));
   Bench bench(o);
   bench.Roofs();
-  for (int64_t tokens : {1, 8, 64, 256}) bench.Decode(tokens);
+  for (SparseAttnCudaPath path : o.paths) {
+    for (int64_t tokens : {1, 8, 64, 256}) bench.Decode(tokens, path);
+  }
   return bench.Print(command);
 }
 

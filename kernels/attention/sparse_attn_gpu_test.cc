@@ -19,11 +19,16 @@
 #include "gtest/gtest.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_test_util.h"
+#include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/common/gpu_test_util.h"
 
 namespace flashserve::kernels {
 namespace {
 
+using attention_internal::SetSparseAttnCudaPathOverride;
+using attention_internal::SparseAttnCudaPath;
+using attention_internal::SparseAttnCudaPathFor;
+using attention_internal::SparseAttnCudaPathName;
 using formats::Bf16BitsToFloat;
 using testing::AttnCase;
 using testing::RandomCase;
@@ -182,7 +187,15 @@ Stats Compare(const AttnCase& c, const Outputs& o, const char* label) {
     const double bound = std::ldexp(std::fabs(k) + mass[i], -8) + 1e-6;
     const double err = std::fabs(g - k);
     s.worst_ratio = std::max(s.worst_ratio, err / bound);
-    if (!(err <= bound)) ++s.outside;
+    if (!(err <= bound)) {
+      // The first few offenders with their (token, head, dim), to localise a layout error.
+      if (s.outside < 5) {
+        const int64_t th = static_cast<int64_t>(i) / c.head_dim;
+        std::printf("  %s: outside the bound at token %ld head %ld dim %ld: gpu %g cpu %g\n", label,
+                    long(th / c.heads), long(th % c.heads), long(i % c.head_dim), g, k);
+      }
+      ++s.outside;
+    }
     if (o.gpu[i] != o.cpu[i]) {
       ++s.bit_diffs;
       // Distance in bf16 steps (same-sign values; a sign change counts as "far").
@@ -344,6 +357,84 @@ TEST(SparseAttnGpuTest, Deterministic) {
     const Outputs a = RunBoth(c);
     const Outputs b = RunBoth(c);
     EXPECT_EQ(a.gpu, b.gpu) << "tokens " << tokens;
+  }
+}
+
+// Forces a path for the scope (the launcher's process-wide override), then restores the default.
+class PathOverride {
+ public:
+  explicit PathOverride(SparseAttnCudaPath path) { SetSparseAttnCudaPathOverride(path); }
+  ~PathOverride() { SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto); }
+  PathOverride(const PathOverride&) = delete;
+  PathOverride& operator=(const PathOverride&) = delete;
+};
+
+// The path the launcher takes for case `c` in layout `l` under the current override.
+SparseAttnCudaPath PathOf(const AttnCase& c, const Layout& l = {}) {
+  SparseAttnParams p = LayoutParams(c, l);
+  // Alignment is judged on the pointers: any 16-byte aligned address stands for the buffers.
+  alignas(16) static const uint16_t kAligned[8] = {};
+  p.q = p.kv = p.out = const_cast<uint16_t*>(kAligned);
+  return SparseAttnCudaPathFor(p);
+}
+
+TEST(SparseAttnGpuTest, PathSelection) {
+  const AttnCase released = RandomCase(1, 64, 512, 10, 8, 0.0, 1);
+  EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOf(released, {8, 16, 24}), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
+  const AttnCase heads65 = RandomCase(1, 65, 512, 10, 8, 0.0, 1);
+  EXPECT_EQ(PathOf(heads65), SparseAttnCudaPath::kMmaSync);
+  const AttnCase d128 = RandomCase(1, 64, 128, 10, 8, 0.0, 1);
+  EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);
+  {
+    PathOverride force(SparseAttnCudaPath::kWgmma);
+    EXPECT_EQ(PathOf(heads65), SparseAttnCudaPath::kWgmma);
+    EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);  // does not fit: falls back
+  }
+  {
+    PathOverride force(SparseAttnCudaPath::kMmaSync);
+    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kMmaSync);
+  }
+  {
+    PathOverride force(SparseAttnCudaPath::kScalar);
+    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kScalar);
+  }
+  EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);
+}
+
+// The released dims through each tensor-core path explicitly (the default takes wgmma there):
+// decode batches split (1, 4, 64 tokens) and unsplit (128), padded strides, a partial last
+// block, sinks, and head counts that leave a wgmma group partly empty.
+TEST(SparseAttnGpuTest, BothTensorPathsAtReleasedDims) {
+  FS_SKIP_WITHOUT_GPU();
+  for (SparseAttnCudaPath path : {SparseAttnCudaPath::kWgmma, SparseAttnCudaPath::kMmaSync}) {
+    PathOverride force(path);
+    const char* name = SparseAttnCudaPathName(path);
+    char label[96];
+    for (int64_t tokens : {1, 4, 64, 128}) {
+      const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 4096, 0.1, 800 + tokens);
+      ASSERT_EQ(PathOf(c), path);
+      std::snprintf(label, sizeof(label), "%s 64x512 w640 tokens %ld", name, long(tokens));
+      ExpectClose(c, RunBoth(c), label);
+    }
+    const AttnCase padded = DecodeCase(3, 64, 512, 128, 512, 1000, 0.05, 17);
+    ASSERT_EQ(PathOf(padded, {8, 16, 24}), path);
+    std::snprintf(label, sizeof(label), "%s padded strides", name);
+    ExpectClose(padded, RunBoth(padded, {8, 16, 24}), label);
+    // Width 150: blocks of 64, 64, 22 entries; 30 % -1.
+    const AttnCase partial = RandomCase(5, 64, 512, 300, 150, 0.3, 19);
+    std::snprintf(label, sizeof(label), "%s 64x512 w150", name);
+    ExpectClose(partial, RunBoth(partial), label);
+    AttnCase sinks = DecodeCase(4, 64, 512, 128, 512, 2000, 0.1, 21);
+    for (size_t h = 0; h < sinks.sink.size(); ++h) sinks.sink[h] = h % 2 == 0 ? 30.0f : -60.0f;
+    std::snprintf(label, sizeof(label), "%s sinks 30 / -60", name);
+    ExpectClose(sinks, RunBoth(sinks), label);
+    for (int64_t heads : {65, 128}) {
+      const AttnCase c = RandomCase(3, heads, 512, 300, 200, 0.2, 900 + heads);
+      std::snprintf(label, sizeof(label), "%s heads %ld x512 w200", name, long(heads));
+      ExpectClose(c, RunBoth(c), label);
+    }
   }
 }
 

@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <functional>
+#include <string>
 
 namespace flashserve::kernels {
 
@@ -13,5 +15,14 @@ namespace flashserve::kernels {
 // `stream`. iters >= 1. CUDA errors abort (CUDA_CHECK).
 double MedianEventMicros(int warmup, int iters, const std::function<void()>& launch,
                          cudaStream_t stream = nullptr);
+
+// The two roofs of the benches' roofline bound, measured in the same run as the kernels:
+// device-to-device cudaMemcpyAsync bandwidth of `bytes` bytes (counted read + write), GB/s
+// (median of `iters` copies after 3 untimed ones).
+double MeasureD2dCopyGbps(size_t bytes, int iters);
+// cublasGemmEx bf16 × bf16 → bf16 with fp32 compute at m = n = k = 8192, TFLOP/s, via dlopen()
+// (the toolkit has no static cuBLAS and the static bench binaries must not depend on it); 0 when
+// no libcublas can be loaded. `source` gets a description of what was measured.
+double MeasureCublasBf16Tflops(std::string* source);
 
 }  // namespace flashserve::kernels

@@ -89,6 +89,7 @@ struct CandidateBlocksParams {
   uint16_t* block_scores = nullptr;  // optional bf16 [tokens, n_blocks] out (pinned = +inf)
   int64_t block_scores_stride = 0;   // >= n_blocks when block_scores is set
   void* workspace = nullptr;         // >= CandidateBlocksWorkspaceBytes(width, block_size, 1)
+                                     // (GPU: CandidateBlocksCudaWorkspaceBytes, may be 0)
   size_t workspace_bytes = 0;
 };
 
@@ -110,6 +111,7 @@ struct IndexerTopkParams {
   int32_t* indices = nullptr;        // int32 [tokens, k] out
   int64_t indices_stride = 0;        // >= k
   void* workspace = nullptr;         // >= IndexerTopkWorkspaceBytes(width, 1)
+                                     // (GPU: IndexerTopkCudaWorkspaceBytes, may be 0)
   size_t workspace_bytes = 0;
 };
 
@@ -126,6 +128,15 @@ int64_t CandidateBlockCount(int64_t width, int64_t block_size);
 // 8·width bytes for the top-k, 8·n_blocks for the candidate blocks. Pure.
 size_t IndexerTopkWorkspaceBytes(int64_t width, int64_t slots);
 size_t CandidateBlocksWorkspaceBytes(int64_t width, int64_t block_size, int64_t slots);
+
+// GPU workspace of LaunchIndexerTopk / LaunchCandidateBlocks for a call of `tokens` rows (the
+// CPU sizes above do not apply there). 0 when every row is short enough for the one-block kernel
+// (width <= 16384 positions for the top-k, <= 4096 blocks for the candidates); otherwise
+// 4·tokens·(512 + 2·ctas_per_row) bytes, ctas_per_row = ceil(width / 4096) for the top-k and
+// ceil(n_blocks / 1024) for the candidates (about 2 KiB + 2 B per 1,000 positions per row).
+// Size it once for the largest call (more is fine). Pure.
+size_t IndexerTopkCudaWorkspaceBytes(int64_t tokens, int64_t width);
+size_t CandidateBlocksCudaWorkspaceBytes(int64_t tokens, int64_t width, int64_t block_size);
 
 // Validation shared by every backend (what the launchers check first). Cost O(1).
 absl::Status Validate(const IndexerScoreParams& p);
@@ -145,23 +156,30 @@ absl::Status IndexerTopkCpu(const IndexerTopkParams& p, ThreadPool* pool);
 // ---- CUDA launchers (cuda/*.cu; target fs_kernels_indexer_cuda, FLASHSERVE_CUDA only) ----
 // Same params as the CPU bodies; every tensor pointer (q, k, w, candidates, scores, indices,
 // block_scores) is a device pointer (or managed memory). The launchers validate first (the same
-// checks and messages as the CPU bodies; the top-k and candidate launchers need no workspace, so
-// `workspace` / `workspace_bytes` are ignored there), then enqueue one kernel on `stream` and
-// return; buffers must stay valid until the stream passes it. Nothing is allocated. CUDA launch
-// failures abort (CUDA_CHECK). Results equal the CPU bodies' bit for bit (README.md "CUDA").
-// Scores: a thread per (row, position); each head's dot product is one fp32 FMA chain over d
-// ascending (bf16·bf16 products are exact in fp32, so the FMA chain rounds exactly like the CPU's
-// mul + add), heads summed ascending. Cost: visible positions · heads · head_dim FMAs on the CUDA
-// cores; each key row read once per row of the call per 32 heads (rows of one position tile run
-// back to back, so repeats mostly hit L2).
+// checks and messages as the CPU bodies, except that the selections' `workspace` is the GPU's:
+// see *CudaWorkspaceBytes; device memory, 8-byte aligned, not shared with a concurrent call),
+// then enqueue their work on `stream` and return; buffers must stay valid until the stream
+// passes it. Nothing is allocated and nothing waits on the host, so the calls can be captured in
+// a CUDA graph. CUDA launch failures abort (CUDA_CHECK). Results equal the CPU bodies' bit for
+// bit (README.md "CUDA").
+// Scores: a 128-position key tile is staged in shared memory once per CTA and scored for up to 8
+// rows of the call; each head's dot product is the CPU's fp32 mul + add over d ascending, done as
+// one FMA per step wherever every product of the (row, key) pair is exact in fp32 (checked from
+// the exponent ranges; then FMA and mul + add round identically), heads summed ascending. Cost:
+// visible positions · heads · head_dim FMAs on the CUDA cores; keys read once per 8 rows.
 absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream);
-// Top-k: a block per row; an exact two-pass radix select on the 16-bit order key of the bf16
-// scores (the k-th value), then one ordered pass that takes every larger value plus the lowest
-// positions of the k-th value, writing them already ascending. Cost per row: three reads of the
-// row's scores, one write of k indices.
+// Top-k: an exact two-pass radix select on the 16-bit order key of the bf16 scores (the k-th
+// value), then one ordered pass that takes every larger value plus the lowest positions of the
+// k-th value, writing them already ascending. Rows up to 16384 positions: a block per row, one
+// kernel, no workspace. Longer rows: split over CTAs of 4096 positions (a memset and four
+// kernels: high-byte histogram, low-byte histogram, per-CTA counts, ordered write), workspace
+// IndexerTopkCudaWorkspaceBytes(tokens, width). Cost per row: four reads of the row's scores
+// (L2-resident after the first), one write of k indices.
 absl::Status LaunchIndexerTopk(const IndexerTopkParams& p, CUstream_st* stream);
 // Candidate blocks: the same selection over the block maxima (recomputed in each pass), then the
-// mask (and block_scores) written. Cost per row: three reads of the row's scores, one mask write.
+// mask (and block_scores) written; split over CTAs of 1024 blocks beyond 4096 blocks per row
+// (workspace CandidateBlocksCudaWorkspaceBytes(tokens, width, block_size)). Cost per row: four
+// reads of the row's scores, one mask write.
 absl::Status LaunchCandidateBlocks(const CandidateBlocksParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

@@ -16,8 +16,9 @@
 // (counted read + write), the tensor-core rate is the mma.sync bf16 peak of
 // kernels/attention/bench/mma_peak.cu (below the wgmma peak, so the FLOP roof is optimistic for
 // us). Before timing, the scores of the first 16384 positions of every row (CPU body on those
-// positions) and the full top-k rows (CPU body on the GPU's scores) are compared; a mismatch
-// makes the exit code 1.
+// positions), the full top-k rows and the candidate masks (CPU bodies on the GPU's scores) are
+// compared; a mismatch makes the exit code 1. The selections get their GPU workspace
+// (*CudaWorkspaceBytes) from one buffer allocated before timing.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -95,6 +96,10 @@ class Bench {
     DeviceBuffer dscores(static_cast<size_t>(rows * width) * 2);
     DeviceBuffer dindices(static_cast<size_t>(rows * kTopk) * 4);
     DeviceBuffer dmask(static_cast<size_t>(rows * width));
+    // The split selections' GPU workspace (one buffer, the two calls run in stream order).
+    const size_t ws_bytes = std::max(IndexerTopkCudaWorkspaceBytes(rows, width),
+                                     CandidateBlocksCudaWorkspaceBytes(rows, width, 8));
+    DeviceBuffer dws(std::max<size_t>(ws_bytes, 8));
 
     IndexerScoreParams sp;
     sp.tokens = rows;
@@ -122,6 +127,8 @@ class Bench {
     tp.scores_stride = width;
     tp.indices = dindices.get<int32_t>();
     tp.indices_stride = kTopk;
+    tp.workspace = dws.get();
+    tp.workspace_bytes = ws_bytes;
     CandidateBlocksParams cp;
     cp.tokens = rows;
     cp.width = width;
@@ -133,10 +140,14 @@ class Bench {
     cp.scores_stride = width;
     cp.candidates = dmask.get<uint8_t>();
     cp.candidates_stride = width;
+    cp.workspace = dws.get();
+    cp.workspace_bytes = ws_bytes;
 
     CHECK_OK(LaunchIndexerScore(sp, nullptr));
     CHECK_OK(LaunchIndexerTopk(tp, nullptr));
     Verify(rows, q, w, k, dscores, dindices, tp);
+    CHECK_OK(LaunchCandidateBlocks(cp, nullptr));
+    VerifyCandidates(rows, dscores, dmask, cp);
 
     const double key_bytes = static_cast<double>(width) * kDim * 2;
     const double score_bytes = static_cast<double>(rows) * width * 2;
@@ -166,8 +177,10 @@ class Bench {
                   static_cast<long>(r.rows), r.us, r.mb, r.gflop, r.gflop / r.us / 1e3, r.roof_us,
                   r.roof_us / r.us);
     }
-    std::printf("\ncorrectness (scores of the first %ld positions, full top-k rows vs CPU): %s\n",
-                static_cast<long>(kCheckWidth), failures_ == 0 ? "OK" : "MISMATCH");
+    std::printf(
+        "\ncorrectness (scores of the first %ld positions, full top-k rows and candidate "
+        "masks vs CPU): %s\n",
+        static_cast<long>(kCheckWidth), failures_ == 0 ? "OK" : "MISMATCH");
     std::printf("command: %s\n", command.c_str());
     return failures_ == 0 ? 0 : 1;
   }
@@ -225,6 +238,30 @@ class Bench {
                 static_cast<long>(rows), static_cast<long>(bad_scores),
                 static_cast<long>(rows * cw), static_cast<long>(bad_indices), want.size());
     if (bad_scores + bad_indices > 0) ++failures_;
+  }
+
+  // The candidate masks of the GPU's scores against the CPU body, every position of every row.
+  void VerifyCandidates(int64_t rows, const DeviceBuffer& dscores, const DeviceBuffer& dmask,
+                        const CandidateBlocksParams& cp) {
+    const int64_t width = o_.width;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> scores(static_cast<size_t>(rows * width));
+    dscores.CopyToHost(scores.data(), scores.size() * 2);
+    std::vector<uint8_t> mask(static_cast<size_t>(rows * width));
+    dmask.CopyToHost(mask.data(), mask.size());
+    std::vector<uint8_t> want(mask.size());
+    std::vector<uint64_t> ws(static_cast<size_t>(CandidateBlockCount(width, cp.block_size)));
+    CandidateBlocksParams cpu = cp;
+    cpu.scores = scores.data();
+    cpu.candidates = want.data();
+    cpu.workspace = ws.data();
+    cpu.workspace_bytes = CandidateBlocksWorkspaceBytes(width, cp.block_size, 1);
+    CHECK_OK(CandidateBlocksCpu(cpu, nullptr));
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) bad += want[i] != mask[i];
+    std::printf("rows %ld: %ld of %zu candidate mask entries differ from the CPU\n",
+                static_cast<long>(rows), static_cast<long>(bad), want.size());
+    if (bad > 0) ++failures_;
   }
 
   Options o_;

@@ -2,7 +2,8 @@
 // released dims against the roofline.
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
-//             [--k-step 0|128|256] [--shared 0|1]
+//             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
+//             [--hoist 0|1]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -18,7 +19,15 @@
 // up_GB/s, dn_GB/s: the touched experts' w1 + w3 (resp. w2) codes + scales over that stage's
 // time: each GEMM's weight streaming rate (compare with the d2d figure, which counts a copy's
 // read and write). --k-step: the GEMMs' K per pipeline stage (MoeCudaParams::gemm_k_step;
-// 0 = automatic, 128 = the first design), to compare the two on one build.
+// 0 = automatic, 128 = the first design), to compare the two on one build. --route-path /
+// --sort-path: the route and permute shapes (MoeCudaPath: 0 automatic by m, 1 = small: a block
+// per token / the one-block sort, 2 = large: a warp per token / the multi-block sort), for the
+// layer and for the route / perm stage times; the outputs do not depend on them. The "paths"
+// column says which shapes ran (route/sort, s = small, L = large). --hoist 1: the GEMMs' main
+// loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
+// outputs), to A/B against the default on one build. Per token count the layer
+// also runs once with both small and once with both large shapes forced: y and the ids must be
+// byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
 // of one call + synchronize, and the replay of a CUDA graph of one call.
 // Shared expert (--shared 1, the default): a second table times, per token count, MoeCuda with
@@ -70,6 +79,9 @@ struct Options {
   std::vector<int64_t> tokens = {1, 16, 128, 512, 1024, 4096};
   int64_t k_step = kMoeCudaKStepAuto;
   bool shared = true;
+  MoeCudaPath route_path = MoeCudaPath::kAuto;
+  MoeCudaPath sort_path = MoeCudaPath::kAuto;
+  bool hoist = kMoeCudaGemmHoistedAddresses;
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -99,7 +111,7 @@ struct Call {
   int64_t m = 0;
   DeviceBuffer logits, x, y, ws;
   DeviceBuffer counts, ids, wts, offsets, slot_token, slot_weight, token_slot, tiles, num_tiles, xg,
-      ag, ye;
+      ag, ye, sort_scratch;
   int64_t touched = 0;
 };
 
@@ -127,6 +139,7 @@ Call MakeCall(int64_t m, uint64_t seed) {
   c.xg = DeviceBuffer(s * kD * 2);
   c.ag = DeviceBuffer(s * kI * 2);
   c.ye = DeviceBuffer(s * kD * 2);
+  c.sort_scratch = DeviceBuffer(MoeCudaSortScratchBytes(kE));
   return c;
 }
 
@@ -137,9 +150,12 @@ MoeOptions Opts() {
   return o;
 }
 
-MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, int64_t k_step) {
+MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, const Options& o) {
   MoeCudaParams p;
-  p.gemm_k_step = k_step;
+  p.gemm_k_step = o.k_step;
+  p.gemm_hoisted_addresses = o.hoist;
+  p.route_path = o.route_path;
+  p.sort_path = o.sort_path;
   p.weights = &w;
   p.options = Opts();
   p.m = c.m;
@@ -163,7 +179,8 @@ struct Stages {
   MoeCombineParams combine;
 };
 
-Stages MakeStages(const MoeCudaWeights& w, Call& c, int64_t k_step) {
+Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
+  const int64_t k_step = o.k_step;
   const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE);
   Stages s;
   s.route = MoeRouteParams{Opts(),
@@ -193,6 +210,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, int64_t k_step) {
   p.tiles = c.tiles.get<int32_t>();
   p.num_tiles = c.num_tiles.get<int32_t>();
   p.xg = c.xg.get<uint16_t>();
+  p.path = o.sort_path;
+  p.sort_scratch = c.sort_scratch.get<int32_t>();
   s.up = MoeExpertUpParams{&w,      10.f,        c.m * kK, tile_rows,     p.offsets,
                            p.tiles, p.num_tiles, p.xg,     p.slot_weight, c.ag.get<uint16_t>(),
                            nullptr};
@@ -206,6 +225,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, int64_t k_step) {
                                c.ye.get<uint16_t>()};
   s.up.k_step = k_step;
   s.down.k_step = k_step;
+  s.up.hoisted_addresses = o.hoist;
+  s.down.hoisted_addresses = o.hoist;
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
@@ -270,6 +291,32 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   return ok;
 }
 
+// The layer's y and ids with the small and with the large route / sort shapes forced (the GEMM
+// settings of `o`): they must be byte-identical. Appends one line to `report`; returns true when
+// they are.
+bool ShapesAgree(const MoeCudaWeights& w, Call& c, const Options& o, cudaStream_t stream,
+                 std::string* report) {
+  std::vector<uint16_t> y[2];
+  std::vector<int32_t> ids[2];
+  for (int i = 0; i < 2; ++i) {
+    Options forced = o;
+    forced.route_path = forced.sort_path = i == 0 ? MoeCudaPath::kSmall : MoeCudaPath::kLarge;
+    DeviceBuffer d_ids(c.m * kK * 4);
+    CUDA_CHECK(cudaMemsetAsync(c.y.get(), 0xA5, c.y.bytes(), stream));
+    MoeCudaParams p = LayerParams(w, c, d_ids.get<int32_t>(), forced);
+    CHECK_OK(MoeCuda(p, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    y[i] = ToHost<uint16_t>(c.y, c.m * kD);
+    ids[i] = ToHost<int32_t>(d_ids, c.m * kK);
+  }
+  const bool same = y[0] == y[1] && ids[0] == ids[1];
+  char line[160];
+  std::snprintf(line, sizeof(line), "m %ld: y and ids with small vs large route/sort shapes: %s\n",
+                static_cast<long>(c.m), same ? "byte-identical" : "DIFFER");
+  *report += line;
+  return same;
+}
+
 int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
@@ -279,7 +326,8 @@ int Main(int argc, char** argv) {
     if (i + 1 >= argc) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
-                   "[--k-step 0|128|256] [--shared 0|1]\n",
+                   "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
+                   "[--sort-path 0|1|2] [--hoist 0|1]\n",
                    argv[0]);
       return 2;
     }
@@ -296,6 +344,15 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "--k-step must be 0, 128 or 256\n");
         return 2;
       }
+    } else if (a == "--route-path" || a == "--sort-path") {
+      const int path = std::atoi(v.c_str());
+      if (path < 0 || path > 2) {
+        std::fprintf(stderr, "%s must be 0 (auto), 1 (small) or 2 (large)\n", a.c_str());
+        return 2;
+      }
+      (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
+    } else if (a == "--hoist") {
+      o.hoist = v != "0";
     } else if (a == "--shared") {
       o.shared = v != "0";
     } else if (a == "--iters" || a == "--warmup" || a == "--sets") {
@@ -365,11 +422,17 @@ int Main(int argc, char** argv) {
   }
   std::vector<double> routed_us;
 
-  std::printf("gemm k_step %ld (0 = automatic)\n", static_cast<long>(o.k_step));
-  std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s\n", "tokens",
-              "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us", "ratio",
-              "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s");
+  std::printf(
+      "gemm k_step %ld (0 = automatic), hoisted addresses %d; route path %d, sort path %d (0 "
+      "auto, 1 small, 2 large)\n",
+      static_cast<long>(o.k_step), o.hoist ? 1 : 0, static_cast<int>(o.route_path),
+      static_cast<int>(o.sort_path));
+  std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s %6s\n",
+              "tokens", "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us",
+              "ratio", "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s",
+              "paths");
   std::vector<std::string> plans;
+  std::string shape_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
       const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up);
@@ -391,7 +454,7 @@ int Main(int argc, char** argv) {
     for (int s = 0; s < o.sets; ++s) {
       calls.push_back(MakeCall(m, 1000 * m + s));
       DeviceBuffer ids(m * kK * 4);
-      MoeCudaParams p = LayerParams(w, calls.back(), ids.get<int32_t>(), o.k_step);
+      MoeCudaParams p = LayerParams(w, calls.back(), ids.get<int32_t>(), o);
       CHECK_OK(MoeCuda(p, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       std::vector<bool> used(kE, false);
@@ -399,19 +462,21 @@ int Main(int argc, char** argv) {
       calls.back().touched = std::count(used.begin(), used.end(), true);
       touched += static_cast<double>(calls.back().touched) / o.sets;
     }
+    ok = ShapesAgree(w, calls[0], o, stream, &shape_report) && ok;
     const double us = MedianMicros(o, stream, [&](int i) {
-      MoeCudaParams p = LayerParams(w, calls[i % o.sets], nullptr, o.k_step);
+      MoeCudaParams p = LayerParams(w, calls[i % o.sets], nullptr, o);
       CHECK_OK(MoeCuda(p, stream));
     });
     routed_us.push_back(us);
     std::vector<Stages> stages;
-    for (Call& c : calls) stages.push_back(MakeStages(w, c, o.k_step));
+    for (Call& c : calls) stages.push_back(MakeStages(w, c, o));
     auto stage_us = [&](const std::function<void(Stages&, Call&)>& run) {
       return MedianMicros(o, stream, [&](int i) { run(stages[i % o.sets], calls[i % o.sets]); });
     };
     // As MoeCuda runs it: no per-expert counts (the sort counts the ids itself).
-    const double route_us =
-        stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeRoute(s.route, nullptr, stream)); });
+    const double route_us = stage_us([&](Stages& s, Call&) {
+      CHECK_OK(LaunchMoeRoute(s.route, nullptr, stream, o.route_path));
+    });
     const double perm_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoePermute(s.permute, stream)); });
     const double up_us =
@@ -427,11 +492,15 @@ int Main(int argc, char** argv) {
     const double down_bytes = touched * expert_bytes / 3.0;
     std::printf(
         "%6ld %7.1f %10.1f %9.1f %9.1f %8.1f %7.0f %10.1f %6.3f | %8.1f %8.1f %8.1f %8.1f "
-        "%8.1f | %8.0f %8.0f\n",
+        "%8.1f | %8.0f %8.0f %4s/%s\n",
         static_cast<long>(m), touched, us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
         bytes / us / 1e3, roof, roof / us, route_us, perm_us, up_us, down_us, comb_us,
-        up_bytes / up_us / 1e3, down_bytes / down_us / 1e3);
+        up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
+        MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
+        MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s");
   }
+
+  std::printf("\n%s", shape_report.c_str());
 
   if (o.shared) {
     std::printf(
@@ -446,7 +515,7 @@ int Main(int argc, char** argv) {
       Call c = MakeCall(m, 77 + m);
       DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, &dev_shared[0]->view));
       const double layer_us = MedianMicros(o, stream, [&](int i) {
-        MoeCudaParams p = LayerParams(w, c, nullptr, o.k_step);
+        MoeCudaParams p = LayerParams(w, c, nullptr, o);
         p.shared = &dev_shared[i % kSharedCopies]->view;
         p.workspace = ws.get();
         p.workspace_bytes = ws.bytes();
@@ -485,7 +554,7 @@ int Main(int argc, char** argv) {
 
   // Batch-1 latency: host wall time of one call + synchronize, and a CUDA graph of one call.
   Call one = MakeCall(1, 7);
-  MoeCudaParams p1 = LayerParams(w, one, nullptr, o.k_step);
+  MoeCudaParams p1 = LayerParams(w, one, nullptr, o);
   CHECK_OK(MoeCuda(p1, stream));  // outside capture first: per-device kernel attributes
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> wall;

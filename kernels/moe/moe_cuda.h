@@ -76,18 +76,62 @@ absl::Status Validate(const MoeCudaWeights& w);
 
 // ---- Stages (what MoeCuda enqueues; public for tests, benches and other schedules) ----------
 
+// The kernel shape of the route and permute stages. Both shapes of a stage write the same bytes
+// (tested); kAuto picks the faster guess from the batch size, the others force one (tests, A/B in
+// the bench).
+enum class MoeCudaPath : int {
+  kAuto = 0,
+  kSmall = 1,  // route: a block per token; permute: the one-block counting sort
+  kLarge = 2,  // route: a warp per token; permute: the multi-block sort (needs sort_scratch)
+};
+// kAuto takes the warp-per-token route from this many tokens on (below, a block per token has the
+// lower latency; above, its per-pass block barriers and the redundant winner merge of every
+// thread dominate).
+inline constexpr int64_t kMoeCudaRouteWarpMinTokens = 512;
+// kAuto takes the multi-block sort from this many slots (m·top_k) on: 256 tokens at top-6.
+inline constexpr int64_t kMoeCudaSortMultiBlockMinSlots = 1536;
+// The multi-block sort cuts the slots into at most this many chunks (blocks) of a multiple of
+// kMoeCudaSortChunkUnit slots each.
+inline constexpr int64_t kMoeCudaSortMaxBlocks = 64;
+inline constexpr int64_t kMoeCudaSortChunkUnit = 1024;
+
+// The route shape for m tokens: `path` itself unless kAuto. Pure.
+MoeCudaPath MoeCudaRoutePath(int64_t m, MoeCudaPath path = MoeCudaPath::kAuto);
+
+// How LaunchMoePermute sorts `slots` (m·top_k) slots: `path` resolved (kAuto: kLarge from
+// kMoeCudaSortMultiBlockMinSlots on when a scratch buffer is given, else kSmall) and, for kLarge,
+// the chunking: `blocks` chunks of `chunk` slots (the last one partial), chunk = the smallest
+// multiple of kMoeCudaSortChunkUnit that keeps blocks <= kMoeCudaSortMaxBlocks. Pure.
+struct MoeCudaSortPlan {
+  MoeCudaPath path = MoeCudaPath::kSmall;
+  int64_t chunk = 0;   // slots per block (kLarge)
+  int64_t blocks = 1;  // blocks of the count and scatter kernels (kLarge)
+};
+MoeCudaSortPlan MoeCudaPlanSort(int64_t slots, MoeCudaPath path, bool has_scratch);
+
+// Device scratch of the multi-block sort (MoePermuteParams::sort_scratch): one int32 count per
+// (block, expert), any m. MoeCuda keeps it in its workspace.
+constexpr int64_t MoeCudaSortScratchBytes(int64_t n_experts) {
+  return 4 * kMoeCudaSortMaxBlocks * n_experts;
+}
+
 // Stage 1: MoeRouteCpu on the device. Same params (device pointers), with two differences: an
 // is_image array requires bias_vl (the flags are not read on the host), and n_experts <=
 // kMoeCudaMaxExperts, top_k <= kMoeCudaMaxTopK. `expert_counts` (optional, [E], zeroed by the
-// caller) gets the number of tokens routed to each expert added. One block per token, a thread
-// per expert.
-absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream);
+// caller) gets the number of tokens routed to each expert added. Two shapes, the same bytes out
+// (MoeCudaRoutePath): kSmall, a block per token and a thread per expert (lowest latency for a
+// few tokens); kLarge, a warp per token, each lane holding ceil(E/32) experts in registers (no
+// barriers; the large-batch shape).
+absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream,
+                            MoeCudaPath path = MoeCudaPath::kAuto);
 
-// Stage 2: counting sort of the m·top_k (token, rank) slots by expert in one block, O(m·k) —
-// per-warp histograms, exclusive scans, stable scatter (tokens ascending inside an expert, as
-// MoeCpu) — plus the tile list of
-// the grouped GEMMs, and the FP8 quantiser: each token's x row is quantised once and its QDQ
-// values written to its top_k slot rows (the gathered GEMM operand).
+// Stage 2: stable counting sort of the m·top_k (token, rank) slots by expert, O(m·k) — tokens
+// ascending inside an expert, as MoeCpu — plus the tile list of the grouped GEMMs, and the FP8
+// quantiser: each token's x row is quantised once and its QDQ values written to its top_k slot
+// rows (the gathered GEMM operand). Two shapes, the same bytes out (MoeCudaPlanSort): kSmall, one
+// block (per-warp histograms, exclusive scans, stable scatter); kLarge, three kernels (per-block
+// expert histograms, a scan over blocks × experts that also writes the offsets and tiles, then
+// each block's stable scatter of its chunk from its per-expert bases), for large m.
 struct MoePermuteParams {
   int64_t m = 0;          // tokens; 0 is a no-op
   int64_t n_experts = 0;  // E
@@ -108,6 +152,8 @@ struct MoePermuteParams {
   uint16_t* xg = nullptr;                  // out bf16 [m·k, D]: QDQ(x) rows, operand order
   uint8_t* x_codes = nullptr;              // optional out [m, D]: FP8 E4M3 codes
   uint8_t* x_scales = nullptr;             // optional out [m, D/32]: UE8M0 scale bytes
+  MoeCudaPath path = MoeCudaPath::kAuto;   // sort shape (kLarge needs sort_scratch)
+  int32_t* sort_scratch = nullptr;  // optional [MoeCudaSortScratchBytes(E) / 4], any contents
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
@@ -121,6 +167,13 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts);
 // first design, kept selectable for comparison), or 256 (K must be a multiple of 256; 64-row
 // tiles always take 128). The output bits do not depend on it (same per-accumulator order).
 inline constexpr int64_t kMoeCudaKStepAuto = 0;
+
+// GEMM main-loop variant (`hoisted_addresses` of the GEMM params, `gemm_hoisted_addresses` of
+// MoeCudaParams, bench --hoist 1), off by default until measured: each thread computes the
+// source and shared-memory addresses of its cp.async copies once per tile instead of once per K
+// stage (fewer integer instructions per weight byte, more registers). Output bits unchanged
+// (the same bytes reach the same shared-memory places).
+inline constexpr bool kMoeCudaGemmHoistedAddresses = false;
 
 // Stage 3: per tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU with
 // the slot's routing weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along I:
@@ -138,6 +191,7 @@ struct MoeExpertUpParams {
   uint16_t* ag = nullptr;              // out bf16 [slots, I], QDQ(a), operand order
   uint16_t* act = nullptr;             // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
+  bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -153,6 +207,7 @@ struct MoeExpertDownParams {
   const uint16_t* ag = nullptr;        // bf16 [slots, I], operand order
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
+  bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -213,11 +268,15 @@ struct MoeCudaParams {
   float* expert_weights = nullptr;                 // optional out [m, top_k]
   void* workspace = nullptr;  // device, >= MoeCudaWorkspaceBytes(...), any alignment
   size_t workspace_bytes = 0;
-  int64_t gemm_k_step = kMoeCudaKStepAuto;  // both GEMMs' k_step (0, 128 or 256)
+  int64_t gemm_k_step = kMoeCudaKStepAuto;                     // both GEMMs' k_step (0, 128 or 256)
+  bool gemm_hoisted_addresses = kMoeCudaGemmHoistedAddresses;  // both GEMMs' main-loop variant
+  MoeCudaPath route_path = MoeCudaPath::kAuto;  // LaunchMoeRoute's shape (output bits unchanged)
+  MoeCudaPath sort_path = MoeCudaPath::kAuto;   // LaunchMoePermute's shape (output bits unchanged)
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes
-// (gathered rows and expert outputs share one region) + 8·E, plus alignment; with `shared`
+// (gathered rows and expert outputs share one region) + 8·E + MoeCudaSortScratchBytes(E), plus
+// alignment; with `shared`
 // (the weights MoeCudaParams::shared will carry) also 2·max_tokens·D (its output) +
 // MoeSharedExpertWorkspaceBytes. Monotone in max_tokens. Errors: InvalidArgumentError for
 // invalid weights dims, top_k or max_tokens, invalid shared weights or a shared D other than D.
@@ -227,8 +286,9 @@ absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int6
 
 absl::Status Validate(const MoeCudaParams& p);
 
-// y = routed MoE(x) (+ the shared expert) with the numerics above: six kernels on `stream`
-// (route, sort, quantise + gather, w1/w3 + SwiGLU, w2, combine), LaunchMoeSharedExpert's first
+// y = routed MoE(x) (+ the shared expert) with the numerics above: five to eight kernels on
+// `stream` (route, sort — one kernel, or three at large m — [quantise + gather], w1/w3 + SwiGLU,
+// w2, combine; the shapes by route_path / sort_path), LaunchMoeSharedExpert's first
 // when `shared` is given, and, when asked for, two device copies of the routing. Capturable in a
 // CUDA graph (no host synchronisation, no allocation). Cost: the touched experts' weights are read
 // about once per tile-row block of tokens; see README.md for the measured figures.

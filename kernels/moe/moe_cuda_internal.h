@@ -13,17 +13,18 @@ namespace flashserve::kernels::moe_cuda_internal {
 
 // Byte offsets of MoeCuda's workspace regions from a 256-byte-aligned base.
 struct MoeCudaLayout {
-  size_t counts = 0;       // i32 [E]
-  size_t offsets = 0;      // i32 [E + 1]
-  size_t num_tiles = 0;    // i32 [1]
-  size_t tiles = 0;        // i32 [2·S]
-  size_t ids = 0;          // i32 [S]
-  size_t weights = 0;      // f32 [S]
-  size_t slot_token = 0;   // i32 [S]
-  size_t slot_weight = 0;  // f32 [S]
-  size_t token_slot = 0;   // i32 [S]
-  size_t xg = 0;           // bf16 [S, D]; reused for ye [S, D] once the up stage has read it
-  size_t ag = 0;           // bf16 [S, I]
+  size_t counts = 0;        // i32 [E]
+  size_t sort_scratch = 0;  // i32 [kMoeCudaSortMaxBlocks, E] (the multi-block sort's counts)
+  size_t offsets = 0;       // i32 [E + 1]
+  size_t num_tiles = 0;     // i32 [1]
+  size_t tiles = 0;         // i32 [2·S]
+  size_t ids = 0;           // i32 [S]
+  size_t weights = 0;       // f32 [S]
+  size_t slot_token = 0;    // i32 [S]
+  size_t slot_weight = 0;   // f32 [S]
+  size_t token_slot = 0;    // i32 [S]
+  size_t xg = 0;            // bf16 [S, D]; reused for ye [S, D] once the up stage has read it
+  size_t ag = 0;            // bf16 [S, I]
   // With the GPU shared expert (shared_bytes > 0) only:
   size_t shared_y = 0;   // bf16 [max_tokens, D]: its output, added by the combine
   size_t shared_ws = 0;  // its workspace (MoeSharedExpertWorkspaceBytes), 256-byte aligned
@@ -46,8 +47,9 @@ struct MoeSharedExpertPlan {
 };
 absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpertPlan* plan);
 
-// LaunchMoeRoute's checks (MoeRouteCpu's, minus the host read of is_image, plus the GPU limits).
-absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p);
+// LaunchMoeRoute's checks (MoeRouteCpu's, minus the host read of is_image, plus the GPU limits,
+// plus a valid `path`).
+absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p, MoeCudaPath path = MoeCudaPath::kAuto);
 
 // MoeSharedExpertWorkspaceBytes(*shared, max_tokens), 0 when shared is null; InvalidArgumentError
 // (prefixed with op) for invalid shared weights or a D other than the experts' `dim`.

@@ -111,7 +111,37 @@ absl::Status CheckKStep(const char* op, const char* field, int64_t k_step, int64
 
 size_t Align256(size_t v) { return (v + 255) & ~size_t{255}; }
 
+absl::Status CheckPath(const char* op, const char* field, MoeCudaPath path) {
+  const int v = static_cast<int>(path);
+  if (v < static_cast<int>(MoeCudaPath::kAuto) || v > static_cast<int>(MoeCudaPath::kLarge)) {
+    return Invalid(op, field, absl::StrFormat("is %d, must be kAuto, kSmall or kLarge", v));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+MoeCudaPath MoeCudaRoutePath(int64_t m, MoeCudaPath path) {
+  if (path != MoeCudaPath::kAuto) return path;
+  return m >= kMoeCudaRouteWarpMinTokens ? MoeCudaPath::kLarge : MoeCudaPath::kSmall;
+}
+
+MoeCudaSortPlan MoeCudaPlanSort(int64_t slots, MoeCudaPath path, bool has_scratch) {
+  MoeCudaSortPlan plan;
+  if (path == MoeCudaPath::kAuto) {
+    path = has_scratch && slots >= kMoeCudaSortMultiBlockMinSlots ? MoeCudaPath::kLarge
+                                                                  : MoeCudaPath::kSmall;
+  }
+  plan.path = path;
+  if (path != MoeCudaPath::kLarge) return plan;
+  const int64_t s = std::max<int64_t>(slots, 1);
+  const int64_t per_block = (s + kMoeCudaSortMaxBlocks - 1) / kMoeCudaSortMaxBlocks;
+  plan.chunk =
+      std::max<int64_t>(1, (per_block + kMoeCudaSortChunkUnit - 1) / kMoeCudaSortChunkUnit) *
+      kMoeCudaSortChunkUnit;
+  plan.blocks = (s + plan.chunk - 1) / plan.chunk;
+  return plan;
+}
 
 absl::Status Validate(const MoeCudaWeights& w) {
   constexpr const char* kOp = "MoeCudaWeights";
@@ -141,8 +171,9 @@ absl::Status Validate(const MoeCudaWeights& w) {
 
 namespace moe_cuda_internal {
 
-absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p) {
+absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p, MoeCudaPath path) {
   constexpr const char* kOp = "LaunchMoeRoute";
+  RETURN_IF_ERROR(CheckPath(kOp, "path", path));
   RETURN_IF_ERROR(CheckExpertsTopK(kOp, p.n_experts, p.options.top_k));
   RETURN_IF_ERROR(moe_internal::ValidateMoeOptions(p.options, p.n_experts, kOp));
   RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.options.top_k));
@@ -163,6 +194,11 @@ absl::Status Validate(const MoePermuteParams& p) {
   RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.top_k));
   RETURN_IF_ERROR(CheckDim(kOp, "dim", p.dim));
   RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows));
+  RETURN_IF_ERROR(CheckPath(kOp, "path", p.path));
+  if (p.path == MoeCudaPath::kLarge && p.sort_scratch == nullptr) {
+    return Invalid(kOp, "sort_scratch", "is null but path is kLarge (the multi-block sort)");
+  }
+  RETURN_IF_ERROR(CheckAligned(kOp, "sort_scratch", p.sort_scratch, 4));
   if (p.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"expert_ids", p.expert_ids},
                                      {"expert_weights", p.expert_weights},
@@ -245,6 +281,7 @@ MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter
     return here;
   };
   l.counts = take(4 * e);
+  l.sort_scratch = take(static_cast<size_t>(MoeCudaSortScratchBytes(n_experts)));
   l.offsets = take(4 * (e + 1));
   l.num_tiles = take(4);
   l.tiles = take(8 * s);
@@ -288,6 +325,8 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   }
   RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.dim));
   RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.inter));
+  RETURN_IF_ERROR(CheckPath(kOp, "route_path", p.route_path));
+  RETURN_IF_ERROR(CheckPath(kOp, "sort_path", p.sort_path));
   if (p.shared != nullptr && p.shared_y != nullptr) {
     return Invalid(kOp, "shared", "and shared_y are both given (give one)");
   }

@@ -10,7 +10,8 @@
 //   operand order; special values (subnormals, max bf16, zero blocks, Inf / NaN) included.
 // - up (w1/w3 + SwiGLU + quantiser) and down (w2): exact-arithmetic inputs (moe_test_util.h), so
 //   the GPU's sums equal LinearCpu's in any order: a, QDQ(a) and the expert outputs bit for bit,
-//   for every tile configuration (16, 32, 64 rows), E2M1 scale bytes 123..129.
+//   for every tile configuration (16, 32, 64 rows), each with the default and the hoisted-address
+//   main loop, E2M1 scale bytes 123..129.
 // - FP4 decoder: one-hot activations turn a w2 GEMM into a readout of every weight; all 16 codes
 //   against every scale byte 2..252 and the NaN byte, exactly.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
@@ -330,9 +331,11 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
     auto cpu = moe_test::BuildCpuExperts(spec, {});
     const auto x = moe_test::SmallIntActivations(c.m, c.dim, 16, 9);
     const int64_t slots = c.m * c.top_k;
-    for (int64_t tile_rows : {16, 32, 64}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      const int64_t tile_rows = int64_t{16} << (variant % 3);
+      const bool hoist = variant >= 3;  // the hoisted-address main loop: the same bits
       SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows);
+                                      << " tile_rows " << tile_rows << " hoist " << hoist);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
       std::vector<uint16_t> xg(slots * c.dim);
       for (int64_t r = 0; r < slots; ++r) {
@@ -353,6 +356,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.slot_weight = s.slot_weight.get<float>();
       p.ag = ag.get<uint16_t>();
       p.act = act.get<uint16_t>();
+      p.hoisted_addresses = hoist;
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
       const auto g_ag = ToHost<uint16_t>(ag, slots * c.inter);
       const auto g_act = ToHost<uint16_t>(act, slots * c.inter);
@@ -376,7 +380,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       }
       EXPECT_EQ(bad_act, 0) << "of " << slots * c.inter << " SwiGLU outputs";
       EXPECT_EQ(bad_ag, 0) << "of " << slots << " quantised rows";
-      if (tile_rows == 16) {
+      if (variant == 0) {
         std::printf("up D %ld I %ld m %ld: %ld SwiGLU outputs bit-exact (%ld with g clamped)\n",
                     static_cast<long>(c.dim), static_cast<long>(c.inter), static_cast<long>(c.m),
                     static_cast<long>(slots * c.inter), static_cast<long>(clamped));
@@ -399,9 +403,11 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       std::copy(row.begin(), row.end(), ag.begin() + r * c.inter);
     }
     DeviceBuffer d_ag = ToDevice(ag);
-    for (int64_t tile_rows : {16, 32, 64}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      const int64_t tile_rows = int64_t{16} << (variant % 3);
+      const bool hoist = variant >= 3;  // the hoisted-address main loop: the same bits
       SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows);
+                                      << " tile_rows " << tile_rows << " hoist " << hoist);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -413,6 +419,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.num_tiles = s.num_tiles.get<int32_t>();
       p.ag = d_ag.get<uint16_t>();
       p.ye = ye.get<uint16_t>();
+      p.hoisted_addresses = hoist;
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
       const auto g_ye = ToHost<uint16_t>(ye, slots * c.dim);
       int64_t bad = 0;

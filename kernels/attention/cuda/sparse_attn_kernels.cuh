@@ -27,94 +27,9 @@
 #include <cstdint>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/sparse_attn_device.cuh"
 
 namespace flashserve::kernels::attn_device {
-
-inline constexpr int kBlock = static_cast<int>(kSparseAttnBlock);  // list entries per block
-inline constexpr float kInitMax = -1e30f;                          // the reference's start
-inline constexpr int kScalarThreads = 128;
-inline constexpr int kCombineThreads = 128;
-inline constexpr int kSRowFloats = kBlock + 4;  // fp32 logits row pitch in shared memory
-
-static_assert(kBlock == 64, "the warp layout assumes 64-entry blocks");
-
-// How a launch is cut into units (see the launcher).
-struct Geometry {
-  int64_t groups = 1;            // head groups per token
-  int64_t splits = 1;            // list ranges per (token, group)
-  int64_t blocks_per_split = 0;  // 64-blocks per range
-  int64_t units = 0;             // tokens · groups · splits
-  float* state = nullptr;        // split states (splits > 1): [units][heads per CTA][kD + 2]
-};
-
-// exp as double, rounded once to fp32: agrees with glibc's expf (< 0.502 ulp) but for ~never.
-__device__ __forceinline__ float ExpF(float x) {
-  return static_cast<float>(exp(static_cast<double>(x)));
-}
-
-__device__ __forceinline__ uint16_t Bf16Bits(float x) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-__device__ __forceinline__ float Bf16Round(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-
-__device__ __forceinline__ float Bf16ToFloat(uint16_t b) {
-  return __uint_as_float(static_cast<uint32_t>(b) << 16);
-}
-
-// Row `idx` of the pool, or -1 when the entry is unused or (unvalidated on the device) out of
-// range.
-__device__ __forceinline__ int64_t RowOf(const SparseAttnParams& p, int64_t t, int64_t pos) {
-  if (pos >= p.width) return -1;
-  const int32_t idx = p.indices[t * p.indices_stride + pos];
-  return (idx >= 0 && idx < p.n_kv) ? idx : -1;
-}
-
-// ---- PTX wrappers -----------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared; zero-filled when !valid (src is then not read).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += a·b, m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][kChunks × 16 B] tile.
-template <int kChunks>
-__device__ __forceinline__ uint32_t Swz(int row, int chunk) {
-  return static_cast<uint32_t>((row * kChunks + (chunk ^ (row & 7))) * 16);
-}
 
 // ---- tensor-core path -------------------------------------------------------------------------
 

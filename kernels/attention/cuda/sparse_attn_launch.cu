@@ -3,20 +3,26 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "common/base/status_macros.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/cuda/sparse_attn_kernels.cuh"
+#include "kernels/attention/cuda/sparse_attn_path.h"
+#include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 
 namespace flashserve::kernels {
 namespace {
 
+using attention_internal::SparseAttnCudaPath;
 using attn_device::Geometry;
 using attn_device::TensorShape;
+
+std::atomic<int> g_path_override{static_cast<int>(SparseAttnCudaPath::kAuto)};
 
 // Grid-stride kernels never need more CTAs than this.
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
@@ -34,11 +40,10 @@ bool TensorPathFits(const SparseAttnParams& p) {
   return true;
 }
 
-template <int kD, int kMT>
-void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
-  using S = TensorShape<kD, kMT>;
+// Cuts the launch into units of (token, group of `heads_per_cta` heads, split).
+Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
   Geometry geo;
-  geo.groups = (p.heads + S::kHeads - 1) / S::kHeads;
+  geo.groups = (p.heads + heads_per_cta - 1) / heads_per_cta;
   const int64_t items = p.tokens * geo.groups;
   const int64_t n_blocks = (p.width + kSparseAttnBlock - 1) / kSparseAttnBlock;
   // Few items: split each list into ranges of 64-blocks so that about kSparseAttnCudaSplitCtas
@@ -51,7 +56,22 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   geo.splits = splits > 1 ? (n_blocks + geo.blocks_per_split - 1) / geo.blocks_per_split : 1;
   geo.units = items * geo.splits;
   geo.state = static_cast<float*>(p.workspace);
+  return geo;
+}
 
+// The second kernel of a split launch: merges the states of the CTAs of `heads_per_cta` heads.
+template <int kHeadsPerCta>
+void LaunchCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+  const auto combine_ctas = static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas));
+  attn_device::CombineKernel<kHeadsPerCta>
+      <<<combine_ctas, attn_device::kCombineThreads, 0, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kD, int kMT>
+void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
+  using S = TensorShape<kD, kMT>;
+  const Geometry geo = MakeGeometry(p, S::kHeads);
   auto* kernel = attn_device::TensorKernel<kD, kMT>;
   // Per device and cheap; set on every launch so that any current device has it.
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -59,12 +79,19 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, S::kThreads, S::kSmemBytes, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) {
-    const auto combine_ctas = static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas));
-    attn_device::CombineKernel<S::kHeads>
-        <<<combine_ctas, attn_device::kCombineThreads, 0, stream>>>(p, geo);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  if (geo.splits > 1) LaunchCombine<S::kHeads>(p, geo, stream);
+}
+
+void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
+  using W = attn_device::WgmmaShape;
+  const Geometry geo = MakeGeometry(p, W::kHeads);
+  auto* kernel = attn_device::WgmmaKernel<W::kD>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(W::kSmemBytes)));
+  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
+  kernel<<<ctas, W::kThreads, W::kSmemBytes, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+  if (geo.splits > 1) LaunchCombine<W::kHeads>(p, geo, stream);
 }
 
 template <int kD>
@@ -87,12 +114,51 @@ void LaunchScalar(const SparseAttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+namespace attention_internal {
+
+const char* SparseAttnCudaPathName(SparseAttnCudaPath path) {
+  switch (path) {
+    case SparseAttnCudaPath::kAuto:
+      return "auto";
+    case SparseAttnCudaPath::kScalar:
+      return "scalar";
+    case SparseAttnCudaPath::kMmaSync:
+      return "mma.sync";
+    case SparseAttnCudaPath::kWgmma:
+      return "wgmma";
+  }
+  return "?";
+}
+
+void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path) {
+  g_path_override.store(static_cast<int>(path), std::memory_order_relaxed);
+}
+
+SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
+  const auto want =
+      static_cast<SparseAttnCudaPath>(g_path_override.load(std::memory_order_relaxed));
+  if (want == SparseAttnCudaPath::kScalar || !TensorPathFits(p)) return SparseAttnCudaPath::kScalar;
+  // The wgmma kernel zero-fills missing heads of a group, so any head count works; by default it
+  // takes only whole groups of 64 (the released dims), where no tensor-core row is wasted.
+  const bool wgmma_fits = p.head_dim == attn_device::WgmmaShape::kD;
+  if (want == SparseAttnCudaPath::kMmaSync || !wgmma_fits) return SparseAttnCudaPath::kMmaSync;
+  if (want == SparseAttnCudaPath::kWgmma || p.heads % attn_device::WgmmaShape::kHeads == 0) {
+    return SparseAttnCudaPath::kWgmma;
+  }
+  return SparseAttnCudaPath::kMmaSync;
+}
+
+}  // namespace attention_internal
+
 absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(attention_internal::ValidateSparseAttnFor(
       p, SparseAttnCudaWorkspaceBytes(p.heads, p.head_dim), /*host_values=*/false));
   if (p.tokens == 0) return absl::OkStatus();
-  if (!TensorPathFits(p)) {
+  const SparseAttnCudaPath path = attention_internal::SparseAttnCudaPathFor(p);
+  if (path == SparseAttnCudaPath::kScalar) {
     LaunchScalar(p, stream);
+  } else if (path == SparseAttnCudaPath::kWgmma) {
+    LaunchWgmma(p, stream);
   } else if (p.head_dim == 128) {
     LaunchTensorForHeads<128>(p, stream);
   } else if (p.head_dim == 256) {

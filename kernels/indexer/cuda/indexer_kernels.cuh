@@ -45,16 +45,14 @@ __device__ __forceinline__ int64_t Reach(int64_t start_pos, int64_t ratio, int64
   return (start_pos + row + 1) / ratio;
 }
 
-// ---- Scores ----------------------------------------------------------------------------------
-// grid.x walks rows (fastest, so the rows of one position tile run back to back and share the
-// key tile through L2), grid.y walks tiles of kScoreThreads positions; a thread per position.
-// Dynamic shared memory: the fp32 q of up to kHeadChunk heads of the row.
-// kVec: head_dim % 8 == 0 and 16-byte aligned key rows (16-byte key loads, 16-byte q_s reads).
-// kDim: head_dim as a compile-time constant (0: read p.head_dim), for the released 128.
-template <bool kVec, int kDim>
+// ---- Scores, scalar path ----------------------------------------------------------------------
+// For head_dim % 8 != 0 or key rows off 16 bytes (the tiled kernel, score_tile_kernel.cuh, takes
+// every other case). grid.x walks rows (fastest, so the rows of one position tile run back to
+// back and share the key tile through L2), grid.y walks tiles of kScoreThreads positions; a
+// thread per position. Dynamic shared memory: the fp32 q of up to kHeadChunk heads of the row.
 __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(IndexerScoreParams p) {
   extern __shared__ __align__(16) float q_s[];
-  const int64_t dim = kDim > 0 ? kDim : p.head_dim;
+  const int64_t dim = p.head_dim;
   const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
     for (int64_t row = blockIdx.x; row < p.tokens; row += gridDim.x) {
@@ -84,36 +82,11 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(IndexerScore
         float acc[kHeadChunk];
 #pragma unroll
         for (int j = 0; j < kHeadChunk; ++j) acc[j] = 0.0f;
-        if constexpr (kVec) {
-          const uint4* k4 = reinterpret_cast<const uint4*>(krow);
-          for (int64_t d8 = 0; d8 < dim / 8; ++d8) {
-            const uint4 v = __ldg(k4 + d8);
-            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-            float kv[8];
+        for (int64_t d = 0; d < dim; ++d) {
+          const float kv = Bf16ToFloat(krow[d]);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              kv[e] = Bf16ToFloat(
-                  static_cast<uint16_t>(e % 2 == 0 ? words[e / 2] : words[e / 2] >> 16));
-            }
-#pragma unroll
-            for (int j = 0; j < kHeadChunk; ++j) {
-              if (j < nh) {
-                // dim % 8 == 0 and q_s is 16-byte aligned: two 16-byte loads of q[h0+j, d8*8..+7].
-                const float4* q4 = reinterpret_cast<const float4*>(q_s + j * dim + d8 * 8);
-                const float4 qa = q4[0], qb = q4[1];
-                const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[j] = __fadd_rn(acc[j], __fmul_rn(qv[e], kv[e]));
-              }
-            }
-          }
-        } else {
-          for (int64_t d = 0; d < dim; ++d) {
-            const float kv = Bf16ToFloat(krow[d]);
-#pragma unroll
-            for (int j = 0; j < kHeadChunk; ++j) {
-              if (j < nh) acc[j] = __fadd_rn(acc[j], __fmul_rn(q_s[j * dim + d], kv));
-            }
+          for (int j = 0; j < kHeadChunk; ++j) {
+            if (j < nh) acc[j] = __fadd_rn(acc[j], __fmul_rn(q_s[j * dim + d], kv));
           }
         }
 #pragma unroll
@@ -135,9 +108,11 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(IndexerScore
 // ranked by OrderKey) and Emit(row, i, value, picked, slot) (slot = rank of a picked item in
 // index order). Picked = the K largest (key desc, index asc).
 
-// Exclusive block scan of x (all kSelectThreads threads call it); *total gets the block sum.
+// Exclusive block scan of x (all kThreads threads call it); *total gets the block sum.
+template <int kThreads = kSelectThreads>
 __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t x, uint32_t* total) {
-  __shared__ uint32_t warp_sums[kSelectWarps];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ uint32_t warp_sums[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t inc = x;
 #pragma unroll
@@ -150,7 +125,7 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t x, uint32_t* tot
   __syncthreads();
   uint32_t before = 0, sum = 0;
 #pragma unroll
-  for (int i = 0; i < kSelectWarps; ++i) {
+  for (int i = 0; i < kWarps; ++i) {
     if (i < warp) before += warp_sums[i];
     sum += warp_sums[i];
   }
@@ -210,7 +185,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(Source src, int64
         eq = key == threshold;
       }
       uint32_t total = 0;
-      const uint32_t excl = BlockExclusiveScan((gt << 16) | eq, &total);
+      const uint32_t excl = BlockExclusiveScan<kSelectThreads>((gt << 16) | eq, &total);
       const uint32_t gt_before = gt_carry + (excl >> 16);
       const uint32_t eq_before = eq_carry + (excl & 0xFFFF);
       if (i < n) {
@@ -223,12 +198,33 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(Source src, int64
   }
 }
 
+// Sources also serve the split kernels (select_split_kernels.cuh): kItemsPerThread consecutive
+// items per thread and tile, Load(row, i0, v) for items i0.. (items >= Count() get −inf, never
+// used), kEmitAll (every item must be emitted, not only the picked ones).
 struct TopkSource {
+  static constexpr int kItemsPerThread = 8;
+  static constexpr bool kEmitAll = false;
   IndexerTopkParams p;
+  bool vec;  // scores 16-byte aligned and scores_stride % 8 == 0: 16-byte loads
   __device__ int64_t Count(int64_t) const { return p.width; }
   __device__ int64_t K(int64_t) const { return p.index_topk < p.width ? p.index_topk : p.width; }
   __device__ uint16_t Value(int64_t row, int64_t i) const {
     return p.scores[row * p.scores_stride + i];
+  }
+  // i0 is a multiple of 8.
+  __device__ void Load(int64_t row, int64_t i0, uint16_t (&v)[kItemsPerThread]) const {
+    const uint16_t* s = p.scores + row * p.scores_stride;
+    if (vec && i0 + 8 <= p.width) {
+      const uint4 x = *reinterpret_cast<const uint4*>(s + i0);
+      const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[e] = static_cast<uint16_t>(e % 2 == 0 ? words[e / 2] : words[e / 2] >> 16);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = i0 + e < p.width ? s[i0 + e] : kBf16NegInf;
+    }
   }
   __device__ void Emit(int64_t row, int64_t i, uint16_t, bool picked, uint32_t slot) const {
     if (!picked) return;
@@ -238,8 +234,12 @@ struct TopkSource {
 };
 
 struct CandidateSource {
+  static constexpr int kItemsPerThread = 2;
+  static constexpr bool kEmitAll = true;
   CandidateBlocksParams p;
   int64_t n_blocks;
+  bool vec_scores;  // block_size 8, scores 16-byte aligned, scores_stride % 8 == 0
+  bool vec_mask;    // block_size 8, candidates 8-byte aligned, candidates_stride % 8 == 0
   __device__ int64_t Count(int64_t) const { return n_blocks; }
   __device__ int64_t K(int64_t) const {
     return p.topk_blocks < n_blocks ? p.topk_blocks : n_blocks;
@@ -251,17 +251,37 @@ struct CandidateSource {
     const uint16_t* s = p.scores + row * p.scores_stride;
     const int64_t end = (b + 1) * p.block_size < p.width ? (b + 1) * p.block_size : p.width;
     uint16_t best = kBf16NegInf;
+    if (vec_scores && end == b * 8 + 8) {
+      const uint4 x = *reinterpret_cast<const uint4*>(s + b * 8);
+      const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const auto v = static_cast<uint16_t>(e % 2 == 0 ? words[e / 2] : words[e / 2] >> 16);
+        if (OrderKey(v) > OrderKey(best)) best = v;
+      }
+      return best;
+    }
     for (int64_t t = b * p.block_size; t < end; ++t) {
       const uint16_t v = s[t];
       if (OrderKey(v) > OrderKey(best)) best = v;
     }
     return best;
   }
+  __device__ void Load(int64_t row, int64_t i0, uint16_t (&v)[kItemsPerThread]) const {
+#pragma unroll
+    for (int e = 0; e < kItemsPerThread; ++e) {
+      v[e] = i0 + e < n_blocks ? Value(row, i0 + e) : kBf16NegInf;
+    }
+  }
   __device__ void Emit(int64_t row, int64_t b, uint16_t value, bool picked, uint32_t) const {
     if (p.block_scores != nullptr) p.block_scores[row * p.block_scores_stride + b] = value;
     const uint8_t keep = picked && OrderKey(value) > OrderKey(kBf16NegInf) ? 1 : 0;
     uint8_t* mask = p.candidates + row * p.candidates_stride;
     const int64_t end = (b + 1) * p.block_size < p.width ? (b + 1) * p.block_size : p.width;
+    if (vec_mask && end == b * 8 + 8) {
+      *reinterpret_cast<uint64_t*>(mask + b * 8) = keep * 0x0101010101010101ull;
+      return;
+    }
     for (int64_t t = b * p.block_size; t < end; ++t) mask[t] = keep;
   }
 };

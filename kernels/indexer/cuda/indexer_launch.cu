@@ -7,10 +7,14 @@
 #include <limits>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
+#include "kernels/indexer/cuda/score_tile_kernel.cuh"
+#include "kernels/indexer/cuda/select_split_kernels.cuh"
 #include "kernels/indexer/indexer.h"
+#include "kernels/indexer/select_plan.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -23,8 +27,9 @@ using indexer_device::kSelectThreads;
 constexpr int64_t kMaxGridX = int64_t{1} << 20;
 constexpr int64_t kMaxGridY = 65535;
 
-// The GPU selections need no workspace: validation runs against a stand-in that satisfies the
-// workspace checks, so every other check (and message) is the CPU bodies'.
+// The CPU workspace sizes do not apply to the GPU: validation runs against a stand-in that
+// satisfies those checks, so every other check (and message) is the CPU bodies'; the GPU's own
+// workspace is checked by CheckCudaWorkspace.
 alignas(8) uint64_t workspace_stand_in;
 
 template <typename Params>
@@ -35,11 +40,61 @@ Params WithStandInWorkspace(const Params& p) {
   return v;
 }
 
+absl::Status CheckCudaWorkspace(const char* op, const void* workspace, size_t bytes,
+                                size_t needed) {
+  if (needed == 0) return absl::OkStatus();
+  if (workspace == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: workspace is null (this width needs %d bytes of GPU workspace)", op, needed));
+  }
+  if (reinterpret_cast<uintptr_t>(workspace) % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: workspace is not 8-byte aligned", op));
+  }
+  if (bytes < needed) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: workspace_bytes %d is below the %d bytes of GPU workspace this call needs", op, bytes,
+        needed));
+  }
+  return absl::OkStatus();
+}
+
 template <typename Source>
 void LaunchSelect(const Source& src, int64_t tokens, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(std::min(tokens, kMaxGridX));
   indexer_device::SelectKernel<Source><<<blocks, kSelectThreads, 0, stream>>>(src, tokens);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The split selection (select_split_kernels.cuh): memset, then four kernels in stream order.
+template <typename Source>
+void LaunchSplitSelect(const Source& src, int64_t tokens, const indexer_plan::SelectSplitPlan& plan,
+                       void* workspace, cudaStream_t stream) {
+  static_assert(indexer_device::kSplitThreads == 256, "one thread per histogram bin");
+  static_assert(
+      Source::kItemsPerThread * indexer_device::kSplitThreads * indexer_plan::kTilesPerCta < 65536,
+      "packed 16-bit counts per chunk");
+  indexer_device::SplitWorkspace ws;
+  ws.hist = static_cast<uint32_t*>(workspace);
+  ws.counts = ws.hist + tokens * indexer_plan::kHistWords;
+  ws.chunk = plan.chunk;
+  ws.ctas = plan.ctas_per_row;
+  ws.tokens = tokens;
+  CUDA_CHECK(cudaMemsetAsync(ws.hist, 0, plan.hist_bytes, stream));
+  const dim3 grid(static_cast<unsigned>(plan.ctas_per_row),
+                  static_cast<unsigned>(std::min(tokens, kMaxGridY)));
+  constexpr int kThreads = indexer_device::kSplitThreads;
+  indexer_device::SplitHistKernel<Source, 0><<<grid, kThreads, 0, stream>>>(src, ws);
+  CUDA_CHECK(cudaGetLastError());
+  indexer_device::SplitHistKernel<Source, 1><<<grid, kThreads, 0, stream>>>(src, ws);
+  CUDA_CHECK(cudaGetLastError());
+  indexer_device::SplitCountKernel<Source><<<grid, kThreads, 0, stream>>>(src, ws);
+  CUDA_CHECK(cudaGetLastError());
+  indexer_device::SplitWriteKernel<Source><<<grid, kThreads, 0, stream>>>(src, ws);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool Aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
 }  // namespace
@@ -48,42 +103,67 @@ absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream
   RETURN_IF_ERROR(Validate(p));
   if (p.tokens == 0 || p.width == 0) return absl::OkStatus();
   const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
-  const dim3 grid(static_cast<unsigned>(std::min(p.tokens, kMaxGridX)),
-                  static_cast<unsigned>(std::min(tiles, kMaxGridY)));
-  const size_t smem =
-      static_cast<size_t>(std::min<int64_t>(p.heads, kHeadChunk) * p.head_dim) * sizeof(float);
-  const bool vec =
-      p.head_dim % 8 == 0 && p.k_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0;
-  auto launch = [&](auto kernel) {
-    if (smem > 48 * 1024) {  // up to 32 heads x 512 dims x 4 B = 64 KiB
+  const bool vec = p.head_dim % 8 == 0 && p.k_stride % 8 == 0 && Aligned(p.k, 16);
+  auto launch = [&](auto kernel, dim3 grid, size_t smem) {
+    if (smem > 48 * 1024) {  // the tiled kernel: up to 133 KiB of keys + 64 KiB of q
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
     }
     kernel<<<grid, kScoreThreads, smem, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
   };
-  if (vec && p.head_dim == 128) {  // the released index_head_dim
-    launch(indexer_device::IndexerScoreKernel<true, 128>);
-  } else if (vec) {
-    launch(indexer_device::IndexerScoreKernel<true, 0>);
-  } else {
-    launch(indexer_device::IndexerScoreKernel<false, 0>);
+  if (vec) {  // a key tile per CTA, scored for up to kScoreRows rows
+    const int64_t groups = (p.tokens + indexer_device::kScoreRows - 1) / indexer_device::kScoreRows;
+    const dim3 grid(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
+                    static_cast<unsigned>(std::min(groups, kMaxGridY)));
+    const size_t smem = indexer_device::ScoreTileSmemBytes(p.heads, p.head_dim);
+    if (p.head_dim == 128) {  // the released index_head_dim
+      launch(indexer_device::IndexerScoreTileKernel<128>, grid, smem);
+    } else {
+      launch(indexer_device::IndexerScoreTileKernel<0>, grid, smem);
+    }
+    return absl::OkStatus();
   }
+  const dim3 grid(static_cast<unsigned>(std::min(p.tokens, kMaxGridX)),
+                  static_cast<unsigned>(std::min(tiles, kMaxGridY)));
+  const size_t smem =
+      static_cast<size_t>(std::min<int64_t>(p.heads, kHeadChunk) * p.head_dim) * sizeof(float);
+  launch(indexer_device::IndexerScoreKernel, grid, smem);
   return absl::OkStatus();
 }
 
 absl::Status LaunchIndexerTopk(const IndexerTopkParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(WithStandInWorkspace(p)));
+  const indexer_plan::SelectSplitPlan plan = indexer_plan::PlanTopkSplit(p.tokens, p.width);
+  RETURN_IF_ERROR(
+      CheckCudaWorkspace("IndexerTopk", p.workspace, p.workspace_bytes, plan.workspace_bytes));
   if (p.tokens == 0 || p.width == 0) return absl::OkStatus();
-  LaunchSelect(indexer_device::TopkSource{p}, p.tokens, stream);
+  const indexer_device::TopkSource src{p, Aligned(p.scores, 16) && p.scores_stride % 8 == 0};
+  if (plan.split()) {
+    LaunchSplitSelect(src, p.tokens, plan, p.workspace, stream);
+  } else {
+    LaunchSelect(src, p.tokens, stream);
+  }
   return absl::OkStatus();
 }
 
 absl::Status LaunchCandidateBlocks(const CandidateBlocksParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(WithStandInWorkspace(p)));
+  const indexer_plan::SelectSplitPlan plan =
+      indexer_plan::PlanCandidateSplit(p.tokens, p.width, p.block_size);
+  RETURN_IF_ERROR(
+      CheckCudaWorkspace("CandidateBlocks", p.workspace, p.workspace_bytes, plan.workspace_bytes));
   if (p.tokens == 0) return absl::OkStatus();
-  LaunchSelect(indexer_device::CandidateSource{p, CandidateBlockCount(p.width, p.block_size)},
-               p.tokens, stream);
+  const bool eight = p.block_size == 8;
+  const indexer_device::CandidateSource src{
+      p, CandidateBlockCount(p.width, p.block_size),
+      eight && Aligned(p.scores, 16) && p.scores_stride % 8 == 0,
+      eight && Aligned(p.candidates, 8) && p.candidates_stride % 8 == 0};
+  if (plan.split()) {
+    LaunchSplitSelect(src, p.tokens, plan, p.workspace, stream);
+  } else {
+    LaunchSelect(src, p.tokens, stream);
+  }
   return absl::OkStatus();
 }
 

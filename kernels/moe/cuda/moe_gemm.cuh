@@ -122,6 +122,90 @@ __device__ __forceinline__ void LoadStage(const GemmArgs& g, unsigned char* stag
   }
 }
 
+// LoadStage with the per-thread source and destination addresses computed once per tile
+// (`kHoist`, MoeExpertUpParams::hoisted_addresses): a thread's copies of stage kt are its copies
+// of stage 0 shifted by kt·kBK along K, so each copy then costs a 64-bit add and the cp.async
+// instead of recomputing the row / chunk split, the 64-bit row address (expert · N + row) · K/2
+// and the swizzle every stage. The same bytes land in the same places (bit-identical outputs);
+// the price is registers (a pointer and an offset per copy), so the A rows are hoisted only
+// where a thread has at most 4 of them per stage (16-row tiles; the weights always: 5 to 10
+// copies).
+template <int kMT, int kWN, bool kUp, int kBK>
+struct HoistedLoads {
+  using S = GemmShape<kMT, kWN, kUp, kBK>;
+  static constexpr int kAChunks = kBK / 8;
+  static constexpr int kBChunks = kBK / 32;
+  static constexpr int kATotal = S::kBM * kAChunks;
+  static constexpr int kBTotal = S::kNB * kBChunks;
+  static constexpr int kSTotal = S::kNB * S::kScaleWords;
+  static constexpr int kAIter = (kATotal + kGemmThreads - 1) / kGemmThreads;
+  static constexpr int kBIter = (kBTotal + kGemmThreads - 1) / kGemmThreads;
+  static constexpr int kSIter = (kSTotal + kGemmThreads - 1) / kGemmThreads;
+  static constexpr bool kHoistA = kAIter <= 4;
+  const uint16_t* a[kAIter];  // null: no copy (past the tile's rows); kHoistA only
+  const uint8_t* b[kBIter];
+  const uint8_t* s[kSIter];
+  uint32_t a_dst[kAIter], b_dst[kBIter], s_dst[kSIter];  // byte offsets inside a stage
+
+  __device__ __forceinline__ void Init(const GemmArgs& g, int64_t e, int64_t n0, int64_t row0,
+                                       int64_t row_end) {
+    const int tid = threadIdx.x;
+    const int rows = static_cast<int>(row_end - row0);
+#pragma unroll
+    for (int it = 0; it < (kHoistA ? kAIter : 0); ++it) {
+      const int i = tid + it * kGemmThreads;
+      const int r = i / kAChunks, c = i % kAChunks;
+      a[it] = i < kATotal && r < rows ? g.a + (row0 + r) * g.k + c * 8 : nullptr;
+      a_dst[it] = static_cast<uint32_t>(r * S::kARow + ((c ^ ((r & 1) << 2)) * 16));
+    }
+#pragma unroll
+    for (int it = 0; it < kBIter; ++it) {
+      const int i = tid + it * kGemmThreads;
+      const int r = i / kBChunks, c = i % kBChunks;
+      const bool up = kUp && r >= S::kBN;
+      const int64_t nrow = n0 + (up ? r - S::kBN : r);
+      b[it] = i < kBTotal ? (up ? g.w_up : g.w) + (e * g.n + nrow) * (g.k / 2) + c * 16 : nullptr;
+      b_dst[it] = static_cast<uint32_t>(S::kAStage + r * S::kBRow + c * 16);
+    }
+#pragma unroll
+    for (int it = 0; it < kSIter; ++it) {
+      const int i = tid + it * kGemmThreads;
+      const int r = i / S::kScaleWords, q = i % S::kScaleWords;
+      const bool up = kUp && r >= S::kBN;
+      const int64_t nrow = n0 + (up ? r - S::kBN : r);
+      s[it] = i < kSTotal ? (up ? g.w_up_scale : g.w_scale) + (e * g.n + nrow) * (g.k / 32) + 4 * q
+                          : nullptr;
+      s_dst[it] = static_cast<uint32_t>(S::kAStage + S::kBStage + (r * S::kScaleWords + q) * 4);
+    }
+  }
+
+  // LoadStage(g, stage, kt, ...) for the tile given to Init.
+  __device__ __forceinline__ void Issue(const GemmArgs& g, unsigned char* stage, int64_t kt,
+                                        int64_t row0, int64_t row_end) const {
+    if constexpr (kHoistA) {
+#pragma unroll
+      for (int it = 0; it < kAIter; ++it) {
+        if (a[it] != nullptr) CpAsync16(stage + a_dst[it], a[it] + kt * kBK, true);
+      }
+    } else {  // LoadStage's A loop
+      const int rows = static_cast<int>(row_end - row0);
+      for (int i = threadIdx.x; i < rows * kAChunks; i += kGemmThreads) {
+        const int r = i / kAChunks, c = i % kAChunks;
+        const uint16_t* src = g.a + (row0 + r) * g.k + kt * kBK + c * 8;
+        CpAsync16(stage + r * S::kARow + ((c ^ ((r & 1) << 2)) * 16), src, true);
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kBIter; ++it) {
+      if (b[it] != nullptr) CpAsync16(stage + b_dst[it], b[it] + kt * (kBK / 2), true);
+    }
+#pragma unroll
+    for (int it = 0; it < kSIter; ++it) {
+      if (s[it] != nullptr) CpAsync4(stage + s_dst[it], s[it] + kt * S::kBlocks);
+    }
+  }
+};
+
 // acc += one 32-wide K block (blk) of the stage. kWide: some scale byte of the thread's rows is
 // above 128 (never in real checkpoints; the exact-arithmetic tests use them). sw: the thread's
 // scale word of this block for each n8 tile (4 bytes = 4 blocks).
@@ -298,7 +382,7 @@ __device__ __forceinline__ void StoreUp(const GemmArgs& g, const float (&acc)[kM
   }
 }
 
-template <int kMT, int kWN, bool kUp, int kBK>
+template <int kMT, int kWN, bool kUp, int kBK, bool kHoist = false>
 __global__ void __launch_bounds__(kGemmThreads) MoeExpertGemmKernel(GemmArgs g) {
   using S = GemmShape<kMT, kWN, kUp, kBK>;
   extern __shared__ __align__(128) unsigned char gemm_smem[];
@@ -319,21 +403,26 @@ __global__ void __launch_bounds__(kGemmThreads) MoeExpertGemmKernel(GemmArgs g) 
         for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.f;
       }
     }
+    HoistedLoads<kMT, kWN, kUp, kBK> hl;
+    if constexpr (kHoist) hl.Init(g, e, n0, row0, row_end);
+    auto load = [&](int64_t kt) {
+      unsigned char* stage = gemm_smem + (kt % S::kStages) * S::kStageBytes;
+      if constexpr (kHoist) {
+        hl.Issue(g, stage, kt, row0, row_end);
+      } else {
+        LoadStage<kMT, kWN, kUp, kBK>(g, stage, kt, e, n0, row0, row_end);
+      }
+    };
 #pragma unroll
     for (int s = 0; s < S::kStages - 1; ++s) {
-      if (s < kt_count) {
-        LoadStage<kMT, kWN, kUp, kBK>(g, gemm_smem + s * S::kStageBytes, s, e, n0, row0, row_end);
-      }
+      if (s < kt_count) load(s);
       CpAsyncCommit();
     }
     for (int64_t kt = 0; kt < kt_count; ++kt) {
       CpAsyncWait<S::kStages - 2>();
       __syncthreads();  // stage kt is visible; everyone is done with the stage refilled below
       const int64_t next = kt + S::kStages - 1;
-      if (next < kt_count) {
-        LoadStage<kMT, kWN, kUp, kBK>(g, gemm_smem + (next % S::kStages) * S::kStageBytes, next, e,
-                                      n0, row0, row_end);
-      }
+      if (next < kt_count) load(next);
       CpAsyncCommit();
       ComputeStage<kMT, kWN, kUp, kBK>(gemm_smem + (kt % S::kStages) * S::kStageBytes, valid_mt,
                                        acc);

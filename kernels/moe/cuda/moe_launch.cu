@@ -33,8 +33,29 @@ unsigned Blocks(int64_t n, int64_t cap) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(n, cap)));
 }
 
-void EnqueueRoute(const MoeRouteParams& p, int32_t* counts, cudaStream_t stream) {
+template <int kPerLane>
+void LaunchRouteWarp(const MoeRouteParams& p, int32_t* counts, cudaStream_t stream) {
+  constexpr int64_t kTokensPerBlock = moe_device::kRouteWarpThreads / 32;
+  moe_device::MoeRouteWarpKernel<kPerLane>
+      <<<Blocks((p.m + kTokensPerBlock - 1) / kTokensPerBlock, kMaxGridX),
+         moe_device::kRouteWarpThreads, 0, stream>>>(p, counts);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void EnqueueRoute(const MoeRouteParams& p, int32_t* counts, MoeCudaPath path, cudaStream_t stream) {
   if (p.m == 0) return;
+  if (MoeCudaRoutePath(p.m, path) == MoeCudaPath::kLarge) {
+    switch (moe_device::RouteExpertsPerLane(p.n_experts)) {
+      case 1:
+        return LaunchRouteWarp<1>(p, counts, stream);
+      case 4:
+        return LaunchRouteWarp<4>(p, counts, stream);
+      case 12:
+        return LaunchRouteWarp<12>(p, counts, stream);
+      default:
+        return LaunchRouteWarp<32>(p, counts, stream);
+    }
+  }
   moe_device::
       MoeRouteKernel<<<Blocks(p.m, kMaxGridX), moe_device::RouteThreads(p.n_experts), 0, stream>>>(
           p, counts);
@@ -55,17 +76,46 @@ void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+// The multi-block sort: per-block counts, the scan over blocks × experts (+ offsets and tiles),
+// the per-block stable scatter.
+void EnqueueMultiBlockSort(const MoePermuteParams& p, const MoeCudaSortPlan& plan,
+                           cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(moe_device::MoeSortScatterKernel,
+                  static_cast<int>(moe_device::SortScatterSmemBytes(kMoeCudaMaxExperts)), smem_set);
+  const unsigned blocks = static_cast<unsigned>(plan.blocks);
+  moe_device::MoeSortCountKernel<<<blocks, moe_device::kSortThreads,
+                                   moe_device::SortCountSmemBytes(p.n_experts), stream>>>(
+      p, plan.chunk);
+  CUDA_CHECK(cudaGetLastError());
+  moe_device::MoeSortScanKernel<<<1, moe_device::kSortThreads,
+                                  moe_device::SortScanSmemBytes(p.n_experts), stream>>>(
+      p, plan.blocks);
+  CUDA_CHECK(cudaGetLastError());
+  moe_device::MoeSortScatterKernel<<<blocks, moe_device::kSortThreads,
+                                     moe_device::SortScatterSmemBytes(p.n_experts), stream>>>(
+      p, plan.chunk);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 void EnqueuePermute(const MoePermuteParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
-  static std::atomic<uint64_t> smem_set{0};
-  const size_t smem = moe_device::SortSmemBytes(p.n_experts);
-  EnsureSmemLimit(moe_device::MoeSortKernel,
-                  static_cast<int>(moe_device::SortSmemBytes(kMoeCudaMaxExperts)), smem_set);
-  // When one pass of the sort's threads covers the quantiser blocks (a few tokens: 3 at D 5120),
-  // its block also gathers: one launch fewer on the batch-1 path. Beyond, a grid of its own.
-  const bool fused = p.m * (p.dim / 32) <= moe_device::kSortThreads;
-  moe_device::MoeSortKernel<<<1, moe_device::kSortThreads, smem, stream>>>(p, fused);
-  CUDA_CHECK(cudaGetLastError());
+  const MoeCudaSortPlan plan = MoeCudaPlanSort(p.m * p.top_k, p.path, p.sort_scratch != nullptr);
+  bool fused = false;
+  if (plan.path == MoeCudaPath::kLarge) {
+    EnqueueMultiBlockSort(p, plan, stream);
+  } else {
+    static std::atomic<uint64_t> smem_set{0};
+    const size_t smem = moe_device::SortSmemBytes(p.n_experts);
+    EnsureSmemLimit(moe_device::MoeSortKernel,
+                    static_cast<int>(moe_device::SortSmemBytes(kMoeCudaMaxExperts)), smem_set);
+    // When one pass of the sort's threads covers the quantiser blocks (a few tokens: 3 at D
+    // 5120), its block also gathers: one launch fewer on the batch-1 path. Beyond, a grid of its
+    // own.
+    fused = p.m * (p.dim / 32) <= moe_device::kSortThreads;
+    moe_device::MoeSortKernel<<<1, moe_device::kSortThreads, smem, stream>>>(p, fused);
+    CUDA_CHECK(cudaGetLastError());
+  }
   if (fused) return;
   moe_device::
       MoeQuantGatherKernel<<<Blocks(p.m, kMaxGridX), moe_device::kGatherThreads, 0, stream>>>(p);
@@ -79,10 +129,10 @@ int64_t MaxTiles(int64_t slots, int64_t n_experts, int64_t tile_rows) {
   return std::min(slots, (slots + partial * (tile_rows - 1)) / tile_rows);
 }
 
-template <int kMT, int kWN, bool kUp, int kBK>
+template <int kMT, int kWN, bool kUp, int kBK, bool kHoist>
 void LaunchGemmBK(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
   using S = GemmShape<kMT, kWN, kUp, kBK>;
-  auto* kernel = moe_device::MoeExpertGemmKernel<kMT, kWN, kUp, kBK>;
+  auto* kernel = moe_device::MoeExpertGemmKernel<kMT, kWN, kUp, kBK, kHoist>;
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(kernel, S::kSmemBytes, smem_set);
   const dim3 grid(static_cast<unsigned>(g.n / S::kBN),
@@ -93,13 +143,16 @@ void LaunchGemmBK(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStrea
 
 // K steps of 256 (whole 128-byte lines of every weight row per request) where K allows, unless
 // 128 is asked for (the first design, kept for comparison).
+// `hoist`: the per-tile precomputed copy addresses (HoistedLoads; same outputs).
 template <int kMT, int kWN, bool kUp>
-void LaunchGemm(const GemmArgs& g, int64_t k_step, int64_t slots, int64_t n_experts,
+void LaunchGemm(const GemmArgs& g, int64_t k_step, bool hoist, int64_t slots, int64_t n_experts,
                 cudaStream_t stream) {
   if (k_step != 128 && g.k % 256 == 0) {
-    return LaunchGemmBK<kMT, kWN, kUp, 256>(g, slots, n_experts, stream);
+    if (hoist) return LaunchGemmBK<kMT, kWN, kUp, 256, true>(g, slots, n_experts, stream);
+    return LaunchGemmBK<kMT, kWN, kUp, 256, false>(g, slots, n_experts, stream);
   }
-  LaunchGemmBK<kMT, kWN, kUp, 128>(g, slots, n_experts, stream);
+  if (hoist) return LaunchGemmBK<kMT, kWN, kUp, 128, true>(g, slots, n_experts, stream);
+  LaunchGemmBK<kMT, kWN, kUp, 128, false>(g, slots, n_experts, stream);
 }
 
 template <int kMT, int kWN, bool kUp, int kBK>
@@ -150,11 +203,11 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.act = p.act;
   switch (p.tile_rows) {
     case 16:
-      return LaunchGemm<1, 2, true>(g, p.k_step, p.slots, w.n_experts, stream);
+      return LaunchGemm<1, 2, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     case 32:
-      return LaunchGemm<2, 4, true>(g, p.k_step, p.slots, w.n_experts, stream);
+      return LaunchGemm<2, 4, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     default:
-      return LaunchGemm<4, 4, true>(g, p.k_step, p.slots, w.n_experts, stream);
+      return LaunchGemm<4, 4, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
   }
 }
 
@@ -173,11 +226,14 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.out = p.ye;
   switch (p.tile_rows) {
     case 16:
-      return LaunchGemm<1, 2, false>(g, p.k_step, p.slots, w.n_experts, stream);
+      return LaunchGemm<1, 2, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
+                                     stream);
     case 32:
-      return LaunchGemm<2, 4, false>(g, p.k_step, p.slots, w.n_experts, stream);
+      return LaunchGemm<2, 4, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
+                                     stream);
     default:
-      return LaunchGemm<4, 4, false>(g, p.k_step, p.slots, w.n_experts, stream);
+      return LaunchGemm<4, 4, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
+                                     stream);
   }
 }
 
@@ -212,9 +268,10 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   return Describe<4, 4, false>(n, k, k_step, slots, e);
 }
 
-absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream) {
-  RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeRouteCuda(p));
-  EnqueueRoute(p, expert_counts, stream);
+absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUstream_st* stream,
+                            MoeCudaPath path) {
+  RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeRouteCuda(p, path));
+  EnqueueRoute(p, expert_counts, path, stream);
   return absl::OkStatus();
 }
 
@@ -291,7 +348,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // The sort counts the ids itself: no counts from the route, no memset.
   const MoeRouteParams rp{p.options,      m,          e,   p.logits, w.gate_bias,
                           w.gate_bias_vl, p.is_image, ids, weights};
-  EnqueueRoute(rp, nullptr, stream);
+  EnqueueRoute(rp, nullptr, p.route_path, stream);
   if (p.expert_ids != nullptr) {
     CUDA_CHECK(cudaMemcpyAsync(p.expert_ids, ids, sizeof(int32_t) * slots, cudaMemcpyDeviceToDevice,
                                stream));
@@ -318,6 +375,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.tiles = tiles;
   pp.num_tiles = num_tiles;
   pp.xg = xg;
+  pp.path = p.sort_path;
+  pp.sort_scratch = reinterpret_cast<int32_t*>(base + l.sort_scratch);
   EnqueuePermute(pp, stream);
 
   MoeExpertUpParams up;
@@ -332,6 +391,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.slot_weight = slot_weight;
   up.ag = ag;
   up.k_step = p.gemm_k_step;
+  up.hoisted_addresses = p.gemm_hoisted_addresses;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -344,6 +404,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ag = ag;
   down.ye = ye;
   down.k_step = p.gemm_k_step;
+  down.hoisted_addresses = p.gemm_hoisted_addresses;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;

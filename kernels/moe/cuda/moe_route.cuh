@@ -1,5 +1,6 @@
-// Router post-processing on the device (MoeRouteCpu's recipe): a block per token, a thread per
-// expert. Device code of cuda/moe_launch.cu only.
+// Router post-processing on the device (MoeRouteCpu's recipe) in two shapes with the same bytes
+// out: a block per token and a thread per expert (small m), a warp per token with ceil(E/32)
+// experts per lane in registers (large m). Device code of cuda/moe_launch.cu only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -102,6 +103,108 @@ __global__ void __launch_bounds__(kMoeCudaMaxExperts)
       }
     }
     __syncthreads();  // chosen and the winner buffers are rewritten for the next token
+  }
+}
+
+// ---- A warp per token (large m) ---------------------------------------------------------------
+inline constexpr int kRouteWarpThreads = 128;  // 4 tokens per block: small m still spreads wide
+
+// Experts per lane of the warp-per-token kernel's instantiation for E experts (E <= 1024).
+__host__ __device__ inline int RouteExpertsPerLane(int64_t n_experts) {
+  return n_experts <= 32 ? 1 : n_experts <= 128 ? 4 : n_experts <= 384 ? 12 : 32;
+}
+
+// One token per warp (grid-stride), expert e = lane + 32·i in register i of its lane: the scores
+// are computed exactly as in MoeRouteKernel (the same _rn operations), then top_k passes of a warp
+// argmax with no barrier: each lane walks its untaken experts in ascending id (first, then
+// strictly greater: the lane's lowest id wins its ties), a shuffle merge of the lane winners
+// (MergeBest: higher score, lower id on equal scores), and lane 0's answer is broadcast so every
+// lane agrees even when NaN scores make the merge order-dependent. For non-NaN scores the winner
+// is the unique (highest biased score, lowest id), as in the block kernel and MoeRouteCpu. Lane j
+// keeps pass j's unbiased score; the rank-order sum, normalisation and scale are the block
+// kernel's operations in its order.
+template <int kPerLane>
+__global__ void __launch_bounds__(kRouteWarpThreads)
+    MoeRouteWarpKernel(MoeRouteParams p, int32_t* counts) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = p.n_experts;
+  const int64_t k = p.options.top_k;
+  const float temp = p.options.gate_temp;
+  const int64_t warps_per_block = kRouteWarpThreads / 32;
+  const int64_t stride = int64_t{gridDim.x} * warps_per_block;
+  for (int64_t t = int64_t{blockIdx.x} * warps_per_block + threadIdx.x / 32; t < p.m; t += stride) {
+    const bool image = p.is_image != nullptr && p.is_image[t] != 0;
+    const float* bias = image ? p.bias_vl : p.bias;
+    const float* row = p.logits + t * n;
+    // All loads first (one memory round trip), then the scores.
+    float logit[kPerLane], bv[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t e = lane + 32 * i;
+      logit[i] = e < n ? row[e] : 0.f;
+      bv[i] = bias != nullptr && e < n ? bias[e] : 0.f;
+    }
+    float sc[kPerLane], biased[kPerLane];
+    uint32_t taken = 0;  // bit i: expert lane + 32·i chosen or absent
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      sc[i] = 0.f;
+      biased[i] = 0.f;
+      if (lane + 32 * i < n) {
+        // PyTorch softplus (threshold 20), then sqrt; the same fp32 operations as the CPU body.
+        const float v = exact::DivRn(logit[i], temp);
+        const float sp = v > 20.f ? v : Log1pF32(ExpF32(v));
+        sc[i] = exact::SqrtRn(sp);
+        biased[i] = bias != nullptr ? exact::AddRn(sc[i], bv[i]) : sc[i];
+      } else {
+        taken |= 1u << i;
+      }
+    }
+    int32_t my_id = 0;
+    float my_s = 0.f;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      float score = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        if (((taken >> i) & 1u) == 0u && (best < 0 || biased[i] > score)) {
+          best = lane + 32 * i;
+          score = biased[i];
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+        const int32_t ob = __shfl_xor_sync(0xFFFFFFFFu, best, off);
+        const float os = __shfl_xor_sync(0xFFFFFFFFu, score, off);
+        MergeBest(best, score, ob, os);
+      }
+      // A winner always exists (k <= E untaken candidates; a lane with an untaken expert always
+      // proposes one, and MergeBest keeps a proposal even when NaN defeats the comparisons).
+      best = __shfl_sync(0xFFFFFFFFu, best, 0);
+      const int owner = best % 32, reg = best / 32;
+      float win_s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) win_s = i == reg ? sc[i] : win_s;
+      win_s = __shfl_sync(0xFFFFFFFFu, win_s, owner);
+      if (lane == owner) taken |= 1u << reg;
+      if (lane == j) {
+        my_id = best;
+        my_s = win_s;
+      }
+    }
+    float sum = 0.f;
+    for (int64_t j = 0; j < k; ++j) {
+      sum = exact::AddRn(sum, __shfl_sync(0xFFFFFFFFu, my_s, static_cast<int>(j)));
+    }
+    if (lane < k) {
+      const bool norm = p.options.norm_topk_prob && k > 1;
+      const float denom = exact::AddRn(sum, 1e-20f);
+      float w = my_s;
+      if (norm) w = exact::DivRn(w, denom);
+      p.expert_weights[t * k + lane] = exact::MulRn(w, p.options.route_scale);
+      p.expert_ids[t * k + lane] = my_id;
+      if (counts != nullptr) atomicAdd(counts + my_id, 1);
+    }
   }
 }
 

@@ -1,0 +1,326 @@
+// The Hopper (sm_90a) wgmma path of LaunchSparseAttn for head_dim 512 (README.md "CUDA", "wgmma
+// path"); the helpers below are shared with the primitive check kernel (wgmma_check.cu).
+// Only sparse_attn_launch.cu and wgmma_check.cu include it (sm_90a: wgmma needs the 'a' target).
+//
+// WgmmaKernel: a CTA of two warpgroups (256 threads) takes one unit = (token, group of 64 heads,
+// split of the list), like TensorKernel<512, 4>. Shared memory (1024-byte aligned base):
+//   Q    [64 heads][512]   bf16, 8 column blocks of 64 dims × 64 rows × 128 B, 128-byte swizzle
+//   KV   2 × [64 rows][512] the gathered list block, same layout, double-buffered (cp.async,
+//        invalid entries zero-filled)
+//   idx  int32 [2][64]; row max and row sum exchange fp32 [2][64] each; P exchange [2][8][128] u32
+// Per 64-entry block:
+//   S = Q·K^T   warpgroup g: wgmma m64n32k16 (A = Q, B = K rows 32g..32g+31, both K-major from
+//               shared memory), 32 k-steps over the 512 dims, S in registers (16 per thread);
+//   softmax     × scale, -inf at invalid entries; row max of the half block → shared memory →
+//               m' = max(m, both halves); α = exp(m − m'); p = exp(l − m') (fp32); the half-block
+//               row sums → shared memory, denom = denom·α + (sum_0 + sum_1); bf16(p) packed into
+//               the wgmma register-A layout; the two halves swap through shared memory;
+//   P·V         acc = acc·α (fp32, in registers), then acc += P·V with wgmma m64n256k16 (A =
+//               bf16 P from registers, B = the same KV rows read MN-major, dims 256g..256g+255),
+//               4 k-steps of 16 entries. The tensor core adds the block's products into the
+//               rescaled accumulator (tolerance: README.md).
+// Every thread owns rows r0 = 16·(warp % 4) + lane / 4 and r0 + 8 of both the S and the P·V
+// accumulators (wgmma.cuh gives the fragment layout), so the softmax state (m, denom of those two
+// rows) lives in registers, duplicated over the 4 lanes of a quad and over the two warpgroups.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/sparse_attn_device.cuh"
+#include "kernels/common/wgmma.cuh"
+
+namespace flashserve::kernels::attn_device {
+
+struct WgmmaShape {
+  static constexpr int kD = 512;
+  static constexpr int kHeads = 64;                                   // one wgmma M
+  static constexpr int kThreads = 256;                                // two warpgroups
+  static constexpr int kChunks = kD / 8;                              // 16-byte chunks per row
+  static constexpr uint32_t kColBlockBytes = 64 * 128;                // 64 rows × 128 B (64 dims)
+  static constexpr uint32_t kTileBytes = kColBlockBytes * (kD / 64);  // 64 KB
+  static constexpr uint32_t kQOff = 0;
+  static constexpr uint32_t kKvOff = kQOff + kTileBytes;  // two buffers
+  static constexpr uint32_t kIdxOff = kKvOff + 2 * kTileBytes;
+  static constexpr uint32_t kMaxOff = kIdxOff + 2 * kBlock * 4;
+  static constexpr uint32_t kSumOff = kMaxOff + 2 * kBlock * 4;
+  static constexpr uint32_t kPOff = kSumOff + 2 * kBlock * 4;
+  static constexpr uint32_t kEnd = kPOff + 2 * 8 * 128 * 4;
+  static constexpr size_t kSmemBytes = kEnd + 1024;  // slack to align the base to 1024
+  // Descriptor byte offsets. K-major (S step): rows of 128 B, 8-row groups 1024 B apart; the
+  // leading offset is unused (K per instruction = 32 B inside the atom), 16 encodes as 1.
+  static constexpr uint32_t kKMajorLbo = 16;
+  static constexpr uint32_t kKMajorSbo = 1024;
+  // MN-major (P·V's B): 64-dim column blocks kColBlockBytes apart (leading), 8-entry K groups
+  // 1024 B apart (stride).
+  static constexpr uint32_t kMnMajorLbo = kColBlockBytes;
+  static constexpr uint32_t kMnMajorSbo = 1024;
+};
+
+// Byte offset of 16-byte chunk `chunk` (0..63) of row `row` in a [64][512] bf16 tile.
+__device__ __forceinline__ uint32_t TileOffset(int row, int chunk) {
+  return static_cast<uint32_t>(chunk / 8) * WgmmaShape::kColBlockBytes +
+         wgmma::Sw128Offset(static_cast<uint32_t>(row), static_cast<uint32_t>(chunk % 8));
+}
+
+// Shared base of the dynamic shared memory rounded up to 1024 bytes (the swizzle atom).
+__device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
+  const uint32_t addr = SmemAddr(raw);
+  return raw + (((addr + 1023u) & ~1023u) - addr);
+}
+
+// S[64 x 32] = Q · K[rows 32·half ..]^T over 512 dims: 32 wgmma k-steps, waited for.
+__device__ __forceinline__ void WgmmaQk(float (&s)[16], uint32_t q_base, uint32_t kv_base,
+                                        int half) {
+  using W = WgmmaShape;
+  const uint64_t desc_q = wgmma::MakeSw128Desc(q_base, W::kKMajorLbo, W::kKMajorSbo);
+  const uint64_t desc_k =
+      wgmma::MakeSw128Desc(kv_base + half * 32 * 128, W::kKMajorLbo, W::kKMajorSbo);
+  wgmma::FenceOperands(s);
+  wgmma::Fence();
+#pragma unroll
+  for (int ks = 0; ks < W::kD / 16; ++ks) {
+    // k-step ks: column block ks / 4, bytes 32·(ks % 4) into each 128-byte row; the start
+    // address field counts 16-byte units.
+    const uint64_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
+    wgmma::WgmmaM64N32K16SS(s, desc_q + step, desc_k + step, ks > 0);
+  }
+  wgmma::CommitGroup();
+  wgmma::WaitGroup<0>();
+  wgmma::FenceOperands(s);
+}
+
+// acc[64 x 256] += P[64 x 64] · V[64 entries][dims 256·half ..]: 4 wgmma k-steps of 16 entries,
+// P from registers (a[ks] = k-step ks in the register-A layout), waited for. lbo / sbo: the
+// MN-major descriptor offsets (WgmmaShape's; the check kernel also tries others).
+__device__ __forceinline__ void WgmmaPv(float (&acc)[128], const uint32_t (&a)[4][4],
+                                        uint32_t kv_base, int half,
+                                        uint32_t lbo = WgmmaShape::kMnMajorLbo,
+                                        uint32_t sbo = WgmmaShape::kMnMajorSbo) {
+  const uint64_t desc_v =
+      wgmma::MakeSw128Desc(kv_base + half * 4 * WgmmaShape::kColBlockBytes, lbo, sbo);
+  wgmma::FenceOperands(acc);
+  wgmma::Fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    // 16 entries = two 8-row groups of 1024 B.
+    wgmma::WgmmaM64N256K16RSTransB(acc, a[ks], desc_v + ((ks * 2048) >> 4), true);
+  }
+  wgmma::CommitGroup();
+  wgmma::WaitGroup<0>();
+  wgmma::FenceOperands(acc);
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  return static_cast<uint32_t>(Bf16Bits(lo)) | (static_cast<uint32_t>(Bf16Bits(hi)) << 16);
+}
+
+// Issues the cp.async copies of list block `blk` into KV buffer `kv_base` and its rows (or -1)
+// into s_idx (64 entries). Thread i copies chunks i % 4, i % 4 + 4, .. of entry i / 4 (one index
+// read per thread; a warp's request covers 8 rows × 64 contiguous bytes) and, when i % 4 == 0,
+// writes s_idx[i / 4]. Invalid entries are zero-filled.
+__device__ __forceinline__ void WgmmaLoadBlock(const SparseAttnParams& p, int64_t t, int64_t blk,
+                                               uint32_t kv_base, int32_t* s_idx) {
+  static_assert(WgmmaShape::kThreads == 4 * kBlock, "four threads per list entry");
+  const int e = threadIdx.x / 4;
+  const int64_t row = RowOf(p, t, blk * kBlock + e);
+  const uint16_t* src = row >= 0 ? p.kv + row * p.kv_stride : p.q;
+#pragma unroll
+  for (int k = 0; k < WgmmaShape::kChunks / 4; ++k) {
+    const int chunk = static_cast<int>(threadIdx.x % 4) + 4 * k;
+    CpAsync16(kv_base + TileOffset(e, chunk), row >= 0 ? src + chunk * 8 : src, row >= 0);
+  }
+  if (threadIdx.x % 4 == 0) s_idx[e] = static_cast<int32_t>(row);
+}
+
+// A template only so that the header may be included by several .cu files (kD = 512).
+template <int kD>
+__global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
+    WgmmaKernel(const SparseAttnParams p, const Geometry geo) {
+  using W = WgmmaShape;
+  static_assert(kD == W::kD, "the wgmma path is instantiated for head_dim 512 only");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = AlignedSmem(smem_raw);
+  const uint32_t base = SmemAddr(smem);
+  auto* s_idx = reinterpret_cast<int32_t*>(smem + W::kIdxOff);
+  auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff);
+  auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff);
+  auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff);
+  const int tid = threadIdx.x;
+  const int half = tid / 128;  // warpgroup: entries 32·half.. in S, dims 256·half.. in P·V
+  const int wtid = tid % 128;
+  const int lane = tid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8
+  const int c2 = 2 * (lane % 4);
+  const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
+
+  for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
+    const int64_t item = unit / geo.splits;
+    const int64_t split = unit % geo.splits;
+    const int64_t t = item / geo.groups;
+    const int64_t h0 = (item % geo.groups) * W::kHeads;
+    const int64_t blk_begin = split * geo.blocks_per_split;
+    const int64_t blk_end = min(n_blocks, blk_begin + geo.blocks_per_split);
+
+    for (int c = tid; c < W::kHeads * W::kChunks; c += W::kThreads) {
+      const int r = c / W::kChunks;
+      const int chunk = c % W::kChunks;
+      const bool valid = h0 + r < p.heads;
+      const uint16_t* src =
+          valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
+      CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
+    }
+    if (blk_begin < blk_end) WgmmaLoadBlock(p, t, blk_begin, base + W::kKvOff, s_idx);
+    CpAsyncCommit();
+
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    float m_run[2] = {kInitMax, kInitMax};  // rows r0, r0 + 8
+    float den_run[2] = {0.0f, 0.0f};
+    bool seen = false;
+
+    for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
+      const int buf = static_cast<int>((blk - blk_begin) & 1);
+      const uint32_t kv_base = base + W::kKvOff + buf * W::kTileBytes;
+      const int32_t* idx = s_idx + buf * kBlock;
+      // This block (and Q) landed; every thread's async-proxy reads of the other buffer are done
+      // (each waited for its wgmma before reaching this barrier), so it can be refilled.
+      CpAsyncWait<0>();
+      wgmma::FenceProxyAsyncShared();
+      // Thread 4e wrote idx[e] itself (WgmmaLoadBlock), so it may read it before the barrier.
+      const bool any = __syncthreads_or(tid % 4 == 0 && idx[tid / 4] >= 0);
+      if (blk + 1 < blk_end) {
+        WgmmaLoadBlock(p, t, blk + 1, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
+                       s_idx + (buf ^ 1) * kBlock);
+      }
+      CpAsyncCommit();
+      if (!any) continue;  // a block without a valid entry is a no-op (as on the CPU)
+      seen = true;
+
+      float s[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+      WgmmaQk(s, base + W::kQOff, kv_base, half);
+
+      // Scaled logits, -inf at invalid entries; row max of this half block.
+      float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int e = half * 32 + j * 8 + c2 + (i & 1);
+          float& x = s[4 * j + i];
+          x = idx[e] >= 0 ? __fmul_rn(x, p.softmax_scale) : -INFINITY;
+          bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
+        bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
+      }
+      if (lane % 4 == 0) {
+        s_max[half * kBlock + r0] = bmax[0];
+        s_max[half * kBlock + r0 + 8] = bmax[1];
+      }
+      __syncthreads();
+
+      float m_new[2], alpha[2], bsum[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = r0 + 8 * r;
+        m_new[r] = fmaxf(m_run[r], fmaxf(s_max[row], s_max[kBlock + row]));
+        alpha[r] = ExpF(__fsub_rn(m_run[r], m_new[r]));
+        bsum[r] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        // CUDA's expf (≤ 2 ulp) rather than ExpF's double exp: 16 per thread and block, and the
+        // double-precision units would otherwise take about as long as the tensor cores.
+        s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));  // exp(-inf) = +0
+        bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
+        bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
+      }
+      if (lane % 4 == 0) {
+        s_sum[half * kBlock + r0] = bsum[0];
+        s_sum[half * kBlock + r0 + 8] = bsum[1];
+      }
+      // bf16(p) of this half block in the register-A layout: local k-step kk covers entries
+      // 32·half + 16·kk.., i.e. the n8 tiles 2kk (a[0], a[1]) and 2kk + 1 (a[2], a[3]). Both
+      // halves go through shared memory (thread i of either warpgroup holds the same fragment
+      // positions), so every thread then reads k-steps 0..3.
+      uint32_t a[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t packed = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+          s_p[(half * 8 + kk * 4 + i) * 128 + wtid] = packed;
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = r0 + 8 * r;
+        den_run[r] =
+            __fadd_rn(__fmul_rn(den_run[r], alpha[r]), __fadd_rn(s_sum[row], s_sum[kBlock + row]));
+        m_run[r] = m_new[r];
+      }
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
+      WgmmaPv(acc, a, kv_base, half);
+    }
+
+    if (geo.splits == 1) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t h = h0 + r0 + 8 * r;
+        if (h >= p.heads) continue;
+        const float den = __fadd_rn(den_run[r], ExpF(__fsub_rn(p.attn_sink[h], m_run[r])));
+        uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const float v0 = seen ? __fdiv_rn(acc[4 * j + 2 * r], den) : 0.0f;
+          const float v1 = seen ? __fdiv_rn(acc[4 * j + 2 * r + 1], den) : 0.0f;
+          *reinterpret_cast<uint32_t*>(o + 8 * j) = PackBf16(v0, v1);
+        }
+      }
+    } else {
+      // The split's state for CombineKernel<64>: [m, denom, acc[512]] per head slot.
+      float* st = geo.state + unit * W::kHeads * (W::kD + 2);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float* row = st + (r0 + 8 * r) * (W::kD + 2);
+        if (half == 0 && lane % 4 == 0) {
+          row[0] = m_run[r];
+          row[1] = den_run[r];
+        }
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          row[2 + half * 256 + 8 * j + c2] = acc[4 * j + 2 * r];
+          row[2 + half * 256 + 8 * j + c2 + 1] = acc[4 * j + 2 * r + 1];
+        }
+      }
+    }
+    CpAsyncWait<0>();
+    __syncthreads();  // the next unit reuses Q, the buffers and the exchange arrays
+  }
+}
+
+}  // namespace flashserve::kernels::attn_device

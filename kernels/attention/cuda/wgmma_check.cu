@@ -1,0 +1,96 @@
+// RunWgmmaPrimitiveCheck (wgmma_check.h): the wgmma path's helpers in one CTA, outputs written
+// in plain row-major order through the documented fragment layouts.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/wgmma_check.h"
+#include "kernels/common/cuda_check.h"
+
+namespace flashserve::kernels {
+namespace attn_device {
+namespace {
+
+__global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
+    WgmmaCheckKernel(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s_out,
+                     float* o_out, uint32_t pv_lbo, uint32_t pv_sbo) {
+  using W = WgmmaShape;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = AlignedSmem(smem_raw);
+  const uint32_t base = SmemAddr(smem);
+  const int tid = threadIdx.x;
+  const int half = tid / 128;
+  const int lane = tid % 32;
+  const int r0 = ((tid % 128) / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  for (int c = tid; c < 64 * W::kChunks; c += W::kThreads) {
+    const int r = c / W::kChunks;
+    const int chunk = c % W::kChunks;
+    CpAsync16(base + W::kQOff + TileOffset(r, chunk), q + r * W::kD + chunk * 8, true);
+    CpAsync16(base + W::kKvOff + TileOffset(r, chunk), kv + r * W::kD + chunk * 8, true);
+  }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  wgmma::FenceProxyAsyncShared();
+  __syncthreads();
+
+  float s[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+  WgmmaQk(s, base + W::kQOff, base + W::kKvOff, half);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_out[(r0 + 8 * (i >> 1)) * 64 + half * 32 + 8 * j + c2 + (i & 1)] = s[4 * j + i];
+    }
+  }
+
+  // Register A of k-step ks: a[0] (row r0, k 16ks + c2 ..+1), a[1] (row r0 + 8, same k),
+  // a[2] (row r0, k 16ks + 8 + c2 ..+1), a[3] (row r0 + 8, same k); lower k in the low half.
+  const auto* p32 = reinterpret_cast<const uint32_t*>(p);
+  uint32_t a[4][4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = r0 + 8 * (i & 1);
+      const int k = 16 * ks + 8 * (i >> 1) + c2;
+      a[ks][i] = p32[(row * 64 + k) / 2];
+    }
+  }
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  WgmmaPv(acc, a, base + W::kKvOff, half, pv_lbo, pv_sbo);
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      o_out[(r0 + 8 * (i >> 1)) * W::kD + half * 256 + 8 * j + c2 + (i & 1)] = acc[4 * j + i];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn_device
+
+namespace attention_internal {
+
+uint32_t WgmmaPvLeadingOffset() { return attn_device::WgmmaShape::kMnMajorLbo; }
+uint32_t WgmmaPvStrideOffset() { return attn_device::WgmmaShape::kMnMajorSbo; }
+
+void RunWgmmaPrimitiveCheck(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s,
+                            float* o, uint32_t pv_lbo, uint32_t pv_sbo) {
+  using W = attn_device::WgmmaShape;
+  auto* kernel = attn_device::WgmmaCheckKernel;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(W::kSmemBytes)));
+  kernel<<<1, W::kThreads, W::kSmemBytes>>>(q, kv, p, s, o, pv_lbo, pv_sbo);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace attention_internal
+}  // namespace flashserve::kernels

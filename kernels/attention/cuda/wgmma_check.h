@@ -1,0 +1,24 @@
+// A one-CTA check of the wgmma path's primitives (swizzled tiles, descriptors, fences, the
+// accumulator and register-A fragment layouts) for the GPU test; no CUDA header. Not part of the
+// launcher.
+#pragma once
+
+#include <cstdint>
+
+namespace flashserve::kernels::attention_internal {
+
+// The MN-major descriptor offsets (bytes) the wgmma path uses for P·V's B operand.
+uint32_t WgmmaPvLeadingOffset();
+uint32_t WgmmaPvStrideOffset();
+
+// One CTA of the wgmma path (256 threads) on device buffers, through the kernel's own helpers:
+// q and kv (bf16 [64][512], packed) are staged with cp.async into the 128-byte-swizzled tiles;
+// s = q·kv^T (fp32 [64][64]: warpgroup g computes columns 32g.. with WgmmaQk); p (bf16 [64][64])
+// is loaded into the register-A layout straight from global memory (lane mapping as documented
+// in kernels/common/wgmma.cuh, independently of the kernel's S → P packing) and
+// o = p·kv (fp32 [64][512]: warpgroup g computes columns 256g.. with WgmmaPv and the MN-major
+// descriptor offsets pv_lbo / pv_sbo). Synchronises the device; CUDA errors abort.
+void RunWgmmaPrimitiveCheck(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s,
+                            float* o, uint32_t pv_lbo, uint32_t pv_sbo);
+
+}  // namespace flashserve::kernels::attention_internal

@@ -1,0 +1,211 @@
+// Device code of the split selection (indexer_launch.cu only; not a public header): one row over
+// many CTAs, for rows longer than select_plan.h's thresholds. Four kernels per call, in stream
+// order after a memset of the histograms (README.md "CUDA"):
+//   SplitHistKernel<0>  every CTA: shared histogram of the high byte of the order key over its
+//                       chunk, added into the row's global histogram (atomics)
+//   SplitHistKernel<1>  every CTA: finds the high byte's bin of the k-th key from that histogram,
+//                       then the same over the low byte of the keys in that bin
+//   SplitCountKernel    every CTA: the full 16-bit threshold K and `need` from both histograms;
+//                       its chunk's (# keys > K, # keys == K)
+//   SplitWriteKernel    every CTA: the exclusive prefix of the earlier CTAs' counts, then the
+//                       ordered pass over its chunk (the one-block kernel's, with that carry in)
+// Picked items and output slots are exactly the one-block kernel's, hence the CPU's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/indexer/cuda/indexer_kernels.cuh"
+#include "kernels/indexer/select_plan.h"
+
+namespace flashserve::kernels::indexer_device {
+
+inline constexpr int kSplitThreads = static_cast<int>(indexer_plan::kSplitThreads);
+inline constexpr int kHistWords = static_cast<int>(indexer_plan::kHistWords);
+
+// The workspace of one call (select_plan.h layout) and the split's shape.
+struct SplitWorkspace {
+  uint32_t* hist;    // [tokens][512]: 256 high-byte bins, then 256 low-byte bins; zeroed
+  uint32_t* counts;  // [tokens][ctas][2]: (> K, == K) per CTA
+  int64_t chunk;     // items per CTA
+  int64_t ctas;      // CTAs per row (gridDim.x)
+  int64_t tokens;
+};
+
+// For a complete 256-bin histogram (global; Σ >= k >= 1): the bin b holding the k-th largest key
+// and the number of keys in bins above b. All kSplitThreads threads call it; thread t reads bin
+// 255 − t, so the exclusive scan over threads is the count above that bin.
+__device__ __forceinline__ void FindBin(const uint32_t* hist, uint32_t k, uint32_t* bin,
+                                        uint32_t* above) {
+  __shared__ uint32_t s_bin, s_above;
+  const int t = static_cast<int>(threadIdx.x);
+  const uint32_t h = hist[255 - t];
+  uint32_t total = 0;
+  const uint32_t excl = BlockExclusiveScan<kSplitThreads>(h, &total);
+  if (excl < k && excl + h >= k) {  // exactly one thread: the counts above grow with t
+    s_bin = static_cast<uint32_t>(255 - t);
+    s_above = excl;
+  }
+  __syncthreads();
+  *bin = s_bin;
+  *above = s_above;
+}
+
+struct SplitThreshold {
+  uint32_t key;   // the 16-bit order key of the k-th item
+  uint32_t need;  // items equal to `key` that are picked (the lowest ones), >= 1
+};
+
+__device__ __forceinline__ SplitThreshold FindThreshold(const uint32_t* row_hist, uint32_t k) {
+  uint32_t hi = 0, above_hi = 0, lo = 0, above_lo = 0;
+  FindBin(row_hist, k, &hi, &above_hi);
+  FindBin(row_hist + 256, k - above_hi, &lo, &above_lo);
+  return {(hi << 8) | lo, k - above_hi - above_lo};
+}
+
+// Pass 0: high byte of every key. Pass 1: low byte of the keys whose high byte is the k-th key's.
+template <typename Source, int kPass>
+__global__ void __launch_bounds__(kSplitThreads) SplitHistKernel(Source src, SplitWorkspace ws) {
+  constexpr int kPer = Source::kItemsPerThread;
+  __shared__ uint32_t hist[256];
+  for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
+    const int64_t n = src.Count(row);
+    uint32_t* row_hist = ws.hist + row * kHistWords;
+    uint32_t hi = 0;
+    if constexpr (kPass == 1) {
+      uint32_t above = 0;
+      FindBin(row_hist, static_cast<uint32_t>(src.K(row)), &hi, &above);
+    }
+    __syncthreads();  // hist free (previous row's flush done)
+    hist[threadIdx.x] = 0;
+    __syncthreads();
+    const int64_t c0 = static_cast<int64_t>(blockIdx.x) * ws.chunk;
+    const int64_t c1 = c0 + ws.chunk < n ? c0 + ws.chunk : n;
+    // Scores of neighbouring positions mostly share the high byte (sign and exponent), so a
+    // thread counts runs of one bin over its consecutive items and adds each run once: far fewer
+    // same-address shared atomics than one per item.
+    uint32_t run_bin = 0, run = 0;
+    for (int64_t i0 = c0 + static_cast<int64_t>(threadIdx.x) * kPer; i0 < c1;
+         i0 += kSplitThreads * kPer) {
+      uint16_t v[kPer];
+      src.Load(row, i0, v);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        const uint32_t key = OrderKey(v[e]);
+        if (i0 + e < c1 && (kPass == 0 || (key >> 8) == hi)) {
+          const uint32_t bin = kPass == 0 ? key >> 8 : key & 0xFF;
+          if (bin != run_bin) {
+            if (run != 0) atomicAdd(&hist[run_bin], run);
+            run_bin = bin;
+            run = 0;
+          }
+          ++run;
+        }
+      }
+    }
+    if (run != 0) atomicAdd(&hist[run_bin], run);
+    __syncthreads();
+    const uint32_t c = hist[threadIdx.x];
+    if (c != 0) atomicAdd(&row_hist[kPass * 256 + threadIdx.x], c);
+  }
+}
+
+// Per CTA: (# keys > K, # keys == K) in its chunk.
+template <typename Source>
+__global__ void __launch_bounds__(kSplitThreads) SplitCountKernel(Source src, SplitWorkspace ws) {
+  constexpr int kPer = Source::kItemsPerThread;
+  for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
+    const int64_t n = src.Count(row);
+    const SplitThreshold th =
+        FindThreshold(ws.hist + row * kHistWords, static_cast<uint32_t>(src.K(row)));
+    const int64_t c0 = static_cast<int64_t>(blockIdx.x) * ws.chunk;
+    const int64_t c1 = c0 + ws.chunk < n ? c0 + ws.chunk : n;
+    uint32_t gt = 0, eq = 0;
+    for (int64_t i0 = c0 + static_cast<int64_t>(threadIdx.x) * kPer; i0 < c1;
+         i0 += kSplitThreads * kPer) {
+      uint16_t v[kPer];
+      src.Load(row, i0, v);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        if (i0 + e < c1) {
+          const uint32_t key = OrderKey(v[e]);
+          gt += key > th.key;
+          eq += key == th.key;
+        }
+      }
+    }
+    // A chunk holds < 2^16 items, so both counts fit one packed scan.
+    uint32_t total = 0;
+    BlockExclusiveScan<kSplitThreads>((gt << 16) | eq, &total);
+    if (threadIdx.x == 0) {
+      uint32_t* c = ws.counts + (row * ws.ctas + blockIdx.x) * 2;
+      c[0] = total >> 16;
+      c[1] = total & 0xFFFF;
+    }
+  }
+}
+
+// Per CTA: the carry of the earlier CTAs, then the ordered pass over its chunk.
+template <typename Source>
+__global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, SplitWorkspace ws) {
+  constexpr int kPer = Source::kItemsPerThread;
+  for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
+    const int64_t n = src.Count(row);
+    const SplitThreshold th =
+        FindThreshold(ws.hist + row * kHistWords, static_cast<uint32_t>(src.K(row)));
+    const uint32_t* counts = ws.counts + row * ws.ctas * 2;
+    uint32_t gt_part = 0, eq_part = 0;
+    for (int64_t c = threadIdx.x; c < blockIdx.x; c += kSplitThreads) {
+      gt_part += counts[2 * c];
+      eq_part += counts[2 * c + 1];
+    }
+    uint32_t gt_carry = 0, eq_carry = 0;
+    BlockExclusiveScan<kSplitThreads>(gt_part, &gt_carry);
+    BlockExclusiveScan<kSplitThreads>(eq_part, &eq_carry);
+    if (!Source::kEmitAll) {
+      const uint32_t my_gt = counts[2 * blockIdx.x], my_eq = counts[2 * blockIdx.x + 1];
+      if (my_gt == 0 && (my_eq == 0 || eq_carry >= th.need)) continue;  // uniform: nothing picked
+    }
+    const int64_t c0 = static_cast<int64_t>(blockIdx.x) * ws.chunk;
+    const int64_t c1 = c0 + ws.chunk < n ? c0 + ws.chunk : n;
+    for (int64_t base = c0; base < c1; base += kSplitThreads * kPer) {  // uniform
+      const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * kPer;
+      uint16_t v[kPer];
+      uint32_t gt = 0, eq = 0;
+      if (i0 < c1) {
+        src.Load(row, i0, v);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          if (i0 + e < c1) {
+            const uint32_t key = OrderKey(v[e]);
+            gt += key > th.key;
+            eq += key == th.key;
+          }
+        }
+      }
+      uint32_t total = 0;
+      const uint32_t excl = BlockExclusiveScan<kSplitThreads>((gt << 16) | eq, &total);
+      uint32_t gt_before = gt_carry + (excl >> 16);
+      uint32_t eq_before = eq_carry + (excl & 0xFFFF);
+      if (i0 < c1) {
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          if (i0 + e < c1) {
+            const uint32_t key = OrderKey(v[e]);
+            const bool is_gt = key > th.key, is_eq = key == th.key;
+            const bool picked = is_gt || (is_eq && eq_before < th.need);
+            src.Emit(row, i0 + e, v[e], picked,
+                     gt_before + (eq_before < th.need ? eq_before : th.need));
+            gt_before += is_gt;
+            eq_before += is_eq;
+          }
+        }
+      }
+      gt_carry += total >> 16;
+      eq_carry += total & 0xFFFF;
+    }
+  }
+}
+
+}  // namespace flashserve::kernels::indexer_device
