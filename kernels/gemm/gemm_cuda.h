@@ -9,10 +9,12 @@
 //   kept as its QDQ bf16 values code × scale (exact in bf16).
 // - Weights: E4M3 code × UE8M0 scale is exact in bf16 for scale bytes >= 3 (every real scale),
 //   so the reference's per-32-block sums are one bf16 GEMM with fp32 accumulation (mma.sync
-//   m16n8k16 on the tensor cores). Only the fp32 summation order differs from LinearCpu's (as
-//   in its fast mode): exact-arithmetic inputs match bit for bit, other inputs within about one
-//   bf16 rounding. Scale byte 255 (NaN) gives NaN, as on the CPU; E4M3 NaN codes (0x7F, 0xFF)
-//   are rejected by DeviceFp8Linear::Upload (the decoder would read them as ±480).
+//   m16n8k16 on the tensor cores; at large M wgmma m64n256k16 on weights decoded to bf16 in
+//   shared memory — same exact products, another fp32 summation order). Only the fp32 summation
+//   order differs from LinearCpu's (as in its fast mode): exact-arithmetic inputs match bit for
+//   bit, other inputs within about one bf16 rounding. Scale byte 255 (NaN) gives NaN, as on the
+//   CPU; E4M3 NaN codes (0x7F, 0xFF) are rejected by DeviceFp8Linear::Upload (the decoder would
+//   read them as ±480).
 // - Epilogue: + bias (fp32) and one RNE rounding to bf16, or the fp32 sum (y_f32).
 // - Split-K (small M): each split writes fp32 partials, a second kernel sums them in ascending
 //   split order from +0. The plan depends only on (M, N, K, params), never on the device, so
@@ -58,6 +60,10 @@ inline constexpr int64_t kLinearCudaTileN = 128;  // output columns per CTA
 // K per pipeline stage of the kernel (gemm_device::kBK, static_assert in the launcher): the unit
 // of LinearCudaPlan::k_steps / steps_per_split for every tile size.
 inline constexpr int64_t kLinearCudaKStep = 128;
+// The wgmma kernel (tile_rows 128, large M): 128 × 256 CTA tiles, K per stage 64.
+inline constexpr int64_t kLinearCudaWgmmaRows = 128;
+inline constexpr int64_t kLinearCudaWgmmaCols = 256;
+inline constexpr int64_t kLinearCudaWgmmaKStep = 64;
 
 // InvalidArgumentError naming the field (dims, null or misaligned pointers), else OK.
 absl::Status Validate(const Fp8LinearDevice& w);
@@ -71,7 +77,9 @@ struct LinearCudaParams {
   uint16_t* y_bf16 = nullptr;
   float* y_f32 = nullptr;
   int64_t y_stride = 0;  // elements, >= N
-  // 0 = automatic (LinearCudaPlan); 16, 32 or 64 forces the CTA's rows (tests, benches).
+  // 0 = automatic (LinearCudaPlan); 16, 32 or 64 forces the mma.sync kernel with that many CTA
+  // rows, 128 the wgmma kernel (128 × 256 tiles) (tests, benches). Automatic: wgmma for
+  // M >= 128 and N >= 256, else mma.sync with 16 / 32 / 64 rows.
   int64_t tile_rows = 0;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
@@ -82,10 +90,13 @@ struct LinearCudaParams {
   size_t workspace_bytes = 0;
 };
 
-// What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k): CTA rows (16/32/64), K per
-// pipeline stage (kLinearCudaKStep), K splits and the K steps of each split. Pure; cheap.
+// What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k): the kernel (tile_rows 128:
+// wgmma, else mma.sync), CTA rows (16/32/64/128) and columns (128 / 256), K per pipeline stage
+// (kLinearCudaKStep, or kLinearCudaWgmmaKStep for wgmma), K splits and the K steps of each
+// split. Pure; cheap.
 struct LinearCudaPlan {
   int64_t tile_rows = 16;
+  int64_t tile_cols = kLinearCudaTileN;
   int64_t k_step = kLinearCudaKStep;
   int64_t k_steps = 0;          // ceil(K / k_step)
   int64_t splits = 1;           // >= 1; every split has at least one step

@@ -24,13 +24,30 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(PlanLinearCuda(16, 1280, 5120).tile_rows, 16);
   EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).tile_rows, 32);
   EXPECT_EQ(PlanLinearCuda(33, 1280, 5120).tile_rows, 64);
-  EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(127, 1280, 5120).tile_rows, 64);
+  // wgmma from M = 128 with N >= 256.
+  EXPECT_EQ(PlanLinearCuda(128, 1280, 5120).tile_rows, 128);
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120).tile_rows, 128);
+  EXPECT_EQ(PlanLinearCuda(4096, 255, 5120).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 64).tile_rows, 64);
-  const LinearCudaPlan p = PlanLinearCuda(300, 2304, 5120);
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120, 64).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 128).tile_rows, 128);
+  const LinearCudaPlan p = PlanLinearCuda(300, 2304, 5120, 64);
   EXPECT_EQ(p.k_step, 128);
+  EXPECT_EQ(p.tile_cols, 128);
   EXPECT_EQ(p.k_steps, 40);
   EXPECT_EQ(p.m_tiles, 5);
   EXPECT_EQ(p.n_tiles, 18);
+  const LinearCudaPlan q = PlanLinearCuda(300, 2304, 5120);
+  EXPECT_EQ(q.tile_rows, 128);
+  EXPECT_EQ(q.tile_cols, 256);
+  EXPECT_EQ(q.k_step, 64);
+  EXPECT_EQ(q.k_steps, 80);
+  EXPECT_EQ(q.m_tiles, 3);
+  EXPECT_EQ(q.n_tiles, 9);
+  // 27 tiles < 132: split to fill one CTA per SM (4 splits of 20 steps).
+  EXPECT_EQ(q.splits, 4);
+  EXPECT_EQ(PlanLinearCuda(4096, 5120, 8192).splits, 1);  // wo_b prefill: 640 tiles
 }
 
 TEST(LinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
@@ -59,14 +76,14 @@ TEST(LinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
   EXPECT_EQ(PlanLinearCuda(4096, 2304, 5120).splits, 1);
 }
 
-// Replays the K range of every split the way LinearFp8GemmKernel derives it from the plan (K steps
-// of kLinearCudaKStep = the kernel's kBK; kt0 = z · steps_per_split, kt_end = min(kt0 +
-// steps_per_split, ceil(K / kBK)); 32-wide scale blocks below K / 32) and checks that every
-// 32-wide K block is summed exactly once, at every tile size. (A plan counting 256-wide steps
-// for the 16/32-row tiles made the kernel sum only half of K.)
+// Replays the K range of every split the way LinearFp8GemmKernel / WgmmaLinearKernel derive it
+// from the plan (K steps of the kernel's kBK: kLinearCudaKStep, or kLinearCudaWgmmaKStep for
+// tile_rows 128; kt0 = z · steps_per_split, kt_end = min(kt0 + steps_per_split, ceil(K / kBK));
+// 32-wide scale blocks below K / 32) and checks that every 32-wide K block is summed exactly
+// once, at every tile size. (A plan counting 256-wide steps for the 16/32-row tiles made the
+// kernel sum only half of K.)
 TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
-  constexpr int64_t kBlocksPerStep = kLinearCudaKStep / 32;
-  for (int64_t tile : {0, 16, 32, 64}) {
+  for (int64_t tile : {0, 16, 32, 64, 128}) {
     for (int64_t m : {1, 7, 17, 64, 300}) {
       for (int64_t k : std::initializer_list<int64_t>{32, 64, 96, 256, 512, 640, 1280, 2304, 5120,
                                                       15360, kLinearCudaMaxK}) {
@@ -74,11 +91,14 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
           const LinearCudaPlan p = PlanLinearCuda(m, 1000, k, tile, forced);
           SCOPED_TRACE(std::to_string(tile) + " " + std::to_string(m) + " " + std::to_string(k) +
                        " " + std::to_string(forced));
-          ASSERT_EQ(p.k_step, kLinearCudaKStep);
-          // The kernel's scale strip: 4 rows of steps_per_split · kBlocksPerStep bytes, at most
-          // kMaxStripBytes = 8192.
-          ASSERT_LE(4 * p.steps_per_split * kBlocksPerStep, 8192);
-          const int64_t k_steps = (k + kLinearCudaKStep - 1) / kLinearCudaKStep;
+          const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
+          const int64_t step = wgmma ? kLinearCudaWgmmaKStep : kLinearCudaKStep;
+          ASSERT_EQ(p.k_step, step);
+          const int64_t kBlocksPerStep = step / 32;
+          // The kernel's scale strip: 4 (mma.sync) or 8 (wgmma) rows of steps_per_split ·
+          // kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers reserve).
+          ASSERT_LE((wgmma ? 8 : 4) * p.steps_per_split * kBlocksPerStep, wgmma ? 16384 : 8192);
+          const int64_t k_steps = (k + step - 1) / step;
           const int64_t k_blocks = k / 32;
           std::vector<int> seen(k_blocks, 0);
           for (int64_t z = 0; z < p.splits; ++z) {
@@ -161,6 +181,8 @@ TEST(LinearCudaParamsTest, RejectsBadFields) {
   expect_field(p, "y_stride");
   p = good();
   p.tile_rows = 48;
+  expect_field(p, "tile_rows");
+  p.tile_rows = 256;
   expect_field(p, "tile_rows");
   p = good();
   p.split_k = kLinearCudaMaxSplits + 1;

@@ -2,6 +2,12 @@
 // Linear shapes against the roofline.
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
+//                  [--kernels auto,mma,wgmma] [--peak-tflops T]
+//
+// --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
+// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel
+// (tile_rows 128); the `kernel` column says which ran. --peak-tflops replaces the measured
+// mma.sync rate in the compute roof (e.g. 893, cuBLAS's bf16 GEMM rate on the H200).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
 // (activation QDQ, GEMM, split-K reduction when the plan splits). Successive calls cycle through
@@ -47,7 +53,18 @@ struct Options {
   int warmup = 3;
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
   std::vector<std::string> shapes;  // empty: all
+  // Kernels to time per (shape, M): auto (the plan's choice), mma (mma.sync: the plan's tile, 64
+  // rows where the plan picks wgmma), wgmma (tile_rows 128).
+  std::vector<std::string> kernels = {"auto"};
+  double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
+
+// tile_rows forcing `kernel` given the automatic plan's tile_rows.
+int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
+  if (kernel == "wgmma") return 128;
+  if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
+  return 0;
+}
 
 std::vector<std::string> SplitList(const char* s) {
   std::vector<std::string> out;
@@ -70,6 +87,16 @@ Options Parse(int argc, char** argv) {
       for (const std::string& v : SplitList(argv[i + 1])) o.ms.push_back(std::atoll(v.c_str()));
     } else if (flag == "--shapes") {
       o.shapes = SplitList(argv[i + 1]);
+    } else if (flag == "--kernels") {
+      o.kernels = SplitList(argv[i + 1]);
+      for (const std::string& k : o.kernels) {
+        if (k != "auto" && k != "mma" && k != "wgmma") {
+          std::fprintf(stderr, "--kernels: %s is not auto, mma or wgmma\n", k.c_str());
+          std::exit(2);
+        }
+      }
+    } else if (flag == "--peak-tflops") {
+      o.peak_tflops = std::atof(argv[i + 1]);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       std::exit(2);
@@ -136,11 +163,15 @@ int Main(int argc, char** argv) {
     });
     copy_gbps = 2.0 * copy_bytes / copy_us / 1e3;
   }
-  const double tc_tflops = attn_bench::MeasureMmaSyncTflops(5);
-  std::printf("roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s\n\n", copy_gbps,
-              tc_tflops);
-  std::printf("%-11s %6s %6s %5s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K", "M",
-              "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us", "ratio");
+  const double mma_tflops = attn_bench::MeasureMmaSyncTflops(5);
+  const double tc_tflops = o.peak_tflops > 0 ? o.peak_tflops : mma_tflops;
+  std::printf(
+      "roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s measured, compute "
+      "roof %.0f TFLOP/s\n\n",
+      copy_gbps, mma_tflops, tc_tflops);
+  std::printf("%-11s %6s %6s %5s %-8s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K",
+              "M", "kernel", "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s",
+              "roof_us", "ratio");
 
   const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());
   for (const Shape& s : kShapes) {
@@ -172,30 +203,38 @@ int Main(int argc, char** argv) {
     }
     DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.n * 2));
     dx.CopyFromHost(x.data(), x.size() * 2);
-    DeviceBuffer ws(LinearCudaWorkspaceBytes(views[0], max_m));
+    // Every kernel's plan: the automatic one and the forced 64- / 128-row tiles.
+    DeviceBuffer ws(std::max({LinearCudaWorkspaceBytes(views[0], max_m),
+                              LinearCudaWorkspaceBytes(views[0], max_m, 64),
+                              LinearCudaWorkspaceBytes(views[0], max_m, 128)}));
     for (int64_t m : o.ms) {
-      const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k);
-      const double us = MedianMicros(o, stream, [&](int i) {
-        LinearCudaParams p;
-        p.weight = &views[i % copies];
-        p.m = m;
-        p.x_bf16 = dx.get<uint16_t>();
-        p.x_stride = s.k;
-        p.y_bf16 = dy.get<uint16_t>();
-        p.y_stride = s.n;
-        p.workspace = ws.get();
-        p.workspace_bytes = ws.bytes();
-        const absl::Status st = LaunchLinearFp8(p, stream);
-        CHECK(st.ok()) << st;
-      });
-      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
-      const double flops = 2.0 * m * s.n * s.k;
-      const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
-      std::printf("%-11s %6ld %6ld %5ld %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
-                  s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-                  static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us,
-                  bytes / 1e6, flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us,
-                  roof_us / us);
+      for (const std::string& kernel : o.kernels) {
+        const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows);
+        const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k, tile);
+        const double us = MedianMicros(o, stream, [&](int i) {
+          LinearCudaParams p;
+          p.weight = &views[i % copies];
+          p.m = m;
+          p.x_bf16 = dx.get<uint16_t>();
+          p.x_stride = s.k;
+          p.y_bf16 = dy.get<uint16_t>();
+          p.y_stride = s.n;
+          p.workspace = ws.get();
+          p.workspace_bytes = ws.bytes();
+          p.tile_rows = tile;
+          const absl::Status st = LaunchLinearFp8(p, stream);
+          CHECK(st.ok()) << st;
+        });
+        const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
+        const double flops = 2.0 * m * s.n * s.k;
+        const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
+        std::printf(
+            "%-11s %6ld %6ld %5ld %-8s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+            s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+            plan.tile_rows == kLinearCudaWgmmaRows ? "wgmma" : "mma.sync",
+            static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
+            flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
+      }
     }
   }
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -1,10 +1,13 @@
-// kernels_gemm_gpu_test: LaunchLinearFp8 (gemm_cuda.h) against LinearCpu in exact mode.
+// kernels_gemm_gpu_test: LaunchLinearFp8 (gemm_cuda.h) against LinearCpu in exact mode, through
+// both GEMM kernels: mma.sync (tile_rows 16 / 32 / 64) and wgmma (tile_rows 128, the automatic
+// choice from M = 128 with N >= 256).
 // - Exact-arithmetic inputs (gemm_gpu_test_util.h): bit for bit, over partial N / K tiles, every
 //   tile size and several K splits, bf16 and fp32 outputs, bias and padded strides; scale bytes
 //   from 12 to 230 (the decoder's one- and two-multiply paths); a NaN scale block.
 // - The activation quantiser: an identity weight returns QDQ(x) exactly, on random activations
 //   with widely varying block scales: bit for bit with LinearCpu and formats::QdqFp8Ue8m0B32.
-// - Random inputs at the released FP8 Linear shapes, M = 1, 7, 64, 300, 4096: per element
+// - Random inputs at the released FP8 Linear shapes, M = 1, 7, 64 (mma.sync) and M = 128, 130,
+//   1000, 4096 (both kernels on the same data): per element
 //   |gpu - cpu| <= ulp_bf16 + (K/4 + 64)·2^-24·Σ|x·w| where Σ|x·w| is known, >= 99 % of the
 //   outputs within one bf16 ulp, rel-RMS <= 2^-8 (README.md "CUDA" justifies the figures).
 #include <algorithm>
@@ -122,12 +125,12 @@ TEST_F(GemmGpuTest, ExactArithmeticBitExactOverTilesAndSplits) {
     const HostLinear h = gemm_test::ExactArithFp8(c.n, c.k, 125, 125, false, rng, &base);
     const auto w = Prepare(h);
     const DeviceFp8Linear d = Upload(*w);
-    for (int64_t m : {1, 7, 64, 300}) {
+    for (int64_t m : {1, 7, 64, 130, 300}) {
       const std::vector<uint16_t> x =
           gemm_test::SmallIntActivations(m, c.k, c.k, c.density_den, rng);
       ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, c.k)) << c.n << "x" << c.k;
       const std::vector<float> cpu = Cpu(*w, x, m, c.k, false, c.n);
-      for (int64_t tile : {0, 16, 32, 64}) {
+      for (int64_t tile : {0, 16, 32, 64, 128}) {
         for (int64_t split : {0, 1, 3}) {
           const std::vector<float> gpu =
               gemm_test::RunLinearGpu(d.view(), x, m, c.k, {false, 0, tile, split});
@@ -155,13 +158,15 @@ TEST_F(GemmGpuTest, ExactArithmeticBiasStridesAndF32Output) {
     ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
     for (bool f32 : {false, true}) {
       const std::vector<float> cpu = Cpu(*w, x, m, x_stride, f32, y_stride);
-      for (int64_t split : {0, 1, 2}) {
-        const std::vector<float> gpu =
-            PackGpu(gemm_test::RunLinearGpu(d.view(), x, m, x_stride, {f32, y_stride, 0, split}), m,
-                    n, y_stride);
-        ExpectBitEqual(gpu, cpu, m, n, n,
-                       "bias M " + std::to_string(m) + (f32 ? " f32" : " bf16") + " split " +
-                           std::to_string(split));
+      for (int64_t tile : {0, 64, 128}) {
+        for (int64_t split : {0, 1, 2}) {
+          const std::vector<float> gpu = PackGpu(
+              gemm_test::RunLinearGpu(d.view(), x, m, x_stride, {f32, y_stride, tile, split}), m, n,
+              y_stride);
+          ExpectBitEqual(gpu, cpu, m, n, n,
+                         "bias M " + std::to_string(m) + (f32 ? " f32" : " bf16") + " tile " +
+                             std::to_string(tile) + " split " + std::to_string(split));
+        }
       }
     }
   }
@@ -179,18 +184,22 @@ TEST_F(GemmGpuTest, ExactArithmeticWideScaleRange) {
   ASSERT_LT(wide, static_cast<int>(base.size()) - 10);
   const auto w = Prepare(h);
   const DeviceFp8Linear d = Upload(*w);
-  for (int64_t m : {1, 64}) {
+  for (int64_t m : {1, 64, 130}) {
     const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, k, k, 1, rng);
     ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, k));
     for (bool f32 : {false, true}) {
       const std::vector<float> cpu = Cpu(*w, x, m, k, f32, n);
-      const std::vector<float> gpu = gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, 0, 0, 0});
-      ExpectBitEqual(gpu, cpu, m, n, n, "wide scales M " + std::to_string(m));
+      for (int64_t tile : {0, 64, 128}) {
+        const std::vector<float> gpu =
+            gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, 0, tile, 0});
+        ExpectBitEqual(gpu, cpu, m, n, n,
+                       "wide scales M " + std::to_string(m) + " tile " + std::to_string(tile));
+      }
     }
   }
 }
 
-TEST_F(GemmGpuTest, NanScaleGivesNanLikeCpu) {
+void CheckNanScale(int64_t tile) {
   Rng rng(17);
   const int64_t n = 256, k = 256, m = 7;
   std::vector<int> base;
@@ -200,7 +209,7 @@ TEST_F(GemmGpuTest, NanScaleGivesNanLikeCpu) {
   const DeviceFp8Linear d = Upload(*w);
   const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, k, k, 1, rng);
   const std::vector<float> cpu = Cpu(*w, x, m, k, false, n);
-  const std::vector<float> gpu = gemm_test::RunLinearGpu(d.view(), x, m, k, {});
+  const std::vector<float> gpu = gemm_test::RunLinearGpu(d.view(), x, m, k, {false, 0, tile, 0});
   int64_t nans = 0;
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < n; ++j) {
@@ -212,6 +221,13 @@ TEST_F(GemmGpuTest, NanScaleGivesNanLikeCpu) {
   }
   EXPECT_EQ(nans, m * 32);
   ExpectBitEqual(gpu, cpu, m, n, n, "NaN scale");
+}
+
+TEST_F(GemmGpuTest, NanScaleGivesNanLikeCpu) {
+  for (int64_t tile : {0, 128}) {
+    SCOPED_TRACE("tile " + std::to_string(tile));
+    CheckNanScale(tile);
+  }
 }
 
 // ---- the activation quantiser ----------------------------------------------------------------
@@ -273,7 +289,10 @@ std::vector<int64_t> CheckedRows(int64_t m) {
   return rows;
 }
 
-void CheckRandomShape(const Shape& s, const std::vector<int64_t>& ms, uint64_t seed) {
+// Per M: one activation draw, the CPU reference once, then each of `tiles` (0 = automatic,
+// 64 = mma.sync, 128 = wgmma) on the same data.
+void CheckRandomShape(const Shape& s, const std::vector<int64_t>& ms,
+                      const std::vector<int64_t>& tiles, uint64_t seed) {
   Rng rng(seed);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, false, rng);
   const auto w = Prepare(h);
@@ -281,45 +300,54 @@ void CheckRandomShape(const Shape& s, const std::vector<int64_t>& ms, uint64_t s
   const double coef = (s.k / 4.0 + 64.0) * std::ldexp(1.0, -24);
   for (int64_t m : ms) {
     const std::vector<uint16_t> x = gemm_test::RandomActivations(m, s.k, s.k, rng);
-    const std::vector<float> gpu_all = gemm_test::RunLinearGpu(d.view(), x, m, s.k, {});
-    // Determinism: a second call gives the same bits.
-    const std::vector<float> again = gemm_test::RunLinearGpu(d.view(), x, m, s.k, {});
-    ASSERT_EQ(std::memcmp(gpu_all.data(), again.data(), gpu_all.size() * 4), 0) << s.name;
     const std::vector<int64_t> rows = CheckedRows(m);
     const auto mr = static_cast<int64_t>(rows.size());
     std::vector<uint16_t> xs(mr * s.k);
-    std::vector<float> gpu(mr * s.n);
     for (int64_t i = 0; i < mr; ++i) {
       std::copy_n(x.begin() + rows[i] * s.k, s.k, xs.begin() + i * s.k);
-      std::copy_n(gpu_all.begin() + rows[i] * s.n, s.n, gpu.begin() + i * s.n);
     }
     const std::vector<float> cpu = Cpu(*w, xs, mr, s.k, false, s.n);
     // Σ|x·w| (double) on every 8th checked row: the per-element bound there.
     const int64_t step = 8;
     const gemm_test::DoubleResult dr = gemm_test::DoubleLinear(h, xs, {}, mr, s.k, step);
-    const Comparison c = gemm_test::Compare(gpu, cpu, mr, s.n, s.n, dr.abs_sum, 1.0, coef);
-    std::printf(
-        "%-22s N %6ld K %6ld M %5ld: %ld outputs, bit-equal %.4f, within 1 ulp %.5f, rel-RMS "
-        "%.2e, bound checked %ld (worst %.3f of allowed)\n",
-        s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-        static_cast<long>(c.count), static_cast<double>(c.bit_equal) / c.count,
-        static_cast<double>(c.within_ulp) / c.count, c.rel_rms, static_cast<long>(c.bound_checked),
-        c.worst_excess);
-    EXPECT_EQ(c.bound_failures, 0) << s.name << " M " << m;
-    EXPECT_GE(c.within_ulp, c.count * 99 / 100) << s.name << " M " << m;
-    EXPECT_LE(c.rel_rms, std::ldexp(1.0, -8)) << s.name << " M " << m;
-    EXPECT_GT(c.bound_checked, 0);
+    for (int64_t tile : tiles) {
+      const gemm_test::GpuRunOptions o{false, 0, tile, 0};
+      const std::vector<float> gpu_all = gemm_test::RunLinearGpu(d.view(), x, m, s.k, o);
+      // Determinism: a second call gives the same bits.
+      const std::vector<float> again = gemm_test::RunLinearGpu(d.view(), x, m, s.k, o);
+      ASSERT_EQ(std::memcmp(gpu_all.data(), again.data(), gpu_all.size() * 4), 0) << s.name;
+      std::vector<float> gpu(mr * s.n);
+      for (int64_t i = 0; i < mr; ++i) {
+        std::copy_n(gpu_all.begin() + rows[i] * s.n, s.n, gpu.begin() + i * s.n);
+      }
+      const Comparison c = gemm_test::Compare(gpu, cpu, mr, s.n, s.n, dr.abs_sum, 1.0, coef);
+      const int64_t used = PlanLinearCuda(m, s.n, s.k, tile).tile_rows;
+      std::printf(
+          "%-22s N %6ld K %6ld M %5ld %-8s: %ld outputs, bit-equal %.4f, within 1 ulp %.5f, "
+          "rel-RMS %.2e, bound checked %ld (worst %.3f of allowed)\n",
+          s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+          used == kLinearCudaWgmmaRows ? "wgmma" : "mma.sync", static_cast<long>(c.count),
+          static_cast<double>(c.bit_equal) / c.count, static_cast<double>(c.within_ulp) / c.count,
+          c.rel_rms, static_cast<long>(c.bound_checked), c.worst_excess);
+      EXPECT_EQ(c.bound_failures, 0) << s.name << " M " << m << " tile " << tile;
+      EXPECT_GE(c.within_ulp, c.count * 99 / 100) << s.name << " M " << m << " tile " << tile;
+      EXPECT_LE(c.rel_rms, std::ldexp(1.0, -8)) << s.name << " M " << m << " tile " << tile;
+      EXPECT_GT(c.bound_checked, 0);
+    }
   }
 }
 
 TEST_F(GemmGpuTest, ReleasedShapesSmallM) {
   uint64_t seed = 100;
-  for (const Shape& s : kReleased) CheckRandomShape(s, {1, 7, 64}, ++seed);
+  for (const Shape& s : kReleased) CheckRandomShape(s, {1, 7, 64}, {0}, ++seed);
 }
 
-TEST_F(GemmGpuTest, ReleasedShapesLargeM) {
+// Both kernels on the same data: mma.sync (64-row tiles) and wgmma.
+TEST_F(GemmGpuTest, ReleasedShapesLargeMBothKernels) {
   uint64_t seed = 200;
-  for (const Shape& s : kReleased) CheckRandomShape(s, {300, 4096}, ++seed);
+  for (const Shape& s : kReleased) {
+    CheckRandomShape(s, {128, 130, 1000, 4096}, {64, 128}, ++seed);
+  }
 }
 
 TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
@@ -333,16 +361,19 @@ TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
   const double coef = (k / 4.0 + 64.0) * std::ldexp(1.0, -24);
   for (bool f32 : {false, true}) {
     const std::vector<float> cpu = Cpu(*w, x, m, k, f32, y_stride);
-    for (int64_t split : {0, 1, 5}) {
-      // Packed [m, n] like cpu and DoubleLinear's abs_sum.
-      const std::vector<float> g = PackGpu(
-          gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, y_stride, 0, split}), m, n, y_stride);
-      // The final fp32 bias add rounds once: sums that differ within the bound may round to
-      // neighbouring floats, one fp32 ulp (= 2^-16 bf16 ulp) apart.
-      const Comparison cmp =
-          gemm_test::Compare(g, cpu, m, n, n, dr.abs_sum, f32 ? std::ldexp(1.0, -16) : 1.0, coef);
-      EXPECT_EQ(cmp.bound_failures, 0) << f32 << " " << split;
-      EXPECT_GE(cmp.within_ulp, cmp.count * 99 / 100);
+    for (int64_t tile : {0, 128}) {
+      for (int64_t split : {0, 1, 5}) {
+        // Packed [m, n] like cpu and DoubleLinear's abs_sum.
+        const std::vector<float> g =
+            PackGpu(gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, y_stride, tile, split}), m, n,
+                    y_stride);
+        // The final fp32 bias add rounds once: sums that differ within the bound may round to
+        // neighbouring floats, one fp32 ulp (= 2^-16 bf16 ulp) apart.
+        const Comparison cmp =
+            gemm_test::Compare(g, cpu, m, n, n, dr.abs_sum, f32 ? std::ldexp(1.0, -16) : 1.0, coef);
+        EXPECT_EQ(cmp.bound_failures, 0) << f32 << " tile " << tile << " split " << split;
+        EXPECT_GE(cmp.within_ulp, cmp.count * 99 / 100);
+      }
     }
   }
 }

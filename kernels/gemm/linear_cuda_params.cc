@@ -12,6 +12,11 @@ namespace {
 // CTAs a plan aims for before it stops splitting K: two per SM of a 132-SM H100 / H200. A
 // constant, not the device's SM count, so the bits never depend on the device.
 constexpr int64_t kTargetCtas = 264;
+constexpr int64_t kWgmmaTargetCtas = 132;  // the wgmma kernel: one CTA per SM
+// The automatic plan takes the wgmma kernel from this M (one 128-row tile) and N (one 256-column
+// tile) on.
+constexpr int64_t kWgmmaMinM = 128;
+constexpr int64_t kWgmmaMinN = 256;
 constexpr int64_t kMaxN = int64_t{65535} * kLinearCudaTileN;  // grid.y limit
 constexpr int64_t kMaxM = (int64_t{1} << 31) - 1;
 
@@ -56,19 +61,29 @@ absl::Status Validate(const Fp8LinearDevice& w) {
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k) {
   LinearCudaPlan p;
-  p.tile_rows = tile_rows != 0 ? tile_rows : (m <= 16 ? 16 : (m <= 32 ? 32 : 64));
-  // The kernel's stage is 128 wide at every tile size (a whole 128-byte line of each weight row;
-  // two CTAs per SM): steps and splits count that unit, never anything else.
-  p.k_step = kLinearCudaKStep;
+  if (tile_rows != 0) {
+    p.tile_rows = tile_rows;
+  } else if (m >= kWgmmaMinM && n >= kWgmmaMinN) {
+    p.tile_rows = kLinearCudaWgmmaRows;
+  } else {
+    p.tile_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
+  }
+  const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
+  // The mma.sync kernel's stage is 128 wide at every tile size (a whole 128-byte line of each
+  // weight row; two CTAs per SM), the wgmma kernel's 64 (one 128-byte swizzled bf16 row; one CTA
+  // per SM): steps and splits count the kernel's unit, never anything else.
+  p.k_step = wgmma ? kLinearCudaWgmmaKStep : kLinearCudaKStep;
+  p.tile_cols = wgmma ? kLinearCudaWgmmaCols : kLinearCudaTileN;
   p.k_steps = CeilDiv(k, p.k_step);
   p.m_tiles = CeilDiv(m, p.tile_rows);
-  p.n_tiles = CeilDiv(n, kLinearCudaTileN);
+  p.n_tiles = CeilDiv(n, p.tile_cols);
   const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
+  const int64_t target = wgmma ? kWgmmaTargetCtas : kTargetCtas;
   int64_t splits = 1;
   if (split_k > 0) {
     splits = split_k;
-  } else if (tiles < kTargetCtas) {
-    splits = std::min(kLinearCudaMaxSplits, kTargetCtas / tiles);
+  } else if (tiles < target) {
+    splits = std::min(kLinearCudaMaxSplits, target / tiles);
   }
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
   p.steps_per_split = CeilDiv(p.k_steps, splits);
@@ -80,8 +95,10 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
                                 int64_t split_k) {
   if (max_m <= 0) return 0;
   size_t partials = 0;
-  // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles, so the automatic
+  // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles (the wgmma plan
+  // kWgmmaTargetCtas tiles beyond 128 · kWgmmaTargetCtas, the same count), so the automatic
   // plan never splits, and a forced split's partials grow with m: max_m covers the rest.
+  static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
   const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
   for (int64_t m = 1; m <= scan; ++m) {
     partials =
@@ -95,8 +112,9 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.weight == nullptr) return Invalid("weight", "is null");
   if (p.m < 0 || p.m > kMaxM) return Invalid("m", absl::StrFormat("%d is not in [0, 2^31)", p.m));
-  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64) {
-    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 16, 32 or 64", p.tile_rows));
+  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64 &&
+      p.tile_rows != kLinearCudaWgmmaRows) {
+    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 16, 32, 64 or 128", p.tile_rows));
   }
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid("split_k",

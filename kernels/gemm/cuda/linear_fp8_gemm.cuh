@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 
 namespace flashserve::kernels::gemm_device {
 
@@ -61,7 +62,7 @@ struct GemmArgs {
   float* partial = nullptr;  // [splits, m, n] fp32 when gridDim.z > 1
 };
 
-// ---- cp.async / mma.sync / bf16x2 ------------------------------------------------------------
+// ---- cp.async / mma.sync ---------------------------------------------------------------------
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -86,54 +87,6 @@ __device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1,
       "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// ---- E4M3 × UE8M0 -> bf16 --------------------------------------------------------------------
-// Bytes (sel = 0x1404: bytes 0, 1; 0x3424: bytes 2, 3) of `word` as a bf16 pair equal to the
-// E4M3 values × 2^-120: the code's 7 magnitude bits go to bf16 bits 4..10 (mantissa bits 4..6,
-// exponent bits 0..3; E4M3's bias 7 vs bf16's 127), the sign to bit 15. E4M3 subnormals land on
-// bf16 subnormals (0.mmm × 2^-126 = 0.mmm × 2^-6 × 2^-120). NaN codes (0x7F, 0xFF) would read
-// as ±480 · 2^-120; DeviceFp8Linear::Upload rejects them.
-template <uint32_t kSel>
-__device__ __forceinline__ uint32_t E4m3PairScaled(uint32_t word) {
-  const uint32_t t = __byte_perm(word, 0u, kSel);  // code a in bits 8..15, code b in 24..31
-  return ((t >> 4) & 0x07F007F0u) | (t & 0x80008000u);
-}
-
-// The bf16x2 multipliers of a scale byte sb: one multiply by 2^(sb - 7) = 2^120 · 2^(sb - 127)
-// when it is a normal bf16 (sb <= 134); else 2^120 (the code values) then 2^(sb - 127), NaN for
-// byte 255 (the CPU's Ue8m0ToFloat(255) is NaN, and NaN × anything is NaN there too). Exact:
-// only exponents move, and for sb >= 3 every E4M3 value × 2^(sb-127) is a bf16 number
-// (subnormals included, which mul.rn.bf16x2 keeps).
-struct ScaleMul {
-  uint32_t m1, m2;
-  bool wide;
-};
-__device__ __forceinline__ ScaleMul MakeScaleMul(uint32_t sb) {
-  ScaleMul s;
-  s.wide = sb > 134u;
-  s.m1 = s.wide ? 0x7B807B80u : ((sb + 120u) << 7) * 0x10001u;
-  s.m2 = sb == 255u ? 0x7FC07FC0u : (sb << 7) * 0x10001u;
-  return s;
-}
-
-// The thread's 8 codes of one n8 tile and block (two words: columns 8tig+0..3, 8tig+4..7) as the
-// B registers of the two mma instructions.
-__device__ __forceinline__ void DecodeB(uint2 w, const ScaleMul& s, uint32_t (&b)[4]) {
-  b[0] = MulBf16x2(E4m3PairScaled<0x1404u>(w.x), s.m1);
-  b[1] = MulBf16x2(E4m3PairScaled<0x3424u>(w.x), s.m1);
-  b[2] = MulBf16x2(E4m3PairScaled<0x1404u>(w.y), s.m1);
-  b[3] = MulBf16x2(E4m3PairScaled<0x3424u>(w.y), s.m1);
-  if (s.wide) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) b[q] = MulBf16x2(b[q], s.m2);
-  }
 }
 
 // ---- the GEMM --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // LaunchLinearFp8 (gemm_cuda.h): validation and plan on the host, then the activation QDQ
-// (kernels/quant), the GEMM (cuda/linear_fp8_gemm.cuh) and, for split plans, the reduction.
+// (kernels/quant), the GEMM (cuda/linear_fp8_gemm.cuh, or cuda/wgmma_linear_gemm.cuh for
+// tile_rows 128) and, for split plans, the reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/quant/quant.h"
 
@@ -20,6 +22,9 @@ using gemm_device::ReduceArgs;
 
 // The plan counts K steps and splits in the kernel's stage width.
 static_assert(gemm_device::kBK == kLinearCudaKStep);
+static_assert(wgmma_linear::kBK == kLinearCudaWgmmaKStep);
+static_assert(wgmma_linear::kBM == kLinearCudaWgmmaRows);
+static_assert(wgmma_linear::kBN == kLinearCudaWgmmaCols);
 
 size_t QdqRegionBytes(int64_t m, int64_t k) {
   return (static_cast<size_t>(2 * m * k) + 255) / 256 * 256;
@@ -47,6 +52,37 @@ void LaunchGemm(const GemmArgs& g, const LinearCudaPlan& plan, cudaStream_t stre
   const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
                   static_cast<unsigned>(plan.splits));
   kernel<<<grid, gemm_device::kThreads, smem, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
+void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
+  wgmma_linear::Args g;
+  g.x = f.a;
+  g.x_stride = f.k;
+  g.x_vec = true;  // the QDQ workspace: 16-byte aligned, K % 32 == 0
+  g.w = f.w;
+  g.w_scale = f.w_scale;
+  g.strip_pitch = static_cast<int>(plan.steps_per_split * (wgmma_linear::kBK / 32));
+  g.bias = f.bias;
+  g.m = f.m;
+  g.n = f.n;
+  g.k = f.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.splits = static_cast<int>(plan.splits);
+  g.y_bf16 = f.y_bf16;
+  g.y_f32 = f.y_f32;
+  g.y_stride = f.y_stride;
+  g.y_pair = f.y_pair;
+  g.partial = f.partial;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = wgmma_linear::WgmmaLinearKernel<true>;
+  using L = wgmma_linear::Layout<true>;
+  // The largest strip: K / 32 scale bytes per row (kLinearCudaMaxK).
+  EnsureSmemLimit(kernel, L::SmemBytes(static_cast<int>(kLinearCudaMaxK / 32)), smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(plan.splits));
+  kernel<<<grid, wgmma_linear::kThreads, L::SmemBytes(g.strip_pitch), stream>>>(g);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -87,6 +123,9 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       p.y_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.y_bf16) % 4 == 0 && p.y_stride % 2 == 0;
   if (plan.splits > 1) g.partial = reinterpret_cast<float*>(ws + QdqRegionBytes(p.m, w.k));
   switch (plan.tile_rows) {
+    case kLinearCudaWgmmaRows:
+      LaunchWgmma(g, plan, stream);
+      break;
     case 16:
       LaunchGemm<1>(g, plan, stream);
       break;

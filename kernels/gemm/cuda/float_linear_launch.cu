@@ -1,0 +1,167 @@
+// LaunchFloatLinear (gemm_float_cuda.h): validation and plan on the host, then the GEMM
+// (cuda/float_linear_gemm.cuh, or cuda/wgmma_linear_gemm.cuh for tile_rows 128) and, for split
+// plans, the reduction.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "common/base/status_macros.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/cuda/float_linear_gemm.cuh"
+#include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
+#include "kernels/gemm/gemm_float_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using float_gemm_device::GemmArgs;
+using float_gemm_device::ReduceArgs;
+
+static_assert(float_gemm_device::kBK == kFloatLinearCudaKStep);
+static_assert(float_gemm_device::kBN == kFloatLinearCudaTileN);
+static_assert(wgmma_linear::kBK == kFloatLinearCudaKStep);
+static_assert(wgmma_linear::kBM == kFloatLinearCudaWgmmaRows);
+static_assert(wgmma_linear::kBN == kFloatLinearCudaWgmmaCols);
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Opts the kernel into its dynamic shared memory once per device (bit d of `done`), so later
+// launches make no extra driver call (cheap to enqueue and to capture in a graph).
+template <typename Kernel>
+void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <int kMT, typename TX, typename TW>
+void LaunchGemm(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,
+                cudaStream_t stream) {
+  using S = float_gemm_device::Tile<kMT, TX, TW>;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = float_gemm_device::FloatLinearGemmKernel<kMT, TX, TW>;
+  EnsureSmemLimit(kernel, S::kSmemBytes, smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(groups * plan.splits));
+  kernel<<<grid, float_gemm_device::kThreads, S::kSmemBytes, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename TX, typename TW>
+void Dispatch(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,
+              cudaStream_t stream) {
+  if (plan.tile_rows == 16) {
+    LaunchGemm<1, TX, TW>(g, plan, groups, stream);
+  } else if (plan.tile_rows == 32 || sizeof(TX) == 4) {  // fp32 x: at most 32 rows (validated)
+    LaunchGemm<2, TX, TW>(g, plan, groups, stream);
+  } else {
+    if constexpr (sizeof(TX) == 2) LaunchGemm<4, TX, TW>(g, plan, groups, stream);
+  }
+}
+
+// bf16 x · bf16 W through the wgmma kernel (plan.tile_rows == 128).
+void LaunchWgmma(const FloatLinearCudaParams& p, const GemmArgs& f, const FloatLinearCudaPlan& plan,
+                 cudaStream_t stream) {
+  wgmma_linear::Args g;
+  g.x = p.x_bf16;
+  g.x_stride = p.x_stride;
+  g.x_group_stride = p.x_group_stride;
+  g.x_vec = f.x_vec;
+  g.w = p.w_bf16;
+  g.w_group_stride = p.w_group_stride;
+  g.bias = p.bias;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.splits = static_cast<int>(plan.splits);
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  g.y_stride = p.y_stride;
+  g.y_group_stride = p.y_group_stride;
+  g.y_pair = f.y_pair;
+  g.partial = f.partial;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = wgmma_linear::WgmmaLinearKernel<false>;
+  const int smem = wgmma_linear::Layout<false>::SmemBytes(0);
+  EnsureSmemLimit(kernel, smem, smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(p.groups * plan.splits));
+  kernel<<<grid, wgmma_linear::kThreads, smem, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateFloatLinearCudaParams(p));
+  if (p.m == 0) return absl::OkStatus();
+  const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+  const bool x_f32 = p.x_f32 != nullptr, w_f32 = p.w_f32 != nullptr;
+
+  GemmArgs g;
+  g.x = x_f32 ? static_cast<const void*>(p.x_f32) : p.x_bf16;
+  g.w = w_f32 ? static_cast<const void*>(p.w_f32) : p.w_bf16;
+  g.bias = p.bias;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.x_stride = p.x_stride;
+  g.x_group_stride = p.x_group_stride;
+  g.w_group_stride = p.w_group_stride;
+  g.y_stride = p.y_stride;
+  g.y_group_stride = p.y_group_stride;
+  g.steps_per_split = plan.steps_per_split;
+  g.splits = static_cast<int>(plan.splits);
+  // cp.async needs every row start 16-byte aligned: the base, the row and the group strides.
+  const int64_t per16 = x_f32 ? 4 : 8;
+  g.x_vec =
+      Aligned16(g.x) && p.x_stride % per16 == 0 && (p.groups == 1 || p.x_group_stride % per16 == 0);
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  g.y_pair = p.y_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.y_bf16) % 4 == 0 &&
+             p.y_stride % 2 == 0 && (p.groups == 1 || p.y_group_stride % 2 == 0);
+  if (plan.splits > 1) g.partial = static_cast<float*>(p.workspace);
+
+  if (plan.tile_rows == kFloatLinearCudaWgmmaRows) {  // bf16 x and W (validated)
+    LaunchWgmma(p, g, plan, stream);
+  } else if (x_f32) {
+    if (w_f32) {
+      Dispatch<float, float>(g, plan, p.groups, stream);
+    } else {
+      Dispatch<float, uint16_t>(g, plan, p.groups, stream);
+    }
+  } else {
+    if (w_f32) {
+      Dispatch<uint16_t, float>(g, plan, p.groups, stream);
+    } else {
+      Dispatch<uint16_t, uint16_t>(g, plan, p.groups, stream);
+    }
+  }
+
+  if (plan.splits > 1) {
+    ReduceArgs r;
+    r.partial = g.partial;
+    r.groups = p.groups;
+    r.splits = plan.splits;
+    r.m = p.m;
+    r.n = p.n;
+    r.bias = p.bias;
+    r.y_bf16 = p.y_bf16;
+    r.y_f32 = p.y_f32;
+    r.y_stride = p.y_stride;
+    r.y_group_stride = p.y_group_stride;
+    constexpr int64_t kT = float_gemm_device::kReduceThreads;
+    const int64_t blocks = std::min<int64_t>((p.groups * p.m * p.n + kT - 1) / kT, 4096);
+    float_gemm_device::FloatLinearReduceKernel<<<static_cast<unsigned>(blocks), kT, 0, stream>>>(r);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,345 @@
+// The large-M main loop shared by LaunchFloatLinear (bf16 x · bf16 W) and LaunchLinearFp8 (QDQ
+// bf16 activations · E4M3 × UE8M0 weights): Hopper warpgroup MMA (wgmma.mma_async m64n256k16,
+// bf16 operands from shared memory, fp32 accumulators in registers). Included by
+// cuda/float_linear_launch.cu and cuda/linear_fp8_launch.cu only (sm_90a). README.md "CUDA:
+// the wgmma main loop" documents the design and the numerics.
+//
+// Work split: a CTA of two warpgroups (256 threads, all of them also load) owns kBM = 128 rows
+// (blockIdx.x), kBN = 256 output columns (blockIdx.y) and one (group, K split) pair
+// (blockIdx.z = group · splits + split). Warpgroup g computes rows 64g .. 64g+63 × all 256
+// columns (128 fp32 accumulators per thread). K advances kBK = 64 per stage.
+//
+// Shared memory (base rounded up to 1024 bytes, the swizzle atom):
+//   A  kStages × [128 rows][64 bf16] x tile, 128-byte rows in the 128-byte swizzle (K-major)
+//   B  bf16 W:  kStages × [256 rows][64 bf16], same layout, filled by cp.async
+//      FP8 W:   2 × [256][64] bf16 (decoded), plus kStages × [256 rows][64 codes] raw E4M3
+//               filled by cp.async, plus the CTA's scale strip [8 scale rows][strip_pitch]
+// Pipeline (every thread): stage i+2 is loaded while stage i is multiplied; a warpgroup keeps
+// at most two wgmma groups in flight (wait_group 1), so at the barrier of iteration i every
+// warpgroup's wgmma of stage i-2 has finished and its slot, (i+2) % 4, may be refilled.
+//   top of iteration i: cp.async.wait_group 1 (stage i landed), fence.proxy.async, barrier;
+//   issue stage i+2; [FP8: decode raw stage i into B slot i % 2, fence.proxy.async, barrier];
+//   wgmma.fence, 4 × m64n256k16 (k16 steps ascending), commit, wait_group 1.
+// FP8 decode: a thread takes 8 codes (one 16-byte bf16 chunk) of one weight row, decodes them
+// with the mma.sync kernel's exact E4M3 × UE8M0 -> bf16 rule (e4m3_bf16_decode.cuh) and stores
+// the chunk swizzled.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
+
+namespace flashserve::kernels::wgmma_linear {
+
+inline constexpr int kThreads = 256;  // two consumer warpgroups
+inline constexpr int kBM = 128;
+inline constexpr int kBN = 256;
+inline constexpr int kBK = 64;  // bf16: one 128-byte swizzled row per operand row
+inline constexpr int kStages = 4;
+inline constexpr int kScaleRows = kBN / 32;  // FP8: 32-row scale blocks per CTA
+inline constexpr uint32_t kAStage = kBM * 128;
+inline constexpr uint32_t kBStage = kBN * 128;
+inline constexpr uint32_t kRawStage = kBN * kBK;  // E4M3 codes
+inline constexpr uint32_t kKMajorLbo = 16;        // unused by K-major swizzled (encodes 1)
+inline constexpr uint32_t kKMajorSbo = 1024;      // 8 rows of 128 bytes
+
+template <bool kFp8>
+struct Layout {
+  static constexpr uint32_t kAOff = 0;
+  static constexpr uint32_t kBOff = kAOff + kStages * kAStage;
+  static constexpr int kBSlots = kFp8 ? 2 : kStages;
+  static constexpr uint32_t kRawOff = kBOff + kBSlots * kBStage;
+  static constexpr uint32_t kStripOff = kRawOff + (kFp8 ? kStages * kRawStage : 0);
+  // Dynamic shared memory for a strip of `strip_pitch` bytes per scale row (0 for bf16 W), with
+  // 1024 bytes of slack to align the base.
+  static constexpr int SmemBytes(int strip_pitch) {
+    return static_cast<int>(kStripOff) + (kScaleRows * strip_pitch + 15) / 16 * 16 + 1024;
+  }
+};
+
+struct Args {
+  const uint16_t* x = nullptr;  // bf16 rows: x + group · x_group_stride + r · x_stride
+  int64_t x_stride = 0, x_group_stride = 0;
+  bool x_vec = false;                // rows 16-byte aligned: cp.async; else element loads
+  const void* w = nullptr;           // bf16 [N, K] (elements) or E4M3 codes [N, K] (bytes)
+  int64_t w_group_stride = 0;        // elements (bf16 W only)
+  const uint8_t* w_scale = nullptr;  // FP8: UE8M0 [ceil(N/32), K/32]
+  int strip_pitch = 0;               // FP8: steps_per_split · kBK / 32
+  const float* bias = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t steps_per_split = 0;
+  int splits = 1;
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0, y_group_stride = 0;
+  bool y_pair = false;
+  float* partial = nullptr;  // [groups, splits, m, n] fp32 when splits > 1
+};
+
+// ---- primitives --------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// D (64 x 256 fp32) += A·B, A (64 x 16) and B (256 x 16) bf16 from shared memory, both K-major
+// (imm-trans-a = imm-trans-b = 0), scale-d = 1 (the accumulators start at +0).
+__device__ __forceinline__ void WgmmaM64N256K16SS(float (&d)[128], uint64_t desc_a,
+                                                  uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %"
+      "6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, "
+      "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+      "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "
+      "%71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "
+      "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %10"
+      "2, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115,"
+      " %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, "
+      "%129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// ---- loads -------------------------------------------------------------------------------------
+// The x tile of K step kt into the A slot at shared address `a`: 128 rows × 8 chunks, 4 per
+// thread. Rows past m and columns past k are zero-filled without reading (K % 8 == 0).
+__device__ __forceinline__ void LoadA(const Args& g, const uint16_t* x, uint32_t a, int64_t kt,
+                                      int64_t row0) {
+#pragma unroll
+  for (int it = 0; it < kBM * 8 / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = i / 8, c = i % 8;
+    const int64_t row = row0 + r, col = kt * kBK + c * 8;
+    const bool valid = row < g.m && col < g.k;
+    const uint32_t dst = a + wgmma::Sw128Offset(r, c);
+    if (g.x_vec) {
+      CpAsync16(dst, valid ? x + row * g.x_stride + col : x, valid);
+    } else {
+      uint32_t words[4] = {0u, 0u, 0u, 0u};
+      if (valid) {
+        const uint16_t* src = x + row * g.x_stride + col;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) words[e / 2] |= static_cast<uint32_t>(src[e]) << (16 * (e % 2));
+      }
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(words[0]),
+                   "r"(words[1]), "r"(words[2]), "r"(words[3])
+                   : "memory");
+    }
+  }
+}
+
+// bf16 W: 256 rows × 8 chunks into the B slot at `b`, 8 per thread.
+__device__ __forceinline__ void LoadBBf16(const Args& g, const uint16_t* w, uint32_t b, int64_t kt,
+                                          int64_t n0) {
+#pragma unroll
+  for (int it = 0; it < kBN * 8 / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = i / 8, c = i % 8;
+    const int64_t nrow = n0 + r, col = kt * kBK + c * 8;
+    const bool valid = nrow < g.n && col < g.k;
+    CpAsync16(b + wgmma::Sw128Offset(r, c), valid ? w + nrow * g.k + col : w, valid);
+  }
+}
+
+// FP8 W: 256 rows × 4 chunks of 16 codes into the raw slot at `raw` (plain 64-byte rows), 4 per
+// thread (K % 32 == 0: a chunk is wholly inside or outside K).
+__device__ __forceinline__ void LoadBRaw(const Args& g, const uint8_t* w, uint32_t raw, int64_t kt,
+                                         int64_t n0) {
+#pragma unroll
+  for (int it = 0; it < kBN * 4 / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = i / 4, c = i % 4;
+    const int64_t nrow = n0 + r, col = kt * kBK + c * 16;
+    const bool valid = nrow < g.n && col < g.k;
+    CpAsync16(raw + r * kBK + c * 16, valid ? w + nrow * g.k + col : w, valid);
+  }
+}
+
+// FP8 W: decodes the raw stage (local K step `step` of this split) into the bf16 B slot `b`.
+// Thread chunk (r, c): codes 8c .. 8c+7 of row r, scale block (r / 32, 2·step + c / 4).
+__device__ __forceinline__ void DecodeStage(const uint8_t* raw, uint8_t* b, const uint8_t* strip,
+                                            int strip_pitch, int64_t step) {
+#pragma unroll
+  for (int it = 0; it < kBN * 8 / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = i / 8, c = i % 8;
+    const uint2 codes = *reinterpret_cast<const uint2*>(raw + r * kBK + c * 8);
+    const uint32_t sb = strip[(r / 32) * strip_pitch + step * (kBK / 32) + c / 4];
+    uint32_t v[4];
+    gemm_device::DecodeB(codes, gemm_device::MakeScaleMul(sb), v);
+    *reinterpret_cast<uint4*>(b + wgmma::Sw128Offset(r, c)) = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+// ---- epilogue ----------------------------------------------------------------------------------
+// Thread layout of m64n256 (wgmma.cuh): warp w of warpgroup g holds rows 64g + 16w + lane/4 (+8)
+// and, per n8 tile j, columns 8j + 2·(lane % 4) + {0, 1}.
+__device__ __forceinline__ void StoreTile(const Args& g, const float (&acc)[128], int64_t group,
+                                          int64_t split, int64_t row0, int64_t n0) {
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const bool partial = g.splits > 1;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+    if (col >= g.n) continue;
+    const bool two = col + 1 < g.n;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row0 + 64 * wg + 16 * warp + lane / 4 + 8 * h;
+      if (r >= g.m) continue;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (partial) {
+        float* dst = g.partial + ((group * g.splits + split) * g.m + r) * g.n + col;
+        dst[0] = v0;
+        if (two) dst[1] = v1;
+        continue;
+      }
+      if (g.bias != nullptr) {
+        v0 = exact::AddRn(v0, g.bias[col]);
+        if (two) v1 = exact::AddRn(v1, g.bias[col + 1]);
+      }
+      const int64_t off = group * g.y_group_stride + r * g.y_stride + col;
+      if (g.y_f32 != nullptr) {
+        g.y_f32[off] = v0;
+        if (two) g.y_f32[off + 1] = v1;
+      } else {
+        uint16_t* dst = g.y_bf16 + off;
+        const uint32_t b0 = exact::F32ToBf16(v0), b1 = exact::F32ToBf16(v1);
+        if (two && g.y_pair) {
+          *reinterpret_cast<uint32_t*>(dst) = b0 | (b1 << 16);
+        } else {
+          dst[0] = static_cast<uint16_t>(b0);
+          if (two) dst[1] = static_cast<uint16_t>(b1);
+        }
+      }
+    }
+  }
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) WgmmaLinearKernel(Args g) {
+  using L = Layout<kFp8>;
+  extern __shared__ uint8_t wgmma_linear_smem_raw[];
+  const uint32_t raw_addr = SmemAddr(wgmma_linear_smem_raw);
+  uint8_t* smem = wgmma_linear_smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t base = SmemAddr(smem);
+
+  const int64_t group = blockIdx.z / g.splits, split = blockIdx.z % g.splits;
+  const uint16_t* x = g.x + group * g.x_group_stride;
+  const int64_t row0 = int64_t{blockIdx.x} * kBM;
+  const int64_t n0 = int64_t{blockIdx.y} * kBN;
+  const int64_t k_steps = (g.k + kBK - 1) / kBK;
+  const int64_t kt0 = split * g.steps_per_split;
+  const int64_t kt_count = min(kt0 + g.steps_per_split, k_steps) - kt0;  // >= 1 (plan)
+  const int wg = threadIdx.x / 128;
+
+  const uint16_t* w_bf16 = nullptr;
+  const uint8_t* w_codes = nullptr;
+  uint8_t* strip = smem + L::kStripOff;
+  if constexpr (kFp8) {
+    w_codes = static_cast<const uint8_t*>(g.w);
+    // strip[r][b] = scale block (n0/32 + r, kt0·2 + b); 127 (1.0) outside the weight. Visible
+    // to every thread after the first barrier of the main loop.
+    const int64_t scale_rows = (g.n + 31) / 32, k_blocks = g.k / 32, kb0 = kt0 * (kBK / 32);
+    for (int i = threadIdx.x; i < kScaleRows * g.strip_pitch; i += kThreads) {
+      const int r = i / g.strip_pitch, b = i % g.strip_pitch;
+      const int64_t sr = n0 / 32 + r, kb = kb0 + b;
+      strip[i] = (sr < scale_rows && kb < k_blocks) ? g.w_scale[sr * k_blocks + kb] : uint8_t{127};
+    }
+  } else {
+    w_bf16 = static_cast<const uint16_t*>(g.w) + group * g.w_group_stride;
+  }
+
+  auto load_stage = [&](int64_t step) {
+    const int slot = static_cast<int>(step % kStages);
+    LoadA(g, x, base + L::kAOff + slot * kAStage, kt0 + step, row0);
+    if constexpr (kFp8) {
+      LoadBRaw(g, w_codes, base + L::kRawOff + slot * kRawStage, kt0 + step, n0);
+    } else {
+      LoadBBf16(g, w_bf16, base + L::kBOff + slot * kBStage, kt0 + step, n0);
+    }
+  };
+
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < kt_count) load_stage(s);
+    CpAsyncCommit();
+  }
+  for (int64_t i = 0; i < kt_count; ++i) {
+    CpAsyncWait<kStages - 3>();  // stage i landed (this thread's copies)
+    wgmma::FenceProxyAsyncShared();
+    // Stage i is visible to the async proxy; every warpgroup's wgmma of stage i-2 is done.
+    __syncthreads();
+    if (i + kStages - 2 < kt_count) load_stage(i + kStages - 2);
+    CpAsyncCommit();
+    const int slot = static_cast<int>(i % kStages);
+    uint32_t b_addr;
+    if constexpr (kFp8) {
+      const int b_slot = static_cast<int>(i % 2);
+      DecodeStage(smem + L::kRawOff + slot * kRawStage, smem + L::kBOff + b_slot * kBStage, strip,
+                  g.strip_pitch, i);
+      wgmma::FenceProxyAsyncShared();
+      __syncthreads();
+      b_addr = base + L::kBOff + b_slot * kBStage;
+    } else {
+      b_addr = base + L::kBOff + slot * kBStage;
+    }
+    const uint32_t a_addr = base + L::kAOff + slot * kAStage + wg * 64 * 128;
+    wgmma::FenceOperands(acc);
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      WgmmaM64N256K16SS(acc, wgmma::MakeSw128Desc(a_addr + kk * 32, kKMajorLbo, kKMajorSbo),
+                        wgmma::MakeSw128Desc(b_addr + kk * 32, kKMajorLbo, kKMajorSbo));
+    }
+    wgmma::CommitGroup();
+    wgmma::FenceOperands(acc);
+    wgmma::WaitGroup<1>();
+  }
+  wgmma::WaitGroup<0>();
+  wgmma::FenceOperands(acc);
+  CpAsyncWait<0>();
+  StoreTile(g, acc, group, split, row0, n0);
+}
+
+}  // namespace flashserve::kernels::wgmma_linear

@@ -1,0 +1,177 @@
+// Plan, workspace sizing and validation of the CUDA bf16 / fp32 Linear (gemm_float_cuda.h).
+// Host-only, no CUDA: built into fs_kernels_gemm so the CPU test covers it.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+// CTAs a plan aims for before it stops splitting K: two per SM of a 132-SM H100 / H200. A
+// constant, not the device's SM count, so the bits never depend on the device.
+constexpr int64_t kTargetCtas = 264;
+constexpr int64_t kWgmmaTargetCtas = 132;  // the wgmma kernel: one CTA per SM
+// The automatic plan takes the wgmma kernel from this M (one 128-row tile) and N (one 256-column
+// tile) on; below, the mma.sync kernel's 16-64-row tiles waste less.
+constexpr int64_t kWgmmaMinM = 128;
+constexpr int64_t kWgmmaMinN = 256;
+constexpr int64_t kMaxN = int64_t{65535} * kFloatLinearCudaTileN;  // grid.y limit
+constexpr int64_t kMaxGridZ = 65535;
+constexpr int64_t kMaxM = (int64_t{1} << 31) - 1;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+absl::Status Invalid(const char* field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrFormat("LaunchFloatLinear: %s %s", field, why));
+}
+
+size_t PartialBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64_t groups) {
+  return plan.splits > 1 ? static_cast<size_t>(4 * groups * plan.splits * m * n) : 0;
+}
+
+// Exactly one of two pointers set.
+bool ExactlyOne(const void* a, const void* b) { return (a == nullptr) != (b == nullptr); }
+
+}  // namespace
+
+FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
+  FloatLinearCudaPlan plan;
+  const bool bf16_only = p.x_f32 == nullptr && p.w_f32 == nullptr;
+  const int64_t max_rows = p.x_f32 != nullptr ? 32 : 64;
+  if (p.tile_rows != 0) {
+    plan.tile_rows = p.tile_rows;
+  } else if (bf16_only && p.m >= kWgmmaMinM && p.n >= kWgmmaMinN) {
+    plan.tile_rows = kFloatLinearCudaWgmmaRows;
+  } else {
+    plan.tile_rows = std::min<int64_t>(max_rows, p.m <= 16 ? 16 : (p.m <= 32 ? 32 : 64));
+  }
+  const bool wgmma = plan.tile_rows == kFloatLinearCudaWgmmaRows;
+  plan.tile_cols = wgmma ? kFloatLinearCudaWgmmaCols : kFloatLinearCudaTileN;
+  plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
+  plan.m_tiles = CeilDiv(p.m, plan.tile_rows);
+  plan.n_tiles = CeilDiv(p.n, plan.tile_cols);
+  const int64_t groups = std::max<int64_t>(1, p.groups);
+  const int64_t tiles = std::max<int64_t>(1, plan.m_tiles * plan.n_tiles * groups);
+  // wgmma CTAs hold a whole SM (one per SM), mma.sync CTAs half of one.
+  const int64_t target = wgmma ? kWgmmaTargetCtas : kTargetCtas;
+  int64_t splits = 1;
+  if (p.split_k > 0) {
+    splits = p.split_k;
+  } else if (tiles < target) {
+    splits = std::min(kFloatLinearCudaMaxSplits, target / tiles);
+  }
+  splits = std::min(splits, std::max<int64_t>(1, kMaxGridZ / groups));
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, plan.k_steps));
+  plan.steps_per_split = CeilDiv(plan.k_steps, splits);
+  plan.splits = plan.steps_per_split > 0 ? CeilDiv(plan.k_steps, plan.steps_per_split) : 1;
+  return plan;
+}
+
+size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m) {
+  if (max_m <= 0) return 0;
+  // Both x dtypes (the tile cap differs). Beyond 64 · kTargetCtas rows every plan has at least
+  // kTargetCtas tiles, so the automatic plan never splits; a forced split grows with m.
+  // Likewise the wgmma plan beyond 128 · kWgmmaTargetCtas rows (the same count). All four
+  // dtype pairs: the plan depends on which operands are fp32.
+  static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
+  static const float kF32Marker = 0.f;
+  size_t bytes = 0;
+  for (const float* xf : {static_cast<const float*>(nullptr), &kF32Marker}) {
+    for (const float* wf : {static_cast<const float*>(nullptr), &kF32Marker}) {
+      FloatLinearCudaParams q = p;
+      q.x_f32 = xf;
+      q.w_f32 = wf;
+      if (wf != nullptr) q.w_bf16 = nullptr;
+      if (xf != nullptr && q.tile_rows == 64) continue;  // invalid, never launched
+      if ((xf != nullptr || wf != nullptr) && q.tile_rows == kFloatLinearCudaWgmmaRows) continue;
+      const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
+      for (int64_t m = 1; m <= scan; ++m) {
+        q.m = m;
+        bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), m, p.n, p.groups));
+      }
+      q.m = max_m;
+      bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), max_m, p.n, p.groups));
+    }
+  }
+  return bytes;
+}
+
+absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
+  if (p.m < 0 || p.m > kMaxM) return Invalid("m", absl::StrFormat("%d is not in [0, 2^31)", p.m));
+  if (p.n <= 0 || p.n > kMaxN) {
+    return Invalid("n", absl::StrFormat("%d is not in [1, %d]", p.n, kMaxN));
+  }
+  if (p.k <= 0 || p.k % 8 != 0 || p.k > kFloatLinearCudaMaxK) {
+    return Invalid("k", absl::StrFormat("%d is not a positive multiple of 8 up to %d", p.k,
+                                        kFloatLinearCudaMaxK));
+  }
+  if (p.groups < 1 || p.groups > kMaxGridZ) {
+    return Invalid("groups", absl::StrFormat("%d is not in [1, %d]", p.groups, kMaxGridZ));
+  }
+  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64 &&
+      p.tile_rows != kFloatLinearCudaWgmmaRows) {
+    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 16, 32, 64 or 128", p.tile_rows));
+  }
+  if (p.tile_rows == 64 && p.x_f32 != nullptr) {
+    return Invalid("tile_rows", "64 is not available with x_f32 (at most 32)");
+  }
+  if (p.tile_rows == kFloatLinearCudaWgmmaRows && (p.x_f32 != nullptr || p.w_f32 != nullptr)) {
+    return Invalid("tile_rows", "128 (the wgmma kernel) needs bf16 x and bf16 W");
+  }
+  if (p.split_k < 0 || p.split_k > kFloatLinearCudaMaxSplits) {
+    return Invalid("split_k",
+                   absl::StrFormat("%d is not in [0, %d]", p.split_k, kFloatLinearCudaMaxSplits));
+  }
+  if (p.m == 0) return absl::OkStatus();
+  if (!ExactlyOne(p.w_bf16, p.w_f32)) {
+    return Invalid("w_bf16/w_f32", "must have exactly one non-null pointer");
+  }
+  const void* w = p.w_bf16 != nullptr ? static_cast<const void*>(p.w_bf16) : p.w_f32;
+  if (!Aligned(w, 16)) return Invalid(p.w_bf16 ? "w_bf16" : "w_f32", "is not 16-byte aligned");
+  if (p.w_group_stride < 0 || p.w_group_stride % 8 != 0) {
+    return Invalid("w_group_stride",
+                   absl::StrFormat("%d is not a non-negative multiple of 8", p.w_group_stride));
+  }
+  if (p.bias != nullptr && !Aligned(p.bias, 4)) return Invalid("bias", "is not 4-byte aligned");
+  if (!ExactlyOne(p.x_bf16, p.x_f32)) {
+    return Invalid("x_bf16/x_f32", "must have exactly one non-null pointer");
+  }
+  if (p.x_bf16 != nullptr && !Aligned(p.x_bf16, 2)) {
+    return Invalid("x_bf16", "is not 2-byte aligned");
+  }
+  if (p.x_f32 != nullptr && !Aligned(p.x_f32, 4)) {
+    return Invalid("x_f32", "is not 4-byte aligned");
+  }
+  if (p.x_stride < p.k) return Invalid("x_stride", absl::StrFormat("%d < K = %d", p.x_stride, p.k));
+  if (p.x_group_stride < 0) {
+    return Invalid("x_group_stride", absl::StrFormat("%d is negative", p.x_group_stride));
+  }
+  if (!ExactlyOne(p.y_bf16, p.y_f32)) {
+    return Invalid("y_bf16/y_f32", "must have exactly one non-null pointer");
+  }
+  if (p.y_bf16 != nullptr && !Aligned(p.y_bf16, 2)) {
+    return Invalid("y_bf16", "is not 2-byte aligned");
+  }
+  if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) {
+    return Invalid("y_f32", "is not 4-byte aligned");
+  }
+  if (p.y_stride < p.n) return Invalid("y_stride", absl::StrFormat("%d < N = %d", p.y_stride, p.n));
+  if (p.y_group_stride < 0) {
+    return Invalid("y_group_stride", absl::StrFormat("%d is negative", p.y_group_stride));
+  }
+  const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+  if (plan.m_tiles > kMaxM) return Invalid("m", "needs too many row tiles");
+  const size_t need = PartialBytes(plan, p.m, p.n, p.groups);
+  if (need > 0 &&
+      (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need)) {
+    return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",
+                                                p.workspace_bytes, p.workspace, need));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels

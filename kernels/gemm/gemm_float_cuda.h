@@ -1,0 +1,124 @@
+// The non-quantised dense Linear on the GPU (sm_90a): y[M, N] = x[M, K] · W[N, K]^T (+ bias)
+// for bf16 or fp32 weights, with no activation quantisation, optionally batched over G groups
+// (y_g = x_g · W_g^T): attn.wo_a (8 groups of bf16 [1024, 4096] on o viewed [M, 8, 4096]),
+// indexer.weights_proj / indexer.wk, the r = 1 compressor's wkv (bf16); the MoE gate and the
+// r = 2 compressor's wkv / wgate (fp32 weights, fp32 output). The counterpart of LinearCpu for
+// kBf16 / kF32 PreparedLinears. README.md "CUDA" documents the design, tests and figures.
+//
+// Numerics (fp32 accumulation on the tensor cores, mma.sync m16n8k16 bf16, or for bf16 x ·
+// bf16 W at large M wgmma m64n256k16 bf16: same exact products, another fp32 summation order):
+// - bf16 x, bf16 W: every product is exact in fp32; sums in fp32.
+// - fp32 values (W and/or x) are split exactly into three bf16 pieces, v = hi + mid + lo (8 + 8
+//   + 8 significand bits; exact for finite 2^-110 <= |v| < 3.39e38; smaller values lose only
+//   bits below bf16's 2^-133).
+//   fp32 W with bf16 x: Σ_k x·w = Σ_k (x·lo + x·mid + x·hi), three exact products per term, so
+//   the result is an fp32 sum of the exact products (LinearCpu rounds each x·w to fp32 first).
+//   fp32 x with bf16 W: likewise with the pieces of x. fp32 x with fp32 W: the six piece
+//   products with hi/mid/lo rank sum <= 2 (each exact); the three dropped ones are below
+//   2^-23·|x·w| together, about one fp32 rounding of the product.
+// - Summation order differs from LinearCpu's ascending-k order only (and the tensor core's
+//   internal accumulation); then + bias (fp32) and one RNE rounding to bf16, or the fp32 sum.
+//   Non-finite inputs give NaN or Inf where the CPU does, except that an fp32 weight or fp32
+//   activation that is ±Inf (or beyond 3.39e38) gives NaN (its pieces are Inf - Inf).
+// - Split-K (small M): each split writes fp32 partials, a second kernel sums them in ascending
+//   split order from +0 (deterministic; no atomics). The plan depends only on (M, N, K, G,
+//   x dtype, tile_rows, split_k), never on the device: the bits are reproducible.
+//
+// Contract: device pointers (or managed memory); bf16 tensors are uint16 bit patterns; strides
+// count elements. LaunchFloatLinear validates first (InvalidArgumentError naming the field;
+// nothing is enqueued then), then enqueues 1 or 2 kernels on `stream` and returns; buffers must
+// stay valid until the stream passes the work. Nothing is allocated per call; the launch makes
+// no synchronising CUDA call (graph-capturable; the very first launch per device sets the
+// kernels' shared-memory limit, cudaFuncSetAttribute, once). CUDA launch failures abort
+// (CUDA_CHECK). Concurrent launches need distinct outputs and workspaces.
+// This header includes no CUDA header and no C++20 header (.cu files include it); CUstream_st*
+// is cudaStream_t (nullptr: legacy stream).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+struct CUstream_st;
+
+namespace flashserve::kernels {
+
+inline constexpr int64_t kFloatLinearCudaKStep = 64;       // K per pipeline stage (elements)
+inline constexpr int64_t kFloatLinearCudaTileN = 128;      // mma.sync CTA columns
+inline constexpr int64_t kFloatLinearCudaWgmmaRows = 128;  // wgmma CTA rows (tile_rows 128)
+inline constexpr int64_t kFloatLinearCudaWgmmaCols = 256;  // wgmma CTA columns
+inline constexpr int64_t kFloatLinearCudaMaxSplits = 64;
+inline constexpr int64_t kFloatLinearCudaMaxK = int64_t{1} << 24;
+
+struct FloatLinearCudaParams {
+  int64_t m = 0;       // rows of each group's x and y, 0 .. 2^31 - 1; 0 is a no-op
+  int64_t n = 0;       // out_features, 1 .. 65535 · 128
+  int64_t k = 0;       // in_features, a positive multiple of 8, at most kFloatLinearCudaMaxK
+  int64_t groups = 1;  // G >= 1; grid z = G · splits must stay <= 65535
+
+  // Weight, exactly one: [N, K] row-major (row stride K), group g at w + g · w_group_stride.
+  // 16-byte aligned base; w_group_stride a multiple of 8 (0: every group shares one weight).
+  const uint16_t* w_bf16 = nullptr;
+  const float* w_f32 = nullptr;
+  int64_t w_group_stride = 0;
+  const float* bias = nullptr;  // fp32 [N] (shared by the groups) or null; 4-byte aligned
+
+  // Input, exactly one: row r of group g at x + g · x_group_stride + r · x_stride. Any element
+  // alignment; rows that are 16-byte aligned (base, x_stride and x_group_stride) take cp.async,
+  // others a slower synchronous load path (same bits).
+  const uint16_t* x_bf16 = nullptr;
+  const float* x_f32 = nullptr;
+  int64_t x_stride = 0;        // elements, >= K
+  int64_t x_group_stride = 0;  // elements, >= 0
+
+  // Output, exactly one: bf16 (one RNE rounding) or fp32, row r of group g at
+  // y + g · y_group_stride + r · y_stride; distinct (g, r, column) must be distinct elements,
+  // not overlapping x, W or the workspace.
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;        // elements, >= N
+  int64_t y_group_stride = 0;  // elements, >= 0
+
+  // 0 = automatic; 16, 32 or 64 forces the mma.sync kernel with that many CTA rows (64 is not
+  // available with x_f32); 128 forces the wgmma kernel (128 × 256 CTA tiles; bf16 x and bf16 W
+  // only). Automatic: wgmma when x and W are bf16, M >= 128 and N >= 256, else mma.sync.
+  int64_t tile_rows = 0;
+  // 0 = automatic; 1 .. kFloatLinearCudaMaxSplits forces the number of K splits (capped at the
+  // number of K steps). The bits depend on the split count and tile_rows, nothing else.
+  int64_t split_k = 0;
+  // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
+  // be null when that is 0), not used concurrently by another launch.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// What LaunchFloatLinear runs: the kernel (tile_rows 128: wgmma, else mma.sync), CTA rows
+// (16/32/64/128) and columns (128, or 256 for wgmma), K splits and the K steps (of
+// kFloatLinearCudaKStep, both kernels) per split. Pure; cheap. Uses p's m, n, k, groups, x_f32
+// (non-null caps the tile at 32 rows), w_f32 (non-null: mma.sync), tile_rows and split_k.
+struct FloatLinearCudaPlan {
+  int64_t tile_rows = 16;
+  int64_t tile_cols = kFloatLinearCudaTileN;
+  int64_t k_steps = 0;          // ceil(K / kFloatLinearCudaKStep)
+  int64_t splits = 1;           // >= 1; every split has at least one step
+  int64_t steps_per_split = 0;  // the last split may have fewer
+  int64_t m_tiles = 0;
+  int64_t n_tiles = 0;
+};
+FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p);
+
+// Workspace bytes for any m <= max_m with p's n, k, groups, tile_rows and split_k (any x and W
+// dtypes; the other fields are ignored): 4 · G · splits · M · N when the plan splits K, else 0.
+// Monotone in max_m, so size once for the largest M. Cost: O(min(max_m, 16896)) plans.
+size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m);
+
+// InvalidArgumentError naming the first bad field of p, else OK. Host-only checks (no device
+// access): dims, pointer nullness and alignment, strides, workspace size.
+absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p);
+
+// y = x · W^T (+ bias) as documented above: the GEMM, and for split plans the reduction.
+// Errors: ValidateFloatLinearCudaParams's. Cost: 1-2 kernel launches.
+absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stream);
+
+}  // namespace flashserve::kernels

@@ -1,0 +1,235 @@
+// Host-side pieces of the CUDA bf16 / fp32 Linear (gemm_float_cuda.h): the plan, the workspace
+// size and the params validation. No device needed.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+FloatLinearCudaParams Shape(int64_t m, int64_t n, int64_t k, int64_t groups = 1) {
+  FloatLinearCudaParams p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.groups = groups;
+  return p;
+}
+
+TEST(FloatLinearCudaPlanTest, TileRowsFollowMAndXDtype) {
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 1024, 4096)).tile_rows, 16);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(16, 1024, 4096)).tile_rows, 16);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(17, 1024, 4096)).tile_rows, 32);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(33, 1024, 4096)).tile_rows, 64);
+  FloatLinearCudaParams f = Shape(4096, 512, 5120);
+  const float marker = 0.f;
+  f.x_f32 = &marker;
+  EXPECT_EQ(PlanFloatLinearCuda(f).tile_rows, 32);  // fp32 x: at most 32 rows
+  FloatLinearCudaParams s = Shape(300, 512, 5120);
+  s.tile_rows = 64;
+  const FloatLinearCudaPlan p = PlanFloatLinearCuda(s);
+  EXPECT_EQ(p.k_steps, 80);
+  EXPECT_EQ(p.m_tiles, 5);
+  EXPECT_EQ(p.n_tiles, 4);
+  EXPECT_EQ(p.tile_cols, 128);
+}
+
+TEST(FloatLinearCudaPlanTest, WgmmaForLargeMBf16Only) {
+  const float marker = 0.f;
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(127, 1024, 4096)).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 1024, 4096)).tile_rows, 128);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 255, 4096)).tile_rows, 64);  // N < one 256 tile
+  FloatLinearCudaParams w = Shape(4096, 384, 5120);
+  w.w_f32 = &marker;
+  EXPECT_EQ(PlanFloatLinearCuda(w).tile_rows, 64);  // fp32 W: mma.sync
+  const FloatLinearCudaPlan p = PlanFloatLinearCuda(Shape(300, 512, 5120));
+  EXPECT_EQ(p.tile_rows, 128);
+  EXPECT_EQ(p.tile_cols, 256);
+  EXPECT_EQ(p.k_steps, 80);
+  EXPECT_EQ(p.m_tiles, 3);
+  EXPECT_EQ(p.n_tiles, 2);
+  // 6 tiles: 132 / 6 = 22 splits asked, ceil(80 / 22) = 4 steps each, so 20 splits.
+  EXPECT_EQ(p.splits, 20);
+  // wo_a prefill, 8 groups × 32 × 4 tiles: no split.
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 1024, 4096, 8)).splits, 1);
+}
+
+TEST(FloatLinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
+  for (int64_t m : {1, 3, 16, 130, 4096}) {
+    for (int64_t n : {32, 128, 384, 512, 1024}) {
+      for (int64_t k : {8, 64, 72, 512, 4096, 5120}) {
+        for (int64_t groups : {1, 8, 3000}) {
+          for (int64_t forced : {0, 1, 3, 64}) {
+            FloatLinearCudaParams s = Shape(m, n, k, groups);
+            s.split_k = forced;
+            const FloatLinearCudaPlan p = PlanFloatLinearCuda(s);
+            SCOPED_TRACE(std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
+                         " " + std::to_string(groups) + " " + std::to_string(forced));
+            ASSERT_GE(p.splits, 1);
+            ASSERT_LE(p.splits, kFloatLinearCudaMaxSplits);
+            ASSERT_LE(p.splits * groups, 65535);
+            ASSERT_GE(p.k_steps * kFloatLinearCudaKStep, k);
+            ASSERT_LT((p.k_steps - 1) * kFloatLinearCudaKStep, k);
+            // Every split has at least one step and together they cover all steps (the kernel:
+            // kt0 = s · steps_per_split, kt_end = min(kt0 + steps_per_split, k_steps)).
+            ASSERT_GE(p.splits * p.steps_per_split, p.k_steps);
+            ASSERT_LT((p.splits - 1) * p.steps_per_split, p.k_steps);
+            if (forced > 0) {
+              ASSERT_LE(p.splits, forced);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Decode of wo_a (8 groups × 8 column tiles): 4 splits fill 256 CTAs; the MoE gate (3 tiles)
+  // splits into 40 × 2 K steps (120 CTAs); a large prefill does not split.
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 1024, 4096, 8)).splits, 4);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 384, 5120)).splits, 40);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 1024, 4096, 8)).splits, 1);
+  // The r = 1 compressor at 4096 tokens: 32 × 2 wgmma tiles, split in 2 for 128 CTAs.
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 512, 5120)).splits, 2);
+}
+
+TEST(FloatLinearCudaPlanTest, WorkspaceCoversEveryMAndIsMonotone) {
+  for (int64_t n : {32, 384, 1024}) {
+    for (int64_t groups : {1, 8}) {
+      for (int64_t forced : {0, 4}) {
+        FloatLinearCudaParams s = Shape(0, n, 4096, groups);
+        s.split_k = forced;
+        const size_t max_bytes = FloatLinearCudaWorkspaceBytes(s, 400);
+        size_t prev = 0;
+        for (int64_t m = 1; m <= 400; ++m) {
+          FloatLinearCudaParams q = s;
+          q.m = m;
+          const FloatLinearCudaPlan p = PlanFloatLinearCuda(q);
+          const size_t need = p.splits > 1 ? static_cast<size_t>(4 * groups * p.splits * m * n) : 0;
+          ASSERT_LE(need, max_bytes) << m;
+          const size_t mono = FloatLinearCudaWorkspaceBytes(s, m);
+          ASSERT_GE(mono, prev) << m;
+          prev = mono;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(Shape(0, 512, 5120), 0), 0u);
+}
+
+TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
+  alignas(16) static uint16_t w[8 * 64 * 64];
+  alignas(16) static uint16_t x[64 * 64];
+  alignas(16) static float yf[64 * 64];
+  alignas(16) static uint16_t y[64 * 64];
+  alignas(16) static uint8_t ws[1 << 20];
+  auto good = [&] {
+    FloatLinearCudaParams p = Shape(1, 64, 256, 2);
+    p.w_bf16 = w;
+    p.w_group_stride = 64 * 256;
+    p.x_bf16 = x;
+    p.x_stride = 512;
+    p.x_group_stride = 256;
+    p.y_bf16 = y;
+    p.y_stride = 128;
+    p.y_group_stride = 64;
+    p.workspace = ws;
+    p.workspace_bytes = FloatLinearCudaWorkspaceBytes(p, 1);
+    return p;
+  };
+  ASSERT_TRUE(ValidateFloatLinearCudaParams(good()).ok()) << ValidateFloatLinearCudaParams(good());
+  ASSERT_GT(good().workspace_bytes, 0u);  // the plan splits K at M = 1
+  auto expect_field = [](const FloatLinearCudaParams& p, const char* field) {
+    const absl::Status s = ValidateFloatLinearCudaParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  };
+  FloatLinearCudaParams p = good();
+  p.m = -1;
+  expect_field(p, "m ");
+  p = good();
+  p.n = 0;
+  expect_field(p, "n ");
+  p = good();
+  p.k = 60;
+  expect_field(p, "k ");
+  p = good();
+  p.groups = 0;
+  expect_field(p, "groups");
+  p = good();
+  p.tile_rows = 48;
+  expect_field(p, "tile_rows");
+  p = good();
+  p.x_bf16 = nullptr;
+  p.x_f32 = yf;
+  p.tile_rows = 64;
+  expect_field(p, "tile_rows");
+  p.tile_rows = 128;  // wgmma: bf16 x and W only
+  expect_field(p, "tile_rows");
+  p = good();
+  p.w_bf16 = nullptr;
+  p.w_f32 = yf;
+  p.tile_rows = 128;
+  expect_field(p, "tile_rows");
+  p = good();
+  p.split_k = kFloatLinearCudaMaxSplits + 1;
+  expect_field(p, "split_k");
+  p = good();
+  p.w_bf16 = nullptr;
+  expect_field(p, "w_bf16/w_f32");
+  p = good();
+  p.w_f32 = yf;
+  expect_field(p, "w_bf16/w_f32");
+  p = good();
+  p.w_bf16 = w + 1;
+  expect_field(p, "w_bf16");
+  p = good();
+  p.w_group_stride = 4;
+  expect_field(p, "w_group_stride");
+  p = good();
+  p.bias = reinterpret_cast<const float*>(ws + 2);
+  expect_field(p, "bias");
+  p = good();
+  p.x_bf16 = nullptr;
+  expect_field(p, "x_bf16/x_f32");
+  p = good();
+  p.x_stride = 255;
+  expect_field(p, "x_stride");
+  p = good();
+  p.x_group_stride = -1;
+  expect_field(p, "x_group_stride");
+  p = good();
+  p.y_f32 = yf;
+  expect_field(p, "y_bf16/y_f32");
+  p = good();
+  p.y_stride = 63;
+  expect_field(p, "y_stride");
+  p = good();
+  p.y_group_stride = -64;
+  expect_field(p, "y_group_stride");
+  p = good();
+  p.workspace_bytes -= 1;
+  expect_field(p, "workspace");
+  p = good();
+  p.workspace = ws + 8;
+  expect_field(p, "workspace");
+  p = good();
+  p.workspace = nullptr;
+  expect_field(p, "workspace");
+  // Odd strides and unaligned x are fine (the slow load path); no split needs no workspace.
+  p = good();
+  p.x_bf16 = x + 1;
+  p.x_stride = 259;
+  p.y_stride = 65;
+  p.split_k = 1;
+  p.workspace = nullptr;
+  p.workspace_bytes = 0;
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  // m == 0 needs no pointers.
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(Shape(0, 64, 64)).ok());
+}
+
+}  // namespace
+}  // namespace flashserve::kernels

@@ -1,0 +1,269 @@
+// bench_gemm_float_gpu: the bf16 / fp32 Linear on the GPU (LaunchFloatLinear) at the model's
+// non-quantised Linear shapes against the roofline.
+//
+//   bench_gemm_float_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wo_a,gate,...]
+//                        [--kernels auto,mma,wgmma] [--peak-tflops T]
+//
+// --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
+// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel
+// (tile_rows 128; bf16 weights only, skipped for fp32 ones); the `kernel` column says which
+// ran. --peak-tflops replaces the measured mma.sync rate in the compute roof (e.g. 893).
+//
+// Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
+// (GEMM, plus the split-K reduction when the plan splits). Successive calls cycle through enough
+// weight copies (>= 160 MB in all) that no call finds its weight in L2.
+//   bytes = weights + x + y in their dtypes: what any implementation must move
+//   FLOPs = 2·G·M·N·K; the tensor cores execute `pieces` times that (1 for bf16 × bf16, 3 when
+//           one operand is fp32: exact hi/mid/lo bf16 split)
+//   roof  = max(bytes / d2d copy bandwidth, pieces·FLOPs / bf16 mma.sync rate), both measured
+//           in this run (cudaMemcpyAsync d2d of 1 GiB counted read + write;
+//           kernels/attention/bench's mma.sync peak); ratio = roof / measured (1 = on the roof).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/base/check.h"
+#include "kernels/attention/bench/mma_peak.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n, k, groups;
+  bool w_f32, y_f32;
+};
+// Model spec §4.3 step 6 (wo_a on o viewed [M, 8, 4096]), §4.4, §4.5, §4.7.
+constexpr Shape kShapes[] = {
+    {"wo_a", 1024, 4096, 8, false, false},  {"idx_wproj", 32, 5120, 1, false, false},
+    {"idx_wk", 128, 512, 1, false, false},  {"cmp_wkv_r1", 512, 5120, 1, false, false},
+    {"gate_f32", 384, 5120, 1, true, true}, {"cmp_r2_f32", 512, 5120, 1, true, true},
+};
+
+struct Options {
+  int iters = 20;
+  int warmup = 3;
+  std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  std::vector<std::string> shapes;  // empty: all
+  // Kernels to time per (shape, M): auto (the plan's choice), mma (mma.sync: the plan's tile, 64
+  // rows where the plan picks wgmma), wgmma (tile_rows 128).
+  std::vector<std::string> kernels = {"auto"};
+  double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
+};
+
+// tile_rows forcing `kernel` given the automatic plan's tile_rows.
+int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
+  if (kernel == "wgmma") return 128;
+  if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
+  return 0;
+}
+
+std::vector<std::string> SplitList(const char* s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--iters") {
+      o.iters = std::max(1, std::atoi(argv[i + 1]));
+    } else if (flag == "--warmup") {
+      o.warmup = std::max(0, std::atoi(argv[i + 1]));
+    } else if (flag == "--m") {
+      o.ms.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) o.ms.push_back(std::atoll(v.c_str()));
+    } else if (flag == "--shapes") {
+      o.shapes = SplitList(argv[i + 1]);
+    } else if (flag == "--kernels") {
+      o.kernels = SplitList(argv[i + 1]);
+      for (const std::string& k : o.kernels) {
+        if (k != "auto" && k != "mma" && k != "wgmma") {
+          std::fprintf(stderr, "--kernels: %s is not auto, mma or wgmma\n", k.c_str());
+          std::exit(2);
+        }
+      }
+    } else if (flag == "--peak-tflops") {
+      o.peak_tflops = std::atof(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+// Deterministic bf16 bits of values in ±[1, 2) · 2^-6 (finite; the fp32 weights are these
+// widened plus low mantissa bits, so all three pieces are busy).
+void FillBf16(std::vector<uint16_t>& v, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (uint16_t& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<uint16_t>(0x3C80 + ((s >> 52) & 0x7F)) | ((s >> 63) ? 0x8000 : 0);
+  }
+}
+
+void FillF32(std::vector<float>& v, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t bits = 0x3C800000u + static_cast<uint32_t>((s >> 41) & 0x7FFFFF);
+    x = std::bit_cast<float>(bits | ((s >> 63) ? 0x80000000u : 0u));
+  }
+}
+
+void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflops,
+              cudaStream_t stream) {
+  const int64_t w_es = s.w_f32 ? 4 : 2, y_es = s.y_f32 ? 4 : 2;
+  const int64_t w_elems = s.groups * s.n * s.k;
+  const int64_t w_bytes = w_elems * w_es;
+  const int copies =
+      static_cast<int>(std::clamp<int64_t>((int64_t{160} << 20) / w_bytes + 1, 1, 64));
+  std::vector<DeviceBuffer> dw;
+  for (int c = 0; c < copies; ++c) {
+    dw.emplace_back(w_bytes);
+    if (s.w_f32) {
+      std::vector<float> w(w_elems);
+      FillF32(w, 1000 + c);
+      dw.back().CopyFromHost(w.data(), w_bytes);
+    } else {
+      std::vector<uint16_t> w(w_elems);
+      FillBf16(w, 1000 + c);
+      dw.back().CopyFromHost(w.data(), w_bytes);
+    }
+  }
+  const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());
+  // x [M, G, K] and y [M, G, N]: groups interleaved in a row (o viewed [M, 8, 4096]).
+  std::vector<uint16_t> x(max_m * s.groups * s.k);
+  FillBf16(x, 7);
+  DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.groups * s.n * y_es));
+  dx.CopyFromHost(x.data(), x.size() * 2);
+  FloatLinearCudaParams base;
+  base.n = s.n;
+  base.k = s.k;
+  base.groups = s.groups;
+  base.w_group_stride = s.n * s.k;
+  base.x_bf16 = dx.get<uint16_t>();
+  base.x_stride = s.groups * s.k;
+  base.x_group_stride = s.k;
+  base.y_bf16 = s.y_f32 ? nullptr : dy.get<uint16_t>();
+  base.y_f32 = s.y_f32 ? dy.get<float>() : nullptr;
+  base.y_stride = s.groups * s.n;
+  base.y_group_stride = s.n;
+  // Every kernel's plan: the automatic one and the forced 64- / 128-row tiles.
+  size_t ws_bytes = 16;
+  for (int64_t tile : {0, 64, 128}) {
+    FloatLinearCudaParams q = base;
+    q.tile_rows = tile;
+    ws_bytes = std::max(ws_bytes, FloatLinearCudaWorkspaceBytes(q, max_m));
+  }
+  DeviceBuffer ws(ws_bytes);
+  base.workspace = ws.get();
+  base.workspace_bytes = ws.bytes();
+  const int pieces = s.w_f32 ? 3 : 1;
+  for (int64_t m : o.ms) {
+    for (const std::string& kernel : o.kernels) {
+      if (kernel == "wgmma" && s.w_f32) continue;  // bf16 x · bf16 W only
+      FloatLinearCudaParams p = base;
+      p.m = m;
+      p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
+      p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
+      p.tile_rows = TileFor(kernel, PlanFloatLinearCuda(p).tile_rows);
+      const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+      int call = 0;
+      const double us = MedianEventMicros(
+          o.warmup, o.iters,
+          [&] {
+            FloatLinearCudaParams q = p;
+            if (s.w_f32) {
+              q.w_f32 = dw[call % copies].get<float>();
+            } else {
+              q.w_bf16 = dw[call % copies].get<uint16_t>();
+            }
+            ++call;
+            const absl::Status st = LaunchFloatLinear(q, stream);
+            CHECK(st.ok()) << st;
+          },
+          stream);
+      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.groups * s.k +
+                           static_cast<double>(y_es) * m * s.groups * s.n;
+      const double flops = 2.0 * m * s.groups * s.n * s.k;
+      const double roof_us =
+          std::max(bytes / (copy_gbps * 1e3), pieces * flops / (tc_tflops * 1e6));
+      std::printf(
+          "%-10s %5ld %5ld %2ld %4s %5ld %-8s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
+          "%6.2f\n",
+          s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
+          s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
+          plan.tile_rows == kFloatLinearCudaWgmmaRows ? "wgmma" : "mma.sync",
+          static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
+          flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  std::printf("command:");
+  for (int i = 0; i < argc; ++i) std::printf(" %s", argv[i]);
+  std::printf("\n");
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB; median of %d calls after %d warm-up\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const size_t copy_bytes = size_t{1} << 30;
+  double copy_gbps = 0;
+  {
+    DeviceBuffer src(copy_bytes), dst(copy_bytes);
+    CUDA_CHECK(cudaMemset(src.get(), 1, copy_bytes));
+    const double copy_us = MedianEventMicros(
+        o.warmup, o.iters,
+        [&] {
+          CUDA_CHECK(
+              cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, stream));
+        },
+        stream);
+    copy_gbps = 2.0 * copy_bytes / copy_us / 1e3;
+  }
+  const double mma_tflops = attn_bench::MeasureMmaSyncTflops(5);
+  const double tc_tflops = o.peak_tflops > 0 ? o.peak_tflops : mma_tflops;
+  std::printf(
+      "roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s measured, compute "
+      "roof %.0f TFLOP/s\n",
+      copy_gbps, mma_tflops, tc_tflops);
+  std::printf("x bf16 [M, G, K] rows, y [M, G, N]; fp32 weights cost 3 mma per product\n\n");
+  std::printf("%-10s %5s %5s %2s %4s %5s %-8s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N",
+              "K", "G", "w", "M", "kernel", "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s",
+              "GB/s", "roof_us", "ratio");
+  for (const Shape& s : kShapes) {
+    if (!o.shapes.empty() &&
+        std::find(o.shapes.begin(), o.shapes.end(), std::string(s.name)) == o.shapes.end()) {
+      continue;
+    }
+    RunShape(o, s, copy_gbps, tc_tflops, stream);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
+
+int main(int argc, char** argv) { return flashserve::kernels::Main(argc, argv); }
