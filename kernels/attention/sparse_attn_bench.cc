@@ -1,7 +1,8 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|auto|wgmma|mma.sync]
+//                     [--path both|all|auto|wgmma|wgmma-splitk|mma.sync] [--tokens N[,N..]]
+//                     [--no-roofs] [--no-graph] [--ncu]
 //
 // Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
 // of 128 window rows (shared by every token of the batch) + ROWS compressed rows (default 65536;
@@ -16,7 +17,18 @@
 // timing, the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch
 // makes the exit code 1. --path picks the CUDA body (the launcher's override,
 // cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
-// wgmma path, one row each.
+// wgmma path, one row each; `all` adds the opt-in wgmma-splitk variant. --tokens replaces the batch
+// sizes (default 1,8,64,256).
+//
+// Two times per row: median_us, each launch between two events on the legacy stream (it includes
+// whatever part of the host's launch path the GPU waits for, when the GPU outruns the host at
+// small batches), and graph_us, the mean per launch of kGraphLaunches launches captured in one
+// CUDA graph and replayed (median over replays): GPU time only, what a decode step run as a graph
+// sees. TFLOP/s and the ratio use median_us, as in the first version of this bench. --no-roofs
+// skips the roof kernels (ratio printed as 0), --no-graph the graph column (0);
+// --ncu = --no-roofs --no-graph --iters 1 --warmup 0, so that a profiler sees only the attention
+// kernels: the correctness launch, then one timed launch per row, e.g.
+//   ncu -k regex:WgmmaKernel --set full bench_sparse_attn --ncu --path wgmma --tokens 256
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -51,13 +63,39 @@ constexpr int64_t kWindow = 128;
 constexpr int64_t kSelected = 512;
 constexpr int64_t kWidth = kWindow + kSelected;
 
+// Launches per captured graph (graph_us).
+constexpr int kGraphLaunches = 20;
+
 struct Options {
   int iters = 50;
   int warmup = 10;
   int64_t compressed = 65536;
   std::vector<SparseAttnCudaPath> paths = {SparseAttnCudaPath::kMmaSync,
                                            SparseAttnCudaPath::kWgmma};
+  std::vector<int64_t> tokens = {1, 8, 64, 256};
+  bool roofs = true;
+  bool graph = true;
 };
+
+// Mean GPU time per launch, µs: kGraphLaunches calls of `launch(stream)` captured into one graph
+// on a fresh stream, replayed `warmup` times untimed and `iters` times between events (median).
+double GraphMicrosPerLaunch(int warmup, int iters,
+                            const std::function<void(cudaStream_t)>& launch) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphLaunches; ++i) launch(stream);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = MedianEventMicros(
+      warmup, iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return us / kGraphLaunches;
+}
 
 std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -139,6 +177,7 @@ class Bench {
   }
 
   void Roofs() {
+    if (!o_.roofs) return;
     copy_gbps_ = MeasureCopyGbps(o_, dkv_, kv_.size() * 2);
     mma_tflops_ = attn_bench::MeasureMmaSyncTflops(5);
     cublas_tflops_ = MeasureCublasTflops(o_, &cublas_source_);
@@ -192,33 +231,46 @@ class Bench {
 
     const double us =
         MedianEventMicros(o_.warmup, o_.iters, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
+    const double graph_us =
+        o_.graph ? GraphMicrosPerLaunch(std::min(o_.warmup, 3), o_.iters,
+                                        [&](cudaStream_t s) { CHECK_OK(LaunchSparseAttn(p, s)); })
+                 : 0.0;
     const double bytes =
         unique_rows * kDim * 2.0 + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
-    const double mem_us = bytes / copy_gbps_ / 1e3;
-    const double tc_us = flops / tc_tflops_ / 1e6;
-    rows_.push_back({attention_internal::SparseAttnCudaPathName(taken), tokens, us, bytes / 1e6,
-                     unique_rows, flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
+    const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
+    const double tc_us = o_.roofs ? flops / tc_tflops_ / 1e6 : 0.0;
+    rows_.push_back({attention_internal::SparseAttnCudaPathName(taken), tokens, us, graph_us,
+                     bytes / 1e6, unique_rows, flops / us / 1e6, mem_us, tc_us,
+                     std::max(mem_us, tc_us) / us});
     attention_internal::SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto);
   }
 
   int Print(const std::string& command) const {
-    std::printf("roofs: copy (d2d, read+write) %.0f GB/s; mma.sync peak (own kernel) %.0f TFLOP/s",
-                copy_gbps_, mma_tflops_);
-    if (cublas_tflops_ > 0) {
-      std::printf("; %s %.0f TFLOP/s\n", cublas_source_.c_str(), cublas_tflops_);
+    if (o_.roofs) {
+      std::printf(
+          "roofs: copy (d2d, read+write) %.0f GB/s; mma.sync peak (own kernel) %.0f "
+          "TFLOP/s",
+          copy_gbps_, mma_tflops_);
+      if (cublas_tflops_ > 0) {
+        std::printf("; %s %.0f TFLOP/s\n", cublas_source_.c_str(), cublas_tflops_);
+      } else {
+        std::printf("; cuBLAS not loadable here, the mma.sync rate is the tensor-core roof\n");
+      }
     } else {
-      std::printf("; cuBLAS not loadable here, the mma.sync rate is the tensor-core roof\n");
+      std::printf("roofs: skipped (--no-roofs); mem_us, tc_us and ratio are 0\n");
     }
-    std::printf("\n%-9s %7s %10s %9s %11s %8s %10s %10s %7s\n", "path", "tokens", "median_us",
-                "MB_read", "unique_rows", "TFLOP/s", "mem_us", "tc_us", "ratio");
+    std::printf("\n%-12s %7s %10s %9s %9s %11s %8s %10s %10s %7s\n", "path", "tokens", "median_us",
+                "graph_us", "MB_read", "unique_rows", "TFLOP/s", "mem_us", "tc_us", "ratio");
     for (const Row& r : rows_) {
-      std::printf("%-9s %7ld %10.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", r.path,
-                  long(r.tokens), r.us, r.mb, long(r.unique_rows), r.tflops, r.mem_us, r.tc_us,
-                  r.ratio);
+      std::printf("%-12s %7ld %10.2f %9.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", r.path,
+                  long(r.tokens), r.us, r.graph_us, r.mb, long(r.unique_rows), r.tflops, r.mem_us,
+                  r.tc_us, r.ratio);
     }
-    std::printf("(ratio = max(mem_us, tc_us) / median_us; tensor-core roof %.0f TFLOP/s)\n",
-                tc_tflops_);
+    std::printf(
+        "(TFLOP/s and ratio = max(mem_us, tc_us) / median_us, as before graph_us existed; "
+        "graph_us: GPU time per launch in a CUDA graph%s; tensor-core roof %.0f TFLOP/s)\n",
+        o_.graph ? "" : ", 0 with --no-graph", tc_tflops_);
     std::printf("\ncorrectness (first tokens vs SparseAttnCpu): %s\n",
                 failures_ == 0 ? "OK" : "MISMATCH");
     std::printf("command: %s\n", command.c_str());
@@ -229,7 +281,7 @@ class Bench {
   struct Row {
     const char* path;  // the path taken (SparseAttnCudaPathName)
     int64_t tokens;
-    double us, mb;
+    double us, graph_us, mb;
     int64_t unique_rows;
     double tflops, mem_us, tc_us, ratio;
   };
@@ -303,19 +355,47 @@ int Main(int argc, char** argv) {
       command += " " + v;
       if (v == "both") {
         o.paths = {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmma};
-      } else if (v == "auto" || v == "wgmma" || v == "mma.sync") {
-        o.paths = {v == "auto"    ? SparseAttnCudaPath::kAuto
-                   : v == "wgmma" ? SparseAttnCudaPath::kWgmma
-                                  : SparseAttnCudaPath::kMmaSync};
+      } else if (v == "all") {
+        o.paths = {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmma,
+                   SparseAttnCudaPath::kWgmmaSplitK};
+      } else if (v == "auto" || v == "wgmma" || v == "wgmma-splitk" || v == "mma.sync") {
+        o.paths = {v == "auto"           ? SparseAttnCudaPath::kAuto
+                   : v == "wgmma"        ? SparseAttnCudaPath::kWgmma
+                   : v == "wgmma-splitk" ? SparseAttnCudaPath::kWgmmaSplitK
+                                         : SparseAttnCudaPath::kMmaSync};
       } else {
-        std::fprintf(stderr, "--path takes both, auto, wgmma or mma.sync\n");
+        std::fprintf(stderr, "--path takes both, all, auto, wgmma, wgmma-splitk or mma.sync\n");
         return 2;
       }
+    } else if (a == "--tokens" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      command += " " + v;
+      o.tokens.clear();
+      for (size_t pos = 0; pos <= v.size();) {
+        const size_t comma = std::min(v.find(',', pos), v.size());
+        const long n = std::atol(v.substr(pos, comma - pos).c_str());
+        if (n <= 0 || n > 65536) {
+          std::fprintf(stderr, "--tokens takes a comma-separated list of counts in 1..65536\n");
+          return 2;
+        }
+        o.tokens.push_back(n);
+        pos = comma + 1;
+      }
+    } else if (a == "--no-roofs") {
+      o.roofs = false;
+    } else if (a == "--no-graph") {
+      o.graph = false;
+    } else if (a == "--ncu") {
+      o.roofs = o.graph = false;
+      o.iters = 1;
+      o.warmup = 0;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-                   "[--path both|auto|wgmma|mma.sync]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
+          "[--path both|all|auto|wgmma|wgmma-splitk|mma.sync] [--tokens N[,N..]] [--no-roofs] "
+          "[--no-graph] [--ncu]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -333,7 +413,7 @@ int Main(int argc, char** argv) {
   Bench bench(o);
   bench.Roofs();
   for (SparseAttnCudaPath path : o.paths) {
-    for (int64_t tokens : {1, 8, 64, 256}) bench.Decode(tokens, path);
+    for (int64_t tokens : o.tokens) bench.Decode(tokens, path);
   }
   return bench.Print(command);
 }

@@ -393,6 +393,13 @@ TEST(SparseAttnGpuTest, PathSelection) {
     EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);  // does not fit: falls back
   }
   {
+    PathOverride force(SparseAttnCudaPath::kWgmmaSplitK);
+    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmmaSplitK);
+    EXPECT_EQ(PathOf(heads65), SparseAttnCudaPath::kWgmmaSplitK);
+    EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);  // does not fit: falls back
+    EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
+  }
+  {
     PathOverride force(SparseAttnCudaPath::kMmaSync);
     EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kMmaSync);
   }
@@ -406,9 +413,8 @@ TEST(SparseAttnGpuTest, PathSelection) {
 // The released dims through each tensor-core path explicitly (the default takes wgmma there):
 // decode batches split (1, 4, 64 tokens) and unsplit (128), padded strides, a partial last
 // block, sinks, and head counts that leave a wgmma group partly empty.
-TEST(SparseAttnGpuTest, BothTensorPathsAtReleasedDims) {
-  FS_SKIP_WITHOUT_GPU();
-  for (SparseAttnCudaPath path : {SparseAttnCudaPath::kWgmma, SparseAttnCudaPath::kMmaSync}) {
+void CheckReleasedDimsOn(SparseAttnCudaPath path) {
+  {
     PathOverride force(path);
     const char* name = SparseAttnCudaPathName(path);
     char label[96];
@@ -436,6 +442,18 @@ TEST(SparseAttnGpuTest, BothTensorPathsAtReleasedDims) {
       ExpectClose(c, RunBoth(c), label);
     }
   }
+}
+
+TEST(SparseAttnGpuTest, BothTensorPathsAtReleasedDims) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckReleasedDimsOn(SparseAttnCudaPath::kWgmma);
+  CheckReleasedDimsOn(SparseAttnCudaPath::kMmaSync);
+}
+
+// The same cases on the opt-in split-K S variant of the wgmma kernel (never the default).
+TEST(SparseAttnGpuTest, WgmmaSplitKAtReleasedDims) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckReleasedDimsOn(SparseAttnCudaPath::kWgmmaSplitK);
 }
 
 TEST(SparseAttnGpuTest, LauncherErrors) {

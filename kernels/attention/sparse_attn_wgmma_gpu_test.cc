@@ -63,25 +63,29 @@ Inputs MakeInputs(uint32_t seed, int range, int kind) {
 }
 
 struct Outputs {
-  std::vector<float> s;  // [64][64]
-  std::vector<float> o;  // [64][512]
+  std::vector<float> s;        // [64][64]
+  std::vector<float> o;        // [64][512]
+  std::vector<float> s_split;  // [64][64], the split-K S (RunCpu: a copy of s)
 };
 
 Outputs RunGpu(const Inputs& in, uint32_t lbo, uint32_t sbo) {
   DeviceBuffer dq(in.q.size() * 2), dkv(in.kv.size() * 2), dp(in.p.size() * 2),
-      ds(kRows * kRows * 4), dout(kRows * kDim * 4);
+      ds(kRows * kRows * 4), dout(kRows * kDim * 4), dsk(kRows * kRows * 4);
   dq.CopyFromHost(in.q.data(), in.q.size() * 2);
   dkv.CopyFromHost(in.kv.data(), in.kv.size() * 2);
   dp.CopyFromHost(in.p.data(), in.p.size() * 2);
   CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));  // NaN: an unwritten element mismatches
   CUDA_CHECK(cudaMemset(dout.get(), 0xFF, dout.bytes()));
+  CUDA_CHECK(cudaMemset(dsk.get(), 0xFF, dsk.bytes()));
   RunWgmmaPrimitiveCheck(dq.get<uint16_t>(), dkv.get<uint16_t>(), dp.get<uint16_t>(),
-                         ds.get<float>(), dout.get<float>(), lbo, sbo);
+                         ds.get<float>(), dout.get<float>(), dsk.get<float>(), lbo, sbo);
   Outputs out;
   out.s.resize(kRows * kRows);
   out.o.resize(kRows * kDim);
+  out.s_split.resize(kRows * kRows);
   ds.CopyToHost(out.s.data(), ds.bytes());
   dout.CopyToHost(out.o.data(), dout.bytes());
+  dsk.CopyToHost(out.s_split.data(), dsk.bytes());
   return out;
 }
 
@@ -101,6 +105,7 @@ Outputs RunCpu(const Inputs& in) {
       out.o[h * kDim + i] = static_cast<float>(acc);
     }
   }
+  out.s_split = out.s;
   return out;
 }
 
@@ -142,6 +147,9 @@ TEST(WgmmaPrimitivesTest, QkAndPvExactOnIntegers) {
                 : kind == 1 ? "P = identity"
                             : "K = identity on dims 0..63");
     EXPECT_EQ(CountMismatches(got.s, want.s, kRows, "S = Q.K^T (wgmma m64n32k16 SS)"), 0);
+    EXPECT_EQ(CountMismatches(got.s_split, want.s_split, kRows,
+                              "S = Q.K^T split-K (wgmma m64n64k16 SS + exchange)"),
+              0);
     const int64_t pv_bad =
         CountMismatches(got.o, want.o, kDim, "O = P.V (wgmma m64n256k16 RS, trans-b)");
     EXPECT_EQ(pv_bad, 0);
@@ -162,6 +170,7 @@ TEST(WgmmaPrimitivesTest, ExactOnWiderIntegers) {
   const Outputs want = RunCpu(in);
   const Outputs got = RunGpu(in, WgmmaPvLeadingOffset(), WgmmaPvStrideOffset());
   EXPECT_EQ(CountMismatches(got.s, want.s, kRows, "S (range 8)"), 0);
+  EXPECT_EQ(CountMismatches(got.s_split, want.s_split, kRows, "S split-K (range 8)"), 0);
   EXPECT_EQ(CountMismatches(got.o, want.o, kDim, "O (range 8)"), 0);
 }
 

@@ -16,6 +16,8 @@ inline constexpr int kBlock = static_cast<int>(kSparseAttnBlock);  // list entri
 inline constexpr float kInitMax = -1e30f;                          // the reference's start
 inline constexpr int kScalarThreads = 128;
 inline constexpr int kCombineThreads = 128;
+inline constexpr int kCombineMaxDim = 512;  // the tensor paths' largest head_dim
+inline constexpr int kCombinePerThread = kCombineMaxDim / kCombineThreads;
 inline constexpr int kSRowFloats = kBlock + 4;  // fp32 logits row pitch in shared memory
 
 static_assert(kBlock == 64, "the warp layout assumes 64-entry blocks");
@@ -90,6 +92,18 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Programmatic dependent launch (PTX ISA "griddepcontrol", sm_90). The split kernels signal at
+// their start that the combine kernel, launched after them with the programmatic stream
+// serialization attribute, may be scheduled; its CTAs then occupy idle SMs and block in
+// WaitPrerequisiteGrids until the split kernel has completed and its memory operations are
+// visible, which hides the second launch's latency. Without the attribute both are no-ops.
+__device__ __forceinline__ void LaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void WaitPrerequisiteGrids() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][kChunks × 16 B] tile.

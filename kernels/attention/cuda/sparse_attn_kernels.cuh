@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(TensorShape<kD, kMT>::kThreads, 1)
   const int g = lane / 4;        // accumulator rows g, g + 8; columns 2·(lane % 4) + {0, 1}
   const int c2 = 2 * (lane % 4);
   const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
+  LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
     const int64_t item = unit / geo.splits;
@@ -280,34 +281,61 @@ __global__ void __launch_bounds__(TensorShape<kD, kMT>::kThreads, 1)
 // Merges the split states of one (token, head) per CTA: M = max m_s, w_s = exp(m_s − M),
 // o = bf16(Σ_s w_s·acc_s / (Σ_s w_s·denom_s + exp(sink − M))), splits in ascending order; +0 when
 // no split saw a valid entry (then every denom_s is 0, while a valid entry contributes p = 1).
+// The weights are computed once per (token, head) into shared memory (at most
+// kSparseAttnCudaSplitCtas splits); thread i then owns dims i, i + 128, .. (head_dim <= 512) and
+// walks the splits in order, so the loads of a split do not wait on the previous split's sums.
+// Launched as a programmatic dependent of the split kernel: it waits for it before reading.
 template <int kHeadsPerCta>
 __global__ void __launch_bounds__(kCombineThreads)
     CombineKernel(const SparseAttnParams p, const Geometry geo) {
+  __shared__ float s_w[kSparseAttnCudaSplitCtas];
+  __shared__ float s_den;
+  WaitPrerequisiteGrids();
   const int64_t d = p.head_dim;
+  const int tid = threadIdx.x;
   for (int64_t th = blockIdx.x; th < p.tokens * p.heads; th += gridDim.x) {
     const int64_t t = th / p.heads;
     const int64_t h = th % p.heads;
     const int64_t item = t * geo.groups + h / kHeadsPerCta;
     const float* st0 = geo.state + (item * geo.splits * kHeadsPerCta + h % kHeadsPerCta) * (d + 2);
     const int64_t split_pitch = kHeadsPerCta * (d + 2);
+    // Every thread takes the max (the m_s are few and cached); thread s computes w_s.
     float mx = kInitMax;
     for (int64_t s = 0; s < geo.splits; ++s) mx = fmaxf(mx, st0[s * split_pitch]);
-    float den = 0.0f;
-    for (int64_t s = 0; s < geo.splits; ++s) {
-      const float* st = st0 + s * split_pitch;
-      den = __fadd_rn(den, __fmul_rn(st[1], ExpF(__fsub_rn(st[0], mx))));
+    for (int64_t s = tid; s < geo.splits; s += kCombineThreads) {
+      s_w[s] = ExpF(__fsub_rn(st0[s * split_pitch], mx));
     }
-    const bool seen = den > 0.0f;
-    den = __fadd_rn(den, ExpF(__fsub_rn(p.attn_sink[h], mx)));
-    uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      float a = 0.0f;
+    __syncthreads();
+    if (tid == 0) {
+      float den = 0.0f;
       for (int64_t s = 0; s < geo.splits; ++s) {
-        const float* st = st0 + s * split_pitch;
-        a = __fadd_rn(a, __fmul_rn(st[2 + i], ExpF(__fsub_rn(st[0], mx))));
+        den = __fadd_rn(den, __fmul_rn(st0[s * split_pitch + 1], s_w[s]));
       }
-      o[i] = seen ? Bf16Bits(__fdiv_rn(a, den)) : uint16_t{0};
+      // seen ⇔ den > 0; the sink is added after the test (see above).
+      s_den = den > 0.0f ? __fadd_rn(den, ExpF(__fsub_rn(p.attn_sink[h], mx))) : 0.0f;
     }
+    float a[kCombinePerThread];
+#pragma unroll
+    for (int j = 0; j < kCombinePerThread; ++j) a[j] = 0.0f;
+#pragma unroll 2
+    for (int64_t s = 0; s < geo.splits; ++s) {
+      const float* st = st0 + s * split_pitch + 2;
+      const float w = s_w[s];
+#pragma unroll
+      for (int j = 0; j < kCombinePerThread; ++j) {
+        const int64_t i = tid + j * kCombineThreads;
+        if (i < d) a[j] = __fadd_rn(a[j], __fmul_rn(st[i], w));
+      }
+    }
+    __syncthreads();  // s_den written
+    const float den = s_den;
+    uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride;
+#pragma unroll
+    for (int j = 0; j < kCombinePerThread; ++j) {
+      const int64_t i = tid + j * kCombineThreads;
+      if (i < d) o[i] = den > 0.0f ? Bf16Bits(__fdiv_rn(a[j], den)) : uint16_t{0};
+    }
+    __syncthreads();  // s_w / s_den are rewritten for the next (token, head)
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/cuda/sparse_attn_kernels.cuh"
@@ -59,13 +60,46 @@ Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
   return geo;
 }
 
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` once per device (the attribute is per
+// device; the check costs a cudaGetDevice, the attribute call a driver round trip that would
+// otherwise sit on every launch's host path). Devices 0..63; others set it on every launch.
+template <typename Kernel>
+void SetSmemLimitOnce(Kernel* kernel, size_t bytes, std::atomic<uint64_t>& done) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+  done.fetch_or(bit, std::memory_order_release);
+}
+
 // The second kernel of a split launch: merges the states of the CTAs of `heads_per_cta` heads.
+// Launched as a programmatic dependent (PDL) of the split kernel: its CTAs may be scheduled on
+// idle SMs while the split kernel runs and wait there (griddepcontrol.wait) for its completion,
+// so the second launch's latency overlaps the first kernel.
 template <int kHeadsPerCta>
 void LaunchCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
-  const auto combine_ctas = static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas));
-  attn_device::CombineKernel<kHeadsPerCta>
-      <<<combine_ctas, attn_device::kCombineThreads, 0, stream>>>(p, geo);
-  CUDA_CHECK(cudaGetLastError());
+  CHECK(p.head_dim <= attn_device::kCombineMaxDim) << "CombineKernel: head_dim " << p.head_dim;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas)));
+  config.blockDim = dim3(attn_device::kCombineThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  if (cudaLaunchKernelEx(&config, attn_device::CombineKernel<kHeadsPerCta>, p, geo) !=
+      cudaSuccess) {
+    // A stream or driver that refuses the attribute (a launch-configuration error, not sticky):
+    // clear it and launch in plain stream order, where griddepcontrol.wait is a no-op.
+    (void)cudaGetLastError();
+    attn_device::CombineKernel<kHeadsPerCta>
+        <<<config.gridDim, config.blockDim, 0, stream>>>(p, geo);
+    CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 template <int kD, int kMT>
@@ -73,23 +107,24 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   using S = TensorShape<kD, kMT>;
   const Geometry geo = MakeGeometry(p, S::kHeads);
   auto* kernel = attn_device::TensorKernel<kD, kMT>;
-  // Per device and cheap; set on every launch so that any current device has it.
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(S::kSmemBytes)));
+  static std::atomic<uint64_t> smem_set{0};
+  SetSmemLimitOnce(kernel, S::kSmemBytes, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, S::kThreads, S::kSmemBytes, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
   if (geo.splits > 1) LaunchCombine<S::kHeads>(p, geo, stream);
 }
 
+template <bool kSplitK>
 void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
+  constexpr size_t kSmem = kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes;
   const Geometry geo = MakeGeometry(p, W::kHeads);
-  auto* kernel = attn_device::WgmmaKernel<W::kD>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(W::kSmemBytes)));
+  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK>;
+  static std::atomic<uint64_t> smem_set{0};
+  SetSmemLimitOnce(kernel, kSmem, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
-  kernel<<<ctas, W::kThreads, W::kSmemBytes, stream>>>(p, geo);
+  kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
   if (geo.splits > 1) LaunchCombine<W::kHeads>(p, geo, stream);
 }
@@ -126,6 +161,8 @@ const char* SparseAttnCudaPathName(SparseAttnCudaPath path) {
       return "mma.sync";
     case SparseAttnCudaPath::kWgmma:
       return "wgmma";
+    case SparseAttnCudaPath::kWgmmaSplitK:
+      return "wgmma-splitk";
   }
   return "?";
 }
@@ -142,6 +179,7 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
   // takes only whole groups of 64 (the released dims), where no tensor-core row is wasted.
   const bool wgmma_fits = p.head_dim == attn_device::WgmmaShape::kD;
   if (want == SparseAttnCudaPath::kMmaSync || !wgmma_fits) return SparseAttnCudaPath::kMmaSync;
+  if (want == SparseAttnCudaPath::kWgmmaSplitK) return SparseAttnCudaPath::kWgmmaSplitK;
   if (want == SparseAttnCudaPath::kWgmma || p.heads % attn_device::WgmmaShape::kHeads == 0) {
     return SparseAttnCudaPath::kWgmma;
   }
@@ -158,7 +196,9 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   if (path == SparseAttnCudaPath::kScalar) {
     LaunchScalar(p, stream);
   } else if (path == SparseAttnCudaPath::kWgmma) {
-    LaunchWgmma(p, stream);
+    LaunchWgmma<false>(p, stream);
+  } else if (path == SparseAttnCudaPath::kWgmmaSplitK) {
+    LaunchWgmma<true>(p, stream);
   } else if (p.head_dim == 128) {
     LaunchTensorForHeads<128>(p, stream);
   } else if (p.head_dim == 256) {

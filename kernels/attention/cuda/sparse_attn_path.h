@@ -11,13 +11,16 @@ enum class SparseAttnCudaPath {
   kScalar,   // ScalarKernel: any valid params
   kMmaSync,  // TensorKernel: head_dim 128 / 256 / 512, 16-byte aligned rows, strides % 8 == 0
   kWgmma,    // WgmmaKernel: head_dim 512 and the mma.sync path's alignment
+  // WgmmaKernel's split-K S variant (README.md "wgmma path"): same fit as kWgmma; never the
+  // default, selectable for A/B (tests, bench).
+  kWgmmaSplitK,
 };
 
 const char* SparseAttnCudaPathName(SparseAttnCudaPath path);
 
 // Makes later LaunchSparseAttn calls prefer `path` (kAuto restores the default). A preferred path
-// that does not fit the params falls back: kWgmma → kMmaSync → kScalar. Not synchronised with
-// launches in flight on other threads: set it between launches (tests, benches).
+// that does not fit the params falls back: kWgmma / kWgmmaSplitK → kMmaSync → kScalar. Not
+// synchronised with launches in flight on other threads: set it between launches (tests, benches).
 void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 
 // The path LaunchSparseAttn takes for `p` under the current override (p need not be validated).

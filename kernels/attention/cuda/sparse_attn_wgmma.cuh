@@ -50,6 +50,11 @@ struct WgmmaShape {
   static constexpr uint32_t kPOff = kSumOff + 2 * kBlock * 4;
   static constexpr uint32_t kEnd = kPOff + 2 * 8 * 128 * 4;
   static constexpr size_t kSmemBytes = kEnd + 1024;  // slack to align the base to 1024
+  // The split-K variant (WgmmaKernel<kD, true>) swaps partial S instead of row max / sums / P:
+  // fp32 [2 warpgroups][32][128 threads] after the index arrays; 225.5 KB in all.
+  static constexpr uint32_t kXOff = kIdxOff + 2 * kBlock * 4;
+  static constexpr uint32_t kSplitKEnd = kXOff + 2 * 32 * 128 * 4;
+  static constexpr size_t kSplitKSmemBytes = kSplitKEnd + 1024;
   // Descriptor byte offsets. K-major (S step): rows of 128 B, 8-row groups 1024 B apart; the
   // leading offset is unused (K per instruction = 32 B inside the atom), 16 encodes as 1.
   static constexpr uint32_t kKMajorLbo = 16;
@@ -72,9 +77,11 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return raw + (((addr + 1023u) & ~1023u) - addr);
 }
 
-// S[64 x 32] = Q · K[rows 32·half ..]^T over 512 dims: 32 wgmma k-steps, waited for.
-__device__ __forceinline__ void WgmmaQk(float (&s)[16], uint32_t q_base, uint32_t kv_base,
-                                        int half) {
+// S[64 x 32] = Q · K[rows 32·half ..]^T over 512 dims: 32 wgmma k-steps, issued and committed
+// as one group, not waited for (WgmmaWait does that), so that the caller can issue the next
+// block's gather while the tensor cores run.
+__device__ __forceinline__ void WgmmaQkIssue(float (&s)[16], uint32_t q_base, uint32_t kv_base,
+                                             int half) {
   using W = WgmmaShape;
   const uint64_t desc_q = wgmma::MakeSw128Desc(q_base, W::kKMajorLbo, W::kKMajorSbo);
   const uint64_t desc_k =
@@ -89,8 +96,52 @@ __device__ __forceinline__ void WgmmaQk(float (&s)[16], uint32_t q_base, uint32_
     wgmma::WgmmaM64N32K16SS(s, desc_q + step, desc_k + step, ks > 0);
   }
   wgmma::CommitGroup();
+}
+
+// Waits for every wgmma group this warpgroup committed; `r` are the registers they wrote.
+template <int kN>
+__device__ __forceinline__ void WgmmaWait(float (&r)[kN]) {
   wgmma::WaitGroup<0>();
+  wgmma::FenceOperands(r);
+}
+
+// S[64 x 32] = Q · K[rows 32·half ..]^T over 512 dims, waited for (the primitive check's form).
+__device__ __forceinline__ void WgmmaQk(float (&s)[16], uint32_t q_base, uint32_t kv_base,
+                                        int half) {
+  WgmmaQkIssue(s, q_base, kv_base, half);
+  WgmmaWait(s);
+}
+
+// Split-K S: warpgroup `half` computes the partial S[64 x 64] = Q[:, dims 256·half ..] ·
+// K[:, dims 256·half ..]^T over its 256 dims, 16 wgmma m64n64k16 k-steps (A = Q, B = the 64 K
+// rows, both K-major from shared memory: column blocks 4·half .. 4·half + 3); issued and
+// committed, not waited for. Fragment layout as WgmmaQk's with n8 tiles 0..7 (entries 8j ..).
+__device__ __forceinline__ void WgmmaQkSplitKIssue(float (&s)[32], uint32_t q_base,
+                                                   uint32_t kv_base, int half) {
+  using W = WgmmaShape;
+  const uint32_t cols = half * 4 * W::kColBlockBytes;
+  const uint64_t desc_q = wgmma::MakeSw128Desc(q_base + cols, W::kKMajorLbo, W::kKMajorSbo);
+  const uint64_t desc_k = wgmma::MakeSw128Desc(kv_base + cols, W::kKMajorLbo, W::kKMajorSbo);
   wgmma::FenceOperands(s);
+  wgmma::Fence();
+#pragma unroll
+  for (int ks = 0; ks < W::kD / 32; ++ks) {
+    const uint64_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
+    wgmma::WgmmaM64N64K16SS(s, desc_q + step, desc_k + step, ks > 0);
+  }
+  wgmma::CommitGroup();
+}
+
+// Completes split-K S: thread i of either warpgroup holds the same (row, entry) positions, so
+// it swaps its 32 partials with thread i of the other through `x` (fp32 [2][32][128], conflict-
+// free) around one CTA barrier and adds. x + y = y + x in fp32: both warpgroups end with the same
+// full S (dims 0..255 partial + dims 256..511 partial). Every thread of the CTA must call it.
+__device__ __forceinline__ void WgmmaSplitKExchange(float (&s)[32], float* x, int half, int wtid) {
+#pragma unroll
+  for (int k = 0; k < 32; ++k) x[(half * 32 + k) * 128 + wtid] = s[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < 32; ++k) s[k] = __fadd_rn(s[k], x[((half ^ 1) * 32 + k) * 128 + wtid]);
 }
 
 // acc[64 x 256] += P[64 x 64] · V[64 entries][dims 256·half ..]: 4 wgmma k-steps of 16 entries,
@@ -118,26 +169,88 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return static_cast<uint32_t>(Bf16Bits(lo)) | (static_cast<uint32_t>(Bf16Bits(hi)) << 16);
 }
 
-// Issues the cp.async copies of list block `blk` into KV buffer `kv_base` and its rows (or -1)
-// into s_idx (64 entries). Thread i copies chunks i % 4, i % 4 + 4, .. of entry i / 4 (one index
-// read per thread; a warp's request covers 8 rows × 64 contiguous bytes) and, when i % 4 == 0,
-// writes s_idx[i / 4]. Invalid entries are zero-filled.
-__device__ __forceinline__ void WgmmaLoadBlock(const SparseAttnParams& p, int64_t t, int64_t blk,
+// Issues the cp.async copies of one list block into KV buffer `kv_base` and its rows (or -1)
+// into s_idx (64 entries). Thread i copies chunks i % 4, i % 4 + 4, .. of entry i / 4, whose pool
+// row `row` (-1: unused or out of range) it read beforehand (WgmmaRowOf, one block ahead, so that
+// no global load sits between the barrier and the copies); a warp's request covers 8 rows × 64
+// contiguous bytes. When i % 4 == 0 it writes s_idx[i / 4]. Invalid entries are zero-filled.
+__device__ __forceinline__ void WgmmaLoadBlock(const SparseAttnParams& p, int32_t row,
                                                uint32_t kv_base, int32_t* s_idx) {
   static_assert(WgmmaShape::kThreads == 4 * kBlock, "four threads per list entry");
   const int e = threadIdx.x / 4;
-  const int64_t row = RowOf(p, t, blk * kBlock + e);
-  const uint16_t* src = row >= 0 ? p.kv + row * p.kv_stride : p.q;
+  const uint16_t* src = row >= 0 ? p.kv + int64_t{row} * p.kv_stride : p.q;
 #pragma unroll
   for (int k = 0; k < WgmmaShape::kChunks / 4; ++k) {
     const int chunk = static_cast<int>(threadIdx.x % 4) + 4 * k;
     CpAsync16(kv_base + TileOffset(e, chunk), row >= 0 ? src + chunk * 8 : src, row >= 0);
   }
-  if (threadIdx.x % 4 == 0) s_idx[e] = static_cast<int32_t>(row);
+  if (threadIdx.x % 4 == 0) s_idx[e] = row;
 }
 
-// A template only so that the header may be included by several .cu files (kD = 512).
-template <int kD>
+// The pool row of this thread's entry (threadIdx.x / 4) of list block `blk`, or -1 when the block
+// is past `blk_end` (not loaded), the entry unused or out of range. Indices are int32, so the row
+// fits.
+__device__ __forceinline__ int32_t WgmmaRowOf(const SparseAttnParams& p, int64_t t, int64_t blk,
+                                              int64_t blk_end) {
+  if (blk >= blk_end) return -1;
+  return static_cast<int32_t>(RowOf(p, t, blk * kBlock + threadIdx.x / 4));
+}
+
+// The split-K variant's online-softmax step for rows r0 and r0 + 8 over all 64 entries of the
+// block (every thread holds the full S of its fragment positions, the same in both
+// warpgroups): × scale, -inf at invalid entries, block max over the quad, α (1 without a new
+// max), p = expf(l − m') (exp(-inf) = +0), the block sum (the thread's 16 values per row in tile
+// order, then the quad tree), denom = denom·α + sum, and bf16(p) packed into the register-A
+// layout (k-step k = n8 tiles 2k, 2k + 1: a[k] = rows r0 / r0 + 8 of tile 2k, then of 2k + 1).
+__device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int32_t* idx,
+                                                      float scale, int c2, float (&m_run)[2],
+                                                      float (&den_run)[2], float (&alpha)[2],
+                                                      uint32_t (&a)[4][4]) {
+  float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float& x = s[4 * j + i];
+      x = idx[8 * j + c2 + (i & 1)] >= 0 ? __fmul_rn(x, scale) : -INFINITY;
+      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+    }
+  }
+  float m_new[2], bsum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
+    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
+    m_new[r] = fmaxf(m_run[r], bmax[r]);
+    alpha[r] = m_new[r] == m_run[r] ? 1.0f : ExpF(__fsub_rn(m_run[r], m_new[r]));
+    bsum[r] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));
+    bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
+    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
+    den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]), bsum[r]);
+    m_run[r] = m_new[r];
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[k][i] = PackBf16(s[8 * k + 2 * i], s[8 * k + 2 * i + 1]);
+  }
+}
+
+// A template on kD only so that the header may be included by several .cu files (kD = 512).
+// kSplitK picks the S step: false — warpgroup g computes entries 32g.. over all dims (n32) and
+// the row max, the row sums and P are swapped through shared memory (three barriers per block);
+// true — warpgroup g computes all 64 entries over dims 256g.. (n64, Q read once per block), the
+// partial S are swapped and added (two barriers per block), and each warpgroup runs the softmax
+// of the whole block itself (twice the expf per thread).
+template <int kD, bool kSplitK>
 __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
@@ -149,6 +262,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff);
   auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff);
   auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff);
+  auto* s_x = reinterpret_cast<float*>(smem + W::kXOff);  // split-K only
   const int tid = threadIdx.x;
   const int half = tid / 128;  // warpgroup: entries 32·half.. in S, dims 256·half.. in P·V
   const int wtid = tid % 128;
@@ -156,6 +270,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   const int r0 = (wtid / 32) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8
   const int c2 = 2 * (lane % 4);
   const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
+  LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
     const int64_t item = unit / geo.splits;
@@ -165,6 +280,9 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     const int64_t blk_begin = split * geo.blocks_per_split;
     const int64_t blk_end = min(n_blocks, blk_begin + geo.blocks_per_split);
 
+    // The first block's rows are read before the query copies are issued, so that their latency
+    // overlaps the issue (the gather cannot start before they arrive).
+    const int32_t row_first = WgmmaRowOf(p, t, blk_begin, blk_end);
     for (int c = tid; c < W::kHeads * W::kChunks; c += W::kThreads) {
       const int r = c / W::kChunks;
       const int chunk = c % W::kChunks;
@@ -173,8 +291,10 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
           valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
       CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
     }
-    if (blk_begin < blk_end) WgmmaLoadBlock(p, t, blk_begin, base + W::kKvOff, s_idx);
+    if (blk_begin < blk_end) WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
     CpAsyncCommit();
+    // The rows of the next block, read now so that the load's latency hides behind this block.
+    int32_t row_next = WgmmaRowOf(p, t, blk_begin + 1, blk_end);
 
     float acc[128];
 #pragma unroll
@@ -193,97 +313,125 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
       wgmma::FenceProxyAsyncShared();
       // Thread 4e wrote idx[e] itself (WgmmaLoadBlock), so it may read it before the barrier.
       const bool any = __syncthreads_or(tid % 4 == 0 && idx[tid / 4] >= 0);
-      if (blk + 1 < blk_end) {
-        WgmmaLoadBlock(p, t, blk + 1, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
-                       s_idx + (buf ^ 1) * kBlock);
+      // Gathers the next block into the other buffer (its last readers, the previous P·V, were
+      // waited for by every thread before the barrier) and reads the rows of the one after.
+      auto load_next = [&] {
+        if (blk + 1 < blk_end) {
+          WgmmaLoadBlock(p, row_next, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
+                         s_idx + (buf ^ 1) * kBlock);
+        }
+        CpAsyncCommit();
+        row_next = WgmmaRowOf(p, t, blk + 2, blk_end);
+      };
+      if (!any) {  // a block without a valid entry is a no-op (as on the CPU)
+        load_next();
+        continue;
       }
-      CpAsyncCommit();
-      if (!any) continue;  // a block without a valid entry is a no-op (as on the CPU)
       seen = true;
+      uint32_t a[4][4];  // bf16 P of the whole block in the register-A layout, k-steps 0..3
+      float alpha[2];
+      if constexpr (kSplitK) {
+        // S of this block goes to the tensor cores first; the gather is issued while they run.
+        float s[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+        WgmmaQkSplitKIssue(s, base + W::kQOff, kv_base, half);
+        load_next();
+        WgmmaWait(s);
+        WgmmaSplitKExchange(s, s_x, half, wtid);
+        WgmmaSoftmaxFullBlock(s, idx, p.softmax_scale, c2, m_run, den_run, alpha, a);
+      } else {
+        // S of this block goes to the tensor cores first; the gather is issued while they run.
+        float s[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+        WgmmaQkIssue(s, base + W::kQOff, kv_base, half);
+        load_next();
+        WgmmaWait(s);
 
-      float s[16];
+        // Scaled logits, -inf at invalid entries; row max of this half block.
+        float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int i = 0; i < 16; ++i) s[i] = 0.0f;
-      WgmmaQk(s, base + W::kQOff, kv_base, half);
-
-      // Scaled logits, -inf at invalid entries; row max of this half block.
-      float bmax[2] = {-INFINITY, -INFINITY};
+        for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int e = half * 32 + j * 8 + c2 + (i & 1);
-          float& x = s[4 * j + i];
-          x = idx[e] >= 0 ? __fmul_rn(x, p.softmax_scale) : -INFINITY;
-          bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+          for (int i = 0; i < 4; ++i) {
+            const int e = half * 32 + j * 8 + c2 + (i & 1);
+            float& x = s[4 * j + i];
+            x = idx[e] >= 0 ? __fmul_rn(x, p.softmax_scale) : -INFINITY;
+            bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+          }
         }
-      }
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
-        bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
-      }
-      if (lane % 4 == 0) {
-        s_max[half * kBlock + r0] = bmax[0];
-        s_max[half * kBlock + r0 + 8] = bmax[1];
-      }
-      __syncthreads();
-
-      float m_new[2], alpha[2], bsum[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = r0 + 8 * r;
-        m_new[r] = fmaxf(m_run[r], fmaxf(s_max[row], s_max[kBlock + row]));
-        alpha[r] = ExpF(__fsub_rn(m_run[r], m_new[r]));
-        bsum[r] = 0.0f;
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        // CUDA's expf (≤ 2 ulp) rather than ExpF's double exp: 16 per thread and block, and the
-        // double-precision units would otherwise take about as long as the tensor cores.
-        s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));  // exp(-inf) = +0
-        bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
-        bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
-      }
-      if (lane % 4 == 0) {
-        s_sum[half * kBlock + r0] = bsum[0];
-        s_sum[half * kBlock + r0 + 8] = bsum[1];
-      }
-      // bf16(p) of this half block in the register-A layout: local k-step kk covers entries
-      // 32·half + 16·kk.., i.e. the n8 tiles 2kk (a[0], a[1]) and 2kk + 1 (a[2], a[3]). Both
-      // halves go through shared memory (thread i of either warpgroup holds the same fragment
-      // positions), so every thread then reads k-steps 0..3.
-      uint32_t a[4][4];
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t packed = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-          s_p[(half * 8 + kk * 4 + i) * 128 + wtid] = packed;
+        for (int r = 0; r < 2; ++r) {
+          bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
+          bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
         }
-      }
-      __syncthreads();
+        if (lane % 4 == 0) {
+          s_max[half * kBlock + r0] = bmax[0];
+          s_max[half * kBlock + r0 + 8] = bmax[1];
+        }
+        __syncthreads();
+
+        float m_new[2], bsum[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+        for (int r = 0; r < 2; ++r) {
+          const int row = r0 + 8 * r;
+          m_new[r] = fmaxf(m_run[r], fmaxf(s_max[row], s_max[kBlock + row]));
+          // exp(0) = 1 exactly: a row whose max did not move skips the double exp.
+          alpha[r] = m_new[r] == m_run[r] ? 1.0f : ExpF(__fsub_rn(m_run[r], m_new[r]));
+          bsum[r] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          // CUDA's expf (≤ 2 ulp) rather than ExpF's double exp: 16 per thread and block, and the
+          // double-precision units would otherwise take about as long as the tensor cores.
+          s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));  // exp(-inf) = +0
+          bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
+          bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
+        }
+        if (lane % 4 == 0) {
+          s_sum[half * kBlock + r0] = bsum[0];
+          s_sum[half * kBlock + r0 + 8] = bsum[1];
+        }
+        // bf16(p) of this half block in the register-A layout: local k-step kk covers entries
+        // 32·half + 16·kk.., i.e. the n8 tiles 2kk (a[0], a[1]) and 2kk + 1 (a[2], a[3]). Both
+        // halves go through shared memory (thread i of either warpgroup holds the same fragment
+        // positions), so every thread then reads k-steps 0..3.
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t packed = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+            s_p[(half * 8 + kk * 4 + i) * 128 + wtid] = packed;
+          }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = r0 + 8 * r;
+          den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]),
+                                 __fadd_rn(s_sum[row], s_sum[kBlock + row]));
+          m_run[r] = m_new[r];
         }
       }
+      // acc·1 = acc: a warp none of whose rows moved its max skips the 128 multiplies (warp-
+      // uniform branch; same bits).
+      if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = r0 + 8 * r;
-        den_run[r] =
-            __fadd_rn(__fmul_rn(den_run[r], alpha[r]), __fadd_rn(s_sum[row], s_sum[kBlock + row]));
-        m_run[r] = m_new[r];
+        for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
       }
-#pragma unroll
-      for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
       WgmmaPv(acc, a, kv_base, half);
     }
 

@@ -14,7 +14,7 @@ namespace {
 
 __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaCheckKernel(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s_out,
-                     float* o_out, uint32_t pv_lbo, uint32_t pv_sbo) {
+                     float* o_out, float* s_split_out, uint32_t pv_lbo, uint32_t pv_sbo) {
   using W = WgmmaShape;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedSmem(smem_raw);
@@ -44,6 +44,26 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       s_out[(r0 + 8 * (i >> 1)) * 64 + half * 32 + 8 * j + c2 + (i & 1)] = s[4 * j + i];
+    }
+  }
+
+  // The split-K S of WgmmaKernel<512, true>: partials over dims 256·half.., swapped through the
+  // (here unused) second KV buffer; warpgroup g writes columns 32g.. of its full sums, so both
+  // warpgroups' sums are checked.
+  {
+    float sk[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sk[i] = 0.0f;
+    WgmmaQkSplitKIssue(sk, base + W::kQOff, base + W::kKvOff, half);
+    WgmmaWait(sk);
+    WgmmaSplitKExchange(sk, reinterpret_cast<float*>(smem + W::kKvOff + W::kTileBytes), half,
+                        tid % 128);
+#pragma unroll
+    for (int j = 4 * half; j < 4 * half + 4; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s_split_out[(r0 + 8 * (i >> 1)) * 64 + 8 * j + c2 + (i & 1)] = sk[4 * j + i];
+      }
     }
   }
 
@@ -82,12 +102,12 @@ uint32_t WgmmaPvLeadingOffset() { return attn_device::WgmmaShape::kMnMajorLbo; }
 uint32_t WgmmaPvStrideOffset() { return attn_device::WgmmaShape::kMnMajorSbo; }
 
 void RunWgmmaPrimitiveCheck(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s,
-                            float* o, uint32_t pv_lbo, uint32_t pv_sbo) {
+                            float* o, float* s_split, uint32_t pv_lbo, uint32_t pv_sbo) {
   using W = attn_device::WgmmaShape;
   auto* kernel = attn_device::WgmmaCheckKernel;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(W::kSmemBytes)));
-  kernel<<<1, W::kThreads, W::kSmemBytes>>>(q, kv, p, s, o, pv_lbo, pv_sbo);
+  kernel<<<1, W::kThreads, W::kSmemBytes>>>(q, kv, p, s, o, s_split, pv_lbo, pv_sbo);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -17,8 +17,11 @@ uint32_t WgmmaPvStrideOffset();
 // is loaded into the register-A layout straight from global memory (lane mapping as documented
 // in kernels/common/wgmma.cuh, independently of the kernel's S → P packing) and
 // o = p·kv (fp32 [64][512]: warpgroup g computes columns 256g.. with WgmmaPv and the MN-major
-// descriptor offsets pv_lbo / pv_sbo). Synchronises the device; CUDA errors abort.
+// descriptor offsets pv_lbo / pv_sbo). s_split (fp32 [64][64]) gets q·kv^T again through the
+// split-K variant (WgmmaQkSplitKIssue: warpgroup g takes dims 256g.. of all 64 columns with
+// m64n64k16, WgmmaSplitKExchange adds the other's partial). Synchronises the device; CUDA errors
+// abort.
 void RunWgmmaPrimitiveCheck(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s,
-                            float* o, uint32_t pv_lbo, uint32_t pv_sbo);
+                            float* o, float* s_split, uint32_t pv_lbo, uint32_t pv_sbo);
 
 }  // namespace flashserve::kernels::attention_internal
