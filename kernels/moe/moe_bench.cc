@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1]
+//             [--hoist 0|1] [--gemm 0|1|2]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -25,7 +25,10 @@
 // layer and for the route / perm stage times; the outputs do not depend on them. The "paths"
 // column says which shapes ran (route/sort, s = small, L = large). --hoist 1: the GEMMs' main
 // loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
-// outputs), to A/B against the default on one build. Per token count the layer
+// outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
+// 0 automatic by m, 1 = tiled, 2 = weight-streaming), for the layer and the up / down stage
+// times; the "paths" column's third letter says which ran (T tiled, S streaming), and the launch
+// table's rows = 8 marks the streaming GEMM. Per token count the layer
 // also runs once with both small and once with both large shapes forced: y and the ids must be
 // byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -82,6 +85,7 @@ struct Options {
   MoeCudaPath route_path = MoeCudaPath::kAuto;
   MoeCudaPath sort_path = MoeCudaPath::kAuto;
   bool hoist = kMoeCudaGemmHoistedAddresses;
+  MoeCudaGemm gemm = MoeCudaGemm::kAuto;
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -154,6 +158,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   MoeCudaParams p;
   p.gemm_k_step = o.k_step;
   p.gemm_hoisted_addresses = o.hoist;
+  p.gemm = o.gemm;
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
   p.weights = &w;
@@ -181,7 +186,7 @@ struct Stages {
 
 Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   const int64_t k_step = o.k_step;
-  const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE);
+  const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE, o.gemm, std::max(kD, kI));
   Stages s;
   s.route = MoeRouteParams{Opts(),
                            c.m,
@@ -263,32 +268,38 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   const auto cpu = moe_test::RunMoeCpu(cw, o, x, m, nullptr);
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), y(m * kD * 2), d_ids(m * kK * 4);
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
-  MoeCudaParams p;
-  p.weights = &w;
-  p.options = o;
-  p.m = m;
-  p.logits = d_logits.get<float>();
-  p.x = d_x.get<uint16_t>();
-  p.x_stride = kD;
-  p.y = y.get<uint16_t>();
-  p.y_stride = kD;
-  p.expert_ids = d_ids.get<int32_t>();
-  p.shared = dev_shared;
-  p.workspace = ws.get();
-  p.workspace_bytes = ws.bytes();
-  CHECK_OK(MoeCuda(p, nullptr));
-  const auto g_y = ToHost<uint16_t>(y, m * kD);
-  const bool ids_ok = ToHost<int32_t>(d_ids, m * kK) == cpu.ids;
-  const moe_test::Diff d = moe_test::Compare(g_y, cpu.y);
-  const bool ok = ids_ok && d.rel_rms <= 0x1.0p-8 && d.max_abs <= 0x1.0p-5 * d.max_ref &&
-                  d.within_ulp >= 0.95 * d.n;
-  std::printf(
-      "check m %ld%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max |y| %.3g), "
-      "%.3f %% within 1 ulp -> %s\n",
-      static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
-      ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n,
-      ok ? "OK" : "MISMATCH");
-  return ok;
+  bool all_ok = true;
+  // Both expert GEMMs against the same CPU run.
+  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream}) {
+    MoeCudaParams p;
+    p.weights = &w;
+    p.options = o;
+    p.m = m;
+    p.logits = d_logits.get<float>();
+    p.x = d_x.get<uint16_t>();
+    p.x_stride = kD;
+    p.y = y.get<uint16_t>();
+    p.y_stride = kD;
+    p.expert_ids = d_ids.get<int32_t>();
+    p.shared = dev_shared;
+    p.workspace = ws.get();
+    p.workspace_bytes = ws.bytes();
+    p.gemm = gemm;
+    CHECK_OK(MoeCuda(p, nullptr));
+    const auto g_y = ToHost<uint16_t>(y, m * kD);
+    const bool ids_ok = ToHost<int32_t>(d_ids, m * kK) == cpu.ids;
+    const moe_test::Diff d = moe_test::Compare(g_y, cpu.y);
+    const bool ok = ids_ok && d.rel_rms <= 0x1.0p-8 && d.max_abs <= 0x1.0p-5 * d.max_ref &&
+                    d.within_ulp >= 0.95 * d.n;
+    std::printf(
+        "check m %ld%s, %s GEMM vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max |y| "
+        "%.3g), %.3f %% within 1 ulp -> %s\n",
+        static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
+        gemm == MoeCudaGemm::kStream ? "streaming" : "tiled", ids_ok ? "identical" : "DIFFER",
+        d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
+    all_ok = all_ok && ok;
+  }
+  return all_ok;
 }
 
 // The layer's y and ids with the small and with the large route / sort shapes forced (the GEMM
@@ -327,7 +338,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1]\n",
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2]\n",
                    argv[0]);
       return 2;
     }
@@ -351,6 +362,13 @@ int Main(int argc, char** argv) {
         return 2;
       }
       (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
+    } else if (a == "--gemm") {
+      const int gemm = std::atoi(v.c_str());
+      if (gemm < 0 || gemm > 2) {
+        std::fprintf(stderr, "--gemm must be 0 (auto), 1 (tiled) or 2 (streaming)\n");
+        return 2;
+      }
+      o.gemm = static_cast<MoeCudaGemm>(gemm);
     } else if (a == "--hoist") {
       o.hoist = v != "0";
     } else if (a == "--shared") {
@@ -423,10 +441,10 @@ int Main(int argc, char** argv) {
   std::vector<double> routed_us;
 
   std::printf(
-      "gemm k_step %ld (0 = automatic), hoisted addresses %d; route path %d, sort path %d (0 "
-      "auto, 1 small, 2 large)\n",
-      static_cast<long>(o.k_step), o.hoist ? 1 : 0, static_cast<int>(o.route_path),
-      static_cast<int>(o.sort_path));
+      "gemm %d (0 auto, 1 tiled, 2 streaming), k_step %ld (0 = automatic), hoisted addresses "
+      "%d; route path %d, sort path %d (0 auto, 1 small, 2 large)\n",
+      static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
+      static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
   std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s %6s\n",
               "tokens", "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us",
               "ratio", "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s",
@@ -435,7 +453,7 @@ int Main(int argc, char** argv) {
   std::string shape_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
-      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up);
+      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm);
       // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
       // slots, of which about num_tiles do work) and the weight bytes they have in flight.
       const double resident = std::min<double>(
@@ -492,12 +510,13 @@ int Main(int argc, char** argv) {
     const double down_bytes = touched * expert_bytes / 3.0;
     std::printf(
         "%6ld %7.1f %10.1f %9.1f %9.1f %8.1f %7.0f %10.1f %6.3f | %8.1f %8.1f %8.1f %8.1f "
-        "%8.1f | %8.0f %8.0f %4s/%s\n",
+        "%8.1f | %8.0f %8.0f %4s/%s/%s\n",
         static_cast<long>(m), touched, us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
         bytes / us / 1e3, roof, roof / us, route_us, perm_us, up_us, down_us, comb_us,
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
-        MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s");
+        MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",
+        MoeCudaTileRows(m, kK, kE, o.gemm, std::max(kD, kI)) == kMoeCudaStreamTileRows ? "S" : "T");
   }
 
   std::printf("\n%s", shape_report.c_str());

@@ -31,6 +31,16 @@ struct MoeCudaLayout {
   size_t total = 0;      // including 256 bytes of alignment slack
 };
 
+// The streaming GEMM's shared-memory layout of a tile's activation rows (cuda/moe_stream_gemm.cuh):
+// 16-byte chunk c of slot row t is stored at chunk MoeStreamSwizzle(c, t) of its row (row pitch a
+// multiple of 256 bytes). Only bits 0..2 change, from bits 3, 4 and the row parity, so it is a
+// bijection inside every aligned group of 8 chunks; a quarter warp's reads (rows 2p, 2p + 1 × quad
+// lanes 0..3 at chunks 16·kG·u + 4·kG·tig + j, j < 4·kG, kG = 1 or 2) hit 8 distinct bank quads
+// (tested on the host).
+constexpr uint32_t MoeStreamSwizzle(uint32_t c, uint32_t t) {
+  return c ^ ((t & 1u) | (((c >> 2) ^ (c >> 3)) & 2u) | ((c >> 1) & 4u));
+}
+
 // S = max_tokens · top_k. shared_bytes: MoeSharedExpertWorkspaceBytes for max_tokens, or 0
 // when the shared expert is not run by MoeCuda.
 MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,

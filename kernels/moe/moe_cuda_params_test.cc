@@ -263,10 +263,101 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   }
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, -1, 2).ok());
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, 1, 0).ok());
-  EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 16);
+  // kAuto: the streaming GEMM up to 4 slots per expert on average (256 tokens at E 384 top-6)
+  // when max(D, I) fits its shared memory; then the tiled GEMM's 16 / 32 / 64.
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
+  EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
+  EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), 8);
+  EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
+  EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
+  EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
   EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 32);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), 64);
+  // Forced: the tiled GEMM keeps its own rule, the streaming GEMM is 8 at any size.
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kTiled), 16);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kTiled), 64);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream), 8);
+}
+
+// The streaming GEMM's activation swizzle: a permutation of every aligned group of 8 chunks, and
+// every quarter warp's 16-byte reads (lanes 8p .. 8p + 7: slot rows 2p, 2p + 1 × quad lanes
+// 0..3, lane tig at chunk 16·kG·u + 4·kG·tig + 4·b + s of its row) in 8 distinct bank quads (row
+// pitch a multiple of 256 bytes: only the chunk index modulo 8 matters).
+TEST(MoeCudaParamsTest, StreamSwizzleIsABijectionWithoutBankConflicts) {
+  for (uint32_t t = 0; t < 8; ++t) {
+    for (uint32_t group = 0; group < 64; ++group) {
+      std::vector<bool> seen(8, false);
+      for (uint32_t j = 0; j < 8; ++j) {
+        const uint32_t phys = moe_cuda_internal::MoeStreamSwizzle(8 * group + j, t);
+        ASSERT_EQ(phys / 8, group);
+        seen[phys % 8] = true;
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }));
+    }
+  }
+  for (uint32_t kg : {1u, 2u}) {
+    for (uint32_t u = 0; u < 64; ++u) {
+      for (uint32_t b = 0; b < kg; ++b) {
+        for (uint32_t s = 0; s < 4; ++s) {
+          for (uint32_t p = 0; p < 4; ++p) {
+            std::vector<bool> quad(8, false);
+            for (uint32_t lane = 8 * p; lane < 8 * p + 8; ++lane) {
+              const uint32_t grp = lane / 4, tig = lane % 4;
+              const uint32_t c = 16 * kg * u + 4 * kg * tig + 4 * b + s;
+              quad[moe_cuda_internal::MoeStreamSwizzle(c, grp) % 8] = true;
+            }
+            EXPECT_TRUE(std::all_of(quad.begin(), quad.end(), [](bool v) { return v; }))
+                << "kG " << kg << " unit " << u << " block " << b << " word " << s;
+          }
+          // The kernel's shortcut: chunk c0 + j sits at Swizzle(c0) ^ j (c0 = the lane's first).
+          for (uint32_t tig = 0; tig < 4; ++tig) {
+            const uint32_t c0 = 16 * kg * u + 4 * kg * tig;
+            for (uint32_t t = 0; t < 2; ++t) {
+              EXPECT_EQ(moe_cuda_internal::MoeStreamSwizzle(c0 + 4 * b + s, t),
+                        moe_cuda_internal::MoeStreamSwizzle(c0, t) ^ (4 * b + s));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeCudaParamsTest, StreamGemmValidation) {
+  MoeCudaWeights w = GoodWeights();
+  const int32_t dummy[2] = {0, 0};
+  MoeExpertUpParams up;
+  up.weights = &w;
+  up.slots = 4;
+  up.tile_rows = kMoeCudaStreamTileRows;
+  up.offsets = up.tiles = up.num_tiles = dummy;
+  ExpectInvalid(Validate(up), "xg");  // tile_rows 8 accepted, the next check fires
+  MoeExpertDownParams down;
+  down.weights = &w;
+  down.slots = 4;
+  down.tile_rows = kMoeCudaStreamTileRows;
+  down.offsets = down.tiles = down.num_tiles = dummy;
+  ExpectInvalid(Validate(down), "ag");
+  w.dim = kMoeCudaStreamMaxK + 128;  // K of the up projection
+  ExpectInvalid(Validate(up), "weights.dim");
+  up.tile_rows = 16;
+  ExpectInvalid(Validate(up), "xg");
+  w.dim = 256;
+  w.inter = kMoeCudaStreamMaxK + 128;  // K of the down projection
+  ExpectInvalid(Validate(down), "weights.inter");
+  down.tile_rows = 12;
+  ExpectInvalid(Validate(down), "tile_rows");
+
+  MoeCudaParams p;
+  p.weights = &w;
+  p.options.top_k = 2;
+  p.gemm = MoeCudaGemm::kStream;
+  ExpectInvalid(Validate(p), "gemm");
+  p.gemm = static_cast<MoeCudaGemm>(3);
+  w.inter = 128;
+  ExpectInvalid(Validate(p), "gemm");
+  p.gemm = MoeCudaGemm::kStream;
+  EXPECT_TRUE(Validate(p).ok());  // m = 0
 }
 
 // The device fill and the host references regenerate the same weights from the hash.

@@ -272,7 +272,7 @@ TEST(MoeGpuLargeBatchTest, PermuteShapesAreByteIdentical) {
     x[(c.m - 1) * c.dim + 41] = 0x7FC0;
     const auto h = moe_test::CountingSort(ids, wts, c.m, c.top_k, c.n_experts);
     DeviceBuffer d_ids = ToDevice(ids), d_wts = ToDevice(wts), d_x = ToDevice(x);
-    for (int64_t tile_rows : {16, 64}) {
+    for (int64_t tile_rows : {8, 16, 64}) {
       SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
       const PermuteOut small =
           RunPermute(c, tile_rows, d_ids, d_wts, d_x, MoeCudaPath::kSmall, true);

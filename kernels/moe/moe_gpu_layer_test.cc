@@ -13,6 +13,8 @@
 //   outputs: rel-RMS(y_gpu − y_cpu) <= 2^-8 (one bf16 step), max |y_gpu − y_cpu| <= 2^-5 ·
 //            max |y_cpu|, and >= 95 % of the outputs within one bf16 ulp of the CPU's.
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
+// Every case runs twice, with the tiled and with the weight-streaming expert GEMM forced
+// (MoeCudaParams::gemm); kAuto picks one of them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -51,7 +53,8 @@ struct GpuRun {
 GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vector<float>& logits,
                   const std::vector<uint16_t>& x, const std::vector<uint8_t>& image,
                   const std::vector<uint16_t>& shared_y, int64_t m,
-                  const MoeSharedExpertWeights* shared = nullptr) {
+                  const MoeSharedExpertWeights* shared = nullptr,
+                  MoeCudaGemm gemm = MoeCudaGemm::kAuto) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -77,6 +80,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.expert_weights = wts.get<float>();
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
+  p.gemm = gemm;
   CHECK_OK(MoeCuda(p, nullptr));
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
@@ -196,9 +200,14 @@ void RunCase(const LayerCase& c) {
   ASSERT_EQ(cpu.ids, ids);
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
-  const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
-                                dev_shared != nullptr ? &dev_shared->view : nullptr);
-  ExpectClose(c.name, gpu, cpu, c.dim, c.top_k, {});
+  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream}) {
+    const std::string name =
+        std::string(c.name) + (gemm == MoeCudaGemm::kStream ? " [stream]" : " [tiled]");
+    SCOPED_TRACE(name);
+    const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                                  dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
+    ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
+  }
 }
 
 TEST(MoeGpuLayerTest, SmallShapesMatchMoeCpu) {
@@ -376,15 +385,20 @@ TEST(MoeGpuLayerTest, FixtureLayer0MatchesMoeCpu) {
   for (bool with_image : {false, true}) {
     const auto cpu = moe_test::RunMoeCpu(w, o, x, kTokens, with_image ? image.data() : nullptr);
     const auto dev = moe_test::UploadDeviceExperts(kE, kD, kI, proj, bias, bias_vl);
-    const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x,
-                                  with_image ? image : std::vector<uint8_t>{}, shared_y, kTokens);
     std::vector<bool> rows(kTokens);
     for (int64_t tok = 0; tok < kTokens; ++tok) {
       rows[tok] = with_image ? clear[tok]
                              : moe_test::RouteIsClear(logits.data() + tok * kE, kE, bias.data(), o);
     }
-    ExpectClose(with_image ? "fixture layer 0, image flags" : "fixture layer 0", gpu, cpu, kD,
-                o.top_k, rows);
+    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream}) {
+      const GpuRun gpu =
+          RunMoeCuda(dev->view, o, logits, x, with_image ? image : std::vector<uint8_t>{}, shared_y,
+                     kTokens, nullptr, gemm);
+      const std::string name =
+          std::string(with_image ? "fixture layer 0, image flags" : "fixture layer 0") +
+          (gemm == MoeCudaGemm::kStream ? " [stream]" : " [tiled]");
+      ExpectClose(name.c_str(), gpu, cpu, kD, o.top_k, rows);
+    }
   }
 }
 

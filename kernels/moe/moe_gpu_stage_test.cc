@@ -10,8 +10,10 @@
 //   operand order; special values (subnormals, max bf16, zero blocks, Inf / NaN) included.
 // - up (w1/w3 + SwiGLU + quantiser) and down (w2): exact-arithmetic inputs (moe_test_util.h), so
 //   the GPU's sums equal LinearCpu's in any order: a, QDQ(a) and the expert outputs bit for bit,
-//   for every tile configuration (16, 32, 64 rows), each with the default and the hoisted-address
-//   main loop, E2M1 scale bytes 123..129.
+//   for every tile configuration of the tiled GEMM (16, 32, 64 rows), each with the default and
+//   the hoisted-address main loop, and the weight-streaming GEMM (8 rows; one and two row tiles
+//   per warp, 128- and 256-wide units, experts spanning several tiles), E2M1 scale bytes
+//   123..129.
 // - FP4 decoder: one-hot activations turn a w2 GEMM into a readout of every weight; all 16 codes
 //   against every scale byte 2..252 and the NaN byte, exactly.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
@@ -223,7 +225,7 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
     const int64_t slots = c.m * c.top_k;
     DeviceBuffer d_ids = ToDevice(ids), d_wts = ToDevice(wts), d_counts = ToDevice(h.counts),
                  d_x = ToDevice(x);
-    for (int64_t tile_rows : {16, 32, 64}) {
+    for (int64_t tile_rows : {8, 16, 32, 64}) {
       DeviceBuffer offsets = Poisoned<int32_t>(c.n_experts + 1),
                    slot_token = Poisoned<int32_t>(slots), slot_weight = Poisoned<float>(slots),
                    token_slot = Poisoned<int32_t>(slots), tiles = Poisoned<int32_t>(2 * slots),
@@ -317,11 +319,22 @@ int64_t ExpertOfRow(const std::vector<int32_t>& offsets, int64_t r) {
 
 // K = 256 and 640 / 128 and 384 take 128-wide K steps where K is not a multiple of 256; D 1024 /
 // I 1280 take 256-wide steps over 4 and 5 stages, so every ring (2, 3 and 4 stages) wraps.
-const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},
-                               {8, 256, 128, 2, 37, 10.f},
-                               {6, 640, 384, 3, 50, 0.f},
-                               {8, 256, 128, 1, 90, 10.f},
-                               {4, 1024, 1280, 2, 40, 10.f}};
+// Streaming GEMM (tile_rows 8): m 1 and 3 (<= 16 slots) take one row tile per warp (ring of 4
+// units; D 1024 / I 1280: 4 and 5 units of 256, the ring wraps), the others two (ring of 2) except
+// the down projection at D 640 (not a multiple of the 256-column CTA); K 640 / 384 / 128 take
+// 128-wide units; m 37, 90 and 40 put more than 8 rows on most experts (several tiles each).
+const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},    {8, 256, 128, 2, 37, 10.f},
+                               {6, 640, 384, 3, 50, 0.f},    {8, 256, 128, 1, 90, 10.f},
+                               {4, 1024, 1280, 2, 40, 10.f}, {4, 1024, 1280, 2, 3, 10.f}};
+
+// The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM) and, for the tiled
+// GEMM, the hoisted-address main loop.
+struct GemmVariant {
+  int64_t tile_rows;
+  bool hoist;
+};
+const GemmVariant kGemmVariants[] = {{16, false}, {32, false}, {64, false}, {16, true},
+                                     {32, true},  {64, true},  {8, false}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -331,9 +344,9 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
     auto cpu = moe_test::BuildCpuExperts(spec, {});
     const auto x = moe_test::SmallIntActivations(c.m, c.dim, 16, 9);
     const int64_t slots = c.m * c.top_k;
-    for (int variant = 0; variant < 6; ++variant) {
-      const int64_t tile_rows = int64_t{16} << (variant % 3);
-      const bool hoist = variant >= 3;  // the hoisted-address main loop: the same bits
+    for (const GemmVariant& v : kGemmVariants) {
+      const int64_t tile_rows = v.tile_rows;
+      const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
       SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
                                       << " tile_rows " << tile_rows << " hoist " << hoist);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
@@ -380,7 +393,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       }
       EXPECT_EQ(bad_act, 0) << "of " << slots * c.inter << " SwiGLU outputs";
       EXPECT_EQ(bad_ag, 0) << "of " << slots << " quantised rows";
-      if (variant == 0) {
+      if (&v == &kGemmVariants[0]) {
         std::printf("up D %ld I %ld m %ld: %ld SwiGLU outputs bit-exact (%ld with g clamped)\n",
                     static_cast<long>(c.dim), static_cast<long>(c.inter), static_cast<long>(c.m),
                     static_cast<long>(slots * c.inter), static_cast<long>(clamped));
@@ -403,9 +416,9 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       std::copy(row.begin(), row.end(), ag.begin() + r * c.inter);
     }
     DeviceBuffer d_ag = ToDevice(ag);
-    for (int variant = 0; variant < 6; ++variant) {
-      const int64_t tile_rows = int64_t{16} << (variant % 3);
-      const bool hoist = variant >= 3;  // the hoisted-address main loop: the same bits
+    for (const GemmVariant& v : kGemmVariants) {
+      const int64_t tile_rows = v.tile_rows;
+      const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
       SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
                                       << " tile_rows " << tile_rows << " hoist " << hoist);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
@@ -438,7 +451,8 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
 // One-hot activation rows make each output one decoded weight: w2 row n has scale byte 2 + n
 // (2^-125 .. 2^125, both decoder paths; larger bytes would overflow 6 · scale) or 255 (NaN), and
 // element k the code (k + n) % 16, so every code meets every scale byte. Checks the FP4 decoder
-// (bit placement, mul.bf16x2 with the E2M1 subnormal, the wide-scale path) on the hardware.
+// (bit placement, mul.bf16x2 with the E2M1 subnormal, the wide-scale path) on the hardware, in
+// both GEMMs (tile_rows 8: the streaming GEMM's A-operand decode).
 TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kD = 256, kI = 128, kRows = kI;  // one expert, slot row k = unit vector e_k
@@ -458,7 +472,7 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   for (int64_t r = 0; r < kRows; ++r) ag[r * kI + MoeOperandColumn(r)] = 0x3F80;  // 1.0
   DeviceBuffer d_ag = ToDevice(ag);
   const std::vector<int32_t> offsets = {0, static_cast<int32_t>(kRows)};
-  for (int64_t tile_rows : {16, 32, 64}) {
+  for (int64_t tile_rows : {8, 16, 32, 64}) {
     SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
     const auto tiles = moe_test::TileList(offsets, tile_rows);
     DeviceBuffer d_off = ToDevice(offsets), d_tiles = ToDevice(tiles),

@@ -15,6 +15,7 @@
 #include "kernels/moe/cuda/moe_gemm.cuh"
 #include "kernels/moe/cuda/moe_permute.cuh"
 #include "kernels/moe/cuda/moe_route.cuh"
+#include "kernels/moe/cuda/moe_stream_gemm.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
 #include "kernels/moe/moe_shared_cuda.h"
@@ -183,6 +184,79 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t k, int64_t k_step, int64_t slots, in
   return DescribeBK<kMT, kWN, kUp, 128>(n, slots, n_experts);
 }
 
+// The streaming GEMM (tile_rows 8). kRT: m16 row tiles per warp, 1 for a handful of tiles (one
+// or two tokens: twice the CTAs, so a one-token call still fills the GPU) or when N is not a
+// multiple of the two-tile CTA width, else 2 (each slot-row fragment feeds twice the weights).
+// kG: 32-K blocks per lane and unit, 2 (whole 128-byte lines per quad) when K allows.
+template <bool kUp>
+int StreamRowTiles(int64_t n, int64_t slots) {
+  constexpr int64_t kWide = moe_device::StreamShape<2, kUp, 1>::kBN;
+  return slots > 16 && n % kWide == 0 ? 2 : 1;
+}
+
+template <int kRT, bool kUp, int kG>
+void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+  using S = moe_device::StreamShape<kRT, kUp, kG>;
+  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
+                  smem_set);
+  const int smem =
+      static_cast<int>(std::max<int64_t>(moe_device::StreamSmemBytes(g.k), S::kTileBytes));
+  const dim3 grid(static_cast<unsigned>(g.n / S::kBN),
+                  Blocks(MaxTiles(slots, n_experts, kMoeCudaStreamTileRows), kMaxGridY));
+  kernel<<<grid, moe_device::kStreamThreads, smem, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kUp>
+void LaunchStream(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+  const bool two = StreamRowTiles<kUp>(g.n, slots) == 2, g2 = g.k % 256 == 0;
+  if (two) {
+    if (g2) return LaunchStreamG<2, kUp, 2>(g, slots, n_experts, stream);
+    return LaunchStreamG<2, kUp, 1>(g, slots, n_experts, stream);
+  }
+  if (g2) return LaunchStreamG<1, kUp, 2>(g, slots, n_experts, stream);
+  LaunchStreamG<1, kUp, 1>(g, slots, n_experts, stream);
+}
+
+template <int kRT, bool kUp, int kG>
+MoeCudaGemmPlan DescribeStreamG(int64_t n, int64_t k, int64_t slots, int64_t n_experts) {
+  using S = moe_device::StreamShape<kRT, kUp, kG>;
+  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
+                  smem_set);
+  const int smem =
+      static_cast<int>(std::max<int64_t>(moe_device::StreamSmemBytes(k), S::kTileBytes));
+  int ctas = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel,
+                                                           moe_device::kStreamThreads, smem));
+  MoeCudaGemmPlan plan;
+  plan.stream = true;
+  plan.tile_rows = kMoeCudaStreamTileRows;
+  plan.weight_rows = S::kRows;
+  plan.k_step = S::kUnitK;
+  plan.stages = S::kDepth;
+  plan.smem_bytes = smem;
+  plan.grid_x = n / S::kBN;
+  plan.grid_y = Blocks(MaxTiles(slots, n_experts, kMoeCudaStreamTileRows), kMaxGridY);
+  plan.ctas_per_sm = ctas;
+  plan.weight_stage_bytes = S::kRows * (S::kRowUnitBytes + S::kUnitK / 32);
+  return plan;
+}
+
+template <bool kUp>
+MoeCudaGemmPlan DescribeStream(int64_t n, int64_t k, int64_t slots, int64_t n_experts) {
+  const bool two = StreamRowTiles<kUp>(n, slots) == 2, g2 = k % 256 == 0;
+  if (two) {
+    if (g2) return DescribeStreamG<2, kUp, 2>(n, k, slots, n_experts);
+    return DescribeStreamG<2, kUp, 1>(n, k, slots, n_experts);
+  }
+  if (g2) return DescribeStreamG<1, kUp, 2>(n, k, slots, n_experts);
+  return DescribeStreamG<1, kUp, 1>(n, k, slots, n_experts);
+}
+
 void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   if (p.slots == 0) return;
   const MoeCudaWeights& w = *p.weights;
@@ -202,6 +276,8 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.out = p.ag;
   g.act = p.act;
   switch (p.tile_rows) {
+    case kMoeCudaStreamTileRows:
+      return LaunchStream<true>(g, p.slots, w.n_experts, stream);
     case 16:
       return LaunchGemm<1, 2, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     case 32:
@@ -225,6 +301,8 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.num_tiles = p.num_tiles;
   g.out = p.ye;
   switch (p.tile_rows) {
+    case kMoeCudaStreamTileRows:
+      return LaunchStream<false>(g, p.slots, w.n_experts, stream);
     case 16:
       return LaunchGemm<1, 2, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
                                      stream);
@@ -247,17 +325,28 @@ void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
 }  // namespace
 
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
-                                                    int64_t top_k, int64_t k_step, bool up) {
+                                                    int64_t top_k, int64_t k_step, bool up,
+                                                    MoeCudaGemm gemm) {
   RETURN_IF_ERROR(Validate(weights));
+  const int64_t max_k = std::max(weights.dim, weights.inter);
+  if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 2 ||
+      (gemm == MoeCudaGemm::kStream && max_k > kMoeCudaStreamMaxK)) {
+    return absl::InvalidArgumentError(
+        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled or kStream, or kStream with max(D, I) "
+        "above kMoeCudaStreamMaxK");
+  }
   if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: m or top_k out of range");
   }
   if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: k_step must be 0, 128 or 256");
   }
-  const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts);
+  const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
+  if (tile_rows == kMoeCudaStreamTileRows) {
+    return up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
+  }
   if (up) {
     if (tile_rows == 16) return Describe<1, 2, true>(n, k, k_step, slots, e);
     if (tile_rows == 32) return Describe<2, 4, true>(n, k, k_step, slots, e);
@@ -357,7 +446,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
     CUDA_CHECK(cudaMemcpyAsync(p.expert_weights, weights, sizeof(float) * slots,
                                cudaMemcpyDeviceToDevice, stream));
   }
-  const int64_t tile_rows = MoeCudaTileRows(m, k, e);
+  const int64_t tile_rows = MoeCudaTileRows(m, k, e, p.gemm, std::max(w.dim, w.inter));
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;

@@ -1,0 +1,351 @@
+// The weight-streaming expert GEMM (tile_rows 8; README.md "CUDA", "Weight-streaming GEMM"): for
+// few slot rows per expert the operand roles of moe_gemm.cuh are swapped. The FP4 weights are the
+// mma A operand (m16: 16 weight rows × k16), decoded straight from registers loaded with 16-byte
+// ld.global.nc; the (up to 8) slot rows of a tile are the B operand (n8), read from shared memory.
+// No m16 tile is mostly empty, nothing of the weights passes through shared memory, and a CTA
+// needs no barrier inside its K loop. Device code of cuda/moe_launch.cu only.
+//
+// Work split: a CTA of 8 warps owns one tile (expert e, <= 8 slot rows, the permute stage's tile
+// list with tile_rows 8, walked grid-stride over gridDim.y) and kRows weight rows (blockIdx.x).
+// Warp w owns kRT m16 row tiles; for the up projection an m16 tile is 8 w1 (gate) rows and the
+// same 8 rows of w3 (up), so the SwiGLU pairs meet in one thread (accumulators c0/c2, c1/c3).
+// K is streamed in units of kG·128: in a unit, the quad lane tig holds the kG consecutive 32-K
+// blocks kG·tig .. kG·tig + kG - 1 of its two rows (grp and grp + 8): kG 16-byte loads per row,
+// the quad reads kG·64 contiguous bytes of every row (a whole 128-byte line at kG = 2), and its
+// scale bytes are one 8- or 16-bit load per row.
+//
+// Operand order: word s of a block (logical columns 8s .. 8s+7) decodes into the pairs (8s + j,
+// 8s + j + 4), j < 4 (DecodeFp4x8); the activation rows are stored in the matching order
+// (MoeOperandColumn), so one 16-byte shared load at stored column 32·block + 8s gives the same
+// four pairs of the slot row. mma k slots (2tig, 2tig+1 | 2tig+8, 2tig+9) of a thread then carry
+// pairs (0 | 1) (first mma) and (2 | 3) (second) of its own block; the slot rows' B fragments of
+// quad lane tig come from the same block, so each mma sums a permutation of real products (its
+// 16 k slots span 4 blocks, one per quad lane: fine, every product is an exact bf16 product and
+// only the fp32 summation order is the hardware's, as in moe_gemm.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/moe/cuda/moe_device.cuh"
+#include "kernels/moe/cuda/moe_gemm.cuh"
+#include "kernels/moe/moe_cuda_internal.h"
+
+namespace flashserve::kernels::moe_device {
+
+namespace moe_cuda_internal = ::flashserve::kernels::moe_cuda_internal;
+
+inline constexpr int kStreamThreads = 256;
+inline constexpr int kStreamWarps = kStreamThreads / 32;
+inline constexpr int kStreamSlots = 8;  // slot rows per tile: the mma's n8
+
+template <int kRT, bool kUp, int kG>
+struct StreamShape {
+  static_assert(kRT == 1 || kRT == 2);
+  static_assert(kG == 1 || kG == 2);
+  static constexpr int kRows = 16 * kRT * kStreamWarps;  // weight rows per CTA
+  static constexpr int kBN = kUp ? kRows / 2 : kRows;    // output columns per CTA
+  static constexpr int kUnitK = 128 * kG;                // K per unit
+  static constexpr int kRowUnitBytes = kUnitK / 2;       // FP4 bytes of one row per unit
+  // Register ring depth (units loaded ahead + the one being computed): 4 for one row tile per
+  // warp (3 units, 6 KB per warp in flight), 2 for two (4 KB per warp; registers).
+  static constexpr int kDepth = kRT == 1 ? 4 : 2;
+  static constexpr int kTilePitch = kBN + 8;  // bf16 elements per row of the SwiGLU tile
+  static constexpr int kTileBytes = kUp ? kStreamSlots * kTilePitch * 2 : 0;
+  static_assert(!kUp || kBN % 32 == 0, "the quantiser needs whole 32-blocks per CTA");
+};
+
+// Shared-memory bytes of a tile's activations: kStreamSlots rows of K bf16 (row pitch 2·K, a
+// multiple of 256 bytes), plus nothing else (the up epilogue tile overlays them).
+__host__ __device__ constexpr int64_t StreamSmemBytes(int64_t k) { return kStreamSlots * 2 * k; }
+
+// The 16-byte chunk c of activation row t is stored at chunk StreamSwizzle(c, t)
+// (moe_cuda_internal.h's MoeStreamSwizzle: a bijection per 8 chunks; the 8 chunks a quarter warp
+// reads fall into 8 distinct bank quads for kG = 1 and 2, tested on the host).
+__device__ __forceinline__ uint32_t StreamSwizzle(uint32_t c, uint32_t t) {
+  return moe_cuda_internal::MoeStreamSwizzle(c, t);
+}
+
+// 16 bytes of streamed weights: not kept in L1 (read once); the L2 fetches the whole 256-byte
+// neighbourhood (the next unit of the same row).
+__device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <int kG>
+__device__ __forceinline__ uint32_t LoadScaleBytes(const uint8_t* p) {
+  if constexpr (kG == 2) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+  } else {
+    return __ldg(reinterpret_cast<const unsigned char*>(p));
+  }
+}
+
+// One unit of one warp's rows in registers: kG 16-byte chunks per row (h = 0: row grp, 1: row
+// grp + 8) and per row tile, and the kG scale bytes of each row (low byte first).
+template <int kRT, int kG>
+struct StreamUnit {
+  uint4 q[kRT][2][kG];
+  uint32_t s[kRT][2];
+};
+
+// The thread's weight and scale pointers for the current unit (advanced by Load).
+template <int kRT, int kG>
+struct StreamCursor {
+  const uint8_t* w[kRT][2];
+  const uint8_t* s[kRT][2];
+
+  __device__ __forceinline__ void Load(StreamUnit<kRT, kG>& u) {
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int b = 0; b < kG; ++b) u.q[rt][h][b] = LoadStream16(w[rt][h] + 16 * b);
+        u.s[rt][h] = LoadScaleBytes<kG>(s[rt][h]);
+        w[rt][h] += 64 * kG;
+        s[rt][h] += 4 * kG;
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int s) {
+  return s == 0 ? v.x : (s == 1 ? v.y : (s == 2 ? v.z : v.w));
+}
+
+// acc[rt] += the unit's products. `act` is the byte offset in shared memory of this lane's slot
+// row's first chunk of the unit after the swizzle's XOR (chunk j of the thread's kG blocks is at
+// act ^ (16·j)). kWide: a scale byte of the warp's rows is above 128 (DecodeFp4x8Wide).
+template <int kRT, int kG, bool kWide>
+__device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
+                                                  const unsigned char* smem, uint32_t act,
+                                                  float (&acc)[kRT][4]) {
+#pragma unroll
+  for (int b = 0; b < kG; ++b) {
+    uint32_t m1[kRT][2];
+    if constexpr (!kWide) {
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) m1[rt][h] = ScaleMultiplier(u.s[rt][h] + 0x7E7E7E7Eu, b);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint4 x = LoadShared16(smem + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+        uint32_t p[4], q[4];
+        if constexpr (kWide) {
+          DecodeFp4x8Wide(Word(u.q[rt][0][b], s), (u.s[rt][0] >> (8 * b)) & 0xFFu, p);
+          DecodeFp4x8Wide(Word(u.q[rt][1][b], s), (u.s[rt][1] >> (8 * b)) & 0xFFu, q);
+        } else {
+          DecodeFp4x8(Word(u.q[rt][0][b], s), m1[rt][0], p);
+          DecodeFp4x8(Word(u.q[rt][1][b], s), m1[rt][1], q);
+        }
+        MmaBf16(acc[rt], p[0], q[0], p[1], q[1], x.x, x.y);
+        MmaBf16(acc[rt], p[2], q[2], p[3], q[3], x.z, x.w);
+      }
+    }
+  }
+}
+
+template <int kRT, int kG>
+__device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
+                                              const unsigned char* smem, uint32_t act,
+                                              float (&acc)[kRT][4]) {
+  bool wide = false;
+#pragma unroll
+  for (int rt = 0; rt < kRT; ++rt) wide |= HasWideScale(u.s[rt][0]) || HasWideScale(u.s[rt][1]);
+  // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
+  if (!__any_sync(0xFFFFFFFFu, wide)) {
+    StreamComputeUnit<kRT, kG, false>(u, smem, act, acc);
+  } else {
+    StreamComputeUnit<kRT, kG, true>(u, smem, act, acc);
+  }
+}
+
+// The FP8 quantiser over a CTA's SwiGLU tile (`rows` slot rows × blocks·32 columns, `pitch`
+// elements per row), StoreUp's second half. Not inlined: its 32-value arrays would otherwise raise
+// the register pressure of the whole kernel, main loop included (ptxas spilled there at the
+// 128-register cap of two CTAs per SM); a call per tile costs nothing.
+// Arguments by value: a reference to the kernel's GemmArgs would make it copy its parameters to
+// the stack.
+__device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, int64_t n,
+                                                const uint16_t* tile, int pitch, int blocks,
+                                                int64_t n0, int64_t row0, int rows) {
+  for (int u = threadIdx.x; u < rows * blocks; u += kStreamThreads) {
+    const int rl = u / blocks, cb = u % blocks;
+    const int64_t r = row0 + rl;
+    const uint4* src = reinterpret_cast<const uint4*>(tile + rl * pitch + cb * 32);
+    uint32_t x[16];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = src[q];
+      x[4 * q] = v.x;
+      x[4 * q + 1] = v.y;
+      x[4 * q + 2] = v.z;
+      x[4 * q + 3] = v.w;
+    }
+    const int64_t at = r * n + n0 + cb * 32;
+    if (act != nullptr) {
+      uint4* dst = reinterpret_cast<uint4*>(act + at);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) dst[q] = src[q];
+    }
+    uint32_t sb, codes[8], qdq[16];
+    QuantizeBlock32(x, &sb, codes, qdq);
+    uint4* dst = reinterpret_cast<uint4*>(out + at);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
+    }
+  }
+}
+
+// Up projection epilogue: SwiGLU (the tiled GEMM's SwiGluBf16) into a bf16 tile in shared memory
+// (overlaying the activations: the caller has synchronised), then the FP8 quantiser per 32
+// columns of each slot row (StoreUp's second half, same code).
+template <int kRT, int kG>
+__device__ __forceinline__ void StreamStoreUp(const GemmArgs& g, const float (&acc)[kRT][4],
+                                              unsigned char* smem, int64_t n0, int64_t row0,
+                                              int rows) {
+  using S = StreamShape<kRT, true, kG>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int t = 2 * tig + c;
+    if (t >= rows) continue;
+    const float w = g.slot_weight[row0 + t];
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt) {
+      const int col = (warp * kRT + rt) * 8 + grp;
+      const uint32_t a = SwiGluBf16(acc[rt][c], acc[rt][2 + c], g.swiglu_limit, w, true);
+      tile[t * S::kTilePitch + col] = static_cast<uint16_t>(a);
+    }
+  }
+  __syncthreads();
+  StreamQuantizeRows(g.out, g.act, g.n, tile, S::kTilePitch, S::kBN / 32, n0, row0, rows);
+}
+
+// Down projection epilogue: ye = bf16(acc), c0/c1 the row grp column, c2/c3 the row grp + 8 one.
+template <int kRT>
+__device__ __forceinline__ void StreamStoreDown(const GemmArgs& g, const float (&acc)[kRT][4],
+                                                int64_t n0, int64_t row0, int rows) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int t = 2 * tig + c;
+    if (t >= rows) continue;
+    uint16_t* out = g.out + (row0 + t) * g.n + n0;
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt) {
+      const int col = (warp * kRT + rt) * 16 + grp;
+      out[col] = static_cast<uint16_t>(exact::F32ToBf16(acc[rt][c]));
+      out[col + 8] = static_cast<uint16_t>(exact::F32ToBf16(acc[rt][2 + c]));
+    }
+  }
+}
+
+template <int kRT, bool kUp, int kG>
+__global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmArgs g) {
+  using S = StreamShape<kRT, kUp, kG>;
+  extern __shared__ __align__(128) unsigned char stream_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
+  const int num_tiles = *g.num_tiles;
+  const int units = static_cast<int>(g.k / S::kUnitK);
+  const int64_t row_bytes = g.k / 2, scale_bytes = g.k / 32;
+  for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+    const int64_t e = g.tiles[2 * tile];
+    const int64_t row0 = g.tiles[2 * tile + 1];
+    const int rows = static_cast<int>(min(row0 + kStreamSlots, int64_t{g.offsets[e + 1]}) - row0);
+
+    // Weight cursors, then the first units in flight before the activations are waited for.
+    StreamCursor<kRT, kG> cur;
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int64_t nrow;
+        const uint8_t* w;
+        const uint8_t* sc;
+        if constexpr (kUp) {
+          nrow = n0 + (warp * kRT + rt) * 8 + grp;
+          w = h == 0 ? g.w : g.w_up;
+          sc = h == 0 ? g.w_scale : g.w_up_scale;
+        } else {
+          nrow = n0 + (warp * kRT + rt) * 16 + grp + 8 * h;
+          w = g.w;
+          sc = g.w_scale;
+        }
+        const int64_t grow = e * g.n + nrow;
+        cur.w[rt][h] = w + grow * row_bytes + 16 * kG * tig;
+        cur.s[rt][h] = sc + grow * scale_bytes + kG * tig;
+      }
+    }
+    StreamUnit<kRT, kG> ring[S::kDepth];
+#pragma unroll
+    for (int i = 0; i < S::kDepth; ++i) {
+      if (i < units) cur.Load(ring[i]);
+    }
+
+    // The tile's activation rows (operand order, swizzled chunks) into shared memory.
+    const int chunks = static_cast<int>(g.k / 8);
+    for (int t = 0; t < rows; ++t) {
+      const uint16_t* src = g.a + (row0 + t) * g.k;
+      unsigned char* dst = stream_smem + t * 2 * g.k;
+      for (int c = threadIdx.x; c < chunks; c += kStreamThreads) {
+        CpAsync16(dst + 16 * StreamSwizzle(static_cast<uint32_t>(c), static_cast<uint32_t>(t)),
+                  src + 8 * c, true);
+      }
+    }
+    CpAsyncCommit();
+    CpAsyncWait<0>();
+    __syncthreads();
+
+    float acc[kRT][4];
+#pragma unroll
+    for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[rt][q] = 0.f;
+    }
+    // Lane (grp, tig) reads slot row grp (rows past the tile's hold stale data: they reach only
+    // output columns that are never stored). Its first 16-byte chunk of unit u is c0 = 4·kG·(4u +
+    // tig); the swizzle's XOR term depends on bits 3 and 4 only, which adding the chunk index
+    // j < 4·kG does not change (c0's low 3 bits are 0, or 4 with kG = 1 where j < 4), so chunk j
+    // sits at StreamSwizzle(c0) ^ j.
+    const uint32_t row_base = static_cast<uint32_t>(grp * 2 * g.k);
+    for (int u0 = 0; u0 < units; u0 += S::kDepth) {
+#pragma unroll
+      for (int i = 0; i < S::kDepth; ++i) {
+        const int u = u0 + i;
+        if (u < units) {
+          const uint32_t c0 = static_cast<uint32_t>(4 * kG * (4 * u + tig));
+          const uint32_t act = row_base + 16 * StreamSwizzle(c0, static_cast<uint32_t>(grp));
+          StreamCompute<kRT, kG>(ring[i], stream_smem, act, acc);
+          if (u + S::kDepth < units) cur.Load(ring[i]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with the activations (the up tile overlays them)
+    if constexpr (kUp) {
+      StreamStoreUp<kRT, kG>(g, acc, stream_smem, n0, row0, rows);
+    } else {
+      StreamStoreDown<kRT>(g, acc, n0, row0, rows);
+    }
+    __syncthreads();  // the next tile refills the shared memory
+  }
+}
+
+}  // namespace flashserve::kernels::moe_device
