@@ -43,6 +43,15 @@ __global__ void FillBytesKernel(uint64_t seed, size_t n, uint32_t lo, uint32_t s
   }
 }
 
+__global__ void FillRowBytesKernel(uint64_t seed, size_t rows, size_t row_bytes, size_t offset,
+                                   size_t count, uint32_t lo, uint32_t span, uint8_t* out) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < rows * count;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const size_t r = i / count, c = i % count;
+    out[r * row_bytes + offset + c] = static_cast<uint8_t>(lo + Hash(seed, i) % span);
+  }
+}
+
 constexpr int kThreads = 256;
 constexpr int kBlocks = 132 * 16;
 
@@ -65,6 +74,13 @@ void FillFp8Codes(uint64_t seed, size_t n, uint8_t* out) {
 
 void FillBytes(uint64_t seed, size_t n, uint8_t lo, uint8_t hi, uint8_t* out) {
   FillBytesKernel<<<kBlocks, kThreads>>>(seed, n, lo, uint32_t{hi} - lo + 1, false, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void FillRowBytes(uint64_t seed, size_t rows, size_t row_bytes, size_t offset, size_t count,
+                  uint8_t lo, uint8_t hi, uint8_t* out) {
+  FillRowBytesKernel<<<kBlocks, kThreads>>>(seed, rows, row_bytes, offset, count, lo,
+                                            uint32_t{hi} - lo + 1, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

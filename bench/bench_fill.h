@@ -16,5 +16,9 @@ void FillF32(uint64_t seed, size_t n, float lo, float hi, float* out);
 void FillFp8Codes(uint64_t seed, size_t n, uint8_t* out);
 // Bytes uniform in [lo, hi] (scale bytes, FP4 code pairs with lo = 0, hi = 255).
 void FillBytes(uint64_t seed, size_t n, uint8_t lo, uint8_t hi, uint8_t* out);
+// In each of `rows` rows of `row_bytes` bytes, bytes [offset, offset + count) uniform in [lo, hi]
+// (e.g. the scale bytes of serving rows); the other bytes are left as they are.
+void FillRowBytes(uint64_t seed, size_t rows, size_t row_bytes, size_t offset, size_t count,
+                  uint8_t lo, uint8_t hi, uint8_t* out);
 
 }  // namespace flashserve::bench

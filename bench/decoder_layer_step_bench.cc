@@ -16,7 +16,8 @@
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
-// the L index keys with layer 20's candidate mask, and the top-512. Those rows time it for the
+// the L index keys (68-byte FP4 serving rows: the exact int8 scorer) with layer 20's candidate
+// mask, and the top-512. Those rows time it for the
 // --reindex-tokens batch sizes, one indexer call per sequence (each sequence has its own keys).
 //
 // Synthetic data (deterministic, filled on the device): FP8 codes over every finite E4M3 value with
@@ -93,6 +94,7 @@ constexpr int64_t kIdxHeads = 32;
 constexpr int64_t kIdxDim = 128;
 constexpr int64_t kCompressedRows = 65536;
 constexpr int64_t kSwaRowBytes = 528;
+constexpr int64_t kIdxKRowBytes = 68;  // index-key serving row: 64 code bytes + 4 scales
 
 struct Options {
   int iters = 20;
@@ -371,9 +373,13 @@ void LayerStep::AllocateActivations() {
   iq_ = Bf16Buffer(b * kIdxHeads * kIdxDim);
   iw_ = Bf16Buffer(b * kIdxHeads);
   if (key_seqs_ > 0) {
-    index_keys_ = Bf16Buffer(key_seqs_ * l * kIdxDim);
-    FillBf16(seed++, static_cast<size_t>(key_seqs_ * l * kIdxDim), 1.0f,
-             index_keys_.get<uint16_t>());
+    // The index-key cache in its serving form: 68-byte rows (64 bytes of E2M1 codes, 4 UE8M0
+    // scales), scales 2^-5 .. 2^-3 so the exact integer scorer applies (kernels/indexer README).
+    index_keys_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * l * kIdxKRowBytes));
+    FillBytes(seed++, static_cast<size_t>(key_seqs_ * l * kIdxKRowBytes), 0, 255,
+              index_keys_.get<uint8_t>());
+    FillRowBytes(seed++, static_cast<size_t>(key_seqs_ * l), kIdxKRowBytes, 64, 4, 122, 124,
+                 index_keys_.get<uint8_t>());
     candidates_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * l));
     FillBytes(seed++, static_cast<size_t>(key_seqs_ * l), 0, 1, candidates_.get<uint8_t>());
     scores_ = Bf16Buffer(key_seqs_ * l);
@@ -704,7 +710,7 @@ std::vector<Stage> LayerStep::IndexerStages(int64_t b) {
   s.push_back({"weights_proj (bf16 32x5120)", [=, this] { LaunchFloat(WeightsProjParams(b)); },
                static_cast<double>(weights_proj_.bytes()) + db * 2 * (kD + kIdxHeads),
                2 * db * kIdxHeads * kD});
-  s.push_back({"index scores (L keys per sequence)",
+  s.push_back({"index scores (L FP4 key rows per sequence)",
                [=, this] {
                  for (int64_t t = 0; t < b; ++t) {
                    kernels::IndexerScoreParams p;
@@ -716,8 +722,8 @@ std::vector<Stage> LayerStep::IndexerStages(int64_t b) {
                    p.ratio = 1;
                    p.q = iq_.get<uint16_t>() + t * kIdxHeads * kIdxDim;
                    p.q_stride = kIdxHeads * kIdxDim;
-                   p.k = index_keys_.get<uint16_t>() + t * l * kIdxDim;
-                   p.k_stride = kIdxDim;
+                   p.k_rows = index_keys_.get<uint8_t>() + t * l * kIdxKRowBytes;
+                   p.k_row_stride = kIdxKRowBytes;
                    p.w = iw_.get<uint16_t>() + t * kIdxHeads;
                    p.w_stride = kIdxHeads;
                    p.candidates = candidates_.get<uint8_t>() + t * l;
@@ -727,7 +733,7 @@ std::vector<Stage> LayerStep::IndexerStages(int64_t b) {
                    Ok(kernels::LaunchIndexerScore(p, st));
                  }
                },
-               db * (l * kIdxDim * 2 + l + l * 2), 2 * db * l * kIdxHeads * kIdxDim});
+               db * (l * kIdxKRowBytes + l + l * 2), 2 * db * l * kIdxHeads * kIdxDim});
   s.push_back({"index top-512",
                [=, this] {
                  for (int64_t t = 0; t < b; ++t) {

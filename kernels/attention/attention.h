@@ -6,7 +6,8 @@
 //
 // Contract:
 // - bf16 tensors are uint16 bit patterns; fp32 tensors are float; strides count elements.
-// - The caller has already RoPE'd and quant-dequantised the KV rows; q is never quantised. The
+// - The caller has already RoPE'd the KV rows and quant-dequantised them (bf16 `kv`) or passes
+//   them in their serving formats (`kv_rows`, decoded exactly here); q is never quantised. The
 //   inverse RoPE of the output (spec §4.3 step 5) is the caller's too (kernels/norm_rope RopeCpu
 //   with inverse = true).
 // - Errors: InvalidArgumentError naming the offending field, detected before anything is written.
@@ -38,6 +39,23 @@ inline constexpr int64_t kSparseAttnHeadGroup = 8;
 // Largest head_dim accepted (512 in the released model, 128 in the tiny fixture).
 inline constexpr int64_t kSparseAttnMaxHeadDim = 4096;
 
+// The KV rows in their serving formats (docs/kv_layout.md; kernels/quant/quant.h KvRowKind), an
+// alternative to the bf16 pool that needs no separate decode pass over the cache. List entry
+// i < n_window reads window row i (kSwaKv: head_dim E4M3 codes, then head_dim/32 UE8M0 scales;
+// 528 B at 512); entry i >= n_window reads compressed row i − n_window (kMainKv: head_dim/2 bytes
+// of E2M1 codes, even element in the low nibble, then head_dim/16 E4M3 scales; 288 B at 512):
+// the model's concat(window, compressed + n_window) lists. Rows are decoded exactly (quant
+// DecodeRows) to bf16 first, so results are those of the bf16 pool holding the decoded window
+// rows followed by the decoded compressed rows (n_kv = n_window + n_compressed).
+struct SparseAttnKvRows {
+  const uint8_t* window = nullptr;      // kSwaKv rows, row i at window + i * window_stride
+  int64_t n_window = 0;                 // >= 0
+  int64_t window_stride = 0;            // bytes, >= head_dim + head_dim/32
+  const uint8_t* compressed = nullptr;  // kMainKv rows, row j at compressed + j * ..._stride
+  int64_t n_compressed = 0;             // >= 0
+  int64_t compressed_stride = 0;        // bytes, >= head_dim/2 + head_dim/16
+};
+
 // o[t, h, :] = Σ_e softmax_e · kv[idx[t, e], :] with the sink in the denominator, computed by the
 // reference's blocked online softmax (README.md "Exact recipe"):
 //   logit_e = fp32(q[t,h]·kv[idx_e]) × scale         (fp32 accumulation over head_dim, ascending)
@@ -59,6 +77,11 @@ struct SparseAttnParams {
   const uint16_t* kv = nullptr;  // bf16 [n_kv, head_dim] pool, row i at kv + i * kv_stride
   int64_t n_kv = 0;              // >= 0 (may be 0 when every index is -1)
   int64_t kv_stride = 0;         // >= head_dim
+
+  // The row form (used instead of kv when kv_rows.window or kv_rows.compressed is non-null; kv
+  // must then be null and n_kv 0; head_dim a multiple of 32). Indices then address
+  // [0, n_window + n_compressed).
+  SparseAttnKvRows kv_rows;
 
   const int32_t* indices = nullptr;  // int32 [tokens, width], each -1 or in [0, n_kv)
   int64_t width = 0;                 // >= 0 list entries per token
@@ -93,8 +116,15 @@ absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* poo
 absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 
 // ---- CUDA launcher (cuda/*.cu; target fs_kernels_attention_cuda, FLASHSERVE_CUDA only) ----
-// Every tensor pointer of the params (q, kv, indices, attn_sink, out, workspace) is a device
-// pointer (or managed memory). README.md "CUDA" gives the design and the numerics.
+// Every tensor pointer of the params (q, kv, kv_rows, indices, attn_sink, out, workspace) is a
+// device pointer (or managed memory). README.md "CUDA" gives the design and the numerics.
+//
+// The row form (kv_rows) runs on the wgmma path only: head_dim 512, 16-byte aligned q / out and
+// row pools, q / out strides multiples of 8 elements and row strides multiples of 16 bytes (any
+// head count; InvalidArgumentError naming kv_rows otherwise; the path override is ignored). The
+// kernel gathers the raw rows (288 / 528 B) and decodes them in shared memory with the quant
+// module's device decoders; its output equals, bit for bit, that of the same kernel fed the
+// decoded bf16 pool.
 //
 // Paths: head_dim 128, 256 or 512 with 16-byte aligned q / kv / out and strides that are multiples
 // of 8 elements take a tensor-core path: at head_dim 512 with heads a multiple of 64, the Hopper

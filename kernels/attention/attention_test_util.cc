@@ -7,9 +7,11 @@
 #include <random>
 #include <vector>
 
+#include "common/base/check.h"
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
 #include "kernels/attention/attention.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels::testing {
 
@@ -196,6 +198,61 @@ int64_t CountBitDiffs(const std::vector<uint16_t>& a, const std::vector<uint16_t
   int64_t n = 0;
   for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
   return n;
+}
+
+KvRowPools EncodeKvRows(AttnCase* c, int64_t n_window, int64_t pad) {
+  CHECK(n_window >= 0 && n_window <= c->n_kv) << "EncodeKvRows: n_window " << n_window;
+  KvRowPools pools;
+  pools.n_window = n_window;
+  pools.n_compressed = c->n_kv - n_window;
+  const int64_t d = c->head_dim;
+  struct Part {
+    quant::KvRowKind kind;
+    int64_t first;
+    int64_t rows;
+    int64_t* stride;
+    std::vector<uint8_t>* bytes;
+  };
+  const Part parts[2] = {
+      {quant::KvRowKind::kSwaKv, 0, pools.n_window, &pools.window_stride, &pools.window},
+      {quant::KvRowKind::kMainKv, n_window, pools.n_compressed, &pools.compressed_stride,
+       &pools.compressed}};
+  for (const Part& part : parts) {
+    *part.stride = quant::KvRowBytes(part.kind, d) + pad;
+    part.bytes->assign(static_cast<size_t>(std::max<int64_t>(part.rows, 1) * *part.stride), 0xEE);
+    if (part.rows == 0) continue;
+    quant::EncodeRowsParams ep;
+    ep.kind = part.kind;
+    ep.rows = part.rows;
+    ep.channels = d;
+    ep.x = c->kv.data() + part.first * d;
+    ep.x_stride = d;
+    ep.rows_out = part.bytes->data();
+    ep.row_stride = *part.stride;
+    CHECK_OK(quant::EncodeRowsCpu(ep));
+    quant::DecodeRowsParams dp;
+    dp.kind = part.kind;
+    dp.rows = part.rows;
+    dp.channels = d;
+    dp.rows_in = part.bytes->data();
+    dp.row_stride = *part.stride;
+    dp.out = c->kv.data() + part.first * d;
+    dp.out_stride = d;
+    CHECK_OK(quant::DecodeRowsCpu(dp));
+  }
+  return pools;
+}
+
+void SetKvRows(const KvRowPools& pools, const uint8_t* window, const uint8_t* compressed,
+               SparseAttnParams* p) {
+  p->kv = nullptr;
+  p->n_kv = 0;
+  p->kv_rows.window = pools.n_window > 0 ? window : nullptr;
+  p->kv_rows.n_window = pools.n_window;
+  p->kv_rows.window_stride = pools.window_stride;
+  p->kv_rows.compressed = pools.n_compressed > 0 ? compressed : nullptr;
+  p->kv_rows.n_compressed = pools.n_compressed;
+  p->kv_rows.compressed_stride = pools.compressed_stride;
 }
 
 }  // namespace flashserve::kernels::testing

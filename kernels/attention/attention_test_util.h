@@ -68,4 +68,25 @@ int64_t CountOutsideTolerance(const std::vector<uint16_t>& out, const std::vecto
 // Number of elements whose bit patterns differ.
 int64_t CountBitDiffs(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b);
 
+// A case's KV rows in the serving formats (attention.h SparseAttnKvRows), host copies.
+struct KvRowPools {
+  int64_t n_window = 0;
+  int64_t n_compressed = 0;
+  int64_t window_stride = 0;      // bytes
+  int64_t compressed_stride = 0;  // bytes
+  std::vector<uint8_t> window;
+  std::vector<uint8_t> compressed;
+};
+
+// Encodes rows [0, n_window) of c->kv as window rows (quant kSwaKv) and the rest as compressed rows
+// (kMainKv) with EncodeRowsCpu, each row followed by `pad` spare bytes (filled with 0xEE), and
+// replaces c->kv by their exact decode (DecodeRowsCpu): the bf16 form on *c is then the row form's
+// reference. Row-form indices are c's indices unchanged.
+KvRowPools EncodeKvRows(AttnCase* c, int64_t n_window, int64_t pad = 0);
+
+// Points p at the row form of `pools` (host or device copies at `window` / `compressed`; null for
+// an empty pool) and clears kv / n_kv.
+void SetKvRows(const KvRowPools& pools, const uint8_t* window, const uint8_t* compressed,
+               SparseAttnParams* p);
+
 }  // namespace flashserve::kernels::testing

@@ -1,7 +1,7 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|all|auto|wgmma|wgmma-splitk|mma.sync] [--tokens N[,N..]]
+//                     [--path both|all|auto|wgmma|wgmma-splitk|mma.sync|rows] [--tokens N[,N..]]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
 // Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
@@ -17,8 +17,16 @@
 // timing, the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch
 // makes the exit code 1. --path picks the CUDA body (the launcher's override,
 // cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
-// wgmma path, one row each; `all` adds the opt-in wgmma-splitk variant. --tokens replaces the batch
-// sizes (default 1,8,64,256).
+// wgmma path, one row each, then on the row-format input (path `wgmma-rows`); `all` adds the
+// opt-in wgmma-splitk variant; `rows` runs the row form only. --tokens replaces the batch sizes
+// (default 1,8,64,256).
+//
+// Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
+// rows as 528-byte FP8 rows, compressed rows as 288-byte FP4 rows, quant EncodeRowsCpu); the wgmma
+// kernel gathers the raw rows and decodes them in shared memory. Its bytes count the row bytes
+// actually gathered (unique window rows × 528 + unique compressed rows × 288 + q + out + indices);
+// its correctness check runs SparseAttnCpu on the same rows. The bf16 rows of the other paths hold
+// the decoded values of those rows, so every path computes the same attention.
 //
 // Two times per row: median_us, each launch between two events on the legacy stream (it includes
 // whatever part of the host's launch path the GPU waits for, when the GPU outruns the host at
@@ -49,8 +57,10 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/attention/cuda/sparse_attn_path.h"
+#include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -66,12 +76,19 @@ constexpr int64_t kWidth = kWindow + kSelected;
 // Launches per captured graph (graph_us).
 constexpr int kGraphLaunches = 20;
 
+// One bench configuration: a CUDA path over the bf16 pool, or the row form (rows = true).
+struct Run {
+  SparseAttnCudaPath path;
+  bool rows;
+};
+
 struct Options {
   int iters = 50;
   int warmup = 10;
   int64_t compressed = 65536;
-  std::vector<SparseAttnCudaPath> paths = {SparseAttnCudaPath::kMmaSync,
-                                           SparseAttnCudaPath::kWgmma};
+  std::vector<Run> paths = {{SparseAttnCudaPath::kMmaSync, false},
+                            {SparseAttnCudaPath::kWgmma, false},
+                            {SparseAttnCudaPath::kWgmma, true}};
   std::vector<int64_t> tokens = {1, 8, 64, 256};
   bool roofs = true;
   bool graph = true;
@@ -167,11 +184,14 @@ class Bench {
  public:
   explicit Bench(Options o) : o_(o), n_kv_(kWindow + o.compressed) {
     kv_ = RandomBf16(n_kv_ * kDim, 1);
+    EncodeRows();
     sink_.resize(kHeads);
     std::mt19937 rng(2);
     std::uniform_real_distribution<float> u(-1.0f, 3.0f);
     for (float& s : sink_) s = u(rng);
     dkv_ = Upload(kv_);
+    dwindow_ = Upload(window_);
+    dcompressed_ = Upload(compressed_);
     dsink_ = Upload(sink_);
     dws_ = DeviceBuffer(SparseAttnCudaWorkspaceBytes(kHeads, kDim));
   }
@@ -184,14 +204,15 @@ class Bench {
     tc_tflops_ = std::max(mma_tflops_, cublas_tflops_);
   }
 
-  // One row: `tokens` decode queries on `path` (the launcher's override while it runs).
-  void Decode(int64_t tokens, SparseAttnCudaPath path) {
+  // One row: `tokens` decode queries on `path` (the launcher's override while it runs), over the
+  // bf16 pool or (rows) the serving rows.
+  void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows) {
     attention_internal::SetSparseAttnCudaPathOverride(path);
     // Lists: the window rows 0..127 (every token), then 512 distinct random compressed rows.
     std::mt19937_64 rng(100 + tokens);
     std::uniform_int_distribution<int64_t> pick(kWindow, n_kv_ - 1);
     std::vector<int32_t> idx(static_cast<size_t>(tokens * kWidth));
-    std::unordered_set<int64_t> unique;
+    std::unordered_set<int64_t> unique;  // compressed rows
     for (int64_t t = 0; t < tokens; ++t) {
       std::unordered_set<int64_t> mine;
       for (int64_t e = 0; e < kWindow; ++e) idx[t * kWidth + e] = static_cast<int32_t>(e);
@@ -225,6 +246,7 @@ class Bench {
     p.out_head_stride = kDim;
     p.workspace = dws_.get();
     p.workspace_bytes = dws_.bytes();
+    if (rows) SetRows(dwindow_.get<uint8_t>(), dcompressed_.get<uint8_t>(), &p);
     const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
     CHECK_OK(LaunchSparseAttn(p, nullptr));
     Verify(p, q, idx, dout);
@@ -235,14 +257,16 @@ class Bench {
         o_.graph ? GraphMicrosPerLaunch(std::min(o_.warmup, 3), o_.iters,
                                         [&](cudaStream_t s) { CHECK_OK(LaunchSparseAttn(p, s)); })
                  : 0.0;
-    const double bytes =
-        unique_rows * kDim * 2.0 + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
+    const double row_bytes =
+        rows ? kWindow * double(window_stride_) + double(unique.size()) * double(compressed_stride_)
+             : unique_rows * kDim * 2.0;
+    const double bytes = row_bytes + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
     const double tc_us = o_.roofs ? flops / tc_tflops_ / 1e6 : 0.0;
-    rows_.push_back({attention_internal::SparseAttnCudaPathName(taken), tokens, us, graph_us,
-                     bytes / 1e6, unique_rows, flops / us / 1e6, mem_us, tc_us,
-                     std::max(mem_us, tc_us) / us});
+    rows_.push_back({rows ? "wgmma-rows" : attention_internal::SparseAttnCudaPathName(taken),
+                     tokens, us, graph_us, bytes / 1e6, unique_rows, flops / us / 1e6, mem_us,
+                     tc_us, std::max(mem_us, tc_us) / us});
     attention_internal::SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto);
   }
 
@@ -300,6 +324,7 @@ class Bench {
     p.tokens = n;
     p.q = q.data();
     p.kv = kv_.data();
+    if (attention_internal::UsesKvRows(gp)) SetRows(window_.data(), compressed_.data(), &p);
     p.indices = idx.data();
     p.attn_sink = sink_.data();
     p.out = want.data();
@@ -321,9 +346,61 @@ class Bench {
     }
   }
 
+  // Encodes kv_ rows [0, kWindow) as window rows and the rest as compressed rows, then replaces
+  // kv_ by their exact decode, so that the bf16 pool and the rows hold the same values.
+  void EncodeRows() {
+    window_stride_ = quant::KvRowBytes(quant::KvRowKind::kSwaKv, kDim);
+    compressed_stride_ = quant::KvRowBytes(quant::KvRowKind::kMainKv, kDim);
+    window_.resize(static_cast<size_t>(kWindow * window_stride_));
+    compressed_.resize(static_cast<size_t>(o_.compressed * compressed_stride_));
+    struct Part {
+      quant::KvRowKind kind;
+      int64_t first, rows, stride;
+      uint8_t* bytes;
+    };
+    for (const Part& part :
+         {Part{quant::KvRowKind::kSwaKv, 0, kWindow, window_stride_, window_.data()},
+          Part{quant::KvRowKind::kMainKv, kWindow, o_.compressed, compressed_stride_,
+               compressed_.data()}}) {
+      quant::EncodeRowsParams ep;
+      ep.kind = part.kind;
+      ep.rows = part.rows;
+      ep.channels = kDim;
+      ep.x = kv_.data() + part.first * kDim;
+      ep.x_stride = kDim;
+      ep.rows_out = part.bytes;
+      ep.row_stride = part.stride;
+      CHECK_OK(quant::EncodeRowsCpu(ep));
+      quant::DecodeRowsParams dp;
+      dp.kind = part.kind;
+      dp.rows = part.rows;
+      dp.channels = kDim;
+      dp.rows_in = part.bytes;
+      dp.row_stride = part.stride;
+      dp.out = kv_.data() + part.first * kDim;
+      dp.out_stride = kDim;
+      CHECK_OK(quant::DecodeRowsCpu(dp));
+    }
+  }
+
+  // Switches p to the row form over the pools at `window` / `compressed` (host or device).
+  void SetRows(const uint8_t* window, const uint8_t* compressed, SparseAttnParams* p) const {
+    p->kv = nullptr;
+    p->n_kv = 0;
+    p->kv_rows.window = window;
+    p->kv_rows.n_window = kWindow;
+    p->kv_rows.window_stride = window_stride_;
+    p->kv_rows.compressed = compressed;
+    p->kv_rows.n_compressed = o_.compressed;
+    p->kv_rows.compressed_stride = compressed_stride_;
+  }
+
   Options o_;
   int64_t n_kv_;
-  std::vector<uint16_t> kv_;
+  std::vector<uint16_t> kv_;  // the decoded values of the rows below
+  std::vector<uint8_t> window_, compressed_;
+  int64_t window_stride_ = 0, compressed_stride_ = 0;
+  DeviceBuffer dwindow_, dcompressed_;
   std::vector<float> sink_;
   DeviceBuffer dkv_, dsink_, dws_;
   double copy_gbps_ = 0, mma_tflops_ = 0, cublas_tflops_ = 0, tc_tflops_ = 0;
@@ -354,17 +431,25 @@ int Main(int argc, char** argv) {
       const std::string v = argv[++i];
       command += " " + v;
       if (v == "both") {
-        o.paths = {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmma};
+        o.paths = {{SparseAttnCudaPath::kMmaSync, false},
+                   {SparseAttnCudaPath::kWgmma, false},
+                   {SparseAttnCudaPath::kWgmma, true}};
       } else if (v == "all") {
-        o.paths = {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmma,
-                   SparseAttnCudaPath::kWgmmaSplitK};
+        o.paths = {{SparseAttnCudaPath::kMmaSync, false},
+                   {SparseAttnCudaPath::kWgmma, false},
+                   {SparseAttnCudaPath::kWgmmaSplitK, false},
+                   {SparseAttnCudaPath::kWgmma, true}};
+      } else if (v == "rows") {
+        o.paths = {{SparseAttnCudaPath::kWgmma, true}};
       } else if (v == "auto" || v == "wgmma" || v == "wgmma-splitk" || v == "mma.sync") {
-        o.paths = {v == "auto"           ? SparseAttnCudaPath::kAuto
-                   : v == "wgmma"        ? SparseAttnCudaPath::kWgmma
-                   : v == "wgmma-splitk" ? SparseAttnCudaPath::kWgmmaSplitK
-                                         : SparseAttnCudaPath::kMmaSync};
+        o.paths = {{v == "auto"           ? SparseAttnCudaPath::kAuto
+                    : v == "wgmma"        ? SparseAttnCudaPath::kWgmma
+                    : v == "wgmma-splitk" ? SparseAttnCudaPath::kWgmmaSplitK
+                                          : SparseAttnCudaPath::kMmaSync,
+                    false}};
       } else {
-        std::fprintf(stderr, "--path takes both, all, auto, wgmma, wgmma-splitk or mma.sync\n");
+        std::fprintf(stderr,
+                     "--path takes both, all, auto, wgmma, wgmma-splitk, mma.sync or rows\n");
         return 2;
       }
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -393,7 +478,7 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-          "[--path both|all|auto|wgmma|wgmma-splitk|mma.sync] [--tokens N[,N..]] [--no-roofs] "
+          "[--path both|all|auto|wgmma|wgmma-splitk|mma.sync|rows] [--tokens N[,N..]] [--no-roofs] "
           "[--no-graph] [--ncu]\n",
           argv[0]);
       return 2;
@@ -412,8 +497,8 @@ int Main(int argc, char** argv) {
       long(o.compressed));
   Bench bench(o);
   bench.Roofs();
-  for (SparseAttnCudaPath path : o.paths) {
-    for (int64_t tokens : o.tokens) bench.Decode(tokens, path);
+  for (const Run& run : o.paths) {
+    for (int64_t tokens : o.tokens) bench.Decode(tokens, run.path, run.rows);
   }
   return bench.Print(command);
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -454,6 +455,144 @@ TEST(SparseAttnGpuTest, BothTensorPathsAtReleasedDims) {
 TEST(SparseAttnGpuTest, WgmmaSplitKAtReleasedDims) {
   FS_SKIP_WITHOUT_GPU();
   CheckReleasedDimsOn(SparseAttnCudaPath::kWgmmaSplitK);
+}
+
+// ---- the row form (attention.h SparseAttnKvRows) ----------------------------------------------
+
+struct RowOutputs {
+  std::vector<uint16_t> bf16;  // the wgmma kernel on the decoded bf16 pool
+  std::vector<uint16_t> rows;  // the wgmma kernel on the serving rows
+  std::vector<uint16_t> cpu;   // SparseAttnCpu on the serving rows
+};
+
+// c holds the decoded pool of `pools` (testing::EncodeKvRows). Packed q / out; poisoned outputs.
+RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
+  RowOutputs o;
+  SparseAttnParams hp = LayoutParams(c, {});
+  const size_t out_elems = c.q.size();
+  std::vector<uint16_t> cpu_out(out_elems, kPoison);
+  std::vector<uint8_t> cpu_ws(SparseAttnWorkspaceBytes(c.head_dim, Pool()));
+  hp.q = c.q.data();
+  hp.indices = c.indices.data();
+  hp.attn_sink = c.sink.data();
+  hp.out = cpu_out.data();
+  hp.workspace = cpu_ws.data();
+  hp.workspace_bytes = cpu_ws.size();
+  testing::SetKvRows(pools, pools.window.data(), pools.compressed.data(), &hp);
+  CHECK_OK(SparseAttnCpu(hp, Pool()));
+  o.cpu = cpu_out;
+
+  DeviceBuffer dq = ToDevice(c.q), dkv = ToDevice(c.kv), didx = ToDevice(c.indices),
+               dsink = ToDevice(c.sink), dwin = ToDevice(pools.window),
+               dcmp = ToDevice(pools.compressed);
+  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+  auto run = [&](bool rows) {
+    DeviceBuffer dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
+    SparseAttnParams dp = LayoutParams(c, {});
+    dp.q = dq.get<uint16_t>();
+    dp.kv = dkv.get<uint16_t>();
+    dp.indices = didx.get<int32_t>();
+    dp.attn_sink = dsink.get<float>();
+    dp.out = dout.get<uint16_t>();
+    dp.workspace = dws.get();
+    dp.workspace_bytes = dws.bytes();
+    if (rows) testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &dp);
+    {
+      PathOverride force(SparseAttnCudaPath::kWgmma);
+      EXPECT_EQ(SparseAttnCudaPathFor(dp), SparseAttnCudaPath::kWgmma);
+      const absl::Status st = LaunchSparseAttn(dp, nullptr);
+      CHECK(st.ok()) << st.message();
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out(out_elems);
+    dout.CopyToHost(out.data(), out_elems * sizeof(uint16_t));
+    return out;
+  };
+  o.bf16 = run(false);
+  o.rows = run(true);
+  return o;
+}
+
+// The row form against the bf16 form on the decoded pool (bit for bit; the first mismatches are
+// printed with their token / head / dim), and against SparseAttnCpu on the same rows within the
+// tensor-core tolerance.
+void ExpectRowForm(AttnCase c, int64_t n_window, int64_t pad, const char* label) {
+  const testing::KvRowPools pools = testing::EncodeKvRows(&c, n_window, pad);
+  const RowOutputs o = RunRowForms(c, pools);
+  int64_t diffs = 0;
+  for (size_t i = 0; i < o.rows.size(); ++i) {
+    if (o.rows[i] == o.bf16[i]) continue;
+    if (diffs < 5) {
+      const int64_t th = static_cast<int64_t>(i) / c.head_dim;
+      std::printf("  %s: rows != bf16 at token %ld head %ld dim %ld: %04x vs %04x\n", label,
+                  long(th / c.heads), long(th % c.heads), long(i % c.head_dim), o.rows[i],
+                  o.bf16[i]);
+    }
+    ++diffs;
+  }
+  std::printf("%-40s rows vs decoded-bf16 wgmma: %ld of %zu elements differ\n", label,
+              static_cast<long>(diffs), o.rows.size());
+  EXPECT_EQ(diffs, 0) << label;
+  ExpectClose(c, Outputs{o.rows, o.cpu}, label);
+}
+
+// Released dims: 64 heads × 512, window 128 + 512 compressed entries per token (10 blocks: the
+// 2-stage raw ring wraps five times per unsplit list), -1 entries in the window (leading 70 in
+// every third token, i.e. a whole first block of -1 there) and ~10 % among the compressed; 1, 8
+// and 64 tokens split their lists (1 or 2 blocks per split: the prologue's second stage empty),
+// 256 do not.
+TEST(SparseAttnGpuTest, RowFormEqualsDecodedPoolAtReleasedDims) {
+  FS_SKIP_WITHOUT_GPU();
+  char label[96];
+  for (int64_t tokens : {1, 8, 64, 256}) {
+    std::snprintf(label, sizeof(label), "row form 64x512 w640 tokens %ld", long(tokens));
+    ExpectRowForm(DecodeCase(tokens, 64, 512, 128, 512, 4096, 0.1, 1000 + tokens), 128, 0, label);
+  }
+}
+
+// Long lists (40 blocks, one token and 32 tokens), padded row strides (544 / 304 bytes), a partial
+// last block, window-only and compressed-only pools, heads that leave a group partly empty or
+// take two groups, and large / small sinks.
+TEST(SparseAttnGpuTest, RowFormShapes) {
+  FS_SKIP_WITHOUT_GPU();
+  ExpectRowForm(DecodeCase(1, 64, 512, 128, 2432, 8192, 0.1, 31), 128, 0, "row form w2560 t1");
+  ExpectRowForm(DecodeCase(32, 64, 512, 128, 2432, 8192, 0.1, 32), 128, 0, "row form w2560 t32");
+  ExpectRowForm(DecodeCase(5, 64, 512, 128, 512, 1000, 0.05, 33), 128, 16, "row form pad 16");
+  ExpectRowForm(RandomCase(5, 64, 512, 300, 150, 0.3, 34), 120, 0, "row form w150 mixed");
+  ExpectRowForm(RandomCase(4, 64, 512, 128, 128, 0.1, 35), 128, 0, "row form window only");
+  ExpectRowForm(RandomCase(4, 64, 512, 500, 300, 0.1, 36), 0, 0, "row form compressed only");
+  ExpectRowForm(RandomCase(3, 40, 512, 300, 200, 0.2, 37), 100, 0, "row form heads 40");
+  ExpectRowForm(RandomCase(3, 128, 512, 300, 200, 0.2, 38), 100, 0, "row form heads 128");
+  AttnCase sinks = DecodeCase(4, 64, 512, 128, 512, 2000, 0.1, 39);
+  for (size_t h = 0; h < sinks.sink.size(); ++h) sinks.sink[h] = h % 2 == 0 ? 30.0f : -60.0f;
+  ExpectRowForm(sinks, 128, 0, "row form sinks 30 / -60");
+  // Every entry -1: zeros (no valid entry anywhere).
+  AttnCase none = DecodeCase(3, 64, 512, 128, 128, 500, 0.0, 40);
+  for (auto& i : none.indices) i = -1;
+  ExpectRowForm(none, 128, 0, "row form all -1");
+}
+
+TEST(SparseAttnGpuTest, RowFormLauncherErrors) {
+  FS_SKIP_WITHOUT_GPU();
+  AttnCase c = RandomCase(2, 64, 128, 40, 30, 0.0, 41);
+  const testing::KvRowPools pools = testing::EncodeKvRows(&c, 20, 0);
+  DeviceBuffer dq = ToDevice(c.q), didx = ToDevice(c.indices), dsink = ToDevice(c.sink),
+               dwin = ToDevice(pools.window), dcmp = ToDevice(pools.compressed),
+               dout(c.q.size() * 2);
+  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(64, 512));
+  SparseAttnParams p = LayoutParams(c, {});
+  p.q = dq.get<uint16_t>();
+  p.indices = didx.get<int32_t>();
+  p.attn_sink = dsink.get<float>();
+  p.out = dout.get<uint16_t>();
+  p.workspace = dws.get();
+  p.workspace_bytes = dws.bytes();
+  testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &p);
+  // head_dim 128: valid params, but the CUDA row form runs at head_dim 512 only.
+  absl::Status st = LaunchSparseAttn(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("kv_rows"), std::string::npos) << st.message();
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST(SparseAttnGpuTest, LauncherErrors) {

@@ -29,6 +29,16 @@ struct SlotLayout {
 
 SlotLayout ComputeSlotLayout(int64_t head_dim);
 
+// Whether `p` reads the serving-format rows (kv_rows) instead of the bf16 pool.
+inline bool UsesKvRows(const SparseAttnParams& p) {
+  return p.kv_rows.window != nullptr || p.kv_rows.compressed != nullptr;
+}
+
+// The exclusive upper bound of valid indices: n_kv, or n_window + n_compressed in the row form.
+inline int64_t KvIndexBound(const SparseAttnParams& p) {
+  return UsesKvRows(p) ? p.kv_rows.n_window + p.kv_rows.n_compressed : p.n_kv;
+}
+
 // Thread slots a call uses: pool size + 1 (the caller runs one chunk), or 1 without a pool.
 size_t NumSlots(const ThreadPool* pool);
 

@@ -98,15 +98,57 @@ absl::Status CheckDims(const SparseAttnParams& p) {
 }
 
 absl::Status CheckIndices(const SparseAttnParams& p) {
+  const int64_t bound = attention_internal::KvIndexBound(p);
   for (int64_t t = 0; t < p.tokens; ++t) {
     const int32_t* row = p.indices + t * p.indices_stride;
     for (int64_t e = 0; e < p.width; ++e) {
-      if (row[e] < -1 || row[e] >= p.n_kv) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("SparseAttn: indices[%d, %d] = %d is neither -1 nor in [0, n_kv = %d)",
-                            t, e, row[e], p.n_kv));
+      if (row[e] < -1 || row[e] >= bound) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "SparseAttn: indices[%d, %d] = %d is neither -1 nor in [0, %s = %d)", t, e, row[e],
+            attention_internal::UsesKvRows(p) ? "n_window + n_compressed" : "n_kv", bound));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+// One pool of the row form: counts, pointer, stride (bytes) and extent.
+absl::Status CheckRowPool(const char* name, const uint8_t* rows, int64_t n, int64_t stride,
+                          int64_t row_bytes, Extent* extent) {
+  if (n < 0 || n > kMaxCount) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SparseAttn: kv_rows.n_%s must be in [0, 2^40]", name));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (rows == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("SparseAttn: kv_rows.%s is null", name));
+  }
+  if (stride < row_bytes || stride > kMaxCount) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SparseAttn: kv_rows.%s_stride %d must be in [%d (row bytes), 2^40]", name,
+                        stride, row_bytes));
+  }
+  int64_t bytes = 0;
+  RETURN_IF_ERROR(RowsExtent("kv_rows", n, stride, row_bytes, &bytes));
+  *extent = MakeExtent(rows, bytes, 1);
+  return absl::OkStatus();
+}
+
+// The row form's fields (attention.h SparseAttnKvRows); extents of both pools.
+absl::Status CheckKvRows(const SparseAttnParams& p, Extent* window, Extent* compressed) {
+  if (p.kv != nullptr || p.n_kv != 0) {
+    return Invalid("kv_rows",
+                   "is set together with kv / n_kv (pass one form: kv must be null, "
+                   "n_kv 0)");
+  }
+  if (p.head_dim % 32 != 0) return Invalid("kv_rows", "needs head_dim a multiple of 32");
+  const SparseAttnKvRows& r = p.kv_rows;
+  RETURN_IF_ERROR(CheckRowPool("window", r.window, r.n_window, r.window_stride,
+                               p.head_dim + p.head_dim / 32, window));
+  RETURN_IF_ERROR(CheckRowPool("compressed", r.compressed, r.n_compressed, r.compressed_stride,
+                               p.head_dim / 2 + p.head_dim / 16, compressed));
+  if (r.n_window + r.n_compressed > (int64_t{1} << 31)) {
+    return Invalid("kv_rows", "n_window + n_compressed must be <= 2^31 (int32 indices)");
   }
   return absl::OkStatus();
 }
@@ -131,6 +173,11 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   if (p.width > 0 && p.indices == nullptr) return Invalid("indices", "is null");
   if (p.indices_stride < p.width || p.indices_stride > kMaxCount) {
     return Invalid("indices_stride", "must be in [width, 2^40]");
+  }
+  Extent rows_window;
+  Extent rows_compressed;
+  if (UsesKvRows(p)) {
+    RETURN_IF_ERROR(CheckKvRows(p, &rows_window, &rows_compressed));
   }
   if (p.n_kv > 0 && p.kv == nullptr) return Invalid("kv", "is null");
   if (p.n_kv > 0 && (p.kv_stride < p.head_dim || p.kv_stride > kMaxCount)) {
@@ -165,11 +212,15 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   if (out.Overlaps(q)) return Invalid("out", "overlaps q");
   if (out.Overlaps(kv)) return Invalid("out", "overlaps kv");
   if (out.Overlaps(idx)) return Invalid("out", "overlaps indices");
+  if (out.Overlaps(rows_window) || out.Overlaps(rows_compressed)) {
+    return Invalid("out", "overlaps kv_rows");
+  }
   if (out.Overlaps(MakeExtent(p.attn_sink, p.heads, sizeof(float)))) {
     return Invalid("out", "overlaps attn_sink");
   }
   if (out.Overlaps(ws)) return Invalid("out", "overlaps the workspace");
-  if (ws.Overlaps(q) || ws.Overlaps(kv) || ws.Overlaps(idx)) {
+  if (ws.Overlaps(q) || ws.Overlaps(kv) || ws.Overlaps(idx) || ws.Overlaps(rows_window) ||
+      ws.Overlaps(rows_compressed)) {
     return Invalid("workspace", "overlaps an input");
   }
   return host_values ? CheckIndices(p) : absl::OkStatus();

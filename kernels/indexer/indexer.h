@@ -57,8 +57,18 @@ struct IndexerScoreParams {
   int64_t ratio = 1;            // compress ratio r, >= 1
   const uint16_t* q = nullptr;  // bf16 [tokens, heads, head_dim], heads contiguous
   int64_t q_stride = 0;         // >= heads * head_dim
-  const uint16_t* k = nullptr;  // bf16 [>= width, head_dim] (the index key cache)
-  int64_t k_stride = 0;         // >= head_dim
+  // The index keys, in exactly one of two forms:
+  // - k: bf16 [>= width, head_dim] (the caller's FP4-QDQ'd key cache), rows k_stride elements
+  //   apart (>= head_dim);
+  // - k_rows: the 68-byte FP4 serving rows (docs/kv_layout.md "index K"; formats::EncodeIndexKRow:
+  //   head_dim/2 bytes of E2M1 codes, even element in the low nibble, then head_dim/32 UE8M0
+  //   scale bytes), rows k_row_stride BYTES apart (>= formats::IndexKRowBytes(head_dim));
+  //   head_dim must be a multiple of 32. Each row counts as its decode (formats::DecodeIndexKRow),
+  //   i.e. the same scores as k = the decoded rows.
+  const uint16_t* k = nullptr;
+  int64_t k_stride = 0;
+  const uint8_t* k_rows = nullptr;
+  int64_t k_row_stride = 0;
   const uint16_t* w = nullptr;  // bf16 [tokens, heads]
   int64_t w_stride = 0;         // >= heads
   // Optional candidate mask (nonzero = candidate) [tokens, width]; candidates_stride 0 applies
@@ -67,6 +77,18 @@ struct IndexerScoreParams {
   int64_t candidates_stride = 0;
   uint16_t* scores = nullptr;  // bf16 [tokens, width] out
   int64_t scores_stride = 0;   // >= width
+  // CUDA launcher only (the CPU body ignores these). The bits are the same on every path.
+  // cuda_exact_only: always the exact CUDA-core scorer (A/B comparisons; also disables the int8
+  // k_rows scorer).
+  bool cuda_exact_only = false;
+  // Opt-in, bf16 `k` at the released dims only: the bf16 tensor-core scorer with rechecks. Measured
+  // slower than the exact scorer on the H200 (README.md "CUDA"), so it is off by default.
+  bool cuda_bf16_mma = false;
+  // Optional device counter (debug / bench), not reset by the call: the number of
+  // (row, head, position) dot products recomputed exactly on the CUDA cores — by the bf16
+  // tensor-core scorer because its sum was too close to a bf16 rounding boundary, by the int8
+  // k_rows scorer because the exactness condition failed ("fallbacks").
+  unsigned long long* cuda_rechecks = nullptr;
 };
 
 // Step 5 (candidate source layer): per row, block scores b[j] = max of the scores at positions
@@ -162,11 +184,24 @@ absl::Status IndexerTopkCpu(const IndexerTopkParams& p, ThreadPool* pool);
 // passes it. Nothing is allocated and nothing waits on the host, so the calls can be captured in
 // a CUDA graph. CUDA launch failures abort (CUDA_CHECK). Results equal the CPU bodies' bit for
 // bit (README.md "CUDA").
-// Scores: a 128-position key tile is staged in shared memory once per CTA and scored for up to 8
-// rows of the call; each head's dot product is the CPU's fp32 mul + add over d ascending, done as
-// one FMA per step wherever every product of the (row, key) pair is exact in fp32 (checked from
-// the exponent ranges; then FMA and mul + add round identically), heads summed ascending. Cost:
-// visible positions · heads · head_dim FMAs on the CUDA cores; keys read once per 8 rows.
+// Scores (README.md "CUDA" has the table of which scorer runs):
+// - k_rows at the released dims (32 heads × 128, 4-byte aligned rows; unless cuda_exact_only):
+//   the int8 tensor-core scorer — mma.sync s8·s8 → s32 per 32-block of d on the E2M1 codes and
+//   q's integer mantissas, blocks combined with exponent shifts in exact integer arithmetic, the
+//   result taken only where a checked condition proves the CPU's sequential fp32 sum is exact
+//   (every product and partial sum an integer multiple of 2^Eref below 2^(Eref + 24)); other
+//   (row, head, key) triples are recomputed in the CPU's order ("fallbacks", counted in
+//   cuda_rechecks). Keys read at 68 B per position, once per 8 rows.
+// - bf16 k with cuda_bf16_mma (opt-in; released dims, 16-byte aligned q and key rows): the bf16
+//   tensor-core scorer, each sum accepted only when an error bound shows the CPU's fp32 sum
+//   rounds to the same bf16, else rechecked. Measured slower than the exact scorer.
+// - Otherwise (the default for bf16 k): a 128-position key tile (k_rows decoded while staging)
+//   is staged in shared memory once per CTA and scored for up to 8 rows of the call; each head's
+//   dot product is the CPU's fp32 mul + add over d ascending, done as one FMA per step wherever
+//   every product of the (row, key) pair is exact in fp32 (checked from the exponent ranges; then
+//   FMA and mul + add round identically), heads summed ascending.
+// Cost: keys read once per 8 rows; visible positions · heads · head_dim multiply-adds (tensor
+// cores, or CUDA-core FMAs on the exact path).
 absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream);
 // Top-k: an exact two-pass radix select on the 16-bit order key of the bf16 scores (the k-th
 // value), then one ordered pass that takes every larger value plus the lowest positions of the

@@ -18,7 +18,13 @@
 // us). Before timing, the scores of the first 16384 positions of every row (CPU body on those
 // positions), the full top-k rows and the candidate masks (CPU bodies on the GPU's scores) are
 // compared; a mismatch makes the exit code 1. The selections get their GPU workspace
-// (*CudaWorkspaceBytes) from one buffer allocated before timing.
+// (*CudaWorkspaceBytes) from one buffer allocated before timing. "score" is the default scorer on
+// bf16 keys (the exact CUDA-core one); "score_bf16mma" the opt-in bf16 tensor-core scorer
+// (cuda_bf16_mma), its recheck column the fraction of (row, head, position) dot products it
+// recomputed exactly (cuda_rechecks over one call); "score_rows" the default scorer on the same
+// keys as 68-byte FP4 rows (k_rows: the int8 tensor-core scorer; keys W × 68 B), its recheck
+// column the fallback rate; "score_rows_exact" k_rows through the exact CUDA-core scorer
+// (cuda_exact_only). Each is checked against the CPU the same way.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +38,7 @@
 
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
+#include "common/formats/kv_row.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
@@ -79,6 +86,7 @@ struct Row {
   std::string op;
   int64_t rows = 0;
   double us = 0, mb = 0, gflop = 0, roof_us = 0;
+  double recheck = -1;  // scores: fraction of (row, head, position) dot products recomputed
 };
 
 class Bench {
@@ -86,7 +94,8 @@ class Bench {
   Bench(Options o, double copy_gbps, double tc_tflops)
       : o_(o), copy_gbps_(copy_gbps), tc_tflops_(tc_tflops) {}
 
-  void Run(int64_t rows, const std::vector<uint16_t>& k, const DeviceBuffer& dk) {
+  void Run(int64_t rows, const std::vector<uint16_t>& k, const DeviceBuffer& dk,
+           const std::vector<uint8_t>& krows, const DeviceBuffer& dkrows) {
     const int64_t width = o_.width;
     const std::vector<uint16_t> q = Fp4Dequantised(rows * kHeads * kDim, 11 + rows);
     std::vector<uint16_t> w(static_cast<size_t>(rows * kHeads));
@@ -143,9 +152,24 @@ class Bench {
     cp.workspace = dws.get();
     cp.workspace_bytes = ws_bytes;
 
+    IndexerScoreParams bf16mma = sp;  // A/B: the opt-in bf16 tensor-core scorer
+    bf16mma.cuda_bf16_mma = true;
+    IndexerScoreParams rows_p = sp;  // the same keys as FP4 serving rows
+    rows_p.k = nullptr;
+    rows_p.k_stride = 0;
+    rows_p.k_rows = dkrows.get<uint8_t>();
+    rows_p.k_row_stride = formats::IndexKRowBytes(kDim);
+    IndexerScoreParams rows_exact = rows_p;
+    rows_exact.cuda_exact_only = true;
+    const double bf16mma_rate = CountedScore(bf16mma, rows);
+    Verify(rows, q, w, k, nullptr, dscores, dindices, tp, "bf16 tensor-core scorer");
+    const double rows_rate = CountedScore(rows_p, rows);
+    Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "int8 scorer, k_rows");
+    CHECK_OK(LaunchIndexerScore(rows_exact, nullptr));
+    Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "exact scorer, k_rows");
     CHECK_OK(LaunchIndexerScore(sp, nullptr));
     CHECK_OK(LaunchIndexerTopk(tp, nullptr));
-    Verify(rows, q, w, k, dscores, dindices, tp);
+    Verify(rows, q, w, k, nullptr, dscores, dindices, tp);
     CHECK_OK(LaunchCandidateBlocks(cp, nullptr));
     VerifyCandidates(rows, dscores, dmask, cp);
 
@@ -155,8 +179,17 @@ class Bench {
     const double flops = 2.0 * kHeads * kDim * static_cast<double>(width) * rows;
     const double index_bytes = static_cast<double>(rows) * kTopk * 4;
     const double mask_bytes = static_cast<double>(rows) * width;
+    const double row_bytes = static_cast<double>(width) * formats::IndexKRowBytes(kDim);
     Add("score", rows, key_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(sp, nullptr)); });
+    Add("score_bf16mma", rows, key_bytes + score_bytes + qw_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScore(bf16mma, nullptr)); });
+    rows_.back().recheck = bf16mma_rate;
+    Add("score_rows", rows, row_bytes + score_bytes + qw_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScore(rows_p, nullptr)); });
+    rows_.back().recheck = rows_rate;
+    Add("score_rows_exact", rows, row_bytes + score_bytes + qw_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScore(rows_exact, nullptr)); });
     Add("topk512", rows, score_bytes + index_bytes, 0,
         [&] { CHECK_OK(LaunchIndexerTopk(tp, nullptr)); });
     Add("score+topk512", rows, key_bytes + qw_bytes + index_bytes, flops, [&] {
@@ -170,12 +203,14 @@ class Bench {
   int Print(const std::string& command) const {
     std::printf("\nroofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s\n",
                 copy_gbps_, tc_tflops_);
-    std::printf("%-14s %5s %11s %10s %9s %8s %11s %7s\n", "op", "rows", "median_us", "MB", "GFLOP",
-                "TFLOP/s", "roofline_us", "ratio");
+    std::printf("%-16s %5s %11s %10s %9s %8s %11s %7s %9s\n", "op", "rows", "median_us", "MB",
+                "GFLOP", "TFLOP/s", "roofline_us", "ratio", "recheck");
     for (const Row& r : rows_) {
-      std::printf("%-14s %5ld %11.1f %10.1f %9.1f %8.2f %11.1f %7.3f\n", r.op.c_str(),
+      char recheck[32] = "-";
+      if (r.recheck >= 0) std::snprintf(recheck, sizeof(recheck), "%.3f%%", 100.0 * r.recheck);
+      std::printf("%-16s %5ld %11.1f %10.1f %9.1f %8.2f %11.1f %7.3f %9s\n", r.op.c_str(),
                   static_cast<long>(r.rows), r.us, r.mb, r.gflop, r.gflop / r.us / 1e3, r.roof_us,
-                  r.roof_us / r.us);
+                  r.roof_us / r.us, recheck);
     }
     std::printf(
         "\ncorrectness (scores of the first %ld positions, full top-k rows and candidate "
@@ -193,9 +228,24 @@ class Bench {
     rows_.push_back({op, rows, us, bytes / 1e6, flops / 1e9, roof});
   }
 
+  // Runs `p` once with a fresh device counter; returns rechecks (fallbacks) per dot product.
+  double CountedScore(IndexerScoreParams p, int64_t rows) {
+    DeviceBuffer dcount(sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(dcount.get(), 0, sizeof(unsigned long long)));
+    p.cuda_rechecks = dcount.get<unsigned long long>();
+    CHECK_OK(LaunchIndexerScore(p, nullptr));
+    unsigned long long count = 0;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    dcount.CopyToHost(&count, sizeof(count));
+    return static_cast<double>(count) / (static_cast<double>(rows) * o_.width * kHeads);
+  }
+
+  // The GPU's scores (and, unless scores_only names the scorer, its top-k) against the CPU.
+  // krows: the keys as FP4 rows (the CPU then reads them through k_rows), or null.
   void Verify(int64_t rows, const std::vector<uint16_t>& q, const std::vector<uint16_t>& w,
-              const std::vector<uint16_t>& k, const DeviceBuffer& dscores,
-              const DeviceBuffer& dindices, const IndexerTopkParams& tp) {
+              const std::vector<uint16_t>& k, const uint8_t* krows, const DeviceBuffer& dscores,
+              const DeviceBuffer& dindices, const IndexerTopkParams& tp,
+              const char* scores_only = nullptr) {
     const int64_t width = o_.width;
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint16_t> scores(static_cast<size_t>(rows * width));
@@ -216,14 +266,26 @@ class Bench {
       p.start_pos = cw - 1;
       p.q = q.data() + r * kHeads * kDim;
       p.q_stride = kHeads * kDim;
-      p.k = k.data();
-      p.k_stride = kDim;
+      if (krows != nullptr) {
+        p.k_rows = krows;
+        p.k_row_stride = formats::IndexKRowBytes(kDim);
+      } else {
+        p.k = k.data();
+        p.k_stride = kDim;
+      }
       p.w = w.data() + r * kHeads;
       p.w_stride = kHeads;
       p.scores = want.data();
       p.scores_stride = cw;
       CHECK_OK(IndexerScoreCpu(p, &pool));
       for (int64_t t = 0; t < cw; ++t) bad_scores += want[t] != scores[r * width + t];
+    }
+    if (scores_only != nullptr) {
+      std::printf("rows %ld (%s): %ld of %ld checked scores differ from the CPU\n",
+                  static_cast<long>(rows), scores_only, static_cast<long>(bad_scores),
+                  static_cast<long>(rows * cw));
+      if (bad_scores > 0) ++failures_;
+      return;
     }
     std::vector<int32_t> want(indices.size());
     std::vector<uint64_t> ws(static_cast<size_t>(width));
@@ -304,13 +366,23 @@ int Main(int argc, char** argv) {
               static_cast<long>(o.width));
   const std::vector<uint16_t> k = Fp4Dequantised(o.width * kDim, 7);
   DeviceBuffer dk = Upload(k), copy(k.size() * 2);
+  // The same keys as FP4 serving rows (the CPU encoder; they decode to k's values).
+  const int64_t row_bytes = formats::IndexKRowBytes(kDim);
+  std::vector<uint8_t> krows(static_cast<size_t>(o.width * row_bytes));
+  for (int64_t t = 0; t < o.width; ++t) {
+    CHECK_OK(
+        formats::EncodeIndexKRow({k.data() + t * kDim, static_cast<size_t>(kDim)},
+                                 {krows.data() + t * row_bytes, static_cast<size_t>(row_bytes)}));
+  }
+  DeviceBuffer dkrows(krows.size());
+  dkrows.CopyFromHost(krows.data(), krows.size());
   const double copy_us = MedianEventMicros(o.warmup, o.iters, [&] {
     CUDA_CHECK(cudaMemcpyAsync(copy.get(), dk.get(), k.size() * 2, cudaMemcpyDeviceToDevice));
   });
   const double copy_gbps = 2.0 * static_cast<double>(k.size()) * 2 / copy_us / 1e3;
   const double tc_tflops = attn_bench::MeasureMmaSyncTflops(5);
   Bench bench(o, copy_gbps, tc_tflops);
-  for (int64_t rows : {1, 8}) bench.Run(rows, k, dk);
+  for (int64_t rows : {1, 8}) bench.Run(rows, k, dk, krows, dkrows);
   return bench.Print(command);
 }
 

@@ -7,6 +7,8 @@
 
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
+#include "common/formats/block_quant.h"
+#include "common/formats/kv_row.h"
 #include "gtest/gtest.h"
 #include "kernels/indexer/indexer.h"
 #include "kernels/indexer/indexer_test_util.h"
@@ -170,6 +172,82 @@ TEST(IndexerScoreTest, RejectsBadParams) {
   p = good;
   p.candidates_stride = 4;
   expect_bad(p, "candidates_stride");
+}
+
+// The keys as FP4 serving rows (k_rows): exactly one of k / k_rows, head_dim % 32, the row stride.
+TEST(IndexerScoreTest, RejectsBadKRows) {
+  std::mt19937 rng(2);
+  const ScoreCase c = indexer_test::RandomScoreCase(rng, 4, 2, 64, 0, 1);
+  std::vector<uint8_t> rows(static_cast<size_t>(c.width * formats::IndexKRowBytes(64)), 0);
+  std::vector<uint16_t> got;
+  IndexerScoreParams good = indexer_test::ScoreParamsFor(c, got);
+  good.k = nullptr;
+  good.k_stride = 0;
+  good.k_rows = rows.data();
+  good.k_row_stride = formats::IndexKRowBytes(64);
+  ASSERT_TRUE(Validate(good).ok());
+  auto expect_bad = [&](IndexerScoreParams p, const char* field) {
+    const absl::Status s = IndexerScoreCpu(p, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), absl::string_view::npos) << s.message();
+  };
+  IndexerScoreParams p = good;
+  p.k = c.k.data();
+  p.k_stride = 64;
+  expect_bad(p, "k / k_rows");  // both set
+  p = good;
+  p.k_rows = nullptr;
+  expect_bad(p, "k / k_rows");  // neither
+  p = good;
+  p.k_row_stride = formats::IndexKRowBytes(64) - 1;
+  expect_bad(p, "k_row_stride");
+  p = good;
+  p.k_stride = 64;
+  expect_bad(p, "k_stride");
+  p = good;
+  p.head_dim = 48;
+  p.q_stride = 2 * 48;
+  p.k_row_stride = 48;
+  expect_bad(p, "head_dim");
+  IndexerScoreParams with_k = indexer_test::ScoreParamsFor(c, got);
+  with_k.k_row_stride = 68;
+  expect_bad(with_k, "k_row_stride");
+}
+
+// k_rows scores equal the scalar recipe (indexer_test_util, independent of cpu/*.cc) on the
+// decoded keys, with q FP4-QDQ'd and raw, padded rows and a candidate mask.
+TEST(IndexerScoreTest, KRowsEqualRecipeOnDecodedKeys) {
+  std::mt19937 rng(3);
+  for (const int64_t dim : {64, 128}) {
+    for (const int64_t pad : {0, 5}) {
+      ScoreCase c = indexer_test::RandomScoreCase(rng, 6, 4, dim, 250, 2, pad == 0 ? -1.0 : 0.5);
+      const int64_t rb = formats::IndexKRowBytes(dim), rs = rb + pad;
+      std::vector<uint8_t> rows(static_cast<size_t>(c.width * rs), 0xEE);
+      for (int64_t t = 0; t < c.width; ++t) {
+        ASSERT_TRUE(formats::EncodeIndexKRow({c.k.data() + t * dim, static_cast<size_t>(dim)},
+                                             {rows.data() + t * rs, static_cast<size_t>(rb)})
+                        .ok());
+      }
+      if (pad != 0) {
+        ASSERT_TRUE(formats::QdqFp4Ue8m0B32(std::vector<uint16_t>(c.q), c.q).ok());
+      }
+      std::vector<uint16_t> got;
+      IndexerScoreParams p = indexer_test::ScoreParamsFor(c, got);
+      p.k = nullptr;
+      p.k_stride = 0;
+      p.k_rows = rows.data();
+      p.k_row_stride = rs;
+      ThreadPool pool(3);
+      ASSERT_TRUE(IndexerScoreCpu(p, &pool).ok());
+      ScoreCase decoded = c;  // the recipe on the decoded keys
+      for (int64_t t = 0; t < c.width; ++t) {
+        ASSERT_TRUE(formats::DecodeIndexKRow({rows.data() + t * rs, static_cast<size_t>(rb)},
+                                             {decoded.k.data() + t * dim, static_cast<size_t>(dim)})
+                        .ok());
+      }
+      EXPECT_EQ(got, indexer_test::RecipeScores(decoded)) << "dim " << dim << " pad " << pad;
+    }
+  }
 }
 
 }  // namespace

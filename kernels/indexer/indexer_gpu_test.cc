@@ -7,10 +7,21 @@
 // groups of 8 with partial groups, products outside the FMA-exact range (the mul + add path), and
 // the split selections (widths around the split thresholds, 2^20 and 3·2^20 + 5 positions, ties
 // at the k-th key spanning CTAs, pinned blocks in different CTAs, garbage-filled workspaces).
+// Every score case runs through the default launch (the exact CUDA-core scorer) and the opt-in
+// bf16 tensor-core scorer (cuda_bf16_mma; at 32 x 128), the latter also on exact bf16 ties,
+// near-ties a few fp32 ulps from a rounding boundary and cancelling sums (its recheck path). Every
+// score case with head_dim % 32 == 0 also runs with its keys as FP4 serving rows (k_rows, encoded
+// by formats::EncodeIndexKRow), once with q FP4-QDQ'd per 32 values as the model does and once
+// with the raw q (off the FP4 grid: the int8 scorer's fallbacks), through the default launch (the
+// int8 tensor-core scorer at 32 x 128) and cuda_exact_only (the tiled scorer decoding rows); plus
+// cases forcing fallbacks (wide scale spans, tiny and huge scales, NaN scale bytes, zero blocks).
 // Outputs start poisoned, so a value the kernel fails to write is a mismatch.
 //
-// Expected: 0 mismatches everywhere (the GPU performs the CPU's fp32 operations in the CPU's
-// order, README.md "CUDA"); each score comparison prints its count.
+// Expected: 0 mismatches everywhere (README.md "CUDA": the exact scorers perform the CPU's fp32
+// operations in the CPU's order; the bf16 tensor-core scorer accepts a sum only when an error
+// bound proves the same bf16, the int8 one only when the exact integer sum provably equals the
+// CPU's fp32 sum, else they recompute it in that order); each score comparison prints its
+// mismatch and recheck / fallback counts.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +32,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/base/thread_pool.h"
+#include "common/formats/bf16.h"
+#include "common/formats/block_quant.h"
+#include "common/formats/kv_row.h"
 #include "gtest/gtest.h"
 #include "kernels/common/gpu_test_util.h"
 #include "kernels/indexer/indexer.h"
@@ -82,8 +96,15 @@ void QuantiseForTies(ScoreCase& c, std::mt19937& rng, int64_t period) {
 
 // Scores of `c` on the GPU (k rows padded by k_pad elements, scores rows by 3) and on the CPU;
 // returns the GPU scores (dense [tokens, width]) after checking every element, padding included.
-// broadcast: the candidate mask's row 0 applies to every token (candidates_stride 0).
-std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadcast = false) {
+// The opt-in bf16 tensor-core scorer (cuda_bf16_mma) and the default launch (the exact CUDA-core
+// scorer) are both checked. broadcast: the candidate mask's row 0 applies to every token
+// (candidates_stride 0). rechecks: if set, receives the tensor-core scorer's recheck count.
+// Cases with head_dim % 32 == 0 then go through CheckRowScores (k_rows), q QDQ'd and raw.
+int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broadcast = false,
+                       std::vector<uint8_t>* rows_override = nullptr);
+
+std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadcast = false,
+                                  int64_t* rechecks = nullptr) {
   SCOPED_TRACE(absl::StrFormat("tokens %d heads %d dim %d width %d start %d r %d mask %d pad %d",
                                c.tokens, c.heads, c.head_dim, c.width, c.start_pos, c.ratio,
                                !c.candidates.empty(), k_pad));
@@ -122,17 +143,41 @@ std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadc
   gpu.w = dw.get<uint16_t>();
   gpu.candidates = c.candidates.empty() ? nullptr : dc.get<uint8_t>();
   gpu.scores = ds.get<uint16_t>();
+  DeviceBuffer dcount = ToDevice(std::vector<unsigned long long>{0});
+  gpu.cuda_rechecks = dcount.get<unsigned long long>();
+  gpu.cuda_bf16_mma = true;
   EXPECT_TRUE(LaunchIndexerScore(gpu, nullptr).ok());
   const std::vector<uint16_t> got = ToHost<uint16_t>(ds, want.size());
-  int64_t bad = 0, visible = 0;
+  const auto count = static_cast<int64_t>(ToHost<unsigned long long>(dcount, 1)[0]);
+  if (rechecks != nullptr) *rechecks = count;
+  // A/B: the default launch (the exact CUDA-core scorer) into a fresh poisoned buffer.
+  DeviceBuffer ds_exact = ToDevice(std::vector<uint16_t>(want.size(), kPoison16));
+  IndexerScoreParams gpu_exact = gpu;
+  gpu_exact.scores = ds_exact.get<uint16_t>();
+  gpu_exact.cuda_bf16_mma = false;
+  gpu_exact.cuda_rechecks = nullptr;
+  EXPECT_TRUE(LaunchIndexerScore(gpu_exact, nullptr).ok());
+  const std::vector<uint16_t> got_exact = ToHost<uint16_t>(ds_exact, want.size());
+  int64_t bad = 0, bad_exact = 0, visible = 0;
+  // A NaN scale byte (0xFF) makes NaN scores; NaN payload and sign are not specified (the GPU
+  // gives the canonical 0x7FFF, the CPU 0xFFC0), so any NaN matches any NaN.
+  const auto is_nan = [](uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0; };
+  const auto same = [&](uint16_t a, uint16_t b) { return a == b || (is_nan(a) && is_nan(b)); };
   for (size_t i = 0; i < got.size(); ++i) {
-    bad += got[i] != want[i];
+    bad += !same(got[i], want[i]);
+    bad_exact += !same(got_exact[i], want[i]);
     visible += (static_cast<int64_t>(i % ss) < c.width && want[i] != kNegInf);
   }
-  std::printf("  scores %ldx%ld (H %ld, d %ld): %ld finite, %ld mismatches\n",
-              static_cast<long>(c.tokens), static_cast<long>(c.width), static_cast<long>(c.heads),
-              static_cast<long>(c.head_dim), static_cast<long>(visible), static_cast<long>(bad));
+  std::printf(
+      "  scores %ldx%ld (H %ld, d %ld): %ld finite, %ld mismatches (bf16 tensor-core scorer; "
+      "default scorer %ld), %ld rechecks (%.3f%% of visible dot products)\n",
+      static_cast<long>(c.tokens), static_cast<long>(c.width), static_cast<long>(c.heads),
+      static_cast<long>(c.head_dim), static_cast<long>(visible), static_cast<long>(bad),
+      static_cast<long>(bad_exact), static_cast<long>(count),
+      visible > 0 ? 100.0 * static_cast<double>(count) / static_cast<double>(visible * c.heads)
+                  : 0.0);
   EXPECT_EQ(bad, 0);
+  EXPECT_EQ(bad_exact, 0);
   for (size_t i = 0; i < got.size() && bad > 0; ++i) {
     if (got[i] != want[i]) {
       ADD_FAILURE() << absl::StrFormat("first mismatch at row %d pos %d: 0x%04x, want 0x%04x",
@@ -144,7 +189,113 @@ std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadc
   for (int64_t r = 0; r < c.tokens; ++r) {
     std::copy_n(got.begin() + r * ss, c.width, dense.begin() + r * c.width);
   }
+  if (c.head_dim % 32 == 0) {
+    CheckRowScores(c, k_pad == 0 ? 0 : 1, /*qdq=*/true, broadcast);
+    CheckRowScores(c, k_pad == 0 ? 0 : 1, /*qdq=*/false, broadcast);
+  }
   return dense;
+}
+
+// `c` with its keys as FP4 serving rows (k_rows, encoded by formats::EncodeIndexKRow unless
+// rows_override gives the rows; row_pad bytes of padding per row) and q FP4-QDQ'd per 32 values
+// (qdq) or raw: the CPU body (which decodes the rows) against the default launch (the int8
+// tensor-core scorer at 32 x 128 with 4-byte aligned rows) and cuda_exact_only (the tiled scorer
+// decoding rows while staging). Returns the default launch's fallback count.
+int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broadcast,
+                       std::vector<uint8_t>* rows_override) {
+  SCOPED_TRACE(absl::StrFormat(
+      "k_rows: tokens %d heads %d dim %d width %d start %d r %d mask %d row pad %d qdq %d",
+      c.tokens, c.heads, c.head_dim, c.width, c.start_pos, c.ratio, !c.candidates.empty(), row_pad,
+      qdq));
+  const int64_t rb = formats::IndexKRowBytes(c.head_dim), rs = rb + row_pad, ss = c.width + 3;
+  std::vector<uint8_t> rows(static_cast<size_t>(std::max<int64_t>(c.width, 1) * rs), 0x5A);
+  if (rows_override != nullptr) {
+    rows = *rows_override;
+  } else {
+    for (int64_t t = 0; t < c.width; ++t) {
+      EXPECT_TRUE(
+          formats::EncodeIndexKRow({c.k.data() + t * c.head_dim, static_cast<size_t>(c.head_dim)},
+                                   {rows.data() + t * rs, static_cast<size_t>(rb)})
+              .ok());
+    }
+  }
+  std::vector<uint16_t> q = c.q;
+  if (qdq) {
+    EXPECT_TRUE(formats::QdqFp4Ue8m0B32(c.q, q).ok());
+  }
+  IndexerScoreParams p;
+  p.tokens = c.tokens;
+  p.heads = c.heads;
+  p.head_dim = c.head_dim;
+  p.width = c.width;
+  p.start_pos = c.start_pos;
+  p.ratio = c.ratio;
+  p.q_stride = c.heads * c.head_dim;
+  p.k_row_stride = rs;
+  p.w_stride = c.heads;
+  p.scores_stride = ss;
+  p.candidates_stride = c.candidates.empty() || broadcast ? 0 : c.width;
+  std::vector<uint16_t> want(static_cast<size_t>(c.tokens * ss), kPoison16);
+  IndexerScoreParams cpu = p;
+  cpu.q = q.data();
+  cpu.k_rows = rows.data();
+  cpu.w = c.w.data();
+  cpu.candidates = c.candidates.empty() ? nullptr : c.candidates.data();
+  cpu.scores = want.data();
+  EXPECT_TRUE(IndexerScoreCpu(cpu, &Pool()).ok());
+
+  DeviceBuffer dq = ToDevice(q), dk = ToDevice(rows), dw = ToDevice(c.w);
+  DeviceBuffer dc = ToDevice(c.candidates),
+               ds = ToDevice(std::vector<uint16_t>(want.size(), kPoison16));
+  IndexerScoreParams gpu = p;
+  gpu.q = dq.get<uint16_t>();
+  gpu.k_rows = dk.get<uint8_t>();
+  gpu.w = dw.get<uint16_t>();
+  gpu.candidates = c.candidates.empty() ? nullptr : dc.get<uint8_t>();
+  gpu.scores = ds.get<uint16_t>();
+  DeviceBuffer dcount = ToDevice(std::vector<unsigned long long>{0});
+  gpu.cuda_rechecks = dcount.get<unsigned long long>();
+  EXPECT_TRUE(LaunchIndexerScore(gpu, nullptr).ok());
+  const std::vector<uint16_t> got = ToHost<uint16_t>(ds, want.size());
+  const auto count = static_cast<int64_t>(ToHost<unsigned long long>(dcount, 1)[0]);
+  DeviceBuffer ds_exact = ToDevice(std::vector<uint16_t>(want.size(), kPoison16));
+  IndexerScoreParams gpu_exact = gpu;
+  gpu_exact.scores = ds_exact.get<uint16_t>();
+  gpu_exact.cuda_exact_only = true;
+  gpu_exact.cuda_rechecks = nullptr;
+  EXPECT_TRUE(LaunchIndexerScore(gpu_exact, nullptr).ok());
+  const std::vector<uint16_t> got_exact = ToHost<uint16_t>(ds_exact, want.size());
+  int64_t bad = 0, bad_exact = 0, visible = 0;
+  // A NaN scale byte (0xFF) makes NaN scores; NaN payload and sign are not specified (the GPU
+  // gives the canonical 0x7FFF, the CPU 0xFFC0), so any NaN matches any NaN.
+  const auto is_nan = [](uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0; };
+  const auto same = [&](uint16_t a, uint16_t b) { return a == b || (is_nan(a) && is_nan(b)); };
+  for (size_t i = 0; i < got.size(); ++i) {
+    bad += !same(got[i], want[i]);
+    bad_exact += !same(got_exact[i], want[i]);
+    visible += (static_cast<int64_t>(i % ss) < c.width && want[i] != kNegInf);
+  }
+  std::printf(
+      "  k_rows%s %ldx%ld (H %ld, d %ld, stride %ld): %ld finite, %ld mismatches (exact scorer "
+      "%ld), %ld fallbacks (%.3f%% of visible dot products)\n",
+      qdq ? " q-QDQ" : " q-raw", static_cast<long>(c.tokens), static_cast<long>(c.width),
+      static_cast<long>(c.heads), static_cast<long>(c.head_dim), static_cast<long>(rs),
+      static_cast<long>(visible), static_cast<long>(bad), static_cast<long>(bad_exact),
+      static_cast<long>(count),
+      visible > 0 ? 100.0 * static_cast<double>(count) / static_cast<double>(visible * c.heads)
+                  : 0.0);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(bad_exact, 0);
+  int shown = 0;
+  for (size_t i = 0; i < got.size() && shown < 5; ++i) {
+    if (!same(got[i], want[i]) || !same(got_exact[i], want[i])) {
+      ADD_FAILURE() << absl::StrFormat(
+          "k_rows mismatch at row %d pos %d: int8/default 0x%04x, exact 0x%04x, want 0x%04x",
+          i / ss, i % ss, got[i], got_exact[i], want[i]);
+      ++shown;
+    }
+  }
+  return count;
 }
 
 // Dense rows [tokens, width] copied into rows of `stride` >= width (padding: −inf bits).
@@ -378,6 +529,152 @@ TEST(IndexerGpuTest, ScoresTiledRowGroupsAndExactnessFallback) {
   ScaleBf16(tiny64.q, -70);
   ScaleBf16(tiny64.k, -58, 0, 3 * 64, 64);
   CheckScores(tiny64, 0);
+}
+
+// bf16 bits of a small integer (exact).
+uint16_t IntBf16(int v) { return formats::FloatToBf16Bits(static_cast<float>(v)); }
+
+// Tensor-core scorer, sums on bf16 rounding boundaries: q and k are integers in [−15, 15] on
+// d < 127, so every partial sum is an exact integer (in fp32 and in the tensor core) and a large
+// share of the dot products are exact bf16 ties (odd multiples of half a bf16 ulp above 256),
+// which the CPU rounds to even. With `nudge`, d = 127 adds q = ±1 times k = 0 or ±2^-12 / 2^-14 /
+// 2^-16: the sequential fp32 sum (which adds it last) keeps or absorbs it depending on the
+// magnitude, so the sums sit a few fp32 ulps on either side of the boundary. Every one of them
+// must be rechecked and come out as the CPU's.
+ScoreCase BoundaryCase(std::mt19937& rng, int64_t tokens, int64_t width, bool nudge) {
+  ScoreCase c = RandomScoreCase(rng, tokens, 32, 128, width - tokens, 1);
+  static constexpr uint16_t kNudge[7] = {0x0000, 0x3980, 0xB980, 0x3880, 0xB880, 0x3780, 0xB780};
+  for (size_t i = 0; i < c.q.size(); ++i) {
+    c.q[i] = i % 128 == 127 ? (nudge ? IntBf16(rng() % 2 != 0 ? 1 : -1) : uint16_t{0})
+                            : IntBf16(static_cast<int>(rng() % 31) - 15);
+  }
+  for (size_t i = 0; i < c.k.size(); ++i) {
+    c.k[i] = i % 128 == 127 ? kNudge[rng() % 7] : IntBf16(static_cast<int>(rng() % 31) - 15);
+  }
+  return c;
+}
+
+// Multiplies 32-block b of every head_dim-vector (keys: rows of `dim`) by 2^(step · b), for the
+// vectors v with v % every == which.
+void SpreadBlocks(std::vector<uint16_t>& v, int64_t dim, int step, int64_t every = 1,
+                  int64_t which = 0) {
+  for (int64_t base = 0; base + dim <= static_cast<int64_t>(v.size()); base += dim) {
+    if ((base / dim) % every != which) continue;
+    for (int64_t b = 1; b < dim / 32; ++b) {
+      std::vector<uint16_t> block(v.begin() + base + 32 * b, v.begin() + base + 32 * b + 32);
+      ScaleBf16(block, static_cast<int>(step * b));
+      std::copy(block.begin(), block.end(), v.begin() + base + 32 * b);
+    }
+  }
+}
+
+// The int8 k_rows scorer's exactness condition, on both sides of it: per-block scale spans in the
+// keys and in q (a span of 9 passes at |m| <= 12, wider ones fall back), tiny and huge scales,
+// zero blocks and zero heads, NaN scale bytes, padded row strides (aligned: int8; unaligned: the
+// tiled scorer).
+TEST(IndexerGpuTest, ScoresFromRowsFallbacks) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(21);
+  {  // keys: every 3rd spans 3 binades per block (15 in all: falls back), every 3rd 1 per block
+    ScoreCase c = RandomScoreCase(rng, 3, 32, 128, 2000 - 3, 1);
+    SpreadBlocks(c.k, 128, 5, 3, 0);
+    SpreadBlocks(c.k, 128, 1, 3, 1);
+    SpreadBlocks(c.q, 128, 2, 2, 0);  // q: even heads span 6 binades
+    const int64_t fb = CheckRowScores(c, 0, /*qdq=*/true);
+    EXPECT_GT(fb, 0) << "wide spans must fall back";
+    CheckRowScores(c, 4, /*qdq=*/true);  // padded, aligned rows: still int8
+    CheckRowScores(c, 1, /*qdq=*/true);  // unaligned rows: the tiled scorer
+  }
+  {  // spans 3·b (9 binades) and 4·b (12): both sides of the bound for |m| <= 12
+    ScoreCase c = RandomScoreCase(rng, 2, 32, 128, 1500 - 2, 1);
+    SpreadBlocks(c.k, 128, 3, 2, 0);
+    SpreadBlocks(c.k, 128, 4, 2, 1);
+    CheckRowScores(c, 0, /*qdq=*/true);
+  }
+  for (const int kshift : {-110, -90, 60, 70, 118}) {  // tiny and huge key scales
+    ScoreCase c = RandomScoreCase(rng, 2, 32, 128, 1000 - 2, 1);
+    ScaleBf16(c.k, kshift, 0, 4 * 128, 128);  // every 4th key
+    ScaleBf16(c.q, kshift > 0 ? -kshift / 2 : 20);
+    CheckRowScores(c, 0, /*qdq=*/true);
+  }
+  for (const int qshift : {-75, -45, 35, 45}) {  // tiny and huge q scales (whole rows)
+    ScoreCase c = RandomScoreCase(rng, 3, 32, 128, 700 - 3, 1);
+    ScaleBf16(c.q, qshift, 0, 2 * 32 * 128, 32 * 128);
+    CheckRowScores(c, 0, /*qdq=*/true);
+  }
+  {  // zero blocks in keys and q, an all-zero key, an all-zero head
+    ScoreCase c = RandomScoreCase(rng, 4, 32, 128, 900 - 4, 1);
+    for (int64_t t = 0; t < c.width; t += 4) std::fill_n(c.k.begin() + t * 128 + 32, 32, 0);
+    std::fill_n(c.k.begin() + 7 * 128, 128, 0);
+    for (int64_t r = 0; r < c.tokens; ++r) {
+      std::fill_n(c.q.begin() + r * 32 * 128 + 64, 32, 0);        // head 0, block 2
+      std::fill_n(c.q.begin() + r * 32 * 128 + 5 * 128, 128, 0);  // head 5
+    }
+    CheckRowScores(c, 0, /*qdq=*/true);
+  }
+  {  // NaN (0xFF) and near-overflow scale bytes, on blocks with and without nonzero codes
+    ScoreCase c = RandomScoreCase(rng, 2, 32, 128, 800 - 2, 1);
+    const int64_t rb = formats::IndexKRowBytes(128);
+    std::vector<uint8_t> rows(static_cast<size_t>(c.width * rb));
+    for (int64_t t = 0; t < c.width; ++t) {
+      ASSERT_TRUE(formats::EncodeIndexKRow({c.k.data() + t * 128, 128},
+                                           {rows.data() + t * rb, static_cast<size_t>(rb)})
+                      .ok());
+      uint8_t* row = rows.data() + t * rb;
+      if (t % 7 == 0) row[64] = 0xFF;
+      if (t % 11 == 0) {
+        std::fill_n(row + 48, 16, 0);  // block 3: zero codes
+        row[67] = t % 22 == 0 ? 0xFF : 0xFE;
+      }
+      if (t % 13 == 0) row[65] = 0xFC;  // 6 · 2^125: +inf / large products
+    }
+    CheckRowScores(c, 0, /*qdq=*/true, false, &rows);
+  }
+}
+
+TEST(IndexerGpuTest, ScoresTensorCoreOnRoundingBoundaries) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(17);
+  for (bool nudge : {false, true}) {
+    for (int64_t rows : {1, 8, 11}) {
+      const ScoreCase c = BoundaryCase(rng, rows, 4096 + 37, nudge);
+      int64_t rechecks = 0;
+      CheckScores(c, 0, false, &rechecks);
+      // Roughly a tenth of the dot products are exact ties; at least 2% must have been rechecked
+      // (the recheck path is exercised, not bypassed).
+      EXPECT_GE(rechecks, rows * c.width * 32 / 50) << "rows " << rows << " nudge " << nudge;
+    }
+  }
+  // The same values scaled by 2^-20 (bf16 exponents far from 0; sums stay exact).
+  ScoreCase scaled = BoundaryCase(rng, 4, 3000, true);
+  ScaleBf16(scaled.q, -20);
+  CheckScores(scaled, 0);
+}
+
+// Tensor-core scorer under cancellation: q[h, d + 64] = q[h, d] and k[t, d + 64] = −k[t, d], so
+// Σ|q·k| is large and the dot product small (exactly 0 when every pair cancels; a few pairs left
+// uncancelled otherwise). The error bound then covers most or all of the sum's range and most
+// dot products are recomputed exactly (the sequential fp32 sum of a cancelling series is not 0).
+TEST(IndexerGpuTest, ScoresTensorCoreCancellation) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(19);
+  for (int keep : {0, 4, 16}) {  // d < 64 with d % 16 < keep keep an independent k[t, d + 64]
+    for (int64_t rows : {1, 8}) {
+      ScoreCase c = RandomScoreCase(rng, rows, 32, 128, 3000 - rows, 1);
+      for (size_t i = 0; i < c.q.size(); ++i) {
+        if (i % 128 >= 64) c.q[i] = c.q[i - 64];
+      }
+      for (size_t i = 0; i < c.k.size(); ++i) {
+        const int d = static_cast<int>(i % 128);
+        if (d >= 64 && (d - 64) % 16 >= keep) c.k[i] = c.k[i - 64] ^ 0x8000;
+      }
+      int64_t rechecks = 0;
+      CheckScores(c, 0, false, &rechecks);
+      if (keep == 0) {  // every sum's interval straddles 0 unless it lies entirely below 0
+        EXPECT_GE(rechecks, rows * c.width * 32 / 10) << "rows " << rows;
+      }
+    }
+  }
 }
 
 TEST(IndexerGpuTest, ScoresWithManyTiesThenTopk) {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "common/formats/kv_row.h"
 #include "kernels/indexer/indexer.h"
 
 namespace flashserve::kernels {
@@ -101,9 +102,24 @@ absl::Status Validate(const IndexerScoreParams& p) {
     return Invalid(kOp, "head_dim", "must be in 1..kMaxIndexHeadDim (512)");
   }
   if (p.tokens == 0 || p.width == 0) return absl::OkStatus();
-  RETURN_IF_ERROR((CheckNonNull(kOp, {{"q", p.q}, {"k", p.k}, {"w", p.w}, {"scores", p.scores}})));
+  RETURN_IF_ERROR((CheckNonNull(kOp, {{"q", p.q}, {"w", p.w}, {"scores", p.scores}})));
+  if ((p.k == nullptr) == (p.k_rows == nullptr)) {
+    return Invalid(
+        kOp, "k / k_rows",
+        p.k == nullptr ? "are both null (set exactly one)" : "are both set (set exactly one)");
+  }
   RETURN_IF_ERROR(CheckStride(kOp, "q_stride", p.tokens, p.q_stride, p.heads * p.head_dim));
-  RETURN_IF_ERROR(CheckStride(kOp, "k_stride", p.width, p.k_stride, p.head_dim));
+  if (p.k != nullptr) {
+    if (p.k_row_stride != 0) return Invalid(kOp, "k_row_stride", "is set without k_rows");
+    RETURN_IF_ERROR(CheckStride(kOp, "k_stride", p.width, p.k_stride, p.head_dim));
+  } else {
+    if (p.k_stride != 0) return Invalid(kOp, "k_stride", "is set without k (k_rows is set)");
+    if (p.head_dim % formats::kFp4Ue8m0Block != 0) {
+      return Invalid(kOp, "head_dim", "must be a multiple of 32 with k_rows");
+    }
+    RETURN_IF_ERROR(CheckStride(kOp, "k_row_stride", p.width, p.k_row_stride,
+                                formats::IndexKRowBytes(p.head_dim)));
+  }
   RETURN_IF_ERROR(CheckStride(kOp, "w_stride", p.tokens, p.w_stride, p.heads));
   RETURN_IF_ERROR(CheckStride(kOp, "scores_stride", p.tokens, p.scores_stride, p.width));
   if (p.candidates != nullptr && p.candidates_stride != 0) {

@@ -136,31 +136,69 @@ absl::Status HcPostCpu(const HcPostParams& p, ThreadPool* pool);
 // values, 96 KB of fn in shared memory per block), one partial sum per slice, in the workspace.
 inline constexpr int64_t kMhcMixesSliceDims = 256;
 
-// fp32 workspace LaunchMhcMixes needs: 25 partial sums per token per slice (4 KB per token per
-// 1024 channels of D; 2 KB/token at D = 5120: 32 MiB for 16384 tokens). Size it for the largest
-// batch once; it holds nothing between launches.
-inline int64_t MhcMixesWorkspaceFloats(int64_t tokens, int64_t dim) {
+// Small batches (<= kMhcMixesSmallBatchTokens tokens, D <= kMhcMixesSmallBatchMaxSlices x 256)
+// can take a one-launch body that computes the same bits (README.md "CUDA"); it keeps the 32 chunk
+// results of every (token, slice, mix) in the workspace, so it needs more of it. kTensorCore picks
+// it only up to kMhcMixesSmallBatchAutoTokens tokens: on an H200 at D = 5120 it beats the
+// large-batch body up to ~40 tokens (16: 21.0 vs 31.7 us) and loses above (64: 40.3 vs 32.6 us).
+inline constexpr int64_t kMhcMixesSmallBatchTokens = 256;
+inline constexpr int64_t kMhcMixesSmallBatchAutoTokens = 32;
+inline constexpr int64_t kMhcMixesSmallBatchMaxSlices = 64;
+static_assert(kMhcMixesSmallBatchAutoTokens <= kMhcMixesSmallBatchTokens);
+
+// The least fp32 workspace LaunchMhcMixes accepts: 25 partial sums per token per slice (4 KB per
+// token per 1024 channels of D; 2 KB/token at D = 5120: 32 MiB for 16384 tokens). With only this
+// much, every batch takes the large-batch body.
+inline int64_t MhcMixesSliceWorkspaceFloats(int64_t tokens, int64_t dim) {
   const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
   return tokens * slices * (kMhcMixes + 1);
 }
 
-// The two device bodies of the mixes pass. Both give the same guarantees (tolerance against the
-// double reference, batch invariance); their bits differ (another summation order).
+// What the small-batch body needs (0 where it does not apply): 24 x 32 + 1 floats per token per
+// slice (60 KB per token at D = 5120: 15.4 MiB at 256 tokens).
+inline int64_t MhcMixesSmallBatchWorkspaceFloats(int64_t tokens, int64_t dim) {
+  const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+  if (tokens > kMhcMixesSmallBatchTokens || slices > kMhcMixesSmallBatchMaxSlices) return 0;
+  return tokens * slices * (kMhcMixes * 32 + 1);
+}
+
+// The fp32 workspace to give LaunchMhcMixes (the larger of the two above). Sized for the largest
+// batch once, it also covers every small batch (at D = 5120 from 128 tokens up the slice
+// workspace is the larger); it holds nothing between launches.
+inline int64_t MhcMixesWorkspaceFloats(int64_t tokens, int64_t dim) {
+  const int64_t slice = MhcMixesSliceWorkspaceFloats(tokens, dim);
+  const int64_t small = MhcMixesSmallBatchWorkspaceFloats(tokens, dim);
+  return slice > small ? slice : small;
+}
+
+// The device bodies of the mixes pass. kFp32Fma's bits differ from the tensor-core bodies'
+// (another summation order); the three tensor-core choices give identical bits.
 enum class MhcMixesGpuKernel {
-  // Default. X·fn^T on the tensor cores (mma.sync bf16; fn split exactly into three bf16 pieces,
-  // so every product is exact; fp32 sums), memory-bound: X read once, fn staged once per block.
+  // Default. The tensor-core body (mma.sync bf16; fn split exactly into three bf16 pieces, so
+  // every product is exact; fp32 sums), memory-bound. Small batches (<=
+  // kMhcMixesSmallBatchAutoTokens, D <= 16384, a workspace of >= MhcMixesSmallBatchWorkspaceFloats
+  // floats, 16-byte aligned) run the small-batch body, others the large-batch body: same bits
+  // either way.
   kTensorCore,
   // The first body: fp32 FMAs on the CUDA cores, bound by the fp32 FMA rate (README.md).
   kFp32Fma,
+  // Tests and benches: the tensor-core large-batch body (two kernels) at every batch size.
+  kTensorCoreLargeBatch,
+  // Tests and benches: the tensor-core small-batch body (one cooperative launch);
+  // InvalidArgumentError where it does not apply (see kTensorCore).
+  kTensorCoreSmallBatch,
 };
 
-// The mixes pass (+ optional fused collapse) on the GPU: two kernels, a split reduction of
-// (X·fn^T, sum X^2) over slices of D into `workspace`, then a finish kernel sums the slices in
-// order and runs MhcSplitSinkhorn's fp32 recipe. workspace: device, >= MhcMixesWorkspaceFloats
-// floats, overlapping no operand; not read before it is written. Errors: Validate's, plus
-// InvalidArgumentError for a missing or small workspace or > 65535 slices (D > 16M). Cost: one read
-// of X; kTensorCore: fn read from L2 once per block and slice, memory-bound; kFp32Fma: fn read once
-// per 32 tokens, 24·4·D FMAs per token, bound by the fp32 FMA rate on an H200 (README.md).
+// The mixes pass (+ optional fused collapse) on the GPU. Large batches: two kernels, a split
+// reduction of (X·fn^T, sum X^2) over slices of D into `workspace`, then a finish kernel sums the
+// slices in order and runs MhcSplitSinkhorn's fp32 recipe. Small batches (kTensorCore): one
+// cooperative launch with the same arithmetic (README.md "CUDA"). workspace: device, >=
+// MhcMixesSliceWorkspaceFloats floats (MhcMixesWorkspaceFloats to allow the small-batch body),
+// overlapping no operand; not read before it is written. Errors: Validate's, plus
+// InvalidArgumentError for a missing or small workspace or > 65535 slices (D > 16M). Cost: one
+// read of X; kTensorCore: fn read from L2 once per block and slice (large) or once (small),
+// memory-bound; kFp32Fma: fn read once per 32 tokens, 24·4·D FMAs per token, bound by the fp32 FMA
+// rate on an H200 (README.md).
 absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
                             CUstream_st* stream,
                             MhcMixesGpuKernel kernel = MhcMixesGpuKernel::kTensorCore);

@@ -18,7 +18,10 @@
 // tensor-core body's 3 x bf16 mma.sync work at an assumed 1024 dense bf16 FMA / clock / SM (about
 // what mma.sync sustains on Hopper; wgmma's peak is twice that). roof = the larger of bytes_us and
 // the compute bound of the body that ran; frac = roof / median_us. "mixes" is the default
-// (tensor-core) body, "mixes_fma" the fp32-FMA body.
+// (tensor-core) body: the small-batch kernel up to kMhcMixesSmallBatchAutoTokens (32) tokens, the
+// large-batch kernels above; "mixes_large" forces the large-batch kernels at small token counts
+// and "mixes_small" the small-batch kernel around the switch, for comparison (they place it);
+// "mixes_fma" is the fp32-FMA body. Decode latency is the tokens = 1 rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -160,8 +163,12 @@ class Bench {
     const double bytes =
         2.0 * tokens * width + 4.0 * kMhcMixes * width + (collapse ? 2.0 * tokens * dim : 0.0);
     const double flops = 2.0 * kMhcMixes * width * tokens;
-    const bool tc = kernel == MhcMixesGpuKernel::kTensorCore;
-    const std::string op = std::string(tc ? "mixes" : "mixes_fma") + (collapse ? "+collapse" : "");
+    const bool tc = kernel != MhcMixesGpuKernel::kFp32Fma;
+    const char* name = kernel == MhcMixesGpuKernel::kFp32Fma                ? "mixes_fma"
+                       : kernel == MhcMixesGpuKernel::kTensorCoreLargeBatch ? "mixes_large"
+                       : kernel == MhcMixesGpuKernel::kTensorCoreSmallBatch ? "mixes_small"
+                                                                            : "mixes";
+    const std::string op = std::string(name) + (collapse ? "+collapse" : "");
     Time(op.c_str(), tokens, bytes, flops, dx, x.size() * 2,
          [&] { CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel)); });
     Row& r = rows_.back();
@@ -334,8 +341,16 @@ int Main(int argc, char** argv) {
   bench.SetPeaks(peaks);
   constexpr MhcMixesGpuKernel kTc = MhcMixesGpuKernel::kTensorCore;
   constexpr MhcMixesGpuKernel kFma = MhcMixesGpuKernel::kFp32Fma;
-  for (int64_t tokens : {1, 8, 64, 512, 2048, 4096, 16384}) bench.Mixes(tokens, false, kTc);
-  for (int64_t tokens : {1, 64, 16384}) bench.Mixes(tokens, true, kTc);
+  constexpr MhcMixesGpuKernel kLarge = MhcMixesGpuKernel::kTensorCoreLargeBatch;
+  constexpr MhcMixesGpuKernel kSmall = MhcMixesGpuKernel::kTensorCoreSmallBatch;
+  for (int64_t tokens : {1, 8, 16, 32, 48, 64, 128, 256, 512, 2048, 4096, 16384}) {
+    bench.Mixes(tokens, false, kTc);
+  }
+  for (int64_t tokens : {1, 64, 256, 16384}) bench.Mixes(tokens, true, kTc);
+  // Both tensor-core bodies around the switch at kMhcMixesSmallBatchAutoTokens (same bits).
+  for (int64_t tokens : {1, 16, 32, 48}) bench.Mixes(tokens, false, kLarge);
+  bench.Mixes(1, true, kLarge);
+  for (int64_t tokens : {32, 48, 64, 256}) bench.Mixes(tokens, false, kSmall);
   for (int64_t tokens : {1, 16384}) bench.Mixes(tokens, false, kFma);
   bench.Mixes(16384, true, kFma);
   for (int64_t tokens : {1, 64, 16384}) bench.PrePost(tokens);

@@ -1,6 +1,7 @@
 // GPU launchers against the CPU bodies and the double reference: LaunchMhcMixes vs MhcMixesCpu /
 // MixesRef (D = 1, 7, 256, 300, 5120; 1 to 4100 tokens; odd strides; fused collapse), the device
-// Sinkhorn tail vs MhcSplitSinkhorn on the GPU's own mixes, batch invariance, LaunchHcPre /
+// Sinkhorn tail vs MhcSplitSinkhorn on the GPU's own mixes, batch invariance (also across the
+// small-batch threshold), the small-batch body == the large-batch body bit for bit, LaunchHcPre /
 // LaunchHcPost vs HcPreCpu / HcPostCpu bit for bit (packed, padded, misaligned, in place), and the
 // launchers' errors. Outputs start poisoned, so a value the kernel fails to write (or writes into
 // the padding) is a mismatch. Each mixes comparison prints what it measured.
@@ -158,10 +159,23 @@ double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 const char* KernelName(MhcMixesGpuKernel k) {
-  return k == MhcMixesGpuKernel::kTensorCore ? "tensor-core" : "fp32-fma";
+  switch (k) {
+    case MhcMixesGpuKernel::kTensorCore:
+      return "tensor-core";
+    case MhcMixesGpuKernel::kFp32Fma:
+      return "fp32-fma";
+    case MhcMixesGpuKernel::kTensorCoreLargeBatch:
+      return "tensor-core-large";
+    case MhcMixesGpuKernel::kTensorCoreSmallBatch:
+      return "tensor-core-small";
+  }
+  return "?";
 }
 
+// kTensorCore takes the small-batch body up to 256 tokens; kTensorCoreLargeBatch keeps the
+// large-batch body covered at those sizes.
 constexpr MhcMixesGpuKernel kKernels[] = {MhcMixesGpuKernel::kTensorCore,
+                                          MhcMixesGpuKernel::kTensorCoreLargeBatch,
                                           MhcMixesGpuKernel::kFp32Fma};
 
 void CheckMixes(const MixCase& c, uint64_t seed, MhcMixesGpuKernel kernel) {
@@ -277,8 +291,71 @@ TEST(MhcGpuTest, MixesAreBatchInvariant) {
   FS_SKIP_WITHOUT_GPU();
   for (MhcMixesGpuKernel kernel : kKernels)
     CheckBatchInvariance({37, 5120, 0, true}, kernel, {0, 17, 36});
+  // 600 tokens take the large-batch body, the single tokens the small-batch one: invariance
+  // across the threshold.
   CheckBatchInvariance({600, 5120, 0, true}, MhcMixesGpuKernel::kTensorCore,
                        {0, 7, 8, 15, 250, 333, 598, 599});
+  CheckBatchInvariance({256, 5120, 0, true}, MhcMixesGpuKernel::kTensorCore, {0, 100, 255});
+}
+
+// Where the outputs of two runs first differ ("" if nowhere): the five outputs compared whole.
+std::string FirstOutputDiff(const MixOutputs& a, const MixOutputs& b) {
+  const struct {
+    const char* name;
+    int64_t at;
+    int64_t per_token;
+  } outs[] = {{"mixes", FirstDiff(a.mixes, b.mixes), kMhcMixes},
+              {"pre", FirstDiff(a.pre, b.pre), kS},
+              {"post", FirstDiff(a.post, b.post), kS},
+              {"comb", FirstDiff(a.comb, b.comb), 16}};
+  for (const auto& o : outs) {
+    if (o.at >= 0) {
+      return absl::StrFormat("%s differs first at token %d element %d", o.name, o.at / o.per_token,
+                             o.at % o.per_token);
+    }
+  }
+  const int64_t at = FirstDiff(a.collapsed, b.collapsed);
+  return at >= 0 ? absl::StrFormat("collapsed differs first at element %d", at) : "";
+}
+
+// The small-batch body against the large-batch body, whole buffers bit for bit (README.md
+// "CUDA": same products, same chains, same sums), at token counts around the tile size and the
+// threshold, the released D, a partial slice, D % 8 != 0 (scalar X) and D % 4 != 0 (scalar fn),
+// padded strides, with and without the collapse. Small cases first, so a broken chain order shows
+// on one token.
+TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
+  FS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 40;
+  for (const MixCase& c : std::vector<MixCase>{{1, 5120, 0, false},
+                                               {1, 5120, 0, true},
+                                               {2, 256, 0, true},
+                                               {1, 7, 0, false},
+                                               {15, 5120, 8, true},
+                                               {16, 5120, 0, false},
+                                               {17, 300, 0, true},
+                                               {33, 5120, 1, true},
+                                               {64, 1030, 0, true},
+                                               {100, 7, 3, true},
+                                               {255, 5120, 0, false},
+                                               {256, 5120, 0, true},
+                                               {256, 16384, 0, false}}) {
+    SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d%s", c.tokens, c.dim, c.x_pad,
+                                 c.collapse ? " collapse" : ""));
+    std::mt19937_64 rng(seed++);
+    const SiteParams site = RandomSite(c.dim, 1.0, rng);
+    const MhcMixesParams p = SiteParamsFor(c, site);
+    const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
+    const std::vector<float> pre_in = RandomPre(c.tokens, rng);
+    const std::vector<float>* pin = c.collapse ? &pre_in : nullptr;
+    const MixOutputs small = RunGpu(p, x, site, pin, MhcMixesGpuKernel::kTensorCoreSmallBatch);
+    const MixOutputs large = RunGpu(p, x, site, pin, MhcMixesGpuKernel::kTensorCoreLargeBatch);
+    const std::string diff = FirstOutputDiff(small, large);
+    EXPECT_EQ(diff, "");
+    if (!diff.empty() && !small.mixes.empty()) {
+      std::printf("  small vs large: %s; token 0 mix 0: small %.9g large %.9g\n", diff.c_str(),
+                  small.mixes[0], large.mixes[0]);
+    }
+  }
 }
 
 // The tensor-core body's work partition (host arithmetic, no device needed): every (slice, tile)
@@ -414,10 +491,24 @@ TEST(MhcGpuTest, LaunchersRejectBadParamsBeforeLaunching) {
   EXPECT_EQ(LaunchMhcMixes(p, nullptr, 0, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchMhcMixes(p, nullptr, 0, nullptr, MhcMixesGpuKernel::kFp32Fma).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LaunchMhcMixes(p, ws.data(), MhcMixesWorkspaceFloats(2, 8) - 1, nullptr).code(),
+  EXPECT_EQ(LaunchMhcMixes(p, ws.data(), MhcMixesSliceWorkspaceFloats(2, 8) - 1, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MhcMixesWorkspaceFloats(2, 8), 2 * 25);
+  EXPECT_EQ(MhcMixesSliceWorkspaceFloats(2, 8), 2 * 25);
+  EXPECT_EQ(MhcMixesSmallBatchWorkspaceFloats(2, 8), 2 * (24 * 32 + 1));
+  EXPECT_EQ(MhcMixesWorkspaceFloats(2, 8), 2 * (24 * 32 + 1));
+  EXPECT_EQ(MhcMixesWorkspaceFloats(1, 5120), 20 * (24 * 32 + 1));
+  EXPECT_EQ(MhcMixesSmallBatchWorkspaceFloats(257, 5120), 0);
+  EXPECT_EQ(MhcMixesSmallBatchWorkspaceFloats(1, 16385), 0);  // 65 slices
   EXPECT_EQ(MhcMixesWorkspaceFloats(16384, 5120), int64_t{16384} * 20 * 25);
+  // The small-batch body forced where it does not apply: a workspace below its need (but enough
+  // for the large-batch body), and a misaligned one.
+  constexpr auto kSmall = MhcMixesGpuKernel::kTensorCoreSmallBatch;
+  EXPECT_EQ(
+      LaunchMhcMixes(p, ws.data(), MhcMixesSliceWorkspaceFloats(2, 8), nullptr, kSmall).code(),
+      absl::StatusCode::kInvalidArgument);
+  std::vector<float> big_ws(2000);
+  EXPECT_EQ(LaunchMhcMixes(p, big_ws.data() + 1, 1999, nullptr, kSmall).code(),
+            absl::StatusCode::kInvalidArgument);
   p.sinkhorn_iters = 0;
   EXPECT_EQ(LaunchMhcMixes(p, ws.data(), 1000, nullptr).code(), absl::StatusCode::kInvalidArgument);
 

@@ -4,10 +4,12 @@
 //   bench_norm_rope [--iters N] [--warmup N]
 //
 // Shapes: RMSNorm over [16384, 5120] (prefill hidden), [16384, 1280] (q_lora), [16384, 512] (kv)
-// and decode batches [1 / 8 / 64, 5120]; RoPE of the released q [tokens, 64 heads, 512] (rd 64)
-// in place (only the rotated tails move) and out of place, at 16384 and decode token counts; the
-// fused kv norm + RoPE [tokens, 512]. Each time is the median of N launches between two CUDA
-// events, after the warm-up. Bytes moved = bytes read + bytes written. The copy column is
+// and batches [1 / 8 / 64 / 256 / 1024, 5120] (256: the last register-cached count), [1, 1280], [1,
+// 512]; RoPE of the released q [tokens, 64 heads, 512] (rd 64) in place (only the rotated tails
+// move) at 16384 / 64 / 8 / 1 tokens and out of place at 16384 / 1; the fused kv norm + RoPE
+// [tokens, 512] at 16384 / 1024 / 256 / 64 / 8 / 1. Decode latency is the 1-row / 1-token lines
+// (launch-bound: compare with the launch cost). Each time is the median of N launches between two
+// CUDA events, after the warm-up. Bytes moved = bytes read + bytes written. The copy column is
 // cudaMemcpyAsync device-to-device of the op's input tensor, timed the same way and counted the
 // same way (read + write), in the same run; ratio = op GB/s / copy GB/s. Before timing, each op's
 // output is compared with its CPU body (first rows); a mismatch makes the exit code 1.
@@ -223,12 +225,12 @@ int Main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB; median of %d launches after %d warm-up\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup);
   Bench bench(o);
-  for (int64_t rows : {16384, 64, 8, 1}) bench.Norm(rows, 5120);
-  bench.Norm(16384, 1280);
-  bench.Norm(16384, 512);
-  for (int64_t tokens : {16384, 64, 1}) bench.Rope(tokens, 64, 512, /*in_place=*/true);
-  bench.Rope(16384, 64, 512, /*in_place=*/false);
-  for (int64_t tokens : {16384, 64, 1}) bench.NormRope(tokens, 512);
+  for (int64_t rows : {16384, 1024, 256, 64, 8, 1}) bench.Norm(rows, 5120);
+  for (int64_t rows : {16384, 1}) bench.Norm(rows, 1280);
+  for (int64_t rows : {16384, 1}) bench.Norm(rows, 512);
+  for (int64_t tokens : {16384, 64, 8, 1}) bench.Rope(tokens, 64, 512, /*in_place=*/true);
+  for (int64_t tokens : {16384, 1}) bench.Rope(tokens, 64, 512, /*in_place=*/false);
+  for (int64_t tokens : {16384, 1024, 256, 64, 8, 1}) bench.NormRope(tokens, 512);
   return bench.Print(command);
 }
 

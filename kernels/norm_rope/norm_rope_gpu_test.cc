@@ -156,6 +156,10 @@ TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
   // ViT norms (fp32 weight, eps 1e-6) and a decode batch of the largest width.
   CheckNorm({577, 1024, false, 0, 0}, seed++);
   CheckNorm({33, 7168, true, 0, 0}, seed++);
+  // Rows kept in registers between the passes up to 4 chunks of 8 per thread (8192 columns on the
+  // block path): the limit itself, and one chunk past it (two passes over memory).
+  CheckNorm({3, 8192, true, 0, 0}, seed++);
+  CheckNorm({3, 8200, false, 0, 0}, seed++);
 }
 
 TEST(NormRopeGpuTest, RmsNormScalarPathsAndOddWidths) {
@@ -178,6 +182,8 @@ TEST(NormRopeGpuTest, RmsNormScalarPathsAndOddWidths) {
 const RopeSpec kFullYarn{64, 160000.0, 65536, 16.0, 32.0, 1.0};
 const RopeSpec kFullPlain{64, 10000.0, 0, 16.0, 32.0, 1.0};
 const RopeSpec kTinyYarn{32, 160000.0, 64, 4.0, 32.0, 1.0};
+// More pairs (64) than a warp's lanes: the fused kernel's second pair per lane.
+const RopeSpec kWidePlain{128, 10000.0, 0, 16.0, 32.0, 1.0};
 
 RopeTable Table(const RopeSpec& spec) {
   absl::StatusOr<RopeTable> t = RopeTable::Create(spec, 0);
@@ -259,6 +265,14 @@ TEST(NormRopeGpuTest, RopeScalarPathsAndPaddedStrides) {
   FS_SKIP_WITHOUT_GPU();
   uint32_t seed = 400;
   // Even pads keep the 32-bit pair path with gaps; odd pads force the 16-bit path; rd == head_dim.
+  // The 16-byte kernel (4 pairs per thread, a token over several blocks) with gaps: head pad 8,
+  // token pad 16; decode token counts; 3 heads of 72 (8 unrotated dims, one block per token).
+  for (const RopeCase& c : std::vector<RopeCase>{{&kFullYarn, 8, 64, 512, 8, 16},
+                                                 {&kFullYarn, 2, 64, 512, 0, 0},
+                                                 {&kFullPlain, 3, 3, 72, 0, 8},
+                                                 {&kWidePlain, 5, 16, 128, 0, 0}}) {
+    for (bool inverse : {false, true}) CheckRope(c, inverse, seed++);
+  }
   for (const RopeCase& c : std::vector<RopeCase>{{&kFullYarn, 17, 8, 512, 8, 6},
                                                  {&kFullYarn, 17, 8, 512, 1, 3},
                                                  {&kFullPlain, 9, 3, 64, 0, 1},
@@ -318,6 +332,10 @@ TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
   CheckNormRope(65, 128, kTinyYarn, false, 503);
   CheckNormRope(9, 2048, kFullYarn, false, 504);
   CheckNormRope(9, 517, kFullPlain, false, 505);
+  // Decode batches; 64 pairs on a warp row (two pairs per lane); 64 pairs on the block path.
+  CheckNormRope(8, 512, kFullYarn, true, 506);
+  CheckNormRope(7, 512, kWidePlain, false, 507);
+  CheckNormRope(3, 2048, kWidePlain, true, 508);
 }
 
 // ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------

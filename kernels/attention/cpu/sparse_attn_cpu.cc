@@ -12,11 +12,13 @@
 #include <limits>
 
 #include "absl/status/status.h"
+#include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/sparse_attn_internal.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -40,6 +42,30 @@ struct Scratch {
   float* part;
   float* logits;
 };
+
+// Row `idx` of the pool as bf16: the kv row itself, or (row form) the serving row decoded into
+// `decoded` by the quant module's DecodeRowsCpu (exact). Validated params: the decode cannot fail.
+const uint16_t* RowBf16(const SparseAttnParams& p, int32_t idx, uint16_t* decoded) {
+  if (!attention_internal::UsesKvRows(p)) return p.kv + static_cast<int64_t>(idx) * p.kv_stride;
+  const SparseAttnKvRows& r = p.kv_rows;
+  quant::DecodeRowsParams dp;
+  dp.rows = 1;
+  dp.channels = p.head_dim;
+  if (idx < r.n_window) {
+    dp.kind = quant::KvRowKind::kSwaKv;
+    dp.rows_in = r.window + int64_t{idx} * r.window_stride;
+    dp.row_stride = r.window_stride;
+  } else {
+    dp.kind = quant::KvRowKind::kMainKv;
+    dp.rows_in = r.compressed + (int64_t{idx} - r.n_window) * r.compressed_stride;
+    dp.row_stride = r.compressed_stride;
+  }
+  dp.out = decoded;
+  dp.out_stride = p.head_dim;
+  const absl::Status st = quant::DecodeRowsCpu(dp);
+  CHECK(st.ok()) << "SparseAttnCpu: row decode: " << st.message();
+  return decoded;
+}
 
 Scratch CarveSlot(uint8_t* slot, const SlotLayout& l) {
   auto* f = reinterpret_cast<float*>(slot);
@@ -128,6 +154,7 @@ void RunItem(const SparseAttnParams& p, const Scratch& w, int64_t t, int64_t g0)
   std::fill_n(m, kG, kInitMax);
   std::fill_n(denom, kG, 0.0f);
   bool any_valid = false;
+  uint16_t decoded[kSparseAttnMaxHeadDim];  // a serving row decoded to bf16 (row form)
   for (int64_t b0 = 0; b0 < p.width; b0 += kB) {
     const int32_t* ids = p.indices + t * p.indices_stride;
     const int64_t n = std::min(kB, p.width - b0);
@@ -135,7 +162,7 @@ void RunItem(const SparseAttnParams& p, const Scratch& w, int64_t t, int64_t g0)
     for (int64_t e = 0; e < n; ++e) {
       const int32_t idx = ids[b0 + e];
       if (idx < 0) continue;
-      const uint16_t* row = p.kv + static_cast<int64_t>(idx) * p.kv_stride;
+      const uint16_t* row = RowBf16(p, idx, decoded);
       float* dst = w.kv_block + nv * d;
       for (int64_t i = 0; i < d; ++i) dst[i] = Bf16BitsToFloat(row[i]);
       ++nv;

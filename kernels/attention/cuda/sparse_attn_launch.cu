@@ -115,18 +115,35 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   if (geo.splits > 1) LaunchCombine<S::kHeads>(p, geo, stream);
 }
 
-template <bool kSplitK>
+template <bool kSplitK, bool kRows = false>
 void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
-  constexpr size_t kSmem = kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes;
+  constexpr size_t kSmem =
+      kRows ? W::kRowsSmemBytes : (kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes);
   const Geometry geo = MakeGeometry(p, W::kHeads);
-  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK>;
+  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRows>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, kSmem, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
   if (geo.splits > 1) LaunchCombine<W::kHeads>(p, geo, stream);
+}
+
+// The row form's preconditions (attention.h): the wgmma kernel's dims and cp.async alignment.
+absl::Status CheckRowFormFits(const SparseAttnParams& p) {
+  const SparseAttnKvRows& r = p.kv_rows;
+  bool fits = p.head_dim == attn_device::WgmmaShape::kD && Aligned16(p.q) && Aligned16(p.out);
+  for (int64_t s : {p.q_stride, p.q_head_stride, p.out_stride, p.out_head_stride}) {
+    fits = fits && s % 8 == 0;
+  }
+  fits = fits && (r.n_window == 0 || (Aligned16(r.window) && r.window_stride % 16 == 0));
+  fits =
+      fits && (r.n_compressed == 0 || (Aligned16(r.compressed) && r.compressed_stride % 16 == 0));
+  if (fits) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "SparseAttn: kv_rows on CUDA needs head_dim 512, 16-byte aligned q / out / row pools, q and "
+      "out strides multiples of 8 elements and row strides multiples of 16 bytes");
 }
 
 template <int kD>
@@ -172,6 +189,8 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path) {
 }
 
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
+  // The row form has one body (the launcher rejects row-form params it does not fit).
+  if (UsesKvRows(p)) return SparseAttnCudaPath::kWgmma;
   const auto want =
       static_cast<SparseAttnCudaPath>(g_path_override.load(std::memory_order_relaxed));
   if (want == SparseAttnCudaPath::kScalar || !TensorPathFits(p)) return SparseAttnCudaPath::kScalar;
@@ -191,6 +210,11 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
 absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(attention_internal::ValidateSparseAttnFor(
       p, SparseAttnCudaWorkspaceBytes(p.heads, p.head_dim), /*host_values=*/false));
+  if (attention_internal::UsesKvRows(p)) {
+    RETURN_IF_ERROR(CheckRowFormFits(p));
+    if (p.tokens > 0) LaunchWgmma<false, true>(p, stream);
+    return absl::OkStatus();
+  }
   if (p.tokens == 0) return absl::OkStatus();
   const SparseAttnCudaPath path = attention_internal::SparseAttnCudaPathFor(p);
   if (path == SparseAttnCudaPath::kScalar) {

@@ -25,7 +25,7 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 
 // The path LaunchSparseAttn takes for `p` under the current override (p need not be validated).
 // Default: kWgmma for head_dim 512 with heads a multiple of 64, kMmaSync for the other tensor
-// shapes, kScalar for the rest.
+// shapes, kScalar for the rest. The row form (kv_rows) is always kWgmma, whatever the override.
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 
 }  // namespace flashserve::kernels::attention_internal

@@ -32,6 +32,8 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/common/wgmma.cuh"
+#include "kernels/quant/cuda/quant_kernels.cuh"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels::attn_device {
 
@@ -55,6 +57,20 @@ struct WgmmaShape {
   static constexpr uint32_t kXOff = kIdxOff + 2 * kBlock * 4;
   static constexpr uint32_t kSplitKEnd = kXOff + 2 * 32 * 128 * 4;
   static constexpr size_t kSplitKSmemBytes = kSplitKEnd + 1024;
+  // The row form (WgmmaKernel<kD, false, true>, attention.h SparseAttnKvRows): ONE bf16 KV tile
+  // at kKvOff, then the raw-row staging ring: kRawStages stages of 64 slots of kRawSlotBytes (the
+  // larger serving row; a compressed row fills 288 of its slot), then idx int32 [3][64] (stage 0,
+  // stage 1, the decoded tile), row max / sum / P as above. 204.75 KB in all.
+  static constexpr uint32_t kRawSlotBytes = kD + kD / 32;                     // 528: window row
+  static constexpr int kWindowChunks = static_cast<int>(kRawSlotBytes / 16);  // 33
+  static constexpr int kCompressedChunks = static_cast<int>((kD / 2 + kD / 16) / 16);  // 18
+  static constexpr int kRawStages = 2;
+  static constexpr uint32_t kRawStageBytes = kBlock * kRawSlotBytes;  // 33 KB
+  static constexpr uint32_t kRawOff = kKvOff + kTileBytes;
+  static constexpr uint32_t kRowsIdxOff = kRawOff + kRawStages * kRawStageBytes;
+  static constexpr uint32_t kRowsMaxOff = kRowsIdxOff + 3 * kBlock * 4;
+  static constexpr uint32_t kRowsEnd = kRowsMaxOff + (kEnd - kMaxOff);
+  static constexpr size_t kRowsSmemBytes = kRowsEnd + 1024;
   // Descriptor byte offsets. K-major (S step): rows of 128 B, 8-row groups 1024 B apart; the
   // leading offset is unused (K per instruction = 32 B inside the atom), 16 encodes as 1.
   static constexpr uint32_t kKMajorLbo = 16;
@@ -190,10 +206,94 @@ __device__ __forceinline__ void WgmmaLoadBlock(const SparseAttnParams& p, int32_
 // The pool row of this thread's entry (threadIdx.x / 4) of list block `blk`, or -1 when the block
 // is past `blk_end` (not loaded), the entry unused or out of range. Indices are int32, so the row
 // fits.
+// kRows: the row form's bound (n_window + n_compressed) instead of n_kv.
+template <bool kRows = false>
 __device__ __forceinline__ int32_t WgmmaRowOf(const SparseAttnParams& p, int64_t t, int64_t blk,
                                               int64_t blk_end) {
   if (blk >= blk_end) return -1;
-  return static_cast<int32_t>(RowOf(p, t, blk * kBlock + threadIdx.x / 4));
+  const int64_t pos = blk * kBlock + threadIdx.x / 4;
+  if constexpr (!kRows) {
+    return static_cast<int32_t>(RowOf(p, t, pos));
+  } else {
+    if (pos >= p.width) return -1;
+    const int32_t idx = p.indices[t * p.indices_stride + pos];
+    return (idx >= 0 && idx < p.kv_rows.n_window + p.kv_rows.n_compressed) ? idx : -1;
+  }
+}
+
+// Row form: issues the cp.async copies of one list block's serving rows into the raw stage at
+// `raw_base` (entry e in slot e, kRawSlotBytes apart) and writes the rows (or -1) into s_idx (64
+// entries). Thread i copies the 16-byte chunks i % 4, i % 4 + 4, .. of entry i / 4's row, whose
+// index `row` it read beforehand (WgmmaRowOf<true>): 33 chunks of a window row, 18 of a
+// compressed one. Invalid entries copy nothing (the decode writes their zeros).
+__device__ __forceinline__ void WgmmaLoadRawBlock(const SparseAttnParams& p, int32_t row,
+                                                  uint32_t raw_base, int32_t* s_idx) {
+  using W = WgmmaShape;
+  static_assert(W::kThreads == 4 * kBlock, "four threads per list entry");
+  const int e = threadIdx.x / 4;
+  if (row >= 0) {
+    const SparseAttnKvRows& r = p.kv_rows;
+    const bool window = row < r.n_window;
+    const uint8_t* src = window ? r.window + int64_t{row} * r.window_stride
+                                : r.compressed + (int64_t{row} - r.n_window) * r.compressed_stride;
+    const int chunks = window ? W::kWindowChunks : W::kCompressedChunks;
+    const uint32_t dst = raw_base + e * W::kRawSlotBytes;
+    for (int c = static_cast<int>(threadIdx.x % 4); c < chunks; c += 4) {
+      CpAsync16(dst + c * 16, src + c * 16, true);
+    }
+  }
+  if (threadIdx.x % 4 == 0) s_idx[e] = row;
+}
+
+__device__ __forceinline__ void StShared128(uint32_t addr, const uint32_t (&v)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]),
+               "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+// Row form: decodes the raw stage `raw` (rows `stage_idx`, landed and visible) into the bf16
+// tile at `kv_base` (same layout as WgmmaLoadBlock's) with the quant module's device decoders
+// (quant_kernels.cuh Fmt<>::Decode, the bodies of LaunchDecodeRows: exact, the values of
+// DecodeRowsCpu); invalid entries become zero rows. Thread i decodes the 8-value chunks i % 4,
+// i % 4 + 4, .. of entry i / 4 and, when i % 4 == 0, writes tile_idx[i / 4]. Window row: codes
+// byte v = value v, scale byte kD + v / 32; compressed row: code byte v / 2 (even value in the
+// low nibble), scale byte kD / 2 + v / 16.
+__device__ __forceinline__ void WgmmaDecodeBlock(const SparseAttnParams& p, const uint8_t* raw,
+                                                 const int32_t* stage_idx, uint32_t kv_base,
+                                                 int32_t* tile_idx) {
+  using W = WgmmaShape;
+  using quant::BlockFormat;
+  const int e = threadIdx.x / 4;
+  const int32_t row = stage_idx[e];
+  const uint8_t* slot = raw + e * W::kRawSlotBytes;
+  uint32_t out[4];
+  if (row < 0) {
+    const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int k = 0; k < W::kChunks / 4; ++k) {
+      StShared128(kv_base + TileOffset(e, static_cast<int>(threadIdx.x % 4) + 4 * k), zero);
+    }
+  } else if (row < p.kv_rows.n_window) {
+#pragma unroll
+    for (int k = 0; k < W::kChunks / 4; ++k) {
+      const int chunk = static_cast<int>(threadIdx.x % 4) + 4 * k;
+      const uint2 c = *reinterpret_cast<const uint2*>(slot + chunk * 8);
+      const uint32_t codes[2] = {c.x, c.y};
+      quant::device::Fmt<BlockFormat::kFp8E4m3Ue8m0B32>::Decode(codes, slot[W::kD + chunk / 4],
+                                                                out);
+      StShared128(kv_base + TileOffset(e, chunk), out);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < W::kChunks / 4; ++k) {
+      const int chunk = static_cast<int>(threadIdx.x % 4) + 4 * k;
+      const uint32_t codes[1] = {*reinterpret_cast<const uint32_t*>(slot + chunk * 4)};
+      quant::device::Fmt<BlockFormat::kFp4E2m1E4m3B16>::Decode(codes, slot[W::kD / 2 + chunk / 2],
+                                                               out);
+      StShared128(kv_base + TileOffset(e, chunk), out);
+    }
+  }
+  if (threadIdx.x % 4 == 0) tile_idx[e] = row;
 }
 
 // The split-K variant's online-softmax step for rows r0 and r0 + 8 over all 64 entries of the
@@ -245,23 +345,30 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
 }
 
 // A template on kD only so that the header may be included by several .cu files (kD = 512).
+// kRows: the row form (serving rows gathered raw into a 2-stage ring, decoded into one bf16
+// tile before S; the gather runs two blocks ahead); the softmax and P·V are the same code, so
+// its results equal those of the bf16 form fed the decoded pool. Only with kSplitK = false.
 // kSplitK picks the S step: false — warpgroup g computes entries 32g.. over all dims (n32) and
 // the row max, the row sums and P are swapped through shared memory (three barriers per block);
 // true — warpgroup g computes all 64 entries over dims 256g.. (n64, Q read once per block), the
 // partial S are swapped and added (two barriers per block), and each warpgroup runs the softmax
 // of the whole block itself (twice the expf per thread).
-template <int kD, bool kSplitK>
+template <int kD, bool kSplitK, bool kRows>
 __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
   static_assert(kD == W::kD, "the wgmma path is instantiated for head_dim 512 only");
+  static_assert(!(kSplitK && kRows), "the row form runs the n32 S step only");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedSmem(smem_raw);
   const uint32_t base = SmemAddr(smem);
-  auto* s_idx = reinterpret_cast<int32_t*>(smem + W::kIdxOff);
-  auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff);
-  auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff);
-  auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff);
+  // The row form moves idx, max, sum and P past the raw ring (same relative layout).
+  constexpr uint32_t kShift = kRows ? W::kRowsMaxOff - W::kMaxOff : 0;
+  auto* s_idx = reinterpret_cast<int32_t*>(smem + (kRows ? W::kRowsIdxOff : W::kIdxOff));
+  int32_t* s_tidx = s_idx + 2 * kBlock;  // row form: the decoded tile's rows
+  auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff + kShift);
+  auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff + kShift);
+  auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff + kShift);
   auto* s_x = reinterpret_cast<float*>(smem + W::kXOff);  // split-K only
   const int tid = threadIdx.x;
   const int half = tid / 128;  // warpgroup: entries 32·half.. in S, dims 256·half.. in P·V
@@ -282,7 +389,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
 
     // The first block's rows are read before the query copies are issued, so that their latency
     // overlaps the issue (the gather cannot start before they arrive).
-    const int32_t row_first = WgmmaRowOf(p, t, blk_begin, blk_end);
+    const int32_t row_first = WgmmaRowOf<kRows>(p, t, blk_begin, blk_end);
     for (int c = tid; c < W::kHeads * W::kChunks; c += W::kThreads) {
       const int r = c / W::kChunks;
       const int chunk = c % W::kChunks;
@@ -291,10 +398,21 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
           valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
       CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
     }
-    if (blk_begin < blk_end) WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
-    CpAsyncCommit();
-    // The rows of the next block, read now so that the load's latency hides behind this block.
-    int32_t row_next = WgmmaRowOf(p, t, blk_begin + 1, blk_end);
+    int32_t row_next;
+    if constexpr (kRows) {
+      // Two blocks in flight before the first is decoded: stages 0 and 1 (groups G0 with Q, G1).
+      WgmmaLoadRawBlock(p, row_first, base + W::kRawOff, s_idx);
+      CpAsyncCommit();
+      WgmmaLoadRawBlock(p, WgmmaRowOf<true>(p, t, blk_begin + 1, blk_end),
+                        base + W::kRawOff + W::kRawStageBytes, s_idx + kBlock);
+      CpAsyncCommit();
+      row_next = WgmmaRowOf<true>(p, t, blk_begin + 2, blk_end);
+    } else {
+      if (blk_begin < blk_end) WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
+      CpAsyncCommit();
+      // The rows of the next block, read now so that the load's latency hides behind this block.
+      row_next = WgmmaRowOf(p, t, blk_begin + 1, blk_end);
+    }
 
     float acc[128];
 #pragma unroll
@@ -304,24 +422,45 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     bool seen = false;
 
     for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
+      // bf16 form: buffer buf of two; row form: stage buf of the raw ring, one bf16 tile.
       const int buf = static_cast<int>((blk - blk_begin) & 1);
-      const uint32_t kv_base = base + W::kKvOff + buf * W::kTileBytes;
-      const int32_t* idx = s_idx + buf * kBlock;
-      // This block (and Q) landed; every thread's async-proxy reads of the other buffer are done
-      // (each waited for its wgmma before reaching this barrier), so it can be refilled.
-      CpAsyncWait<0>();
+      const uint32_t kv_base = base + W::kKvOff + (kRows ? 0 : buf * W::kTileBytes);
+      const int32_t* idx = kRows ? s_tidx : s_idx + buf * kBlock;
+      if constexpr (kRows) {
+        // This block's raw rows (and Q) landed (the next block's group may still be in flight);
+        // after the barrier every thread's copies are visible and every thread's wgmma reads of
+        // the tile (the previous block) are done, so the tile can be rewritten.
+        CpAsyncWait<1>();
+        __syncthreads();
+        WgmmaDecodeBlock(p, smem + W::kRawOff + buf * W::kRawStageBytes, s_idx + buf * kBlock,
+                         kv_base, s_tidx);
+      } else {
+        // This block (and Q) landed; every thread's async-proxy reads of the other buffer are
+        // done (each waited for its wgmma before reaching this barrier), so it can be refilled.
+        CpAsyncWait<0>();
+      }
       wgmma::FenceProxyAsyncShared();
-      // Thread 4e wrote idx[e] itself (WgmmaLoadBlock), so it may read it before the barrier.
+      // Thread 4e wrote idx[e] itself (WgmmaLoadBlock / WgmmaDecodeBlock), so it may read it
+      // before the barrier.
       const bool any = __syncthreads_or(tid % 4 == 0 && idx[tid / 4] >= 0);
-      // Gathers the next block into the other buffer (its last readers, the previous P·V, were
-      // waited for by every thread before the barrier) and reads the rows of the one after.
+      // bf16 form: gathers the next block into the other buffer (its last readers, the previous
+      // P·V, were waited for by every thread before the barrier) and reads the rows of the one
+      // after. Row form: gathers block blk + 2 into this block's stage (decoded before the
+      // barrier) and reads the rows of blk + 3. One commit group per block either way.
       auto load_next = [&] {
-        if (blk + 1 < blk_end) {
-          WgmmaLoadBlock(p, row_next, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
-                         s_idx + (buf ^ 1) * kBlock);
+        if constexpr (kRows) {
+          WgmmaLoadRawBlock(p, row_next, base + W::kRawOff + buf * W::kRawStageBytes,
+                            s_idx + buf * kBlock);
+          CpAsyncCommit();
+          row_next = WgmmaRowOf<true>(p, t, blk + 3, blk_end);
+        } else {
+          if (blk + 1 < blk_end) {
+            WgmmaLoadBlock(p, row_next, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
+                           s_idx + (buf ^ 1) * kBlock);
+          }
+          CpAsyncCommit();
+          row_next = WgmmaRowOf(p, t, blk + 2, blk_end);
         }
-        CpAsyncCommit();
-        row_next = WgmmaRowOf(p, t, blk + 2, blk_end);
       };
       if (!any) {  // a block without a valid entry is a no-op (as on the CPU)
         load_next();

@@ -2,14 +2,17 @@
 // tiles of kTile keys, converted to fp32 and transposed, so the d-loop updates kTile independent
 // accumulators (vectorisable) while each accumulator still sums its products in d order, exactly
 // the scalar recipe. bf16·bf16 products are exact in fp32, so fused multiply-adds could not change
-// the bits either; -ffp-contract=off keeps the build honest anyway.
+// the bits either; -ffp-contract=off keeps the build honest anyway. k_rows keys are decoded to bf16
+// first (formats::DecodeIndexKRow), so they score exactly as `k` = their decode.
 #include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
+#include "common/formats/kv_row.h"
 #include "kernels/indexer/cpu/indexer_cpu_internal.h"
 #include "kernels/indexer/indexer.h"
 
@@ -30,8 +33,17 @@ void ScoreTile(const IndexerScoreParams& p, int64_t row, const int64_t* pos, int
   const int64_t dim = p.head_dim;
   // kt[d * kTile + j] = k[pos[j], d] as fp32; unused lanes are zero (computed, never stored).
   alignas(64) float kt[kMaxIndexHeadDim * kTile];
+  uint16_t decoded[kMaxIndexHeadDim];  // a k_rows row as bf16 (its exact decode)
   for (int j = 0; j < kTile; ++j) {
     const uint16_t* krow = j < n ? p.k + pos[j] * p.k_stride : nullptr;
+    if (j < n && p.k_rows != nullptr) {
+      const int64_t row_bytes = formats::IndexKRowBytes(dim);
+      CHECK(formats::DecodeIndexKRow(
+                {p.k_rows + pos[j] * p.k_row_stride, static_cast<size_t>(row_bytes)},
+                {decoded, static_cast<size_t>(dim)})
+                .ok());  // sizes were validated
+      krow = decoded;
+    }
     for (int64_t d = 0; d < dim; ++d) kt[d * kTile + j] = krow ? Bf16BitsToFloat(krow[d]) : 0.0f;
   }
   const uint16_t* q = p.q + row * p.q_stride;

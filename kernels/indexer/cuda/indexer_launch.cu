@@ -11,6 +11,8 @@
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
+#include "kernels/indexer/cuda/score_int8_kernel.cuh"
+#include "kernels/indexer/cuda/score_mma_kernel.cuh"
 #include "kernels/indexer/cuda/score_tile_kernel.cuh"
 #include "kernels/indexer/cuda/select_split_kernels.cuh"
 #include "kernels/indexer/indexer.h"
@@ -97,13 +99,38 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
+// The tensor-core scorers: a CTA per group of kMmaRows rows walks key tiles grid-stride, with
+// one wave of resident CTAs in all, each staging its rows' q once for many tiles.
+void LaunchResident(void (*kernel)(IndexerScoreParams), const IndexerScoreParams& p, size_t smem,
+                    cudaStream_t stream) {
+  const int64_t groups = (p.tokens + indexer_device::kMmaRows - 1) / indexer_device::kMmaRows;
+  const int64_t tiles = (p.width + indexer_device::kMmaTileKeys - 1) / indexer_device::kMmaTileKeys;
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+  }
+  int device = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                           indexer_device::kMmaThreads, smem));
+  const int64_t resident = int64_t{sms} * std::max(per_sm, 1);
+  const int64_t per_group = std::max<int64_t>(1, resident / std::min(groups, kMaxGridY));
+  const dim3 grid(static_cast<unsigned>(std::min(tiles, per_group)),
+                  static_cast<unsigned>(std::min(groups, kMaxGridY)));
+  kernel<<<grid, indexer_device::kMmaThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(p));
   if (p.tokens == 0 || p.width == 0) return absl::OkStatus();
   const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
-  const bool vec = p.head_dim % 8 == 0 && p.k_stride % 8 == 0 && Aligned(p.k, 16);
+  // k_rows: head_dim % 32 == 0 (validated), decoded while staging, so always the tiled path.
+  const bool vec =
+      p.k_rows != nullptr || (p.head_dim % 8 == 0 && p.k_stride % 8 == 0 && Aligned(p.k, 16));
   auto launch = [&](auto kernel, dim3 grid, size_t smem) {
     if (smem > 48 * 1024) {  // the tiled kernel: up to 133 KiB of keys + 64 KiB of q
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -112,6 +139,25 @@ absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream
     kernel<<<grid, kScoreThreads, smem, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
   };
+  const bool released =
+      p.heads == indexer_device::kMmaHeads && p.head_dim == indexer_device::kMmaDim;
+  if (p.k_rows != nullptr && !p.cuda_exact_only && released && p.k_row_stride % 4 == 0 &&
+      Aligned(p.k_rows, 4)) {  // int8 tensor cores on the FP4 rows
+    LaunchResident(indexer_device::IndexerScoreInt8Kernel, p,
+                   indexer_device::ScoreInt8SmemBytes(
+                       static_cast<int>(std::min<int64_t>(p.tokens, indexer_device::kMmaRows))),
+                   stream);
+    return absl::OkStatus();
+  }
+  const bool mma = p.k != nullptr && p.cuda_bf16_mma && !p.cuda_exact_only && vec && released &&
+                   p.q_stride % 8 == 0 && Aligned(p.q, 16);
+  if (mma) {  // opt-in bf16 tensor cores with rechecks (measured slower: README.md "CUDA")
+    LaunchResident(indexer_device::IndexerScoreMmaKernel, p,
+                   indexer_device::ScoreMmaSmemBytes(
+                       static_cast<int>(std::min<int64_t>(p.tokens, indexer_device::kMmaRows))),
+                   stream);
+    return absl::OkStatus();
+  }
   if (vec) {  // a key tile per CTA, scored for up to kScoreRows rows
     const int64_t groups = (p.tokens + indexer_device::kScoreRows - 1) / indexer_device::kScoreRows;
     const dim3 grid(static_cast<unsigned>(std::min(tiles, kMaxGridX)),

@@ -1,7 +1,8 @@
 // Device code of the tiled scorer (indexer_launch.cu only; not a public header): a CTA stages a
 // tile of kScoreThreads key rows in shared memory once and scores it for up to kScoreRows rows of
 // the call, a thread per position. Used when head_dim % 8 == 0 and key rows are 16-byte aligned
-// (the released dims); IndexerScoreKernel keeps the scalar path.
+// (the released dims), and for every k_rows call (rows decoded to bf16 while staging, exactly as
+// formats::DecodeIndexKRow); IndexerScoreKernel keeps the scalar path.
 //
 // Exactness (README.md "CUDA"): the CPU computes acc = acc + q·k (fp32 mul, then fp32 add) over d
 // ascending. A bf16·bf16 product has at most 16 significant bits, so it is exact in fp32 whenever
@@ -92,6 +93,38 @@ __device__ __forceinline__ void DotHeads(const uint4* krow, const float* q_s, in
   }
 }
 
+// formats::Ue8m0ToFloat: 2^(b − 127) (byte 0: the fp32 subnormal 2^-127), NaN for 0xFF.
+__device__ __forceinline__ float Ue8m0ToFloatDevice(uint32_t b) {
+  return b == 0xFFu ? __uint_as_float(0x7FC00000u)
+                    : __uint_as_float(b == 0 ? 0x00400000u : b << 23);
+}
+
+// formats::E2m1ToFloat of the low 4 bits of `code`.
+__device__ __forceinline__ float E2m1ToFloatDevice(uint32_t code) {
+  // Magnitudes ×2 as bytes: {0, 1, 2, 3, 4, 6, 8, 12}.
+  const uint32_t twice = __byte_perm(0x03020100u, 0x0C080604u, code & 7u) & 0xFFu;
+  const float mag = __fmul_rn(static_cast<float>(twice), 0.5f);
+  return (code & 8u) != 0 ? -mag : mag;
+}
+
+// The bf16 decode (formats::DecodeIndexKRow: bf16(E2M1 · scale), fp32 product) of elements
+// 8c .. 8c + 7 of a k_rows row, packed as 8 bf16 in element order.
+__device__ __forceinline__ uint4 DecodeIndexK8(const uint8_t* row, int dim, int c) {
+  const uint32_t codes = static_cast<uint32_t>(__ldg(row + 4 * c)) |
+                         static_cast<uint32_t>(__ldg(row + 4 * c + 1)) << 8 |
+                         static_cast<uint32_t>(__ldg(row + 4 * c + 2)) << 16 |
+                         static_cast<uint32_t>(__ldg(row + 4 * c + 3)) << 24;
+  const float scale = Ue8m0ToFloatDevice(__ldg(row + dim / 2 + c / 4));
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = FloatToBf16(__fmul_rn(E2m1ToFloatDevice(codes >> (8 * i)), scale));
+    const uint32_t hi = FloatToBf16(__fmul_rn(E2m1ToFloatDevice(codes >> (8 * i + 4)), scale));
+    words[i] = lo | hi << 16;
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 // Dynamic shared memory (ScoreTileSmemBytes): the key tile, kScoreThreads rows of dim/8 + 1
 // uint4 (one uint4 of padding: a thread's 16-byte reads of its own row are bank-conflict free),
 // then the fp32 q of up to kHeadChunk heads of the current row.
@@ -131,7 +164,9 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreTileKernel(IndexerS
         const int r = i / d8n, c = i % d8n;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (t0 + r < p.width) {
-          v = __ldg(reinterpret_cast<const uint4*>(p.k + (t0 + r) * p.k_stride) + c);
+          v = p.k_rows != nullptr
+                  ? DecodeIndexK8(p.k_rows + (t0 + r) * p.k_row_stride, dim, c)
+                  : __ldg(reinterpret_cast<const uint4*>(p.k + (t0 + r) * p.k_stride) + c);
         }
         k_s[r * ks_stride + c] = v;
       }

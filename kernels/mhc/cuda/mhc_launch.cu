@@ -7,9 +7,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/mhc/cuda/mhc_kernels.cuh"
+#include "kernels/mhc/cuda/mhc_small_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_tc_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_tc_plan.h"
 #include "kernels/mhc/mhc.h"
@@ -93,17 +95,69 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cu
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The small-batch body (mhc_small_kernels.cuh): one cooperative launch, as many blocks as there
+// are items (slices x 8) but no more than can be resident at once.
+template <bool kVec, bool kFnVec, bool kCollapse>
+void LaunchSmallTc(MhcMixesParams p, float* workspace, bool coll_vec, int64_t slices,
+                   cudaStream_t stream) {
+  auto* kernel = mhc_device::MixesSmallTcKernel<kVec, kFnVec, kCollapse>;
+  int device = 0;
+  int sms = 0;
+  int per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, mhc_device::kSmallThreads, 0));
+  CHECK(per_sm >= 1);
+  const int64_t items = slices * mhc_device::kTcGroups;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(items, int64_t{per_sm} * sms));
+  void* args[] = {&p, &workspace, &coll_vec};
+  CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(blocks),
+                                         dim3(mhc_device::kSmallThreads), args, 0, stream));
+}
+
+template <bool kVec, bool kFnVec>
+void LaunchSmallTc(const MhcMixesParams& p, float* workspace, bool coll_vec, int64_t slices,
+                   cudaStream_t stream) {
+  if (p.pre_in != nullptr) {
+    LaunchSmallTc<kVec, kFnVec, true>(p, workspace, coll_vec, slices, stream);
+  } else {
+    LaunchSmallTc<kVec, kFnVec, false>(p, workspace, coll_vec, slices, stream);
+  }
+}
+
+void LaunchMixesSmallTc(const MhcMixesParams& p, float* workspace, int64_t slices,
+                        cudaStream_t stream) {
+  const bool vec = p.dim % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16);
+  const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
+  const bool coll_vec =
+      p.collapsed != nullptr && p.dim % 8 == 0 && Aligned(p.collapsed, 2 * p.collapsed_stride, 16);
+  if (vec && fn_vec) {
+    LaunchSmallTc<true, true>(p, workspace, coll_vec, slices, stream);
+  } else if (fn_vec) {
+    LaunchSmallTc<false, true>(p, workspace, coll_vec, slices, stream);
+  } else {
+    LaunchSmallTc<false, false>(p, workspace, coll_vec, slices, stream);
+  }
+}
+
+// Whether the small-batch body applies: few tokens, D <= 16384, enough 16-byte aligned workspace.
+bool SmallBatchFits(const MhcMixesParams& p, const float* workspace, int64_t workspace_floats) {
+  const int64_t need = MhcMixesSmallBatchWorkspaceFloats(p.tokens, p.dim);
+  return need > 0 && workspace_floats >= need && Aligned(workspace, 0, 16);
+}
+
 }  // namespace
 
 absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
                             CUstream_st* stream, MhcMixesGpuKernel kernel) {
   RETURN_IF_ERROR(Validate(p));
   if (p.tokens == 0) return absl::OkStatus();
-  const int64_t need = MhcMixesWorkspaceFloats(p.tokens, p.dim);
+  const int64_t need = MhcMixesSliceWorkspaceFloats(p.tokens, p.dim);
   if (workspace == nullptr || workspace_floats < need) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("MhcMixes: workspace holds %d floats, %d needed (MhcMixesWorkspaceFloats)",
-                        workspace == nullptr ? 0 : workspace_floats, need));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MhcMixes: workspace holds %d floats, %d needed (MhcMixesSliceWorkspaceFloats)",
+        workspace == nullptr ? 0 : workspace_floats, need));
   }
   const int64_t slices = (p.dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
   const int64_t tiles = (p.tokens + kTokensPerTile - 1) / kTokensPerTile;
@@ -111,7 +165,23 @@ absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t w
     return absl::InvalidArgumentError(
         absl::StrFormat("MhcMixes: dim %d / tokens %d too large for one launch", p.dim, p.tokens));
   }
-  if (kernel == MhcMixesGpuKernel::kTensorCore) {
+  const bool small_fits = SmallBatchFits(p, workspace, workspace_floats);
+  if (kernel == MhcMixesGpuKernel::kTensorCoreSmallBatch && !small_fits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MhcMixes: the small-batch body needs tokens %d <= %d, dim %d <= %d and a 16-byte aligned "
+        "workspace of %d floats (MhcMixesSmallBatchWorkspaceFloats); it holds %d",
+        p.tokens, kMhcMixesSmallBatchTokens, p.dim,
+        kMhcMixesSmallBatchMaxSlices * kMhcMixesSliceDims,
+        MhcMixesSmallBatchWorkspaceFloats(p.tokens, p.dim), workspace_floats));
+  }
+  // kTensorCore: the small-batch body only where it is the faster one (mhc.h).
+  const bool small_auto = p.tokens <= kMhcMixesSmallBatchAutoTokens;
+  if (small_fits && ((kernel == MhcMixesGpuKernel::kTensorCore && small_auto) ||
+                     kernel == MhcMixesGpuKernel::kTensorCoreSmallBatch)) {
+    LaunchMixesSmallTc(p, workspace, slices, stream);
+    return absl::OkStatus();
+  }
+  if (kernel != MhcMixesGpuKernel::kFp32Fma) {
     LaunchMixesTc(p, workspace, slices, stream);
     return absl::OkStatus();
   }

@@ -22,6 +22,9 @@
 // comb element per lane; every row / column sum gathers its 4 values by shuffles and adds them in
 // ascending order, so the tail is MhcSplitSinkhorn operation for operation.
 //
+// The small-batch body (mhc_small_kernels.cuh) builds its fragments with LoadFnFrag, runs the same
+// mma chains and finishes with FinishTokenLanes, so its results equal this body's bit for bit.
+//
 // Batch invariance: a token's partial sums depend on its row of X, D and fn only (the mma rows
 // are independent, every tile slot and every block runs the same chain); the slice count is a
 // function of D.
@@ -80,56 +83,66 @@ __device__ __forceinline__ int FragIndex(int chunk, int nt, int piece, int lane)
   return ((chunk * kTcNTiles + nt) * kTcPieces + piece) * 32 + lane;
 }
 
-// Stages the three bf16 pieces of fn for slice dims [d0, d0 + 256) of every stream. Entry (chunk
-// q = 4j + c, n-tile nt, lane (g, qd)) holds fn[8 nt + g][c·D + d0 + 32j + 8qd + 0..7] as 4 bf16
-// pairs (low half = lower dim), zeros past D. kFnVec: fn 16-byte aligned and D % 4 == 0.
+// The B fragment of (chunk, n-tile nt) that lane (g, qd) holds, in its three bf16 pieces:
+// fn[8 nt + g][c·D + d0 + 32j + 8qd + 0..7] (chunk = 4j + c) as 4 bf16 pairs (low half = lower
+// dim), zeros past D. kFnVec: fn 16-byte aligned and D % 4 == 0. Both bodies build their fragments
+// here, so their products are the same.
+template <bool kFnVec>
+__device__ __forceinline__ void LoadFnFrag(const MhcMixesParams& p, int64_t d0, int chunk, int nt,
+                                           int lane, uint4 (&frag)[kTcPieces]) {
+  const int64_t dim = p.dim;
+  const int64_t width = kMhcStreams * dim;
+  const int c = chunk % kMhcStreams;
+  const int j = chunk / kMhcStreams;
+  const int64_t d = d0 + kTcChunkDims * j + 8 * (lane % 4);
+  const int64_t row = (8 * nt + lane / 4) * width + c * dim;
+  float f[8];
+  if constexpr (kFnVec) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float4 v = d + 4 * h < dim
+                           ? __ldg(reinterpret_cast<const float4*>(p.fn + row + d + 4 * h))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      f[4 * h] = v.x;
+      f[4 * h + 1] = v.y;
+      f[4 * h + 2] = v.z;
+      f[4 * h + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = d + k < dim ? __ldg(p.fn + row + d + k) : 0.0f;
+  }
+  uint32_t w[kTcPieces][4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint32_t a[kTcPieces];
+    uint32_t b[kTcPieces];
+    SplitBf16x3(f[2 * k], a);
+    SplitBf16x3(f[2 * k + 1], b);
+#pragma unroll
+    for (int pc = 0; pc < kTcPieces; ++pc) w[pc][k] = a[pc] | (b[pc] << 16);
+  }
+#pragma unroll
+  for (int pc = 0; pc < kTcPieces; ++pc)
+    frag[pc] = make_uint4(w[pc][0], w[pc][1], w[pc][2], w[pc][3]);
+}
+
+// Stages the three bf16 pieces of fn for slice dims [d0, d0 + 256) of every stream: entry (chunk,
+// n-tile nt, lane) holds LoadFnFrag's fragment.
 template <bool kFnVec>
 __device__ __forceinline__ void StageFnPieces(const MhcMixesParams& p, int64_t d0,
                                               uint4* __restrict__ s_frag) {
-  const int64_t dim = p.dim;
-  const int64_t width = kMhcStreams * dim;
-  // All 12 entries of a thread unrolled, so their loads can be in flight together (the staging is
-  // the whole cost of a 1-token call).
+  // All 12 entries of a thread unrolled, so their loads can be in flight together.
 #pragma unroll
   for (int it = 0; it < kTcStageEntries; ++it) {
     const int e = static_cast<int>(threadIdx.x) + it * kTcThreads;
     const int lane = e % 32;
     const int nt = (e / 32) % kTcNTiles;
     const int chunk = e / (32 * kTcNTiles);
-    const int c = chunk % kMhcStreams;
-    const int j = chunk / kMhcStreams;
-    const int64_t d = d0 + kTcChunkDims * j + 8 * (lane % 4);
-    const int64_t row = (8 * nt + lane / 4) * width + c * dim;
-    float f[8];
-    if constexpr (kFnVec) {
+    uint4 frag[kTcPieces];
+    LoadFnFrag<kFnVec>(p, d0, chunk, nt, lane, frag);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float4 v = d + 4 * h < dim
-                             ? __ldg(reinterpret_cast<const float4*>(p.fn + row + d + 4 * h))
-                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        f[4 * h] = v.x;
-        f[4 * h + 1] = v.y;
-        f[4 * h + 2] = v.z;
-        f[4 * h + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) f[k] = d + k < dim ? __ldg(p.fn + row + d + k) : 0.0f;
-    }
-    uint32_t w[kTcPieces][4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint32_t a[kTcPieces];
-      uint32_t b[kTcPieces];
-      SplitBf16x3(f[2 * k], a);
-      SplitBf16x3(f[2 * k + 1], b);
-#pragma unroll
-      for (int pc = 0; pc < kTcPieces; ++pc) w[pc][k] = a[pc] | (b[pc] << 16);
-    }
-#pragma unroll
-    for (int pc = 0; pc < kTcPieces; ++pc) {
-      s_frag[FragIndex(chunk, nt, pc, lane)] = make_uint4(w[pc][0], w[pc][1], w[pc][2], w[pc][3]);
-    }
+    for (int pc = 0; pc < kTcPieces; ++pc) s_frag[FragIndex(chunk, nt, pc, lane)] = frag[pc];
   }
 }
 
@@ -384,22 +397,70 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   }
 }
 
-// 16 lanes per token, two tokens per warp (see the file comment).
-__global__ void __launch_bounds__(kTcFinishThreads)
-    MixesFinishLanesKernel(MhcMixesParams p, const float* __restrict__ workspace, int64_t slices) {
-  constexpr int kWarpsPerBlock = kTcFinishThreads / 32;
+// The per-token tail after the slice sums: `dot` (shared memory, this half-warp's token) holds
+// the 24 dot products and Σx² of token t. Lane e of the half (e = lane % 16) owns comb element e.
+// Every lane of the warp must call it (full-warp shuffles); `valid` false computes without storing.
+// Both finish paths (MixesFinishLanesKernel, the small-batch kernel) run exactly this code.
+__device__ __forceinline__ void FinishTokenLanes(const MhcMixesParams& p, const float* dot,
+                                                 int64_t t, bool valid, int lane) {
   constexpr int kS = kMhcStreams;
-  __shared__ float s_dot[kWarpsPerBlock][2][kMhcMixes + 1];
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int half = lane / 16;
   const int e = lane % 16;      // this lane's comb element: row e / 4, column e % 4
   const int first = lane & 16;  // lane 0 of this token's half
   const int row = e / kS;
   const int col = e % kS;
+  const float width_f = Int64ToF32(kS * p.dim);
+  // MhcMixesCpu: mean = sum / fp32(width) (a division), r = 1 / sqrt(mean + norm_eps).
+  const float mean = DivRn(dot[kMhcMixes], width_f);
+  const float r = DivRn(1.0f, SqrtRn(AddRn(mean, p.norm_eps)));
+  if (valid && p.mixes != nullptr) {
+    p.mixes[t * kMhcMixes + e] = MulRn(dot[e], r);
+    if (e + 16 < kMhcMixes) p.mixes[t * kMhcMixes + 16 + e] = MulRn(dot[16 + e], r);
+  }
+  if (valid && e < kS) {
+    const float mix = MulRn(dot[e], r);
+    p.pre[t * kS + e] = AddRn(Sigmoid(AddRn(MulRn(mix, p.scale[0]), p.base[e])), p.hc_eps);
+  } else if (valid && e < 2 * kS) {
+    const float mix = MulRn(dot[e], r);
+    p.post[t * kS + e - kS] = MulRn(2.0f, Sigmoid(AddRn(MulRn(mix, p.scale[1]), p.base[e])));
+  }
+  const int k = 2 * kS + e;
+  float m = AddRn(MulRn(MulRn(dot[k], r), p.scale[2]), p.base[k]);
+  // Round 1: softmax over the row (max-subtracted; std::max's a < b ? b : a), + eps.
+  float mx = __shfl_sync(0xFFFFFFFFu, m, first + kS * row);
+#pragma unroll
+  for (int j = 1; j < kS; ++j) {
+    const float v = __shfl_sync(0xFFFFFFFFu, m, first + kS * row + j);
+    mx = mx < v ? v : mx;
+  }
+  const float ex = ExpF(SubRn(m, mx));
+  float sum = __shfl_sync(0xFFFFFFFFu, ex, first + kS * row);
+#pragma unroll
+  for (int j = 1; j < kS; ++j) sum = AddRn(sum, __shfl_sync(0xFFFFFFFFu, ex, first + kS * row + j));
+  m = AddRn(DivRn(ex, sum), p.hc_eps);
+  // Then column sums; then sinkhorn_iters - 1 rounds of rows, columns. Sums ascend.
+  for (int it = 0; it < 2 * p.sinkhorn_iters - 1; ++it) {
+    const bool by_rows = it % 2 == 1;
+    const int src0 = by_rows ? first + kS * row : first + col;
+    const int step = by_rows ? 1 : kS;
+    float s = __shfl_sync(0xFFFFFFFFu, m, src0);
+#pragma unroll
+    for (int j = 1; j < kS; ++j) s = AddRn(s, __shfl_sync(0xFFFFFFFFu, m, src0 + j * step));
+    m = DivRn(m, AddRn(s, p.hc_eps));
+  }
+  if (valid) p.comb[t * kS * kS + e] = m;
+}
+
+// 16 lanes per token, two tokens per warp (see the file comment).
+__global__ void __launch_bounds__(kTcFinishThreads)
+    MixesFinishLanesKernel(MhcMixesParams p, const float* __restrict__ workspace, int64_t slices) {
+  constexpr int kWarpsPerBlock = kTcFinishThreads / 32;
+  __shared__ float s_dot[kWarpsPerBlock][2][kMhcMixes + 1];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int half = lane / 16;
+  const int e = lane % 16;
   const int64_t tokens = p.tokens;
   const int64_t pairs = (tokens + 1) / 2;
-  const float width_f = Int64ToF32(kS * p.dim);
   float* dot = s_dot[warp][half];
   for (int64_t pair = int64_t{blockIdx.x} * kWarpsPerBlock + warp; pair < pairs;
        pair += int64_t{gridDim.x} * kWarpsPerBlock) {
@@ -418,46 +479,7 @@ __global__ void __launch_bounds__(kTcFinishThreads)
     dot[e] = v0;
     if (two) dot[16 + e] = v1;
     __syncwarp();
-    // MhcMixesCpu: mean = sum / fp32(width) (a division), r = 1 / sqrt(mean + norm_eps).
-    const float mean = DivRn(dot[kMhcMixes], width_f);
-    const float r = DivRn(1.0f, SqrtRn(AddRn(mean, p.norm_eps)));
-    if (valid && p.mixes != nullptr) {
-      p.mixes[t * kMhcMixes + e] = MulRn(dot[e], r);
-      if (e + 16 < kMhcMixes) p.mixes[t * kMhcMixes + 16 + e] = MulRn(dot[16 + e], r);
-    }
-    if (valid && e < kS) {
-      const float mix = MulRn(dot[e], r);
-      p.pre[t * kS + e] = AddRn(Sigmoid(AddRn(MulRn(mix, p.scale[0]), p.base[e])), p.hc_eps);
-    } else if (valid && e < 2 * kS) {
-      const float mix = MulRn(dot[e], r);
-      p.post[t * kS + e - kS] = MulRn(2.0f, Sigmoid(AddRn(MulRn(mix, p.scale[1]), p.base[e])));
-    }
-    const int k = 2 * kS + e;
-    float m = AddRn(MulRn(MulRn(dot[k], r), p.scale[2]), p.base[k]);
-    // Round 1: softmax over the row (max-subtracted; std::max's a < b ? b : a), + eps.
-    float mx = __shfl_sync(0xFFFFFFFFu, m, first + kS * row);
-#pragma unroll
-    for (int j = 1; j < kS; ++j) {
-      const float v = __shfl_sync(0xFFFFFFFFu, m, first + kS * row + j);
-      mx = mx < v ? v : mx;
-    }
-    const float ex = ExpF(SubRn(m, mx));
-    float sum = __shfl_sync(0xFFFFFFFFu, ex, first + kS * row);
-#pragma unroll
-    for (int j = 1; j < kS; ++j)
-      sum = AddRn(sum, __shfl_sync(0xFFFFFFFFu, ex, first + kS * row + j));
-    m = AddRn(DivRn(ex, sum), p.hc_eps);
-    // Then column sums; then sinkhorn_iters - 1 rounds of rows, columns. Sums ascend.
-    for (int it = 0; it < 2 * p.sinkhorn_iters - 1; ++it) {
-      const bool by_rows = it % 2 == 1;
-      const int src0 = by_rows ? first + kS * row : first + col;
-      const int step = by_rows ? 1 : kS;
-      float s = __shfl_sync(0xFFFFFFFFu, m, src0);
-#pragma unroll
-      for (int j = 1; j < kS; ++j) s = AddRn(s, __shfl_sync(0xFFFFFFFFu, m, src0 + j * step));
-      m = DivRn(m, AddRn(s, p.hc_eps));
-    }
-    if (valid) p.comb[t * kS * kS + e] = m;
+    FinishTokenLanes(p, dot, t, valid, lane);
   }
 }
 

@@ -16,6 +16,8 @@ namespace flashserve::kernels::norm_rope_device {
 
 inline constexpr int kNormThreads = 256;
 inline constexpr int kRopeThreads = 128;
+// Chunks per thread an RMSNorm row may have to stay in registers between the two passes.
+inline constexpr int kNormCache = 4;
 
 // The per-launch RoPE constants, passed by value (2 KB of kernel parameters; no device table).
 struct RopeArgs {
@@ -110,7 +112,10 @@ __device__ __forceinline__ double GroupSum(double v, double* warp_sums) {
 // threads (a warp, or the block) share a row; kW = 8 needs 16-byte aligned rows and weight and
 // (cols - 2 * pairs) % 8 == 0. In place is safe: each thread reads x[c] before it writes out[c],
 // and pass 2 starts after every thread's pass-1 reads (GroupSum synchronises).
-template <int kGroup, typename W, int kW, typename Tail>
+// kCache: rows of at most kNormCache chunks per thread are held in registers between the passes
+// (few rows: latency; ~100-112 registers); without it the kernel keeps its small register
+// footprint (32-40 registers; many rows: occupancy). Same bits either way.
+template <int kGroup, typename W, int kW, typename Tail, bool kCache>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
   constexpr int kRowsPerBlock = kNormThreads / kGroup;
@@ -118,31 +123,76 @@ __global__ void __launch_bounds__(kNormThreads)
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t chunks = p.cols / kW;
   const int64_t plain_chunks = (p.cols - 2 * int64_t{tail.pairs}) / kW;
+  // kCache: rows of at most kNormCache chunks per thread (every row of the vectorised paths up to
+  // 8192 columns) stay in registers between the passes, and their weights are loaded with them, so
+  // a row costs one round trip to memory instead of one per chunk and pass.
+  const bool cached = kCache && chunks <= int64_t{kNormCache} * kGroup;
   const float inv_n = DivRn(1.0f, Int64ToF32(p.cols));
   for (int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup; row < p.rows;
        row += int64_t{gridDim.x} * kRowsPerBlock) {
     const uint16_t* x = p.x + row * p.x_stride;
     uint16_t* out = p.out + row * p.out_stride;
-    // Pass 1: sum of fp32 squares, in double.
-    double sum = 0.0;
-    for (int64_t j = lane; j < chunks; j += kGroup) {
-      float v[kW];
-      LoadBf16<kW>(x + j * kW, v);
+    constexpr int kSlots = kCache ? kNormCache : 1;
+    float v[kSlots][kW];
+    float w[kSlots][kW];
+    if (cached) {
 #pragma unroll
-      for (int i = 0; i < kW; ++i) sum += static_cast<double>(MulRn(v[i], v[i]));
+      for (int s = 0; s < kSlots; ++s) {
+        const int64_t j = lane + int64_t{s} * kGroup;
+        if (j < chunks) LoadBf16<kW>(x + j * kW, v[s]);
+        if (j < plain_chunks) LoadWeight<kW>(weight + j * kW, w[s]);
+      }
+    }
+    // kCache: the first rotated pair's cos/sin while the loads are in flight (RopeCosSinAt, as
+    // below).
+    float cs0 = 0.0f;
+    float sn0 = 0.0f;
+    if constexpr (Tail::kRope && kCache) {
+      if (lane < tail.pairs) RopeCosSinAt(tail.positions[row], tail.freqs[lane], &cs0, &sn0);
+    }
+    // Pass 1: sum of fp32 squares, in double, chunks in ascending order per thread.
+    double sum = 0.0;
+    if (cached) {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (lane + int64_t{s} * kGroup < chunks) {
+#pragma unroll
+          for (int i = 0; i < kW; ++i) sum += static_cast<double>(MulRn(v[s][i], v[s][i]));
+        }
+      }
+    } else {
+      for (int64_t j = lane; j < chunks; j += kGroup) {
+        float u[kW];
+        LoadBf16<kW>(x + j * kW, u);
+#pragma unroll
+        for (int i = 0; i < kW; ++i) sum += static_cast<double>(MulRn(u[i], u[i]));
+      }
     }
     sum = GroupSum<kGroup>(sum, warp_sums);
     const float mean = MulRn(DoubleToF32(sum), inv_n);
     const float r = DivRn(1.0f, SqrtRn(AddRn(mean, p.eps)));
     // Pass 2: the unrotated values.
-    for (int64_t j = lane; j < plain_chunks; j += kGroup) {
-      float v[kW];
-      float w[kW];
-      LoadBf16<kW>(x + j * kW, v);
-      LoadWeight<kW>(weight + j * kW, w);
+    if (cached) {
 #pragma unroll
-      for (int i = 0; i < kW; ++i) v[i] = MulRn(w[i], MulRn(v[i], r));
-      StoreBf16<kW>(out + j * kW, v);
+      for (int s = 0; s < kSlots; ++s) {
+        const int64_t j = lane + int64_t{s} * kGroup;
+        if (j < plain_chunks) {
+          float o[kW];
+#pragma unroll
+          for (int i = 0; i < kW; ++i) o[i] = MulRn(w[s][i], MulRn(v[s][i], r));
+          StoreBf16<kW>(out + j * kW, o);
+        }
+      }
+    } else {
+      for (int64_t j = lane; j < plain_chunks; j += kGroup) {
+        float u[kW];
+        float wu[kW];
+        LoadBf16<kW>(x + j * kW, u);
+        LoadWeight<kW>(weight + j * kW, wu);
+#pragma unroll
+        for (int i = 0; i < kW; ++i) u[i] = MulRn(wu[i], MulRn(u[i], r));
+        StoreBf16<kW>(out + j * kW, u);
+      }
     }
     if constexpr (Tail::kRope) {
       const int64_t nope = p.cols - 2 * int64_t{tail.pairs};
@@ -153,9 +203,9 @@ __global__ void __launch_bounds__(kNormThreads)
         const float a = Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c), MulRn(Bf16ToF32(x[c]), r))));
         const float b =
             Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c + 1), MulRn(Bf16ToF32(x[c + 1]), r))));
-        float cs = 0.0f;
-        float sn = 0.0f;
-        RopeCosSinAt(pos, tail.freqs[k], &cs, &sn);
+        float cs = cs0;
+        float sn = sn0;
+        if (!kCache || k != lane) RopeCosSinAt(pos, tail.freqs[k], &cs, &sn);
         if (tail.inverse) sn = -sn;
         float re = 0.0f;
         float im = 0.0f;
@@ -164,6 +214,71 @@ __global__ void __launch_bounds__(kNormThreads)
         out[c + 1] = static_cast<uint16_t>(F32ToBf16(im));
       }
     }
+  }
+}
+
+// Text RoPE for 16-byte layouts (the model's q, kv and indexer shapes): one thread per 4 pairs
+// (16 bytes) of one head's tail, 128 of them per block, a token's heads spread over
+// ceil(units / 128) blocks (so 1 token of q [64 x 512] uses 4 blocks, each thread one load and
+// one store); out of place, the unrotated dims are copied 16 bytes per thread in the same blocks.
+// Each block computes its token's rd/2 cos/sin once into shared memory (RopeCosSinAt, as the
+// generic kernel), while its loads are in flight. Needs pairs % 4 == 0, (head_dim - rd) % 8 == 0,
+// x and out 16-byte aligned, every stride a multiple of 8 elements; heads * head_dim < 2^31.
+__global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, RopeArgs f) {
+  __shared__ float s_cos[kMaxRopeDims / 2];
+  __shared__ float s_sin[kMaxRopeDims / 2];
+  const uint32_t pairs = static_cast<uint32_t>(f.pairs);
+  const uint32_t quads = pairs / 4;
+  const uint32_t nope = static_cast<uint32_t>(p.head_dim) - 2 * pairs;
+  const uint32_t rot_units = static_cast<uint32_t>(p.heads) * quads;
+  const uint32_t copy_per_head = p.out != p.x ? nope / 8 : 0;
+  const uint32_t units = rot_units + static_cast<uint32_t>(p.heads) * copy_per_head;
+  const int64_t blocks_per_token = (units + kRopeThreads - 1) / kRopeThreads;
+  for (int64_t b = blockIdx.x; b < p.tokens * blocks_per_token; b += gridDim.x) {
+    const int64_t t = b / blocks_per_token;
+    const uint32_t u = static_cast<uint32_t>(b - t * blocks_per_token) * kRopeThreads + threadIdx.x;
+    const uint16_t* x_tok = p.x + t * p.x_stride;
+    uint16_t* out_tok = p.out + t * p.out_stride;
+    const uint16_t* src = nullptr;
+    uint16_t* dst = nullptr;
+    uint32_t k0 = 0;  // first pair of a rotated unit
+    if (u < rot_units) {
+      const uint32_t h = u / quads;
+      k0 = 4 * (u - h * quads);
+      src = x_tok + h * p.x_head_stride + nope + 2 * k0;
+      dst = out_tok + h * p.out_head_stride + nope + 2 * k0;
+    } else if (u < units) {
+      const uint32_t h = (u - rot_units) / copy_per_head;
+      const uint32_t d = 8 * (u - rot_units - h * copy_per_head);
+      src = x_tok + h * p.x_head_stride + d;
+      dst = out_tok + h * p.out_head_stride + d;
+    }
+    const uint4 v = src != nullptr ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+    const int64_t pos = f.positions[t];
+    for (uint32_t k = threadIdx.x; k < pairs; k += kRopeThreads) {
+      float cs = 0.0f;
+      float sn = 0.0f;
+      RopeCosSinAt(pos, f.freqs[k], &cs, &sn);
+      s_cos[k] = cs;
+      s_sin[k] = f.inverse ? -sn : sn;
+    }
+    __syncthreads();
+    if (u < rot_units) {
+      const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+      uint32_t res[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float re = 0.0f;
+        float im = 0.0f;
+        RotatePair(Bf16ToF32(in[i] & 0xFFFFu), Bf16ToF32(in[i] >> 16), s_cos[k0 + i], s_sin[k0 + i],
+                   &re, &im);
+        res[i] = F32ToBf16(re) | (F32ToBf16(im) << 16);
+      }
+      *reinterpret_cast<uint4*>(dst) = make_uint4(res[0], res[1], res[2], res[3]);
+    } else if (u < units) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    }
+    __syncthreads();  // s_cos / s_sin are rewritten for the next block's token
   }
 }
 

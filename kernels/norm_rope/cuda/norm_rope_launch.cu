@@ -26,6 +26,10 @@ using norm_rope_device::RopeArgs;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 // A warp per row up to this width; a 256-thread block per row above.
 constexpr int64_t kWarpRowMaxCols = 1024;
+// Vectorised RMSNorm keeps rows in registers between its passes (RmsNormKernel's kCache) up to
+// this many rows: it cuts a decode row's latency, but its registers cost occupancy, which made
+// 16384-row launches 1.2-2.2x slower on an H200 (README.md "CUDA").
+constexpr int64_t kNormCacheMaxRows = 256;
 
 bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
@@ -45,12 +49,23 @@ RopeArgs MakeRopeArgs(const RopeTable& table, const int64_t* positions, bool inv
   return a;
 }
 
-template <int kGroup, typename W, int kW, typename Tail>
+template <int kGroup, typename W, int kW, typename Tail, bool kCache = false>
 void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
-  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail>
+  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache>
       <<<BlocksFor(p.rows, kRowsPerBlock), kNormThreads, 0, stream>>>(p, weight, tail);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The vectorised (kW = 8) kernel, register-cached for few rows whose chunks fit.
+template <int kGroup, typename W, typename Tail>
+void LaunchNormVec(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
+  const bool fits = p.cols / 8 <= int64_t{norm_rope_device::kNormCache} * kGroup;
+  if (fits && p.rows <= kNormCacheMaxRows) {
+    LaunchNorm<kGroup, W, 8, Tail, true>(p, weight, tail, stream);
+  } else {
+    LaunchNorm<kGroup, W, 8, Tail>(p, weight, tail, stream);
+  }
 }
 
 template <typename W, typename Tail>
@@ -60,11 +75,11 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
                    Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
   const bool warp_rows = p.cols <= kWarpRowMaxCols;
   if (warp_rows && vec) {
-    LaunchNorm<32, W, 8>(p, weight, tail, stream);
+    LaunchNormVec<32>(p, weight, tail, stream);
   } else if (warp_rows) {
     LaunchNorm<32, W, 1>(p, weight, tail, stream);
   } else if (vec) {
-    LaunchNorm<kNormThreads, W, 8>(p, weight, tail, stream);
+    LaunchNormVec<kNormThreads>(p, weight, tail, stream);
   } else {
     LaunchNorm<kNormThreads, W, 1>(p, weight, tail, stream);
   }
@@ -107,6 +122,18 @@ absl::Status LaunchRope(const RopeParams& p, CUstream_st* stream) {
   const bool vec = nope % 2 == 0 && Aligned(p.x, 2 * p.x_stride, 4) &&
                    Aligned(p.out, 2 * p.out_stride, 4) && p.x_head_stride % 2 == 0 &&
                    p.out_head_stride % 2 == 0;
+  const int64_t pairs = p.table->rope_dims() / 2;
+  const bool vec16 = pairs % 4 == 0 && nope % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) &&
+                     Aligned(p.out, 2 * p.out_stride, 16) && p.x_head_stride % 8 == 0 &&
+                     p.out_head_stride % 8 == 0;
+  if (vec16) {
+    const int64_t units = p.heads * (pairs / 4 + (p.out != p.x ? nope / 8 : 0));
+    const int64_t per_token = (units + kRopeThreads - 1) / kRopeThreads;
+    norm_rope_device::
+        RopeVec16Kernel<<<BlocksFor(p.tokens * per_token, 1), kRopeThreads, 0, stream>>>(p, args);
+    CUDA_CHECK(cudaGetLastError());
+    return absl::OkStatus();
+  }
   const unsigned blocks = BlocksFor(p.tokens, 1);
   if (vec) {
     norm_rope_device::RopeKernel<true><<<blocks, kRopeThreads, 0, stream>>>(p, args);

@@ -1,0 +1,391 @@
+// Device code of the int8 tensor-core scorer for k_rows keys (indexer_launch.cu only; not a public
+// header): released dims (32 heads × 128), 4-byte aligned rows. Bit-identical to IndexerScoreCpu
+// on the decoded keys; README.md "CUDA" gives the proof. In short:
+//
+// - A key row holds, per 32-block b of d, E2M1 codes whose decoded values are m·2^(s_b − 128)
+//   with m ∈ {0, ±1, ±2, ±3, ±4, ±6, ±8, ±12} (twice the E2M1 value) and s_b the UE8M0 byte.
+// - q (bf16, FP4-QDQ'd by the caller) is split per (row, head, block) into integers m with
+//   |m| <= 127 and an exponent e: v = m·2^e exactly (e = the lowest set bit of the block's nonzero
+//   values). A (row, head) with a non-finite value, |m| > 127, an exponent out of range or a
+//   non-finite w takes the exact path for every key.
+// - mma.sync m16n8k32 (s8·s8 → s32) gives each block's exact integer partial P_b; the exact dot
+//   product is S·2^Eref with S = Σ_b P_b·2^(sh_b) (sh_b = the block's exponent above
+//   Eref = min_q + min_k over nonzero blocks), summed in int32.
+// - The CPU's sequential fp32 sum equals S·2^Eref when every product and partial sum is an integer
+//   multiple of 2^Eref below 2^(Eref + 24) in magnitude with −149 <= Eref <= 100: then each fp32
+//   mul and add is exact. All of them are bounded by Σ_d |q_d·k_d| <= 4·32·Mq·12·2^(span_q +
+//   span_k)·2^Eref (Mq = max |m| of the head's q, span = max − min exponent over nonzero blocks),
+//   so the kernel checks 1536·Mq·2^(span_q + span_k) < 2^24 per (row, head, key) as one compare of
+//   the key's span against the head's budget. Failing dot products ("fallbacks") are recomputed in
+//   the CPU's order from the decoded key (counted in cuda_rechecks).
+// - Then the CPU's bf16 rounding, ReLU, × w and head sum, as in the bf16 scorer.
+//
+// Layout as IndexerScoreMmaKernel: a CTA holds the q of up to kMmaRows rows (int8, fragment order)
+// and walks tiles of 128 keys; each warp reads its 32 keys' codes straight into A fragments.
+// Within a 32-block, lane quad t holds d = 8t .. 8t + 7 (one 4-byte load of codes); the same
+// permutation of d is applied to q, which leaves each block's exact integer sum unchanged.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/indexer/cuda/indexer_kernels.cuh"
+#include "kernels/indexer/cuda/score_mma_kernel.cuh"
+#include "kernels/indexer/cuda/score_tile_kernel.cuh"
+#include "kernels/indexer/indexer.h"
+
+namespace flashserve::kernels::indexer_device {
+
+inline constexpr int kI8Blocks = kMmaDim / 32;               // 32-blocks of d per head
+inline constexpr int kI8RowBytes = kMmaDim / 2 + kI8Blocks;  // 68
+inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;    // int8 q of one row
+inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;      // dq, min_q, budget, w
+inline constexpr int kI8SpanBad = 255;                       // a key that always falls back
+// Exponent ranges that keep Eref = min_q + min_k in [−149, 100].
+inline constexpr int kI8MinQLo = -49, kI8MinQHi = 40;
+inline constexpr int kI8MinKLo = -100, kI8MinKHi = 60;  // UE8M0 bytes 28 .. 188
+
+inline size_t ScoreInt8SmemBytes(int rows) {
+  return static_cast<size_t>(rows) * (kI8QFragBytes + kI8HeadInfoBytes) +
+         static_cast<size_t>(kMmaWarps) * (kMmaVBytes + kMmaQueue * 2);
+}
+
+__device__ __forceinline__ void MmaS8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                      uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %10, %10, %10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+// Four E2M1 codes (16 bits, element 0 in the low nibble) as four int8 m = 2·value.
+__device__ __forceinline__ uint32_t E2m1x4ToS8(uint32_t h) {
+  const uint32_t sel = h & 0x7777u;
+  const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel);
+  const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);
+  return __byte_perm(pos, neg, 0x3210u | ((h >> 1) & 0x4444u));
+}
+
+// 2^n as fp32 for n in [−126, 127].
+__device__ __forceinline__ float Pow2(int n) {
+  return __uint_as_float(static_cast<uint32_t>(n + 127) << 23);
+}
+
+// The CPU's qk for q head qh (bf16) and k_rows row kr: fp32 mul then add, d ascending, from +0.
+__device__ __forceinline__ float ExactDotRow(const uint16_t* qh, const uint8_t* kr) {
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int c = 0; c < kMmaDim / 8; ++c) {
+    const uint4 kv = DecodeIndexK8(kr, kMmaDim, c);
+    const uint32_t kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc = __fadd_rn(acc, __fmul_rn(Bf16ToFloat(__ldg(qh + 8 * c + 2 * i)), LowBf16(kw[i])));
+      acc = __fadd_rn(acc, __fmul_rn(Bf16ToFloat(__ldg(qh + 8 * c + 2 * i + 1)), HighBf16(kw[i])));
+    }
+  }
+  return acc;
+}
+
+// Splits one (row, head) of q into int8 fragments (q_frag: [block c][n-tile j][lane] uint2) and
+// its per-head info: dq (byte b: block b's exponent above min_q), min_q, budget (largest key span
+// the exactness bound allows; −1: every key falls back), w.
+__device__ __forceinline__ void PrepareQHead(const uint16_t* qh, float wv, unsigned char* q_frag,
+                                             int head, uint32_t* dq_out, int* min_out,
+                                             int* budget_out, float* w_out) {
+  int e_blk[kI8Blocks];
+  bool ok = fabsf(wv) <= 3.4028234663852886e38f;
+  int min_q = 1 << 20, max_q = -(1 << 20);
+#pragma unroll 1
+  for (int c = 0; c < kI8Blocks; ++c) {
+    int lo = 1 << 20, hi = -(1 << 20);
+    for (int d = 0; d < 32; ++d) {
+      const uint32_t mag = __ldg(qh + 32 * c + d) & 0x7FFFu;
+      if (mag == 0) continue;
+      const uint32_t ef = mag >> 7;
+      if (ef == 0xFFu) {
+        ok = false;
+        continue;
+      }
+      const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
+      const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;  // value = sig · 2^x
+      lo = min(lo, x + __ffs(static_cast<int>(sig)) - 1);
+      hi = max(hi, x + 31 - __clz(static_cast<int>(sig)));
+    }
+    e_blk[c] = lo;
+    if (lo <= hi) {                 // a nonzero block
+      if (hi - lo > 6) ok = false;  // |m| would exceed 127
+      min_q = min(min_q, lo);
+      max_q = max(max_q, lo);
+    }
+  }
+  const bool any = min_q <= max_q;
+  if (!any) min_q = max_q = 0;
+  if (min_q < kI8MinQLo || min_q > kI8MinQHi || max_q - min_q > 24) ok = false;
+  int mq = 0;
+  uint32_t dq = 0;
+  const int j = (head % 8) / 2, gg = 2 * (head / 8) + head % 2;
+#pragma unroll 1
+  for (int c = 0; c < kI8Blocks; ++c) {
+    const bool nz = e_blk[c] != (1 << 20);
+    if (nz && ok) dq |= static_cast<uint32_t>(e_blk[c] - min_q) << (8 * c);
+    for (int d = 0; d < 32; ++d) {
+      const uint16_t b = __ldg(qh + 32 * c + d);
+      const uint32_t mag = b & 0x7FFFu;
+      int m = 0;
+      if (ok && mag != 0) {
+        const uint32_t ef = mag >> 7;
+        const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
+        const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;
+        const int tz = __ffs(static_cast<int>(sig)) - 1;
+        m = static_cast<int>(sig >> tz) << (x + tz - e_blk[c]);
+        mq = max(mq, m);
+        if ((b & 0x8000u) != 0) m = -m;
+      }
+      // d = 8t + i within the block: lane (gg, t), register i / 4, byte i % 4.
+      const int t = d / 8, i = d % 8;
+      q_frag[((c * 4 + j) * 32 + gg * 4 + t) * 8 + (i / 4) * 4 + i % 4] =
+          static_cast<unsigned char>(static_cast<int8_t>(m));
+    }
+  }
+  int budget = -1;
+  if (ok) {
+    if (mq == 0) {
+      budget = 64;  // every product is ±0
+    } else {
+      for (int s = 24 - (max_q - min_q); s >= 0; --s) {
+        if ((int64_t{1536} * mq << (s + max_q - min_q)) < (int64_t{1} << 24)) {
+          budget = s;
+          break;
+        }
+      }
+    }
+  }
+  *dq_out = dq;
+  *min_out = min_q;
+  *budget_out = budget;
+  *w_out = wv;
+}
+
+// grid.x walks key tiles (grid-stride), grid.y groups of kMmaRows rows.
+__global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerScoreParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int rows_cap = static_cast<int>(p.tokens < kMmaRows ? p.tokens : kMmaRows);
+  unsigned char* q_frag = smem;  // [row][c][j][lane] uint2
+  uint32_t* dq_s = reinterpret_cast<uint32_t*>(smem + rows_cap * kI8QFragBytes);  // [row][h]
+  int* minq_s = reinterpret_cast<int*>(dq_s + rows_cap * kMmaHeads);
+  int* budget_s = minq_s + rows_cap * kMmaHeads;
+  float* w_s = reinterpret_cast<float*>(budget_s + rows_cap * kMmaHeads);
+  unsigned char* v_s =
+      reinterpret_cast<unsigned char*>(w_s + rows_cap * kMmaHeads) + warp * kMmaVBytes;
+  uint16_t* queue =
+      reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(w_s + rows_cap * kMmaHeads) +
+                                  kMmaWarps * kMmaVBytes) +
+      warp * kMmaQueue;
+  const int64_t tiles = (p.width + kMmaTileKeys - 1) / kMmaTileKeys;
+  const int64_t groups = (p.tokens + kMmaRows - 1) / kMmaRows;
+  unsigned long long fallbacks = 0;
+
+  for (int64_t group = blockIdx.y; group < groups; group += gridDim.y) {
+    const int64_t row0 = group * kMmaRows;
+    const int nrows = static_cast<int>(p.tokens - row0 < kMmaRows ? p.tokens - row0 : kMmaRows);
+    __syncthreads();  // the previous group's readers are done
+    for (int i = tid; i < nrows * kMmaHeads; i += kMmaThreads) {
+      const int r = i / kMmaHeads, h = i % kMmaHeads;
+      PrepareQHead(p.q + (row0 + r) * p.q_stride + h * kMmaDim,
+                   Bf16ToFloat(p.w[(row0 + r) * p.w_stride + h]), q_frag + r * kI8QFragBytes, h,
+                   dq_s + i, minq_s + i, budget_s + i, w_s + i);
+    }
+    __syncthreads();
+
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int64_t wk0 = tile * kMmaTileKeys + warp * kMmaWarpKeys;  // the warp's first key
+      if (wk0 >= Reach(p.start_pos, p.ratio, row0 + nrows - 1)) {     // no row sees these keys
+        for (int r = 0; r < nrows; ++r) {
+          if (wk0 + lane < p.width)
+            p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
+        }
+        continue;
+      }
+      // Key slot kk = 2·mt + half is key wk0 + 16·mt + 8·half + g. a[kk][c]: its int8 codes of
+      // block c, d = 8t .. 8t + 3 (x) and 8t + 4 .. 8t + 7 (y).
+      uint2 a[4][kI8Blocks];
+      uint32_t dk[4];  // byte c: block c's exponent above min_k
+      int min_k[4], span_k[4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const int64_t key = wk0 + 16 * (kk / 2) + 8 * (kk % 2) + g;
+        uint32_t words[kI8Blocks], scales = 0, nz = 0;
+        const uint32_t* row = reinterpret_cast<const uint32_t*>(p.k_rows + key * p.k_row_stride);
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) words[c] = key < p.width ? __ldg(row + 4 * c + t) : 0u;
+        if (key < p.width) scales = __ldg(row + kMmaDim / 8);
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) {
+          a[kk][c] = make_uint2(E2m1x4ToS8(words[c] & 0xFFFFu), E2m1x4ToS8(words[c] >> 16));
+          nz |= (words[c] & 0x77777777u) != 0 ? 1u << c : 0u;
+        }
+        nz |= __shfl_xor_sync(0xFFFFFFFFu, nz, 1);
+        nz |= __shfl_xor_sync(0xFFFFFFFFu, nz, 2);
+        int lo = 1 << 20, hi = -(1 << 20);
+        bool ok = true;
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) {
+          const int s = static_cast<int>((scales >> (8 * c)) & 0xFFu);
+          if (s == 0xFF) ok = false;  // decodes to NaN even where the codes are zero
+          if ((nz >> c) & 1u) {
+            lo = min(lo, s - 128);
+            hi = max(hi, s - 128);
+          }
+        }
+        if (lo > hi) lo = hi = 0;  // every code zero: the dot products are ±0
+        if (lo < kI8MinKLo || hi > kI8MinKHi) ok = false;
+        uint32_t d = 0;
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) {
+          const int s = static_cast<int>((scales >> (8 * c)) & 0xFFu);
+          if (ok && ((nz >> c) & 1u)) d |= static_cast<uint32_t>(s - 128 - lo) << (8 * c);
+        }
+        dk[kk] = d;
+        min_k[kk] = lo;
+        span_k[kk] = ok ? hi - lo : kI8SpanBad;
+      }
+
+      for (int r = 0; r < nrows; ++r) {
+        const int64_t row = row0 + r;
+        const int64_t reach = Reach(p.start_pos, p.ratio, row);
+        uint16_t* out = p.scores + row * p.scores_stride;
+        if (wk0 >= reach) {  // warp-uniform
+          if (wk0 + lane < p.width) out[wk0 + lane] = kBf16NegInf;
+          continue;
+        }
+        // Heads 8t .. 8t + 7 of this lane: exponent shifts, min_q, budget, w.
+        uint32_t dq[8];
+        int min_q[8], budget[8];
+        float wv[8];
+#pragma unroll
+        for (int hh = 0; hh < 8; ++hh) {
+          const int i = r * kMmaHeads + 8 * t + hh;
+          dq[hh] = dq_s[i];
+          min_q[hh] = minq_s[i];
+          budget[hh] = budget_s[i];
+          wv[hh] = w_s[i];
+        }
+        uint32_t acc[2][4][4];  // S per (mt, n-tile, element), int32 as wrapping uint32
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0u;
+          }
+        }
+        const uint2* qf = reinterpret_cast<const uint2*>(q_frag + r * kI8QFragBytes);
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint2 b = qf[(c * 4 + j) * 32 + lane];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              const uint2& k0 = a[2 * mt][c];
+              const uint2& k1 = a[2 * mt + 1][c];
+              int part[4];
+              MmaS8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int kk = 2 * mt + e / 2, hh = 2 * j + e % 2;
+                // dq, dk bytes are <= 24 each on the exact path (no carries between bytes); a
+                // failing pair's garbage is never used.
+                const uint32_t sh = ((dq[hh] + dk[kk]) >> (8 * c)) & 31u;
+                acc[mt][j][e] += static_cast<uint32_t>(part[e]) << sh;
+              }
+            }
+          }
+        }
+        uint32_t fail = 0, visible = 0;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int mt = kk / 2, half = kk % 2;
+          const int key_local = 16 * mt + 8 * half + g;
+          if (Visible(p, row, reach, wk0 + key_local)) visible |= 0xFFu << (8 * kk);
+          float v[8];
+#pragma unroll
+          for (int hh = 0; hh < 8; ++hh) {
+            const int s = static_cast<int>(acc[mt][hh / 2][2 * half + hh % 2]);
+            const bool ok = span_k[kk] <= budget[hh];
+            fail |= (ok ? 0u : 1u) << (8 * kk + hh);
+            // |s| < 2^24 and Eref in [−149, 100] on the exact path: s·2^Eref is an fp32 value, and
+            // so is every intermediate (a subnormal Eref goes through 2^(Eref + 24), then 2^-24).
+            const int eref = ok ? min_q[hh] + min_k[kk] : 0;
+            const int pre = eref < -126 ? 24 : 0;
+            const float dot = __fmul_rn(__fmul_rn(__int2float_rn(s), Pow2(eref + pre)), Pow2(-pre));
+            const uint32_t hb = RneBf16High(dot);
+            const float relu = fmaxf(__uint_as_float(hb & 0xFFFF0000u), 0.0f);
+            v[hh] = __fmul_rn(wv[hh], relu);  // a ±0 term does not change the head sum
+          }
+          uint4 packed;
+          packed.x = PackBf16x2(v[1], v[0]);
+          packed.y = PackBf16x2(v[3], v[2]);
+          packed.z = PackBf16x2(v[5], v[4]);
+          packed.w = PackBf16x2(v[7], v[6]);
+          *reinterpret_cast<uint4*>(v_s + key_local * kMmaVRowBytes + 16 * t) = packed;
+        }
+        fail &= visible;
+        if (__any_sync(0xFFFFFFFFu, fail != 0)) {
+          // Compact the failing (lane, element) pairs into the warp's queue, then recompute them
+          // 32 at a time, each in the CPU's exact order.
+          const int cnt = __popc(fail);
+          int incl = cnt;
+#pragma unroll
+          for (int o = 1; o < 32; o *= 2) {
+            const int y = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+            if (lane >= o) incl += y;
+          }
+          const int total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+          int at = incl - cnt;
+          for (uint32_t f = fail; f != 0; f &= f - 1) {
+            queue[at++] = static_cast<uint16_t>(lane * 32 + __ffs(static_cast<int>(f)) - 1);
+          }
+          __syncwarp();
+          for (int e = lane; e < total; e += 32) {
+            const int entry = queue[e];
+            const int el = entry / 32, i = entry % 32;
+            const int kk = i / 8, head = 8 * (el % 4) + i % 8;
+            const int key_local = 16 * (kk / 2) + 8 * (kk % 2) + el / 4;
+            const float dot = ExactDotRow(p.q + row * p.q_stride + head * kMmaDim,
+                                          p.k_rows + (wk0 + key_local) * p.k_row_stride);
+            const float qk = RoundToBf16(dot);
+            const float relu = qk > 0.0f ? qk : 0.0f;
+            const uint16_t term = FloatToBf16(__fmul_rn(w_s[r * kMmaHeads + head], relu));
+            *reinterpret_cast<uint16_t*>(v_s + key_local * kMmaVRowBytes + 2 * head) = term;
+          }
+          fallbacks += lane == 0 ? static_cast<unsigned long long>(total) : 0ull;
+        }
+        __syncwarp();
+        // Head sum of key wk0 + lane, heads ascending from +0.
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint4 x = *reinterpret_cast<const uint4*>(v_s + lane * kMmaVRowBytes + 16 * c);
+          const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            sum = __fadd_rn(sum, LowBf16(words[i]));
+            sum = __fadd_rn(sum, HighBf16(words[i]));
+          }
+        }
+        const int64_t key = wk0 + lane;
+        if (key < p.width) out[key] = Visible(p, row, reach, key) ? FloatToBf16(sum) : kBf16NegInf;
+        __syncwarp();  // the next row's terms overwrite v_s
+      }
+    }
+  }
+  if (p.cuda_rechecks != nullptr && fallbacks != 0) atomicAdd(p.cuda_rechecks, fallbacks);
+}
+
+}  // namespace flashserve::kernels::indexer_device
