@@ -13,8 +13,8 @@ namespace {
 // constant, not the device's SM count, so the bits never depend on the device.
 constexpr int64_t kTargetCtas = 264;
 constexpr int64_t kWgmmaTargetCtas = 132;  // the wgmma kernel: one CTA per SM
-// The automatic plan takes the wgmma kernel from this M (one 128-row tile) and N (one 256-column
-// tile) on; below, the mma.sync kernel's 16-64-row tiles waste less.
+// The automatic plan considers the wgmma kernel from this M (one 128-row tile) and N (one
+// 256-column tile) on; below, the mma.sync kernel's 16-64-row tiles waste less.
 constexpr int64_t kWgmmaMinM = 128;
 constexpr int64_t kWgmmaMinN = 256;
 constexpr int64_t kMaxN = int64_t{65535} * kFloatLinearCudaTileN;  // grid.y limit
@@ -38,17 +38,12 @@ bool ExactlyOne(const void* a, const void* b) { return (a == nullptr) != (b == n
 
 }  // namespace
 
-FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
+namespace {
+
+// The plan for a resolved tile_rows.
+FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   FloatLinearCudaPlan plan;
-  const bool bf16_only = p.x_f32 == nullptr && p.w_f32 == nullptr;
-  const int64_t max_rows = p.x_f32 != nullptr ? 32 : 64;
-  if (p.tile_rows != 0) {
-    plan.tile_rows = p.tile_rows;
-  } else if (bf16_only && p.m >= kWgmmaMinM && p.n >= kWgmmaMinN) {
-    plan.tile_rows = kFloatLinearCudaWgmmaRows;
-  } else {
-    plan.tile_rows = std::min<int64_t>(max_rows, p.m <= 16 ? 16 : (p.m <= 32 ? 32 : 64));
-  }
+  plan.tile_rows = tile_rows;
   const bool wgmma = plan.tile_rows == kFloatLinearCudaWgmmaRows;
   plan.tile_cols = wgmma ? kFloatLinearCudaWgmmaCols : kFloatLinearCudaTileN;
   plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
@@ -69,6 +64,22 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   plan.steps_per_split = CeilDiv(plan.k_steps, splits);
   plan.splits = plan.steps_per_split > 0 ? CeilDiv(plan.k_steps, plan.steps_per_split) : 1;
   return plan;
+}
+
+}  // namespace
+
+FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
+  if (p.tile_rows != 0) return PlanFor(p, p.tile_rows);
+  const bool bf16_only = p.x_f32 == nullptr && p.w_f32 == nullptr;
+  const int64_t max_rows = p.x_f32 != nullptr ? 32 : 64;
+  if (bf16_only && p.m >= kWgmmaMinM && p.n >= kWgmmaMinN) {
+    // The A/B on the H200 (README "CUDA: plan rule"): wgmma loses where the plan leaves each CTA
+    // under kFloatLinearCudaWgmmaMinSplitK of K (the compressor's wkv at M = 128 / 256: 128 / 192;
+    // K = 512 shapes), and wins from 640 on (wo_a at M = 128: 1024).
+    const FloatLinearCudaPlan w = PlanFor(p, kFloatLinearCudaWgmmaRows);
+    if (w.steps_per_split * kFloatLinearCudaKStep >= kFloatLinearCudaWgmmaMinSplitK) return w;
+  }
+  return PlanFor(p, std::min<int64_t>(max_rows, p.m <= 16 ? 16 : (p.m <= 32 ? 32 : 64)));
 }
 
 size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m) {

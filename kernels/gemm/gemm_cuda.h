@@ -15,6 +15,13 @@
 //   bit, other inputs within about one bf16 rounding. Scale byte 255 (NaN) gives NaN, as on the
 //   CPU; E4M3 NaN codes (0x7F, 0xFF) are rejected by DeviceFp8Linear::Upload (the decoder would
 //   read them as ±480).
+// - The FP8 wgmma kernel (tile_rows 128 with wgmma_bf16 = false; opt-in, see LinearCudaParams)
+//   reads the activation codes and scales instead (kernels/quant LaunchQuantize, the same
+//   quantisation) and follows the reference's blockwise order: per 32-wide K block one FP8
+//   tensor-core sum of the 32 code products, then acc = fma(partial, s_a · s_w, acc) in
+//   ascending block order. The partial is exact when the products fit the tensor core's FP8
+//   accumulator (exact-arithmetic inputs: bit for bit); on general inputs it may be coarser than
+//   an fp32 sum (README.md "CUDA: the FP8 wgmma kernel").
 // - Epilogue: + bias (fp32) and one RNE rounding to bf16, or the fp32 sum (y_f32).
 // - Split-K (small M): each split writes fp32 partials, a second kernel sums them in ascending
 //   split order from +0. The plan depends only on (M, N, K, params), never on the device, so
@@ -60,10 +67,21 @@ inline constexpr int64_t kLinearCudaTileN = 128;  // output columns per CTA
 // K per pipeline stage of the kernel (gemm_device::kBK, static_assert in the launcher): the unit
 // of LinearCudaPlan::k_steps / steps_per_split for every tile size.
 inline constexpr int64_t kLinearCudaKStep = 128;
-// The wgmma kernel (tile_rows 128, large M): 128 × 256 CTA tiles, K per stage 64.
+// The wgmma kernels (tile_rows 128, large M). FP8 (the default): E4M3 codes on the FP8 tensor
+// cores, 128 × 128 CTA tiles, K per stage 128. bf16 expansion (LinearCudaParams::wgmma_bf16, for
+// A/B): weights decoded to bf16 in shared memory, 128 × 256 tiles, K per stage 64.
 inline constexpr int64_t kLinearCudaWgmmaRows = 128;
 inline constexpr int64_t kLinearCudaWgmmaCols = 256;
 inline constexpr int64_t kLinearCudaWgmmaKStep = 64;
+inline constexpr int64_t kLinearCudaWgmmaFp8Cols = 128;
+inline constexpr int64_t kLinearCudaWgmmaFp8KStep = 128;
+// The automatic plan takes a wgmma kernel only when every CTA has at least this much K (its
+// K split): below it the pipeline fill and the split-K partials cost more than the wgmma rate
+// gains (README "CUDA: plan rule").
+inline constexpr int64_t kLinearCudaWgmmaMinSplitK = 640;
+
+enum class LinearCudaKernel { kMmaSync = 0, kWgmmaBf16 = 1, kWgmmaFp8 = 2 };
+const char* LinearCudaKernelName(LinearCudaKernel kernel);
 
 // InvalidArgumentError naming the field (dims, null or misaligned pointers), else OK.
 absl::Status Validate(const Fp8LinearDevice& w);
@@ -78,9 +96,15 @@ struct LinearCudaParams {
   float* y_f32 = nullptr;
   int64_t y_stride = 0;  // elements, >= N
   // 0 = automatic (LinearCudaPlan); 16, 32 or 64 forces the mma.sync kernel with that many CTA
-  // rows, 128 the wgmma kernel (128 × 256 tiles) (tests, benches). Automatic: wgmma for
-  // M >= 128 and N >= 256, else mma.sync with 16 / 32 / 64 rows.
+  // rows, 128 a wgmma kernel (tests, benches). Automatic: wgmma for M >= 128 and N >= 128 when
+  // the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK of K, else mma.sync with
+  // 16 / 32 / 64 rows.
   int64_t tile_rows = 0;
+  // When the plan takes wgmma: true (default) = the bf16-expansion wgmma kernel (128 × 256
+  // tiles), false = the FP8 wgmma kernel (E4M3 operands, 128 × 128 tiles; ~1.3x faster, but its
+  // FP8 tensor-core accumulation is coarser than fp32: on the H200 rel-RMS 6e-4 against LinearCpu
+  // vs 1e-4, 0.7 % of outputs beyond one bf16 ulp — opt-in, README.md "CUDA: the FP8 wgmma kernel").
+  bool wgmma_bf16 = true;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
@@ -90,11 +114,12 @@ struct LinearCudaParams {
   size_t workspace_bytes = 0;
 };
 
-// What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k): the kernel (tile_rows 128:
-// wgmma, else mma.sync), CTA rows (16/32/64/128) and columns (128 / 256), K per pipeline stage
-// (kLinearCudaKStep, or kLinearCudaWgmmaKStep for wgmma), K splits and the K steps of each
-// split. Pure; cheap.
+// What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k, wgmma_bf16): the kernel, CTA rows
+// (16/32/64/128) and columns (128 / 256), K per pipeline stage (kLinearCudaKStep,
+// kLinearCudaWgmmaKStep, kLinearCudaWgmmaFp8KStep), K splits and the K steps of each split.
+// Pure; cheap.
 struct LinearCudaPlan {
+  LinearCudaKernel kernel = LinearCudaKernel::kMmaSync;
   int64_t tile_rows = 16;
   int64_t tile_cols = kLinearCudaTileN;
   int64_t k_step = kLinearCudaKStep;
@@ -105,13 +130,20 @@ struct LinearCudaPlan {
   int64_t n_tiles = 0;
 };
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
-                              int64_t split_k = 0);
+                              int64_t split_k = 0, bool wgmma_bf16 = true);
 
-// Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic): the QDQ
-// activations (2·M·K, rounded up to 256) plus, when the plan splits K, the fp32 partials
-// (4·splits·M·N). Monotone in max_m. Cost: O(min(max_m, 16896)) plans.
+// Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic) and
+// wgmma_bf16: the activation region (LinearCudaActivationBytes) plus, when the plan splits K, the
+// fp32 partials (4·splits·M·N). Monotone in max_m. Cost: O(min(max_m, 16896)) plans.
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
-                                int64_t split_k = 0);
+                                int64_t split_k = 0, bool wgmma_bf16 = true);
+
+// The workspace's activation region for any kernel: the QDQ bf16 activations (2·M·K bytes), or
+// for the FP8 wgmma kernel the E4M3 codes (M·K, rounded up to 256) then the UE8M0 scales
+// (M rows of LinearCudaActScaleStride(K) bytes); rounded up to 256.
+size_t LinearCudaActivationBytes(int64_t m, int64_t k);
+// Bytes per row of the activation scales: ceil(K / 128) · 4 (whole 4-byte stage words).
+inline int64_t LinearCudaActScaleStride(int64_t k) { return (k + 127) / 128 * 4; }
 
 // InvalidArgumentError naming the first bad field of p, else OK. Host-only checks (no device
 // access): pointer nullness and alignment, dims, strides, workspace size.

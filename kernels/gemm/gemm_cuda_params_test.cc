@@ -25,20 +25,40 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).tile_rows, 32);
   EXPECT_EQ(PlanLinearCuda(33, 1280, 5120).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(127, 1280, 5120).tile_rows, 64);
-  // wgmma from M = 128 with N >= 256.
-  EXPECT_EQ(PlanLinearCuda(128, 1280, 5120).tile_rows, 128);
+  // wgmma from M = 128 with N >= 128 (FP8) / 256 (bf16 expansion), when every split keeps at
+  // least kLinearCudaWgmmaMinSplitK of K: wq_a at M = 128 (10 FP8 tiles, 13 splits of 512)
+  // stays on mma.sync.
+  EXPECT_EQ(PlanLinearCuda(128, 1280, 5120).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).tile_rows, 128);  // 20 tiles, 6 splits of 896
+  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
+  // The bf16-expansion kernel's 128 × 256 tiles: 10 tiles, 13 splits of 448 (measured: loses).
+  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, true).tile_rows, 64);
+  // shared_w2 at M = 128: FP8 40 tiles, 3 splits of 768; bf16 20 tiles, 6 splits of 384.
+  EXPECT_EQ(PlanLinearCuda(128, 5120, 2304, 0, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
+  EXPECT_EQ(PlanLinearCuda(128, 5120, 2304, 0, 0, true).kernel, LinearCudaKernel::kMmaSync);
+  // wo_b at M = 128: bf16 20 tiles, 6 splits of 1408 (measured: wins).
+  EXPECT_EQ(PlanLinearCuda(128, 5120, 8192, 0, 0, true).kernel, LinearCudaKernel::kWgmmaBf16);
+  // K below the threshold: never wgmma automatically.
+  EXPECT_EQ(PlanLinearCuda(4096, 4096, 512).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120).tile_rows, 128);
-  EXPECT_EQ(PlanLinearCuda(4096, 255, 5120).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(4096, 255, 5120, 0, 0, false).tile_rows, 128);
+  EXPECT_EQ(PlanLinearCuda(4096, 255, 5120, 0, 0, true).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(4096, 127, 5120).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 64).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120, 64).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 128).tile_rows, 128);
+  // The default wgmma is the bf16 expansion; the FP8 one is opt-in (wgmma_bf16 = false).
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 128).kernel, LinearCudaKernel::kWgmmaBf16);
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 128, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
   const LinearCudaPlan p = PlanLinearCuda(300, 2304, 5120, 64);
+  EXPECT_EQ(p.kernel, LinearCudaKernel::kMmaSync);
   EXPECT_EQ(p.k_step, 128);
   EXPECT_EQ(p.tile_cols, 128);
   EXPECT_EQ(p.k_steps, 40);
   EXPECT_EQ(p.m_tiles, 5);
   EXPECT_EQ(p.n_tiles, 18);
-  const LinearCudaPlan q = PlanLinearCuda(300, 2304, 5120);
+  const LinearCudaPlan q = PlanLinearCuda(300, 2304, 5120, 0, 0, true);
+  EXPECT_EQ(q.kernel, LinearCudaKernel::kWgmmaBf16);
   EXPECT_EQ(q.tile_rows, 128);
   EXPECT_EQ(q.tile_cols, 256);
   EXPECT_EQ(q.k_step, 64);
@@ -47,6 +67,16 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(q.n_tiles, 9);
   // 27 tiles < 132: split to fill one CTA per SM (4 splits of 20 steps).
   EXPECT_EQ(q.splits, 4);
+  EXPECT_EQ(PlanLinearCuda(300, 2304, 5120).kernel, LinearCudaKernel::kWgmmaBf16);
+  const LinearCudaPlan f = PlanLinearCuda(300, 2304, 5120, 0, 0, false);
+  EXPECT_EQ(f.kernel, LinearCudaKernel::kWgmmaFp8);
+  EXPECT_EQ(f.tile_rows, 128);
+  EXPECT_EQ(f.tile_cols, 128);
+  EXPECT_EQ(f.k_step, 128);
+  EXPECT_EQ(f.k_steps, 40);
+  EXPECT_EQ(f.m_tiles, 3);
+  EXPECT_EQ(f.n_tiles, 18);
+  EXPECT_EQ(f.splits, 2);  // 54 tiles: 2 splits of 20 steps
   EXPECT_EQ(PlanLinearCuda(4096, 5120, 8192).splits, 1);  // wo_b prefill: 640 tiles
 }
 
@@ -88,16 +118,23 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
       for (int64_t k : std::initializer_list<int64_t>{32, 64, 96, 256, 512, 640, 1280, 2304, 5120,
                                                       15360, kLinearCudaMaxK}) {
         for (int64_t forced : {0, 1, 3, 5, 32}) {
-          const LinearCudaPlan p = PlanLinearCuda(m, 1000, k, tile, forced);
+          for (bool bf16 : {false, true}) {
+          const LinearCudaPlan p = PlanLinearCuda(m, 1000, k, tile, forced, bf16);
           SCOPED_TRACE(std::to_string(tile) + " " + std::to_string(m) + " " + std::to_string(k) +
-                       " " + std::to_string(forced));
+                       " " + std::to_string(forced) + " " + std::to_string(bf16));
           const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
-          const int64_t step = wgmma ? kLinearCudaWgmmaKStep : kLinearCudaKStep;
+          ASSERT_EQ(p.kernel, !wgmma ? LinearCudaKernel::kMmaSync
+                                     : (bf16 ? LinearCudaKernel::kWgmmaBf16
+                                             : LinearCudaKernel::kWgmmaFp8));
+          const int64_t step = !wgmma ? kLinearCudaKStep
+                                      : (bf16 ? kLinearCudaWgmmaKStep : kLinearCudaWgmmaFp8KStep);
           ASSERT_EQ(p.k_step, step);
           const int64_t kBlocksPerStep = step / 32;
-          // The kernel's scale strip: 4 (mma.sync) or 8 (wgmma) rows of steps_per_split ·
-          // kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers reserve).
-          ASSERT_LE((wgmma ? 8 : 4) * p.steps_per_split * kBlocksPerStep, wgmma ? 16384 : 8192);
+          // The kernel's scale strip: 4 (mma.sync, FP8 wgmma) or 8 (bf16 wgmma) rows of
+          // steps_per_split · kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers
+          // reserve).
+          const bool eight = wgmma && bf16;
+          ASSERT_LE((eight ? 8 : 4) * p.steps_per_split * kBlocksPerStep, eight ? 16384 : 8192);
           const int64_t k_steps = (k + step - 1) / step;
           const int64_t k_blocks = k / 32;
           std::vector<int> seen(k_blocks, 0);
@@ -112,6 +149,7 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
             }
           }
           for (int64_t b = 0; b < k_blocks; ++b) ASSERT_EQ(seen[b], 1) << "K block " << b;
+          }
         }
       }
     }
@@ -123,16 +161,25 @@ TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
   for (int64_t n : {96, 1280, 5120}) {
     const Fp8LinearDevice w = f.View(n, 2304);
     for (int64_t forced : {0, 4}) {
-      const size_t max_bytes = LinearCudaWorkspaceBytes(w, 400, 0, forced);
-      size_t prev = 0;
-      for (int64_t m = 1; m <= 400; ++m) {
-        const LinearCudaPlan p = PlanLinearCuda(m, n, 2304, 0, forced);
-        const size_t need = static_cast<size_t>((2 * m * 2304 + 255) / 256 * 256) +
-                            (p.splits > 1 ? static_cast<size_t>(4 * p.splits * m * n) : 0);
-        ASSERT_LE(need, max_bytes) << m;
-        const size_t mono = LinearCudaWorkspaceBytes(w, m, 0, forced);
-        ASSERT_GE(mono, prev) << m;
-        prev = mono;
+      for (bool bf16 : {false, true}) {
+        const size_t max_bytes = LinearCudaWorkspaceBytes(w, 400, 0, forced, bf16);
+        size_t prev = 0;
+        for (int64_t m = 1; m <= 400; ++m) {
+          const LinearCudaPlan p = PlanLinearCuda(m, n, 2304, 0, forced, bf16);
+          // The QDQ bf16 values, or the codes (256-aligned) then the scales.
+          const size_t qdq = static_cast<size_t>(2 * m * 2304);
+          const size_t codes = static_cast<size_t>((m * 2304 + 255) / 256 * 256 +
+                                                   m * LinearCudaActScaleStride(2304));
+          ASSERT_LE(p.kernel == LinearCudaKernel::kWgmmaFp8 ? codes : qdq,
+                    LinearCudaActivationBytes(m, 2304));
+          ASSERT_EQ(LinearCudaActivationBytes(m, 2304) % 256, 0u);
+          const size_t need = LinearCudaActivationBytes(m, 2304) +
+                              (p.splits > 1 ? static_cast<size_t>(4 * p.splits * m * n) : 0);
+          ASSERT_LE(need, max_bytes) << m;
+          const size_t mono = LinearCudaWorkspaceBytes(w, m, 0, forced, bf16);
+          ASSERT_GE(mono, prev) << m;
+          prev = mono;
+        }
       }
     }
   }

@@ -48,6 +48,8 @@ inline constexpr int64_t kFloatLinearCudaKStep = 64;       // K per pipeline sta
 inline constexpr int64_t kFloatLinearCudaTileN = 128;      // mma.sync CTA columns
 inline constexpr int64_t kFloatLinearCudaWgmmaRows = 128;  // wgmma CTA rows (tile_rows 128)
 inline constexpr int64_t kFloatLinearCudaWgmmaCols = 256;  // wgmma CTA columns
+// The automatic plan takes wgmma only when every CTA gets at least this much K (its split).
+inline constexpr int64_t kFloatLinearCudaWgmmaMinSplitK = 640;
 inline constexpr int64_t kFloatLinearCudaMaxSplits = 64;
 inline constexpr int64_t kFloatLinearCudaMaxK = int64_t{1} << 24;
 
@@ -82,7 +84,8 @@ struct FloatLinearCudaParams {
 
   // 0 = automatic; 16, 32 or 64 forces the mma.sync kernel with that many CTA rows (64 is not
   // available with x_f32); 128 forces the wgmma kernel (128 × 256 CTA tiles; bf16 x and bf16 W
-  // only). Automatic: wgmma when x and W are bf16, M >= 128 and N >= 256, else mma.sync.
+  // only). Automatic: wgmma when x and W are bf16, M >= 128, N >= 256 and the wgmma plan gives
+  // every CTA at least kFloatLinearCudaWgmmaMinSplitK of K; else mma.sync.
   int64_t tile_rows = 0;
   // 0 = automatic; 1 .. kFloatLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count and tile_rows, nothing else.

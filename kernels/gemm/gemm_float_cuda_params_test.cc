@@ -41,12 +41,23 @@ TEST(FloatLinearCudaPlanTest, TileRowsFollowMAndXDtype) {
 TEST(FloatLinearCudaPlanTest, WgmmaForLargeMBf16Only) {
   const float marker = 0.f;
   EXPECT_EQ(PlanFloatLinearCuda(Shape(127, 1024, 4096)).tile_rows, 64);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 1024, 4096)).tile_rows, 128);
+  // wo_a (8 groups) at M = 128: 32 tiles, 4 splits of 1024 K: wgmma (measured 53 vs 71 us).
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 1024, 4096, 8)).tile_rows, 128);
+  // One group: 4 tiles, 32 splits of 128 K: mma.sync (kFloatLinearCudaWgmmaMinSplitK).
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 1024, 4096)).tile_rows, 64);
+  // The compressor's wkv (N 512, K 5120): mma.sync at M = 128 / 256 (2 / 3 K steps per split,
+  // measured slower on wgmma), wgmma from M = 1024 (10 steps of 64).
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 512, 5120)).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(256, 512, 5120)).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1024, 512, 5120)).tile_rows, 128);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 4096, 512)).tile_rows, 64);  // K < 640
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 255, 4096)).tile_rows, 64);  // N < one 256 tile
   FloatLinearCudaParams w = Shape(4096, 384, 5120);
   w.w_f32 = &marker;
   EXPECT_EQ(PlanFloatLinearCuda(w).tile_rows, 64);  // fp32 W: mma.sync
-  const FloatLinearCudaPlan p = PlanFloatLinearCuda(Shape(300, 512, 5120));
+  FloatLinearCudaParams forced = Shape(300, 512, 5120);
+  forced.tile_rows = 128;
+  const FloatLinearCudaPlan p = PlanFloatLinearCuda(forced);
   EXPECT_EQ(p.tile_rows, 128);
   EXPECT_EQ(p.tile_cols, 256);
   EXPECT_EQ(p.k_steps, 80);

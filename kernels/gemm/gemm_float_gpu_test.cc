@@ -623,6 +623,9 @@ void CheckGraphCapture(int64_t m) {
   p.y_bf16 = dy.get<uint16_t>();
   p.y_stride = groups * n;
   p.y_group_stride = n;
+  // Forced: at m = 256 the automatic plan keeps mma.sync (8 K steps per split, README "plan
+  // rule").
+  p.tile_rows = m >= 128 ? 128 : 0;
   DeviceBuffer ws(FloatLinearCudaWorkspaceBytes(p, m));
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();

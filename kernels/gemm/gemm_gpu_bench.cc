@@ -2,11 +2,12 @@
 // Linear shapes against the roofline.
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
-//                  [--kernels auto,mma,wgmma] [--peak-tflops T]
+//                  [--kernels auto,mma,wgmma,wgmma-bf16] [--peak-tflops T]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
-// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel
-// (tile_rows 128); the `kernel` column says which ran. --peak-tflops replaces the measured
+// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the FP8 wgmma kernel
+// (tile_rows 128: E4M3 operands), wgmma-bf16 = the bf16-expansion wgmma kernel (tile_rows 128,
+// wgmma_bf16); the `kernel` column says which ran. --peak-tflops replaces the measured
 // mma.sync rate in the compute roof (e.g. 893, cuBLAS's bf16 GEMM rate on the H200).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
@@ -61,7 +62,7 @@ struct Options {
 
 // tile_rows forcing `kernel` given the automatic plan's tile_rows.
 int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
-  if (kernel == "wgmma") return 128;
+  if (kernel == "wgmma" || kernel == "wgmma-bf16") return 128;
   if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
   return 0;
 }
@@ -90,8 +91,8 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "mma" && k != "wgmma") {
-          std::fprintf(stderr, "--kernels: %s is not auto, mma or wgmma\n", k.c_str());
+        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-bf16") {
+          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma or wgmma-bf16\n", k.c_str());
           std::exit(2);
         }
       }
@@ -169,7 +170,7 @@ int Main(int argc, char** argv) {
       "roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s measured, compute "
       "roof %.0f TFLOP/s\n\n",
       copy_gbps, mma_tflops, tc_tflops);
-  std::printf("%-11s %6s %6s %5s %-8s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K",
+  std::printf("%-11s %6s %6s %5s %-10s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K",
               "M", "kernel", "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s",
               "roof_us", "ratio");
 
@@ -203,14 +204,16 @@ int Main(int argc, char** argv) {
     }
     DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.n * 2));
     dx.CopyFromHost(x.data(), x.size() * 2);
-    // Every kernel's plan: the automatic one and the forced 64- / 128-row tiles.
+    // Every kernel's plan: the automatic one, the forced 64- / 128-row tiles, both wgmma kernels.
     DeviceBuffer ws(std::max({LinearCudaWorkspaceBytes(views[0], max_m),
                               LinearCudaWorkspaceBytes(views[0], max_m, 64),
-                              LinearCudaWorkspaceBytes(views[0], max_m, 128)}));
+                              LinearCudaWorkspaceBytes(views[0], max_m, 128),
+                              LinearCudaWorkspaceBytes(views[0], max_m, 128, 0, true)}));
     for (int64_t m : o.ms) {
       for (const std::string& kernel : o.kernels) {
         const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows);
-        const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k, tile);
+        const bool bf16 = kernel != "wgmma";  // auto and mma: the default (bf16 expansion)
+        const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k, tile, 0, bf16);
         const double us = MedianMicros(o, stream, [&](int i) {
           LinearCudaParams p;
           p.weight = &views[i % copies];
@@ -222,6 +225,7 @@ int Main(int argc, char** argv) {
           p.workspace = ws.get();
           p.workspace_bytes = ws.bytes();
           p.tile_rows = tile;
+          p.wgmma_bf16 = bf16;
           const absl::Status st = LaunchLinearFp8(p, stream);
           CHECK(st.ok()) << st;
         });
@@ -229,9 +233,9 @@ int Main(int argc, char** argv) {
         const double flops = 2.0 * m * s.n * s.k;
         const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
         std::printf(
-            "%-11s %6ld %6ld %5ld %-8s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+            "%-11s %6ld %6ld %5ld %-10s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
             s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-            plan.tile_rows == kLinearCudaWgmmaRows ? "wgmma" : "mma.sync",
+            LinearCudaKernelName(plan.kernel),
             static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
             flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
       }

@@ -13,10 +13,9 @@ namespace {
 // constant, not the device's SM count, so the bits never depend on the device.
 constexpr int64_t kTargetCtas = 264;
 constexpr int64_t kWgmmaTargetCtas = 132;  // the wgmma kernel: one CTA per SM
-// The automatic plan takes the wgmma kernel from this M (one 128-row tile) and N (one 256-column
-// tile) on.
+// The automatic plan considers a wgmma kernel from this M (one 128-row tile) and N (one tile:
+// 128 columns for the FP8 kernel, 256 for the bf16-expansion one) on.
 constexpr int64_t kWgmmaMinM = 128;
-constexpr int64_t kWgmmaMinN = 256;
 constexpr int64_t kMaxN = int64_t{65535} * kLinearCudaTileN;  // grid.y limit
 constexpr int64_t kMaxM = (int64_t{1} << 31) - 1;
 
@@ -29,7 +28,50 @@ absl::Status Invalid(const char* field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrFormat("LaunchLinearFp8: %s %s", field, why));
 }
 
-size_t QdqBytes(int64_t m, int64_t k) { return AlignUp(static_cast<size_t>(2 * m * k), 256); }
+size_t QdqBytes(int64_t m, int64_t k) { return LinearCudaActivationBytes(m, k); }
+
+// The plan for a resolved tile_rows (no automatic choice left).
+LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
+                       bool wgmma_bf16) {
+  LinearCudaPlan p;
+  p.tile_rows = tile_rows;
+  const bool wgmma = tile_rows == kLinearCudaWgmmaRows;
+  p.kernel = !wgmma ? LinearCudaKernel::kMmaSync
+                    : (wgmma_bf16 ? LinearCudaKernel::kWgmmaBf16 : LinearCudaKernel::kWgmmaFp8);
+  // The mma.sync kernel's stage is 128 wide at every tile size (a whole 128-byte line of each
+  // weight row; two CTAs per SM), the bf16 wgmma kernel's 64 (one 128-byte swizzled bf16 row),
+  // the FP8 wgmma kernel's 128 (one 128-byte swizzled row of codes); one wgmma CTA per SM.
+  // Steps and splits count the kernel's unit, never anything else.
+  switch (p.kernel) {
+    case LinearCudaKernel::kMmaSync:
+      p.k_step = kLinearCudaKStep;
+      p.tile_cols = kLinearCudaTileN;
+      break;
+    case LinearCudaKernel::kWgmmaBf16:
+      p.k_step = kLinearCudaWgmmaKStep;
+      p.tile_cols = kLinearCudaWgmmaCols;
+      break;
+    case LinearCudaKernel::kWgmmaFp8:
+      p.k_step = kLinearCudaWgmmaFp8KStep;
+      p.tile_cols = kLinearCudaWgmmaFp8Cols;
+      break;
+  }
+  p.k_steps = CeilDiv(k, p.k_step);
+  p.m_tiles = CeilDiv(m, p.tile_rows);
+  p.n_tiles = CeilDiv(n, p.tile_cols);
+  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
+  const int64_t target = wgmma ? kWgmmaTargetCtas : kTargetCtas;
+  int64_t splits = 1;
+  if (split_k > 0) {
+    splits = split_k;
+  } else if (tiles < target) {
+    splits = std::min(kLinearCudaMaxSplits, target / tiles);
+  }
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
+  p.steps_per_split = CeilDiv(p.k_steps, splits);
+  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  return p;
+}
 
 size_t PartialBytes(const LinearCudaPlan& plan, int64_t m, int64_t n) {
   return plan.splits > 1 ? static_cast<size_t>(4 * plan.splits * m * n) : 0;
@@ -59,40 +101,42 @@ absl::Status Validate(const Fp8LinearDevice& w) {
   return absl::OkStatus();
 }
 
-LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k) {
-  LinearCudaPlan p;
-  if (tile_rows != 0) {
-    p.tile_rows = tile_rows;
-  } else if (m >= kWgmmaMinM && n >= kWgmmaMinN) {
-    p.tile_rows = kLinearCudaWgmmaRows;
-  } else {
-    p.tile_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
+const char* LinearCudaKernelName(LinearCudaKernel kernel) {
+  switch (kernel) {
+    case LinearCudaKernel::kMmaSync:
+      return "mma.sync";
+    case LinearCudaKernel::kWgmmaBf16:
+      return "wgmma-bf16";
+    case LinearCudaKernel::kWgmmaFp8:
+      return "wgmma-fp8";
   }
-  const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
-  // The mma.sync kernel's stage is 128 wide at every tile size (a whole 128-byte line of each
-  // weight row; two CTAs per SM), the wgmma kernel's 64 (one 128-byte swizzled bf16 row; one CTA
-  // per SM): steps and splits count the kernel's unit, never anything else.
-  p.k_step = wgmma ? kLinearCudaWgmmaKStep : kLinearCudaKStep;
-  p.tile_cols = wgmma ? kLinearCudaWgmmaCols : kLinearCudaTileN;
-  p.k_steps = CeilDiv(k, p.k_step);
-  p.m_tiles = CeilDiv(m, p.tile_rows);
-  p.n_tiles = CeilDiv(n, p.tile_cols);
-  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
-  const int64_t target = wgmma ? kWgmmaTargetCtas : kTargetCtas;
-  int64_t splits = 1;
-  if (split_k > 0) {
-    splits = split_k;
-  } else if (tiles < target) {
-    splits = std::min(kLinearCudaMaxSplits, target / tiles);
+  return "?";
+}
+
+size_t LinearCudaActivationBytes(int64_t m, int64_t k) {
+  const size_t qdq = static_cast<size_t>(2 * m * k);
+  const size_t codes = AlignUp(static_cast<size_t>(m * k), 256) +
+                       static_cast<size_t>(m * LinearCudaActScaleStride(k));
+  return AlignUp(std::max(qdq, codes), 256);
+}
+
+LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
+                              bool wgmma_bf16) {
+  if (tile_rows != 0) return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16);
+  const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
+  const int64_t min_n = wgmma_bf16 ? kLinearCudaWgmmaCols : kLinearCudaWgmmaFp8Cols;
+  if (m >= kWgmmaMinM && n >= min_n) {
+    // The A/B on the H200 (README "CUDA: plan rule"): the wgmma kernels lose to mma.sync where
+    // the plan leaves each CTA only a few K steps (wq_a / shared_w2 at M = 128 - 256: 256 - 448
+    // of K per split; K = 512 shapes at every M), and win from 640 on.
+    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16);
+    if (w.steps_per_split * w.k_step >= kLinearCudaWgmmaMinSplitK) return w;
   }
-  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
-  p.steps_per_split = CeilDiv(p.k_steps, splits);
-  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
-  return p;
+  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16);
 }
 
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
-                                int64_t split_k) {
+                                int64_t split_k, bool wgmma_bf16) {
   if (max_m <= 0) return 0;
   size_t partials = 0;
   // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles (the wgmma plan
@@ -101,11 +145,12 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
   static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
   const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
   for (int64_t m = 1; m <= scan; ++m) {
-    partials =
-        std::max(partials, PartialBytes(PlanLinearCuda(m, w.n, w.k, tile_rows, split_k), m, w.n));
+    const LinearCudaPlan plan = PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16);
+    partials = std::max(partials, PartialBytes(plan, m, w.n));
   }
-  partials = std::max(
-      partials, PartialBytes(PlanLinearCuda(max_m, w.n, w.k, tile_rows, split_k), max_m, w.n));
+  partials = std::max(partials,
+                      PartialBytes(PlanLinearCuda(max_m, w.n, w.k, tile_rows, split_k, wgmma_bf16),
+                                   max_m, w.n));
   return QdqBytes(max_m, w.k) + partials;
 }
 
@@ -134,7 +179,7 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.y_bf16 != nullptr && !Aligned(p.y_bf16, 2))
     return Invalid("y_bf16", "is not 2-byte aligned");
   if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
-  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k);
+  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16);
   const size_t need = QdqBytes(p.m, w.k) + PartialBytes(plan, p.m, w.n);
   if (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need) {
     return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",

@@ -1,6 +1,7 @@
-// LaunchLinearFp8 (gemm_cuda.h): validation and plan on the host, then the activation QDQ
-// (kernels/quant), the GEMM (cuda/linear_fp8_gemm.cuh, or cuda/wgmma_linear_gemm.cuh for
-// tile_rows 128) and, for split plans, the reduction.
+// LaunchLinearFp8 (gemm_cuda.h): validation and plan on the host, then the activation QDQ or
+// quantisation (kernels/quant), the GEMM (cuda/linear_fp8_gemm.cuh mma.sync,
+// cuda/wgmma_fp8_gemm.cuh FP8 wgmma, cuda/wgmma_linear_gemm.cuh bf16-expansion wgmma) and, for
+// split plans, the reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/quant/quant.h"
@@ -25,10 +27,11 @@ static_assert(gemm_device::kBK == kLinearCudaKStep);
 static_assert(wgmma_linear::kBK == kLinearCudaWgmmaKStep);
 static_assert(wgmma_linear::kBM == kLinearCudaWgmmaRows);
 static_assert(wgmma_linear::kBN == kLinearCudaWgmmaCols);
+static_assert(wgmma_fp8::kBM == kLinearCudaWgmmaRows);
+static_assert(wgmma_fp8::kBN == kLinearCudaWgmmaFp8Cols);
+static_assert(wgmma_fp8::kBK == kLinearCudaWgmmaFp8KStep);
 
-size_t QdqRegionBytes(int64_t m, int64_t k) {
-  return (static_cast<size_t>(2 * m * k) + 255) / 256 * 256;
-}
+size_t AlignUp256(size_t v) { return (v + 255) / 256 * 256; }
 
 // Opts the kernel into its largest dynamic shared memory once per device (bit d of `done`), so
 // later launches make no extra driver call (cheap to enqueue and to capture in a graph).
@@ -86,25 +89,76 @@ void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t str
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The FP8 wgmma kernel on the activation codes `codes` (stride K) and scales (stride
+// LinearCudaActScaleStride(K)).
+void LaunchWgmmaFp8(const GemmArgs& f, const uint8_t* codes, const uint8_t* scales,
+                    const LinearCudaPlan& plan, cudaStream_t stream) {
+  wgmma_fp8::Args g;
+  g.a = codes;
+  g.a_scale = scales;
+  g.a_scale_stride = LinearCudaActScaleStride(f.k);
+  g.w = f.w;
+  g.w_scale = f.w_scale;
+  g.strip_pitch = static_cast<int>(plan.steps_per_split * wgmma_fp8::kBlocks);
+  g.bias = f.bias;
+  g.m = f.m;
+  g.n = f.n;
+  g.k = f.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.y_bf16 = f.y_bf16;
+  g.y_f32 = f.y_f32;
+  g.y_stride = f.y_stride;
+  g.y_pair = f.y_pair;
+  g.partial = f.partial;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = wgmma_fp8::WgmmaFp8LinearKernel;
+  // The largest strip: K / 32 scale bytes per row (kLinearCudaMaxK).
+  EnsureSmemLimit(kernel, wgmma_fp8::SmemBytes(static_cast<int>(kLinearCudaMaxK / 32)), smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(plan.splits));
+  kernel<<<grid, wgmma_fp8::kThreads, wgmma_fp8::SmemBytes(g.strip_pitch), stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(ValidateLinearCudaParams(p));
   if (p.m == 0) return absl::OkStatus();
   const Fp8LinearDevice& w = *p.weight;
-  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k);
+  const LinearCudaPlan plan =
+      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16);
   auto* ws = static_cast<unsigned char*>(p.workspace);
   auto* a = reinterpret_cast<uint16_t*>(ws);
+  // The FP8 wgmma kernel reads the E4M3 codes and UE8M0 scales (the same quantisation the QDQ
+  // values code × scale come from), the other kernels the QDQ bf16 values.
+  const bool fp8 = plan.kernel == LinearCudaKernel::kWgmmaFp8;
+  uint8_t* a_codes = ws;
+  uint8_t* a_scales = ws + AlignUp256(static_cast<size_t>(p.m * w.k));
 
-  quant::QdqParams q;
-  q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
-  q.rows = p.m;
-  q.cols = w.k;
-  q.x = p.x_bf16;
-  q.x_stride = p.x_stride;
-  q.out = a;
-  q.out_stride = w.k;
-  RETURN_IF_ERROR(quant::LaunchQdq(q, stream));
+  if (fp8) {
+    quant::QuantizeParams q;
+    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+    q.rows = p.m;
+    q.cols = w.k;
+    q.x = p.x_bf16;
+    q.x_stride = p.x_stride;
+    q.codes = a_codes;
+    q.codes_stride = w.k;
+    q.scales = a_scales;
+    q.scales_stride = LinearCudaActScaleStride(w.k);
+    RETURN_IF_ERROR(quant::LaunchQuantize(q, stream));
+  } else {
+    quant::QdqParams q;
+    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+    q.rows = p.m;
+    q.cols = w.k;
+    q.x = p.x_bf16;
+    q.x_stride = p.x_stride;
+    q.out = a;
+    q.out_stride = w.k;
+    RETURN_IF_ERROR(quant::LaunchQdq(q, stream));
+  }
 
   GemmArgs g;
   g.a = a;
@@ -121,10 +175,16 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   g.y_stride = p.y_stride;
   g.y_pair =
       p.y_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.y_bf16) % 4 == 0 && p.y_stride % 2 == 0;
-  if (plan.splits > 1) g.partial = reinterpret_cast<float*>(ws + QdqRegionBytes(p.m, w.k));
+  if (plan.splits > 1) {
+    g.partial = reinterpret_cast<float*>(ws + LinearCudaActivationBytes(p.m, w.k));
+  }
   switch (plan.tile_rows) {
     case kLinearCudaWgmmaRows:
-      LaunchWgmma(g, plan, stream);
+      if (fp8) {
+        LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
+      } else {
+        LaunchWgmma(g, plan, stream);
+      }
       break;
     case 16:
       LaunchGemm<1>(g, plan, stream);
