@@ -37,9 +37,7 @@
 // --ncu = --no-roofs --no-graph --iters 1 --warmup 0, so that a profiler sees only the attention
 // kernels: the correctness launch, then one timed launch per row, e.g.
 //   ncu -k regex:WgmmaKernel --set full bench_sparse_attn --ncu --path wgmma --tokens 256
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -129,57 +127,6 @@ DeviceBuffer Upload(const std::vector<T>& host) {
   return d;
 }
 
-// cublasGemmEx bf16 × bf16 → bf16, fp32 compute, m = n = k = 8192, in TFLOP/s; 0 when no libcublas
-// can be loaded (the name of the one used goes to `source`).
-double MeasureCublasTflops(const Options& o, std::string* source) {
-  void* lib = nullptr;
-  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      *source = std::string("cuBLAS GemmEx 8192^3 bf16/fp32 (") + name + ")";
-      break;
-    }
-  }
-  if (lib == nullptr) return 0.0;
-  auto create = reinterpret_cast<decltype(&cublasCreate_v2)>(dlsym(lib, "cublasCreate_v2"));
-  auto destroy = reinterpret_cast<decltype(&cublasDestroy_v2)>(dlsym(lib, "cublasDestroy_v2"));
-  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
-                                    int, const void*, const void*, cudaDataType, int, const void*,
-                                    cudaDataType, int, const void*, void*, cudaDataType, int,
-                                    cublasComputeType_t, cublasGemmAlgo_t);
-  auto gemm = reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx"));
-  if (create == nullptr || destroy == nullptr || gemm == nullptr) return 0.0;
-  cublasHandle_t handle = nullptr;
-  if (create(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
-  constexpr int n = 8192;
-  const size_t bytes = size_t{n} * n * 2;
-  DeviceBuffer a(bytes), b(bytes), c(bytes);
-  CUDA_CHECK(cudaMemset(a.get(), 0x3C, bytes));  // bf16 0x3C3C ≈ 0.0115
-  CUDA_CHECK(cudaMemset(b.get(), 0x3C, bytes));
-  const float alpha = 1.0f, beta = 0.0f;
-  bool ok = true;
-  auto run = [&] {
-    ok &= gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n, b.get(),
-               CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-               CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
-  };
-  Options short_run = o;
-  short_run.iters = 10;
-  short_run.warmup = 3;
-  const double us = MedianEventMicros(short_run.warmup, short_run.iters, run);
-  destroy(handle);
-  return ok ? 2.0 * n * n * double(n) / us / 1e6 : 0.0;
-}
-
-// Device-to-device copy bandwidth (read + write) of `bytes` bytes, GB/s.
-double MeasureCopyGbps(const Options& o, const DeviceBuffer& src, size_t bytes) {
-  DeviceBuffer dst(bytes);
-  const double us = MedianEventMicros(o.warmup, o.iters, [&] {
-    CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice));
-  });
-  return 2.0 * bytes / us / 1e3;
-}
-
 class Bench {
  public:
   explicit Bench(Options o) : o_(o), n_kv_(kWindow + o.compressed) {
@@ -198,9 +145,9 @@ class Bench {
 
   void Roofs() {
     if (!o_.roofs) return;
-    copy_gbps_ = MeasureCopyGbps(o_, dkv_, kv_.size() * 2);
+    copy_gbps_ = MeasureD2dCopyGbps(kv_.size() * 2, o_.iters);
     mma_tflops_ = attn_bench::MeasureMmaSyncTflops(5);
-    cublas_tflops_ = MeasureCublasTflops(o_, &cublas_source_);
+    cublas_tflops_ = MeasureCublasBf16Tflops(&cublas_source_);
     tc_tflops_ = std::max(mma_tflops_, cublas_tflops_);
   }
 
