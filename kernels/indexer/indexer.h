@@ -78,16 +78,12 @@ struct IndexerScoreParams {
   uint16_t* scores = nullptr;  // bf16 [tokens, width] out
   int64_t scores_stride = 0;   // >= width
   // CUDA launcher only (the CPU body ignores these). The bits are the same on every path.
-  // cuda_exact_only: always the exact CUDA-core scorer (A/B comparisons; also disables the int8
+  // cuda_exact_only: always the exact CUDA-core scorer (A/B comparisons; disables the int8
   // k_rows scorer).
   bool cuda_exact_only = false;
-  // Opt-in, bf16 `k` at the released dims only: the bf16 tensor-core scorer with rechecks. Measured
-  // slower than the exact scorer on the H200 (README.md "CUDA"), so it is off by default.
-  bool cuda_bf16_mma = false;
   // Optional device counter (debug / bench), not reset by the call: the number of
-  // (row, head, position) dot products recomputed exactly on the CUDA cores — by the bf16
-  // tensor-core scorer because its sum was too close to a bf16 rounding boundary, by the int8
-  // k_rows scorer because the exactness condition failed ("fallbacks").
+  // (row, head, position) dot products the int8 k_rows scorer recomputed exactly on the CUDA cores
+  // because its exactness condition failed ("fallbacks"). Other scorers leave it untouched.
   unsigned long long* cuda_rechecks = nullptr;
 };
 
@@ -192,14 +188,12 @@ absl::Status IndexerTopkCpu(const IndexerTopkParams& p, ThreadPool* pool);
 //   (every product and partial sum an integer multiple of 2^Eref below 2^(Eref + 24)); other
 //   (row, head, key) triples are recomputed in the CPU's order ("fallbacks", counted in
 //   cuda_rechecks). Keys read at 68 B per position, once per 8 rows.
-// - bf16 k with cuda_bf16_mma (opt-in; released dims, 16-byte aligned q and key rows): the bf16
-//   tensor-core scorer, each sum accepted only when an error bound shows the CPU's fp32 sum
-//   rounds to the same bf16, else rechecked. Measured slower than the exact scorer.
-// - Otherwise (the default for bf16 k): a 128-position key tile (k_rows decoded while staging)
-//   is staged in shared memory once per CTA and scored for up to 8 rows of the call; each head's
+// - Otherwise (every bf16 k call): a 128-position key tile (k_rows decoded while staging) is
+//   staged in shared memory once per CTA and scored for up to 8 rows of the call; each head's
 //   dot product is the CPU's fp32 mul + add over d ascending, done as one FMA per step wherever
 //   every product of the (row, key) pair is exact in fp32 (checked from the exponent ranges; then
-//   FMA and mul + add round identically), heads summed ascending.
+//   FMA and mul + add round identically), heads summed ascending. bf16 k with head_dim % 8 != 0
+//   or key rows not 16-byte aligned: a thread per (row, position), mul + add.
 // Cost: keys read once per 8 rows; visible positions · heads · head_dim multiply-adds (tensor
 // cores, or CUDA-core FMAs on the exact path).
 absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream);

@@ -19,12 +19,11 @@
 // positions), the full top-k rows and the candidate masks (CPU bodies on the GPU's scores) are
 // compared; a mismatch makes the exit code 1. The selections get their GPU workspace
 // (*CudaWorkspaceBytes) from one buffer allocated before timing. "score" is the default scorer on
-// bf16 keys (the exact CUDA-core one); "score_bf16mma" the opt-in bf16 tensor-core scorer
-// (cuda_bf16_mma), its recheck column the fraction of (row, head, position) dot products it
-// recomputed exactly (cuda_rechecks over one call); "score_rows" the default scorer on the same
-// keys as 68-byte FP4 rows (k_rows: the int8 tensor-core scorer; keys W × 68 B), its recheck
-// column the fallback rate; "score_rows_exact" k_rows through the exact CUDA-core scorer
-// (cuda_exact_only). Each is checked against the CPU the same way.
+// bf16 keys (the exact CUDA-core one); "score_rows" the default scorer on the same keys as 68-byte
+// FP4 rows (k_rows: the int8 tensor-core scorer; keys W × 68 B), its fallback column the fraction
+// of (row, head, position) dot products it recomputed exactly (cuda_rechecks over one call);
+// "score_rows_exact" k_rows through the exact CUDA-core scorer (cuda_exact_only). Each is checked
+// against the CPU the same way.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -86,7 +85,7 @@ struct Row {
   std::string op;
   int64_t rows = 0;
   double us = 0, mb = 0, gflop = 0, roof_us = 0;
-  double recheck = -1;  // scores: fraction of (row, head, position) dot products recomputed
+  double fallback = -1;  // int8 scores: fraction of (row, head, position) dot products recomputed
 };
 
 class Bench {
@@ -152,8 +151,6 @@ class Bench {
     cp.workspace = dws.get();
     cp.workspace_bytes = ws_bytes;
 
-    IndexerScoreParams bf16mma = sp;  // A/B: the opt-in bf16 tensor-core scorer
-    bf16mma.cuda_bf16_mma = true;
     IndexerScoreParams rows_p = sp;  // the same keys as FP4 serving rows
     rows_p.k = nullptr;
     rows_p.k_stride = 0;
@@ -161,8 +158,6 @@ class Bench {
     rows_p.k_row_stride = formats::IndexKRowBytes(kDim);
     IndexerScoreParams rows_exact = rows_p;
     rows_exact.cuda_exact_only = true;
-    const double bf16mma_rate = CountedScore(bf16mma, rows);
-    Verify(rows, q, w, k, nullptr, dscores, dindices, tp, "bf16 tensor-core scorer");
     const double rows_rate = CountedScore(rows_p, rows);
     Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "int8 scorer, k_rows");
     CHECK_OK(LaunchIndexerScore(rows_exact, nullptr));
@@ -182,12 +177,9 @@ class Bench {
     const double row_bytes = static_cast<double>(width) * formats::IndexKRowBytes(kDim);
     Add("score", rows, key_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(sp, nullptr)); });
-    Add("score_bf16mma", rows, key_bytes + score_bytes + qw_bytes, flops,
-        [&] { CHECK_OK(LaunchIndexerScore(bf16mma, nullptr)); });
-    rows_.back().recheck = bf16mma_rate;
     Add("score_rows", rows, row_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(rows_p, nullptr)); });
-    rows_.back().recheck = rows_rate;
+    rows_.back().fallback = rows_rate;
     Add("score_rows_exact", rows, row_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(rows_exact, nullptr)); });
     Add("topk512", rows, score_bytes + index_bytes, 0,
@@ -204,13 +196,15 @@ class Bench {
     std::printf("\nroofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f TFLOP/s\n",
                 copy_gbps_, tc_tflops_);
     std::printf("%-16s %5s %11s %10s %9s %8s %11s %7s %9s\n", "op", "rows", "median_us", "MB",
-                "GFLOP", "TFLOP/s", "roofline_us", "ratio", "recheck");
+                "GFLOP", "TFLOP/s", "roofline_us", "ratio", "fallback");
     for (const Row& r : rows_) {
-      char recheck[32] = "-";
-      if (r.recheck >= 0) std::snprintf(recheck, sizeof(recheck), "%.3f%%", 100.0 * r.recheck);
+      char fallback[32] = "-";
+      if (r.fallback >= 0) {
+        std::snprintf(fallback, sizeof(fallback), "%.3f%%", 100.0 * r.fallback);
+      }
       std::printf("%-16s %5ld %11.1f %10.1f %9.1f %8.2f %11.1f %7.3f %9s\n", r.op.c_str(),
                   static_cast<long>(r.rows), r.us, r.mb, r.gflop, r.gflop / r.us / 1e3, r.roof_us,
-                  r.roof_us / r.us, recheck);
+                  r.roof_us / r.us, fallback);
     }
     std::printf(
         "\ncorrectness (scores of the first %ld positions, full top-k rows and candidate "
@@ -228,7 +222,7 @@ class Bench {
     rows_.push_back({op, rows, us, bytes / 1e6, flops / 1e9, roof});
   }
 
-  // Runs `p` once with a fresh device counter; returns rechecks (fallbacks) per dot product.
+  // Runs `p` once with a fresh device counter; returns fallbacks per dot product.
   double CountedScore(IndexerScoreParams p, int64_t rows) {
     DeviceBuffer dcount(sizeof(unsigned long long));
     CUDA_CHECK(cudaMemset(dcount.get(), 0, sizeof(unsigned long long)));

@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2]
+//             [--hoist 0|1] [--gemm 0|1|2] [--prefetch -1|0..32] [--prefetch-sweep a,b,...]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -28,7 +28,11 @@
 // outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
 // 0 automatic by m, 1 = tiled, 2 = weight-streaming), for the layer and the up / down stage
 // times; the "paths" column's third letter says which ran (T tiled, S streaming), and the launch
-// table's rows = 8 marks the streaming GEMM. Per token count the layer
+// table's rows = 8 marks the streaming GEMM. --prefetch: the streaming GEMM's L2 prefetch distance
+// in units (MoeCudaParams::gemm_stream_prefetch: -1 automatic by slots, 0 off = the round-2
+// loads, N units ahead; same outputs), the launch table's "pf" column the distance that ran, to
+// A/B on one build; --prefetch-sweep a,b,...: per token count also the up / down stage times and
+// weight GB/s with each distance forced (a table after the main one). Per token count the layer
 // also runs once with both small and once with both large shapes forced: y and the ids must be
 // byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -86,6 +90,8 @@ struct Options {
   MoeCudaPath sort_path = MoeCudaPath::kAuto;
   bool hoist = kMoeCudaGemmHoistedAddresses;
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
+  int64_t prefetch = kMoeCudaStreamPrefetchAuto;
+  std::vector<int64_t> prefetch_sweep;
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -159,6 +165,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm_k_step = o.k_step;
   p.gemm_hoisted_addresses = o.hoist;
   p.gemm = o.gemm;
+  p.gemm_stream_prefetch = o.prefetch;
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
   p.weights = &w;
@@ -232,6 +239,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.k_step = k_step;
   s.up.hoisted_addresses = o.hoist;
   s.down.hoisted_addresses = o.hoist;
+  s.up.stream_prefetch = o.prefetch;
+  s.down.stream_prefetch = o.prefetch;
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
@@ -338,7 +347,8 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2]\n",
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2] [--prefetch -1|0..32] "
+                   "[--prefetch-sweep a,b,...]\n",
                    argv[0]);
       return 2;
     }
@@ -369,6 +379,25 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
+    } else if (a == "--prefetch-sweep") {
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        const int64_t d = std::atoll(item.c_str());
+        if (d < kMoeCudaStreamPrefetchAuto || d > kMoeCudaStreamPrefetchMax) {
+          std::fprintf(stderr, "--prefetch-sweep values must be in [-1, %ld]\n",
+                       static_cast<long>(kMoeCudaStreamPrefetchMax));
+          return 2;
+        }
+        o.prefetch_sweep.push_back(d);
+      }
+    } else if (a == "--prefetch") {
+      o.prefetch = std::atoll(v.c_str());
+      if (o.prefetch < kMoeCudaStreamPrefetchAuto || o.prefetch > kMoeCudaStreamPrefetchMax) {
+        std::fprintf(stderr, "--prefetch must be -1 (auto), 0 (off) or 1..%ld units\n",
+                     static_cast<long>(kMoeCudaStreamPrefetchMax));
+        return 2;
+      }
     } else if (a == "--hoist") {
       o.hoist = v != "0";
     } else if (a == "--shared") {
@@ -442,29 +471,32 @@ int Main(int argc, char** argv) {
 
   std::printf(
       "gemm %d (0 auto, 1 tiled, 2 streaming), k_step %ld (0 = automatic), hoisted addresses "
-      "%d; route path %d, sort path %d (0 auto, 1 small, 2 large)\n",
+      "%d; stream prefetch %ld (-1 auto, 0 off); route path %d, sort path %d (0 auto, 1 small, "
+      "2 large)\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
-      static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
+      static_cast<long>(o.prefetch), static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
   std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s %6s\n",
               "tokens", "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us",
               "ratio", "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s",
               "paths");
   std::vector<std::string> plans;
-  std::string shape_report;
+  std::string shape_report, sweep_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
-      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm);
+      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.prefetch);
       // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
       // slots, of which about num_tiles do work) and the weight bytes they have in flight.
       const double resident = std::min<double>(
           g.ctas_per_sm, static_cast<double>(g.grid_x * g.grid_y) / prop.multiProcessorCount);
       char line[256];
-      std::snprintf(line, sizeof(line), "%6ld %4s %5ld %6ld %6ld %6ld %8.1f %5ldx%-6ld %7ld %9.1f",
+      std::snprintf(line, sizeof(line),
+                    "%6ld %4s %5ld %6ld %6ld %6ld %8.1f %5ldx%-6ld %7ld %9.1f %4ld",
                     static_cast<long>(m), up ? "up" : "down", static_cast<long>(g.tile_rows),
                     static_cast<long>(g.weight_rows), static_cast<long>(g.k_step),
                     static_cast<long>(g.stages), g.smem_bytes / 1024.0, static_cast<long>(g.grid_x),
                     static_cast<long>(g.grid_y), static_cast<long>(g.ctas_per_sm),
-                    resident * (g.stages - 1) * g.weight_stage_bytes / 1024.0);
+                    resident * (g.stages - 1) * g.weight_stage_bytes / 1024.0,
+                    static_cast<long>(g.prefetch_units));
       plans.push_back(line);
     }
     std::vector<Call> calls;
@@ -503,6 +535,19 @@ int Main(int argc, char** argv) {
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertDown(s.down, stream)); });
     const double comb_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeCombine(s.combine, stream)); });
+    for (int64_t d : o.prefetch_sweep) {
+      for (Stages& s : stages) s.up.stream_prefetch = s.down.stream_prefetch = d;
+      const double su =
+          stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertUp(s.up, stream)); });
+      const double sd =
+          stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertDown(s.down, stream)); });
+      char line[160];
+      std::snprintf(
+          line, sizeof(line), "%6ld %4ld %4ld %8.1f %8.1f %8.0f %8.0f\n", static_cast<long>(m),
+          static_cast<long>(d), static_cast<long>(MoeCudaStreamPrefetch(m * kK, d)), su, sd,
+          touched * expert_bytes * 2.0 / 3.0 / su / 1e3, touched * expert_bytes / 3.0 / sd / 1e3);
+      sweep_report += line;
+    }
     const double bytes = touched * expert_bytes + 4.0 * m * kD + 4.0 * m * kE;
     const double flops = 2.0 * m * kK * 3.0 * kD * kI;
     const double roof = std::max(bytes / copy_gbps / 1e3, flops / tc_tflops / 1e6);
@@ -520,6 +565,12 @@ int Main(int argc, char** argv) {
   }
 
   std::printf("\n%s", shape_report.c_str());
+  if (!sweep_report.empty()) {
+    std::printf(
+        "\nstreaming GEMM L2 prefetch sweep (stage times; pf = the distance that ran):\n"
+        "%6s %4s %4s %8s %8s %8s %8s\n%s",
+        "tokens", "set", "pf", "up_us", "down_us", "up_GB/s", "dn_GB/s", sweep_report.c_str());
+  }
 
   if (o.shared) {
     std::printf(
@@ -567,8 +618,9 @@ int Main(int argc, char** argv) {
   std::printf(
       "\nGEMM launches (grid y = tile slots, an upper bound of the tiles; in-flight = "
       "first-wave CTAs per SM x (stages - 1) x weight bytes per stage):\n%6s %4s %5s %6s "
-      "%6s %6s %8s %12s %7s %9s\n",
-      "tokens", "gemm", "rows", "w_rows", "k_step", "stages", "smem_KB", "grid", "CTA/SM", "KB/SM");
+      "%6s %6s %8s %12s %7s %9s %4s\n",
+      "tokens", "gemm", "rows", "w_rows", "k_step", "stages", "smem_KB", "grid", "CTA/SM", "KB/SM",
+      "pf");
   for (const std::string& line : plans) std::printf("%s\n", line.c_str());
 
   // Batch-1 latency: host wall time of one call + synchronize, and a CUDA graph of one call.

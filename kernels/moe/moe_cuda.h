@@ -176,6 +176,26 @@ inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 // kAuto streams up to this many slots per expert on average.
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
 
+// The streaming GEMM's L2 prefetch (`stream_prefetch` of the GEMM params, `gemm_stream_prefetch`
+// of MoeCudaParams, bench --prefetch N): besides its register ring, each warp asks the L2 for its
+// rows' weights `stream_prefetch` units (k_step of MoeCudaGemmPlan) further ahead with
+// prefetch.global.L2 (no registers, nothing waits on it), and for its rows' scale bytes once per
+// tile, so more bytes are in flight per SM when few experts × few CTAs stream the weights (1–4
+// tokens). Output bits unchanged (the same loads, the same arithmetic). kMoeCudaStreamPrefetchAuto
+// (-1): kMoeCudaStreamPrefetchUnits when slots <= kMoeCudaStreamPrefetchMaxSlots, else 0
+// (MoeCudaStreamPrefetch); 0: off (the round-2 kernel's loads); 1..kMoeCudaStreamPrefetchMax:
+// that many units ahead. Ignored by the tiled GEMM.
+inline constexpr int64_t kMoeCudaStreamPrefetchAuto = -1;
+inline constexpr int64_t kMoeCudaStreamPrefetchMax = 32;
+inline constexpr int64_t kMoeCudaStreamPrefetchUnits = 8;
+// 0: the automatic setting never prefetches yet. The prefetch was written after the session's
+// last H200 run and is unmeasured; the bench's --prefetch-sweep sets this (32 = 5 tokens at
+// top-6 was the design's guess) once it has run.
+inline constexpr int64_t kMoeCudaStreamPrefetchMaxSlots = 0;
+// The prefetch distance in units for `slots` slot rows and a `stream_prefetch` setting (as above;
+// values outside [-1, kMoeCudaStreamPrefetchMax] are the caller's error). Pure.
+int64_t MoeCudaStreamPrefetch(int64_t slots, int64_t stream_prefetch);
+
 // Rows per GEMM tile for a call (and so the GEMM, see MoeCudaGemm): 8 (streaming: few slots per
 // expert, kAuto only when `max_k` = max(D, I) <= kMoeCudaStreamMaxK; 0 = unknown, taken as
 // fitting), else 16 (a few tokens per expert), 32 or 64 from the mean number of slots per expert.
@@ -214,6 +234,7 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;             // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
+  int64_t stream_prefetch = kMoeCudaStreamPrefetchAuto;  // see kMoeCudaStreamPrefetchAuto
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -227,10 +248,11 @@ struct MoeExpertDownParams {
   const int32_t* offsets = nullptr;
   const int32_t* tiles = nullptr;
   const int32_t* num_tiles = nullptr;
-  const uint16_t* ag = nullptr;        // bf16 [slots, I], operand order
-  uint16_t* ye = nullptr;              // out bf16 [slots, D]
-  int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
-  bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
+  const uint16_t* ag = nullptr;                          // bf16 [slots, I], operand order
+  uint16_t* ye = nullptr;                                // out bf16 [slots, D]
+  int64_t k_step = kMoeCudaKStepAuto;                    // 0, 128 or 256 (see kMoeCudaKStepAuto)
+  bool hoisted_addresses = false;                        // see kMoeCudaGemmHoistedAddresses
+  int64_t stream_prefetch = kMoeCudaStreamPrefetchAuto;  // see kMoeCudaStreamPrefetchAuto
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -264,13 +286,14 @@ struct MoeCudaGemmPlan {
   int64_t grid_y = 0;              // tile slots (the upper bound of the tile count)
   int64_t ctas_per_sm = 0;         // resident CTAs per SM (cudaOccupancy...)
   int64_t weight_stage_bytes = 0;  // FP4 codes + scales of one stage (unit) of one CTA
+  int64_t prefetch_units = 0;      // streaming: L2 prefetch distance in units (0: none)
 };
-// Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream with D or I
-// above kMoeCudaStreamMaxK). Queries the device's occupancy (a driver call; not for the hot
-// path).
-absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
-                                                    int64_t top_k, int64_t k_step, bool up,
-                                                    MoeCudaGemm gemm = MoeCudaGemm::kAuto);
+// Errors: InvalidArgumentError for invalid weights, m, top_k, k_step, gemm (kStream with D or I
+// above kMoeCudaStreamMaxK) or stream_prefetch. Queries the device's occupancy (a driver call;
+// not for the hot path).
+absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(
+    const MoeCudaWeights& weights, int64_t m, int64_t top_k, int64_t k_step, bool up,
+    MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t stream_prefetch = kMoeCudaStreamPrefetchAuto);
 
 // ---- The whole layer (routed experts + the shared expert) -------------------------------------
 
@@ -299,6 +322,7 @@ struct MoeCudaParams {
   MoeCudaPath route_path = MoeCudaPath::kAuto;  // LaunchMoeRoute's shape (output bits unchanged)
   MoeCudaPath sort_path = MoeCudaPath::kAuto;   // LaunchMoePermute's shape (output bits unchanged)
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaTileRows)
+  int64_t gemm_stream_prefetch = kMoeCudaStreamPrefetchAuto;  // see kMoeCudaStreamPrefetchAuto
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

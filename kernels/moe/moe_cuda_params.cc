@@ -99,6 +99,15 @@ absl::Status CheckStreamK(const char* op, const char* field, int64_t tile_rows, 
   return absl::OkStatus();
 }
 
+absl::Status CheckStreamPrefetch(const char* op, const char* field, int64_t v) {
+  if (v < kMoeCudaStreamPrefetchAuto || v > kMoeCudaStreamPrefetchMax) {
+    return Invalid(op, field,
+                   absl::StrFormat("is %d, must be -1 (automatic), 0 (off) or up to %d units", v,
+                                   kMoeCudaStreamPrefetchMax));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) {
   const int v = static_cast<int>(gemm);
   if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStream)) {
@@ -252,12 +261,18 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
   return 64;
 }
 
+int64_t MoeCudaStreamPrefetch(int64_t slots, int64_t stream_prefetch) {
+  if (stream_prefetch != kMoeCudaStreamPrefetchAuto) return stream_prefetch;
+  return slots > 0 && slots <= kMoeCudaStreamPrefetchMaxSlots ? kMoeCudaStreamPrefetchUnits : 0;
+}
+
 absl::Status Validate(const MoeExpertUpParams& p) {
   constexpr const char* kOp = "LaunchMoeExpertUp";
   RETURN_IF_ERROR(
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
+  RETURN_IF_ERROR(CheckStreamPrefetch(kOp, "stream_prefetch", p.stream_prefetch));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.dim", p.tile_rows, p.weights->dim));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
@@ -271,6 +286,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
+  RETURN_IF_ERROR(CheckStreamPrefetch(kOp, "stream_prefetch", p.stream_prefetch));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.inter", p.tile_rows, p.weights->inter));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -358,6 +374,7 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   RETURN_IF_ERROR(CheckPath(kOp, "route_path", p.route_path));
   RETURN_IF_ERROR(CheckPath(kOp, "sort_path", p.sort_path));
   RETURN_IF_ERROR(CheckGemmKind(kOp, "gemm", p.gemm));
+  RETURN_IF_ERROR(CheckStreamPrefetch(kOp, "gemm_stream_prefetch", p.gemm_stream_prefetch));
   if (p.gemm == MoeCudaGemm::kStream && std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {
     return Invalid(kOp, "gemm",
                    absl::StrFormat("is kStream but max(D, I) = %d is above %d",

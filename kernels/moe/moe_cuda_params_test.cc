@@ -183,6 +183,13 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.gemm_k_step = 128;
   EXPECT_TRUE(Validate(p).ok());
   p = GoodLayer(&w);
+  p.gemm_stream_prefetch = -2;
+  ExpectInvalid(Validate(p), "gemm_stream_prefetch");
+  p.gemm_stream_prefetch = kMoeCudaStreamPrefetchMax + 1;
+  ExpectInvalid(Validate(p), "gemm_stream_prefetch");
+  p.gemm_stream_prefetch = kMoeCudaStreamPrefetchMax;
+  EXPECT_TRUE(Validate(p).ok());
+  p = GoodLayer(&w);
   p.logits = nullptr;
   ExpectInvalid(Validate(p), "logits");
   p = GoodLayer(&w);
@@ -218,6 +225,9 @@ TEST(MoeCudaParamsTest, StageValidation) {
   up.k_step = 512;
   ExpectInvalid(Validate(up), "k_step");
   up.k_step = 256;  // D = 256
+  up.stream_prefetch = 33;
+  ExpectInvalid(Validate(up), "stream_prefetch");
+  up.stream_prefetch = 0;
   ExpectInvalid(Validate(up), "xg");
   up.weights = nullptr;
   ExpectInvalid(Validate(up), "weights");
@@ -231,6 +241,9 @@ TEST(MoeCudaParamsTest, StageValidation) {
   down.offsets = down.tiles = down.num_tiles = dummy;
   down.k_step = 256;  // K = I = 128
   ExpectInvalid(Validate(down), "k_step");
+  down.k_step = 0;
+  down.stream_prefetch = -3;
+  ExpectInvalid(Validate(down), "stream_prefetch");
 
   MoeCombineParams cp;
   cp.m = 1;
@@ -266,6 +279,14 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   // kAuto: the streaming GEMM up to 4 slots per expert on average (256 tokens at E 384 top-6)
   // when max(D, I) fits its shared memory; then the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
+  // The streaming GEMM's L2 prefetch: automatic up to kMoeCudaStreamPrefetchMaxSlots (0 until
+  // it is measured), else only when forced.
+  EXPECT_EQ(MoeCudaStreamPrefetch(kMoeCudaStreamPrefetchMaxSlots, kMoeCudaStreamPrefetchAuto),
+            kMoeCudaStreamPrefetchMaxSlots > 0 ? kMoeCudaStreamPrefetchUnits : 0);
+  EXPECT_EQ(MoeCudaStreamPrefetch(kMoeCudaStreamPrefetchMaxSlots + 1, kMoeCudaStreamPrefetchAuto),
+            0);
+  EXPECT_EQ(MoeCudaStreamPrefetch(6, 0), 0);
+  EXPECT_EQ(MoeCudaStreamPrefetch(600, 5), 5);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);

@@ -328,13 +328,18 @@ const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},    {8, 256, 128, 2, 37
                                {4, 1024, 1280, 2, 40, 10.f}, {4, 1024, 1280, 2, 3, 10.f}};
 
 // The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM) and, for the tiled
-// GEMM, the hoisted-address main loop.
+// GEMM, the hoisted-address main loop; for the streaming GEMM the L2 prefetch distance (-1 auto:
+// 8 units at <= 32 slots, else off; 0 off, the round-2 loads; 1: with two row tiles per warp,
+// ring of 2, the in-loop prefetch runs inside K 1024 / 1280's 4 / 5 units; the same bits every
+// time: it changes no load and no arithmetic).
 struct GemmVariant {
   int64_t tile_rows;
   bool hoist;
+  int64_t prefetch = kMoeCudaStreamPrefetchAuto;
 };
-const GemmVariant kGemmVariants[] = {{16, false}, {32, false}, {64, false}, {16, true},
-                                     {32, true},  {64, true},  {8, false}};
+const GemmVariant kGemmVariants[] = {{16, false}, {32, false},   {64, false},
+                                     {16, true},  {32, true},    {64, true},
+                                     {8, false},  {8, false, 0}, {8, false, 1}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -347,8 +352,9 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
     for (const GemmVariant& v : kGemmVariants) {
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows << " hoist " << hoist);
+      SCOPED_TRACE(testing::Message()
+                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
+                   << tile_rows << " hoist " << hoist << " prefetch " << v.prefetch);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
       std::vector<uint16_t> xg(slots * c.dim);
       for (int64_t r = 0; r < slots; ++r) {
@@ -370,6 +376,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.ag = ag.get<uint16_t>();
       p.act = act.get<uint16_t>();
       p.hoisted_addresses = hoist;
+      p.stream_prefetch = v.prefetch;
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
       const auto g_ag = ToHost<uint16_t>(ag, slots * c.inter);
       const auto g_act = ToHost<uint16_t>(act, slots * c.inter);
@@ -419,8 +426,9 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
     for (const GemmVariant& v : kGemmVariants) {
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows << " hoist " << hoist);
+      SCOPED_TRACE(testing::Message()
+                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
+                   << tile_rows << " hoist " << hoist << " prefetch " << v.prefetch);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -433,6 +441,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.ag = d_ag.get<uint16_t>();
       p.ye = ye.get<uint16_t>();
       p.hoisted_addresses = hoist;
+      p.stream_prefetch = v.prefetch;
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
       const auto g_ye = ToHost<uint16_t>(ye, slots * c.dim);
       int64_t bad = 0;

@@ -12,7 +12,6 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
 #include "kernels/indexer/cuda/score_int8_kernel.cuh"
-#include "kernels/indexer/cuda/score_mma_kernel.cuh"
 #include "kernels/indexer/cuda/score_tile_kernel.cuh"
 #include "kernels/indexer/cuda/select_split_kernels.cuh"
 #include "kernels/indexer/indexer.h"
@@ -99,8 +98,8 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-// The tensor-core scorers: a CTA per group of kMmaRows rows walks key tiles grid-stride, with
-// one wave of resident CTAs in all, each staging its rows' q once for many tiles.
+// The int8 tensor-core scorer: a CTA per group of kMmaRows rows walks key tiles grid-stride,
+// with one wave of resident CTAs in all, each staging its rows' q once for many tiles.
 void LaunchResident(void (*kernel)(IndexerScoreParams), const IndexerScoreParams& p, size_t smem,
                     cudaStream_t stream) {
   const int64_t groups = (p.tokens + indexer_device::kMmaRows - 1) / indexer_device::kMmaRows;
@@ -145,15 +144,6 @@ absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream
       Aligned(p.k_rows, 4)) {  // int8 tensor cores on the FP4 rows
     LaunchResident(indexer_device::IndexerScoreInt8Kernel, p,
                    indexer_device::ScoreInt8SmemBytes(
-                       static_cast<int>(std::min<int64_t>(p.tokens, indexer_device::kMmaRows))),
-                   stream);
-    return absl::OkStatus();
-  }
-  const bool mma = p.k != nullptr && p.cuda_bf16_mma && !p.cuda_exact_only && vec && released &&
-                   p.q_stride % 8 == 0 && Aligned(p.q, 16);
-  if (mma) {  // opt-in bf16 tensor cores with rechecks (measured slower: README.md "CUDA")
-    LaunchResident(indexer_device::IndexerScoreMmaKernel, p,
-                   indexer_device::ScoreMmaSmemBytes(
                        static_cast<int>(std::min<int64_t>(p.tokens, indexer_device::kMmaRows))),
                    stream);
     return absl::OkStatus();

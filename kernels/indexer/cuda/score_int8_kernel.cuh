@@ -18,12 +18,16 @@
 //   so the kernel checks 1536·Mq·2^(span_q + span_k) < 2^24 per (row, head, key) as one compare of
 //   the key's span against the head's budget. Failing dot products ("fallbacks") are recomputed in
 //   the CPU's order from the decoded key (counted in cuda_rechecks).
-// - Then the CPU's bf16 rounding, ReLU, × w and head sum, as in the bf16 scorer.
+// - Then the CPU's bf16 rounding, ReLU, × w and head sum from +0 ascending.
 //
-// Layout as IndexerScoreMmaKernel: a CTA holds the q of up to kMmaRows rows (int8, fragment order)
-// and walks tiles of 128 keys; each warp reads its 32 keys' codes straight into A fragments.
-// Within a 32-block, lane quad t holds d = 8t .. 8t + 7 (one 4-byte load of codes); the same
-// permutation of d is applied to q, which leaves each block's exact integer sum unchanged.
+// Layout: a CTA of kMmaWarps warps holds the q of up to kMmaRows rows of the call (int8, fragment
+// order) and walks tiles of kMmaTileKeys keys, grid-stride (one wave of resident CTAs, so q is
+// staged once per many tiles); each warp reads its 32 keys' codes straight into A fragments (M =
+// keys, N = heads), once for all rows. Within a 32-block, lane quad t holds d = 8t .. 8t + 7 (one
+// 4-byte load of codes); the same permutation of d is applied to q, which leaves each block's
+// exact integer sum unchanged. Heads are permuted over the B columns so that lane t of a quad
+// holds heads 8t .. 8t + 7 of its keys; the bf16 head terms go through shared memory (a key per
+// lane) for the ascending head sum.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,17 +35,26 @@
 #include <cstdint>
 
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
-#include "kernels/indexer/cuda/score_mma_kernel.cuh"
 #include "kernels/indexer/cuda/score_tile_kernel.cuh"
 #include "kernels/indexer/indexer.h"
 
 namespace flashserve::kernels::indexer_device {
 
-inline constexpr int kI8Blocks = kMmaDim / 32;               // 32-blocks of d per head
-inline constexpr int kI8RowBytes = kMmaDim / 2 + kI8Blocks;  // 68
-inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;    // int8 q of one row
-inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;      // dq, min_q, budget, w
-inline constexpr int kI8SpanBad = 255;                       // a key that always falls back
+inline constexpr int kMmaHeads = 32;
+inline constexpr int kMmaDim = 128;
+inline constexpr int kMmaRows = 8;  // rows of the call per CTA (keys read once per 8 rows)
+inline constexpr int kMmaWarps = 4;
+inline constexpr int kMmaThreads = 32 * kMmaWarps;
+inline constexpr int kMmaWarpKeys = 32;
+inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;
+inline constexpr int kMmaVRowBytes = 80;  // 32 bf16 head terms + 16 bytes of padding (no conflicts)
+inline constexpr int kMmaVBytes = kMmaWarpKeys * kMmaVRowBytes;  // per warp
+inline constexpr int kMmaQueue = kMmaWarpKeys * kMmaHeads;       // fallbacks per warp and row
+
+inline constexpr int kI8Blocks = kMmaDim / 32;             // 32-blocks of d per head
+inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;  // int8 q of one row
+inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;    // dq, min_q, budget, w
+inline constexpr int kI8SpanBad = 255;                     // a key that always falls back
 // Exponent ranges that keep Eref = min_q + min_k in [−149, 100].
 inline constexpr int kI8MinQLo = -49, kI8MinQHi = 40;
 inline constexpr int kI8MinKLo = -100, kI8MinKHi = 60;  // UE8M0 bytes 28 .. 188
@@ -66,6 +79,26 @@ __device__ __forceinline__ uint32_t E2m1x4ToS8(uint32_t h) {
   const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel);
   const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);
   return __byte_perm(pos, neg, 0x3210u | ((h >> 1) & 0x4444u));
+}
+
+// fp32 bits whose upper half is bf16(x), round to nearest even: FloatToBf16 without its NaN branch
+// (subnormal and overflowing x included; no reliance on the conversion instructions' FTZ rules).
+__device__ __forceinline__ uint32_t RneBf16High(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  return bits + 0x7FFFu + ((bits >> 16) & 1u);
+}
+
+// {hi: bf16(a), lo: bf16(b)} for non-NaN a, b.
+__device__ __forceinline__ uint32_t PackBf16x2(float a, float b) {
+  return __byte_perm(RneBf16High(b), RneBf16High(a), 0x7632);
+}
+
+__device__ __forceinline__ float LowBf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float HighBf16(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+__device__ __forceinline__ bool Visible(const IndexerScoreParams& p, int64_t row, int64_t reach,
+                                        int64_t t) {
+  return t < reach && (p.candidates == nullptr || p.candidates[row * p.candidates_stride + t] != 0);
 }
 
 // 2^n as fp32 for n in [−126, 127].

@@ -73,6 +73,7 @@ struct GemmArgs {
   float swiglu_limit = 0.f;            // up only
   uint16_t* out = nullptr;             // up: ag [slots, I] operand order; down: ye [slots, D]
   uint16_t* act = nullptr;             // up only, optional: a [slots, I]
+  int prefetch = 0;  // streaming GEMM only: L2 prefetch distance in units (0: none)
 };
 
 // Shared-memory row of the warp's n8 tile j (see the file comment).

@@ -194,10 +194,10 @@ int StreamRowTiles(int64_t n, int64_t slots) {
   return slots > 16 && n % kWide == 0 ? 2 : 1;
 }
 
-template <int kRT, bool kUp, int kG>
-void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+template <int kRT, bool kUp, int kG, bool kPf>
+void LaunchStreamPf(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
   using S = moe_device::StreamShape<kRT, kUp, kG>;
-  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
+  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG, kPf>;
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
                   smem_set);
@@ -207,6 +207,13 @@ void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStre
                   Blocks(MaxTiles(slots, n_experts, kMoeCudaStreamTileRows), kMaxGridY));
   kernel<<<grid, moe_device::kStreamThreads, smem, stream>>>(g);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// With the L2 prefetch when g.prefetch > 0 (its own instantiation: off is the round-2 code).
+template <int kRT, bool kUp, int kG>
+void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+  if (g.prefetch > 0) return LaunchStreamPf<kRT, kUp, kG, true>(g, slots, n_experts, stream);
+  LaunchStreamPf<kRT, kUp, kG, false>(g, slots, n_experts, stream);
 }
 
 template <bool kUp>
@@ -223,7 +230,7 @@ void LaunchStream(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStrea
 template <int kRT, bool kUp, int kG>
 MoeCudaGemmPlan DescribeStreamG(int64_t n, int64_t k, int64_t slots, int64_t n_experts) {
   using S = moe_device::StreamShape<kRT, kUp, kG>;
-  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
+  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG, true>;
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
                   smem_set);
@@ -275,6 +282,7 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.swiglu_limit = p.swiglu_limit;
   g.out = p.ag;
   g.act = p.act;
+  g.prefetch = static_cast<int>(MoeCudaStreamPrefetch(p.slots, p.stream_prefetch));
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       return LaunchStream<true>(g, p.slots, w.n_experts, stream);
@@ -300,6 +308,7 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.tiles = p.tiles;
   g.num_tiles = p.num_tiles;
   g.out = p.ye;
+  g.prefetch = static_cast<int>(MoeCudaStreamPrefetch(p.slots, p.stream_prefetch));
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       return LaunchStream<false>(g, p.slots, w.n_experts, stream);
@@ -326,7 +335,7 @@ void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
 
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
-                                                    MoeCudaGemm gemm) {
+                                                    MoeCudaGemm gemm, int64_t stream_prefetch) {
   RETURN_IF_ERROR(Validate(weights));
   const int64_t max_k = std::max(weights.dim, weights.inter);
   if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 2 ||
@@ -341,11 +350,19 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: k_step must be 0, 128 or 256");
   }
+  if (stream_prefetch < kMoeCudaStreamPrefetchAuto || stream_prefetch > kMoeCudaStreamPrefetchMax) {
+    return absl::InvalidArgumentError(
+        "MoeCudaDescribeGemm: stream_prefetch must be -1 (automatic), 0 (off) or up to "
+        "kMoeCudaStreamPrefetchMax");
+  }
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
   if (tile_rows == kMoeCudaStreamTileRows) {
-    return up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
+    MoeCudaGemmPlan plan =
+        up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
+    plan.prefetch_units = MoeCudaStreamPrefetch(slots, stream_prefetch);
+    return plan;
   }
   if (up) {
     if (tile_rows == 16) return Describe<1, 2, true>(n, k, k_step, slots, e);
@@ -481,6 +498,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ag = ag;
   up.k_step = p.gemm_k_step;
   up.hoisted_addresses = p.gemm_hoisted_addresses;
+  up.stream_prefetch = p.gemm_stream_prefetch;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -494,6 +512,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ye = ye;
   down.k_step = p.gemm_k_step;
   down.hoisted_addresses = p.gemm_hoisted_addresses;
+  down.stream_prefetch = p.gemm_stream_prefetch;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;
