@@ -1,0 +1,556 @@
+// bench_decoder_layer_step's layer: weights, activations and the stage lists
+// (decoder_layer_step.h).
+#include "bench/decoder_layer_step.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "bench/bench_fill.h"
+#include "common/base/check.h"
+#include "kernels/attention/attention.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+#include "kernels/indexer/indexer.h"
+#include "kernels/mhc/mhc.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_gpu_test_util.h"
+#include "kernels/moe/moe_shared_cuda.h"
+#include "kernels/moe/moe_test_util.h"
+#include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/quant.h"
+
+namespace flashserve::bench {
+namespace {
+
+void Ok(const absl::Status& s) { CHECK(s.ok()) << s.ToString(); }
+
+DeviceBuffer Bf16Buffer(int64_t n) { return DeviceBuffer(static_cast<size_t>(n) * 2); }
+DeviceBuffer F32Buffer(int64_t n) { return DeviceBuffer(static_cast<size_t>(n) * 4); }
+
+}  // namespace
+
+void LayerStep::AllocateWeights() {
+  uint64_t seed = 100;
+  auto fill_f32 = [&](DeviceBuffer& b, int64_t n, float lo, float hi) {
+    b = F32Buffer(n);
+    FillF32(seed++, static_cast<size_t>(n), lo, hi, b.get<float>());
+  };
+  auto fill_bf16 = [&](DeviceBuffer& b, int64_t n, float amp) {
+    b = Bf16Buffer(n);
+    FillBf16(seed++, static_cast<size_t>(n), amp, b.get<uint16_t>());
+  };
+  fill_f32(attn_fn_, 24 * kStreams * kD, -0.01f, 0.01f);
+  fill_f32(attn_base_, 24, -1.f, 1.f);
+  fill_f32(attn_scale_, 3, 0.5f, 1.5f);
+  fill_f32(ffn_fn_, 24 * kStreams * kD, -0.01f, 0.01f);
+  fill_f32(ffn_base_, 24, -1.f, 1.f);
+  fill_f32(ffn_scale_, 3, 0.5f, 1.5f);
+  fill_bf16(attn_norm_, kD, 1.0f);
+  fill_bf16(ffn_norm_, kD, 1.0f);
+  fill_bf16(q_norm_, kQLora, 1.0f);
+  fill_bf16(kv_norm_, kHeadDim, 1.0f);
+  fill_f32(sink_, kHeads, -1.f, 3.f);
+  wq_a_ = std::make_unique<Fp8Weight>(seed++ * 7, kQLora, kD);
+  wq_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kHeads * kHeadDim, kQLora);
+  wkv_ = std::make_unique<Fp8Weight>(seed++ * 7, kHeadDim, kD);
+  wo_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kD, kOGroups * kOLora);
+  idx_wq_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kIdxHeads * kIdxDim, kQLora);
+  fill_bf16(wo_a_, kOGroups * kOLora * (kHeads * kHeadDim / kOGroups), 0.02f);
+  fill_bf16(weights_proj_, kIdxHeads * kD, 0.02f / 64);
+  fill_f32(gate_, kExperts * kD, -0.02f, 0.02f);
+  kernels::moe_test::LayerSpec spec;
+  spec.n_experts = kExperts;
+  spec.dim = kD;
+  spec.inter = kInter;
+  spec.seed = 7;
+  spec.kind = kernels::moe_test::WeightKind::kRealistic;
+  experts_ = kernels::moe_test::GenerateDeviceExperts(spec, {}, {});
+  shared_ = kernels::moe_test::UploadSharedExpert(
+      kernels::moe_test::RandomSharedExpert(kD, kInter, 11), /*fused=*/true);
+  kernels::RopeSpec rs{kRope, 160000.0, 65536, 16.0, 32.0, 1.0};
+  rope_ = std::make_unique<kernels::RopeTable>(kernels::RopeTable::Create(rs, 0).value());
+}
+
+void LayerStep::AllocateActivations() {
+  const int64_t b = max_b_;
+  uint64_t seed = 500;
+  x_ = Bf16Buffer(b * kStreams * kD);
+  FillBf16(seed++, static_cast<size_t>(b * kStreams * kD), 1.0f, x_.get<uint16_t>());
+  pre_in_ = F32Buffer(b * kStreams);
+  FillF32(seed++, static_cast<size_t>(b * kStreams), 0.2f, 0.3f, pre_in_.get<float>());
+  a_pre_ = F32Buffer(b * 4);
+  a_post_ = F32Buffer(b * 4);
+  a_comb_ = F32Buffer(b * 16);
+  f_pre_ = F32Buffer(b * 4);
+  f_post_ = F32Buffer(b * 4);
+  f_comb_ = F32Buffer(b * 16);
+  mix_ws_ = F32Buffer(kernels::MhcMixesWorkspaceFloats(b, kD));
+  x_attn_ = Bf16Buffer(b * kD);
+  xn_ = Bf16Buffer(b * kD);
+  qr_ = Bf16Buffer(b * kQLora);
+  q_ = Bf16Buffer(b * kHeads * kHeadDim);
+  kv_ = Bf16Buffer(b * kHeadDim);
+  o_ = Bf16Buffer(b * kHeads * kHeadDim);
+  o_lora_ = Bf16Buffer(b * kOGroups * kOLora);
+  a_out_ = Bf16Buffer(b * kD);
+  y_ = Bf16Buffer(b * kStreams * kD);
+  x_ffn_ = Bf16Buffer(b * kD);
+  fn_x_ = Bf16Buffer(b * kD);
+  logits_ = F32Buffer(b * kExperts);
+  f_out_ = Bf16Buffer(b * kD);
+  z_ = Bf16Buffer(b * kStreams * kD);
+  expert_ids_ = DeviceBuffer(static_cast<size_t>(b * kTopkExperts * 4));
+
+  // KV pool: each sequence's 128 window rows, then the shared compressed rows.
+  const int64_t pool_rows = b * kWindow + kCompressedRows;
+  pool_ = Bf16Buffer(pool_rows * kHeadDim);
+  FillBf16(seed++, static_cast<size_t>(pool_rows * kHeadDim), 1.0f, pool_.get<uint16_t>());
+  swa_rows_ = DeviceBuffer(static_cast<size_t>(b * kWindow * kSwaRowBytes));
+  const int64_t pos = opt_.context - 1;
+  const int64_t width = kWindow + kTopk;
+  indices_host_.assign(static_cast<size_t>(b * width), -1);
+  std::mt19937_64 rng(3);
+  for (int64_t t = 0; t < b; ++t) {
+    // Decode window list on a full ring: slots (pos+1)%W .. W−1, 0 .. pos%W (oldest first).
+    for (int64_t i = 0; i < kWindow; ++i) {
+      indices_host_[static_cast<size_t>(t * width + i)] =
+          static_cast<int32_t>(t * kWindow + (pos + 1 + i) % kWindow);
+    }
+    std::set<int64_t> picked;
+    while (static_cast<int64_t>(picked.size()) < kTopk) {
+      picked.insert(static_cast<int64_t>(rng() % kCompressedRows));
+    }
+    int64_t e = kWindow;
+    for (int64_t r : picked) {
+      indices_host_[static_cast<size_t>(t * width + e++)] = static_cast<int32_t>(b * kWindow + r);
+    }
+  }
+  indices_ = DeviceBuffer(indices_host_.size() * 4);
+  indices_.CopyFromHost(indices_host_.data(), indices_host_.size() * 4);
+  std::vector<int64_t> positions(static_cast<size_t>(b), pos);
+  positions_ = DeviceBuffer(positions.size() * 8);
+  positions_.CopyFromHost(positions.data(), positions.size() * 8);
+  attn_ws_ = DeviceBuffer(kernels::SparseAttnCudaWorkspaceBytes(kHeads, kHeadDim));
+
+  // GEMM workspace: the largest any Linear of the step needs at b rows.
+  for (const Fp8Weight* w : {wq_a_.get(), wq_b_.get(), wkv_.get(), wo_b_.get(), idx_wq_b_.get()}) {
+    lin_ws_bytes_ = std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(w->view, b));
+  }
+  lin_ws_ = DeviceBuffer(lin_ws_bytes_);
+  float_ws_ = DeviceBuffer(std::max<size_t>(FloatLinearWorkspace(b), 16));
+  moe_ws_bytes_ =
+      kernels::MoeCudaWorkspaceBytes(experts_->view, b, kTopkExperts, &shared_->view).value();
+  moe_ws_ = DeviceBuffer(moe_ws_bytes_);
+
+  // Indexer: per sequence L index keys (bf16, FP4-representable values are not needed for
+  // timing), layer 20's candidate mask, the scores and the top-k.
+  key_seqs_ = 0;
+  for (int64_t t : opt_.reindex_tokens) key_seqs_ = std::max(key_seqs_, t);
+  key_seqs_ = std::min(key_seqs_, b);
+  const int64_t l = opt_.context;
+  iq_ = Bf16Buffer(b * kIdxHeads * kIdxDim);
+  iw_ = Bf16Buffer(b * kIdxHeads);
+  if (key_seqs_ > 0) {
+    // The index-key cache in its serving form: 68-byte rows (64 bytes of E2M1 codes, 4 UE8M0
+    // scales), scales 2^-5 .. 2^-3 so the exact integer scorer applies (kernels/indexer README).
+    index_keys_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * l * kIdxKRowBytes));
+    FillBytes(seed++, static_cast<size_t>(key_seqs_ * l * kIdxKRowBytes), 0, 255,
+              index_keys_.get<uint8_t>());
+    FillRowBytes(seed++, static_cast<size_t>(key_seqs_ * l), kIdxKRowBytes, 64, 4, 122, 124,
+                 index_keys_.get<uint8_t>());
+    candidates_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * l));
+    FillBytes(seed++, static_cast<size_t>(key_seqs_ * l), 0, 1, candidates_.get<uint8_t>());
+    scores_ = Bf16Buffer(key_seqs_ * l);
+    idx_topk_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * kTopk * 4));
+    topk_ws_bytes_ = std::max<size_t>(kernels::IndexerTopkCudaWorkspaceBytes(1, l), 16);
+    topk_ws_ = DeviceBuffer(topk_ws_bytes_);
+  }
+}
+
+kernels::FloatLinearCudaParams LayerStep::WoAParams(int64_t b) const {
+  // o viewed [b, 8 groups, 4096] → [b, 8, 1024]; group g uses wo_a[g] [1024, 4096].
+  constexpr int64_t k = kHeads * kHeadDim / kOGroups;
+  kernels::FloatLinearCudaParams p;
+  p.m = b;
+  p.n = kOLora;
+  p.k = k;
+  p.groups = kOGroups;
+  p.w_bf16 = wo_a_.get<uint16_t>();
+  p.w_group_stride = kOLora * k;
+  p.x_bf16 = o_.get<uint16_t>();
+  p.x_stride = kHeads * kHeadDim;
+  p.x_group_stride = k;
+  p.y_bf16 = o_lora_.get<uint16_t>();
+  p.y_stride = kOGroups * kOLora;
+  p.y_group_stride = kOLora;
+  return p;
+}
+
+kernels::FloatLinearCudaParams LayerStep::WeightsProjParams(int64_t b) const {
+  kernels::FloatLinearCudaParams p;
+  p.m = b;
+  p.n = kIdxHeads;
+  p.k = kD;
+  p.w_bf16 = weights_proj_.get<uint16_t>();
+  p.x_bf16 = xn_.get<uint16_t>();
+  p.x_stride = kD;
+  p.y_bf16 = iw_.get<uint16_t>();
+  p.y_stride = kIdxHeads;
+  return p;
+}
+
+kernels::FloatLinearCudaParams LayerStep::GateParams(int64_t b) const {
+  kernels::FloatLinearCudaParams p;
+  p.m = b;
+  p.n = kExperts;
+  p.k = kD;
+  p.w_f32 = gate_.get<float>();
+  p.x_bf16 = fn_x_.get<uint16_t>();
+  p.x_stride = kD;
+  p.y_f32 = logits_.get<float>();
+  p.y_stride = kExperts;
+  return p;
+}
+
+size_t LayerStep::FloatLinearWorkspace(int64_t b) const {
+  size_t bytes = 0;
+  for (const kernels::FloatLinearCudaParams& p :
+       {WoAParams(b), WeightsProjParams(b), GateParams(b)}) {
+    bytes = std::max(bytes, kernels::FloatLinearCudaWorkspaceBytes(p, b));
+  }
+  return bytes;
+}
+
+void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
+  p.workspace = float_ws_.get();
+  p.workspace_bytes = float_ws_.bytes();
+  Ok(kernels::LaunchFloatLinear(p, stream_));
+}
+
+std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
+  const double db = static_cast<double>(b);
+  std::vector<Stage> s;
+  cudaStream_t st = stream_;
+  auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y) {
+    const int64_t n = w->view.n, k = w->view.k;
+    s.push_back({name,
+                 [this, w, &x, &y, b, st] {
+                   kernels::LinearCudaParams p;
+                   p.weight = &w->view;
+                   p.m = b;
+                   p.x_bf16 = x.get<uint16_t>();
+                   p.x_stride = w->view.k;
+                   p.y_bf16 = y.get<uint16_t>();
+                   p.y_stride = w->view.n;
+                   p.workspace = lin_ws_.get();
+                   p.workspace_bytes = lin_ws_bytes_;
+                   Ok(kernels::LaunchLinearFp8(p, st));
+                 },
+                 w->bytes() + db * 2 * (k + n), 2 * db * n * k});
+  };
+  auto mixes = [&](const char* name, const DeviceBuffer& xs, const DeviceBuffer& fn,
+                   const DeviceBuffer& base, const DeviceBuffer& scale, const DeviceBuffer& pre_in,
+                   DeviceBuffer& pre, DeviceBuffer& post, DeviceBuffer& comb,
+                   DeviceBuffer& collapsed) {
+    s.push_back({name,
+                 [=, this, &xs, &fn, &base, &scale, &pre_in, &pre, &post, &comb, &collapsed] {
+                   kernels::MhcMixesParams p;
+                   p.tokens = b;
+                   p.dim = kD;
+                   p.x = xs.get<uint16_t>();
+                   p.x_stride = kStreams * kD;
+                   p.fn = fn.get<float>();
+                   p.base = base.get<float>();
+                   p.scale = scale.get<float>();
+                   p.pre = pre.get<float>();
+                   p.post = post.get<float>();
+                   p.comb = comb.get<float>();
+                   p.pre_in = pre_in.get<float>();
+                   p.collapsed = collapsed.get<uint16_t>();
+                   p.collapsed_stride = kD;
+                   Ok(kernels::LaunchMhcMixes(p, mix_ws_.get<float>(),
+                                              kernels::MhcMixesWorkspaceFloats(b, kD), st));
+                 },
+                 db * kStreams * kD * 2 + 24.0 * kStreams * kD * 4 + db * kD * 2,
+                 2 * db * 25 * kStreams * kD});
+  };
+  auto norm = [&](const char* name, const DeviceBuffer& x, const DeviceBuffer& w, DeviceBuffer& y,
+                  int64_t cols) {
+    s.push_back({name,
+                 [=, this, &x, &w, &y] {
+                   kernels::RmsNormParams p;
+                   p.rows = b;
+                   p.cols = cols;
+                   p.x = x.get<uint16_t>();
+                   p.x_stride = cols;
+                   p.weight_bf16 = w.get<uint16_t>();
+                   p.eps = 1e-6f;
+                   p.out = y.get<uint16_t>();
+                   p.out_stride = cols;
+                   Ok(kernels::LaunchRmsNorm(p, st));
+                 },
+                 db * cols * 4 + cols * 2, 0});
+  };
+  auto hc_post = [&](const char* name, const DeviceBuffer& f, const DeviceBuffer& r,
+                     const DeviceBuffer& post, const DeviceBuffer& comb, DeviceBuffer& out) {
+    s.push_back({name,
+                 [=, &f, &r, &post, &comb, &out] {
+                   kernels::HcPostParams p;
+                   p.tokens = b;
+                   p.dim = kD;
+                   p.f = f.get<uint16_t>();
+                   p.f_stride = kD;
+                   p.residual = r.get<uint16_t>();
+                   p.residual_stride = kStreams * kD;
+                   p.post = post.get<float>();
+                   p.comb = comb.get<float>();
+                   p.out = out.get<uint16_t>();
+                   p.out_stride = kStreams * kD;
+                   Ok(kernels::LaunchHcPost(p, st));
+                 },
+                 db * kD * 2 * (1 + 2 * kStreams), 0});
+  };
+  auto rope = [&](const char* name, DeviceBuffer& x, int64_t heads, int64_t head_dim,
+                  bool inverse) {
+    s.push_back({name,
+                 [=, this, &x] {
+                   kernels::RopeParams p;
+                   p.table = rope_.get();
+                   p.tokens = b;
+                   p.heads = heads;
+                   p.head_dim = head_dim;
+                   p.positions = positions_.get<int64_t>();
+                   p.x = x.get<uint16_t>();
+                   p.x_stride = heads * head_dim;
+                   p.x_head_stride = head_dim;
+                   p.out = x.get<uint16_t>();
+                   p.out_stride = heads * head_dim;
+                   p.out_head_stride = head_dim;
+                   p.inverse = inverse;
+                   Ok(kernels::LaunchRope(p, st));
+                 },
+                 db * heads * kRope * 2 * 2, 0});
+  };
+
+  // ---- attention site
+  mixes("attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_, a_post_,
+        a_comb_, x_attn_);
+  norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
+  fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_);
+  norm("q_norm", qr_, q_norm_, qr_, kQLora);
+  fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_);
+  rope("RoPE q", q_, kHeads, kHeadDim, false);
+  fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_);
+  s.push_back({"kv_norm + RoPE, QDQ into the pool, SWA row",
+               [=, this] {
+                 kernels::RmsNormRopeParams p;
+                 p.norm.rows = b;
+                 p.norm.cols = kHeadDim;
+                 p.norm.x = kv_.get<uint16_t>();
+                 p.norm.x_stride = kHeadDim;
+                 p.norm.weight_bf16 = kv_norm_.get<uint16_t>();
+                 p.norm.eps = 1e-6f;
+                 p.norm.out = kv_.get<uint16_t>();
+                 p.norm.out_stride = kHeadDim;
+                 p.table = rope_.get();
+                 p.positions = positions_.get<int64_t>();
+                 Ok(kernels::LaunchRmsNormRope(p, st));
+                 // The new row goes to ring slot pos % W of each sequence's window.
+                 const int64_t slot = (opt_.context - 1) % kWindow;
+                 kernels::quant::QdqParams q;
+                 q.format = kernels::quant::BlockFormat::kFp8E4m3Ue8m0B32;
+                 q.rows = b;
+                 q.cols = kHeadDim;
+                 q.x = kv_.get<uint16_t>();
+                 q.x_stride = kHeadDim;
+                 q.out = pool_.get<uint16_t>() + slot * kHeadDim;
+                 q.out_stride = kWindow * kHeadDim;
+                 Ok(kernels::quant::LaunchQdq(q, st));
+                 kernels::quant::EncodeRowsParams e;
+                 e.kind = kernels::quant::KvRowKind::kSwaKv;
+                 e.rows = b;
+                 e.channels = kHeadDim;
+                 e.x = kv_.get<uint16_t>();
+                 e.x_stride = kHeadDim;
+                 e.rows_out = swa_rows_.get<uint8_t>() + slot * kSwaRowBytes;
+                 e.row_stride = kWindow * kSwaRowBytes;
+                 Ok(kernels::quant::LaunchEncodeRows(e, st));
+               },
+               db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});
+  s.push_back({"sparse attention (128 + 512 rows)",
+               [=, this] {
+                 kernels::SparseAttnParams p;
+                 p.tokens = b;
+                 p.heads = kHeads;
+                 p.head_dim = kHeadDim;
+                 p.q = q_.get<uint16_t>();
+                 p.q_stride = kHeads * kHeadDim;
+                 p.q_head_stride = kHeadDim;
+                 p.kv = pool_.get<uint16_t>();
+                 p.n_kv = b * kWindow + kCompressedRows;
+                 p.kv_stride = kHeadDim;
+                 p.indices = indices_.get<int32_t>();
+                 p.width = kWindow + kTopk;
+                 p.indices_stride = kWindow + kTopk;
+                 p.attn_sink = sink_.get<float>();
+                 p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+                 p.out = o_.get<uint16_t>();
+                 p.out_stride = kHeads * kHeadDim;
+                 p.out_head_stride = kHeadDim;
+                 p.workspace = attn_ws_.get();
+                 p.workspace_bytes = attn_ws_.bytes();
+                 Ok(kernels::LaunchSparseAttn(p, st));
+               },
+               static_cast<double>(UniqueKvRows(b)) * kHeadDim * 2 +
+                   db * kHeads * kHeadDim * 2 * 2 + db * (kWindow + kTopk) * 4,
+               4.0 * db * kHeads * kHeadDim * (kWindow + kTopk)});
+  rope("inverse RoPE o", o_, kHeads, kHeadDim, true);
+  s.push_back(
+      {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
+       static_cast<double>(wo_a_.bytes()) + db * 2 * (kHeads * kHeadDim + kOGroups * kOLora),
+       2 * db * kOGroups * kOLora * (kHeads * kHeadDim / kOGroups)});
+  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_);
+  hc_post("attn hc_post", a_out_, x_, a_post_, a_comb_, y_);
+
+  // ---- FFN site
+  mixes("ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
+        f_comb_, x_ffn_);
+  norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
+  s.push_back({"gate (fp32 384x5120)", [=, this] { LaunchFloat(GateParams(b)); },
+               static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4),
+               2 * db * kExperts * kD});
+  s.push_back({"MoE (routed + shared)",
+               [=, this] {
+                 kernels::MoeCudaParams p;
+                 p.weights = &experts_->view;
+                 p.m = b;
+                 p.logits = logits_.get<float>();
+                 p.x = fn_x_.get<uint16_t>();
+                 p.x_stride = kD;
+                 p.shared = &shared_->view;
+                 p.y = f_out_.get<uint16_t>();
+                 p.y_stride = kD;
+                 p.expert_ids = expert_ids_.get<int32_t>();
+                 p.workspace = moe_ws_.get();
+                 p.workspace_bytes = moe_ws_bytes_;
+                 Ok(kernels::MoeCuda(p, st));
+               },
+               0 /* set after a run: touched experts */,
+               2 * db * (kTopkExperts + 1) * 3 * kD * kInter});
+  hc_post("ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
+  return s;
+}
+
+std::vector<Stage> LayerStep::IndexerStages(int64_t b) {
+  const double db = static_cast<double>(b);
+  const int64_t l = opt_.context;
+  std::vector<Stage> s;
+  cudaStream_t st = stream_;
+  const Fp8Weight* w = idx_wq_b_.get();
+  s.push_back({"indexer wq_b (FP8 4096x1280)",
+               [=, this] {
+                 kernels::LinearCudaParams p;
+                 p.weight = &w->view;
+                 p.m = b;
+                 p.x_bf16 = qr_.get<uint16_t>();
+                 p.x_stride = kQLora;
+                 p.y_bf16 = iq_.get<uint16_t>();
+                 p.y_stride = kIdxHeads * kIdxDim;
+                 p.workspace = lin_ws_.get();
+                 p.workspace_bytes = lin_ws_bytes_;
+                 Ok(kernels::LaunchLinearFp8(p, st));
+               },
+               w->bytes() + db * 2 * (kQLora + kIdxHeads * kIdxDim),
+               2 * db * kIdxHeads * kIdxDim * kQLora});
+  s.push_back({"index q RoPE + FP4 QDQ",
+               [=, this] {
+                 kernels::RopeParams p;
+                 p.table = rope_.get();
+                 p.tokens = b;
+                 p.heads = kIdxHeads;
+                 p.head_dim = kIdxDim;
+                 p.positions = positions_.get<int64_t>();
+                 p.x = iq_.get<uint16_t>();
+                 p.x_stride = kIdxHeads * kIdxDim;
+                 p.x_head_stride = kIdxDim;
+                 p.out = iq_.get<uint16_t>();
+                 p.out_stride = kIdxHeads * kIdxDim;
+                 p.out_head_stride = kIdxDim;
+                 Ok(kernels::LaunchRope(p, st));
+                 kernels::quant::QdqParams q;
+                 q.format = kernels::quant::BlockFormat::kFp4E2m1Ue8m0B32;
+                 q.rows = b * kIdxHeads;
+                 q.cols = kIdxDim;
+                 q.x = iq_.get<uint16_t>();
+                 q.x_stride = kIdxDim;
+                 q.out = iq_.get<uint16_t>();
+                 q.out_stride = kIdxDim;
+                 Ok(kernels::quant::LaunchQdq(q, st));
+               },
+               db * kIdxHeads * kIdxDim * 2 * 3, 0});
+  s.push_back({"weights_proj (bf16 32x5120)", [=, this] { LaunchFloat(WeightsProjParams(b)); },
+               static_cast<double>(weights_proj_.bytes()) + db * 2 * (kD + kIdxHeads),
+               2 * db * kIdxHeads * kD});
+  s.push_back({"index scores (L FP4 key rows per sequence)",
+               [=, this] {
+                 for (int64_t t = 0; t < b; ++t) {
+                   kernels::IndexerScoreParams p;
+                   p.tokens = 1;
+                   p.heads = kIdxHeads;
+                   p.head_dim = kIdxDim;
+                   p.width = l;
+                   p.start_pos = l - 1;
+                   p.ratio = 1;
+                   p.q = iq_.get<uint16_t>() + t * kIdxHeads * kIdxDim;
+                   p.q_stride = kIdxHeads * kIdxDim;
+                   p.k_rows = index_keys_.get<uint8_t>() + t * l * kIdxKRowBytes;
+                   p.k_row_stride = kIdxKRowBytes;
+                   p.w = iw_.get<uint16_t>() + t * kIdxHeads;
+                   p.w_stride = kIdxHeads;
+                   p.candidates = candidates_.get<uint8_t>() + t * l;
+                   p.candidates_stride = 0;
+                   p.scores = scores_.get<uint16_t>() + t * l;
+                   p.scores_stride = l;
+                   Ok(kernels::LaunchIndexerScore(p, st));
+                 }
+               },
+               db * (l * kIdxKRowBytes + l + l * 2), 2 * db * l * kIdxHeads * kIdxDim});
+  s.push_back({"index top-512",
+               [=, this] {
+                 for (int64_t t = 0; t < b; ++t) {
+                   kernels::IndexerTopkParams p;
+                   p.tokens = 1;
+                   p.width = l;
+                   p.start_pos = l - 1;
+                   p.ratio = 1;
+                   p.index_topk = kTopk;
+                   p.offset = kWindow;
+                   p.scores = scores_.get<uint16_t>() + t * l;
+                   p.scores_stride = l;
+                   p.indices = idx_topk_.get<int32_t>() + t * kTopk;
+                   p.indices_stride = kTopk;
+                   p.workspace = topk_ws_.get();
+                   p.workspace_bytes = topk_ws_bytes_;
+                   Ok(kernels::LaunchIndexerTopk(p, st));
+                 }
+               },
+               db * (l * 2 + kTopk * 4), 0});
+  return s;
+}
+}  // namespace flashserve::bench

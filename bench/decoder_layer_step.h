@@ -1,0 +1,166 @@
+// The whole decoder-layer step of bench_decoder_layer_step (decoder_layer_step_bench.cc): the
+// released dims, the synthetic weights and activations filled on the device, and the stages of a
+// Reuse-layer step and of a Reindex layer's indexer, each a launch plus its model bytes and FLOPs.
+// Bench-only (needs a CUDA device at run time).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench/bench_fill.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+#include "kernels/moe/moe_gpu_test_util.h"
+#include "kernels/norm_rope/rope_table.h"
+
+namespace flashserve::bench {
+
+using kernels::DeviceBuffer;
+
+// Released dims (spec §2, §4).
+inline constexpr int64_t kD = 5120;
+inline constexpr int64_t kStreams = 4;
+inline constexpr int64_t kHeads = 64;
+inline constexpr int64_t kHeadDim = 512;
+inline constexpr int64_t kRope = 64;
+inline constexpr int64_t kQLora = 1280;
+inline constexpr int64_t kOGroups = 8;
+inline constexpr int64_t kOLora = 1024;
+inline constexpr int64_t kWindow = 128;
+inline constexpr int64_t kTopk = 512;
+inline constexpr int64_t kExperts = 384;
+inline constexpr int64_t kTopkExperts = 6;
+inline constexpr int64_t kInter = 2304;
+inline constexpr int64_t kIdxHeads = 32;
+inline constexpr int64_t kIdxDim = 128;
+inline constexpr int64_t kCompressedRows = 65536;
+inline constexpr int64_t kSwaRowBytes = 528;
+inline constexpr int64_t kIdxKRowBytes = 68;  // index-key serving row: 64 code bytes + 4 scales
+
+// Bench options (decoder_layer_step_bench.cc parses them).
+struct Options {
+  int iters = 20;
+  int warmup = 5;
+  std::vector<int64_t> tokens = {1, 8, 64, 256};
+  std::vector<int64_t> reindex_tokens = {1, 8};
+  int64_t context = 65536;
+  bool stages = true;
+};
+
+// An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
+struct Fp8Weight {
+  DeviceBuffer codes, scales;
+  kernels::Fp8LinearDevice view;
+  Fp8Weight(uint64_t seed, int64_t n, int64_t k) {
+    codes = DeviceBuffer(static_cast<size_t>(n * k));
+    const int64_t sn = (n + 31) / 32, sk = k / 32;
+    scales = DeviceBuffer(static_cast<size_t>(sn * sk));
+    FillFp8Codes(seed, static_cast<size_t>(n * k), codes.get<uint8_t>());
+    FillBytes(seed + 1, static_cast<size_t>(sn * sk), 112, 116, scales.get<uint8_t>());
+    view.n = n;
+    view.k = k;
+    view.codes = codes.get<uint8_t>();
+    view.scales = scales.get<uint8_t>();
+  }
+  double bytes() const { return static_cast<double>(codes.bytes() + scales.bytes()); }
+};
+
+// One stage of the step: its launch and its model cost for B tokens.
+struct Stage {
+  std::string name;
+  std::function<void()> launch;
+  double bytes = 0;
+  double flops = 0;
+};
+
+class LayerStep {
+ public:
+  LayerStep(const Options& o, int64_t max_tokens) : opt_(o), max_b_(max_tokens) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    AllocateWeights();
+    AllocateActivations();
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  ~LayerStep() { cudaStreamDestroy(stream_); }
+
+  cudaStream_t stream() const { return stream_; }
+
+  // The stages of a Reuse-layer step for b tokens (b <= max_tokens), in order.
+  std::vector<Stage> ReuseStages(int64_t b);
+  // The Reindex layer's extra indexer stages for b tokens, to run after q_norm.
+  std::vector<Stage> IndexerStages(int64_t b);
+
+  // The layer output of the last step: Z [b, 4, D] bf16 (host copy).
+  std::vector<uint16_t> Output(int64_t b) const {
+    std::vector<uint16_t> z(static_cast<size_t>(b * kStreams * kD));
+    CUDA_CHECK(cudaMemcpy(z.data(), z_.get(), z.size() * 2, cudaMemcpyDeviceToHost));
+    return z;
+  }
+  std::vector<int32_t> TopkOutput(int64_t b) const {
+    std::vector<int32_t> t(static_cast<size_t>(b * kTopk));
+    CUDA_CHECK(cudaMemcpy(t.data(), idx_topk_.get(), t.size() * 4, cudaMemcpyDeviceToHost));
+    return t;
+  }
+  // Unique experts the routing of the last step touched (reads the device copy of the ids).
+  int64_t TouchedExperts(int64_t b) const {
+    std::vector<int32_t> ids(static_cast<size_t>(b * kTopkExperts));
+    CUDA_CHECK(cudaMemcpy(ids.data(), expert_ids_.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
+    return static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
+  }
+  int64_t UniqueKvRows(int64_t b) const {
+    std::set<int32_t> rows;
+    for (int64_t t = 0; t < b; ++t) {
+      for (int64_t e = 0; e < kWindow + kTopk; ++e) {
+        const int32_t r = indices_host_[static_cast<size_t>(t * (kWindow + kTopk) + e)];
+        if (r >= 0) rows.insert(r);
+      }
+    }
+    return static_cast<int64_t>(rows.size());
+  }
+
+ private:
+  void AllocateWeights();
+  void AllocateActivations();
+  // The non-quantised Linears (kernels/gemm bf16 / fp32 weights) at b rows.
+  kernels::FloatLinearCudaParams WoAParams(int64_t b) const;
+  kernels::FloatLinearCudaParams WeightsProjParams(int64_t b) const;
+  kernels::FloatLinearCudaParams GateParams(int64_t b) const;
+  size_t FloatLinearWorkspace(int64_t b) const;
+  void LaunchFloat(kernels::FloatLinearCudaParams p);
+
+  Options opt_;
+  int64_t max_b_;
+  cudaStream_t stream_ = nullptr;
+
+  // Weights.
+  DeviceBuffer attn_fn_, attn_base_, attn_scale_, ffn_fn_, ffn_base_, ffn_scale_;
+  DeviceBuffer attn_norm_, ffn_norm_, q_norm_, kv_norm_, sink_;
+  std::unique_ptr<Fp8Weight> wq_a_, wq_b_, wkv_, wo_b_, idx_wq_b_;
+  DeviceBuffer wo_a_;          // bf16 [8, 1024, 4096]
+  DeviceBuffer weights_proj_;  // bf16 [32, 5120]
+  DeviceBuffer gate_;          // fp32 [384, 5120]
+  std::unique_ptr<kernels::moe_test::DeviceExperts> experts_;
+  std::unique_ptr<kernels::moe_test::DeviceSharedExpert> shared_;
+  std::unique_ptr<kernels::RopeTable> rope_;
+
+  // Activations and state.
+  DeviceBuffer x_, pre_in_, a_pre_, a_post_, a_comb_, f_pre_, f_post_, f_comb_, mix_ws_;
+  DeviceBuffer x_attn_, xn_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_, f_out_,
+      z_;
+  DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
+  DeviceBuffer lin_ws_, float_ws_, moe_ws_, expert_ids_;
+  std::vector<int32_t> indices_host_;
+  // Indexer (Reindex layers).
+  DeviceBuffer iq_, iw_, index_keys_, candidates_, scores_, idx_topk_, topk_ws_;
+  size_t lin_ws_bytes_ = 0, moe_ws_bytes_ = 0, topk_ws_bytes_ = 0;
+  int64_t key_seqs_ = 0;
+};
+
+}  // namespace flashserve::bench

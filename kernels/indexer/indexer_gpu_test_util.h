@@ -1,0 +1,52 @@
+// Shared helpers of the indexer GPU tests (indexer_gpu_test.cc: the scorers and validation;
+// indexer_select_gpu_test.cc: top-k and candidate blocks): device copies, poison values, and the
+// top-k check both use. Test-only.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "common/base/thread_pool.h"
+#include "kernels/common/gpu_test_util.h"
+
+namespace flashserve::kernels::indexer_gpu_test {
+
+inline constexpr uint16_t kPoison16 = 0x7FC1;  // a NaN no kernel produces
+inline constexpr int32_t kPoison32 = -12345;
+inline constexpr uint8_t kPoison8 = 0xA5;
+
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  DeviceBuffer buf(std::max<size_t>(host.size(), 1) * sizeof(T));
+  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+template <typename T>
+std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> host(n);
+  if (n > 0) buf.CopyToHost(host.data(), n * sizeof(T));
+  return host;
+}
+
+inline ThreadPool& Pool() {
+  static ThreadPool* pool = new ThreadPool(4);
+  return *pool;
+}
+
+// Dense rows [tokens, width] copied into rows of `stride` >= width (padding: −inf bits).
+std::vector<uint16_t> Strided(const std::vector<uint16_t>& dense, int64_t tokens, int64_t width,
+                              int64_t stride);
+// The GPU workspace of a call, filled with garbage (the kernels must not rely on its contents).
+DeviceBuffer GarbageWorkspace(size_t bytes);
+
+// Top-k of dense scores [tokens, width] on both sides (indices rows padded by 2, scores rows by
+// score_pad: a pad that is not a multiple of 8 takes the kernels' scalar-load path); identical.
+// These three are defined in indexer_select_gpu_test.cc.
+void CheckTopk(const std::vector<uint16_t>& scores, int64_t tokens, int64_t width,
+               int64_t start_pos, int64_t ratio, int64_t index_topk, int64_t offset,
+               int64_t score_pad = 0);
+
+}  // namespace flashserve::kernels::indexer_gpu_test
