@@ -178,8 +178,16 @@ void LayerStep::AllocateActivations() {
     FillBytes(seed++, static_cast<size_t>(key_seqs_ * l), 0, 1, candidates_.get<uint8_t>());
     scores_ = Bf16Buffer(key_seqs_ * l);
     idx_topk_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * kTopk * 4));
-    topk_ws_bytes_ = std::max<size_t>(kernels::IndexerTopkCudaWorkspaceBytes(1, l), 16);
+    topk_ws_bytes_ = std::max<size_t>(kernels::IndexerTopkCudaWorkspaceBytes(key_seqs_, l), 16);
     topk_ws_ = DeviceBuffer(topk_ws_bytes_);
+    // The batched entry points' per-sequence arrays: sequence t's keys are pool rows t·L ..
+    std::vector<int64_t> offsets(static_cast<size_t>(key_seqs_));
+    std::vector<int32_t> widths(static_cast<size_t>(key_seqs_), static_cast<int32_t>(l));
+    for (int64_t t = 0; t < key_seqs_; ++t) offsets[static_cast<size_t>(t)] = t * l;
+    seq_key_offsets_ = DeviceBuffer(offsets.size() * sizeof(int64_t));
+    seq_key_offsets_.CopyFromHost(offsets.data(), offsets.size() * sizeof(int64_t));
+    seq_widths_ = DeviceBuffer(widths.size() * sizeof(int32_t));
+    seq_widths_.CopyFromHost(widths.data(), widths.size() * sizeof(int32_t));
   }
 }
 
@@ -507,50 +515,87 @@ std::vector<Stage> LayerStep::IndexerStages(int64_t b) {
   s.push_back({"weights_proj (bf16 32x5120)", [=, this] { LaunchFloat(WeightsProjParams(b)); },
                static_cast<double>(weights_proj_.bytes()) + db * 2 * (kD + kIdxHeads),
                2 * db * kIdxHeads * kD});
-  s.push_back({"index scores (L FP4 key rows per sequence)",
+  // One launch each for all b sequences (indexer.h "Batched decode"); LaunchIndexerPerSequence
+  // is the per-sequence form they must equal.
+  s.push_back({"index scores (L FP4 key rows per sequence, batched)",
                [=, this] {
-                 for (int64_t t = 0; t < b; ++t) {
-                   kernels::IndexerScoreParams p;
-                   p.tokens = 1;
-                   p.heads = kIdxHeads;
-                   p.head_dim = kIdxDim;
-                   p.width = l;
-                   p.start_pos = l - 1;
-                   p.ratio = 1;
-                   p.q = iq_.get<uint16_t>() + t * kIdxHeads * kIdxDim;
-                   p.q_stride = kIdxHeads * kIdxDim;
-                   p.k_rows = index_keys_.get<uint8_t>() + t * l * kIdxKRowBytes;
-                   p.k_row_stride = kIdxKRowBytes;
-                   p.w = iw_.get<uint16_t>() + t * kIdxHeads;
-                   p.w_stride = kIdxHeads;
-                   p.candidates = candidates_.get<uint8_t>() + t * l;
-                   p.candidates_stride = 0;
-                   p.scores = scores_.get<uint16_t>() + t * l;
-                   p.scores_stride = l;
-                   Ok(kernels::LaunchIndexerScore(p, st));
-                 }
+                 kernels::IndexerScoreBatchParams p;
+                 p.batch = b;
+                 p.heads = kIdxHeads;
+                 p.head_dim = kIdxDim;
+                 p.max_width = l;
+                 p.q = iq_.get<uint16_t>();
+                 p.q_stride = kIdxHeads * kIdxDim;
+                 p.w = iw_.get<uint16_t>();
+                 p.w_stride = kIdxHeads;
+                 p.k_rows = index_keys_.get<uint8_t>();
+                 p.k_row_stride = kIdxKRowBytes;
+                 p.k_row_offsets = seq_key_offsets_.get<int64_t>();
+                 p.widths = seq_widths_.get<int32_t>();
+                 p.candidates = candidates_.get<uint8_t>();
+                 p.candidates_stride = l;
+                 p.scores = scores_.get<uint16_t>();
+                 p.scores_stride = l;
+                 Ok(kernels::LaunchIndexerScoreBatch(p, st));
                },
                db * (l * kIdxKRowBytes + l + l * 2), 2 * db * l * kIdxHeads * kIdxDim});
-  s.push_back({"index top-512",
+  s.push_back({"index top-512 (batched)",
                [=, this] {
-                 for (int64_t t = 0; t < b; ++t) {
-                   kernels::IndexerTopkParams p;
-                   p.tokens = 1;
-                   p.width = l;
-                   p.start_pos = l - 1;
-                   p.ratio = 1;
-                   p.index_topk = kTopk;
-                   p.offset = kWindow;
-                   p.scores = scores_.get<uint16_t>() + t * l;
-                   p.scores_stride = l;
-                   p.indices = idx_topk_.get<int32_t>() + t * kTopk;
-                   p.indices_stride = kTopk;
-                   p.workspace = topk_ws_.get();
-                   p.workspace_bytes = topk_ws_bytes_;
-                   Ok(kernels::LaunchIndexerTopk(p, st));
-                 }
+                 kernels::IndexerTopkBatchParams p;
+                 p.batch = b;
+                 p.max_width = l;
+                 p.index_topk = kTopk;
+                 p.offset = kWindow;
+                 p.widths = seq_widths_.get<int32_t>();
+                 p.scores = scores_.get<uint16_t>();
+                 p.scores_stride = l;
+                 p.indices = idx_topk_.get<int32_t>();
+                 p.indices_stride = kTopk;
+                 p.workspace = topk_ws_.get();
+                 p.workspace_bytes = topk_ws_bytes_;
+                 Ok(kernels::LaunchIndexerTopkBatch(p, st));
                },
                db * (l * 2 + kTopk * 4), 0});
   return s;
+}
+
+void LayerStep::LaunchIndexerPerSequence(int64_t b) {
+  const int64_t l = opt_.context;
+  for (int64_t t = 0; t < b; ++t) {
+    kernels::IndexerScoreParams p;
+    p.tokens = 1;
+    p.heads = kIdxHeads;
+    p.head_dim = kIdxDim;
+    p.width = l;
+    p.start_pos = l - 1;
+    p.ratio = 1;
+    p.q = iq_.get<uint16_t>() + t * kIdxHeads * kIdxDim;
+    p.q_stride = kIdxHeads * kIdxDim;
+    p.k_rows = index_keys_.get<uint8_t>() + t * l * kIdxKRowBytes;
+    p.k_row_stride = kIdxKRowBytes;
+    p.w = iw_.get<uint16_t>() + t * kIdxHeads;
+    p.w_stride = kIdxHeads;
+    p.candidates = candidates_.get<uint8_t>() + t * l;
+    p.candidates_stride = 0;
+    p.scores = scores_.get<uint16_t>() + t * l;
+    p.scores_stride = l;
+    Ok(kernels::LaunchIndexerScore(p, stream_));
+  }
+  for (int64_t t = 0; t < b; ++t) {
+    kernels::IndexerTopkParams p;
+    p.tokens = 1;
+    p.width = l;
+    p.start_pos = l - 1;
+    p.ratio = 1;
+    p.index_topk = kTopk;
+    p.offset = kWindow;
+    p.scores = scores_.get<uint16_t>() + t * l;
+    p.scores_stride = l;
+    p.indices = idx_topk_.get<int32_t>() + t * kTopk;
+    p.indices_stride = kTopk;
+    p.workspace = topk_ws_.get();
+    p.workspace_bytes = topk_ws_bytes_;
+    Ok(kernels::LaunchIndexerTopk(p, stream_));
+  }
 }
 }  // namespace flashserve::bench

@@ -103,6 +103,15 @@ class LayerStep {
     CUDA_CHECK(cudaMemcpy(z.data(), z_.get(), z.size() * 2, cudaMemcpyDeviceToHost));
     return z;
   }
+  // The indexer's scores and top-k for b sequences the per-sequence way (one LaunchIndexerScore
+  // and one LaunchIndexerTopk per sequence, as before the batched entry points): the reference
+  // the batched IndexerStages must equal bit for bit. Enqueued on stream().
+  void LaunchIndexerPerSequence(int64_t b);
+  std::vector<uint16_t> ScoresOutput(int64_t b) const {
+    std::vector<uint16_t> s(static_cast<size_t>(b * opt_.context));
+    CUDA_CHECK(cudaMemcpy(s.data(), scores_.get(), s.size() * 2, cudaMemcpyDeviceToHost));
+    return s;
+  }
   std::vector<int32_t> TopkOutput(int64_t b) const {
     std::vector<int32_t> t(static_cast<size_t>(b * kTopk));
     CUDA_CHECK(cudaMemcpy(t.data(), idx_topk_.get(), t.size() * 4, cudaMemcpyDeviceToHost));
@@ -159,6 +168,7 @@ class LayerStep {
   std::vector<int32_t> indices_host_;
   // Indexer (Reindex layers).
   DeviceBuffer iq_, iw_, index_keys_, candidates_, scores_, idx_topk_, topk_ws_;
+  DeviceBuffer seq_key_offsets_, seq_widths_;  // per sequence: pool row of key 0, key count
   size_t lin_ws_bytes_ = 0, moe_ws_bytes_ = 0, topk_ws_bytes_ = 0;
   int64_t key_seqs_ = 0;
 };

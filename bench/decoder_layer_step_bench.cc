@@ -18,7 +18,9 @@
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
 // the L index keys (68-byte FP4 serving rows: the exact int8 scorer) with layer 20's candidate
 // mask, and the top-512. Those rows time it for the
-// --reindex-tokens batch sizes, one indexer call per sequence (each sequence has its own keys).
+// --reindex-tokens batch sizes; each sequence has its own keys, and the scores and the top-512 are
+// one batched launch each for all sequences (LaunchIndexerScoreBatch / LaunchIndexerTopkBatch),
+// checked bit for bit against one launch per sequence before timing ("batched vs per-sequence").
 //
 // Synthetic data (deterministic, filled on the device): FP8 codes over every finite E4M3 value with
 // UE8M0 scales 2^-15..2^-11, FP4 experts as the MoE bench's realistic ones, activations uniform.
@@ -199,6 +201,23 @@ int Run(const Options& o) {
     for (int32_t v : topk) bad += v < kWindow || v >= kWindow + o.context;
     if (bad != 0) {
       std::printf("CHECK FAILED: %ld top-k entries out of range\n", static_cast<long>(bad));
+      status = 1;
+    }
+    // The batched stages against the per-sequence launches, bit for bit.
+    const std::vector<uint16_t> scores = step.ScoresOutput(b);
+    step.LaunchIndexerPerSequence(b);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    const std::vector<uint16_t> scores_seq = step.ScoresOutput(b);
+    const std::vector<int32_t> topk_seq = step.TopkOutput(b);
+    int64_t score_diff = 0, topk_diff = 0;
+    for (size_t i = 0; i < scores.size(); ++i) score_diff += scores[i] != scores_seq[i];
+    for (size_t i = 0; i < topk.size(); ++i) topk_diff += topk[i] != topk_seq[i];
+    std::printf(
+        "Indexer %ld tokens: batched vs per-sequence launches: %ld score, %ld top-k "
+        "mismatches\n",
+        static_cast<long>(b), static_cast<long>(score_diff), static_cast<long>(topk_diff));
+    if (score_diff != 0 || topk_diff != 0) {
+      std::printf("CHECK FAILED: the batched indexer differs from the per-sequence launches\n");
       status = 1;
     }
     double bytes = 0, flops = 0;

@@ -133,6 +133,64 @@ struct IndexerTopkParams {
   size_t workspace_bytes = 0;
 };
 
+// ---- Batched decode: one query row per sequence, each with its own key set and length ----
+// Row b (b = 0..batch−1) is one decode token of sequence b. Its keys are `widths[b]` FP4 serving
+// rows of one pool: key t is pool row k_row_offsets[b] + t. It sees the positions t < reach_b
+// (reaches[b], or widths[b] when `reaches` is null); the scores row is [max_width] wide and only
+// its first widths[b] entries are written (positions in [reach_b, widths[b]) get −inf, entries
+// past widths[b] are left untouched). Row b's output equals IndexerScore over that row alone
+// (tokens 1, width = widths[b], start_pos = reach_b − 1, ratio 1, k_rows = the row's keys,
+// candidates = its mask row) bit for bit.
+// Per-row arrays (k_row_offsets, widths, reaches) are host memory for the CPU body and device
+// memory for the CUDA launcher; their values are the caller's contract: 0 <= reaches[b] <=
+// widths[b] <= max_width and k_row_offsets[b] >= 0 with the row's keys inside the pool. The CPU
+// body checks them (InvalidArgumentError naming the row); the GPU cannot without a sync, so it
+// clamps widths to [0, max_width] and reaches to [0, width] and trusts the offsets.
+struct IndexerScoreBatchParams {
+  int64_t batch = 0;                       // query rows (sequences), >= 0
+  int64_t heads = 0;                       // as IndexerScoreParams
+  int64_t head_dim = 0;                    // as IndexerScoreParams; a multiple of 32
+  int64_t max_width = 0;                   // scores row extent, >= every widths[b]
+  const uint16_t* q = nullptr;             // bf16 [batch, heads, head_dim]
+  int64_t q_stride = 0;                    // >= heads * head_dim
+  const uint16_t* w = nullptr;             // bf16 [batch, heads]
+  int64_t w_stride = 0;                    // >= heads
+  const uint8_t* k_rows = nullptr;         // the pool of 68-byte FP4 rows (IndexerScoreParams)
+  int64_t k_row_stride = 0;                // BYTES, >= formats::IndexKRowBytes(head_dim)
+  const int64_t* k_row_offsets = nullptr;  // [batch]: pool row of row b's key 0
+  const int32_t* widths = nullptr;         // [batch]: row b's key count (its score width)
+  const int32_t* reaches = nullptr;        // optional [batch]: row b's causal limit
+  // Optional candidate masks (nonzero = candidate) [batch, max_width]; stride >= max_width.
+  const uint8_t* candidates = nullptr;
+  int64_t candidates_stride = 0;
+  uint16_t* scores = nullptr;                   // bf16 [batch, max_width] out
+  int64_t scores_stride = 0;                    // >= max_width
+  bool cuda_exact_only = false;                 // as IndexerScoreParams
+  unsigned long long* cuda_rechecks = nullptr;  // as IndexerScoreParams
+};
+
+// Top-k of a batch of decode rows of different lengths: row b ranks its first widths[b] scores
+// exactly as IndexerTopk over that row alone (tokens 1, width = widths[b], k_b =
+// min(index_topk, widths[b]), positions >= reach_b → −1, the others + offset), writes its k_b
+// indices ascending and then −1 into slots k_b .. K − 1, K = IndexerTopkK(index_topk,
+// max_width) (a fixed-width [batch, K] index list). Per-row arrays and their contract as
+// IndexerScoreBatchParams (a row of width 0 gets K × −1).
+struct IndexerTopkBatchParams {
+  int64_t batch = 0;
+  int64_t max_width = 0;             // scores row extent, >= every widths[b]
+  int64_t index_topk = 0;            // >= 1
+  int64_t offset = 0;                // >= 0, offset + max_width <= INT32_MAX
+  const int32_t* widths = nullptr;   // [batch]
+  const int32_t* reaches = nullptr;  // optional [batch] (null: widths)
+  const uint16_t* scores = nullptr;  // bf16 [batch, max_width]
+  int64_t scores_stride = 0;         // >= max_width
+  int32_t* indices = nullptr;        // int32 [batch, K] out
+  int64_t indices_stride = 0;        // >= K
+  void* workspace = nullptr;         // CPU: >= IndexerTopkWorkspaceBytes(max_width, 1);
+                                     // GPU: IndexerTopkCudaWorkspaceBytes(batch, max_width)
+  size_t workspace_bytes = 0;
+};
+
 // k of the top-k: min(index_topk, width) (0 when either is <= 0). Pure.
 int64_t IndexerTopkK(int64_t index_topk, int64_t width);
 
@@ -160,6 +218,9 @@ size_t CandidateBlocksCudaWorkspaceBytes(int64_t tokens, int64_t width, int64_t 
 absl::Status Validate(const IndexerScoreParams& p);
 absl::Status Validate(const CandidateBlocksParams& p);
 absl::Status Validate(const IndexerTopkParams& p);
+// The batched ops check the scalar fields and pointers only (not the per-row arrays' values).
+absl::Status Validate(const IndexerScoreBatchParams& p);
+absl::Status Validate(const IndexerTopkBatchParams& p);
 
 // ---- CPU bodies (cpu/*.cc; target fs_kernels_indexer). ----
 // Scores. Work is split over (row, 2048-position chunk) pairs, so one decode row with a long
@@ -170,6 +231,10 @@ absl::Status IndexerScoreCpu(const IndexerScoreParams& p, ThreadPool* pool);
 absl::Status CandidateBlocksCpu(const CandidateBlocksParams& p, ThreadPool* pool);
 // Top-k, split over rows. Cost per row O(width) for the selection plus O(k log k) for the sort.
 absl::Status IndexerTopkCpu(const IndexerTopkParams& p, ThreadPool* pool);
+// Batched decode rows (host per-row arrays, checked: InvalidArgumentError naming the row): the
+// single-row bodies above, row after row (each spreads over the pool).
+absl::Status IndexerScoreBatchCpu(const IndexerScoreBatchParams& p, ThreadPool* pool);
+absl::Status IndexerTopkBatchCpu(const IndexerTopkBatchParams& p, ThreadPool* pool);
 
 // ---- CUDA launchers (cuda/*.cu; target fs_kernels_indexer_cuda, FLASHSERVE_CUDA only) ----
 // Same params as the CPU bodies; every tensor pointer (q, k, w, candidates, scores, indices,
@@ -210,5 +275,18 @@ absl::Status LaunchIndexerTopk(const IndexerTopkParams& p, CUstream_st* stream);
 // (workspace CandidateBlocksCudaWorkspaceBytes(tokens, width, block_size)). Cost per row: four
 // reads of the row's scores, one mask write.
 absl::Status LaunchCandidateBlocks(const CandidateBlocksParams& p, CUstream_st* stream);
+// Batched decode rows (device per-row arrays; README.md "CUDA", "Batched decode"): one launch
+// scores every row, a grid of (key-tile CTAs, rows) sized to one wave of resident CTAs; each CTA
+// prepares its row's q once and walks that row's key tiles (its own pool offset, width and
+// reach), so B short rows fill the GPU as one long row does. The int8 scorer (released dims,
+// 4-byte aligned rows, not cuda_exact_only) or else the exact tiled scorer, with the same bits
+// and the same fallbacks as per-row LaunchIndexerScore calls. Cost: Σ_b widths[b] · 68 B of keys
+// read once; no workspace.
+absl::Status LaunchIndexerScoreBatch(const IndexerScoreBatchParams& p, CUstream_st* stream);
+// The top-k of every row in one selection (the one-block kernel up to 16,384 positions of
+// max_width, else the split selection planned for max_width: CTAs past a row's width do nothing),
+// workspace IndexerTopkCudaWorkspaceBytes(batch, max_width). Results equal per-row
+// LaunchIndexerTopk calls (plus the −1 padding).
+absl::Status LaunchIndexerTopkBatch(const IndexerTopkBatchParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

@@ -24,6 +24,14 @@
 // of (row, head, position) dot products it recomputed exactly (cuda_rechecks over one call);
 // "score_rows_exact" k_rows through the exact CUDA-core scorer (cuda_exact_only). Each is checked
 // against the CPU the same way.
+//
+// Batched decode (indexer.h "Batched decode"), 8 and 64 sequences × 65,536 keys each, every
+// sequence its own slice of one FP4-row pool (the 2^20 rows above, repeated: distinct addresses,
+// no cache reuse) and its own q and w: "batch_score" (LaunchIndexerScoreBatch, one launch; bytes
+// B × 65,536 × (68 + 2) + q, w) and "batch_topk512" (LaunchIndexerTopkBatch; bytes B × 65,536 × 2
+// + B × 512 × 4), against "seq_score" / "seq_topk512", the same work as one LaunchIndexerScore /
+// LaunchIndexerTopk per sequence (the layer bench's old loop). The batched outputs are compared
+// with the per-sequence ones bit for bit first (a mismatch makes the exit code 1).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -190,6 +198,132 @@ class Bench {
     });
     Add("cand_blocks", rows, score_bytes + mask_bytes, 0,
         [&] { CHECK_OK(LaunchCandidateBlocks(cp, nullptr)); });
+  }
+
+  // B decode sequences of kDecodeKeys keys each (see the file comment).
+  void RunBatch(int64_t seqs, const std::vector<uint8_t>& krows) {
+    constexpr int64_t kDecodeKeys = 65536;
+    const int64_t rb = formats::IndexKRowBytes(kDim);
+    const int64_t pool_rows = seqs * kDecodeKeys;
+    const int64_t src_rows = static_cast<int64_t>(krows.size()) / rb;
+    std::vector<uint8_t> pool(static_cast<size_t>(pool_rows * rb));
+    for (int64_t r = 0; r < pool_rows; ++r) {
+      std::copy_n(krows.begin() + (r % src_rows) * rb, rb, pool.begin() + r * rb);
+    }
+    DeviceBuffer dpool(pool.size());
+    dpool.CopyFromHost(pool.data(), pool.size());
+    const std::vector<uint16_t> q = Fp4Dequantised(seqs * kHeads * kDim, 101 + seqs);
+    std::vector<uint16_t> w(static_cast<size_t>(seqs * kHeads));
+    std::mt19937 rng(static_cast<uint32_t>(seqs));
+    for (uint16_t& v : w) v = static_cast<uint16_t>(0x3C00 + rng() % 256);
+    DeviceBuffer dq = Upload(q), dw = Upload(w);
+    std::vector<int64_t> offsets(static_cast<size_t>(seqs));
+    for (int64_t b = 0; b < seqs; ++b) offsets[static_cast<size_t>(b)] = b * kDecodeKeys;
+    const std::vector<int32_t> widths(static_cast<size_t>(seqs), kDecodeKeys);
+    DeviceBuffer doff(offsets.size() * 8), dwidths(widths.size() * 4);
+    doff.CopyFromHost(offsets.data(), offsets.size() * 8);
+    dwidths.CopyFromHost(widths.data(), widths.size() * 4);
+    const size_t n_scores = static_cast<size_t>(seqs * kDecodeKeys);
+    DeviceBuffer dscores(n_scores * 2), dscores_seq(n_scores * 2);
+    DeviceBuffer dindices(static_cast<size_t>(seqs * kTopk) * 4), dindices_seq(dindices.bytes());
+    const size_t ws_bytes = IndexerTopkCudaWorkspaceBytes(seqs, kDecodeKeys);
+    DeviceBuffer dws(std::max<size_t>(ws_bytes, 8));
+
+    IndexerScoreBatchParams bp;
+    bp.batch = seqs;
+    bp.heads = kHeads;
+    bp.head_dim = kDim;
+    bp.max_width = kDecodeKeys;
+    bp.q = dq.get<uint16_t>();
+    bp.q_stride = kHeads * kDim;
+    bp.w = dw.get<uint16_t>();
+    bp.w_stride = kHeads;
+    bp.k_rows = dpool.get<uint8_t>();
+    bp.k_row_stride = rb;
+    bp.k_row_offsets = doff.get<int64_t>();
+    bp.widths = dwidths.get<int32_t>();
+    bp.scores = dscores.get<uint16_t>();
+    bp.scores_stride = kDecodeKeys;
+    IndexerTopkBatchParams tb;
+    tb.batch = seqs;
+    tb.max_width = kDecodeKeys;
+    tb.index_topk = kTopk;
+    tb.offset = 128;
+    tb.widths = dwidths.get<int32_t>();
+    tb.scores = bp.scores;
+    tb.scores_stride = kDecodeKeys;
+    tb.indices = dindices.get<int32_t>();
+    tb.indices_stride = kTopk;
+    tb.workspace = dws.get();
+    tb.workspace_bytes = ws_bytes;
+    // The per-sequence form (one launch per sequence), into the *_seq buffers.
+    auto seq_scores = [&] {
+      for (int64_t b = 0; b < seqs; ++b) {
+        IndexerScoreParams p;
+        p.tokens = 1;
+        p.heads = kHeads;
+        p.head_dim = kDim;
+        p.width = kDecodeKeys;
+        p.start_pos = kDecodeKeys - 1;
+        p.q = dq.get<uint16_t>() + b * kHeads * kDim;
+        p.q_stride = kHeads * kDim;
+        p.w = dw.get<uint16_t>() + b * kHeads;
+        p.w_stride = kHeads;
+        p.k_rows = dpool.get<uint8_t>() + b * kDecodeKeys * rb;
+        p.k_row_stride = rb;
+        p.scores = dscores_seq.get<uint16_t>() + b * kDecodeKeys;
+        p.scores_stride = kDecodeKeys;
+        CHECK_OK(LaunchIndexerScore(p, nullptr));
+      }
+    };
+    auto seq_topk = [&] {
+      for (int64_t b = 0; b < seqs; ++b) {
+        IndexerTopkParams p;
+        p.tokens = 1;
+        p.width = kDecodeKeys;
+        p.start_pos = kDecodeKeys - 1;
+        p.index_topk = kTopk;
+        p.offset = 128;
+        p.scores = dscores_seq.get<uint16_t>() + b * kDecodeKeys;
+        p.scores_stride = kDecodeKeys;
+        p.indices = dindices_seq.get<int32_t>() + b * kTopk;
+        p.indices_stride = kTopk;
+        p.workspace = dws.get();
+        p.workspace_bytes = ws_bytes;
+        CHECK_OK(LaunchIndexerTopk(p, nullptr));
+      }
+    };
+    CHECK_OK(LaunchIndexerScoreBatch(bp, nullptr));
+    CHECK_OK(LaunchIndexerTopkBatch(tb, nullptr));
+    seq_scores();
+    seq_topk();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> s1(n_scores), s2(n_scores);
+    dscores.CopyToHost(s1.data(), n_scores * 2);
+    dscores_seq.CopyToHost(s2.data(), n_scores * 2);
+    std::vector<int32_t> i1(static_cast<size_t>(seqs * kTopk)), i2(i1.size());
+    dindices.CopyToHost(i1.data(), i1.size() * 4);
+    dindices_seq.CopyToHost(i2.data(), i2.size() * 4);
+    int64_t bad_s = 0, bad_i = 0;
+    for (size_t i = 0; i < n_scores; ++i) bad_s += s1[i] != s2[i];
+    for (size_t i = 0; i < i1.size(); ++i) bad_i += i1[i] != i2[i];
+    std::printf(
+        "batched decode, %ld sequences x %ld keys: %ld score, %ld top-k mismatches vs the "
+        "per-sequence launches\n",
+        static_cast<long>(seqs), static_cast<long>(kDecodeKeys), static_cast<long>(bad_s),
+        static_cast<long>(bad_i));
+    if (bad_s != 0 || bad_i != 0) ++failures_;
+
+    const double keys = static_cast<double>(pool_rows);
+    const double score_bytes = keys * (rb + 2) + static_cast<double>(q.size() + w.size()) * 2;
+    const double flops = 2.0 * kHeads * kDim * keys;
+    const double topk_bytes = keys * 2 + static_cast<double>(seqs) * kTopk * 4;
+    Add("batch_score", seqs, score_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScoreBatch(bp, nullptr)); });
+    Add("seq_score", seqs, score_bytes, flops, seq_scores);
+    Add("batch_topk512", seqs, topk_bytes, 0,
+        [&] { CHECK_OK(LaunchIndexerTopkBatch(tb, nullptr)); });
+    Add("seq_topk512", seqs, topk_bytes, 0, seq_topk);
   }
 
   int Print(const std::string& command) const {
@@ -377,6 +511,7 @@ int Main(int argc, char** argv) {
   const double tc_tflops = attn_bench::MeasureMmaSyncTflops(5);
   Bench bench(o, copy_gbps, tc_tflops);
   for (int64_t rows : {1, 8}) bench.Run(rows, k, dk, krows, dkrows);
+  for (int64_t seqs : {8, 64}) bench.RunBatch(seqs, krows);
   return bench.Print(command);
 }
 

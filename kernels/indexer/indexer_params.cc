@@ -169,4 +169,62 @@ absl::Status Validate(const IndexerTopkParams& p) {
   return CheckWorkspace(kOp, p.workspace, p.workspace_bytes, IndexerTopkWorkspaceBytes(p.width, 1));
 }
 
+absl::Status Validate(const IndexerScoreBatchParams& p) {
+  constexpr const char* kOp = "IndexerScoreBatch";
+  if (p.batch < 0 || p.batch > kMaxRows) return Invalid(kOp, "batch", "is out of range");
+  if (p.max_width < 0 || p.max_width > kMaxWidth) {
+    return Invalid(kOp, "max_width", "is out of range");
+  }
+  if (p.heads < 1 || p.heads > (int64_t{1} << 20)) return Invalid(kOp, "heads", "is out of range");
+  if (p.head_dim < 1 || p.head_dim > kMaxIndexHeadDim) {
+    return Invalid(kOp, "head_dim", "must be in 1..kMaxIndexHeadDim (512)");
+  }
+  if (p.head_dim % formats::kFp4Ue8m0Block != 0) {
+    return Invalid(kOp, "head_dim", "must be a multiple of 32 (k_rows)");
+  }
+  if (p.batch == 0 || p.max_width == 0) return absl::OkStatus();
+  RETURN_IF_ERROR((CheckNonNull(kOp, {{"q", p.q},
+                                      {"w", p.w},
+                                      {"k_rows", p.k_rows},
+                                      {"k_row_offsets", p.k_row_offsets},
+                                      {"widths", p.widths},
+                                      {"scores", p.scores}})));
+  RETURN_IF_ERROR(CheckStride(kOp, "q_stride", p.batch, p.q_stride, p.heads * p.head_dim));
+  RETURN_IF_ERROR(CheckStride(kOp, "w_stride", p.batch, p.w_stride, p.heads));
+  if (p.k_row_stride < static_cast<int64_t>(formats::IndexKRowBytes(p.head_dim)) ||
+      p.k_row_stride > kMaxStride) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: k_row_stride %d is below the row extent %d (or too large)", kOp,
+                        p.k_row_stride, formats::IndexKRowBytes(p.head_dim)));
+  }
+  RETURN_IF_ERROR(CheckStride(kOp, "scores_stride", p.batch, p.scores_stride, p.max_width));
+  if (p.candidates != nullptr) {
+    RETURN_IF_ERROR(
+        CheckStride(kOp, "candidates_stride", p.batch, p.candidates_stride, p.max_width));
+  } else if (p.candidates_stride != 0) {
+    return Invalid(kOp, "candidates_stride", "is set without candidates");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const IndexerTopkBatchParams& p) {
+  constexpr const char* kOp = "IndexerTopkBatch";
+  if (p.batch < 0 || p.batch > kMaxRows) return Invalid(kOp, "batch", "is out of range");
+  if (p.max_width < 0 || p.max_width > kMaxWidth) {
+    return Invalid(kOp, "max_width", "is out of range");
+  }
+  if (p.index_topk < 1) return Invalid(kOp, "index_topk", "must be >= 1");
+  if (p.offset < 0 || p.offset > kMaxWidth - p.max_width) {
+    return Invalid(kOp, "offset", "must be >= 0 with offset + max_width <= INT32_MAX");
+  }
+  if (p.batch == 0 || p.max_width == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(
+      (CheckNonNull(kOp, {{"widths", p.widths}, {"scores", p.scores}, {"indices", p.indices}})));
+  RETURN_IF_ERROR(CheckStride(kOp, "scores_stride", p.batch, p.scores_stride, p.max_width));
+  RETURN_IF_ERROR(CheckStride(kOp, "indices_stride", p.batch, p.indices_stride,
+                              IndexerTopkK(p.index_topk, p.max_width)));
+  return CheckWorkspace(kOp, p.workspace, p.workspace_bytes,
+                        IndexerTopkWorkspaceBytes(p.max_width, 1));
+}
+
 }  // namespace flashserve::kernels

@@ -45,6 +45,23 @@ __device__ __forceinline__ int64_t Reach(int64_t start_pos, int64_t ratio, int64
   return (start_pos + row + 1) / ratio;
 }
 
+// Per-row extents of a batched decode call (indexer.h "Batched decode"), device arrays. The
+// single-sequence kernels get an empty one. Out-of-contract values are clamped (a width to
+// [0, max_width], a reach to [0, width]) so a bad row cannot write outside its scores row.
+struct BatchRows {
+  const int64_t* k_row_offsets = nullptr;
+  const int32_t* widths = nullptr;
+  const int32_t* reaches = nullptr;  // null: reach = width
+  __device__ int64_t Width(int64_t row, int64_t max_width) const {
+    const int64_t w = widths[row];
+    return w < 0 ? 0 : (w > max_width ? max_width : w);
+  }
+  __device__ int64_t Reach(int64_t row, int64_t width) const {
+    const int64_t r = reaches != nullptr ? reaches[row] : width;
+    return r < 0 ? 0 : (r > width ? width : r);
+  }
+};
+
 // ---- Scores, scalar path ----------------------------------------------------------------------
 // For head_dim % 8 != 0 or key rows off 16 bytes (the tiled kernel, score_tile_kernel.cuh, takes
 // every other case). grid.x walks rows (fastest, so the rows of one position tile run back to
@@ -138,6 +155,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(Source src, int64
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_threshold, s_above;
   for (int64_t row = blockIdx.x; row < tokens; row += gridDim.x) {
+    if constexpr (Source::kPadRows) src.Pad(row, static_cast<int>(threadIdx.x), kSelectThreads);
     const int64_t n = src.Count(row);
     const auto k = static_cast<uint32_t>(src.K(row));
     // Two radix passes (high byte, then low byte among the high byte's bin) find the k-th key.
@@ -200,10 +218,12 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(Source src, int64
 
 // Sources also serve the split kernels (select_split_kernels.cuh): kItemsPerThread consecutive
 // items per thread and tile, Load(row, i0, v) for items i0.. (items >= Count() get −inf, never
-// used), kEmitAll (every item must be emitted, not only the picked ones).
+// used), kEmitAll (every item must be emitted, not only the picked ones), kPadRows (Pad(row,
+// thread, threads) fills the row's output slots past K; called once per row by one CTA).
 struct TopkSource {
   static constexpr int kItemsPerThread = 8;
   static constexpr bool kEmitAll = false;
+  static constexpr bool kPadRows = false;
   IndexerTopkParams p;
   bool vec;  // scores 16-byte aligned and scores_stride % 8 == 0: 16-byte loads
   __device__ int64_t Count(int64_t) const { return p.width; }
@@ -236,6 +256,7 @@ struct TopkSource {
 struct CandidateSource {
   static constexpr int kItemsPerThread = 2;
   static constexpr bool kEmitAll = true;
+  static constexpr bool kPadRows = false;
   CandidateBlocksParams p;
   int64_t n_blocks;
   bool vec_scores;  // block_size 8, scores 16-byte aligned, scores_stride % 8 == 0
@@ -283,6 +304,51 @@ struct CandidateSource {
       return;
     }
     for (int64_t t = b * p.block_size; t < end; ++t) mask[t] = keep;
+  }
+};
+
+// The batched decode top-k (LaunchIndexerTopkBatch): row b holds rows.Width(b) scores; the same
+// picks and slots as TopkSource over that row alone, then −1 in slots K(b) .. k_max − 1.
+struct TopkBatchSource {
+  static constexpr int kItemsPerThread = 8;
+  static constexpr bool kEmitAll = false;
+  static constexpr bool kPadRows = true;
+  IndexerTopkBatchParams p;
+  BatchRows rows;
+  int64_t k_max;  // IndexerTopkK(index_topk, max_width): the index rows' extent
+  bool vec;       // scores 16-byte aligned and scores_stride % 8 == 0: 16-byte loads
+  __device__ int64_t Count(int64_t row) const { return rows.Width(row, p.max_width); }
+  __device__ int64_t K(int64_t row) const {
+    const int64_t n = Count(row);
+    return p.index_topk < n ? p.index_topk : n;
+  }
+  __device__ uint16_t Value(int64_t row, int64_t i) const {
+    return p.scores[row * p.scores_stride + i];
+  }
+  __device__ void Load(int64_t row, int64_t i0, uint16_t (&v)[kItemsPerThread]) const {
+    const uint16_t* s = p.scores + row * p.scores_stride;
+    const int64_t n = Count(row);
+    if (vec && i0 + 8 <= n) {
+      const uint4 x = *reinterpret_cast<const uint4*>(s + i0);
+      const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[e] = static_cast<uint16_t>(e % 2 == 0 ? words[e / 2] : words[e / 2] >> 16);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = i0 + e < n ? s[i0 + e] : kBf16NegInf;
+    }
+  }
+  __device__ void Emit(int64_t row, int64_t i, uint16_t, bool picked, uint32_t slot) const {
+    if (!picked) return;
+    const int64_t reach = rows.Reach(row, Count(row));
+    p.indices[row * p.indices_stride + slot] = i >= reach ? -1 : static_cast<int32_t>(i + p.offset);
+  }
+  __device__ void Pad(int64_t row, int thread, int threads) const {
+    for (int64_t i = K(row) + thread; i < k_max; i += threads) {
+      p.indices[row * p.indices_stride + i] = -1;
+    }
   }
 };
 

@@ -11,6 +11,7 @@
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
+#include "kernels/indexer/cuda/per_device_cache.h"
 #include "kernels/indexer/cuda/score_int8_kernel.cuh"
 #include "kernels/indexer/cuda/score_tile_kernel.cuh"
 #include "kernels/indexer/cuda/select_split_kernels.cuh"
@@ -98,27 +99,86 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-// The int8 tensor-core scorer: a CTA per group of kMmaRows rows walks key tiles grid-stride,
-// with one wave of resident CTAs in all, each staging its rows' q once for many tiles.
-void LaunchResident(void (*kernel)(IndexerScoreParams), const IndexerScoreParams& p, size_t smem,
-                    cudaStream_t stream) {
-  const int64_t groups = (p.tokens + indexer_device::kMmaRows - 1) / indexer_device::kMmaRows;
+// The int8 tensor-core scorer: a CTA per group of kMmaRows rows (kBatch: per row) walks key tiles
+// grid-stride, with one wave of resident CTAs in all, each staging its rows' q once for many
+// tiles. The SM count, the occupancy at each staged row count and the shared-memory attribute are
+// asked once per device (per_device_cache.h).
+template <bool kBatch>
+void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
+  using indexer_launch::PerDeviceInt;
+  constexpr int kRows = kBatch ? 1 : indexer_device::kMmaRows;
+  auto* kernel = indexer_device::IndexerScoreInt8Kernel<kBatch>;
+  const int rows_cap = static_cast<int>(std::min<int64_t>(p.tokens, kRows));
+  const size_t smem = indexer_device::ScoreInt8SmemBytes(rows_cap);
+  const int device = indexer_launch::CurrentDevice();
+  static PerDeviceInt smem_attribute;  // set once to the largest size any call uses
+  smem_attribute.Get(device, [&] {
+    const size_t most = indexer_device::ScoreInt8SmemBytes(kRows);
+    if (most > 48 * 1024) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(most)));
+    }
+    return 1;
+  });
+  static PerDeviceInt occupancy[kRows + 1];  // by rows_cap
+  const int per_sm = occupancy[rows_cap].Get(device, [&] {
+    int v = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel,
+                                                             indexer_device::kMmaThreads, smem));
+    return v;
+  });
+  const int64_t groups = (p.tokens + kRows - 1) / kRows;
   const int64_t tiles = (p.width + indexer_device::kMmaTileKeys - 1) / indexer_device::kMmaTileKeys;
-  if (smem > 48 * 1024) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
-  }
-  int device = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                           indexer_device::kMmaThreads, smem));
-  const int64_t resident = int64_t{sms} * std::max(per_sm, 1);
+  const int64_t resident = int64_t{indexer_launch::SmCount(device)} * std::max(per_sm, 1);
   const int64_t per_group = std::max<int64_t>(1, resident / std::min(groups, kMaxGridY));
   const dim3 grid(static_cast<unsigned>(std::min(tiles, per_group)),
                   static_cast<unsigned>(std::min(groups, kMaxGridY)));
-  kernel<<<grid, indexer_device::kMmaThreads, smem, stream>>>(p);
+  kernel<<<grid, indexer_device::kMmaThreads, smem, stream>>>(p, rows);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The tiled exact scorer (score_tile_kernel.cuh): grid.x = key tiles, grid.y = groups of
+// kScoreRows rows (kBatch: rows). The shared-memory attribute is set once per device, to the
+// most this instantiation can use.
+template <int kDim, bool kBatch>
+void LaunchTile(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
+  auto* kernel = indexer_device::IndexerScoreTileKernel<kDim, kBatch>;
+  const size_t smem = indexer_device::ScoreTileSmemBytes(p.heads, p.head_dim);
+  static indexer_launch::PerDeviceInt smem_attribute;
+  const int device = indexer_launch::CurrentDevice();
+  smem_attribute.Get(device, [&] {
+    int optin = 0;  // the device's per-block limit (227 KiB on the H200)
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const size_t most =
+        std::min<size_t>(indexer_device::ScoreTileSmemBytes(indexer_device::kHeadChunk,
+                                                            kDim > 0 ? kDim : kMaxIndexHeadDim),
+                         static_cast<size_t>(optin));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(most)));
+    return 1;
+  });
+  const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
+  const int64_t rows_per_group = kBatch ? 1 : indexer_device::kScoreRows;
+  const int64_t groups = (p.tokens + rows_per_group - 1) / rows_per_group;
+  const dim3 grid(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
+                  static_cast<unsigned>(std::min(groups, kMaxGridY)));
+  kernel<<<grid, kScoreThreads, smem, stream>>>(p, rows);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kBatch>
+void LaunchTile(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
+  if (p.head_dim == 128) {  // the released index_head_dim
+    LaunchTile<128, kBatch>(p, rows, stream);
+  } else {
+    LaunchTile<0, kBatch>(p, rows, stream);
+  }
+}
+
+// Whether a k_rows call takes the int8 tensor-core scorer.
+bool Int8Applies(const IndexerScoreParams& p) {
+  return p.k_rows != nullptr && !p.cuda_exact_only && p.heads == indexer_device::kMmaHeads &&
+         p.head_dim == indexer_device::kMmaDim && p.k_row_stride % 4 == 0 && Aligned(p.k_rows, 4);
 }
 
 }  // namespace
@@ -126,45 +186,60 @@ void LaunchResident(void (*kernel)(IndexerScoreParams), const IndexerScoreParams
 absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(p));
   if (p.tokens == 0 || p.width == 0) return absl::OkStatus();
-  const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
   // k_rows: head_dim % 32 == 0 (validated), decoded while staging, so always the tiled path.
   const bool vec =
       p.k_rows != nullptr || (p.head_dim % 8 == 0 && p.k_stride % 8 == 0 && Aligned(p.k, 16));
-  auto launch = [&](auto kernel, dim3 grid, size_t smem) {
-    if (smem > 48 * 1024) {  // the tiled kernel: up to 133 KiB of keys + 64 KiB of q
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem)));
-    }
-    kernel<<<grid, kScoreThreads, smem, stream>>>(p);
-    CUDA_CHECK(cudaGetLastError());
-  };
-  const bool released =
-      p.heads == indexer_device::kMmaHeads && p.head_dim == indexer_device::kMmaDim;
-  if (p.k_rows != nullptr && !p.cuda_exact_only && released && p.k_row_stride % 4 == 0 &&
-      Aligned(p.k_rows, 4)) {  // int8 tensor cores on the FP4 rows
-    LaunchResident(indexer_device::IndexerScoreInt8Kernel, p,
-                   indexer_device::ScoreInt8SmemBytes(
-                       static_cast<int>(std::min<int64_t>(p.tokens, indexer_device::kMmaRows))),
-                   stream);
+  if (Int8Applies(p)) {  // int8 tensor cores on the FP4 rows
+    LaunchInt8<false>(p, {}, stream);
     return absl::OkStatus();
   }
   if (vec) {  // a key tile per CTA, scored for up to kScoreRows rows
-    const int64_t groups = (p.tokens + indexer_device::kScoreRows - 1) / indexer_device::kScoreRows;
-    const dim3 grid(static_cast<unsigned>(std::min(tiles, kMaxGridX)),
-                    static_cast<unsigned>(std::min(groups, kMaxGridY)));
-    const size_t smem = indexer_device::ScoreTileSmemBytes(p.heads, p.head_dim);
-    if (p.head_dim == 128) {  // the released index_head_dim
-      launch(indexer_device::IndexerScoreTileKernel<128>, grid, smem);
-    } else {
-      launch(indexer_device::IndexerScoreTileKernel<0>, grid, smem);
-    }
+    LaunchTile<false>(p, {}, stream);
     return absl::OkStatus();
   }
+  const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
   const dim3 grid(static_cast<unsigned>(std::min(p.tokens, kMaxGridX)),
                   static_cast<unsigned>(std::min(tiles, kMaxGridY)));
   const size_t smem =
       static_cast<size_t>(std::min<int64_t>(p.heads, kHeadChunk) * p.head_dim) * sizeof(float);
-  launch(indexer_device::IndexerScoreKernel, grid, smem);
+  if (smem > 48 * 1024) {  // head_dim > 384 with 32 heads
+    CUDA_CHECK(cudaFuncSetAttribute(indexer_device::IndexerScoreKernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+  }
+  indexer_device::IndexerScoreKernel<<<grid, kScoreThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status LaunchIndexerScoreBatch(const IndexerScoreBatchParams& b, CUstream_st* stream) {
+  RETURN_IF_ERROR(Validate(b));
+  if (b.batch == 0 || b.max_width == 0) return absl::OkStatus();
+  // The kernels' view of a batch: tokens = rows, width = max_width, k_rows = the pool; each
+  // group (one row) takes its keys, width and reach from BatchRows.
+  IndexerScoreParams p;
+  p.tokens = b.batch;
+  p.heads = b.heads;
+  p.head_dim = b.head_dim;
+  p.width = b.max_width;
+  p.q = b.q;
+  p.q_stride = b.q_stride;
+  p.k_rows = b.k_rows;
+  p.k_row_stride = b.k_row_stride;
+  p.w = b.w;
+  p.w_stride = b.w_stride;
+  p.candidates = b.candidates;
+  p.candidates_stride = b.candidates_stride;
+  p.scores = b.scores;
+  p.scores_stride = b.scores_stride;
+  p.cuda_exact_only = b.cuda_exact_only;
+  p.cuda_rechecks = b.cuda_rechecks;
+  const indexer_device::BatchRows rows{b.k_row_offsets, b.widths, b.reaches};
+  if (Int8Applies(p)) {
+    LaunchInt8<true>(p, rows, stream);
+  } else {
+    LaunchTile<true>(p, rows, stream);
+  }
   return absl::OkStatus();
 }
 
@@ -179,6 +254,23 @@ absl::Status LaunchIndexerTopk(const IndexerTopkParams& p, CUstream_st* stream) 
     LaunchSplitSelect(src, p.tokens, plan, p.workspace, stream);
   } else {
     LaunchSelect(src, p.tokens, stream);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchIndexerTopkBatch(const IndexerTopkBatchParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(Validate(WithStandInWorkspace(p)));
+  const indexer_plan::SelectSplitPlan plan = indexer_plan::PlanTopkSplit(p.batch, p.max_width);
+  RETURN_IF_ERROR(
+      CheckCudaWorkspace("IndexerTopkBatch", p.workspace, p.workspace_bytes, plan.workspace_bytes));
+  if (p.batch == 0 || p.max_width == 0) return absl::OkStatus();
+  const indexer_device::TopkBatchSource src{
+      p, indexer_device::BatchRows{nullptr, p.widths, p.reaches},
+      IndexerTopkK(p.index_topk, p.max_width), Aligned(p.scores, 16) && p.scores_stride % 8 == 0};
+  if (plan.split()) {
+    LaunchSplitSelect(src, p.batch, plan, p.workspace, stream);
+  } else {
+    LaunchSelect(src, p.batch, stream);
   }
   return absl::OkStatus();
 }

@@ -44,6 +44,10 @@ inline constexpr int kMmaHeads = 32;
 inline constexpr int kMmaDim = 128;
 inline constexpr int kMmaRows = 8;  // rows of the call per CTA (keys read once per 8 rows)
 inline constexpr int kMmaWarps = 4;
+// Batched decode rows: at most 170 registers per thread, so 3 CTAs (12 warps) fit an SM (the
+// per-tile key loads are latency-bound; more resident warps hide more of them). The 8-row kernel
+// stays unbounded (224 registers, 2 CTAs per SM; bounding it to 170 spilled).
+inline constexpr int kMmaMinCtasPerSm = 3;
 inline constexpr int kMmaThreads = 32 * kMmaWarps;
 inline constexpr int kMmaWarpKeys = 32;
 inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;
@@ -51,10 +55,11 @@ inline constexpr int kMmaVRowBytes = 80;  // 32 bf16 head terms + 16 bytes of pa
 inline constexpr int kMmaVBytes = kMmaWarpKeys * kMmaVRowBytes;  // per warp
 inline constexpr int kMmaQueue = kMmaWarpKeys * kMmaHeads;       // fallbacks per warp and row
 
-inline constexpr int kI8Blocks = kMmaDim / 32;             // 32-blocks of d per head
-inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;  // int8 q of one row
-inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;    // dq, min_q, budget, w
-inline constexpr int kI8SpanBad = 255;                     // a key that always falls back
+inline constexpr int kI8Blocks = kMmaDim / 32;               // 32-blocks of d per head
+inline constexpr int kI8RowBytes = kMmaDim / 2 + kI8Blocks;  // one FP4 key row (68)
+inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;    // int8 q of one row
+inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;      // dq, min_q, budget, w
+inline constexpr int kI8SpanBad = 255;                       // a key that always falls back
 // Exponent ranges that keep Eref = min_q + min_k in [−149, 100].
 inline constexpr int kI8MinQLo = -49, kI8MinQHi = 40;
 inline constexpr int kI8MinKLo = -100, kI8MinKHi = 60;  // UE8M0 bytes 28 .. 188
@@ -124,65 +129,72 @@ __device__ __forceinline__ float ExactDotRow(const uint16_t* qh, const uint8_t* 
 
 // Splits one (row, head) of q into int8 fragments (q_frag: [block c][n-tile j][lane] uint2) and
 // its per-head info: dq (byte b: block b's exponent above min_q), min_q, budget (largest key span
-// the exactness bound allows; −1: every key falls back), w.
-__device__ __forceinline__ void PrepareQHead(const uint16_t* qh, float wv, unsigned char* q_frag,
-                                             int head, uint32_t* dq_out, int* min_out,
-                                             int* budget_out, float* w_out) {
-  int e_blk[kI8Blocks];
+// the exactness bound allows; −1: every key falls back), w. A lane quad per (row, head): lane
+// c = 0..3 of the quad scans 32-block c of d and writes its fragment bytes; the head's exponent
+// range, validity, dq and max |m| are combined over the quad with shuffles (every lane of the warp
+// must call this), and lane 0 of the quad stores the head's info.
+__device__ __forceinline__ void PrepareQHeadQuad(const uint16_t* qh, float wv,
+                                                 unsigned char* q_frag, int head, int c,
+                                                 uint32_t* dq_out, int* min_out, int* budget_out,
+                                                 float* w_out) {
+  constexpr int kNone = 1 << 20;
   bool ok = fabsf(wv) <= 3.4028234663852886e38f;
-  int min_q = 1 << 20, max_q = -(1 << 20);
-#pragma unroll 1
-  for (int c = 0; c < kI8Blocks; ++c) {
-    int lo = 1 << 20, hi = -(1 << 20);
-    for (int d = 0; d < 32; ++d) {
-      const uint32_t mag = __ldg(qh + 32 * c + d) & 0x7FFFu;
-      if (mag == 0) continue;
-      const uint32_t ef = mag >> 7;
-      if (ef == 0xFFu) {
-        ok = false;
-        continue;
-      }
-      const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
-      const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;  // value = sig · 2^x
-      lo = min(lo, x + __ffs(static_cast<int>(sig)) - 1);
-      hi = max(hi, x + 31 - __clz(static_cast<int>(sig)));
+  int lo = kNone, hi = -kNone;
+#pragma unroll 4
+  for (int d = 0; d < 32; ++d) {
+    const uint32_t mag = __ldg(qh + 32 * c + d) & 0x7FFFu;
+    if (mag == 0) continue;
+    const uint32_t ef = mag >> 7;
+    if (ef == 0xFFu) {
+      ok = false;
+      continue;
     }
-    e_blk[c] = lo;
-    if (lo <= hi) {                 // a nonzero block
-      if (hi - lo > 6) ok = false;  // |m| would exceed 127
-      min_q = min(min_q, lo);
-      max_q = max(max_q, lo);
-    }
+    const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
+    const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;  // value = sig · 2^x
+    lo = min(lo, x + __ffs(static_cast<int>(sig)) - 1);
+    hi = max(hi, x + 31 - __clz(static_cast<int>(sig)));
   }
-  const bool any = min_q <= max_q;
-  if (!any) min_q = max_q = 0;
+  const bool nz = lo <= hi;           // a nonzero block; lo = its exponent
+  if (nz && hi - lo > 6) ok = false;  // |m| would exceed 127
+  int min_q = nz ? lo : kNone, max_q = nz ? lo : -kNone;
+  int ok_all = ok ? 1 : 0;
+#pragma unroll
+  for (int o = 1; o < kI8Blocks; o *= 2) {
+    ok_all &= __shfl_xor_sync(0xFFFFFFFFu, ok_all, o);
+    min_q = min(min_q, __shfl_xor_sync(0xFFFFFFFFu, min_q, o));
+    max_q = max(max_q, __shfl_xor_sync(0xFFFFFFFFu, max_q, o));
+  }
+  ok = ok_all != 0;
+  if (min_q > max_q) min_q = max_q = 0;  // an all-zero head
   if (min_q < kI8MinQLo || min_q > kI8MinQHi || max_q - min_q > 24) ok = false;
   int mq = 0;
-  uint32_t dq = 0;
+  uint32_t dq = nz && ok ? static_cast<uint32_t>(lo - min_q) << (8 * c) : 0u;
   const int j = (head % 8) / 2, gg = 2 * (head / 8) + head % 2;
-#pragma unroll 1
-  for (int c = 0; c < kI8Blocks; ++c) {
-    const bool nz = e_blk[c] != (1 << 20);
-    if (nz && ok) dq |= static_cast<uint32_t>(e_blk[c] - min_q) << (8 * c);
-    for (int d = 0; d < 32; ++d) {
-      const uint16_t b = __ldg(qh + 32 * c + d);
-      const uint32_t mag = b & 0x7FFFu;
-      int m = 0;
-      if (ok && mag != 0) {
-        const uint32_t ef = mag >> 7;
-        const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
-        const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;
-        const int tz = __ffs(static_cast<int>(sig)) - 1;
-        m = static_cast<int>(sig >> tz) << (x + tz - e_blk[c]);
-        mq = max(mq, m);
-        if ((b & 0x8000u) != 0) m = -m;
-      }
-      // d = 8t + i within the block: lane (gg, t), register i / 4, byte i % 4.
-      const int t = d / 8, i = d % 8;
-      q_frag[((c * 4 + j) * 32 + gg * 4 + t) * 8 + (i / 4) * 4 + i % 4] =
-          static_cast<unsigned char>(static_cast<int8_t>(m));
+#pragma unroll 4
+  for (int d = 0; d < 32; ++d) {
+    const uint16_t b = __ldg(qh + 32 * c + d);
+    const uint32_t mag = b & 0x7FFFu;
+    int m = 0;
+    if (ok && mag != 0) {
+      const uint32_t ef = mag >> 7;
+      const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
+      const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;
+      const int tz = __ffs(static_cast<int>(sig)) - 1;
+      m = static_cast<int>(sig >> tz) << (x + tz - lo);
+      mq = max(mq, m);
+      if ((b & 0x8000u) != 0) m = -m;
     }
+    // d = 8t + i within the block: lane (gg, t), register i / 4, byte i % 4.
+    const int t = d / 8, i = d % 8;
+    q_frag[((c * 4 + j) * 32 + gg * 4 + t) * 8 + (i / 4) * 4 + i % 4] =
+        static_cast<unsigned char>(static_cast<int8_t>(m));
   }
+#pragma unroll
+  for (int o = 1; o < kI8Blocks; o *= 2) {
+    dq |= __shfl_xor_sync(0xFFFFFFFFu, dq, o);
+    mq = max(mq, __shfl_xor_sync(0xFFFFFFFFu, mq, o));
+  }
+  if (c != 0) return;
   int budget = -1;
   if (ok) {
     if (mq == 0) {
@@ -202,12 +214,17 @@ __device__ __forceinline__ void PrepareQHead(const uint16_t* qh, float wv, unsig
   *w_out = wv;
 }
 
-// grid.x walks key tiles (grid-stride), grid.y groups of kMmaRows rows.
-__global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerScoreParams p) {
+// grid.x walks key tiles (grid-stride), grid.y groups of kMmaRows rows (kBatch: single rows of
+// a batched decode call, each with its own keys, width and reach from `rows`; p.tokens = batch,
+// p.width = max_width, p.k_rows = the pool).
+template <bool kBatch>
+__global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
+    IndexerScoreInt8Kernel(IndexerScoreParams p, BatchRows rows) {
+  constexpr int kRows = kBatch ? 1 : kMmaRows;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
-  const int rows_cap = static_cast<int>(p.tokens < kMmaRows ? p.tokens : kMmaRows);
+  const int rows_cap = static_cast<int>(p.tokens < kRows ? p.tokens : kRows);
   unsigned char* q_frag = smem;  // [row][c][j][lane] uint2
   uint32_t* dq_s = reinterpret_cast<uint32_t*>(smem + rows_cap * kI8QFragBytes);  // [row][h]
   int* minq_s = reinterpret_cast<int*>(dq_s + rows_cap * kMmaHeads);
@@ -219,28 +236,55 @@ __global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerSco
       reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(w_s + rows_cap * kMmaHeads) +
                                   kMmaWarps * kMmaVBytes) +
       warp * kMmaQueue;
-  const int64_t tiles = (p.width + kMmaTileKeys - 1) / kMmaTileKeys;
-  const int64_t groups = (p.tokens + kMmaRows - 1) / kMmaRows;
+  const int64_t groups = (p.tokens + kRows - 1) / kRows;
   unsigned long long fallbacks = 0;
 
   for (int64_t group = blockIdx.y; group < groups; group += gridDim.y) {
-    const int64_t row0 = group * kMmaRows;
-    const int nrows = static_cast<int>(p.tokens - row0 < kMmaRows ? p.tokens - row0 : kMmaRows);
-    __syncthreads();  // the previous group's readers are done
-    for (int i = tid; i < nrows * kMmaHeads; i += kMmaThreads) {
-      const int r = i / kMmaHeads, h = i % kMmaHeads;
-      PrepareQHead(p.q + (row0 + r) * p.q_stride + h * kMmaDim,
-                   Bf16ToFloat(p.w[(row0 + r) * p.w_stride + h]), q_frag + r * kI8QFragBytes, h,
-                   dq_s + i, minq_s + i, budget_s + i, w_s + i);
+    const int64_t row0 = group * kRows;
+    const int nrows = static_cast<int>(p.tokens - row0 < kRows ? p.tokens - row0 : kRows);
+    // The group's keys and width; reach_of(row) its rows' causal limits.
+    const uint8_t* keys = p.k_rows;
+    int64_t width = p.width;
+    if constexpr (kBatch) {
+      width = rows.Width(row0, p.width);
+      keys += rows.k_row_offsets[row0] * p.k_row_stride;
+    }
+    auto reach_of = [&](int64_t row) {
+      if constexpr (kBatch) {
+        return rows.Reach(row, width);
+      } else {
+        return Reach(p.start_pos, p.ratio, row);
+      }
+    };
+    const int64_t tiles = (width + kMmaTileKeys - 1) / kMmaTileKeys;
+    if (blockIdx.x >= tiles) continue;  // uniform: a short row leaves this CTA nothing to do
+    __syncthreads();                    // the previous group's readers are done
+    // A lane quad per (row, head), a lane per 32-block of d: nrows · 128 = a multiple of the
+    // block, so every warp runs the quad shuffles whole.
+    for (int i = tid; i < nrows * kMmaHeads * kI8Blocks; i += kMmaThreads) {
+      const int rh = i / kI8Blocks, r = rh / kMmaHeads, h = rh % kMmaHeads;
+      PrepareQHeadQuad(p.q + (row0 + r) * p.q_stride + h * kMmaDim,
+                       Bf16ToFloat(p.w[(row0 + r) * p.w_stride + h]), q_frag + r * kI8QFragBytes, h,
+                       i % kI8Blocks, dq_s + rh, minq_s + rh, budget_s + rh, w_s + rh);
     }
     __syncthreads();
 
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t wk0 = tile * kMmaTileKeys + warp * kMmaWarpKeys;  // the warp's first key
-      if (wk0 >= Reach(p.start_pos, p.ratio, row0 + nrows - 1)) {     // no row sees these keys
+      {
+        // Warm L2 with this warp's keys of its next tile (a lane per key; a row spans at most two
+        // 128-byte lines, so its first and last byte cover it): the loads below then wait on L2,
+        // not HBM. No registers held across the tile; no effect on the results.
+        const int64_t next = wk0 + static_cast<int64_t>(gridDim.x) * kMmaTileKeys + lane;
+        if (next < width) {
+          const uint8_t* row = keys + next * p.k_row_stride;
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(row + kI8RowBytes - 1));
+        }
+      }
+      if (wk0 >= reach_of(row0 + nrows - 1)) {  // no row sees these keys
         for (int r = 0; r < nrows; ++r) {
-          if (wk0 + lane < p.width)
-            p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
+          if (wk0 + lane < width) p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
         }
         continue;
       }
@@ -248,15 +292,16 @@ __global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerSco
       // block c, d = 8t .. 8t + 3 (x) and 8t + 4 .. 8t + 7 (y).
       uint2 a[4][kI8Blocks];
       uint32_t dk[4];  // byte c: block c's exponent above min_k
-      int min_k[4], span_k[4];
+      int span_k[4];
+      float pk[4];  // 2^min_k (an ok key's min_k is in [−100, 60]: a normal fp32 power of two)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const int64_t key = wk0 + 16 * (kk / 2) + 8 * (kk % 2) + g;
         uint32_t words[kI8Blocks], scales = 0, nz = 0;
-        const uint32_t* row = reinterpret_cast<const uint32_t*>(p.k_rows + key * p.k_row_stride);
+        const uint32_t* row = reinterpret_cast<const uint32_t*>(keys + key * p.k_row_stride);
 #pragma unroll
-        for (int c = 0; c < kI8Blocks; ++c) words[c] = key < p.width ? __ldg(row + 4 * c + t) : 0u;
-        if (key < p.width) scales = __ldg(row + kMmaDim / 8);
+        for (int c = 0; c < kI8Blocks; ++c) words[c] = key < width ? __ldg(row + 4 * c + t) : 0u;
+        if (key < width) scales = __ldg(row + kMmaDim / 8);
 #pragma unroll
         for (int c = 0; c < kI8Blocks; ++c) {
           a[kk][c] = make_uint2(E2m1x4ToS8(words[c] & 0xFFFFu), E2m1x4ToS8(words[c] >> 16));
@@ -284,27 +329,28 @@ __global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerSco
           if (ok && ((nz >> c) & 1u)) d |= static_cast<uint32_t>(s - 128 - lo) << (8 * c);
         }
         dk[kk] = d;
-        min_k[kk] = lo;
+        pk[kk] = Pow2(lo);
         span_k[kk] = ok ? hi - lo : kI8SpanBad;
       }
 
       for (int r = 0; r < nrows; ++r) {
         const int64_t row = row0 + r;
-        const int64_t reach = Reach(p.start_pos, p.ratio, row);
+        const int64_t reach = reach_of(row);
         uint16_t* out = p.scores + row * p.scores_stride;
         if (wk0 >= reach) {  // warp-uniform
-          if (wk0 + lane < p.width) out[wk0 + lane] = kBf16NegInf;
+          if (wk0 + lane < width) out[wk0 + lane] = kBf16NegInf;
           continue;
         }
         // Heads 8t .. 8t + 7 of this lane: exponent shifts, min_q, budget, w.
         uint32_t dq[8];
-        int min_q[8], budget[8];
+        int budget[8];
+        float pq[8];  // 2^min_q (garbage where the head always falls back: never used)
         float wv[8];
 #pragma unroll
         for (int hh = 0; hh < 8; ++hh) {
           const int i = r * kMmaHeads + 8 * t + hh;
           dq[hh] = dq_s[i];
-          min_q[hh] = minq_s[i];
+          pq[hh] = Pow2(minq_s[i]);
           budget[hh] = budget_s[i];
           wv[hh] = w_s[i];
         }
@@ -352,11 +398,12 @@ __global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerSco
             const int s = static_cast<int>(acc[mt][hh / 2][2 * half + hh % 2]);
             const bool ok = span_k[kk] <= budget[hh];
             fail |= (ok ? 0u : 1u) << (8 * kk + hh);
-            // |s| < 2^24 and Eref in [−149, 100] on the exact path: s·2^Eref is an fp32 value, and
-            // so is every intermediate (a subnormal Eref goes through 2^(Eref + 24), then 2^-24).
-            const int eref = ok ? min_q[hh] + min_k[kk] : 0;
-            const int pre = eref < -126 ? 24 : 0;
-            const float dot = __fmul_rn(__fmul_rn(__int2float_rn(s), Pow2(eref + pre)), Pow2(-pre));
+            // On the exact path |s| < 2^24, min_q in [−49, 40], min_k in [−100, 60]: s is an fp32
+            // value, s·2^min_q lies in [2^-49, 2^64) (exact), and s·2^(min_q + min_k) = s·2^Eref is
+            // an fp32 value (a multiple of 2^-149 below 2^(Eref + 24)), so both products are exact
+            // and equal the previous one-scale form bit for bit (no FTZ). Failing pairs' values
+            // (possibly inf / NaN) are overwritten by their recomputation (or never shown).
+            const float dot = __fmul_rn(__fmul_rn(__int2float_rn(s), pq[hh]), pk[kk]);
             const uint32_t hb = RneBf16High(dot);
             const float relu = fmaxf(__uint_as_float(hb & 0xFFFF0000u), 0.0f);
             v[hh] = __fmul_rn(wv[hh], relu);  // a ±0 term does not change the head sum
@@ -391,7 +438,7 @@ __global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerSco
             const int kk = i / 8, head = 8 * (el % 4) + i % 8;
             const int key_local = 16 * (kk / 2) + 8 * (kk % 2) + el / 4;
             const float dot = ExactDotRow(p.q + row * p.q_stride + head * kMmaDim,
-                                          p.k_rows + (wk0 + key_local) * p.k_row_stride);
+                                          keys + (wk0 + key_local) * p.k_row_stride);
             const float qk = RoundToBf16(dot);
             const float relu = qk > 0.0f ? qk : 0.0f;
             const uint16_t term = FloatToBf16(__fmul_rn(w_s[r * kMmaHeads + head], relu));
@@ -413,7 +460,7 @@ __global__ void __launch_bounds__(kMmaThreads) IndexerScoreInt8Kernel(IndexerSco
           }
         }
         const int64_t key = wk0 + lane;
-        if (key < p.width) out[key] = Visible(p, row, reach, key) ? FloatToBf16(sum) : kBf16NegInf;
+        if (key < width) out[key] = Visible(p, row, reach, key) ? FloatToBf16(sum) : kBf16NegInf;
         __syncwarp();  // the next row's terms overwrite v_s
       }
     }

@@ -136,8 +136,12 @@ inline size_t ScoreTileSmemBytes(int64_t heads, int64_t head_dim) {
 
 // grid.x walks position tiles, grid.y groups of kScoreRows rows. kDim: head_dim as a compile-time
 // constant (0: read p.head_dim); head_dim % 8 == 0 and 16-byte aligned key rows.
-template <int kDim>
-__global__ void __launch_bounds__(kScoreThreads) IndexerScoreTileKernel(IndexerScoreParams p) {
+// kBatch: each group is one row of a batched decode call with its own keys (k_rows), width and
+// reach from `rows` (p.tokens = batch, p.width = max_width, p.k_rows = the pool).
+template <int kDim, bool kBatch>
+__global__ void __launch_bounds__(kScoreThreads)
+    IndexerScoreTileKernel(IndexerScoreParams p, BatchRows rows) {
+  constexpr int kRows = kBatch ? 1 : kScoreRows;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ uint32_t warp_lo[kScoreThreads / 32], warp_hi[kScoreThreads / 32];
   const int dim = kDim > 0 ? kDim : static_cast<int>(p.head_dim);
@@ -146,16 +150,29 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreTileKernel(IndexerS
   uint4* k_s = reinterpret_cast<uint4*>(smem);
   float* q_s = reinterpret_cast<float*>(k_s + kScoreThreads * ks_stride);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int64_t tiles = (p.width + kScoreThreads - 1) / kScoreThreads;
-  const int64_t groups = (p.tokens + kScoreRows - 1) / kScoreRows;
+  const int64_t groups = (p.tokens + kRows - 1) / kRows;
   for (int64_t group = blockIdx.y; group < groups; group += gridDim.y) {
-    const int64_t row0 = group * kScoreRows;
-    const int64_t row1 = row0 + kScoreRows < p.tokens ? row0 + kScoreRows : p.tokens;
+    const int64_t row0 = group * kRows;
+    const int64_t row1 = row0 + kRows < p.tokens ? row0 + kRows : p.tokens;
+    const uint8_t* keys = p.k_rows;
+    int64_t width = p.width;
+    if constexpr (kBatch) {
+      width = rows.Width(row0, p.width);
+      keys += rows.k_row_offsets[row0] * p.k_row_stride;
+    }
+    auto reach_of = [&](int64_t row) {
+      if constexpr (kBatch) {
+        return rows.Reach(row, width);
+      } else {
+        return Reach(p.start_pos, p.ratio, row);
+      }
+    };
+    const int64_t tiles = (width + kScoreThreads - 1) / kScoreThreads;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t t0 = tile * kScoreThreads, t = t0 + tid;
-      if (t0 >= Reach(p.start_pos, p.ratio, row1 - 1)) {  // uniform: no row sees this tile
+      if (t0 >= reach_of(row1 - 1)) {  // uniform: no row sees this tile
         for (int64_t row = row0; row < row1; ++row) {
-          if (t < p.width) p.scores[row * p.scores_stride + t] = kBf16NegInf;
+          if (t < width) p.scores[row * p.scores_stride + t] = kBf16NegInf;
         }
         continue;
       }
@@ -163,9 +180,9 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreTileKernel(IndexerS
       for (int i = tid; i < kScoreThreads * d8n; i += kScoreThreads) {
         const int r = i / d8n, c = i % d8n;
         uint4 v = make_uint4(0, 0, 0, 0);
-        if (t0 + r < p.width) {
-          v = p.k_rows != nullptr
-                  ? DecodeIndexK8(p.k_rows + (t0 + r) * p.k_row_stride, dim, c)
+        if (t0 + r < width) {
+          v = keys != nullptr
+                  ? DecodeIndexK8(keys + (t0 + r) * p.k_row_stride, dim, c)
                   : __ldg(reinterpret_cast<const uint4*>(p.k + (t0 + r) * p.k_stride) + c);
         }
         k_s[r * ks_stride + c] = v;
@@ -185,10 +202,10 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreTileKernel(IndexerS
         k_range = FinishPairs(lo2, hi2);
       }
       for (int64_t row = row0; row < row1; ++row) {
-        const int64_t reach = Reach(p.start_pos, p.ratio, row);
+        const int64_t reach = reach_of(row);
         uint16_t* out = p.scores + row * p.scores_stride;
         if (t0 >= reach) {  // uniform over the block
-          if (t < p.width) out[t] = kBf16NegInf;
+          if (t < width) out[t] = kBf16NegInf;
           continue;
         }
         bool visible = t < reach;
@@ -239,7 +256,7 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreTileKernel(IndexerS
             }
           }
         }
-        if (t < p.width) out[t] = visible ? FloatToBf16(head_sum) : kBf16NegInf;
+        if (t < width) out[t] = visible ? FloatToBf16(head_sum) : kBf16NegInf;
       }
     }
   }

@@ -163,6 +163,9 @@ __global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, Sp
     uint32_t gt_carry = 0, eq_carry = 0;
     BlockExclusiveScan<kSplitThreads>(gt_part, &gt_carry);
     BlockExclusiveScan<kSplitThreads>(eq_part, &eq_carry);
+    if constexpr (Source::kPadRows) {
+      if (blockIdx.x == 0) src.Pad(row, static_cast<int>(threadIdx.x), kSplitThreads);
+    }
     if (!Source::kEmitAll) {
       const uint32_t my_gt = counts[2 * blockIdx.x], my_eq = counts[2 * blockIdx.x + 1];
       if (my_gt == 0 && (my_eq == 0 || eq_carry >= th.need)) continue;  // uniform: nothing picked

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -33,6 +34,45 @@ bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
 }
 
+// Host-side per-device caches of launch-shape queries: a device's SM count, a kernel's resident
+// blocks per SM and its dynamic shared-memory attribute never change while the process runs, so
+// each is a driver call once per device instead of on every launch. One int per device ordinal,
+// computed by `query` on first use; lock-free (threads racing on a first use each query and store
+// the same value). Ordinals past kCachedDevices are queried every time. Use as a function-local
+// static (constant-initialised). Same idea as kernels/indexer/cuda/per_device_cache.h.
+constexpr int kCachedDevices = 64;
+
+class PerDeviceInt {
+ public:
+  template <typename Query>
+  int Get(int device, Query&& query) {
+    if (device < 0 || device >= kCachedDevices) return query();
+    const int cached = values_[device].load(std::memory_order_acquire);
+    if (cached != 0) return cached - 1;
+    const int value = query();
+    values_[device].store(value + 1, std::memory_order_release);
+    return value;
+  }
+
+ private:
+  std::atomic<int> values_[kCachedDevices] = {};  // value + 1; 0 = not yet queried
+};
+
+int CurrentDevice() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+int SmCount(int device) {
+  static PerDeviceInt cache;
+  return cache.Get(device, [device] {
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  });
+}
+
 unsigned BlocksFor(int64_t items, int64_t per_block) {
   return static_cast<unsigned>(std::min((items + per_block - 1) / per_block, kMaxBlocks));
 }
@@ -40,9 +80,12 @@ unsigned BlocksFor(int64_t items, int64_t per_block) {
 template <bool kPairVec, bool kCollapse>
 void LaunchPartial(const MhcMixesParams& p, float* workspace, dim3 grid, cudaStream_t stream) {
   auto* kernel = mhc_device::MixesPartialKernel<kPairVec, kCollapse>;
-  // Per device and cheap; set on every launch so that any current device has it.
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kMixSmemBytes)));
+  static PerDeviceInt smem_attribute;  // per device: set once on each device that launches it
+  smem_attribute.Get(CurrentDevice(), [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kMixSmemBytes)));
+    return 1;
+  });
   kernel<<<grid, kMixThreads, kMixSmemBytes, stream>>>(p, workspace);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -51,8 +94,12 @@ template <bool kVec, bool kFnVec, bool kCollapse>
 void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
                      cudaStream_t stream) {
   auto* kernel = mhc_device::MixesPartialTcKernel<kVec, kFnVec, kCollapse>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(mhc_device::kTcSmemBytes)));
+  static PerDeviceInt smem_attribute;
+  smem_attribute.Get(CurrentDevice(), [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(mhc_device::kTcSmemBytes)));
+    return 1;
+  });
   kernel<<<blocks, mhc_device::kTcThreads, mhc_device::kTcSmemBytes, stream>>>(p, workspace,
                                                                                coll_vec);
   CUDA_CHECK(cudaGetLastError());
@@ -70,10 +117,7 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
 
 // The tensor-core body (mhc_tc_kernels.cuh): one block per SM at most, the units split evenly.
 void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cudaStream_t stream) {
-  int device = 0;
-  int sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = SmCount(CurrentDevice());
   const auto blocks = static_cast<unsigned>(mhc_tc::BlocksFor(mhc_tc::Units(p.tokens, p.dim), sms));
   const bool vec = p.dim % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16);
   const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
@@ -101,13 +145,15 @@ template <bool kVec, bool kFnVec, bool kCollapse>
 void LaunchSmallTc(MhcMixesParams p, float* workspace, bool coll_vec, int64_t slices,
                    cudaStream_t stream) {
   auto* kernel = mhc_device::MixesSmallTcKernel<kVec, kFnVec, kCollapse>;
-  int device = 0;
-  int sms = 0;
-  int per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, mhc_device::kSmallThreads, 0));
+  const int device = CurrentDevice();
+  const int sms = SmCount(device);
+  static PerDeviceInt occupancy;  // per instantiation and device; no dynamic shared memory
+  const int per_sm = occupancy.Get(device, [&] {
+    int v = 0;
+    CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, mhc_device::kSmallThreads, 0));
+    return v;
+  });
   CHECK(per_sm >= 1);
   const int64_t items = slices * mhc_device::kTcGroups;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(items, int64_t{per_sm} * sms));
