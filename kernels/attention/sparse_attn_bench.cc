@@ -1,7 +1,9 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|all|auto|wgmma|wgmma-splitk|mma.sync|rows] [--tokens N[,N..]]
+//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-ws-nopf|wgmma-splitk|
+//                             mma.sync|rows]
+//                     [--tokens N[,N..]]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
 // Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
@@ -18,8 +20,9 @@
 // makes the exit code 1. --path picks the CUDA body (the launcher's override,
 // cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
 // wgmma path, one row each, then on the row-format input (path `wgmma-rows`); `all` adds the
-// opt-in wgmma-splitk variant; `rows` runs the row form only. --tokens replaces the batch sizes
-// (default 1,8,64,256).
+// opt-in wgmma-splitk and wgmma-ws kernels; `ws` is the A/B of the warp-specialised kernel
+// (wgmma, then wgmma-ws, then wgmma-ws-nopf = wgmma-ws without its L2 prefetch; same inputs);
+// `rows` runs the row form only. --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
 // rows as 528-byte FP8 rows, compressed rows as 288-byte FP4 rows, quant EncodeRowsCpu); the wgmma
@@ -37,6 +40,7 @@
 // --ncu = --no-roofs --no-graph --iters 1 --warmup 0, so that a profiler sees only the attention
 // kernels: the correctness launch, then one timed launch per row, e.g.
 //   ncu -k regex:WgmmaKernel --set full bench_sparse_attn --ncu --path wgmma --tokens 256
+//   ncu -k regex:WgmmaWsKernel --set full bench_sparse_attn --ncu --path wgmma-ws --tokens 256
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -231,10 +235,10 @@ class Bench {
     } else {
       std::printf("roofs: skipped (--no-roofs); mem_us, tc_us and ratio are 0\n");
     }
-    std::printf("\n%-12s %7s %10s %9s %9s %11s %8s %10s %10s %7s\n", "path", "tokens", "median_us",
+    std::printf("\n%-13s %7s %10s %9s %9s %11s %8s %10s %10s %7s\n", "path", "tokens", "median_us",
                 "graph_us", "MB_read", "unique_rows", "TFLOP/s", "mem_us", "tc_us", "ratio");
     for (const Row& r : rows_) {
-      std::printf("%-12s %7ld %10.2f %9.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", r.path,
+      std::printf("%-13s %7ld %10.2f %9.2f %9.2f %11ld %8.1f %10.2f %10.2f %7.2f\n", r.path,
                   long(r.tokens), r.us, r.graph_us, r.mb, long(r.unique_rows), r.tflops, r.mem_us,
                   r.tc_us, r.ratio);
     }
@@ -385,18 +389,27 @@ int Main(int argc, char** argv) {
         o.paths = {{SparseAttnCudaPath::kMmaSync, false},
                    {SparseAttnCudaPath::kWgmma, false},
                    {SparseAttnCudaPath::kWgmmaSplitK, false},
+                   {SparseAttnCudaPath::kWgmmaWs, false},
                    {SparseAttnCudaPath::kWgmma, true}};
+      } else if (v == "ws") {
+        o.paths = {{SparseAttnCudaPath::kWgmma, false},
+                   {SparseAttnCudaPath::kWgmmaWs, false},
+                   {SparseAttnCudaPath::kWgmmaWsNoPrefetch, false}};
       } else if (v == "rows") {
         o.paths = {{SparseAttnCudaPath::kWgmma, true}};
-      } else if (v == "auto" || v == "wgmma" || v == "wgmma-splitk" || v == "mma.sync") {
-        o.paths = {{v == "auto"           ? SparseAttnCudaPath::kAuto
-                    : v == "wgmma"        ? SparseAttnCudaPath::kWgmma
-                    : v == "wgmma-splitk" ? SparseAttnCudaPath::kWgmmaSplitK
-                                          : SparseAttnCudaPath::kMmaSync,
+      } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-ws-nopf" ||
+                 v == "wgmma-splitk" || v == "mma.sync") {
+        o.paths = {{v == "auto"            ? SparseAttnCudaPath::kAuto
+                    : v == "wgmma"         ? SparseAttnCudaPath::kWgmma
+                    : v == "wgmma-ws"      ? SparseAttnCudaPath::kWgmmaWs
+                    : v == "wgmma-ws-nopf" ? SparseAttnCudaPath::kWgmmaWsNoPrefetch
+                    : v == "wgmma-splitk"  ? SparseAttnCudaPath::kWgmmaSplitK
+                                           : SparseAttnCudaPath::kMmaSync,
                     false}};
       } else {
         std::fprintf(stderr,
-                     "--path takes both, all, auto, wgmma, wgmma-splitk, mma.sync or rows\n");
+                     "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-ws-nopf, "
+                     "wgmma-splitk, mma.sync or rows\n");
         return 2;
       }
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -425,8 +438,9 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-          "[--path both|all|auto|wgmma|wgmma-splitk|mma.sync|rows] [--tokens N[,N..]] [--no-roofs] "
-          "[--no-graph] [--ncu]\n",
+          "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-ws-nopf|wgmma-splitk|mma.sync|rows] "
+          "[--tokens N[,N..]] "
+          "[--no-roofs] [--no-graph] [--ncu]\n",
           argv[0]);
       return 2;
     }

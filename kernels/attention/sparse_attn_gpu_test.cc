@@ -3,7 +3,8 @@
 // 512 selected entries with -1 slots; 1, 4 and 64 tokens, i.e. split and unsplit launches), the
 // tiny fixture's dims, odd head counts, head_dim 256, the scalar path (odd head_dim, unaligned
 // strides: bit-exact with the CPU in practice), rows without a valid entry, large and small sinks,
-// determinism, and the launcher's errors. Outputs start poisoned, so an element the kernel fails
+// determinism, and the launcher's errors; the warp-specialised wgmma kernel (wgmma-ws) bit for bit
+// against wgmma over the decode shape grid. Outputs start poisoned, so an element the kernel fails
 // to write is a mismatch. Each comparison prints what it measured.
 #include <algorithm>
 #include <cmath>
@@ -379,10 +380,15 @@ SparseAttnCudaPath PathOf(const AttnCase& c, const Layout& l = {}) {
   return SparseAttnCudaPathFor(p);
 }
 
+// The default at the released dims: wgmma, or wgmma-ws once kSparseAttnWsDefault is set.
+constexpr SparseAttnCudaPath kDefault512 = attention_internal::kSparseAttnWsDefault
+                                               ? SparseAttnCudaPath::kWgmmaWs
+                                               : SparseAttnCudaPath::kWgmma;
+
 TEST(SparseAttnGpuTest, PathSelection) {
   const AttnCase released = RandomCase(1, 64, 512, 10, 8, 0.0, 1);
-  EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);
-  EXPECT_EQ(PathOf(released, {8, 16, 24}), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOf(released), kDefault512);
+  EXPECT_EQ(PathOf(released, {8, 16, 24}), kDefault512);
   EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
   const AttnCase heads65 = RandomCase(1, 65, 512, 10, 8, 0.0, 1);
   EXPECT_EQ(PathOf(heads65), SparseAttnCudaPath::kMmaSync);
@@ -401,6 +407,22 @@ TEST(SparseAttnGpuTest, PathSelection) {
     EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
   }
   {
+    PathOverride force(SparseAttnCudaPath::kWgmmaWs);
+    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmmaWs);
+    EXPECT_EQ(PathOf(heads65), SparseAttnCudaPath::kWgmmaWs);
+    EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);  // does not fit: falls back
+    EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
+  }
+  {
+    PathOverride force(SparseAttnCudaPath::kWgmmaWsNoPrefetch);
+    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmmaWsNoPrefetch);
+    EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);
+  }
+  {
+    PathOverride force(SparseAttnCudaPath::kWgmma);
+    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);  // A/B against wgmma-ws
+  }
+  {
     PathOverride force(SparseAttnCudaPath::kMmaSync);
     EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kMmaSync);
   }
@@ -408,7 +430,9 @@ TEST(SparseAttnGpuTest, PathSelection) {
     PathOverride force(SparseAttnCudaPath::kScalar);
     EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kScalar);
   }
-  EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOf(released), kDefault512);
+  EXPECT_STREQ(SparseAttnCudaPathName(SparseAttnCudaPath::kWgmmaWs), "wgmma-ws");
+  EXPECT_STREQ(SparseAttnCudaPathName(SparseAttnCudaPath::kWgmmaWsNoPrefetch), "wgmma-ws-nopf");
 }
 
 // The released dims through each tensor-core path explicitly (the default takes wgmma there):
@@ -455,6 +479,92 @@ TEST(SparseAttnGpuTest, BothTensorPathsAtReleasedDims) {
 TEST(SparseAttnGpuTest, WgmmaSplitKAtReleasedDims) {
   FS_SKIP_WITHOUT_GPU();
   CheckReleasedDimsOn(SparseAttnCudaPath::kWgmmaSplitK);
+}
+
+// The same cases on the warp-specialised wgmma kernel (producer warpgroup + mbarrier ring).
+TEST(SparseAttnGpuTest, WgmmaWsAtReleasedDims) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckReleasedDimsOn(SparseAttnCudaPath::kWgmmaWs);
+}
+
+// wgmma-ws runs wgmma's instructions on the same shared-memory tiles in the same order (only the
+// gather and the synchronisation moved), so its output must equal wgmma's bit for bit; both are
+// also checked against SparseAttnCpu within the tolerance. The first mismatches are printed with
+// their token / head / dim.
+void ExpectWsEqualsWgmma(const AttnCase& c, const char* label, const Layout& l = {},
+                         SparseAttnCudaPath ws_path = SparseAttnCudaPath::kWgmmaWs) {
+  Outputs ws, base;
+  {
+    PathOverride force(ws_path);
+    ASSERT_EQ(PathOf(c, l), ws_path);
+    ws = RunBoth(c, l);
+  }
+  {
+    PathOverride force(SparseAttnCudaPath::kWgmma);
+    base = RunBoth(c, l);
+  }
+  int64_t diffs = 0;
+  for (size_t i = 0; i < ws.gpu.size(); ++i) {
+    if (ws.gpu[i] == base.gpu[i]) continue;
+    if (diffs < 5) {
+      const int64_t th = static_cast<int64_t>(i) / c.head_dim;
+      std::printf("  %s: wgmma-ws != wgmma at token %ld head %ld dim %ld: %04x vs %04x\n", label,
+                  long(th / c.heads), long(th % c.heads), long(i % c.head_dim), ws.gpu[i],
+                  base.gpu[i]);
+    }
+    ++diffs;
+  }
+  std::printf("%-40s wgmma-ws vs wgmma: %ld of %zu elements differ\n", label, long(diffs),
+              ws.gpu.size());
+  EXPECT_EQ(diffs, 0) << label;
+  ExpectClose(c, ws, label);
+}
+
+// The shape grid at the released dims: 1 / 8 / 64 tokens (split: 10, 10 and 2 splits of the 10
+// blocks) and 256 (unsplit: the 2-stage ring wraps five times per unit), window-only lists,
+// ragged selected counts (token t keeps 512 − 37t mod 512 selected entries, the rest -1:
+// trailing all--1 blocks), sinks ±, a 2560-entry list (40 blocks; 40 splits at 2 tokens).
+TEST(SparseAttnGpuTest, WgmmaWsEqualsWgmma) {
+  FS_SKIP_WITHOUT_GPU();
+  char label[96];
+  for (int64_t tokens : {1, 8, 64, 256}) {
+    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 65536, 0.1, 1300 + tokens);
+    std::snprintf(label, sizeof(label), "ws 64x512 w640 tokens %ld", long(tokens));
+    ExpectWsEqualsWgmma(c, label);
+  }
+  for (int64_t tokens : {1, 8, 64}) {
+    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 0, 1, 0.0, 1400 + tokens);
+    std::snprintf(label, sizeof(label), "ws window-only w128 tokens %ld", long(tokens));
+    ExpectWsEqualsWgmma(c, label);
+  }
+  for (int64_t tokens : {8, 64}) {
+    AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 8192, 0.05, 1500 + tokens);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t keep = 512 - (37 * t) % 512;
+      for (int64_t e = 128 + keep; e < c.width; ++e) c.indices[t * c.width + e] = -1;
+    }
+    std::snprintf(label, sizeof(label), "ws ragged selected tokens %ld", long(tokens));
+    ExpectWsEqualsWgmma(c, label);
+  }
+  AttnCase sinks = DecodeCase(8, 64, 512, 128, 512, 4096, 0.1, 1600);
+  for (size_t h = 0; h < sinks.sink.size(); ++h) sinks.sink[h] = h % 3 == 0 ? 25.0f : -40.0f;
+  ExpectWsEqualsWgmma(sinks, "ws sinks 25 / -40");
+  const AttnCase padded = DecodeCase(3, 64, 512, 128, 512, 1000, 0.05, 1700);
+  ExpectWsEqualsWgmma(padded, "ws padded strides", {8, 16, 24});
+  for (int64_t tokens : {2, 32}) {
+    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 2432, 20000, 0.1, 1800 + tokens);
+    std::snprintf(label, sizeof(label), "ws w2560 tokens %ld", long(tokens));
+    ExpectWsEqualsWgmma(c, label);
+  }
+  AttnCase none = DecodeCase(4, 64, 512, 128, 512, 4096, 0.0, 1900);
+  for (int64_t e = 0; e < none.width; ++e) none.indices[2 * none.width + e] = -1;
+  ExpectWsEqualsWgmma(none, "ws token 2 without a valid entry");
+  // The A/B variant without the L2 prefetch: the same copies, so the same bits.
+  for (int64_t tokens : {1, 64}) {
+    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 65536, 0.1, 2000 + tokens);
+    std::snprintf(label, sizeof(label), "ws-nopf 64x512 w640 tokens %ld", long(tokens));
+    ExpectWsEqualsWgmma(c, label, {}, SparseAttnCudaPath::kWgmmaWsNoPrefetch);
+  }
 }
 
 // ---- the row form (attention.h SparseAttnKvRows) ----------------------------------------------

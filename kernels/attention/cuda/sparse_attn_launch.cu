@@ -13,6 +13,7 @@
 #include "kernels/attention/cuda/sparse_attn_kernels.cuh"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 
@@ -130,6 +131,22 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   if (geo.splits > 1) LaunchCombine<W::kHeads>(p, geo, stream);
 }
 
+// The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
+// LaunchWgmma, 384 threads. kL2Prefetch = false: the A/B variant without the producer's L2
+// prefetch.
+template <bool kL2Prefetch>
+void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
+  using WS = attn_device::WgmmaWsShape;
+  const Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
+  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kL2Prefetch>;
+  static std::atomic<uint64_t> smem_set{0};
+  SetSmemLimitOnce(kernel, WS::kSmemBytes, smem_set);
+  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
+  kernel<<<ctas, WS::kThreads, WS::kSmemBytes, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+  if (geo.splits > 1) LaunchCombine<attn_device::WgmmaShape::kHeads>(p, geo, stream);
+}
+
 // The row form's preconditions (attention.h): the wgmma kernel's dims and cp.async alignment.
 absl::Status CheckRowFormFits(const SparseAttnParams& p) {
   const SparseAttnKvRows& r = p.kv_rows;
@@ -180,6 +197,10 @@ const char* SparseAttnCudaPathName(SparseAttnCudaPath path) {
       return "wgmma";
     case SparseAttnCudaPath::kWgmmaSplitK:
       return "wgmma-splitk";
+    case SparseAttnCudaPath::kWgmmaWs:
+      return "wgmma-ws";
+    case SparseAttnCudaPath::kWgmmaWsNoPrefetch:
+      return "wgmma-ws-nopf";
   }
   return "?";
 }
@@ -199,8 +220,12 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
   const bool wgmma_fits = p.head_dim == attn_device::WgmmaShape::kD;
   if (want == SparseAttnCudaPath::kMmaSync || !wgmma_fits) return SparseAttnCudaPath::kMmaSync;
   if (want == SparseAttnCudaPath::kWgmmaSplitK) return SparseAttnCudaPath::kWgmmaSplitK;
-  if (want == SparseAttnCudaPath::kWgmma || p.heads % attn_device::WgmmaShape::kHeads == 0) {
-    return SparseAttnCudaPath::kWgmma;
+  if (want == SparseAttnCudaPath::kWgmmaWs || want == SparseAttnCudaPath::kWgmmaWsNoPrefetch) {
+    return want;
+  }
+  if (want == SparseAttnCudaPath::kWgmma) return SparseAttnCudaPath::kWgmma;
+  if (p.heads % attn_device::WgmmaShape::kHeads == 0) {
+    return kSparseAttnWsDefault ? SparseAttnCudaPath::kWgmmaWs : SparseAttnCudaPath::kWgmma;
   }
   return SparseAttnCudaPath::kMmaSync;
 }
@@ -223,6 +248,10 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
     LaunchWgmma<false>(p, stream);
   } else if (path == SparseAttnCudaPath::kWgmmaSplitK) {
     LaunchWgmma<true>(p, stream);
+  } else if (path == SparseAttnCudaPath::kWgmmaWs) {
+    LaunchWgmmaWs<true>(p, stream);
+  } else if (path == SparseAttnCudaPath::kWgmmaWsNoPrefetch) {
+    LaunchWgmmaWs<false>(p, stream);
   } else if (p.head_dim == 128) {
     LaunchTensorForHeads<128>(p, stream);
   } else if (p.head_dim == 256) {

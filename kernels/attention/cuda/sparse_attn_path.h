@@ -14,18 +14,33 @@ enum class SparseAttnCudaPath {
   // WgmmaKernel's split-K S variant (README.md "wgmma path"): same fit as kWgmma; never the
   // default, selectable for A/B (tests, bench).
   kWgmmaSplitK,
+  // WgmmaWsKernel (README.md "wgmma-ws"): the wgmma path's math with a producer warpgroup
+  // gathering into an mbarrier ring; same fit as kWgmma. The default at the released dims only
+  // when kSparseAttnWsDefault is set (the rule there).
+  kWgmmaWs,
+  // kWgmmaWs without the producer's L2 prefetch of the block after next: A/B only (bench
+  // `--path ws` measures both), never the default. Same output bits.
+  kWgmmaWsNoPrefetch,
 };
+
+// Whether the default (kAuto) takes kWgmmaWs instead of kWgmma for the bf16 form. Rule: set it
+// when, on the H200, `bench_sparse_attn --path ws` shows wgmma-ws's median_us at or below
+// wgmma's at every batch (1, 8, 64, 256 tokens) and kernels_attention_gpu_test passes with the
+// override on kWgmmaWs (WgmmaWsAtReleasedDims). Until that run: off.
+inline constexpr bool kSparseAttnWsDefault = false;
 
 const char* SparseAttnCudaPathName(SparseAttnCudaPath path);
 
 // Makes later LaunchSparseAttn calls prefer `path` (kAuto restores the default). A preferred path
-// that does not fit the params falls back: kWgmma / kWgmmaSplitK → kMmaSync → kScalar. Not
-// synchronised with launches in flight on other threads: set it between launches (tests, benches).
+// that does not fit the params falls back: kWgmma / kWgmmaSplitK / kWgmmaWs / kWgmmaWsNoPrefetch
+// → kMmaSync → kScalar. Not synchronised with launches in flight on other threads: set it between
+// launches (tests, benches).
 void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 
 // The path LaunchSparseAttn takes for `p` under the current override (p need not be validated).
-// Default: kWgmma for head_dim 512 with heads a multiple of 64, kMmaSync for the other tensor
-// shapes, kScalar for the rest. The row form (kv_rows) is always kWgmma, whatever the override.
+// Default: kWgmma (kWgmmaWs when kSparseAttnWsDefault) for head_dim 512 with heads a multiple of
+// 64, kMmaSync for the other tensor shapes, kScalar for the rest. The row form (kv_rows) is
+// always kWgmma, whatever the override.
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 
 }  // namespace flashserve::kernels::attention_internal

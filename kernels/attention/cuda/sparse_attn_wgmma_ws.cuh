@@ -1,0 +1,406 @@
+// The warp-specialised wgmma kernel of LaunchSparseAttn (path wgmma-ws; README.md "CUDA",
+// "wgmma-ws"): the wgmma path's math (sparse_attn_wgmma.cuh helpers, the same softmax operations
+// in the same order) with the gather moved to a producer warpgroup and the list blocks passed
+// through a ring of shared-memory stages guarded by mbarriers. Included by sparse_attn_launch.cu
+// and wgmma_ws_check.cu only (sm_90a).
+//
+// WgmmaWsKernel: a CTA of three warpgroups (384 threads) takes one unit = (token, group of 64
+// heads, split), like WgmmaKernel. Warpgroups 0 and 1 are the consumers (S, softmax, P·V exactly
+// as WgmmaKernel's n32 variant: warpgroup g computes S for entries 32g.. and P·V for dims
+// 256g..); warpgroup 2 is the producer: it copies Q with the unit's first block, then every list
+// block's 64 rows into stage (ring slot % 2) with cp.async (8 threads per row, so a warp's
+// request is 4 rows × 128 contiguous bytes) and signals the stage's `full` barrier through
+// cp.async.mbarrier.arrive (the hardware arrives once the thread's copies have landed; the
+// producer never waits for them) plus a plain arrive for its idx writes; it also prefetches the
+// rows of the block after next into L2. The consumers wait on `full`, fence the landed copies to
+// the async proxy, and arrive on `empty` once their P·V of the stage has completed. Shared
+// memory: WgmmaShape's layout (Q, two 64 KB stages, idx [2][64], row max / sum / P exchange) plus
+// four mbarriers (full[2], empty[2]). No CTA-wide barrier inside a unit: the consumers meet on
+// named barrier 1 (256 threads) for the row max and the row sum / P exchange, the producer only
+// through the mbarriers. Registers: the producer gives its warpgroup's down to kProducerRegs, the
+// consumers take kConsumerRegs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/sparse_attn_device.cuh"
+#include "kernels/attention/cuda/sparse_attn_pipeline.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/common/wgmma.cuh"
+
+namespace flashserve::kernels::attn_device {
+
+struct WgmmaWsShape {
+  static constexpr int kConsumerThreads = 256;  // warpgroups 0, 1
+  static constexpr int kProducerThreads = 128;  // warpgroup 2
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr uint32_t kStages = 2;  // Q + 3 stages of 64 KB would exceed 227 KB
+  // setmaxnreg: 256 · 208 + 128 · 88 = 64512 <= 65536 registers per SM (1 CTA). ptxas allocates
+  // each role within its budget (-Xptxas -v: no spills at 208 / 88; the producer's unrolled
+  // copies spill below 88).
+  static constexpr uint32_t kConsumerRegs = 208;
+  static constexpr uint32_t kProducerRegs = 88;
+  static_assert(kConsumerThreads * kConsumerRegs + kProducerThreads * kProducerRegs <= 65536);
+  // Named barriers: 0 is __syncthreads.
+  static constexpr uint32_t kConsumerBarrier = 1;  // the two consumer warpgroups
+  static constexpr uint32_t kUnitBarrier = 2;      // all three, between units
+  // mbarriers after WgmmaShape's layout: full[kStages], then empty[kStages], 8 bytes each.
+  // Expected arrivals per phase: full — two per producer thread (its copies landed, its s_idx
+  // writes released); empty — one per consumer thread.
+  static constexpr uint32_t kFullArrivals = 2 * kProducerThreads;
+  static constexpr uint32_t kEmptyArrivals = kConsumerThreads;
+  static constexpr uint32_t kBarOff = WgmmaShape::kEnd;
+  static constexpr uint32_t kEnd = kBarOff + 2 * kStages * 8;
+  static constexpr size_t kSmemBytes = kEnd + 1024;  // slack to align the base to 1024
+  // The producer's copy pattern: thread i copies chunks 8k + i % 8 of entries i / 8 + 16j.
+  static constexpr int kRowsPerThread = kBlock / (kProducerThreads / 8);  // 4
+};
+static_assert(WgmmaWsShape::kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
+static_assert(WgmmaWsShape::kSmemBytes <= 227 * 1024, "shared memory per CTA");
+static_assert(WgmmaShape::kThreads == WgmmaWsShape::kConsumerThreads);
+
+__device__ __forceinline__ uint32_t WsFullBar(uint32_t base, uint32_t stage) {
+  return base + WgmmaWsShape::kBarOff + stage * 8;
+}
+__device__ __forceinline__ uint32_t WsEmptyBar(uint32_t base, uint32_t stage) {
+  return base + WgmmaWsShape::kBarOff + (WgmmaWsShape::kStages + stage) * 8;
+}
+
+// The producer warpgroup's thread `ptid` (0..127) copies 16-byte chunks 8k + ptid % 8 (k = 0..7)
+// of entries ptid / 8 + 16j (j = 0..3) of a list block: rows[j] is entry j's pool row or -1
+// (zero-filled). When ptid % 8 == 0 it writes s_idx[entry] = rows[j].
+__device__ __forceinline__ void WsLoadBlock(const SparseAttnParams& p, const int32_t (&rows)[4],
+                                            int ptid, uint32_t kv_base, int32_t* s_idx) {
+  static_assert(WgmmaWsShape::kRowsPerThread == 4, "rows[] holds four entries");
+  const int sub = ptid % 8;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int e = ptid / 8 + 16 * j;
+    const int32_t row = rows[j];
+    const uint16_t* src = row >= 0 ? p.kv + int64_t{row} * p.kv_stride : p.q;
+#pragma unroll
+    for (int k = 0; k < WgmmaShape::kChunks / 8; ++k) {
+      const int chunk = 8 * k + sub;
+      CpAsync16(kv_base + TileOffset(e, chunk), row >= 0 ? src + chunk * 8 : src, row >= 0);
+    }
+    if (sub == 0) s_idx[e] = row;
+  }
+}
+
+// The pool rows of the producer thread's four entries of block `blk` (-1 past blk_end, unused or
+// out of range).
+__device__ __forceinline__ void WsRowsOf(const SparseAttnParams& p, int64_t t, int64_t blk,
+                                         int64_t blk_end, int ptid, int32_t (&rows)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    rows[j] =
+        blk < blk_end ? static_cast<int32_t>(RowOf(p, t, blk * kBlock + ptid / 8 + 16 * j)) : -1;
+  }
+}
+
+// Prefetches into L2 the pool rows `rows` (the producer thread's four entries of a block; one
+// thread of each row's eight issues them): a block's rows are asked for two ring slots before
+// their cp.async, so that the copy, which has about one block of compute to land, reads L2.
+__device__ __forceinline__ void WsPrefetchRows(const SparseAttnParams& p, const int32_t (&rows)[4],
+                                               int ptid) {
+  if (ptid % 8 != 0) return;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (rows[j] >= 0) {
+      PrefetchL2Bulk(p.kv + int64_t{rows[j]} * p.kv_stride, WgmmaShape::kD * 2);
+    }
+  }
+}
+
+// The producer's part of one unit: Q with the first block, then blocks blk_begin .. blk_end - 1
+// into the ring. `it` counts ring slots over the CTA's units (stage it % 2, phase (it / 2) % 2);
+// the consumers count the same blocks. A block's `full` phase completes after 2 arrivals per
+// producer thread: cp.async.mbarrier.arrive (its copies, Q included, have landed) and a plain
+// arrive (releases its s_idx writes). The producer never waits for its own copies, so block
+// blk + 1's copies can be issued while block blk's are still in flight. The indices of block
+// blk + 2 are read (and their rows prefetched into L2) after block blk is issued; block blk + 1's
+// are already in registers. kL2Prefetch = false leaves the prefetch out (A/B: path
+// wgmma-ws-nopf).
+template <bool kL2Prefetch = true>
+__device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t t, int64_t h0,
+                                              int64_t blk_begin, int64_t blk_end, uint32_t base,
+                                              int32_t* s_idx, uint32_t& it) {
+  using W = WgmmaShape;
+  using WS = WgmmaWsShape;
+  const int ptid = static_cast<int>(threadIdx.x) - WS::kConsumerThreads;
+  int32_t rows[4];       // block blk
+  int32_t rows_next[4];  // block blk + 1
+  WsRowsOf(p, t, blk_begin, blk_end, ptid, rows);
+  WsRowsOf(p, t, blk_begin + 1, blk_end, ptid, rows_next);
+  if constexpr (kL2Prefetch) WsPrefetchRows(p, rows_next, ptid);
+  for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
+    const uint32_t stage = it % WS::kStages;
+    // The consumers released this stage (its previous block's P·V completed); a fresh barrier
+    // counts as released (parity 1).
+    MbarWait(WsEmptyBar(base, stage), ((it / WS::kStages) & 1) ^ 1);
+    if (blk == blk_begin) {
+#pragma unroll 1
+      for (int c = ptid; c < W::kHeads * W::kChunks; c += WS::kProducerThreads) {
+        const int r = c / W::kChunks;
+        const int chunk = c % W::kChunks;
+        const bool valid = h0 + r < p.heads;
+        const uint16_t* src =
+            valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
+        CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
+      }
+    }
+    WsLoadBlock(p, rows, ptid, base + W::kKvOff + stage * W::kTileBytes, s_idx + stage * kBlock);
+    CpAsyncMbarArriveNoinc(WsFullBar(base, stage));
+    MbarArrive(WsFullBar(base, stage));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) rows[j] = rows_next[j];
+    WsRowsOf(p, t, blk + 2, blk_end, ptid, rows_next);
+    if constexpr (kL2Prefetch) WsPrefetchRows(p, rows_next, ptid);
+  }
+}
+
+// One block's online softmax for the consumer thread's rows r0, r0 + 8 over its warpgroup's 32
+// entries, with WgmmaKernel's operations in the same order (README.md "wgmma path", softmax):
+// × scale, -inf at invalid entries, half-block row max → s_max → m' = max(m, both halves), α,
+// p = expf(l − m'), half-block row sums → s_sum, bf16(p) → s_p, and back: a = the whole block's
+// bf16 P in the register-A layout, den and m updated. Two consumer named barriers.
+__device__ __forceinline__ void WsSoftmax(float (&s)[16], const int32_t* idx, float scale, int half,
+                                          int wtid, float* s_max, float* s_sum, uint32_t* s_p,
+                                          float (&m_run)[2], float (&den_run)[2], float (&alpha)[2],
+                                          uint32_t (&a)[4][4]) {
+  using WS = WgmmaWsShape;
+  const int lane = wtid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = half * 32 + j * 8 + c2 + (i & 1);
+      float& x = s[4 * j + i];
+      x = idx[e] >= 0 ? __fmul_rn(x, scale) : -INFINITY;
+      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
+    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
+  }
+  if (lane % 4 == 0) {
+    s_max[half * kBlock + r0] = bmax[0];
+    s_max[half * kBlock + r0 + 8] = bmax[1];
+  }
+  NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
+
+  float m_new[2], bsum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + 8 * r;
+    m_new[r] = fmaxf(m_run[r], fmaxf(s_max[row], s_max[kBlock + row]));
+    alpha[r] = m_new[r] == m_run[r] ? 1.0f : ExpF(__fsub_rn(m_run[r], m_new[r]));
+    bsum[r] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));  // exp(-inf) = +0
+    bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
+    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
+  }
+  if (lane % 4 == 0) {
+    s_sum[half * kBlock + r0] = bsum[0];
+    s_sum[half * kBlock + r0 + 8] = bsum[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_p[(half * 8 + kk * 4 + i) * 128 + wtid] =
+          PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    }
+  }
+  NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + 8 * r;
+    den_run[r] =
+        __fadd_rn(__fmul_rn(den_run[r], alpha[r]), __fadd_rn(s_sum[row], s_sum[kBlock + row]));
+    m_run[r] = m_new[r];
+  }
+}
+
+// Writes the unit's result: the normalised bf16 output (one split) or the split's state for
+// CombineKernel<64> — WgmmaKernel's epilogue.
+__device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geometry& geo,
+                                           int64_t unit, int64_t t, int64_t h0, int half, int wtid,
+                                           bool seen, const float (&acc)[128],
+                                           const float (&m_run)[2], const float (&den_run)[2]) {
+  using W = WgmmaShape;
+  const int lane = wtid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  if (geo.splits == 1) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h = h0 + r0 + 8 * r;
+      if (h >= p.heads) continue;
+      const float den = __fadd_rn(den_run[r], ExpF(__fsub_rn(p.attn_sink[h], m_run[r])));
+      uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const float v0 = seen ? __fdiv_rn(acc[4 * j + 2 * r], den) : 0.0f;
+        const float v1 = seen ? __fdiv_rn(acc[4 * j + 2 * r + 1], den) : 0.0f;
+        *reinterpret_cast<uint32_t*>(o + 8 * j) = PackBf16(v0, v1);
+      }
+    }
+  } else {
+    float* st = geo.state + unit * W::kHeads * (W::kD + 2);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float* row = st + (r0 + 8 * r) * (W::kD + 2);
+      if (half == 0 && lane % 4 == 0) {
+        row[0] = m_run[r];
+        row[1] = den_run[r];
+      }
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        row[2 + half * 256 + 8 * j + c2] = acc[4 * j + 2 * r];
+        row[2 + half * 256 + 8 * j + c2 + 1] = acc[4 * j + 2 * r + 1];
+      }
+    }
+  }
+}
+
+// The consumers' part of one unit; `half` = the consumer warpgroup (0, 1), warp-uniform.
+__device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const Geometry& geo,
+                                              int64_t unit, int64_t t, int64_t h0,
+                                              int64_t blk_begin, int64_t blk_end, uint32_t base,
+                                              uint8_t* smem, int half, uint32_t& it) {
+  using W = WgmmaShape;
+  using WS = WgmmaWsShape;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wtid = tid % 128;
+  const int lane = tid % 32;
+  const auto* s_idx = reinterpret_cast<const int32_t*>(smem + W::kIdxOff);
+  auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff);
+  auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff);
+  auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff);
+
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  float m_run[2] = {kInitMax, kInitMax};
+  float den_run[2] = {0.0f, 0.0f};
+  bool seen = false;
+  for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
+    const uint32_t stage = it % WS::kStages;
+    MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
+    // The copies landed (the barrier's acquire); order them before this thread's async-proxy
+    // (wgmma) reads.
+    wgmma::FenceProxyAsyncShared();
+    const int32_t* idx = s_idx + stage * kBlock;
+    const uint32_t kv_base = base + W::kKvOff + stage * W::kTileBytes;
+    // Same value in every warp of both warpgroups: the branches below are CTA-uniform.
+    const bool any = __any_sync(0xFFFFFFFFu, idx[lane] >= 0 || idx[lane + 32] >= 0);
+    if (!any) {  // a block without a valid entry is a no-op (as on the CPU)
+      MbarArrive(WsEmptyBar(base, stage));
+      continue;
+    }
+    seen = true;
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+    WgmmaQkIssue(s, base + W::kQOff, kv_base, half);
+    WgmmaWait(s);
+    float alpha[2];
+    uint32_t a[4][4];  // bf16 P of the whole block in the register-A layout, k-steps 0..3
+    WsSoftmax(s, idx, p.softmax_scale, half, wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
+    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
+    }
+    WgmmaPv(acc, a, kv_base, half);  // waited: this thread's reads of the stage are done
+    MbarArrive(WsEmptyBar(base, stage));
+  }
+  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run);
+}
+
+// Where unit `unit` of the launch sits: token, first head, list blocks [blk_begin, blk_end).
+struct WsUnit {
+  int64_t t, h0, blk_begin, blk_end;
+};
+__device__ __forceinline__ WsUnit WsUnitOf(const Geometry& geo, int64_t unit, int64_t n_blocks) {
+  const int64_t item = unit / geo.splits;
+  const int64_t split = unit % geo.splits;
+  WsUnit u;
+  u.t = item / geo.groups;
+  u.h0 = (item % geo.groups) * WgmmaShape::kHeads;
+  u.blk_begin = split * geo.blocks_per_split;
+  u.blk_end = min(n_blocks, u.blk_begin + geo.blocks_per_split);
+  return u;
+}
+
+// A template on kD so that the header may be included by several .cu files (kD = 512).
+// kL2Prefetch: the producer's L2 prefetch of the block after next (on by default; off only for the
+// A/B path wgmma-ws-nopf).
+template <int kD, bool kL2Prefetch>
+__global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
+    WgmmaWsKernel(const SparseAttnParams p, const Geometry geo) {
+  using W = WgmmaShape;
+  using WS = WgmmaWsShape;
+  static_assert(kD == W::kD, "the wgmma path is instantiated for head_dim 512 only");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = AlignedSmem(smem_raw);
+  const uint32_t base = SmemAddr(smem);
+  const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < WS::kStages; ++s) {
+      MbarInit(WsFullBar(base, s), WS::kFullArrivals);
+      MbarInit(WsEmptyBar(base, s), WS::kEmptyArrivals);
+    }
+  }
+  __syncthreads();     // the barriers are initialised before anyone waits or arrives
+  LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
+  uint32_t it = 0;     // ring slots used so far, the same count in both roles
+  // The warpgroup index through a shuffle, so that the compiler sees it warp-uniform: the wgmma
+  // instructions below then sit in a branch it knows converged (no C7518 serialisation).
+  const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
+  // Each role runs its own unit loop after its register reallocation, so that ptxas allocates
+  // each loop within its role's budget.
+  if (wg == 2) {
+    SetMaxRegsDec<WS::kProducerRegs>();
+    for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
+      const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+      WsProduceUnit<kL2Prefetch>(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
+                                 reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
+      // The next unit's Q replaces this one's only after every consumer's wgmma read it.
+      if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
+    }
+    CpAsyncWait<0>();  // no copy outlives its thread
+  } else {
+    SetMaxRegsInc<WS::kConsumerRegs>();
+    for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
+      const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+      WsConsumeUnit(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg, it);
+      if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
+    }
+  }
+}
+
+}  // namespace flashserve::kernels::attn_device
