@@ -63,6 +63,10 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, plan.k_steps));
   plan.steps_per_split = CeilDiv(plan.k_steps, splits);
   plan.splits = plan.steps_per_split > 0 ? CeilDiv(plan.k_steps, plan.steps_per_split) : 1;
+  // TMA reads x in 16-byte units: the base and every row start aligned (W is, validated).
+  const bool x_rows16 =
+      Aligned(p.x_bf16, 16) && p.x_stride % 8 == 0 && (groups == 1 || p.x_group_stride % 8 == 0);
+  plan.warp_specialised = wgmma && p.wgmma_ws && x_rows16;
   return plan;
 }
 

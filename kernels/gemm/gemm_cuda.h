@@ -103,8 +103,14 @@ struct LinearCudaParams {
   // When the plan takes wgmma: true (default) = the bf16-expansion wgmma kernel (128 × 256
   // tiles), false = the FP8 wgmma kernel (E4M3 operands, 128 × 128 tiles; ~1.3x faster, but its
   // FP8 tensor-core accumulation is coarser than fp32: on the H200 rel-RMS 6e-4 against LinearCpu
-  // vs 1e-4, 0.7 % of outputs beyond one bf16 ulp — opt-in, README.md "CUDA: the FP8 wgmma kernel").
+  // vs 1e-4, 0.7 % of outputs beyond one bf16 ulp — opt-in, README.md "CUDA: the FP8 wgmma
+  // kernel").
   bool wgmma_bf16 = true;
+  // The bf16-expansion wgmma kernel's main loop: true (default) = warp-specialised and
+  // persistent (cuda/wgmma_ws_gemm.cuh: a TMA producer warpgroup that also decodes the codes,
+  // two consumer warpgroups that only issue wgmma and store), false = the 256-thread cp.async
+  // kernel (cuda/wgmma_linear_gemm.cuh; for A/B). Same tiles and wgmma sequence: same bits.
+  bool wgmma_ws = true;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
@@ -128,9 +134,12 @@ struct LinearCudaPlan {
   int64_t steps_per_split = 0;  // the last split may have fewer
   int64_t m_tiles = 0;
   int64_t n_tiles = 0;
+  // kWgmmaBf16 only: the warp-specialised persistent main loop (wgmma_ws) runs it; the launcher
+  // falls back to the cp.async one if the driver cannot make the TMA descriptors.
+  bool warp_specialised = false;
 };
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
-                              int64_t split_k = 0, bool wgmma_bf16 = true);
+                              int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true);
 
 // Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic) and
 // wgmma_bf16: the activation region (LinearCudaActivationBytes) plus, when the plan splits K, the

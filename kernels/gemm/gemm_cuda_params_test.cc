@@ -29,7 +29,8 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   // least kLinearCudaWgmmaMinSplitK of K: wq_a at M = 128 (10 FP8 tiles, 13 splits of 512)
   // stays on mma.sync.
   EXPECT_EQ(PlanLinearCuda(128, 1280, 5120).tile_rows, 64);
-  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).tile_rows, 128);  // 20 tiles, 6 splits of 896
+  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).tile_rows,
+            128);  // 20 tiles, 6 splits of 896
   EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
   // The bf16-expansion kernel's 128 × 256 tiles: 10 tiles, 13 splits of 448 (measured: loses).
   EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, true).tile_rows, 64);
@@ -76,8 +77,30 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(f.k_steps, 40);
   EXPECT_EQ(f.m_tiles, 3);
   EXPECT_EQ(f.n_tiles, 18);
-  EXPECT_EQ(f.splits, 2);  // 54 tiles: 2 splits of 20 steps
+  EXPECT_EQ(f.splits, 2);                                 // 54 tiles: 2 splits of 20 steps
   EXPECT_EQ(PlanLinearCuda(4096, 5120, 8192).splits, 1);  // wo_b prefill: 640 tiles
+}
+
+// The warp-specialised main loop runs the bf16-expansion wgmma plan (same tiles, steps and
+// splits) unless wgmma_ws is false; never the mma.sync or FP8 wgmma plans.
+TEST(LinearCudaPlanTest, WarpSpecialisedOnlyForTheBf16WgmmaKernel) {
+  const LinearCudaPlan ws = PlanLinearCuda(4096, 32768, 1280);
+  EXPECT_EQ(ws.kernel, LinearCudaKernel::kWgmmaBf16);
+  EXPECT_TRUE(ws.warp_specialised);
+  const LinearCudaPlan cp = PlanLinearCuda(4096, 32768, 1280, 0, 0, true, false);
+  EXPECT_EQ(cp.kernel, LinearCudaKernel::kWgmmaBf16);
+  EXPECT_FALSE(cp.warp_specialised);
+  EXPECT_EQ(cp.splits, ws.splits);
+  EXPECT_EQ(cp.steps_per_split, ws.steps_per_split);
+  EXPECT_EQ(cp.m_tiles, ws.m_tiles);
+  EXPECT_EQ(cp.n_tiles, ws.n_tiles);
+  // Forced split at small M: same plan, split partials included.
+  const LinearCudaPlan split = PlanLinearCuda(130, 1000, 1312, 128, 3);
+  EXPECT_TRUE(split.warp_specialised);
+  EXPECT_EQ(split.splits, 3);
+  EXPECT_FALSE(PlanLinearCuda(4096, 32768, 1280, 0, 0, false).warp_specialised);  // FP8 wgmma
+  EXPECT_FALSE(PlanLinearCuda(64, 32768, 1280).warp_specialised);                 // mma.sync
+  EXPECT_FALSE(PlanLinearCuda(4096, 32768, 1280, 64).warp_specialised);
 }
 
 TEST(LinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
@@ -119,36 +142,36 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
                                                       15360, kLinearCudaMaxK}) {
         for (int64_t forced : {0, 1, 3, 5, 32}) {
           for (bool bf16 : {false, true}) {
-          const LinearCudaPlan p = PlanLinearCuda(m, 1000, k, tile, forced, bf16);
-          SCOPED_TRACE(std::to_string(tile) + " " + std::to_string(m) + " " + std::to_string(k) +
-                       " " + std::to_string(forced) + " " + std::to_string(bf16));
-          const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
-          ASSERT_EQ(p.kernel, !wgmma ? LinearCudaKernel::kMmaSync
-                                     : (bf16 ? LinearCudaKernel::kWgmmaBf16
-                                             : LinearCudaKernel::kWgmmaFp8));
-          const int64_t step = !wgmma ? kLinearCudaKStep
-                                      : (bf16 ? kLinearCudaWgmmaKStep : kLinearCudaWgmmaFp8KStep);
-          ASSERT_EQ(p.k_step, step);
-          const int64_t kBlocksPerStep = step / 32;
-          // The kernel's scale strip: 4 (mma.sync, FP8 wgmma) or 8 (bf16 wgmma) rows of
-          // steps_per_split · kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers
-          // reserve).
-          const bool eight = wgmma && bf16;
-          ASSERT_LE((eight ? 8 : 4) * p.steps_per_split * kBlocksPerStep, eight ? 16384 : 8192);
-          const int64_t k_steps = (k + step - 1) / step;
-          const int64_t k_blocks = k / 32;
-          std::vector<int> seen(k_blocks, 0);
-          for (int64_t z = 0; z < p.splits; ++z) {
-            const int64_t kt0 = z * p.steps_per_split;
-            const int64_t kt_end = std::min(kt0 + p.steps_per_split, k_steps);
-            ASSERT_GE(kt_end - kt0, 1) << "empty split " << z;
-            for (int64_t kt = kt0; kt < kt_end; ++kt) {
-              const int64_t first = kt * kBlocksPerStep;
-              const int64_t blocks = std::min(kBlocksPerStep, k_blocks - first);
-              for (int64_t b = 0; b < blocks; ++b) ++seen[first + b];
+            const LinearCudaPlan p = PlanLinearCuda(m, 1000, k, tile, forced, bf16);
+            SCOPED_TRACE(std::to_string(tile) + " " + std::to_string(m) + " " + std::to_string(k) +
+                         " " + std::to_string(forced) + " " + std::to_string(bf16));
+            const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
+            ASSERT_EQ(p.kernel,
+                      !wgmma ? LinearCudaKernel::kMmaSync
+                             : (bf16 ? LinearCudaKernel::kWgmmaBf16 : LinearCudaKernel::kWgmmaFp8));
+            const int64_t step = !wgmma ? kLinearCudaKStep
+                                        : (bf16 ? kLinearCudaWgmmaKStep : kLinearCudaWgmmaFp8KStep);
+            ASSERT_EQ(p.k_step, step);
+            const int64_t kBlocksPerStep = step / 32;
+            // The kernel's scale strip: 4 (mma.sync, FP8 wgmma) or 8 (bf16 wgmma) rows of
+            // steps_per_split · kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers
+            // reserve).
+            const bool eight = wgmma && bf16;
+            ASSERT_LE((eight ? 8 : 4) * p.steps_per_split * kBlocksPerStep, eight ? 16384 : 8192);
+            const int64_t k_steps = (k + step - 1) / step;
+            const int64_t k_blocks = k / 32;
+            std::vector<int> seen(k_blocks, 0);
+            for (int64_t z = 0; z < p.splits; ++z) {
+              const int64_t kt0 = z * p.steps_per_split;
+              const int64_t kt_end = std::min(kt0 + p.steps_per_split, k_steps);
+              ASSERT_GE(kt_end - kt0, 1) << "empty split " << z;
+              for (int64_t kt = kt0; kt < kt_end; ++kt) {
+                const int64_t first = kt * kBlocksPerStep;
+                const int64_t blocks = std::min(kBlocksPerStep, k_blocks - first);
+                for (int64_t b = 0; b < blocks; ++b) ++seen[first + b];
+              }
             }
-          }
-          for (int64_t b = 0; b < k_blocks; ++b) ASSERT_EQ(seen[b], 1) << "K block " << b;
+            for (int64_t b = 0; b < k_blocks; ++b) ASSERT_EQ(seen[b], 1) << "K block " << b;
           }
         }
       }

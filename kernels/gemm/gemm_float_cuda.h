@@ -90,6 +90,12 @@ struct FloatLinearCudaParams {
   // 0 = automatic; 1 .. kFloatLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count and tile_rows, nothing else.
   int64_t split_k = 0;
+  // The wgmma kernel's main loop: true (default) = warp-specialised and persistent
+  // (cuda/wgmma_ws_gemm.cuh: a TMA producer warpgroup, two consumer warpgroups that only issue
+  // wgmma and store) when TMA can read x (16-byte aligned rows: base, x_stride and, with groups,
+  // x_group_stride), false = the 256-thread cp.async kernel (cuda/wgmma_linear_gemm.cuh; for A/B).
+  // Same tiles and wgmma sequence: same bits.
+  bool wgmma_ws = true;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;
@@ -108,6 +114,10 @@ struct FloatLinearCudaPlan {
   int64_t steps_per_split = 0;  // the last split may have fewer
   int64_t m_tiles = 0;
   int64_t n_tiles = 0;
+  // tile_rows 128 only: the warp-specialised persistent main loop runs it (p.wgmma_ws and x's
+  // rows 16-byte aligned); the launcher falls back to the cp.async one if the driver cannot make
+  // the TMA descriptors.
+  bool warp_specialised = false;
 };
 FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p);
 

@@ -69,6 +69,38 @@ TEST(FloatLinearCudaPlanTest, WgmmaForLargeMBf16Only) {
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 1024, 4096, 8)).splits, 1);
 }
 
+// The warp-specialised main loop runs the wgmma plan when wgmma_ws is set and TMA can read x
+// (16-byte aligned base, x_stride and, with groups, x_group_stride); same tiles and splits.
+TEST(FloatLinearCudaPlanTest, WarpSpecialisedNeedsAlignedXRows) {
+  alignas(16) static const uint16_t x[16] = {};
+  FloatLinearCudaParams p = Shape(4096, 1024, 4096, 8);  // wo_a: x [M, 8 · 4096]
+  p.x_bf16 = x;
+  p.x_stride = 8 * 4096;
+  p.x_group_stride = 4096;
+  const FloatLinearCudaPlan ws = PlanFloatLinearCuda(p);
+  EXPECT_EQ(ws.tile_rows, 128);
+  EXPECT_TRUE(ws.warp_specialised);
+  FloatLinearCudaParams q = p;
+  q.wgmma_ws = false;
+  const FloatLinearCudaPlan cp = PlanFloatLinearCuda(q);
+  EXPECT_FALSE(cp.warp_specialised);
+  EXPECT_EQ(cp.splits, ws.splits);
+  EXPECT_EQ(cp.steps_per_split, ws.steps_per_split);
+  q = p;
+  q.x_bf16 = x + 1;  // misaligned base
+  EXPECT_FALSE(PlanFloatLinearCuda(q).warp_specialised);
+  q = p;
+  q.x_stride = 8 * 4096 + 4;  // row starts 8-byte aligned only
+  EXPECT_FALSE(PlanFloatLinearCuda(q).warp_specialised);
+  q = p;
+  q.x_group_stride = 4100;
+  q.x_stride = 8 * 4100;
+  EXPECT_FALSE(PlanFloatLinearCuda(q).warp_specialised);
+  q.groups = 1;  // one group: its stride is not used
+  EXPECT_TRUE(PlanFloatLinearCuda(q).warp_specialised);
+  EXPECT_FALSE(PlanFloatLinearCuda(Shape(33, 1024, 4096)).warp_specialised);  // mma.sync
+}
+
 TEST(FloatLinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
   for (int64_t m : {1, 3, 16, 130, 4096}) {
     for (int64_t n : {32, 128, 384, 512, 1024}) {

@@ -2,12 +2,14 @@
 // non-quantised Linear shapes against the roofline.
 //
 //   bench_gemm_float_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wo_a,gate,...]
-//                        [--kernels auto,mma,wgmma] [--peak-tflops T]
+//                        [--kernels auto,mma,wgmma,wgmma-ws] [--peak-tflops T]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
-// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel
-// (tile_rows 128; bf16 weights only, skipped for fp32 ones); the `kernel` column says which
-// ran. --peak-tflops replaces the measured mma.sync rate in the compute roof (e.g. 893).
+// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel's
+// 256-thread cp.async main loop (tile_rows 128, wgmma_ws = false), wgmma-ws = its
+// warp-specialised persistent TMA main loop (tile_rows 128; auto takes it wherever the plan picks
+// wgmma); both bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
+// --peak-tflops replaces the measured mma.sync rate in the compute roof (e.g. 893).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
 // (GEMM, plus the split-K reduction when the plan splits). Successive calls cycle through enough
@@ -63,7 +65,7 @@ struct Options {
 
 // tile_rows forcing `kernel` given the automatic plan's tile_rows.
 int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
-  if (kernel == "wgmma") return 128;
+  if (kernel == "wgmma" || kernel == "wgmma-ws") return 128;
   if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
   return 0;
 }
@@ -92,8 +94,8 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "mma" && k != "wgmma") {
-          std::fprintf(stderr, "--kernels: %s is not auto, mma or wgmma\n", k.c_str());
+        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws") {
+          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma or wgmma-ws\n", k.c_str());
           std::exit(2);
         }
       }
@@ -177,12 +179,13 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
   const int pieces = s.w_f32 ? 3 : 1;
   for (int64_t m : o.ms) {
     for (const std::string& kernel : o.kernels) {
-      if (kernel == "wgmma" && s.w_f32) continue;  // bf16 x · bf16 W only
+      if ((kernel == "wgmma" || kernel == "wgmma-ws") && s.w_f32) continue;  // bf16 only
       FloatLinearCudaParams p = base;
       p.m = m;
       p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
       p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
       p.tile_rows = TileFor(kernel, PlanFloatLinearCuda(p).tile_rows);
+      p.wgmma_ws = kernel != "wgmma";
       const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
       int call = 0;
       const double us = MedianEventMicros(
@@ -209,7 +212,9 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
           "%6.2f\n",
           s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
           s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
-          plan.tile_rows == kFloatLinearCudaWgmmaRows ? "wgmma" : "mma.sync",
+          plan.tile_rows != kFloatLinearCudaWgmmaRows
+              ? "mma.sync"
+              : (plan.warp_specialised ? "wgmma-ws" : "wgmma"),
           static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
           flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
     }

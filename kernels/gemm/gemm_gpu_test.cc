@@ -108,17 +108,21 @@ class GemmGpuTest : public ::testing::Test {
   void SetUp() override { FS_SKIP_WITHOUT_GPU(); }
 };
 
-// A kernel choice: tile_rows (0 = automatic) and, for 128, which wgmma kernel.
+// A kernel choice: tile_rows (0 = automatic) and, for 128, which wgmma kernel (bf16: the
+// warp-specialised main loop unless `ws` is false).
 struct Kernel {
   int64_t tile;
   bool bf16;
+  bool ws = true;
   std::string Name() const {
-    const char* wgmma = bf16 ? " wgmma-bf16" : " wgmma-fp8";
+    const char* wgmma = !bf16 ? " wgmma-fp8" : (ws ? " wgmma-bf16-ws" : " wgmma-bf16-cp.async");
     return "tile " + std::to_string(tile) + (tile == 128 ? wgmma : "");
   }
 };
-const Kernel kAuto{0, true}, kMma64{64, false}, kFp8Wgmma{128, false}, kBf16Wgmma{128, true};
-const Kernel kAllKernels[] = {kAuto, {16, false}, {32, false}, kMma64, kFp8Wgmma, kBf16Wgmma};
+const Kernel kAuto{0, true}, kMma64{64, false}, kFp8Wgmma{128, false}, kBf16Wgmma{128, true},
+    kBf16WgmmaCpAsync{128, true, false};
+const Kernel kAllKernels[] = {kAuto,     {16, false}, {32, false},      kMma64,
+                              kFp8Wgmma, kBf16Wgmma,  kBf16WgmmaCpAsync};
 
 // ---- exact-arithmetic inputs: bit for bit ----------------------------------------------------
 
@@ -145,7 +149,7 @@ TEST_F(GemmGpuTest, ExactArithmeticBitExactOverTilesAndSplits) {
       for (const Kernel& kern : kAllKernels) {
         for (int64_t split : {0, 1, 3}) {
           const std::vector<float> gpu = gemm_test::RunLinearGpu(
-              d.view(), x, m, c.k, {false, 0, kern.tile, split, kern.bf16});
+              d.view(), x, m, c.k, {false, 0, kern.tile, split, kern.bf16, kern.ws});
           ExpectBitEqual(gpu, cpu, m, c.n, c.n,
                          "N " + std::to_string(c.n) + " K " + std::to_string(c.k) + " M " +
                              std::to_string(m) + " " + kern.Name() + " split " +
@@ -172,10 +176,10 @@ TEST_F(GemmGpuTest, ExactArithmeticBiasStridesAndF32Output) {
       const std::vector<float> cpu = Cpu(*w, x, m, x_stride, f32, y_stride);
       for (const Kernel& kern : {kAuto, kMma64, kFp8Wgmma, kBf16Wgmma}) {
         for (int64_t split : {0, 1, 2}) {
-          const std::vector<float> gpu =
-              PackGpu(gemm_test::RunLinearGpu(d.view(), x, m, x_stride,
-                                              {f32, y_stride, kern.tile, split, kern.bf16}),
-                      m, n, y_stride);
+          const std::vector<float> gpu = PackGpu(
+              gemm_test::RunLinearGpu(d.view(), x, m, x_stride,
+                                      {f32, y_stride, kern.tile, split, kern.bf16, kern.ws}),
+              m, n, y_stride);
           ExpectBitEqual(gpu, cpu, m, n, n,
                          "bias M " + std::to_string(m) + (f32 ? " f32 " : " bf16 ") + kern.Name() +
                              " split " + std::to_string(split));
@@ -204,7 +208,7 @@ TEST_F(GemmGpuTest, ExactArithmeticWideScaleRange) {
       const std::vector<float> cpu = Cpu(*w, x, m, k, f32, n);
       for (const Kernel& kern : {kAuto, kMma64, kFp8Wgmma, kBf16Wgmma}) {
         const std::vector<float> gpu =
-            gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, 0, kern.tile, 0, kern.bf16});
+            gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, 0, kern.tile, 0, kern.bf16, kern.ws});
         ExpectBitEqual(gpu, cpu, m, n, n, "wide scales M " + std::to_string(m) + " " + kern.Name());
       }
     }
@@ -222,7 +226,7 @@ void CheckNanScale(const Kernel& kern) {
   const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, k, k, 1, rng);
   const std::vector<float> cpu = Cpu(*w, x, m, k, false, n);
   const std::vector<float> gpu =
-      gemm_test::RunLinearGpu(d.view(), x, m, k, {false, 0, kern.tile, 0, kern.bf16});
+      gemm_test::RunLinearGpu(d.view(), x, m, k, {false, 0, kern.tile, 0, kern.bf16, kern.ws});
   int64_t nans = 0;
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < n; ++j) {
@@ -268,8 +272,8 @@ TEST_F(GemmGpuTest, IdentityWeightReturnsQdqActivations) {
     // position, row or swizzle shows up as the first mismatching (row, column)).
     for (const Kernel& kern : {kFp8Wgmma, kBf16Wgmma, kAuto}) {
       for (int64_t split : {0, 1}) {
-        const std::vector<float> gpu =
-            gemm_test::RunLinearGpu(d.view(), x, m, k, {false, 0, kern.tile, split, kern.bf16});
+        const std::vector<float> gpu = gemm_test::RunLinearGpu(
+            d.view(), x, m, k, {false, 0, kern.tile, split, kern.bf16, kern.ws});
         ExpectBitEqual(gpu, cpu, m, n, n, "identity vs LinearCpu, " + kern.Name());
         ExpectBitEqual(gpu, want, m, n, n, "identity vs formats QDQ, " + kern.Name(),
                        /*any_zero_sign=*/true);
@@ -328,7 +332,7 @@ void CheckRandomShape(const Shape& s, const std::vector<int64_t>& ms,
     const int64_t step = 8;
     const gemm_test::DoubleResult dr = gemm_test::DoubleLinear(h, xs, {}, mr, s.k, step);
     for (const Kernel& kern : kernels) {
-      const gemm_test::GpuRunOptions o{false, 0, kern.tile, 0, kern.bf16};
+      const gemm_test::GpuRunOptions o{false, 0, kern.tile, 0, kern.bf16, kern.ws};
       const std::vector<float> gpu_all = gemm_test::RunLinearGpu(d.view(), x, m, s.k, o);
       // Determinism: a second call gives the same bits.
       const std::vector<float> again = gemm_test::RunLinearGpu(d.view(), x, m, s.k, o);
@@ -388,9 +392,10 @@ TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
       const int64_t tile = kern.tile;
       for (int64_t split : {0, 1, 5}) {
         // Packed [m, n] like cpu and DoubleLinear's abs_sum.
-        const std::vector<float> g = PackGpu(
-            gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, y_stride, tile, split, kern.bf16}), m,
-            n, y_stride);
+        const std::vector<float> g =
+            PackGpu(gemm_test::RunLinearGpu(d.view(), x, m, k,
+                                            {f32, y_stride, tile, split, kern.bf16, kern.ws}),
+                    m, n, y_stride);
         // The final fp32 bias add rounds once: sums that differ within the bound may round to
         // neighbouring floats, one fp32 ulp (= 2^-16 bf16 ulp) apart.
         const Comparison cmp =
@@ -410,6 +415,42 @@ TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
 }
 
 // ---- contract ---------------------------------------------------------------------------------
+
+// The warp-specialised bf16-expansion kernel runs the cp.async kernel's wgmma sequence on the same
+// operands, so on any input (random codes, scales, activations) its outputs are the same bits:
+// ragged N (1000: a partial 256-column tile) and K (1312: a partial 64-wide step), M = 128, 256,
+// 1000 (a partial 128-row tile) and 4096 (many tiles per persistent CTA), splits, f32 output.
+// The first mismatches name M, N, K, split and the element.
+TEST_F(GemmGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
+  Rng rng(31);
+  struct Dims {
+    int64_t n, k;
+  };
+  int runs = 0;
+  for (const Dims& s : {Dims{1000, 1312}, Dims{2304, 5120}}) {
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    for (int64_t m : {128, 256, 1000, 4096}) {
+      const std::vector<uint16_t> x = gemm_test::RandomActivations(m, s.k, s.k, rng);
+      for (int64_t split : {0, 1, 3}) {
+        for (bool f32 : {false, true}) {
+          if (f32 && split == 1) continue;
+          const gemm_test::GpuRunOptions ws{f32, 0, 128, split, true, true};
+          const gemm_test::GpuRunOptions cp{f32, 0, 128, split, true, false};
+          const std::vector<float> a = gemm_test::RunLinearGpu(d.view(), x, m, s.k, ws);
+          const std::vector<float> b = gemm_test::RunLinearGpu(d.view(), x, m, s.k, cp);
+          ExpectBitEqual(a, b, m, s.n, s.n,
+                         "ws vs cp.async N " + std::to_string(s.n) + " K " + std::to_string(s.k) +
+                             " M " + std::to_string(m) + " split " + std::to_string(split) +
+                             (f32 ? " f32" : " bf16"));
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("warp-specialised wgmma: %d runs bit-identical to the cp.async kernel\n", runs);
+}
 
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);

@@ -84,8 +84,8 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   DeviceBuffer dy(y_elems * (o.f32_out ? 4 : 2));
   // NaN-fill so unwritten outputs show up.
   CUDA_CHECK(cudaMemset(dy.get(), 0xFF, dy.bytes()));
-  DeviceBuffer ws(std::max<size_t>(
-      16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16)));
+  DeviceBuffer ws(
+      std::max<size_t>(16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16)));
   LinearCudaParams p;
   p.weight = &w;
   p.m = m;
@@ -97,6 +97,7 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   p.tile_rows = o.tile_rows;
   p.split_k = o.split_k;
   p.wgmma_bf16 = o.wgmma_bf16;
+  p.wgmma_ws = o.wgmma_ws;
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   const absl::Status s = LaunchLinearFp8(p, nullptr);

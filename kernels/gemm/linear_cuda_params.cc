@@ -32,7 +32,7 @@ size_t QdqBytes(int64_t m, int64_t k) { return LinearCudaActivationBytes(m, k); 
 
 // The plan for a resolved tile_rows (no automatic choice left).
 LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                       bool wgmma_bf16) {
+                       bool wgmma_bf16, bool wgmma_ws) {
   LinearCudaPlan p;
   p.tile_rows = tile_rows;
   const bool wgmma = tile_rows == kLinearCudaWgmmaRows;
@@ -70,6 +70,7 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
   p.steps_per_split = CeilDiv(p.k_steps, splits);
   p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  p.warp_specialised = p.kernel == LinearCudaKernel::kWgmmaBf16 && wgmma_ws;
   return p;
 }
 
@@ -121,18 +122,18 @@ size_t LinearCudaActivationBytes(int64_t m, int64_t k) {
 }
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                              bool wgmma_bf16) {
-  if (tile_rows != 0) return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16);
+                              bool wgmma_bf16, bool wgmma_ws) {
+  if (tile_rows != 0) return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws);
   const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   const int64_t min_n = wgmma_bf16 ? kLinearCudaWgmmaCols : kLinearCudaWgmmaFp8Cols;
   if (m >= kWgmmaMinM && n >= min_n) {
     // The A/B on the H200 (README "CUDA: plan rule"): the wgmma kernels lose to mma.sync where
     // the plan leaves each CTA only a few K steps (wq_a / shared_w2 at M = 128 - 256: 256 - 448
     // of K per split; K = 512 shapes at every M), and win from 640 on.
-    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16);
+    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws);
     if (w.steps_per_split * w.k_step >= kLinearCudaWgmmaMinSplitK) return w;
   }
-  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16);
+  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws);
 }
 
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
@@ -148,9 +149,9 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
     const LinearCudaPlan plan = PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16);
     partials = std::max(partials, PartialBytes(plan, m, w.n));
   }
-  partials = std::max(partials,
-                      PartialBytes(PlanLinearCuda(max_m, w.n, w.k, tile_rows, split_k, wgmma_bf16),
-                                   max_m, w.n));
+  partials = std::max(
+      partials,
+      PartialBytes(PlanLinearCuda(max_m, w.n, w.k, tile_rows, split_k, wgmma_bf16), max_m, w.n));
   return QdqBytes(max_m, w.k) + partials;
 }
 

@@ -1,6 +1,6 @@
 // LaunchFloatLinear (gemm_float_cuda.h): validation and plan on the host, then the GEMM
-// (cuda/float_linear_gemm.cuh, or cuda/wgmma_linear_gemm.cuh for tile_rows 128) and, for split
-// plans, the reduction.
+// (cuda/float_linear_gemm.cuh, or for tile_rows 128 cuda/wgmma_ws_gemm.cuh /
+// cuda/wgmma_linear_gemm.cuh) and, for split plans, the reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
+#include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -24,6 +25,8 @@ static_assert(float_gemm_device::kBN == kFloatLinearCudaTileN);
 static_assert(wgmma_linear::kBK == kFloatLinearCudaKStep);
 static_assert(wgmma_linear::kBM == kFloatLinearCudaWgmmaRows);
 static_assert(wgmma_linear::kBN == kFloatLinearCudaWgmmaCols);
+static_assert(wgmma_ws::kBK == kFloatLinearCudaKStep);
+static_assert(wgmma_ws::kBN == kFloatLinearCudaWgmmaCols);
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -64,9 +67,38 @@ void Dispatch(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups
   }
 }
 
+// bf16 x · bf16 W through the warp-specialised wgmma kernel; false (nothing enqueued) when the
+// driver cannot make the TMA descriptors.
+bool LaunchWgmmaWs(const FloatLinearCudaParams& p, const GemmArgs& f,
+                   const FloatLinearCudaPlan& plan, cudaStream_t stream) {
+  wgmma_ws::Args g;
+  if (!wgmma_ws::MakeTmaOperand(&g.a, p.x_bf16, 2, p.k, p.m, p.x_stride, p.groups, p.x_group_stride,
+                                wgmma_ws::kBK, wgmma_ws::kBM, true) ||
+      !wgmma_ws::MakeTmaOperand(&g.b, p.w_bf16, 2, p.k, p.n, p.k, p.groups, p.w_group_stride,
+                                wgmma_ws::kBK, wgmma_ws::kBN, true)) {
+    return false;
+  }
+  g.bias = p.bias;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.splits = static_cast<int>(plan.splits);
+  g.groups = static_cast<int>(p.groups);
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  g.y_stride = p.y_stride;
+  g.y_group_stride = p.y_group_stride;
+  g.y_pair = f.y_pair;
+  g.partial = f.partial;
+  wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
+  return true;
+}
+
 // bf16 x · bf16 W through the wgmma kernel (plan.tile_rows == 128).
 void LaunchWgmma(const FloatLinearCudaParams& p, const GemmArgs& f, const FloatLinearCudaPlan& plan,
                  cudaStream_t stream) {
+  if (plan.warp_specialised && LaunchWgmmaWs(p, f, plan, stream)) return;
   wgmma_linear::Args g;
   g.x = p.x_bf16;
   g.x_stride = p.x_stride;

@@ -13,6 +13,7 @@
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
+#include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/quant/quant.h"
 
@@ -27,6 +28,8 @@ static_assert(gemm_device::kBK == kLinearCudaKStep);
 static_assert(wgmma_linear::kBK == kLinearCudaWgmmaKStep);
 static_assert(wgmma_linear::kBM == kLinearCudaWgmmaRows);
 static_assert(wgmma_linear::kBN == kLinearCudaWgmmaCols);
+static_assert(wgmma_ws::kBK == kLinearCudaWgmmaKStep);
+static_assert(wgmma_ws::kBN == kLinearCudaWgmmaCols);
 static_assert(wgmma_fp8::kBM == kLinearCudaWgmmaRows);
 static_assert(wgmma_fp8::kBN == kLinearCudaWgmmaFp8Cols);
 static_assert(wgmma_fp8::kBK == kLinearCudaWgmmaFp8KStep);
@@ -58,8 +61,36 @@ void LaunchGemm(const GemmArgs& g, const LinearCudaPlan& plan, cudaStream_t stre
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and the raw codes;
+// false (nothing enqueued) when the driver cannot make the TMA descriptors.
+bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
+  wgmma_ws::Args g;
+  if (!wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBM,
+                                true) ||
+      !wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBN,
+                                false)) {
+    return false;
+  }
+  g.w_scale = f.w_scale;
+  g.bias = f.bias;
+  g.m = f.m;
+  g.n = f.n;
+  g.k = f.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.splits = static_cast<int>(plan.splits);
+  g.groups = 1;
+  g.y_bf16 = f.y_bf16;
+  g.y_f32 = f.y_f32;
+  g.y_stride = f.y_stride;
+  g.y_pair = f.y_pair;
+  g.partial = f.partial;
+  wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
+  return true;
+}
+
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
+  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, stream)) return;
   wgmma_linear::Args g;
   g.x = f.a;
   g.x_stride = f.k;
@@ -127,7 +158,7 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   if (p.m == 0) return absl::OkStatus();
   const Fp8LinearDevice& w = *p.weight;
   const LinearCudaPlan plan =
-      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16);
+      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16, p.wgmma_ws);
   auto* ws = static_cast<unsigned char*>(p.workspace);
   auto* a = reinterpret_cast<uint16_t*>(ws);
   // The FP8 wgmma kernel reads the E4M3 codes and UE8M0 scales (the same quantisation the QDQ

@@ -1,0 +1,402 @@
+// The warp-specialised, persistent bf16-expansion wgmma main loop shared by LaunchFloatLinear
+// (bf16 x · bf16 W, groups) and LaunchLinearFp8 (QDQ bf16 activations · E4M3 × UE8M0 weights).
+// Same tiles, K steps, operands and wgmma sequence as cuda/wgmma_linear_gemm.cuh (so the same
+// bits: 4 × m64n256k16 per 64-wide K step, ascending, fp32 accumulators from +0), but:
+// - one producer warpgroup (threads 256 .. 383) fills a kStages ring through TMA
+//   (cp.async.bulk.tensor, CUtensorMaps made on the host by cuda/tma_map.h), completion on
+//   mbarriers (expect_tx); for FP8 weights its 128 threads also decode the raw codes into the
+//   swizzled bf16 B tile (exact E4M3 × UE8M0 -> bf16, e4m3_bf16_decode.cuh);
+// - two consumer warpgroups (threads 0 .. 255) only wait, issue wgmma, release stages and store;
+// - persistent CTAs: grid = min(tiles, SMs); CTA b walks tiles b, b + grid, ... (m fastest, then
+//   n, then group · splits + split), so the producer fills the next tile's stages while the
+//   consumers run the epilogue.
+// Included by cuda/float_linear_launch.cu and cuda/linear_fp8_launch.cu only (sm_90a). README.md
+// "CUDA: the warp-specialised wgmma main loop" documents the design.
+//
+// Shared memory (base rounded up to 1024 bytes):
+//   A     kStages × [128 rows][64 bf16], TMA 128-byte swizzle (= wgmma::Sw128Offset)
+//   B     kStages × [256 rows][64 bf16], same; FP8: the TMA puts the stage's raw codes
+//         [256 rows][64 bytes] (no swizzle) in the slot's upper half (bytes 16384 ..), and the
+//         decoders overwrite the slot in place (rows 0 .. 127 first, a producer barrier, then
+//         rows 128 .. 255 from codes held in registers).
+//   bars  loaded[kStages] (1 arrival + TMA bytes), decoded[kStages] (FP8: 128 arrivals),
+//         empty[kStages] (8 arrivals: lane 0 of each consumer warp after its wgmma finished).
+// Step counter c (per CTA, over all its tiles): stage c % kStages, parity (c / kStages) & 1.
+//
+// PTX (ISA 9.x): mbarrier.init / arrive / arrive.expect_tx / try_wait.parity / test_wait.parity
+// (§9.7.13.15), cp.async.bulk.tensor.3d...mbarrier::complete_tx::bytes (§9.7.9.25.5.1),
+// fence.mbarrier_init, fence.proxy.async (generic writes of the decoders before the wgmma's
+// async-proxy reads), barrier.sync with an id and a count (producer-only barrier 1).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
+#include "kernels/gemm/cuda/tma_map.h"
+#include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
+
+namespace flashserve::kernels::wgmma_ws {
+
+using wgmma_linear::kBK;
+using wgmma_linear::kBM;
+using wgmma_linear::kBN;
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kThreads = 384;  // + one producer warpgroup
+inline constexpr int kStages = 4;
+inline constexpr uint32_t kAStage = kBM * 128;
+inline constexpr uint32_t kBStage = kBN * 128;
+inline constexpr uint32_t kRawOffset = kBStage / 2;  // FP8: raw codes in the slot's upper half
+inline constexpr uint32_t kRawStage = kBN * kBK;
+inline constexpr uint32_t kAOff = 0;
+inline constexpr uint32_t kBOff = kStages * kAStage;
+inline constexpr uint32_t kBarOff = kBOff + kStages * kBStage;
+inline constexpr int kSmemBytes = static_cast<int>(kBarOff) + 3 * kStages * 8 + 1024;
+static_assert(kRawStage == kRawOffset);
+
+struct Args {
+  TmaOperand a;                      // bf16 x: box 64 × 128 rows, 128-byte swizzle
+  TmaOperand b;                      // bf16 W: box 64 × 256, swizzled; FP8: codes 64 × 256 bytes
+  const uint8_t* w_scale = nullptr;  // FP8: UE8M0 [ceil(N/32), K/32]
+  const float* bias = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t steps_per_split = 0;
+  int splits = 1, groups = 1;
+  int m_tiles = 0, n_tiles = 0;
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0, y_group_stride = 0;
+  bool y_pair = false;
+  float* partial = nullptr;  // [groups, splits, m, n] fp32 when splits > 1
+};
+
+// ---- mbarrier / TMA primitives -----------------------------------------------------------------
+__device__ __forceinline__ void BarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void BarArrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void BarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile(
+      "{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+// True once the phase of parity `parity` has completed (try_wait may sleep a little).
+__device__ __forceinline__ bool BarTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ bool BarTestWait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void BarWait(uint32_t bar, uint32_t parity) {
+  if (BarTryWait(bar, parity)) return;
+  const uint64_t t0 = GlobalTimerNs();
+  while (!BarTryWait(bar, parity)) {
+    // A wait that never completes is a broken pipeline invariant: trap after 10 s (the launch
+    // fails; the caller's CUDA_CHECK reports it) instead of hanging the process. No printf
+    // here: its call would cost the consumers registers.
+    if (GlobalTimerNs() - t0 > 10'000'000'000ull) __trap();
+  }
+}
+
+// The box of `op` at (K element k0, row row0, group) into shared `dst`; completion (the box's
+// bytes, zero-filled outside the tensor) is signalled on `bar`.
+__device__ __forceinline__ void TmaLoad(const TmaOperand& op, uint32_t dst, uint32_t bar,
+                                        int64_t k0, int64_t row0, int64_t group) {
+  const int32_t g = static_cast<int32_t>(group) * op.group_mul;
+  const int32_t c0 = static_cast<int32_t>(k0);
+  const int32_t c1 = op.group_inner ? g : static_cast<int32_t>(row0);
+  const int32_t c2 = op.group_inner ? static_cast<int32_t>(row0) : g;
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&op.map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// Barrier among the producer warpgroup's 128 threads only (id 1; 0 is __syncthreads). Not
+// .aligned: thread 0 may reach it from its own loader branch.
+__device__ __forceinline__ void ProducerSync() {
+  asm volatile("barrier.sync 1, 128;\n" ::: "memory");
+}
+
+// ---- the tile walk -----------------------------------------------------------------------------
+struct Tile {
+  int64_t row0, n0, group, split, kt0, kt_count;
+};
+
+__device__ __forceinline__ Tile TileAt(const Args& g, int64_t t) {
+  Tile x;
+  const int64_t mt = t % g.m_tiles, rest = t / g.m_tiles;
+  const int64_t nt = rest % g.n_tiles, z = rest / g.n_tiles;
+  x.row0 = mt * kBM;
+  x.n0 = nt * kBN;
+  x.group = z / g.splits;
+  x.split = z % g.splits;
+  const int64_t k_steps = (g.k + kBK - 1) / kBK;
+  x.kt0 = x.split * g.steps_per_split;
+  x.kt_count = min(x.kt0 + g.steps_per_split, k_steps) - x.kt0;  // >= 1 (plan)
+  return x;
+}
+
+// The loads of this CTA's steps in order, issued by one producer thread.
+struct Loader {
+  int64_t tile;   // current tile index (global), >= total when done
+  int64_t step;   // local K step inside the tile
+  int64_t count;  // steps issued so far (the CTA step counter)
+  Tile cur;
+};
+
+// Issues the loads of step ld.count (x box and W box, or the raw codes, into stage
+// ld.count % kStages, whose slot the caller has seen released) with one expect_tx of their bytes,
+// and advances the cursor to the next step of this CTA's walk.
+template <bool kFp8>
+__device__ __forceinline__ void IssueStage(const Args& g, Loader& ld, uint32_t base, int64_t total,
+                                           int64_t stride) {
+  const int s = static_cast<int>(ld.count % kStages);
+  const uint32_t loaded = base + kBarOff + s * 8;
+  const int64_t kt = ld.cur.kt0 + ld.step;
+  const uint32_t bytes = kAStage + (kFp8 ? kRawStage : kBStage);
+  BarArriveExpectTx(loaded, bytes);
+  TmaLoad(g.a, base + kAOff + s * kAStage, loaded, kt * kBK, ld.cur.row0, ld.cur.group);
+  TmaLoad(g.b, base + kBOff + s * kBStage + (kFp8 ? kRawOffset : 0u), loaded, kt * kBK, ld.cur.n0,
+          ld.cur.group);
+  ++ld.count;
+  if (++ld.step == ld.cur.kt_count) {
+    ld.step = 0;
+    ld.tile += stride;
+    if (ld.tile < total) ld.cur = TileAt(g, ld.tile);
+  }
+}
+
+// ---- FP8 decode --------------------------------------------------------------------------------
+// Producer thread p (0 .. 127) owns chunk c = p % 8 (codes 8c .. 8c+7) of rows p / 8 + 16·i,
+// i = 0 .. 15, of the stage; row r's scale block is (n0/32 + r/32, 2·kt + c/4) = (.., i / 2).
+// The scale bytes of the thread's 8 blocks (127 = 1.0 outside the weight), read from global
+// memory (L1-resident: one 32-byte sector holds 16 steps of one scale row).
+__device__ __forceinline__ void LoadScales(const Args& g, const Tile& t, int64_t kt, int p,
+                                           uint32_t (&sb)[8]) {
+  const int64_t scale_rows = (g.n + 31) / 32, k_blocks = g.k / 32;
+  const int64_t kb = kt * (kBK / 32) + (p % 8) / 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int64_t sr = t.n0 / 32 + j;
+    sb[j] = (sr < scale_rows && kb < k_blocks) ? __ldg(g.w_scale + sr * k_blocks + kb) : 127u;
+  }
+}
+
+__device__ __forceinline__ void DecodeChunk(uint2 codes, const gemm_device::ScaleMul& mul,
+                                            uint8_t* b, int r, int c) {
+  uint32_t v[4];
+  gemm_device::DecodeB(codes, mul, v);
+  *reinterpret_cast<uint4*>(b + wgmma::Sw128Offset(r, c)) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// Decodes the raw codes in the upper half of B slot `b` into the whole slot.
+__device__ __forceinline__ void DecodeSlot(uint8_t* b, int p,
+                                           const gemm_device::ScaleMul (&mul)[8]) {
+  const uint8_t* raw = b + kRawOffset;
+  const int r0 = p / 8, c = p % 8;
+  uint2 held[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    held[i] = *reinterpret_cast<const uint2*>(raw + (r0 + 16 * (i + 8)) * kBK + c * 8);
+  }
+  // Rows 0 .. 127 lie below the raw codes: decode them while other threads still read.
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = r0 + 16 * i;
+    DecodeChunk(*reinterpret_cast<const uint2*>(raw + r * kBK + c * 8), mul[i / 2], b, r, c);
+  }
+  ProducerSync();  // every raw code is in registers or decoded
+#pragma unroll
+  for (int i = 0; i < 8; ++i) DecodeChunk(held[i], mul[4 + i / 2], b, r0 + 16 * (i + 8), c);
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_constant__ Args g) {
+  extern __shared__ uint8_t wgmma_ws_smem_raw[];
+  const uint32_t raw_addr = wgmma_linear::SmemAddr(wgmma_ws_smem_raw);
+  uint8_t* smem = wgmma_ws_smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t base = wgmma_linear::SmemAddr(smem);
+  const uint32_t bar_loaded = base + kBarOff;
+  const uint32_t bar_decoded = bar_loaded + kStages * 8;
+  const uint32_t bar_empty = bar_decoded + kStages * 8;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarInit(bar_loaded + s * 8, 1);
+      BarInit(bar_decoded + s * 8, 128);
+      BarInit(bar_empty + s * 8, kConsumerThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int64_t total = int64_t{g.m_tiles} * g.n_tiles * g.groups * g.splits;
+  const int64_t stride = gridDim.x;
+
+  if (threadIdx.x >= kConsumerThreads) {
+    // ---- producer warpgroup ----
+    const int p = static_cast<int>(threadIdx.x) - kConsumerThreads;
+    Loader ld{static_cast<int64_t>(blockIdx.x), 0, 0, Tile{}};
+    if (ld.tile < total) ld.cur = TileAt(g, ld.tile);
+    if constexpr (!kFp8) {
+      if (p != 0) return;
+      while (ld.tile < total) {
+        BarWait(bar_empty + (ld.count % kStages) * 8, ((ld.count / kStages) & 1) ^ 1);
+        IssueStage<false>(g, ld, base, total, stride);
+      }
+    } else {
+      int64_t c = 0;  // decode step counter
+      for (int64_t t = blockIdx.x; t < total; t += stride) {
+        const Tile tile = TileAt(g, t);
+        for (int64_t step = 0; step < tile.kt_count; ++step, ++c) {
+          // Thread 0 keeps up to kStages steps issued: step c (waiting for its slot) and any
+          // later ones whose slot the consumers have already released.
+          if (p == 0) {
+            while (ld.tile < total && ld.count < c + kStages) {
+              const uint32_t empty = bar_empty + (ld.count % kStages) * 8;
+              const uint32_t parity = ((ld.count / kStages) & 1) ^ 1;
+              if (ld.count == c) {
+                BarWait(empty, parity);
+              } else if (!BarTestWait(empty, parity)) {
+                break;
+              }
+              IssueStage<true>(g, ld, base, total, stride);
+            }
+          }
+          __syncwarp();
+          uint32_t sb[8];  // in flight during the wait
+          LoadScales(g, tile, tile.kt0 + step, p, sb);
+          const int s = static_cast<int>(c % kStages);
+          BarWait(bar_loaded + s * 8, (c / kStages) & 1);
+          gemm_device::ScaleMul mul[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) mul[j] = gemm_device::MakeScaleMul(sb[j]);
+          DecodeSlot(smem + kBOff + s * kBStage, p, mul);
+          wgmma::FenceProxyAsyncShared();
+          BarArrive(bar_decoded + s * 8);
+          // The next step's raw codes land in another slot; no thread reads this one again.
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  const int wg = threadIdx.x / 128;
+  const bool lane0 = threadIdx.x % 32 == 0;
+  int64_t c = 0;
+  float acc[128];
+  for (int64_t t = blockIdx.x; t < total; t += stride) {
+    const Tile tile = TileAt(g, t);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    for (int64_t step = 0; step < tile.kt_count; ++step, ++c) {
+      const int s = static_cast<int>(c % kStages);
+      const uint32_t parity = (c / kStages) & 1;
+      BarWait(bar_loaded + s * 8, parity);
+      if constexpr (kFp8) BarWait(bar_decoded + s * 8, parity);
+      __syncwarp();  // converged for the .aligned wgmma instructions
+      const uint32_t a_addr = base + kAOff + s * kAStage + wg * 64 * 128;
+      const uint32_t b_addr = base + kBOff + s * kBStage;
+      wgmma::FenceOperands(acc);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        wgmma_linear::WgmmaM64N256K16SS(
+            acc,
+            wgmma::MakeSw128Desc(a_addr + kk * 32, wgmma_linear::kKMajorLbo,
+                                 wgmma_linear::kKMajorSbo),
+            wgmma::MakeSw128Desc(b_addr + kk * 32, wgmma_linear::kKMajorLbo,
+                                 wgmma_linear::kKMajorSbo));
+      }
+      wgmma::CommitGroup();
+      wgmma::FenceOperands(acc);
+      wgmma::WaitGroup<1>();
+      // This warp's wgmma of the previous step has finished: release that stage.
+      if (step > 0) {
+        __syncwarp();
+        if (lane0) BarArrive(bar_empty + ((c - 1) % kStages) * 8);
+      }
+    }
+    wgmma::WaitGroup<0>();
+    wgmma::FenceOperands(acc);
+    __syncwarp();
+    if (lane0) BarArrive(bar_empty + ((c - 1) % kStages) * 8);
+    wgmma_linear::Args e;
+    e.bias = g.bias;
+    e.m = g.m;
+    e.n = g.n;
+    e.splits = g.splits;
+    e.y_bf16 = g.y_bf16;
+    e.y_f32 = g.y_f32;
+    e.y_stride = g.y_stride;
+    e.y_group_stride = g.y_group_stride;
+    e.y_pair = g.y_pair;
+    e.partial = g.partial;
+    wgmma_linear::StoreTile(e, acc, tile.group, tile.split, tile.row0, tile.n0);
+  }
+}
+
+}  // namespace flashserve::kernels::wgmma_ws
+
+namespace flashserve::kernels::wgmma_ws {
+
+// Launches the kernel with one CTA per SM (at most one per tile) on `stream`. `g` is complete
+// but for the tile counts, which are given here. Opts the kernel into its shared memory once
+// per device. CUDA launch failures abort.
+template <bool kFp8>
+void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = WgmmaWsKernel<kFp8>;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if ((smem_set.load(std::memory_order_acquire) & bit) == 0) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    smem_set.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  g.m_tiles = static_cast<int>(m_tiles);
+  g.n_tiles = static_cast<int>(n_tiles);
+  const int64_t tiles = m_tiles * n_tiles * g.groups * g.splits;
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(tiles, sms));
+  kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace flashserve::kernels::wgmma_ws
