@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2] [--prefetch -1|0..32] [--prefetch-sweep a,b,...]
+//             [--hoist 0|1] [--gemm 0|1|2|3] [--gather-slots 0|1]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -26,13 +26,12 @@
 // column says which shapes ran (route/sort, s = small, L = large). --hoist 1: the GEMMs' main
 // loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
 // outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
-// 0 automatic by m, 1 = tiled, 2 = weight-streaming), for the layer and the up / down stage
-// times; the "paths" column's third letter says which ran (T tiled, S streaming), and the launch
-// table's rows = 8 marks the streaming GEMM. --prefetch: the streaming GEMM's L2 prefetch distance
-// in units (MoeCudaParams::gemm_stream_prefetch: -1 automatic by slots, 0 off = the round-2
-// loads, N units ahead; same outputs), the launch table's "pf" column the distance that ran, to
-// A/B on one build; --prefetch-sweep a,b,...: per token count also the up / down stage times and
-// weight GB/s with each distance forced (a table after the main one). Per token count the layer
+// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma), for the layer and the up / down
+// stage times; the "paths" column's third letter says which ran (T tiled, S streaming, W wgmma),
+// and the launch table's rows = 8 / 128 mark the streaming / wgmma GEMM. --gather-slots 1: the
+// permute writes top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the
+// round-3 gather; default 0: once per token, the up GEMM reading by slot_token), for the layer and
+// the perm / up stage times, to A/B on one build. Per token count the layer
 // also runs once with both small and once with both large shapes forced: y and the ids must be
 // byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -90,8 +89,7 @@ struct Options {
   MoeCudaPath sort_path = MoeCudaPath::kAuto;
   bool hoist = kMoeCudaGemmHoistedAddresses;
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
-  int64_t prefetch = kMoeCudaStreamPrefetchAuto;
-  std::vector<int64_t> prefetch_sweep;
+  bool gather_slots = false;  // MoeCudaParams::gather_slot_rows
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -165,7 +163,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm_k_step = o.k_step;
   p.gemm_hoisted_addresses = o.hoist;
   p.gemm = o.gemm;
-  p.gemm_stream_prefetch = o.prefetch;
+  p.gather_slot_rows = o.gather_slots;
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
   p.weights = &w;
@@ -224,9 +222,18 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   p.xg = c.xg.get<uint16_t>();
   p.path = o.sort_path;
   p.sort_scratch = c.sort_scratch.get<int32_t>();
-  s.up = MoeExpertUpParams{&w,      10.f,        c.m * kK, tile_rows,     p.offsets,
-                           p.tiles, p.num_tiles, p.xg,     p.slot_weight, c.ag.get<uint16_t>(),
-                           nullptr};
+  p.xg_by_token = !o.gather_slots;
+  s.up.weights = &w;
+  s.up.swiglu_limit = 10.f;
+  s.up.slots = c.m * kK;
+  s.up.tile_rows = tile_rows;
+  s.up.offsets = p.offsets;
+  s.up.tiles = p.tiles;
+  s.up.num_tiles = p.num_tiles;
+  s.up.xg = p.xg;
+  s.up.slot_token = o.gather_slots ? nullptr : p.slot_token;
+  s.up.slot_weight = p.slot_weight;
+  s.up.ag = c.ag.get<uint16_t>();
   s.down = MoeExpertDownParams{&w,
                                c.m * kK,
                                tile_rows,
@@ -239,11 +246,26 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.k_step = k_step;
   s.up.hoisted_addresses = o.hoist;
   s.down.hoisted_addresses = o.hoist;
-  s.up.stream_prefetch = o.prefetch;
-  s.down.stream_prefetch = o.prefetch;
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
+}
+
+const char* GemmName(MoeCudaGemm gemm) {
+  switch (gemm) {
+    case MoeCudaGemm::kStream:
+      return "streaming";
+    case MoeCudaGemm::kWgmma:
+      return "wgmma";
+    default:
+      return "tiled";
+  }
+}
+
+// The "paths" column's GEMM letter for a tile size.
+const char* GemmLetter(int64_t tile_rows) {
+  if (tile_rows == kMoeCudaStreamTileRows) return "S";
+  return tile_rows == kMoeCudaWgmmaTileRows ? "W" : "T";
 }
 
 // Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties), with the
@@ -279,7 +301,7 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   bool all_ok = true;
   // Both expert GEMMs against the same CPU run.
-  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream}) {
+  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
     MoeCudaParams p;
     p.weights = &w;
     p.options = o;
@@ -303,9 +325,9 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
     std::printf(
         "check m %ld%s, %s GEMM vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max |y| "
         "%.3g), %.3f %% within 1 ulp -> %s\n",
-        static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
-        gemm == MoeCudaGemm::kStream ? "streaming" : "tiled", ids_ok ? "identical" : "DIFFER",
-        d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
+        static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "", GemmName(gemm),
+        ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref,
+        100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
     all_ok = all_ok && ok;
   }
   return all_ok;
@@ -347,8 +369,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2] [--prefetch -1|0..32] "
-                   "[--prefetch-sweep a,b,...]\n",
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3] [--gather-slots 0|1]\n",
                    argv[0]);
       return 2;
     }
@@ -374,30 +395,13 @@ int Main(int argc, char** argv) {
       (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
     } else if (a == "--gemm") {
       const int gemm = std::atoi(v.c_str());
-      if (gemm < 0 || gemm > 2) {
-        std::fprintf(stderr, "--gemm must be 0 (auto), 1 (tiled) or 2 (streaming)\n");
+      if (gemm < 0 || gemm > 3) {
+        std::fprintf(stderr, "--gemm must be 0 (auto), 1 (tiled), 2 (streaming) or 3 (wgmma)\n");
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
-    } else if (a == "--prefetch-sweep") {
-      std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        const int64_t d = std::atoll(item.c_str());
-        if (d < kMoeCudaStreamPrefetchAuto || d > kMoeCudaStreamPrefetchMax) {
-          std::fprintf(stderr, "--prefetch-sweep values must be in [-1, %ld]\n",
-                       static_cast<long>(kMoeCudaStreamPrefetchMax));
-          return 2;
-        }
-        o.prefetch_sweep.push_back(d);
-      }
-    } else if (a == "--prefetch") {
-      o.prefetch = std::atoll(v.c_str());
-      if (o.prefetch < kMoeCudaStreamPrefetchAuto || o.prefetch > kMoeCudaStreamPrefetchMax) {
-        std::fprintf(stderr, "--prefetch must be -1 (auto), 0 (off) or 1..%ld units\n",
-                     static_cast<long>(kMoeCudaStreamPrefetchMax));
-        return 2;
-      }
+    } else if (a == "--gather-slots") {
+      o.gather_slots = v != "0";
     } else if (a == "--hoist") {
       o.hoist = v != "0";
     } else if (a == "--shared") {
@@ -470,33 +474,31 @@ int Main(int argc, char** argv) {
   std::vector<double> routed_us;
 
   std::printf(
-      "gemm %d (0 auto, 1 tiled, 2 streaming), k_step %ld (0 = automatic), hoisted addresses "
-      "%d; stream prefetch %ld (-1 auto, 0 off); route path %d, sort path %d (0 auto, 1 small, "
-      "2 large)\n",
+      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma), k_step %ld (0 = automatic), hoisted "
+      "addresses %d, gather slot rows %d; route path %d, sort path %d (0 auto, 1 small, 2 "
+      "large)\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
-      static_cast<long>(o.prefetch), static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
+      o.gather_slots ? 1 : 0, static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
   std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s %6s\n",
               "tokens", "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us",
               "ratio", "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s",
               "paths");
   std::vector<std::string> plans;
-  std::string shape_report, sweep_report;
+  std::string shape_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
-      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.prefetch);
+      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm);
       // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
       // slots, of which about num_tiles do work) and the weight bytes they have in flight.
       const double resident = std::min<double>(
           g.ctas_per_sm, static_cast<double>(g.grid_x * g.grid_y) / prop.multiProcessorCount);
       char line[256];
-      std::snprintf(line, sizeof(line),
-                    "%6ld %4s %5ld %6ld %6ld %6ld %8.1f %5ldx%-6ld %7ld %9.1f %4ld",
+      std::snprintf(line, sizeof(line), "%6ld %4s %5ld %6ld %6ld %6ld %8.1f %5ldx%-6ld %7ld %9.1f",
                     static_cast<long>(m), up ? "up" : "down", static_cast<long>(g.tile_rows),
                     static_cast<long>(g.weight_rows), static_cast<long>(g.k_step),
                     static_cast<long>(g.stages), g.smem_bytes / 1024.0, static_cast<long>(g.grid_x),
                     static_cast<long>(g.grid_y), static_cast<long>(g.ctas_per_sm),
-                    resident * (g.stages - 1) * g.weight_stage_bytes / 1024.0,
-                    static_cast<long>(g.prefetch_units));
+                    resident * (g.stages - 1) * g.weight_stage_bytes / 1024.0);
       plans.push_back(line);
     }
     std::vector<Call> calls;
@@ -535,19 +537,6 @@ int Main(int argc, char** argv) {
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertDown(s.down, stream)); });
     const double comb_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeCombine(s.combine, stream)); });
-    for (int64_t d : o.prefetch_sweep) {
-      for (Stages& s : stages) s.up.stream_prefetch = s.down.stream_prefetch = d;
-      const double su =
-          stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertUp(s.up, stream)); });
-      const double sd =
-          stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertDown(s.down, stream)); });
-      char line[160];
-      std::snprintf(
-          line, sizeof(line), "%6ld %4ld %4ld %8.1f %8.1f %8.0f %8.0f\n", static_cast<long>(m),
-          static_cast<long>(d), static_cast<long>(MoeCudaStreamPrefetch(m * kK, d)), su, sd,
-          touched * expert_bytes * 2.0 / 3.0 / su / 1e3, touched * expert_bytes / 3.0 / sd / 1e3);
-      sweep_report += line;
-    }
     const double bytes = touched * expert_bytes + 4.0 * m * kD + 4.0 * m * kE;
     const double flops = 2.0 * m * kK * 3.0 * kD * kI;
     const double roof = std::max(bytes / copy_gbps / 1e3, flops / tc_tflops / 1e6);
@@ -561,16 +550,10 @@ int Main(int argc, char** argv) {
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
         MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",
-        MoeCudaTileRows(m, kK, kE, o.gemm, std::max(kD, kI)) == kMoeCudaStreamTileRows ? "S" : "T");
+        GemmLetter(MoeCudaTileRows(m, kK, kE, o.gemm, std::max(kD, kI))));
   }
 
   std::printf("\n%s", shape_report.c_str());
-  if (!sweep_report.empty()) {
-    std::printf(
-        "\nstreaming GEMM L2 prefetch sweep (stage times; pf = the distance that ran):\n"
-        "%6s %4s %4s %8s %8s %8s %8s\n%s",
-        "tokens", "set", "pf", "up_us", "down_us", "up_GB/s", "dn_GB/s", sweep_report.c_str());
-  }
 
   if (o.shared) {
     std::printf(
@@ -618,9 +601,8 @@ int Main(int argc, char** argv) {
   std::printf(
       "\nGEMM launches (grid y = tile slots, an upper bound of the tiles; in-flight = "
       "first-wave CTAs per SM x (stages - 1) x weight bytes per stage):\n%6s %4s %5s %6s "
-      "%6s %6s %8s %12s %7s %9s %4s\n",
-      "tokens", "gemm", "rows", "w_rows", "k_step", "stages", "smem_KB", "grid", "CTA/SM", "KB/SM",
-      "pf");
+      "%6s %6s %8s %12s %7s %9s\n",
+      "tokens", "gemm", "rows", "w_rows", "k_step", "stages", "smem_KB", "grid", "CTA/SM", "KB/SM");
   for (const std::string& line : plans) std::printf("%s\n", line.c_str());
 
   // Batch-1 latency: host wall time of one call + synchronize, and a CUDA graph of one call.

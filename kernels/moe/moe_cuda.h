@@ -128,16 +128,17 @@ absl::Status LaunchMoeRoute(const MoeRouteParams& p, int32_t* expert_counts, CUs
 // Stage 2: stable counting sort of the m·top_k (token, rank) slots by expert, O(m·k) — tokens
 // ascending inside an expert, as MoeCpu — plus the tile list of the grouped GEMMs, and the FP8
 // quantiser: each token's x row is quantised once and its QDQ values written to its top_k slot
-// rows (the gathered GEMM operand). Two shapes, the same bytes out (MoeCudaPlanSort): kSmall, one
-// block (per-warp histograms, exclusive scans, stable scatter); kLarge, three kernels (per-block
-// expert histograms, a scan over blocks × experts that also writes the offsets and tiles, then
-// each block's stable scatter of its chunk from its per-expert bases), for large m.
+// rows (the gathered GEMM operand), or once to row t (xg_by_token). Two shapes, the same bytes out
+// (MoeCudaPlanSort): kSmall, one block (per-warp histograms, exclusive scans, stable scatter);
+// kLarge, three kernels (per-block expert histograms, a scan over blocks × experts that also writes
+// the offsets and tiles, then each block's stable scatter of its chunk from its per-expert bases),
+// for large m.
 struct MoePermuteParams {
   int64_t m = 0;          // tokens; 0 is a no-op
   int64_t n_experts = 0;  // E
   int64_t top_k = 0;
   int64_t dim = 0;                         // D
-  int64_t tile_rows = 16;                  // rows per GEMM tile: 8, 16, 32 or 64 (MoeCudaTileRows)
+  int64_t tile_rows = 16;                  // rows per GEMM tile: 8 .. 128 (MoeCudaTileRows)
   const int32_t* expert_ids = nullptr;     // [m, top_k] (LaunchMoeRoute's)
   const float* expert_weights = nullptr;   // [m, top_k]
   const int32_t* expert_counts = nullptr;  // unused (the sort counts the ids); may be null
@@ -150,10 +151,12 @@ struct MoePermuteParams {
   int32_t* tiles = nullptr;                // out [2·m·k]: (expert, first slot row) per tile
   int32_t* num_tiles = nullptr;            // out [1]
   uint16_t* xg = nullptr;                  // out bf16 [m·k, D]: QDQ(x) rows, operand order
-  uint8_t* x_codes = nullptr;              // optional out [m, D]: FP8 E4M3 codes
-  uint8_t* x_scales = nullptr;             // optional out [m, D/32]: UE8M0 scale bytes
-  MoeCudaPath path = MoeCudaPath::kAuto;   // sort shape (kLarge needs sort_scratch)
-  int32_t* sort_scratch = nullptr;  // optional [MoeCudaSortScratchBytes(E) / 4], any contents
+  bool xg_by_token = false;     // xg is [m, D]: token t's QDQ row once, at row t (the up stage
+                                // then reads it through slot_token: MoeExpertUpParams)
+  uint8_t* x_codes = nullptr;   // optional out [m, D]: FP8 E4M3 codes
+  uint8_t* x_scales = nullptr;  // optional out [m, D/32]: UE8M0 scale bytes
+  MoeCudaPath path = MoeCudaPath::kAuto;  // sort shape (kLarge needs sort_scratch)
+  int32_t* sort_scratch = nullptr;        // optional [MoeCudaSortScratchBytes(E) / 4], any contents
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
@@ -161,45 +164,36 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // Which expert GEMM runs the up / down stages. The tile size selects it: tile_rows 8 is the
 // weight-streaming GEMM (weights as the mma A operand, decoded from registers; the <= 8 slot rows
 // of a tile as B; no K-loop barrier), 16 / 32 / 64 the tiled GEMM (slot rows as A, a cp.async
-// ring of weights). Both give the same bits on exact-arithmetic inputs (only the fp32 summation
-// order can differ). kAuto: streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512
-// tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms)
-// when D and I are at most kMoeCudaStreamMaxK, else tiled.
+// ring of weights, mma.sync), 128 the wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights
+// decoded into 128-byte-swizzled bf16 shared memory, wgmma.mma_async m64n256k16). All give the
+// same bits on exact-arithmetic inputs (only the fp32 summation order can differ). kAuto:
+// streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512 tokens at E 384 top-6;
+// measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms) when D and I are at
+// most kMoeCudaStreamMaxK; wgmma from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on
+// average; else tiled.
 enum class MoeCudaGemm : int {
   kAuto = 0,
   kTiled = 1,   // tile_rows 16, 32 or 64 (the mean slots per expert)
   kStream = 2,  // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
+  kWgmma = 3,   // tile_rows 128
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
 // The streaming GEMM keeps a tile's activation rows (8 × K bf16) in shared memory.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 // kAuto streams up to this many slots per expert on average.
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
-
-// The streaming GEMM's L2 prefetch (`stream_prefetch` of the GEMM params, `gemm_stream_prefetch`
-// of MoeCudaParams, bench --prefetch N): besides its register ring, each warp asks the L2 for its
-// rows' weights `stream_prefetch` units (k_step of MoeCudaGemmPlan) further ahead with
-// prefetch.global.L2 (no registers, nothing waits on it), and for its rows' scale bytes once per
-// tile, so more bytes are in flight per SM when few experts × few CTAs stream the weights (1–4
-// tokens). Output bits unchanged (the same loads, the same arithmetic). kMoeCudaStreamPrefetchAuto
-// (-1): kMoeCudaStreamPrefetchUnits when slots <= kMoeCudaStreamPrefetchMaxSlots, else 0
-// (MoeCudaStreamPrefetch); 0: off (the round-2 kernel's loads); 1..kMoeCudaStreamPrefetchMax:
-// that many units ahead. Ignored by the tiled GEMM.
-inline constexpr int64_t kMoeCudaStreamPrefetchAuto = -1;
-inline constexpr int64_t kMoeCudaStreamPrefetchMax = 32;
-inline constexpr int64_t kMoeCudaStreamPrefetchUnits = 8;
-// 0: the automatic setting never prefetches yet. The prefetch was written after the session's
-// last H200 run and is unmeasured; the bench's --prefetch-sweep sets this (32 = 5 tokens at
-// top-6 was the design's guess) once it has run.
-inline constexpr int64_t kMoeCudaStreamPrefetchMaxSlots = 0;
-// The prefetch distance in units for `slots` slot rows and a `stream_prefetch` setting (as above;
-// values outside [-1, kMoeCudaStreamPrefetchMax] are the caller's error). Pure.
-int64_t MoeCudaStreamPrefetch(int64_t slots, int64_t stream_prefetch);
+inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
+// kAuto takes the wgmma GEMM from this many slots per expert on average (m·top_k >= 24·E: 1,536
+// tokens at E 384 top-6). A first guess, written without a GPU: the tiled GEMM runs ~125 TFLOP/s
+// at 4,096 tokens (64 slots per expert); at 16 (1,024 tokens) a 128-row tile does 64 rows of
+// tensor work for ~16 valid ones. To be set from bench_moe --gemm 1 / 3 on the H200.
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 24;
 
 // Rows per GEMM tile for a call (and so the GEMM, see MoeCudaGemm): 8 (streaming: few slots per
 // expert, kAuto only when `max_k` = max(D, I) <= kMoeCudaStreamMaxK; 0 = unknown, taken as
-// fitting), else 16 (a few tokens per expert), 32 or 64 from the mean number of slots per expert.
-// Any of them is correct; this is the fastest guess. Pure.
+// fitting), 128 (wgmma: kWgmma, or kAuto from kMoeCudaWgmmaMinSlotsPerExpert), else 16 (a few
+// tokens per expert), 32 or 64 from the mean number of slots per expert. Any of them is correct;
+// this is the fastest guess. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
                         MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
@@ -207,6 +201,7 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
 // 0 = automatic (256 for 16- and 32-row tiles when K is a multiple of 256, else 128), or 128 (the
 // first design, kept selectable for comparison), or 256 (K must be a multiple of 256; 64-row
 // tiles always take 128). The output bits do not depend on it (same per-accumulator order).
+// The streaming and wgmma GEMMs ignore it (their own K steps).
 inline constexpr int64_t kMoeCudaKStepAuto = 0;
 
 // GEMM main-loop variant (`hoisted_addresses` of the GEMM params, `gemm_hoisted_addresses` of
@@ -216,10 +211,10 @@ inline constexpr int64_t kMoeCudaKStepAuto = 0;
 // (the same bytes reach the same shared-memory places).
 inline constexpr bool kMoeCudaGemmHoistedAddresses = false;
 
-// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK; k_step and
-// hoisted_addresses are then ignored): per tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the
-// fp32 sums), SwiGLU with the slot's routing weight, one bf16 cast (MoeSwiGluRow), then the FP8
-// quantiser per 32 along I: ag gets the QDQ values (the w2 operand, operand order).
+// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK; 128: the wgmma GEMM;
+// k_step and hoisted_addresses are ignored by both): per tile, g = x·w1^T and u = x·w3^T (bf16
+// roundings of the fp32 sums), SwiGLU with the slot's routing weight, one bf16 cast (MoeSwiGluRow),
+// then the FP8 quantiser per 32 along I: ag gets the QDQ values (the w2 operand, operand order).
 struct MoeExpertUpParams {
   const MoeCudaWeights* weights = nullptr;  // host struct of device pointers
   float swiglu_limit = 10.f;                // <= 0 disables the clamps
@@ -228,19 +223,20 @@ struct MoeExpertUpParams {
   const int32_t* offsets = nullptr;         // LaunchMoePermute's outputs
   const int32_t* tiles = nullptr;
   const int32_t* num_tiles = nullptr;
-  const uint16_t* xg = nullptr;        // bf16 [slots, D]
-  const float* slot_weight = nullptr;  // [slots]
-  uint16_t* ag = nullptr;              // out bf16 [slots, I], QDQ(a), operand order
-  uint16_t* act = nullptr;             // optional out bf16 [slots, I]: a before the quantiser
-  int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
-  bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  int64_t stream_prefetch = kMoeCudaStreamPrefetchAuto;  // see kMoeCudaStreamPrefetchAuto
+  const uint16_t* xg = nullptr;         // bf16 [slots, D], or [m, D] with slot_token
+  const int32_t* slot_token = nullptr;  // optional [slots]: slot row r reads xg row slot_token[r]
+                                        // (LaunchMoePermute's, with xg_by_token)
+  const float* slot_weight = nullptr;   // [slots]
+  uint16_t* ag = nullptr;               // out bf16 [slots, I], QDQ(a), operand order
+  uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
+  int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
+  bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
 
 // Stage 4: per tile, ye = ag·w2^T, one bf16 rounding (tile_rows 8: the streaming GEMM, K = I <=
-// kMoeCudaStreamMaxK).
+// kMoeCudaStreamMaxK; 128: the wgmma GEMM).
 struct MoeExpertDownParams {
   const MoeCudaWeights* weights = nullptr;
   int64_t slots = 0;
@@ -248,11 +244,10 @@ struct MoeExpertDownParams {
   const int32_t* offsets = nullptr;
   const int32_t* tiles = nullptr;
   const int32_t* num_tiles = nullptr;
-  const uint16_t* ag = nullptr;                          // bf16 [slots, I], operand order
-  uint16_t* ye = nullptr;                                // out bf16 [slots, D]
-  int64_t k_step = kMoeCudaKStepAuto;                    // 0, 128 or 256 (see kMoeCudaKStepAuto)
-  bool hoisted_addresses = false;                        // see kMoeCudaGemmHoistedAddresses
-  int64_t stream_prefetch = kMoeCudaStreamPrefetchAuto;  // see kMoeCudaStreamPrefetchAuto
+  const uint16_t* ag = nullptr;        // bf16 [slots, I], operand order
+  uint16_t* ye = nullptr;              // out bf16 [slots, D]
+  int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
+  bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -277,6 +272,7 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
   bool stream = false;             // the streaming GEMM (tile_rows 8)
+  bool wgmma = false;              // the wgmma GEMM (tile_rows 128)
   int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)
   int64_t weight_rows = 0;         // weight rows per CTA (gate + up rows for the up projection)
   int64_t k_step = 0;              // K per pipeline stage: 128 or 256 (streaming: per unit)
@@ -286,14 +282,13 @@ struct MoeCudaGemmPlan {
   int64_t grid_y = 0;              // tile slots (the upper bound of the tile count)
   int64_t ctas_per_sm = 0;         // resident CTAs per SM (cudaOccupancy...)
   int64_t weight_stage_bytes = 0;  // FP4 codes + scales of one stage (unit) of one CTA
-  int64_t prefetch_units = 0;      // streaming: L2 prefetch distance in units (0: none)
 };
-// Errors: InvalidArgumentError for invalid weights, m, top_k, k_step, gemm (kStream with D or I
-// above kMoeCudaStreamMaxK) or stream_prefetch. Queries the device's occupancy (a driver call;
+// Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream with D or I
+// above kMoeCudaStreamMaxK). Queries the device's occupancy (a driver call;
 // not for the hot path).
-absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(
-    const MoeCudaWeights& weights, int64_t m, int64_t top_k, int64_t k_step, bool up,
-    MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t stream_prefetch = kMoeCudaStreamPrefetchAuto);
+absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
+                                                    int64_t top_k, int64_t k_step, bool up,
+                                                    MoeCudaGemm gemm = MoeCudaGemm::kAuto);
 
 // ---- The whole layer (routed experts + the shared expert) -------------------------------------
 
@@ -322,7 +317,10 @@ struct MoeCudaParams {
   MoeCudaPath route_path = MoeCudaPath::kAuto;  // LaunchMoeRoute's shape (output bits unchanged)
   MoeCudaPath sort_path = MoeCudaPath::kAuto;   // LaunchMoePermute's shape (output bits unchanged)
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaTileRows)
-  int64_t gemm_stream_prefetch = kMoeCudaStreamPrefetchAuto;  // see kMoeCudaStreamPrefetchAuto
+  // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
+  // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the
+  // round-3 gather, kept for A/B). Output bits unchanged (the same values reach the GEMM).
+  bool gather_slot_rows = false;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

@@ -41,6 +41,14 @@ constexpr uint32_t MoeStreamSwizzle(uint32_t c, uint32_t t) {
   return c ^ ((t & 1u) | (((c >> 2) ^ (c >> 3)) & 2u) | ((c >> 1) & 4u));
 }
 
+// The wgmma GEMM's shared-memory layout of a pair of stages of FP4 codes (cuda/moe_wgmma_gemm.cuh):
+// 64 bytes per weight row, 16-byte chunk c (0..3) of row r at byte r·64 + 16·(c ^ (r & 2)). A
+// bijection inside every row, and a quarter warp's decode reads (rows r0 .. r0 + 3, r0 % 4 == 0,
+// chunks 2h and 2h + 1 of each) hit 8 distinct 16-byte bank groups (tested on the host).
+constexpr uint32_t MoeWgmmaRawOffset(uint32_t r, uint32_t c) {
+  return r * 64u + ((c ^ (r & 2u)) << 4);
+}
+
 // S = max_tokens · top_k. shared_bytes: MoeSharedExpertWorkspaceBytes for max_tokens, or 0
 // when the shared expert is not run by MoeCuda.
 MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,

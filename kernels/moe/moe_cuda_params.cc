@@ -83,8 +83,9 @@ absl::Status CheckSlots(const char* op, const char* field, int64_t m, int64_t to
 
 absl::Status CheckTileRows(const char* op, int64_t tile_rows) {
   if (tile_rows != kMoeCudaStreamTileRows && tile_rows != 16 && tile_rows != 32 &&
-      tile_rows != 64) {
-    return Invalid(op, "tile_rows", absl::StrFormat("is %d, must be 8, 16, 32 or 64", tile_rows));
+      tile_rows != 64 && tile_rows != kMoeCudaWgmmaTileRows) {
+    return Invalid(op, "tile_rows",
+                   absl::StrFormat("is %d, must be 8, 16, 32, 64 or 128", tile_rows));
   }
   return absl::OkStatus();
 }
@@ -99,19 +100,11 @@ absl::Status CheckStreamK(const char* op, const char* field, int64_t tile_rows, 
   return absl::OkStatus();
 }
 
-absl::Status CheckStreamPrefetch(const char* op, const char* field, int64_t v) {
-  if (v < kMoeCudaStreamPrefetchAuto || v > kMoeCudaStreamPrefetchMax) {
-    return Invalid(op, field,
-                   absl::StrFormat("is %d, must be -1 (automatic), 0 (off) or up to %d units", v,
-                                   kMoeCudaStreamPrefetchMax));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) {
   const int v = static_cast<int>(gemm);
-  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStream)) {
-    return Invalid(op, field, absl::StrFormat("is %d, must be kAuto, kTiled or kStream", v));
+  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kWgmma)) {
+    return Invalid(op, field,
+                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream or kWgmma", v));
   }
   return absl::OkStatus();
 }
@@ -249,6 +242,7 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
   // tensor-core work, a shorter one re-reads the weights per tile (mostly from L2).
   const int64_t slots = m * top_k;
   if (gemm == MoeCudaGemm::kStream) return kMoeCudaStreamTileRows;
+  if (gemm == MoeCudaGemm::kWgmma) return kMoeCudaWgmmaTileRows;
   // Streaming: an n8 tile per expert at up to ~8 slots on average (at 8, about a third of the
   // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
   // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
@@ -256,14 +250,14 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
       max_k <= kMoeCudaStreamMaxK) {
     return kMoeCudaStreamTileRows;
   }
+  // wgmma: at many slots per expert its ~2-3x tensor rate outweighs the rows a 128-row tile
+  // wastes on each expert's last tile (warpgroups with no row inside the expert skip their MMAs).
+  if (gemm == MoeCudaGemm::kAuto && slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) {
+    return kMoeCudaWgmmaTileRows;
+  }
   if (slots <= 12 * n_experts) return 16;
   if (slots <= 40 * n_experts) return 32;
   return 64;
-}
-
-int64_t MoeCudaStreamPrefetch(int64_t slots, int64_t stream_prefetch) {
-  if (stream_prefetch != kMoeCudaStreamPrefetchAuto) return stream_prefetch;
-  return slots > 0 && slots <= kMoeCudaStreamPrefetchMaxSlots ? kMoeCudaStreamPrefetchUnits : 0;
 }
 
 absl::Status Validate(const MoeExpertUpParams& p) {
@@ -272,7 +266,6 @@ absl::Status Validate(const MoeExpertUpParams& p) {
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
-  RETURN_IF_ERROR(CheckStreamPrefetch(kOp, "stream_prefetch", p.stream_prefetch));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.dim", p.tile_rows, p.weights->dim));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
@@ -286,7 +279,6 @@ absl::Status Validate(const MoeExpertDownParams& p) {
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
-  RETURN_IF_ERROR(CheckStreamPrefetch(kOp, "stream_prefetch", p.stream_prefetch));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.inter", p.tile_rows, p.weights->inter));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -374,7 +366,6 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   RETURN_IF_ERROR(CheckPath(kOp, "route_path", p.route_path));
   RETURN_IF_ERROR(CheckPath(kOp, "sort_path", p.sort_path));
   RETURN_IF_ERROR(CheckGemmKind(kOp, "gemm", p.gemm));
-  RETURN_IF_ERROR(CheckStreamPrefetch(kOp, "gemm_stream_prefetch", p.gemm_stream_prefetch));
   if (p.gemm == MoeCudaGemm::kStream && std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {
     return Invalid(kOp, "gemm",
                    absl::StrFormat("is kStream but max(D, I) = %d is above %d",

@@ -183,13 +183,6 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.gemm_k_step = 128;
   EXPECT_TRUE(Validate(p).ok());
   p = GoodLayer(&w);
-  p.gemm_stream_prefetch = -2;
-  ExpectInvalid(Validate(p), "gemm_stream_prefetch");
-  p.gemm_stream_prefetch = kMoeCudaStreamPrefetchMax + 1;
-  ExpectInvalid(Validate(p), "gemm_stream_prefetch");
-  p.gemm_stream_prefetch = kMoeCudaStreamPrefetchMax;
-  EXPECT_TRUE(Validate(p).ok());
-  p = GoodLayer(&w);
   p.logits = nullptr;
   ExpectInvalid(Validate(p), "logits");
   p = GoodLayer(&w);
@@ -225,9 +218,6 @@ TEST(MoeCudaParamsTest, StageValidation) {
   up.k_step = 512;
   ExpectInvalid(Validate(up), "k_step");
   up.k_step = 256;  // D = 256
-  up.stream_prefetch = 33;
-  ExpectInvalid(Validate(up), "stream_prefetch");
-  up.stream_prefetch = 0;
   ExpectInvalid(Validate(up), "xg");
   up.weights = nullptr;
   ExpectInvalid(Validate(up), "weights");
@@ -241,9 +231,6 @@ TEST(MoeCudaParamsTest, StageValidation) {
   down.offsets = down.tiles = down.num_tiles = dummy;
   down.k_step = 256;  // K = I = 128
   ExpectInvalid(Validate(down), "k_step");
-  down.k_step = 0;
-  down.stream_prefetch = -3;
-  ExpectInvalid(Validate(down), "stream_prefetch");
 
   MoeCombineParams cp;
   cp.m = 1;
@@ -279,21 +266,20 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   // kAuto: the streaming GEMM up to 4 slots per expert on average (256 tokens at E 384 top-6)
   // when max(D, I) fits its shared memory; then the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
-  // The streaming GEMM's L2 prefetch: automatic up to kMoeCudaStreamPrefetchMaxSlots (0 until
-  // it is measured), else only when forced.
-  EXPECT_EQ(MoeCudaStreamPrefetch(kMoeCudaStreamPrefetchMaxSlots, kMoeCudaStreamPrefetchAuto),
-            kMoeCudaStreamPrefetchMaxSlots > 0 ? kMoeCudaStreamPrefetchUnits : 0);
-  EXPECT_EQ(MoeCudaStreamPrefetch(kMoeCudaStreamPrefetchMaxSlots + 1, kMoeCudaStreamPrefetchAuto),
-            0);
-  EXPECT_EQ(MoeCudaStreamPrefetch(6, 0), 0);
-  EXPECT_EQ(MoeCudaStreamPrefetch(600, 5), 5);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
   EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 32);
-  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), 64);
+  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (24) slots per expert: 1,536 tokens at top-6.
+  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384), 32);
+  EXPECT_EQ(MoeCudaTileRows(1536, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
+            kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(512, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   // Forced: the tiled GEMM keeps its own rule, the streaming GEMM is 8 at any size.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kTiled), 16);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kTiled), 64);
@@ -374,11 +360,68 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   p.options.top_k = 2;
   p.gemm = MoeCudaGemm::kStream;
   ExpectInvalid(Validate(p), "gemm");
-  p.gemm = static_cast<MoeCudaGemm>(3);
+  p.gemm = static_cast<MoeCudaGemm>(4);
   w.inter = 128;
   ExpectInvalid(Validate(p), "gemm");
   p.gemm = MoeCudaGemm::kStream;
   EXPECT_TRUE(Validate(p).ok());  // m = 0
+  p.gemm = MoeCudaGemm::kWgmma;
+  EXPECT_TRUE(Validate(p).ok());
+}
+
+TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
+  const MoeCudaWeights w = GoodWeights();
+  const int32_t dummy[2] = {0, 0};
+  MoeExpertUpParams up;
+  up.weights = &w;
+  up.slots = 4;
+  up.tile_rows = kMoeCudaWgmmaTileRows;
+  up.offsets = up.tiles = up.num_tiles = dummy;
+  ExpectInvalid(Validate(up), "xg");  // tile_rows 128 accepted, the next check fires
+  MoeExpertDownParams down;
+  down.weights = &w;
+  down.slots = 4;
+  down.tile_rows = kMoeCudaWgmmaTileRows;
+  down.offsets = down.tiles = down.num_tiles = dummy;
+  ExpectInvalid(Validate(down), "ag");
+  down.tile_rows = 256;
+  ExpectInvalid(Validate(down), "tile_rows");
+  MoePermuteParams pp;
+  pp.m = 2;
+  pp.n_experts = 8;
+  pp.top_k = 2;
+  pp.dim = 256;
+  pp.tile_rows = kMoeCudaWgmmaTileRows;
+  ExpectInvalid(Validate(pp), "expert_ids");  // tile_rows accepted
+}
+
+// The wgmma GEMM's raw code layout: every row's 4 chunks land on its 4 chunk places, and each
+// quarter warp of the decode (threads 8p .. 8p + 7 of 256: row i / 2, block i % 2 of half h,
+// chunk 2h + block) reads 8 distinct 16-byte bank groups (128 bytes = all 32 banks).
+TEST(MoeCudaParamsTest, WgmmaRawLayoutIsABijectionWithoutBankConflicts) {
+  for (uint32_t r = 0; r < 256; ++r) {
+    std::vector<bool> seen(4, false);
+    for (uint32_t c = 0; c < 4; ++c) {
+      const uint32_t off = moe_cuda_internal::MoeWgmmaRawOffset(r, c);
+      ASSERT_EQ(off / 64, r);
+      ASSERT_EQ(off % 16, 0u);
+      seen[(off % 64) / 16] = true;
+    }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; })) << "row " << r;
+  }
+  for (uint32_t it = 0; it < 2; ++it) {
+    for (uint32_t h = 0; h < 2; ++h) {
+      for (uint32_t p = 0; p < 32; ++p) {
+        std::vector<bool> group(8, false);
+        for (uint32_t t = 8 * p; t < 8 * p + 8; ++t) {
+          const uint32_t i = t + 256 * it, r = i / 2, blk = i % 2;
+          group[(moe_cuda_internal::MoeWgmmaRawOffset(r, 2 * h + blk) / 16) % 8] = true;
+        }
+        EXPECT_TRUE(std::all_of(group.begin(), group.end(), [](bool b) { return b; }))
+            << "it " << it << " half " << h << " quarter warp " << p;
+      }
+    }
+  }
 }
 
 // The device fill and the host references regenerate the same weights from the hash.

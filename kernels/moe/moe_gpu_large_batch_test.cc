@@ -9,7 +9,8 @@
 //   (offsets, slot order, weights, token slots, the tile list, num_tiles, FP8 codes and scales,
 //   gathered rows), and the large shape against MoeCpu's counting sort; uniform and skewed
 //   routing (every token on the same few experts; all on one expert).
-// - the whole layer: MoeCuda's y, ids and weights byte for byte across the shapes.
+// - the whole layer: MoeCuda's y, ids and weights byte for byte across the shapes and with the
+//   operand read by token or gathered per slot row (gather_slot_rows), for each expert GEMM.
 // A failure prints the first differing element of each buffer.
 #include <algorithm>
 #include <cmath>
@@ -348,11 +349,28 @@ TEST(MoeGpuLargeBatchTest, LayerOutputDoesNotDependOnTheShapes) {
     DeviceBuffer d_logits = ToDevice(logits), d_image = ToDevice(image),
                  d_x = ToDevice(moe_test::RealisticActivations(m, kD, 34));
     DeviceBuffer ws(*MoeCudaWorkspaceBytes(dev->view, m, kK));
+    // Per expert GEMM (their fp32 summation orders differ, so each has its own reference): the
+    // small shapes first (the reference), then the large and automatic ones, then the automatic
+    // ones with the operand gathered per slot row instead of read by token.
+    struct Variant {
+      MoeCudaGemm gemm;
+      MoeCudaPath path;
+      bool gather_slot_rows;
+    };
+    std::vector<Variant> variants;
+    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
+      variants.push_back({gemm, MoeCudaPath::kSmall, false});
+      variants.push_back({gemm, MoeCudaPath::kLarge, false});
+      variants.push_back({gemm, MoeCudaPath::kAuto, false});
+      variants.push_back({gemm, MoeCudaPath::kAuto, true});
+    }
     std::vector<uint16_t> y_ref;
     std::vector<int32_t> ids_ref;
     std::vector<float> wts_ref;
-    for (MoeCudaPath path : {MoeCudaPath::kSmall, MoeCudaPath::kLarge, MoeCudaPath::kAuto}) {
-      SCOPED_TRACE(PathName(path));
+    for (const Variant& v : variants) {
+      const MoeCudaPath path = v.path;
+      SCOPED_TRACE(testing::Message() << PathName(path) << " gemm " << static_cast<int>(v.gemm)
+                                      << " gather slot rows " << v.gather_slot_rows);
       DeviceBuffer y = Poisoned<uint16_t>(m * kD), ids = Poisoned<int32_t>(m * kK),
                    wts = Poisoned<float>(m * kK);
       CUDA_CHECK(cudaMemset(ws.get(), 0x5A, ws.bytes()));  // stale scratch must not matter
@@ -372,11 +390,13 @@ TEST(MoeGpuLargeBatchTest, LayerOutputDoesNotDependOnTheShapes) {
       p.workspace_bytes = ws.bytes();
       p.route_path = path;
       p.sort_path = path;
+      p.gemm = v.gemm;
+      p.gather_slot_rows = v.gather_slot_rows;
       ASSERT_TRUE(MoeCuda(p, nullptr).ok());
       const auto g_y = ToHost<uint16_t>(y, m * kD);
       const auto g_ids = ToHost<int32_t>(ids, m * kK);
       const auto g_wts = ToHost<float>(wts, m * kK);
-      if (path == MoeCudaPath::kSmall) {
+      if (path == MoeCudaPath::kSmall) {  // the first variant of each GEMM
         y_ref = g_y;
         ids_ref = g_ids;
         wts_ref = g_wts;

@@ -13,8 +13,8 @@
 //   outputs: rel-RMS(y_gpu − y_cpu) <= 2^-8 (one bf16 step), max |y_gpu − y_cpu| <= 2^-5 ·
 //            max |y_cpu|, and >= 95 % of the outputs within one bf16 ulp of the CPU's.
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
-// Every case runs twice, with the tiled and with the weight-streaming expert GEMM forced
-// (MoeCudaParams::gemm); kAuto picks one of them.
+// Every case runs three times, with the tiled, the weight-streaming and the wgmma expert GEMM
+// forced (MoeCudaParams::gemm); kAuto picks one of them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -122,12 +122,24 @@ void ExpectClose(const char* name, const GpuRun& gpu, const moe_test::CpuRun& cp
   EXPECT_GE(d.within_ulp, 0.95 * d.n);
 }
 
+const char* GemmTag(MoeCudaGemm gemm) {
+  switch (gemm) {
+    case MoeCudaGemm::kStream:
+      return " [stream]";
+    case MoeCudaGemm::kWgmma:
+      return " [wgmma]";
+    default:
+      return " [tiled]";
+  }
+}
+
 struct LayerCase {
   const char* name;
   int64_t n_experts, dim, inter, top_k, m;
   int64_t shared_inter;  // 0: no shared expert
   bool image;            // every third token flagged image (bias_vl)
-  int bias_mode;         // 0: random ±0.2; 1: expert 3 always first; 2: experts 0..3 never chosen
+  int bias_mode;         // 0: random ±0.2; 1: expert 3 always first; 2: experts 0..3 never chosen;
+                  // 3: only experts 0..15 chosen (many slot rows per expert at few host experts)
   float route_scale, swiglu_limit, gate_temp;
   bool norm;
   // With shared_inter > 0: 0 = its output computed on the host and passed as shared_y; 1 = run
@@ -148,6 +160,7 @@ void RunCase(const LayerCase& c) {
   auto bias = moe_test::RandomBias(c.n_experts, 0.2f, seed + 1);
   if (c.bias_mode == 1) bias[3] = 50.f;
   if (c.bias_mode == 2) std::fill_n(bias.begin(), 4, -50.f);
+  if (c.bias_mode == 3) std::fill(bias.begin() + 16, bias.end(), -50.f);
   const auto bias_vl = moe_test::RandomBias(c.n_experts, 0.2f, seed + 2);
   std::vector<uint8_t> image;
   if (c.image) {
@@ -200,9 +213,8 @@ void RunCase(const LayerCase& c) {
   ASSERT_EQ(cpu.ids, ids);
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
-  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream}) {
-    const std::string name =
-        std::string(c.name) + (gemm == MoeCudaGemm::kStream ? " [stream]" : " [tiled]");
+  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
+    const std::string name = std::string(c.name) + GemmTag(gemm);
     SCOPED_TRACE(name);
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                   dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
@@ -266,6 +278,18 @@ TEST(MoeGpuLayerTest, ReleasedDimsMatchMoeCpu) {
       {"E384 k6 D5120 I2304 m1 + shared", 384, 5120, 2304, 6, 1, 2304, false, 0, 1.5f, 10.f, 1.f,
        true},
       {"E384 k6 D5120 I2304 m4 image", 384, 5120, 2304, 6, 4, 0, true, 0, 1.5f, 10.f, 1.f, true},
+  };
+  for (const LayerCase& c : cases) RunCase(c);
+}
+
+// The prefill shape: 512 tokens over experts 0..15 (bias), ~192 slot rows each, so the wgmma
+// GEMM's 128-row tiles end mid-expert and its second warpgroup is busy; MoeCpu builds 16 experts
+// (3,072 expert-row GEMVs of 5120 x 2304 on the host: the slowest case of the file).
+TEST(MoeGpuLayerTest, ReleasedDimsPrefillMatchesMoeCpu) {
+  FS_SKIP_WITHOUT_GPU();
+  const LayerCase cases[] = {
+      {"E384 k6 D5120 I2304 m512 experts 0-15", 384, 5120, 2304, 6, 512, 0, false, 3, 1.5f, 10.f,
+       1.f, true},
   };
   for (const LayerCase& c : cases) RunCase(c);
 }
@@ -390,13 +414,13 @@ TEST(MoeGpuLayerTest, FixtureLayer0MatchesMoeCpu) {
       rows[tok] = with_image ? clear[tok]
                              : moe_test::RouteIsClear(logits.data() + tok * kE, kE, bias.data(), o);
     }
-    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream}) {
+    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
       const GpuRun gpu =
           RunMoeCuda(dev->view, o, logits, x, with_image ? image : std::vector<uint8_t>{}, shared_y,
                      kTokens, nullptr, gemm);
       const std::string name =
           std::string(with_image ? "fixture layer 0, image flags" : "fixture layer 0") +
-          (gemm == MoeCudaGemm::kStream ? " [stream]" : " [tiled]");
+          GemmTag(gemm);
       ExpectClose(name.c_str(), gpu, cpu, kD, o.top_k, rows);
     }
   }

@@ -11,9 +11,9 @@
 // - up (w1/w3 + SwiGLU + quantiser) and down (w2): exact-arithmetic inputs (moe_test_util.h), so
 //   the GPU's sums equal LinearCpu's in any order: a, QDQ(a) and the expert outputs bit for bit,
 //   for every tile configuration of the tiled GEMM (16, 32, 64 rows), each with the default and
-//   the hoisted-address main loop, and the weight-streaming GEMM (8 rows; one and two row tiles
-//   per warp, 128- and 256-wide units, experts spanning several tiles), E2M1 scale bytes
-//   123..129.
+//   the hoisted-address main loop, the weight-streaming GEMM (8 rows; one and two row tiles
+//   per warp, 128- and 256-wide units, experts spanning several tiles) and the wgmma GEMM (128
+//   rows; hand-built tilings in moe_gpu_wgmma_test.cc), E2M1 scale bytes 123..129.
 // - FP4 decoder: one-hot activations turn a w2 GEMM into a readout of every weight; all 16 codes
 //   against every scale byte 2..252 and the NaN byte, exactly.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
@@ -24,6 +24,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/formats/bf16.h"
@@ -225,7 +226,11 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
     const int64_t slots = c.m * c.top_k;
     DeviceBuffer d_ids = ToDevice(ids), d_wts = ToDevice(wts), d_counts = ToDevice(h.counts),
                  d_x = ToDevice(x);
-    for (int64_t tile_rows : {8, 16, 32, 64}) {
+    // (tile rows, xg by token)
+    const std::pair<int64_t, bool> tilings[] = {{8, false},   {16, false}, {32, false}, {64, false},
+                                                {128, false}, {8, true},   {128, true}};
+    for (const auto& [tile_rows, by_token] : tilings) {
+      SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " by token " << by_token);
       DeviceBuffer offsets = Poisoned<int32_t>(c.n_experts + 1),
                    slot_token = Poisoned<int32_t>(slots), slot_weight = Poisoned<float>(slots),
                    token_slot = Poisoned<int32_t>(slots), tiles = Poisoned<int32_t>(2 * slots),
@@ -250,6 +255,7 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
       p.tiles = tiles.get<int32_t>();
       p.num_tiles = num_tiles.get<int32_t>();
       p.xg = xg.get<uint16_t>();
+      p.xg_by_token = by_token;
       p.x_codes = codes.get<uint8_t>();
       p.x_scales = scales.get<uint8_t>();
       ASSERT_TRUE(LaunchMoePermute(p, nullptr).ok());
@@ -272,14 +278,18 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
         bad_codes +=
             !std::equal(want_scales.begin(), want_scales.end(), g_scales.begin() + t * c.dim / 32);
         const auto want_row = moe_test::ToOperandOrder(qdq.data(), c.dim);
-        for (int64_t j = 0; j < c.top_k; ++j) {
-          const int64_t r = h.token_slot[t * c.top_k + j];
+        for (int64_t j = 0; j < (by_token ? 1 : c.top_k); ++j) {
+          const int64_t r = by_token ? t : h.token_slot[t * c.top_k + j];
           bad_rows +=
               !std::equal(want_row.begin(), want_row.end(), g_xg.begin() + r * c.dim, SameBf16);
         }
       }
+      // By token: rows m .. slots - 1 are not written.
+      const int64_t untouched = by_token ? (slots - c.m) * c.dim : 0;
+      const int64_t poisoned = std::count(g_xg.end() - untouched, g_xg.end(), uint16_t{0xA5A5});
       EXPECT_EQ(bad_codes, 0);
       EXPECT_EQ(bad_rows, 0);
+      EXPECT_EQ(poisoned, untouched);
     }
   }
 }
@@ -327,19 +337,19 @@ const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},    {8, 256, 128, 2, 37
                                {6, 640, 384, 3, 50, 0.f},    {8, 256, 128, 1, 90, 10.f},
                                {4, 1024, 1280, 2, 40, 10.f}, {4, 1024, 1280, 2, 3, 10.f}};
 
-// The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM) and, for the tiled
-// GEMM, the hoisted-address main loop; for the streaming GEMM the L2 prefetch distance (-1 auto:
-// 8 units at <= 32 slots, else off; 0 off, the round-2 loads; 1: with two row tiles per warp,
-// ring of 2, the in-loop prefetch runs inside K 1024 / 1280's 4 / 5 units; the same bits every
-// time: it changes no load and no arithmetic).
+// The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM, 128 = the wgmma
+// GEMM), for the tiled GEMM the hoisted-address main loop (the same bits), and for the up stage
+// the operand read by token (xg [m, D] once per token + slot_token, as MoeCuda runs it by
+// default) instead of one gathered row per slot (the down stage skips those).
 struct GemmVariant {
   int64_t tile_rows;
   bool hoist;
-  int64_t prefetch = kMoeCudaStreamPrefetchAuto;
+  bool by_token = false;
 };
-const GemmVariant kGemmVariants[] = {{16, false}, {32, false},   {64, false},
-                                     {16, true},  {32, true},    {64, true},
-                                     {8, false},  {8, false, 0}, {8, false, 1}};
+const GemmVariant kGemmVariants[] = {{16, false},      {32, false},      {64, false},
+                                     {16, true},       {32, true},       {64, true},
+                                     {8, false},       {128, false},     {16, false, true},
+                                     {64, true, true}, {8, false, true}, {128, false, true}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -354,14 +364,18 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
       SCOPED_TRACE(testing::Message()
                    << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
-                   << tile_rows << " hoist " << hoist << " prefetch " << v.prefetch);
+                   << tile_rows << " hoist " << hoist << " by token " << v.by_token);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
-      std::vector<uint16_t> xg(slots * c.dim);
-      for (int64_t r = 0; r < slots; ++r) {
-        const auto row = moe_test::ToOperandOrder(x.data() + s.h.slot_token[r] * c.dim, c.dim);
+      // By slot: row r = token slot_token[r]'s row; by token: row t = token t's row.
+      const int64_t xg_rows = v.by_token ? c.m : slots;
+      std::vector<uint16_t> xg(xg_rows * c.dim);
+      for (int64_t r = 0; r < xg_rows; ++r) {
+        const int64_t t = v.by_token ? r : s.h.slot_token[r];
+        const auto row = moe_test::ToOperandOrder(x.data() + t * c.dim, c.dim);
         std::copy(row.begin(), row.end(), xg.begin() + r * c.dim);
       }
-      DeviceBuffer d_xg = ToDevice(xg), ag = Poisoned<uint16_t>(slots * c.inter),
+      DeviceBuffer d_xg = ToDevice(xg), d_slot_token = ToDevice(s.h.slot_token),
+                   ag = Poisoned<uint16_t>(slots * c.inter),
                    act = Poisoned<uint16_t>(slots * c.inter);
       MoeExpertUpParams p;
       p.weights = &dev->view;
@@ -372,11 +386,11 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.tiles = s.d_tiles.get<int32_t>();
       p.num_tiles = s.num_tiles.get<int32_t>();
       p.xg = d_xg.get<uint16_t>();
+      p.slot_token = v.by_token ? d_slot_token.get<int32_t>() : nullptr;
       p.slot_weight = s.slot_weight.get<float>();
       p.ag = ag.get<uint16_t>();
       p.act = act.get<uint16_t>();
       p.hoisted_addresses = hoist;
-      p.stream_prefetch = v.prefetch;
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
       const auto g_ag = ToHost<uint16_t>(ag, slots * c.inter);
       const auto g_act = ToHost<uint16_t>(act, slots * c.inter);
@@ -424,11 +438,11 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
     }
     DeviceBuffer d_ag = ToDevice(ag);
     for (const GemmVariant& v : kGemmVariants) {
+      if (v.by_token) continue;  // the down stage reads ag by slot
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message()
-                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
-                   << tile_rows << " hoist " << hoist << " prefetch " << v.prefetch);
+      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
+                                      << " tile_rows " << tile_rows << " hoist " << hoist);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -441,7 +455,6 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.ag = d_ag.get<uint16_t>();
       p.ye = ye.get<uint16_t>();
       p.hoisted_addresses = hoist;
-      p.stream_prefetch = v.prefetch;
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
       const auto g_ye = ToHost<uint16_t>(ye, slots * c.dim);
       int64_t bad = 0;
@@ -461,7 +474,8 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
 // (2^-125 .. 2^125, both decoder paths; larger bytes would overflow 6 · scale) or 255 (NaN), and
 // element k the code (k + n) % 16, so every code meets every scale byte. Checks the FP4 decoder
 // (bit placement, mul.bf16x2 with the E2M1 subnormal, the wide-scale path) on the hardware, in
-// both GEMMs (tile_rows 8: the streaming GEMM's A-operand decode).
+// every GEMM (tile_rows 8: the streaming GEMM's A-operand decode; 128: the wgmma GEMM's decode
+// into swizzled shared memory).
 TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kD = 256, kI = 128, kRows = kI;  // one expert, slot row k = unit vector e_k
@@ -481,7 +495,7 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   for (int64_t r = 0; r < kRows; ++r) ag[r * kI + MoeOperandColumn(r)] = 0x3F80;  // 1.0
   DeviceBuffer d_ag = ToDevice(ag);
   const std::vector<int32_t> offsets = {0, static_cast<int32_t>(kRows)};
-  for (int64_t tile_rows : {8, 16, 32, 64}) {
+  for (int64_t tile_rows : {8, 16, 32, 64, 128}) {
     SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
     const auto tiles = moe_test::TileList(offsets, tile_rows);
     DeviceBuffer d_off = ToDevice(offsets), d_tiles = ToDevice(tiles),

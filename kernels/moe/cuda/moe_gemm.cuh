@@ -59,7 +59,8 @@ struct GemmShape {
 };
 
 struct GemmArgs {
-  const uint16_t* a = nullptr;          // [slots, K] bf16, operand order
+  const uint16_t* a = nullptr;          // [slots, K] bf16, operand order (or [m, K], see a_row)
+  const int32_t* a_row = nullptr;       // optional [slots]: A row of slot r (up: slot_token)
   const uint8_t* w = nullptr;           // [E, N, K/2]: w1 (up) or w2 (down)
   const uint8_t* w_scale = nullptr;     // [E, N, K/32]
   const uint8_t* w_up = nullptr;        // [E, N, K/2]: w3 (up only)
@@ -73,8 +74,13 @@ struct GemmArgs {
   float swiglu_limit = 0.f;            // up only
   uint16_t* out = nullptr;             // up: ag [slots, I] operand order; down: ye [slots, D]
   uint16_t* act = nullptr;             // up only, optional: a [slots, I]
-  int prefetch = 0;  // streaming GEMM only: L2 prefetch distance in units (0: none)
 };
+
+// The A operand row of slot row r: the slot's token (a_row: the per-token QDQ rows) or r.
+__device__ __forceinline__ const uint16_t* ARow(const GemmArgs& g, int64_t r) {
+  const int64_t row = g.a_row != nullptr ? int64_t{__ldg(g.a_row + r)} : r;
+  return g.a + row * g.k;
+}
 
 // Shared-memory row of the warp's n8 tile j (see the file comment).
 template <int kWN, bool kUp, int kBN>
@@ -97,7 +103,7 @@ __device__ __forceinline__ void LoadStage(const GemmArgs& g, unsigned char* stag
   const int rows = static_cast<int>(row_end - row0);
   for (int i = tid; i < rows * kAChunks; i += kGemmThreads) {
     const int r = i / kAChunks, c = i % kAChunks;
-    const uint16_t* src = g.a + (row0 + r) * g.k + kt * kBK + c * 8;
+    const uint16_t* src = ARow(g, row0 + r) + kt * kBK + c * 8;
     // 16-byte chunk c of row r goes to chunk c ^ 4 on odd rows: the two rows a quarter-warp
     // reads then hit disjoint bank halves.
     CpAsync16(stage + r * S::kARow + ((c ^ ((r & 1) << 2)) * 16), src, true);
@@ -156,7 +162,7 @@ struct HoistedLoads {
     for (int it = 0; it < (kHoistA ? kAIter : 0); ++it) {
       const int i = tid + it * kGemmThreads;
       const int r = i / kAChunks, c = i % kAChunks;
-      a[it] = i < kATotal && r < rows ? g.a + (row0 + r) * g.k + c * 8 : nullptr;
+      a[it] = i < kATotal && r < rows ? ARow(g, row0 + r) + c * 8 : nullptr;
       a_dst[it] = static_cast<uint32_t>(r * S::kARow + ((c ^ ((r & 1) << 2)) * 16));
     }
 #pragma unroll
@@ -192,7 +198,7 @@ struct HoistedLoads {
       const int rows = static_cast<int>(row_end - row0);
       for (int i = threadIdx.x; i < rows * kAChunks; i += kGemmThreads) {
         const int r = i / kAChunks, c = i % kAChunks;
-        const uint16_t* src = g.a + (row0 + r) * g.k + kt * kBK + c * 8;
+        const uint16_t* src = ARow(g, row0 + r) + kt * kBK + c * 8;
         CpAsync16(stage + r * S::kARow + ((c ^ ((r & 1) << 2)) * 16), src, true);
       }
     }

@@ -16,6 +16,7 @@
 #include "kernels/moe/cuda/moe_permute.cuh"
 #include "kernels/moe/cuda/moe_route.cuh"
 #include "kernels/moe/cuda/moe_stream_gemm.cuh"
+#include "kernels/moe/cuda/moe_wgmma_gemm.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
 #include "kernels/moe/moe_shared_cuda.h"
@@ -194,10 +195,10 @@ int StreamRowTiles(int64_t n, int64_t slots) {
   return slots > 16 && n % kWide == 0 ? 2 : 1;
 }
 
-template <int kRT, bool kUp, int kG, bool kPf>
-void LaunchStreamPf(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+template <int kRT, bool kUp, int kG>
+void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
   using S = moe_device::StreamShape<kRT, kUp, kG>;
-  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG, kPf>;
+  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
                   smem_set);
@@ -207,13 +208,6 @@ void LaunchStreamPf(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStr
                   Blocks(MaxTiles(slots, n_experts, kMoeCudaStreamTileRows), kMaxGridY));
   kernel<<<grid, moe_device::kStreamThreads, smem, stream>>>(g);
   CUDA_CHECK(cudaGetLastError());
-}
-
-// With the L2 prefetch when g.prefetch > 0 (its own instantiation: off is the round-2 code).
-template <int kRT, bool kUp, int kG>
-void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
-  if (g.prefetch > 0) return LaunchStreamPf<kRT, kUp, kG, true>(g, slots, n_experts, stream);
-  LaunchStreamPf<kRT, kUp, kG, false>(g, slots, n_experts, stream);
 }
 
 template <bool kUp>
@@ -230,7 +224,7 @@ void LaunchStream(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStrea
 template <int kRT, bool kUp, int kG>
 MoeCudaGemmPlan DescribeStreamG(int64_t n, int64_t k, int64_t slots, int64_t n_experts) {
   using S = moe_device::StreamShape<kRT, kUp, kG>;
-  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG, true>;
+  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
                   smem_set);
@@ -264,11 +258,48 @@ MoeCudaGemmPlan DescribeStream(int64_t n, int64_t k, int64_t slots, int64_t n_ex
   return DescribeStreamG<1, kUp, 1>(n, k, slots, n_experts);
 }
 
+// The wgmma GEMM (tile_rows 128): a CTA per (256 weight rows, tile), grid-stride over the tiles.
+template <bool kUp>
+void LaunchWgmma(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
+  using S = moe_device::WgShape<kUp>;
+  auto* kernel = moe_device::MoeExpertWgmmaKernel<kUp>;
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(kernel, S::kSmemBytes, smem_set);
+  const dim3 grid(static_cast<unsigned>((g.n + S::kBN - 1) / S::kBN),
+                  Blocks(MaxTiles(slots, n_experts, kMoeCudaWgmmaTileRows), kMaxGridY));
+  kernel<<<grid, moe_device::kWgThreads, S::kSmemBytes, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kUp>
+MoeCudaGemmPlan DescribeWgmma(int64_t n, int64_t slots, int64_t n_experts) {
+  using S = moe_device::WgShape<kUp>;
+  auto* kernel = moe_device::MoeExpertWgmmaKernel<kUp>;
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(kernel, S::kSmemBytes, smem_set);
+  int ctas = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, moe_device::kWgThreads,
+                                                           S::kSmemBytes));
+  MoeCudaGemmPlan plan;
+  plan.wgmma = true;
+  plan.tile_rows = kMoeCudaWgmmaTileRows;
+  plan.weight_rows = moe_device::kWgNB;
+  plan.k_step = moe_device::kWgBK;
+  plan.stages = moe_device::kWgStages;
+  plan.smem_bytes = S::kSmemBytes;
+  plan.grid_x = (n + S::kBN - 1) / S::kBN;
+  plan.grid_y = Blocks(MaxTiles(slots, n_experts, kMoeCudaWgmmaTileRows), kMaxGridY);
+  plan.ctas_per_sm = ctas;
+  plan.weight_stage_bytes = S::kWeightStageBytes;
+  return plan;
+}
+
 void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   if (p.slots == 0) return;
   const MoeCudaWeights& w = *p.weights;
   GemmArgs g;
   g.a = p.xg;
+  g.a_row = p.slot_token;
   g.w = w.w1;
   g.w_scale = w.w1_scale;
   g.w_up = w.w3;
@@ -282,10 +313,11 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.swiglu_limit = p.swiglu_limit;
   g.out = p.ag;
   g.act = p.act;
-  g.prefetch = static_cast<int>(MoeCudaStreamPrefetch(p.slots, p.stream_prefetch));
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       return LaunchStream<true>(g, p.slots, w.n_experts, stream);
+    case kMoeCudaWgmmaTileRows:
+      return LaunchWgmma<true>(g, p.slots, w.n_experts, stream);
     case 16:
       return LaunchGemm<1, 2, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     case 32:
@@ -308,10 +340,11 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.tiles = p.tiles;
   g.num_tiles = p.num_tiles;
   g.out = p.ye;
-  g.prefetch = static_cast<int>(MoeCudaStreamPrefetch(p.slots, p.stream_prefetch));
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       return LaunchStream<false>(g, p.slots, w.n_experts, stream);
+    case kMoeCudaWgmmaTileRows:
+      return LaunchWgmma<false>(g, p.slots, w.n_experts, stream);
     case 16:
       return LaunchGemm<1, 2, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
                                      stream);
@@ -335,14 +368,14 @@ void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
 
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
-                                                    MoeCudaGemm gemm, int64_t stream_prefetch) {
+                                                    MoeCudaGemm gemm) {
   RETURN_IF_ERROR(Validate(weights));
   const int64_t max_k = std::max(weights.dim, weights.inter);
-  if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 2 ||
+  if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 3 ||
       (gemm == MoeCudaGemm::kStream && max_k > kMoeCudaStreamMaxK)) {
     return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled or kStream, or kStream with max(D, I) "
-        "above kMoeCudaStreamMaxK");
+        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream or kWgmma, or kStream with "
+        "max(D, I) above kMoeCudaStreamMaxK");
   }
   if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: m or top_k out of range");
@@ -350,19 +383,14 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: k_step must be 0, 128 or 256");
   }
-  if (stream_prefetch < kMoeCudaStreamPrefetchAuto || stream_prefetch > kMoeCudaStreamPrefetchMax) {
-    return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: stream_prefetch must be -1 (automatic), 0 (off) or up to "
-        "kMoeCudaStreamPrefetchMax");
-  }
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
   if (tile_rows == kMoeCudaStreamTileRows) {
-    MoeCudaGemmPlan plan =
-        up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
-    plan.prefetch_units = MoeCudaStreamPrefetch(slots, stream_prefetch);
-    return plan;
+    return up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
+  }
+  if (tile_rows == kMoeCudaWgmmaTileRows) {
+    return up ? DescribeWgmma<true>(n, slots, e) : DescribeWgmma<false>(n, slots, e);
   }
   if (up) {
     if (tile_rows == 16) return Describe<1, 2, true>(n, k, k_step, slots, e);
@@ -481,6 +509,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.tiles = tiles;
   pp.num_tiles = num_tiles;
   pp.xg = xg;
+  pp.xg_by_token = !p.gather_slot_rows;
   pp.path = p.sort_path;
   pp.sort_scratch = reinterpret_cast<int32_t*>(base + l.sort_scratch);
   EnqueuePermute(pp, stream);
@@ -494,11 +523,11 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.tiles = tiles;
   up.num_tiles = num_tiles;
   up.xg = xg;
+  up.slot_token = p.gather_slot_rows ? nullptr : slot_token;
   up.slot_weight = slot_weight;
   up.ag = ag;
   up.k_step = p.gemm_k_step;
   up.hoisted_addresses = p.gemm_hoisted_addresses;
-  up.stream_prefetch = p.gemm_stream_prefetch;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -512,7 +541,6 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ye = ye;
   down.k_step = p.gemm_k_step;
   down.hoisted_addresses = p.gemm_hoisted_addresses;
-  down.stream_prefetch = p.gemm_stream_prefetch;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;

@@ -58,7 +58,7 @@ __device__ __forceinline__ void BlockExclusiveScan2(int32_t& a, int32_t& b, int3
 }
 
 // Quantises 32-value block `blk` of token t's x row once and writes its QDQ values to the
-// token's top_k slot rows (token_slot must be complete).
+// token's top_k slot rows (token_slot must be complete), or with xg_by_token to row t only.
 __device__ __forceinline__ void QuantGatherBlock(const MoePermuteParams& p, int64_t t,
                                                  int64_t blk) {
   const int64_t nb = p.dim / 32;
@@ -81,8 +81,9 @@ __device__ __forceinline__ void QuantGatherBlock(const MoePermuteParams& p, int6
     dst[1] = make_uint4(codes[4], codes[5], codes[6], codes[7]);
   }
   if (p.x_scales != nullptr) p.x_scales[t * nb + blk] = static_cast<uint8_t>(sb);
-  for (int64_t j = 0; j < p.top_k; ++j) {
-    const int64_t row = p.token_slot[t * p.top_k + j];
+  const int64_t copies = p.xg_by_token ? 1 : p.top_k;
+  for (int64_t j = 0; j < copies; ++j) {
+    const int64_t row = p.xg_by_token ? t : p.token_slot[t * p.top_k + j];
     uint4* dst = reinterpret_cast<uint4*>(p.xg + row * p.dim + blk * 32);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

@@ -77,11 +77,6 @@ __device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
   return v;
 }
 
-// Asks the L2 for the line of `p` (no registers, nothing waits on it; README.md "L2 prefetch").
-__device__ __forceinline__ void PrefetchL2(const uint8_t* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" : : "l"(p));
-}
-
 template <int kG>
 __device__ __forceinline__ uint32_t LoadScaleBytes(const uint8_t* p) {
   if constexpr (kG == 2) {
@@ -116,17 +111,6 @@ struct StreamCursor {
         w[rt][h] += 64 * kG;
         s[rt][h] += 4 * kG;
       }
-    }
-  }
-
-  // L2 prefetch of the unit `ahead` units past the cursor (each lane its own 16·kG bytes of
-  // every row: the quads cover the rows' whole unit).
-  __device__ __forceinline__ void Prefetch(int ahead) const {
-    const int64_t off = int64_t{ahead} * 64 * kG;
-#pragma unroll
-    for (int rt = 0; rt < kRT; ++rt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) PrefetchL2(w[rt][h] + off);
     }
   }
 };
@@ -272,9 +256,7 @@ __device__ __forceinline__ void StreamStoreDown(const GemmArgs& g, const float (
   }
 }
 
-// kPf: the L2 prefetch (g.prefetch units ahead, > 0); false compiles the round-2 kernel's code
-// exactly (no prefetch instructions, no extra registers).
-template <int kRT, bool kUp, int kG, bool kPf>
+template <int kRT, bool kUp, int kG>
 __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmArgs g) {
   using S = StreamShape<kRT, kUp, kG>;
   extern __shared__ __align__(128) unsigned char stream_smem[];
@@ -284,7 +266,6 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
   const int num_tiles = *g.num_tiles;
   const int units = static_cast<int>(g.k / S::kUnitK);
   const int64_t row_bytes = g.k / 2, scale_bytes = g.k / 32;
-  const int pf = kPf ? g.prefetch : 0;
   for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
     const int64_t e = g.tiles[2 * tile];
     const int64_t row0 = g.tiles[2 * tile + 1];
@@ -311,12 +292,6 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
         const int64_t grow = e * g.n + nrow;
         cur.w[rt][h] = w + grow * row_bytes + 16 * kG * tig;
         cur.s[rt][h] = sc + grow * scale_bytes + kG * tig;
-        // The row's scale bytes (K/32 <= 256) into the L2 at once: the ring's scale loads would
-        // otherwise wait on the DRAM every 32 bytes of them.
-        if (pf > 0) {
-          const uint8_t* srow = sc + grow * scale_bytes;
-          for (int64_t o = 32 * tig; o < scale_bytes; o += 128) PrefetchL2(srow + o);
-        }
       }
     }
     StreamUnit<kRT, kG> ring[S::kDepth];
@@ -324,14 +299,11 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
     for (int i = 0; i < S::kDepth; ++i) {
       if (i < units) cur.Load(ring[i]);
     }
-    // The L2 prefetch window: units kDepth .. kDepth + pf - 1 now (the cursor is at unit kDepth
-    // when units >= kDepth), then unit u + kDepth + pf as the ring loads unit u + kDepth.
-    for (int j = 0; j < pf && S::kDepth + j < units; ++j) cur.Prefetch(j);
 
     // The tile's activation rows (operand order, swizzled chunks) into shared memory.
     const int chunks = static_cast<int>(g.k / 8);
     for (int t = 0; t < rows; ++t) {
-      const uint16_t* src = g.a + (row0 + t) * g.k;
+      const uint16_t* src = ARow(g, row0 + t);
       unsigned char* dst = stream_smem + t * 2 * g.k;
       for (int c = threadIdx.x; c < chunks; c += kStreamThreads) {
         CpAsync16(dst + 16 * StreamSwizzle(static_cast<uint32_t>(c), static_cast<uint32_t>(t)),
@@ -362,11 +334,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
           const uint32_t c0 = static_cast<uint32_t>(4 * kG * (4 * u + tig));
           const uint32_t act = row_base + 16 * StreamSwizzle(c0, static_cast<uint32_t>(grp));
           StreamCompute<kRT, kG>(ring[i], stream_smem, act, acc);
-          if (u + S::kDepth < units) {
-            cur.Load(ring[i]);
-            // The cursor is at unit u + kDepth + 1.
-            if (pf > 0 && u + S::kDepth + pf < units) cur.Prefetch(pf - 1);
-          }
+          if (u + S::kDepth < units) cur.Load(ring[i]);
         }
       }
     }
