@@ -10,8 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
-#include "kernels/indexer/cuda/per_device_cache.h"
 #include "kernels/indexer/cuda/score_int8_kernel.cuh"
 #include "kernels/indexer/cuda/score_tile_kernel.cuh"
 #include "kernels/indexer/cuda/select_split_kernels.cuh"
@@ -102,15 +102,14 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
 // The int8 tensor-core scorer: a CTA per group of kMmaRows rows (kBatch: per row) walks key tiles
 // grid-stride, with one wave of resident CTAs in all, each staging its rows' q once for many
 // tiles. The SM count, the occupancy at each staged row count and the shared-memory attribute are
-// asked once per device (per_device_cache.h).
+// asked once per device (kernels/common/per_device_cache.h).
 template <bool kBatch>
 void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
-  using indexer_launch::PerDeviceInt;
   constexpr int kRows = kBatch ? 1 : indexer_device::kMmaRows;
   auto* kernel = indexer_device::IndexerScoreInt8Kernel<kBatch>;
   const int rows_cap = static_cast<int>(std::min<int64_t>(p.tokens, kRows));
   const size_t smem = indexer_device::ScoreInt8SmemBytes(rows_cap);
-  const int device = indexer_launch::CurrentDevice();
+  const int device = CurrentDevice();
   static PerDeviceInt smem_attribute;  // set once to the largest size any call uses
   smem_attribute.Get(device, [&] {
     const size_t most = indexer_device::ScoreInt8SmemBytes(kRows);
@@ -129,7 +128,7 @@ void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cud
   });
   const int64_t groups = (p.tokens + kRows - 1) / kRows;
   const int64_t tiles = (p.width + indexer_device::kMmaTileKeys - 1) / indexer_device::kMmaTileKeys;
-  const int64_t resident = int64_t{indexer_launch::SmCount(device)} * std::max(per_sm, 1);
+  const int64_t resident = int64_t{SmCount(device)} * std::max(per_sm, 1);
   const int64_t per_group = std::max<int64_t>(1, resident / std::min(groups, kMaxGridY));
   const dim3 grid(static_cast<unsigned>(std::min(tiles, per_group)),
                   static_cast<unsigned>(std::min(groups, kMaxGridY)));
@@ -144,8 +143,8 @@ template <int kDim, bool kBatch>
 void LaunchTile(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
   auto* kernel = indexer_device::IndexerScoreTileKernel<kDim, kBatch>;
   const size_t smem = indexer_device::ScoreTileSmemBytes(p.heads, p.head_dim);
-  static indexer_launch::PerDeviceInt smem_attribute;
-  const int device = indexer_launch::CurrentDevice();
+  static PerDeviceInt smem_attribute;
+  const int device = CurrentDevice();
   smem_attribute.Get(device, [&] {
     int optin = 0;  // the device's per-block limit (227 KiB on the H200)
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -11,6 +10,7 @@
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/mhc/cuda/mhc_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_small_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_tc_kernels.cuh"
@@ -32,45 +32,6 @@ constexpr int64_t kMaxTilesPerBlock = 8;
 
 bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
-}
-
-// Host-side per-device caches of launch-shape queries: a device's SM count, a kernel's resident
-// blocks per SM and its dynamic shared-memory attribute never change while the process runs, so
-// each is a driver call once per device instead of on every launch. One int per device ordinal,
-// computed by `query` on first use; lock-free (threads racing on a first use each query and store
-// the same value). Ordinals past kCachedDevices are queried every time. Use as a function-local
-// static (constant-initialised). Same idea as kernels/indexer/cuda/per_device_cache.h.
-constexpr int kCachedDevices = 64;
-
-class PerDeviceInt {
- public:
-  template <typename Query>
-  int Get(int device, Query&& query) {
-    if (device < 0 || device >= kCachedDevices) return query();
-    const int cached = values_[device].load(std::memory_order_acquire);
-    if (cached != 0) return cached - 1;
-    const int value = query();
-    values_[device].store(value + 1, std::memory_order_release);
-    return value;
-  }
-
- private:
-  std::atomic<int> values_[kCachedDevices] = {};  // value + 1; 0 = not yet queried
-};
-
-int CurrentDevice() {
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  return device;
-}
-
-int SmCount(int device) {
-  static PerDeviceInt cache;
-  return cache.Get(device, [device] {
-    int sms = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  });
 }
 
 unsigned BlocksFor(int64_t items, int64_t per_block) {

@@ -1,5 +1,4 @@
-// Host-side per-device caches of launch-shape queries (indexer_launch.cu only; not a public
-// header). A device's SM count, a kernel's resident CTAs per SM at a given shared-memory size and
+// Host-side per-device caches of launch-shape queries for the CUDA launchers (host code only). A device's SM count, a kernel's resident CTAs per SM at a given shared-memory size and
 // a kernel's dynamic shared-memory attribute never change while the process runs, so each is
 // asked once per device instead of on every launch (each query is a driver call on the hot path).
 #pragma once
@@ -10,10 +9,10 @@
 
 #include "kernels/common/cuda_check.h"
 
-namespace flashserve::kernels::indexer_launch {
+namespace flashserve::kernels {
 
 // Device ordinals cached; larger ordinals are queried on every use (still correct).
-inline constexpr int kCachedDevices = 64;
+inline constexpr int kPerDeviceCacheSize = 64;
 
 // One int per device ordinal, computed by `query` on its first use. Thread-safe and lock-free:
 // threads racing on a first use each query and store the same value. Meant as a function-local
@@ -22,7 +21,7 @@ class PerDeviceInt {
  public:
   template <typename Query>
   int Get(int device, Query&& query) {
-    if (device < 0 || device >= kCachedDevices) return query();
+    if (device < 0 || device >= kPerDeviceCacheSize) return query();
     const int cached = values_[device].load(std::memory_order_acquire);
     if (cached != 0) return cached - 1;
     const int value = query();
@@ -31,7 +30,7 @@ class PerDeviceInt {
   }
 
  private:
-  std::atomic<int> values_[kCachedDevices] = {};  // value + 1; 0 = not yet queried
+  std::atomic<int> values_[kPerDeviceCacheSize] = {};  // value + 1; 0 = not yet queried
 };
 
 inline int CurrentDevice() {
@@ -49,4 +48,4 @@ inline int SmCount(int device) {
   });
 }
 
-}  // namespace flashserve::kernels::indexer_launch
+}  // namespace flashserve::kernels
