@@ -129,13 +129,14 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 // Paths: head_dim 128, 256 or 512 with 16-byte aligned q / kv / out and strides that are multiples
 // of 8 elements take a tensor-core path: at head_dim 512 with heads a multiple of 64, the Hopper
 // wgmma path (two warpgroups per token and group of 64 heads, operands in 128-byte-swizzled shared
-// memory); otherwise mma.sync bf16 (one CTA per token and group of 16, 32 or 64 heads). Both use
-// fp32 accumulation and share each gathered 64-row KV block among the CTA's heads. The recipe is
-// the one above, but the q·k and Σ bf16(p)·v sums run in the tensor cores' order (the wgmma path
-// adds each block's products straight into the α-rescaled accumulator and uses CUDA's expf for
-// p), the block sums of p in a tree order, and when a launch has fewer than
-// kSparseAttnCudaSplitCtas (token, head group) items the list is split into contiguous ranges of
-// 64-blocks whose states (m, denom, acc) are merged by a second kernel (exp(m_s − M) weights),
+// memory; when a CTA's range of the list has at least 3 blocks of 64 entries, a third warpgroup
+// gathers the rows, same output bits); otherwise mma.sync bf16 (one CTA per token and group of 16,
+// 32 or 64 heads). Both use fp32 accumulation and share each gathered 64-row KV block among the
+// CTA's heads. The recipe is the one above, but the q·k and Σ bf16(p)·v sums run in the tensor
+// cores' order (the wgmma path adds each block's products straight into the α-rescaled accumulator
+// and uses CUDA's expf for p), the block sums of p in a tree order, and when a launch has fewer
+// than kSparseAttnCudaSplitCtas (token, head group) items the list is split into contiguous ranges
+// of 64-blocks whose states (m, denom, acc) are merged by a second kernel (exp(m_s − M) weights),
 // so bf16(p) is taken against the split-so-far max. Results agree with SparseAttnCpu to
 // rounding: per element |gpu − cpu| <= 2^-8·(|cpu| + mass) + 1e-6 (mass as in the CPU tests);
 // most elements are bit-identical. Every other valid params struct takes the scalar path (a CTA

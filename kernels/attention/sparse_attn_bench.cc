@@ -1,8 +1,7 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-ws-nopf|wgmma-splitk|
-//                             mma.sync|rows]
+//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows]
 //                     [--tokens N[,N..]]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
@@ -21,7 +20,7 @@
 // cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
 // wgmma path, one row each, then on the row-format input (path `wgmma-rows`); `all` adds the
 // opt-in wgmma-splitk and wgmma-ws kernels; `ws` is the A/B of the warp-specialised kernel
-// (wgmma, then wgmma-ws, then wgmma-ws-nopf = wgmma-ws without its L2 prefetch; same inputs);
+// (wgmma, then wgmma-ws; same inputs);
 // `rows` runs the row form only. --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
@@ -392,24 +391,21 @@ int Main(int argc, char** argv) {
                    {SparseAttnCudaPath::kWgmmaWs, false},
                    {SparseAttnCudaPath::kWgmma, true}};
       } else if (v == "ws") {
-        o.paths = {{SparseAttnCudaPath::kWgmma, false},
-                   {SparseAttnCudaPath::kWgmmaWs, false},
-                   {SparseAttnCudaPath::kWgmmaWsNoPrefetch, false}};
+        o.paths = {{SparseAttnCudaPath::kWgmma, false}, {SparseAttnCudaPath::kWgmmaWs, false}};
       } else if (v == "rows") {
         o.paths = {{SparseAttnCudaPath::kWgmma, true}};
-      } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-ws-nopf" ||
-                 v == "wgmma-splitk" || v == "mma.sync") {
-        o.paths = {{v == "auto"            ? SparseAttnCudaPath::kAuto
-                    : v == "wgmma"         ? SparseAttnCudaPath::kWgmma
-                    : v == "wgmma-ws"      ? SparseAttnCudaPath::kWgmmaWs
-                    : v == "wgmma-ws-nopf" ? SparseAttnCudaPath::kWgmmaWsNoPrefetch
-                    : v == "wgmma-splitk"  ? SparseAttnCudaPath::kWgmmaSplitK
-                                           : SparseAttnCudaPath::kMmaSync,
+      } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-splitk" ||
+                 v == "mma.sync") {
+        o.paths = {{v == "auto"           ? SparseAttnCudaPath::kAuto
+                    : v == "wgmma"        ? SparseAttnCudaPath::kWgmma
+                    : v == "wgmma-ws"     ? SparseAttnCudaPath::kWgmmaWs
+                    : v == "wgmma-splitk" ? SparseAttnCudaPath::kWgmmaSplitK
+                                          : SparseAttnCudaPath::kMmaSync,
                     false}};
       } else {
         std::fprintf(stderr,
-                     "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-ws-nopf, "
-                     "wgmma-splitk, mma.sync or rows\n");
+                     "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-splitk, mma.sync "
+                     "or rows\n");
         return 2;
       }
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -435,13 +431,12 @@ int Main(int argc, char** argv) {
       o.iters = 1;
       o.warmup = 0;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-          "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-ws-nopf|wgmma-splitk|mma.sync|rows] "
-          "[--tokens N[,N..]] "
-          "[--no-roofs] [--no-graph] [--ncu]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
+                   "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows] "
+                   "[--tokens N[,N..]] "
+                   "[--no-roofs] [--no-graph] [--ncu]\n",
+                   argv[0]);
       return 2;
     }
   }

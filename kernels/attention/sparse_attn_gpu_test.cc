@@ -380,15 +380,33 @@ SparseAttnCudaPath PathOf(const AttnCase& c, const Layout& l = {}) {
   return SparseAttnCudaPathFor(p);
 }
 
-// The default at the released dims: wgmma, or wgmma-ws once kSparseAttnWsDefault is set.
-constexpr SparseAttnCudaPath kDefault512 = attention_internal::kSparseAttnWsDefault
-                                               ? SparseAttnCudaPath::kWgmmaWs
-                                               : SparseAttnCudaPath::kWgmma;
+// PathOf for `c`'s params with tokens and width replaced (the selection reads only the dims, the
+// strides and the pointers' alignment; nothing is launched).
+SparseAttnCudaPath PathOfDims(const AttnCase& c, int64_t tokens, int64_t width) {
+  SparseAttnParams p = LayoutParams(c, {});
+  alignas(16) static const uint16_t kAligned[8] = {};
+  p.q = p.kv = p.out = const_cast<uint16_t*>(kAligned);
+  p.tokens = tokens;
+  p.width = width;
+  return SparseAttnCudaPathFor(p);
+}
 
 TEST(SparseAttnGpuTest, PathSelection) {
   const AttnCase released = RandomCase(1, 64, 512, 10, 8, 0.0, 1);
-  EXPECT_EQ(PathOf(released), kDefault512);
-  EXPECT_EQ(PathOf(released, {8, 16, 24}), kDefault512);
+  EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);  // one block: nothing to pipeline
+  EXPECT_EQ(PathOf(released, {8, 16, 24}), SparseAttnCudaPath::kWgmma);
+  // The bench's batches at width 640 (10 blocks): 1 / 8 tokens run 1-block units (wgmma),
+  // 64 tokens 5-block units and 256 tokens 10-block units (wgmma-ws); 25 / 26 tokens straddle the
+  // 3-block threshold (2 and 3 blocks per unit).
+  EXPECT_EQ(PathOfDims(released, 1, 640), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOfDims(released, 8, 640), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOfDims(released, 25, 640), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOfDims(released, 26, 640), SparseAttnCudaPath::kWgmmaWs);
+  EXPECT_EQ(PathOfDims(released, 64, 640), SparseAttnCudaPath::kWgmmaWs);
+  EXPECT_EQ(PathOfDims(released, 256, 640), SparseAttnCudaPath::kWgmmaWs);
+  EXPECT_EQ(PathOfDims(released, 256, 128), SparseAttnCudaPath::kWgmma);    // 2-block lists
+  EXPECT_EQ(PathOfDims(released, 1, 2560), SparseAttnCudaPath::kWgmma);     // 40 splits of 1 block
+  EXPECT_EQ(PathOfDims(released, 1, 24576), SparseAttnCudaPath::kWgmmaWs);  // 128 splits of 3
   EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
   const AttnCase heads65 = RandomCase(1, 65, 512, 10, 8, 0.0, 1);
   EXPECT_EQ(PathOf(heads65), SparseAttnCudaPath::kMmaSync);
@@ -414,13 +432,12 @@ TEST(SparseAttnGpuTest, PathSelection) {
     EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);
   }
   {
-    PathOverride force(SparseAttnCudaPath::kWgmmaWsNoPrefetch);
-    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmmaWsNoPrefetch);
-    EXPECT_EQ(PathOf(d128), SparseAttnCudaPath::kMmaSync);
+    PathOverride force(SparseAttnCudaPath::kWgmmaWs);
+    EXPECT_EQ(PathOfDims(released, 1, 640), SparseAttnCudaPath::kWgmmaWs);  // forced at any size
   }
   {
     PathOverride force(SparseAttnCudaPath::kWgmma);
-    EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);  // A/B against wgmma-ws
+    EXPECT_EQ(PathOfDims(released, 256, 640), SparseAttnCudaPath::kWgmma);  // A/B against ws
   }
   {
     PathOverride force(SparseAttnCudaPath::kMmaSync);
@@ -430,12 +447,13 @@ TEST(SparseAttnGpuTest, PathSelection) {
     PathOverride force(SparseAttnCudaPath::kScalar);
     EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kScalar);
   }
-  EXPECT_EQ(PathOf(released), kDefault512);
+  EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOfDims(released, 256, 640), SparseAttnCudaPath::kWgmmaWs);
   EXPECT_STREQ(SparseAttnCudaPathName(SparseAttnCudaPath::kWgmmaWs), "wgmma-ws");
-  EXPECT_STREQ(SparseAttnCudaPathName(SparseAttnCudaPath::kWgmmaWsNoPrefetch), "wgmma-ws-nopf");
 }
 
-// The released dims through each tensor-core path explicitly (the default takes wgmma there):
+// The released dims through each tensor-core path explicitly (the default takes wgmma or
+// wgmma-ws there by the list blocks per unit):
 // decode batches split (1, 4, 64 tokens) and unsplit (128), padded strides, a partial last
 // block, sinks, and head counts that leave a wgmma group partly empty.
 void CheckReleasedDimsOn(SparseAttnCudaPath path) {
@@ -491,12 +509,11 @@ TEST(SparseAttnGpuTest, WgmmaWsAtReleasedDims) {
 // gather and the synchronisation moved), so its output must equal wgmma's bit for bit; both are
 // also checked against SparseAttnCpu within the tolerance. The first mismatches are printed with
 // their token / head / dim.
-void ExpectWsEqualsWgmma(const AttnCase& c, const char* label, const Layout& l = {},
-                         SparseAttnCudaPath ws_path = SparseAttnCudaPath::kWgmmaWs) {
+void ExpectWsEqualsWgmma(const AttnCase& c, const char* label, const Layout& l = {}) {
   Outputs ws, base;
   {
-    PathOverride force(ws_path);
-    ASSERT_EQ(PathOf(c, l), ws_path);
+    PathOverride force(SparseAttnCudaPath::kWgmmaWs);
+    ASSERT_EQ(PathOf(c, l), SparseAttnCudaPath::kWgmmaWs);
     ws = RunBoth(c, l);
   }
   {
@@ -559,12 +576,6 @@ TEST(SparseAttnGpuTest, WgmmaWsEqualsWgmma) {
   AttnCase none = DecodeCase(4, 64, 512, 128, 512, 4096, 0.0, 1900);
   for (int64_t e = 0; e < none.width; ++e) none.indices[2 * none.width + e] = -1;
   ExpectWsEqualsWgmma(none, "ws token 2 without a valid entry");
-  // The A/B variant without the L2 prefetch: the same copies, so the same bits.
-  for (int64_t tokens : {1, 64}) {
-    const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 65536, 0.1, 2000 + tokens);
-    std::snprintf(label, sizeof(label), "ws-nopf 64x512 w640 tokens %ld", long(tokens));
-    ExpectWsEqualsWgmma(c, label, {}, SparseAttnCudaPath::kWgmmaWsNoPrefetch);
-  }
 }
 
 // ---- the row form (attention.h SparseAttnKvRows) ----------------------------------------------

@@ -1,5 +1,5 @@
-// The warp-specialised wgmma kernel's pipeline (cuda/wgmma_ws_check.h: its producer warpgroup,
-// mbarrier ring and L2 prefetch, with consumers that compute only S = Q·K^T per block) against
+// The warp-specialised wgmma kernel's pipeline (cuda/wgmma_ws_check.h: its producer warpgroup and
+// mbarrier ring, with consumers that compute only S = Q·K^T per block) against
 // exact CPU products: bf16 inputs are small integers, so every fp32 sum is exact and the
 // comparison is bit for bit. -1 and out-of-range entries must give the zero-filled row's 0; a
 // CTA that runs several units must reload Q and keep the ring's phases. A failure here points at

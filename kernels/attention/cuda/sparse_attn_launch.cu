@@ -24,6 +24,9 @@ using attention_internal::SparseAttnCudaPath;
 using attn_device::Geometry;
 using attn_device::TensorShape;
 
+static_assert(attention_internal::kSparseAttnWgmmaHeads == attn_device::WgmmaShape::kHeads,
+              "the default path rule cuts units as the wgmma launchers do");
+
 std::atomic<int> g_path_override{static_cast<int>(SparseAttnCudaPath::kAuto)};
 
 // Grid-stride kernels never need more CTAs than this.
@@ -42,21 +45,16 @@ bool TensorPathFits(const SparseAttnParams& p) {
   return true;
 }
 
-// Cuts the launch into units of (token, group of `heads_per_cta` heads, split).
+// Cuts the launch into units of (token, group of `heads_per_cta` heads, split):
+// attention_internal::SparseAttnCudaCutFor, which the default path rule reads too.
 Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
+  const attention_internal::SparseAttnCudaCut cut =
+      attention_internal::SparseAttnCudaCutFor(p.tokens, p.heads, p.width, heads_per_cta);
   Geometry geo;
-  geo.groups = (p.heads + heads_per_cta - 1) / heads_per_cta;
-  const int64_t items = p.tokens * geo.groups;
-  const int64_t n_blocks = (p.width + kSparseAttnBlock - 1) / kSparseAttnBlock;
-  // Few items: split each list into ranges of 64-blocks so that about kSparseAttnCudaSplitCtas
-  // CTAs run; items · splits <= kSparseAttnCudaSplitCtas keeps the states in the workspace.
-  int64_t splits = 1;
-  if (items < kSparseAttnCudaSplitCtas) {
-    splits = std::max<int64_t>(1, std::min(n_blocks, kSparseAttnCudaSplitCtas / items));
-  }
-  geo.blocks_per_split = splits > 1 ? (n_blocks + splits - 1) / splits : n_blocks;
-  geo.splits = splits > 1 ? (n_blocks + geo.blocks_per_split - 1) / geo.blocks_per_split : 1;
-  geo.units = items * geo.splits;
+  geo.groups = cut.groups;
+  geo.blocks_per_split = cut.blocks_per_split;
+  geo.splits = cut.splits;
+  geo.units = p.tokens * geo.groups * geo.splits;
   geo.state = static_cast<float*>(p.workspace);
   return geo;
 }
@@ -132,13 +130,11 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
 }
 
 // The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
-// LaunchWgmma, 384 threads. kL2Prefetch = false: the A/B variant without the producer's L2
-// prefetch.
-template <bool kL2Prefetch>
+// LaunchWgmma, 384 threads.
 void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
   using WS = attn_device::WgmmaWsShape;
   const Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
-  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kL2Prefetch>;
+  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, WS::kSmemBytes, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
@@ -199,8 +195,6 @@ const char* SparseAttnCudaPathName(SparseAttnCudaPath path) {
       return "wgmma-splitk";
     case SparseAttnCudaPath::kWgmmaWs:
       return "wgmma-ws";
-    case SparseAttnCudaPath::kWgmmaWsNoPrefetch:
-      return "wgmma-ws-nopf";
   }
   return "?";
 }
@@ -220,12 +214,11 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
   const bool wgmma_fits = p.head_dim == attn_device::WgmmaShape::kD;
   if (want == SparseAttnCudaPath::kMmaSync || !wgmma_fits) return SparseAttnCudaPath::kMmaSync;
   if (want == SparseAttnCudaPath::kWgmmaSplitK) return SparseAttnCudaPath::kWgmmaSplitK;
-  if (want == SparseAttnCudaPath::kWgmmaWs || want == SparseAttnCudaPath::kWgmmaWsNoPrefetch) {
-    return want;
-  }
+  if (want == SparseAttnCudaPath::kWgmmaWs) return SparseAttnCudaPath::kWgmmaWs;
   if (want == SparseAttnCudaPath::kWgmma) return SparseAttnCudaPath::kWgmma;
   if (p.heads % attn_device::WgmmaShape::kHeads == 0) {
-    return kSparseAttnWsDefault ? SparseAttnCudaPath::kWgmmaWs : SparseAttnCudaPath::kWgmma;
+    return SparseAttnWsPays(p.tokens, p.heads, p.width) ? SparseAttnCudaPath::kWgmmaWs
+                                                        : SparseAttnCudaPath::kWgmma;
   }
   return SparseAttnCudaPath::kMmaSync;
 }
@@ -249,9 +242,7 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   } else if (path == SparseAttnCudaPath::kWgmmaSplitK) {
     LaunchWgmma<true>(p, stream);
   } else if (path == SparseAttnCudaPath::kWgmmaWs) {
-    LaunchWgmmaWs<true>(p, stream);
-  } else if (path == SparseAttnCudaPath::kWgmmaWsNoPrefetch) {
-    LaunchWgmmaWs<false>(p, stream);
+    LaunchWgmmaWs(p, stream);
   } else if (p.head_dim == 128) {
     LaunchTensorForHeads<128>(p, stream);
   } else if (p.head_dim == 256) {

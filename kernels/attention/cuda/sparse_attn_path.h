@@ -15,31 +15,66 @@ enum class SparseAttnCudaPath {
   // default, selectable for A/B (tests, bench).
   kWgmmaSplitK,
   // WgmmaWsKernel (README.md "wgmma-ws"): the wgmma path's math with a producer warpgroup
-  // gathering into an mbarrier ring; same fit as kWgmma. The default at the released dims only
-  // when kSparseAttnWsDefault is set (the rule there).
+  // gathering into an mbarrier ring; same fit as kWgmma. The default at the released dims when
+  // SparseAttnWsPays (below).
   kWgmmaWs,
-  // kWgmmaWs without the producer's L2 prefetch of the block after next: A/B only (bench
-  // `--path ws` measures both), never the default. Same output bits.
-  kWgmmaWsNoPrefetch,
 };
 
-// Whether the default (kAuto) takes kWgmmaWs instead of kWgmma for the bf16 form. Rule: set it
-// when, on the H200, `bench_sparse_attn --path ws` shows wgmma-ws's median_us at or below
-// wgmma's at every batch (1, 8, 64, 256 tokens) and kernels_attention_gpu_test passes with the
-// override on kWgmmaWs (WgmmaWsAtReleasedDims). Until that run: off.
-inline constexpr bool kSparseAttnWsDefault = false;
+// How the wgmma-family launchers cut a launch (MakeGeometry in sparse_attn_launch.cu): units of
+// (token, group of heads_per_cta heads, split), each split a range of blocks_per_split list blocks
+// of kSparseAttnBlock entries. Fewer than kSparseAttnCudaSplitCtas (token, group) items split the
+// list so that about kSparseAttnCudaSplitCtas units run (items · splits <= kSparseAttnCudaSplitCtas
+// keeps the split states in the workspace). Defined for any input, validated or not (0 tokens or
+// heads: one split; width 0: zero blocks).
+struct SparseAttnCudaCut {
+  int64_t groups = 0;
+  int64_t splits = 1;
+  int64_t blocks_per_split = 0;
+};
+constexpr SparseAttnCudaCut SparseAttnCudaCutFor(int64_t tokens, int64_t heads, int64_t width,
+                                                 int64_t heads_per_cta) {
+  SparseAttnCudaCut cut;
+  cut.groups = heads > 0 ? (heads + heads_per_cta - 1) / heads_per_cta : 0;
+  const int64_t items = tokens > 0 ? tokens * cut.groups : 0;
+  const int64_t n_blocks = width > 0 ? (width + kSparseAttnBlock - 1) / kSparseAttnBlock : 0;
+  int64_t splits = 1;
+  if (items > 0 && items < kSparseAttnCudaSplitCtas) {
+    splits = kSparseAttnCudaSplitCtas / items;
+    splits = splits < n_blocks ? splits : n_blocks;
+    splits = splits > 1 ? splits : 1;
+  }
+  cut.blocks_per_split = splits > 1 ? (n_blocks + splits - 1) / splits : n_blocks;
+  cut.splits = splits > 1 ? (n_blocks + cut.blocks_per_split - 1) / cut.blocks_per_split : 1;
+  return cut;
+}
+
+// The wgmma path's heads per CTA (WgmmaShape::kHeads; the launcher static_asserts the two agree).
+inline constexpr int64_t kSparseAttnWgmmaHeads = 64;
+
+// Whether the default (kAuto) takes kWgmmaWs instead of kWgmma for the bf16 form: when a unit has
+// at least kSparseAttnWsMinBlocks list blocks. Every CTA runs one unit, and the producer's ring
+// overlaps a block's gather with the previous block's compute only inside a unit, so a 1-block
+// unit pays the producer hand-off for nothing. Measured on the H200 (README.md "wgmma-ws",
+// released dims, width 640 = 10 blocks): 1 and 8 tokens (1 block per unit) wgmma-ws 0.9–1.3 µs
+// slower; 64 tokens (5 blocks) 62.4 → 57.1 µs; 256 tokens (10 blocks) 104.4 → 84.8 µs. The
+// threshold sits between the measured 1 (loses) and 5 (wins): at width 640 it is 26 tokens and up.
+inline constexpr int64_t kSparseAttnWsMinBlocks = 3;
+constexpr bool SparseAttnWsPays(int64_t tokens, int64_t heads, int64_t width) {
+  return SparseAttnCudaCutFor(tokens, heads, width, kSparseAttnWgmmaHeads).blocks_per_split >=
+         kSparseAttnWsMinBlocks;
+}
 
 const char* SparseAttnCudaPathName(SparseAttnCudaPath path);
 
 // Makes later LaunchSparseAttn calls prefer `path` (kAuto restores the default). A preferred path
-// that does not fit the params falls back: kWgmma / kWgmmaSplitK / kWgmmaWs / kWgmmaWsNoPrefetch
-// → kMmaSync → kScalar. Not synchronised with launches in flight on other threads: set it between
-// launches (tests, benches).
+// that does not fit the params falls back: kWgmma / kWgmmaSplitK / kWgmmaWs → kMmaSync → kScalar.
+// Not synchronised with launches in flight on other threads: set it between launches (tests,
+// benches).
 void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 
 // The path LaunchSparseAttn takes for `p` under the current override (p need not be validated).
-// Default: kWgmma (kWgmmaWs when kSparseAttnWsDefault) for head_dim 512 with heads a multiple of
-// 64, kMmaSync for the other tensor shapes, kScalar for the rest. The row form (kv_rows) is
+// Default: for head_dim 512 with heads a multiple of 64, kWgmmaWs when SparseAttnWsPays, else
+// kWgmma; kMmaSync for the other tensor shapes, kScalar for the rest. The row form (kv_rows) is
 // always kWgmma, whatever the override.
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 

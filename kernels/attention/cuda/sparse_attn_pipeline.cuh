@@ -56,13 +56,6 @@ __device__ __forceinline__ void NamedBarrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16) at `src` (16-byte aligned), no completion to wait
-// for (PTX ISA §9.7.9.25.4.4 cp.async.bulk.prefetch, sm_90): the later cp.async of the same bytes
-// then hits L2.
-__device__ __forceinline__ void PrefetchL2Bulk(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 template <uint32_t kRegs>
 __device__ __forceinline__ void SetMaxRegsInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));

@@ -11,14 +11,14 @@
 // block's 64 rows into stage (ring slot % 2) with cp.async (8 threads per row, so a warp's
 // request is 4 rows × 128 contiguous bytes) and signals the stage's `full` barrier through
 // cp.async.mbarrier.arrive (the hardware arrives once the thread's copies have landed; the
-// producer never waits for them) plus a plain arrive for its idx writes; it also prefetches the
-// rows of the block after next into L2. The consumers wait on `full`, fence the landed copies to
-// the async proxy, and arrive on `empty` once their P·V of the stage has completed. Shared
-// memory: WgmmaShape's layout (Q, two 64 KB stages, idx [2][64], row max / sum / P exchange) plus
-// four mbarriers (full[2], empty[2]). No CTA-wide barrier inside a unit: the consumers meet on
-// named barrier 1 (256 threads) for the row max and the row sum / P exchange, the producer only
-// through the mbarriers. Registers: the producer gives its warpgroup's down to kProducerRegs, the
-// consumers take kConsumerRegs.
+// producer never waits for them) plus a plain arrive for its idx writes (an L2 prefetch of the
+// block after next was measured and removed: README.md "wgmma-ws"). The consumers wait on `full`,
+// fence the landed copies to the async proxy, and arrive on `empty` once their P·V of the stage
+// has completed. Shared memory: WgmmaShape's layout (Q, two 64 KB stages, idx [2][64], row max /
+// sum / P exchange) plus four mbarriers (full[2], empty[2]). No CTA-wide barrier inside a unit: the
+// consumers meet on named barrier 1 (256 threads) for the row max and the row sum / P exchange, the
+// producer only through the mbarriers. Registers: the producer gives its warpgroup's down to
+// kProducerRegs, the consumers take kConsumerRegs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -101,30 +101,13 @@ __device__ __forceinline__ void WsRowsOf(const SparseAttnParams& p, int64_t t, i
   }
 }
 
-// Prefetches into L2 the pool rows `rows` (the producer thread's four entries of a block; one
-// thread of each row's eight issues them): a block's rows are asked for two ring slots before
-// their cp.async, so that the copy, which has about one block of compute to land, reads L2.
-__device__ __forceinline__ void WsPrefetchRows(const SparseAttnParams& p, const int32_t (&rows)[4],
-                                               int ptid) {
-  if (ptid % 8 != 0) return;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (rows[j] >= 0) {
-      PrefetchL2Bulk(p.kv + int64_t{rows[j]} * p.kv_stride, WgmmaShape::kD * 2);
-    }
-  }
-}
-
 // The producer's part of one unit: Q with the first block, then blocks blk_begin .. blk_end - 1
 // into the ring. `it` counts ring slots over the CTA's units (stage it % 2, phase (it / 2) % 2);
 // the consumers count the same blocks. A block's `full` phase completes after 2 arrivals per
 // producer thread: cp.async.mbarrier.arrive (its copies, Q included, have landed) and a plain
 // arrive (releases its s_idx writes). The producer never waits for its own copies, so block
 // blk + 1's copies can be issued while block blk's are still in flight. The indices of block
-// blk + 2 are read (and their rows prefetched into L2) after block blk is issued; block blk + 1's
-// are already in registers. kL2Prefetch = false leaves the prefetch out (A/B: path
-// wgmma-ws-nopf).
-template <bool kL2Prefetch = true>
+// blk + 2 are read after block blk is issued; block blk + 1's are already in registers.
 __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t t, int64_t h0,
                                               int64_t blk_begin, int64_t blk_end, uint32_t base,
                                               int32_t* s_idx, uint32_t& it) {
@@ -135,7 +118,6 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t
   int32_t rows_next[4];  // block blk + 1
   WsRowsOf(p, t, blk_begin, blk_end, ptid, rows);
   WsRowsOf(p, t, blk_begin + 1, blk_end, ptid, rows_next);
-  if constexpr (kL2Prefetch) WsPrefetchRows(p, rows_next, ptid);
   for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     // The consumers released this stage (its previous block's P·V completed); a fresh barrier
@@ -158,7 +140,6 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t
 #pragma unroll
     for (int j = 0; j < 4; ++j) rows[j] = rows_next[j];
     WsRowsOf(p, t, blk + 2, blk_end, ptid, rows_next);
-    if constexpr (kL2Prefetch) WsPrefetchRows(p, rows_next, ptid);
   }
 }
 
@@ -357,9 +338,7 @@ __device__ __forceinline__ WsUnit WsUnitOf(const Geometry& geo, int64_t unit, in
 }
 
 // A template on kD so that the header may be included by several .cu files (kD = 512).
-// kL2Prefetch: the producer's L2 prefetch of the block after next (on by default; off only for the
-// A/B path wgmma-ws-nopf).
-template <int kD, bool kL2Prefetch>
+template <int kD>
 __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     WgmmaWsKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
@@ -387,8 +366,8 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     SetMaxRegsDec<WS::kProducerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const WsUnit u = WsUnitOf(geo, unit, n_blocks);
-      WsProduceUnit<kL2Prefetch>(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
-                                 reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
+      WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
+                    reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
       // The next unit's Q replaces this one's only after every consumer's wgmma read it.
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }

@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     SetMaxRegsDec<WS::kProducerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const WsUnit u = WsUnitOf(geo, unit, n_blocks);
-      WsProduceUnit<true>(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
-                          reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
+      WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
+                    reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }
     CpAsyncWait<0>();

@@ -1,5 +1,5 @@
 // A check of the warp-specialised wgmma kernel's pipeline (sparse_attn_wgmma_ws.cuh: producer
-// warpgroup, L2 prefetch, cp.async into the mbarrier ring, consumers waiting on it) for the GPU
+// warpgroup, cp.async into the mbarrier ring, consumers waiting on it) for the GPU
 // test; no CUDA header. Not part of the launcher.
 #pragma once
 
