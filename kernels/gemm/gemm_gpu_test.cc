@@ -22,6 +22,7 @@
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
 #include "common/formats/block_quant.h"
+#include "common/formats/fp8_e4m3.h"
 #include "gtest/gtest.h"
 #include "kernels/common/gpu_test_util.h"
 #include "kernels/gemm/gemm.h"
@@ -419,15 +420,16 @@ TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
 // The warp-specialised bf16-expansion kernel runs the cp.async kernel's wgmma sequence on the same
 // operands, so on any input (random codes, scales, activations) its outputs are the same bits:
 // ragged N (1000: a partial 256-column tile) and K (1312: a partial 64-wide step), M = 128, 256,
-// 1000 (a partial 128-row tile) and 4096 (many tiles per persistent CTA), splits, f32 output.
-// The first mismatches name M, N, K, split and the element.
+// 1000 (a partial 128-row tile) and 4096 (many tiles per persistent CTA), splits, f32 output;
+// first a small case (one and a half K steps, one ragged N tile). The first mismatches name M,
+// N, K, split and the element.
 TEST_F(GemmGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
   Rng rng(31);
   struct Dims {
     int64_t n, k;
   };
   int runs = 0;
-  for (const Dims& s : {Dims{1000, 1312}, Dims{2304, 5120}}) {
+  for (const Dims& s : {Dims{300, 96}, Dims{1000, 1312}, Dims{2304, 5120}}) {
     const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, true, rng);
     const auto w = Prepare(h);
     const DeviceFp8Linear d = Upload(*w);
@@ -436,10 +438,10 @@ TEST_F(GemmGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
       for (int64_t split : {0, 1, 3}) {
         for (bool f32 : {false, true}) {
           if (f32 && split == 1) continue;
-          const gemm_test::GpuRunOptions ws{f32, 0, 128, split, true, true};
           const gemm_test::GpuRunOptions cp{f32, 0, 128, split, true, false};
-          const std::vector<float> a = gemm_test::RunLinearGpu(d.view(), x, m, s.k, ws);
           const std::vector<float> b = gemm_test::RunLinearGpu(d.view(), x, m, s.k, cp);
+          const gemm_test::GpuRunOptions ws{f32, 0, 128, split, true, true};
+          const std::vector<float> a = gemm_test::RunLinearGpu(d.view(), x, m, s.k, ws);
           ExpectBitEqual(a, b, m, s.n, s.n,
                          "ws vs cp.async N " + std::to_string(s.n) + " K " + std::to_string(s.k) +
                              " M " + std::to_string(m) + " split " + std::to_string(split) +
@@ -450,6 +452,47 @@ TEST_F(GemmGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
     }
   }
   std::printf("warp-specialised wgmma: %d runs bit-identical to the cp.async kernel\n", runs);
+}
+
+// Every E4M3 code (the NaN codes too, which Upload rejects: written raw here) under every scale
+// byte, through the whole kernel: W [65536, 32] holds one nonzero code per row, code n % 256 at
+// column n % 32, and scale block (n / 32, 0) = n / 256, so rows 256·s .. 256·s + 255 hold codes
+// 0 .. 255 under scale byte s; x is all ones, so y[m][n] = the decoded code plus zeros (no
+// 0 · inf). The warp-specialised kernel must give the cp.async kernel's bits (NaN == NaN), and
+// every normal finite result of a non-NaN code must be E4M3(code) · 2^(s - 127).
+TEST_F(GemmGpuTest, WarpSpecialisedDecodesEveryCodeAndScale) {
+  const int64_t n = 65536, k = 32, m = 128;
+  std::vector<uint8_t> codes(n * k, 0), scales(n / 32);
+  for (int64_t r = 0; r < n; ++r) codes[r * k + r % 32] = static_cast<uint8_t>(r % 256);
+  for (int64_t b = 0; b < n / 32; ++b) scales[b] = static_cast<uint8_t>(b / 8);
+  DeviceBuffer dcodes(codes.size()), dscales(scales.size());
+  dcodes.CopyFromHost(codes.data(), codes.size());
+  dscales.CopyFromHost(scales.data(), scales.size());
+  const Fp8LinearDevice w{n, k, dcodes.get<uint8_t>(), dscales.get<uint8_t>(), nullptr};
+  const std::vector<uint16_t> x(m * k, 0x3F80);  // 1.0
+  const GpuRunOptions cp{true, 0, 128, 1, true, false};
+  const std::vector<float> ref = gemm_test::RunLinearGpu(w, x, m, k, cp);
+  int64_t bad = 0, checked = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const uint8_t code = static_cast<uint8_t>(c % 256);
+    const int sb = static_cast<int>(c / 256);
+    const float want = std::ldexp(formats::E4m3ToFloat(code), sb - 127);
+    if ((code & 0x7F) == 0x7F || sb == 255 || std::isinf(want) ||
+        (want != 0.0f && std::fabs(want) < std::ldexp(1.0f, -126))) {
+      continue;
+    }
+    ++checked;
+    const float got = ref[(c % m) * n + c];
+    if (got != want && ++bad <= 5) {
+      ADD_FAILURE() << "cp.async: code " << int{code} << " scale " << sb << " gives " << got
+                    << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(checked, n / 2);
+  const GpuRunOptions ws{true, 0, 128, 1, true, true};
+  const std::vector<float> got = gemm_test::RunLinearGpu(w, x, m, k, ws);
+  ExpectBitEqual(got, ref, m, n, n, "warp-specialised");
 }
 
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
