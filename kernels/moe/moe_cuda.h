@@ -183,11 +183,10 @@ inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 // kAuto streams up to this many slots per expert on average.
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
 inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
-// kAuto takes the wgmma GEMM from this many slots per expert on average (m·top_k >= 24·E: 1,536
-// tokens at E 384 top-6). A first guess, written without a GPU: the tiled GEMM runs ~125 TFLOP/s
-// at 4,096 tokens (64 slots per expert); at 16 (1,024 tokens) a 128-row tile does 64 rows of
-// tensor work for ~16 valid ones. To be set from bench_moe --gemm 1 / 3 on the H200.
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 24;
+// kAuto takes the wgmma GEMM from this many slots per expert on average (m·top_k >= 48·E: 3,072
+// tokens at E 384 top-6). Measured on the H200 (bench_moe --shared 0 --gemm 1 / 3): the wgmma
+// layer is 10.5 vs 9.6 ms (tiled) at 2,048 tokens and 10.8 vs 14.3 ms at 4,096 (README.md).
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 48;
 
 // Rows per GEMM tile for a call (and so the GEMM, see MoeCudaGemm): 8 (streaming: few slots per
 // expert, kAuto only when `max_k` = max(D, I) <= kMoeCudaStreamMaxK; 0 = unknown, taken as

@@ -272,9 +272,9 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
   EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 32);
-  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (24) slots per expert: 1,536 tokens at top-6.
-  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384), 32);
-  EXPECT_EQ(MoeCudaTileRows(1536, 6, 384), kMoeCudaWgmmaTileRows);
+  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (48) slots per expert: 3,072 tokens at top-6.
+  EXPECT_EQ(MoeCudaTileRows(3071, 6, 384), MoeCudaTileRows(3071, 6, 384, MoeCudaGemm::kTiled));
+  EXPECT_EQ(MoeCudaTileRows(3072, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             kMoeCudaWgmmaTileRows);
