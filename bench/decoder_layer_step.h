@@ -50,6 +50,11 @@ struct Options {
   int warmup = 5;
   std::vector<int64_t> tokens = {1, 8, 64, 256};
   std::vector<int64_t> reindex_tokens = {1, 8};
+  // Batch sizes of the optional groups of decoder_layer_extras.h (layer 20's compressor and
+  // candidate source; an Engram layer's memory); empty: not run.
+  std::vector<int64_t> extra_tokens = {1, 8};
+  std::vector<int64_t> compress_ratios = {1, 2};  // 1: layer 20; 2: layers 2/8/14
+  int64_t engram_rows = 8'000'000;                // rows of the synthetic Engram table (264 B each)
   int64_t context = 65536;
   bool stages = true;
 };

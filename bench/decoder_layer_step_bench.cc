@@ -2,7 +2,8 @@
 // released dims, composed of the kernels/ launchers, against its roofline.
 //
 //   bench_decoder_layer_step [--iters N] [--warmup N] [--tokens 1,8,64,256] [--context L]
-//                            [--reindex-tokens 1,8] [--stages 0|1]
+//                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
+//                            [--engram-rows N] [--stages 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -21,6 +22,13 @@
 // --reindex-tokens batch sizes; each sequence has its own keys, and the scores and the top-512 are
 // one batched launch each for all sequences (LaunchIndexerScoreBatch / LaunchIndexerTopkBatch),
 // checked bit for bit against one launch per sequence before timing ("batched vs per-sequence").
+// For the --extra-tokens batch sizes (empty: skipped), two more groups, each added to the Reuse
+// step (decoder_layer_extras.h gives their stages and spec references): the compressing layer's
+// compressor (--compress-ratios: 1 = layer 20: wkv, norm, main-KV row, index key, candidate
+// blocks; 2 = layers 2/8/14 at a step that emits a row: fp32 wkv + wgate, per-sequence pooling,
+// main-KV row, index key) and an
+// Engram layer's memory (layers 1 and 14: table gather, engram.wkv, gate, stream update; a table
+// of --engram-rows rows, default 8M = 2.1 GB, random ids).
 //
 // Synthetic data (deterministic, filled on the device): FP8 codes over every finite E4M3 value with
 // UE8M0 scales 2^-15..2^-11, FP4 experts as the MoE bench's realistic ones, activations uniform.
@@ -49,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/decoder_layer_extras.h"
 #include "bench/decoder_layer_step.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
@@ -77,6 +86,12 @@ Options ParseOptions(int argc, char** argv) {
       o.tokens = ParseList(argv[i + 1]);
     } else if (flag == "--reindex-tokens") {
       o.reindex_tokens = ParseList(argv[i + 1]);
+    } else if (flag == "--extra-tokens") {
+      o.extra_tokens = ParseList(argv[i + 1]);
+    } else if (flag == "--compress-ratios") {
+      o.compress_ratios = ParseList(argv[i + 1]);
+    } else if (flag == "--engram-rows") {
+      o.engram_rows = std::atoll(argv[i + 1]);
     } else if (flag == "--context") {
       o.context = std::atoll(argv[i + 1]);
     } else if (flag == "--stages") {
@@ -107,6 +122,99 @@ void PrintStages(const std::vector<Stage>& stages, const Options& o, const Roofs
     std::printf("  %-44s %10.1f %10.2f %10.3f %9.1f %7.2f\n", s.name.c_str(), us, s.bytes / 1e6,
                 s.flops / 1e9, roof, roof / us);
   }
+}
+
+// Runs a group's stages twice; counts non-finite bf16 outputs and whether every output repeats.
+template <typename Bf16Fn, typename BytesFn>
+bool CheckGroup(const char* what, int64_t b, const std::vector<Stage>& stages, cudaStream_t st,
+                Bf16Fn bf16, BytesFn bytes) {
+  std::vector<uint16_t> v[2];
+  std::vector<uint8_t> raw[2];
+  for (int rep = 0; rep < 2; ++rep) {
+    for (const Stage& s : stages) s.launch();
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    v[rep] = bf16();
+    raw[rep] = bytes();
+  }
+  int64_t nonfinite = 0;
+  for (uint16_t x : v[0]) nonfinite += (x & 0x7F80) == 0x7F80;
+  const bool same = v[0] == v[1] && raw[0] == raw[1];
+  if (nonfinite != 0 || !same) {
+    std::printf("CHECK FAILED: %s at %ld tokens: %ld non-finite outputs, repeat %s\n", what,
+                static_cast<long>(b), static_cast<long>(nonfinite), same ? "identical" : "DIFFERS");
+    return false;
+  }
+  return true;
+}
+
+void PrintGroup(const char* title, int64_t b, const std::vector<Stage>& stages, const Options& o,
+                const Roofs& r, cudaStream_t st) {
+  double bytes = 0, flops = 0;
+  for (const Stage& s : stages) {
+    bytes += s.bytes;
+    flops += s.flops;
+  }
+  const double us = kernels::MedianEventMicros(
+      o.warmup, o.iters,
+      [&] {
+        for (const Stage& s : stages) s.launch();
+      },
+      st);
+  const double roof = r.Roof(bytes, flops);
+  std::printf(
+      "\n%s, %ld tokens: %.1f µs, %zu stages, %.1f MB, %.3f GFLOP, roof %.1f µs, ratio %.2f\n",
+      title, static_cast<long>(b), us, stages.size(), bytes / 1e6, flops / 1e9, roof, roof / us);
+  if (o.stages) PrintStages(stages, o, r, st);
+}
+
+// The optional groups of decoder_layer_extras.h for the --extra-tokens batch sizes.
+int RunExtras(const Options& o, const Roofs& roofs, cudaStream_t st) {
+  int64_t max_b = 0;
+  for (int64_t b : o.extra_tokens) max_b = std::max(max_b, b);
+  for (int64_t ratio : o.compress_ratios) {
+    if (ratio != 1 && ratio != 2) {
+      std::printf("--compress-ratios: %ld is not a ratio of the model (1 or 2)\n",
+                  static_cast<long>(ratio));
+      return 1;
+    }
+  }
+  LayerExtras extras(o, max_b, st);
+  int status = 0;
+  for (int64_t ratio : o.compress_ratios) {
+    for (int64_t b : o.extra_tokens) {
+      std::vector<Stage> stages = extras.CompressorStages(b, ratio);
+      if (!CheckGroup(
+              "compressor", b, stages, st, [&] { return extras.CompressorBf16(b); },
+              [&] { return extras.CompressorBytes(b); })) {
+        status = 1;
+      }
+      // Every row keeps between 1 (the pinned newest block) and 2048 blocks of 8 positions.
+      for (int64_t t = 0; ratio == 1 && t < b; ++t) {
+        const int64_t n = extras.CandidateCount(b, t);
+        if (n < 1 || n > kCandidateTopkBlocks * kCandidateBlock) {
+          std::printf("CHECK FAILED: candidate row %ld marks %ld positions\n", static_cast<long>(t),
+                      static_cast<long>(n));
+          status = 1;
+        }
+      }
+      PrintGroup(ratio == 1
+                     ? "Compressing layer's compressor (added to the step), layer 20, ratio 1"
+                     : "Compressing layer's compressor (added to the step), layers 2/8/14, "
+                       "ratio 2, a step that emits",
+                 b, stages, o, roofs, st);
+    }
+  }
+  for (int64_t b : o.extra_tokens) {
+    std::vector<Stage> stages = extras.EngramStages(b);
+    if (!CheckGroup(
+            "engram", b, stages, st, [&] { return extras.EngramOutput(b); },
+            [] { return std::vector<uint8_t>(); })) {
+      status = 1;
+    }
+    PrintGroup("Engram layer's memory (added to the step), layers 1 and 14", b, stages, o, roofs,
+               st);
+  }
+  return status;
 }
 
 int Run(const Options& o) {
@@ -233,6 +341,7 @@ int Run(const Options& o) {
         static_cast<long>(b), static_cast<long>(o.context), us, bytes / 1e6, roof, roof / us);
     if (o.stages) PrintStages(stages, o, roofs, st);
   }
+  if (!o.extra_tokens.empty()) status |= RunExtras(o, roofs, st);
   return status;
 }
 
