@@ -111,6 +111,29 @@ void LayerExtras::AllocateCompressor() {
   }
   // The odd position that emits (L − 1, or L − 2 for an odd L) and its group's first token.
   pos2_ = ((l - 1) % 2 == 1) ? l - 1 : l - 2;
+  // The batched launch's per-sequence params (sequence t: its kv / z rows, latent row t), built
+  // once; the stage passes the first b of them.
+  emitted2_.assign(static_cast<size_t>(b), 0);
+  for (int64_t t = 0; t < b; ++t) {
+    kernels::CompressProjectedParams p;
+    p.ratio = 2;
+    p.channels = kCompressChannels;
+    p.start_pos = pos2_;
+    p.tokens = 1;
+    p.kv = kvz_.get<float>() + t * kCompressChannels;
+    p.kv_stride = kCompressChannels;
+    p.score = kvz_.get<float>() + (b + t) * kCompressChannels;
+    p.score_stride = kCompressChannels;
+    p.norm_weight = cnorm_.get<uint16_t>();
+    p.norm_eps = kNormEps;
+    p.latent = latent_.get<uint16_t>() + t * kCompressChannels;
+    p.latent_stride = kCompressChannels;
+    p.latent_capacity = 1;
+    p.group_index = group_index_.get<int64_t>() + t;
+    p.groups_emitted = &emitted2_[static_cast<size_t>(t)];
+    params2_.push_back(p);
+    state_ptrs2_.push_back(&states2_[static_cast<size_t>(t)]);
+  }
   std::vector<int64_t> group_pos(static_cast<size_t>(b), pos2_ - 1);
   group_positions_ = DeviceBuffer(group_pos.size() * 8);
   group_positions_.CopyFromHost(group_pos.data(), group_pos.size() * 8);
@@ -232,36 +255,21 @@ std::vector<Stage> LayerExtras::CompressorStages(int64_t b, int64_t ratio) {
     s.push_back(
         {"compressor wkv + wgate (fp32 2x512x5120)", [=, this] { LaunchFloat(Fp32PairParams(b)); },
          static_cast<double>(cw32_.bytes()) + db * (kD * 2 + 2 * kC * 4), 2 * 2 * db * kC * kD});
-    s.push_back({"compressor pool + norm (ratio 2, per seq)",
-                 [=, this] {
-                   // One launch per sequence (each has its own open group; no batched
-                   // launcher). Each step is the odd position that completes the pair: the
-                   // state is put back to "one token pending" on the host first.
-                   for (int64_t t = 0; t < b; ++t) {
-                     kernels::CompressorDeviceState& state = states2_[static_cast<size_t>(t)];
-                     state.pending = 1;
-                     state.next_pos = pos2_;
-                     kernels::CompressProjectedParams p;
-                     p.ratio = 2;
-                     p.channels = kC;
-                     p.start_pos = pos2_;
-                     p.tokens = 1;
-                     p.kv = kvz_.get<float>() + t * kC;
-                     p.kv_stride = kC;
-                     p.score = kvz_.get<float>() + (max_b_ + t) * kC;
-                     p.score_stride = kC;
-                     p.norm_weight = cnorm_.get<uint16_t>();
-                     p.norm_eps = kNormEps;
-                     p.latent = latent_.get<uint16_t>() + t * kC;
-                     p.latent_stride = kC;
-                     p.latent_capacity = 1;
-                     p.group_index = group_index_.get<int64_t>() + t;
-                     p.groups_emitted = &groups_emitted_;
-                     Ok(kernels::LaunchCompressProjected(p, &state, st));
-                     CHECK_EQ(groups_emitted_, 1);
-                   }
-                 },
-                 db * (4.0 * kC * 4 + kC * 2 * 2 + 8) + kC * 2, 0});
+    s.push_back(
+        {"compressor pool + norm (ratio 2, batched)",
+         [=, this] {
+           // One launch for the batch (LaunchCompressProjectedBatch: each sequence keeps
+           // its own open group). Each step is the odd position that completes the pair:
+           // every state is put back to "one token pending" on the host first.
+           for (int64_t t = 0; t < b; ++t) {
+             kernels::CompressorDeviceState& state = states2_[static_cast<size_t>(t)];
+             state.pending = 1;
+             state.next_pos = pos2_;
+           }
+           Ok(kernels::LaunchCompressProjectedBatch({params2_.data(), b}, state_ptrs2_.data(), st));
+           for (int64_t t = 0; t < b; ++t) CHECK_EQ(emitted2_[static_cast<size_t>(t)], 1);
+         },
+         db * (4.0 * kC * 4 + kC * 2 * 2 + 8) + kC * 2, 0});
   }
   // The group's first token: L − 1 at ratio 1 (group index = position), the even one at ratio 2.
   const int64_t* rope_positions =

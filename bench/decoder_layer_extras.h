@@ -25,8 +25,8 @@
 //   compressor wkv+wgate kv and z = x · W^T with the reference's fp32 copies [512, 5120] each, fp32
 //                        outputs (one grouped LaunchFloatLinear)
 //   pool + norm          per channel softmax over the pair's z, pooled kv, bf16 cast, RMSNorm
-//                        (LaunchCompressProjected, ONE LAUNCH PER SEQUENCE: each holds its own
-//                        open group, and there is no batched launcher yet)
+//                        (LaunchCompressProjectedBatch: one launch for the batch, each sequence
+//                        with its own open group)
 //   main-KV row, wk, k_norm + RoPE, index-key row as above, at the group's first position j·2
 // No candidate blocks (layer 20 only). The index scores of these layers (their own indexer over
 // L/2 keys) are the Reindex group's stages at half the width; not repeated here.
@@ -114,6 +114,9 @@ class LayerExtras {
   // Ratio 2 (layers 2/8/14): fp32 wkv | wgate, their outputs, one open group per sequence.
   DeviceBuffer cw32_, kvz_, state_mem_, group_positions_;
   std::vector<kernels::CompressorDeviceState> states2_;
+  std::vector<kernels::CompressorDeviceState*> state_ptrs2_;  // into states2_ (not resized)
+  std::vector<kernels::CompressProjectedParams> params2_;     // [max_b], sequence t's launch
+  std::vector<int64_t> emitted2_;                             // [max_b], host groups_emitted
   int64_t pos2_ = 0;  // the odd (emitting) position of the timed step
 
   // Engram.

@@ -14,7 +14,10 @@
 // The roof is a cudaMemcpyAsync device-to-device of the projections (counted read + write) measured
 // in the same run; ratio = (bytes / copy bandwidth) / measured (1.0 = at the roof). Before timing,
 // the GPU's latents, kv and serving rows are compared with the CPU bodies (CompressProjectedCpu,
-// FinalizeCompressedKvCpu); a mismatch makes the exit code 1.
+// FinalizeCompressedKvCpu); a mismatch makes the exit code 1. Then ratio-2 decode steps (each
+// sequence completes its pair) for B = 1, 8, 64, 256, 1024 sequences: B LaunchCompressProjected
+// calls ("seq") against one LaunchCompressProjectedBatch ("batch", 3 launches at 1024), compared
+// bit for bit first (a mismatch also makes the exit code 1).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -154,16 +157,90 @@ class Bench {
     });
   }
 
+  // One ratio-2 decode step that completes each sequence's pair (pending 1 put back on the host
+  // before every launch) for b sequences: b LaunchCompressProjected calls against one
+  // LaunchCompressProjectedBatch; the two outputs are compared bit for bit first.
+  void RunDecode(int64_t b) {
+    std::mt19937 rng(static_cast<uint32_t>(b));
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> kvz(static_cast<size_t>(2 * b * kC));
+    for (float& v : kvz) v = u(rng);
+    const std::vector<float> state_rows(static_cast<size_t>(2 * b * kC), 0.5f);
+    std::vector<uint16_t> norm(kC, 0x3F80);
+    DeviceBuffer dkvz = Upload(kvz), dnorm = Upload(norm), dstate = Upload(state_rows);
+    DeviceBuffer dlat_s(static_cast<size_t>(b * kC) * 2), dlat_b(dlat_s.bytes());
+    DeviceBuffer didx(static_cast<size_t>(b) * 8);
+    std::vector<CompressorDeviceState> states;
+    std::vector<CompressorDeviceState*> ptrs;
+    std::vector<CompressProjectedParams> single, batched;
+    std::vector<int64_t> emitted(static_cast<size_t>(b));
+    constexpr int64_t kPos = 4095;
+    for (int64_t t = 0; t < b; ++t) {
+      states.push_back(MakeCompressorDeviceState(2, kC, dstate.get<float>() + 2 * t * kC,
+                                                 static_cast<size_t>(8 * kC))
+                           .value());
+      CompressProjectedParams p;
+      p.ratio = 2;
+      p.channels = kC;
+      p.start_pos = kPos;
+      p.tokens = 1;
+      p.kv = dkvz.get<float>() + t * kC;
+      p.kv_stride = kC;
+      p.score = dkvz.get<float>() + (b + t) * kC;
+      p.score_stride = kC;
+      p.norm_weight = dnorm.get<uint16_t>();
+      p.latent = dlat_s.get<uint16_t>() + t * kC;
+      p.latent_stride = kC;
+      p.latent_capacity = 1;
+      p.group_index = didx.get<int64_t>() + t;
+      p.groups_emitted = &emitted[static_cast<size_t>(t)];
+      single.push_back(p);
+      p.latent = dlat_b.get<uint16_t>() + t * kC;
+      batched.push_back(p);
+    }
+    for (auto& st : states) ptrs.push_back(&st);
+    auto reset = [&] {
+      for (auto& st : states) {
+        st.pending = 1;
+        st.next_pos = kPos;
+      }
+    };
+    auto per_seq = [&] {
+      reset();
+      for (int64_t t = 0; t < b; ++t)
+        CHECK_OK(LaunchCompressProjected(single[t], ptrs[t], nullptr));
+    };
+    auto batch = [&] {
+      reset();
+      CHECK_OK(LaunchCompressProjectedBatch({batched.data(), b}, ptrs.data(), nullptr));
+    };
+    per_seq();
+    batch();
+    const auto ls = Download<uint16_t>(dlat_s, static_cast<size_t>(b * kC));
+    const auto lb = Download<uint16_t>(dlat_b, ls.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < ls.size(); ++i) bad += ls[i] != lb[i];
+    std::printf("r2 decode B=%ld: batched vs per-sequence launches, %ld mismatching latents\n",
+                static_cast<long>(b), static_cast<long>(bad));
+    if (bad > 0) ++failures_;
+    const double bytes = static_cast<double>(b) * (4.0 * kC * 4 + kC * 2 + 8);
+    const std::string tag = "r2 dec B=" + std::to_string(b);
+    Add(tag + " seq", bytes, per_seq);
+    Add(tag + " batch", bytes, batch);
+  }
+
   int Print(const std::string& command) const {
     std::printf("\nroof: d2d copy %.0f GB/s (read + write)\n", copy_gbps_);
-    std::printf("%-18s %11s %10s %8s %11s %7s\n", "op", "median_us", "MB", "GB/s", "roofline_us",
+    std::printf("%-20s %11s %10s %8s %11s %7s\n", "op", "median_us", "MB", "GB/s", "roofline_us",
                 "ratio");
     for (const Row& r : rows_) {
-      std::printf("%-18s %11.1f %10.1f %8.0f %11.1f %7.3f\n", r.op.c_str(), r.us, r.mb,
+      std::printf("%-20s %11.1f %10.1f %8.0f %11.1f %7.3f\n", r.op.c_str(), r.us, r.mb,
                   r.mb / r.us * 1e3, r.roof_us, r.roof_us / r.us);
     }
-    std::printf("\ncorrectness (all latents, kv and serving rows vs the CPU bodies): %s\n",
-                failures_ == 0 ? "OK" : "MISMATCH");
+    std::printf(
+        "\ncorrectness (all latents, kv and serving rows vs the CPU bodies; batched decode "
+        "vs per-sequence): %s\n",
+        failures_ == 0 ? "OK" : "MISMATCH");
     std::printf("command: %s\n", command.c_str());
     return failures_ == 0 ? 0 : 1;
   }
@@ -283,6 +360,7 @@ int Main(int argc, char** argv) {
   bench.Run(2, false);
   bench.Run(1, false);
   bench.Run(1, true);
+  for (int64_t b : {1, 8, 64, 256, 1024}) bench.RunDecode(b);
   return bench.Print(command);
 }
 

@@ -290,6 +290,61 @@ absl::Status ValidateCompressProjected(const CompressProjectedParams& p,
   return ValidateProjected(p, state.ratio, state.channels, state.pending, state.next_pos);
 }
 
+namespace {
+
+absl::Status InSequence(int64_t b, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("compressor batch: sequence ", b, ": ", s.message()));
+}
+
+// The fields a batched launch shares: sequence b against sequence 0.
+absl::Status CheckShared(const CompressProjectedParams& p, const CompressProjectedParams& first) {
+  if (p.ratio != first.ratio) return Invalid("ratio", "differs from sequence 0's");
+  if (p.channels != first.channels) return Invalid("channels", "differs from sequence 0's");
+  if (p.norm_weight != first.norm_weight) {
+    return Invalid("norm_weight", "differs from sequence 0's");
+  }
+  if (p.norm_eps != first.norm_eps) return Invalid("norm_eps", "differs from sequence 0's");
+  if (p.kv_stride != first.kv_stride) return Invalid("kv_stride", "differs from sequence 0's");
+  if (p.score_stride != first.score_stride) {
+    return Invalid("score_stride", "differs from sequence 0's");
+  }
+  if (p.latent_stride != first.latent_stride) {
+    return Invalid("latent_stride", "differs from sequence 0's");
+  }
+  if ((p.kv_bf16 != nullptr) != (first.kv_bf16 != nullptr)) {
+    return Invalid("kv_bf16", "set in one sequence and not in sequence 0 (one input kind)");
+  }
+  return absl::OkStatus();
+}
+
+template <typename State>
+absl::Status ValidateBatch(const CompressProjectedBatchParams& p, const State* const* states) {
+  if (p.batch < 0) return Invalid("batch", "< 0");
+  if (p.batch == 0) return absl::OkStatus();
+  if (p.sequences == nullptr) return Invalid("sequences", "is null");
+  if (states == nullptr) return Invalid("states", "is null");
+  for (int64_t b = 0; b < p.batch; ++b) {
+    if (states[b] == nullptr) return InSequence(b, Invalid("state", "is null"));
+    const absl::Status s = ValidateCompressProjected(p.sequences[b], *states[b]);
+    if (!s.ok()) return InSequence(b, s);
+    const absl::Status shared = CheckShared(p.sequences[b], p.sequences[0]);
+    if (!shared.ok()) return InSequence(b, shared);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateCompressProjectedBatch(const CompressProjectedBatchParams& p,
+                                            const CompressorState* const* states) {
+  return ValidateBatch(p, states);
+}
+
+absl::Status ValidateCompressProjectedBatch(const CompressProjectedBatchParams& p,
+                                            const CompressorDeviceState* const* states) {
+  return ValidateBatch(p, states);
+}
+
 int64_t CompressorDeviceStateBytes(int64_t ratio, int64_t channels) {
   return 8 * (ratio - 1) * channels;
 }

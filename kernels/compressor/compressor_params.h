@@ -23,6 +23,8 @@ class ThreadPool;
 namespace flashserve::kernels {
 
 inline constexpr int64_t kMaxCompressRatio = 16;
+// Sequences per kernel launch of LaunchCompressProjectedBatch (descriptors in the kernel params).
+inline constexpr int64_t kCompressBatchPerLaunch = 384;
 
 // The open (partial) group of one sequence at one compressor layer. Part of the session state.
 // Invariants: 0 <= pending < ratio; rows [0, pending) of kv / score hold the fp32 kv and z of the
@@ -147,6 +149,48 @@ absl::Status ValidateCompressProjected(const CompressProjectedParams& p,
 // latents written and re-read once (from L1/L2), the state's rows rewritten.
 absl::Status LaunchCompressProjected(const CompressProjectedParams& p, CompressorDeviceState* state,
                                      CUstream_st* stream);
+
+// ---- Batched decode: B sequences of one compressor layer in one launch ----
+// Sequence b is sequences[b], a full CompressProjectedParams (its own start_pos, tokens s_b >= 0,
+// input rows, latent / group_index outputs and host groups_emitted), with its own state
+// states[b]. Every sequence must share sequence 0's ratio, channels, norm_weight, norm_eps,
+// kv_stride, score_stride, latent_stride and input kind (kv or kv_bf16); sequences with
+// tokens = 0 are no-ops (groups_emitted = 0, state untouched), as in the single call. The states
+// must be distinct (distinct device rows) and the outputs must not overlap: not checked.
+struct CompressProjectedBatchParams {
+  const CompressProjectedParams* sequences = nullptr;  // host array [batch]
+  int64_t batch = 0;                                   // >= 0; 0 is a no-op
+};
+
+// Checks every sequence as ValidateCompressProjected does against its state, then the shared
+// fields above. Messages are prefixed "compressor batch: sequence <b>: " (the first bad one).
+absl::Status ValidateCompressProjectedBatch(const CompressProjectedBatchParams& p,
+                                            const CompressorState* const* states);
+absl::Status ValidateCompressProjectedBatch(const CompressProjectedBatchParams& p,
+                                            const CompressorDeviceState* const* states);
+
+// The CPU reference: CompressProjectedCpu per sequence, in order, after validating the whole
+// batch (nothing is written when any sequence is invalid).
+absl::Status CompressProjectedBatchCpu(const CompressProjectedBatchParams& p,
+                                       CompressorState* const* states, ThreadPool* pool);
+
+// LaunchCompressProjected for a batch in ONE kernel launch (per kCompressBatchPerLaunch = 384
+// sequences; larger batches take ceil(B / 384) launches, in order, on `stream`). Validates the
+// whole batch first: on any error nothing is enqueued and no state or groups_emitted is touched.
+// Then, exactly as B single calls would, writes each *groups_emitted and advances each state's
+// host pending / next_pos; results (latents, group indices, state rows) equal B single calls'
+// bit for bit. The per-sequence descriptors (pointers, pending, group counts) travel by value
+// in the kernel parameters (__grid_constant__, up to 32,764 bytes since CUDA 12.1), so nothing is
+// copied to the device and nothing is allocated. Grid (blocks, sequences): each sequence runs
+// the single kernel's body (a warp or a block per group); its block 0 writes its new open group.
+// CUDA graphs: capturable, but a capture bakes the descriptors of the enqueue (start positions,
+// pending counts, first group indices) into the graph while the host counters advance only at
+// capture; replaying it recomputes that one step on whatever the state rows now hold. Re-capture
+// (or update the node) per step, or reset the host counters to the captured step's values.
+// Same for LaunchCompressProjected. Cost: one launch for up to 384 sequences instead of B.
+absl::Status LaunchCompressProjectedBatch(const CompressProjectedBatchParams& p,
+                                          CompressorDeviceState* const* states,
+                                          CUstream_st* stream);
 
 // FinalizeCompressedKvCpu on the GPU: same params, with group_index, latent, kv and cache_rows in
 // device memory (table stays on the host: its rd/2 frequencies travel with the launch). Validates

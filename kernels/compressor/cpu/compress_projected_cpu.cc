@@ -126,4 +126,13 @@ absl::Status CompressProjectedCpu(const CompressProjectedParams& p, CompressorSt
   return absl::OkStatus();
 }
 
+absl::Status CompressProjectedBatchCpu(const CompressProjectedBatchParams& p,
+                                       CompressorState* const* states, ThreadPool* pool) {
+  RETURN_IF_ERROR(ValidateCompressProjectedBatch(p, states));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    RETURN_IF_ERROR(CompressProjectedCpu(p.sequences[b], states[b], pool));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace flashserve::kernels

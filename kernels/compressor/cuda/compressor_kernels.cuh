@@ -110,8 +110,10 @@ __device__ __forceinline__ float PoolChannel(const float* const* kv_rows,
 // exact (checked per row from the terms' exponents, see README.md); otherwise the group's first
 // thread redoes it sequentially in the CPU's order. Block 0 then writes the new open group into
 // the state: only group 0 reads the old state rows, and it belongs to block 0.
+// `block` / `blocks`: this block's index among the blocks that share the call (blockIdx.x /
+// gridDim.x; the batched kernel runs one such set of blocks per sequence).
 template <int kGroup, Input kInput, int kRatio>
-__global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
+__device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t block, int64_t blocks) {
   constexpr int kRowsPerBlock = kThreads / kGroup;
   __shared__ double dscratch[kThreads / 32];
   __shared__ int iscratch[kThreads / 32];
@@ -120,8 +122,8 @@ __global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
   const int64_t c_n = p.channels;
   const int r = static_cast<int>(p.ratio);
   const float inv_n = ex::DivRn(1.0f, ex::Int64ToF32(c_n));
-  for (int64_t g = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup; g < a.groups;
-       g += int64_t{gridDim.x} * kRowsPerBlock) {
+  for (int64_t g = block * kRowsPerBlock + threadIdx.x / kGroup; g < a.groups;
+       g += blocks * kRowsPerBlock) {
     uint16_t* lat = p.latent + g * p.latent_stride;
     constexpr int kMaxRows = kRatio > 0 ? kRatio : static_cast<int>(kMaxCompressRatio);
     const float* kv_rows[kMaxRows];
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
     if (lane == 0) p.group_index[g] = a.first_group + g;
   }
   if constexpr (kInput == Input::kPool) {
-    if (blockIdx.x != 0) return;
+    if (block != 0) return;
     __syncthreads();                    // block 0's reads of the old state rows (group 0) are done
     const int64_t base = a.groups * r;  // first token of the new open group
     const int64_t total = a.pending + p.tokens;
@@ -217,6 +219,74 @@ __global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
       a.state_score[(i - base) * c_n + c] = p.score[t * p.score_stride + c];
     }
   }
+}
+
+template <int kGroup, Input kInput, int kRatio>
+__global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
+  CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
+}
+
+// ---- CompressProjected, batched ----------------------------------------------------------------
+
+// One sequence of a batched launch: what CompressArgs holds per call, minus the shared fields.
+struct CompressBatchSequence {
+  const void* kv = nullptr;  // fp32 kv, or bf16 kv_bf16 (ratio 1, Input::kBf16)
+  const float* score = nullptr;
+  uint16_t* latent = nullptr;
+  int64_t* group_index = nullptr;
+  float* state_kv = nullptr;
+  float* state_score = nullptr;
+  int64_t tokens = 0;
+  int64_t pending = 0;
+  int64_t groups = 0;
+  int64_t first_group = 0;
+};
+
+// Everything a batched launch needs, by value in the kernel parameters (kCapacity descriptors;
+// the 384-sequence instantiation is ~31 KB, under the 32,764-byte limit of CUDA 12.1+).
+template <int kCapacity>
+struct CompressBatchArgs {
+  int64_t ratio = 0;
+  int64_t channels = 0;
+  int64_t kv_stride = 0;
+  int64_t score_stride = 0;
+  int64_t latent_stride = 0;
+  const uint16_t* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  int sum_bits = 0;
+  CompressBatchSequence seq[kCapacity];
+};
+
+// Grid (blocks per sequence, sequences): blockIdx.y picks the descriptor, then the single
+// kernel's body runs over that sequence's groups with blockIdx.x / gridDim.x.
+template <int kGroup, Input kInput, int kRatio, int kCapacity>
+__global__ void __launch_bounds__(kThreads)
+    CompressBatchKernel(const __grid_constant__ CompressBatchArgs<kCapacity> b) {
+  const CompressBatchSequence& s = b.seq[blockIdx.y];
+  CompressArgs a;
+  a.p.ratio = b.ratio;
+  a.p.channels = b.channels;
+  a.p.tokens = s.tokens;
+  if constexpr (kInput == Input::kBf16) {
+    a.p.kv_bf16 = static_cast<const uint16_t*>(s.kv);
+  } else {
+    a.p.kv = static_cast<const float*>(s.kv);
+  }
+  a.p.kv_stride = b.kv_stride;
+  a.p.score = s.score;
+  a.p.score_stride = b.score_stride;
+  a.p.norm_weight = b.norm_weight;
+  a.p.norm_eps = b.norm_eps;
+  a.p.latent = s.latent;
+  a.p.latent_stride = b.latent_stride;
+  a.p.group_index = s.group_index;
+  a.state_kv = s.state_kv;
+  a.state_score = s.state_score;
+  a.pending = s.pending;
+  a.groups = s.groups;
+  a.first_group = s.first_group;
+  a.sum_bits = b.sum_bits;
+  CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
 }
 
 // ---- FinalizeCompressedKv ---------------------------------------------------------------------

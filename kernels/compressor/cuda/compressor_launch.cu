@@ -16,6 +16,8 @@ namespace flashserve::kernels {
 namespace {
 
 using compressor_device::CompressArgs;
+using compressor_device::CompressBatchArgs;
+using compressor_device::CompressBatchSequence;
 using compressor_device::Input;
 using compressor_device::kFinalizeThreads;
 using compressor_device::kThreads;
@@ -55,6 +57,99 @@ void LaunchCompressFor(const CompressArgs& a, cudaStream_t stream) {
   } else {
     LaunchCompress<kGroup, Input::kPool, 0>(a, stream);
   }
+}
+
+// ---- batched ----
+
+// Descriptor capacities: a small one (≈2.6 KB of parameters) for decode batches up to 32
+// sequences, the large one (≈31 KB, the CUDA 12.1+ limit is 32,764 B) above.
+constexpr int kSmallBatch = 32;
+constexpr int kLargeBatch = static_cast<int>(kCompressBatchPerLaunch);
+static_assert(sizeof(CompressBatchArgs<kLargeBatch>) <= 32764,
+              "batched compressor descriptors exceed the kernel parameter limit");
+
+template <int kGroup, Input kInput, int kRatio, int kCapacity>
+void LaunchBatchKernel(const CompressBatchArgs<kCapacity>& b, int count, cudaStream_t stream) {
+  constexpr int64_t kRowsPerBlock = kThreads / kGroup;
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) most = std::max(most, b.seq[i].groups);
+  // At least one block per sequence: block 0 also writes that sequence's new open group.
+  const int64_t blocks =
+      std::clamp<int64_t>((most + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks / kLargeBatch);
+  compressor_device::CompressBatchKernel<kGroup, kInput, kRatio, kCapacity>
+      <<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), kThreads, 0, stream>>>(
+          b);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kGroup, int kCapacity>
+void LaunchBatchFor(const CompressBatchArgs<kCapacity>& b, bool bf16, int count,
+                    cudaStream_t stream) {
+  if (b.ratio == 1) {
+    if (bf16) {
+      LaunchBatchKernel<kGroup, Input::kBf16, 1>(b, count, stream);
+    } else {
+      LaunchBatchKernel<kGroup, Input::kCastF32, 1>(b, count, stream);
+    }
+  } else if (b.ratio == 2) {  // the released model
+    LaunchBatchKernel<kGroup, Input::kPool, 2>(b, count, stream);
+  } else {
+    LaunchBatchKernel<kGroup, Input::kPool, 0>(b, count, stream);
+  }
+}
+
+// Enqueues the sequences with tokens > 0 in launches of kCapacity descriptors, in order, and
+// advances each state's host counters / writes each groups_emitted as the single launcher does.
+// The params have been validated.
+template <int kCapacity>
+void LaunchBatchChunks(const CompressProjectedBatchParams& p, CompressorDeviceState* const* states,
+                       cudaStream_t stream) {
+  const CompressProjectedParams& first = p.sequences[0];
+  const bool bf16 = first.kv_bf16 != nullptr;
+  CompressBatchArgs<kCapacity> b;
+  b.ratio = first.ratio;
+  b.channels = first.channels;
+  b.kv_stride = first.kv_stride;
+  b.score_stride = first.score_stride;
+  b.latent_stride = first.latent_stride;
+  b.norm_weight = first.norm_weight;
+  b.norm_eps = first.norm_eps;
+  b.sum_bits = CeilLog2(first.channels);
+  int count = 0;
+  auto flush = [&] {
+    if (count == 0) return;
+    if (b.channels <= kWarpRowMaxChannels) {
+      LaunchBatchFor<32>(b, bf16, count, stream);
+    } else {
+      LaunchBatchFor<kThreads>(b, bf16, count, stream);
+    }
+    count = 0;
+  };
+  for (int64_t i = 0; i < p.batch; ++i) {
+    const CompressProjectedParams& q = p.sequences[i];
+    CompressorDeviceState* state = states[i];
+    if (q.tokens == 0) {
+      *q.groups_emitted = 0;
+      continue;
+    }
+    CompressBatchSequence& d = b.seq[count];
+    d.kv = bf16 ? static_cast<const void*>(q.kv_bf16) : static_cast<const void*>(q.kv);
+    d.score = q.score;
+    d.latent = q.latent;
+    d.group_index = q.group_index;
+    d.state_kv = state->kv;
+    d.state_score = state->score;
+    d.tokens = q.tokens;
+    d.pending = q.ratio == 1 ? 0 : state->pending;
+    const int64_t total = d.pending + q.tokens;
+    d.groups = total / q.ratio;
+    d.first_group = (q.start_pos - d.pending) / q.ratio;
+    *q.groups_emitted = d.groups;
+    state->pending = total - d.groups * q.ratio;
+    state->next_pos = q.start_pos + q.tokens;
+    if (++count == kCapacity) flush();
+  }
+  flush();
 }
 
 absl::Status CheckStateShape(const CompressorState& host, const CompressorDeviceState& device) {
@@ -98,6 +193,20 @@ absl::Status LaunchCompressProjected(const CompressProjectedParams& p, Compresso
   *p.groups_emitted = a.groups;
   state->pending = total - a.groups * p.ratio;
   state->next_pos = p.start_pos + p.tokens;
+  return absl::OkStatus();
+}
+
+absl::Status LaunchCompressProjectedBatch(const CompressProjectedBatchParams& p,
+                                          CompressorDeviceState* const* states,
+                                          CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateCompressProjectedBatch(p, states));
+  int64_t active = 0;
+  for (int64_t i = 0; i < p.batch; ++i) active += p.sequences[i].tokens > 0 ? 1 : 0;
+  if (active <= kSmallBatch) {
+    LaunchBatchChunks<kSmallBatch>(p, states, stream);
+  } else {
+    LaunchBatchChunks<kLargeBatch>(p, states, stream);
+  }
   return absl::OkStatus();
 }
 
