@@ -4,8 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "common/base/check.h"
 
@@ -66,5 +68,22 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// A device copy of `host` (at least one byte, so an empty vector still gives a valid pointer).
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  DeviceBuffer buf(std::max<size_t>(host.size(), 1) * sizeof(T));
+  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+// The first n elements of `buf` on the host, after cudaDeviceSynchronize() (tests and benches).
+template <typename T>
+std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> host(n);
+  if (n > 0) buf.CopyToHost(host.data(), n * sizeof(T));
+  return host;
+}
 
 }  // namespace flashserve::kernels

@@ -31,21 +31,6 @@ using compressor_test::RandomProjections;
 constexpr uint16_t kPoison = 0x7FC1;  // a NaN no kernel produces
 constexpr int64_t kLatentPad = 3;     // latent rows padded by this many elements
 
-template <typename T>
-DeviceBuffer ToDevice(const std::vector<T>& host) {
-  DeviceBuffer buf(std::max<size_t>(host.size(), 1) * sizeof(T));
-  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
-template <typename T>
-std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> host(n);
-  if (n > 0) buf.CopyToHost(host.data(), n * sizeof(T));
-  return host;
-}
-
 // B device states over one allocation.
 struct DeviceStates {
   DeviceStates(int64_t ratio, int64_t c, int64_t batch)

@@ -30,8 +30,6 @@ namespace {
 using indexer_gpu_test::kPoison16;
 using indexer_gpu_test::kPoison32;
 using indexer_gpu_test::Pool;
-using indexer_gpu_test::ToDevice;
-using indexer_gpu_test::ToHost;
 
 constexpr uint16_t kNegInf = 0xFF80;
 

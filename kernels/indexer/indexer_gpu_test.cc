@@ -52,8 +52,6 @@ using indexer_gpu_test::kPoison16;
 using indexer_gpu_test::kPoison32;
 using indexer_gpu_test::kPoison8;
 using indexer_gpu_test::Pool;
-using indexer_gpu_test::ToDevice;
-using indexer_gpu_test::ToHost;
 
 // Values on the FP4 (e2m1) grid times 2^-2: {0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6} / 4, so that
 // scores collide often.

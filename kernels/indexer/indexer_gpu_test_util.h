@@ -16,21 +16,6 @@ inline constexpr uint16_t kPoison16 = 0x7FC1;  // a NaN no kernel produces
 inline constexpr int32_t kPoison32 = -12345;
 inline constexpr uint8_t kPoison8 = 0xA5;
 
-template <typename T>
-DeviceBuffer ToDevice(const std::vector<T>& host) {
-  DeviceBuffer buf(std::max<size_t>(host.size(), 1) * sizeof(T));
-  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
-template <typename T>
-std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> host(n);
-  if (n > 0) buf.CopyToHost(host.data(), n * sizeof(T));
-  return host;
-}
-
 inline ThreadPool& Pool() {
   static ThreadPool* pool = new ThreadPool(4);
   return *pool;

@@ -34,8 +34,6 @@ using indexer_gpu_test::kPoison32;
 using indexer_gpu_test::kPoison8;
 using indexer_gpu_test::Pool;
 using indexer_gpu_test::Strided;
-using indexer_gpu_test::ToDevice;
-using indexer_gpu_test::ToHost;
 using indexer_test::kNegInf;
 using indexer_test::kPosInf;
 using indexer_test::RandomScoreCase;

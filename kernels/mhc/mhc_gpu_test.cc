@@ -44,21 +44,6 @@ constexpr double kSplitAbsTol = 1e-5;
 // for glibc expf's misrounded results (~6e-4 of its arguments), each an fp32 ulp.
 constexpr double kTailAbsTol = 2e-6;
 
-template <typename T>
-DeviceBuffer ToDevice(const std::vector<T>& host) {
-  DeviceBuffer buf(std::max<size_t>(host.size() * sizeof(T), 1));
-  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
-template <typename T>
-std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> host(n);
-  buf.CopyToHost(host.data(), n * sizeof(T));
-  return host;
-}
-
 // A float vector of n poison values (so unwritten outputs show).
 std::vector<float> PoisonF(size_t n) {
   std::vector<float> v(n);

@@ -33,8 +33,6 @@ namespace flashserve::kernels {
 namespace {
 
 using moe_test::Poisoned;
-using moe_test::ToDevice;
-using moe_test::ToHost;
 
 const char* PathName(MoeCudaPath p) {
   return p == MoeCudaPath::kSmall ? "small" : p == MoeCudaPath::kLarge ? "large" : "auto";

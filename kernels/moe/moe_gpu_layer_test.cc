@@ -39,8 +39,6 @@ namespace {
 using formats::Bf16BitsToFloat;
 using formats::FloatToBf16Bits;
 using moe_test::Poisoned;
-using moe_test::ToDevice;
-using moe_test::ToHost;
 
 struct GpuRun {
   std::vector<uint16_t> y;  // dense [m, D]

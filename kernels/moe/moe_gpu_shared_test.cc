@@ -27,8 +27,6 @@ namespace {
 using formats::Bf16BitsToFloat;
 using formats::FloatToBf16Bits;
 using moe_test::Poisoned;
-using moe_test::ToDevice;
-using moe_test::ToHost;
 
 bool IsNan(uint16_t b) { return std::isnan(Bf16BitsToFloat(b)); }
 

@@ -44,8 +44,6 @@ using formats::Bf16BitsToFloat;
 using moe_test::DeviceExperts;
 using moe_test::LayerSpec;
 using moe_test::Poisoned;
-using moe_test::ToDevice;
-using moe_test::ToHost;
 
 // top_k distinct experts per token (uniform), weights in (0, 2).
 void RandomRouting(int64_t m, int64_t k, int64_t n_experts, uint32_t seed,

@@ -14,21 +14,6 @@
 
 namespace flashserve::kernels::moe_test {
 
-template <typename T>
-DeviceBuffer ToDevice(const std::vector<T>& host) {
-  DeviceBuffer buf(std::max<size_t>(host.size(), 1) * sizeof(T));
-  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
-template <typename T>
-std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> host(n);
-  if (n > 0) buf.CopyToHost(host.data(), n * sizeof(T));
-  return host;
-}
-
 // A device buffer of n elements of T filled with the byte `poison` (outputs start poisoned so a
 // value a kernel fails to write shows up as a mismatch).
 template <typename T>

@@ -24,8 +24,6 @@ namespace {
 
 using moe_test::LayerSpec;
 using moe_test::Poisoned;
-using moe_test::ToDevice;
-using moe_test::ToHost;
 
 // Slot rows per expert: empty, single, one warpgroup full, one row into the second, a full tile,
 // two rows into a second tile, a full tile plus 72.

@@ -40,14 +40,6 @@ DeviceBuffer ToDevice(const std::vector<T>& host) {
   return buf;
 }
 
-template <typename T>
-std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> host(n);
-  buf.CopyToHost(host.data(), n * sizeof(T));
-  return host;
-}
-
 // Signed position of a bf16 bit pattern on the number line (±0 both 0), for ulp distances.
 int32_t Ordered(uint16_t b) {
   return (b & 0x8000u) != 0 ? -static_cast<int32_t>(b & 0x7FFFu) : static_cast<int32_t>(b);

@@ -23,7 +23,6 @@ using testing::DescribeMismatches;
 using testing::Poisoned;
 using testing::PoisonedHost;
 using testing::ToDevice;
-using testing::ToHost;
 
 constexpr int64_t kCols = 1024;
 constexpr BlockFormat kFormats[] = {BlockFormat::kFp8E4m3Ue8m0B32, BlockFormat::kFp4E2m1E4m3B16,

@@ -24,7 +24,6 @@ namespace st = ::flashserve::safetensors;
 using testing::DescribeMismatches;
 using testing::Poisoned;
 using testing::ToDevice;
-using testing::ToHost;
 
 constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 256;

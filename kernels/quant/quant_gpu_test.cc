@@ -22,7 +22,6 @@ using testing::MakeMatrix;
 using testing::Poisoned;
 using testing::PoisonedHost;
 using testing::ToDevice;
-using testing::ToHost;
 
 constexpr BlockFormat kFormats[] = {BlockFormat::kFp8E4m3Ue8m0B32, BlockFormat::kFp4E2m1E4m3B16,
                                     BlockFormat::kFp4E2m1Ue8m0B32};

@@ -27,15 +27,6 @@ inline DeviceBuffer Poisoned(size_t bytes) {
   return buf;
 }
 
-// Waits for all device work, then copies the buffer back as `n` values of T.
-template <typename T>
-std::vector<T> ToHost(const DeviceBuffer& buf, size_t n) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> host(n);
-  buf.CopyToHost(host.data(), n * sizeof(T));
-  return host;
-}
-
 // A host vector of `n` values of T with every byte kPoison (what the CPU reference starts from).
 template <typename T>
 std::vector<T> PoisonedHost(size_t n) {
