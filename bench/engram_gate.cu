@@ -1,10 +1,9 @@
 // The bench-local Engram gate (engram_gate.h).
-#include "bench/engram_gate.h"
-
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "bench/engram_gate.h"
 #include "kernels/common/cuda_check.h"
 
 namespace flashserve::bench {

@@ -1,6 +1,7 @@
-// Host-side per-device caches of launch-shape queries for the CUDA launchers (host code only). A device's SM count, a kernel's resident CTAs per SM at a given shared-memory size and
-// a kernel's dynamic shared-memory attribute never change while the process runs, so each is
-// asked once per device instead of on every launch (each query is a driver call on the hot path).
+// Host-side per-device caches of launch-shape queries for the CUDA launchers (host code only). A
+// device's SM count, a kernel's resident CTAs per SM at a given shared-memory size and a kernel's
+// dynamic shared-memory attribute never change while the process runs, so each is asked once per
+// device instead of on every launch (each query is a driver call on the hot path).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -150,13 +150,13 @@ absl::Status ValidateCompress(const CompressParams& p, const ThreadPool* pool) {
   if (p.groups_emitted == nullptr) return Invalid("groups_emitted", "is null");
   if (p.start_pos < 0) return Invalid("start_pos", "< 0");
   if (p.start_pos % w.ratio != s.pending) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("compressor: start_pos ", p.start_pos, " does not follow the state's ",
-                     s.pending, " pending token(s) at ratio ", w.ratio));
+    return absl::FailedPreconditionError(absl::StrCat("compressor: start_pos ", p.start_pos,
+                                                      " does not follow the state's ", s.pending,
+                                                      " pending token(s) at ratio ", w.ratio));
   }
   if (s.pending > 0 && p.start_pos != s.next_pos) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "compressor: start_pos ", p.start_pos, " != state.next_pos ", s.next_pos));
+    return absl::FailedPreconditionError(
+        absl::StrCat("compressor: start_pos ", p.start_pos, " != state.next_pos ", s.next_pos));
   }
   if (p.tokens == 0) return absl::OkStatus();
   if (p.start_pos > std::numeric_limits<int64_t>::max() - p.tokens) {
@@ -229,9 +229,9 @@ absl::Status ValidateProjected(const CompressProjectedParams& p, int64_t state_r
   if (p.groups_emitted == nullptr) return Invalid("groups_emitted", "is null");
   if (p.start_pos < 0) return Invalid("start_pos", "< 0");
   if (p.start_pos % p.ratio != pending) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("compressor: start_pos ", p.start_pos, " does not follow the state's ",
-                     pending, " pending token(s) at ratio ", p.ratio));
+    return absl::FailedPreconditionError(absl::StrCat("compressor: start_pos ", p.start_pos,
+                                                      " does not follow the state's ", pending,
+                                                      " pending token(s) at ratio ", p.ratio));
   }
   if (pending > 0 && p.start_pos != next_pos) {
     return absl::FailedPreconditionError(

@@ -72,7 +72,6 @@
 namespace flashserve::kernels {
 namespace {
 
-
 constexpr int64_t kE = 384, kK = 6, kD = 5120, kI = 2304, kIs = 2304;
 constexpr int kSharedCopies = 4;
 
