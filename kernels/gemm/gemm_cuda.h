@@ -79,6 +79,11 @@ inline constexpr int64_t kLinearCudaWgmmaFp8KStep = 128;
 // K split): below it the pipeline fill and the split-K partials cost more than the wgmma rate
 // gains (README "CUDA: plan rule").
 inline constexpr int64_t kLinearCudaWgmmaMinSplitK = 640;
+// From this M on, a warp-specialised bf16-expansion plan expands the whole FP8 weight to bf16 in
+// the workspace first (LinearCudaParams::expand_weights): the expansion is one memory-bound pass
+// over the weight (~3 bytes per weight moved), which the bf16-weight main loop's higher rate
+// repays once M is this large (README "CUDA: weights expanded once").
+inline constexpr int64_t kLinearCudaExpandMinRows = 512;
 
 enum class LinearCudaKernel { kMmaSync = 0, kWgmmaBf16 = 1, kWgmmaFp8 = 2 };
 const char* LinearCudaKernelName(LinearCudaKernel kernel);
@@ -111,11 +116,18 @@ struct LinearCudaParams {
   // two consumer warpgroups that only issue wgmma and store), false = the 256-thread cp.async
   // kernel (cuda/wgmma_linear_gemm.cuh; for A/B). Same tiles and wgmma sequence: same bits.
   bool wgmma_ws = true;
+  // When the plan runs the warp-specialised bf16-expansion kernel at M >= kLinearCudaExpandMinRows:
+  // true (default) = one kernel first expands the whole weight (E4M3 × UE8M0 -> bf16, exact) into
+  // the workspace and the main loop then reads bf16 weights by TMA (no decode in the pipeline);
+  // false = the producer warpgroup decodes every stage's codes in place. The same bf16 weights
+  // meet the same wgmma sequence: the same bits. Costs 2·N·K workspace bytes.
+  bool expand_weights = true;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
-  // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k) bytes,
-  // 16-byte aligned, not used concurrently by another launch.
+  // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k,
+  // wgmma_bf16, wgmma_ws, expand_weights) bytes, 16-byte aligned, not used concurrently by
+  // another launch.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -137,15 +149,30 @@ struct LinearCudaPlan {
   // kWgmmaBf16 only: the warp-specialised persistent main loop (wgmma_ws) runs it; the launcher
   // falls back to the cp.async one if the driver cannot make the TMA descriptors.
   bool warp_specialised = false;
+  // warp_specialised and M >= kLinearCudaExpandMinRows and expand_weights: the weight is expanded
+  // to bf16 in the workspace first (LinearCudaParams::expand_weights).
+  bool expand_weights = false;
 };
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
-                              int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true);
+                              int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
+                              bool expand_weights = true);
 
-// Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic) and
-// wgmma_bf16: the activation region (LinearCudaActivationBytes) plus, when the plan splits K, the
-// fp32 partials (4·splits·M·N). Monotone in max_m. Cost: O(min(max_m, 16896)) plans.
+// Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic),
+// wgmma_bf16, wgmma_ws and expand_weights: the activation region (LinearCudaActivationBytes),
+// then, when the plan splits K, the fp32 partials (4·splits·M·N, rounded up to 256), then, when
+// a plan expands the weight, its bf16 copy (2·N·K). Monotone in max_m. Cost: O(min(max_m,
+// 16896)) plans.
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
-                                int64_t split_k = 0, bool wgmma_bf16 = true);
+                                int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
+                                bool expand_weights = true);
+// Byte offsets of the workspace regions for one call with m rows (the launcher's layout).
+struct LinearCudaWorkspaceLayout {
+  size_t partials = 0;  // fp32 split-K partials (when plan.splits > 1)
+  size_t expanded = 0;  // bf16 [N, K] weight (when plan.expand_weights)
+  size_t end = 0;       // bytes the call needs
+};
+LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m, int64_t n,
+                                           int64_t k);
 
 // The workspace's activation region for any kernel: the QDQ bf16 activations (2·M·K bytes), or
 // for the FP8 wgmma kernel the E4M3 codes (M·K, rounded up to 256) then the UE8M0 scales

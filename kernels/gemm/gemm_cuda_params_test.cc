@@ -208,6 +208,68 @@ TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
   }
 }
 
+// From kLinearCudaExpandMinRows rows the warp-specialised bf16 plan expands the weight (and only
+// that plan, only when asked); the workspace then ends with the 2·N·K-byte bf16 copy, after the
+// activations and the split partials, every region 256-byte aligned; the validator asks for it.
+TEST(LinearCudaPlanTest, ExpandsWeightsOnlyForLargeMWarpSpecialisedPlans) {
+  const int64_t n = 32768, k = 1280;  // wq_b
+  EXPECT_FALSE(PlanLinearCuda(kLinearCudaExpandMinRows - 1, n, k).expand_weights);
+  const LinearCudaPlan x = PlanLinearCuda(kLinearCudaExpandMinRows, n, k);
+  EXPECT_TRUE(x.expand_weights);
+  EXPECT_TRUE(x.warp_specialised);
+  EXPECT_TRUE(PlanLinearCuda(4096, n, k).expand_weights);
+  EXPECT_FALSE(PlanLinearCuda(4096, n, k, 0, 0, true, true, false).expand_weights);
+  EXPECT_FALSE(PlanLinearCuda(4096, n, k, 0, 0, true, false).expand_weights);  // cp.async loop
+  EXPECT_FALSE(PlanLinearCuda(4096, n, k, 0, 0, false).expand_weights);        // FP8 wgmma
+  EXPECT_FALSE(PlanLinearCuda(4096, n, k, 64).expand_weights);                 // mma.sync
+  // Expansion changes nothing else of the plan.
+  const LinearCudaPlan in_place = PlanLinearCuda(4096, n, k, 0, 0, true, true, false);
+  const LinearCudaPlan expanded = PlanLinearCuda(4096, n, k);
+  EXPECT_EQ(expanded.splits, in_place.splits);
+  EXPECT_EQ(expanded.steps_per_split, in_place.steps_per_split);
+  EXPECT_EQ(expanded.m_tiles, in_place.m_tiles);
+  EXPECT_EQ(expanded.n_tiles, in_place.n_tiles);
+
+  FakeWeight f;
+  const Fp8LinearDevice w = f.View(n, k);
+  const size_t with = LinearCudaWorkspaceBytes(w, 4096);
+  const size_t without = LinearCudaWorkspaceBytes(w, 4096, 0, 0, true, true, false);
+  EXPECT_EQ(with - without, static_cast<size_t>(2 * n * k));
+  EXPECT_EQ(LinearCudaWorkspaceBytes(w, kLinearCudaExpandMinRows - 1),
+            LinearCudaWorkspaceBytes(w, kLinearCudaExpandMinRows - 1, 0, 0, true, true, false));
+  // A forced split at large M: activations, then partials, then the bf16 weight.
+  for (int64_t m : {kLinearCudaExpandMinRows, int64_t{1000}, int64_t{4096}}) {
+    const LinearCudaPlan p = PlanLinearCuda(m, 1000, 1312, 128, 3);
+    ASSERT_TRUE(p.expand_weights);
+    ASSERT_EQ(p.splits, 3);
+    const LinearCudaWorkspaceLayout l = LinearCudaLayout(p, m, 1000, 1312);
+    EXPECT_EQ(l.partials, LinearCudaActivationBytes(m, 1312));
+    EXPECT_GE(l.expanded, l.partials + static_cast<size_t>(4 * 3 * m * 1000));
+    EXPECT_EQ(l.expanded % 256, 0u);
+    EXPECT_EQ(l.end, l.expanded + static_cast<size_t>(2 * 1000 * 1312));
+    EXPECT_LE(l.end, LinearCudaWorkspaceBytes(f.View(1000, 1312), m, 128, 3));
+  }
+  // The validator wants the bf16 region when the call expands.
+  std::vector<uint16_t> xs(1), ys(1);
+  LinearCudaParams q;
+  q.weight = &w;
+  q.m = 4096;
+  q.x_bf16 = xs.data();
+  q.x_stride = k;
+  q.y_bf16 = ys.data();
+  q.y_stride = n;
+  q.workspace = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never dereferenced
+  q.workspace_bytes = without;
+  const absl::Status s = ValidateLinearCudaParams(q);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("workspace"), std::string::npos) << s;
+  q.expand_weights = false;
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
+  q.expand_weights = true;
+  q.workspace_bytes = with;
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
+}
+
 TEST(LinearCudaParamsTest, RejectsBadFields) {
   FakeWeight f;
   const Fp8LinearDevice w = f.View(256, 512);

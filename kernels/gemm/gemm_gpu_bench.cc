@@ -2,14 +2,18 @@
 // Linear shapes against the roofline.
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
-//                  [--kernels auto,mma,wgmma,wgmma-bf16,wgmma-ws] [--peak-tflops T]
+//                  [--kernels auto,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
+//                  [--peak-tflops T]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
 // mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the FP8 wgmma kernel
 // (tile_rows 128: E4M3 operands), wgmma-bf16 = the bf16-expansion wgmma kernel's 256-thread
 // cp.async main loop (tile_rows 128, wgmma_bf16, wgmma_ws = false), wgmma-ws = its
 // warp-specialised persistent TMA main loop (tile_rows 128, wgmma_bf16, wgmma_ws; auto takes it
-// wherever the plan picks the bf16 wgmma kernel); the `kernel` column says which ran. --peak-tflops
+// wherever the plan picks the bf16 wgmma kernel; from kLinearCudaExpandMinRows rows the weight is
+// first expanded to bf16 in the workspace, kernel "wgmma-bf16-ws-x"), wgmma-ws-inplace = the same
+// main loop decoding every stage's codes in place at every M (expand_weights = false); the
+// `kernel` column says which ran. --peak-tflops
 // replaces the measured mma.sync rate in the compute roof (e.g. 893, cuBLAS's bf16 GEMM rate on the
 // H200).
 //
@@ -65,7 +69,10 @@ struct Options {
 
 // tile_rows forcing `kernel` given the automatic plan's tile_rows.
 int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
-  if (kernel == "wgmma" || kernel == "wgmma-bf16" || kernel == "wgmma-ws") return 128;
+  if (kernel == "wgmma" || kernel == "wgmma-bf16" || kernel == "wgmma-ws" ||
+      kernel == "wgmma-ws-inplace") {
+    return 128;
+  }
   if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
   return 0;
 }
@@ -94,8 +101,11 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-bf16" && k != "wgmma-ws") {
-          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma, wgmma-bf16 or wgmma-ws\n",
+        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-bf16" && k != "wgmma-ws" &&
+            k != "wgmma-ws-inplace") {
+          std::fprintf(stderr,
+                       "--kernels: %s is not auto, mma, wgmma, wgmma-bf16, wgmma-ws or "
+                       "wgmma-ws-inplace\n",
                        k.c_str());
           std::exit(2);
         }
@@ -218,7 +228,8 @@ int Main(int argc, char** argv) {
         const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows);
         const bool bf16 = kernel != "wgmma";         // auto and mma: the default (bf16 expansion)
         const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
-        const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k, tile, 0, bf16, use_ws);
+        const bool expand = kernel != "wgmma-ws-inplace";
+        const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k, tile, 0, bf16, use_ws, expand);
         const double us = MedianMicros(o, stream, [&](int i) {
           LinearCudaParams p;
           p.weight = &views[i % copies];
@@ -232,6 +243,7 @@ int Main(int argc, char** argv) {
           p.tile_rows = tile;
           p.wgmma_bf16 = bf16;
           p.wgmma_ws = use_ws;
+          p.expand_weights = expand;
           const absl::Status st = LaunchLinearFp8(p, stream);
           CHECK(st.ok()) << st;
         });
@@ -241,7 +253,9 @@ int Main(int argc, char** argv) {
         std::printf(
             "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
             s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-            plan.warp_specialised ? "wgmma-bf16-ws" : LinearCudaKernelName(plan.kernel),
+            plan.expand_weights     ? "wgmma-bf16-ws-x"
+            : plan.warp_specialised ? "wgmma-bf16-ws"
+                                    : LinearCudaKernelName(plan.kernel),
             static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
             flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
       }

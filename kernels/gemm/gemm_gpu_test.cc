@@ -495,6 +495,61 @@ TEST_F(GemmGpuTest, WarpSpecialisedDecodesEveryCodeAndScale) {
   ExpectBitEqual(got, ref, m, n, n, "warp-specialised");
 }
 
+// From kLinearCudaExpandMinRows rows the warp-specialised plan expands the weight to bf16 in the
+// workspace first and runs the bf16-weight main loop: the same bf16 values (the same decoder)
+// meet the same wgmma sequence, so the bits equal the in-place decode's on any input: ragged N
+// and K, several M (one and many tiles per persistent CTA), splits, bias, f32 output; then every
+// E4M3 code under every scale byte (the WarpSpecialisedDecodesEveryCodeAndScale weight).
+TEST_F(GemmGpuTest, ExpandedWeightsBitIdenticalToInPlaceDecode) {
+  ASSERT_TRUE(PlanLinearCuda(kLinearCudaExpandMinRows, 1000, 1312, 128).expand_weights);
+  ASSERT_FALSE(PlanLinearCuda(kLinearCudaExpandMinRows - 1, 1000, 1312, 128).expand_weights);
+  ASSERT_FALSE(PlanLinearCuda(4096, 1000, 1312, 128, 0, true, true, false).expand_weights);
+  Rng rng(37);
+  struct Dims {
+    int64_t n, k;
+  };
+  int runs = 0;
+  for (const Dims& s : {Dims{300, 96}, Dims{1000, 1312}, Dims{5120, 2304}}) {
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    for (int64_t m : {int64_t{512}, int64_t{1000}, int64_t{4096}}) {
+      const std::vector<uint16_t> x = gemm_test::RandomActivations(m, s.k, s.k, rng);
+      for (int64_t split : {0, 3}) {
+        for (bool f32 : {false, true}) {
+          GpuRunOptions in_place{f32, 0, 128, split, true, true};
+          in_place.expand_weights = false;
+          const std::vector<float> b = gemm_test::RunLinearGpu(d.view(), x, m, s.k, in_place);
+          const GpuRunOptions expanded{f32, 0, 128, split, true, true};
+          const std::vector<float> a = gemm_test::RunLinearGpu(d.view(), x, m, s.k, expanded);
+          ExpectBitEqual(a, b, m, s.n, s.n,
+                         "expanded vs in place N " + std::to_string(s.n) + " K " +
+                             std::to_string(s.k) + " M " + std::to_string(m) + " split " +
+                             std::to_string(split) + (f32 ? " f32" : " bf16"));
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("expanded weights: %d runs bit-identical to the in-place decode\n", runs);
+
+  const int64_t n = 65536, k = 32, m = kLinearCudaExpandMinRows;
+  std::vector<uint8_t> codes(n * k, 0), scales(n / 32);
+  for (int64_t r = 0; r < n; ++r) codes[r * k + r % 32] = static_cast<uint8_t>(r % 256);
+  for (int64_t b = 0; b < n / 32; ++b) scales[b] = static_cast<uint8_t>(b / 8);
+  DeviceBuffer dcodes(codes.size()), dscales(scales.size());
+  dcodes.CopyFromHost(codes.data(), codes.size());
+  dscales.CopyFromHost(scales.data(), scales.size());
+  const Fp8LinearDevice all{n, k, dcodes.get<uint8_t>(), dscales.get<uint8_t>(), nullptr};
+  const std::vector<uint16_t> ones(m * k, 0x3F80);  // 1.0
+  GpuRunOptions in_place{true, 0, 128, 1, true, true};
+  in_place.expand_weights = false;
+  const std::vector<float> ref = gemm_test::RunLinearGpu(all, ones, m, k, in_place);
+  const GpuRunOptions expanded{true, 0, 128, 1, true, true};
+  ExpectBitEqual(gemm_test::RunLinearGpu(all, ones, m, k, expanded), ref, m, n, n,
+                 "expanded, every code and scale");
+}
+
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

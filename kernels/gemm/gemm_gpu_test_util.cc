@@ -85,7 +85,8 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   // NaN-fill so unwritten outputs show up.
   CUDA_CHECK(cudaMemset(dy.get(), 0xFF, dy.bytes()));
   DeviceBuffer ws(
-      std::max<size_t>(16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16)));
+      std::max<size_t>(16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16,
+                                                    o.wgmma_ws, o.expand_weights)));
   LinearCudaParams p;
   p.weight = &w;
   p.m = m;
@@ -98,6 +99,7 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   p.split_k = o.split_k;
   p.wgmma_bf16 = o.wgmma_bf16;
   p.wgmma_ws = o.wgmma_ws;
+  p.expand_weights = o.expand_weights;
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   const absl::Status s = LaunchLinearFp8(p, nullptr);

@@ -32,7 +32,7 @@ size_t QdqBytes(int64_t m, int64_t k) { return LinearCudaActivationBytes(m, k); 
 
 // The plan for a resolved tile_rows (no automatic choice left).
 LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                       bool wgmma_bf16, bool wgmma_ws) {
+                       bool wgmma_bf16, bool wgmma_ws, bool expand_weights) {
   LinearCudaPlan p;
   p.tile_rows = tile_rows;
   const bool wgmma = tile_rows == kLinearCudaWgmmaRows;
@@ -71,11 +71,16 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
   p.steps_per_split = CeilDiv(p.k_steps, splits);
   p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
   p.warp_specialised = p.kernel == LinearCudaKernel::kWgmmaBf16 && wgmma_ws;
+  p.expand_weights = p.warp_specialised && expand_weights && m >= kLinearCudaExpandMinRows;
   return p;
 }
 
 size_t PartialBytes(const LinearCudaPlan& plan, int64_t m, int64_t n) {
-  return plan.splits > 1 ? static_cast<size_t>(4 * plan.splits * m * n) : 0;
+  return plan.splits > 1 ? AlignUp(static_cast<size_t>(4 * plan.splits * m * n), 256) : 0;
+}
+
+size_t ExpandedBytes(const LinearCudaPlan& plan, int64_t n, int64_t k) {
+  return plan.expand_weights ? AlignUp(static_cast<size_t>(2 * n * k), 256) : 0;
 }
 
 }  // namespace
@@ -121,38 +126,52 @@ size_t LinearCudaActivationBytes(int64_t m, int64_t k) {
   return AlignUp(std::max(qdq, codes), 256);
 }
 
+LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m, int64_t n,
+                                           int64_t k) {
+  LinearCudaWorkspaceLayout l;
+  l.partials = QdqBytes(m, k);
+  l.expanded = l.partials + PartialBytes(plan, m, n);
+  l.end = l.expanded + ExpandedBytes(plan, n, k);
+  return l;
+}
+
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                              bool wgmma_bf16, bool wgmma_ws) {
-  if (tile_rows != 0) return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws);
+                              bool wgmma_bf16, bool wgmma_ws, bool expand_weights) {
+  if (tile_rows != 0) {
+    return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
+  }
   const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   const int64_t min_n = wgmma_bf16 ? kLinearCudaWgmmaCols : kLinearCudaWgmmaFp8Cols;
   if (m >= kWgmmaMinM && n >= min_n) {
     // The A/B on the H200 (README "CUDA: plan rule"): the wgmma kernels lose to mma.sync where
     // the plan leaves each CTA only a few K steps (wq_a / shared_w2 at M = 128 - 256: 256 - 448
     // of K per split; K = 512 shapes at every M), and win from 640 on.
-    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws);
+    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws,
+                                     expand_weights);
     if (w.steps_per_split * w.k_step >= kLinearCudaWgmmaMinSplitK) return w;
   }
-  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws);
+  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
 }
 
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
-                                int64_t split_k, bool wgmma_bf16) {
+                                int64_t split_k, bool wgmma_bf16, bool wgmma_ws,
+                                bool expand_weights) {
   if (max_m <= 0) return 0;
-  size_t partials = 0;
+  size_t partials = 0, expanded = 0;
   // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles (the wgmma plan
   // kWgmmaTargetCtas tiles beyond 128 · kWgmmaTargetCtas, the same count), so the automatic
   // plan never splits, and a forced split's partials grow with m: max_m covers the rest.
   static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
   const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
-  for (int64_t m = 1; m <= scan; ++m) {
-    const LinearCudaPlan plan = PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16);
+  auto add = [&](int64_t m) {
+    const LinearCudaPlan plan =
+        PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
     partials = std::max(partials, PartialBytes(plan, m, w.n));
-  }
-  partials = std::max(
-      partials,
-      PartialBytes(PlanLinearCuda(max_m, w.n, w.k, tile_rows, split_k, wgmma_bf16), max_m, w.n));
-  return QdqBytes(max_m, w.k) + partials;
+    expanded = std::max(expanded, ExpandedBytes(plan, w.n, w.k));
+  };
+  for (int64_t m = 1; m <= scan; ++m) add(m);
+  add(max_m);
+  return QdqBytes(max_m, w.k) + partials + expanded;
 }
 
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
@@ -180,8 +199,9 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.y_bf16 != nullptr && !Aligned(p.y_bf16, 2))
     return Invalid("y_bf16", "is not 2-byte aligned");
   if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
-  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16);
-  const size_t need = QdqBytes(p.m, w.k) + PartialBytes(plan, p.m, w.n);
+  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
+                                             p.wgmma_ws, p.expand_weights);
+  const size_t need = LinearCudaLayout(plan, p.m, w.n, w.k).end;
   if (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need) {
     return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",
                                                 p.workspace_bytes, p.workspace, need));

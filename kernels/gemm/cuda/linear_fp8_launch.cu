@@ -10,6 +10,7 @@
 
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/gemm/cuda/fp8_weight_expand.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
@@ -61,14 +62,37 @@ void LaunchGemm(const GemmArgs& g, const LinearCudaPlan& plan, cudaStream_t stre
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and the raw codes;
-// false (nothing enqueued) when the driver cannot make the TMA descriptors.
-bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
+// Expands the weight (f.w codes, f.w_scale) into bf16 `out` [N, K] (fp8_weight_expand.cuh).
+void LaunchExpand(const GemmArgs& f, uint16_t* out, cudaStream_t stream) {
+  gemm_device::ExpandArgs a;
+  a.codes = f.w;
+  a.scales = f.w_scale;
+  a.n = f.n;
+  a.k = f.k;
+  a.out = out;
+  const int64_t chunks = f.n * (f.k / 16);
+  // Enough CTAs to fill the device several times over; the grid-stride loop takes the rest.
+  const int64_t blocks = std::min<int64_t>(
+      (chunks + gemm_device::kExpandThreads - 1) / gemm_device::kExpandThreads, 132 * 16);
+  gemm_device::ExpandFp8WeightKernel<<<static_cast<unsigned>(blocks), gemm_device::kExpandThreads,
+                                       0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
+// codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
+// expanded there to bf16; false (nothing enqueued) when the driver cannot make the TMA
+// descriptors.
+bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
+                   cudaStream_t stream) {
   wgmma_ws::Args g;
+  const bool fp8 = expanded == nullptr;
   if (!wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBM,
                                 true) ||
-      !wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBN,
-                                false)) {
+      !(fp8 ? wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
+                                       wgmma_ws::kBN, false)
+            : wgmma_ws::MakeTmaOperand(&g.b, expanded, 2, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
+                                       wgmma_ws::kBN, true))) {
     return false;
   }
   g.w_scale = f.w_scale;
@@ -84,13 +108,20 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t s
   g.y_stride = f.y_stride;
   g.y_pair = f.y_pair;
   g.partial = f.partial;
-  wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
+  if (fp8) {
+    wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
+  } else {
+    LaunchExpand(f, expanded, stream);
+    wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
+  }
   return true;
 }
 
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
-void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
-  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, stream)) return;
+// `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
+void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
+                 cudaStream_t stream) {
+  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, expanded, stream)) return;
   wgmma_linear::Args g;
   g.x = f.a;
   g.x_stride = f.k;
@@ -158,7 +189,9 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   if (p.m == 0) return absl::OkStatus();
   const Fp8LinearDevice& w = *p.weight;
   const LinearCudaPlan plan =
-      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16, p.wgmma_ws);
+      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16, p.wgmma_ws,
+                     p.expand_weights);
+  const LinearCudaWorkspaceLayout layout = LinearCudaLayout(plan, p.m, w.n, w.k);
   auto* ws = static_cast<unsigned char*>(p.workspace);
   auto* a = reinterpret_cast<uint16_t*>(ws);
   // The FP8 wgmma kernel reads the E4M3 codes and UE8M0 scales (the same quantisation the QDQ
@@ -207,14 +240,17 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   g.y_pair =
       p.y_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.y_bf16) % 4 == 0 && p.y_stride % 2 == 0;
   if (plan.splits > 1) {
-    g.partial = reinterpret_cast<float*>(ws + LinearCudaActivationBytes(p.m, w.k));
+    g.partial = reinterpret_cast<float*>(ws + layout.partials);
   }
   switch (plan.tile_rows) {
     case kLinearCudaWgmmaRows:
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
       } else {
-        LaunchWgmma(g, plan, stream);
+        LaunchWgmma(g, plan,
+                    plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded)
+                                        : nullptr,
+                    stream);
       }
       break;
     case 16:
