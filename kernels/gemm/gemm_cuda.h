@@ -23,9 +23,13 @@
 //   accumulator (exact-arithmetic inputs: bit for bit); on general inputs it may be coarser than
 //   an fp32 sum (README.md "CUDA: the FP8 wgmma kernel").
 // - Epilogue: + bias (fp32) and one RNE rounding to bf16, or the fp32 sum (y_f32).
-// - Split-K (small M): each split writes fp32 partials, a second kernel sums them in ascending
-//   split order from +0. The plan depends only on (M, N, K, params), never on the device, so
-//   results are reproducible run to run and device to device.
+// - Split-K (small M): each split writes fp32 partials, which are summed in ascending split
+//   order from +0: by a second kernel, or for the weight-streaming kernel (M <= 16) by the CTA
+//   of the tile that arrives last (an arrival counter per tile in the workspace, tagged with a
+//   per-call tag, so it needs no zeroing; README "CUDA: the weight-streaming decode kernel").
+//   The plan depends only
+//   on (M, N, K, params), never on the device, so results are reproducible run to run and device
+//   to device.
 //
 // Common contract: pointers are device pointers (or managed memory); bf16 tensors are uint16 bit
 // patterns; strides count elements. LaunchLinearFp8 validates first (InvalidArgumentError naming
@@ -84,8 +88,27 @@ inline constexpr int64_t kLinearCudaWgmmaMinSplitK = 640;
 // over the weight (~3 bytes per weight moved), which the bf16-weight main loop's higher rate
 // repays once M is this large (README "CUDA: weights expanded once").
 inline constexpr int64_t kLinearCudaExpandMinRows = 512;
+// The weight-streaming kernel (README "CUDA: the weight-streaming decode kernel"): the automatic
+// plan where LinearCudaStreamPays, forced by tile_rows = kLinearCudaStreamRows (8: the x
+// rows are the mma's n8 operand). A CTA takes up to 16 x rows (m_tiles = ceil(M / 16)) and
+// kLinearCudaStreamCols weight rows; K steps of kLinearCudaKStep; one launch per call (QDQ,
+// GEMM and the split-K reduction).
+inline constexpr int64_t kLinearCudaStreamRows = 8;
+inline constexpr int64_t kLinearCudaStreamMaxRows = 16;
+inline constexpr int64_t kLinearCudaStreamCols = 128;
+// Whether the automatic plan takes the stream kernel: one x row, or up to 8 rows when the weight
+// has at least kLinearCudaStreamMinWeights elements. Measured on the H200 against the 16-row
+// mma.sync kernel (README): at M = 1 it wins on every decode shape (wq_b 26.2 -> 21.6 µs, wo_b
+// 30.8 -> 24.6, engram.wkv 87.1 -> 67.2, wq_a 18.6 -> 16.9); at M = 2..8 it wins only on the
+// large weights (wq_b, wo_b, engram.wkv) and loses on the ~6–12 MB ones (wq_a, shared w1|w3:
+// each block's in-kernel QDQ and split-K fix-up cost more than its stream saves); at M = 16 it
+// loses everywhere.
+inline constexpr int64_t kLinearCudaStreamMinWeights = int64_t{16} << 20;
+constexpr bool LinearCudaStreamPays(int64_t m, int64_t n, int64_t k) {
+  return m == 1 || (m <= 8 && n * k >= kLinearCudaStreamMinWeights);
+}
 
-enum class LinearCudaKernel { kMmaSync = 0, kWgmmaBf16 = 1, kWgmmaFp8 = 2 };
+enum class LinearCudaKernel { kMmaSync = 0, kWgmmaBf16 = 1, kWgmmaFp8 = 2, kStream = 3 };
 const char* LinearCudaKernelName(LinearCudaKernel kernel);
 
 // InvalidArgumentError naming the field (dims, null or misaligned pointers), else OK.
@@ -100,10 +123,11 @@ struct LinearCudaParams {
   uint16_t* y_bf16 = nullptr;
   float* y_f32 = nullptr;
   int64_t y_stride = 0;  // elements, >= N
-  // 0 = automatic (LinearCudaPlan); 16, 32 or 64 forces the mma.sync kernel with that many CTA
-  // rows, 128 a wgmma kernel (tests, benches). Automatic: wgmma for M >= 128 and N >= 128 when
-  // the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK of K, else mma.sync with
-  // 16 / 32 / 64 rows.
+  // 0 = automatic (LinearCudaPlan); 8 forces the weight-streaming kernel (any M: a CTA per 16
+  // rows), 16, 32 or 64 the mma.sync kernel with that many CTA rows, 128 a wgmma kernel (tests,
+  // benches). Automatic: the weight-streaming kernel for M <= 16; wgmma for M >= 128 and N >= 128
+  // when the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK of K; else mma.sync
+  // with 32 / 64 rows.
   int64_t tile_rows = 0;
   // When the plan takes wgmma: true (default) = the bf16-expansion wgmma kernel (128 × 256
   // tiles), false = the FP8 wgmma kernel (E4M3 operands, 128 × 128 tiles; ~1.3x faster, but its
@@ -127,15 +151,15 @@ struct LinearCudaParams {
   int64_t split_k = 0;
   // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k,
   // wgmma_bf16, wgmma_ws, expand_weights) bytes, 16-byte aligned, not used concurrently by
-  // another launch.
+  // another launch. Its contents need no initialisation, before the first call or between calls.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
 
 // What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k, wgmma_bf16): the kernel, CTA rows
-// (16/32/64/128) and columns (128 / 256), K per pipeline stage (kLinearCudaKStep,
-// kLinearCudaWgmmaKStep, kLinearCudaWgmmaFp8KStep), K splits and the K steps of each split.
-// Pure; cheap.
+// (16/32/64/128; 8 for the stream kernel, whose CTA takes two n8 tiles: m_tiles = ceil(M/16))
+// and columns (128 / 256), K per pipeline stage (kLinearCudaKStep, kLinearCudaWgmmaKStep,
+// kLinearCudaWgmmaFp8KStep), K splits and the K steps of each split. Pure; cheap.
 struct LinearCudaPlan {
   LinearCudaKernel kernel = LinearCudaKernel::kMmaSync;
   int64_t tile_rows = 16;
@@ -158,18 +182,21 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
                               bool expand_weights = true);
 
 // Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic),
-// wgmma_bf16, wgmma_ws and expand_weights: the activation region (LinearCudaActivationBytes),
-// then, when the plan splits K, the fp32 partials (4·splits·M·N, rounded up to 256), then, when
-// a plan expands the weight, its bf16 copy (2·N·K). Monotone in max_m. Cost: O(min(max_m,
-// 16896)) plans.
+// wgmma_bf16, wgmma_ws and expand_weights: the activation region (LinearCudaActivationBytes;
+// none for the stream kernel), then, when the plan splits K, the fp32 partials (4·splits·M·N,
+// rounded up to 256) and for the stream kernel its arrival counters (8 bytes per m tile × n
+// tile, rounded up to 256), then, when a plan expands the weight, its bf16 copy (2·N·K).
+// Monotone in max_m; 0 for max_m <= 0. Cost: O(min(max_m, 16896)) plans.
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
                                 int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
                                 bool expand_weights = true);
 // Byte offsets of the workspace regions for one call with m rows (the launcher's layout).
 struct LinearCudaWorkspaceLayout {
-  size_t partials = 0;  // fp32 split-K partials (when plan.splits > 1)
-  size_t expanded = 0;  // bf16 [N, K] weight (when plan.expand_weights)
-  size_t end = 0;       // bytes the call needs
+  size_t activations = 0;  // QDQ activations or codes + scales (none for the stream kernel)
+  size_t partials = 0;     // fp32 split-K partials (when plan.splits > 1)
+  size_t counters = 0;     // the stream kernel's arrival counters (when plan.splits > 1)
+  size_t expanded = 0;     // bf16 [N, K] weight (when plan.expand_weights)
+  size_t end = 0;          // bytes the call needs
 };
 LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m, int64_t n,
                                            int64_t k);
@@ -186,7 +213,8 @@ inline int64_t LinearCudaActScaleStride(int64_t k) { return (k + 127) / 128 * 4;
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p);
 
 // y = x · W^T (+ bias) as documented above: the activation QDQ kernel, the GEMM, and for split
-// plans the reduction. Errors: ValidateLinearCudaParams's. Cost: 2-3 kernel launches.
+// plans the reduction; for the stream kernel (M <= 16) one launch doing all three. Errors:
+// ValidateLinearCudaParams's. Cost: 1 kernel launch (stream), else 2-3.
 absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream);
 
 // The device copy of a kFp8Block32 PreparedLinear (codes, scales, bias) in Fp8LinearDevice

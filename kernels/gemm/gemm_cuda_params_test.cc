@@ -20,9 +20,27 @@ struct FakeWeight {
 };
 
 TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
-  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120).tile_rows, 16);
+  // The weight-streaming kernel (tile_rows 8: x rows as the mma's n8 operand) at M = 1, and up to
+  // M = 8 for weights of at least 16 Mi elements; else mma.sync with 16-row tiles up to M = 16.
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120).tile_rows, kLinearCudaStreamRows);
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120).kernel, LinearCudaKernel::kStream);
+  EXPECT_EQ(PlanLinearCuda(2, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
+  EXPECT_EQ(PlanLinearCuda(2, 1280, 5120).tile_rows, 16);
+  EXPECT_EQ(PlanLinearCuda(8, 32768, 1280).kernel, LinearCudaKernel::kStream);
+  EXPECT_EQ(PlanLinearCuda(8, 25600, 6144).kernel, LinearCudaKernel::kStream);
+  EXPECT_EQ(PlanLinearCuda(9, 32768, 1280).kernel, LinearCudaKernel::kMmaSync);
+  EXPECT_EQ(PlanLinearCuda(16, 32768, 1280).tile_rows, 16);
   EXPECT_EQ(PlanLinearCuda(16, 1280, 5120).tile_rows, 16);
+  EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
   EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).tile_rows, 32);
+  // Forced tile rows keep their kernels at M <= 16 (16 is the mma.sync kernel's 16-row tile).
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 16).kernel, LinearCudaKernel::kMmaSync);
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 16).tile_rows, 16);
+  EXPECT_EQ(PlanLinearCuda(16, 1280, 5120, 32).tile_rows, 32);
+  // Forced tile_rows 8: the stream kernel at any M (a CTA per 16 rows).
+  EXPECT_EQ(PlanLinearCuda(300, 1280, 5120, 8).kernel, LinearCudaKernel::kStream);
+  EXPECT_EQ(PlanLinearCuda(300, 1280, 5120, 8).m_tiles, 19);
+  EXPECT_STREQ(LinearCudaKernelName(LinearCudaKernel::kStream), "stream");
   EXPECT_EQ(PlanLinearCuda(33, 1280, 5120).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(127, 1280, 5120).tile_rows, 64);
   // wgmma from M = 128 with N >= 128 (FP8) / 256 (bf16 expansion), when every split keeps at
@@ -81,6 +99,49 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(PlanLinearCuda(4096, 5120, 8192).splits, 1);  // wo_b prefill: 640 tiles
 }
 
+// The stream plan at the decode shapes: 128 weight rows per CTA, K steps of 128, split to about
+// 264 CTAs, one m tile for M <= 16.
+TEST(LinearCudaPlanTest, StreamPlanAtDecodeShapes) {
+  struct Case {
+    int64_t n, k, n_tiles, splits, steps_per_split;
+  };
+  const Case cases[] = {
+      {1280, 5120, 10, 20, 2},    // wq_a: 26 wanted, 40 steps -> 20 splits of 2
+      {32768, 1280, 256, 1, 10},  // wq_b: 256 tiles fill the GPU
+      {5120, 8192, 40, 6, 11},    // wo_b
+      {25600, 6144, 200, 1, 48},  // engram.wkv
+      {4608, 5120, 36, 7, 6},     // shared w1|w3
+      {5120, 2304, 40, 6, 3},     // shared w2
+  };
+  for (const Case& c : cases) {
+    for (int64_t m : {1, 7, 16}) {
+      const LinearCudaPlan p = PlanLinearCuda(m, c.n, c.k, kLinearCudaStreamRows);
+      SCOPED_TRACE(std::to_string(m) + " " + std::to_string(c.n) + "x" + std::to_string(c.k));
+      EXPECT_EQ(p.kernel, LinearCudaKernel::kStream);
+      EXPECT_EQ(p.tile_cols, kLinearCudaStreamCols);
+      EXPECT_EQ(p.k_step, kLinearCudaKStep);
+      EXPECT_EQ(p.m_tiles, 1);
+      EXPECT_EQ(p.n_tiles, c.n_tiles);
+      EXPECT_EQ(p.splits, c.splits);
+      EXPECT_EQ(p.steps_per_split, c.steps_per_split);
+      EXPECT_FALSE(p.warp_specialised);
+      EXPECT_FALSE(p.expand_weights);
+    }
+  }
+  // Forced: tile_rows 8 at any M, split_k as asked.
+  const LinearCudaPlan many = PlanLinearCuda(16 * 200, 128 * 10, 4096, 8, 4);
+  EXPECT_EQ(many.m_tiles * many.n_tiles, 2000);
+  EXPECT_EQ(many.splits, 4);
+  EXPECT_EQ(PlanLinearCuda(16 * 200, 128 * 10, 4096, 8).splits, 1);  // 2000 tiles: no split
+  // The plan depends on (M, N, K) only through m_tiles: every M <= 16 plans alike.
+  for (int64_t m = 1; m <= 16; ++m) {
+    const LinearCudaPlan p = PlanLinearCuda(m, 1000, 1312);
+    const LinearCudaPlan one = PlanLinearCuda(1, 1000, 1312);
+    EXPECT_EQ(p.splits, one.splits);
+    EXPECT_EQ(p.steps_per_split, one.steps_per_split);
+  }
+}
+
 // The warp-specialised main loop runs the bf16-expansion wgmma plan (same tiles, steps and
 // splits) unless wgmma_ws is false; never the mma.sync or FP8 wgmma plans.
 TEST(LinearCudaPlanTest, WarpSpecialisedOnlyForTheBf16WgmmaKernel) {
@@ -136,7 +197,7 @@ TEST(LinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
 // once, at every tile size. (A plan counting 256-wide steps for the 16/32-row tiles made the
 // kernel sum only half of K.)
 TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
-  for (int64_t tile : {0, 16, 32, 64, 128}) {
+  for (int64_t tile : {0, 8, 16, 32, 64, 128}) {
     for (int64_t m : {1, 7, 17, 64, 300}) {
       for (int64_t k : std::initializer_list<int64_t>{32, 64, 96, 256, 512, 640, 1280, 2304, 5120,
                                                       15360, kLinearCudaMaxK}) {
@@ -146,9 +207,12 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
             SCOPED_TRACE(std::to_string(tile) + " " + std::to_string(m) + " " + std::to_string(k) +
                          " " + std::to_string(forced) + " " + std::to_string(bf16));
             const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
-            ASSERT_EQ(p.kernel,
-                      !wgmma ? LinearCudaKernel::kMmaSync
-                             : (bf16 ? LinearCudaKernel::kWgmmaBf16 : LinearCudaKernel::kWgmmaFp8));
+            const bool stream = p.tile_rows == kLinearCudaStreamRows;
+            ASSERT_EQ(stream, tile == 8 || (tile == 0 && LinearCudaStreamPays(m, 1000, k)));
+            ASSERT_EQ(p.kernel, stream   ? LinearCudaKernel::kStream
+                                : !wgmma ? LinearCudaKernel::kMmaSync
+                                         : (bf16 ? LinearCudaKernel::kWgmmaBf16
+                                                 : LinearCudaKernel::kWgmmaFp8));
             const int64_t step = !wgmma ? kLinearCudaKStep
                                         : (bf16 ? kLinearCudaWgmmaKStep : kLinearCudaWgmmaFp8KStep);
             ASSERT_EQ(p.k_step, step);
@@ -157,7 +221,13 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
             // steps_per_split · kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers
             // reserve).
             const bool eight = wgmma && bf16;
-            ASSERT_LE((eight ? 8 : 4) * p.steps_per_split * kBlocksPerStep, eight ? 16384 : 8192);
+            if (!stream) {
+              ASSERT_LE((eight ? 8 : 4) * p.steps_per_split * kBlocksPerStep, eight ? 16384 : 8192);
+            } else {
+              // LinearFp8StreamKernel: blockIdx.z covers m in 16-row tiles; x.y the splits.
+              ASSERT_EQ(p.m_tiles, (m + 15) / 16);
+              ASSERT_EQ(p.tile_cols, kLinearCudaStreamCols);
+            }
             const int64_t k_steps = (k + step - 1) / step;
             const int64_t k_blocks = k / 32;
             std::vector<int> seen(k_blocks, 0);
@@ -184,24 +254,43 @@ TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
   for (int64_t n : {96, 1280, 5120}) {
     const Fp8LinearDevice w = f.View(n, 2304);
     for (int64_t forced : {0, 4}) {
-      for (bool bf16 : {false, true}) {
-        const size_t max_bytes = LinearCudaWorkspaceBytes(w, 400, 0, forced, bf16);
-        size_t prev = 0;
-        for (int64_t m = 1; m <= 400; ++m) {
-          const LinearCudaPlan p = PlanLinearCuda(m, n, 2304, 0, forced, bf16);
-          // The QDQ bf16 values, or the codes (256-aligned) then the scales.
-          const size_t qdq = static_cast<size_t>(2 * m * 2304);
-          const size_t codes = static_cast<size_t>((m * 2304 + 255) / 256 * 256 +
-                                                   m * LinearCudaActScaleStride(2304));
-          ASSERT_LE(p.kernel == LinearCudaKernel::kWgmmaFp8 ? codes : qdq,
-                    LinearCudaActivationBytes(m, 2304));
-          ASSERT_EQ(LinearCudaActivationBytes(m, 2304) % 256, 0u);
-          const size_t need = LinearCudaActivationBytes(m, 2304) +
-                              (p.splits > 1 ? static_cast<size_t>(4 * p.splits * m * n) : 0);
-          ASSERT_LE(need, max_bytes) << m;
-          const size_t mono = LinearCudaWorkspaceBytes(w, m, 0, forced, bf16);
-          ASSERT_GE(mono, prev) << m;
-          prev = mono;
+      for (int64_t tile : {0, 8}) {
+        for (bool bf16 : {false, true}) {
+          SCOPED_TRACE(std::to_string(n) + " forced " + std::to_string(forced) + " tile " +
+                       std::to_string(tile) + " bf16 " + std::to_string(bf16));
+          const size_t max_bytes = LinearCudaWorkspaceBytes(w, 400, tile, forced, bf16);
+          size_t prev = 0;
+          for (int64_t m = 1; m <= 400; ++m) {
+            const LinearCudaPlan p = PlanLinearCuda(m, n, 2304, tile, forced, bf16);
+            // The QDQ bf16 values, or the codes (256-aligned) then the scales.
+            const size_t qdq = static_cast<size_t>(2 * m * 2304);
+            const size_t codes = static_cast<size_t>((m * 2304 + 255) / 256 * 256 +
+                                                     m * LinearCudaActScaleStride(2304));
+            ASSERT_LE(p.kernel == LinearCudaKernel::kWgmmaFp8 ? codes : qdq,
+                      LinearCudaActivationBytes(m, 2304));
+            ASSERT_EQ(LinearCudaActivationBytes(m, 2304) % 256, 0u);
+            // The activations (none for the stream kernel), the partials, the stream kernel's
+            // 8-byte arrival counters per tile, each region 256-byte aligned.
+            const bool stream = p.kernel == LinearCudaKernel::kStream;
+            ASSERT_EQ(stream, tile == 8 || (tile == 0 && LinearCudaStreamPays(m, n, 2304)));
+            const size_t partials = p.splits > 1 ? static_cast<size_t>(4 * p.splits * m * n) : 0;
+            const size_t counters =
+                stream && p.splits > 1 ? static_cast<size_t>(8 * p.m_tiles * p.n_tiles) : 0;
+            const size_t need =
+                (stream ? 0 : LinearCudaActivationBytes(m, 2304)) + partials + counters;
+            ASSERT_LE(need, max_bytes) << m;
+            const LinearCudaWorkspaceLayout l = LinearCudaLayout(p, m, n, 2304);
+            ASSERT_EQ(l.activations, 0u);
+            ASSERT_EQ(l.partials, stream ? 0 : LinearCudaActivationBytes(m, 2304));
+            ASSERT_GE(l.counters, l.partials + partials);
+            ASSERT_EQ(l.counters % 256, 0u);
+            ASSERT_GE(l.end, l.counters + counters) << m;
+            ASSERT_LE(l.end, max_bytes) << m;
+            const size_t mono = LinearCudaWorkspaceBytes(w, m, tile, forced, bf16);
+            ASSERT_GE(mono, prev) << m;
+            ASSERT_GE(mono, l.end) << m;
+            prev = mono;
+          }
         }
       }
     }
@@ -314,6 +403,8 @@ TEST(LinearCudaParamsTest, RejectsBadFields) {
   p = good();
   p.tile_rows = 48;
   expect_field(p, "tile_rows");
+  p.tile_rows = 4;
+  expect_field(p, "tile_rows");
   p.tile_rows = 256;
   expect_field(p, "tile_rows");
   p = good();
@@ -333,6 +424,13 @@ TEST(LinearCudaParamsTest, RejectsBadFields) {
   Fp8LinearDevice bad_codes = w;
   bad_codes.codes = f.codes + 1;
   EXPECT_FALSE(Validate(bad_codes).ok());
+  // The stream kernel's grid.z: at most 65535 tiles of 16 rows.
+  p = good();
+  p.tile_rows = kLinearCudaStreamRows;
+  ASSERT_TRUE(ValidateLinearCudaParams(p).ok()) << ValidateLinearCudaParams(p);
+  p.m = 16 * 65535 + 1;
+  p.x_stride = 512;
+  expect_field(p, "m ");
   // m == 0 needs nothing else.
   LinearCudaParams empty;
   empty.weight = &w;

@@ -2,12 +2,14 @@
 // Linear shapes against the roofline.
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
-//                  [--kernels auto,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
+//                  [--kernels auto,stream,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
 //                  [--peak-tflops T]
 //
-// --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
-// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the FP8 wgmma kernel
-// (tile_rows 128: E4M3 operands), wgmma-bf16 = the bf16-expansion wgmma kernel's 256-thread
+// --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
+// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 16), mma = the
+// mma.sync kernel (16-row tiles where the plan takes the stream kernel, 64-row tiles where it
+// would take wgmma; with its separate QDQ and split-K reduction launches), wgmma = the FP8 wgmma
+// kernel (tile_rows 128: E4M3 operands), wgmma-bf16 = the bf16-expansion wgmma kernel's 256-thread
 // cp.async main loop (tile_rows 128, wgmma_bf16, wgmma_ws = false), wgmma-ws = its
 // warp-specialised persistent TMA main loop (tile_rows 128, wgmma_bf16, wgmma_ws; auto takes it
 // wherever the plan picks the bf16 wgmma kernel; from kLinearCudaExpandMinRows rows the weight is
@@ -18,8 +20,8 @@
 // H200).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
-// (activation QDQ, GEMM, split-K reduction when the plan splits). Successive calls cycle through
-// enough weight copies (>= 160 MB in all) that no call finds its weight in L2.
+// (activation QDQ, GEMM, split-K reduction when the plan splits; one kernel for stream). Successive
+// calls cycle through enough weight copies (>= 160 MB in all) that no call finds its weight in L2.
 //   bytes = weight codes + scales + x (bf16) + y (bf16): what any implementation must move
 //   FLOPs = 2·M·N·K
 //   roof  = max(bytes / d2d copy bandwidth, FLOPs / bf16 mma.sync rate), both measured in this
@@ -61,8 +63,9 @@ struct Options {
   int warmup = 3;
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
   std::vector<std::string> shapes;  // empty: all
-  // Kernels to time per (shape, M): auto (the plan's choice), mma (mma.sync: the plan's tile, 64
-  // rows where the plan picks wgmma), wgmma (tile_rows 128).
+  // Kernels to time per (shape, M): auto (the plan's choice), stream (tile_rows 8), mma
+  // (mma.sync: the plan's tile, 16 rows where the plan picks stream, 64 where it picks wgmma),
+  // wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
@@ -73,7 +76,10 @@ int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
       kernel == "wgmma-ws-inplace") {
     return 128;
   }
-  if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
+  if (kernel == "mma") {
+    return auto_tile == 128 ? 64 : (auto_tile == kLinearCudaStreamRows ? 16 : auto_tile);
+  }
+  if (kernel == "stream") return kLinearCudaStreamRows;
   return 0;
 }
 
@@ -101,10 +107,10 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-bf16" && k != "wgmma-ws" &&
-            k != "wgmma-ws-inplace") {
+        if (k != "auto" && k != "stream" && k != "mma" && k != "wgmma" && k != "wgmma-bf16" &&
+            k != "wgmma-ws" && k != "wgmma-ws-inplace") {
           std::fprintf(stderr,
-                       "--kernels: %s is not auto, mma, wgmma, wgmma-bf16, wgmma-ws or "
+                       "--kernels: %s is not auto, stream, mma, wgmma, wgmma-bf16, wgmma-ws or "
                        "wgmma-ws-inplace\n",
                        k.c_str());
           std::exit(2);
@@ -218,8 +224,11 @@ int Main(int argc, char** argv) {
     }
     DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.n * 2));
     dx.CopyFromHost(x.data(), x.size() * 2);
-    // Every kernel's plan: the automatic one, the forced 64- / 128-row tiles, both wgmma kernels.
+    // Every kernel's plan: the automatic one, the forced stream / 16- / 64- / 128-row tiles, both
+    // wgmma kernels.
     DeviceBuffer ws(std::max({LinearCudaWorkspaceBytes(views[0], max_m),
+                              LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaStreamRows),
+                              LinearCudaWorkspaceBytes(views[0], max_m, 16),
                               LinearCudaWorkspaceBytes(views[0], max_m, 64),
                               LinearCudaWorkspaceBytes(views[0], max_m, 128),
                               LinearCudaWorkspaceBytes(views[0], max_m, 128, 0, true)}));

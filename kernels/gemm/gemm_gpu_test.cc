@@ -1,13 +1,14 @@
 // kernels_gemm_gpu_test: LaunchLinearFp8 (gemm_cuda.h) against LinearCpu in exact mode, through
-// the three GEMM kernels: mma.sync (tile_rows 16 / 32 / 64), FP8 wgmma (tile_rows 128, the
-// automatic choice at large M) and the bf16-expansion wgmma (tile_rows 128 with wgmma_bf16).
+// the four GEMM kernels: weight-streaming (tile_rows 8, the automatic choice at M <= 16; more in
+// gemm_gpu_stream_test.cc), mma.sync (tile_rows 16 / 32 / 64), FP8 wgmma (tile_rows 128) and the
+// bf16-expansion wgmma (tile_rows 128 with wgmma_bf16, the automatic choice at large M).
 // - Exact-arithmetic inputs (gemm_gpu_test_util.h): bit for bit, over partial N / K tiles, every
 //   kernel and tile size and several K splits, bf16 and fp32 outputs, bias and padded strides;
 //   scale bytes from 12 to 230 (the decoder's one- and two-multiply paths); a NaN scale block.
 // - The activation quantiser: an identity weight returns QDQ(x) exactly, on random activations
 //   with widely varying block scales: bit for bit with LinearCpu and formats::QdqFp8Ue8m0B32.
-// - Random inputs at the released FP8 Linear shapes, M = 1, 7, 64 (mma.sync) and M = 128, 130,
-//   1000, 4096 (all three kernels on the same data): per element
+// - Random inputs at the released FP8 Linear shapes, M = 1, 7, 16, 64 (weight-streaming and
+//   mma.sync) and M = 128, 130, 1000, 4096 (three kernels on the same data): per element
 //   |gpu - cpu| <= ulp_bf16 + (K/4 + 64)·2^-24·Σ|x·w| where Σ|x·w| is known, >= 99 % of the
 //   outputs within one bf16 ulp, rel-RMS <= 2^-8 (README.md "CUDA" justifies the figures).
 #include <algorithm>
@@ -117,13 +118,15 @@ struct Kernel {
   bool ws = true;
   std::string Name() const {
     const char* wgmma = !bf16 ? " wgmma-fp8" : (ws ? " wgmma-bf16-ws" : " wgmma-bf16-cp.async");
-    return "tile " + std::to_string(tile) + (tile == 128 ? wgmma : "");
+    return "tile " + std::to_string(tile) +
+           (tile == 128 ? wgmma : (tile == kLinearCudaStreamRows ? " stream" : ""));
   }
 };
-const Kernel kAuto{0, true}, kMma64{64, false}, kFp8Wgmma{128, false}, kBf16Wgmma{128, true},
+const Kernel kAuto{0, true}, kStream{kLinearCudaStreamRows, false}, kMma16{16, false},
+    kMma64{64, false}, kFp8Wgmma{128, false}, kBf16Wgmma{128, true},
     kBf16WgmmaCpAsync{128, true, false};
-const Kernel kAllKernels[] = {kAuto,     {16, false}, {32, false},      kMma64,
-                              kFp8Wgmma, kBf16Wgmma,  kBf16WgmmaCpAsync};
+const Kernel kAllKernels[] = {kAuto,  kStream,   kMma16,     {32, false},
+                              kMma64, kFp8Wgmma, kBf16Wgmma, kBf16WgmmaCpAsync};
 
 // ---- exact-arithmetic inputs: bit for bit ----------------------------------------------------
 
@@ -175,7 +178,7 @@ TEST_F(GemmGpuTest, ExactArithmeticBiasStridesAndF32Output) {
     ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
     for (bool f32 : {false, true}) {
       const std::vector<float> cpu = Cpu(*w, x, m, x_stride, f32, y_stride);
-      for (const Kernel& kern : {kAuto, kMma64, kFp8Wgmma, kBf16Wgmma}) {
+      for (const Kernel& kern : {kAuto, kStream, kMma64, kFp8Wgmma, kBf16Wgmma}) {
         for (int64_t split : {0, 1, 2}) {
           const std::vector<float> gpu = PackGpu(
               gemm_test::RunLinearGpu(d.view(), x, m, x_stride,
@@ -207,7 +210,7 @@ TEST_F(GemmGpuTest, ExactArithmeticWideScaleRange) {
     ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, k));
     for (bool f32 : {false, true}) {
       const std::vector<float> cpu = Cpu(*w, x, m, k, f32, n);
-      for (const Kernel& kern : {kAuto, kMma64, kFp8Wgmma, kBf16Wgmma}) {
+      for (const Kernel& kern : {kAuto, kStream, kMma64, kFp8Wgmma, kBf16Wgmma}) {
         const std::vector<float> gpu =
             gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, 0, kern.tile, 0, kern.bf16, kern.ws});
         ExpectBitEqual(gpu, cpu, m, n, n, "wide scales M " + std::to_string(m) + " " + kern.Name());
@@ -242,7 +245,7 @@ void CheckNanScale(const Kernel& kern) {
 }
 
 TEST_F(GemmGpuTest, NanScaleGivesNanLikeCpu) {
-  for (const Kernel& kern : {kAuto, kFp8Wgmma, kBf16Wgmma}) {
+  for (const Kernel& kern : {kAuto, kStream, kMma16, kFp8Wgmma, kBf16Wgmma}) {
     SCOPED_TRACE(kern.Name());
     CheckNanScale(kern);
   }
@@ -271,7 +274,7 @@ TEST_F(GemmGpuTest, IdentityWeightReturnsQdqActivations) {
     const std::vector<float> cpu = Cpu(*w, x, m, k, false, n);
     // The wgmma kernels first: output j = x[j] isolates operand layout errors (a wrong K
     // position, row or swizzle shows up as the first mismatching (row, column)).
-    for (const Kernel& kern : {kFp8Wgmma, kBf16Wgmma, kAuto}) {
+    for (const Kernel& kern : {kFp8Wgmma, kBf16Wgmma, kStream, kMma16, kAuto}) {
       for (int64_t split : {0, 1}) {
         const std::vector<float> gpu = gemm_test::RunLinearGpu(
             d.view(), x, m, k, {false, 0, kern.tile, split, kern.bf16, kern.ws});
@@ -364,9 +367,11 @@ void CheckRandomShape(const Shape& s, const std::vector<int64_t>& ms,
   }
 }
 
+// The automatic plan (weight-streaming up to M = 16, mma.sync at 64) and the 16-row mma.sync
+// kernel on the same data.
 TEST_F(GemmGpuTest, ReleasedShapesSmallM) {
   uint64_t seed = 100;
-  for (const Shape& s : kReleased) CheckRandomShape(s, {1, 7, 64}, {kAuto}, ++seed);
+  for (const Shape& s : kReleased) CheckRandomShape(s, {1, 7, 16, 64}, {kAuto, kMma16}, ++seed);
 }
 
 // The three kernels on the same data: mma.sync (64-row tiles), FP8 wgmma, bf16-expansion wgmma.
@@ -389,7 +394,7 @@ TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
   const double coef = (k / 4.0 + 64.0) * std::ldexp(1.0, -24);
   for (bool f32 : {false, true}) {
     const std::vector<float> cpu = Cpu(*w, x, m, k, f32, y_stride);
-    for (const Kernel& kern : {kAuto, kFp8Wgmma, kBf16Wgmma}) {
+    for (const Kernel& kern : {kAuto, kStream, kFp8Wgmma, kBf16Wgmma}) {
       const int64_t tile = kern.tile;
       for (int64_t split : {0, 1, 5}) {
         // Packed [m, n] like cpu and DoubleLinear's abs_sum.

@@ -87,6 +87,9 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   DeviceBuffer ws(
       std::max<size_t>(16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16,
                                                     o.wgmma_ws, o.expand_weights)));
+  // Garbage-fill: no kernel may rely on the workspace's contents (the stream kernel's split-K
+  // counters included).
+  CUDA_CHECK(cudaMemset(ws.get(), 0xA5, ws.bytes()));
   LinearCudaParams p;
   p.weight = &w;
   p.m = m;

@@ -13,6 +13,9 @@ namespace {
 // constant, not the device's SM count, so the bits never depend on the device.
 constexpr int64_t kTargetCtas = 264;
 constexpr int64_t kWgmmaTargetCtas = 132;  // the wgmma kernel: one CTA per SM
+// The weight-streaming kernel: two 256-thread CTAs per SM (its register ring holds the bytes in
+// flight; README "CUDA: the weight-streaming decode kernel").
+constexpr int64_t kStreamTargetCtas = 264;
 // The automatic plan considers a wgmma kernel from this M (one 128-row tile) and N (one tile:
 // 128 columns for the FP8 kernel, 256 for the bf16-expansion one) on.
 constexpr int64_t kWgmmaMinM = 128;
@@ -28,11 +31,39 @@ absl::Status Invalid(const char* field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrFormat("LaunchLinearFp8: %s %s", field, why));
 }
 
-size_t QdqBytes(int64_t m, int64_t k) { return LinearCudaActivationBytes(m, k); }
+// The activation region of a plan: none for the stream kernel (it quantises into shared memory).
+size_t QdqBytes(const LinearCudaPlan& plan, int64_t m, int64_t k) {
+  return plan.kernel == LinearCudaKernel::kStream ? 0 : LinearCudaActivationBytes(m, k);
+}
+
+// The stream kernel: x rows as the mma's n8 operand (tile_rows 8), up to 16 rows and
+// kLinearCudaStreamCols weight rows per CTA, K in units of kLinearCudaKStep.
+LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
+  LinearCudaPlan p;
+  p.kernel = LinearCudaKernel::kStream;
+  p.tile_rows = kLinearCudaStreamRows;
+  p.tile_cols = kLinearCudaStreamCols;
+  p.k_step = kLinearCudaKStep;
+  p.k_steps = CeilDiv(k, p.k_step);
+  p.m_tiles = CeilDiv(m, kLinearCudaStreamMaxRows);
+  p.n_tiles = CeilDiv(n, p.tile_cols);
+  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
+  int64_t splits = 1;
+  if (split_k > 0) {
+    splits = split_k;
+  } else if (tiles < kStreamTargetCtas) {
+    splits = std::min(kLinearCudaMaxSplits, kStreamTargetCtas / tiles);
+  }
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
+  p.steps_per_split = CeilDiv(p.k_steps, splits);
+  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  return p;
+}
 
 // The plan for a resolved tile_rows (no automatic choice left).
 LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
                        bool wgmma_bf16, bool wgmma_ws, bool expand_weights) {
+  if (tile_rows == kLinearCudaStreamRows) return StreamPlan(m, n, k, split_k);
   LinearCudaPlan p;
   p.tile_rows = tile_rows;
   const bool wgmma = tile_rows == kLinearCudaWgmmaRows;
@@ -55,6 +86,8 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
       p.k_step = kLinearCudaWgmmaFp8KStep;
       p.tile_cols = kLinearCudaWgmmaFp8Cols;
       break;
+    case LinearCudaKernel::kStream:
+      break;  // StreamPlan
   }
   p.k_steps = CeilDiv(k, p.k_step);
   p.m_tiles = CeilDiv(m, p.tile_rows);
@@ -77,6 +110,13 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
 
 size_t PartialBytes(const LinearCudaPlan& plan, int64_t m, int64_t n) {
   return plan.splits > 1 ? AlignUp(static_cast<size_t>(4 * plan.splits * m * n), 256) : 0;
+}
+
+// The stream kernel's split-K arrival counters: one 64-bit word per (m tile, n tile).
+size_t CounterBytes(const LinearCudaPlan& plan) {
+  return plan.kernel == LinearCudaKernel::kStream && plan.splits > 1
+             ? AlignUp(static_cast<size_t>(8 * plan.m_tiles * plan.n_tiles), 256)
+             : 0;
 }
 
 size_t ExpandedBytes(const LinearCudaPlan& plan, int64_t n, int64_t k) {
@@ -115,6 +155,8 @@ const char* LinearCudaKernelName(LinearCudaKernel kernel) {
       return "wgmma-bf16";
     case LinearCudaKernel::kWgmmaFp8:
       return "wgmma-fp8";
+    case LinearCudaKernel::kStream:
+      return "stream";
   }
   return "?";
 }
@@ -129,8 +171,10 @@ size_t LinearCudaActivationBytes(int64_t m, int64_t k) {
 LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m, int64_t n,
                                            int64_t k) {
   LinearCudaWorkspaceLayout l;
-  l.partials = QdqBytes(m, k);
-  l.expanded = l.partials + PartialBytes(plan, m, n);
+  l.activations = 0;
+  l.partials = QdqBytes(plan, m, k);
+  l.counters = l.partials + PartialBytes(plan, m, n);
+  l.expanded = l.counters + CounterBytes(plan);
   l.end = l.expanded + ExpandedBytes(plan, n, k);
   return l;
 }
@@ -140,14 +184,15 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
   if (tile_rows != 0) {
     return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
   }
+  if (LinearCudaStreamPays(m, n, k)) return StreamPlan(m, n, k, split_k);
   const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   const int64_t min_n = wgmma_bf16 ? kLinearCudaWgmmaCols : kLinearCudaWgmmaFp8Cols;
   if (m >= kWgmmaMinM && n >= min_n) {
     // The A/B on the H200 (README "CUDA: plan rule"): the wgmma kernels lose to mma.sync where
     // the plan leaves each CTA only a few K steps (wq_a / shared_w2 at M = 128 - 256: 256 - 448
     // of K per split; K = 512 shapes at every M), and win from 640 on.
-    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws,
-                                     expand_weights);
+    const LinearCudaPlan w =
+        PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
     if (w.steps_per_split * w.k_step >= kLinearCudaWgmmaMinSplitK) return w;
   }
   return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
@@ -157,7 +202,7 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
                                 int64_t split_k, bool wgmma_bf16, bool wgmma_ws,
                                 bool expand_weights) {
   if (max_m <= 0) return 0;
-  size_t partials = 0, expanded = 0;
+  size_t activations = 0, partials = 0, counters = 0, expanded = 0;
   // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles (the wgmma plan
   // kWgmmaTargetCtas tiles beyond 128 · kWgmmaTargetCtas, the same count), so the automatic
   // plan never splits, and a forced split's partials grow with m: max_m covers the rest.
@@ -166,20 +211,22 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
   auto add = [&](int64_t m) {
     const LinearCudaPlan plan =
         PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
+    activations = std::max(activations, QdqBytes(plan, m, w.k));
     partials = std::max(partials, PartialBytes(plan, m, w.n));
+    counters = std::max(counters, CounterBytes(plan));
     expanded = std::max(expanded, ExpandedBytes(plan, w.n, w.k));
   };
   for (int64_t m = 1; m <= scan; ++m) add(m);
   add(max_m);
-  return QdqBytes(max_m, w.k) + partials + expanded;
+  return activations + partials + counters + expanded;
 }
 
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.weight == nullptr) return Invalid("weight", "is null");
   if (p.m < 0 || p.m > kMaxM) return Invalid("m", absl::StrFormat("%d is not in [0, 2^31)", p.m));
-  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64 &&
-      p.tile_rows != kLinearCudaWgmmaRows) {
-    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 16, 32, 64 or 128", p.tile_rows));
+  if (p.tile_rows != 0 && p.tile_rows != kLinearCudaStreamRows && p.tile_rows != 16 &&
+      p.tile_rows != 32 && p.tile_rows != 64 && p.tile_rows != kLinearCudaWgmmaRows) {
+    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 8, 16, 32, 64 or 128", p.tile_rows));
   }
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid("split_k",
@@ -201,6 +248,10 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
   const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
                                              p.wgmma_ws, p.expand_weights);
+  if (plan.kernel == LinearCudaKernel::kStream && plan.m_tiles > 65535) {
+    return Invalid("m", absl::StrFormat("%d is above %d for the stream kernel (tile_rows %d)", p.m,
+                                        65535 * kLinearCudaStreamMaxRows, kLinearCudaStreamRows));
+  }
   const size_t need = LinearCudaLayout(plan, p.m, w.n, w.k).end;
   if (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need) {
     return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",

@@ -1,7 +1,8 @@
-// LaunchLinearFp8 (gemm_cuda.h): validation and plan on the host, then the activation QDQ or
-// quantisation (kernels/quant), the GEMM (cuda/linear_fp8_gemm.cuh mma.sync,
-// cuda/wgmma_fp8_gemm.cuh FP8 wgmma, cuda/wgmma_linear_gemm.cuh bf16-expansion wgmma) and, for
-// split plans, the reduction.
+// LaunchLinearFp8 (gemm_cuda.h): validation and plan on the host, then either the one
+// weight-streaming kernel (cuda/linear_fp8_stream.cuh, M <= 16: QDQ, GEMM and split-K reduction
+// in one launch) or the activation QDQ or quantisation (kernels/quant), the GEMM
+// (cuda/linear_fp8_gemm.cuh mma.sync, cuda/wgmma_fp8_gemm.cuh FP8 wgmma,
+// cuda/wgmma_linear_gemm.cuh bf16-expansion wgmma) and, for split plans, the reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/cuda/fp8_weight_expand.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/gemm/cuda/linear_fp8_stream.cuh"
 #include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
@@ -34,6 +36,9 @@ static_assert(wgmma_ws::kBN == kLinearCudaWgmmaCols);
 static_assert(wgmma_fp8::kBM == kLinearCudaWgmmaRows);
 static_assert(wgmma_fp8::kBN == kLinearCudaWgmmaFp8Cols);
 static_assert(wgmma_fp8::kBK == kLinearCudaWgmmaFp8KStep);
+static_assert(gemm_device::kStreamUnitK == kLinearCudaKStep);
+static_assert(gemm_device::kStreamRows == kLinearCudaStreamCols);
+static_assert(8 * 2 == kLinearCudaStreamMaxRows);  // two n8 tiles per CTA
 
 size_t AlignUp256(size_t v) { return (v + 255) / 256 * 256; }
 
@@ -182,23 +187,93 @@ void LaunchWgmmaFp8(const GemmArgs& f, const uint8_t* codes, const uint8_t* scal
   CUDA_CHECK(cudaGetLastError());
 }
 
+template <int kNT, bool kVec>
+void LaunchStreamKernel(const gemm_device::StreamArgs& a, const LinearCudaPlan& plan,
+                        cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = gemm_device::LinearFp8StreamKernel<kNT, kVec>;
+  EnsureSmemLimit(kernel, gemm_device::StreamSmemBytes(gemm_device::kStreamSlabUnits, kNT),
+                  smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.splits),
+                  static_cast<unsigned>(plan.m_tiles));
+  kernel<<<grid, gemm_device::kStreamThreads, gemm_device::StreamSmemBytes(a.slab_units, kNT),
+           stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// A fresh tag for the stream kernel's split-K counters (linear_fp8_stream.cuh): 48 nonzero bits
+// above the 16-bit arrival count, a new one per call (per capture for a CUDA graph, whose
+// replays reuse it). The call count times an odd constant: distinct for 2^48 calls, and unlike
+// the small integers, zeros and floats a counter word may hold from other uses.
+unsigned long long NextStreamTag() {
+  static std::atomic<uint64_t> calls{0};
+  uint64_t tag = 0;
+  while (tag == 0) {
+    tag = ((calls.fetch_add(1, std::memory_order_relaxed) + 1) * 0x9E3779B97F4A7C15ull) << 16;
+  }
+  return tag;
+}
+
+// The weight-streaming kernel: the whole call in one launch.
+void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
+                  const LinearCudaWorkspaceLayout& layout, cudaStream_t stream) {
+  const Fp8LinearDevice& w = *p.weight;
+  auto* ws = static_cast<unsigned char*>(p.workspace);
+  gemm_device::StreamArgs a;
+  a.x = p.x_bf16;
+  a.x_stride = p.x_stride;
+  a.w = w.codes;
+  a.w_scale = w.scales;
+  a.bias = w.bias;
+  a.m = p.m;
+  a.n = w.n;
+  a.k = w.k;
+  a.steps_per_split = static_cast<int>(plan.steps_per_split);
+  a.slab_units =
+      static_cast<int>(std::min<int64_t>(gemm_device::kStreamSlabUnits, plan.steps_per_split));
+  a.y_bf16 = p.y_bf16;
+  a.y_f32 = p.y_f32;
+  a.y_stride = p.y_stride;
+  if (plan.splits > 1) {
+    a.partial = reinterpret_cast<float*>(ws + layout.partials);
+    a.counters = reinterpret_cast<unsigned long long*>(ws + layout.counters);
+    a.tag = NextStreamTag();
+  }
+  const bool vec = reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0;
+  // One n8 tile of x rows when every CTA has at most 8, else two.
+  if (p.m <= 8) {
+    if (vec) {
+      LaunchStreamKernel<1, true>(a, plan, stream);
+    } else {
+      LaunchStreamKernel<1, false>(a, plan, stream);
+    }
+  } else if (vec) {
+    LaunchStreamKernel<2, true>(a, plan, stream);
+  } else {
+    LaunchStreamKernel<2, false>(a, plan, stream);
+  }
+}
+
 }  // namespace
 
 absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(ValidateLinearCudaParams(p));
   if (p.m == 0) return absl::OkStatus();
   const Fp8LinearDevice& w = *p.weight;
-  const LinearCudaPlan plan =
-      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16, p.wgmma_ws,
-                     p.expand_weights);
+  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
+                                             p.wgmma_ws, p.expand_weights);
   const LinearCudaWorkspaceLayout layout = LinearCudaLayout(plan, p.m, w.n, w.k);
+  if (plan.kernel == LinearCudaKernel::kStream) {
+    LaunchStream(p, plan, layout, stream);
+    return absl::OkStatus();
+  }
   auto* ws = static_cast<unsigned char*>(p.workspace);
-  auto* a = reinterpret_cast<uint16_t*>(ws);
+  auto* a = reinterpret_cast<uint16_t*>(ws + layout.activations);
   // The FP8 wgmma kernel reads the E4M3 codes and UE8M0 scales (the same quantisation the QDQ
   // values code × scale come from), the other kernels the QDQ bf16 values.
   const bool fp8 = plan.kernel == LinearCudaKernel::kWgmmaFp8;
-  uint8_t* a_codes = ws;
-  uint8_t* a_scales = ws + AlignUp256(static_cast<size_t>(p.m * w.k));
+  uint8_t* a_codes = ws + layout.activations;
+  uint8_t* a_scales = a_codes + AlignUp256(static_cast<size_t>(p.m * w.k));
 
   if (fp8) {
     quant::QuantizeParams q;
@@ -247,10 +322,10 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
       } else {
-        LaunchWgmma(g, plan,
-                    plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded)
-                                        : nullptr,
-                    stream);
+        LaunchWgmma(
+            g, plan,
+            plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr,
+            stream);
       }
       break;
     case 16:

@@ -1,0 +1,365 @@
+// The weight-streaming FP8 Linear for few rows (gemm_cuda.h, LinearCudaKernel::kStream; README.md
+// "CUDA: the weight-streaming decode kernel"). Device code of cuda/linear_fp8_launch.cu only.
+//
+// One launch does the whole call: the activation QDQ, the GEMM and the split-K reduction.
+// The operand roles of linear_fp8_gemm.cuh are swapped: the weights are the mma.sync m16n8k16 A
+// operand (16 weight rows × k16), decoded from registers loaded with 16-byte ld.global.nc a few
+// units ahead (nothing of the weights passes through shared memory, no barrier in the K loop);
+// the x rows (<= 16 per CTA: kNT n8 tiles) are the B operand, quantised by the CTA itself into
+// shared memory.
+//
+// Work split: a CTA of 8 warps owns kStreamRows = 128 weight rows (blockIdx.x; warp w the m16
+// tile of rows 16w .. 16w+15), one K split (blockIdx.y; steps_per_split units of 128) and up to
+// 16 x rows (blockIdx.z). K is streamed in units of 128: in a unit, quad lane tig holds the 32-K
+// block 4u + tig of its two rows grp and grp + 8 (two 16-byte loads per row; the quad reads the
+// row's whole 128-byte line) and that block's one scale byte (rows grp and grp + 8 share a
+// 32-row scale row: m16 tiles start at multiples of 16).
+//
+// Activations: the split's K range is processed in slabs of at most kStreamSlabUnits units. Per
+// slab, after a barrier, the CTA quantises its x rows of the slab exactly as kernels/quant's
+// QdqKernel does (the same device functions, quant::device::Fmt / BlockAmax: per 32-block of a
+// row, 4 adjacent lanes) into shared memory, plain row-major bf16 (16-byte chunks swizzled,
+// StreamChunk), then a barrier. The weight loads of the slab's first units are issued before the
+// quantiser runs (the register ring runs across slabs).
+//
+// Operand order: thread (grp, tig) decodes word i of its 16-byte chunk c (codes 16c + 4i ..
+// 16c + 4i + 3 of its block) into a0/a2 (row grp: codes 4i, 4i+1 | 4i+2, 4i+3) and a1/a3 (row
+// grp + 8), i.e. its k slots (2tig, 2tig+1 | 2tig+8, 2tig+9) carry those 4 columns; its B
+// registers b0/b1 hold the same 4 columns of x row grp (one 8-byte half of a 16-byte shared
+// load). Each mma therefore sums 16 real products (4 per quad lane, from 4 different blocks);
+// only the fp32 summation order is the hardware's, as in linear_fp8_gemm.cuh.
+//
+// Split-K in the same launch: every split stores its fp32 partials ([split, m, n] in the
+// workspace), then one thread per CTA arrives at the tile's counter (workspace); the CTA that
+// arrives last sums the tile's partials in ascending split order from +0 (LinearFp8ReduceKernel's
+// order: the bits do not depend on which CTA is last), adds the bias, stores y, and resets the
+// counter to 0. A counter is a 64-bit word (tag | arrivals): the launcher gives every call a
+// fresh nonzero 48-bit tag (bits 16..63; the low 16 bits count, splits <= 32), and an arrival
+// that finds another tag in the word (0 after a finished call, or whatever the workspace held
+// before) starts the count at 1. So the counters need no zeroing before the first call, tolerate
+// the workspace being used for anything between calls (a foreign word matches the tag with
+// probability 2^-48), and a CUDA graph replaying the same tag finds its counters reset to 0.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
+#include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/quant/cuda/quant_kernels.cuh"
+
+namespace flashserve::kernels::gemm_device {
+
+inline constexpr int kStreamThreads = 256;
+inline constexpr int kStreamWarps = kStreamThreads / 32;
+inline constexpr int kStreamRows = 16 * kStreamWarps;  // weight rows (output columns) per CTA
+inline constexpr int kStreamUnitK = 128;               // K per unit
+// Register ring: units in flight per warp (3 ahead of the one computed: 6 KB per warp, 48 KB
+// per CTA).
+inline constexpr int kStreamDepth = 4;
+// K units per activation slab in shared memory (a multiple of kStreamDepth): 16 rows × 2048
+// bf16 = 64 KB + padding at most, so two CTAs fit an SM.
+inline constexpr int kStreamSlabUnits = 16;
+static_assert(kStreamSlabUnits % kStreamDepth == 0);
+
+struct StreamArgs {
+  const uint16_t* x = nullptr;  // bf16 [m, x_stride]
+  int64_t x_stride = 0;
+  const uint8_t* w = nullptr;        // E4M3 [n, k]
+  const uint8_t* w_scale = nullptr;  // UE8M0 [ceil(n/32), k/32]
+  const float* bias = nullptr;       // [n] or null
+  int64_t m = 0, n = 0, k = 0;
+  int steps_per_split = 0;  // units of kStreamUnitK per split (blockIdx.y)
+  int slab_units = 0;       // min(kStreamSlabUnits, steps_per_split): the shared-memory slab
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;
+  float* partial = nullptr;                // [gridDim.y, m, n] fp32 when gridDim.y > 1
+  unsigned long long* counters = nullptr;  // [gridDim.z · gridDim.x] when gridDim.y > 1
+  unsigned long long tag = 0;              // this call's counter tag: nonzero, low 16 bits zero
+};
+
+// Shared-memory row pitch (bytes) of a slab: 16 bytes of padding make consecutive rows start one
+// 16-byte bank group apart.
+__host__ __device__ constexpr int StreamPitch(int slab_units) { return slab_units * 256 + 16; }
+__host__ __device__ constexpr int StreamSmemBytes(int slab_units, int n8_tiles) {
+  return 8 * n8_tiles * StreamPitch(slab_units);
+}
+
+// Physical 16-byte chunk of logical chunk c (8 bf16) of a slab row: chunk 4b + j of 32-block b
+// goes to 4b + (j ^ (b & 2)). With the pitch's one-group shift per row, the 8 lanes of a
+// quarter warp (rows grp, grp + 1; tig 0..3, the same j) then hit 8 distinct bank groups.
+__device__ __forceinline__ int StreamChunk(int c) { return c ^ ((c >> 2) & 2); }
+
+// 16 bytes of streamed weights: not kept in L1 (read once); the L2 fetches the 256-byte
+// neighbourhood (this row's next unit).
+__device__ __forceinline__ uint4 LoadWeight16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// One unit of a thread's weights: chunks c = 0, 1 (codes 16c .. 16c + 15 of its block) of rows
+// grp (h = 0) and grp + 8 (h = 1), and the block's scale byte.
+struct StreamUnitRegs {
+  uint4 q[2][2];
+  uint32_t scale;
+};
+
+// Loads unit u (absolute) of the thread's rows. A block past K (the last unit of a K that is
+// not a multiple of 128) reads its row's first block instead with scale byte 127: finite values,
+// multiplied by the zero activations stored there.
+__device__ __forceinline__ void LoadUnit(const uint8_t* row0, const uint8_t* row1,
+                                         const uint8_t* scale_row, int64_t k_blocks, int64_t u,
+                                         int tig, StreamUnitRegs& r) {
+  const int64_t kb = 4 * u + tig;
+  const bool ok = kb < k_blocks;
+  const int64_t off = ok ? 32 * kb : 0;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    r.q[0][c] = LoadWeight16(row0 + off + 16 * c);
+    r.q[1][c] = LoadWeight16(row1 + off + 16 * c);
+  }
+  r.scale = ok ? static_cast<uint32_t>(__ldg(scale_row + kb)) : 127u;
+}
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// acc[nt] += the unit's products. xs: this lane's x row (nt = 0) at the unit's block in shared
+// memory, i.e. slab row grp at byte 64 · (local block); chunk j is at StreamChunk(...) · 16.
+// kWide: some lane's scale byte is above 134 (two multiplies; a warp-uniform choice).
+template <int kNT, bool kWide>
+__device__ __forceinline__ void ComputeUnit(const StreamUnitRegs& r, const unsigned char* xrow,
+                                            int pitch, int local_block, float (&acc)[kNT][4]) {
+  const ScaleMul s = MakeScaleMul(r.scale);
+  const uint32_t m1 = s.m1;
+  const uint32_t m2 = s.wide ? s.m2 : 0x3F803F80u;  // 1.0 for the lanes with a normal scale
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    // x: chunks 2c (columns 16c .. 16c + 7 of the block) and 2c + 1 of each n8 tile's row.
+    uint4 xv[kNT][2];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int chunk = StreamChunk(4 * local_block + 2 * c + h);
+        xv[nt][h] = *reinterpret_cast<const uint4*>(xrow + nt * 8 * pitch + chunk * 16);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w0 = Word(r.q[0][c], i), w1 = Word(r.q[1][c], i);
+      uint32_t a0 = MulBf16x2(E4m3PairScaled<0x1404u>(w0), m1);
+      uint32_t a1 = MulBf16x2(E4m3PairScaled<0x1404u>(w1), m1);
+      uint32_t a2 = MulBf16x2(E4m3PairScaled<0x3424u>(w0), m1);
+      uint32_t a3 = MulBf16x2(E4m3PairScaled<0x3424u>(w1), m1);
+      if constexpr (kWide) {
+        a0 = MulBf16x2(a0, m2);
+        a1 = MulBf16x2(a1, m2);
+        a2 = MulBf16x2(a2, m2);
+        a3 = MulBf16x2(a3, m2);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const uint4& x = xv[nt][i / 2];
+        const uint32_t b0 = (i % 2 == 0) ? x.x : x.z;
+        const uint32_t b1 = (i % 2 == 0) ? x.y : x.w;
+        MmaBf16(acc[nt], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+}
+
+// 8 bf16 of x (16 bytes) from global memory; kVec: 16-byte aligned.
+template <bool kVec>
+__device__ __forceinline__ void LoadX8(const uint16_t* p, uint32_t (&w)[4]) {
+  if constexpr (kVec) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = p[2 * j] | (static_cast<uint32_t>(p[2 * j + 1]) << 16);
+  }
+}
+
+// The CTA's x rows [row0, row0 + rows) × the slab's `units` units from column k0 into the
+// slab (QDQ bf16, kernels/quant's QdqKernel arithmetic); columns past K get zeros. Every thread
+// of the CTA calls it (the block amax shuffles name whole warps).
+template <bool kVec>
+__device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char* slab, int pitch,
+                                             int64_t row0, int rows, int64_t k0, int units) {
+  using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
+  const int per_row = units * (kStreamUnitK / 8);  // 8-value chunks per row, a multiple of 4
+  const int total = rows * per_row;
+  for (int base = 0; base < total; base += kStreamThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const int r = i / per_row, c = i % per_row;
+    const int64_t col = k0 + 8 * c;
+    // A 32-block is 4 adjacent lanes; it lies either wholly inside K or wholly past it.
+    const bool active = i < total && col < g.k;
+    uint32_t x[4] = {0, 0, 0, 0};
+    if (active) LoadX8<kVec>(g.x + (row0 + r) * g.x_stride + col, x);
+    bool has_nan = false;
+    const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x, &has_nan));
+    if (i >= total) continue;
+    uint4 out = make_uint4(0, 0, 0, 0);
+    if (active) {
+      uint32_t codes[F::kCodeWords], v[4];
+      F::Encode(x, sb, has_nan, codes);
+      F::Decode(codes, sb, v);
+      out = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    *reinterpret_cast<uint4*>(slab + r * pitch + StreamChunk(c) * 16) = out;
+  }
+}
+
+// y (+ bias, one rounding to bf16, or fp32) of output (row m, column n) from the fp32 sum v.
+__device__ __forceinline__ void StoreOutput(const StreamArgs& g, int64_t m, int64_t n, float v) {
+  if (g.bias != nullptr) v = exact::AddRn(v, g.bias[n]);
+  if (g.y_f32 != nullptr) {
+    g.y_f32[m * g.y_stride + n] = v;
+  } else {
+    g.y_bf16[m * g.y_stride + n] = static_cast<uint16_t>(exact::F32ToBf16(v));
+  }
+}
+
+// Counts one arrival at the tile's counter (see the top of the file); returns the arrivals of
+// this call so far, this one included.
+__device__ __forceinline__ uint32_t Arrive(unsigned long long* counter, unsigned long long tag) {
+  unsigned long long seen = __ldcg(counter), want;
+  while (true) {
+    want = (seen & ~0xFFFFull) == tag ? seen + 1 : tag + 1;
+    const unsigned long long got = atomicCAS(counter, seen, want);
+    if (got == seen) break;
+    seen = got;
+  }
+  return static_cast<uint32_t>(want & 0xFFFFull);
+}
+
+template <int kNT, bool kVec>
+__global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const StreamArgs g) {
+  extern __shared__ __align__(128) unsigned char stream_smem[];
+  __shared__ int is_last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const int pitch = StreamPitch(g.slab_units);
+  const int64_t n0 = int64_t{blockIdx.x} * kStreamRows;
+  const int64_t row0 = int64_t{blockIdx.z} * 16;
+  const int rows = static_cast<int>(min(g.m - row0, int64_t{8 * kNT}));
+  const int64_t k_units = (g.k + kStreamUnitK - 1) / kStreamUnitK;
+  const int64_t k_blocks = g.k / 32;
+  const int64_t u0 = int64_t{blockIdx.y} * g.steps_per_split;
+  const int count = static_cast<int>(min(int64_t{g.steps_per_split}, k_units - u0));  // >= 1
+
+  // This warp's rows (clamped into the matrix: rows past N compute outputs never stored).
+  const int64_t wrow = n0 + 16 * warp;
+  const bool warp_active = wrow < g.n;  // warp-uniform
+  const int64_t r0 = min(wrow + grp, g.n - 1), r1 = min(wrow + grp + 8, g.n - 1);
+  const uint8_t* wrow0 = g.w + r0 * g.k;
+  const uint8_t* wrow1 = g.w + r1 * g.k;
+  const uint8_t* scale_row = g.w_scale + (min(wrow, g.n - 1) / 32) * k_blocks;
+
+  // The first units in flight before the activations are quantised.
+  StreamUnitRegs ring[kStreamDepth];
+#pragma unroll
+  for (int i = 0; i < kStreamDepth; ++i) {
+    if (warp_active && i < count) LoadUnit(wrow0, wrow1, scale_row, k_blocks, u0 + i, tig, ring[i]);
+  }
+
+  // Slab rows past m stay zero for the whole call.
+  for (int i = threadIdx.x; i < (8 * kNT - rows) * (pitch / 16); i += kStreamThreads) {
+    *reinterpret_cast<uint4*>(stream_smem + rows * pitch + 16 * i) = make_uint4(0, 0, 0, 0);
+  }
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[nt][q] = 0.f;
+  }
+  const unsigned char* xrow = stream_smem + grp * pitch;
+  for (int s0 = 0; s0 < count; s0 += g.slab_units) {
+    const int units = min(g.slab_units, count - s0);
+    __syncthreads();  // every warp is done with the previous slab
+    QuantizeSlab<kVec>(g, stream_smem, pitch, row0, rows, (u0 + s0) * kStreamUnitK, units);
+    __syncthreads();
+    if (!warp_active) continue;
+    // Ring slot i holds unit s0 + ub + i of the split: s0 is a multiple of slab_units, which is
+    // kStreamSlabUnits (a multiple of kStreamDepth) whenever there is more than one slab.
+    for (int ub = 0; ub < units; ub += kStreamDepth) {
+#pragma unroll
+      for (int i = 0; i < kStreamDepth; ++i) {
+        const int u = ub + i;  // unit within the slab
+        if (u < units) {
+          const int local_block = 4 * u + tig;
+          const bool wide = ring[i].scale > 134u;
+          if (!__any_sync(0xFFFFFFFFu, wide)) {
+            ComputeUnit<kNT, false>(ring[i], xrow, pitch, local_block, acc);
+          } else {
+            ComputeUnit<kNT, true>(ring[i], xrow, pitch, local_block, acc);
+          }
+          const int next = s0 + u + kStreamDepth;  // unit within the split
+          if (next < count) LoadUnit(wrow0, wrow1, scale_row, k_blocks, u0 + next, tig, ring[i]);
+        }
+      }
+    }
+  }
+
+  // Thread's outputs: acc[nt][q] is (x row row0 + 8nt + 2tig + (q & 1), weight row
+  // wrow + grp + 8 (q >> 1)).
+  const bool split = gridDim.y > 1;
+  if (!split) {
+    if (!warp_active) return;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t m = row0 + 8 * nt + 2 * tig + (q & 1), n = wrow + grp + 8 * (q >> 1);
+        if (m < g.m && n < g.n) StoreOutput(g, m, n, acc[nt][q]);
+      }
+    }
+    return;
+  }
+  if (warp_active) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t m = row0 + 8 * nt + 2 * tig + (q & 1), n = wrow + grp + 8 * (q >> 1);
+        if (m < g.m && n < g.n) g.partial[(int64_t{blockIdx.y} * g.m + m) * g.n + n] = acc[nt][q];
+      }
+    }
+  }
+  // Release the partials, then arrive; the last CTA of the tile reduces.
+  __threadfence();
+  __syncthreads();
+  unsigned long long* counter = g.counters + blockIdx.z * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) is_last = Arrive(counter, g.tag) == gridDim.y ? 1 : 0;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // acquire: the other splits' partials are visible below
+  // Every split has arrived: 0 is no call's tag, so the next call (or replay) starts afresh.
+  if (threadIdx.x == 0) *counter = 0ull;
+  if (!warp_active) return;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t m = row0 + 8 * nt + 2 * tig + (q & 1), n = wrow + grp + 8 * (q >> 1);
+      if (m >= g.m || n >= g.n) continue;
+      float s = 0.f;
+      for (unsigned sp = 0; sp < gridDim.y; ++sp) {
+        s = exact::AddRn(s, __ldcg(g.partial + (int64_t{sp} * g.m + m) * g.n + n));
+      }
+      StoreOutput(g, m, n, s);
+    }
+  }
+}
+
+}  // namespace flashserve::kernels::gemm_device

@@ -1,0 +1,277 @@
+// kernels_gemm_gpu_test, the weight-streaming kernel (LinearCudaKernel::kStream, tile_rows 8;
+// cuda/linear_fp8_stream.cuh) beyond the shared grids of gemm_gpu_test.cc:
+// - Identity weights first (y = x exactly, any split): a wrong K position, row or swizzle shows
+//   up as the first mismatching (row, column), from one 32-block upwards.
+// - Exact-arithmetic inputs bit for bit with LinearCpu: x with an odd stride (the scalar load
+//   path), a K that ends inside a 128-wide unit, 1 .. 40 rows (one and two n8 tiles, several
+//   16-row tiles), bias, bf16 and f32 outputs, 1 .. 32 splits.
+// - Determinism: the same bits over repeated calls and over replays of a CUDA graph (one kernel
+//   node), with the workspace overwritten and shared with another Linear between replays (the
+//   split-K counters must reset and tolerate any contents).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/base/thread_pool.h"
+#include "common/formats/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_gpu_test_util.h"
+#include "kernels/gemm/gemm_test_util.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using gemm_test::GpuRunOptions;
+using gemm_test::HostLinear;
+using gemm_test::Rng;
+
+std::unique_ptr<PreparedLinear> Prepare(const HostLinear& h) {
+  PrepareLinearOptions o;
+  o.expand_to_f32 = false;
+  auto l = PreparedLinear::Create(h.View(), o);
+  CHECK(l.ok()) << l.status();
+  return std::make_unique<PreparedLinear>(std::move(l).value());
+}
+
+DeviceFp8Linear Upload(const PreparedLinear& w) {
+  auto d = DeviceFp8Linear::Upload(w);
+  CHECK(d.ok()) << d.status();
+  return std::move(d).value();
+}
+
+// Bits of gpu [m, n] (row stride y_stride) against want [m, n]; the first 5 mismatches named.
+// +0 and -0 are equal (an identity product turns a -0 activation into +0), NaN equals NaN.
+int64_t CountMismatches(const std::vector<float>& gpu, int64_t y_stride,
+                        const std::vector<float>& want, int64_t m, int64_t n,
+                        const std::string& what) {
+  int64_t bad = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float g = gpu[r * y_stride + j], c = want[r * n + j];
+      if ((std::isnan(g) && std::isnan(c)) || (g == 0.0f && c == 0.0f)) continue;
+      if (std::memcmp(&g, &c, 4) != 0 && ++bad <= 5) {
+        ADD_FAILURE() << what << ": y[" << r << "][" << j << "] gpu " << g << " want " << c;
+      }
+    }
+  }
+  return bad;
+}
+
+ThreadPool* Pool() {
+  static ThreadPool* pool = new ThreadPool(std::max(1u, std::thread::hardware_concurrency()));
+  return pool;
+}
+
+std::vector<float> CpuExact(const PreparedLinear& w, const std::vector<uint16_t>& x, int64_t m,
+                            int64_t x_stride, bool f32_out) {
+  std::vector<float> y;
+  gemm_test::RunOptions o;
+  o.mode = LinearMode::kExact;
+  o.f32_out = f32_out;
+  o.pool = Pool();
+  const absl::Status s = gemm_test::RunLinear(w, x, {}, m, x_stride, o, &y);
+  CHECK(s.ok()) << s;
+  return y;
+}
+
+class GemmGpuStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override { FS_SKIP_WITHOUT_GPU(); }
+};
+
+// W = identity (E4M3 1.0, scale 2^0) of size n × k (n <= k: the first n columns), x small
+// integers that QDQ keeps exactly: y[r][j] = x[r][j].
+TEST_F(GemmGpuStreamTest, IdentityWeightSmallCasesFirst) {
+  struct Case {
+    int64_t n, k, m;
+  };
+  const Case cases[] = {{32, 32, 1},   {128, 128, 1},  {256, 256, 1},   {256, 256, 2},
+                        {256, 256, 8}, {256, 256, 9},  {256, 256, 16},  {160, 160, 5},
+                        {96, 416, 16}, {384, 384, 13}, {1280, 1280, 3}, {130, 2304, 33}};
+  for (const Case& c : cases) {
+    HostLinear h;
+    h.format = WeightFormat::kFp8Block32;
+    h.n = c.n;
+    h.k = c.k;
+    h.weight.assign(c.n * c.k, 0);
+    for (int64_t i = 0; i < c.n; ++i) h.weight[i * c.k + i] = 0x38;  // E4M3 1.0
+    h.scale.assign(((c.n + 31) / 32) * (c.k / 32), 127);             // 2^0
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    std::vector<uint16_t> x(c.m * c.k);
+    std::vector<float> want(c.m * c.n);
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t j = 0; j < c.k; ++j) {
+        // Distinct neighbours within a row and between rows: -3 .. 3, never a long constant run.
+        const float v = static_cast<float>((r * 5 + j * 3 + j / 7) % 7 - 3);
+        x[r * c.k + j] = formats::FloatToBf16Bits(v);
+        if (j < c.n) want[r * c.n + j] = v;
+      }
+    }
+    for (int64_t split : {0, 1, 2, 3}) {
+      const std::string what = "identity N " + std::to_string(c.n) + " K " + std::to_string(c.k) +
+                               " M " + std::to_string(c.m) + " split " + std::to_string(split);
+      const std::vector<float> gpu = gemm_test::RunLinearGpu(
+          d.view(), x, c.m, c.k, {true, 0, kLinearCudaStreamRows, split, false, true});
+      EXPECT_EQ(CountMismatches(gpu, c.n, want, c.m, c.n, what), 0) << what;
+    }
+  }
+}
+
+TEST_F(GemmGpuStreamTest, ExactArithmeticOddStridesPartialUnitsManySplits) {
+  Rng rng(41);
+  struct Dims {
+    int64_t n, k;
+  };
+  int runs = 0;
+  // K = 1312: 10 whole 128-wide units and one of a single 32-block; K = 32: a single block.
+  for (const Dims& s : {Dims{200, 1312}, Dims{40, 32}, Dims{1280, 5120}}) {
+    std::vector<int> base;
+    const HostLinear h = gemm_test::ExactArithFp8(s.n, s.k, 118, 132, true, rng, &base);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    const int64_t x_stride = s.k + 3;  // odd: the kernel's scalar x loads
+    for (int64_t m : {1, 5, 8, 9, 16, 17, 40}) {
+      const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, s.k, x_stride, 2, rng);
+      ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
+      for (bool f32 : {false, true}) {
+        const std::vector<float> cpu = CpuExact(*w, x, m, x_stride, f32);
+        for (int64_t split : {0, 2, 5, 11, 32}) {
+          const int64_t y_stride = s.n + 5;
+          const std::string what = "N " + std::to_string(s.n) + " K " + std::to_string(s.k) +
+                                   " M " + std::to_string(m) + (f32 ? " f32" : " bf16") +
+                                   " split " + std::to_string(split);
+          const std::vector<float> gpu = gemm_test::RunLinearGpu(
+              d.view(), x, m, x_stride, {f32, y_stride, kLinearCudaStreamRows, split, false, true});
+          EXPECT_EQ(CountMismatches(gpu, y_stride, cpu, m, s.n, what), 0) << what;
+          int64_t written_pad = 0;
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t j = s.n; j < y_stride; ++j) {
+              written_pad += std::isnan(gpu[r * y_stride + j]) ? 0 : 1;
+            }
+          }
+          EXPECT_EQ(written_pad, 0) << what << ": padding columns of y written";
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("stream kernel: %d exact-arithmetic runs bit-identical to LinearCpu\n", runs);
+}
+
+TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
+  Rng rng(43);
+  // wq_a (10 column tiles: 20 splits) and a second Linear with other tiles and splits sharing
+  // the workspace.
+  const HostLinear ha = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 1280, 5120, true, rng);
+  const HostLinear hb = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 512, 2304, false, rng);
+  const auto wa = Prepare(ha);
+  const auto wb = Prepare(hb);
+  const DeviceFp8Linear da = Upload(*wa);
+  const DeviceFp8Linear db = Upload(*wb);
+  for (int64_t m : {1, 16}) {
+    SCOPED_TRACE("M " + std::to_string(m));
+    const LinearCudaPlan plan = PlanLinearCuda(m, 1280, 5120);
+    ASSERT_EQ(plan.kernel, LinearCudaKernel::kStream);
+    ASSERT_GT(plan.splits, 1);
+    ASSERT_NE(PlanLinearCuda(m, 512, 2304).splits, plan.splits);
+    const DeviceBuffer xa = ToDevice(gemm_test::RandomActivations(m, 5120, 5120, rng));
+    const DeviceBuffer xb = ToDevice(gemm_test::RandomActivations(m, 2304, 2304, rng));
+    DeviceBuffer ya(static_cast<size_t>(m * 1280 * 2)), yb(static_cast<size_t>(m * 512 * 2));
+    DeviceBuffer ws(
+        std::max(LinearCudaWorkspaceBytes(da.view(), m), LinearCudaWorkspaceBytes(db.view(), m)));
+    CUDA_CHECK(cudaMemset(ws.get(), 0x5A, ws.bytes()));
+    auto params = [&](const DeviceFp8Linear& d, const DeviceBuffer& x, DeviceBuffer& y) {
+      LinearCudaParams p;
+      p.weight = &d.view();
+      p.m = m;
+      p.x_bf16 = x.get<uint16_t>();
+      p.x_stride = d.view().k;
+      p.y_bf16 = y.get<uint16_t>();
+      p.y_stride = d.view().n;
+      p.workspace = ws.get();
+      p.workspace_bytes = ws.bytes();
+      return p;
+    };
+    const LinearCudaParams pa = params(da, xa, ya), pb = params(db, xb, yb);
+    ASSERT_TRUE(LaunchLinearFp8(pa, nullptr).ok());
+    const std::vector<uint16_t> ref = ToHost<uint16_t>(ya, m * 1280);
+    ASSERT_TRUE(LaunchLinearFp8(pb, nullptr).ok());
+    const std::vector<uint16_t> ref_b = ToHost<uint16_t>(yb, m * 512);
+    // Against LinearCpu: within one bf16 ulp nearly everywhere (the bound tests are elsewhere).
+    {
+      std::vector<uint16_t> xh = ToHost<uint16_t>(xa, m * 5120);
+      const std::vector<float> cpu = CpuExact(*wa, xh, m, 5120, false);
+      int64_t close = 0;
+      for (int64_t i = 0; i < m * 1280; ++i) {
+        const float g = formats::Bf16BitsToFloat(ref[i]);
+        close += std::fabs(g - cpu[i]) <= gemm_test::Bf16Ulp(std::fabs(cpu[i])) ? 1 : 0;
+      }
+      EXPECT_GE(close, m * 1280 * 99 / 100);
+    }
+    for (int rep = 0; rep < 4; ++rep) {
+      CUDA_CHECK(cudaMemset(ya.get(), 0xFF, ya.bytes()));
+      ASSERT_TRUE(LaunchLinearFp8(pa, nullptr).ok());
+      ASSERT_EQ(ToHost<uint16_t>(ya, m * 1280), ref) << "eager call " << rep;
+      ASSERT_TRUE(LaunchLinearFp8(pb, nullptr).ok());
+      ASSERT_EQ(ToHost<uint16_t>(yb, m * 512), ref_b) << "eager call " << rep;
+    }
+
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const absl::Status captured = LaunchLinearFp8(pa, stream);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_TRUE(captured.ok()) << captured;
+    size_t nodes = 0;
+    CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    EXPECT_EQ(nodes, 1u) << "the stream plan is one kernel launch";
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 6; ++rep) {
+      CUDA_CHECK(cudaMemsetAsync(ya.get(), 0xFF, ya.bytes(), stream));
+      // Between some replays: the workspace overwritten, or used by the other Linear.
+      if (rep == 2) CUDA_CHECK(cudaMemsetAsync(ws.get(), 0x00, ws.bytes(), stream));
+      if (rep == 3) CUDA_CHECK(cudaMemsetAsync(ws.get(), 0xFF, ws.bytes(), stream));
+      if (rep == 4) {
+        ASSERT_TRUE(LaunchLinearFp8(pb, stream).ok());
+      }
+      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      ASSERT_EQ(ToHost<uint16_t>(ya, m * 1280), ref) << "graph replay " << rep;
+      if (rep == 4) {
+        ASSERT_EQ(ToHost<uint16_t>(yb, m * 512), ref_b) << "interleaved call";
+      }
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
+TEST_F(GemmGpuStreamTest, ZeroRowsIsANoOp) {
+  Rng rng(47);
+  const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);
+  const auto w = Prepare(h);
+  const DeviceFp8Linear d = Upload(*w);
+  LinearCudaParams p;
+  p.weight = &d.view();
+  p.tile_rows = kLinearCudaStreamRows;
+  EXPECT_TRUE(LaunchLinearFp8(p, nullptr).ok());
+  EXPECT_EQ(LinearCudaWorkspaceBytes(d.view(), 0, kLinearCudaStreamRows), 0u);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
