@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2|3] [--gather-slots 0|1]
+//             [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -26,9 +26,10 @@
 // column says which shapes ran (route/sort, s = small, L = large). --hoist 1: the GEMMs' main
 // loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
 // outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
-// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma), for the layer and the up / down
-// stage times; the "paths" column's third letter says which ran (T tiled, S streaming, W wgmma),
-// and the launch table's rows = 8 / 128 mark the streaming / wgmma GEMM. --gather-slots 1: the
+// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma, 4 = register-sourced wgmma), for
+// the layer and the up / down stage times; the "paths" column's third letter says which ran (T
+// tiled, S streaming, W wgmma, R register-sourced wgmma), and the launch table's rows = 8 / 128
+// mark the streaming / wgmma GEMMs. --gather-slots 1: the
 // permute writes top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the
 // round-3 gather; default 0: once per token, the up GEMM reading by slot_token), for the layer and
 // the perm / up stage times, to A/B on one build. Per token count the layer
@@ -243,6 +244,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.k_step = k_step;
   s.up.hoisted_addresses = o.hoist;
   s.down.hoisted_addresses = o.hoist;
+  s.up.wgmma_rs = o.gemm == MoeCudaGemm::kWgmmaRs;
+  s.down.wgmma_rs = s.up.wgmma_rs;
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
@@ -254,15 +257,18 @@ const char* GemmName(MoeCudaGemm gemm) {
       return "streaming";
     case MoeCudaGemm::kWgmma:
       return "wgmma";
+    case MoeCudaGemm::kWgmmaRs:
+      return "wgmma RS";
     default:
       return "tiled";
   }
 }
 
-// The "paths" column's GEMM letter for a tile size.
-const char* GemmLetter(int64_t tile_rows) {
+// The "paths" column's GEMM letter for a tile size and the forced GEMM.
+const char* GemmLetter(int64_t tile_rows, MoeCudaGemm gemm) {
   if (tile_rows == kMoeCudaStreamTileRows) return "S";
-  return tile_rows == kMoeCudaWgmmaTileRows ? "W" : "T";
+  if (tile_rows != kMoeCudaWgmmaTileRows) return "T";
+  return gemm == MoeCudaGemm::kWgmmaRs ? "R" : "W";
 }
 
 // Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties), with the
@@ -298,7 +304,8 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   bool all_ok = true;
   // Both expert GEMMs against the same CPU run.
-  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
+  for (MoeCudaGemm gemm :
+       {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
     MoeCudaParams p;
     p.weights = &w;
     p.options = o;
@@ -366,7 +373,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3] [--gather-slots 0|1]\n",
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1]\n",
                    argv[0]);
       return 2;
     }
@@ -392,8 +399,10 @@ int Main(int argc, char** argv) {
       (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
     } else if (a == "--gemm") {
       const int gemm = std::atoi(v.c_str());
-      if (gemm < 0 || gemm > 3) {
-        std::fprintf(stderr, "--gemm must be 0 (auto), 1 (tiled), 2 (streaming) or 3 (wgmma)\n");
+      if (gemm < 0 || gemm > 4) {
+        std::fprintf(stderr,
+                     "--gemm must be 0 (auto), 1 (tiled), 2 (streaming), 3 (wgmma) or 4 (wgmma "
+                     "RS)\n");
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
@@ -471,9 +480,9 @@ int Main(int argc, char** argv) {
   std::vector<double> routed_us;
 
   std::printf(
-      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma), k_step %ld (0 = automatic), hoisted "
-      "addresses %d, gather slot rows %d; route path %d, sort path %d (0 auto, 1 small, 2 "
-      "large)\n",
+      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS), k_step %ld (0 = "
+      "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "
+      "auto, 1 small, 2 large)\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
       o.gather_slots ? 1 : 0, static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
   std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s %6s\n",
@@ -547,7 +556,7 @@ int Main(int argc, char** argv) {
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
         MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",
-        GemmLetter(MoeCudaTileRows(m, kK, kE, o.gemm, std::max(kD, kI))));
+        GemmLetter(MoeCudaTileRows(m, kK, kE, o.gemm, std::max(kD, kI)), o.gemm));
   }
 
   std::printf("\n%s", shape_report.c_str());
@@ -555,22 +564,28 @@ int Main(int argc, char** argv) {
   if (o.shared) {
     std::printf(
         "\nwith the shared expert (Is %ld, FP8 w13 fused inside MoeCuda; shared-only times of "
-        "LaunchMoeSharedExpert, fused w13 and separate w1 + w3; %d weight copies cycled):\n%6s "
-        "%10s %12s %8s %12s %12s %10s\n",
+        "LaunchMoeSharedExpert, fused w13 and separate w1 + w3; %d weight copies cycled; "
+        "+shared_us: on a forked stream next to the routed experts, +shared_seq_us: in order "
+        "on one stream):\n%6s %10s %12s %8s %14s %12s %12s %10s\n",
         static_cast<long>(kIs), kSharedCopies, "tokens", "routed_us", "+shared_us", "delta",
-        "shared13_us", "shared_1_3_us", "sh_GB/s");
+        "+shared_seq_us", "shared13_us", "shared_1_3_us", "sh_GB/s");
     const double shared_bytes = 3.0 * kIs * kD * (1.0 + 1.0 / 1024);
     for (size_t ti = 0; ti < o.tokens.size(); ++ti) {
       const int64_t m = o.tokens[ti];
       Call c = MakeCall(m, 77 + m);
       DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, &dev_shared[0]->view));
-      const double layer_us = MedianMicros(o, stream, [&](int i) {
-        MoeCudaParams p = LayerParams(w, c, nullptr, o);
-        p.shared = &dev_shared[i % kSharedCopies]->view;
-        p.workspace = ws.get();
-        p.workspace_bytes = ws.bytes();
-        CHECK_OK(MoeCuda(p, stream));
-      });
+      auto layer = [&](bool concurrent) {
+        return MedianMicros(o, stream, [&](int i) {
+          MoeCudaParams p = LayerParams(w, c, nullptr, o);
+          p.shared = &dev_shared[i % kSharedCopies]->view;
+          p.shared_concurrent = concurrent;
+          p.workspace = ws.get();
+          p.workspace_bytes = ws.bytes();
+          CHECK_OK(MoeCuda(p, stream));
+        });
+      };
+      const double layer_us = layer(true);
+      const double layer_seq_us = layer(false);
       DeviceBuffer sws(std::max(*MoeSharedExpertWorkspaceBytes(dev_shared[0]->view, m),
                                 *MoeSharedExpertWorkspaceBytes(dev_shared_sep[0]->view, m)));
       auto shared_only = [&](const MoeSharedExpertWeights& sw) {
@@ -589,8 +604,8 @@ int Main(int argc, char** argv) {
           MedianMicros(o, stream, [&](int i) { shared_only(dev_shared[i % kSharedCopies]->view); });
       const double sep_us = MedianMicros(
           o, stream, [&](int i) { shared_only(dev_shared_sep[i % kSharedCopies]->view); });
-      std::printf("%6ld %10.1f %12.1f %8.1f %12.1f %12.1f %10.0f\n", static_cast<long>(m),
-                  routed_us[ti], layer_us, layer_us - routed_us[ti], fused_us, sep_us,
+      std::printf("%6ld %10.1f %12.1f %8.1f %14.1f %12.1f %12.1f %10.0f\n", static_cast<long>(m),
+                  routed_us[ti], layer_us, layer_us - routed_us[ti], layer_seq_us, fused_us, sep_us,
                   shared_bytes / fused_us / 1e3);
     }
   }

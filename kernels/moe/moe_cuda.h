@@ -165,17 +165,22 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // weight-streaming GEMM (weights as the mma A operand, decoded from registers; the <= 8 slot rows
 // of a tile as B; no K-loop barrier), 16 / 32 / 64 the tiled GEMM (slot rows as A, a cp.async
 // ring of weights, mma.sync), 128 the wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights
-// decoded into 128-byte-swizzled bf16 shared memory, wgmma.mma_async m64n256k16). All give the
-// same bits on exact-arithmetic inputs (only the fp32 summation order can differ). kAuto:
-// streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512 tokens at E 384 top-6;
-// measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms) when D and I are at
-// most kMoeCudaStreamMaxK; wgmma from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on
-// average; else tiled.
+// decoded into 128-byte-swizzled bf16 shared memory, wgmma.mma_async m64n256k16) or, with the same
+// tiles, the register-sourced wgmma GEMM (kWgmmaRs: weights as the wgmma A operand decoded by the
+// consumer warpgroups straight into registers, the slot rows as B in shared memory, a producer
+// warpgroup filling an mbarrier ring). All give the same bits on exact-arithmetic inputs (only the
+// fp32 summation order can differ). kAuto: streaming for few slots per expert (m·top_k <= 8·E, i.e.
+// up to 512 tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs
+// tiled 4.29 ms) when D and I are at most kMoeCudaStreamMaxK; the register-sourced wgmma GEMM
+// from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma (the
+// shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and stays
+// for A/B only.
 enum class MoeCudaGemm : int {
   kAuto = 0,
-  kTiled = 1,   // tile_rows 16, 32 or 64 (the mean slots per expert)
-  kStream = 2,  // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
-  kWgmma = 3,   // tile_rows 128
+  kTiled = 1,    // tile_rows 16, 32 or 64 (the mean slots per expert)
+  kStream = 2,   // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
+  kWgmma = 3,    // tile_rows 128
+  kWgmmaRs = 4,  // tile_rows 128, the stage params' wgmma_rs (kAuto's choice at tile_rows 128)
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
 // The streaming GEMM keeps a tile's activation rows (8 × K bf16) in shared memory.
@@ -183,16 +188,24 @@ inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 // kAuto streams up to this many slots per expert on average.
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
 inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
-// kAuto takes the wgmma GEMM from this many slots per expert on average (m·top_k >= 48·E: 3,072
-// tokens at E 384 top-6). Measured on the H200 (bench_moe --shared 0 --gemm 1 / 3): the wgmma
-// layer is 10.5 vs 9.6 ms (tiled) at 2,048 tokens and 10.8 vs 14.3 ms at 4,096 (README.md).
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 48;
+// kAuto takes the register-sourced wgmma GEMM (kWgmmaRs) from this many slots per expert on
+// average (m·top_k >= 13·E: 832 tokens at E 384 top-6), i.e. wherever the tiled GEMM would leave
+// its 16-row tiles. Measured on the H200 (bench_moe --shared 0 --gemm 1 / 4, layer without the
+// shared expert, tiled vs register-sourced): 640 tokens 4.44 vs 5.16 ms, 768: 4.88 vs 5.37 (the
+// tiled GEMM's 16-row tiles), 896: 6.26 vs 5.28, 1,024: 6.40 vs 5.28, 4,096: 14.3 vs 6.66 ms
+// (README.md "The register-sourced wgmma expert GEMM").
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 13;
+
+// Whether a call with these arguments runs the register-sourced wgmma GEMM: kWgmmaRs, or kAuto
+// where MoeCudaTileRows gives the wgmma tile. Pure.
+bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                        int64_t max_k = 0);
 
 // Rows per GEMM tile for a call (and so the GEMM, see MoeCudaGemm): 8 (streaming: few slots per
 // expert, kAuto only when `max_k` = max(D, I) <= kMoeCudaStreamMaxK; 0 = unknown, taken as
-// fitting), 128 (wgmma: kWgmma, or kAuto from kMoeCudaWgmmaMinSlotsPerExpert), else 16 (a few
-// tokens per expert), 32 or 64 from the mean number of slots per expert. Any of them is correct;
-// this is the fastest guess. Pure.
+// fitting), 128 (wgmma: kWgmma or kWgmmaRs, or kAuto from kMoeCudaWgmmaMinSlotsPerExpert), else 16
+// (a few tokens per expert), 32 or 64 from the mean number of slots per expert. Any of them is
+// correct; this is the fastest guess. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
                         MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
@@ -210,10 +223,11 @@ inline constexpr int64_t kMoeCudaKStepAuto = 0;
 // (the same bytes reach the same shared-memory places).
 inline constexpr bool kMoeCudaGemmHoistedAddresses = false;
 
-// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK; 128: the wgmma GEMM;
-// k_step and hoisted_addresses are ignored by both): per tile, g = x·w1^T and u = x·w3^T (bf16
-// roundings of the fp32 sums), SwiGLU with the slot's routing weight, one bf16 cast (MoeSwiGluRow),
-// then the FP8 quantiser per 32 along I: ag gets the QDQ values (the w2 operand, operand order).
+// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK; 128: the wgmma GEMM, or
+// its register-sourced form with wgmma_rs; k_step and hoisted_addresses are ignored by these): per
+// tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU with the slot's routing
+// weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along I: ag gets the QDQ
+// values (the w2 operand, operand order).
 struct MoeExpertUpParams {
   const MoeCudaWeights* weights = nullptr;  // host struct of device pointers
   float swiglu_limit = 10.f;                // <= 0 disables the clamps
@@ -230,12 +244,13 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
+  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs)
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
 
 // Stage 4: per tile, ye = ag·w2^T, one bf16 rounding (tile_rows 8: the streaming GEMM, K = I <=
-// kMoeCudaStreamMaxK; 128: the wgmma GEMM).
+// kMoeCudaStreamMaxK; 128: the wgmma GEMM, or with wgmma_rs its register-sourced form).
 struct MoeExpertDownParams {
   const MoeCudaWeights* weights = nullptr;
   int64_t slots = 0;
@@ -247,6 +262,7 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
+  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs)
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -271,11 +287,12 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
   bool stream = false;             // the streaming GEMM (tile_rows 8)
-  bool wgmma = false;              // the wgmma GEMM (tile_rows 128)
+  bool wgmma = false;              // a wgmma GEMM (tile_rows 128)
+  bool wgmma_rs = false;           // the register-sourced one (kWgmmaRs)
   int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)
   int64_t weight_rows = 0;         // weight rows per CTA (gate + up rows for the up projection)
   int64_t k_step = 0;              // K per pipeline stage: 128 or 256 (streaming: per unit)
-  int64_t stages = 0;              // cp.async ring depth (streaming: register ring depth)
+  int64_t stages = 0;              // ring depth (streaming: register ring depth)
   int64_t smem_bytes = 0;          // dynamic shared memory per CTA
   int64_t grid_x = 0;              // N blocks
   int64_t grid_y = 0;              // tile slots (the upper bound of the tile count)
@@ -320,6 +337,11 @@ struct MoeCudaParams {
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the
   // round-3 gather, kept for A/B). Output bits unchanged (the same values reach the GEMM).
   bool gather_slot_rows = false;
+  // With `shared`: true (default) = the shared expert runs on a helper stream forked from
+  // `stream` (kernels/common/side_stream.h), concurrently with the routing, permutation and
+  // expert GEMMs, and the combine waits for it; false = everything in order on `stream` (A/B).
+  // The same kernels on the same data: output bits unchanged.
+  bool shared_concurrent = true;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

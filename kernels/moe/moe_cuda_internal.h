@@ -49,6 +49,29 @@ constexpr uint32_t MoeWgmmaRawOffset(uint32_t r, uint32_t c) {
   return r * 64u + ((c ^ (r & 2u)) << 4);
 }
 
+// The register-sourced wgmma GEMM (cuda/moe_wgmma_rs_gemm.cuh), up projection: CTA-local weight
+// row r (0 .. 255) is row n0 + column of w3 (`up`) or w1. Each 16-row slab (one warp's m16 rows of
+// an m64 wgmma) holds 8 gate rows and then the same 8 columns' up rows, so a thread's accumulator
+// rows lane/4 and lane/4 + 8 are the gate and up of one output column (tested on the host).
+struct MoeWgmmaRsUpRow {
+  uint32_t column = 0;  // 0 .. 127, relative to the CTA's first output column
+  bool up = false;      // w3 (else w1)
+};
+constexpr MoeWgmmaRsUpRow MoeWgmmaRsUpRowOf(uint32_t r) {
+  return {8 * (r / 16) + r % 8, r % 16 >= 8};
+}
+
+// The same kernel's A fragments: in register a[i] (i < 4, the m16n8k16 A layout: a[0], a[1] hold
+// k 2·tig + {0, 1} of rows lane/4 and lane/4 + 8, a[2], a[3] k 8 + 2·tig + {0, 1}) of k16 step s
+// (0, 1) of a 32-wide block, quad lane tig puts in half e (0 low, 1 high) the weight of logical
+// column MoeWgmmaRsFragmentColumn(s, i, tig, e): pair tig of DecodeFp4x8 of 32-bit code word
+// 2s + i/2 of the block. B (the activation rows) is stored in operand order, so the physical k of
+// that element, 16s + 8·(i/2) + 2·tig + e, holds logical column MoeOperandColumn^-1 of it; the
+// host test checks MoeOperandColumn(MoeWgmmaRsFragmentColumn(...)) == that physical k.
+constexpr uint32_t MoeWgmmaRsFragmentColumn(uint32_t s, uint32_t i, uint32_t tig, uint32_t e) {
+  return 8 * (2 * s + i / 2) + tig + 4 * e;
+}
+
 // S = max_tokens · top_k. shared_bytes: MoeSharedExpertWorkspaceBytes for max_tokens, or 0
 // when the shared expert is not run by MoeCuda.
 MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,

@@ -102,9 +102,20 @@ absl::Status CheckStreamK(const char* op, const char* field, int64_t tile_rows, 
 
 absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) {
   const int v = static_cast<int>(gemm);
-  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kWgmma)) {
+  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kWgmmaRs)) {
     return Invalid(op, field,
-                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream or kWgmma", v));
+                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream, kWgmma or kWgmmaRs", v));
+  }
+  return absl::OkStatus();
+}
+
+// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles.
+absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows) {
+  if (wgmma_rs && tile_rows != kMoeCudaWgmmaTileRows) {
+    return Invalid(op, "wgmma_rs",
+                   absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM "
+                                   "takes tile_rows %d)",
+                                   tile_rows, kMoeCudaWgmmaTileRows));
   }
   return absl::OkStatus();
 }
@@ -242,7 +253,7 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
   // tensor-core work, a shorter one re-reads the weights per tile (mostly from L2).
   const int64_t slots = m * top_k;
   if (gemm == MoeCudaGemm::kStream) return kMoeCudaStreamTileRows;
-  if (gemm == MoeCudaGemm::kWgmma) return kMoeCudaWgmmaTileRows;
+  if (gemm == MoeCudaGemm::kWgmma || gemm == MoeCudaGemm::kWgmmaRs) return kMoeCudaWgmmaTileRows;
   // Streaming: an n8 tile per expert at up to ~8 slots on average (at 8, about a third of the
   // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
   // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
@@ -250,14 +261,21 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
       max_k <= kMoeCudaStreamMaxK) {
     return kMoeCudaStreamTileRows;
   }
-  // wgmma: at many slots per expert its ~2-3x tensor rate outweighs the rows a 128-row tile
-  // wastes on each expert's last tile (warpgroups with no row inside the expert skip their MMAs).
+  // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
+  // 128-row tile wastes on each expert's last tile (a tile of <= 64 rows takes the n64 path).
   if (gemm == MoeCudaGemm::kAuto && slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) {
     return kMoeCudaWgmmaTileRows;
   }
   if (slots <= 12 * n_experts) return 16;
   if (slots <= 40 * n_experts) return 32;
   return 64;
+}
+
+bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                        int64_t max_k) {
+  if (gemm == MoeCudaGemm::kWgmmaRs) return true;
+  return gemm == MoeCudaGemm::kAuto &&
+         MoeCudaTileRows(m, top_k, n_experts, gemm, max_k) == kMoeCudaWgmmaTileRows;
 }
 
 absl::Status Validate(const MoeExpertUpParams& p) {
@@ -267,6 +285,7 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.dim", p.tile_rows, p.weights->dim));
+  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -280,6 +299,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.inter", p.tile_rows, p.weights->inter));
+  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
   return CheckAligned(kOp, "ye", p.ye, 16);

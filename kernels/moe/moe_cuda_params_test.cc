@@ -271,15 +271,28 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 32);
-  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (48) slots per expert: 3,072 tokens at top-6.
-  EXPECT_EQ(MoeCudaTileRows(3071, 6, 384), MoeCudaTileRows(3071, 6, 384, MoeCudaGemm::kTiled));
+  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (13) slots per expert: 832 tokens at top-6, where
+  // the tiled GEMM would leave its 16-row tiles.
+  EXPECT_EQ(MoeCudaTileRows(768, 6, 384), 16);
+  EXPECT_EQ(MoeCudaTileRows(831, 6, 384), 32);
+  EXPECT_EQ(MoeCudaTileRows(831, 6, 384), MoeCudaTileRows(831, 6, 384, MoeCudaGemm::kTiled));
+  EXPECT_EQ(MoeCudaTileRows(832, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(3072, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
+  // kAuto's 128-row tiles run the register-sourced GEMM; kWgmma forces the other one.
+  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1024, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_TRUE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kAuto, 5120));
+  EXPECT_FALSE(MoeCudaUsesWgmmaRs(831, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kWgmma));
+  EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kTiled));
+  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1, 6, 384, MoeCudaGemm::kWgmmaRs));
   // Forced: the tiled GEMM keeps its own rule, the streaming GEMM is 8 at any size.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kTiled), 16);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kTiled), 64);
@@ -360,12 +373,16 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   p.options.top_k = 2;
   p.gemm = MoeCudaGemm::kStream;
   ExpectInvalid(Validate(p), "gemm");
-  p.gemm = static_cast<MoeCudaGemm>(4);
+  p.gemm = static_cast<MoeCudaGemm>(5);
   w.inter = 128;
+  ExpectInvalid(Validate(p), "gemm");
+  p.gemm = static_cast<MoeCudaGemm>(-1);
   ExpectInvalid(Validate(p), "gemm");
   p.gemm = MoeCudaGemm::kStream;
   EXPECT_TRUE(Validate(p).ok());  // m = 0
   p.gemm = MoeCudaGemm::kWgmma;
+  EXPECT_TRUE(Validate(p).ok());
+  p.gemm = MoeCudaGemm::kWgmmaRs;
   EXPECT_TRUE(Validate(p).ok());
 }
 
@@ -386,6 +403,18 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   ExpectInvalid(Validate(down), "ag");
   down.tile_rows = 256;
   ExpectInvalid(Validate(down), "tile_rows");
+  // The register-sourced wgmma GEMM: tile_rows 128 only.
+  down.ag = down.ye = reinterpret_cast<uint16_t*>(0x1000);
+  down.tile_rows = kMoeCudaWgmmaTileRows;
+  down.wgmma_rs = true;
+  EXPECT_TRUE(Validate(down).ok());
+  down.tile_rows = 64;
+  ExpectInvalid(Validate(down), "wgmma_rs");
+  up.wgmma_rs = true;
+  up.tile_rows = 16;
+  ExpectInvalid(Validate(up), "wgmma_rs");
+  up.tile_rows = kMoeCudaWgmmaTileRows;
+  ExpectInvalid(Validate(up), "xg");  // accepted, the next check fires
   MoePermuteParams pp;
   pp.m = 2;
   pp.n_experts = 8;
@@ -422,6 +451,51 @@ TEST(MoeCudaParamsTest, WgmmaRawLayoutIsABijectionWithoutBankConflicts) {
       }
     }
   }
+}
+
+// The register-sourced wgmma GEMM's up-projection row order: the 256 CTA rows are the w1 and w3
+// rows of 128 columns, each exactly once, and in every 16-row slab (a warp's m16 rows) row i and
+// row i + 8 (a thread's accumulator rows lane/4, lane/4 + 8) are the gate and up of one column.
+TEST(MoeCudaParamsTest, WgmmaRsUpRowsPairGateAndUpInOneThread) {
+  std::vector<int> seen(2 * 128, 0);
+  for (uint32_t r = 0; r < 256; ++r) {
+    const moe_cuda_internal::MoeWgmmaRsUpRow m = moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
+    ASSERT_LT(m.column, 128u) << r;
+    ++seen[2 * m.column + (m.up ? 1 : 0)];
+    if (r % 16 < 8) {
+      const moe_cuda_internal::MoeWgmmaRsUpRow u = moe_cuda_internal::MoeWgmmaRsUpRowOf(r + 8);
+      EXPECT_FALSE(m.up) << r;
+      EXPECT_TRUE(u.up) << r;
+      EXPECT_EQ(u.column, m.column) << r;
+      EXPECT_EQ(m.column, 8 * (r / 16) + r % 8) << r;  // the epilogue's column of slab r / 16
+    }
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+}
+
+// The same kernel's A fragments against the operand order of B: for every k16 step s, fragment
+// register i, quad lane tig and half e, the logical weight column the thread decodes
+// (MoeWgmmaRsFragmentColumn) is the one B stores at the element's physical k (the m16n8k16 A
+// layout: 16s + 8·(i / 2) + 2·tig + e), and the thread decodes it from pair tig of code word
+// 2s + i / 2 (DecodeFp4x8's pair j holds elements j and j + 4 of the word).
+TEST(MoeCudaParamsTest, WgmmaRsFragmentsMatchTheOperandOrder) {
+  std::vector<int> seen(32, 0);
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (uint32_t i = 0; i < 4; ++i) {
+      for (uint32_t tig = 0; tig < 4; ++tig) {
+        for (uint32_t e = 0; e < 2; ++e) {
+          const uint32_t logical = moe_cuda_internal::MoeWgmmaRsFragmentColumn(s, i, tig, e);
+          const uint32_t physical = 16 * s + 8 * (i / 2) + 2 * tig + e;
+          EXPECT_EQ(MoeOperandColumn(logical), physical)
+              << "s " << s << " i " << i << " tig " << tig << " e " << e;
+          EXPECT_EQ(logical / 8, 2 * s + i / 2);  // the code word
+          EXPECT_EQ(logical % 8, tig + 4 * e);    // pair tig, half e
+          if (i % 2 == 0) ++seen[logical];        // rows lane/4 (i = 0, 2)
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
 
 // The device fill and the host references regenerate the same weights from the hash.

@@ -13,8 +13,8 @@
 //   outputs: rel-RMS(y_gpu − y_cpu) <= 2^-8 (one bf16 step), max |y_gpu − y_cpu| <= 2^-5 ·
 //            max |y_cpu|, and >= 95 % of the outputs within one bf16 ulp of the CPU's.
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
-// Every case runs three times, with the tiled, the weight-streaming and the wgmma expert GEMM
-// forced (MoeCudaParams::gemm); kAuto picks one of them.
+// Every case runs four times, with the tiled, the weight-streaming, the wgmma and the
+// register-sourced wgmma expert GEMM forced (MoeCudaParams::gemm); kAuto picks one of them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -126,6 +126,8 @@ const char* GemmTag(MoeCudaGemm gemm) {
       return " [stream]";
     case MoeCudaGemm::kWgmma:
       return " [wgmma]";
+    case MoeCudaGemm::kWgmmaRs:
+      return " [wgmma RS]";
     default:
       return " [tiled]";
   }
@@ -211,7 +213,8 @@ void RunCase(const LayerCase& c) {
   ASSERT_EQ(cpu.ids, ids);
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
-  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
+  for (MoeCudaGemm gemm :
+       {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
     const std::string name = std::string(c.name) + GemmTag(gemm);
     SCOPED_TRACE(name);
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
@@ -412,7 +415,8 @@ TEST(MoeGpuLayerTest, FixtureLayer0MatchesMoeCpu) {
       rows[tok] = with_image ? clear[tok]
                              : moe_test::RouteIsClear(logits.data() + tok * kE, kE, bias.data(), o);
     }
-    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma}) {
+    for (MoeCudaGemm gemm :
+         {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
       const GpuRun gpu =
           RunMoeCuda(dev->view, o, logits, x, with_image ? image : std::vector<uint8_t>{}, shared_y,
                      kTokens, nullptr, gemm);

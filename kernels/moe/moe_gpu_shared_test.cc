@@ -5,6 +5,9 @@
 // - LaunchMoeSharedExpert (both weight forms) against MoeCpu's shared expert (LinearCpu exact
 //   mode + MoeSwiGluRow, moe_test::SharedExpertOutput) with the layer tolerances of
 //   moe_gpu_layer_test.cc (only the GEMMs' fp32 order differs);
+// - MoeCuda with the shared expert on a forked stream (the default) against the same call in
+//   order on one stream: the same bytes, also when the call is captured in a CUDA graph and
+//   replayed;
 // - the validation of its params and of MoeCudaParams::shared.
 #include <cmath>
 #include <cstdint>
@@ -184,6 +187,82 @@ TEST(MoeGpuSharedTest, FusedAndSeparateAgreeWithoutSplitK) {
   const auto plan13 = PlanLinearCuda(kM, 2 * kIs, kD), plan1 = PlanLinearCuda(kM, kIs, kD);
   if (plan13.splits != plan1.splits) GTEST_SKIP() << "plans differ in K splits";
   EXPECT_EQ(RunShared(fused->view, x, kM, kD, 10.f), RunShared(separate->view, x, kM, kD, 10.f));
+}
+
+// The forked shared expert (MoeCudaParams::shared_concurrent, the default) joins before the
+// combine: y must be byte-identical to the in-order call, on the legacy stream, on a created
+// stream and in a captured graph replayed several times (the fork / join events inside it), at a
+// decode size and a size with many tiles.
+TEST(MoeGpuSharedTest, ConcurrentSharedExpertGivesTheInOrderBytes) {
+  FS_SKIP_WITHOUT_GPU();
+  moe_test::LayerSpec spec;  // E 8, D 256, I 128
+  const auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
+  constexpr int64_t kD = 256, kIs = 256, kTopK = 2;
+  const auto fused = moe_test::UploadSharedExpert(moe_test::RandomSharedExpert(kD, kIs, 17), true);
+  for (int64_t m : {int64_t{1}, int64_t{300}}) {
+    std::vector<float> logits(m * 8);
+    std::vector<uint16_t> x(m * kD);
+    uint64_t r = 99 + m;
+    auto next = [&r] {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<double>(r >> 11) / 9007199254740992.0;
+    };
+    for (float& v : logits) v = static_cast<float>(4.0 * next() - 2.0);
+    for (uint16_t& v : x) v = FloatToBf16Bits(static_cast<float>(2.0 * next() - 1.0));
+    DeviceBuffer dl = ToDevice(logits), dx = ToDevice(x);
+    DeviceBuffer ws(*MoeCudaWorkspaceBytes(dev->view, m, kTopK, &fused->view));
+    DeviceBuffer y_seq(m * kD * 2), y_con(m * kD * 2);
+    auto params = [&](bool concurrent, DeviceBuffer& y) {
+      MoeCudaParams p;
+      p.weights = &dev->view;
+      p.options.top_k = kTopK;
+      p.m = m;
+      p.logits = dl.get<float>();
+      p.x = dx.get<uint16_t>();
+      p.x_stride = kD;
+      p.y = y.get<uint16_t>();
+      p.y_stride = kD;
+      p.shared = &fused->view;
+      p.shared_concurrent = concurrent;
+      p.workspace = ws.get();
+      p.workspace_bytes = ws.bytes();
+      return p;
+    };
+    ASSERT_TRUE(MoeCuda(params(false, y_seq), nullptr).ok());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> want = ToHost<uint16_t>(y_seq, m * kD);
+    int64_t nonzero = 0;
+    for (uint16_t v : want) nonzero += (v & 0x7FFF) != 0 ? 1 : 0;
+    ASSERT_GT(nonzero, m * kD / 2) << "m " << m;
+
+    CUDA_CHECK(cudaMemset(y_con.get(), 0xFF, y_con.bytes()));
+    ASSERT_TRUE(MoeCuda(params(true, y_con), nullptr).ok());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(ToHost<uint16_t>(y_con, m * kD), want) << "legacy stream, m " << m;
+
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMemsetAsync(y_con.get(), 0xFF, y_con.bytes(), stream));
+    ASSERT_TRUE(MoeCuda(params(true, y_con), stream).ok());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(ToHost<uint16_t>(y_con, m * kD), want) << "created stream, m " << m;
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    ASSERT_TRUE(MoeCuda(params(true, y_con), stream).ok());
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      CUDA_CHECK(cudaMemsetAsync(y_con.get(), 0xFF, y_con.bytes(), stream));
+      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_EQ(ToHost<uint16_t>(y_con, m * kD), want) << "graph replay " << rep << ", m " << m;
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
 }
 
 TEST(MoeGpuSharedTest, ValidationNamesTheField) {

@@ -336,18 +336,30 @@ const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},    {8, 256, 128, 2, 37
                                {4, 1024, 1280, 2, 40, 10.f}, {4, 1024, 1280, 2, 3, 10.f}};
 
 // The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM, 128 = the wgmma
-// GEMM), for the tiled GEMM the hoisted-address main loop (the same bits), and for the up stage
-// the operand read by token (xg [m, D] once per token + slot_token, as MoeCuda runs it by
-// default) instead of one gathered row per slot (the down stage skips those).
+// GEMM, or with rs the register-sourced wgmma GEMM), for the tiled GEMM the hoisted-address main
+// loop (the same bits), and for the up stage the operand read by token (xg [m, D] once per token +
+// slot_token, as MoeCuda runs it by default) instead of one gathered row per slot (the down stage
+// skips those).
 struct GemmVariant {
   int64_t tile_rows;
   bool hoist;
   bool by_token = false;
+  bool rs = false;  // tile_rows 128: the register-sourced wgmma GEMM
 };
-const GemmVariant kGemmVariants[] = {{16, false},      {32, false},      {64, false},
-                                     {16, true},       {32, true},       {64, true},
-                                     {8, false},       {128, false},     {16, false, true},
-                                     {64, true, true}, {8, false, true}, {128, false, true}};
+const GemmVariant kGemmVariants[] = {{16, false},
+                                     {32, false},
+                                     {64, false},
+                                     {16, true},
+                                     {32, true},
+                                     {64, true},
+                                     {8, false},
+                                     {128, false},
+                                     {16, false, true},
+                                     {64, true, true},
+                                     {8, false, true},
+                                     {128, false, true},
+                                     {128, false, false, true},
+                                     {128, false, true, true}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -360,9 +372,9 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
     for (const GemmVariant& v : kGemmVariants) {
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message()
-                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
-                   << tile_rows << " hoist " << hoist << " by token " << v.by_token);
+      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
+                                      << " tile_rows " << tile_rows << " hoist " << hoist
+                                      << " by token " << v.by_token << " rs " << v.rs);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
       // By slot: row r = token slot_token[r]'s row; by token: row t = token t's row.
       const int64_t xg_rows = v.by_token ? c.m : slots;
@@ -389,6 +401,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.ag = ag.get<uint16_t>();
       p.act = act.get<uint16_t>();
       p.hoisted_addresses = hoist;
+      p.wgmma_rs = v.rs;
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
       const auto g_ag = ToHost<uint16_t>(ag, slots * c.inter);
       const auto g_act = ToHost<uint16_t>(act, slots * c.inter);
@@ -439,8 +452,9 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       if (v.by_token) continue;  // the down stage reads ag by slot
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows << " hoist " << hoist);
+      SCOPED_TRACE(testing::Message()
+                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
+                   << tile_rows << " hoist " << hoist << " rs " << v.rs);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -453,6 +467,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.ag = d_ag.get<uint16_t>();
       p.ye = ye.get<uint16_t>();
       p.hoisted_addresses = hoist;
+      p.wgmma_rs = v.rs;
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
       const auto g_ye = ToHost<uint16_t>(ye, slots * c.dim);
       int64_t bad = 0;
@@ -473,7 +488,9 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
 // element k the code (k + n) % 16, so every code meets every scale byte. Checks the FP4 decoder
 // (bit placement, mul.bf16x2 with the E2M1 subnormal, the wide-scale path) on the hardware, in
 // every GEMM (tile_rows 8: the streaming GEMM's A-operand decode; 128: the wgmma GEMM's decode
-// into swizzled shared memory).
+// into swizzled shared memory, and the register-sourced wgmma GEMM's decode into its A fragments,
+// where a warp's rows mix scale bytes above and below 128: its wide path multiplies the others by
+// 1.0).
 TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kD = 256, kI = 128, kRows = kI;  // one expert, slot row k = unit vector e_k
@@ -493,8 +510,9 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   for (int64_t r = 0; r < kRows; ++r) ag[r * kI + MoeOperandColumn(r)] = 0x3F80;  // 1.0
   DeviceBuffer d_ag = ToDevice(ag);
   const std::vector<int32_t> offsets = {0, static_cast<int32_t>(kRows)};
-  for (int64_t tile_rows : {8, 16, 32, 64, 128}) {
-    SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows);
+  for (int64_t variant : {8, 16, 32, 64, 128, 129}) {
+    const int64_t tile_rows = variant == 129 ? 128 : variant;  // 129: register-sourced wgmma
+    SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " rs " << (variant == 129));
     const auto tiles = moe_test::TileList(offsets, tile_rows);
     DeviceBuffer d_off = ToDevice(offsets), d_tiles = ToDevice(tiles),
                  d_num = ToDevice(std::vector<int32_t>{static_cast<int32_t>(tiles.size() / 2)});
@@ -508,6 +526,7 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
     p.num_tiles = d_num.get<int32_t>();
     p.ag = d_ag.get<uint16_t>();
     p.ye = ye.get<uint16_t>();
+    p.wgmma_rs = variant == 129;
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
     const auto got = ToHost<uint16_t>(ye, kRows * kD);
     int64_t bad = 0;

@@ -1,16 +1,21 @@
-// The wgmma expert GEMM (tile_rows 128, MoeCudaGemm::kWgmma) on hand-built slot layouts, bit for
-// bit against the host reference on exact-arithmetic inputs (moe_test_util.h): experts with 0, 1,
-// 64, 65, 128, 130 and 200 slot rows, so that tiles end mid-expert, one warpgroup has no row (a
-// tile of <= 64 rows), the second warpgroup has a single row (65, 129 .. 130) and an expert spans
-// two full and partial tiles; the down projection at a D that is not a multiple of the CTA's 256
-// weight rows (a partial last column block). The first mismatches are printed with their row,
-// column, expert and tile. The layer-level checks (MoeCuda against MoeCpu) are in
-// moe_gpu_layer_test.cc.
+// The wgmma expert GEMMs (tile_rows 128: MoeCudaGemm::kWgmma, and the register-sourced
+// kWgmmaRs, the stage params' wgmma_rs) on hand-built slot layouts, bit for bit against the host
+// reference on exact-arithmetic inputs (moe_test_util.h). First a small case (one K stage, experts
+// of 1, 8 and 100 rows, a single CTA column block) whose failures localise indexing bugs; then
+// experts with 0, 1, 64, 65, 128, 130 and 200 slot rows, so that tiles end mid-expert, one
+// warpgroup has no row (SS) / the n64 path runs (RS: a tile of <= 64 rows), the second warpgroup
+// has a single row (65, 129 .. 130) and an expert spans two full and partial tiles; the down
+// projection at a D that is not a multiple of the CTA's 256 weight rows (a partial last column
+// block). The first mismatches are printed with their row, column, expert and tile, and for RS
+// with the consumer warpgroup / m-block / warp / lane that owns the element. The layer-level
+// checks (MoeCuda against MoeCpu) are in moe_gpu_layer_test.cc.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -28,6 +33,9 @@ using moe_test::Poisoned;
 // Slot rows per expert: empty, single, one warpgroup full, one row into the second, a full tile,
 // two rows into a second tile, a full tile plus 72.
 const std::vector<int32_t> kCounts = {0, 1, 64, 65, 128, 130, 0, 200};
+// The small first case: a single row, 8 rows (one n8 tile; both the RS kernel's n64 path) and 100
+// rows (its n128 path, 28 rows past the expert's end).
+const std::vector<int32_t> kSmallCounts = {1, 8, 100};
 
 struct HandSlots {
   std::vector<int32_t> offsets, tiles;
@@ -36,10 +44,10 @@ struct HandSlots {
   int64_t slots = 0;
 };
 
-HandSlots MakeHandSlots(uint32_t seed) {
+HandSlots MakeHandSlots(const std::vector<int32_t>& counts, uint32_t seed) {
   HandSlots s;
-  s.offsets.assign(kCounts.size() + 1, 0);
-  std::partial_sum(kCounts.begin(), kCounts.end(), s.offsets.begin() + 1);
+  s.offsets.assign(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), s.offsets.begin() + 1);
   s.slots = s.offsets.back();
   s.tiles = moe_test::TileList(s.offsets, kMoeCudaWgmmaTileRows);
   std::mt19937 rng(seed);
@@ -58,10 +66,24 @@ int64_t ExpertOf(const std::vector<int32_t>& offsets, int64_t r) {
          offsets.begin() - 1;
 }
 
+// Where output (slot row, column) sits in the register-sourced kernel: the CTA column block, the
+// consumer warpgroup, m-block, warp and lane of its accumulator (cuda/moe_wgmma_rs_gemm.cuh).
+std::string RsOwner(int64_t in_expert, int64_t c, bool up) {
+  // Up: 128 columns per CTA, slab s = column / 8 (gate row lane/4); down: 256, slab = column / 16.
+  const int64_t cols = up ? 128 : 256, local = c % cols;
+  const int64_t slab = up ? local / 8 : local / 16;
+  const int64_t lane = 4 * (local % 8) + (in_expert % 8) / 2;  // row lane/4 (+ 8 for up / hr 1)
+  return (testing::Message() << "; RS: CTA column block " << c / cols << ", consumer warpgroup "
+                             << slab / 8 << ", m-block " << (slab % 8) / 4 << ", warp " << slab % 4
+                             << ", lane " << lane << ", n8 tile " << (in_expert % 128) / 8)
+      .GetString();
+}
+
 // Reports the first few mismatching (row, column) pairs with where they sit in the tiling.
 class MismatchLog {
  public:
-  explicit MismatchLog(const std::vector<int32_t>& offsets) : offsets_(offsets) {}
+  MismatchLog(const std::vector<int32_t>& offsets, bool rs, bool up)
+      : offsets_(offsets), rs_(rs), up_(up) {}
   void Check(int64_t r, int64_t c, uint16_t got, uint16_t want) {
     if (got == want) return;
     if (bad_++ < 8) {
@@ -70,13 +92,15 @@ class MismatchLog {
       ADD_FAILURE() << "row " << r << " (expert " << e << ", row " << in_expert << " of "
                     << offsets_[e + 1] - offsets_[e] << ": tile " << in_expert / 128
                     << ", warpgroup " << (in_expert % 128) / 64 << ") column " << c << ": got 0x"
-                    << std::hex << got << ", want 0x" << want << std::dec;
+                    << std::hex << got << ", want 0x" << want << std::dec
+                    << (rs_ ? RsOwner(in_expert, c, up_) : std::string());
     }
   }
   int64_t bad() const { return bad_; }
 
  private:
   const std::vector<int32_t>& offsets_;
+  bool rs_, up_;
   int64_t bad_ = 0;
 };
 
@@ -86,16 +110,21 @@ struct Dims {
 // D 640: the down projection's last CTA holds 128 of its 256 weight rows. D 1024 / I 1280: K
 // loops of 16 and 20 stages (the 6-deep ring wraps).
 const Dims kDims[] = {{256, 128}, {640, 384}, {1024, 1280}};
+// The small first case: one 128-K stage for both projections, one up CTA column block, half a
+// down one.
+const Dims kSmallDims[] = {{128, 128}};
 
-TEST(MoeGpuWgmmaTest, UpStageIsBitExactOnHandBuiltTiles) {
-  FS_SKIP_WITHOUT_GPU();
-  const int64_t n_experts = static_cast<int64_t>(kCounts.size());
-  for (const Dims& dm : kDims) {
-    SCOPED_TRACE(testing::Message() << "D " << dm.dim << " I " << dm.inter);
+// Up stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
+void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims,
+                      bool rs) {
+  const int64_t n_experts = static_cast<int64_t>(counts.size());
+  for (size_t di = 0; di < n_dims; ++di) {
+    const Dims& dm = dims[di];
+    SCOPED_TRACE(testing::Message() << "D " << dm.dim << " I " << dm.inter << (rs ? " RS" : " SS"));
     LayerSpec spec{n_experts, dm.dim, dm.inter, 11, moe_test::WeightKind::kExactArith};
     auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
     auto cpu = moe_test::BuildCpuExperts(spec, {});
-    HandSlots s = MakeHandSlots(5);
+    HandSlots s = MakeHandSlots(counts, 5);
     // One distinct activation row per slot row (the up stage reads xg by slot).
     const auto x = moe_test::SmallIntActivations(s.slots, dm.dim, 16, 12);
     std::vector<uint16_t> xg(s.slots * dm.dim);
@@ -117,10 +146,11 @@ TEST(MoeGpuWgmmaTest, UpStageIsBitExactOnHandBuiltTiles) {
     p.slot_weight = s.d_weight.get<float>();
     p.ag = ag.get<uint16_t>();
     p.act = act.get<uint16_t>();
+    p.wgmma_rs = rs;
     ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
     const auto g_ag = ToHost<uint16_t>(ag, s.slots * dm.inter);
     const auto g_act = ToHost<uint16_t>(act, s.slots * dm.inter);
-    MismatchLog act_log(s.offsets), ag_log(s.offsets);
+    MismatchLog act_log(s.offsets, rs, true), ag_log(s.offsets, rs, true);
     for (int64_t r = 0; r < s.slots; ++r) {
       const int64_t e = ExpertOf(s.offsets, r);
       const uint16_t* xr = x.data() + r * dm.dim;
@@ -139,21 +169,23 @@ TEST(MoeGpuWgmmaTest, UpStageIsBitExactOnHandBuiltTiles) {
     }
     EXPECT_EQ(act_log.bad(), 0) << "of " << s.slots * dm.inter << " SwiGLU outputs";
     EXPECT_EQ(ag_log.bad(), 0) << "of " << s.slots * dm.inter << " quantised outputs";
-    std::printf("wgmma up D %ld I %ld: %ld slot rows in %zu tiles checked\n",
+    std::printf("wgmma%s up D %ld I %ld: %ld slot rows in %zu tiles checked\n", rs ? " RS" : "",
                 static_cast<long>(dm.dim), static_cast<long>(dm.inter), static_cast<long>(s.slots),
                 s.tiles.size() / 2);
   }
 }
 
-TEST(MoeGpuWgmmaTest, DownStageIsBitExactOnHandBuiltTiles) {
-  FS_SKIP_WITHOUT_GPU();
-  const int64_t n_experts = static_cast<int64_t>(kCounts.size());
-  for (const Dims& dm : kDims) {
-    SCOPED_TRACE(testing::Message() << "D " << dm.dim << " I " << dm.inter);
+// Down stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
+void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims,
+                        bool rs) {
+  const int64_t n_experts = static_cast<int64_t>(counts.size());
+  for (size_t di = 0; di < n_dims; ++di) {
+    const Dims& dm = dims[di];
+    SCOPED_TRACE(testing::Message() << "D " << dm.dim << " I " << dm.inter << (rs ? " RS" : " SS"));
     LayerSpec spec{n_experts, dm.dim, dm.inter, 13, moe_test::WeightKind::kExactArith};
     auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
     auto cpu = moe_test::BuildCpuExperts(spec, {});
-    HandSlots s = MakeHandSlots(6);
+    HandSlots s = MakeHandSlots(counts, 6);
     const auto a = moe_test::SmallIntActivations(s.slots, dm.inter, 8, 14);
     std::vector<uint16_t> ag(s.slots * dm.inter);
     for (int64_t r = 0; r < s.slots; ++r) {
@@ -170,9 +202,10 @@ TEST(MoeGpuWgmmaTest, DownStageIsBitExactOnHandBuiltTiles) {
     p.num_tiles = s.d_num.get<int32_t>();
     p.ag = d_ag.get<uint16_t>();
     p.ye = ye.get<uint16_t>();
+    p.wgmma_rs = rs;
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
     const auto g_ye = ToHost<uint16_t>(ye, s.slots * dm.dim);
-    MismatchLog log(s.offsets);
+    MismatchLog log(s.offsets, rs, false);
     for (int64_t r = 0; r < s.slots; ++r) {
       const int64_t e = ExpertOf(s.offsets, r);
       const uint16_t* ar = a.data() + r * dm.inter;
@@ -181,7 +214,37 @@ TEST(MoeGpuWgmmaTest, DownStageIsBitExactOnHandBuiltTiles) {
       for (int64_t i = 0; i < dm.dim; ++i) log.Check(r, i, g_ye[r * dm.dim + i], want[i]);
     }
     EXPECT_EQ(log.bad(), 0) << "of " << s.slots * dm.dim << " expert outputs";
+    std::printf("wgmma%s down D %ld I %ld: %ld slot rows in %zu tiles checked\n", rs ? " RS" : "",
+                static_cast<long>(dm.dim), static_cast<long>(dm.inter), static_cast<long>(s.slots),
+                s.tiles.size() / 2);
   }
+}
+
+// Small cases first: a failure here localises an indexing bug before the larger layouts run.
+TEST(MoeGpuWgmmaTest, RsSmallFirstCaseIsBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckUpHandBuilt(kSmallCounts, kSmallDims, std::size(kSmallDims), true);
+  CheckDownHandBuilt(kSmallCounts, kSmallDims, std::size(kSmallDims), true);
+}
+
+TEST(MoeGpuWgmmaTest, UpStageIsBitExactOnHandBuiltTiles) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckUpHandBuilt(kCounts, kDims, std::size(kDims), false);
+}
+
+TEST(MoeGpuWgmmaTest, DownStageIsBitExactOnHandBuiltTiles) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckDownHandBuilt(kCounts, kDims, std::size(kDims), false);
+}
+
+TEST(MoeGpuWgmmaTest, RsUpStageIsBitExactOnHandBuiltTiles) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckUpHandBuilt(kCounts, kDims, std::size(kDims), true);
+}
+
+TEST(MoeGpuWgmmaTest, RsDownStageIsBitExactOnHandBuiltTiles) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckDownHandBuilt(kCounts, kDims, std::size(kDims), true);
 }
 
 }  // namespace

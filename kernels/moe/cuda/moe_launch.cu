@@ -11,12 +11,14 @@
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/side_stream.h"
 #include "kernels/moe/cuda/moe_combine.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
 #include "kernels/moe/cuda/moe_permute.cuh"
 #include "kernels/moe/cuda/moe_route.cuh"
 #include "kernels/moe/cuda/moe_stream_gemm.cuh"
 #include "kernels/moe/cuda/moe_wgmma_gemm.cuh"
+#include "kernels/moe/cuda/moe_wgmma_rs_launch.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
 #include "kernels/moe/moe_shared_cuda.h"
@@ -317,6 +319,11 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
     case kMoeCudaStreamTileRows:
       return LaunchStream<true>(g, p.slots, w.n_experts, stream);
     case kMoeCudaWgmmaTileRows:
+      if (p.wgmma_rs) {
+        return moe_device::LaunchWgmmaRs(
+            g, true, Blocks(MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows), kMaxGridY),
+            stream);
+      }
       return LaunchWgmma<true>(g, p.slots, w.n_experts, stream);
     case 16:
       return LaunchGemm<1, 2, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
@@ -344,6 +351,11 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
     case kMoeCudaStreamTileRows:
       return LaunchStream<false>(g, p.slots, w.n_experts, stream);
     case kMoeCudaWgmmaTileRows:
+      if (p.wgmma_rs) {
+        return moe_device::LaunchWgmmaRs(
+            g, false, Blocks(MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows), kMaxGridY),
+            stream);
+      }
       return LaunchWgmma<false>(g, p.slots, w.n_experts, stream);
     case 16:
       return LaunchGemm<1, 2, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
@@ -371,11 +383,11 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
                                                     MoeCudaGemm gemm) {
   RETURN_IF_ERROR(Validate(weights));
   const int64_t max_k = std::max(weights.dim, weights.inter);
-  if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 3 ||
+  if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 4 ||
       (gemm == MoeCudaGemm::kStream && max_k > kMoeCudaStreamMaxK)) {
     return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream or kWgmma, or kStream with "
-        "max(D, I) above kMoeCudaStreamMaxK");
+        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma or kWgmmaRs, or kStream "
+        "with max(D, I) above kMoeCudaStreamMaxK");
   }
   if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: m or top_k out of range");
@@ -388,6 +400,11 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   const int64_t slots = m * top_k, e = weights.n_experts;
   if (tile_rows == kMoeCudaStreamTileRows) {
     return up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
+  }
+  if (tile_rows == kMoeCudaWgmmaTileRows &&
+      MoeCudaUsesWgmmaRs(m, top_k, weights.n_experts, gemm, max_k)) {
+    return moe_device::DescribeWgmmaRs(
+        up, n, Blocks(MaxTiles(slots, e, kMoeCudaWgmmaTileRows), kMaxGridY));
   }
   if (tile_rows == kMoeCudaWgmmaTileRows) {
     return up ? DescribeWgmma<true>(n, slots, e) : DescribeWgmma<false>(n, slots, e);
@@ -459,8 +476,10 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   uint16_t* ye = xg;  // xg is dead once the up stage has run (same stream)
 
   // The shared expert first: it needs only x, and its output waits in the workspace for the
-  // combine.
+  // combine. Its workspace regions are its own, so it may run on a forked stream next to the
+  // routed stages (joined before the combine).
   const uint16_t* shared_y = p.shared_y;
+  const bool fork = p.shared != nullptr && p.shared_concurrent;
   int64_t shared_y_stride = p.shared_y_stride;
   if (p.shared != nullptr) {
     auto* sy = reinterpret_cast<uint16_t*>(base + l.shared_y);
@@ -474,7 +493,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
     sp.y_stride = w.dim;
     sp.workspace = base + l.shared_ws;
     sp.workspace_bytes = *shared_bytes;
-    CHECK_OK(LaunchMoeSharedExpert(sp, stream));
+    CHECK_OK(LaunchMoeSharedExpert(sp, fork ? ForkSideStream(stream) : stream));
     shared_y = sy;
     shared_y_stride = w.dim;
   }
@@ -528,6 +547,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ag = ag;
   up.k_step = p.gemm_k_step;
   up.hoisted_addresses = p.gemm_hoisted_addresses;
+  const bool rs = MoeCudaUsesWgmmaRs(m, k, e, p.gemm, std::max(w.dim, w.inter));
+  up.wgmma_rs = rs;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -541,6 +562,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ye = ye;
   down.k_step = p.gemm_k_step;
   down.hoisted_addresses = p.gemm_hoisted_addresses;
+  down.wgmma_rs = rs;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;
@@ -554,6 +576,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   cp.shared_y_stride = shared_y_stride;
   cp.y = p.y;
   cp.y_stride = p.y_stride;
+  if (fork) JoinSideStream(stream);
   EnqueueCombine(cp, stream);
   return absl::OkStatus();
 }

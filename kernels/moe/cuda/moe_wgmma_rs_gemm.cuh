@@ -1,0 +1,520 @@
+// The register-sourced wgmma expert GEMM (tile_rows 128, MoeCudaGemm::kWgmmaRs): the weights are
+// the wgmma A operand, decoded from FP4 by the consumer threads straight into their A fragments
+// (wgmma.mma_async ... RS form), so decoded weights never touch shared memory. Device code of
+// cuda/moe_wgmma_rs_launch.cu only (sm_90a). README.md "CUDA: the register-sourced wgmma GEMM"
+// documents the design.
+//
+// Roles (swapped against cuda/moe_wgmma_gemm.cuh): M = weight rows (m64 per wgmma), N = the tile's
+// slot rows (the activations, B, K-major 128-byte swizzle in shared memory), K = D (up) or I
+// (down). A CTA owns one tile of up to 128 slot rows of one expert (the permute stage's tile
+// list, walked grid-stride over gridDim.y) and 256 weight rows (blockIdx.x): up, the w1 and w3
+// rows of 128 output columns arranged so that every warp's 16-row slab is 8 gate rows + the same
+// 8 columns' up rows (MoeWgmmaRsUpRowOf: a thread's accumulator rows lane/4 and lane/4 + 8 are
+// one column's gate and up); down, 256 w2 rows (the last column block may be partial: rows past
+// N are not loaded and never stored).
+//
+// Threads: consumer warpgroups 0, 1 (threads 0 .. 255; setmaxnreg up) each own 128 weight rows =
+// two m64 blocks, i.e. two accumulator sets of m64 × (128 or 64) fp32; producer warpgroup 2
+// (threads 256 .. 383; setmaxnreg down) only issues copies.
+// Ring: kRsStages stages of 128 K, each [128 slot rows][128 bf16] as two 64-K column blocks in
+// the 128-byte swizzle (cp.async 16-byte chunks, gathered by slot -> A row as the other GEMMs),
+// [256 weight rows][64 bytes] of raw FP4 codes and [256 rows][4 bytes] of UE8M0 scale words
+// (cp.async; the stage's 4 scale bytes of a row are one aligned word since K / 32 is a multiple
+// of 4). mbarriers: full[s] (128 arrivals: each producer thread's
+// cp.async.mbarrier.arrive.noinc, triggered when its copies of the stage have landed), empty[s]
+// (8 arrivals: lane 0 of each consumer warp once its warpgroup's wgmmas reading the stage have
+// finished). Step counter c (per CTA over all its tiles): slot c % kRsStages, parity
+// (c / kRsStages) & 1; a 10 s watchdog traps a wait that never completes.
+//
+// Consumer K loop, per 32-wide block q of K (4 per stage), A fragments double-buffered in
+// registers (set q % 2: 2 m64 blocks × 2 k16 steps × 4 registers):
+//   wgmma.fence; 2 × 2 wgmma (m-block, k16 step) from set q % 2; commit; wait_group 1 (the group
+//   of block q - 1, which read set (q + 1) % 2, has finished; at a stage's first block the
+//   previous stage is released); decode block q + 1 into set (q + 1) % 2 (at a stage boundary
+//   after waiting for its full barrier and fence.proxy.async: the cp.async writes are generic-
+//   proxy writes read by wgmma through the async proxy).
+// So the decode of block q + 1 overlaps the tensor cores' work on block q.
+//
+// A fragments (moe_cuda_internal.h, MoeWgmmaRsFragmentColumn, host-tested): the slot rows are
+// stored in operand order (MoeOperandColumn), so for k16 step s of a block, register a[h + 2·hh]
+// (row lane/4 + 8h, k half hh) of quad lane tig holds pair tig of DecodeFp4x8 of the row's code
+// word 2s + hh: logical columns 8(2s + hh) + tig + 4e, e = 0, 1. The quad's 4 lanes read the same
+// 16 code bytes (a broadcast) and each decodes only its own pair: the code word shifted right by
+// 4·tig, then DecodeFp4x8's pair-0 formula (mask, IMAD, mask, HMUL2 by 2^(scale - 1)). Scales
+// above 2 (bytes > 128) take DecodeFp4x8Wide's second multiply (a warp-uniform branch per stage;
+// 1.0 for the warp's other rows), byte 255 gives NaN. Bit-identical weights to the other GEMMs.
+//
+// N per tile: 128 slot rows (m64n128k16), or m64n64k16 when the tile has <= 64 rows inside the
+// expert (a branch on a __shfl_sync-broadcast flag, so ptxas sees it warp-uniform and does not
+// serialise the wgmmas).
+//
+// Epilogue (after the K loop; the ring is idle and is overlaid by a bf16 tile [slots][columns]):
+// up, SwiGLU × slot weight (SwiGluBf16) per (column, slot) into the tile, then QuantizeBlock32
+// per 32 columns of each slot row, ag in operand order (as WgStoreUp); down, bf16(acc) into the
+// tile, then 16-byte coalesced stores of ye rows. The producer waits at the tile-end barrier, so
+// the next tile's loads start after the epilogue (not overlapped; see README.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/moe/cuda/moe_device.cuh"
+#include "kernels/moe/cuda/moe_gemm.cuh"
+#include "kernels/moe/cuda/moe_wgmma.cuh"
+#include "kernels/moe/moe_cuda_internal.h"
+
+namespace flashserve::kernels::moe_device {
+
+inline constexpr int kRsThreads = 384;
+inline constexpr int kRsConsumerThreads = 256;
+inline constexpr int kRsBM = 128;  // slot rows per tile (kMoeCudaWgmmaTileRows)
+inline constexpr int kRsNB = 256;  // weight rows per CTA
+inline constexpr int kRsBK = 128;  // K per stage
+inline constexpr int kRsStages = 4;
+inline constexpr uint32_t kRsKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
+inline constexpr uint32_t kRsKMajorSbo = 1024;  // 8 rows of 128 bytes
+// setmaxnreg: 256 · 224 + 128 · 56 = 64512 <= 65536 registers per SM (one CTA).
+inline constexpr uint32_t kRsConsumerRegs = 224;
+inline constexpr uint32_t kRsProducerRegs = 56;
+static_assert(kRsConsumerThreads * kRsConsumerRegs + 128 * kRsProducerRegs <= 65536);
+inline constexpr uint32_t kRsXBlock = kRsBM * 128;  // one 64-K column block of the slot rows
+inline constexpr uint32_t kRsXBytes = 2 * kRsXBlock;
+inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
+inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
+inline constexpr uint32_t kRsStageBytes = kRsXBytes + kRsCodeBytes + kRsScaleBytes;
+// Per-tile tables of the producer: the A row of each slot row, the code and scale row of each
+// weight row (null: not loaded).
+inline constexpr uint32_t kRsARowOff = kRsStages * kRsStageBytes;
+inline constexpr uint32_t kRsCodeRowOff = kRsARowOff + kRsBM * 8;
+inline constexpr uint32_t kRsScaleRowOff = kRsCodeRowOff + kRsNB * 8;
+inline constexpr uint32_t kRsBarOff = kRsScaleRowOff + kRsNB * 8;
+inline constexpr uint32_t kRsEnd = kRsBarOff + 2 * kRsStages * 8;
+inline constexpr int kRsSmemBytes = static_cast<int>(kRsEnd) + 1024;  // + alignment slack
+static_assert(kRsStageBytes % 1024 == 0, "stages start on swizzle atoms");
+static_assert(kRsSmemBytes <= 227 * 1024);
+// Named barriers (0 is __syncthreads): the producer warpgroup, the consumers, the whole CTA.
+inline constexpr uint32_t kRsProducerBarrier = 1;
+inline constexpr uint32_t kRsConsumerBarrier = 2;
+inline constexpr uint32_t kRsTileBarrier = 3;
+
+template <bool kUp>
+struct RsShape {
+  static constexpr int kBN = kUp ? kRsNB / 2 : kRsNB;  // output columns per CTA
+  static constexpr int kPitch = kBN + 8;               // bf16 per slot row of the epilogue tile
+  static constexpr uint32_t kTileBytes = kRsBM * kPitch * 2;
+  static_assert(kTileBytes <= kRsARowOff, "the epilogue tile overlays the ring only");
+  // FP4 codes + scale bytes of one 128-K stage of one CTA.
+  static constexpr int kWeightStageBytes = static_cast<int>(kRsCodeBytes + kRsScaleBytes);
+};
+
+// Barrier kId over kCount threads; not .aligned (reached from the producer's and the consumers'
+// branches).
+template <uint32_t kId, uint32_t kCount>
+__device__ __forceinline__ void RsBarrier() {
+  asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed; the arrival
+// is one of the barrier's expected count (.noinc).
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// ---- producer ----------------------------------------------------------------------------------
+
+// The tile's tables (producer thread p = 0 .. 127): A row of slot row p, code / scale rows of
+// CTA weight rows p and p + 128 (MoeWgmmaRsUpRowOf for the up projection, n0 + r for the down).
+template <bool kUp>
+__device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, int p, int64_t e,
+                                              int64_t n0, int64_t row0, int64_t row_end) {
+  auto** a_rows = reinterpret_cast<const uint16_t**>(smem + kRsARowOff);
+  auto** code_rows = reinterpret_cast<const uint8_t**>(smem + kRsCodeRowOff);
+  auto** scale_rows = reinterpret_cast<const uint8_t**>(smem + kRsScaleRowOff);
+  a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
+#pragma unroll
+  for (int it = 0; it < 2; ++it) {
+    const int r = p + 128 * it;
+    int64_t nrow = n0 + r;
+    bool up = false;
+    if constexpr (kUp) {
+      const moe_cuda_internal::MoeWgmmaRsUpRow m =
+          moe_cuda_internal::MoeWgmmaRsUpRowOf(static_cast<uint32_t>(r));
+      nrow = n0 + m.column;
+      up = m.up;
+    }
+    const bool valid = nrow < g.n;
+    const int64_t row = e * g.n + nrow;
+    code_rows[r] = valid ? (up ? g.w_up : g.w) + row * (g.k / 2) : nullptr;
+    scale_rows[r] = valid ? (up ? g.w_up_scale : g.w_scale) + row * (g.k / 32) : nullptr;
+  }
+}
+
+// Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
+// when they have landed. Rows not inside the expert / N are not loaded: they reach only
+// accumulator rows or columns that are never stored.
+__device__ __forceinline__ void RsLoadStage(uint8_t* smem, uint8_t* st, int p, int64_t kt,
+                                            uint32_t full) {
+  const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
+  const auto* const* code_rows = reinterpret_cast<const uint8_t* const*>(smem + kRsCodeRowOff);
+  const auto* const* scale_rows = reinterpret_cast<const uint8_t* const*>(smem + kRsScaleRowOff);
+  // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
+  // contiguous bytes of a row.
+#pragma unroll
+  for (int it = 0; it < kRsBM / 16; ++it) {
+    const int r = p / 8 + 16 * it;
+    const uint16_t* a = a_rows[r];
+    if (a != nullptr) {
+#pragma unroll
+      for (int cb = 0; cb < 2; ++cb) {
+        CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
+                  a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
+      }
+    }
+  }
+  // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage.
+#pragma unroll
+  for (int it = 0; it < kRsNB / 32; ++it) {
+    const int r = p / 4 + 32 * it;
+    const uint8_t* w = code_rows[r];
+    if (w != nullptr) {
+      CpAsync16(st + kRsXBytes + r * 64 + (p % 4) * 16, w + kt * (kRsBK / 2) + (p % 4) * 16, true);
+    }
+  }
+#pragma unroll
+  for (int it = 0; it < 2; ++it) {
+    const int r = p + 128 * it;
+    const uint8_t* s = scale_rows[r];
+    if (s != nullptr) CpAsync4(st + kRsXBytes + kRsCodeBytes + r * 4, s + kt * (kRsBK / 32));
+  }
+  CpAsyncArriveNoinc(full);
+}
+
+// ---- consumers ---------------------------------------------------------------------------------
+
+// One A-fragment register: pair tig of the code word (pre-shifted by 4·tig) × the scale.
+__device__ __forceinline__ uint32_t RsDecodePair(uint32_t w_shifted, uint32_t m1) {
+  return MulBf16x2(((w_shifted & 0x000F000Fu) * 0x1040u) & 0x81C081C0u, m1);
+}
+
+// The thread's part of a consumer warpgroup: rows of its two m64 blocks, quad lane.
+struct RsThread {
+  int row[2];  // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
+  int shift;   // 4 · tig
+  int lane;
+};
+
+// The scale words of the thread's 4 weight rows for the stage at `st`, and whether any byte of
+// the warp's rows is above 128 (warp-uniform).
+__device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& t,
+                                             uint32_t (&sw)[2][2]) {
+  bool wide = false;
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sw[mb][h] = LoadShared4(st + kRsXBytes + kRsCodeBytes + (t.row[mb] + 8 * h) * 4);
+      wide = wide || HasWideScale(sw[mb][h]);
+    }
+  }
+  return __any_sync(0xFFFFFFFFu, wide);
+}
+
+// Decodes 32-wide block b of the stage at `st` into the A set a[mb][k16 step][register].
+__device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread& t,
+                                              const uint32_t (&sw)[2][2], bool wide, int b,
+                                              uint32_t (&a)[2][2][4]) {
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 q = LoadShared16(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 + 16 * b);
+      const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
+      const uint32_t m1 = sb <= 128u ? ((sb + 126u) << 7) * 0x10001u : 0x7E807E80u;
+      a[mb][0][h] = RsDecodePair(q.x >> t.shift, m1);
+      a[mb][0][h + 2] = RsDecodePair(q.y >> t.shift, m1);
+      a[mb][1][h] = RsDecodePair(q.z >> t.shift, m1);
+      a[mb][1][h + 2] = RsDecodePair(q.w >> t.shift, m1);
+    }
+  }
+  if (wide) {  // warp-uniform
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
+        // 2^(sb - 127) after the 2^126 of m1; 1.0 (exact) for this warp's rows at <= 2.
+        const uint32_t m2 =
+            sb <= 128u ? 0x3F803F80u : (sb == 255u ? 0x7FC07FC0u : (sb << 7) * 0x10001u);
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          a[mb][s][h] = MulBf16x2(a[mb][s][h], m2);
+          a[mb][s][h + 2] = MulBf16x2(a[mb][s][h + 2], m2);
+        }
+      }
+    }
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (kN == 128) {
+    WgmmaM64N128K16RS(d, a, desc_b, true);
+  } else {
+    WgmmaM64N64K16RS(d, a, desc_b, true);
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void RsFenceAcc(float (&acc)[2][64]) {
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) wgmma::FenceOperand(acc[mb][i]);
+  }
+}
+
+// Waits for stage c's copies and makes them visible to the async proxy.
+__device__ __forceinline__ void RsWaitFull(uint32_t full_bars, int64_t c) {
+  wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(c % kRsStages) * 8,
+                    static_cast<uint32_t>((c / kRsStages) & 1));
+  wgmma::FenceProxyAsyncShared();
+}
+
+// This warp's wgmmas reading stage c have finished (and its decode reads are done): release it.
+__device__ __forceinline__ void RsRelease(uint32_t empty_bars, int64_t c, int lane) {
+  __syncwarp();
+  if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(c % kRsStages) * 8);
+}
+
+// The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
+template <int kN>
+__device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
+                                              int64_t kt_count, int64_t c, float (&acc)[2][64]) {
+  const uint32_t full_bars = base + kRsBarOff;
+  const uint32_t empty_bars = full_bars + kRsStages * 8;
+  uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]
+  uint32_t sw[2][2];
+  RsWaitFull(full_bars, c);
+  const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
+  bool wide = RsLoadScales(st, t, sw);
+  RsDecodeBlock(st, t, sw, wide, 0, a[0]);
+  for (int64_t kt = 0; kt < kt_count; ++kt) {
+    const int64_t cs = c + kt;
+    const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      RsFenceAcc<kN>(acc);
+      wgmma::Fence();
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const uint32_t addr = x_addr + (b / 2) * kRsXBlock + (b % 2) * 64 + s * 32;
+          RsWgmma<kN>(acc[mb], a[b % 2][mb][s],
+                      wgmma::MakeSw128Desc(addr, kRsKMajorLbo, kRsKMajorSbo));
+        }
+      }
+      wgmma::CommitGroup();
+      RsFenceAcc<kN>(acc);
+      // The group of block 4kt + b - 1 (A set (b + 1) % 2) has finished.
+      wgmma::WaitGroup<1>();
+      if (b == 0 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
+      if (b < 3) {
+        RsDecodeBlock(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
+      } else if (kt + 1 < kt_count) {
+        RsWaitFull(full_bars, cs + 1);
+        st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
+        wide = RsLoadScales(st, t, sw);
+        RsDecodeBlock(st, t, sw, wide, 0, a[0]);
+      }
+    }
+  }
+  // Unconditional: on every path to the epilogue the accumulators are complete, so ptxas
+  // injects no wait of its own (C7517).
+  wgmma::WaitGroup<0>();
+  RsFenceAcc<kN>(acc);
+  RsRelease(empty_bars, c + kt_count - 1, t.lane);
+}
+
+// Up epilogue: SwiGLU of (gate, up) = accumulator rows lane/4, lane/4 + 8 of each slab, × the
+// slot's weight, into the bf16 tile [slot][column]; then the FP8 quantiser per 32 columns of each
+// slot row (the tiled GEMM's StoreUp numerics).
+__device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[2][64],
+                                          uint8_t* smem, int cw, int64_t n0, int64_t row0,
+                                          int rows) {
+  using S = RsShape<true>;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    if (8 * j >= rows) break;  // uniform: n8 tiles past the expert's end
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int slot = 8 * j + 2 * tig + h;
+      const float w = slot < rows ? g.slot_weight[row0 + slot] : 0.f;
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+        const int col = 8 * (8 * cw + 4 * mb + warp) + lane / 4;
+        const uint32_t v =
+            SwiGluBf16(acc[mb][4 * j + h], acc[mb][4 * j + 2 + h], g.swiglu_limit, w, true);
+        tile[slot * S::kPitch + col] = static_cast<uint16_t>(v);
+      }
+    }
+  }
+  RsBarrier<kRsConsumerBarrier, kRsConsumerThreads>();
+  constexpr int kBlocks = S::kBN / 32;
+  for (int u = threadIdx.x; u < rows * kBlocks; u += kRsConsumerThreads) {
+    const int rl = u / kBlocks, cb = u % kBlocks;
+    const uint4* src = reinterpret_cast<const uint4*>(tile + rl * S::kPitch + cb * 32);
+    uint32_t x[16];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = src[q];
+      x[4 * q] = v.x;
+      x[4 * q + 1] = v.y;
+      x[4 * q + 2] = v.z;
+      x[4 * q + 3] = v.w;
+    }
+    const int64_t at = (row0 + rl) * g.n + n0 + cb * 32;
+    if (g.act != nullptr) {
+      uint4* dst = reinterpret_cast<uint4*>(g.act + at);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) dst[q] = src[q];
+    }
+    uint32_t sb, codes[8], qdq[16];
+    QuantizeBlock32(x, &sb, codes, qdq);
+    uint4* dst = reinterpret_cast<uint4*>(g.out + at);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
+    }
+  }
+}
+
+// Down epilogue: bf16(acc) into the tile [slot][column] (accumulator rows are output columns),
+// then 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
+__device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc)[2][64],
+                                            uint8_t* smem, int cw, int64_t n0, int64_t row0,
+                                            int rows) {
+  using S = RsShape<false>;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    if (8 * j >= rows) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int slot = 8 * j + 2 * tig + h;
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int col = 16 * (8 * cw + 4 * mb + warp) + lane / 4 + 8 * hr;
+          tile[slot * S::kPitch + col] =
+              static_cast<uint16_t>(exact::F32ToBf16(acc[mb][4 * j + 2 * hr + h]));
+        }
+      }
+    }
+  }
+  RsBarrier<kRsConsumerBarrier, kRsConsumerThreads>();
+  constexpr int kChunks = S::kBN / 8;
+  for (int u = threadIdx.x; u < rows * kChunks; u += kRsConsumerThreads) {
+    const int rl = u / kChunks, ch = u % kChunks;
+    const int64_t col = n0 + 8 * ch;
+    if (col >= g.n) continue;  // N is a multiple of 128: a chunk is inside or outside
+    *reinterpret_cast<uint4*>(g.out + (row0 + rl) * g.n + col) =
+        *reinterpret_cast<const uint4*>(tile + rl * S::kPitch + 8 * ch);
+  }
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+template <bool kUp>
+__global__ void __launch_bounds__(kRsThreads, 1)
+    MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g) {
+  using S = RsShape<kUp>;
+  extern __shared__ uint8_t moe_wgmma_rs_smem_raw[];
+  const uint32_t raw_addr = SmemAddr(moe_wgmma_rs_smem_raw);
+  uint8_t* smem = moe_wgmma_rs_smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t base = SmemAddr(smem);
+  const uint32_t full_bars = base + kRsBarOff;
+  const uint32_t empty_bars = full_bars + kRsStages * 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kRsStages; ++s) {
+      wgmma_ws::BarInit(full_bars + s * 8, 128);
+      wgmma_ws::BarInit(empty_bars + s * 8, kRsConsumerThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
+  const int num_tiles = *g.num_tiles;
+  const int64_t kt_count = g.k / kRsBK;  // K is a multiple of 128
+  // Broadcast from lane 0 so that ptxas sees a warp-uniform value (a wgmma under a condition it
+  // cannot prove uniform is serialised: C7518).
+  const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
+  int64_t c = 0;  // step counter over the CTA's tiles (the same on both sides)
+
+  if (wg == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRsProducerRegs));
+    const int p = static_cast<int>(threadIdx.x) - kRsConsumerThreads;
+    for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+      const int64_t e = g.tiles[2 * tile];
+      const int64_t row0 = g.tiles[2 * tile + 1];
+      const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
+      RsWriteTables<kUp>(g, smem, p, e, n0, row0, row_end);
+      RsBarrier<kRsProducerBarrier, 128>();
+      for (int64_t kt = 0; kt < kt_count; ++kt, ++c) {
+        const int slot = static_cast<int>(c % kRsStages);
+        wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
+        RsLoadStage(smem, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
+      }
+      // The consumers' epilogue overlays the ring and the tables are rewritten next tile.
+      RsBarrier<kRsTileBarrier, kRsThreads>();
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRsConsumerRegs));
+  const int cw = wg;  // consumer warpgroup 0 or 1
+  const int warp = (threadIdx.x / 32) % 4;
+  RsThread t;
+  t.lane = static_cast<int>(threadIdx.x) % 32;
+  t.shift = 4 * (t.lane % 4);
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) t.row[mb] = 16 * (8 * cw + 4 * mb + warp) + t.lane / 4;
+  for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+    const int64_t e = g.tiles[2 * tile];
+    const int64_t row0 = g.tiles[2 * tile + 1];
+    const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
+    const int rows = static_cast<int>(row_end - row0);
+    float acc[2][64];
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[mb][i] = 0.f;
+    }
+    const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
+    if (narrow) {
+      RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
+    } else {
+      RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
+    }
+    c += kt_count;
+    // Both consumer warpgroups are done with the ring (every stage of the tile has landed and
+    // been read; the producer waits at the tile barrier): it becomes the epilogue tile.
+    RsBarrier<kRsConsumerBarrier, kRsConsumerThreads>();
+    if constexpr (kUp) {
+      RsStoreUp(g, acc, smem, cw, n0, row0, rows);
+    } else {
+      RsStoreDown(g, acc, smem, cw, n0, row0, rows);
+    }
+    RsBarrier<kRsTileBarrier, kRsThreads>();
+  }
+}
+
+}  // namespace flashserve::kernels::moe_device

@@ -1,0 +1,81 @@
+// The register-sourced wgmma expert GEMM's launchers (cuda/moe_wgmma_rs_launch.h). A translation
+// unit of its own: the kernel is large and moe_launch.cu already instantiates the other GEMMs.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/cuda/moe_wgmma_rs_gemm.cuh"
+#include "kernels/moe/cuda/moe_wgmma_rs_launch.h"
+
+namespace flashserve::kernels::moe_device {
+namespace {
+
+// Opts `kernel` into kRsSmemBytes of dynamic shared memory once per device (bit d of `done`), so
+// later launches make no extra driver call.
+template <typename Kernel>
+void EnsureRsSmem(Kernel* kernel, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
+  CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRsSmemBytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <bool kUp>
+auto* RsKernel() {
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = MoeExpertWgmmaRsKernel<kUp>;
+  EnsureRsSmem(kernel, smem_set);
+  return kernel;
+}
+
+template <bool kUp>
+dim3 RsGrid(int64_t n, int64_t grid_y) {
+  constexpr int64_t kBN = RsShape<kUp>::kBN;
+  return dim3(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>(grid_y));
+}
+
+template <bool kUp>
+void Launch(const GemmArgs& g, int64_t grid_y, cudaStream_t stream) {
+  auto* kernel = RsKernel<kUp>();
+  kernel<<<RsGrid<kUp>(g.n, grid_y), kRsThreads, kRsSmemBytes, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kUp>
+MoeCudaGemmPlan Describe(int64_t n, int64_t grid_y) {
+  int ctas = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, RsKernel<kUp>(), kRsThreads,
+                                                           kRsSmemBytes));
+  const dim3 grid = RsGrid<kUp>(n, grid_y);
+  MoeCudaGemmPlan plan;
+  plan.wgmma = true;
+  plan.wgmma_rs = true;
+  plan.tile_rows = kMoeCudaWgmmaTileRows;
+  plan.weight_rows = kRsNB;
+  plan.k_step = kRsBK;
+  plan.stages = kRsStages;
+  plan.smem_bytes = kRsSmemBytes;
+  plan.grid_x = grid.x;
+  plan.grid_y = grid.y;
+  plan.ctas_per_sm = ctas;
+  plan.weight_stage_bytes = RsShape<kUp>::kWeightStageBytes;
+  return plan;
+}
+
+}  // namespace
+
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t grid_y, cudaStream_t stream) {
+  if (up) return Launch<true>(g, grid_y, stream);
+  Launch<false>(g, grid_y, stream);
+}
+
+MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t grid_y) {
+  return up ? Describe<true>(n, grid_y) : Describe<false>(n, grid_y);
+}
+
+}  // namespace flashserve::kernels::moe_device

@@ -1,0 +1,24 @@
+// Launchers of the register-sourced wgmma expert GEMM (cuda/moe_wgmma_rs_gemm.cuh, compiled in
+// its own translation unit, cuda/moe_wgmma_rs_launch.cu), called by cuda/moe_launch.cu's stage
+// launchers and MoeCudaDescribeGemm. Internal to kernels/moe; host code of .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/moe/cuda/moe_gemm.cuh"
+#include "kernels/moe/moe_cuda.h"
+
+namespace flashserve::kernels::moe_device {
+
+// Enqueues the up (w1/w3 + SwiGLU + quantiser) or down (w2) GEMM over the tile list of `g`
+// (tile_rows 128) on `stream`: a CTA per (256 weight rows, tile), grid_y CTAs walking the tiles
+// grid-stride. Opts the kernel into its shared memory once per device. Launch failures abort.
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t grid_y, cudaStream_t stream);
+
+// The launch LaunchWgmmaRs makes for N = n (I up, D down) and grid_y, with its occupancy on the
+// current device (a driver call).
+MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t grid_y);
+
+}  // namespace flashserve::kernels::moe_device
