@@ -244,7 +244,7 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.k_step = k_step;
   s.up.hoisted_addresses = o.hoist;
   s.down.hoisted_addresses = o.hoist;
-  s.up.wgmma_rs = o.gemm == MoeCudaGemm::kWgmmaRs;
+  s.up.wgmma_rs = MoeCudaUsesWgmmaRs(c.m, kK, kE, o.gemm, std::max(kD, kI));
   s.down.wgmma_rs = s.up.wgmma_rs;
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
@@ -264,11 +264,11 @@ const char* GemmName(MoeCudaGemm gemm) {
   }
 }
 
-// The "paths" column's GEMM letter for a tile size and the forced GEMM.
+// The "paths" column's GEMM letter for a tile size and the GEMM (kAuto: what it resolves to).
 const char* GemmLetter(int64_t tile_rows, MoeCudaGemm gemm) {
   if (tile_rows == kMoeCudaStreamTileRows) return "S";
   if (tile_rows != kMoeCudaWgmmaTileRows) return "T";
-  return gemm == MoeCudaGemm::kWgmmaRs ? "R" : "W";
+  return gemm == MoeCudaGemm::kWgmma ? "W" : "R";
 }
 
 // Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties), with the
