@@ -335,12 +335,12 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
       wgmma::Fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        wgmma_linear::WgmmaM64N256K16SS(
-            acc,
-            wgmma::MakeSw128Desc(a_addr + kk * 32, wgmma_linear::kKMajorLbo,
-                                 wgmma_linear::kKMajorSbo),
-            wgmma::MakeSw128Desc(b_addr + kk * 32, wgmma_linear::kKMajorLbo,
-                                 wgmma_linear::kKMajorSbo));
+        wgmma::WgmmaM64N256K16SS(acc,
+                                 wgmma::MakeSw128Desc(a_addr + kk * 32, wgmma_linear::kKMajorLbo,
+                                                      wgmma_linear::kKMajorSbo),
+                                 wgmma::MakeSw128Desc(b_addr + kk * 32, wgmma_linear::kKMajorLbo,
+                                                      wgmma_linear::kKMajorSbo),
+                                 true);
       }
       wgmma::CommitGroup();
       wgmma::FenceOperands(acc);

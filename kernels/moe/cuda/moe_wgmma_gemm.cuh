@@ -41,7 +41,6 @@
 #include "kernels/common/wgmma.cuh"
 #include "kernels/moe/cuda/moe_device.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
-#include "kernels/moe/cuda/moe_wgmma.cuh"
 #include "kernels/moe/moe_cuda_internal.h"
 
 namespace flashserve::kernels::moe_device {
@@ -279,8 +278,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeExpertWgmmaKernel(GemmArgs g
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-    // Commit group s holds A of stage s and, for even s, pair s / 2 (kt_count is even: K is a
-    // multiple of 128), so group i landing means stage i is complete.
+      // Commit group s holds A of stage s and, for even s, pair s / 2 (kt_count is even: K is a
+      // multiple of 128), so group i landing means stage i is complete.
 #pragma unroll
     for (int s = 0; s < kWgAhead; ++s) {
       if (s < kt_count) {
@@ -313,9 +312,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeExpertWgmmaKernel(GemmArgs g
         wgmma::Fence();
 #pragma unroll
         for (int kk = 0; kk < kWgBK / 16; ++kk) {
-          WgmmaM64N256K16SS(acc, wgmma::MakeSw128Desc(a_addr + kk * 32, kWgKMajorLbo, kWgKMajorSbo),
-                            wgmma::MakeSw128Desc(b_addr + kk * 32, kWgKMajorLbo, kWgKMajorSbo),
-                            true);
+          wgmma::WgmmaM64N256K16SS(
+              acc, wgmma::MakeSw128Desc(a_addr + kk * 32, kWgKMajorLbo, kWgKMajorSbo),
+              wgmma::MakeSw128Desc(b_addr + kk * 32, kWgKMajorLbo, kWgKMajorSbo), true);
         }
         wgmma::CommitGroup();
         wgmma::FenceOperands(acc);

@@ -64,7 +64,6 @@
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/moe/cuda/moe_device.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
-#include "kernels/moe/cuda/moe_wgmma.cuh"
 #include "kernels/moe/moe_cuda_internal.h"
 
 namespace flashserve::kernels::moe_device {
@@ -262,9 +261,9 @@ __device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread&
 template <int kN>
 __device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (kN == 128) {
-    WgmmaM64N128K16RS(d, a, desc_b, true);
+    wgmma::WgmmaM64N128K16RS(d, a, desc_b, true);
   } else {
-    WgmmaM64N64K16RS(d, a, desc_b, true);
+    wgmma::WgmmaM64N64K16RS(d, a, desc_b, true);
   }
 }
 
