@@ -24,7 +24,7 @@
 //   an fp32 sum (README.md "CUDA: the FP8 wgmma kernel").
 // - Epilogue: + bias (fp32) and one RNE rounding to bf16, or the fp32 sum (y_f32).
 // - Split-K (small M): each split writes fp32 partials, which are summed in ascending split
-//   order from +0: by a second kernel, or for the weight-streaming kernel (M <= 16) by the CTA
+//   order from +0: by a second kernel, or for the weight-streaming kernel (decode) by the CTA
 //   of the tile that arrives last (an arrival counter per tile in the workspace, tagged with a
 //   per-call tag, so it needs no zeroing; README "CUDA: the weight-streaming decode kernel").
 //   The plan depends only
@@ -85,9 +85,11 @@ inline constexpr int64_t kLinearCudaWgmmaFp8KStep = 128;
 inline constexpr int64_t kLinearCudaWgmmaMinSplitK = 640;
 // From this M on, a warp-specialised bf16-expansion plan expands the whole FP8 weight to bf16 in
 // the workspace first (LinearCudaParams::expand_weights): the expansion is one memory-bound pass
-// over the weight (~3 bytes per weight moved), which the bf16-weight main loop's higher rate
-// repays once M is this large (README "CUDA: weights expanded once").
-inline constexpr int64_t kLinearCudaExpandMinRows = 512;
+// over the weight (~3 bytes per weight moved, ~36 µs for wq_b), which the bf16-weight main loop's
+// higher rate repays once M is this large. Measured on the H200 (README "CUDA: weights expanded
+// once"): slower at M = 128 (wq_b 50 -> 86 µs) and 256 (89 -> 101), even at 192, faster on every
+// shape from 384 (wq_b 127 -> 118, wo_b 146 -> 126, engram.wkv 498 -> 392).
+inline constexpr int64_t kLinearCudaExpandMinRows = 384;
 // The weight-streaming kernel (README "CUDA: the weight-streaming decode kernel"): the automatic
 // plan where LinearCudaStreamPays, forced by tile_rows = kLinearCudaStreamRows (8: the x
 // rows are the mma's n8 operand). A CTA takes up to 16 x rows (m_tiles = ceil(M / 16)) and
