@@ -36,18 +36,9 @@ using gemm_test::HostLinear;
 using gemm_test::Rng;
 
 std::unique_ptr<PreparedLinear> Prepare(const HostLinear& h) {
-  PrepareLinearOptions o;
-  o.expand_to_f32 = false;
-  auto l = PreparedLinear::Create(h.View(), o);
-  CHECK(l.ok()) << l.status();
-  return std::make_unique<PreparedLinear>(std::move(l).value());
+  return gemm_test::PrepareCodesOnly(h);
 }
-
-DeviceFp8Linear Upload(const PreparedLinear& w) {
-  auto d = DeviceFp8Linear::Upload(w);
-  CHECK(d.ok()) << d.status();
-  return std::move(d).value();
-}
+DeviceFp8Linear Upload(const PreparedLinear& w) { return gemm_test::UploadOrDie(w); }
 
 // Bits of gpu [m, n] (row stride y_stride) against want [m, n]; the first 5 mismatches named.
 // +0 and -0 are equal (an identity product turns a -0 activation into +0), NaN equals NaN.

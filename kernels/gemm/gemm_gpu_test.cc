@@ -45,18 +45,9 @@ ThreadPool* Pool() {
 }
 
 std::unique_ptr<PreparedLinear> Prepare(const HostLinear& h) {
-  PrepareLinearOptions o;
-  o.expand_to_f32 = false;  // exact mode reads the codes
-  auto l = PreparedLinear::Create(h.View(), o);
-  CHECK(l.ok()) << l.status();
-  return std::make_unique<PreparedLinear>(std::move(l).value());
+  return gemm_test::PrepareCodesOnly(h);
 }
-
-DeviceFp8Linear Upload(const PreparedLinear& w) {
-  auto d = DeviceFp8Linear::Upload(w);
-  CHECK(d.ok()) << d.status();
-  return std::move(d).value();
-}
+DeviceFp8Linear Upload(const PreparedLinear& w) { return gemm_test::UploadOrDie(w); }
 
 // LinearCpu (exact) writing y with row stride y_stride (RunLinear checks the padding stays
 // unwritten); returned packed, [m, n].

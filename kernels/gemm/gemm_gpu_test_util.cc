@@ -4,12 +4,27 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/base/check.h"
 #include "common/formats/bf16.h"
 #include "common/formats/fp8_e4m3.h"
 #include "common/formats/weight_quant.h"
 #include "kernels/common/cuda_check.h"
 
 namespace flashserve::kernels::gemm_test {
+
+std::unique_ptr<PreparedLinear> PrepareCodesOnly(const HostLinear& h) {
+  PrepareLinearOptions o;
+  o.expand_to_f32 = false;
+  auto l = PreparedLinear::Create(h.View(), o);
+  CHECK(l.ok()) << l.status();
+  return std::make_unique<PreparedLinear>(std::move(l).value());
+}
+
+DeviceFp8Linear UploadOrDie(const PreparedLinear& w) {
+  auto d = DeviceFp8Linear::Upload(w);
+  CHECK(d.ok()) << d.status();
+  return std::move(d).value();
+}
 
 HostLinear ExactArithFp8(int64_t n, int64_t k, int base_lo, int base_hi, bool with_bias, Rng& rng,
                          std::vector<int>* base_of_row) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/gemm/gemm_cuda.h"
@@ -31,13 +32,18 @@ std::vector<uint16_t> SmallIntActivations(int64_t m, int64_t k, int64_t stride, 
 bool ExactPremiseHolds(const HostLinear& w, const std::vector<int>& base_of_row,
                        const std::vector<uint16_t>& x, int64_t m, int64_t x_stride);
 
+// `h` as a codes-only PreparedLinear (expand_to_f32 = false: exact mode reads the codes) and its
+// device copy; both abort on errors (test inputs are valid by construction).
+std::unique_ptr<PreparedLinear> PrepareCodesOnly(const HostLinear& h);
+DeviceFp8Linear UploadOrDie(const PreparedLinear& w);
+
 struct GpuRunOptions {
   bool f32_out = false;
   int64_t y_stride = 0;  // 0: n
   int64_t tile_rows = 0;
   int64_t split_k = 0;
-  bool wgmma_bf16 = true;  // LinearCudaParams::wgmma_bf16
-  bool wgmma_ws = true;    // LinearCudaParams::wgmma_ws
+  bool wgmma_bf16 = true;      // LinearCudaParams::wgmma_bf16
+  bool wgmma_ws = true;        // LinearCudaParams::wgmma_ws
   bool expand_weights = true;  // LinearCudaParams::expand_weights
 };
 // LaunchLinearFp8 on a device copy of x; y widened to float [m, y_stride]. Aborts on errors.
