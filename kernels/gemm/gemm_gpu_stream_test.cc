@@ -170,17 +170,19 @@ TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
   const auto wb = Prepare(hb);
   const DeviceFp8Linear da = Upload(*wa);
   const DeviceFp8Linear db = Upload(*wb);
+  // The stream kernel forced (tile_rows 8): the automatic plan takes it only at decode sizes.
+  constexpr int64_t kTile = kLinearCudaStreamRows;
   for (int64_t m : {1, 16}) {
     SCOPED_TRACE("M " + std::to_string(m));
-    const LinearCudaPlan plan = PlanLinearCuda(m, 1280, 5120);
+    const LinearCudaPlan plan = PlanLinearCuda(m, 1280, 5120, kTile);
     ASSERT_EQ(plan.kernel, LinearCudaKernel::kStream);
     ASSERT_GT(plan.splits, 1);
-    ASSERT_NE(PlanLinearCuda(m, 512, 2304).splits, plan.splits);
+    ASSERT_NE(PlanLinearCuda(m, 512, 2304, kTile).splits, plan.splits);
     const DeviceBuffer xa = ToDevice(gemm_test::RandomActivations(m, 5120, 5120, rng));
     const DeviceBuffer xb = ToDevice(gemm_test::RandomActivations(m, 2304, 2304, rng));
     DeviceBuffer ya(static_cast<size_t>(m * 1280 * 2)), yb(static_cast<size_t>(m * 512 * 2));
-    DeviceBuffer ws(
-        std::max(LinearCudaWorkspaceBytes(da.view(), m), LinearCudaWorkspaceBytes(db.view(), m)));
+    DeviceBuffer ws(std::max(LinearCudaWorkspaceBytes(da.view(), m, kTile),
+                             LinearCudaWorkspaceBytes(db.view(), m, kTile)));
     CUDA_CHECK(cudaMemset(ws.get(), 0x5A, ws.bytes()));
     auto params = [&](const DeviceFp8Linear& d, const DeviceBuffer& x, DeviceBuffer& y) {
       LinearCudaParams p;
@@ -192,6 +194,7 @@ TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
       p.y_stride = d.view().n;
       p.workspace = ws.get();
       p.workspace_bytes = ws.bytes();
+      p.tile_rows = kTile;
       return p;
     };
     const LinearCudaParams pa = params(da, xa, ya), pb = params(db, xb, yb);

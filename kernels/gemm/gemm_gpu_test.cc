@@ -1,7 +1,7 @@
 // kernels_gemm_gpu_test: LaunchLinearFp8 (gemm_cuda.h) against LinearCpu in exact mode, through
-// the four GEMM kernels: weight-streaming (tile_rows 8, the automatic choice at M <= 16; more in
-// gemm_gpu_stream_test.cc), mma.sync (tile_rows 16 / 32 / 64), FP8 wgmma (tile_rows 128) and the
-// bf16-expansion wgmma (tile_rows 128 with wgmma_bf16, the automatic choice at large M).
+// the four GEMM kernels: weight-streaming (tile_rows 8, the automatic choice at decode sizes;
+// more in gemm_gpu_stream_test.cc), mma.sync (tile_rows 16 / 32 / 64), FP8 wgmma (tile_rows 128)
+// and the bf16-expansion wgmma (tile_rows 128 with wgmma_bf16, the automatic choice at large M).
 // - Exact-arithmetic inputs (gemm_gpu_test_util.h): bit for bit, over partial N / K tiles, every
 //   kernel and tile size and several K splits, bf16 and fp32 outputs, bias and padded strides;
 //   scale bytes from 12 to 230 (the decoder's one- and two-multiply paths); a NaN scale block.
