@@ -72,6 +72,35 @@ __device__ __forceinline__ void QuantizeBlock32(const uint32_t (&x)[16], uint32_
   }
 }
 
+// The up GEMMs' epilogue for one 32-column block of a slot row: the 32 bf16 SwiGLU values at
+// `src` (16-byte aligned, shared memory) copied to act[at ..] when `act` is set, then quantised
+// (QuantizeBlock32) and their QDQ values stored in operand order to out[at ..] (16-byte aligned).
+__device__ __forceinline__ void StoreQuantizedBlock32(const uint16_t* src_bf16, uint16_t* act,
+                                                      uint16_t* out, int64_t at) {
+  const uint4* src = reinterpret_cast<const uint4*>(src_bf16);
+  uint32_t x[16];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 v = src[q];
+    x[4 * q] = v.x;
+    x[4 * q + 1] = v.y;
+    x[4 * q + 2] = v.z;
+    x[4 * q + 3] = v.w;
+  }
+  if (act != nullptr) {
+    uint4* dst = reinterpret_cast<uint4*>(act + at);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dst[q] = src[q];
+  }
+  uint32_t sb, codes[8], qdq[16];
+  QuantizeBlock32(x, &sb, codes, qdq);
+  uint4* dst = reinterpret_cast<uint4*>(out + at);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
+  }
+}
+
 // ---- FP4 E2M1 × UE8M0 weights to bf16 pairs --------------------------------------------------
 __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
