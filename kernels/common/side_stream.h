@@ -11,6 +11,8 @@
 // other threads never share them. Works under stream capture: the side stream joins the capture
 // through the fork event and leaves it through the join event (the usual fork/join graph).
 // Between a fork and its join the thread must not fork again on the same device.
+// The cached stream and events do not survive cudaDeviceReset (nothing in the project calls it;
+// a caller that does must not use these helpers afterwards on that thread).
 #pragma once
 
 #include <cuda_runtime.h>
