@@ -183,29 +183,7 @@ __device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, in
   for (int u = threadIdx.x; u < rows * blocks; u += kStreamThreads) {
     const int rl = u / blocks, cb = u % blocks;
     const int64_t r = row0 + rl;
-    const uint4* src = reinterpret_cast<const uint4*>(tile + rl * pitch + cb * 32);
-    uint32_t x[16];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint4 v = src[q];
-      x[4 * q] = v.x;
-      x[4 * q + 1] = v.y;
-      x[4 * q + 2] = v.z;
-      x[4 * q + 3] = v.w;
-    }
-    const int64_t at = r * n + n0 + cb * 32;
-    if (act != nullptr) {
-      uint4* dst = reinterpret_cast<uint4*>(act + at);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) dst[q] = src[q];
-    }
-    uint32_t sb, codes[8], qdq[16];
-    QuantizeBlock32(x, &sb, codes, qdq);
-    uint4* dst = reinterpret_cast<uint4*>(out + at);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
-    }
+    StoreQuantizedBlock32(tile + rl * pitch + cb * 32, act, out, r * n + n0 + cb * 32);
   }
 }
 
