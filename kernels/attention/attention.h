@@ -154,12 +154,14 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 inline constexpr int64_t kSparseAttnCudaSplitCtas = 128;
 
 // Device workspace bytes LaunchSparseAttn needs: the fp32 states of up to kSparseAttnCudaSplitCtas
-// split CTAs, (head_dim + 2) floats for each of the CTA's 16 / 32 / 64 head slots; 16.8 MB at
-// 64 heads × 512. Independent of tokens and width: size it once. 0 for invalid dims.
+// split CTAs, (head_dim + 2) floats for each of the CTA's 16 / 32 / 64 head slots, + 16 bytes so
+// that the launcher can align them to 16 bytes (the workspace pointer may have any alignment);
+// 16.8 MB at 64 heads × 512. Independent of tokens and width: size it once. 0 for invalid dims.
 inline size_t SparseAttnCudaWorkspaceBytes(int64_t heads, int64_t head_dim) {
   if (heads < 1 || head_dim < 1 || head_dim > kSparseAttnMaxHeadDim) return 0;
   const int64_t slots = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
-  return static_cast<size_t>(kSparseAttnCudaSplitCtas * slots * (head_dim + 2)) * sizeof(float);
+  return static_cast<size_t>(kSparseAttnCudaSplitCtas * slots * (head_dim + 2)) * sizeof(float) +
+         16;
 }
 
 // Validates (ValidateSparseAttn's checks and messages, less the value checks above, with the

@@ -214,14 +214,19 @@ Stats Compare(const AttnCase& c, const Outputs& o, const char* label) {
   s.outside_double = testing::CountOutsideTolerance(o.gpu, ref, mass, nullptr);
   s.rel_rms_gpu = RelRms(o.gpu, ref);
   s.rel_rms_cpu = RelRms(o.cpu, ref);
+  // FNV-1a of the GPU output: two builds (e.g. before / after a change that must not move a
+  // bit) compare by diffing their logs.
+  uint64_t hash = 1469598103934665603ull;
+  for (uint16_t v : o.gpu) hash = (hash ^ v) * 1099511628211ull;
   std::printf(
       "%-34s %9zu elems: bit-identical %6.2f%%, max %d ulp (a sign flip counts 1000), "
       "rel-RMS gpu-cpu %.2e, vs double: gpu %.2e cpu %.2e, worst |gpu-cpu|/bound %.3f, "
-      "outside %ld, outside double-ref bound %ld\n",
+      "outside %ld, outside double-ref bound %ld, gpu hash %016llx\n",
       label, o.gpu.size(),
       o.gpu.empty() ? 100.0 : 100.0 * (1.0 - double(s.bit_diffs) / double(o.gpu.size())),
       s.max_ulps, s.rel_rms, s.rel_rms_gpu, s.rel_rms_cpu, s.worst_ratio,
-      static_cast<long>(s.outside), static_cast<long>(s.outside_double));
+      static_cast<long>(s.outside), static_cast<long>(s.outside_double),
+      static_cast<unsigned long long>(hash));
   return s;
 }
 

@@ -28,7 +28,9 @@ struct Geometry {
   int64_t splits = 1;            // list ranges per (token, group)
   int64_t blocks_per_split = 0;  // 64-blocks per range
   int64_t units = 0;             // tokens · groups · splits
-  float* state = nullptr;        // split states (splits > 1): [units][heads per CTA][kD + 2]
+  // Split states (splits > 1), 16-byte aligned: mma.sync path [units][heads per CTA][kD + 2]
+  // (m, denom, acc); wgmma family in fragment order (sparse_attn_wgmma.cuh WgmmaStoreSplitState).
+  float* state = nullptr;
 };
 
 // exp as double, rounded once to fp32: agrees with glibc's expf (< 0.502 ulp) but for ~never.

@@ -55,7 +55,10 @@ Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
   geo.blocks_per_split = cut.blocks_per_split;
   geo.splits = cut.splits;
   geo.units = p.tokens * geo.groups * geo.splits;
-  geo.state = static_cast<float*>(p.workspace);
+  // 16-byte aligned (SparseAttnCudaWorkspaceBytes includes the slack): the wgmma family's
+  // states are written and read as float4.
+  const uintptr_t ws = reinterpret_cast<uintptr_t>(p.workspace);
+  geo.state = reinterpret_cast<float*>((ws + 15) & ~uintptr_t{15});
   return geo;
 }
 
@@ -77,12 +80,15 @@ void SetSmemLimitOnce(Kernel* kernel, size_t bytes, std::atomic<uint64_t>& done)
 // Launched as a programmatic dependent (PDL) of the split kernel: its CTAs may be scheduled on
 // idle SMs while the split kernel runs and wait there (griddepcontrol.wait) for its completion,
 // so the second launch's latency overlaps the first kernel.
-template <int kHeadsPerCta>
-void LaunchCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
-  CHECK(p.head_dim <= attn_device::kCombineMaxDim) << "CombineKernel: head_dim " << p.head_dim;
+// `kernel` is CombineKernel<heads per CTA> (mma.sync path: a CTA per (token, head)) or
+// WgmmaCombineKernel (the wgmma family's fragment-order states: a CTA per (token, group of 64
+// heads, kWgmmaCombineGroups float4 groups)).
+using CombineFn = void (*)(SparseAttnParams, Geometry);
+void LaunchCombine(CombineFn kernel, int64_t ctas, int threads, const SparseAttnParams& p,
+                   const Geometry& geo, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(std::min(p.tokens * p.heads, kMaxCtas)));
-  config.blockDim = dim3(attn_device::kCombineThreads);
+  config.gridDim = dim3(static_cast<unsigned>(std::min(ctas, kMaxCtas)));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute attr[1] = {};
@@ -90,15 +96,27 @@ void LaunchCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, attn_device::CombineKernel<kHeadsPerCta>, p, geo) !=
-      cudaSuccess) {
+  if (cudaLaunchKernelEx(&config, kernel, p, geo) != cudaSuccess) {
     // A stream or driver that refuses the attribute (a launch-configuration error, not sticky):
     // clear it and launch in plain stream order, where griddepcontrol.wait is a no-op.
     (void)cudaGetLastError();
-    attn_device::CombineKernel<kHeadsPerCta>
-        <<<config.gridDim, config.blockDim, 0, stream>>>(p, geo);
+    kernel<<<config.gridDim, config.blockDim, 0, stream>>>(p, geo);
     CUDA_CHECK(cudaGetLastError());
   }
+}
+
+template <int kHeadsPerCta>
+void LaunchTensorCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+  CHECK(p.head_dim <= attn_device::kCombineMaxDim) << "CombineKernel: head_dim " << p.head_dim;
+  LaunchCombine(attn_device::CombineKernel<kHeadsPerCta>, p.tokens * p.heads,
+                attn_device::kCombineThreads, p, geo, stream);
+}
+
+void LaunchWgmmaCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+  using W = attn_device::WgmmaShape;
+  LaunchCombine(attn_device::WgmmaCombineKernel<W::kD>,
+                geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem,
+                attn_device::kWgmmaStateThreads, p, geo, stream);
 }
 
 template <int kD, int kMT>
@@ -111,7 +129,7 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, S::kThreads, S::kSmemBytes, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchCombine<S::kHeads>(p, geo, stream);
+  if (geo.splits > 1) LaunchTensorCombine<S::kHeads>(p, geo, stream);
 }
 
 template <bool kSplitK, bool kRows = false>
@@ -126,7 +144,7 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchCombine<W::kHeads>(p, geo, stream);
+  if (geo.splits > 1) LaunchWgmmaCombine(p, geo, stream);
 }
 
 // The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
@@ -140,7 +158,7 @@ void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, WS::kThreads, WS::kSmemBytes, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchCombine<attn_device::WgmmaShape::kHeads>(p, geo, stream);
+  if (geo.splits > 1) LaunchWgmmaCombine(p, geo, stream);
 }
 
 // The row form's preconditions (attention.h): the wgmma kernel's dims and cp.async alignment.

@@ -344,6 +344,125 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
   }
 }
 
+// ---- split states of the wgmma family (WgmmaKernel, WgmmaWsKernel) -----------------------------
+//
+// A split CTA's state is written in accumulator-fragment order, so that every store is a
+// coalesced 16-byte one: acc [units][32 j][256 threads][4 floats] (thread tid = the consumer
+// thread 128·half + wtid; its float4 j holds acc[4j .. 4j + 3] = rows r0, r0 + 8 × dims
+// 256·half + 8j + c2, + 1), then (m, denom) [units][64 heads] as float pairs. The per-head layout
+// [m, denom, acc[512]] of the mma.sync path's states took 128 scalar 4-byte stores per thread,
+// each warp store touching 8 half-used sectors: at one token the split kernel stalled on the
+// LSU queue ("LG throttle", 58 % of its stall cycles in Nsight Compute). The geometry's state
+// pointer is 16-byte aligned by the launcher. Same total size: units · 64 · (512 + 2) floats.
+inline constexpr int kWgmmaStateGroups = 32;  // float4 groups per consumer thread (128 acc)
+inline constexpr int kWgmmaStateThreads = WgmmaShape::kThreads;
+inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per combine thread
+inline constexpr int kWgmmaCombineCtasPerItem = kWgmmaStateGroups / kWgmmaCombineGroups;
+static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
+
+__device__ __forceinline__ float4* WgmmaStateAcc(const Geometry& geo, int64_t unit) {
+  return reinterpret_cast<float4*>(geo.state) + unit * (kWgmmaStateGroups * kWgmmaStateThreads);
+}
+__device__ __forceinline__ float2* WgmmaStateMd(const Geometry& geo, int64_t unit) {
+  return reinterpret_cast<float2*>(WgmmaStateAcc(geo, geo.units)) + unit * WgmmaShape::kHeads;
+}
+
+// Consumer thread `tid` (0..255) writes its part of the unit's split state.
+__device__ __forceinline__ void WgmmaStoreSplitState(const Geometry& geo, int64_t unit, int tid,
+                                                     const float (&acc)[128],
+                                                     const float (&m_run)[2],
+                                                     const float (&den_run)[2]) {
+  float4* a = WgmmaStateAcc(geo, unit) + tid;
+#pragma unroll
+  for (int j = 0; j < kWgmmaStateGroups; ++j) {
+    a[j * kWgmmaStateThreads] =
+        make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+  }
+  // Both warpgroups hold the same (m, denom) of rows r0, r0 + 8; one quad lane of the first
+  // writes them.
+  const int lane = tid % 32;
+  if (tid < 128 && lane % 4 == 0) {
+    const int r0 = (tid / 32) * 16 + lane / 4;
+    float2* md = WgmmaStateMd(geo, unit);
+    md[r0] = make_float2(m_run[0], den_run[0]);
+    md[r0 + 8] = make_float2(m_run[1], den_run[1]);
+  }
+}
+
+// Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
+// kWgmmaCombineGroups·g .. of every consumer thread position, i.e. thread tid merges exactly the
+// values that thread tid of the split CTAs wrote (rows r0, r0 + 8, dims 256·half + 8j + c2, + 1).
+// Per row: M = max(kInitMax, m_s), w_s = exp(m_s − M), denom = Σ_s denom_s·w_s (+ exp(sink − M)
+// when > 0), o = bf16(Σ_s acc_s·w_s / denom), +0 when denom is 0; splits in ascending order: the
+// operations and their order of CombineKernel, so the output bits are the same. Launched as a
+// programmatic dependent of the split kernel.
+template <int kD>
+__global__ void __launch_bounds__(kWgmmaStateThreads)
+    WgmmaCombineKernel(const SparseAttnParams p, const Geometry geo) {
+  static_assert(kD == WgmmaShape::kD);
+  WaitPrerequisiteGrids();
+  const int tid = static_cast<int>(threadIdx.x);
+  const int half = tid / 128;
+  const int lane = tid % 32;
+  const int r0 = ((tid % 128) / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  const int64_t items = geo.units / geo.splits;
+  for (int64_t cta = blockIdx.x; cta < items * kWgmmaCombineCtasPerItem; cta += gridDim.x) {
+    const int64_t item = cta / kWgmmaCombineCtasPerItem;
+    const int g0 = static_cast<int>(cta % kWgmmaCombineCtasPerItem) * kWgmmaCombineGroups;
+    const int64_t t = item / geo.groups;
+    const int64_t h0 = (item % geo.groups) * WgmmaShape::kHeads;
+    const int64_t unit0 = item * geo.splits;
+    const float2* md = WgmmaStateMd(geo, unit0);
+    float mx[2] = {kInitMax, kInitMax};
+    for (int64_t s = 0; s < geo.splits; ++s) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], md[s * WgmmaShape::kHeads + r0 + 8 * r].x);
+    }
+    float den[2] = {0.0f, 0.0f};
+    float a[kWgmmaCombineGroups][4];
+#pragma unroll
+    for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[j][i] = 0.0f;
+    }
+    const float4* acc = WgmmaStateAcc(geo, unit0) + g0 * kWgmmaStateThreads + tid;
+#pragma unroll 2
+    for (int64_t s = 0; s < geo.splits; ++s) {
+      float w[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float2 v = md[s * WgmmaShape::kHeads + r0 + 8 * r];
+        w[r] = ExpF(__fsub_rn(v.x, mx[r]));
+        den[r] = __fadd_rn(den[r], __fmul_rn(v.y, w[r]));
+      }
+      const float4* st = acc + s * (kWgmmaStateGroups * kWgmmaStateThreads);
+#pragma unroll
+      for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+        const float4 v = st[j * kWgmmaStateThreads];
+        a[j][0] = __fadd_rn(a[j][0], __fmul_rn(v.x, w[0]));
+        a[j][1] = __fadd_rn(a[j][1], __fmul_rn(v.y, w[0]));
+        a[j][2] = __fadd_rn(a[j][2], __fmul_rn(v.z, w[1]));
+        a[j][3] = __fadd_rn(a[j][3], __fmul_rn(v.w, w[1]));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h = h0 + r0 + 8 * r;
+      if (h >= p.heads) continue;
+      // seen ⇔ denom > 0; the sink is added after the test (CombineKernel).
+      const float d = den[r] > 0.0f ? __fadd_rn(den[r], ExpF(__fsub_rn(p.attn_sink[h], mx[r])))
+                                    : 0.0f;
+      uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
+#pragma unroll
+      for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+        *reinterpret_cast<uint32_t*>(o + 8 * (g0 + j)) =
+            d > 0.0f ? PackBf16(__fdiv_rn(a[j][2 * r], d), __fdiv_rn(a[j][2 * r + 1], d)) : 0u;
+      }
+    }
+  }
+}
+
 // A template on kD only so that the header may be included by several .cu files (kD = 512).
 // kRows: the row form (serving rows gathered raw into a 2-stage ring, decoded into one bf16
 // tile before S; the gather runs two blocks ahead); the softmax and P·V are the same code, so
@@ -589,21 +708,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
         }
       }
     } else {
-      // The split's state for CombineKernel<64>: [m, denom, acc[512]] per head slot.
-      float* st = geo.state + unit * W::kHeads * (W::kD + 2);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float* row = st + (r0 + 8 * r) * (W::kD + 2);
-        if (half == 0 && lane % 4 == 0) {
-          row[0] = m_run[r];
-          row[1] = den_run[r];
-        }
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          row[2 + half * 256 + 8 * j + c2] = acc[4 * j + 2 * r];
-          row[2 + half * 256 + 8 * j + c2 + 1] = acc[4 * j + 2 * r + 1];
-        }
-      }
+      WgmmaStoreSplitState(geo, unit, tid, acc, m_run, den_run);  // for WgmmaCombineKernel
     }
     CpAsyncWait<0>();
     __syncthreads();  // the next unit reuses Q, the buffers and the exchange arrays

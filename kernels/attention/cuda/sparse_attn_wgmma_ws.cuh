@@ -227,7 +227,7 @@ __device__ __forceinline__ void WsSoftmax(float (&s)[16], const int32_t* idx, fl
 }
 
 // Writes the unit's result: the normalised bf16 output (one split) or the split's state for
-// CombineKernel<64> — WgmmaKernel's epilogue.
+// WgmmaCombineKernel — WgmmaKernel's epilogue.
 __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geometry& geo,
                                            int64_t unit, int64_t t, int64_t h0, int half, int wtid,
                                            bool seen, const float (&acc)[128],
@@ -251,20 +251,7 @@ __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geom
       }
     }
   } else {
-    float* st = geo.state + unit * W::kHeads * (W::kD + 2);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float* row = st + (r0 + 8 * r) * (W::kD + 2);
-      if (half == 0 && lane % 4 == 0) {
-        row[0] = m_run[r];
-        row[1] = den_run[r];
-      }
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        row[2 + half * 256 + 8 * j + c2] = acc[4 * j + 2 * r];
-        row[2 + half * 256 + 8 * j + c2 + 1] = acc[4 * j + 2 * r + 1];
-      }
-    }
+    WgmmaStoreSplitState(geo, unit, 128 * half + wtid, acc, m_run, den_run);
   }
 }
 
