@@ -98,17 +98,15 @@ inline constexpr int64_t kLinearCudaExpandMinRows = 384;
 inline constexpr int64_t kLinearCudaStreamRows = 8;
 inline constexpr int64_t kLinearCudaStreamMaxRows = 16;
 inline constexpr int64_t kLinearCudaStreamCols = 128;
-// Whether the automatic plan takes the stream kernel: one x row, or up to 8 rows when the weight
-// has at least kLinearCudaStreamMinWeights elements. Measured on the H200 against the 16-row
-// mma.sync kernel (README): at M = 1 it wins on every decode shape (wq_b 26.2 -> 21.6 µs, wo_b
-// 30.8 -> 24.6, engram.wkv 87.1 -> 67.2, wq_a 18.6 -> 16.9); at M = 2..8 it wins only on the
-// large weights (wq_b, wo_b, engram.wkv) and loses on the ~6–12 MB ones (wq_a, shared w1|w3:
-// each block's in-kernel QDQ and split-K fix-up cost more than its stream saves); at M = 16 it
-// loses everywhere.
-inline constexpr int64_t kLinearCudaStreamMinWeights = int64_t{16} << 20;
-constexpr bool LinearCudaStreamPays(int64_t m, int64_t n, int64_t k) {
-  return m == 1 || (m <= 8 && n * k >= kLinearCudaStreamMinWeights);
-}
+// Whether the automatic plan takes the stream kernel: up to 8 x rows (one n8 tile), whatever the
+// weight. Measured on the H200 against the 16-row mma.sync kernel (README "CUDA: the
+// weight-streaming decode kernel", round 2, with the batched split-K fix-up and one-atomic
+// arrivals) it wins at M = 1..8 on every decode shape, small weights included (µs, M = 1 / 8:
+// wq_a 15.97 -> 11.39 / 16.67 -> 12.42, wkv 15.81 -> 9.34 / 14.78 -> 10.46, shared w1|w3
+// 16.96 -> 12.77 / 17.47 -> 14.37, wq_b 26.11 -> 21.41 / 26.24 -> 24.00, wo_b 30.75 -> 23.52 /
+// 30.75 -> 27.36, engram.wkv 86.21 -> 66.85 / 86.75 -> 80.22). At M = 16 (two n8 tiles) it lost
+// everywhere in round 1 and is not measured since: mma.sync there.
+constexpr bool LinearCudaStreamPays(int64_t m) { return m <= 8; }
 
 enum class LinearCudaKernel { kMmaSync = 0, kWgmmaBf16 = 1, kWgmmaFp8 = 2, kStream = 3 };
 const char* LinearCudaKernelName(LinearCudaKernel kernel);
@@ -127,9 +125,9 @@ struct LinearCudaParams {
   int64_t y_stride = 0;  // elements, >= N
   // 0 = automatic (LinearCudaPlan); 8 forces the weight-streaming kernel (any M: a CTA per 16
   // rows), 16, 32 or 64 the mma.sync kernel with that many CTA rows, 128 a wgmma kernel (tests,
-  // benches). Automatic: the weight-streaming kernel for M <= 16; wgmma for M >= 128 and N >= 128
-  // when the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK of K; else mma.sync
-  // with 32 / 64 rows.
+  // benches). Automatic: the weight-streaming kernel for M <= 8 (LinearCudaStreamPays); wgmma for
+  // M >= 128 and N >= 128 when the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK
+  // of K; else mma.sync with 16 / 32 / 64 rows.
   int64_t tile_rows = 0;
   // When the plan takes wgmma: true (default) = the bf16-expansion wgmma kernel (128 × 256
   // tiles), false = the FP8 wgmma kernel (E4M3 operands, 128 × 128 tiles; ~1.3x faster, but its
@@ -215,8 +213,8 @@ inline int64_t LinearCudaActScaleStride(int64_t k) { return (k + 127) / 128 * 4;
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p);
 
 // y = x · W^T (+ bias) as documented above: the activation QDQ kernel, the GEMM, and for split
-// plans the reduction; for the stream kernel (M <= 16) one launch doing all three. Errors:
-// ValidateLinearCudaParams's. Cost: 1 kernel launch (stream), else 2-3.
+// plans the reduction; for the stream kernel (automatic at M <= 8) one launch doing all three.
+// Errors: ValidateLinearCudaParams's. Cost: 1 kernel launch (stream), else 2-3.
 absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream);
 
 // The device copy of a kFp8Block32 PreparedLinear (codes, scales, bias) in Fp8LinearDevice

@@ -20,15 +20,21 @@ struct FakeWeight {
 };
 
 TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
-  // The weight-streaming kernel (tile_rows 8: x rows as the mma's n8 operand) at M = 1, and up to
-  // M = 8 for weights of at least 16 Mi elements; else mma.sync with 16-row tiles up to M = 16.
+  // The weight-streaming kernel (tile_rows 8: x rows as the mma's n8 operand) up to M = 8 for
+  // every weight, small ones included; then mma.sync with 16-row tiles up to M = 16.
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120).tile_rows, kLinearCudaStreamRows);
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120).kernel, LinearCudaKernel::kStream);
-  EXPECT_EQ(PlanLinearCuda(2, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
-  EXPECT_EQ(PlanLinearCuda(2, 1280, 5120).tile_rows, 16);
+  for (int64_t m = 1; m <= 8; ++m) {
+    for (int64_t n : {64, 512, 1280, 2304, 5120, 32768}) {
+      EXPECT_EQ(PlanLinearCuda(m, n, 5120).kernel, LinearCudaKernel::kStream) << m << " " << n;
+      EXPECT_EQ(PlanLinearCuda(m, n, 5120).tile_rows, kLinearCudaStreamRows) << m << " " << n;
+    }
+  }
   EXPECT_EQ(PlanLinearCuda(8, 32768, 1280).kernel, LinearCudaKernel::kStream);
   EXPECT_EQ(PlanLinearCuda(8, 25600, 6144).kernel, LinearCudaKernel::kStream);
   EXPECT_EQ(PlanLinearCuda(9, 32768, 1280).kernel, LinearCudaKernel::kMmaSync);
+  EXPECT_EQ(PlanLinearCuda(9, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
+  EXPECT_EQ(PlanLinearCuda(9, 1280, 5120).tile_rows, 16);
   EXPECT_EQ(PlanLinearCuda(16, 32768, 1280).tile_rows, 16);
   EXPECT_EQ(PlanLinearCuda(16, 1280, 5120).tile_rows, 16);
   EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
@@ -208,7 +214,7 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
                          " " + std::to_string(forced) + " " + std::to_string(bf16));
             const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
             const bool stream = p.tile_rows == kLinearCudaStreamRows;
-            ASSERT_EQ(stream, tile == 8 || (tile == 0 && LinearCudaStreamPays(m, 1000, k)));
+            ASSERT_EQ(stream, tile == 8 || (tile == 0 && m <= 8));
             ASSERT_EQ(p.kernel, stream   ? LinearCudaKernel::kStream
                                 : !wgmma ? LinearCudaKernel::kMmaSync
                                          : (bf16 ? LinearCudaKernel::kWgmmaBf16
@@ -272,7 +278,7 @@ TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
             // The activations (none for the stream kernel), the partials, the stream kernel's
             // 8-byte arrival counters per tile, each region 256-byte aligned.
             const bool stream = p.kernel == LinearCudaKernel::kStream;
-            ASSERT_EQ(stream, tile == 8 || (tile == 0 && LinearCudaStreamPays(m, n, 2304)));
+            ASSERT_EQ(stream, tile == 8 || (tile == 0 && m <= 8));
             const size_t partials = p.splits > 1 ? static_cast<size_t>(4 * p.splits * m * n) : 0;
             const size_t counters =
                 stream && p.splits > 1 ? static_cast<size_t>(8 * p.m_tiles * p.n_tiles) : 0;

@@ -6,7 +6,7 @@
 //                  [--peak-tflops T]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
-// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 16), mma = the
+// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), mma = the
 // mma.sync kernel (16-row tiles where the plan takes the stream kernel, 64-row tiles where it
 // would take wgmma; with its separate QDQ and split-K reduction launches), wgmma = the FP8 wgmma
 // kernel (tile_rows 128: E4M3 operands), wgmma-bf16 = the bf16-expansion wgmma kernel's 256-thread

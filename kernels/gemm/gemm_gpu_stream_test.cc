@@ -8,6 +8,8 @@
 // - Determinism: the same bits over repeated calls and over replays of a CUDA graph (one kernel
 //   node), with the workspace overwritten and shared with another Linear between replays (the
 //   split-K counters must reset and tolerate any contents).
+// - Long K (many ring and slab wraps): exact-arithmetic inputs bit for bit with LinearCpu over
+//   1 .. 26 splits; random inputs within the bound, each row's bits independent of M.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -252,6 +254,90 @@ TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
     CUDA_CHECK(cudaGraphDestroy(graph));
     CUDA_CHECK(cudaStreamDestroy(stream));
   }
+}
+
+// Long K (the register ring and the slabs wrap many times) on exact-arithmetic inputs: bit for
+// bit with LinearCpu, so every split count gives the same bits. K = 8224: 65 units (the last one
+// 32-block), 5 slabs unsplit; K = 16416: 129 units. N 200 / 136: the last warp's 16 rows and the
+// last CTA partial; M 1 / 3 / 16 (one n8 tile, partly filled; two); splits 1 / 3 / 7 and
+// automatic (22 of 3 units / 26 of 5: K 8224's splits are shorter than the ring's 4 units); bias.
+TEST_F(GemmGpuStreamTest, LongKExactArithmeticOverSplits) {
+  Rng rng(53);
+  struct Dims {
+    int64_t n, k;
+  };
+  int runs = 0;
+  for (const Dims& s : {Dims{200, 8224}, Dims{136, 16416}}) {
+    std::vector<int> base;
+    const HostLinear h = gemm_test::ExactArithFp8(s.n, s.k, 120, 128, true, rng, &base);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    for (int64_t m : {1, 3, 16}) {
+      const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, s.k, s.k, 3, rng);
+      ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, s.k)) << s.n << "x" << s.k;
+      const std::vector<float> cpu = CpuExact(*w, x, m, s.k, false);
+      for (int64_t split : {0, 1, 3, 7}) {
+        const std::string what = "exact N " + std::to_string(s.n) + " K " + std::to_string(s.k) +
+                                 " M " + std::to_string(m) + " split " + std::to_string(split);
+        const std::vector<float> gpu = gemm_test::RunLinearGpu(
+            d.view(), x, m, s.k, {false, 0, kLinearCudaStreamRows, split, false, true});
+        EXPECT_EQ(CountMismatches(gpu, s.n, cpu, m, s.n, what), 0) << what;
+        ++runs;
+      }
+    }
+  }
+  std::printf("stream kernel: %d long-K exact-arithmetic runs bit-identical to LinearCpu\n", runs);
+}
+
+// Long K on random data: within the README's bound of LinearCpu (exact mode), and a row's bits
+// do not depend on the other rows of the call: rows 0 .. 2 of an M = 16 call (two n8 tiles) are
+// the bits of an M = 3 call (one, partly filled: the fix-up's rows past M) and of M = 1 calls,
+// at the same split count (the plan depends on M only through ceil(M / 16)). K 8224 (65 units,
+// 5 slabs), N 200; N 2304 x K 1280 (18 CTAs of columns, 10 units); N 40 x K 4096 (one partial
+// warp: rows 32 .. 39 of 48). Splits automatic / 1 / 3.
+TEST_F(GemmGpuStreamTest, LongKRandomWithinBoundAndRowsIndependentOfM) {
+  Rng rng(59);
+  struct Dims {
+    int64_t n, k;
+  };
+  int runs = 0;
+  for (const Dims& s : {Dims{200, 8224}, Dims{2304, 1280}, Dims{40, 4096}}) {
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    const int64_t m16 = 16;
+    const std::vector<uint16_t> x = gemm_test::RandomActivations(m16, s.k, s.k, rng);
+    const std::vector<float> cpu = CpuExact(*w, x, m16, s.k, false);
+    const gemm_test::DoubleResult dr = gemm_test::DoubleLinear(h, x, {}, m16, s.k, 1);
+    const double coef = (s.k / 4.0 + 64.0) * std::ldexp(1.0, -24);
+    for (int64_t split : {0, 1, 3}) {
+      const std::string what = "random N " + std::to_string(s.n) + " K " + std::to_string(s.k) +
+                               " split " + std::to_string(split);
+      const GpuRunOptions o{false, 0, kLinearCudaStreamRows, split, false, true};
+      const std::vector<float> all = gemm_test::RunLinearGpu(d.view(), x, m16, s.k, o);
+      const gemm_test::Comparison c =
+          gemm_test::Compare(all, cpu, m16, s.n, s.n, dr.abs_sum, 1.0, coef);
+      EXPECT_EQ(c.bound_failures, 0) << what << " (worst " << c.worst_excess << " of allowed)";
+      EXPECT_GE(c.within_ulp, c.count * 99 / 100) << what;
+      EXPECT_LE(c.rel_rms, std::ldexp(1.0, -8)) << what;
+      // M = 3: the first three rows of x.
+      const std::vector<uint16_t> x3(x.begin(), x.begin() + 3 * s.k);
+      const std::vector<float> three = gemm_test::RunLinearGpu(d.view(), x3, 3, s.k, o);
+      EXPECT_EQ(CountMismatches(three, s.n, all, 3, s.n, what + " M 3 vs rows of M 16"), 0);
+      // M = 1: rows 0, 2 and 15 alone.
+      for (int64_t r : {0, 2, 15}) {
+        const std::vector<uint16_t> x1(x.begin() + r * s.k, x.begin() + (r + 1) * s.k);
+        const std::vector<float> one = gemm_test::RunLinearGpu(d.view(), x1, 1, s.k, o);
+        const std::vector<float> row(all.begin() + r * s.n, all.begin() + (r + 1) * s.n);
+        EXPECT_EQ(CountMismatches(one, s.n, row, 1, s.n,
+                                  what + " M 1 vs row " + std::to_string(r) + " of M 16"),
+                  0);
+      }
+      runs += 5;
+    }
+  }
+  std::printf("stream kernel: %d long-K random runs within the bound, rows independent of M\n",
+              runs);
 }
 
 TEST_F(GemmGpuStreamTest, ZeroRowsIsANoOp) {

@@ -358,8 +358,8 @@ void CheckRandomShape(const Shape& s, const std::vector<int64_t>& ms,
   }
 }
 
-// The automatic plan (weight-streaming up to M = 16, mma.sync at 64) and the 16-row mma.sync
-// kernel on the same data.
+// The automatic plan (weight-streaming at M = 1 and 7 on every shape, mma.sync at 16 and 64) and
+// the 16-row mma.sync kernel on the same data.
 TEST_F(GemmGpuTest, ReleasedShapesSmallM) {
   uint64_t seed = 100;
   for (const Shape& s : kReleased) CheckRandomShape(s, {1, 7, 16, 64}, {kAuto, kMma16}, ++seed);

@@ -32,13 +32,15 @@
 // Split-K in the same launch: every split stores its fp32 partials ([split, m, n] in the
 // workspace), then one thread per CTA arrives at the tile's counter (workspace); the CTA that
 // arrives last sums the tile's partials in ascending split order from +0 (LinearFp8ReduceKernel's
-// order: the bits do not depend on which CTA is last), adds the bias, stores y, and resets the
-// counter to 0. A counter is a 64-bit word (tag | arrivals): the launcher gives every call a
-// fresh nonzero 48-bit tag (bits 16..63; the low 16 bits count, splits <= 32), and an arrival
-// that finds another tag in the word (0 after a finished call, or whatever the workspace held
-// before) starts the count at 1. So the counters need no zeroing before the first call, tolerate
-// the workspace being used for anything between calls (a foreign word matches the tag with
-// probability 2^-48), and a CUDA graph replaying the same tag finds its counters reset to 0.
+// order: the bits do not depend on which CTA is last; the loads of 8 (4) splits are issued
+// before they are added), adds the bias, stores y, and resets the counter to 0. A counter is a
+// 64-bit word (tag | arrivals): the launcher gives every call a fresh nonzero 48-bit tag
+// (bits 16..63; the low 16 bits count, splits <= 32), and an arrival that finds another tag in the
+// word (0 after a finished call, or whatever the workspace held before) starts the count at 1
+// (Arrive: one CAS or one atomicAdd per arrival unless the word is foreign). So the counters need
+// no zeroing before the first call, tolerate the workspace being used for anything between calls (a
+// foreign word matches the tag with probability 2^-48), and a CUDA graph replaying the same tag
+// finds its counters reset to 0.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -230,16 +232,22 @@ __device__ __forceinline__ void StoreOutput(const StreamArgs& g, int64_t m, int6
 }
 
 // Counts one arrival at the tile's counter (see the top of the file); returns the arrivals of
-// this call so far, this one included.
+// this call so far, this one included. The word is normally 0 (reset by the previous call's last
+// CTA) or already carries this call's tag: one CAS 0 -> tag + 1 (the first arrival) or one
+// atomicAdd (the rest), no retries however many splits arrive at once (a CAS-increment loop made
+// the k-th of s simultaneous arrivals wait ~k L2 round trips). Only a foreign word (first use,
+// the workspace used for something else) takes the CAS loop that replaces it with tag + 1.
 __device__ __forceinline__ uint32_t Arrive(unsigned long long* counter, unsigned long long tag) {
-  unsigned long long seen = __ldcg(counter), want;
+  unsigned long long seen = atomicCAS(counter, 0ull, tag + 1);
+  if (seen == 0ull) return 1;
   while (true) {
-    want = (seen & ~0xFFFFull) == tag ? seen + 1 : tag + 1;
-    const unsigned long long got = atomicCAS(counter, seen, want);
-    if (got == seen) break;
+    if ((seen & ~0xFFFFull) == tag) {
+      return static_cast<uint32_t>((atomicAdd(counter, 1ull) + 1) & 0xFFFFull);
+    }
+    const unsigned long long got = atomicCAS(counter, seen, tag + 1);
+    if (got == seen) return 1;
     seen = got;
   }
-  return static_cast<uint32_t>(want & 0xFFFFull);
 }
 
 template <int kNT, bool kVec>
@@ -347,17 +355,47 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   // Every split has arrived: 0 is no call's tag, so the next call (or replay) starts afresh.
   if (threadIdx.x == 0) *counter = 0ull;
   if (!warp_active) return;
+  // The thread's outputs o = 4nt + q, each summed from +0 in ascending split order. The loads of
+  // kFixupBatch splits of all its outputs are issued together (one L2 round trip per batch,
+  // not per split); only then are they added, in order. 32 loads in flight per thread (16 per
+  // output at kNT = 1 made 128 registers, and 8 at kNT = 2 spilled).
+  constexpr int kOut = 4 * kNT;
+  constexpr int kFixupBatch = 8 / kNT;
+  bool valid[kOut];
+  int64_t off[kOut];
+  float sum[kOut];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
+  for (int o = 0; o < kOut; ++o) {
+    const int64_t m = row0 + 8 * (o / 4) + 2 * tig + (o & 1), n = wrow + grp + 8 * ((o >> 1) & 1);
+    valid[o] = m < g.m && n < g.n;
+    off[o] = valid[o] ? m * g.n + n : 0;  // loads below are unconditional (no branches)
+    sum[o] = 0.f;
+  }
+  const int64_t split_stride = g.m * g.n;
+  const unsigned splits = gridDim.y;
+  for (unsigned sp0 = 0; sp0 < splits; sp0 += kFixupBatch) {
+    float v[kOut][kFixupBatch];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int64_t m = row0 + 8 * nt + 2 * tig + (q & 1), n = wrow + grp + 8 * (q >> 1);
-      if (m >= g.m || n >= g.n) continue;
-      float s = 0.f;
-      for (unsigned sp = 0; sp < gridDim.y; ++sp) {
-        s = exact::AddRn(s, __ldcg(g.partial + (int64_t{sp} * g.m + m) * g.n + n));
+    for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+      for (int j = 0; j < kFixupBatch; ++j) {
+        const unsigned sp = min(sp0 + j, splits - 1);  // loaded, never added
+        v[o][j] = __ldcg(g.partial + int64_t{sp} * split_stride + off[o]);
       }
-      StoreOutput(g, m, n, s);
+    }
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+      for (int j = 0; j < kFixupBatch; ++j) {
+        if (sp0 + j < splits) sum[o] = exact::AddRn(sum[o], v[o][j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    if (valid[o]) {
+      StoreOutput(g, row0 + 8 * (o / 4) + 2 * tig + (o & 1), wrow + grp + 8 * ((o >> 1) & 1),
+                  sum[o]);
     }
   }
 }
