@@ -365,7 +365,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
   fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_);
   rope("RoPE q", q_, kHeads, kHeadDim, false);
   fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_);
-  s.push_back({"kv_norm + RoPE, QDQ into the pool, SWA row",
+  s.push_back({"kv_norm + RoPE, SWA row + its decoded pool row",
                [=, this] {
                  kernels::RmsNormRopeParams p;
                  p.norm.rows = b;
@@ -379,17 +379,9 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                  p.table = rope_.get();
                  p.positions = positions_.get<int64_t>();
                  Ok(kernels::LaunchRmsNormRope(p, st));
-                 // The new row goes to ring slot pos % W of each sequence's window.
+                 // The new row goes to ring slot pos % W of each sequence's window: its 528-byte
+                 // SWA row and, from the same pass, its decoded bf16 values into the pool.
                  const int64_t slot = (opt_.context - 1) % kWindow;
-                 kernels::quant::QdqParams q;
-                 q.format = kernels::quant::BlockFormat::kFp8E4m3Ue8m0B32;
-                 q.rows = b;
-                 q.cols = kHeadDim;
-                 q.x = kv_.get<uint16_t>();
-                 q.x_stride = kHeadDim;
-                 q.out = pool_.get<uint16_t>() + slot * kHeadDim;
-                 q.out_stride = kWindow * kHeadDim;
-                 Ok(kernels::quant::LaunchQdq(q, st));
                  kernels::quant::EncodeRowsParams e;
                  e.kind = kernels::quant::KvRowKind::kSwaKv;
                  e.rows = b;
@@ -398,6 +390,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                  e.x_stride = kHeadDim;
                  e.rows_out = swa_rows_.get<uint8_t>() + slot * kSwaRowBytes;
                  e.row_stride = kWindow * kSwaRowBytes;
+                 e.decoded_out = pool_.get<uint16_t>() + slot * kHeadDim;
+                 e.decoded_stride = kWindow * kHeadDim;
                  Ok(kernels::quant::LaunchEncodeRows(e, st));
                },
                db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});

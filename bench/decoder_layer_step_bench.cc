@@ -8,8 +8,9 @@
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
 //   attention site: mHC mixes (+ the fused collapse by the previous layer's pre), attn_norm,
-//     wq_a (FP8), q_norm, wq_b (FP8), RoPE on q, wkv (FP8), kv_norm + RoPE, the FP8 QDQ of the new
-//     window row into the KV pool and its 528-byte SWA serving row, sparse attention over the 128
+//     wq_a (FP8), q_norm, wq_b (FP8), RoPE on q, wkv (FP8), kv_norm + RoPE, the new window row's
+//     528-byte SWA serving row and, from the same pass, its decoded bf16 values into the KV pool
+//     (quant EncodeRowsParams::decoded_out = the FP8 QDQ), sparse attention over the 128
 //     window rows + 512 selected compressed rows with the sink, inverse RoPE, wo_a (bf16, 8
 //     groups), wo_b (FP8), hc_post;
 //   FFN site: mHC mixes (+ collapse by the attention site's pre), ffn_norm, the gate (fp32

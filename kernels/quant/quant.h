@@ -58,6 +58,12 @@ struct QuantizeParams {
   int64_t codes_stride = 0;     // bytes, >= CodeBytes(format, cols)
   uint8_t* scales = nullptr;    // ScaleBytes(format, cols) bytes per row
   int64_t scales_stride = 0;    // bytes, >= ScaleBytes(format, cols)
+  // Optional: the values the codes decode to (bf16, = Dequantize of the codes and scales written,
+  // = Qdq of x), written by the same pass, so a caller that keeps a bf16 mirror of what it
+  // quantised needs no second launch. May be x itself (same stride: in place); must not overlap
+  // codes or scales.
+  uint16_t* qdq_out = nullptr;
+  int64_t qdq_stride = 0;  // elements, >= cols
 };
 
 // Dequantise: out = bf16(value(code) * scale) for each value.
@@ -107,6 +113,10 @@ struct EncodeRowsParams {
   int64_t x_stride = 0;  // elements, >= channels
   uint8_t* rows_out = nullptr;
   int64_t row_stride = 0;  // bytes, >= KvRowBytes(kind, channels) (equal: packed cache)
+  // Optional: the row's decoded values (= DecodeRows of the row written), in the same pass
+  // (QuantizeParams::qdq_out).
+  uint16_t* decoded_out = nullptr;
+  int64_t decoded_stride = 0;  // elements, >= channels
 };
 
 // Decode: the serving row at rows_in + r * row_stride becomes row r of out.

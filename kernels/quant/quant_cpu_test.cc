@@ -143,6 +143,65 @@ TEST(QuantCpuTest, EncodeAndDecodeRowsMatchKvRowFunctions) {
   }
 }
 
+// The optional bf16 mirror (QuantizeParams::qdq_out, EncodeRowsParams::decoded_out): the decode
+// of the codes written, bit for bit — QdqCpu of x for every format, DecodeRowsCpu of the rows —
+// its padding untouched, in place too; and the mirror's own checks.
+TEST(QuantCpuTest, QuantizeWritesTheDecodedMirror) {
+  constexpr int64_t kRows = 9, kCols = 128, kPad = 3;
+  const std::vector<uint16_t> x = MakeMatrix(kRows, kCols, kCols, 17);
+  for (BlockFormat f : {BlockFormat::kFp8E4m3Ue8m0B32, BlockFormat::kFp4E2m1E4m3B16,
+                        BlockFormat::kFp4E2m1Ue8m0B32}) {
+    SCOPED_TRACE(BlockFormatName(f));
+    const int64_t cb = CodeBytes(f, kCols), sb = ScaleBytes(f, kCols);
+    std::vector<uint8_t> codes(kRows * cb, kPoison), scales(kRows * sb, kPoison);
+    std::vector<uint16_t> mirror(kRows * (kCols + kPad), 0xA5A5), want(kRows * kCols, 0xA5A5);
+    ASSERT_TRUE(QuantizeCpu({f, kRows, kCols, x.data(), kCols, codes.data(), cb, scales.data(), sb,
+                             mirror.data(), kCols + kPad})
+                    .ok());
+    ASSERT_TRUE(QdqCpu({f, kRows, kCols, x.data(), kCols, want.data(), kCols}).ok());
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < kCols + kPad; ++c) {
+        const uint16_t got = mirror[r * (kCols + kPad) + c];
+        ASSERT_EQ(got, c < kCols ? want[r * kCols + c] : 0xA5A5) << "row " << r << " col " << c;
+      }
+    }
+    std::vector<uint16_t> in_place = x;
+    ASSERT_TRUE(QuantizeCpu({f, kRows, kCols, in_place.data(), kCols, codes.data(), cb,
+                             scales.data(), sb, in_place.data(), kCols})
+                    .ok());
+    EXPECT_EQ(in_place, want);
+  }
+  for (KvRowKind kind : {KvRowKind::kSwaKv, KvRowKind::kMainKv, KvRowKind::kIndexK}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    const int64_t stride = KvRowBytes(kind, kCols) + 5;
+    std::vector<uint8_t> rows(kRows * stride, kPoison), plain = rows;
+    std::vector<uint16_t> decoded(kRows * kCols, 0xA5A5), want(kRows * kCols, 0xA5A5);
+    ASSERT_TRUE(EncodeRowsCpu({kind, kRows, kCols, x.data(), kCols, rows.data(), stride,
+                               decoded.data(), kCols})
+                    .ok());
+    ASSERT_TRUE(EncodeRowsCpu({kind, kRows, kCols, x.data(), kCols, plain.data(), stride}).ok());
+    EXPECT_EQ(rows, plain);
+    ASSERT_TRUE(
+        DecodeRowsCpu({kind, kRows, kCols, rows.data(), stride, want.data(), kCols}).ok());
+    EXPECT_EQ(decoded, want);
+  }
+  // Rejected: a short mirror stride, a mirror over the codes, in place with another stride.
+  std::vector<uint8_t> codes(kRows * kCols, kPoison), scales(kRows * 4, kPoison);
+  std::vector<uint16_t> mirror(kRows * kCols);
+  const QuantizeParams good{BlockFormat::kFp8E4m3Ue8m0B32, kRows, kCols, x.data(), kCols,
+                            codes.data(), kCols, scales.data(), 4, mirror.data(), kCols};
+  ASSERT_TRUE(Validate(good).ok());
+  QuantizeParams p = good;
+  p.qdq_stride = kCols - 1;
+  EXPECT_EQ(QuantizeCpu(p).code(), absl::StatusCode::kInvalidArgument);
+  p = good, p.qdq_out = reinterpret_cast<uint16_t*>(codes.data());
+  EXPECT_EQ(QuantizeCpu(p).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<uint16_t> xx = x;
+  p = good, p.x = xx.data(), p.qdq_out = xx.data(), p.qdq_stride = kCols + 1;
+  EXPECT_EQ(QuantizeCpu(p).code(), absl::StatusCode::kInvalidArgument);
+  for (uint8_t b : codes) ASSERT_EQ(b, kPoison);
+}
+
 TEST(QuantCpuTest, EmptyShapesAreNoOpsEvenWithNullPointers) {
   EXPECT_TRUE(
       QuantizeCpu({BlockFormat::kFp8E4m3Ue8m0B32, 0, 64, nullptr, 0, nullptr, 0, nullptr, 0}).ok());

@@ -201,6 +201,49 @@ TEST(QuantGpuTest, EncodeAndDecodeRowsMatchCpu) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The decoded mirror written by the encode pass (EncodeRowsParams::decoded_out) against the CPU's
+// DecodeRows of the CPU's rows, bit for bit: a 16-byte aligned mirror (vector stores), one
+// misaligned by an element (the scalar path), and in place over x; the rows themselves unchanged.
+TEST(QuantGpuTest, EncodeRowsWritesTheDecodedMirror) {
+  FS_SKIP_WITHOUT_GPU();
+  struct Case {
+    KvRowKind kind;
+    int64_t channels;
+  };
+  for (const Case c : {Case{KvRowKind::kSwaKv, 512}, Case{KvRowKind::kMainKv, 512},
+                       Case{KvRowKind::kIndexK, 128}}) {
+    const int64_t stride = KvRowBytes(c.kind, c.channels);
+    for (int64_t rows : {1, 7, 1000}) {
+      SCOPED_TRACE(absl::StrFormat("kind %d C=%d rows=%d", static_cast<int>(c.kind), c.channels,
+                                   rows));
+      const std::vector<uint16_t> x = MakeMatrix(rows, c.channels, c.channels, 5 + rows);
+      std::vector<uint8_t> want_rows = PoisonedHost<uint8_t>(rows * stride);
+      ASSERT_TRUE(
+          EncodeRowsCpu({c.kind, rows, c.channels, x.data(), c.channels, want_rows.data(), stride})
+              .ok());
+      std::vector<uint16_t> want = PoisonedHost<uint16_t>(rows * c.channels);
+      ASSERT_TRUE(DecodeRowsCpu(
+                      {c.kind, rows, c.channels, want_rows.data(), stride, want.data(), c.channels})
+                      .ok());
+      for (int64_t shift : {0, 1, -1}) {  // -1: in place over x
+        SCOPED_TRACE(absl::StrFormat("mirror shift %d", shift));
+        DeviceBuffer dx = ToDevice(x), drows = Poisoned(rows * stride);
+        DeviceBuffer dmirror = Poisoned((rows * c.channels + 1) * 2);
+        uint16_t* mirror = shift < 0 ? dx.get<uint16_t>() : dmirror.get<uint16_t>() + shift;
+        ASSERT_TRUE(LaunchEncodeRows({c.kind, rows, c.channels, dx.get<uint16_t>(), c.channels,
+                                      drows.get<uint8_t>(), stride, mirror, c.channels},
+                                     nullptr)
+                        .ok());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(DescribeMismatches(ToHost<uint8_t>(drows, rows * stride), want_rows, stride), "");
+        std::vector<uint16_t> got(static_cast<size_t>(rows * c.channels));
+        CUDA_CHECK(cudaMemcpy(got.data(), mirror, got.size() * 2, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(DescribeMismatches(got, want, c.channels), "");
+      }
+    }
+  }
+}
+
 // Bad params are rejected before any launch (the fake pointers are never dereferenced).
 TEST(QuantGpuTest, LaunchersRejectBadParams) {
   FS_SKIP_WITHOUT_GPU();

@@ -182,7 +182,23 @@ absl::Status Validate(const QuantizeParams& p) {
     return s;
   }
   if (auto s = NoOverlap(kOp, "x", x, "codes", codes); !s.ok()) return s;
-  return NoOverlap(kOp, "x", x, "scales", scales);
+  if (auto s = NoOverlap(kOp, "x", x, "scales", scales); !s.ok()) return s;
+  if (p.qdq_out == nullptr) return absl::OkStatus();
+  Extent qdq;
+  if (auto s = CheckOperand(kOp, "qdq_out", p.qdq_out, p.rows, p.cols, p.qdq_stride, 2, &qdq);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = NoOverlap(kOp, "qdq_out", qdq, "codes", codes); !s.ok()) return s;
+  if (auto s = NoOverlap(kOp, "qdq_out", qdq, "scales", scales); !s.ok()) return s;
+  if (p.qdq_out == p.x) {
+    if (p.qdq_stride != p.x_stride && p.rows > 1) {
+      return absl::InvalidArgumentError(
+          "Quantize: in place (qdq_out == x) needs qdq_stride == x_stride");
+    }
+    return absl::OkStatus();
+  }
+  return NoOverlap(kOp, "x", x, "qdq_out", qdq);
 }
 
 absl::Status Validate(const DequantizeParams& p) {
@@ -266,7 +282,9 @@ absl::Status ToQuantizeParams(const EncodeRowsParams& p, QuantizeParams* out) {
                         .codes = p.rows_out,
                         .codes_stride = p.row_stride,
                         .scales = p.rows_out == nullptr ? nullptr : p.rows_out + scale_offset,
-                        .scales_stride = p.row_stride};
+                        .scales_stride = p.row_stride,
+                        .qdq_out = p.decoded_out,
+                        .qdq_stride = p.decoded_stride};
   return Validate(*out);
 }
 

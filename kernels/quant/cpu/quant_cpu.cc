@@ -69,7 +69,17 @@ absl::Status QuantizeCpu(const QuantizeParams& p) {
                        std::span(p.scales + r * p.scales_stride, scale_bytes)))
         << "row " << r;
   }
-  return absl::OkStatus();
+  if (p.qdq_out == nullptr) return absl::OkStatus();
+  // The mirror is the decode of what was just written (x is read in full first: in place works).
+  return DequantizeCpu({.format = p.format,
+                        .rows = p.rows,
+                        .cols = p.cols,
+                        .codes = p.codes,
+                        .codes_stride = p.codes_stride,
+                        .scales = p.scales,
+                        .scales_stride = p.scales_stride,
+                        .out = p.qdq_out,
+                        .out_stride = p.qdq_stride});
 }
 
 absl::Status DequantizeCpu(const DequantizeParams& p) {

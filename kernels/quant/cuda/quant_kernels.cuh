@@ -295,6 +295,11 @@ __global__ void __launch_bounds__(kThreads)
         p.scales[pos[k].row * p.scales_stride + pos[k].unit / T::kLanes] =
             static_cast<uint8_t>(scale_byte);
       }
+      if (p.qdq_out != nullptr) {  // QdqKernel's decode of the same codes
+        uint32_t out[4];
+        T::Decode(codes, scale_byte, out);
+        StoreBf16<kVec>(p.qdq_out + pos[k].row * p.qdq_stride + pos[k].unit * kUnit, out);
+      }
     }
   }
 }

@@ -90,8 +90,10 @@ absl::Status QuantizeWith(const QuantizeParams& p, CodeAccess access, cudaStream
 template <BlockFormat F>
 absl::Status QuantizeFor(const QuantizeParams& p, cudaStream_t s) {
   const CodeAccess access = CodeAccessFor(p.codes, p.codes_stride, 4 * Fmt<F>::kCodeWords);
-  return Aligned(p.x, 2 * p.x_stride, 16) ? QuantizeWith<F, true>(p, access, s)
-                                          : QuantizeWith<F, false>(p, access, s);
+  // kVec covers the bf16 mirror's stores too.
+  const bool vec = Aligned(p.x, 2 * p.x_stride, 16) &&
+                   (p.qdq_out == nullptr || Aligned(p.qdq_out, 2 * p.qdq_stride, 16));
+  return vec ? QuantizeWith<F, true>(p, access, s) : QuantizeWith<F, false>(p, access, s);
 }
 
 template <BlockFormat F, bool kVec>
