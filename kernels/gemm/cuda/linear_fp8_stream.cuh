@@ -48,6 +48,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/stream_load.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/quant/cuda/quant_kernels.cuh"
@@ -95,15 +96,7 @@ __host__ __device__ constexpr int StreamSmemBytes(int slab_units, int n8_tiles) 
 // quarter warp (rows grp, grp + 1; tig 0..3, the same j) then hit 8 distinct bank groups.
 __device__ __forceinline__ int StreamChunk(int c) { return c ^ ((c >> 2) & 2); }
 
-// 16 bytes of streamed weights: not kept in L1 (read once); the L2 fetches the 256-byte
-// neighbourhood (this row's next unit).
-__device__ __forceinline__ uint4 LoadWeight16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using cuda_common::LoadStream16;  // kernels/common/stream_load.cuh
 
 // One unit of a thread's weights: chunks c = 0, 1 (codes 16c .. 16c + 15 of its block) of rows
 // grp (h = 0) and grp + 8 (h = 1), and the block's scale byte.
@@ -123,8 +116,8 @@ __device__ __forceinline__ void LoadUnit(const uint8_t* row0, const uint8_t* row
   const int64_t off = ok ? 32 * kb : 0;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    r.q[0][c] = LoadWeight16(row0 + off + 16 * c);
-    r.q[1][c] = LoadWeight16(row1 + off + 16 * c);
+    r.q[0][c] = LoadStream16(row0 + off + 16 * c);
+    r.q[1][c] = LoadStream16(row1 + off + 16 * c);
   }
   r.scale = ok ? static_cast<uint32_t>(__ldg(scale_row + kb)) : 127u;
 }

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/stream_load.cuh"
 #include "kernels/moe/cuda/moe_device.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
 #include "kernels/moe/moe_cuda_internal.h"
@@ -67,15 +68,7 @@ __device__ __forceinline__ uint32_t StreamSwizzle(uint32_t c, uint32_t t) {
   return moe_cuda_internal::MoeStreamSwizzle(c, t);
 }
 
-// 16 bytes of streamed weights: not kept in L1 (read once); the L2 fetches the whole 256-byte
-// neighbourhood (the next unit of the same row).
-__device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using cuda_common::LoadStream16;  // kernels/common/stream_load.cuh
 
 template <int kG>
 __device__ __forceinline__ uint32_t LoadScaleBytes(const uint8_t* p) {

@@ -1,0 +1,21 @@
+// Streamed-weight loads shared by the weight-streaming kernels (kernels/gemm
+// cuda/linear_fp8_stream.cuh, kernels/moe cuda/moe_stream_gemm.cuh). Device code only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashserve::kernels::cuda_common {
+
+// 16 bytes of a weight that is read once: not kept in L1 (ld.global.nc.L1::no_allocate), and
+// the L2 fetches the 256-byte neighbourhood (the next unit of the same row).
+__device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+}  // namespace flashserve::kernels::cuda_common
