@@ -57,12 +57,32 @@ constexpr int64_t MoeOperandColumn(int64_t k) {
   return k - r + 8 * (r / 8) + 2 * (r % 4) + (r % 8) / 4;
 }
 
-// One layer's routed experts on the device, in checkpoint layout with the experts contiguous.
+// The bit order of the E2M1 codes inside each 32-bit word of the device expert weights
+// (moe_fp4_code_order.h). The GEMMs read kDevice only; weights uploaded in checkpoint order are
+// converted once, in place, by MoeFp4CodesToDeviceOrder (host bytes) or LaunchMoeFp4ToDeviceOrder
+// (device bytes), and the weights then declare it, so checkpoint-order codes can never be decoded
+// by mistake (Validate refuses them).
+enum class MoeFp4CodeOrder : int {
+  kCheckpoint = 0,  // as in the checkpoint: element n of a word in bits 4n..4n+3
+  kDevice = 1,      // MoeFp4ToDeviceOrder applied to every 32-bit word
+};
+
+// Host bytes of packed E2M1 codes, in place, checkpoint order -> device order (`bytes` a multiple
+// of 4; the words are little-endian, i.e. byte j of a word holds elements 2j, 2j + 1), and back.
+void MoeFp4CodesToDeviceOrder(uint8_t* codes, size_t bytes);
+void MoeFp4CodesToCheckpointOrder(uint8_t* codes, size_t bytes);
+// The same on device bytes (`codes` 4-byte aligned, `bytes` a multiple of 4), enqueued on stream.
+// InvalidArgumentError for a null / misaligned pointer or a bad size (nothing enqueued); 0 bytes is
+// a no-op. A launch failure aborts, as for every launcher here.
+absl::Status LaunchMoeFp4ToDeviceOrder(uint8_t* codes, int64_t bytes, CUstream_st* stream);
+
+// One layer's routed experts on the device, with the experts contiguous: the checkpoint's tensors
+// with the codes in device order (code_order, above).
 struct MoeCudaWeights {
   int64_t n_experts = 0;                // E, 1..kMoeCudaMaxExperts
   int64_t dim = 0;                      // D, a multiple of kMoeCudaDimMultiple
   int64_t inter = 0;                    // I, a multiple of kMoeCudaDimMultiple
-  const uint8_t* w1 = nullptr;          // [E, I, D/2] packed E2M1 (element 2j in the low nibble)
+  const uint8_t* w1 = nullptr;          // [E, I, D/2] packed E2M1, words in code_order
   const uint8_t* w1_scale = nullptr;    // [E, I, D/32] UE8M0
   const uint8_t* w3 = nullptr;          // [E, I, D/2]
   const uint8_t* w3_scale = nullptr;    // [E, I, D/32]
@@ -70,8 +90,9 @@ struct MoeCudaWeights {
   const uint8_t* w2_scale = nullptr;    // [E, D, I/32]
   const float* gate_bias = nullptr;     // [E] or null (= 0)
   const float* gate_bias_vl = nullptr;  // [E]; required when is_image is given
+  MoeFp4CodeOrder code_order = MoeFp4CodeOrder::kCheckpoint;  // of w1 / w3 / w2: must be kDevice
 };
-// Code pointers must be 16-byte aligned, scale pointers 4-byte aligned.
+// Code pointers must be 16-byte aligned, scale pointers 4-byte aligned, the codes in device order.
 absl::Status Validate(const MoeCudaWeights& w);
 
 // ---- Stages (what MoeCuda enqueues; public for tests, benches and other schedules) ----------

@@ -97,6 +97,9 @@ absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p, MoeCudaPath path = Mo
 absl::StatusOr<size_t> SharedExpertBytes(const char* op, const MoeSharedExpertWeights* shared,
                                          int64_t dim, int64_t max_tokens);
 
+// LaunchMoeFp4ToDeviceOrder's checks.
+absl::Status ValidateMoeFp4Conversion(const uint8_t* codes, int64_t bytes);
+
 // Validation of the whole-layer params without the workspace-size check (shared by Validate and
 // MoeCuda, which also needs the layout).
 absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p);

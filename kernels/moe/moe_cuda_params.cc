@@ -198,10 +198,26 @@ absl::Status Validate(const MoeCudaWeights& w) {
                                   {"w2_scale", w.w2_scale}}) {
     RETURN_IF_ERROR(CheckAligned(kOp, name, ptr, 4));
   }
+  if (w.code_order != MoeFp4CodeOrder::kDevice) {
+    return Invalid(kOp, "code_order",
+                   "must be kDevice: convert the codes once after upload (MoeFp4CodesToDeviceOrder "
+                   "or LaunchMoeFp4ToDeviceOrder)");
+  }
   return absl::OkStatus();
 }
 
 namespace moe_cuda_internal {
+
+absl::Status ValidateMoeFp4Conversion(const uint8_t* codes, int64_t bytes) {
+  constexpr const char* kOp = "LaunchMoeFp4ToDeviceOrder";
+  if (bytes < 0 || bytes % 4 != 0) {
+    return Invalid(kOp, "bytes",
+                   absl::StrFormat("is %d, must be a non-negative multiple of 4", bytes));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"codes", codes}}));
+  return CheckAligned(kOp, "codes", codes, 4);
+}
 
 absl::Status ValidateMoeRouteCuda(const MoeRouteParams& p, MoeCudaPath path) {
   constexpr const char* kOp = "LaunchMoeRoute";

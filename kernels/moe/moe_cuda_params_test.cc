@@ -32,6 +32,7 @@ MoeCudaWeights GoodWeights() {
   w.inter = 128;
   w.w1 = w.w3 = w.w2 = g_buf;
   w.w1_scale = w.w3_scale = w.w2_scale = g_buf + 64;
+  w.code_order = MoeFp4CodeOrder::kDevice;
   return w;
 }
 
@@ -76,6 +77,9 @@ TEST(MoeCudaParamsTest, WeightsValidation) {
   w = GoodWeights();
   w.w1_scale = g_buf + 2;
   ExpectInvalid(Validate(w), "w1_scale must be 4-byte aligned");
+  w = GoodWeights();
+  w.code_order = MoeFp4CodeOrder::kCheckpoint;  // the default: uploaded but not converted
+  ExpectInvalid(Validate(w), "code_order must be kDevice");
 }
 
 MoeCudaParams GoodLayer(const MoeCudaWeights* w) {

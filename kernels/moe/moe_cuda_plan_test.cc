@@ -89,6 +89,7 @@ TEST(MoeCudaPlanTest, PathFieldsAreValidated) {
   w.inter = 128;
   w.w1 = w.w3 = w.w2 = buf;
   w.w1_scale = w.w3_scale = w.w2_scale = buf + 64;
+  w.code_order = MoeFp4CodeOrder::kDevice;
   MoeCudaParams p;
   p.weights = &w;
   p.options.top_k = 2;

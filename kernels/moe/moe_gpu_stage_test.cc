@@ -16,6 +16,8 @@
 //   rows; hand-built tilings in moe_gpu_wgmma_test.cc), E2M1 scale bytes 123..129.
 // - FP4 decoder: one-hot activations turn a w2 GEMM into a readout of every weight; all 16 codes
 //   against every scale byte 2..252 and the NaN byte, exactly.
+// - FP4 code order: LaunchMoeFp4ToDeviceOrder byte-identical to the host conversion; weights
+//   in checkpoint order refused.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
 #include <algorithm>
 #include <cmath>
@@ -545,6 +547,32 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
     }
     EXPECT_EQ(bad, 0) << "of " << kRows * kD << " decoded weights";
   }
+}
+
+TEST(MoeGpuStageTest, DeviceCodeOrderConversionIsTheHostOne) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(21);
+  for (int64_t bytes : {int64_t{4}, int64_t{1020}, int64_t{4} << 20}) {
+    std::vector<uint8_t> host(bytes);
+    for (auto& b : host) b = static_cast<uint8_t>(rng());
+    DeviceBuffer d = ToDevice(host);
+    ASSERT_TRUE(LaunchMoeFp4ToDeviceOrder(d.get<uint8_t>(), bytes, nullptr).ok());
+    MoeFp4CodesToDeviceOrder(host.data(), host.size());
+    EXPECT_EQ(ToHost<uint8_t>(d, bytes), host) << bytes << " bytes";
+  }
+  EXPECT_FALSE(LaunchMoeFp4ToDeviceOrder(nullptr, 8, nullptr).ok());
+  // Weights that were uploaded but not converted are refused by every stage.
+  DeviceBuffer buf(4096);
+  MoeCudaWeights w;
+  w.n_experts = 1;
+  w.dim = w.inter = 128;
+  w.w1 = w.w3 = w.w2 = buf.get<uint8_t>();
+  w.w1_scale = w.w3_scale = w.w2_scale = buf.get<uint8_t>() + 2048;
+  MoeExpertDownParams p;
+  p.weights = &w;
+  const absl::Status s = LaunchMoeExpertDown(p, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("code_order"), std::string::npos) << s;
 }
 
 // ---- combine ---------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ void SetView(DeviceExperts* d, int64_t n_experts, int64_t dim, int64_t inter, bo
   v.w2_scale = d->scales[kW2].get<uint8_t>();
   v.gate_bias = has_bias ? d->bias.get<float>() : nullptr;
   v.gate_bias_vl = has_bias_vl ? d->bias_vl.get<float>() : nullptr;
+  v.code_order = MoeFp4CodeOrder::kDevice;  // both makers below convert the codes
 }
 
 }  // namespace
@@ -37,7 +38,11 @@ std::unique_ptr<DeviceExperts> GenerateDeviceExperts(const LayerSpec& s,
     d->scales[proj] = DeviceBuffer(static_cast<size_t>(s.n_experts * n * (k / 32)));
     FillExpertProjection(s.seed, s.kind, proj, s.n_experts, n, k, d->codes[proj].get<uint8_t>(),
                          d->scales[proj].get<uint8_t>());
+    // The fill writes checkpoint order (the host references read the same bytes that way).
+    CHECK_OK(LaunchMoeFp4ToDeviceOrder(d->codes[proj].get<uint8_t>(), s.n_experts * n * (k / 2),
+                                       nullptr));
   }
+  CUDA_CHECK(cudaDeviceSynchronize());
   d->bias = ToDevice(bias);
   d->bias_vl = ToDevice(bias_vl);
   SetView(d.get(), s.n_experts, s.dim, s.inter, !bias.empty(), !bias_vl.empty());
@@ -55,6 +60,7 @@ std::unique_ptr<DeviceExperts> UploadDeviceExperts(int64_t n_experts, int64_t di
       codes.insert(codes.end(), proj[p][e].codes.begin(), proj[p][e].codes.end());
       scales.insert(scales.end(), proj[p][e].scales.begin(), proj[p][e].scales.end());
     }
+    MoeFp4CodesToDeviceOrder(codes.data(), codes.size());
     d->codes[p] = ToDevice(codes);
     d->scales[p] = ToDevice(scales);
   }

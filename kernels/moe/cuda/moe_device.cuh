@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/moe/moe_fp4_code_order.h"
 #include "kernels/quant/cuda/quant_math.h"
 
 namespace flashserve::kernels::moe_device {
@@ -101,6 +102,23 @@ __device__ __forceinline__ void StoreQuantizedBlock32(const uint16_t* src_bf16, 
   }
 }
 
+// StoreQuantizedBlock32 by a whole warp, lane l handling element l of the block: the block's
+// amax as the maximum of the lanes' AmaxOfPair (a maximum: the same value in any order), then each
+// lane encodes its own value with QuantizeBlock32's operations and stores its QDQ value at its
+// operand-order position (MoeOperandColumn within the block). The same bytes; call warp-uniformly.
+__device__ __forceinline__ void StoreQuantizedBlock32Warp(const uint16_t* src_bf16, uint16_t* act,
+                                                          uint16_t* out, int64_t at, int lane) {
+  const uint32_t v = src_bf16[lane];
+  if (act != nullptr) act[at + lane] = static_cast<uint16_t>(v);
+  const uint32_t amax = __reduce_max_sync(0xFFFFFFFFu, qm::AmaxOfPair(v, 0u));
+  const uint32_t sb = qm::Fp8ScaleByte(amax);
+  const uint32_t c =
+      sb == 255u ? qm::EncodeNanScale(v, 0x7Fu, 0x80u) : qm::EncodeFp8(v, qm::Ue8m0Reciprocal(sb));
+  const int col = 8 * (lane / 8) + 2 * (lane % 4) + (lane % 8) / 4;  // MoeOperandColumn
+  out[at + col] =
+      static_cast<uint16_t>(exact::F32ToBf16(exact::MulRn(qm::E4m3ToF32(c), qm::Ue8m0ToF32(sb))));
+}
+
 // ---- FP4 E2M1 × UE8M0 weights to bf16 pairs --------------------------------------------------
 __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -108,25 +126,21 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
-// A 32-bit word of 8 packed E2M1 codes (logical elements 0..7, element n in bits 4n..4n+3) as 4
-// bf16 pairs out[j] = (value(n = j), value(n = j + 4)) × scale, low half first, given the scale
-// as the bf16x2 multiplier m1 = 2^(scale byte - 1) (ScaleMultiplier). Exact: the 3 magnitude
-// bits moved to bf16 bits 6..8 make a bf16 equal to the E2M1 value × 2^-126 (E2M1's subnormal
-// 0.5 lands on a bf16 subnormal, which mul.bf16x2 keeps), and the multiply by 2^126 · scale
-// only moves the exponent.
-// The placement: codes j and j + 4 sit 16 bits apart, like the two halves of a bf16x2, so one
-// mask keeps that pair and one multiply by 2^a + 2^b makes the two shifted copies that put the
-// magnitude (copy a) and the sign (copy b) in place (they do not overlap, so the add carries
-// nowhere); a second mask keeps those bits. Pairs 2, 3 are pairs 0, 1 of w >> 8. Cost per 8
-// weights: 1 shift + 8 LOP3 on the integer pipe, 4 IMAD + 4 HMUL2 on the FMA pipe (the first
-// version, 7 shifts + 8 LOP3, was integer-pipe bound at about HBM speed). Equal to the shift
-// form on all 2^32 words (checked on the host when this was written).
+// A 32-bit word of 8 packed E2M1 codes in device order (moe_fp4_code_order.h; logical elements
+// 0..7) as 4 bf16 pairs out[j] = (value(n = j), value(n = j + 4)) × scale, low half first, given
+// the scale as the bf16x2 multiplier m1 = 2^(scale byte - 1) (ScaleMultiplier). Exact: the 3
+// magnitude bits at bf16 bits 6..8 make a bf16 equal to the E2M1 value × 2^-126 (E2M1's subnormal
+// 0.5 lands on a bf16 subnormal, which mul.bf16x2 keeps), and the multiply by 2^126 · scale only
+// moves the exponent. MoeFp4PairBits brings each pair to those bits: pair 0 one LOP3, pairs 1, 2
+// a funnel-shift rotate and a LOP3, pair 3 a mask, one multiply making three non-overlapping
+// copies, a mask. Per 8 weights 5 LOP3 + 2 SHF on the integer pipe, 1 IMAD + 4 HMUL2 on the FMA
+// pipe: 12 instructions. The checkpoint order needed 1 shift + 8 LOP3 +
+// 4 IMAD + 4 HMUL2 = 17, and the integer pipe (half rate) bounded the streaming GEMM.
 __device__ __forceinline__ void DecodeFp4x8(uint32_t w, uint32_t m1, uint32_t (&out)[4]) {
-  const uint32_t w8 = w >> 8;
-  out[0] = MulBf16x2(((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u, m1);   // << 6 | << 12
-  out[1] = MulBf16x2(((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u, m1);   // << 2 | << 8
-  out[2] = MulBf16x2(((w8 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u, m1);  // pair 0 of w >> 8
-  out[3] = MulBf16x2(((w8 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u, m1);  // pair 1 of w >> 8
+  out[0] = MulBf16x2(MoeFp4PairBits<0>(w), m1);
+  out[1] = MulBf16x2(MoeFp4PairBits<1>(w), m1);
+  out[2] = MulBf16x2(MoeFp4PairBits<2>(w), m1);
+  out[3] = MulBf16x2(MoeFp4PairBits<3>(w), m1);
 }
 
 // True when a byte of the 4 scale bytes in `s` is above 128 (a scale above 2, for which

@@ -37,6 +37,14 @@ unsigned Blocks(int64_t n, int64_t cap) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(n, cap)));
 }
 
+// MoeFp4CodesToDeviceOrder on the device (LaunchMoeFp4ToDeviceOrder): each 32-bit word in place.
+__global__ void Fp4ToDeviceOrderKernel(uint32_t* words, int64_t n) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    words[i] = MoeFp4ToDeviceOrder(words[i]);
+  }
+}
+
 template <int kPerLane>
 void LaunchRouteWarp(const MoeRouteParams& p, int32_t* counts, cudaStream_t stream) {
   constexpr int64_t kTokensPerBlock = moe_device::kRouteWarpThreads / 32;
@@ -441,6 +449,16 @@ absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream) 
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(p));
   EnqueueDown(p, stream);
+  return absl::OkStatus();
+}
+
+absl::Status LaunchMoeFp4ToDeviceOrder(uint8_t* codes, int64_t bytes, CUstream_st* stream) {
+  RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeFp4Conversion(codes, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  const int64_t words = bytes / 4;
+  Fp4ToDeviceOrderKernel<<<Blocks((words + 255) / 256, kMaxGridX), 256, 0, stream>>>(
+      reinterpret_cast<uint32_t*>(codes), words);
+  CUDA_CHECK(cudaGetLastError());
   return absl::OkStatus();
 }
 

@@ -50,7 +50,8 @@ struct StreamShape {
   static constexpr int kUnitK = 128 * kG;                // K per unit
   static constexpr int kRowUnitBytes = kUnitK / 2;       // FP4 bytes of one row per unit
   // Register ring depth (units loaded ahead + the one being computed): 4 for one row tile per
-  // warp (3 units, 6 KB per warp in flight), 2 for two (4 KB per warp; registers).
+  // warp (3 units, 6 KB per warp in flight), 2 for two (4 KB per warp; registers). Twice as many
+  // 128-K units (the same registers, more bytes in flight) was slower at every batch (README.md).
   static constexpr int kDepth = kRT == 1 ? 4 : 2;
   static constexpr int kTilePitch = kBN + 8;  // bf16 elements per row of the SwiGLU tile
   static constexpr int kTileBytes = kUp ? kStreamSlots * kTilePitch * 2 : 0;
@@ -165,18 +166,20 @@ __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
 }
 
 // The FP8 quantiser over a CTA's SwiGLU tile (`rows` slot rows × blocks·32 columns, `pitch`
-// elements per row), StoreUp's second half. Not inlined: its 32-value arrays would otherwise raise
-// the register pressure of the whole kernel, main loop included (ptxas spilled there at the
-// 128-register cap of two CTAs per SM); a call per tile costs nothing.
+// elements per row), StoreUp's second half: a warp per 32-column block, a lane per value
+// (QuantizeBlock32Warp, the same bytes as QuantizeBlock32). A tile has few rows at the batch sizes
+// this GEMM serves (1–2 slot rows per expert: 2–8 blocks per CTA), so a thread per block left
+// most of the CTA waiting at the tile's last barrier while a few threads encoded 32 values each.
 // Arguments by value: a reference to the kernel's GemmArgs would make it copy its parameters to
 // the stack.
 __device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, int64_t n,
                                                 const uint16_t* tile, int pitch, int blocks,
                                                 int64_t n0, int64_t row0, int rows) {
-  for (int u = threadIdx.x; u < rows * blocks; u += kStreamThreads) {
+  const int lane = threadIdx.x % 32;
+  for (int u = threadIdx.x / 32; u < rows * blocks; u += kStreamWarps) {  // warp-uniform
     const int rl = u / blocks, cb = u % blocks;
     const int64_t r = row0 + rl;
-    StoreQuantizedBlock32(tile + rl * pitch + cb * 32, act, out, r * n + n0 + cb * 32);
+    StoreQuantizedBlock32Warp(tile + rl * pitch + cb * 32, act, out, r * n + n0 + cb * 32, lane);
   }
 }
 

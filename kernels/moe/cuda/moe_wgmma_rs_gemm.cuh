@@ -39,8 +39,9 @@
 // stored in operand order (MoeOperandColumn), so for k16 step s of a block, register a[h + 2·hh]
 // (row lane/4 + 8h, k half hh) of quad lane tig holds pair tig of DecodeFp4x8 of the row's code
 // word 2s + hh: logical columns 8(2s + hh) + tig + 4e, e = 0, 1. The quad's 4 lanes read the same
-// 16 code bytes (a broadcast) and each decodes only its own pair: the code word shifted right by
-// 4·tig, then DecodeFp4x8's pair-0 formula (mask, IMAD, mask, HMUL2 by 2^(scale - 1)). Scales
+// 16 code bytes (a broadcast) and each decodes only its own pair: MoeFp4LanePairBits with the
+// lane's constants (moe_fp4_code_order.h: rotate, mask, multiply, mask — one form for the four
+// pairs of the device code order), then HMUL2 by 2^(scale - 1). Scales
 // above 2 (bytes > 128) take DecodeFp4x8Wide's second multiply (a warp-uniform branch per stage;
 // 1.0 for the warp's other rows), byte 255 gives NaN. Bit-identical weights to the other GEMMs.
 //
@@ -194,15 +195,16 @@ __device__ __forceinline__ void RsLoadStage(uint8_t* smem, uint8_t* st, int p, i
 
 // ---- consumers ---------------------------------------------------------------------------------
 
-// One A-fragment register: pair tig of the code word (pre-shifted by 4·tig) × the scale.
-__device__ __forceinline__ uint32_t RsDecodePair(uint32_t w_shifted, uint32_t m1) {
-  return MulBf16x2(((w_shifted & 0x000F000Fu) * 0x1040u) & 0x81C081C0u, m1);
+// One A-fragment register: pair tig of the device-order code word × the scale.
+__device__ __forceinline__ uint32_t RsDecodePair(uint32_t w, const MoeFp4LaneConstants& pair,
+                                                 uint32_t m1) {
+  return MulBf16x2(MoeFp4LanePairBits(w, pair), m1);
 }
 
 // The thread's part of a consumer warpgroup: rows of its two m64 blocks, quad lane.
 struct RsThread {
-  int row[2];  // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
-  int shift;   // 4 · tig
+  int row[2];                // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
+  MoeFp4LaneConstants pair;  // MoeFp4LanePair(tig)
   int lane;
 };
 
@@ -233,10 +235,10 @@ __device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread&
       const uint4 q = LoadShared16(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 + 16 * b);
       const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
       const uint32_t m1 = sb <= 128u ? ((sb + 126u) << 7) * 0x10001u : 0x7E807E80u;
-      a[mb][0][h] = RsDecodePair(q.x >> t.shift, m1);
-      a[mb][0][h + 2] = RsDecodePair(q.y >> t.shift, m1);
-      a[mb][1][h] = RsDecodePair(q.z >> t.shift, m1);
-      a[mb][1][h + 2] = RsDecodePair(q.w >> t.shift, m1);
+      a[mb][0][h] = RsDecodePair(q.x, t.pair, m1);
+      a[mb][0][h + 2] = RsDecodePair(q.y, t.pair, m1);
+      a[mb][1][h] = RsDecodePair(q.z, t.pair, m1);
+      a[mb][1][h + 2] = RsDecodePair(q.w, t.pair, m1);
     }
   }
   if (wide) {  // warp-uniform
@@ -462,7 +464,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   const int warp = (threadIdx.x / 32) % 4;
   RsThread t;
   t.lane = static_cast<int>(threadIdx.x) % 32;
-  t.shift = 4 * (t.lane % 4);
+  t.pair = MoeFp4LanePair(t.lane % 4);
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb) t.row[mb] = 16 * (8 * cw + 4 * mb + warp) + t.lane / 4;
   for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
