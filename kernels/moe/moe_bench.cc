@@ -246,6 +246,7 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.hoisted_addresses = o.hoist;
   s.up.wgmma_rs = MoeCudaUsesWgmmaRs(c.m, kK, kE, o.gemm, std::max(kD, kI));
   s.down.wgmma_rs = s.up.wgmma_rs;
+  p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;

@@ -76,6 +76,15 @@ void MoeFp4CodesToCheckpointOrder(uint8_t* codes, size_t bytes);
 // a no-op. A launch failure aborts, as for every launcher here.
 absl::Status LaunchMoeFp4ToDeviceOrder(uint8_t* codes, int64_t bytes, CUstream_st* stream);
 
+// The register-sourced wgmma GEMM's operand order (MoeExpertUpParams / MoeExpertDownParams
+// wgmma_rs: its xg input, its ag output and input): MoeOperandColumn's 32-bit words transposed as
+// a 4 × 4 matrix inside every 32-column block, i.e. logical column 8t + j + 4h (t, j < 4, h < 2)
+// at 8j + 2t + h — so each of the GEMM's quad lanes decodes one whole FP4 code word.
+constexpr int64_t MoeRsOperandColumn(int64_t k) {
+  const int64_t r = k % 32;
+  return k - r + 8 * (r % 4) + 2 * (r / 8) + (r % 8) / 4;
+}
+
 // One layer's routed experts on the device, with the experts contiguous: the checkpoint's tensors
 // with the codes in device order (code_order, above).
 struct MoeCudaWeights {
@@ -172,6 +181,7 @@ struct MoePermuteParams {
   int32_t* tiles = nullptr;                // out [2·m·k]: (expert, first slot row) per tile
   int32_t* num_tiles = nullptr;            // out [1]
   uint16_t* xg = nullptr;                  // out bf16 [m·k, D]: QDQ(x) rows, operand order
+  bool wgmma_rs_order = false;             // xg in MoeRsOperandColumn order (for the wgmma_rs GEMM)
   bool xg_by_token = false;     // xg is [m, D]: token t's QDQ row once, at row t (the up stage
                                 // then reads it through slot_token: MoeExpertUpParams)
   uint8_t* x_codes = nullptr;   // optional out [m, D]: FP8 E4M3 codes
@@ -265,7 +275,8 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs)
+  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
+                          // operand rows in MoeRsOperandColumn order
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -283,7 +294,8 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs)
+  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
+                          // operand rows in MoeRsOperandColumn order
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);

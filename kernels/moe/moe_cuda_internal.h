@@ -64,12 +64,13 @@ constexpr MoeWgmmaRsUpRow MoeWgmmaRsUpRowOf(uint32_t r) {
 // The same kernel's A fragments: in register a[i] (i < 4, the m16n8k16 A layout: a[0], a[1] hold
 // k 2·tig + {0, 1} of rows lane/4 and lane/4 + 8, a[2], a[3] k 8 + 2·tig + {0, 1}) of k16 step s
 // (0, 1) of a 32-wide block, quad lane tig puts in half e (0 low, 1 high) the weight of logical
-// column MoeWgmmaRsFragmentColumn(s, i, tig, e): pair tig of DecodeFp4x8 of 32-bit code word
-// 2s + i/2 of the block. B (the activation rows) is stored in operand order, so the physical k of
-// that element, 16s + 8·(i/2) + 2·tig + e, holds logical column MoeOperandColumn^-1 of it; the
-// host test checks MoeOperandColumn(MoeWgmmaRsFragmentColumn(...)) == that physical k.
+// column MoeWgmmaRsFragmentColumn(s, i, tig, e): pair 2s + i/2 of DecodeFp4x8 of 32-bit code
+// word tig of the block (each lane decodes one whole word). B (the activation rows) is stored in
+// the RS operand order, so the physical k of that element, 16s + 8·(i/2) + 2·tig + e, holds
+// logical column MoeRsOperandColumn^-1 of it; the host test checks
+// MoeRsOperandColumn(MoeWgmmaRsFragmentColumn(...)) == that physical k.
 constexpr uint32_t MoeWgmmaRsFragmentColumn(uint32_t s, uint32_t i, uint32_t tig, uint32_t e) {
-  return 8 * (2 * s + i / 2) + tig + 4 * e;
+  return 8 * tig + 2 * s + i / 2 + 4 * e;
 }
 
 // S = max_tokens · top_k. shared_bytes: MoeSharedExpertWorkspaceBytes for max_tokens, or 0

@@ -41,6 +41,20 @@ void ExpectInvalid(const absl::Status& s, const std::string& field) {
   EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
 }
 
+TEST(MoeCudaParamsTest, RsOperandColumnTransposesTheOperandOrdersWords) {
+  for (int64_t base : {0, 64}) {
+    std::vector<bool> seen(32, false);
+    for (int64_t k = base; k < base + 32; ++k) {
+      const int64_t op = MoeOperandColumn(k) - base, rs = MoeRsOperandColumn(k) - base;
+      EXPECT_EQ(rs % 2, op % 2) << k;  // the same half of its 32-bit word
+      // Word 4t + j of the operand order is word 4j + t of the RS order.
+      EXPECT_EQ(rs / 2, 4 * ((op / 2) % 4) + (op / 2) / 4) << k;
+      seen[rs] = true;
+    }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }));
+  }
+}
+
 TEST(MoeCudaParamsTest, OperandColumnIsTheDocumentedPermutation) {
   for (int64_t base : {0, 32, 4096}) {
     std::vector<bool> seen(32, false);
@@ -477,11 +491,11 @@ TEST(MoeCudaParamsTest, WgmmaRsUpRowsPairGateAndUpInOneThread) {
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
 
-// The same kernel's A fragments against the operand order of B: for every k16 step s, fragment
+// The same kernel's A fragments against the RS operand order of B: for every k16 step s, fragment
 // register i, quad lane tig and half e, the logical weight column the thread decodes
 // (MoeWgmmaRsFragmentColumn) is the one B stores at the element's physical k (the m16n8k16 A
-// layout: 16s + 8·(i / 2) + 2·tig + e), and the thread decodes it from pair tig of code word
-// 2s + i / 2 (DecodeFp4x8's pair j holds elements j and j + 4 of the word).
+// layout: 16s + 8·(i / 2) + 2·tig + e), and the thread decodes it from pair 2s + i / 2 of code
+// word tig (DecodeFp4x8's pair j holds elements j and j + 4 of the word): each lane one word.
 TEST(MoeCudaParamsTest, WgmmaRsFragmentsMatchTheOperandOrder) {
   std::vector<int> seen(32, 0);
   for (uint32_t s = 0; s < 2; ++s) {
@@ -490,11 +504,11 @@ TEST(MoeCudaParamsTest, WgmmaRsFragmentsMatchTheOperandOrder) {
         for (uint32_t e = 0; e < 2; ++e) {
           const uint32_t logical = moe_cuda_internal::MoeWgmmaRsFragmentColumn(s, i, tig, e);
           const uint32_t physical = 16 * s + 8 * (i / 2) + 2 * tig + e;
-          EXPECT_EQ(MoeOperandColumn(logical), physical)
+          EXPECT_EQ(MoeRsOperandColumn(logical), physical)
               << "s " << s << " i " << i << " tig " << tig << " e " << e;
-          EXPECT_EQ(logical / 8, 2 * s + i / 2);  // the code word
-          EXPECT_EQ(logical % 8, tig + 4 * e);    // pair tig, half e
-          if (i % 2 == 0) ++seen[logical];        // rows lane/4 (i = 0, 2)
+          EXPECT_EQ(logical / 8, tig);                    // the lane's own code word
+          EXPECT_EQ(logical % 8, 2 * s + i / 2 + 4 * e);  // pair 2s + i / 2, half e
+          if (i % 2 == 0) ++seen[logical];                // rows lane/4 (i = 0, 2)
         }
       }
     }

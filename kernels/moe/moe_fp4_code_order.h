@@ -63,24 +63,6 @@ FS_MOE_FP4_HD uint32_t MoeFp4PairBits(uint32_t w) {
   }
 }
 
-// The same for a pair chosen at run time by per-lane constants (the register-sourced wgmma GEMM,
-// where quad lane tig decodes pair tig of the same word): ((rotl(w, r) & m) · c) & mask with
-// MoeFp4LanePair(p) = {rotate, bits, copies}. One form for all four pairs: 4 instructions.
-struct MoeFp4LaneConstants {
-  int rotate;
-  uint32_t bits;
-  uint32_t copies;
-};
-FS_MOE_FP4_HD MoeFp4LaneConstants MoeFp4LanePair(int p) {
-  return p == 1   ? MoeFp4LaneConstants{kMoeFp4Pair1Rotate, kMoeFp4PairMask, 1u}
-         : p == 2 ? MoeFp4LaneConstants{kMoeFp4Pair2Rotate, kMoeFp4PairMask, 1u}
-         : p == 3 ? MoeFp4LaneConstants{0, kMoeFp4Pair3Bits, kMoeFp4Pair3Copies}
-                  : MoeFp4LaneConstants{0, kMoeFp4PairMask, 1u};
-}
-FS_MOE_FP4_HD uint32_t MoeFp4LanePairBits(uint32_t w, const MoeFp4LaneConstants& c) {
-  return ((MoeFp4Rotl(w, c.rotate) & c.bits) * c.copies) & kMoeFp4PairMask;
-}
-
 // Where checkpoint bit b (element b / 4, code bit b % 4) lives in the device word.
 FS_MOE_FP4_HD int MoeFp4DeviceBit(int b) {
   const int n = b / 4, i = b % 4, pair = n % 4, half = n / 4;

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -226,11 +227,13 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
     const int64_t slots = c.m * c.top_k;
     DeviceBuffer d_ids = ToDevice(ids), d_wts = ToDevice(wts), d_counts = ToDevice(h.counts),
                  d_x = ToDevice(x);
-    // (tile rows, xg by token)
-    const std::pair<int64_t, bool> tilings[] = {{8, false},   {16, false}, {32, false}, {64, false},
-                                                {128, false}, {8, true},   {128, true}};
-    for (const auto& [tile_rows, by_token] : tilings) {
-      SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " by token " << by_token);
+    // (tile rows, xg by token, the register-sourced GEMM's operand order)
+    const std::tuple<int64_t, bool, bool> tilings[] = {
+        {8, false, false},   {16, false, false}, {32, false, false}, {64, false, false},
+        {128, false, false}, {8, true, false},   {128, true, false}, {128, true, true}};
+    for (const auto& [tile_rows, by_token, rs_order] : tilings) {
+      SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " by token " << by_token
+                                      << " rs order " << rs_order);
       DeviceBuffer offsets = Poisoned<int32_t>(c.n_experts + 1),
                    slot_token = Poisoned<int32_t>(slots), slot_weight = Poisoned<float>(slots),
                    token_slot = Poisoned<int32_t>(slots), tiles = Poisoned<int32_t>(2 * slots),
@@ -256,6 +259,7 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
       p.num_tiles = num_tiles.get<int32_t>();
       p.xg = xg.get<uint16_t>();
       p.xg_by_token = by_token;
+      p.wgmma_rs_order = rs_order;
       p.x_codes = codes.get<uint8_t>();
       p.x_scales = scales.get<uint8_t>();
       ASSERT_TRUE(LaunchMoePermute(p, nullptr).ok());
@@ -277,7 +281,7 @@ TEST(MoeGpuStageTest, PermuteIsAStableCountingSortWithTheLinearQuantiser) {
         bad_codes += !std::equal(want_codes.begin(), want_codes.end(), g_codes.begin() + t * c.dim);
         bad_codes +=
             !std::equal(want_scales.begin(), want_scales.end(), g_scales.begin() + t * c.dim / 32);
-        const auto want_row = moe_test::ToOperandOrder(qdq.data(), c.dim);
+        const auto want_row = moe_test::ToOperandOrder(qdq.data(), c.dim, rs_order);
         for (int64_t j = 0; j < (by_token ? 1 : c.top_k); ++j) {
           const int64_t r = by_token ? t : h.token_slot[t * c.top_k + j];
           bad_rows +=
@@ -383,7 +387,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       std::vector<uint16_t> xg(xg_rows * c.dim);
       for (int64_t r = 0; r < xg_rows; ++r) {
         const int64_t t = v.by_token ? r : s.h.slot_token[r];
-        const auto row = moe_test::ToOperandOrder(x.data() + t * c.dim, c.dim);
+        const auto row = moe_test::ToOperandOrder(x.data() + t * c.dim, c.dim, v.rs);
         std::copy(row.begin(), row.end(), xg.begin() + r * c.dim);
       }
       DeviceBuffer d_xg = ToDevice(xg), d_slot_token = ToDevice(s.h.slot_token),
@@ -422,7 +426,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
           bad_act += a[i] != g_act[r * c.inter + i];
         }
         const auto want =
-            moe_test::ToOperandOrder(moe_test::QdqRow(a.data(), c.inter).data(), c.inter);
+            moe_test::ToOperandOrder(moe_test::QdqRow(a.data(), c.inter).data(), c.inter, v.rs);
         bad_ag += !std::equal(want.begin(), want.end(), g_ag.begin() + r * c.inter);
       }
       EXPECT_EQ(bad_act, 0) << "of " << slots * c.inter << " SwiGLU outputs";
@@ -444,12 +448,14 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
     auto cpu = moe_test::BuildCpuExperts(spec, {});
     const int64_t slots = c.m * c.top_k;
     const auto a = moe_test::SmallIntActivations(slots, c.inter, 8, 10);
-    std::vector<uint16_t> ag(slots * c.inter);
+    std::vector<uint16_t> ag(slots * c.inter), ag_rs(slots * c.inter);
     for (int64_t r = 0; r < slots; ++r) {
       const auto row = moe_test::ToOperandOrder(a.data() + r * c.inter, c.inter);
       std::copy(row.begin(), row.end(), ag.begin() + r * c.inter);
+      const auto row_rs = moe_test::ToOperandOrder(a.data() + r * c.inter, c.inter, true);
+      std::copy(row_rs.begin(), row_rs.end(), ag_rs.begin() + r * c.inter);
     }
-    DeviceBuffer d_ag = ToDevice(ag);
+    DeviceBuffer d_ag = ToDevice(ag), d_ag_rs = ToDevice(ag_rs);
     for (const GemmVariant& v : kGemmVariants) {
       if (v.by_token) continue;  // the down stage reads ag by slot
       const int64_t tile_rows = v.tile_rows;
@@ -466,7 +472,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.offsets = s.offsets.get<int32_t>();
       p.tiles = s.d_tiles.get<int32_t>();
       p.num_tiles = s.num_tiles.get<int32_t>();
-      p.ag = d_ag.get<uint16_t>();
+      p.ag = (v.rs ? d_ag_rs : d_ag).get<uint16_t>();
       p.ye = ye.get<uint16_t>();
       p.hoisted_addresses = hoist;
       p.wgmma_rs = v.rs;
@@ -508,9 +514,12 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
                             std::vector<uint8_t>(kI * kD / 32, 127)};
   std::vector<moe_test::HostFp4> proj[3] = {{zero_up}, {zero_up}, {{codes, scales}}};
   const auto dev = moe_test::UploadDeviceExperts(1, kD, kI, proj, {}, {});
-  std::vector<uint16_t> ag(kRows * kI, 0);
-  for (int64_t r = 0; r < kRows; ++r) ag[r * kI + MoeOperandColumn(r)] = 0x3F80;  // 1.0
-  DeviceBuffer d_ag = ToDevice(ag);
+  std::vector<uint16_t> ag(kRows * kI, 0), ag_rs(kRows * kI, 0);
+  for (int64_t r = 0; r < kRows; ++r) {
+    ag[r * kI + MoeOperandColumn(r)] = 0x3F80;  // 1.0
+    ag_rs[r * kI + MoeRsOperandColumn(r)] = 0x3F80;
+  }
+  DeviceBuffer d_ag = ToDevice(ag), d_ag_rs = ToDevice(ag_rs);
   const std::vector<int32_t> offsets = {0, static_cast<int32_t>(kRows)};
   for (int64_t variant : {8, 16, 32, 64, 128, 129}) {
     const int64_t tile_rows = variant == 129 ? 128 : variant;  // 129: register-sourced wgmma
@@ -526,7 +535,7 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
     p.offsets = d_off.get<int32_t>();
     p.tiles = d_tiles.get<int32_t>();
     p.num_tiles = d_num.get<int32_t>();
-    p.ag = d_ag.get<uint16_t>();
+    p.ag = (variant == 129 ? d_ag_rs : d_ag).get<uint16_t>();
     p.ye = ye.get<uint16_t>();
     p.wgmma_rs = variant == 129;
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());

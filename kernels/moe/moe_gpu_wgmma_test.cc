@@ -133,7 +133,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
     const auto x = moe_test::SmallIntActivations(s.slots, dm.dim, 16, 12);
     std::vector<uint16_t> xg(s.slots * dm.dim);
     for (int64_t r = 0; r < s.slots; ++r) {
-      const auto row = moe_test::ToOperandOrder(x.data() + r * dm.dim, dm.dim);
+      const auto row = moe_test::ToOperandOrder(x.data() + r * dm.dim, dm.dim, rs);
       std::copy(row.begin(), row.end(), xg.begin() + r * dm.dim);
     }
     DeviceBuffer d_xg = ToDevice(xg), ag = Poisoned<uint16_t>(s.slots * dm.inter),
@@ -168,7 +168,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
         act_log.Check(r, i, g_act[r * dm.inter + i], a[i]);
       }
       const auto want =
-          moe_test::ToOperandOrder(moe_test::QdqRow(a.data(), dm.inter).data(), dm.inter);
+          moe_test::ToOperandOrder(moe_test::QdqRow(a.data(), dm.inter).data(), dm.inter, rs);
       for (int64_t i = 0; i < dm.inter; ++i) ag_log.Check(r, i, g_ag[r * dm.inter + i], want[i]);
     }
     EXPECT_EQ(act_log.bad(), 0) << "of " << s.slots * dm.inter << " SwiGLU outputs";
@@ -193,7 +193,7 @@ void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, si
     const auto a = moe_test::SmallIntActivations(s.slots, dm.inter, 8, 14);
     std::vector<uint16_t> ag(s.slots * dm.inter);
     for (int64_t r = 0; r < s.slots; ++r) {
-      const auto row = moe_test::ToOperandOrder(a.data() + r * dm.inter, dm.inter);
+      const auto row = moe_test::ToOperandOrder(a.data() + r * dm.inter, dm.inter, rs);
       std::copy(row.begin(), row.end(), ag.begin() + r * dm.inter);
     }
     DeviceBuffer d_ag = ToDevice(ag), ye = Poisoned<uint16_t>(s.slots * dm.dim);

@@ -237,9 +237,9 @@ std::vector<int32_t> TileList(const std::vector<int32_t>& offsets, int64_t tile_
   return tiles;
 }
 
-std::vector<uint16_t> ToOperandOrder(const uint16_t* row, int64_t n) {
+std::vector<uint16_t> ToOperandOrder(const uint16_t* row, int64_t n, bool rs) {
   std::vector<uint16_t> out(n);
-  for (int64_t k = 0; k < n; ++k) out[MoeOperandColumn(k)] = row[k];
+  for (int64_t k = 0; k < n; ++k) out[rs ? MoeRsOperandColumn(k) : MoeOperandColumn(k)] = row[k];
   return out;
 }
 

@@ -97,8 +97,9 @@ HostPermutation CountingSort(const std::vector<int32_t>& ids, const std::vector<
 // The tile list LaunchMoePermute writes for these offsets.
 std::vector<int32_t> TileList(const std::vector<int32_t>& offsets, int64_t tile_rows);
 
-// Logical to operand order (MoeOperandColumn) of a row of n (multiple of 32) bf16 values.
-std::vector<uint16_t> ToOperandOrder(const uint16_t* row, int64_t n);
+// Logical to operand order (MoeOperandColumn; with rs MoeRsOperandColumn, the register-sourced
+// GEMM's) of a row of n (multiple of 32) bf16 values.
+std::vector<uint16_t> ToOperandOrder(const uint16_t* row, int64_t n, bool rs = false);
 // LinearCpu's activation QDQ of a row (formats::QuantizeFp8Ue8m0B32 then dequantised), logical
 // order; codes / scales optional outputs.
 std::vector<uint16_t> QdqRow(const uint16_t* row, int64_t n, std::vector<uint8_t>* codes = nullptr,

@@ -73,11 +73,25 @@ __device__ __forceinline__ void QuantizeBlock32(const uint32_t (&x)[16], uint32_
   }
 }
 
+// A block's 16 QDQ words (QuantizeBlock32's qdq, MoeOperandColumn order) to dst (16-byte aligned),
+// or with rs_order in MoeRsOperandColumn order (the register-sourced GEMM's: the words as a 4 × 4
+// matrix transposed, word 4j + t holding qdq[4t + j]).
+__device__ __forceinline__ void StoreQdqBlock(uint4* dst, const uint32_t (&qdq)[16],
+                                              bool rs_order) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    dst[q] = rs_order ? make_uint4(qdq[q], qdq[4 + q], qdq[8 + q], qdq[12 + q])
+                      : make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
+  }
+}
+
 // The up GEMMs' epilogue for one 32-column block of a slot row: the 32 bf16 SwiGLU values at
 // `src` (16-byte aligned, shared memory) copied to act[at ..] when `act` is set, then quantised
-// (QuantizeBlock32) and their QDQ values stored in operand order to out[at ..] (16-byte aligned).
+// (QuantizeBlock32) and their QDQ values stored in operand order to out[at ..] (16-byte aligned;
+// rs_order: the register-sourced GEMM's order, StoreQdqBlock).
 __device__ __forceinline__ void StoreQuantizedBlock32(const uint16_t* src_bf16, uint16_t* act,
-                                                      uint16_t* out, int64_t at) {
+                                                      uint16_t* out, int64_t at,
+                                                      bool rs_order = false) {
   const uint4* src = reinterpret_cast<const uint4*>(src_bf16);
   uint32_t x[16];
 #pragma unroll
@@ -95,11 +109,7 @@ __device__ __forceinline__ void StoreQuantizedBlock32(const uint16_t* src_bf16, 
   }
   uint32_t sb, codes[8], qdq[16];
   QuantizeBlock32(x, &sb, codes, qdq);
-  uint4* dst = reinterpret_cast<uint4*>(out + at);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
-  }
+  StoreQdqBlock(reinterpret_cast<uint4*>(out + at), qdq, rs_order);
 }
 
 // StoreQuantizedBlock32 by a whole warp, lane l handling element l of the block: the block's

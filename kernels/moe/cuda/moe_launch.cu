@@ -529,6 +529,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
                                cudaMemcpyDeviceToDevice, stream));
   }
   const int64_t tile_rows = MoeCudaTileRows(m, k, e, p.gemm, std::max(w.dim, w.inter));
+  const bool rs = MoeCudaUsesWgmmaRs(m, k, e, p.gemm, std::max(w.dim, w.inter));
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;
@@ -547,6 +548,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.num_tiles = num_tiles;
   pp.xg = xg;
   pp.xg_by_token = !p.gather_slot_rows;
+  pp.wgmma_rs_order = rs;  // the operand order of the GEMM that reads xg
   pp.path = p.sort_path;
   pp.sort_scratch = reinterpret_cast<int32_t*>(base + l.sort_scratch);
   EnqueuePermute(pp, stream);
@@ -565,7 +567,6 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ag = ag;
   up.k_step = p.gemm_k_step;
   up.hoisted_addresses = p.gemm_hoisted_addresses;
-  const bool rs = MoeCudaUsesWgmmaRs(m, k, e, p.gemm, std::max(w.dim, w.inter));
   up.wgmma_rs = rs;
   EnqueueUp(up, stream);
 

@@ -84,11 +84,7 @@ __device__ __forceinline__ void QuantGatherBlock(const MoePermuteParams& p, int6
   const int64_t copies = p.xg_by_token ? 1 : p.top_k;
   for (int64_t j = 0; j < copies; ++j) {
     const int64_t row = p.xg_by_token ? t : p.token_slot[t * p.top_k + j];
-    uint4* dst = reinterpret_cast<uint4*>(p.xg + row * p.dim + blk * 32);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      dst[q] = make_uint4(qdq[4 * q], qdq[4 * q + 1], qdq[4 * q + 2], qdq[4 * q + 3]);
-    }
+    StoreQdqBlock(reinterpret_cast<uint4*>(p.xg + row * p.dim + blk * 32), qdq, p.wgmma_rs_order);
   }
 }
 

@@ -36,12 +36,14 @@
 // So the decode of block q + 1 overlaps the tensor cores' work on block q.
 //
 // A fragments (moe_cuda_internal.h, MoeWgmmaRsFragmentColumn, host-tested): the slot rows are
-// stored in operand order (MoeOperandColumn), so for k16 step s of a block, register a[h + 2·hh]
-// (row lane/4 + 8h, k half hh) of quad lane tig holds pair tig of DecodeFp4x8 of the row's code
-// word 2s + hh: logical columns 8(2s + hh) + tig + 4e, e = 0, 1. The quad's 4 lanes read the same
-// 16 code bytes (a broadcast) and each decodes only its own pair: MoeFp4LanePairBits with the
-// lane's constants (moe_fp4_code_order.h: rotate, mask, multiply, mask — one form for the four
-// pairs of the device code order), then HMUL2 by 2^(scale - 1). Scales
+// stored in the RS operand order (MoeRsOperandColumn: MoeOperandColumn's 32-bit words transposed
+// 4 × 4 in every 32-column block; written so by the permute's quantiser with wgmma_rs_order and
+// by this GEMM's up epilogue), so quad lane tig holds in register a[h + 2·hh] of k16 step s (row
+// lane/4 + 8h) pair 2s + hh of code word tig of the row's block: logical columns 8·tig + 2s + hh
+// + 4e. Each lane reads its own word (4 bytes) and decodes all four of its pairs with
+// DecodeFp4x8 (12 instructions per word). In MoeOperandColumn order each lane needed pair tig of
+// all four words: 4 × (rotate, mask, multiply, mask, HMUL2) = 20 instructions for the same 4
+// registers. Scales
 // above 2 (bytes > 128) take DecodeFp4x8Wide's second multiply (a warp-uniform branch per stage;
 // 1.0 for the warp's other rows), byte 255 gives NaN. Bit-identical weights to the other GEMMs.
 //
@@ -195,16 +197,10 @@ __device__ __forceinline__ void RsLoadStage(uint8_t* smem, uint8_t* st, int p, i
 
 // ---- consumers ---------------------------------------------------------------------------------
 
-// One A-fragment register: pair tig of the device-order code word × the scale.
-__device__ __forceinline__ uint32_t RsDecodePair(uint32_t w, const MoeFp4LaneConstants& pair,
-                                                 uint32_t m1) {
-  return MulBf16x2(MoeFp4LanePairBits(w, pair), m1);
-}
-
 // The thread's part of a consumer warpgroup: rows of its two m64 blocks, quad lane.
 struct RsThread {
-  int row[2];                // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
-  MoeFp4LaneConstants pair;  // MoeFp4LanePair(tig)
+  int row[2];  // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
+  int tig;     // quad lane: decodes code word tig of every 32-wide block of its rows
   int lane;
 };
 
@@ -232,13 +228,19 @@ __device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread&
   for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint4 q = LoadShared16(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 + 16 * b);
+      // Word tig of the row's block: its pair j is element pair (8·tig + j, 8·tig + j + 4), which
+      // the B rows (MoeRsOperandColumn order) hold at k 8j + 2·tig + {0, 1}: k16 step j / 2,
+      // register half j % 2.
+      const uint32_t w =
+          LoadShared4(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 + 16 * b + 4 * t.tig);
       const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
       const uint32_t m1 = sb <= 128u ? ((sb + 126u) << 7) * 0x10001u : 0x7E807E80u;
-      a[mb][0][h] = RsDecodePair(q.x, t.pair, m1);
-      a[mb][0][h + 2] = RsDecodePair(q.y, t.pair, m1);
-      a[mb][1][h] = RsDecodePair(q.z, t.pair, m1);
-      a[mb][1][h + 2] = RsDecodePair(q.w, t.pair, m1);
+      uint32_t p[4];
+      DecodeFp4x8(w, m1, p);
+      a[mb][0][h] = p[0];
+      a[mb][0][h + 2] = p[1];
+      a[mb][1][h] = p[2];
+      a[mb][1][h + 2] = p[3];
     }
   }
   if (wide) {  // warp-uniform
@@ -371,7 +373,7 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[
   for (int u = threadIdx.x; u < rows * kBlocks; u += kRsConsumerThreads) {
     const int rl = u / kBlocks, cb = u % kBlocks;
     StoreQuantizedBlock32(tile + rl * S::kPitch + cb * 32, g.act, g.out,
-                          (row0 + rl) * g.n + n0 + cb * 32);
+                          (row0 + rl) * g.n + n0 + cb * 32, /*rs_order=*/true);
   }
 }
 
@@ -464,7 +466,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   const int warp = (threadIdx.x / 32) % 4;
   RsThread t;
   t.lane = static_cast<int>(threadIdx.x) % 32;
-  t.pair = MoeFp4LanePair(t.lane % 4);
+  t.tig = t.lane % 4;
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb) t.row[mb] = 16 * (8 * cw + 4 * mb + warp) + t.lane / 4;
   for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
