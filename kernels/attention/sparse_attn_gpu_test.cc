@@ -56,6 +56,7 @@ struct Layout {
   int64_t q_pad = 0;
   int64_t kv_pad = 0;
   int64_t out_pad = 0;
+  int64_t ws_offset = 0;  // bytes: the device workspace starts this far into its allocation
 };
 
 // Copies packed [rows][d] into rows of `pitch` elements (padding filled with `fill`).
@@ -133,15 +134,16 @@ Outputs RunBoth(const AttnCase& c, const Layout& l = {}) {
 
   DeviceBuffer dq = ToDevice(q), dkv = ToDevice(kv), didx = ToDevice(c.indices),
                dsink = ToDevice(c.sink), dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
-  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+  const size_t ws_bytes = SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim);
+  DeviceBuffer dws(ws_bytes + static_cast<size_t>(l.ws_offset));
   SparseAttnParams dp = hp;
   dp.q = dq.get<uint16_t>();
   dp.kv = c.n_kv > 0 ? dkv.get<uint16_t>() : nullptr;
   dp.indices = didx.get<int32_t>();
   dp.attn_sink = dsink.get<float>();
   dp.out = dout.get<uint16_t>();
-  dp.workspace = dws.get();
-  dp.workspace_bytes = dws.bytes();
+  dp.workspace = static_cast<unsigned char*>(dws.get()) + l.ws_offset;
+  dp.workspace_bytes = ws_bytes;  // exactly the documented size, wherever it starts
   const absl::Status st = LaunchSparseAttn(dp, nullptr);
   CHECK(st.ok()) << st.message();
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -581,6 +583,30 @@ TEST(SparseAttnGpuTest, WgmmaWsEqualsWgmma) {
   AttnCase none = DecodeCase(4, 64, 512, 128, 512, 4096, 0.0, 1900);
   for (int64_t e = 0; e < none.width; ++e) none.indices[2 * none.width + e] = -1;
   ExpectWsEqualsWgmma(none, "ws token 2 without a valid entry");
+}
+
+// The launchers accept a workspace at any address (README: "any alignment"; the split paths align
+// their state region inside the 16 bytes of slack SparseAttnCudaWorkspaceBytes includes): a
+// workspace 4 and 12 bytes past a 256-byte boundary gives the same bits as an aligned one on
+// every tensor path, at token counts that split (1, 8) and one that does not (64).
+TEST(SparseAttnGpuTest, MisalignedWorkspaceGivesTheSameBits) {
+  FS_SKIP_WITHOUT_GPU();
+  for (SparseAttnCudaPath path : {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmma,
+                                  SparseAttnCudaPath::kWgmmaSplitK, SparseAttnCudaPath::kWgmmaWs}) {
+    PathOverride force(path);
+    for (int64_t tokens : {1, 8, 64}) {
+      const AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, 65536, 0.1, 2000 + tokens);
+      const Outputs aligned = RunBoth(c);
+      for (int64_t offset : {4, 12}) {
+        SCOPED_TRACE(::testing::Message() << SparseAttnCudaPathName(path) << " tokens " << tokens
+                                          << " workspace offset " << offset);
+        Layout l;
+        l.ws_offset = offset;
+        const Outputs shifted = RunBoth(c, l);
+        EXPECT_EQ(shifted.gpu, aligned.gpu);
+      }
+    }
+  }
 }
 
 // ---- the row form (attention.h SparseAttnKvRows) ----------------------------------------------
