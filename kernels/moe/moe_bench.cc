@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1]
+//             [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -88,6 +88,7 @@ struct Options {
   bool hoist = kMoeCudaGemmHoistedAddresses;
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
   bool gather_slots = false;  // MoeCudaParams::gather_slot_rows
+  int stream_rt = 0;          // MoeCudaParams::gemm_stream_row_tiles
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -160,6 +161,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   MoeCudaParams p;
   p.gemm_k_step = o.k_step;
   p.gemm_hoisted_addresses = o.hoist;
+  p.gemm_stream_row_tiles = o.stream_rt;
   p.gemm = o.gemm;
   p.gather_slot_rows = o.gather_slots;
   p.route_path = o.route_path;
@@ -244,6 +246,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.k_step = k_step;
   s.up.hoisted_addresses = o.hoist;
   s.down.hoisted_addresses = o.hoist;
+  s.up.stream_row_tiles = o.stream_rt;
+  s.down.stream_row_tiles = o.stream_rt;
   s.up.wgmma_rs = MoeCudaUsesWgmmaRs(c.m, kK, kE, o.gemm, std::max(kD, kI));
   s.down.wgmma_rs = s.up.wgmma_rs;
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
@@ -374,7 +378,8 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1]\n",
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1] "
+                   "[--stream-rt 0|1|2]\n",
                    argv[0]);
       return 2;
     }
@@ -409,6 +414,12 @@ int Main(int argc, char** argv) {
       o.gemm = static_cast<MoeCudaGemm>(gemm);
     } else if (a == "--gather-slots") {
       o.gather_slots = v != "0";
+    } else if (a == "--stream-rt") {
+      o.stream_rt = std::atoi(v.c_str());
+      if (o.stream_rt < 0 || o.stream_rt > 2) {
+        std::fprintf(stderr, "--stream-rt must be 0 (auto), 1 or 2\n");
+        return 2;
+      }
     } else if (a == "--hoist") {
       o.hoist = v != "0";
     } else if (a == "--shared") {

@@ -275,8 +275,10 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
-                          // operand rows in MoeRsOperandColumn order
+  bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
+                             // operand rows in MoeRsOperandColumn order
+  int stream_row_tiles = 0;  // tile_rows 8: m16 row tiles per warp, 0 = automatic, 1 or 2 (A/B;
+                             // 2 falls back to 1 where N is not a multiple of the wide CTA)
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -294,8 +296,10 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;  // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
-                          // operand rows in MoeRsOperandColumn order
+  bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
+                             // operand rows in MoeRsOperandColumn order
+  int stream_row_tiles = 0;  // tile_rows 8: m16 row tiles per warp, 0 = automatic, 1 or 2 (A/B;
+                             // 2 falls back to 1 where N is not a multiple of the wide CTA)
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -363,6 +367,7 @@ struct MoeCudaParams {
   size_t workspace_bytes = 0;
   int64_t gemm_k_step = kMoeCudaKStepAuto;                     // both GEMMs' k_step (0, 128 or 256)
   bool gemm_hoisted_addresses = kMoeCudaGemmHoistedAddresses;  // both GEMMs' main-loop variant
+  int gemm_stream_row_tiles = 0;  // both GEMMs' stream_row_tiles (0 automatic, 1, 2; A/B)
   MoeCudaPath route_path = MoeCudaPath::kAuto;  // LaunchMoeRoute's shape (output bits unchanged)
   MoeCudaPath sort_path = MoeCudaPath::kAuto;   // LaunchMoePermute's shape (output bits unchanged)
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaTileRows)

@@ -131,6 +131,13 @@ absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t sl
   return CheckNonNull(op, {{"offsets", offsets}, {"tiles", tiles}, {"num_tiles", num_tiles}});
 }
 
+absl::Status CheckStreamRowTiles(const char* op, int row_tiles) {
+  if (row_tiles < 0 || row_tiles > 2) {
+    return Invalid(op, "stream_row_tiles", absl::StrFormat("is %d, must be 0, 1 or 2", row_tiles));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckKStep(const char* op, const char* field, int64_t k_step, int64_t k) {
   if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
     return Invalid(op, field, absl::StrFormat("is %d, must be 0 (automatic), 128 or 256", k_step));
@@ -302,6 +309,7 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.dim", p.tile_rows, p.weights->dim));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
+  RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -316,6 +324,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
   RETURN_IF_ERROR(CheckStreamK(kOp, "weights.inter", p.tile_rows, p.weights->inter));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
+  RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
   return CheckAligned(kOp, "ye", p.ye, 16);
@@ -399,6 +408,9 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   }
   RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.dim));
   RETURN_IF_ERROR(CheckKStep(kOp, "gemm_k_step", p.gemm_k_step, w.inter));
+  if (p.gemm_stream_row_tiles < 0 || p.gemm_stream_row_tiles > 2) {
+    return Invalid(kOp, "gemm_stream_row_tiles", "must be 0, 1 or 2");
+  }
   RETURN_IF_ERROR(CheckPath(kOp, "route_path", p.route_path));
   RETURN_IF_ERROR(CheckPath(kOp, "sort_path", p.sort_path));
   RETURN_IF_ERROR(CheckGemmKind(kOp, "gemm", p.gemm));

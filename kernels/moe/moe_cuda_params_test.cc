@@ -428,6 +428,14 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   EXPECT_TRUE(Validate(down).ok());
   down.tile_rows = 64;
   ExpectInvalid(Validate(down), "wgmma_rs");
+  down.wgmma_rs = false;
+  down.tile_rows = kMoeCudaStreamTileRows;
+  down.stream_row_tiles = 2;
+  EXPECT_TRUE(Validate(down).ok());
+  down.stream_row_tiles = 3;
+  ExpectInvalid(Validate(down), "stream_row_tiles");
+  down.stream_row_tiles = -1;
+  ExpectInvalid(Validate(down), "stream_row_tiles");
   up.wgmma_rs = true;
   up.tile_rows = 16;
   ExpectInvalid(Validate(up), "wgmma_rs");

@@ -199,10 +199,12 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t k, int64_t k_step, int64_t slots, in
 // or two tokens: twice the CTAs, so a one-token call still fills the GPU) or when N is not a
 // multiple of the two-tile CTA width, else 2 (each slot-row fragment feeds twice the weights).
 // kG: 32-K blocks per lane and unit, 2 (whole 128-byte lines per quad) when K allows.
+// forced (MoeExpertUpParams::stream_row_tiles): 1 or 2 overrides the choice (2 only where N fits).
 template <bool kUp>
-int StreamRowTiles(int64_t n, int64_t slots) {
+int StreamRowTiles(int64_t n, int64_t slots, int forced = 0) {
   constexpr int64_t kWide = moe_device::StreamShape<2, kUp, 1>::kBN;
-  return slots > 16 && n % kWide == 0 ? 2 : 1;
+  if (n % kWide != 0) return 1;
+  return forced != 0 ? forced : (slots > 16 ? 2 : 1);
 }
 
 template <int kRT, bool kUp, int kG>
@@ -221,8 +223,9 @@ void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStre
 }
 
 template <bool kUp>
-void LaunchStream(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
-  const bool two = StreamRowTiles<kUp>(g.n, slots) == 2, g2 = g.k % 256 == 0;
+void LaunchStream(const GemmArgs& g, int row_tiles, int64_t slots, int64_t n_experts,
+                  cudaStream_t stream) {
+  const bool two = StreamRowTiles<kUp>(g.n, slots, row_tiles) == 2, g2 = g.k % 256 == 0;
   if (two) {
     if (g2) return LaunchStreamG<2, kUp, 2>(g, slots, n_experts, stream);
     return LaunchStreamG<2, kUp, 1>(g, slots, n_experts, stream);
@@ -325,7 +328,7 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.act = p.act;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      return LaunchStream<true>(g, p.slots, w.n_experts, stream);
+      return LaunchStream<true>(g, p.stream_row_tiles, p.slots, w.n_experts, stream);
     case kMoeCudaWgmmaTileRows:
       if (p.wgmma_rs) {
         return moe_device::LaunchWgmmaRs(
@@ -357,7 +360,7 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.out = p.ye;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      return LaunchStream<false>(g, p.slots, w.n_experts, stream);
+      return LaunchStream<false>(g, p.stream_row_tiles, p.slots, w.n_experts, stream);
     case kMoeCudaWgmmaTileRows:
       if (p.wgmma_rs) {
         return moe_device::LaunchWgmmaRs(
@@ -567,6 +570,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ag = ag;
   up.k_step = p.gemm_k_step;
   up.hoisted_addresses = p.gemm_hoisted_addresses;
+  up.stream_row_tiles = p.gemm_stream_row_tiles;
   up.wgmma_rs = rs;
   EnqueueUp(up, stream);
 
@@ -581,6 +585,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ye = ye;
   down.k_step = p.gemm_k_step;
   down.hoisted_addresses = p.gemm_hoisted_addresses;
+  down.stream_row_tiles = p.gemm_stream_row_tiles;
   down.wgmma_rs = rs;
   EnqueueDown(down, stream);
 
