@@ -68,7 +68,8 @@ enum class MoeFp4CodeOrder : int {
 };
 
 // Host bytes of packed E2M1 codes, in place, checkpoint order -> device order (`bytes` a multiple
-// of 4; the words are little-endian, i.e. byte j of a word holds elements 2j, 2j + 1), and back.
+// of 4, else it aborts; the words are little-endian, i.e. byte j of a word holds elements 2j,
+// 2j + 1), and back.
 void MoeFp4CodesToDeviceOrder(uint8_t* codes, size_t bytes);
 void MoeFp4CodesToCheckpointOrder(uint8_t* codes, size_t bytes);
 // The same on device bytes (`codes` 4-byte aligned, `bytes` a multiple of 4), enqueued on stream.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/base/check.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace flashserve::kernels {
@@ -28,6 +29,7 @@ ByteTables MakeTables() {
 
 template <bool kToDevice>
 void Convert(uint8_t* codes, size_t bytes) {
+  CHECK_EQ(bytes % 4, size_t{0}) << "FP4 code conversion: whole 32-bit words only";
   static const ByteTables tables = MakeTables<kToDevice>();
   for (size_t i = 0; i + 4 <= bytes; i += 4) {
     const uint32_t w = tables[0][codes[i]] | tables[1][codes[i + 1]] | tables[2][codes[i + 2]] |

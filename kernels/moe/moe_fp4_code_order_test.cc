@@ -140,6 +140,8 @@ TEST(MoeFp4CodeOrderTest, BulkHostConversionIsTheWordFunction) {
   }
   MoeFp4CodesToCheckpointOrder(conv.data(), conv.size());
   EXPECT_EQ(conv, bytes);
+  // A partial word would stay in checkpoint order among converted ones: refused.
+  EXPECT_DEATH(MoeFp4CodesToDeviceOrder(conv.data(), 6), "whole 32-bit words");
 }
 
 TEST(MoeFp4CodeOrderTest, DeviceConversionValidation) {
