@@ -167,9 +167,10 @@ __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
 
 // The FP8 quantiser over a CTA's SwiGLU tile (`rows` slot rows × blocks·32 columns, `pitch`
 // elements per row), StoreUp's second half: a warp per 32-column block, a lane per value
-// (QuantizeBlock32Warp, the same bytes as QuantizeBlock32). A tile has few rows at the batch sizes
-// this GEMM serves (1–2 slot rows per expert: 2–8 blocks per CTA), so a thread per block left
-// most of the CTA waiting at the tile's last barrier while a few threads encoded 32 values each.
+// (StoreQuantizedBlock32Warp, the same bytes as QuantizeBlock32). A tile has few rows at the batch
+// sizes this GEMM serves (1–2 slot rows per expert: 2–8 blocks per CTA), so a thread per block
+// left most of the CTA waiting at the tile's last barrier while a few threads encoded 32 values
+// each. Not inlined: ptxas spilled in the main loop at the 128-register cap otherwise.
 // Arguments by value: a reference to the kernel's GemmArgs would make it copy its parameters to
 // the stack.
 __device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, int64_t n,
