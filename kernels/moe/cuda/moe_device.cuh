@@ -73,6 +73,20 @@ __device__ __forceinline__ void QuantizeBlock32(const uint32_t (&x)[16], uint32_
   }
 }
 
+// The 32 bf16 values at `src` (16-byte aligned) as QuantizeBlock32's x: two per word, element 2i
+// in the low half of x[i]; four 16-byte loads.
+__device__ __forceinline__ void LoadBlock32(const uint16_t* src, uint32_t (&x)[16]) {
+  const uint4* v4 = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 v = v4[q];
+    x[4 * q] = v.x;
+    x[4 * q + 1] = v.y;
+    x[4 * q + 2] = v.z;
+    x[4 * q + 3] = v.w;
+  }
+}
+
 // A block's 16 QDQ words (QuantizeBlock32's qdq, MoeOperandColumn order) to dst (16-byte aligned),
 // or with rs_order in MoeRsOperandColumn order (the register-sourced GEMM's: the words as a 4 × 4
 // matrix transposed, word 4j + t holding qdq[4t + j]).
@@ -94,14 +108,7 @@ __device__ __forceinline__ void StoreQuantizedBlock32(const uint16_t* src_bf16, 
                                                       bool rs_order = false) {
   const uint4* src = reinterpret_cast<const uint4*>(src_bf16);
   uint32_t x[16];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint4 v = src[q];
-    x[4 * q] = v.x;
-    x[4 * q + 1] = v.y;
-    x[4 * q + 2] = v.z;
-    x[4 * q + 3] = v.w;
-  }
+  LoadBlock32(src_bf16, x);
   if (act != nullptr) {
     uint4* dst = reinterpret_cast<uint4*>(act + at);
 #pragma unroll

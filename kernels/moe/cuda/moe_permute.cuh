@@ -64,15 +64,7 @@ __device__ __forceinline__ void QuantGatherBlock(const MoePermuteParams& p, int6
   const int64_t nb = p.dim / 32;
   const uint16_t* xrow = p.x + t * p.x_stride;
   uint32_t x[16];
-  const uint4* src = reinterpret_cast<const uint4*>(xrow + blk * 32);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint4 v = src[q];
-    x[4 * q] = v.x;
-    x[4 * q + 1] = v.y;
-    x[4 * q + 2] = v.z;
-    x[4 * q + 3] = v.w;
-  }
+  LoadBlock32(xrow + blk * 32, x);
   uint32_t sb, codes[8], qdq[16];
   QuantizeBlock32(x, &sb, codes, qdq);
   if (p.x_codes != nullptr) {
