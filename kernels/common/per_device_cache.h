@@ -1,12 +1,13 @@
 // Host-side per-device caches of launch-shape queries for the CUDA launchers (host code only). A
 // device's SM count, a kernel's resident CTAs per SM at a given shared-memory size and a kernel's
-// dynamic shared-memory attribute never change while the process runs, so each is asked once per
-// device instead of on every launch (each query is a driver call on the hot path).
+// dynamic shared-memory attribute never change while the process runs, so each is asked (or set)
+// once per device instead of on every launch (each is a driver call on the hot path).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
 
 #include "kernels/common/cuda_check.h"
 
@@ -33,6 +34,21 @@ class PerDeviceInt {
  private:
   std::atomic<int> values_[kPerDeviceCacheSize] = {};  // value + 1; 0 = not yet queried
 };
+
+// Opts `kernel` into `bytes` of dynamic shared memory (a cudaFuncSetAttribute) once per device:
+// bit d of `done` (a function-local static per kernel, zero-initialised) records device d, so
+// later launches make no driver call (cheap to enqueue and to capture in a graph). Sizes up to
+// the default 48 KiB need no opt-in. Devices from 64 on are set on every call (still correct).
+template <typename Kernel>
+void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
+  if (bytes <= 48 * 1024) return;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
 
 inline int CurrentDevice() {
   int device = 0;

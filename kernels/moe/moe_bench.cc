@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1] [--stream-rt 0|1|2]
+//             [--hoist 0|1] [--gemm 0|1|2|3|4|5] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -26,10 +26,11 @@
 // column says which shapes ran (route/sort, s = small, L = large). --hoist 1: the GEMMs' main
 // loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
 // outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
-// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma, 4 = register-sourced wgmma), for
-// the layer and the up / down stage times; the "paths" column's third letter says which ran (T
-// tiled, S streaming, W wgmma, R register-sourced wgmma), and the launch table's rows = 8 / 128
-// mark the streaming / wgmma GEMMs. --gather-slots 1: the
+// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma, 4 = register-sourced wgmma, 5 =
+// weight-streaming with 16-row tiles), for the layer and the up / down stage times; the "paths"
+// column's third letter says which ran (T tiled, S streaming, 2 streaming 16-row, W wgmma, R
+// register-sourced wgmma), and the launch table's rows = 8 / 128 mark the streaming / wgmma
+// GEMMs. --gather-slots 1: the
 // permute writes top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the
 // round-3 gather; default 0: once per token, the up GEMM reading by slot_token), for the layer and
 // the perm / up stage times, to A/B on one build. Per token count the layer
@@ -250,6 +251,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.stream_row_tiles = o.stream_rt;
   s.up.wgmma_rs = MoeCudaUsesWgmmaRs(c.m, kK, kE, o.gemm, std::max(kD, kI));
   s.down.wgmma_rs = s.up.wgmma_rs;
+  s.up.stream = MoeCudaUsesStream16(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  s.down.stream = s.up.stream;
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
@@ -260,6 +263,8 @@ const char* GemmName(MoeCudaGemm gemm) {
   switch (gemm) {
     case MoeCudaGemm::kStream:
       return "streaming";
+    case MoeCudaGemm::kStream16:
+      return "streaming 16-row";
     case MoeCudaGemm::kWgmma:
       return "wgmma";
     case MoeCudaGemm::kWgmmaRs:
@@ -269,11 +274,20 @@ const char* GemmName(MoeCudaGemm gemm) {
   }
 }
 
-// The "paths" column's GEMM letter for a tile size and the GEMM (kAuto: what it resolves to).
-const char* GemmLetter(int64_t tile_rows, MoeCudaGemm gemm) {
-  if (tile_rows == kMoeCudaStreamTileRows) return "S";
-  if (tile_rows != kMoeCudaWgmmaTileRows) return "T";
-  return gemm == MoeCudaGemm::kWgmma ? "W" : "R";
+// The "paths" column's GEMM letter for the GEMM a call runs (MoeCudaChooseGemm).
+const char* GemmLetter(MoeCudaGemm gemm) {
+  switch (gemm) {
+    case MoeCudaGemm::kStream:
+      return "S";
+    case MoeCudaGemm::kStream16:
+      return "2";
+    case MoeCudaGemm::kWgmma:
+      return "W";
+    case MoeCudaGemm::kWgmmaRs:
+      return "R";
+    default:
+      return "T";
+  }
 }
 
 // Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties), with the
@@ -378,7 +392,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4] [--gather-slots 0|1] "
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5] [--gather-slots 0|1] "
                    "[--stream-rt 0|1|2]\n",
                    argv[0]);
       return 2;
@@ -405,10 +419,10 @@ int Main(int argc, char** argv) {
       (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
     } else if (a == "--gemm") {
       const int gemm = std::atoi(v.c_str());
-      if (gemm < 0 || gemm > 4) {
+      if (gemm < 0 || gemm > 5) {
         std::fprintf(stderr,
-                     "--gemm must be 0 (auto), 1 (tiled), 2 (streaming), 3 (wgmma) or 4 (wgmma "
-                     "RS)\n");
+                     "--gemm must be 0 (auto), 1 (tiled), 2 (streaming), 3 (wgmma), 4 (wgmma "
+                     "RS) or 5 (streaming 16-row)\n");
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
@@ -492,7 +506,8 @@ int Main(int argc, char** argv) {
   std::vector<double> routed_us;
 
   std::printf(
-      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS), k_step %ld (0 = "
+      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS, 5 streaming 16-row), k_step %ld "
+      "(0 = "
       "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "
       "auto, 1 small, 2 large)\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
@@ -568,7 +583,7 @@ int Main(int argc, char** argv) {
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
         MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",
-        GemmLetter(MoeCudaTileRows(m, kK, kE, o.gemm, std::max(kD, kI)), o.gemm));
+        GemmLetter(MoeCudaChooseGemm(m, kK, kE, o.gemm, std::max(kD, kI))));
   }
 
   std::printf("\n%s", shape_report.c_str());

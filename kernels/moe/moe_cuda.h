@@ -195,49 +195,64 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 
 // Which expert GEMM runs the up / down stages. The tile size selects it: tile_rows 8 is the
 // weight-streaming GEMM (weights as the mma A operand, decoded from registers; the <= 8 slot rows
-// of a tile as B; no K-loop barrier), 16 / 32 / 64 the tiled GEMM (slot rows as A, a cp.async
+// of a tile as B; no K-loop barrier), and with the stage params' `stream` tile_rows 16 is the same
+// GEMM with two n8 slot tiles per decoded weight (kStream16), 16 / 32 / 64 the tiled GEMM (slot
+// rows as A, a cp.async
 // ring of weights, mma.sync), 128 the wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights
 // decoded into 128-byte-swizzled bf16 shared memory, wgmma.mma_async m64n256k16) or, with the same
 // tiles, the register-sourced wgmma GEMM (kWgmmaRs: weights as the wgmma A operand decoded by the
 // consumer warpgroups straight into registers, the slot rows as B in shared memory, a producer
 // warpgroup filling an mbarrier ring). All give the same bits on exact-arithmetic inputs (only the
-// fp32 summation order can differ). kAuto: streaming for few slots per expert (m·top_k <= 8·E, i.e.
-// up to 512 tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs
-// tiled 4.29 ms) when D and I are at most kMoeCudaStreamMaxK; the register-sourced wgmma GEMM
-// from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma (the
-// shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and stays
-// for A/B only.
+// fp32 summation order can differ). kAuto (MoeCudaChooseGemm): streaming for few slots per expert
+// (m·top_k <= 8·E, i.e. up to 512 tokens at E 384 top-6; measured on the H200: at 512 tokens
+// streaming 3.39 ms vs tiled 4.29 ms) when D and I are at most kMoeCudaStreamMaxK; the 16-row
+// streaming GEMM above that while D and I are at most kMoeCudaStream16MaxK; the register-sourced
+// wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma
+// (the shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and
+// stays for A/B only.
 enum class MoeCudaGemm : int {
   kAuto = 0,
-  kTiled = 1,    // tile_rows 16, 32 or 64 (the mean slots per expert)
-  kStream = 2,   // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
-  kWgmma = 3,    // tile_rows 128
-  kWgmmaRs = 4,  // tile_rows 128, the stage params' wgmma_rs (kAuto's choice at tile_rows 128)
+  kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
+  kStream = 2,    // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
+  kWgmma = 3,     // tile_rows 128
+  kWgmmaRs = 4,   // tile_rows 128, the stage params' wgmma_rs (kAuto's choice at tile_rows 128)
+  kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
-// The streaming GEMM keeps a tile's activation rows (8 × K bf16) in shared memory.
+inline constexpr int64_t kMoeCudaStream16TileRows = 16;
+// The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
+inline constexpr int64_t kMoeCudaStream16MaxK = 7168;
 // kAuto streams up to this many slots per expert on average.
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
 inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // kAuto takes the register-sourced wgmma GEMM (kWgmmaRs) from this many slots per expert on
-// average (m·top_k >= 13·E: 832 tokens at E 384 top-6), i.e. wherever the tiled GEMM would leave
-// its 16-row tiles. Measured on the H200 (bench_moe --shared 0 --gemm 1 / 4, layer without the
-// shared expert, tiled vs register-sourced): 640 tokens 4.44 vs 5.16 ms, 768: 4.88 vs 5.37 (the
-// tiled GEMM's 16-row tiles), 896: 6.26 vs 5.28, 1,024: 6.40 vs 5.28, 4,096: 14.3 vs 6.66 ms
-// (README.md "The register-sourced wgmma expert GEMM").
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 13;
+// average (m·top_k >= 24·E: 1,536 tokens at E 384 top-6); below, the 16-row streaming GEMM
+// (kStream16) from 8 slots per expert. Measured on the H200 (bench_moe --iters 10 --warmup 2
+// --shared 0, layer without the shared expert; 2026-11-30): 768 tokens kStream16 2.91 ms against
+// the tiled GEMM's 4.87 (the previous kAuto choice), 1,024: 3.60 vs kWgmmaRs 4.96, 1,280: 4.54 vs
+// 4.96, 1,536: 5.02 vs 5.01, 2,048: 6.25 vs 5.12 ms (README.md "16-row tiles").
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 24;
 
-// Whether a call with these arguments runs the register-sourced wgmma GEMM: kWgmmaRs, or kAuto
-// where MoeCudaTileRows gives the wgmma tile. Pure.
+// The GEMM a call with these arguments runs (never kAuto): a forced `gemm` as given; kAuto by
+// the mean slots per expert (see MoeCudaGemm), the streaming GEMMs only where `max_k` = max(D, I)
+// fits their shared memory (0 = unknown, taken as fitting). Any choice is correct; this is the
+// fastest guess. Pure.
+MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
+                              MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
+
+// Whether the call runs the register-sourced wgmma GEMM (MoeCudaChooseGemm gives kWgmmaRs). Pure.
 bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                         int64_t max_k = 0);
 
-// Rows per GEMM tile for a call (and so the GEMM, see MoeCudaGemm): 8 (streaming: few slots per
-// expert, kAuto only when `max_k` = max(D, I) <= kMoeCudaStreamMaxK; 0 = unknown, taken as
-// fitting), 128 (wgmma: kWgmma or kWgmmaRs, or kAuto from kMoeCudaWgmmaMinSlotsPerExpert), else 16
-// (a few tokens per expert), 32 or 64 from the mean number of slots per expert. Any of them is
-// correct; this is the fastest guess. Pure.
+// Whether the call runs the 16-row streaming GEMM (MoeCudaChooseGemm gives kStream16): the stage
+// params' `stream` at tile_rows 16. Pure.
+bool MoeCudaUsesStream16(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                         int64_t max_k = 0);
+
+// Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 128
+// (kWgmma, kWgmmaRs), and for kTiled 16 (a few tokens per expert), 32 or 64 from the mean number
+// of slots per expert. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
                         MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
@@ -255,11 +270,11 @@ inline constexpr int64_t kMoeCudaKStepAuto = 0;
 // (the same bytes reach the same shared-memory places).
 inline constexpr bool kMoeCudaGemmHoistedAddresses = false;
 
-// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK; 128: the wgmma GEMM, or
-// its register-sourced form with wgmma_rs; k_step and hoisted_addresses are ignored by these): per
-// tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU with the slot's routing
-// weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along I: ag gets the QDQ
-// values (the w2 operand, operand order).
+// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK, or 16 with `stream`; 128:
+// the wgmma GEMM, or its register-sourced form with wgmma_rs; k_step and hoisted_addresses are
+// ignored by these): per tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU
+// with the slot's routing weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along
+// I: ag gets the QDQ values (the w2 operand, operand order).
 struct MoeExpertUpParams {
   const MoeCudaWeights* weights = nullptr;  // host struct of device pointers
   float swiglu_limit = 10.f;                // <= 0 disables the clamps
@@ -278,14 +293,18 @@ struct MoeExpertUpParams {
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
   bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
                              // operand rows in MoeRsOperandColumn order
-  int stream_row_tiles = 0;  // tile_rows 8: m16 row tiles per warp, 0 = automatic, 1 or 2 (A/B;
-                             // 2 falls back to 1 where N is not a multiple of the wide CTA)
+  bool stream = false;       // tile_rows 16: the streaming GEMM (kStream16; D <=
+                             // kMoeCudaStream16MaxK) instead of the tiled one; 8 always streams
+  int stream_row_tiles = 0;  // tile_rows 8 / 16 streaming: m16 row tiles per warp, 0 = automatic,
+                             // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
+                             // wide CTA)
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
 
 // Stage 4: per tile, ye = ag·w2^T, one bf16 rounding (tile_rows 8: the streaming GEMM, K = I <=
-// kMoeCudaStreamMaxK; 128: the wgmma GEMM, or with wgmma_rs its register-sourced form).
+// kMoeCudaStreamMaxK, or 16 with `stream`; 128: the wgmma GEMM, or with wgmma_rs its
+// register-sourced form).
 struct MoeExpertDownParams {
   const MoeCudaWeights* weights = nullptr;
   int64_t slots = 0;
@@ -299,8 +318,11 @@ struct MoeExpertDownParams {
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
   bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
                              // operand rows in MoeRsOperandColumn order
-  int stream_row_tiles = 0;  // tile_rows 8: m16 row tiles per warp, 0 = automatic, 1 or 2 (A/B;
-                             // 2 falls back to 1 where N is not a multiple of the wide CTA)
+  bool stream = false;       // tile_rows 16: the streaming GEMM (kStream16; I <=
+                             // kMoeCudaStream16MaxK) instead of the tiled one; 8 always streams
+  int stream_row_tiles = 0;  // tile_rows 8 / 16 streaming: m16 row tiles per warp, 0 = automatic,
+                             // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
+                             // wide CTA)
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -324,7 +346,7 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // What one GEMM launch of a call looks like on the current device (for benches and tuning):
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
-  bool stream = false;             // the streaming GEMM (tile_rows 8)
+  bool stream = false;             // the streaming GEMM (tile_rows 8 or 16)
   bool wgmma = false;              // a wgmma GEMM (tile_rows 128)
   bool wgmma_rs = false;           // the register-sourced one (kWgmmaRs)
   int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)
@@ -337,9 +359,9 @@ struct MoeCudaGemmPlan {
   int64_t ctas_per_sm = 0;         // resident CTAs per SM (cudaOccupancy...)
   int64_t weight_stage_bytes = 0;  // FP4 codes + scales of one stage (unit) of one CTA
 };
-// Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream with D or I
-// above kMoeCudaStreamMaxK). Queries the device's occupancy (a driver call;
-// not for the hot path).
+// Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16
+// with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
+// driver call; not for the hot path).
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
                                                     MoeCudaGemm gemm = MoeCudaGemm::kAuto);
@@ -371,7 +393,7 @@ struct MoeCudaParams {
   int gemm_stream_row_tiles = 0;  // both GEMMs' stream_row_tiles (0 automatic, 1, 2; A/B)
   MoeCudaPath route_path = MoeCudaPath::kAuto;  // LaunchMoeRoute's shape (output bits unchanged)
   MoeCudaPath sort_path = MoeCudaPath::kAuto;   // LaunchMoePermute's shape (output bits unchanged)
-  MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaTileRows)
+  MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaChooseGemm)
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the
   // round-3 gather, kept for A/B). Output bits unchanged (the same values reach the GEMM).

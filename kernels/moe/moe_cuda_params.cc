@@ -90,21 +90,36 @@ absl::Status CheckTileRows(const char* op, int64_t tile_rows) {
   return absl::OkStatus();
 }
 
-// The streaming GEMM (tile_rows 8) keeps 8 activation rows of K in shared memory.
-absl::Status CheckStreamK(const char* op, const char* field, int64_t tile_rows, int64_t k) {
+// The streaming GEMM (tile_rows 8, or 16 with `stream`) keeps a tile's activation rows of K in
+// shared memory; `stream` selects it at tile_rows 16 only.
+absl::Status CheckStream(const char* op, const char* field, int64_t tile_rows, bool stream,
+                         int64_t k) {
+  if (stream && tile_rows != kMoeCudaStreamTileRows && tile_rows != kMoeCudaStream16TileRows) {
+    return Invalid(op, "stream",
+                   absl::StrFormat("is set but tile_rows is %d (the streaming GEMM takes tile_rows "
+                                   "8 or 16)",
+                                   tile_rows));
+  }
   if (tile_rows == kMoeCudaStreamTileRows && k > kMoeCudaStreamMaxK) {
     return Invalid(op, field,
                    absl::StrFormat("is %d, the streaming GEMM (tile_rows 8) takes K <= %d", k,
                                    kMoeCudaStreamMaxK));
+  }
+  if (stream && tile_rows == kMoeCudaStream16TileRows && k > kMoeCudaStream16MaxK) {
+    return Invalid(op, field,
+                   absl::StrFormat("is %d, the streaming GEMM at tile_rows 16 takes K <= %d", k,
+                                   kMoeCudaStream16MaxK));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) {
   const int v = static_cast<int>(gemm);
-  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kWgmmaRs)) {
+  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStream16)) {
     return Invalid(op, field,
-                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream, kWgmma or kWgmmaRs", v));
+                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream, kWgmma, kWgmmaRs or "
+                                   "kStream16",
+                                   v));
   }
   return absl::OkStatus();
 }
@@ -270,25 +285,40 @@ absl::Status Validate(const MoePermuteParams& p) {
   return CheckAligned(kOp, "x_codes", p.x_codes, 16);
 }
 
-int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                        int64_t max_k) {
+MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                              int64_t max_k) {
+  if (gemm != MoeCudaGemm::kAuto) return gemm;
   // Rows per touched expert on average; a tile taller than most experts' row counts wastes
   // tensor-core work, a shorter one re-reads the weights per tile (mostly from L2).
   const int64_t slots = m * top_k;
-  if (gemm == MoeCudaGemm::kStream) return kMoeCudaStreamTileRows;
-  if (gemm == MoeCudaGemm::kWgmma || gemm == MoeCudaGemm::kWgmmaRs) return kMoeCudaWgmmaTileRows;
   // Streaming: an n8 tile per expert at up to ~8 slots on average (at 8, about a third of the
   // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
   // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
-  if (gemm == MoeCudaGemm::kAuto && slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts &&
-      max_k <= kMoeCudaStreamMaxK) {
-    return kMoeCudaStreamTileRows;
+  if (slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStreamMaxK) {
+    return MoeCudaGemm::kStream;
   }
   // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
   // 128-row tile wastes on each expert's last tile (a tile of <= 64 rows takes the n64 path).
-  if (gemm == MoeCudaGemm::kAuto && slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) {
-    return kMoeCudaWgmmaTileRows;
+  if (slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) return MoeCudaGemm::kWgmmaRs;
+  // Between: the streaming GEMM with two n8 slot tiles per decoded weight.
+  if (max_k <= kMoeCudaStream16MaxK) return MoeCudaGemm::kStream16;
+  return MoeCudaGemm::kTiled;
+}
+
+int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                        int64_t max_k) {
+  switch (MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k)) {
+    case MoeCudaGemm::kStream:
+      return kMoeCudaStreamTileRows;
+    case MoeCudaGemm::kStream16:
+      return kMoeCudaStream16TileRows;
+    case MoeCudaGemm::kWgmma:
+    case MoeCudaGemm::kWgmmaRs:
+      return kMoeCudaWgmmaTileRows;
+    default:
+      break;
   }
+  const int64_t slots = m * top_k;
   if (slots <= 12 * n_experts) return 16;
   if (slots <= 40 * n_experts) return 32;
   return 64;
@@ -296,9 +326,12 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
 
 bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                         int64_t max_k) {
-  if (gemm == MoeCudaGemm::kWgmmaRs) return true;
-  return gemm == MoeCudaGemm::kAuto &&
-         MoeCudaTileRows(m, top_k, n_experts, gemm, max_k) == kMoeCudaWgmmaTileRows;
+  return MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k) == MoeCudaGemm::kWgmmaRs;
+}
+
+bool MoeCudaUsesStream16(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                         int64_t max_k) {
+  return MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k) == MoeCudaGemm::kStream16;
 }
 
 absl::Status Validate(const MoeExpertUpParams& p) {
@@ -307,7 +340,7 @@ absl::Status Validate(const MoeExpertUpParams& p) {
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
-  RETURN_IF_ERROR(CheckStreamK(kOp, "weights.dim", p.tile_rows, p.weights->dim));
+  RETURN_IF_ERROR(CheckStream(kOp, "weights.dim", p.tile_rows, p.stream, p.weights->dim));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
@@ -322,7 +355,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
       CheckGemmCommon(kOp, p.weights, p.slots, p.tile_rows, p.offsets, p.tiles, p.num_tiles));
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
-  RETURN_IF_ERROR(CheckStreamK(kOp, "weights.inter", p.tile_rows, p.weights->inter));
+  RETURN_IF_ERROR(CheckStream(kOp, "weights.inter", p.tile_rows, p.stream, p.weights->inter));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
@@ -418,6 +451,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
     return Invalid(kOp, "gemm",
                    absl::StrFormat("is kStream but max(D, I) = %d is above %d",
                                    std::max(w.dim, w.inter), kMoeCudaStreamMaxK));
+  }
+  if (p.gemm == MoeCudaGemm::kStream16 && std::max(w.dim, w.inter) > kMoeCudaStream16MaxK) {
+    return Invalid(kOp, "gemm",
+                   absl::StrFormat("is kStream16 but max(D, I) = %d is above %d",
+                                   std::max(w.dim, w.inter), kMoeCudaStream16MaxK));
   }
   if (p.shared != nullptr && p.shared_y != nullptr) {
     return Invalid(kOp, "shared", "and shared_y are both given (give one)");

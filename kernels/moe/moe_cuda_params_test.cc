@@ -281,21 +281,33 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   }
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, -1, 2).ok());
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, 1, 0).ok());
-  // kAuto: the streaming GEMM up to 4 slots per expert on average (256 tokens at E 384 top-6)
-  // when max(D, I) fits its shared memory; then the tiled GEMM's 16 / 32 / 64.
+  // kAuto: the streaming GEMM up to 8 slots per expert on average (512 tokens at E 384 top-6)
+  // when max(D, I) fits its shared memory; then the 16-row streaming GEMM, or where max(D, I)
+  // does not fit it the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
+  EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384), MoeCudaGemm::kStream);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
+  EXPECT_EQ(MoeCudaChooseGemm(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
+            MoeCudaGemm::kTiled);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
-  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (13) slots per expert: 832 tokens at top-6, where
-  // the tiled GEMM would leave its 16-row tiles.
+  EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384), MoeCudaGemm::kStream16);
+  EXPECT_TRUE(MoeCudaUsesStream16(513, 6, 384, MoeCudaGemm::kAuto, 5120));
+  EXPECT_TRUE(MoeCudaUsesStream16(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK));
+  EXPECT_FALSE(MoeCudaUsesStream16(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128));
+  EXPECT_FALSE(MoeCudaUsesStream16(512, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_FALSE(MoeCudaUsesStream16(513, 6, 384, MoeCudaGemm::kTiled));
+  EXPECT_TRUE(MoeCudaUsesStream16(1, 6, 384, MoeCudaGemm::kStream16));
+  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (24) slots per expert: 1,536 tokens at top-6.
   EXPECT_EQ(MoeCudaTileRows(768, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(831, 6, 384), 32);
-  EXPECT_EQ(MoeCudaTileRows(831, 6, 384), MoeCudaTileRows(831, 6, 384, MoeCudaGemm::kTiled));
-  EXPECT_EQ(MoeCudaTileRows(832, 6, 384), kMoeCudaWgmmaTileRows);
-  EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 16);
+  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384), 16);
+  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128), 32);
+  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+            MoeCudaTileRows(1535, 6, 384, MoeCudaGemm::kTiled));
+  EXPECT_EQ(MoeCudaTileRows(1536, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(3072, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
@@ -305,9 +317,10 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   // kAuto's 128-row tiles run the register-sourced GEMM; kWgmma forces the other one.
-  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1024, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1536, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_FALSE(MoeCudaUsesWgmmaRs(1535, 6, 384, MoeCudaGemm::kAuto));
   EXPECT_TRUE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kAuto, 5120));
-  EXPECT_FALSE(MoeCudaUsesWgmmaRs(831, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_FALSE(MoeCudaUsesWgmmaRs(831, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128));
   EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kWgmma));
   EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kTiled));
   EXPECT_TRUE(MoeCudaUsesWgmmaRs(1, 6, 384, MoeCudaGemm::kWgmmaRs));
@@ -315,6 +328,12 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kTiled), 16);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kTiled), 64);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream), 8);
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStream16), 16);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream16), 16);
+  for (MoeCudaGemm g : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma,
+                        MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStream16}) {
+    EXPECT_EQ(MoeCudaChooseGemm(700, 6, 384, g), g);  // forced: as given
+  }
 }
 
 // The streaming GEMM's activation swizzle: a permutation of every aligned group of 8 chunks, and
@@ -385,13 +404,38 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   ExpectInvalid(Validate(down), "weights.inter");
   down.tile_rows = 12;
   ExpectInvalid(Validate(down), "tile_rows");
+  // The 16-row streaming GEMM (`stream` at tile_rows 16): K up to kMoeCudaStream16MaxK; `stream`
+  // at other tile rows is refused (8 always streams).
+  down.tile_rows = kMoeCudaStream16TileRows;
+  down.stream = true;
+  ExpectInvalid(Validate(down), "weights.inter");
+  w.inter = kMoeCudaStream16MaxK;
+  ExpectInvalid(Validate(down), "ag");  // accepted, the next check fires
+  down.tile_rows = 32;
+  ExpectInvalid(Validate(down), "stream");
+  down.tile_rows = kMoeCudaStreamTileRows;
+  ExpectInvalid(Validate(down), "ag");
+  down.stream = false;
+  w.inter = kMoeCudaStreamMaxK + 128;
+  up.tile_rows = kMoeCudaStream16TileRows;
+  up.stream = true;
+  w.dim = kMoeCudaStream16MaxK + 128;
+  ExpectInvalid(Validate(up), "weights.dim");
+  up.stream = false;
+  ExpectInvalid(Validate(up), "xg");  // the tiled GEMM takes any K
+  w.dim = 256;
 
   MoeCudaParams p;
   p.weights = &w;
   p.options.top_k = 2;
   p.gemm = MoeCudaGemm::kStream;
   ExpectInvalid(Validate(p), "gemm");
-  p.gemm = static_cast<MoeCudaGemm>(5);
+  w.inter = kMoeCudaStream16MaxK + 128;
+  p.gemm = MoeCudaGemm::kStream16;
+  ExpectInvalid(Validate(p), "gemm");
+  w.inter = kMoeCudaStream16MaxK;
+  EXPECT_TRUE(Validate(p).ok());  // m = 0
+  p.gemm = static_cast<MoeCudaGemm>(6);
   w.inter = 128;
   ExpectInvalid(Validate(p), "gemm");
   p.gemm = static_cast<MoeCudaGemm>(-1);

@@ -356,8 +356,8 @@ TEST(MoeGpuLargeBatchTest, LayerOutputDoesNotDependOnTheShapes) {
       bool gather_slot_rows;
     };
     std::vector<Variant> variants;
-    for (MoeCudaGemm gemm :
-         {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
+                             MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
       variants.push_back({gemm, MoeCudaPath::kSmall, false});
       variants.push_back({gemm, MoeCudaPath::kLarge, false});
       variants.push_back({gemm, MoeCudaPath::kAuto, false});

@@ -124,6 +124,8 @@ const char* GemmTag(MoeCudaGemm gemm) {
   switch (gemm) {
     case MoeCudaGemm::kStream:
       return " [stream]";
+    case MoeCudaGemm::kStream16:
+      return " [stream 16]";
     case MoeCudaGemm::kWgmma:
       return " [wgmma]";
     case MoeCudaGemm::kWgmmaRs:
@@ -213,8 +215,8 @@ void RunCase(const LayerCase& c) {
   ASSERT_EQ(cpu.ids, ids);
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
-  for (MoeCudaGemm gemm :
-       {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
+                           MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
     const std::string name = std::string(c.name) + GemmTag(gemm);
     SCOPED_TRACE(name);
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
@@ -415,8 +417,8 @@ TEST(MoeGpuLayerTest, FixtureLayer0MatchesMoeCpu) {
       rows[tok] = with_image ? clear[tok]
                              : moe_test::RouteIsClear(logits.data() + tok * kE, kE, bias.data(), o);
     }
-    for (MoeCudaGemm gemm :
-         {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
+                             MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
       const GpuRun gpu =
           RunMoeCuda(dev->view, o, logits, x, with_image ? image : std::vector<uint8_t>{}, shared_y,
                      kTokens, nullptr, gemm);

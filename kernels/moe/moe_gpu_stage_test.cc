@@ -11,8 +11,9 @@
 // - up (w1/w3 + SwiGLU + quantiser) and down (w2): exact-arithmetic inputs (moe_test_util.h), so
 //   the GPU's sums equal LinearCpu's in any order: a, QDQ(a) and the expert outputs bit for bit,
 //   for every tile configuration of the tiled GEMM (16, 32, 64 rows), each with the default and
-//   the hoisted-address main loop, the weight-streaming GEMM (8 rows; one and two row tiles
-//   per warp, 128- and 256-wide units, experts spanning several tiles) and the wgmma GEMM (128
+//   the hoisted-address main loop, the weight-streaming GEMM (8 rows, and 16 rows as two n8
+//   tiles; one and two row tiles per warp, 128- and 256-wide units, experts spanning several
+//   tiles) and the wgmma GEMM (128
 //   rows; hand-built tilings in moe_gpu_wgmma_test.cc), E2M1 scale bytes 123..129.
 // - FP4 decoder: one-hot activations turn a w2 GEMM into a readout of every weight; all 16 codes
 //   against every scale byte 2..252 and the NaN byte, exactly.
@@ -341,8 +342,9 @@ const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},    {8, 256, 128, 2, 37
                                {6, 640, 384, 3, 50, 0.f},    {8, 256, 128, 1, 90, 10.f},
                                {4, 1024, 1280, 2, 40, 10.f}, {4, 1024, 1280, 2, 3, 10.f}};
 
-// The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM, 128 = the wgmma
-// GEMM, or with rs the register-sourced wgmma GEMM), for the tiled GEMM the hoisted-address main
+// The GEMM variants each stage test runs: tile rows (8 = the streaming GEMM, 16 with stream its
+// two-n8 form, 128 = the wgmma GEMM, or with rs the register-sourced wgmma GEMM), for the tiled
+// GEMM the hoisted-address main
 // loop (the same bits), and for the up stage the operand read by token (xg [m, D] once per token +
 // slot_token, as MoeCuda runs it by default) instead of one gathered row per slot (the down stage
 // skips those).
@@ -350,7 +352,8 @@ struct GemmVariant {
   int64_t tile_rows;
   bool hoist;
   bool by_token = false;
-  bool rs = false;  // tile_rows 128: the register-sourced wgmma GEMM
+  bool rs = false;      // tile_rows 128: the register-sourced wgmma GEMM
+  bool stream = false;  // tile_rows 16: the streaming GEMM (kStream16)
 };
 const GemmVariant kGemmVariants[] = {{16, false},
                                      {32, false},
@@ -365,7 +368,9 @@ const GemmVariant kGemmVariants[] = {{16, false},
                                      {8, false, true},
                                      {128, false, true},
                                      {128, false, false, true},
-                                     {128, false, true, true}};
+                                     {128, false, true, true},
+                                     {16, false, false, false, true},
+                                     {16, false, true, false, true}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -378,9 +383,10 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
     for (const GemmVariant& v : kGemmVariants) {
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows << " hoist " << hoist
-                                      << " by token " << v.by_token << " rs " << v.rs);
+      SCOPED_TRACE(testing::Message()
+                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
+                   << tile_rows << " hoist " << hoist << " by token " << v.by_token << " rs "
+                   << v.rs << " stream " << v.stream);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
       // By slot: row r = token slot_token[r]'s row; by token: row t = token t's row.
       const int64_t xg_rows = v.by_token ? c.m : slots;
@@ -408,6 +414,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.act = act.get<uint16_t>();
       p.hoisted_addresses = hoist;
       p.wgmma_rs = v.rs;
+      p.stream = v.stream;
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
       const auto g_ag = ToHost<uint16_t>(ag, slots * c.inter);
       const auto g_act = ToHost<uint16_t>(act, slots * c.inter);
@@ -462,7 +469,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
       SCOPED_TRACE(testing::Message()
                    << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
-                   << tile_rows << " hoist " << hoist << " rs " << v.rs);
+                   << tile_rows << " hoist " << hoist << " rs " << v.rs << " stream " << v.stream);
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -476,6 +483,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.ye = ye.get<uint16_t>();
       p.hoisted_addresses = hoist;
       p.wgmma_rs = v.rs;
+      p.stream = v.stream;
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
       const auto g_ye = ToHost<uint16_t>(ye, slots * c.dim);
       int64_t bad = 0;
@@ -521,9 +529,11 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   }
   DeviceBuffer d_ag = ToDevice(ag), d_ag_rs = ToDevice(ag_rs);
   const std::vector<int32_t> offsets = {0, static_cast<int32_t>(kRows)};
-  for (int64_t variant : {8, 16, 32, 64, 128, 129}) {
-    const int64_t tile_rows = variant == 129 ? 128 : variant;  // 129: register-sourced wgmma
-    SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " rs " << (variant == 129));
+  // 129: the register-sourced wgmma GEMM at 128; 17: the streaming GEMM at 16 (kStream16).
+  for (int64_t variant : {8, 16, 17, 32, 64, 128, 129}) {
+    const int64_t tile_rows = variant == 129 ? 128 : (variant == 17 ? 16 : variant);
+    SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " rs " << (variant == 129)
+                                    << " stream " << (variant == 17));
     const auto tiles = moe_test::TileList(offsets, tile_rows);
     DeviceBuffer d_off = ToDevice(offsets), d_tiles = ToDevice(tiles),
                  d_num = ToDevice(std::vector<int32_t>{static_cast<int32_t>(tiles.size() / 2)});
@@ -538,6 +548,7 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
     p.ag = (variant == 129 ? d_ag_rs : d_ag).get<uint16_t>();
     p.ye = ye.get<uint16_t>();
     p.wgmma_rs = variant == 129;
+    p.stream = variant == 17;
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
     const auto got = ToHost<uint16_t>(ye, kRows * kD);
     int64_t bad = 0;

@@ -9,6 +9,7 @@
 
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
@@ -29,18 +30,6 @@ static_assert(wgmma_ws::kBK == kFloatLinearCudaKStep);
 static_assert(wgmma_ws::kBN == kFloatLinearCudaWgmmaCols);
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// Opts the kernel into its dynamic shared memory once per device (bit d of `done`), so later
-// launches make no extra driver call (cheap to enqueue and to capture in a graph).
-template <typename Kernel>
-void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
 
 template <int kMT, typename TX, typename TW>
 void LaunchGemm(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,

@@ -11,6 +11,7 @@
 
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/fp8_weight_expand.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/linear_fp8_stream.cuh"
@@ -41,18 +42,6 @@ static_assert(gemm_device::kStreamRows == kLinearCudaStreamCols);
 static_assert(8 * 2 == kLinearCudaStreamMaxRows);  // two n8 tiles per CTA
 
 size_t AlignUp256(size_t v) { return (v + 255) / 256 * 256; }
-
-// Opts the kernel into its largest dynamic shared memory once per device (bit d of `done`), so
-// later launches make no extra driver call (cheap to enqueue and to capture in a graph).
-template <typename Kernel>
-void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
 
 template <int kMT>
 void LaunchGemm(const GemmArgs& g, const LinearCudaPlan& plan, cudaStream_t stream) {

@@ -11,12 +11,13 @@
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/common/side_stream.h"
 #include "kernels/moe/cuda/moe_combine.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
 #include "kernels/moe/cuda/moe_permute.cuh"
 #include "kernels/moe/cuda/moe_route.cuh"
-#include "kernels/moe/cuda/moe_stream_gemm.cuh"
+#include "kernels/moe/cuda/moe_stream_launch.h"
 #include "kernels/moe/cuda/moe_wgmma_gemm.cuh"
 #include "kernels/moe/cuda/moe_wgmma_rs_launch.h"
 #include "kernels/moe/moe_cuda.h"
@@ -72,20 +73,6 @@ void EnqueueRoute(const MoeRouteParams& p, int32_t* counts, MoeCudaPath path, cu
       MoeRouteKernel<<<Blocks(p.m, kMaxGridX), moe_device::RouteThreads(p.n_experts), 0, stream>>>(
           p, counts);
   CUDA_CHECK(cudaGetLastError());
-}
-
-// Opts the kernel into more than 48 KiB of dynamic shared memory, once per device (bit d of
-// `done`), so that later launches make no extra driver call (MoeCuda stays cheap to enqueue and
-// to capture in a graph).
-template <typename Kernel>
-void EnsureSmemLimit(Kernel* kernel, int bytes, std::atomic<uint64_t>& done) {
-  if (bytes <= 48 * 1024) return;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 // The multi-block sort: per-block counts, the scan over blocks × experts (+ offsets and tiles),
@@ -195,80 +182,11 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t k, int64_t k_step, int64_t slots, in
   return DescribeBK<kMT, kWN, kUp, 128>(n, slots, n_experts);
 }
 
-// The streaming GEMM (tile_rows 8). kRT: m16 row tiles per warp, 1 for a handful of tiles (one
-// or two tokens: twice the CTAs, so a one-token call still fills the GPU) or when N is not a
-// multiple of the two-tile CTA width, else 2 (each slot-row fragment feeds twice the weights).
-// kG: 32-K blocks per lane and unit, 2 (whole 128-byte lines per quad) when K allows.
-// forced (MoeExpertUpParams::stream_row_tiles): 1 or 2 overrides the choice (2 only where N fits).
-template <bool kUp>
-int StreamRowTiles(int64_t n, int64_t slots, int forced = 0) {
-  constexpr int64_t kWide = moe_device::StreamShape<2, kUp, 1>::kBN;
-  if (n % kWide != 0) return 1;
-  return forced != 0 ? forced : (slots > 16 ? 2 : 1);
-}
-
-template <int kRT, bool kUp, int kG>
-void LaunchStreamG(const GemmArgs& g, int64_t slots, int64_t n_experts, cudaStream_t stream) {
-  using S = moe_device::StreamShape<kRT, kUp, kG>;
-  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
-  static std::atomic<uint64_t> smem_set{0};
-  EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
-                  smem_set);
-  const int smem =
-      static_cast<int>(std::max<int64_t>(moe_device::StreamSmemBytes(g.k), S::kTileBytes));
-  const dim3 grid(static_cast<unsigned>(g.n / S::kBN),
-                  Blocks(MaxTiles(slots, n_experts, kMoeCudaStreamTileRows), kMaxGridY));
-  kernel<<<grid, moe_device::kStreamThreads, smem, stream>>>(g);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-template <bool kUp>
-void LaunchStream(const GemmArgs& g, int row_tiles, int64_t slots, int64_t n_experts,
-                  cudaStream_t stream) {
-  const bool two = StreamRowTiles<kUp>(g.n, slots, row_tiles) == 2, g2 = g.k % 256 == 0;
-  if (two) {
-    if (g2) return LaunchStreamG<2, kUp, 2>(g, slots, n_experts, stream);
-    return LaunchStreamG<2, kUp, 1>(g, slots, n_experts, stream);
-  }
-  if (g2) return LaunchStreamG<1, kUp, 2>(g, slots, n_experts, stream);
-  LaunchStreamG<1, kUp, 1>(g, slots, n_experts, stream);
-}
-
-template <int kRT, bool kUp, int kG>
-MoeCudaGemmPlan DescribeStreamG(int64_t n, int64_t k, int64_t slots, int64_t n_experts) {
-  using S = moe_device::StreamShape<kRT, kUp, kG>;
-  auto* kernel = moe_device::MoeExpertStreamKernel<kRT, kUp, kG>;
-  static std::atomic<uint64_t> smem_set{0};
-  EnsureSmemLimit(kernel, static_cast<int>(moe_device::StreamSmemBytes(kMoeCudaStreamMaxK)),
-                  smem_set);
-  const int smem =
-      static_cast<int>(std::max<int64_t>(moe_device::StreamSmemBytes(k), S::kTileBytes));
-  int ctas = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel,
-                                                           moe_device::kStreamThreads, smem));
-  MoeCudaGemmPlan plan;
-  plan.stream = true;
-  plan.tile_rows = kMoeCudaStreamTileRows;
-  plan.weight_rows = S::kRows;
-  plan.k_step = S::kUnitK;
-  plan.stages = S::kDepth;
-  plan.smem_bytes = smem;
-  plan.grid_x = n / S::kBN;
-  plan.grid_y = Blocks(MaxTiles(slots, n_experts, kMoeCudaStreamTileRows), kMaxGridY);
-  plan.ctas_per_sm = ctas;
-  plan.weight_stage_bytes = S::kRows * (S::kRowUnitBytes + S::kUnitK / 32);
-  return plan;
-}
-
-template <bool kUp>
-MoeCudaGemmPlan DescribeStream(int64_t n, int64_t k, int64_t slots, int64_t n_experts) {
-  const bool two = StreamRowTiles<kUp>(n, slots) == 2, g2 = k % 256 == 0;
-  if (two) {
-    if (g2) return DescribeStreamG<2, kUp, 2>(n, k, slots, n_experts);
-    return DescribeStreamG<2, kUp, 1>(n, k, slots, n_experts);
-  }
-  if (g2) return DescribeStreamG<1, kUp, 2>(n, k, slots, n_experts);
-  return DescribeStreamG<1, kUp, 1>(n, k, slots, n_experts);
+// The streaming GEMM (tile_rows 8, or 16 with the stage params' `stream`): cuda/moe_stream_launch.
+void LaunchStreamTiles(const GemmArgs& g, bool up, int64_t tile_rows, int row_tiles, int64_t slots,
+                       int64_t n_experts, cudaStream_t stream) {
+  moe_device::LaunchStream(g, up, tile_rows, row_tiles, slots,
+                           Blocks(MaxTiles(slots, n_experts, tile_rows), kMaxGridY), stream);
 }
 
 // The wgmma GEMM (tile_rows 128): a CTA per (256 weight rows, tile), grid-stride over the tiles.
@@ -328,7 +246,8 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.act = p.act;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      return LaunchStream<true>(g, p.stream_row_tiles, p.slots, w.n_experts, stream);
+      return LaunchStreamTiles(g, true, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
+                               stream);
     case kMoeCudaWgmmaTileRows:
       if (p.wgmma_rs) {
         return moe_device::LaunchWgmmaRs(
@@ -337,6 +256,10 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
       }
       return LaunchWgmma<true>(g, p.slots, w.n_experts, stream);
     case 16:
+      if (p.stream) {
+        return LaunchStreamTiles(g, true, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
+                                 stream);
+      }
       return LaunchGemm<1, 2, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     case 32:
       return LaunchGemm<2, 4, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
@@ -360,7 +283,8 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.out = p.ye;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      return LaunchStream<false>(g, p.stream_row_tiles, p.slots, w.n_experts, stream);
+      return LaunchStreamTiles(g, false, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
+                               stream);
     case kMoeCudaWgmmaTileRows:
       if (p.wgmma_rs) {
         return moe_device::LaunchWgmmaRs(
@@ -369,6 +293,10 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
       }
       return LaunchWgmma<false>(g, p.slots, w.n_experts, stream);
     case 16:
+      if (p.stream) {
+        return LaunchStreamTiles(g, false, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
+                                 stream);
+      }
       return LaunchGemm<1, 2, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
                                      stream);
     case 32:
@@ -394,11 +322,13 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
                                                     MoeCudaGemm gemm) {
   RETURN_IF_ERROR(Validate(weights));
   const int64_t max_k = std::max(weights.dim, weights.inter);
-  if (static_cast<int>(gemm) < 0 || static_cast<int>(gemm) > 4 ||
-      (gemm == MoeCudaGemm::kStream && max_k > kMoeCudaStreamMaxK)) {
+  if (static_cast<int>(gemm) < 0 ||
+      static_cast<int>(gemm) > static_cast<int>(MoeCudaGemm::kStream16) ||
+      (gemm == MoeCudaGemm::kStream && max_k > kMoeCudaStreamMaxK) ||
+      (gemm == MoeCudaGemm::kStream16 && max_k > kMoeCudaStream16MaxK)) {
     return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma or kWgmmaRs, or kStream "
-        "with max(D, I) above kMoeCudaStreamMaxK");
+        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma, kWgmmaRs or kStream16, "
+        "or kStream / kStream16 with max(D, I) above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK");
   }
   if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: m or top_k out of range");
@@ -406,14 +336,15 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: k_step must be 0, 128 or 256");
   }
+  const MoeCudaGemm chosen = MoeCudaChooseGemm(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
-  if (tile_rows == kMoeCudaStreamTileRows) {
-    return up ? DescribeStream<true>(n, k, slots, e) : DescribeStream<false>(n, k, slots, e);
+  if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStream16) {
+    return moe_device::DescribeStream(up, tile_rows, n, k, slots,
+                                      Blocks(MaxTiles(slots, e, tile_rows), kMaxGridY));
   }
-  if (tile_rows == kMoeCudaWgmmaTileRows &&
-      MoeCudaUsesWgmmaRs(m, top_k, weights.n_experts, gemm, max_k)) {
+  if (chosen == MoeCudaGemm::kWgmmaRs) {
     return moe_device::DescribeWgmmaRs(
         up, n, Blocks(MaxTiles(slots, e, kMoeCudaWgmmaTileRows), kMaxGridY));
   }
@@ -531,8 +462,10 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
     CUDA_CHECK(cudaMemcpyAsync(p.expert_weights, weights, sizeof(float) * slots,
                                cudaMemcpyDeviceToDevice, stream));
   }
-  const int64_t tile_rows = MoeCudaTileRows(m, k, e, p.gemm, std::max(w.dim, w.inter));
-  const bool rs = MoeCudaUsesWgmmaRs(m, k, e, p.gemm, std::max(w.dim, w.inter));
+  const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter));
+  const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
+  const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
+  const bool stream16 = gemm == MoeCudaGemm::kStream16;
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;
@@ -572,6 +505,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.hoisted_addresses = p.gemm_hoisted_addresses;
   up.stream_row_tiles = p.gemm_stream_row_tiles;
   up.wgmma_rs = rs;
+  up.stream = stream16;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -587,6 +521,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.hoisted_addresses = p.gemm_hoisted_addresses;
   down.stream_row_tiles = p.gemm_stream_row_tiles;
   down.wgmma_rs = rs;
+  down.stream = stream16;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;

@@ -3,10 +3,12 @@
 // mma A operand (m16: 16 weight rows × k16), decoded straight from registers loaded with 16-byte
 // ld.global.nc; the (up to 8) slot rows of a tile are the B operand (n8), read from shared memory.
 // No m16 tile is mostly empty, nothing of the weights passes through shared memory, and a CTA
-// needs no barrier inside its K loop. Device code of cuda/moe_launch.cu only.
+// needs no barrier inside its K loop. Device code of cuda/moe_stream_launch.cu only.
 //
-// Work split: a CTA of 8 warps owns one tile (expert e, <= 8 slot rows, the permute stage's tile
-// list with tile_rows 8, walked grid-stride over gridDim.y) and kRows weight rows (blockIdx.x).
+// Work split: a CTA of 8 warps owns one tile (expert e, <= 8·kN8 slot rows, the permute stage's
+// tile list with tile_rows 8·kN8, walked grid-stride over gridDim.y) and kRows weight rows
+// (blockIdx.x). kN8 = 2 (tile_rows 16, MoeCudaGemm::kStream16): every decoded A fragment feeds
+// two n8 mma, one per 8 slot rows, so each weight word decoded serves twice the slot rows.
 // Warp w owns kRT m16 row tiles; for the up projection an m16 tile is 8 w1 (gate) rows and the
 // same 8 rows of w3 (up), so the SwiGLU pairs meet in one thread (accumulators c0/c2, c1/c3).
 // K is streamed in units of kG·128: in a unit, the quad lane tig holds the kG consecutive 32-K
@@ -37,30 +39,37 @@ namespace flashserve::kernels::moe_device {
 
 namespace moe_cuda_internal = ::flashserve::kernels::moe_cuda_internal;
 
-inline constexpr int kStreamThreads = 256;
-inline constexpr int kStreamWarps = kStreamThreads / 32;
-inline constexpr int kStreamSlots = 8;  // slot rows per tile: the mma's n8
-
-template <int kRT, bool kUp, int kG>
+template <int kRT, bool kUp, int kG, int kN8 = 1>
 struct StreamShape {
   static_assert(kRT == 1 || kRT == 2);
   static_assert(kG == 1 || kG == 2);
-  static constexpr int kRows = 16 * kRT * kStreamWarps;  // weight rows per CTA
-  static constexpr int kBN = kUp ? kRows / 2 : kRows;    // output columns per CTA
-  static constexpr int kUnitK = 128 * kG;                // K per unit
-  static constexpr int kRowUnitBytes = kUnitK / 2;       // FP4 bytes of one row per unit
+  static_assert(kN8 == 1 || kN8 == 2);
+  static constexpr int kSlots = 8 * kN8;  // slot rows per tile: kN8 mma n8 tiles
+  // Warps per CTA: 8, and 16 for 16-slot tiles, whose activation rows (16 × K bf16: 160 KB at D
+  // 5120) leave room for one CTA per SM; one CTA of 8 warps streamed weights at 2.0–2.4 TB/s
+  // against the 8-slot kernel's 3.0 (two CTAs of 8 warps).
+  static constexpr int kWarps = kN8 == 2 ? 16 : 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * kRT * kWarps;      // weight rows per CTA
+  static constexpr int kBN = kUp ? kRows / 2 : kRows;  // output columns per CTA
+  static constexpr int kUnitK = 128 * kG;              // K per unit
+  static constexpr int kRowUnitBytes = kUnitK / 2;     // FP4 bytes of one row per unit
+  // CTAs per SM the kernel is compiled for: either way 16 warps of <= 128 registers.
+  static constexpr int kMinBlocks = kN8 == 2 ? 1 : 2;
   // Register ring depth (units loaded ahead + the one being computed): 4 for one row tile per
   // warp (3 units, 6 KB per warp in flight), 2 for two (4 KB per warp; registers). Twice as many
   // 128-K units (the same registers, more bytes in flight) was slower at every batch (README.md).
   static constexpr int kDepth = kRT == 1 ? 4 : 2;
   static constexpr int kTilePitch = kBN + 8;  // bf16 elements per row of the SwiGLU tile
-  static constexpr int kTileBytes = kUp ? kStreamSlots * kTilePitch * 2 : 0;
+  static constexpr int kTileBytes = kUp ? kSlots * kTilePitch * 2 : 0;
   static_assert(!kUp || kBN % 32 == 0, "the quantiser needs whole 32-blocks per CTA");
 };
 
-// Shared-memory bytes of a tile's activations: kStreamSlots rows of K bf16 (row pitch 2·K, a
-// multiple of 256 bytes), plus nothing else (the up epilogue tile overlays them).
-__host__ __device__ constexpr int64_t StreamSmemBytes(int64_t k) { return kStreamSlots * 2 * k; }
+// Shared-memory bytes of a tile's activations: 8·kN8 rows of K bf16 (row pitch 2·K, a multiple of
+// 256 bytes), plus nothing else (the up epilogue tile overlays them).
+__host__ __device__ constexpr int64_t StreamSmemBytes(int64_t k, int n8 = 1) {
+  return 8 * n8 * 2 * k;
+}
 
 // The 16-byte chunk c of activation row t is stored at chunk StreamSwizzle(c, t)
 // (moe_cuda_internal.h's MoeStreamSwizzle: a bijection per 8 chunks; the 8 chunks a quarter warp
@@ -88,23 +97,31 @@ struct StreamUnit {
   uint32_t s[kRT][2];
 };
 
-// The thread's weight and scale pointers for the current unit (advanced by Load).
-template <int kRT, int kG>
+// The thread's weight and scale reads for the current unit (advanced by Load): the tile's expert's
+// codes and scales of each projection, and per row tile a 32-bit byte offset of the thread's row
+// grp into them (an expert's projection is N·K/2 bytes: at most 32 MiB with K <= 8192). Row grp
+// + 8 (down) is h_off = 8·K/2 bytes on. A row's scale bytes are at offset / 16 in the scales (K/2
+// code bytes per K/32 scale bytes, 16·kG·tig per kG·tig, a unit's 64·kG per 4·kG), so one offset
+// serves both: fewer live registers than a pointer per row and array.
+template <int kRT, int kG, bool kUp>
 struct StreamCursor {
-  const uint8_t* w[kRT][2];
-  const uint8_t* s[kRT][2];
+  const uint8_t* w[kUp ? 2 : 1];  // up: w1 (h = 0) and w3 (h = 1) rows; down: w2
+  const uint8_t* s[kUp ? 2 : 1];
+  uint32_t off[kRT];
+  uint32_t h_off;  // down: row grp + 8; up: 0 (h selects the projection instead)
 
   __device__ __forceinline__ void Load(StreamUnit<kRT, kG>& u) {
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        const int p = kUp ? h : 0;
+        const uint32_t o = off[rt] + (kUp || h == 0 ? 0u : h_off);
 #pragma unroll
-        for (int b = 0; b < kG; ++b) u.q[rt][h][b] = LoadStream16(w[rt][h] + 16 * b);
-        u.s[rt][h] = LoadScaleBytes<kG>(s[rt][h]);
-        w[rt][h] += 64 * kG;
-        s[rt][h] += 4 * kG;
+        for (int b = 0; b < kG; ++b) u.q[rt][h][b] = LoadStream16(w[p] + o + 16 * b);
+        u.s[rt][h] = LoadScaleBytes<kG>(s[p] + (o >> 4));
       }
+      off[rt] += 64 * kG;
     }
   }
 };
@@ -113,13 +130,15 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int s) {
   return s == 0 ? v.x : (s == 1 ? v.y : (s == 2 ? v.z : v.w));
 }
 
-// acc[rt] += the unit's products. `act` is the byte offset in shared memory of this lane's slot
-// row's first chunk of the unit after the swizzle's XOR (chunk j of the thread's kG blocks is at
-// act ^ (16·j)). kWide: a scale byte of the warp's rows is above 128 (DecodeFp4x8Wide).
-template <int kRT, int kG, bool kWide>
+// acc[n][rt] += the unit's products. `act` is the byte offset in shared memory of this lane's
+// slot row's first chunk of the unit after the swizzle's XOR (chunk j of the thread's kG blocks
+// is at act ^ (16·j)); n8 tile n reads the row 8·n below it, `n8_stride` bytes on (rows t and
+// t + 8 share the swizzle: it depends on the row's parity only). kWide: a scale byte of the
+// warp's rows is above 128 (DecodeFp4x8Wide).
+template <int kRT, int kG, int kN8, bool kWide>
 __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
                                                   const unsigned char* smem, uint32_t act,
-                                                  float (&acc)[kRT][4]) {
+                                                  uint32_t n8_stride, float (&acc)[kN8][kRT][4]) {
 #pragma unroll
   for (int b = 0; b < kG; ++b) {
     uint32_t m1[kRT][2];
@@ -132,7 +151,11 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
     }
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      const uint4 x = LoadShared16(smem + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
+      uint4 x[kN8];
+#pragma unroll
+      for (int n = 0; n < kN8; ++n) {
+        x[n] = LoadShared16(smem + n * n8_stride + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
+      }
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt) {
         uint32_t p[4], q[4];
@@ -143,25 +166,28 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
           DecodeFp4x8(Word(u.q[rt][0][b], s), m1[rt][0], p);
           DecodeFp4x8(Word(u.q[rt][1][b], s), m1[rt][1], q);
         }
-        MmaBf16(acc[rt], p[0], q[0], p[1], q[1], x.x, x.y);
-        MmaBf16(acc[rt], p[2], q[2], p[3], q[3], x.z, x.w);
+#pragma unroll
+        for (int n = 0; n < kN8; ++n) {
+          MmaBf16(acc[n][rt], p[0], q[0], p[1], q[1], x[n].x, x[n].y);
+          MmaBf16(acc[n][rt], p[2], q[2], p[3], q[3], x[n].z, x[n].w);
+        }
       }
     }
   }
 }
 
-template <int kRT, int kG>
+template <int kRT, int kG, int kN8>
 __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
                                               const unsigned char* smem, uint32_t act,
-                                              float (&acc)[kRT][4]) {
+                                              uint32_t n8_stride, float (&acc)[kN8][kRT][4]) {
   bool wide = false;
 #pragma unroll
   for (int rt = 0; rt < kRT; ++rt) wide |= HasWideScale(u.s[rt][0]) || HasWideScale(u.s[rt][1]);
   // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
   if (!__any_sync(0xFFFFFFFFu, wide)) {
-    StreamComputeUnit<kRT, kG, false>(u, smem, act, acc);
+    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, acc);
   } else {
-    StreamComputeUnit<kRT, kG, true>(u, smem, act, acc);
+    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, acc);
   }
 }
 
@@ -175,9 +201,9 @@ __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
 // the stack.
 __device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, int64_t n,
                                                 const uint16_t* tile, int pitch, int blocks,
-                                                int64_t n0, int64_t row0, int rows) {
+                                                int64_t n0, int64_t row0, int rows, int warps) {
   const int lane = threadIdx.x % 32;
-  for (int u = threadIdx.x / 32; u < rows * blocks; u += kStreamWarps) {  // warp-uniform
+  for (int u = threadIdx.x / 32; u < rows * blocks; u += warps) {  // warp-uniform
     const int rl = u / blocks, cb = u % blocks;
     const int64_t r = row0 + rl;
     StoreQuantizedBlock32Warp(tile + rl * pitch + cb * 32, act, out, r * n + n0 + cb * 32, lane);
@@ -187,88 +213,93 @@ __device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, in
 // Up projection epilogue: SwiGLU (the tiled GEMM's SwiGluBf16) into a bf16 tile in shared memory
 // (overlaying the activations: the caller has synchronised), then the FP8 quantiser per 32
 // columns of each slot row (StoreUp's second half, same code).
-template <int kRT, int kG>
-__device__ __forceinline__ void StreamStoreUp(const GemmArgs& g, const float (&acc)[kRT][4],
+template <int kRT, int kG, int kN8>
+__device__ __forceinline__ void StreamStoreUp(const GemmArgs& g, const float (&acc)[kN8][kRT][4],
                                               unsigned char* smem, int64_t n0, int64_t row0,
                                               int rows) {
-  using S = StreamShape<kRT, true, kG>;
+  // Columns past N (the last CTA column of a partial width) are in the tile but not quantised.
+  using S = StreamShape<kRT, true, kG, kN8>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp = lane / 4, tig = lane % 4;
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const int t = 2 * tig + c;
-    if (t >= rows) continue;
-    const float w = g.slot_weight[row0 + t];
+  for (int n = 0; n < kN8; ++n) {
 #pragma unroll
-    for (int rt = 0; rt < kRT; ++rt) {
-      const int col = (warp * kRT + rt) * 8 + grp;
-      const uint32_t a = SwiGluBf16(acc[rt][c], acc[rt][2 + c], g.swiglu_limit, w, true);
-      tile[t * S::kTilePitch + col] = static_cast<uint16_t>(a);
+    for (int c = 0; c < 2; ++c) {
+      const int t = 8 * n + 2 * tig + c;
+      if (t >= rows) continue;
+      const float w = g.slot_weight[row0 + t];
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+        const int col = (warp * kRT + rt) * 8 + grp;
+        const uint32_t a = SwiGluBf16(acc[n][rt][c], acc[n][rt][2 + c], g.swiglu_limit, w, true);
+        tile[t * S::kTilePitch + col] = static_cast<uint16_t>(a);
+      }
     }
   }
   __syncthreads();
-  StreamQuantizeRows(g.out, g.act, g.n, tile, S::kTilePitch, S::kBN / 32, n0, row0, rows);
+  const int blocks = static_cast<int>(min(int64_t{S::kBN}, g.n - n0) / 32);
+  StreamQuantizeRows(g.out, g.act, g.n, tile, S::kTilePitch, blocks, n0, row0, rows, S::kWarps);
 }
 
 // Down projection epilogue: ye = bf16(acc), c0/c1 the row grp column, c2/c3 the row grp + 8 one.
-template <int kRT>
-__device__ __forceinline__ void StreamStoreDown(const GemmArgs& g, const float (&acc)[kRT][4],
+template <int kRT, int kN8>
+__device__ __forceinline__ void StreamStoreDown(const GemmArgs& g, const float (&acc)[kN8][kRT][4],
                                                 int64_t n0, int64_t row0, int rows) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp = lane / 4, tig = lane % 4;
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const int t = 2 * tig + c;
-    if (t >= rows) continue;
-    uint16_t* out = g.out + (row0 + t) * g.n + n0;
+  for (int n = 0; n < kN8; ++n) {
 #pragma unroll
-    for (int rt = 0; rt < kRT; ++rt) {
-      const int col = (warp * kRT + rt) * 16 + grp;
-      out[col] = static_cast<uint16_t>(exact::F32ToBf16(acc[rt][c]));
-      out[col + 8] = static_cast<uint16_t>(exact::F32ToBf16(acc[rt][2 + c]));
+    for (int c = 0; c < 2; ++c) {
+      const int t = 8 * n + 2 * tig + c;
+      if (t >= rows) continue;
+      uint16_t* out = g.out + (row0 + t) * g.n + n0;
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+        const int col = (warp * kRT + rt) * 16 + grp;
+        out[col] = static_cast<uint16_t>(exact::F32ToBf16(acc[n][rt][c]));
+        out[col + 8] = static_cast<uint16_t>(exact::F32ToBf16(acc[n][rt][2 + c]));
+      }
     }
   }
 }
 
-template <int kRT, bool kUp, int kG>
-__global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmArgs g) {
-  using S = StreamShape<kRT, kUp, kG>;
+template <int kRT, bool kUp, int kG, int kN8>
+__global__ void __launch_bounds__((StreamShape<kRT, kUp, kG, kN8>::kThreads),
+                                  (StreamShape<kRT, kUp, kG, kN8>::kMinBlocks))
+    MoeExpertStreamKernel(GemmArgs g) {
+  using S = StreamShape<kRT, kUp, kG, kN8>;
   extern __shared__ __align__(128) unsigned char stream_smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp = lane / 4, tig = lane % 4;
   const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
   const int num_tiles = *g.num_tiles;
-  const int units = static_cast<int>(g.k / S::kUnitK);
+  // The last CTA column may reach past N (a multiple of 128, so whole warps): those warps load
+  // and compute nothing (no units), store nothing, and only take part in the barriers.
+  const bool active = n0 + warp * kRT * (kUp ? 8 : 16) < g.n;  // warp-uniform
+  const int units = active ? static_cast<int>(g.k / S::kUnitK) : 0;
   const int64_t row_bytes = g.k / 2, scale_bytes = g.k / 32;
   for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
     const int64_t e = g.tiles[2 * tile];
     const int64_t row0 = g.tiles[2 * tile + 1];
-    const int rows = static_cast<int>(min(row0 + kStreamSlots, int64_t{g.offsets[e + 1]}) - row0);
+    const int rows = static_cast<int>(min(row0 + S::kSlots, int64_t{g.offsets[e + 1]}) - row0);
 
     // Weight cursors, then the first units in flight before the activations are waited for.
-    StreamCursor<kRT, kG> cur;
+    StreamCursor<kRT, kG, kUp> cur;
+    const int64_t expert_rows = e * g.n;
+#pragma unroll
+    for (int p = 0; p < (kUp ? 2 : 1); ++p) {
+      cur.w[p] = (p == 0 ? g.w : g.w_up) + expert_rows * row_bytes;
+      cur.s[p] = (p == 0 ? g.w_scale : g.w_up_scale) + expert_rows * scale_bytes;
+    }
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int64_t nrow;
-        const uint8_t* w;
-        const uint8_t* sc;
-        if constexpr (kUp) {
-          nrow = n0 + (warp * kRT + rt) * 8 + grp;
-          w = h == 0 ? g.w : g.w_up;
-          sc = h == 0 ? g.w_scale : g.w_up_scale;
-        } else {
-          nrow = n0 + (warp * kRT + rt) * 16 + grp + 8 * h;
-          w = g.w;
-          sc = g.w_scale;
-        }
-        const int64_t grow = e * g.n + nrow;
-        cur.w[rt][h] = w + grow * row_bytes + 16 * kG * tig;
-        cur.s[rt][h] = sc + grow * scale_bytes + kG * tig;
-      }
+      // Up: row grp of the 8 gate (w1) and the same 8 up (w3) rows; down: rows grp, grp + 8.
+      const int64_t nrow = n0 + (warp * kRT + rt) * (kUp ? 8 : 16) + grp;
+      cur.off[rt] = static_cast<uint32_t>(nrow * row_bytes + 16 * kG * tig);
     }
+    cur.h_off = static_cast<uint32_t>(8 * row_bytes);
     StreamUnit<kRT, kG> ring[S::kDepth];
 #pragma unroll
     for (int i = 0; i < S::kDepth; ++i) {
@@ -280,7 +311,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
     for (int t = 0; t < rows; ++t) {
       const uint16_t* src = ARow(g, row0 + t);
       unsigned char* dst = stream_smem + t * 2 * g.k;
-      for (int c = threadIdx.x; c < chunks; c += kStreamThreads) {
+      for (int c = threadIdx.x; c < chunks; c += S::kThreads) {
         CpAsync16(dst + 16 * StreamSwizzle(static_cast<uint32_t>(c), static_cast<uint32_t>(t)),
                   src + 8 * c, true);
       }
@@ -289,18 +320,22 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
     CpAsyncWait<0>();
     __syncthreads();
 
-    float acc[kRT][4];
+    float acc[kN8][kRT][4];
 #pragma unroll
-    for (int rt = 0; rt < kRT; ++rt) {
+    for (int n = 0; n < kN8; ++n) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[rt][q] = 0.f;
+      for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[n][rt][q] = 0.f;
+      }
     }
-    // Lane (grp, tig) reads slot row grp (rows past the tile's hold stale data: they reach only
-    // output columns that are never stored). Its first 16-byte chunk of unit u is c0 = 4·kG·(4u +
-    // tig); the swizzle's XOR term depends on bits 3 and 4 only, which adding the chunk index
-    // j < 4·kG does not change (c0's low 3 bits are 0, or 4 with kG = 1 where j < 4), so chunk j
-    // sits at StreamSwizzle(c0) ^ j.
+    // Lane (grp, tig) reads slot row grp, and grp + 8·n for n8 tile n (rows past the tile's hold
+    // stale data: they reach only output columns that are never stored). Its first 16-byte chunk of
+    // unit u is c0 = 4·kG·(4u + tig); the swizzle's XOR term depends on bits 3 and 4 only, which
+    // adding the chunk index j < 4·kG does not change (c0's low 3 bits are 0, or 4 with kG = 1
+    // where j < 4), so chunk j sits at StreamSwizzle(c0) ^ j.
     const uint32_t row_base = static_cast<uint32_t>(grp * 2 * g.k);
+    const uint32_t n8_stride = static_cast<uint32_t>(8 * 2 * g.k);
     for (int u0 = 0; u0 < units; u0 += S::kDepth) {
 #pragma unroll
       for (int i = 0; i < S::kDepth; ++i) {
@@ -308,16 +343,16 @@ __global__ void __launch_bounds__(kStreamThreads, 2) MoeExpertStreamKernel(GemmA
         if (u < units) {
           const uint32_t c0 = static_cast<uint32_t>(4 * kG * (4 * u + tig));
           const uint32_t act = row_base + 16 * StreamSwizzle(c0, static_cast<uint32_t>(grp));
-          StreamCompute<kRT, kG>(ring[i], stream_smem, act, acc);
+          StreamCompute<kRT, kG, kN8>(ring[i], stream_smem, act, n8_stride, acc);
           if (u + S::kDepth < units) cur.Load(ring[i]);
         }
       }
     }
     __syncthreads();  // every warp is done with the activations (the up tile overlays them)
     if constexpr (kUp) {
-      StreamStoreUp<kRT, kG>(g, acc, stream_smem, n0, row0, rows);
+      StreamStoreUp<kRT, kG, kN8>(g, acc, stream_smem, n0, row0, rows);
     } else {
-      StreamStoreDown<kRT>(g, acc, n0, row0, rows);
+      if (active) StreamStoreDown<kRT, kN8>(g, acc, n0, row0, rows);
     }
     __syncthreads();  // the next tile refills the shared memory
   }

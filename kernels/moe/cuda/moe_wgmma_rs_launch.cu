@@ -6,30 +6,18 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/moe/cuda/moe_wgmma_rs_gemm.cuh"
 #include "kernels/moe/cuda/moe_wgmma_rs_launch.h"
 
 namespace flashserve::kernels::moe_device {
 namespace {
 
-// Opts `kernel` into kRsSmemBytes of dynamic shared memory once per device (bit d of `done`), so
-// later launches make no extra driver call.
-template <typename Kernel>
-void EnsureRsSmem(Kernel* kernel, std::atomic<uint64_t>& done) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if ((done.load(std::memory_order_acquire) & bit) != 0) return;
-  CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRsSmemBytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 template <bool kUp>
 auto* RsKernel() {
   static std::atomic<uint64_t> smem_set{0};
   auto* kernel = MoeExpertWgmmaRsKernel<kUp>;
-  EnsureRsSmem(kernel, smem_set);
+  EnsureSmemLimit(kernel, kRsSmemBytes, smem_set);
   return kernel;
 }
 
