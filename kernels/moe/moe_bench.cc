@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2|3|4|5] [--gather-slots 0|1] [--stream-rt 0|1|2]
+//             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -26,27 +26,25 @@
 // column says which shapes ran (route/sort, s = small, L = large). --hoist 1: the GEMMs' main
 // loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
 // outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
-// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma, 4 = register-sourced wgmma, 5 =
-// weight-streaming with 16-row tiles), for the layer and the up / down stage times; the "paths"
-// column's third letter says which ran (T tiled, S streaming, 2 streaming 16-row, W wgmma, R
-// register-sourced wgmma), and the launch table's rows = 8 / 128 mark the streaming / wgmma
-// GEMMs. --gather-slots 1: the
-// permute writes top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the
-// round-3 gather; default 0: once per token, the up GEMM reading by slot_token), for the layer and
-// the perm / up stage times, to A/B on one build. Per token count the layer
-// also runs once with both small and once with both large shapes forced: y and the ids must be
-// byte-identical (one line each after the table; a difference makes the exit code 1).
-// Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
-// of one call + synchronize, and the replay of a CUDA graph of one call.
-// Shared expert (--shared 1, the default): a second table times, per token count, MoeCuda with
-// the FP8 shared expert run inside it (MoeCudaParams::shared, w1/w3 fused into one [2·Is, D]
-// w13, Is = 2304) and LaunchMoeSharedExpert alone (fused w13, and w1 + w3 as two GEMMs); the
-// calls cycle through 4 device copies of each form of the shared weights (35.4 MB of FP8 codes +
-// scales each, 141 MB per form, more than the L2) so no call finds them in L2. shared GB/s = its
-// weight bytes over the shared-only time. Before timing, m = 1 and m = 4 are checked against MoeCpu
-// (exact mode, only the touched experts built on the host) with the GPU test's tolerances, routed
-// only and (with --shared 1) with the GPU shared expert against MoeCpu's; a failure makes the exit
-// code 1.
+// 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma, 4 = register-sourced wgmma, 5 /
+// 6 = weight-streaming with 16- / 32-row tiles), for the layer and the up / down stage times; the
+// "paths" column's third letter says which ran (T tiled, S streaming, 2 / 4 streaming 16- /
+// 32-row, W wgmma, R register-sourced wgmma), and the launch table's rows = 8 / 128 mark the
+// streaming / wgmma GEMMs. --gather-slots 1: the permute writes top_k copies of each token's QDQ
+// row (MoeCudaParams::gather_slot_rows, the round-3 gather; default 0: once per token, the up GEMM
+// reading by slot_token), for the layer and the perm / up stage times, to A/B on one build. Per
+// token count the layer also runs once with both small and once with both large shapes forced: y
+// and the ids must be byte-identical (one line each after the table; a difference makes the exit
+// code 1). Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host
+// wall time of one call + synchronize, and the replay of a CUDA graph of one call. Shared expert
+// (--shared 1, the default): a second table times, per token count, MoeCuda with the FP8 shared
+// expert run inside it (MoeCudaParams::shared, w1/w3 fused into one [2·Is, D] w13, Is = 2304) and
+// LaunchMoeSharedExpert alone (fused w13, and w1 + w3 as two GEMMs); the calls cycle through 4
+// device copies of each form of the shared weights (35.4 MB of FP8 codes + scales each, 141 MB per
+// form, more than the L2) so no call finds them in L2. shared GB/s = its weight bytes over the
+// shared-only time. Before timing, m = 1 and m = 4 are checked against MoeCpu (exact mode, only the
+// touched experts built on the host) with the GPU test's tolerances, routed only and (with --shared
+// 1) with the GPU shared expert against MoeCpu's; a failure makes the exit code 1.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -251,7 +249,7 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.stream_row_tiles = o.stream_rt;
   s.up.wgmma_rs = MoeCudaUsesWgmmaRs(c.m, kK, kE, o.gemm, std::max(kD, kI));
   s.down.wgmma_rs = s.up.wgmma_rs;
-  s.up.stream = MoeCudaUsesStream16(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  s.up.stream = MoeCudaUsesWideStream(c.m, kK, kE, o.gemm, std::max(kD, kI));
   s.down.stream = s.up.stream;
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
@@ -265,6 +263,8 @@ const char* GemmName(MoeCudaGemm gemm) {
       return "streaming";
     case MoeCudaGemm::kStream16:
       return "streaming 16-row";
+    case MoeCudaGemm::kStream32:
+      return "streaming 32-row";
     case MoeCudaGemm::kWgmma:
       return "wgmma";
     case MoeCudaGemm::kWgmmaRs:
@@ -281,6 +281,8 @@ const char* GemmLetter(MoeCudaGemm gemm) {
       return "S";
     case MoeCudaGemm::kStream16:
       return "2";
+    case MoeCudaGemm::kStream32:
+      return "4";
     case MoeCudaGemm::kWgmma:
       return "W";
     case MoeCudaGemm::kWgmmaRs:
@@ -392,7 +394,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5] [--gather-slots 0|1] "
+                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6] [--gather-slots 0|1] "
                    "[--stream-rt 0|1|2]\n",
                    argv[0]);
       return 2;
@@ -419,10 +421,10 @@ int Main(int argc, char** argv) {
       (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
     } else if (a == "--gemm") {
       const int gemm = std::atoi(v.c_str());
-      if (gemm < 0 || gemm > 5) {
+      if (gemm < 0 || gemm > 6) {
         std::fprintf(stderr,
                      "--gemm must be 0 (auto), 1 (tiled), 2 (streaming), 3 (wgmma), 4 (wgmma "
-                     "RS) or 5 (streaming 16-row)\n");
+                     "RS), 5 (streaming 16-row) or 6 (streaming 32-row)\n");
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
@@ -506,7 +508,8 @@ int Main(int argc, char** argv) {
   std::vector<double> routed_us;
 
   std::printf(
-      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS, 5 streaming 16-row), k_step %ld "
+      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS, 5 / 6 streaming 16- / 32-row), "
+      "k_step %ld "
       "(0 = "
       "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "
       "auto, 1 small, 2 large)\n",

@@ -195,8 +195,9 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 
 // Which expert GEMM runs the up / down stages. The tile size selects it: tile_rows 8 is the
 // weight-streaming GEMM (weights as the mma A operand, decoded from registers; the <= 8 slot rows
-// of a tile as B; no K-loop barrier), and with the stage params' `stream` tile_rows 16 is the same
-// GEMM with two n8 slot tiles per decoded weight (kStream16), 16 / 32 / 64 the tiled GEMM (slot
+// of a tile as B; no K-loop barrier), and with the stage params' `stream` tile_rows 16 / 32 are
+// the same GEMM with two / four n8 slot tiles per decoded weight (kStream16 / kStream32), 16 / 32
+// / 64 without it the tiled GEMM (slot
 // rows as A, a cp.async
 // ring of weights, mma.sync), 128 the wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights
 // decoded into 128-byte-swizzled bf16 shared memory, wgmma.mma_async m64n256k16) or, with the same
@@ -206,8 +207,10 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // fp32 summation order can differ). kAuto (MoeCudaChooseGemm): streaming for few slots per expert
 // (m·top_k <= 8·E, i.e. up to 512 tokens at E 384 top-6; measured on the H200: at 512 tokens
 // streaming 3.39 ms vs tiled 4.29 ms) when D and I are at most kMoeCudaStreamMaxK; the 16-row
-// streaming GEMM above that while D and I are at most kMoeCudaStream16MaxK; the register-sourced
-// wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma
+// streaming GEMM above that up to kMoeCudaStream16MaxSlotsPerExpert while D and I are at most
+// kMoeCudaStream16MaxK, the 32-row one (its activations staged in K chunks) beyond; the
+// register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average;
+// else tiled. kWgmma
 // (the shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and
 // stays for A/B only.
 enum class MoeCudaGemm : int {
@@ -217,22 +220,28 @@ enum class MoeCudaGemm : int {
   kWgmma = 3,     // tile_rows 128
   kWgmmaRs = 4,   // tile_rows 128, the stage params' wgmma_rs (kAuto's choice at tile_rows 128)
   kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
+  kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
 inline constexpr int64_t kMoeCudaStream16TileRows = 16;
+inline constexpr int64_t kMoeCudaStream32TileRows = 32;
 // The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 inline constexpr int64_t kMoeCudaStream16MaxK = 7168;
 // kAuto streams up to this many slots per expert on average.
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
 inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
-// kAuto takes the register-sourced wgmma GEMM (kWgmmaRs) from this many slots per expert on
-// average (m·top_k >= 24·E: 1,536 tokens at E 384 top-6); below, the 16-row streaming GEMM
-// (kStream16) from 8 slots per expert. Measured on the H200 (bench_moe --iters 10 --warmup 2
-// --shared 0, layer without the shared expert; 2026-11-30): 768 tokens kStream16 2.91 ms against
-// the tiled GEMM's 4.87 (the previous kAuto choice), 1,024: 3.60 vs kWgmmaRs 4.96, 1,280: 4.54 vs
-// 4.96, 1,536: 5.02 vs 5.01, 2,048: 6.25 vs 5.12 ms (README.md "16-row tiles").
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 24;
+// kAuto takes the streaming GEMM with 16-row tiles (kStream16) above
+// kMoeCudaStreamMaxSlotsPerExpert up to this many slots per expert on average (1,152 tokens at E
+// 384 top-6), then 32-row tiles (kStream32), and the register-sourced wgmma GEMM (kWgmmaRs) from
+// kMoeCudaWgmmaMinSlotsPerExpert (1,792 tokens). Measured on the H200 (bench_moe --iters 10
+// --warmup 2 --shared 0, the layer without the shared expert; 2026-11-30; kStream16 / kStream32 /
+// kWgmmaRs): 768 tokens 2.91 / 3.88 / — ms (the tiled GEMM, the choice before: 4.87), 1,024: 3.60
+// / 4.02 / 4.96, 1,280: 4.54 / — / 4.96, 1,536: 5.02 / 4.44 / 5.01, 2,048: 6.25 / 5.87 / 5.12
+// (README.md "16-row tiles", "32-row tiles"); the thresholds between measured counts are
+// interpolated.
+inline constexpr int64_t kMoeCudaStream16MaxSlotsPerExpert = 18;
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 28;
 
 // The GEMM a call with these arguments runs (never kAuto): a forced `gemm` as given; kAuto by
 // the mean slots per expert (see MoeCudaGemm), the streaming GEMMs only where `max_k` = max(D, I)
@@ -245,10 +254,10 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
 bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                         int64_t max_k = 0);
 
-// Whether the call runs the 16-row streaming GEMM (MoeCudaChooseGemm gives kStream16): the stage
-// params' `stream` at tile_rows 16. Pure.
-bool MoeCudaUsesStream16(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                         int64_t max_k = 0);
+// Whether the call runs the streaming GEMM with 16- or 32-row tiles (MoeCudaChooseGemm gives
+// kStream16 or kStream32): the stage params' `stream`. Pure.
+bool MoeCudaUsesWideStream(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                           int64_t max_k = 0);
 
 // Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 128
 // (kWgmma, kWgmmaRs), and for kTiled 16 (a few tokens per expert), 32 or 64 from the mean number
@@ -293,8 +302,9 @@ struct MoeExpertUpParams {
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
   bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
                              // operand rows in MoeRsOperandColumn order
-  bool stream = false;       // tile_rows 16: the streaming GEMM (kStream16; D <=
-                             // kMoeCudaStream16MaxK) instead of the tiled one; 8 always streams
+  bool stream = false;       // tile_rows 16 / 32: the streaming GEMM (kStream16, D <=
+                             // kMoeCudaStream16MaxK / kStream32) instead of the tiled one; 8
+                             // always streams
   int stream_row_tiles = 0;  // tile_rows 8 / 16 streaming: m16 row tiles per warp, 0 = automatic,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
@@ -318,8 +328,9 @@ struct MoeExpertDownParams {
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
   bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
                              // operand rows in MoeRsOperandColumn order
-  bool stream = false;       // tile_rows 16: the streaming GEMM (kStream16; I <=
-                             // kMoeCudaStream16MaxK) instead of the tiled one; 8 always streams
+  bool stream = false;       // tile_rows 16 / 32: the streaming GEMM (kStream16, I <=
+                             // kMoeCudaStream16MaxK / kStream32) instead of the tiled one; 8
+                             // always streams
   int stream_row_tiles = 0;  // tile_rows 8 / 16 streaming: m16 row tiles per warp, 0 = automatic,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
@@ -346,7 +357,7 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // What one GEMM launch of a call looks like on the current device (for benches and tuning):
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
-  bool stream = false;             // the streaming GEMM (tile_rows 8 or 16)
+  bool stream = false;             // the streaming GEMM (tile_rows 8, 16 or 32)
   bool wgmma = false;              // a wgmma GEMM (tile_rows 128)
   bool wgmma_rs = false;           // the register-sourced one (kWgmmaRs)
   int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)

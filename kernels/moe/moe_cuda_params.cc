@@ -94,10 +94,11 @@ absl::Status CheckTileRows(const char* op, int64_t tile_rows) {
 // shared memory; `stream` selects it at tile_rows 16 only.
 absl::Status CheckStream(const char* op, const char* field, int64_t tile_rows, bool stream,
                          int64_t k) {
-  if (stream && tile_rows != kMoeCudaStreamTileRows && tile_rows != kMoeCudaStream16TileRows) {
+  if (stream && tile_rows != kMoeCudaStreamTileRows && tile_rows != kMoeCudaStream16TileRows &&
+      tile_rows != kMoeCudaStream32TileRows) {
     return Invalid(op, "stream",
                    absl::StrFormat("is set but tile_rows is %d (the streaming GEMM takes tile_rows "
-                                   "8 or 16)",
+                                   "8, 16 or 32)",
                                    tile_rows));
   }
   if (tile_rows == kMoeCudaStreamTileRows && k > kMoeCudaStreamMaxK) {
@@ -110,15 +111,20 @@ absl::Status CheckStream(const char* op, const char* field, int64_t tile_rows, b
                    absl::StrFormat("is %d, the streaming GEMM at tile_rows 16 takes K <= %d", k,
                                    kMoeCudaStream16MaxK));
   }
+  if (stream && tile_rows == kMoeCudaStream32TileRows && k > kMoeCudaStreamMaxK) {
+    return Invalid(op, field,
+                   absl::StrFormat("is %d, the streaming GEMM at tile_rows 32 takes K <= %d", k,
+                                   kMoeCudaStreamMaxK));
+  }
   return absl::OkStatus();
 }
 
 absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) {
   const int v = static_cast<int>(gemm);
-  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStream16)) {
+  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStream32)) {
     return Invalid(op, field,
-                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream, kWgmma, kWgmmaRs or "
-                                   "kStream16",
+                   absl::StrFormat("is %d, must be kAuto, kTiled, kStream, kWgmma, kWgmmaRs, "
+                                   "kStream16 or kStream32",
                                    v));
   }
   return absl::OkStatus();
@@ -300,8 +306,11 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
   // 128-row tile wastes on each expert's last tile (a tile of <= 64 rows takes the n64 path).
   if (slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) return MoeCudaGemm::kWgmmaRs;
-  // Between: the streaming GEMM with two n8 slot tiles per decoded weight.
-  if (max_k <= kMoeCudaStream16MaxK) return MoeCudaGemm::kStream16;
+  // Between: the streaming GEMM with two, then four n8 slot tiles per decoded weight.
+  if (slots <= kMoeCudaStream16MaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStream16MaxK) {
+    return MoeCudaGemm::kStream16;
+  }
+  if (max_k <= kMoeCudaStreamMaxK) return MoeCudaGemm::kStream32;
   return MoeCudaGemm::kTiled;
 }
 
@@ -312,6 +321,8 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
       return kMoeCudaStreamTileRows;
     case MoeCudaGemm::kStream16:
       return kMoeCudaStream16TileRows;
+    case MoeCudaGemm::kStream32:
+      return kMoeCudaStream32TileRows;
     case MoeCudaGemm::kWgmma:
     case MoeCudaGemm::kWgmmaRs:
       return kMoeCudaWgmmaTileRows;
@@ -329,9 +340,10 @@ bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
   return MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k) == MoeCudaGemm::kWgmmaRs;
 }
 
-bool MoeCudaUsesStream16(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                         int64_t max_k) {
-  return MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k) == MoeCudaGemm::kStream16;
+bool MoeCudaUsesWideStream(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                           int64_t max_k) {
+  const MoeCudaGemm g = MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k);
+  return g == MoeCudaGemm::kStream16 || g == MoeCudaGemm::kStream32;
 }
 
 absl::Status Validate(const MoeExpertUpParams& p) {
@@ -456,6 +468,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
     return Invalid(kOp, "gemm",
                    absl::StrFormat("is kStream16 but max(D, I) = %d is above %d",
                                    std::max(w.dim, w.inter), kMoeCudaStream16MaxK));
+  }
+  if (p.gemm == MoeCudaGemm::kStream32 && std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {
+    return Invalid(kOp, "gemm",
+                   absl::StrFormat("is kStream32 but max(D, I) = %d is above %d",
+                                   std::max(w.dim, w.inter), kMoeCudaStreamMaxK));
   }
   if (p.shared != nullptr && p.shared_y != nullptr) {
     return Invalid(kOp, "shared", "and shared_y are both given (give one)");

@@ -294,20 +294,26 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
   EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384), MoeCudaGemm::kStream16);
-  EXPECT_TRUE(MoeCudaUsesStream16(513, 6, 384, MoeCudaGemm::kAuto, 5120));
-  EXPECT_TRUE(MoeCudaUsesStream16(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK));
-  EXPECT_FALSE(MoeCudaUsesStream16(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128));
-  EXPECT_FALSE(MoeCudaUsesStream16(512, 6, 384, MoeCudaGemm::kAuto));
-  EXPECT_FALSE(MoeCudaUsesStream16(513, 6, 384, MoeCudaGemm::kTiled));
-  EXPECT_TRUE(MoeCudaUsesStream16(1, 6, 384, MoeCudaGemm::kStream16));
-  // wgmma from kMoeCudaWgmmaMinSlotsPerExpert (24) slots per expert: 1,536 tokens at top-6.
+  EXPECT_TRUE(MoeCudaUsesWideStream(513, 6, 384, MoeCudaGemm::kAuto, 5120));
+  EXPECT_TRUE(MoeCudaUsesWideStream(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK));
+  EXPECT_FALSE(MoeCudaUsesWideStream(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128));
+  EXPECT_FALSE(MoeCudaUsesWideStream(512, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_FALSE(MoeCudaUsesWideStream(513, 6, 384, MoeCudaGemm::kTiled));
+  EXPECT_TRUE(MoeCudaUsesWideStream(1, 6, 384, MoeCudaGemm::kStream16));
+  // 16-row tiles up to kMoeCudaStream16MaxSlotsPerExpert (18) slots per expert (1,152 tokens at
+  // top-6) while max(D, I) fits them, then 32-row tiles, the register-sourced wgmma GEMM from
+  // kMoeCudaWgmmaMinSlotsPerExpert (28): 1,792 tokens.
   EXPECT_EQ(MoeCudaTileRows(768, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(1024, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128), 32);
-  EXPECT_EQ(MoeCudaTileRows(1535, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
-            MoeCudaTileRows(1535, 6, 384, MoeCudaGemm::kTiled));
-  EXPECT_EQ(MoeCudaTileRows(1536, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1152, 6, 384), 16);
+  EXPECT_EQ(MoeCudaChooseGemm(1153, 6, 384), MoeCudaGemm::kStream32);
+  EXPECT_EQ(MoeCudaTileRows(1153, 6, 384), 32);
+  EXPECT_EQ(MoeCudaChooseGemm(1024, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+            MoeCudaGemm::kStream32);
+  EXPECT_EQ(MoeCudaChooseGemm(1791, 6, 384), MoeCudaGemm::kStream32);
+  EXPECT_EQ(MoeCudaChooseGemm(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
+            MoeCudaGemm::kTiled);
+  EXPECT_EQ(MoeCudaTileRows(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 32);
+  EXPECT_EQ(MoeCudaTileRows(1792, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(3072, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
@@ -317,8 +323,8 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   // kAuto's 128-row tiles run the register-sourced GEMM; kWgmma forces the other one.
-  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1536, 6, 384, MoeCudaGemm::kAuto));
-  EXPECT_FALSE(MoeCudaUsesWgmmaRs(1535, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1792, 6, 384, MoeCudaGemm::kAuto));
+  EXPECT_FALSE(MoeCudaUsesWgmmaRs(1791, 6, 384, MoeCudaGemm::kAuto));
   EXPECT_TRUE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kAuto, 5120));
   EXPECT_FALSE(MoeCudaUsesWgmmaRs(831, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128));
   EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kWgmma));
@@ -330,8 +336,10 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream), 8);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStream16), 16);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream16), 16);
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStream32), 32);
+  EXPECT_TRUE(MoeCudaUsesWideStream(1, 6, 384, MoeCudaGemm::kStream32));
   for (MoeCudaGemm g : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma,
-                        MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStream16}) {
+                        MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStream16, MoeCudaGemm::kStream32}) {
     EXPECT_EQ(MoeCudaChooseGemm(700, 6, 384, g), g);  // forced: as given
   }
 }
@@ -411,8 +419,10 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   ExpectInvalid(Validate(down), "weights.inter");
   w.inter = kMoeCudaStream16MaxK;
   ExpectInvalid(Validate(down), "ag");  // accepted, the next check fires
-  down.tile_rows = 32;
+  down.tile_rows = 64;
   ExpectInvalid(Validate(down), "stream");
+  down.tile_rows = kMoeCudaStream32TileRows;  // K up to kMoeCudaStreamMaxK
+  ExpectInvalid(Validate(down), "ag");
   down.tile_rows = kMoeCudaStreamTileRows;
   ExpectInvalid(Validate(down), "ag");
   down.stream = false;
@@ -435,7 +445,9 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   ExpectInvalid(Validate(p), "gemm");
   w.inter = kMoeCudaStream16MaxK;
   EXPECT_TRUE(Validate(p).ok());  // m = 0
-  p.gemm = static_cast<MoeCudaGemm>(6);
+  p.gemm = MoeCudaGemm::kStream32;
+  EXPECT_TRUE(Validate(p).ok());
+  p.gemm = static_cast<MoeCudaGemm>(7);
   w.inter = 128;
   ExpectInvalid(Validate(p), "gemm");
   p.gemm = static_cast<MoeCudaGemm>(-1);

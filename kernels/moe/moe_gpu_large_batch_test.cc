@@ -357,7 +357,7 @@ TEST(MoeGpuLargeBatchTest, LayerOutputDoesNotDependOnTheShapes) {
     };
     std::vector<Variant> variants;
     for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
-                             MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+                             MoeCudaGemm::kStream32, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
       variants.push_back({gemm, MoeCudaPath::kSmall, false});
       variants.push_back({gemm, MoeCudaPath::kLarge, false});
       variants.push_back({gemm, MoeCudaPath::kAuto, false});

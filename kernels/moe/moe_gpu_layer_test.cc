@@ -126,6 +126,8 @@ const char* GemmTag(MoeCudaGemm gemm) {
       return " [stream]";
     case MoeCudaGemm::kStream16:
       return " [stream 16]";
+    case MoeCudaGemm::kStream32:
+      return " [stream 32]";
     case MoeCudaGemm::kWgmma:
       return " [wgmma]";
     case MoeCudaGemm::kWgmmaRs:
@@ -216,7 +218,7 @@ void RunCase(const LayerCase& c) {
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
   for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
-                           MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+                           MoeCudaGemm::kStream32, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
     const std::string name = std::string(c.name) + GemmTag(gemm);
     SCOPED_TRACE(name);
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
@@ -418,7 +420,7 @@ TEST(MoeGpuLayerTest, FixtureLayer0MatchesMoeCpu) {
                              : moe_test::RouteIsClear(logits.data() + tok * kE, kE, bias.data(), o);
     }
     for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
-                             MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+                             MoeCudaGemm::kStream32, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
       const GpuRun gpu =
           RunMoeCuda(dev->view, o, logits, x, with_image ? image : std::vector<uint8_t>{}, shared_y,
                      kTokens, nullptr, gemm);

@@ -11,9 +11,10 @@
 // - up (w1/w3 + SwiGLU + quantiser) and down (w2): exact-arithmetic inputs (moe_test_util.h), so
 //   the GPU's sums equal LinearCpu's in any order: a, QDQ(a) and the expert outputs bit for bit,
 //   for every tile configuration of the tiled GEMM (16, 32, 64 rows), each with the default and
-//   the hoisted-address main loop, the weight-streaming GEMM (8 rows, and 16 rows as two n8
-//   tiles; one and two row tiles per warp, 128- and 256-wide units, experts spanning several
-//   tiles) and the wgmma GEMM (128
+//   the hoisted-address main loop, the weight-streaming GEMM (8 rows, and 16 / 32 rows as two /
+//   four n8 tiles; one and two row tiles per warp, 128- and 256-wide units, experts spanning
+//   several tiles; the 32-row kernel's K chunks only at the released dims of the layer tests)
+//   and the wgmma GEMM (128
 //   rows; hand-built tilings in moe_gpu_wgmma_test.cc), E2M1 scale bytes 123..129.
 // - FP4 decoder: one-hot activations turn a w2 GEMM into a readout of every weight; all 16 codes
 //   against every scale byte 2..252 and the NaN byte, exactly.
@@ -353,7 +354,7 @@ struct GemmVariant {
   bool hoist;
   bool by_token = false;
   bool rs = false;      // tile_rows 128: the register-sourced wgmma GEMM
-  bool stream = false;  // tile_rows 16: the streaming GEMM (kStream16)
+  bool stream = false;  // tile_rows 16 / 32: the streaming GEMM (kStream16 / kStream32)
 };
 const GemmVariant kGemmVariants[] = {{16, false},
                                      {32, false},
@@ -370,7 +371,9 @@ const GemmVariant kGemmVariants[] = {{16, false},
                                      {128, false, false, true},
                                      {128, false, true, true},
                                      {16, false, false, false, true},
-                                     {16, false, true, false, true}};
+                                     {16, false, true, false, true},
+                                     {32, false, false, false, true},
+                                     {32, false, true, false, true}};
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -529,11 +532,12 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
   }
   DeviceBuffer d_ag = ToDevice(ag), d_ag_rs = ToDevice(ag_rs);
   const std::vector<int32_t> offsets = {0, static_cast<int32_t>(kRows)};
-  // 129: the register-sourced wgmma GEMM at 128; 17: the streaming GEMM at 16 (kStream16).
-  for (int64_t variant : {8, 16, 17, 32, 64, 128, 129}) {
-    const int64_t tile_rows = variant == 129 ? 128 : (variant == 17 ? 16 : variant);
+  // 129: the register-sourced wgmma GEMM at 128; 17 / 33: the streaming GEMM at 16 / 32.
+  for (int64_t variant : {8, 16, 17, 32, 33, 64, 128, 129}) {
+    const bool stream = variant == 17 || variant == 33;
+    const int64_t tile_rows = variant == 129 ? 128 : (stream ? variant - 1 : variant);
     SCOPED_TRACE(testing::Message() << "tile_rows " << tile_rows << " rs " << (variant == 129)
-                                    << " stream " << (variant == 17));
+                                    << " stream " << stream);
     const auto tiles = moe_test::TileList(offsets, tile_rows);
     DeviceBuffer d_off = ToDevice(offsets), d_tiles = ToDevice(tiles),
                  d_num = ToDevice(std::vector<int32_t>{static_cast<int32_t>(tiles.size() / 2)});
@@ -548,7 +552,7 @@ TEST(MoeGpuStageTest, Fp4DecodeCoversEveryCodeAndScaleByte) {
     p.ag = (variant == 129 ? d_ag_rs : d_ag).get<uint16_t>();
     p.ye = ye.get<uint16_t>();
     p.wgmma_rs = variant == 129;
-    p.stream = variant == 17;
+    p.stream = stream;
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
     const auto got = ToHost<uint16_t>(ye, kRows * kD);
     int64_t bad = 0;

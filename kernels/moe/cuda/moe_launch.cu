@@ -262,6 +262,10 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
       }
       return LaunchGemm<1, 2, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     case 32:
+      if (p.stream) {
+        return LaunchStreamTiles(g, true, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
+                                 stream);
+      }
       return LaunchGemm<2, 4, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
     default:
       return LaunchGemm<4, 4, true>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts, stream);
@@ -300,6 +304,10 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
       return LaunchGemm<1, 2, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
                                      stream);
     case 32:
+      if (p.stream) {
+        return LaunchStreamTiles(g, false, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
+                                 stream);
+      }
       return LaunchGemm<2, 4, false>(g, p.k_step, p.hoisted_addresses, p.slots, w.n_experts,
                                      stream);
     default:
@@ -323,12 +331,14 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   RETURN_IF_ERROR(Validate(weights));
   const int64_t max_k = std::max(weights.dim, weights.inter);
   if (static_cast<int>(gemm) < 0 ||
-      static_cast<int>(gemm) > static_cast<int>(MoeCudaGemm::kStream16) ||
-      (gemm == MoeCudaGemm::kStream && max_k > kMoeCudaStreamMaxK) ||
+      static_cast<int>(gemm) > static_cast<int>(MoeCudaGemm::kStream32) ||
+      ((gemm == MoeCudaGemm::kStream || gemm == MoeCudaGemm::kStream32) &&
+       max_k > kMoeCudaStreamMaxK) ||
       (gemm == MoeCudaGemm::kStream16 && max_k > kMoeCudaStream16MaxK)) {
     return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma, kWgmmaRs or kStream16, "
-        "or kStream / kStream16 with max(D, I) above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK");
+        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma, kWgmmaRs, kStream16 or "
+        "kStream32, or a streaming GEMM with max(D, I) above kMoeCudaStreamMaxK / "
+        "kMoeCudaStream16MaxK");
   }
   if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: m or top_k out of range");
@@ -340,7 +350,8 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
-  if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStream16) {
+  if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStream16 ||
+      chosen == MoeCudaGemm::kStream32) {
     return moe_device::DescribeStream(up, tile_rows, n, k, slots,
                                       Blocks(MaxTiles(slots, e, tile_rows), kMaxGridY));
   }
@@ -465,7 +476,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter));
   const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
   const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
-  const bool stream16 = gemm == MoeCudaGemm::kStream16;
+  const bool wide_stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;
@@ -505,7 +516,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.hoisted_addresses = p.gemm_hoisted_addresses;
   up.stream_row_tiles = p.gemm_stream_row_tiles;
   up.wgmma_rs = rs;
-  up.stream = stream16;
+  up.stream = wide_stream;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -521,7 +532,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.hoisted_addresses = p.gemm_hoisted_addresses;
   down.stream_row_tiles = p.gemm_stream_row_tiles;
   down.wgmma_rs = rs;
-  down.stream = stream16;
+  down.stream = wide_stream;
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;

@@ -3,12 +3,15 @@
 // mma A operand (m16: 16 weight rows × k16), decoded straight from registers loaded with 16-byte
 // ld.global.nc; the (up to 8) slot rows of a tile are the B operand (n8), read from shared memory.
 // No m16 tile is mostly empty, nothing of the weights passes through shared memory, and a CTA
-// needs no barrier inside its K loop. Device code of cuda/moe_stream_launch.cu only.
+// needs no barrier inside its K loop (32-row tiles: one pair per K chunk of the activations).
+// Device code of cuda/moe_stream_launch.cu only.
 //
-// Work split: a CTA of 8 warps owns one tile (expert e, <= 8·kN8 slot rows, the permute stage's
-// tile list with tile_rows 8·kN8, walked grid-stride over gridDim.y) and kRows weight rows
-// (blockIdx.x). kN8 = 2 (tile_rows 16, MoeCudaGemm::kStream16): every decoded A fragment feeds
-// two n8 mma, one per 8 slot rows, so each weight word decoded serves twice the slot rows.
+// Work split: a CTA of 8 warps (16 for 16- and 32-row tiles) owns one tile (expert e, <= 8·kN8
+// slot rows, the permute stage's tile list with tile_rows 8·kN8, walked grid-stride over
+// gridDim.y) and kRows weight rows (blockIdx.x). kN8 = 2 / 4 (tile_rows 16 / 32,
+// MoeCudaGemm::kStream16 / kStream32): every decoded A fragment feeds two / four n8 mma, one per
+// 8 slot rows, so each weight word decoded serves that many more slot rows; 32 rows of D do not
+// fit shared memory, so kN8 = 4 stages them a K chunk at a time (StreamChunkK).
 // Warp w owns kRT m16 row tiles; for the up projection an m16 tile is 8 w1 (gate) rows and the
 // same 8 rows of w3 (up), so the SwiGLU pairs meet in one thread (accumulators c0/c2, c1/c3).
 // K is streamed in units of kG·128: in a unit, the quad lane tig holds the kG consecutive 32-K
@@ -43,19 +46,19 @@ template <int kRT, bool kUp, int kG, int kN8 = 1>
 struct StreamShape {
   static_assert(kRT == 1 || kRT == 2);
   static_assert(kG == 1 || kG == 2);
-  static_assert(kN8 == 1 || kN8 == 2);
+  static_assert(kN8 == 1 || kN8 == 2 || kN8 == 4);
   static constexpr int kSlots = 8 * kN8;  // slot rows per tile: kN8 mma n8 tiles
-  // Warps per CTA: 8, and 16 for 16-slot tiles, whose activation rows (16 × K bf16: 160 KB at D
-  // 5120) leave room for one CTA per SM; one CTA of 8 warps streamed weights at 2.0–2.4 TB/s
-  // against the 8-slot kernel's 3.0 (two CTAs of 8 warps).
-  static constexpr int kWarps = kN8 == 2 ? 16 : 8;
+  // Warps per CTA: 8, and 16 for 16- and 32-slot tiles, whose activation rows (16 × K bf16: 160
+  // KB at D 5120) leave room for one CTA per SM; one CTA of 8 warps streamed weights at 2.0–2.4
+  // TB/s against the 8-slot kernel's 3.0 (two CTAs of 8 warps).
+  static constexpr int kWarps = kN8 >= 2 ? 16 : 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16 * kRT * kWarps;      // weight rows per CTA
   static constexpr int kBN = kUp ? kRows / 2 : kRows;  // output columns per CTA
   static constexpr int kUnitK = 128 * kG;              // K per unit
   static constexpr int kRowUnitBytes = kUnitK / 2;     // FP4 bytes of one row per unit
   // CTAs per SM the kernel is compiled for: either way 16 warps of <= 128 registers.
-  static constexpr int kMinBlocks = kN8 == 2 ? 1 : 2;
+  static constexpr int kMinBlocks = kN8 >= 2 ? 1 : 2;
   // Register ring depth (units loaded ahead + the one being computed): 4 for one row tile per
   // warp (3 units, 6 KB per warp in flight), 2 for two (4 KB per warp; registers). Twice as many
   // 128-K units (the same registers, more bytes in flight) was slower at every batch (README.md).
@@ -65,10 +68,23 @@ struct StreamShape {
   static_assert(!kUp || kBN % 32 == 0, "the quantiser needs whole 32-blocks per CTA");
 };
 
-// Shared-memory bytes of a tile's activations: 8·kN8 rows of K bf16 (row pitch 2·K, a multiple of
-// 256 bytes), plus nothing else (the up epilogue tile overlays them).
-__host__ __device__ constexpr int64_t StreamSmemBytes(int64_t k, int n8 = 1) {
-  return 8 * n8 * 2 * k;
+// The activation rows of a tile are staged in shared memory whole (8- and 16-row tiles: K <=
+// kMoeCudaStreamMaxK / kMoeCudaStream16MaxK), or for 32-row tiles a chunk of K at a time: 32
+// rows × kc bf16 within kStreamActBytes (two chunks at D 5,120, one at I 2,304). kc is a whole
+// number of units (unit_k = 128 or 256 columns), so the swizzle's groups of 8 chunks never
+// straddle chunks.
+inline constexpr int64_t kStreamActBytes = 160 * 1024;
+__host__ __device__ constexpr int64_t StreamChunkK(int64_t k, int n8, int unit_k) {
+  if (n8 < 4) return k;
+  const int64_t max_kc = kStreamActBytes / (16 * n8) / unit_k * unit_k;
+  const int64_t chunks = (k + max_kc - 1) / max_kc;
+  return ((k + chunks - 1) / chunks + unit_k - 1) / unit_k * unit_k;
+}
+
+// Shared-memory bytes of a tile's activation chunk: 8·n8 rows of kc bf16 (row pitch 2·kc, a
+// multiple of 256 bytes), plus nothing else (the up epilogue tile overlays them).
+__host__ __device__ constexpr int64_t StreamSmemBytes(int64_t k, int n8, int unit_k) {
+  return 8 * n8 * 2 * StreamChunkK(k, n8, unit_k);
 }
 
 // The 16-byte chunk c of activation row t is stored at chunk StreamSwizzle(c, t)
@@ -138,7 +154,8 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int s) {
 template <int kRT, int kG, int kN8, bool kWide>
 __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
                                                   const unsigned char* smem, uint32_t act,
-                                                  uint32_t n8_stride, float (&acc)[kN8][kRT][4]) {
+                                                  uint32_t n8_stride, int n8_used,
+                                                  float (&acc)[kN8][kRT][4]) {
 #pragma unroll
   for (int b = 0; b < kG; ++b) {
     uint32_t m1[kRT][2];
@@ -154,7 +171,10 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
       uint4 x[kN8];
 #pragma unroll
       for (int n = 0; n < kN8; ++n) {
-        x[n] = LoadShared16(smem + n * n8_stride + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
+        if (n == 0 || n < n8_used) {  // CTA-uniform: n8 tiles past the tile's rows are skipped
+          x[n] =
+              LoadShared16(smem + n * n8_stride + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
+        }
       }
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt) {
@@ -168,8 +188,10 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
         }
 #pragma unroll
         for (int n = 0; n < kN8; ++n) {
-          MmaBf16(acc[n][rt], p[0], q[0], p[1], q[1], x[n].x, x[n].y);
-          MmaBf16(acc[n][rt], p[2], q[2], p[3], q[3], x[n].z, x[n].w);
+          if (n == 0 || n < n8_used) {
+            MmaBf16(acc[n][rt], p[0], q[0], p[1], q[1], x[n].x, x[n].y);
+            MmaBf16(acc[n][rt], p[2], q[2], p[3], q[3], x[n].z, x[n].w);
+          }
         }
       }
     }
@@ -179,15 +201,16 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
 template <int kRT, int kG, int kN8>
 __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
                                               const unsigned char* smem, uint32_t act,
-                                              uint32_t n8_stride, float (&acc)[kN8][kRT][4]) {
+                                              uint32_t n8_stride, int n8_used,
+                                              float (&acc)[kN8][kRT][4]) {
   bool wide = false;
 #pragma unroll
   for (int rt = 0; rt < kRT; ++rt) wide |= HasWideScale(u.s[rt][0]) || HasWideScale(u.s[rt][1]);
   // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
   if (!__any_sync(0xFFFFFFFFu, wide)) {
-    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, acc);
+    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, n8_used, acc);
   } else {
-    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, acc);
+    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, n8_used, acc);
   }
 }
 
@@ -265,6 +288,24 @@ __device__ __forceinline__ void StreamStoreDown(const GemmArgs& g, const float (
   }
 }
 
+// Copies K chunk q (columns q·kc .. min(K, (q + 1)·kc)) of the tile's activation rows into shared
+// memory (row t at t·2·kc bytes, operand order, swizzled 16-byte chunks) and commits the group.
+template <int kThreads>
+__device__ __forceinline__ void StreamLoadActChunk(const GemmArgs& g, int64_t row0, int rows,
+                                                   int64_t q, int64_t kc, unsigned char* smem) {
+  const int64_t k0 = q * kc;
+  const int chunks = static_cast<int>(min(kc, g.k - k0) / 8);
+  for (int t = 0; t < rows; ++t) {
+    const uint16_t* src = ARow(g, row0 + t) + k0;
+    unsigned char* dst = smem + t * 2 * kc;
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      CpAsync16(dst + 16 * StreamSwizzle(static_cast<uint32_t>(c), static_cast<uint32_t>(t)),
+                src + 8 * c, true);
+    }
+  }
+  CpAsyncCommit();
+}
+
 template <int kRT, bool kUp, int kG, int kN8>
 __global__ void __launch_bounds__((StreamShape<kRT, kUp, kG, kN8>::kThreads),
                                   (StreamShape<kRT, kUp, kG, kN8>::kMinBlocks))
@@ -276,14 +317,20 @@ __global__ void __launch_bounds__((StreamShape<kRT, kUp, kG, kN8>::kThreads),
   const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
   const int num_tiles = *g.num_tiles;
   // The last CTA column may reach past N (a multiple of 128, so whole warps): those warps load
-  // and compute nothing (no units), store nothing, and only take part in the barriers.
+  // and compute nothing, store nothing, and only take part in the barriers.
   const bool active = n0 + warp * kRT * (kUp ? 8 : 16) < g.n;  // warp-uniform
-  const int units = active ? static_cast<int>(g.k / S::kUnitK) : 0;
+  // 32-row tiles stage the activations in K chunks, with barriers that every warp meets: there
+  // every warp walks the units and only active ones compute; otherwise inactive warps walk none.
+  constexpr bool kChunked = kN8 == 4;
+  const int units = kChunked || active ? static_cast<int>(g.k / S::kUnitK) : 0;
+  const int64_t kc = StreamChunkK(g.k, kN8, S::kUnitK);  // K per activation chunk
+  const int chunk_units = static_cast<int>(kc / S::kUnitK);
   const int64_t row_bytes = g.k / 2, scale_bytes = g.k / 32;
   for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
     const int64_t e = g.tiles[2 * tile];
     const int64_t row0 = g.tiles[2 * tile + 1];
     const int rows = static_cast<int>(min(row0 + S::kSlots, int64_t{g.offsets[e + 1]}) - row0);
+    const int n8_used = (rows + 7) / 8;
 
     // Weight cursors, then the first units in flight before the activations are waited for.
     StreamCursor<kRT, kG, kUp> cur;
@@ -303,20 +350,11 @@ __global__ void __launch_bounds__((StreamShape<kRT, kUp, kG, kN8>::kThreads),
     StreamUnit<kRT, kG> ring[S::kDepth];
 #pragma unroll
     for (int i = 0; i < S::kDepth; ++i) {
-      if (i < units) cur.Load(ring[i]);
+      if (active && i < units) cur.Load(ring[i]);
     }
 
-    // The tile's activation rows (operand order, swizzled chunks) into shared memory.
-    const int chunks = static_cast<int>(g.k / 8);
-    for (int t = 0; t < rows; ++t) {
-      const uint16_t* src = ARow(g, row0 + t);
-      unsigned char* dst = stream_smem + t * 2 * g.k;
-      for (int c = threadIdx.x; c < chunks; c += S::kThreads) {
-        CpAsync16(dst + 16 * StreamSwizzle(static_cast<uint32_t>(c), static_cast<uint32_t>(t)),
-                  src + 8 * c, true);
-      }
-    }
-    CpAsyncCommit();
+    // The first K chunk of the tile's activation rows.
+    StreamLoadActChunk<S::kThreads>(g, row0, rows, 0, kc, stream_smem);
     CpAsyncWait<0>();
     __syncthreads();
 
@@ -330,21 +368,35 @@ __global__ void __launch_bounds__((StreamShape<kRT, kUp, kG, kN8>::kThreads),
       }
     }
     // Lane (grp, tig) reads slot row grp, and grp + 8·n for n8 tile n (rows past the tile's hold
-    // stale data: they reach only output columns that are never stored). Its first 16-byte chunk of
-    // unit u is c0 = 4·kG·(4u + tig); the swizzle's XOR term depends on bits 3 and 4 only, which
-    // adding the chunk index j < 4·kG does not change (c0's low 3 bits are 0, or 4 with kG = 1
-    // where j < 4), so chunk j sits at StreamSwizzle(c0) ^ j.
-    const uint32_t row_base = static_cast<uint32_t>(grp * 2 * g.k);
-    const uint32_t n8_stride = static_cast<uint32_t>(8 * 2 * g.k);
+    // stale data: they reach only output columns that are never stored). Its first 16-byte chunk
+    // of unit u (the uc-th of its K chunk) is c0 = 4·kG·(4·uc + tig); the swizzle's XOR term
+    // depends on bits 3 and 4 only, which adding the chunk index j < 4·kG does not change (c0's
+    // low 3 bits are 0, or 4 with kG = 1 where j < 4), so chunk j sits at StreamSwizzle(c0) ^ j.
+    const uint32_t row_base = static_cast<uint32_t>(grp * 2 * kc);
+    const uint32_t n8_stride = static_cast<uint32_t>(8 * 2 * kc);
+    int uc = 0;  // unit within the current K chunk (every warp walks every unit: the barriers)
     for (int u0 = 0; u0 < units; u0 += S::kDepth) {
 #pragma unroll
       for (int i = 0; i < S::kDepth; ++i) {
         const int u = u0 + i;
         if (u < units) {
-          const uint32_t c0 = static_cast<uint32_t>(4 * kG * (4 * u + tig));
-          const uint32_t act = row_base + 16 * StreamSwizzle(c0, static_cast<uint32_t>(grp));
-          StreamCompute<kRT, kG, kN8>(ring[i], stream_smem, act, n8_stride, acc);
-          if (u + S::kDepth < units) cur.Load(ring[i]);
+          if constexpr (kChunked) {
+            if (uc == chunk_units) {  // CTA-uniform: the next K chunk of the activations
+              __syncthreads();        // every warp is done with this one
+              StreamLoadActChunk<S::kThreads>(g, row0, rows, u / chunk_units, kc, stream_smem);
+              CpAsyncWait<0>();
+              __syncthreads();
+              uc = 0;
+            }
+          }
+          if (!kChunked || active) {
+            const int uk = kChunked ? uc : u;
+            const uint32_t c0 = static_cast<uint32_t>(4 * kG * (4 * uk + tig));
+            const uint32_t act = row_base + 16 * StreamSwizzle(c0, static_cast<uint32_t>(grp));
+            StreamCompute<kRT, kG, kN8>(ring[i], stream_smem, act, n8_stride, n8_used, acc);
+            if (u + S::kDepth < units) cur.Load(ring[i]);
+          }
+          if constexpr (kChunked) ++uc;
         }
       }
     }

@@ -1,5 +1,5 @@
 // The weight-streaming expert GEMM's launchers (cuda/moe_stream_launch.h). A translation unit of
-// its own: 16 instantiations (row tiles × up/down × unit width × slot tiles).
+// its own: 20 instantiations (row tiles × up/down × unit width × slot tiles).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,20 +27,23 @@ int StreamRowTiles(int64_t n, int64_t slots, int forced = 0) {
   return forced != 0 ? forced : (slots > 16 ? 2 : 1);
 }
 
-// The kernel, opted into the shared memory of the largest K its tile rows allow.
+// The kernel, opted into the largest shared memory any K takes (the whole K's rows up to
+// kMoeCudaStreamMaxK / kMoeCudaStream16MaxK, or an activation chunk of at most kStreamActBytes).
 template <int kRT, bool kUp, int kG, int kN8>
 auto* StreamKernel() {
+  using S = StreamShape<kRT, kUp, kG, kN8>;
   static std::atomic<uint64_t> smem_set{0};
   auto* kernel = MoeExpertStreamKernel<kRT, kUp, kG, kN8>;
   const int64_t max_k = kN8 == 1 ? kMoeCudaStreamMaxK : kMoeCudaStream16MaxK;
-  EnsureSmemLimit(kernel, static_cast<int>(StreamSmemBytes(max_k, kN8)), smem_set);
+  const int64_t bytes = kN8 == 4 ? kStreamActBytes : StreamSmemBytes(max_k, kN8, S::kUnitK);
+  EnsureSmemLimit(kernel, static_cast<int>(std::max<int64_t>(bytes, S::kTileBytes)), smem_set);
   return kernel;
 }
 
 template <int kRT, bool kUp, int kG, int kN8>
 int StreamSmem(int64_t k) {
   using S = StreamShape<kRT, kUp, kG, kN8>;
-  return static_cast<int>(std::max<int64_t>(StreamSmemBytes(k, kN8), S::kTileBytes));
+  return static_cast<int>(std::max<int64_t>(StreamSmemBytes(k, kN8, S::kUnitK), S::kTileBytes));
 }
 
 template <int kRT, bool kUp, int kG, int kN8>
@@ -53,14 +56,18 @@ void LaunchG(const GemmArgs& g, int64_t grid_y, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+// 32-row tiles take 128-wide units (kG 1): with 256-wide ones ptxas spills 110-270 bytes at the
+// 128-register cap. Only the instantiations that can run are compiled.
 template <bool kUp, int kN8>
 void Launch(const GemmArgs& g, int row_tiles, int64_t slots, int64_t grid_y, cudaStream_t stream) {
   const bool two = StreamRowTiles<kUp, kN8>(g.n, slots, row_tiles) == 2, g2 = g.k % 256 == 0;
-  if (two) {
-    if (g2) return LaunchG<2, kUp, 2, kN8>(g, grid_y, stream);
-    return LaunchG<2, kUp, 1, kN8>(g, grid_y, stream);
+  if constexpr (kN8 < 4) {
+    if (g2) {
+      if (two) return LaunchG<2, kUp, 2, kN8>(g, grid_y, stream);
+      return LaunchG<1, kUp, 2, kN8>(g, grid_y, stream);
+    }
   }
-  if (g2) return LaunchG<1, kUp, 2, kN8>(g, grid_y, stream);
+  if (two) return LaunchG<2, kUp, 1, kN8>(g, grid_y, stream);
   LaunchG<1, kUp, 1, kN8>(g, grid_y, stream);
 }
 
@@ -88,33 +95,41 @@ MoeCudaGemmPlan DescribeG(int64_t n, int64_t k, int64_t grid_y) {
 template <bool kUp, int kN8>
 MoeCudaGemmPlan Describe(int64_t n, int64_t k, int64_t slots, int64_t grid_y) {
   const bool two = StreamRowTiles<kUp, kN8>(n, slots) == 2, g2 = k % 256 == 0;
-  if (two) {
-    if (g2) return DescribeG<2, kUp, 2, kN8>(n, k, grid_y);
-    return DescribeG<2, kUp, 1, kN8>(n, k, grid_y);
+  if constexpr (kN8 < 4) {
+    if (g2)
+      return two ? DescribeG<2, kUp, 2, kN8>(n, k, grid_y)
+                 : DescribeG<1, kUp, 2, kN8>(n, k, grid_y);
   }
-  if (g2) return DescribeG<1, kUp, 2, kN8>(n, k, grid_y);
-  return DescribeG<1, kUp, 1, kN8>(n, k, grid_y);
+  return two ? DescribeG<2, kUp, 1, kN8>(n, k, grid_y) : DescribeG<1, kUp, 1, kN8>(n, k, grid_y);
 }
 
 }  // namespace
 
 void LaunchStream(const GemmArgs& g, bool up, int64_t tile_rows, int row_tiles, int64_t slots,
                   int64_t grid_y, cudaStream_t stream) {
-  const bool wide = tile_rows == kMoeCudaStream16TileRows;
-  if (up) {
-    if (wide) return Launch<true, 2>(g, row_tiles, slots, grid_y, stream);
-    return Launch<true, 1>(g, row_tiles, slots, grid_y, stream);
+  switch (tile_rows) {
+    case kMoeCudaStream32TileRows:
+      if (up) return Launch<true, 4>(g, row_tiles, slots, grid_y, stream);
+      return Launch<false, 4>(g, row_tiles, slots, grid_y, stream);
+    case kMoeCudaStream16TileRows:
+      if (up) return Launch<true, 2>(g, row_tiles, slots, grid_y, stream);
+      return Launch<false, 2>(g, row_tiles, slots, grid_y, stream);
+    default:
+      if (up) return Launch<true, 1>(g, row_tiles, slots, grid_y, stream);
+      return Launch<false, 1>(g, row_tiles, slots, grid_y, stream);
   }
-  if (wide) return Launch<false, 2>(g, row_tiles, slots, grid_y, stream);
-  Launch<false, 1>(g, row_tiles, slots, grid_y, stream);
 }
 
 MoeCudaGemmPlan DescribeStream(bool up, int64_t tile_rows, int64_t n, int64_t k, int64_t slots,
                                int64_t grid_y) {
-  const bool wide = tile_rows == kMoeCudaStream16TileRows;
-  if (up)
-    return wide ? Describe<true, 2>(n, k, slots, grid_y) : Describe<true, 1>(n, k, slots, grid_y);
-  return wide ? Describe<false, 2>(n, k, slots, grid_y) : Describe<false, 1>(n, k, slots, grid_y);
+  switch (tile_rows) {
+    case kMoeCudaStream32TileRows:
+      return up ? Describe<true, 4>(n, k, slots, grid_y) : Describe<false, 4>(n, k, slots, grid_y);
+    case kMoeCudaStream16TileRows:
+      return up ? Describe<true, 2>(n, k, slots, grid_y) : Describe<false, 2>(n, k, slots, grid_y);
+    default:
+      return up ? Describe<true, 1>(n, k, slots, grid_y) : Describe<false, 1>(n, k, slots, grid_y);
+  }
 }
 
 }  // namespace flashserve::kernels::moe_device

@@ -13,7 +13,8 @@
 namespace flashserve::kernels::moe_device {
 
 // Enqueues the up (w1/w3 + SwiGLU + quantiser) or down (w2) streaming GEMM over the tile list of
-// `g` on `stream`: tile_rows 8 (one mma n8 tile of slot rows) or 16 (two: MoeCudaGemm::kStream16),
+// `g` on `stream`: tile_rows 8 (one mma n8 tile of slot rows), 16 (two: MoeCudaGemm::kStream16)
+// or 32 (four, the activations staged in K chunks: kStream32),
 // `row_tiles` m16 row tiles per warp (0 = automatic: two when the call has more than 16 slots and
 // N is a multiple of the wider CTA; 1 or 2 forced, 2 only where N fits), grid_y CTAs walking the
 // tiles grid-stride. K must fit the tile's shared memory (kMoeCudaStreamMaxK /
