@@ -197,22 +197,20 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // weight-streaming GEMM (weights as the mma A operand, decoded from registers; the <= 8 slot rows
 // of a tile as B; no K-loop barrier), and with the stage params' `stream` tile_rows 16 / 32 are
 // the same GEMM with two / four n8 slot tiles per decoded weight (kStream16 / kStream32), 16 / 32
-// / 64 without it the tiled GEMM (slot
-// rows as A, a cp.async
-// ring of weights, mma.sync), 128 the wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights
-// decoded into 128-byte-swizzled bf16 shared memory, wgmma.mma_async m64n256k16) or, with the same
-// tiles, the register-sourced wgmma GEMM (kWgmmaRs: weights as the wgmma A operand decoded by the
-// consumer warpgroups straight into registers, the slot rows as B in shared memory, a producer
-// warpgroup filling an mbarrier ring). All give the same bits on exact-arithmetic inputs (only the
-// fp32 summation order can differ). kAuto (MoeCudaChooseGemm): streaming for few slots per expert
-// (m·top_k <= 8·E, i.e. up to 512 tokens at E 384 top-6; measured on the H200: at 512 tokens
-// streaming 3.39 ms vs tiled 4.29 ms) when D and I are at most kMoeCudaStreamMaxK; the 16-row
-// streaming GEMM above that up to kMoeCudaStream16MaxSlotsPerExpert while D and I are at most
-// kMoeCudaStream16MaxK, the 32-row one (its activations staged in K chunks) beyond; the
-// register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average;
-// else tiled. kWgmma
-// (the shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and
-// stays for A/B only.
+// / 64 without it the tiled GEMM (slot rows as A, a cp.async ring of weights, mma.sync), 128 the
+// wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights decoded into 128-byte-swizzled bf16 shared
+// memory, wgmma.mma_async m64n256k16) or, with the same tiles, the register-sourced wgmma GEMM
+// (kWgmmaRs: weights as the wgmma A operand decoded by the consumer warpgroups straight into
+// registers, the slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
+// All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
+// kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512
+// tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms)
+// when D and I are at most kMoeCudaStreamMaxK; the 16-row streaming GEMM above that up to
+// kMoeCudaStream16MaxSlotsPerExpert while D and I are at most kMoeCudaStream16MaxK, the 32-row one
+// (its activations staged in K chunks) beyond; the register-sourced wgmma GEMM from
+// kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma (the
+// shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and stays for
+// A/B only.
 enum class MoeCudaGemm : int {
   kAuto = 0,
   kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
@@ -225,7 +223,8 @@ enum class MoeCudaGemm : int {
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
 inline constexpr int64_t kMoeCudaStream16TileRows = 16;
 inline constexpr int64_t kMoeCudaStream32TileRows = 32;
-// The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory.
+// The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory; 32-row
+// tiles stage them a K chunk at a time.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 inline constexpr int64_t kMoeCudaStream16MaxK = 7168;
 // kAuto streams up to this many slots per expert on average.
@@ -259,9 +258,9 @@ bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
 bool MoeCudaUsesWideStream(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                            int64_t max_k = 0);
 
-// Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 128
-// (kWgmma, kWgmmaRs), and for kTiled 16 (a few tokens per expert), 32 or 64 from the mean number
-// of slots per expert. Pure.
+// Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 32
+// (kStream32), 128 (kWgmma, kWgmmaRs), and for kTiled 16 (a few tokens per expert), 32 or 64 from
+// the mean number of slots per expert. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
                         MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
@@ -279,8 +278,8 @@ inline constexpr int64_t kMoeCudaKStepAuto = 0;
 // (the same bytes reach the same shared-memory places).
 inline constexpr bool kMoeCudaGemmHoistedAddresses = false;
 
-// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK, or 16 with `stream`; 128:
-// the wgmma GEMM, or its register-sourced form with wgmma_rs; k_step and hoisted_addresses are
+// Stage 3 (tile_rows 8: the streaming GEMM, K = D <= kMoeCudaStreamMaxK, or 16 / 32 with `stream`;
+// 128: the wgmma GEMM, or its register-sourced form with wgmma_rs; k_step and hoisted_addresses are
 // ignored by these): per tile, g = x·w1^T and u = x·w3^T (bf16 roundings of the fp32 sums), SwiGLU
 // with the slot's routing weight, one bf16 cast (MoeSwiGluRow), then the FP8 quantiser per 32 along
 // I: ag gets the QDQ values (the w2 operand, operand order).
@@ -305,7 +304,7 @@ struct MoeExpertUpParams {
   bool stream = false;       // tile_rows 16 / 32: the streaming GEMM (kStream16, D <=
                              // kMoeCudaStream16MaxK / kStream32) instead of the tiled one; 8
                              // always streams
-  int stream_row_tiles = 0;  // tile_rows 8 / 16 streaming: m16 row tiles per warp, 0 = automatic,
+  int stream_row_tiles = 0;  // streaming (tile_rows 8, 16, 32): m16 row tiles per warp, 0 = auto,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
 };
@@ -313,7 +312,7 @@ absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
 
 // Stage 4: per tile, ye = ag·w2^T, one bf16 rounding (tile_rows 8: the streaming GEMM, K = I <=
-// kMoeCudaStreamMaxK, or 16 with `stream`; 128: the wgmma GEMM, or with wgmma_rs its
+// kMoeCudaStreamMaxK, or 16 / 32 with `stream`; 128: the wgmma GEMM, or with wgmma_rs its
 // register-sourced form).
 struct MoeExpertDownParams {
   const MoeCudaWeights* weights = nullptr;
@@ -331,7 +330,7 @@ struct MoeExpertDownParams {
   bool stream = false;       // tile_rows 16 / 32: the streaming GEMM (kStream16, I <=
                              // kMoeCudaStream16MaxK / kStream32) instead of the tiled one; 8
                              // always streams
-  int stream_row_tiles = 0;  // tile_rows 8 / 16 streaming: m16 row tiles per warp, 0 = automatic,
+  int stream_row_tiles = 0;  // streaming (tile_rows 8, 16, 32): m16 row tiles per warp, 0 = auto,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
 };
