@@ -41,6 +41,21 @@ constexpr uint32_t MoeStreamSwizzle(uint32_t c, uint32_t t) {
   return c ^ ((t & 1u) | (((c >> 2) ^ (c >> 3)) & 2u) | ((c >> 1) & 4u));
 }
 
+// The streaming GEMM's activation staging (cuda/moe_stream_gemm.cuh): 8- and 16-row tiles keep
+// the whole K of their rows in shared memory (K <= kMoeCudaStreamMaxK / kMoeCudaStream16MaxK);
+// 32-row tiles (n8 = 4) stage them a chunk of kc columns at a time, 32 rows × kc bf16 within
+// kMoeStreamActBytes: the fewest chunks that fit, of equal size rounded up to whole units of
+// unit_k (128 or 256) columns, so a chunk holds whole units and whole groups of 8 swizzled 16-byte
+// chunks (two of 2,560 at D 5,120; one at I 2,304). The last chunk holds the remaining columns
+// (tested on the host).
+inline constexpr int64_t kMoeStreamActBytes = 160 * 1024;
+constexpr int64_t MoeStreamChunkK(int64_t k, int n8, int unit_k) {
+  if (n8 < 4) return k;
+  const int64_t max_kc = kMoeStreamActBytes / (16 * n8) / unit_k * unit_k;
+  const int64_t chunks = (k + max_kc - 1) / max_kc;
+  return ((k + chunks - 1) / chunks + unit_k - 1) / unit_k * unit_k;
+}
+
 // The wgmma GEMM's shared-memory layout of a pair of stages of FP4 codes (cuda/moe_wgmma_gemm.cuh):
 // 64 bytes per weight row, 16-byte chunk c (0..3) of row r at byte r·64 + 16·(c ^ (r & 2)). A
 // bijection inside every row, and a quarter warp's decode reads (rows r0 .. r0 + 3, r0 % 4 == 0,

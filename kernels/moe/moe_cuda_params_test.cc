@@ -344,6 +344,27 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   }
 }
 
+// The 32-row streaming tiles' activation chunks: whole units, within kMoeStreamActBytes, as few as
+// fit; 8- and 16-row tiles take the whole K.
+TEST(MoeCudaParamsTest, StreamChunksHoldWholeUnitsAndFit) {
+  using moe_cuda_internal::kMoeStreamActBytes;
+  using moe_cuda_internal::MoeStreamChunkK;
+  EXPECT_EQ(MoeStreamChunkK(5120, 4, 128), 2560);  // D 5,120: two chunks
+  EXPECT_EQ(MoeStreamChunkK(2304, 4, 128), 2304);  // I 2,304: one
+  EXPECT_EQ(MoeStreamChunkK(5120, 2, 256), 5120);
+  EXPECT_EQ(MoeStreamChunkK(8192, 1, 256), 8192);
+  for (int unit : {128, 256}) {
+    const int64_t max_kc = kMoeStreamActBytes / 64 / unit * unit;  // 32 rows of bf16
+    for (int64_t k = unit; k <= 4 * kMoeCudaStreamMaxK; k += unit) {
+      const int64_t kc = MoeStreamChunkK(k, 4, unit);
+      ASSERT_GT(kc, 0) << k;
+      EXPECT_EQ(kc % unit, 0) << "k " << k << " unit " << unit;
+      EXPECT_LE(32 * 2 * kc, kMoeStreamActBytes) << "k " << k << " unit " << unit;
+      EXPECT_EQ((k + kc - 1) / kc, (k + max_kc - 1) / max_kc) << "k " << k << " unit " << unit;
+    }
+  }
+}
+
 // The streaming GEMM's activation swizzle: a permutation of every aligned group of 8 chunks, and
 // every quarter warp's 16-byte reads (lanes 8p .. 8p + 7: slot rows 2p, 2p + 1 × quad lanes
 // 0..3, lane tig at chunk 16·kG·u + 4·kG·tig + 4·b + s of its row) in 8 distinct bank quads (row

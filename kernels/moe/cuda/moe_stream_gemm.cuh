@@ -68,18 +68,12 @@ struct StreamShape {
   static_assert(!kUp || kBN % 32 == 0, "the quantiser needs whole 32-blocks per CTA");
 };
 
-// The activation rows of a tile are staged in shared memory whole (8- and 16-row tiles: K <=
-// kMoeCudaStreamMaxK / kMoeCudaStream16MaxK), or for 32-row tiles a chunk of K at a time: 32
-// rows × kc bf16 within kStreamActBytes (two chunks at D 5,120, one at I 2,304). kc is a whole
-// number of units (unit_k = 128 or 256 columns), so the swizzle's groups of 8 chunks never
-// straddle chunks.
-inline constexpr int64_t kStreamActBytes = 160 * 1024;
+// The activation rows of a tile are staged in shared memory whole (8- and 16-row tiles) or, for
+// 32-row tiles, a K chunk of MoeStreamChunkK columns at a time (moe_cuda_internal.h, host-tested).
 __host__ __device__ constexpr int64_t StreamChunkK(int64_t k, int n8, int unit_k) {
-  if (n8 < 4) return k;
-  const int64_t max_kc = kStreamActBytes / (16 * n8) / unit_k * unit_k;
-  const int64_t chunks = (k + max_kc - 1) / max_kc;
-  return ((k + chunks - 1) / chunks + unit_k - 1) / unit_k * unit_k;
+  return moe_cuda_internal::MoeStreamChunkK(k, n8, unit_k);
 }
+inline constexpr int64_t kStreamActBytes = moe_cuda_internal::kMoeStreamActBytes;
 
 // Shared-memory bytes of a tile's activation chunk: 8·n8 rows of kc bf16 (row pitch 2·kc, a
 // multiple of 256 bytes), plus nothing else (the up epilogue tile overlays them).
