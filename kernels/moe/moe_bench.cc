@@ -190,7 +190,9 @@ struct Stages {
 
 Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   const int64_t k_step = o.k_step;
-  const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  // As MoeCuda: the GEMM once, its tile rows and stage flags from it.
+  const MoeCudaGemm gemm = MoeCudaChooseGemm(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE, gemm);
   Stages s;
   s.route = MoeRouteParams{Opts(),
                            c.m,
@@ -247,31 +249,14 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.hoisted_addresses = o.hoist;
   s.up.stream_row_tiles = o.stream_rt;
   s.down.stream_row_tiles = o.stream_rt;
-  s.up.wgmma_rs = MoeCudaUsesWgmmaRs(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  s.up.wgmma_rs = gemm == MoeCudaGemm::kWgmmaRs;
   s.down.wgmma_rs = s.up.wgmma_rs;
-  s.up.stream = MoeCudaUsesWideStream(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  s.up.stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
   s.down.stream = s.up.stream;
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
-}
-
-const char* GemmName(MoeCudaGemm gemm) {
-  switch (gemm) {
-    case MoeCudaGemm::kStream:
-      return "streaming";
-    case MoeCudaGemm::kStream16:
-      return "streaming 16-row";
-    case MoeCudaGemm::kStream32:
-      return "streaming 32-row";
-    case MoeCudaGemm::kWgmma:
-      return "wgmma";
-    case MoeCudaGemm::kWgmmaRs:
-      return "wgmma RS";
-    default:
-      return "tiled";
-  }
 }
 
 // The "paths" column's GEMM letter for the GEMM a call runs (MoeCudaChooseGemm).
@@ -350,8 +335,8 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
     std::printf(
         "check m %ld%s, %s GEMM vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max |y| "
         "%.3g), %.3f %% within 1 ulp -> %s\n",
-        static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "", GemmName(gemm),
-        ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref,
+        static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
+        MoeCudaGemmName(gemm), ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref,
         100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
     all_ok = all_ok && ok;
   }

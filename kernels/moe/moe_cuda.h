@@ -249,14 +249,9 @@ inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 28;
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
                               MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
-// Whether the call runs the register-sourced wgmma GEMM (MoeCudaChooseGemm gives kWgmmaRs). Pure.
-bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                        int64_t max_k = 0);
-
-// Whether the call runs the streaming GEMM with 16- or 32-row tiles (MoeCudaChooseGemm gives
-// kStream16 or kStream32): the stage params' `stream`. Pure.
-bool MoeCudaUsesWideStream(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                           int64_t max_k = 0);
+// A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
+// 16-row", "streaming 32-row", "wgmma", "wgmma RS"; "auto" for kAuto, "unknown" otherwise).
+const char* MoeCudaGemmName(MoeCudaGemm gemm);
 
 // Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 32
 // (kStream32), 128 (kWgmma, kWgmmaRs), and for kTiled 16 (a few tokens per expert), 32 or 64 from

@@ -335,15 +335,24 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
   return 64;
 }
 
-bool MoeCudaUsesWgmmaRs(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                        int64_t max_k) {
-  return MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k) == MoeCudaGemm::kWgmmaRs;
-}
-
-bool MoeCudaUsesWideStream(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                           int64_t max_k) {
-  const MoeCudaGemm g = MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k);
-  return g == MoeCudaGemm::kStream16 || g == MoeCudaGemm::kStream32;
+const char* MoeCudaGemmName(MoeCudaGemm gemm) {
+  switch (gemm) {
+    case MoeCudaGemm::kAuto:
+      return "auto";
+    case MoeCudaGemm::kTiled:
+      return "tiled";
+    case MoeCudaGemm::kStream:
+      return "streaming";
+    case MoeCudaGemm::kStream16:
+      return "streaming 16-row";
+    case MoeCudaGemm::kStream32:
+      return "streaming 32-row";
+    case MoeCudaGemm::kWgmma:
+      return "wgmma";
+    case MoeCudaGemm::kWgmmaRs:
+      return "wgmma RS";
+  }
+  return "unknown";
 }
 
 absl::Status Validate(const MoeExpertUpParams& p) {

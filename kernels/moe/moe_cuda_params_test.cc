@@ -268,6 +268,11 @@ TEST(MoeCudaParamsTest, StageValidation) {
   ExpectInvalid(moe_cuda_internal::ValidateMoeRouteCuda(rp), "bias_vl");
 }
 
+// The stage params' `stream` is set for these (MoeCuda and the bench derive it so).
+bool IsWideStream(MoeCudaGemm g) {
+  return g == MoeCudaGemm::kStream16 || g == MoeCudaGemm::kStream32;
+}
+
 TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   const MoeCudaWeights w = GoodWeights();
   size_t prev = 0;
@@ -294,12 +299,14 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
   EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384), MoeCudaGemm::kStream16);
-  EXPECT_TRUE(MoeCudaUsesWideStream(513, 6, 384, MoeCudaGemm::kAuto, 5120));
-  EXPECT_TRUE(MoeCudaUsesWideStream(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK));
-  EXPECT_FALSE(MoeCudaUsesWideStream(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128));
-  EXPECT_FALSE(MoeCudaUsesWideStream(512, 6, 384, MoeCudaGemm::kAuto));
-  EXPECT_FALSE(MoeCudaUsesWideStream(513, 6, 384, MoeCudaGemm::kTiled));
-  EXPECT_TRUE(MoeCudaUsesWideStream(1, 6, 384, MoeCudaGemm::kStream16));
+  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kAuto, 5120)));
+  EXPECT_TRUE(
+      IsWideStream(MoeCudaChooseGemm(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK)));
+  EXPECT_FALSE(
+      IsWideStream(MoeCudaChooseGemm(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128)));
+  EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto)));
+  EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kTiled)));
+  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kStream16)));
   // 16-row tiles up to kMoeCudaStream16MaxSlotsPerExpert (18) slots per expert (1,152 tokens at
   // top-6) while max(D, I) fits them, then 32-row tiles, the register-sourced wgmma GEMM from
   // kMoeCudaWgmmaMinSlotsPerExpert (28): 1,792 tokens.
@@ -323,13 +330,14 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   // kAuto's 128-row tiles run the register-sourced GEMM; kWgmma forces the other one.
-  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1792, 6, 384, MoeCudaGemm::kAuto));
-  EXPECT_FALSE(MoeCudaUsesWgmmaRs(1791, 6, 384, MoeCudaGemm::kAuto));
-  EXPECT_TRUE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kAuto, 5120));
-  EXPECT_FALSE(MoeCudaUsesWgmmaRs(831, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128));
-  EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kWgmma));
-  EXPECT_FALSE(MoeCudaUsesWgmmaRs(4096, 6, 384, MoeCudaGemm::kTiled));
-  EXPECT_TRUE(MoeCudaUsesWgmmaRs(1, 6, 384, MoeCudaGemm::kWgmmaRs));
+  EXPECT_EQ(MoeCudaChooseGemm(1792, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
+  EXPECT_NE(MoeCudaChooseGemm(1791, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kAuto, 5120), MoeCudaGemm::kWgmmaRs);
+  EXPECT_NE(MoeCudaChooseGemm(831, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+            MoeCudaGemm::kWgmmaRs);
+  EXPECT_NE(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kWgmma), MoeCudaGemm::kWgmmaRs);
+  EXPECT_NE(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kTiled), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kWgmmaRs), MoeCudaGemm::kWgmmaRs);
   // Forced: the tiled GEMM keeps its own rule, the streaming GEMM is 8 at any size.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kTiled), 16);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kTiled), 64);
@@ -337,10 +345,13 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStream16), 16);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream16), 16);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStream32), 32);
-  EXPECT_TRUE(MoeCudaUsesWideStream(1, 6, 384, MoeCudaGemm::kStream32));
+  EXPECT_STREQ(MoeCudaGemmName(MoeCudaGemm::kStream32), "streaming 32-row");
+  EXPECT_STREQ(MoeCudaGemmName(static_cast<MoeCudaGemm>(7)), "unknown");
+  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kStream32)));
   for (MoeCudaGemm g : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma,
                         MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStream16, MoeCudaGemm::kStream32}) {
     EXPECT_EQ(MoeCudaChooseGemm(700, 6, 384, g), g);  // forced: as given
+    EXPECT_STRNE(MoeCudaGemmName(g), "unknown");
   }
 }
 

@@ -120,22 +120,7 @@ void ExpectClose(const char* name, const GpuRun& gpu, const moe_test::CpuRun& cp
   EXPECT_GE(d.within_ulp, 0.95 * d.n);
 }
 
-const char* GemmTag(MoeCudaGemm gemm) {
-  switch (gemm) {
-    case MoeCudaGemm::kStream:
-      return " [stream]";
-    case MoeCudaGemm::kStream16:
-      return " [stream 16]";
-    case MoeCudaGemm::kStream32:
-      return " [stream 32]";
-    case MoeCudaGemm::kWgmma:
-      return " [wgmma]";
-    case MoeCudaGemm::kWgmmaRs:
-      return " [wgmma RS]";
-    default:
-      return " [tiled]";
-  }
-}
+std::string GemmTag(MoeCudaGemm gemm) { return std::string(" [") + MoeCudaGemmName(gemm) + "]"; }
 
 struct LayerCase {
   const char* name;
