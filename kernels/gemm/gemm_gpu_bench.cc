@@ -3,7 +3,7 @@
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
 //                  [--kernels auto,stream,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
-//                  [--peak-tflops T]
+//                  [--peak-tflops T] [--splits 0,2,...]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), mma = the
@@ -15,7 +15,8 @@
 // wherever the plan picks the bf16 wgmma kernel; from kLinearCudaExpandMinRows rows the weight is
 // first expanded to bf16 in the workspace, kernel "wgmma-bf16-ws-x"), wgmma-ws-inplace = the same
 // main loop decoding every stage's codes in place at every M (expand_weights = false); the
-// `kernel` column says which ran. --peak-tflops
+// `kernel` column says which ran. --splits times each listed split_k (0 = the plan's; forced
+// counts are capped at the K steps; the `splits` column says what ran). --peak-tflops
 // replaces the measured mma.sync rate in the compute roof (e.g. 893, cuBLAS's bf16 GEMM rate on the
 // H200).
 //
@@ -67,6 +68,7 @@ struct Options {
   // (mma.sync: the plan's tile, 16 rows where the plan picks stream, 64 where it picks wgmma),
   // wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
+  std::vector<int64_t> splits = {0};  // LinearCudaParams::split_k values (0 = automatic)
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
@@ -115,6 +117,17 @@ Options Parse(int argc, char** argv) {
                        k.c_str());
           std::exit(2);
         }
+      }
+    } else if (flag == "--splits") {
+      o.splits.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) {
+        const int64_t sp = std::atoll(v.c_str());
+        if (sp < 0 || sp > kLinearCudaMaxSplits) {
+          std::fprintf(stderr, "--splits: %s is not in [0, %ld]\n", v.c_str(),
+                       static_cast<long>(kLinearCudaMaxSplits));
+          std::exit(2);
+        }
+        o.splits.push_back(sp);
       }
     } else if (flag == "--peak-tflops") {
       o.peak_tflops = std::atof(argv[i + 1]);
@@ -226,47 +239,55 @@ int Main(int argc, char** argv) {
     dx.CopyFromHost(x.data(), x.size() * 2);
     // Every kernel's plan: the automatic one, the forced stream / 16- / 64- / 128-row tiles, both
     // wgmma kernels.
-    DeviceBuffer ws(std::max({LinearCudaWorkspaceBytes(views[0], max_m),
-                              LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaStreamRows),
-                              LinearCudaWorkspaceBytes(views[0], max_m, 16),
-                              LinearCudaWorkspaceBytes(views[0], max_m, 64),
-                              LinearCudaWorkspaceBytes(views[0], max_m, 128),
-                              LinearCudaWorkspaceBytes(views[0], max_m, 128, 0, true)}));
+    size_t ws_bytes = 0;
+    for (int64_t split : o.splits) {
+      ws_bytes = std::max({ws_bytes, LinearCudaWorkspaceBytes(views[0], max_m, 0, split),
+                           LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaStreamRows, split),
+                           LinearCudaWorkspaceBytes(views[0], max_m, 16, split),
+                           LinearCudaWorkspaceBytes(views[0], max_m, 64, split),
+                           LinearCudaWorkspaceBytes(views[0], max_m, 128, split),
+                           LinearCudaWorkspaceBytes(views[0], max_m, 128, split, true)});
+    }
+    DeviceBuffer ws(ws_bytes);
     for (int64_t m : o.ms) {
       for (const std::string& kernel : o.kernels) {
-        const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows);
-        const bool bf16 = kernel != "wgmma";         // auto and mma: the default (bf16 expansion)
-        const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
-        const bool expand = kernel != "wgmma-ws-inplace";
-        const LinearCudaPlan plan = PlanLinearCuda(m, s.n, s.k, tile, 0, bf16, use_ws, expand);
-        const double us = MedianMicros(o, stream, [&](int i) {
-          LinearCudaParams p;
-          p.weight = &views[i % copies];
-          p.m = m;
-          p.x_bf16 = dx.get<uint16_t>();
-          p.x_stride = s.k;
-          p.y_bf16 = dy.get<uint16_t>();
-          p.y_stride = s.n;
-          p.workspace = ws.get();
-          p.workspace_bytes = ws.bytes();
-          p.tile_rows = tile;
-          p.wgmma_bf16 = bf16;
-          p.wgmma_ws = use_ws;
-          p.expand_weights = expand;
-          const absl::Status st = LaunchLinearFp8(p, stream);
-          CHECK(st.ok()) << st;
-        });
-        const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
-        const double flops = 2.0 * m * s.n * s.k;
-        const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
-        std::printf(
-            "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
-            s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-            plan.expand_weights     ? "wgmma-bf16-ws-x"
-            : plan.warp_specialised ? "wgmma-bf16-ws"
-                                    : LinearCudaKernelName(plan.kernel),
-            static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
-            flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
+        for (int64_t split : o.splits) {
+          const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows);
+          const bool bf16 = kernel != "wgmma";         // auto and mma: the default (bf16 expansion)
+          const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
+          const bool expand = kernel != "wgmma-ws-inplace";
+          const LinearCudaPlan plan =
+              PlanLinearCuda(m, s.n, s.k, tile, split, bf16, use_ws, expand);
+          const double us = MedianMicros(o, stream, [&](int i) {
+            LinearCudaParams p;
+            p.weight = &views[i % copies];
+            p.m = m;
+            p.x_bf16 = dx.get<uint16_t>();
+            p.x_stride = s.k;
+            p.y_bf16 = dy.get<uint16_t>();
+            p.y_stride = s.n;
+            p.workspace = ws.get();
+            p.workspace_bytes = ws.bytes();
+            p.tile_rows = tile;
+            p.split_k = split;
+            p.wgmma_bf16 = bf16;
+            p.wgmma_ws = use_ws;
+            p.expand_weights = expand;
+            const absl::Status st = LaunchLinearFp8(p, stream);
+            CHECK(st.ok()) << st;
+          });
+          const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
+          const double flops = 2.0 * m * s.n * s.k;
+          const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
+          std::printf(
+              "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+              s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+              plan.expand_weights     ? "wgmma-bf16-ws-x"
+              : plan.warp_specialised ? "wgmma-bf16-ws"
+                                      : LinearCudaKernelName(plan.kernel),
+              static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
+              flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
+        }
       }
     }
   }

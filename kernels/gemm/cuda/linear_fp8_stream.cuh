@@ -10,10 +10,11 @@
 //
 // Work split: a CTA of 8 warps owns kStreamRows = 128 weight rows (blockIdx.x; warp w the m16
 // tile of rows 16w .. 16w+15), one K split (blockIdx.y; steps_per_split units of 128) and up to
-// 16 x rows (blockIdx.z). K is streamed in units of 128: in a unit, quad lane tig holds the 32-K
-// block 4u + tig of its two rows grp and grp + 8 (two 16-byte loads per row; the quad reads the
-// row's whole 128-byte line) and that block's one scale byte (rows grp and grp + 8 share a
-// 32-row scale row: m16 tiles start at multiples of 16).
+// 16 x rows (blockIdx.z). K is streamed in units of 128: in a unit, quad lane tig holds the 16-byte
+// chunks at K offsets 64c + 16·tig (c = 0, 1) of its two rows grp and grp + 8 (a quad's load
+// reads 64 contiguous bytes of a row — whole 32-byte sectors; the two loads the row's 128-byte
+// line) and the scale byte of each chunk's 32-block 4u + 2c + tig / 2 (rows grp and grp + 8
+// share a 32-row scale row: m16 tiles start at multiples of 16).
 //
 // Activations: the split's K range is processed in slabs of at most kStreamSlabUnits units. Per
 // slab, after a barrier, the CTA quantises its x rows of the slab exactly as kernels/quant's
@@ -22,12 +23,14 @@
 // StreamChunk), then a barrier. The weight loads of the slab's first units are issued before the
 // quantiser runs (the register ring runs across slabs).
 //
-// Operand order: thread (grp, tig) decodes word i of its 16-byte chunk c (codes 16c + 4i ..
-// 16c + 4i + 3 of its block) into a0/a2 (row grp: codes 4i, 4i+1 | 4i+2, 4i+3) and a1/a3 (row
-// grp + 8), i.e. its k slots (2tig, 2tig+1 | 2tig+8, 2tig+9) carry those 4 columns; its B
-// registers b0/b1 hold the same 4 columns of x row grp (one 8-byte half of a 16-byte shared
-// load). Each mma therefore sums 16 real products (4 per quad lane, from 4 different blocks);
-// only the fp32 summation order is the hardware's, as in linear_fp8_gemm.cuh.
+// Operand order: thread (grp, tig) decodes word i of its 16-byte chunk c (codes 4i .. 4i + 3 of
+// the chunk) into a0/a2 (row grp: codes 4i, 4i+1 | 4i+2, 4i+3) and a1/a3 (row grp + 8), i.e. its
+// k slots (2tig, 2tig+1 | 2tig+8, 2tig+9) carry those 4 columns; its B registers b0/b1 hold the
+// same 4 columns of x row grp (one 8-byte half of a 16-byte shared load). Each mma therefore
+// sums 16 real products (4 per quad lane, 16 consecutive columns per pair of lanes); only the
+// fp32 summation order is the hardware's, as in linear_fp8_gemm.cuh. (Until session 16 lane tig
+// held the whole 32-block 4u + tig: its quad's 16-byte loads were 32 bytes apart, two sectors
+// per 32 useful bytes — Nsight counted 49 % of the kernel's L2 sectors as excess.)
 //
 // Split-K in the same launch: every split stores its fp32 partials ([split, m, n] in the
 // workspace), then one thread per CTA arrives at the tile's counter (workspace); the CTA that
@@ -93,57 +96,61 @@ __host__ __device__ constexpr int StreamSmemBytes(int slab_units, int n8_tiles) 
 
 // Physical 16-byte chunk of logical chunk c (8 bf16) of a slab row: chunk 4b + j of 32-block b
 // goes to 4b + (j ^ (b & 2)). With the pitch's one-group shift per row, the 8 lanes of a
-// quarter warp (rows grp, grp + 1; tig 0..3, the same j) then hit 8 distinct bank groups.
+// quarter warp (rows grp, grp + 1; tig 0..3 reading logical chunks 16·lu + 8c + 2·tig + h, the
+// same c and h) hit 8 distinct bank groups (so do the quantiser's stores).
 __device__ __forceinline__ int StreamChunk(int c) { return c ^ ((c >> 2) & 2); }
 
 using cuda_common::LoadStream16;  // kernels/common/stream_load.cuh
 
-// One unit of a thread's weights: chunks c = 0, 1 (codes 16c .. 16c + 15 of its block) of rows
-// grp (h = 0) and grp + 8 (h = 1), and the block's scale byte.
+// One unit of a thread's weights: its 16-byte chunks c = 0, 1 (K offsets 64c + 16·tig .. + 15 of
+// the unit) of rows grp (h = 0) and grp + 8 (h = 1), and the scale byte of each chunk's 32-block
+// (4u + 2c + tig / 2). A quad's four lanes read 64 contiguous bytes of a row per load (whole
+// 32-byte sectors).
 struct StreamUnitRegs {
   uint4 q[2][2];
-  uint32_t scale;
+  uint32_t scale[2];
 };
 
 // Loads unit u (absolute) of the thread's rows. A block past K (the last unit of a K that is
-// not a multiple of 128) reads its row's first block instead with scale byte 127: finite values,
+// not a multiple of 128) reads its row's first bytes instead with scale byte 127: finite values,
 // multiplied by the zero activations stored there.
 __device__ __forceinline__ void LoadUnit(const uint8_t* row0, const uint8_t* row1,
                                          const uint8_t* scale_row, int64_t k_blocks, int64_t u,
                                          int tig, StreamUnitRegs& r) {
-  const int64_t kb = 4 * u + tig;
-  const bool ok = kb < k_blocks;
-  const int64_t off = ok ? 32 * kb : 0;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    r.q[0][c] = LoadStream16(row0 + off + 16 * c);
-    r.q[1][c] = LoadStream16(row1 + off + 16 * c);
+    const int64_t kb = 4 * u + 2 * c + (tig >> 1);
+    const bool ok = kb < k_blocks;
+    const int64_t off = ok ? 32 * kb + 16 * (tig & 1) : 0;
+    r.q[0][c] = LoadStream16(row0 + off);
+    r.q[1][c] = LoadStream16(row1 + off);
+    r.scale[c] = ok ? static_cast<uint32_t>(__ldg(scale_row + kb)) : 127u;
   }
-  r.scale = ok ? static_cast<uint32_t>(__ldg(scale_row + kb)) : 127u;
 }
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-// acc[nt] += the unit's products. xs: this lane's x row (nt = 0) at the unit's block in shared
-// memory, i.e. slab row grp at byte 64 · (local block); chunk j is at StreamChunk(...) · 16.
-// kWide: some lane's scale byte is above 134 (two multiplies; a warp-uniform choice).
+// acc[nt] += the unit's products. xrow: this lane's x row (nt = 0) of the slab (row grp); the
+// unit is local unit `lu` of the slab, whose logical 16-byte chunk 8c + 2·tig + h (the thread's
+// columns) is at StreamChunk(16·lu + ...) · 16. kWide: some lane's scale byte is above 134 (two
+// multiplies; a warp-uniform choice).
 template <int kNT, bool kWide>
 __device__ __forceinline__ void ComputeUnit(const StreamUnitRegs& r, const unsigned char* xrow,
-                                            int pitch, int local_block, float (&acc)[kNT][4]) {
-  const ScaleMul s = MakeScaleMul(r.scale);
-  const uint32_t m1 = s.m1;
-  const uint32_t m2 = s.wide ? s.m2 : 0x3F803F80u;  // 1.0 for the lanes with a normal scale
+                                            int pitch, int lu, int tig, float (&acc)[kNT][4]) {
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    // x: chunks 2c (columns 16c .. 16c + 7 of the block) and 2c + 1 of each n8 tile's row.
+    const ScaleMul s = MakeScaleMul(r.scale[c]);
+    const uint32_t m1 = s.m1;
+    const uint32_t m2 = s.wide ? s.m2 : 0x3F803F80u;  // 1.0 for the lanes with a normal scale
+    // x: chunks 8c + 2tig (columns 0 .. 7 of the lane's 16) and + 1 of each n8 tile's row.
     uint4 xv[kNT][2];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int chunk = StreamChunk(4 * local_block + 2 * c + h);
+        const int chunk = StreamChunk(16 * lu + 8 * c + 2 * tig + h);
         xv[nt][h] = *reinterpret_cast<const uint4*>(xrow + nt * 8 * pitch + chunk * 16);
       }
     }
@@ -298,12 +305,11 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
       for (int i = 0; i < kStreamDepth; ++i) {
         const int u = ub + i;  // unit within the slab
         if (u < units) {
-          const int local_block = 4 * u + tig;
-          const bool wide = ring[i].scale > 134u;
+          const bool wide = max(ring[i].scale[0], ring[i].scale[1]) > 134u;
           if (!__any_sync(0xFFFFFFFFu, wide)) {
-            ComputeUnit<kNT, false>(ring[i], xrow, pitch, local_block, acc);
+            ComputeUnit<kNT, false>(ring[i], xrow, pitch, u, tig, acc);
           } else {
-            ComputeUnit<kNT, true>(ring[i], xrow, pitch, local_block, acc);
+            ComputeUnit<kNT, true>(ring[i], xrow, pitch, u, tig, acc);
           }
           const int next = s0 + u + kStreamDepth;  // unit within the split
           if (next < count) LoadUnit(wrow0, wrow1, scale_row, k_blocks, u0 + next, tig, ring[i]);
