@@ -18,4 +18,13 @@ __device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
   return v;
 }
 
+// 8 bytes of the same kind of weight (see LoadStream16).
+__device__ __forceinline__ uint2 LoadStream8(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(p));
+  return v;
+}
+
 }  // namespace flashserve::kernels::cuda_common

@@ -1,36 +1,38 @@
 // The weight-streaming FP8 Linear for few rows (gemm_cuda.h, LinearCudaKernel::kStream; README.md
 // "CUDA: the weight-streaming decode kernel"). Device code of cuda/linear_fp8_launch.cu only.
 //
-// One launch does the whole call: the activation QDQ, the GEMM and the split-K reduction.
-// The operand roles of linear_fp8_gemm.cuh are swapped: the weights are the mma.sync m16n8k16 A
-// operand (16 weight rows × k16), decoded from registers loaded with 16-byte ld.global.nc a few
-// units ahead (nothing of the weights passes through shared memory, no barrier in the K loop);
-// the x rows (<= 16 per CTA: kNT n8 tiles) are the B operand, quantised by the CTA itself into
-// shared memory.
+// One launch does the whole call: the activation quantisation, the GEMM and the split-K
+// reduction. The operand roles of linear_fp8_gemm.cuh are swapped: the weights are the mma.sync
+// m16n8k16 A operand (16 weight rows × k16), loaded into registers with 8-byte ld.global.nc a
+// few units ahead (nothing of the weights passes through shared memory, no barrier in the K
+// loop); the x rows (<= 16 per CTA: kNT n8 tiles) are the B operand, quantised by the CTA itself
+// into shared memory.
 //
 // Work split: a CTA of 8 warps owns kStreamRows = 128 weight rows (blockIdx.x; warp w the m16
 // tile of rows 16w .. 16w+15), one K split (blockIdx.y; steps_per_split units of 128) and up to
-// 16 x rows (blockIdx.z). K is streamed in units of 128: in a unit, quad lane tig holds the 16-byte
-// chunks at K offsets 64c + 16·tig (c = 0, 1) of its two rows grp and grp + 8 (a quad's load
-// reads 64 contiguous bytes of a row — whole 32-byte sectors; the two loads the row's 128-byte
-// line) and the scale byte of each chunk's 32-block 4u + 2c + tig / 2 (rows grp and grp + 8
-// share a 32-row scale row: m16 tiles start at multiples of 16).
+// 16 x rows (blockIdx.z). K is streamed in units of 128 (four 32-blocks): in a unit, quad lane
+// tig holds codes 8·tig .. 8·tig + 7 of every block of its two rows grp and grp + 8 (a quad's
+// load reads a row's whole 32-byte block: one sector) and the 4 blocks' scale bytes (rows grp and
+// grp + 8 share a 32-row scale row: m16 tiles start at multiples of 16).
+//
+// Numerics (session 16; before, every code was decoded to a bf16 weight × its scale, 5
+// instructions per pair): the mma runs on the raw E4M3 codes of both operands as f16 (exact,
+// one cvt.rn.f16x2.e4m3x2 per pair), one 32-block at a time into a zeroed fp32 tile, and the
+// tile is added to the accumulators with one fma by (weight scale · x scale of the accumulator's
+// x row): both scales are powers of two, so each product is the CPU's w · QDQ(x) exactly and
+// only the fp32 summation order differs (as in linear_fp8_gemm.cuh).
 //
 // Activations: the split's K range is processed in slabs of at most kStreamSlabUnits units. Per
 // slab, after a barrier, the CTA quantises its x rows of the slab exactly as kernels/quant's
 // QdqKernel does (the same device functions, quant::device::Fmt / BlockAmax: per 32-block of a
-// row, 4 adjacent lanes) into shared memory, plain row-major bf16 (16-byte chunks swizzled,
-// StreamChunk), then a barrier. The weight loads of the slab's first units are issued before the
+// row, 4 adjacent lanes) into shared memory — the E4M3 codes row-major and every block's scale
+// value — then a barrier. The weight loads of the slab's first units are issued before the
 // quantiser runs (the register ring runs across slabs).
 //
-// Operand order: thread (grp, tig) decodes word i of its 16-byte chunk c (codes 4i .. 4i + 3 of
-// the chunk) into a0/a2 (row grp: codes 4i, 4i+1 | 4i+2, 4i+3) and a1/a3 (row grp + 8), i.e. its
-// k slots (2tig, 2tig+1 | 2tig+8, 2tig+9) carry those 4 columns; its B registers b0/b1 hold the
-// same 4 columns of x row grp (one 8-byte half of a 16-byte shared load). Each mma therefore
-// sums 16 real products (4 per quad lane, 16 consecutive columns per pair of lanes); only the
-// fp32 summation order is the hardware's, as in linear_fp8_gemm.cuh. (Until session 16 lane tig
-// held the whole 32-block 4u + tig: its quad's 16-byte loads were 32 bytes apart, two sectors
-// per 32 useful bytes — Nsight counted 49 % of the kernel's L2 sectors as excess.)
+// Operand order: for block b and word j of the thread's 8 codes (codes 4j .. 4j + 3), codes
+// 4j, 4j + 1 fill k slots 2tig, 2tig + 1 and codes 4j + 2, 4j + 3 slots 2tig + 8, 2tig + 9 —
+// a0 / a2 from row grp, a1 / a3 from row grp + 8, b0 / b1 from x row grp of the n8 tile (one
+// 8-byte shared load per block and tile). The two mma of a block (j = 0, 1) cover its 32 columns.
 //
 // Split-K in the same launch: every split stores its fp32 partials ([split, m, n] in the
 // workspace), then one thread per CTA arrives at the tile's counter (workspace); the CTA that
@@ -52,7 +54,6 @@
 
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/stream_load.cuh"
-#include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/quant/cuda/quant_kernels.cuh"
 
@@ -87,93 +88,110 @@ struct StreamArgs {
   unsigned long long tag = 0;              // this call's counter tag: nonzero, low 16 bits zero
 };
 
-// Shared-memory row pitch (bytes) of a slab: 16 bytes of padding make consecutive rows start one
-// 16-byte bank group apart.
-__host__ __device__ constexpr int StreamPitch(int slab_units) { return slab_units * 256 + 16; }
-__host__ __device__ constexpr int StreamSmemBytes(int slab_units, int n8_tiles) {
+// The shared-memory slab: x's E4M3 codes row-major (pitch: units · 128 + 32 bytes, so rows
+// grp .. grp + 3 of a half warp's 8-byte loads start 8 banks apart: 32 distinct banks), then the
+// fp32 value of every (32-block, row) scale byte, block-major ([local block][row]: the scales of
+// a thread's accumulator rows 2·tig, 2·tig + 1 are one 8-byte load).
+__host__ __device__ constexpr int StreamPitch(int slab_units) { return slab_units * 128 + 32; }
+__host__ __device__ constexpr int StreamScaleOffset(int slab_units, int n8_tiles) {
   return 8 * n8_tiles * StreamPitch(slab_units);
 }
+__host__ __device__ constexpr int StreamSmemBytes(int slab_units, int n8_tiles) {
+  return StreamScaleOffset(slab_units, n8_tiles) + 4 * (4 * slab_units) * (8 * n8_tiles);
+}
 
-// Physical 16-byte chunk of logical chunk c (8 bf16) of a slab row: chunk 4b + j of 32-block b
-// goes to 4b + (j ^ (b & 2)). With the pitch's one-group shift per row, the 8 lanes of a
-// quarter warp (rows grp, grp + 1; tig 0..3 reading logical chunks 16·lu + 8c + 2·tig + h, the
-// same c and h) hit 8 distinct bank groups (so do the quantiser's stores).
-__device__ __forceinline__ int StreamChunk(int c) { return c ^ ((c >> 2) & 2); }
+using cuda_common::LoadStream8;  // kernels/common/stream_load.cuh
 
-using cuda_common::LoadStream16;  // kernels/common/stream_load.cuh
+// A UE8M0 scale byte as fp32: 2^(b - 127) (byte 0: the subnormal 2^-127), byte 255 NaN (the
+// CPU's Ue8m0ToFloat).
+__device__ __forceinline__ float Ue8m0Value(uint32_t b) {
+  return __uint_as_float(b == 0u ? 0x00400000u : (b == 255u ? 0x7FC00000u : b << 23));
+}
 
-// One unit of a thread's weights: its 16-byte chunks c = 0, 1 (K offsets 64c + 16·tig .. + 15 of
-// the unit) of rows grp (h = 0) and grp + 8 (h = 1), and the scale byte of each chunk's 32-block
-// (4u + 2c + tig / 2). A quad's four lanes read 64 contiguous bytes of a row per load (whole
-// 32-byte sectors).
+// One unit of a thread's weights: for each 32-block b = 0..3 of the unit, the 8 codes at K
+// offsets 32b + 8·tig .. + 7 of rows grp (h = 0) and grp + 8 (h = 1) — a quad reads a row's
+// whole block, one 32-byte sector per load — and the 4 blocks' scale bytes (byte b).
 struct StreamUnitRegs {
-  uint4 q[2][2];
-  uint32_t scale[2];
+  uint2 q[2][4];
+  uint32_t scales;
 };
 
 // Loads unit u (absolute) of the thread's rows. A block past K (the last unit of a K that is
-// not a multiple of 128) reads its row's first bytes instead with scale byte 127: finite values,
+// not a multiple of 128) reads its row's first block instead with scale byte 127: finite values,
 // multiplied by the zero activations stored there.
 __device__ __forceinline__ void LoadUnit(const uint8_t* row0, const uint8_t* row1,
                                          const uint8_t* scale_row, int64_t k_blocks, int64_t u,
                                          int tig, StreamUnitRegs& r) {
+  r.scales = 0;
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const int64_t kb = 4 * u + 2 * c + (tig >> 1);
+  for (int b = 0; b < 4; ++b) {
+    const int64_t kb = 4 * u + b;
     const bool ok = kb < k_blocks;
-    const int64_t off = ok ? 32 * kb + 16 * (tig & 1) : 0;
-    r.q[0][c] = LoadStream16(row0 + off);
-    r.q[1][c] = LoadStream16(row1 + off);
-    r.scale[c] = ok ? static_cast<uint32_t>(__ldg(scale_row + kb)) : 127u;
+    const int64_t off = (ok ? 32 * kb : 0) + 8 * tig;
+    r.q[0][b] = LoadStream8(row0 + off);
+    r.q[1][b] = LoadStream8(row1 + off);
+    r.scales |= (ok ? static_cast<uint32_t>(__ldg(scale_row + kb)) : 127u) << (8 * b);
   }
 }
 
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
-  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+// Codes bytes 0, 1 and bytes 2, 3 of w as two f16 pairs (exact: every E4M3 value is an f16).
+__device__ __forceinline__ void E4m3x4ToF16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 }
 
-// acc[nt] += the unit's products. xrow: this lane's x row (nt = 0) of the slab (row grp); the
-// unit is local unit `lu` of the slab, whose logical 16-byte chunk 8c + 2·tig + h (the thread's
-// columns) is at StreamChunk(16·lu + ...) · 16. kWide: some lane's scale byte is above 134 (two
-// multiplies; a warp-uniform choice).
-template <int kNT, bool kWide>
+// c = a · b + c: m16n8k16, f16 operands, fp32 accumulators.
+__device__ __forceinline__ void MmaF16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// acc[nt] += the unit's products. Per 32-block b and n8 tile: two m16n8k16 on the raw codes as
+// f16 (word j of the thread's 8 codes: bytes 0, 1 in k slots 2tig, 2tig + 1 and bytes 2, 3 in
+// 2tig + 8, 2tig + 9, for the weight rows (A) and x row grp of the tile (B) alike) sum the
+// block's 32 exact products into a zeroed fp32 tile t; then acc += t · (weight scale · x scale
+// of the accumulator's x row) by one fma each — the block's scales applied once, after the sum
+// (both are powers of two: the products are the CPU's exactly). xrow: the slab's codes row grp
+// (tile 0); xscale: the slab's scale array; lu: the unit's index in the slab.
+template <int kNT>
 __device__ __forceinline__ void ComputeUnit(const StreamUnitRegs& r, const unsigned char* xrow,
-                                            int pitch, int lu, int tig, float (&acc)[kNT][4]) {
+                                            const float* xscale, int pitch, int lu, int tig,
+                                            float (&acc)[kNT][4]) {
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const ScaleMul s = MakeScaleMul(r.scale[c]);
-    const uint32_t m1 = s.m1;
-    const uint32_t m2 = s.wide ? s.m2 : 0x3F803F80u;  // 1.0 for the lanes with a normal scale
-    // x: chunks 8c + 2tig (columns 0 .. 7 of the lane's 16) and + 1 of each n8 tile's row.
-    uint4 xv[kNT][2];
+  for (int b = 0; b < 4; ++b) {
+    const int lb = 4 * lu + b;  // block within the slab
+    const float pw = Ue8m0Value((r.scales >> (8 * b)) & 0xFFu);
+    uint32_t a[2][2][2];  // [word j][row h][lo / hi]
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+    for (int j = 0; j < 2; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int chunk = StreamChunk(16 * lu + 8 * c + 2 * tig + h);
-        xv[nt][h] = *reinterpret_cast<const uint4*>(xrow + nt * 8 * pitch + chunk * 16);
+        E4m3x4ToF16(j == 0 ? r.q[h][b].x : r.q[h][b].y, a[j][h][0], a[j][h][1]);
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t w0 = Word(r.q[0][c], i), w1 = Word(r.q[1][c], i);
-      uint32_t a0 = MulBf16x2(E4m3PairScaled<0x1404u>(w0), m1);
-      uint32_t a1 = MulBf16x2(E4m3PairScaled<0x1404u>(w1), m1);
-      uint32_t a2 = MulBf16x2(E4m3PairScaled<0x3424u>(w0), m1);
-      uint32_t a3 = MulBf16x2(E4m3PairScaled<0x3424u>(w1), m1);
-      if constexpr (kWide) {
-        a0 = MulBf16x2(a0, m2);
-        a1 = MulBf16x2(a1, m2);
-        a2 = MulBf16x2(a2, m2);
-        a3 = MulBf16x2(a3, m2);
-      }
+    for (int nt = 0; nt < kNT; ++nt) {
+      const uint2 xw = *reinterpret_cast<const uint2*>(xrow + nt * 8 * pitch + 32 * lb + 8 * tig);
+      uint32_t bx[2][2];
+      E4m3x4ToF16(xw.x, bx[0][0], bx[0][1]);
+      E4m3x4ToF16(xw.y, bx[1][0], bx[1][1]);
+      float t[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const uint4& x = xv[nt][i / 2];
-        const uint32_t b0 = (i % 2 == 0) ? x.x : x.z;
-        const uint32_t b1 = (i % 2 == 0) ? x.y : x.w;
-        MmaBf16(acc[nt], a0, a1, a2, a3, b0, b1);
+      for (int j = 0; j < 2; ++j) {
+        MmaF16(t, a[j][0][0], a[j][1][0], a[j][0][1], a[j][1][1], bx[j][0], bx[j][1]);
       }
+      const float2 sx =
+          *reinterpret_cast<const float2*>(xscale + lb * (8 * kNT) + nt * 8 + 2 * tig);
+      const float p0 = pw * sx.x, p1 = pw * sx.y;
+      acc[nt][0] = fmaf(t[0], p0, acc[nt][0]);
+      acc[nt][1] = fmaf(t[1], p1, acc[nt][1]);
+      acc[nt][2] = fmaf(t[2], p0, acc[nt][2]);
+      acc[nt][3] = fmaf(t[3], p1, acc[nt][3]);
     }
   }
 }
@@ -191,11 +209,14 @@ __device__ __forceinline__ void LoadX8(const uint16_t* p, uint32_t (&w)[4]) {
 }
 
 // The CTA's x rows [row0, row0 + rows) × the slab's `units` units from column k0 into the
-// slab (QDQ bf16, kernels/quant's QdqKernel arithmetic); columns past K get zeros. Every thread
-// of the CTA calls it (the block amax shuffles name whole warps).
+// slab: the E4M3 codes and the value of each 32-block's UE8M0 scale of kernels/quant's
+// QdqKernel arithmetic (its QDQ value is code × scale exactly: the scale is at least 2^-22, so
+// every product is a bf16); columns past K get zero codes. Every thread of the CTA calls it (the
+// block amax shuffles name whole warps). n8_rows: the slab's rows (8 · kNT).
 template <bool kVec>
-__device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char* slab, int pitch,
-                                             int64_t row0, int rows, int64_t k0, int units) {
+__device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char* slab,
+                                             float* scales, int pitch, int n8_rows, int64_t row0,
+                                             int rows, int64_t k0, int units) {
   using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
   const int per_row = units * (kStreamUnitK / 8);  // 8-value chunks per row, a multiple of 4
   const int total = rows * per_row;
@@ -210,14 +231,10 @@ __device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char*
     bool has_nan = false;
     const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x, &has_nan));
     if (i >= total) continue;
-    uint4 out = make_uint4(0, 0, 0, 0);
-    if (active) {
-      uint32_t codes[F::kCodeWords], v[4];
-      F::Encode(x, sb, has_nan, codes);
-      F::Decode(codes, sb, v);
-      out = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-    *reinterpret_cast<uint4*>(slab + r * pitch + StreamChunk(c) * 16) = out;
+    uint32_t codes[F::kCodeWords] = {0, 0};
+    if (active) F::Encode(x, sb, has_nan, codes);
+    *reinterpret_cast<uint2*>(slab + r * pitch + 8 * c) = make_uint2(codes[0], codes[1]);
+    if (c % 4 == 0) scales[(c / 4) * n8_rows + r] = Ue8m0Value(sb);
   }
 }
 
@@ -280,9 +297,13 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
     if (warp_active && i < count) LoadUnit(wrow0, wrow1, scale_row, k_blocks, u0 + i, tig, ring[i]);
   }
 
-  // Slab rows past m stay zero for the whole call.
+  // Slab rows past m stay zero codes with scale 1 for the whole call.
+  float* xscale = reinterpret_cast<float*>(stream_smem + StreamScaleOffset(g.slab_units, kNT));
   for (int i = threadIdx.x; i < (8 * kNT - rows) * (pitch / 16); i += kStreamThreads) {
     *reinterpret_cast<uint4*>(stream_smem + rows * pitch + 16 * i) = make_uint4(0, 0, 0, 0);
+  }
+  for (int i = threadIdx.x; i < 4 * g.slab_units * (8 * kNT); i += kStreamThreads) {
+    if (i % (8 * kNT) >= rows) xscale[i] = 1.f;
   }
 
   float acc[kNT][4];
@@ -295,7 +316,8 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   for (int s0 = 0; s0 < count; s0 += g.slab_units) {
     const int units = min(g.slab_units, count - s0);
     __syncthreads();  // every warp is done with the previous slab
-    QuantizeSlab<kVec>(g, stream_smem, pitch, row0, rows, (u0 + s0) * kStreamUnitK, units);
+    QuantizeSlab<kVec>(g, stream_smem, xscale, pitch, 8 * kNT, row0, rows, (u0 + s0) * kStreamUnitK,
+                       units);
     __syncthreads();
     if (!warp_active) continue;
     // Ring slot i holds unit s0 + ub + i of the split: s0 is a multiple of slab_units, which is
@@ -305,12 +327,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
       for (int i = 0; i < kStreamDepth; ++i) {
         const int u = ub + i;  // unit within the slab
         if (u < units) {
-          const bool wide = max(ring[i].scale[0], ring[i].scale[1]) > 134u;
-          if (!__any_sync(0xFFFFFFFFu, wide)) {
-            ComputeUnit<kNT, false>(ring[i], xrow, pitch, u, tig, acc);
-          } else {
-            ComputeUnit<kNT, true>(ring[i], xrow, pitch, u, tig, acc);
-          }
+          ComputeUnit<kNT>(ring[i], xrow, xscale, pitch, u, tig, acc);
           const int next = s0 + u + kStreamDepth;  // unit within the split
           if (next < count) LoadUnit(wrow0, wrow1, scale_row, k_blocks, u0 + next, tig, ring[i]);
         }
