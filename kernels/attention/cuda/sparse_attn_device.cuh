@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/attention/attention.h"
+#include "kernels/common/pdl.cuh"
 
 namespace flashserve::kernels::attn_device {
 
@@ -96,17 +97,12 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Programmatic dependent launch (PTX ISA "griddepcontrol", sm_90). The split kernels signal at
-// their start that the combine kernel, launched after them with the programmatic stream
-// serialization attribute, may be scheduled; its CTAs then occupy idle SMs and block in
-// WaitPrerequisiteGrids until the split kernel has completed and its memory operations are
-// visible, which hides the second launch's latency. Without the attribute both are no-ops.
-__device__ __forceinline__ void LaunchDependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void WaitPrerequisiteGrids() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
+// Programmatic dependent launch (kernels/common/pdl.cuh). The split kernels signal at their start
+// that the combine kernel, launched after them with LaunchPdl, may be scheduled; its CTAs then
+// occupy idle SMs and block in WaitPrerequisiteGrids until the split kernel has completed and
+// its memory operations are visible, which hides the second launch's latency.
+__device__ __forceinline__ void LaunchDependents() { cuda_common::PdlLaunchDependents(); }
+__device__ __forceinline__ void WaitPrerequisiteGrids() { cuda_common::PdlWaitPrerequisites(); }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][kChunks × 16 B] tile.
 template <int kChunks>

@@ -86,23 +86,8 @@ void SetSmemLimitOnce(Kernel* kernel, size_t bytes, std::atomic<uint64_t>& done)
 using CombineFn = void (*)(SparseAttnParams, Geometry);
 void LaunchCombine(CombineFn kernel, int64_t ctas, int threads, const SparseAttnParams& p,
                    const Geometry& geo, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(std::min(ctas, kMaxCtas)));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, p, geo) != cudaSuccess) {
-    // A stream or driver that refuses the attribute (a launch-configuration error, not sticky):
-    // clear it and launch in plain stream order, where griddepcontrol.wait is a no-op.
-    (void)cudaGetLastError();
-    kernel<<<config.gridDim, config.blockDim, 0, stream>>>(p, geo);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  cuda_common::LaunchPdl(kernel, dim3(static_cast<unsigned>(std::min(ctas, kMaxCtas))),
+                         dim3(static_cast<unsigned>(threads)), 0, stream, p, geo);
 }
 
 template <int kHeadsPerCta>

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/engram/engram.h"
 #include "kernels/quant/cuda/quant_math.h"
 
@@ -28,6 +29,7 @@ __device__ __forceinline__ uint32_t DequantPair(uint32_t code_lo, uint32_t code_
 // 32nd chunk after). kVec: code rows 8-byte aligned and output rows 16-byte aligned.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) EngramGatherKernel(EngramGatherParams p) {
+  cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t items = p.tokens * p.ids_per_token;
   const int64_t chunks = p.dim / kChunk;

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/pdl.cuh"
 
 namespace flashserve::kernels::float_gemm_device {
 
@@ -305,6 +306,7 @@ __device__ __forceinline__ void StoreTile(const GemmArgs& g, const float (&acc)[
 
 template <int kMT, typename TX, typename TW>
 __global__ void __launch_bounds__(kThreads) FloatLinearGemmKernel(GemmArgs g) {
+  cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   using S = Tile<kMT, TX, TW>;
   extern __shared__ __align__(128) unsigned char float_gemm_smem[];
   const int64_t group = blockIdx.z / g.splits, split = blockIdx.z % g.splits;
@@ -366,6 +368,7 @@ inline constexpr int kReduceThreads = 256;
 
 // y = (((+0 + p_0) + p_1) + ...) + bias, splits ascending; one rounding to bf16.
 __global__ void __launch_bounds__(kReduceThreads) FloatLinearReduceKernel(ReduceArgs r) {
+  cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   const int64_t per_group = r.m * r.n;
   const int64_t total = r.groups * per_group;
   for (int64_t i = int64_t{blockIdx.x} * kReduceThreads + threadIdx.x; i < total;

@@ -11,6 +11,7 @@
 
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/fp8_weight_expand.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
@@ -185,9 +186,10 @@ void LaunchStreamKernel(const gemm_device::StreamArgs& a, const LinearCudaPlan& 
                   smem_set);
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(plan.m_tiles));
-  kernel<<<grid, gemm_device::kStreamThreads, gemm_device::StreamSmemBytes(a.slab_units, kNT),
-           stream>>>(a);
-  CUDA_CHECK(cudaGetLastError());
+  // A programmatic dependent of the stream's previous kernel (kernels/common/pdl.cuh): its CTAs
+  // load their first weight units while that kernel finishes.
+  cuda_common::LaunchPdl(kernel, grid, dim3(gemm_device::kStreamThreads),
+                         gemm_device::StreamSmemBytes(a.slab_units, kNT), stream, a);
 }
 
 // A fresh tag for the stream kernel's split-K counters (linear_fp8_stream.cuh): 48 nonzero bits

@@ -53,6 +53,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/stream_load.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/quant/cuda/quant_kernels.cuh"
@@ -290,6 +291,10 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   const uint8_t* wrow1 = g.w + r1 * g.k;
   const uint8_t* scale_row = g.w_scale + (min(wrow, g.n - 1) / 32) * k_blocks;
 
+  // Launched with LaunchPdl: the next kernel may be scheduled now (it waits for this one before
+  // reading anything), and the weights — which no kernel writes — are requested before this
+  // kernel waits for the ones before it (cuda_common::PdlWaitPrerequisites, below).
+  cuda_common::PdlLaunchDependents();
   // The first units in flight before the activations are quantised.
   StreamUnitRegs ring[kStreamDepth];
 #pragma unroll
@@ -313,6 +318,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
     for (int q = 0; q < 4; ++q) acc[nt][q] = 0.f;
   }
   const unsigned char* xrow = stream_smem + grp * pitch;
+  // x, y, the partials and the counters are read or written only after the earlier kernels of
+  // the stream have finished.
+  cuda_common::PdlWaitPrerequisites();
   for (int s0 = 0; s0 < count; s0 += g.slab_units) {
     const int units = min(g.slab_units, count - s0);
     __syncthreads();  // every warp is done with the previous slab

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/cuda/moe_device.cuh"
 #include "kernels/moe/moe_shared_cuda.h"
 
@@ -19,6 +20,7 @@ inline constexpr int kSharedSwiGluThreads = 256;
 // NaN then either way).
 __global__ void __launch_bounds__(kSharedSwiGluThreads)
     MoeSharedSwiGluKernel(const MoeSharedSwiGluParams p) {
+  cuda_common::PdlLaunchDependents();  // the w2 stream Linear after it may start loading
   const int64_t total = p.m * p.inter;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/norm_rope/cuda/norm_rope_math.cuh"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
@@ -118,6 +119,7 @@ __device__ __forceinline__ double GroupSum(double v, double* warp_sums) {
 template <int kGroup, typename W, int kW, typename Tail, bool kCache>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
+  cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   constexpr int kRowsPerBlock = kNormThreads / kGroup;
   __shared__ double warp_sums[kNormThreads / 32];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -225,6 +227,7 @@ __global__ void __launch_bounds__(kNormThreads)
 // generic kernel), while its loads are in flight. Needs pairs % 4 == 0, (head_dim - rd) % 8 == 0,
 // x and out 16-byte aligned, every stride a multiple of 8 elements; heads * head_dim < 2^31.
 __global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, RopeArgs f) {
+  cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   __shared__ float s_cos[kMaxRopeDims / 2];
   __shared__ float s_sin[kMaxRopeDims / 2];
   const uint32_t pairs = static_cast<uint32_t>(f.pairs);
@@ -289,6 +292,7 @@ __global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, Ro
 // heads * head_dim < 2^31, so per-token indices fit 32 bits.
 template <bool kPairVec>
 __global__ void __launch_bounds__(kRopeThreads) RopeKernel(RopeParams p, RopeArgs f) {
+  cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   __shared__ float s_cos[kMaxRopeDims / 2];
   __shared__ float s_sin[kMaxRopeDims / 2];
   const uint32_t pairs = static_cast<uint32_t>(f.pairs);
