@@ -188,11 +188,11 @@ __device__ __forceinline__ void ComputeUnit(const StreamUnitRegs& r, const unsig
       }
       const float2 sx =
           *reinterpret_cast<const float2*>(xscale + lb * (8 * kNT) + nt * 8 + 2 * tig);
-      const float p0 = pw * sx.x, p1 = pw * sx.y;
-      acc[nt][0] = fmaf(t[0], p0, acc[nt][0]);
-      acc[nt][1] = fmaf(t[1], p1, acc[nt][1]);
-      acc[nt][2] = fmaf(t[2], p0, acc[nt][2]);
-      acc[nt][3] = fmaf(t[3], p1, acc[nt][3]);
+      const float p0 = exact::MulRn(pw, sx.x), p1 = exact::MulRn(pw, sx.y);
+      acc[nt][0] = exact::FmaRn(t[0], p0, acc[nt][0]);
+      acc[nt][1] = exact::FmaRn(t[1], p1, acc[nt][1]);
+      acc[nt][2] = exact::FmaRn(t[2], p0, acc[nt][2]);
+      acc[nt][3] = exact::FmaRn(t[3], p1, acc[nt][3]);
     }
   }
 }
