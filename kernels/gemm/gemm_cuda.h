@@ -107,8 +107,21 @@ inline constexpr int64_t kLinearCudaStreamCols = 128;
 // 30.75 -> 27.36, engram.wkv 86.21 -> 66.85 / 86.75 -> 80.22). At M = 16 (two n8 tiles) it lost
 // everywhere in round 1 and is not measured since: mma.sync there.
 constexpr bool LinearCudaStreamPays(int64_t m) { return m <= 8; }
+// The register-sourced wgmma kernel for decode batches (README "CUDA: the register-sourced wgmma
+// kernel"): forced by tile_rows = kLinearCudaRsRows (its CTA's weight rows); a CTA takes up to
+// kLinearCudaRsMaxRows x rows (m_tiles = ceil(M / 128)) and kLinearCudaRsCols weight rows, K
+// steps of kLinearCudaKStep; one CTA per SM.
+inline constexpr int64_t kLinearCudaRsRows = 256;
+inline constexpr int64_t kLinearCudaRsMaxRows = 128;
+inline constexpr int64_t kLinearCudaRsCols = 256;
 
-enum class LinearCudaKernel { kMmaSync = 0, kWgmmaBf16 = 1, kWgmmaFp8 = 2, kStream = 3 };
+enum class LinearCudaKernel {
+  kMmaSync = 0,
+  kWgmmaBf16 = 1,
+  kWgmmaFp8 = 2,
+  kStream = 3,
+  kWgmmaRs = 4
+};
 const char* LinearCudaKernelName(LinearCudaKernel kernel);
 
 // InvalidArgumentError naming the field (dims, null or misaligned pointers), else OK.
@@ -124,7 +137,8 @@ struct LinearCudaParams {
   float* y_f32 = nullptr;
   int64_t y_stride = 0;  // elements, >= N
   // 0 = automatic (LinearCudaPlan); 8 forces the weight-streaming kernel (any M: a CTA per 16
-  // rows), 16, 32 or 64 the mma.sync kernel with that many CTA rows, 128 a wgmma kernel (tests,
+  // rows), 16, 32 or 64 the mma.sync kernel with that many CTA rows, 128 a wgmma kernel, 256
+  // (kLinearCudaRsRows) the register-sourced wgmma kernel (any M: a CTA per 128 rows; tests,
   // benches). Automatic: the weight-streaming kernel for M <= 8 (LinearCudaStreamPays); wgmma for
   // M >= 128 and N >= 128 when the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK
   // of K; else mma.sync with 16 / 32 / 64 rows.

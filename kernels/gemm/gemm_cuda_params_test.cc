@@ -203,7 +203,7 @@ TEST(LinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
 // once, at every tile size. (A plan counting 256-wide steps for the 16/32-row tiles made the
 // kernel sum only half of K.)
 TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
-  for (int64_t tile : {0, 8, 16, 32, 64, 128}) {
+  for (int64_t tile : {0, 8, 16, 32, 64, 128, 256}) {
     for (int64_t m : {1, 7, 17, 64, 300}) {
       for (int64_t k : std::initializer_list<int64_t>{32, 64, 96, 256, 512, 640, 1280, 2304, 5120,
                                                       15360, kLinearCudaMaxK}) {
@@ -214,8 +214,11 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
                          " " + std::to_string(forced) + " " + std::to_string(bf16));
             const bool wgmma = p.tile_rows == kLinearCudaWgmmaRows;
             const bool stream = p.tile_rows == kLinearCudaStreamRows;
+            const bool rs = p.tile_rows == kLinearCudaRsRows;
             ASSERT_EQ(stream, tile == 8 || (tile == 0 && m <= 8));
+            ASSERT_EQ(rs, tile == kLinearCudaRsRows);
             ASSERT_EQ(p.kernel, stream   ? LinearCudaKernel::kStream
+                                : rs     ? LinearCudaKernel::kWgmmaRs
                                 : !wgmma ? LinearCudaKernel::kMmaSync
                                          : (bf16 ? LinearCudaKernel::kWgmmaBf16
                                                  : LinearCudaKernel::kWgmmaFp8));
@@ -227,7 +230,17 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
             // steps_per_split · kBlocksPerStep bytes, at most 8192 / 16384 (what the launchers
             // reserve).
             const bool eight = wgmma && bf16;
-            if (!stream) {
+            if (rs) {
+              // LinearFp8RsKernel: blockIdx.x covers m in 128-row tiles; its scale strip is 8
+              // rows of steps_per_split · 4 bytes, at most 8 · kLinearCudaMaxK / 32.
+              ASSERT_EQ(p.m_tiles, (m + 127) / 128);
+              ASSERT_EQ(p.tile_cols, kLinearCudaRsCols);
+              ASSERT_LE(p.steps_per_split * kBlocksPerStep, kLinearCudaMaxK / 32);
+              if (forced == 0) {  // one CTA per SM: automatic splits stay within 132 CTAs
+                ASSERT_LE(p.splits * p.m_tiles * p.n_tiles,
+                          std::max<int64_t>(132, p.m_tiles * p.n_tiles));
+              }
+            } else if (!stream) {
               ASSERT_LE((eight ? 8 : 4) * p.steps_per_split * kBlocksPerStep, eight ? 16384 : 8192);
             } else {
               // LinearFp8StreamKernel: blockIdx.z covers m in 16-row tiles; x.y the splits.
@@ -260,7 +273,7 @@ TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
   for (int64_t n : {96, 1280, 5120}) {
     const Fp8LinearDevice w = f.View(n, 2304);
     for (int64_t forced : {0, 4}) {
-      for (int64_t tile : {0, 8}) {
+      for (int64_t tile : {int64_t{0}, int64_t{8}, kLinearCudaRsRows}) {
         for (bool bf16 : {false, true}) {
           SCOPED_TRACE(std::to_string(n) + " forced " + std::to_string(forced) + " tile " +
                        std::to_string(tile) + " bf16 " + std::to_string(bf16));
@@ -411,7 +424,7 @@ TEST(LinearCudaParamsTest, RejectsBadFields) {
   expect_field(p, "tile_rows");
   p.tile_rows = 4;
   expect_field(p, "tile_rows");
-  p.tile_rows = 256;
+  p.tile_rows = 512;
   expect_field(p, "tile_rows");
   p = good();
   p.split_k = kLinearCudaMaxSplits + 1;

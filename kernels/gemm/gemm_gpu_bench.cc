@@ -64,7 +64,8 @@ struct Options {
   int warmup = 3;
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
   std::vector<std::string> shapes;  // empty: all
-  // Kernels to time per (shape, M): auto (the plan's choice), stream (tile_rows 8), mma
+  // Kernels to time per (shape, M): auto (the plan's choice), stream (tile_rows 8), rs (the
+  // register-sourced wgmma kernel, tile_rows kLinearCudaRsRows), mma
   // (mma.sync: the plan's tile, 16 rows where the plan picks stream, 64 where it picks wgmma),
   // wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
@@ -82,6 +83,7 @@ int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
     return auto_tile == 128 ? 64 : (auto_tile == kLinearCudaStreamRows ? 16 : auto_tile);
   }
   if (kernel == "stream") return kLinearCudaStreamRows;
+  if (kernel == "rs") return kLinearCudaRsRows;
   return 0;
 }
 
@@ -109,11 +111,11 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "stream" && k != "mma" && k != "wgmma" && k != "wgmma-bf16" &&
-            k != "wgmma-ws" && k != "wgmma-ws-inplace") {
+        if (k != "auto" && k != "stream" && k != "rs" && k != "mma" && k != "wgmma" &&
+            k != "wgmma-bf16" && k != "wgmma-ws" && k != "wgmma-ws-inplace") {
           std::fprintf(stderr,
-                       "--kernels: %s is not auto, stream, mma, wgmma, wgmma-bf16, wgmma-ws or "
-                       "wgmma-ws-inplace\n",
+                       "--kernels: %s is not auto, stream, rs, mma, wgmma, wgmma-bf16, wgmma-ws "
+                       "or wgmma-ws-inplace\n",
                        k.c_str());
           std::exit(2);
         }
@@ -243,6 +245,7 @@ int Main(int argc, char** argv) {
     for (int64_t split : o.splits) {
       ws_bytes = std::max({ws_bytes, LinearCudaWorkspaceBytes(views[0], max_m, 0, split),
                            LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaStreamRows, split),
+                           LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaRsRows, split),
                            LinearCudaWorkspaceBytes(views[0], max_m, 16, split),
                            LinearCudaWorkspaceBytes(views[0], max_m, 64, split),
                            LinearCudaWorkspaceBytes(views[0], max_m, 128, split),

@@ -110,14 +110,18 @@ struct Kernel {
   std::string Name() const {
     const char* wgmma = !bf16 ? " wgmma-fp8" : (ws ? " wgmma-bf16-ws" : " wgmma-bf16-cp.async");
     return "tile " + std::to_string(tile) +
-           (tile == 128 ? wgmma : (tile == kLinearCudaStreamRows ? " stream" : ""));
+           (tile == 128 ? wgmma
+                        : (tile == kLinearCudaStreamRows ? " stream"
+                                                         : (tile == kLinearCudaRsRows ? " wgmma-rs"
+                                                                                      : "")));
   }
 };
 const Kernel kAuto{0, true}, kStream{kLinearCudaStreamRows, false}, kMma16{16, false},
     kMma64{64, false}, kFp8Wgmma{128, false}, kBf16Wgmma{128, true},
-    kBf16WgmmaCpAsync{128, true, false};
-const Kernel kAllKernels[] = {kAuto,  kStream,   kMma16,     {32, false},
-                              kMma64, kFp8Wgmma, kBf16Wgmma, kBf16WgmmaCpAsync};
+    kBf16WgmmaCpAsync{128, true, false}, kRs{kLinearCudaRsRows, false};
+const Kernel kAllKernels[] = {kAuto,     kStream,    kRs,
+                              kMma16,    {32, false}, kMma64,
+                              kFp8Wgmma, kBf16Wgmma,  kBf16WgmmaCpAsync};
 
 // ---- exact-arithmetic inputs: bit for bit ----------------------------------------------------
 
@@ -169,7 +173,7 @@ TEST_F(GemmGpuTest, ExactArithmeticBiasStridesAndF32Output) {
     ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
     for (bool f32 : {false, true}) {
       const std::vector<float> cpu = Cpu(*w, x, m, x_stride, f32, y_stride);
-      for (const Kernel& kern : {kAuto, kStream, kMma64, kFp8Wgmma, kBf16Wgmma}) {
+      for (const Kernel& kern : {kAuto, kStream, kRs, kMma64, kFp8Wgmma, kBf16Wgmma}) {
         for (int64_t split : {0, 1, 2}) {
           const std::vector<float> gpu = PackGpu(
               gemm_test::RunLinearGpu(d.view(), x, m, x_stride,
@@ -201,7 +205,7 @@ TEST_F(GemmGpuTest, ExactArithmeticWideScaleRange) {
     ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, k));
     for (bool f32 : {false, true}) {
       const std::vector<float> cpu = Cpu(*w, x, m, k, f32, n);
-      for (const Kernel& kern : {kAuto, kStream, kMma64, kFp8Wgmma, kBf16Wgmma}) {
+      for (const Kernel& kern : {kAuto, kStream, kRs, kMma64, kFp8Wgmma, kBf16Wgmma}) {
         const std::vector<float> gpu =
             gemm_test::RunLinearGpu(d.view(), x, m, k, {f32, 0, kern.tile, 0, kern.bf16, kern.ws});
         ExpectBitEqual(gpu, cpu, m, n, n, "wide scales M " + std::to_string(m) + " " + kern.Name());
@@ -236,7 +240,7 @@ void CheckNanScale(const Kernel& kern) {
 }
 
 TEST_F(GemmGpuTest, NanScaleGivesNanLikeCpu) {
-  for (const Kernel& kern : {kAuto, kStream, kMma16, kFp8Wgmma, kBf16Wgmma}) {
+  for (const Kernel& kern : {kAuto, kStream, kRs, kMma16, kFp8Wgmma, kBf16Wgmma}) {
     SCOPED_TRACE(kern.Name());
     CheckNanScale(kern);
   }
@@ -265,7 +269,7 @@ TEST_F(GemmGpuTest, IdentityWeightReturnsQdqActivations) {
     const std::vector<float> cpu = Cpu(*w, x, m, k, false, n);
     // The wgmma kernels first: output j = x[j] isolates operand layout errors (a wrong K
     // position, row or swizzle shows up as the first mismatching (row, column)).
-    for (const Kernel& kern : {kFp8Wgmma, kBf16Wgmma, kStream, kMma16, kAuto}) {
+    for (const Kernel& kern : {kRs, kFp8Wgmma, kBf16Wgmma, kStream, kMma16, kAuto}) {
       for (int64_t split : {0, 1}) {
         const std::vector<float> gpu = gemm_test::RunLinearGpu(
             d.view(), x, m, k, {false, 0, kern.tile, split, kern.bf16, kern.ws});
@@ -365,6 +369,15 @@ TEST_F(GemmGpuTest, ReleasedShapesSmallM) {
   for (const Shape& s : kReleased) CheckRandomShape(s, {1, 7, 16, 64}, {kAuto, kMma16}, ++seed);
 }
 
+// The register-sourced wgmma kernel at decode batches (one and two 128-row x tiles, the 64-row
+// form at M <= 64) against the mma.sync kernel on the same data.
+TEST_F(GemmGpuTest, ReleasedShapesDecodeBatchRs) {
+  uint64_t seed = 300;
+  for (const Shape& s : kReleased) {
+    CheckRandomShape(s, {9, 16, 64, 100, 128, 256}, {kRs, kMma64}, ++seed);
+  }
+}
+
 // The three kernels on the same data: mma.sync (64-row tiles), FP8 wgmma, bf16-expansion wgmma.
 // (The test name is kept from when there were two.)
 TEST_F(GemmGpuTest, ReleasedShapesLargeMBothKernels) {
@@ -385,7 +398,7 @@ TEST_F(GemmGpuTest, RandomWithBiasF32OutputAndSplits) {
   const double coef = (k / 4.0 + 64.0) * std::ldexp(1.0, -24);
   for (bool f32 : {false, true}) {
     const std::vector<float> cpu = Cpu(*w, x, m, k, f32, y_stride);
-    for (const Kernel& kern : {kAuto, kStream, kFp8Wgmma, kBf16Wgmma}) {
+    for (const Kernel& kern : {kAuto, kStream, kRs, kFp8Wgmma, kBf16Wgmma}) {
       const int64_t tile = kern.tile;
       for (int64_t split : {0, 1, 5}) {
         // Packed [m, n] like cpu and DoubleLinear's abs_sum.

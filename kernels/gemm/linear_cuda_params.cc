@@ -60,10 +60,35 @@ LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   return p;
 }
 
+// The register-sourced wgmma kernel: 256 weight rows and up to 128 x rows per CTA, K in units
+// of kLinearCudaKStep, one CTA per SM (splits to fill kWgmmaTargetCtas).
+LinearCudaPlan RsPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
+  LinearCudaPlan p;
+  p.kernel = LinearCudaKernel::kWgmmaRs;
+  p.tile_rows = kLinearCudaRsRows;
+  p.tile_cols = kLinearCudaRsCols;
+  p.k_step = kLinearCudaKStep;
+  p.k_steps = CeilDiv(k, p.k_step);
+  p.m_tiles = CeilDiv(m, kLinearCudaRsMaxRows);
+  p.n_tiles = CeilDiv(n, p.tile_cols);
+  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
+  int64_t splits = 1;
+  if (split_k > 0) {
+    splits = split_k;
+  } else if (tiles < kWgmmaTargetCtas) {
+    splits = std::min(kLinearCudaMaxSplits, kWgmmaTargetCtas / tiles);
+  }
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
+  p.steps_per_split = CeilDiv(p.k_steps, splits);
+  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  return p;
+}
+
 // The plan for a resolved tile_rows (no automatic choice left).
 LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
                        bool wgmma_bf16, bool wgmma_ws, bool expand_weights) {
   if (tile_rows == kLinearCudaStreamRows) return StreamPlan(m, n, k, split_k);
+  if (tile_rows == kLinearCudaRsRows) return RsPlan(m, n, k, split_k);
   LinearCudaPlan p;
   p.tile_rows = tile_rows;
   const bool wgmma = tile_rows == kLinearCudaWgmmaRows;
@@ -87,7 +112,8 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
       p.tile_cols = kLinearCudaWgmmaFp8Cols;
       break;
     case LinearCudaKernel::kStream:
-      break;  // StreamPlan
+    case LinearCudaKernel::kWgmmaRs:
+      break;  // StreamPlan, RsPlan
   }
   p.k_steps = CeilDiv(k, p.k_step);
   p.m_tiles = CeilDiv(m, p.tile_rows);
@@ -157,6 +183,8 @@ const char* LinearCudaKernelName(LinearCudaKernel kernel) {
       return "wgmma-fp8";
     case LinearCudaKernel::kStream:
       return "stream";
+    case LinearCudaKernel::kWgmmaRs:
+      return "wgmma-rs";
   }
   return "?";
 }
@@ -225,8 +253,10 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.weight == nullptr) return Invalid("weight", "is null");
   if (p.m < 0 || p.m > kMaxM) return Invalid("m", absl::StrFormat("%d is not in [0, 2^31)", p.m));
   if (p.tile_rows != 0 && p.tile_rows != kLinearCudaStreamRows && p.tile_rows != 16 &&
-      p.tile_rows != 32 && p.tile_rows != 64 && p.tile_rows != kLinearCudaWgmmaRows) {
-    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 8, 16, 32, 64 or 128", p.tile_rows));
+      p.tile_rows != 32 && p.tile_rows != 64 && p.tile_rows != kLinearCudaWgmmaRows &&
+      p.tile_rows != kLinearCudaRsRows) {
+    return Invalid("tile_rows",
+                   absl::StrFormat("%d is not 0, 8, 16, 32, 64, 128 or 256", p.tile_rows));
   }
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid("split_k",

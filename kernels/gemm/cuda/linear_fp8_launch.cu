@@ -15,6 +15,7 @@
 #include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/fp8_weight_expand.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/gemm/cuda/linear_fp8_rs.cuh"
 #include "kernels/gemm/cuda/linear_fp8_stream.cuh"
 #include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
@@ -41,6 +42,10 @@ static_assert(wgmma_fp8::kBK == kLinearCudaWgmmaFp8KStep);
 static_assert(gemm_device::kStreamUnitK == kLinearCudaKStep);
 static_assert(gemm_device::kStreamRows == kLinearCudaStreamCols);
 static_assert(8 * 2 == kLinearCudaStreamMaxRows);  // two n8 tiles per CTA
+static_assert(linear_rs::kBK == kLinearCudaKStep);
+static_assert(linear_rs::kBN == kLinearCudaRsCols);
+static_assert(linear_rs::kMaxBM == kLinearCudaRsMaxRows);
+static_assert(linear_rs::kMaxStripPitch == kLinearCudaMaxK / 32);
 
 size_t AlignUp256(size_t v) { return (v + 255) / 256 * 256; }
 
@@ -177,6 +182,69 @@ void LaunchWgmmaFp8(const GemmArgs& f, const uint8_t* codes, const uint8_t* scal
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The register-sourced wgmma kernel's activation pass: QDQ x in the RS operand order into `out`
+// ([M, K] bf16, the workspace's activation region).
+void LaunchRsQdq(const LinearCudaParams& p, uint16_t* out, cudaStream_t stream) {
+  linear_rs::QdqArgs a;
+  a.x = p.x_bf16;
+  a.x_stride = p.x_stride;
+  a.m = p.m;
+  a.k = p.weight->k;
+  a.out = out;
+  const int64_t units = a.m * (a.k / 8);
+  const int64_t blocks = std::min<int64_t>(
+      (units + linear_rs::kQdqThreads - 1) / linear_rs::kQdqThreads, 132 * 8);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0) {
+    linear_rs::LinearFp8RsQdqKernel<true><<<grid, linear_rs::kQdqThreads, 0, stream>>>(a);
+  } else {
+    linear_rs::LinearFp8RsQdqKernel<false><<<grid, linear_rs::kQdqThreads, 0, stream>>>(a);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kBM>
+void LaunchRsKernel(const linear_rs::Args& g, const LinearCudaPlan& plan, cudaStream_t stream) {
+  using L = linear_rs::Layout<kBM>;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = linear_rs::LinearFp8RsKernel<kBM>;
+  EnsureSmemLimit(kernel, L::SmemBytes(static_cast<int>(linear_rs::kMaxStripPitch)), smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(plan.splits));
+  kernel<<<grid, linear_rs::kThreads, L::SmemBytes(g.strip_pitch), stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// The register-sourced wgmma kernel on the RS-order QDQ activations f.a: N = 64 x rows per CTA
+// when M <= 64, else 128. InternalError (nothing enqueued) when the driver cannot make the TMA
+// descriptors (the codes are 16-byte aligned and K a multiple of 32, so it never should).
+absl::Status LaunchRs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
+  linear_rs::Args g;
+  const uint32_t bm = f.m <= 64 ? 64 : 128;
+  if (!wgmma_ws::MakeTmaOperand(&g.w, f.w, 1, f.k, f.n, f.k, 1, 0, linear_rs::kBK,
+                                linear_rs::kBN, true) ||
+      !wgmma_ws::MakeTmaOperand(&g.x, f.a, 2, f.k, f.m, f.k, 1, 0, 64, bm, true)) {
+    return absl::InternalError("LaunchLinearFp8: the driver refused the wgmma-rs TMA descriptors");
+  }
+  g.w_scale = f.w_scale;
+  g.bias = f.bias;
+  g.m = f.m;
+  g.n = f.n;
+  g.k = f.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.strip_pitch = static_cast<int>(plan.steps_per_split * (linear_rs::kBK / 32));
+  g.y_bf16 = f.y_bf16;
+  g.y_f32 = f.y_f32;
+  g.y_stride = f.y_stride;
+  g.partial = f.partial;
+  if (bm == 64) {
+    LaunchRsKernel<64>(g, plan, stream);
+  } else {
+    LaunchRsKernel<128>(g, plan, stream);
+  }
+  return absl::OkStatus();
+}
+
 template <int kNT, bool kVec>
 void LaunchStreamKernel(const gemm_device::StreamArgs& a, const LinearCudaPlan& plan,
                         cudaStream_t stream) {
@@ -266,7 +334,10 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   uint8_t* a_codes = ws + layout.activations;
   uint8_t* a_scales = a_codes + AlignUp256(static_cast<size_t>(p.m * w.k));
 
-  if (fp8) {
+  const bool rs = plan.kernel == LinearCudaKernel::kWgmmaRs;
+  if (rs) {
+    LaunchRsQdq(p, a, stream);
+  } else if (fp8) {
     quant::QuantizeParams q;
     q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
     q.rows = p.m;
@@ -309,6 +380,9 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
     g.partial = reinterpret_cast<float*>(ws + layout.partials);
   }
   switch (plan.tile_rows) {
+    case kLinearCudaRsRows:
+      RETURN_IF_ERROR(LaunchRs(g, plan, stream));
+      break;
     case kLinearCudaWgmmaRows:
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);

@@ -1,0 +1,404 @@
+// The register-sourced wgmma FP8 Linear for decode batches (LinearCudaKernel::kWgmmaRs, forced
+// by tile_rows = kLinearCudaRsRows): the weights are the wgmma A operand, decoded from E4M3 ×
+// UE8M0 straight into the consumer threads' A fragments (wgmma.mma_async RS form), the x rows the
+// B operand (N = up to 128 x rows per CTA), so one pass over each weight byte serves every x row
+// of the tile and no MMA row is padding. Device code of cuda/linear_fp8_launch.cu only (sm_90a).
+// README.md "CUDA: the register-sourced wgmma kernel (decode batches)" documents the design and
+// the figures.
+//
+// Two kernels per call (three with split-K: LinearFp8ReduceKernel sums the partials):
+// 1. LinearFp8RsQdqKernel: x (bf16) quantised per 32 along K with kernels/quant's device code
+//    (Fmt<kFp8E4m3Ue8m0B32> Encode / Decode: the same codes, scales and QDQ values as LaunchQdq
+//    and formats::QuantizeFp8Ue8m0B32), written as bf16 QDQ values [M, K] in the RS operand
+//    order: within each 32-block, slot 16s + 8hi + 2t + h holds logical column 8t + 4s + 2hi + h
+//    (s = k16 step, t = quad lane). So a quad lane's 8 contiguous weight codes 8t .. 8t + 7 of a
+//    block are exactly its A registers of the block's two k16 steps (codes 4s, 4s + 1 at k
+//    2t, 2t + 1; codes 4s + 2, 4s + 3 at k 2t + 8, 2t + 9), and x stays a plain K-major B tile.
+// 2. LinearFp8RsKernel: CTA = 256 weight rows (blockIdx.y) × up to kBM x rows (blockIdx.x: the m
+//    tiles of one column block run side by side, so the second reads the weights from L2) × one
+//    K split (blockIdx.z). Producer warpgroup 2 (setmaxnreg down; one thread issues): per 128-K
+//    stage one TMA box of codes [256 rows][128 bytes] and two of x [kBM rows][64 bf16], all in
+//    the 128-byte swizzle, zero-filled outside the tensors (ragged N, M and K need no code), one
+//    expect_tx on full[s]. Consumer warpgroups 0, 1 (setmaxnreg up) own 128 weight rows each =
+//    two m64 blocks of m64 × kBM fp32 accumulators. Per 32-wide block q of the stage: fence,
+//    2 m-blocks × 2 k16 wgmmas from A set q % 2, commit, wait_group 1 (block q - 1 done; at a
+//    stage's first block the previous stage is released on empty[s]: 8 warp arrivals), then
+//    decode block q + 1 into set (q + 1) % 2 — the decode overlaps the tensor cores.
+//
+// Fragment rows and the swizzle: the TMA's 128-byte swizzle puts 16-byte chunk c of row r at
+// c ^ (r % 8). A thread reads its row's 8 codes of block b (chunk 2b + t/2, half t % 2) with one
+// 8-byte ld.shared; a half warp (quad rows g = 0..3 or 4..7) is conflict-free when its 4 rows
+// have distinct r % 8 of one parity, so fragment row g of a warp's 16-row slab is weight row
+// P(g) = 2·(g % 4) + g / 4 (and g + 8 is 8 + P(g)): {0, 2, 4, 6} and {1, 3, 5, 7}.
+//
+// Numerics: as every FP8 Linear kernel — exact bf16 products (code × scale, QDQ x), fp32 sums in
+// another order than LinearCpu; bias added and rounded once in the epilogue (no split) or by the
+// reduction (split). Scales: a warp's 16-row slab lies in one 32-row scale row, so its scale per
+// block is warp-uniform (one strip of 8 scale rows × the split's blocks in shared memory, 127 =
+// 1.0 outside N or K, where the zero-filled codes make the product 0 anyway); bytes above 134
+// take e4m3_bf16_decode.cuh's second multiply, 255 gives NaN.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
+#include "kernels/gemm/cuda/tma_map.h"
+#include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/quant/cuda/quant_kernels.cuh"
+
+namespace flashserve::kernels::linear_rs {
+
+inline constexpr int kThreads = 384;
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kBN = 256;     // weight rows (output columns) per CTA
+inline constexpr int kBK = 128;     // K per stage
+inline constexpr int kMaxBM = 128;  // x rows per CTA (the wgmma N)
+inline constexpr uint32_t kKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
+inline constexpr uint32_t kKMajorSbo = 1024;  // 8 rows of 128 bytes
+// setmaxnreg: 256 · 232 + 128 · 40 = 64512 <= 65536 registers per SM (one CTA).
+inline constexpr uint32_t kConsumerRegs = 232;
+inline constexpr uint32_t kProducerRegs = 40;
+static_assert(kConsumerThreads * kConsumerRegs + 128 * kProducerRegs <= 65536);
+// The scale strip: 8 scale rows × at most kLinearCudaMaxK / 32 blocks.
+inline constexpr uint32_t kMaxStripPitch = 2048;
+inline constexpr uint32_t kConsumerBarrier = 1;  // named barrier of the 256 consumer threads
+
+template <int kBM>
+struct Layout {
+  static constexpr uint32_t kWBytes = kBN * kBK;  // codes [256 rows][128 bytes]
+  static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of x (bf16)
+  static constexpr uint32_t kStageBytes = kWBytes + 2 * kXBlock;
+  static constexpr int kStages = kBM == 128 ? 3 : 4;
+  static constexpr uint32_t kBarOff = kStages * kStageBytes;
+  static constexpr uint32_t kStripOff = kBarOff + 2 * kStages * 8;
+  static constexpr int SmemBytes(int pitch) {
+    return static_cast<int>(kStripOff) + 8 * pitch + 1024;  // + alignment slack
+  }
+  static_assert(kStageBytes % 1024 == 0, "stages start on swizzle atoms");
+  static_assert(static_cast<int>(kStripOff) + 8 * kMaxStripPitch + 1024 <= 227 * 1024);
+};
+
+struct Args {
+  wgmma_ws::TmaOperand w;  // E4M3 codes [N, K] bytes: box 128 × 256 rows, 128-byte swizzle
+  wgmma_ws::TmaOperand x;  // RS-order QDQ x [M, K] bf16: box 64 × kBM rows, 128-byte swizzle
+  const uint8_t* w_scale = nullptr;  // UE8M0 [ceil(N/32), K/32]
+  const float* bias = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t steps_per_split = 0;
+  int strip_pitch = 0;  // steps_per_split · 4
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;
+  float* partial = nullptr;  // [splits, m, n] fp32 when gridDim.z > 1
+};
+
+// ---- 1. the activation quantiser in RS operand order ------------------------------------------
+struct QdqArgs {
+  const uint16_t* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t m = 0, k = 0;
+  uint16_t* out = nullptr;  // [m, k], 16-byte aligned
+};
+inline constexpr int kQdqThreads = 256;
+
+// Lane l of a warp step takes 8-value unit base + l (4 adjacent lanes = one 32-block, as
+// K % 32 == 0 and base % 32 == 0), so BlockAmax's shuffles see the block; whole warps iterate.
+template <bool kVec>
+__global__ void __launch_bounds__(kQdqThreads) LinearFp8RsQdqKernel(const QdqArgs a) {
+  using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t units_per_row = a.k / 8;
+  const int64_t total = a.m * units_per_row;
+  const int64_t warp0 = (int64_t{blockIdx.x} * kQdqThreads + (threadIdx.x & ~31u));
+  const int64_t stride = int64_t{gridDim.x} * kQdqThreads;
+  for (int64_t base = warp0; base < total; base += stride) {
+    const int64_t u = base + lane;
+    const bool active = u < total;
+    const int64_t row = active ? u / units_per_row : 0;
+    const int64_t c = active ? u - row * units_per_row : 0;
+    uint32_t x[4] = {0, 0, 0, 0};
+    if (active) quant::device::LoadBf16<kVec>(a.x + row * a.x_stride + 8 * c, x);
+    bool has_nan = false;
+    const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x, &has_nan));
+    if (!active) continue;
+    uint32_t codes[F::kCodeWords];
+    F::Encode(x, sb, has_nan, codes);
+    uint32_t out[4];
+    F::Decode(codes, sb, out);  // out[j]: logical columns 8t + 2j, 8t + 2j + 1
+    // Pair j goes to slot 16·(j / 2) + 8·(j % 2) + 2t: word 8·(j / 2) + 4·(j % 2) + t.
+    uint32_t* dst = reinterpret_cast<uint32_t*>(a.out + row * a.k + 32 * (c / 4));
+    const int t = static_cast<int>(c % 4);
+    dst[t] = out[0];
+    dst[4 + t] = out[1];
+    dst[8 + t] = out[2];
+    dst[12 + t] = out[3];
+  }
+}
+
+// ---- 2. the GEMM -------------------------------------------------------------------------------
+
+// The consumer thread's rows, as shared-memory byte addresses relative to a stage: `off`, its
+// first row's 8 codes of block 0 (fragment row g of its m-block-0 slab; its 8-byte half of the
+// chunk), the others at + 1024 for g + 8 and + 8192 for m-block 1 (4 slabs = 64 rows further).
+// The swizzle: chunk 2b + t/2 of a row with r % 8 = key lies at (2b + t/2) ^ key = (2b ^ (key &
+// 6)) | ((t/2) ^ (key & 1)); the second part is folded into `off`, the first is `(32b) ^ x6`
+// bytes with x6 = (key & 6) << 4. `strip`: the shared address of the slab's scale-strip row
+// (m-block 1's is 2 strip rows further).
+struct Thread {
+  uint32_t off;
+  uint32_t x6;
+  uint32_t strip;
+  uint32_t strip_pitch;
+};
+
+__device__ __forceinline__ uint2 LoadShared8(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t LoadShared1(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// Decodes 32-wide block b of the stage at shared address `st` (block kb of the split) into A set
+// a[m-block][k16 step][register].
+__device__ __forceinline__ void DecodeBlock(uint32_t st, const Thread& t, int kb, int b,
+                                            uint32_t (&a)[2][2][4]) {
+  using gemm_device::E4m3PairScaled;
+  using gemm_device::MulBf16x2;
+  const uint32_t row0 = st + t.off + ((32u * b) ^ t.x6);
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+    const gemm_device::ScaleMul mul =
+        gemm_device::MakeScaleMul(LoadShared1(t.strip + mb * 2 * t.strip_pitch + kb));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 v = LoadShared8(row0 + 8192u * mb + 1024u * h);
+      a[mb][0][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v.x), mul.m1);
+      a[mb][0][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v.x), mul.m1);
+      a[mb][1][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v.y), mul.m1);
+      a[mb][1][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v.y), mul.m1);
+    }
+    if (mul.wide) {  // warp-uniform: the slab's scale byte
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[mb][s][r] = MulBf16x2(a[mb][s][r], mul.m2);
+      }
+    }
+  }
+}
+
+template <int kBM>
+__device__ __forceinline__ void Wgmma(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (kBM == 128) {
+    wgmma::WgmmaM64N128K16RS(d, a, desc_b, true);
+  } else {
+    wgmma::WgmmaM64N64K16RS(d, a, desc_b, true);
+  }
+}
+
+template <int kBM>
+__device__ __forceinline__ void FenceAcc(float (&acc)[2][kBM / 2]) {
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int i = 0; i < kBM / 2; ++i) wgmma::FenceOperand(acc[mb][i]);
+  }
+}
+
+template <int kBM>
+__device__ __forceinline__ void WaitFull(uint32_t full_bars, int64_t c) {
+  using L = Layout<kBM>;
+  wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(c % L::kStages) * 8,
+                    static_cast<uint32_t>((c / L::kStages) & 1));
+}
+
+// This warp's wgmmas and decode reads of stage c have finished: release it to the producer.
+template <int kBM>
+__device__ __forceinline__ void Release(uint32_t empty_bars, int64_t c, int lane) {
+  using L = Layout<kBM>;
+  __syncwarp();
+  if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(c % L::kStages) * 8);
+}
+
+template <int kBM>
+__global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_constant__ Args g) {
+  using L = Layout<kBM>;
+  extern __shared__ uint8_t linear_rs_smem_raw[];
+  const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(linear_rs_smem_raw));
+  uint8_t* smem = linear_rs_smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full_bars = base + L::kBarOff;
+  const uint32_t empty_bars = full_bars + L::kStages * 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < L::kStages; ++s) {
+      wgmma_ws::BarInit(full_bars + s * 8, 1);
+      wgmma_ws::BarInit(empty_bars + s * 8, kConsumerThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int64_t m0 = int64_t{blockIdx.x} * kBM;
+  const int64_t n0 = int64_t{blockIdx.y} * kBN;
+  const int64_t k_steps = (g.k + kBK - 1) / kBK;
+  const int64_t kt0 = int64_t{blockIdx.z} * g.steps_per_split;
+  const int64_t kt_count = min(kt0 + g.steps_per_split, k_steps) - kt0;  // >= 1 (plan)
+  // Broadcast from lane 0 so that ptxas sees a warp-uniform value (C7518).
+  const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
+
+  if (wg == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x == kConsumerThreads) {
+      for (int64_t c = 0; c < kt_count; ++c) {
+        const int s = static_cast<int>(c % L::kStages);
+        wgmma_ws::BarWait(empty_bars + s * 8,
+                          static_cast<uint32_t>(((c / L::kStages) & 1) ^ 1));
+        const uint32_t st = base + s * L::kStageBytes;
+        const uint32_t full = full_bars + s * 8;
+        const int64_t k0 = (kt0 + c) * kBK;
+        wgmma_ws::BarArriveExpectTx(full, L::kStageBytes);
+        wgmma_ws::TmaLoad(g.w, st, full, k0, n0, 0);
+        wgmma_ws::TmaLoad(g.x, st + L::kWBytes, full, k0, m0, 0);
+        wgmma_ws::TmaLoad(g.x, st + L::kWBytes + L::kXBlock, full, k0 + 64, m0, 0);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  // The scale strip of the CTA's 8 scale rows over the split's blocks (127 = 1.0 outside).
+  uint8_t* strip = smem + L::kStripOff;
+  {
+    const int64_t scale_rows = (g.n + 31) / 32, k_blocks = g.k / 32;
+    for (int i = static_cast<int>(threadIdx.x); i < 8 * g.strip_pitch; i += kConsumerThreads) {
+      const int64_t sr = n0 / 32 + i / g.strip_pitch;
+      const int64_t kb = kt0 * (kBK / 32) + i % g.strip_pitch;
+      strip[i] = (sr < scale_rows && kb < k_blocks) ? __ldg(g.w_scale + sr * k_blocks + kb)
+                                                    : uint8_t{127};
+    }
+  }
+  asm volatile("barrier.sync %0, %1;\n" ::"n"(kConsumerBarrier), "n"(kConsumerThreads)
+               : "memory");
+
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const uint32_t p = 2u * (grp % 4) + grp / 4;  // P(grp)
+  Thread t;
+  const int slab0 = 8 * wg + warp;  // m-block mb's slab is slab0 + 4·mb
+  t.off = (16u * slab0 + p) * 128u + ((static_cast<uint32_t>(tig / 2) ^ (p & 1u)) << 4) +
+          8u * (tig % 2);
+  t.x6 = (p & 6u) << 4;
+  t.strip = base + L::kStripOff + static_cast<uint32_t>((slab0 / 2) * g.strip_pitch);
+  t.strip_pitch = static_cast<uint32_t>(g.strip_pitch);
+
+  // kt_count >= 1 always (plan). The runtime condition is for ptxas: without it the consumer
+  // path (128 accumulators + two A sets) was allocated with ~190 registers and spilled under the
+  // 168 of __launch_bounds__(384, 1) with the wgmmas serialised (C7512); with it, 168 and no spill
+  // (found by bisection against kernels/moe's RS kernel, whose tile loop has such a condition).
+  if (kt_count > 0) {
+  float acc[2][kBM / 2];
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int i = 0; i < kBM / 2; ++i) acc[mb][i] = 0.f;
+  }
+  uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]
+  WaitFull<kBM>(full_bars, 0);
+  uint32_t st = base;
+  DecodeBlock(st, t, 0, 0, a[0]);
+  const int steps = static_cast<int>(kt_count);
+  for (int kt = 0; kt < steps; ++kt) {
+    const uint32_t x_addr =
+        base + static_cast<uint32_t>(kt % L::kStages) * L::kStageBytes + L::kWBytes;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      FenceAcc<kBM>(acc);
+      wgmma::Fence();
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const uint32_t addr = x_addr + (b / 2) * L::kXBlock + (b % 2) * 64 + s * 32;
+          Wgmma<kBM>(acc[mb], a[b % 2][mb][s], wgmma::MakeSw128Desc(addr, kKMajorLbo, kKMajorSbo));
+        }
+      }
+      wgmma::CommitGroup();
+      FenceAcc<kBM>(acc);
+      // The group of the previous block (A set (b + 1) % 2) has finished.
+      wgmma::WaitGroup<1>();
+      if (b == 0 && kt > 0) Release<kBM>(empty_bars, kt - 1, lane);
+      if (b < 3) {
+        DecodeBlock(st, t, 4 * kt + b + 1, b + 1, a[(b + 1) % 2]);
+      } else if (kt + 1 < steps) {
+        WaitFull<kBM>(full_bars, kt + 1);
+        st = base + static_cast<uint32_t>((kt + 1) % L::kStages) * L::kStageBytes;
+        DecodeBlock(st, t, 4 * (kt + 1), 0, a[0]);
+      }
+    }
+  }
+  // Unconditional: on every path to the epilogue the accumulators are complete (C7517).
+  wgmma::WaitGroup<0>();
+  FenceAcc<kBM>(acc);
+  Release<kBM>(empty_bars, steps - 1, lane);
+
+  // Epilogue: accumulator (fragment row, x row) -> y[x row][weight row]; rows and columns
+  // outside M and N are not stored.
+  const int64_t mq = int64_t{blockIdx.x} * kBM + 2 * tig;  // x row of j = 0, h = 0
+  const int64_t nq = int64_t{blockIdx.y} * kBN + 16 * slab0 + p;
+  const int64_t rows_left = g.m - mq;
+  if (gridDim.z > 1) {
+    float* out = g.partial + (int64_t{blockIdx.z} * g.m + mq) * g.n + nq;
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        if (nq + 64 * mb + 8 * hr >= g.n) continue;
+#pragma unroll
+        for (int j = 0; j < kBM / 8; ++j) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (8 * j + h >= rows_left) continue;
+            out[(8 * j + h) * g.n + 64 * mb + 8 * hr] = acc[mb][4 * j + 2 * hr + h];
+          }
+        }
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int64_t n = nq + 64 * mb + 8 * hr;
+      if (n >= g.n) continue;
+      const float bias = g.bias != nullptr ? g.bias[n] : 0.f;
+#pragma unroll
+      for (int j = 0; j < kBM / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (8 * j + h >= rows_left) continue;
+          float v = acc[mb][4 * j + 2 * hr + h];
+          if (g.bias != nullptr) v = exact::AddRn(v, bias);
+          const int64_t at = (mq + 8 * j + h) * g.y_stride + n;
+          if (g.y_f32 != nullptr) {
+            g.y_f32[at] = v;
+          } else {
+            g.y_bf16[at] = static_cast<uint16_t>(exact::F32ToBf16(v));
+          }
+        }
+      }
+    }
+  }
+  }
+}
+
+}  // namespace flashserve::kernels::linear_rs
