@@ -114,6 +114,16 @@ constexpr bool LinearCudaStreamPays(int64_t m) { return m <= 8; }
 inline constexpr int64_t kLinearCudaRsRows = 256;
 inline constexpr int64_t kLinearCudaRsMaxRows = 128;
 inline constexpr int64_t kLinearCudaRsCols = 256;
+// Whether the automatic plan takes the register-sourced kernel (M above the stream kernel's 8):
+// measured on the H200 against the plan it replaced (README "CUDA: the register-sourced wgmma
+// kernel"): faster on every released FP8 shape from M = 17 to 768 (wq_b at M = 64 43.8 -> 29.4
+// µs, engram.wkv 162.6 -> 81.0, wo_b at M = 256 107.7 -> 60.8); at M = 9 .. 16 only on the
+// weights of >= 32 Mi codes (wq_b, wo_b, engram.wkv; the small ones lose ~0.8 µs there); at
+// M = 1024 it ties or loses to the bf16-expansion wgmma kernel.
+inline constexpr int64_t kLinearCudaRsMaxM = 768;
+constexpr bool LinearCudaRsPays(int64_t m, int64_t n, int64_t k) {
+  return m > 8 && m <= kLinearCudaRsMaxM && (m > 16 || n * k >= (int64_t{1} << 25));
+}
 
 enum class LinearCudaKernel {
   kMmaSync = 0,
@@ -139,7 +149,8 @@ struct LinearCudaParams {
   // 0 = automatic (LinearCudaPlan); 8 forces the weight-streaming kernel (any M: a CTA per 16
   // rows), 16, 32 or 64 the mma.sync kernel with that many CTA rows, 128 a wgmma kernel, 256
   // (kLinearCudaRsRows) the register-sourced wgmma kernel (any M: a CTA per 128 rows; tests,
-  // benches). Automatic: the weight-streaming kernel for M <= 8 (LinearCudaStreamPays); wgmma for
+  // benches). Automatic: the weight-streaming kernel for M <= 8 (LinearCudaStreamPays); the
+  // register-sourced wgmma kernel where LinearCudaRsPays (M 9 .. 768); wgmma for
   // M >= 128 and N >= 128 when the wgmma plan gives every CTA at least kLinearCudaWgmmaMinSplitK
   // of K; else mma.sync with 16 / 32 / 64 rows.
   int64_t tile_rows = 0;

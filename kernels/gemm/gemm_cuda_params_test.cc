@@ -32,13 +32,24 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   }
   EXPECT_EQ(PlanLinearCuda(8, 32768, 1280).kernel, LinearCudaKernel::kStream);
   EXPECT_EQ(PlanLinearCuda(8, 25600, 6144).kernel, LinearCudaKernel::kStream);
-  EXPECT_EQ(PlanLinearCuda(9, 32768, 1280).kernel, LinearCudaKernel::kMmaSync);
+  // M = 9 .. 16: the register-sourced wgmma kernel on weights of >= 32 Mi codes (wq_b, wo_b,
+  // engram.wkv), the 16-row mma.sync kernel on the others; M = 17 .. 768: register-sourced.
+  EXPECT_EQ(PlanLinearCuda(9, 32768, 1280).kernel, LinearCudaKernel::kWgmmaRs);
+  EXPECT_EQ(PlanLinearCuda(16, 32768, 1280).tile_rows, kLinearCudaRsRows);
+  EXPECT_EQ(PlanLinearCuda(16, 5120, 8192).kernel, LinearCudaKernel::kWgmmaRs);
   EXPECT_EQ(PlanLinearCuda(9, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
   EXPECT_EQ(PlanLinearCuda(9, 1280, 5120).tile_rows, 16);
-  EXPECT_EQ(PlanLinearCuda(16, 32768, 1280).tile_rows, 16);
   EXPECT_EQ(PlanLinearCuda(16, 1280, 5120).tile_rows, 16);
-  EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).kernel, LinearCudaKernel::kMmaSync);
-  EXPECT_EQ(PlanLinearCuda(17, 1280, 5120).tile_rows, 32);
+  EXPECT_EQ(PlanLinearCuda(16, 2304, 5120).kernel, LinearCudaKernel::kMmaSync);
+  for (int64_t m : {17, 33, 64, 127, 128, 256, 300, 512, 768}) {
+    for (int64_t n : {512, 1280, 2304, 5120, 32768}) {
+      EXPECT_EQ(PlanLinearCuda(m, n, 5120).kernel, LinearCudaKernel::kWgmmaRs) << m << " " << n;
+      EXPECT_EQ(PlanLinearCuda(m, n, 5120, 0, 0, false).kernel, LinearCudaKernel::kWgmmaRs);
+    }
+  }
+  EXPECT_STREQ(LinearCudaKernelName(LinearCudaKernel::kWgmmaRs), "wgmma-rs");
+  // Above kLinearCudaRsMaxM the mma.sync / wgmma rule below.
+  EXPECT_NE(PlanLinearCuda(769, 1280, 5120).kernel, LinearCudaKernel::kWgmmaRs);
   // Forced tile rows keep their kernels at M <= 16 (16 is the mma.sync kernel's 16-row tile).
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 16).kernel, LinearCudaKernel::kMmaSync);
   EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, 16).tile_rows, 16);
@@ -47,22 +58,14 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(PlanLinearCuda(300, 1280, 5120, 8).kernel, LinearCudaKernel::kStream);
   EXPECT_EQ(PlanLinearCuda(300, 1280, 5120, 8).m_tiles, 19);
   EXPECT_STREQ(LinearCudaKernelName(LinearCudaKernel::kStream), "stream");
-  EXPECT_EQ(PlanLinearCuda(33, 1280, 5120).tile_rows, 64);
-  EXPECT_EQ(PlanLinearCuda(127, 1280, 5120).tile_rows, 64);
-  // wgmma from M = 128 with N >= 128 (FP8) / 256 (bf16 expansion), when every split keeps at
-  // least kLinearCudaWgmmaMinSplitK of K: wq_a at M = 128 (10 FP8 tiles, 13 splits of 512)
-  // stays on mma.sync.
-  EXPECT_EQ(PlanLinearCuda(128, 1280, 5120).tile_rows, 64);
-  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).tile_rows,
-            128);  // 20 tiles, 6 splits of 896
-  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
-  // The bf16-expansion kernel's 128 × 256 tiles: 10 tiles, 13 splits of 448 (measured: loses).
-  EXPECT_EQ(PlanLinearCuda(256, 1280, 5120, 0, 0, true).tile_rows, 64);
-  // shared_w2 at M = 128: FP8 40 tiles, 3 splits of 768; bf16 20 tiles, 6 splits of 384.
-  EXPECT_EQ(PlanLinearCuda(128, 5120, 2304, 0, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
-  EXPECT_EQ(PlanLinearCuda(128, 5120, 2304, 0, 0, true).kernel, LinearCudaKernel::kMmaSync);
-  // wo_b at M = 128: bf16 20 tiles, 6 splits of 1408 (measured: wins).
-  EXPECT_EQ(PlanLinearCuda(128, 5120, 8192, 0, 0, true).kernel, LinearCudaKernel::kWgmmaBf16);
+  // wgmma (M > kLinearCudaRsMaxM here; from M = 128 in the rule) with N >= 128 (FP8) / 256 (bf16
+  // expansion), when every split keeps at least kLinearCudaWgmmaMinSplitK of K, else mma.sync
+  // with 64-row tiles. N = 96 / 128 / 255: too narrow for a wgmma tile.
+  EXPECT_EQ(PlanLinearCuda(1024, 96, 5120).tile_rows, 64);
+  EXPECT_EQ(PlanLinearCuda(1024, 1280, 5120, 0, 0, false).kernel, LinearCudaKernel::kWgmmaFp8);
+  EXPECT_EQ(PlanLinearCuda(1024, 1280, 5120, 0, 0, true).kernel, LinearCudaKernel::kWgmmaBf16);
+  // K = 512 keeps every split below the threshold: mma.sync.
+  EXPECT_EQ(PlanLinearCuda(1024, 5120, 512).kernel, LinearCudaKernel::kMmaSync);
   // K below the threshold: never wgmma automatically.
   EXPECT_EQ(PlanLinearCuda(4096, 4096, 512).tile_rows, 64);
   EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120).tile_rows, 128);
@@ -82,7 +85,7 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(p.k_steps, 40);
   EXPECT_EQ(p.m_tiles, 5);
   EXPECT_EQ(p.n_tiles, 18);
-  const LinearCudaPlan q = PlanLinearCuda(300, 2304, 5120, 0, 0, true);
+  const LinearCudaPlan q = PlanLinearCuda(300, 2304, 5120, 128, 0, true);
   EXPECT_EQ(q.kernel, LinearCudaKernel::kWgmmaBf16);
   EXPECT_EQ(q.tile_rows, 128);
   EXPECT_EQ(q.tile_cols, 256);
@@ -92,8 +95,8 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(q.n_tiles, 9);
   // 27 tiles < 132: split to fill one CTA per SM (4 splits of 20 steps).
   EXPECT_EQ(q.splits, 4);
-  EXPECT_EQ(PlanLinearCuda(300, 2304, 5120).kernel, LinearCudaKernel::kWgmmaBf16);
-  const LinearCudaPlan f = PlanLinearCuda(300, 2304, 5120, 0, 0, false);
+  EXPECT_EQ(PlanLinearCuda(300, 2304, 5120).kernel, LinearCudaKernel::kWgmmaRs);
+  const LinearCudaPlan f = PlanLinearCuda(300, 2304, 5120, 128, 0, false);
   EXPECT_EQ(f.kernel, LinearCudaKernel::kWgmmaFp8);
   EXPECT_EQ(f.tile_rows, 128);
   EXPECT_EQ(f.tile_cols, 128);
@@ -146,6 +149,44 @@ TEST(LinearCudaPlanTest, StreamPlanAtDecodeShapes) {
     EXPECT_EQ(p.splits, one.splits);
     EXPECT_EQ(p.steps_per_split, one.steps_per_split);
   }
+}
+
+// The register-sourced plan at the decode-batch shapes: 256 weight rows and up to 128 x rows per
+// CTA, K steps of 128, split to about 132 CTAs (one per SM).
+TEST(LinearCudaPlanTest, RsPlanAtDecodeBatchShapes) {
+  struct Case {
+    int64_t n, k, n_tiles, splits, steps_per_split;
+  };
+  const Case cases[] = {
+      {1280, 5120, 5, 20, 2},     // wq_a: 26 wanted, 40 steps -> 20 splits of 2
+      {32768, 1280, 128, 1, 10},  // wq_b: 128 tiles
+      {5120, 8192, 20, 6, 11},    // wo_b
+      {25600, 6144, 100, 1, 48},  // engram.wkv
+      {4608, 5120, 18, 7, 6},     // shared w1|w3
+      {5120, 2304, 20, 6, 3},     // shared w2
+  };
+  for (const Case& c : cases) {
+    for (int64_t m : {17, 64, 128}) {
+      const LinearCudaPlan p = PlanLinearCuda(m, c.n, c.k);
+      SCOPED_TRACE(std::to_string(m) + " " + std::to_string(c.n) + "x" + std::to_string(c.k));
+      EXPECT_EQ(p.kernel, LinearCudaKernel::kWgmmaRs);
+      EXPECT_EQ(p.tile_rows, kLinearCudaRsRows);
+      EXPECT_EQ(p.tile_cols, kLinearCudaRsCols);
+      EXPECT_EQ(p.k_step, kLinearCudaKStep);
+      EXPECT_EQ(p.m_tiles, 1);
+      EXPECT_EQ(p.n_tiles, c.n_tiles);
+      EXPECT_EQ(p.splits, c.splits);
+      EXPECT_EQ(p.steps_per_split, c.steps_per_split);
+      EXPECT_FALSE(p.warp_specialised);
+      EXPECT_FALSE(p.expand_weights);
+    }
+  }
+  // Two 128-row x tiles at M = 129 .. 256; forced at any M and split.
+  EXPECT_EQ(PlanLinearCuda(256, 32768, 1280).m_tiles, 2);
+  EXPECT_EQ(PlanLinearCuda(129, 5120, 8192).m_tiles, 2);
+  EXPECT_EQ(PlanLinearCuda(129, 5120, 8192).splits, 3);  // 40 tiles
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, 5120, kLinearCudaRsRows).m_tiles, 32);
+  EXPECT_EQ(PlanLinearCuda(1, 1280, 5120, kLinearCudaRsRows, 3).splits, 3);
 }
 
 // The warp-specialised main loop runs the bf16-expansion wgmma plan (same tiles, steps and
@@ -216,7 +257,7 @@ TEST(LinearCudaPlanTest, KernelSplitsCoverEveryKBlockOnce) {
             const bool stream = p.tile_rows == kLinearCudaStreamRows;
             const bool rs = p.tile_rows == kLinearCudaRsRows;
             ASSERT_EQ(stream, tile == 8 || (tile == 0 && m <= 8));
-            ASSERT_EQ(rs, tile == kLinearCudaRsRows);
+            ASSERT_EQ(rs, tile == kLinearCudaRsRows || (tile == 0 && LinearCudaRsPays(m, 1000, k)));
             ASSERT_EQ(p.kernel, stream   ? LinearCudaKernel::kStream
                                 : rs     ? LinearCudaKernel::kWgmmaRs
                                 : !wgmma ? LinearCudaKernel::kMmaSync
@@ -321,8 +362,12 @@ TEST(LinearCudaPlanTest, WorkspaceCoversEveryM) {
 // activations and the split partials, every region 256-byte aligned; the validator asks for it.
 TEST(LinearCudaPlanTest, ExpandsWeightsOnlyForLargeMWarpSpecialisedPlans) {
   const int64_t n = 32768, k = 1280;  // wq_b
-  EXPECT_FALSE(PlanLinearCuda(kLinearCudaExpandMinRows - 1, n, k).expand_weights);
-  const LinearCudaPlan x = PlanLinearCuda(kLinearCudaExpandMinRows, n, k);
+  // (Forced tile_rows 128: the automatic plan takes the register-sourced kernel up to
+  // kLinearCudaRsMaxM rows, which never expands.)
+  EXPECT_FALSE(PlanLinearCuda(kLinearCudaExpandMinRows - 1, n, k, 128).expand_weights);
+  EXPECT_FALSE(PlanLinearCuda(kLinearCudaExpandMinRows, n, k).expand_weights);
+  EXPECT_TRUE(PlanLinearCuda(kLinearCudaRsMaxM + 1, n, k).expand_weights);
+  const LinearCudaPlan x = PlanLinearCuda(kLinearCudaExpandMinRows, n, k, 128);
   EXPECT_TRUE(x.expand_weights);
   EXPECT_TRUE(x.warp_specialised);
   EXPECT_TRUE(PlanLinearCuda(4096, n, k).expand_weights);

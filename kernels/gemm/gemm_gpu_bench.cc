@@ -2,13 +2,15 @@
 // Linear shapes against the roofline.
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
-//                  [--kernels auto,stream,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
+//                  [--kernels auto,stream,rs,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
 //                  [--peak-tflops T] [--splits 0,2,...]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
-// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), mma = the
+// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), rs = the
+// register-sourced wgmma kernel (tile_rows 256; auto's choice at M = 9 / 17 .. 768), mma = the
 // mma.sync kernel (16-row tiles where the plan takes the stream kernel, 64-row tiles where it
-// would take wgmma; with its separate QDQ and split-K reduction launches), wgmma = the FP8 wgmma
+// would take wgmma, 16 / 32 / 64 by M where it takes rs; with its separate QDQ and split-K
+// reduction launches), wgmma = the FP8 wgmma
 // kernel (tile_rows 128: E4M3 operands), wgmma-bf16 = the bf16-expansion wgmma kernel's 256-thread
 // cp.async main loop (tile_rows 128, wgmma_bf16, wgmma_ws = false), wgmma-ws = its
 // warp-specialised persistent TMA main loop (tile_rows 128, wgmma_bf16, wgmma_ws; auto takes it
@@ -66,7 +68,8 @@ struct Options {
   std::vector<std::string> shapes;  // empty: all
   // Kernels to time per (shape, M): auto (the plan's choice), stream (tile_rows 8), rs (the
   // register-sourced wgmma kernel, tile_rows kLinearCudaRsRows), mma
-  // (mma.sync: the plan's tile, 16 rows where the plan picks stream, 64 where it picks wgmma),
+  // (mma.sync: the plan's tile, 16 rows where the plan picks stream, 64 where it picks wgmma,
+  // 16 / 32 / 64 by M where it picks the register-sourced kernel),
   // wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
   std::vector<int64_t> splits = {0};  // LinearCudaParams::split_k values (0 = automatic)
@@ -74,12 +77,13 @@ struct Options {
 };
 
 // tile_rows forcing `kernel` given the automatic plan's tile_rows.
-int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
+int64_t TileFor(const std::string& kernel, int64_t auto_tile, int64_t m) {
   if (kernel == "wgmma" || kernel == "wgmma-bf16" || kernel == "wgmma-ws" ||
       kernel == "wgmma-ws-inplace") {
     return 128;
   }
   if (kernel == "mma") {
+    if (auto_tile == kLinearCudaRsRows) return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
     return auto_tile == 128 ? 64 : (auto_tile == kLinearCudaStreamRows ? 16 : auto_tile);
   }
   if (kernel == "stream") return kLinearCudaStreamRows;
@@ -255,7 +259,7 @@ int Main(int argc, char** argv) {
     for (int64_t m : o.ms) {
       for (const std::string& kernel : o.kernels) {
         for (int64_t split : o.splits) {
-          const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows);
+          const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows, m);
           const bool bf16 = kernel != "wgmma";         // auto and mma: the default (bf16 expansion)
           const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
           const bool expand = kernel != "wgmma-ws-inplace";

@@ -213,6 +213,7 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
     return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
   }
   if (LinearCudaStreamPays(m)) return StreamPlan(m, n, k, split_k);
+  if (LinearCudaRsPays(m, n, k)) return RsPlan(m, n, k, split_k);
   const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   const int64_t min_n = wgmma_bf16 ? kLinearCudaWgmmaCols : kLinearCudaWgmmaFp8Cols;
   if (m >= kWgmmaMinM && n >= min_n) {

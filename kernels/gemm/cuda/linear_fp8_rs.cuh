@@ -16,14 +16,18 @@
 //    2t, 2t + 1; codes 4s + 2, 4s + 3 at k 2t + 8, 2t + 9), and x stays a plain K-major B tile.
 // 2. LinearFp8RsKernel: CTA = 256 weight rows (blockIdx.y) × up to kBM x rows (blockIdx.x: the m
 //    tiles of one column block run side by side, so the second reads the weights from L2) × one
-//    K split (blockIdx.z). Producer warpgroup 2 (setmaxnreg down; one thread issues): per 128-K
-//    stage one TMA box of codes [256 rows][128 bytes] and two of x [kBM rows][64 bf16], all in
-//    the 128-byte swizzle, zero-filled outside the tensors (ragged N, M and K need no code), one
-//    expect_tx on full[s]. Consumer warpgroups 0, 1 (setmaxnreg up) own 128 weight rows each =
-//    two m64 blocks of m64 × kBM fp32 accumulators. Per 32-wide block q of the stage: fence,
-//    2 m-blocks × 2 k16 wgmmas from A set q % 2, commit, wait_group 1 (block q - 1 done; at a
-//    stage's first block the previous stage is released on empty[s]: 8 warp arrivals), then
-//    decode block q + 1 into set (q + 1) % 2 — the decode overlaps the tensor cores.
+//    K split (blockIdx.z), 512 threads. Thread 0 also issues the loads: per 128-K stage one TMA
+//    box of codes [256 rows][128 bytes] and two of x [kBM rows][64 bf16], all in the 128-byte
+//    swizzle, zero-filled outside the tensors (ragged N, M and K need no code), one expect_tx on
+//    full[s]; the first kStages stages up front, then stage c + kStages once all 16 warps have
+//    released stage c. Warpgroups 0 .. 3 own one m64 block of weight rows each (64 × kBM fp32
+//    accumulators per warpgroup: at most 64 registers per thread, so 512 threads fit in 128
+//    registers and each scheduler has 4 warps to hide the decode's latency chains; the first
+//    form, two m64 blocks per warpgroup of a 384-thread CTA, ran 2 warps per scheduler at 0.44
+//    issued instructions per cycle). Per 32-wide block q of the stage: fence, 2 k16 wgmmas from
+//    A set q % 2, commit, wait_group 1 (block q - 1 done; at a stage's first block the previous
+//    stage is released on empty[s]: 16 warp arrivals), then decode block q + 1 into set
+//    (q + 1) % 2 — the decode overlaps the tensor cores.
 //
 // Fragment rows and the swizzle: the TMA's 128-byte swizzle puts 16-byte chunk c of row r at
 // c ^ (r % 8). A thread reads its row's 8 codes of block b (chunk 2b + t/2, half t % 2) with one
@@ -52,17 +56,13 @@
 
 namespace flashserve::kernels::linear_rs {
 
-inline constexpr int kThreads = 384;
-inline constexpr int kConsumerThreads = 256;
+inline constexpr int kThreads = 512;  // warpgroups 0 .. 3; thread 0 also issues the TMA loads
+inline constexpr int kConsumerThreads = kThreads;
 inline constexpr int kBN = 256;     // weight rows (output columns) per CTA
 inline constexpr int kBK = 128;     // K per stage
 inline constexpr int kMaxBM = 128;  // x rows per CTA (the wgmma N)
 inline constexpr uint32_t kKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
 inline constexpr uint32_t kKMajorSbo = 1024;  // 8 rows of 128 bytes
-// setmaxnreg: 256 · 232 + 128 · 40 = 64512 <= 65536 registers per SM (one CTA).
-inline constexpr uint32_t kConsumerRegs = 232;
-inline constexpr uint32_t kProducerRegs = 40;
-static_assert(kConsumerThreads * kConsumerRegs + 128 * kProducerRegs <= 65536);
 // The scale strip: 8 scale rows × at most kLinearCudaMaxK / 32 blocks.
 inline constexpr uint32_t kMaxStripPitch = 2048;
 inline constexpr uint32_t kConsumerBarrier = 1;  // named barrier of the 256 consumer threads
@@ -142,17 +142,15 @@ __global__ void __launch_bounds__(kQdqThreads) LinearFp8RsQdqKernel(const QdqArg
 // ---- 2. the GEMM -------------------------------------------------------------------------------
 
 // The consumer thread's rows, as shared-memory byte addresses relative to a stage: `off`, its
-// first row's 8 codes of block 0 (fragment row g of its m-block-0 slab; its 8-byte half of the
-// chunk), the others at + 1024 for g + 8 and + 8192 for m-block 1 (4 slabs = 64 rows further).
-// The swizzle: chunk 2b + t/2 of a row with r % 8 = key lies at (2b + t/2) ^ key = (2b ^ (key &
-// 6)) | ((t/2) ^ (key & 1)); the second part is folded into `off`, the first is `(32b) ^ x6`
-// bytes with x6 = (key & 6) << 4. `strip`: the shared address of the slab's scale-strip row
-// (m-block 1's is 2 strip rows further).
+// row's 8 codes of block 0 (fragment row g of its warp's 16-row slab; its 8-byte half of the
+// chunk), the other row (g + 8) at + 1024. The swizzle: chunk 2b + t/2 of a row with r % 8 =
+// key lies at (2b + t/2) ^ key = (2b ^ (key & 6)) | ((t/2) ^ (key & 1)); the second part is folded
+// into `off`, the first is `(32b) ^ x6` bytes with x6 = (key & 6) << 4. `strip`: the shared
+// address of the slab's scale-strip row.
 struct Thread {
   uint32_t off;
   uint32_t x6;
   uint32_t strip;
-  uint32_t strip_pitch;
 };
 
 __device__ __forceinline__ uint2 LoadShared8(uint32_t addr) {
@@ -160,39 +158,62 @@ __device__ __forceinline__ uint2 LoadShared8(uint32_t addr) {
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
 }
-__device__ __forceinline__ uint32_t LoadShared1(uint32_t addr) {
+__device__ __forceinline__ uint32_t LoadShared4(uint32_t addr) {
   uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
 }
 
-// Decodes 32-wide block b of the stage at shared address `st` (block kb of the split) into A set
-// a[m-block][k16 step][register].
-__device__ __forceinline__ void DecodeBlock(uint32_t st, const Thread& t, int kb, int b,
-                                            uint32_t (&a)[2][2][4]) {
+// The slab's 4 scale bytes of one stage (one aligned word of the strip: its pitch and the stage's
+// offset are multiples of 4) and whether any is above 134 (warp-uniform: the slab's scale row).
+struct StageScales {
+  uint32_t word;
+  bool wide;
+};
+__device__ __forceinline__ StageScales LoadStageScales(const Thread& t, int kt) {
+  StageScales sc;
+  sc.word = LoadShared4(t.strip + 4u * kt);
+  sc.wide = __vcmpgtu4(sc.word, 0x86868686u) != 0u;
+  return sc;
+}
+
+// Decodes 32-wide block b of the stage at shared address `st` into A set a[k16 step][register].
+// The common case (every scale byte of the stage <= 134) multiplies once by 2^(sb - 7), built
+// from the scale word in three instructions ((sb + 120) << 7 in both halves: prmt, shift, add);
+// else e4m3_bf16_decode.cuh's two multiplies (ScaleMul).
+__device__ __forceinline__ void DecodeBlock(uint32_t st, const Thread& t, const StageScales& sc,
+                                            int b, uint32_t (&a)[2][4]) {
   using gemm_device::E4m3PairScaled;
   using gemm_device::MulBf16x2;
   const uint32_t row0 = st + t.off + ((32u * b) ^ t.x6);
+  gemm_device::ScaleMul mul;
+  if (!sc.wide) {
+    const uint32_t pair = __byte_perm(sc.word, 0u, 0x4040u | (0x0101u * b));  // sb | sb << 16
+    mul.m1 = (pair << 7) + 0x3C003C00u;
+  } else {
+    mul = gemm_device::MakeScaleMul((sc.word >> (8 * b)) & 0xFFu);
+  }
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
-    const gemm_device::ScaleMul mul =
-        gemm_device::MakeScaleMul(LoadShared1(t.strip + mb * 2 * t.strip_pitch + kb));
+  for (int h = 0; h < 2; ++h) {
+    const uint2 v = LoadShared8(row0 + 1024u * h);
+    a[0][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v.x), mul.m1);
+    a[0][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v.x), mul.m1);
+    a[1][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v.y), mul.m1);
+    a[1][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v.y), mul.m1);
+  }
+  if (sc.wide && mul.wide) {  // warp-uniform
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint2 v = LoadShared8(row0 + 8192u * mb + 1024u * h);
-      a[mb][0][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v.x), mul.m1);
-      a[mb][0][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v.x), mul.m1);
-      a[mb][1][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v.y), mul.m1);
-      a[mb][1][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v.y), mul.m1);
-    }
-    if (mul.wide) {  // warp-uniform: the slab's scale byte
+    for (int s = 0; s < 2; ++s) {
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[mb][s][r] = MulBf16x2(a[mb][s][r], mul.m2);
-      }
+      for (int r = 0; r < 4; ++r) a[s][r] = MulBf16x2(a[s][r], mul.m2);
     }
   }
+}
+
+// A K-major descriptor `bytes` further into its tile: the start address field (bits 0..13, address
+// >> 4) has room (shared memory < 256 KB), so only the low word changes.
+__device__ __forceinline__ uint64_t DescAdvance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (bytes >> 4));
 }
 
 template <int kBM>
@@ -205,12 +226,9 @@ __device__ __forceinline__ void Wgmma(float* d, const uint32_t (&a)[4], uint64_t
 }
 
 template <int kBM>
-__device__ __forceinline__ void FenceAcc(float (&acc)[2][kBM / 2]) {
+__device__ __forceinline__ void FenceAcc(float (&acc)[kBM / 2]) {
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
-#pragma unroll
-    for (int i = 0; i < kBM / 2; ++i) wgmma::FenceOperand(acc[mb][i]);
-  }
+  for (int i = 0; i < kBM / 2; ++i) wgmma::FenceOperand(acc[i]);
 }
 
 template <int kBM>
@@ -246,37 +264,33 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
   }
   __syncthreads();
 
-  const int64_t m0 = int64_t{blockIdx.x} * kBM;
-  const int64_t n0 = int64_t{blockIdx.y} * kBN;
   const int64_t k_steps = (g.k + kBK - 1) / kBK;
   const int64_t kt0 = int64_t{blockIdx.z} * g.steps_per_split;
   const int64_t kt_count = min(kt0 + g.steps_per_split, k_steps) - kt0;  // >= 1 (plan)
   // Broadcast from lane 0 so that ptxas sees a warp-uniform value (C7518).
-  const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
+  const int warp_id = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 32, 0);
 
-  if (wg == 2) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (threadIdx.x == kConsumerThreads) {
-      for (int64_t c = 0; c < kt_count; ++c) {
-        const int s = static_cast<int>(c % L::kStages);
-        wgmma_ws::BarWait(empty_bars + s * 8,
-                          static_cast<uint32_t>(((c / L::kStages) & 1) ^ 1));
-        const uint32_t st = base + s * L::kStageBytes;
-        const uint32_t full = full_bars + s * 8;
-        const int64_t k0 = (kt0 + c) * kBK;
-        wgmma_ws::BarArriveExpectTx(full, L::kStageBytes);
-        wgmma_ws::TmaLoad(g.w, st, full, k0, n0, 0);
-        wgmma_ws::TmaLoad(g.x, st + L::kWBytes, full, k0, m0, 0);
-        wgmma_ws::TmaLoad(g.x, st + L::kWBytes + L::kXBlock, full, k0 + 64, m0, 0);
-      }
-    }
-    return;
+  // Thread 0 is also the producer: it fills stages 0 .. kStages - 1 here and refills a stage
+  // once all 16 warps have released it (below, one block after the release).
+  const int64_t m0 = int64_t{blockIdx.x} * kBM;
+  const int64_t n0 = int64_t{blockIdx.y} * kBN;
+  auto issue = [&](int64_t c) {
+    const int s = static_cast<int>(c % L::kStages);
+    const uint32_t st = base + s * L::kStageBytes;
+    const uint32_t full = full_bars + s * 8;
+    const int64_t k0 = (kt0 + c) * kBK;
+    wgmma_ws::BarArriveExpectTx(full, L::kStageBytes);
+    wgmma_ws::TmaLoad(g.w, st, full, k0, n0, 0);
+    wgmma_ws::TmaLoad(g.x, st + L::kWBytes, full, k0, m0, 0);
+    wgmma_ws::TmaLoad(g.x, st + L::kWBytes + L::kXBlock, full, k0 + 64, m0, 0);
+  };
+  if (threadIdx.x == 0) {
+    for (int64_t c = 0; c < min(kt_count, int64_t{L::kStages}); ++c) issue(c);
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   // The scale strip of the CTA's 8 scale rows over the split's blocks (127 = 1.0 outside).
-  uint8_t* strip = smem + L::kStripOff;
   {
+    uint8_t* strip = smem + L::kStripOff;
     const int64_t scale_rows = (g.n + 31) / 32, k_blocks = g.k / 32;
     for (int i = static_cast<int>(threadIdx.x); i < 8 * g.strip_pitch; i += kConsumerThreads) {
       const int64_t sr = n0 / 32 + i / g.strip_pitch;
@@ -288,97 +302,93 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
   asm volatile("barrier.sync %0, %1;\n" ::"n"(kConsumerBarrier), "n"(kConsumerThreads)
                : "memory");
 
-  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int grp = lane / 4, tig = lane % 4;
   const uint32_t p = 2u * (grp % 4) + grp / 4;  // P(grp)
+  const int slab = warp_id;  // warpgroup warp_id / 4 = m64 block, warp warp_id % 4 its 16 rows
   Thread t;
-  const int slab0 = 8 * wg + warp;  // m-block mb's slab is slab0 + 4·mb
-  t.off = (16u * slab0 + p) * 128u + ((static_cast<uint32_t>(tig / 2) ^ (p & 1u)) << 4) +
+  t.off = (16u * slab + p) * 128u + ((static_cast<uint32_t>(tig / 2) ^ (p & 1u)) << 4) +
           8u * (tig % 2);
   t.x6 = (p & 6u) << 4;
-  t.strip = base + L::kStripOff + static_cast<uint32_t>((slab0 / 2) * g.strip_pitch);
-  t.strip_pitch = static_cast<uint32_t>(g.strip_pitch);
+  t.strip = base + L::kStripOff + static_cast<uint32_t>((slab / 2) * g.strip_pitch);
 
-  // kt_count >= 1 always (plan). The runtime condition is for ptxas: without it the consumer
-  // path (128 accumulators + two A sets) was allocated with ~190 registers and spilled under the
-  // 168 of __launch_bounds__(384, 1) with the wgmmas serialised (C7512); with it, 168 and no spill
-  // (found by bisection against kernels/moe's RS kernel, whose tile loop has such a condition).
+  // kt_count >= 1 always (plan). The runtime condition is for ptxas: without it the first form of
+  // this kernel (two m64 blocks per warpgroup, 168 registers) had its accumulators spilled and
+  // the wgmmas serialised (C7512); kernels/moe's RS kernel, whose tile loop has such a
+  // condition, did not (found by bisection). Kept as cheap insurance.
   if (kt_count > 0) {
-  float acc[2][kBM / 2];
+    float acc[kBM / 2];
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
+    for (int i = 0; i < kBM / 2; ++i) acc[i] = 0.f;
+    uint32_t a[2][2][4];  // [set][k16 step][register]
+    WaitFull<kBM>(full_bars, 0);
+    uint32_t st = base;  // stage kt's codes; its x tile is at + kWBytes
+    StageScales sc = LoadStageScales(t, 0);
+    DecodeBlock(st, t, sc, 0, a[0]);
+    const int steps = static_cast<int>(kt_count);
+    const bool producer = threadIdx.x == 0;
+    for (int kt = 0; kt < steps; ++kt) {
+      const uint64_t x_desc = wgmma::MakeSw128Desc(st + L::kWBytes, kKMajorLbo, kKMajorSbo);
 #pragma unroll
-    for (int i = 0; i < kBM / 2; ++i) acc[mb][i] = 0.f;
-  }
-  uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]
-  WaitFull<kBM>(full_bars, 0);
-  uint32_t st = base;
-  DecodeBlock(st, t, 0, 0, a[0]);
-  const int steps = static_cast<int>(kt_count);
-  for (int kt = 0; kt < steps; ++kt) {
-    const uint32_t x_addr =
-        base + static_cast<uint32_t>(kt % L::kStages) * L::kStageBytes + L::kWBytes;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      FenceAcc<kBM>(acc);
-      wgmma::Fence();
-#pragma unroll
-      for (int mb = 0; mb < 2; ++mb) {
+      for (int b = 0; b < 4; ++b) {
+        FenceAcc<kBM>(acc);
+        wgmma::Fence();
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-          const uint32_t addr = x_addr + (b / 2) * L::kXBlock + (b % 2) * 64 + s * 32;
-          Wgmma<kBM>(acc[mb], a[b % 2][mb][s], wgmma::MakeSw128Desc(addr, kKMajorLbo, kKMajorSbo));
+          Wgmma<kBM>(acc, a[b % 2][s],
+                     DescAdvance(x_desc, (b / 2) * L::kXBlock + (b % 2) * 64 + s * 32));
+        }
+        wgmma::CommitGroup();
+        FenceAcc<kBM>(acc);
+        // The group of the previous block (A set (b + 1) % 2) has finished.
+        wgmma::WaitGroup<1>();
+        if (b == 0 && kt > 0) Release<kBM>(empty_bars, kt - 1, lane);
+        if (b == 1 && kt > 0 && producer && kt - 1 + L::kStages < steps) {
+          // Stage kt - 1 is free once every warp has released it (each at its block 0 of kt).
+          const int c = kt - 1;
+          wgmma_ws::BarWait(empty_bars + static_cast<uint32_t>(c % L::kStages) * 8,
+                            static_cast<uint32_t>((c / L::kStages) & 1));
+          issue(c + L::kStages);
+        }
+        if (b < 3) {
+          DecodeBlock(st, t, sc, b + 1, a[(b + 1) % 2]);
+        } else if (kt + 1 < steps) {
+          WaitFull<kBM>(full_bars, kt + 1);
+          st = (kt + 1) % L::kStages == 0 ? base : st + L::kStageBytes;
+          sc = LoadStageScales(t, kt + 1);
+          DecodeBlock(st, t, sc, 0, a[0]);
         }
       }
-      wgmma::CommitGroup();
-      FenceAcc<kBM>(acc);
-      // The group of the previous block (A set (b + 1) % 2) has finished.
-      wgmma::WaitGroup<1>();
-      if (b == 0 && kt > 0) Release<kBM>(empty_bars, kt - 1, lane);
-      if (b < 3) {
-        DecodeBlock(st, t, 4 * kt + b + 1, b + 1, a[(b + 1) % 2]);
-      } else if (kt + 1 < steps) {
-        WaitFull<kBM>(full_bars, kt + 1);
-        st = base + static_cast<uint32_t>((kt + 1) % L::kStages) * L::kStageBytes;
-        DecodeBlock(st, t, 4 * (kt + 1), 0, a[0]);
-      }
     }
-  }
-  // Unconditional: on every path to the epilogue the accumulators are complete (C7517).
-  wgmma::WaitGroup<0>();
-  FenceAcc<kBM>(acc);
-  Release<kBM>(empty_bars, steps - 1, lane);
+    // Unconditional: on every path to the epilogue the accumulators are complete (C7517).
+    wgmma::WaitGroup<0>();
+    FenceAcc<kBM>(acc);
+    Release<kBM>(empty_bars, steps - 1, lane);
 
-  // Epilogue: accumulator (fragment row, x row) -> y[x row][weight row]; rows and columns
-  // outside M and N are not stored.
-  const int64_t mq = int64_t{blockIdx.x} * kBM + 2 * tig;  // x row of j = 0, h = 0
-  const int64_t nq = int64_t{blockIdx.y} * kBN + 16 * slab0 + p;
-  const int64_t rows_left = g.m - mq;
-  if (gridDim.z > 1) {
-    float* out = g.partial + (int64_t{blockIdx.z} * g.m + mq) * g.n + nq;
-#pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
+    // Epilogue: accumulator (fragment row, x row) -> y[x row][weight row]; rows and columns
+    // outside M and N are not stored.
+    const int64_t mq = int64_t{blockIdx.x} * kBM + 2 * tig;  // x row of j = 0, h = 0
+    const int64_t nq = int64_t{blockIdx.y} * kBN + 16 * slab + p;
+    const int64_t rows_left = g.m - mq;
+    if (gridDim.z > 1) {
+      float* out = g.partial + (int64_t{blockIdx.z} * g.m + mq) * g.n + nq;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        if (nq + 64 * mb + 8 * hr >= g.n) continue;
+        if (nq + 8 * hr >= g.n) continue;
 #pragma unroll
         for (int j = 0; j < kBM / 8; ++j) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             if (8 * j + h >= rows_left) continue;
-            out[(8 * j + h) * g.n + 64 * mb + 8 * hr] = acc[mb][4 * j + 2 * hr + h];
+            out[(8 * j + h) * g.n + 8 * hr] = acc[4 * j + 2 * hr + h];
           }
         }
       }
+      return;
     }
-    return;
-  }
-#pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int64_t n = nq + 64 * mb + 8 * hr;
+      const int64_t n = nq + 8 * hr;
       if (n >= g.n) continue;
       const float bias = g.bias != nullptr ? g.bias[n] : 0.f;
 #pragma unroll
@@ -386,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (8 * j + h >= rows_left) continue;
-          float v = acc[mb][4 * j + 2 * hr + h];
+          float v = acc[4 * j + 2 * hr + h];
           if (g.bias != nullptr) v = exact::AddRn(v, bias);
           const int64_t at = (mq + 8 * j + h) * g.y_stride + n;
           if (g.y_f32 != nullptr) {
@@ -397,7 +407,6 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
         }
       }
     }
-  }
   }
 }
 
