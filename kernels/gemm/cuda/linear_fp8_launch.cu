@@ -211,8 +211,9 @@ void LaunchRsKernel(const linear_rs::Args& g, const LinearCudaPlan& plan, cudaSt
   EnsureSmemLimit(kernel, L::SmemBytes(static_cast<int>(linear_rs::kMaxStripPitch)), smem_set);
   const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
                   static_cast<unsigned>(plan.splits));
-  kernel<<<grid, linear_rs::kThreads, L::SmemBytes(g.strip_pitch), stream>>>(g);
-  CUDA_CHECK(cudaGetLastError());
+  // A programmatic dependent of LinearFp8RsQdqKernel (thread 0 waits before loading x).
+  cuda_common::LaunchPdl(kernel, grid, dim3(linear_rs::kThreads), L::SmemBytes(g.strip_pitch),
+                         stream, g);
 }
 
 // The register-sourced wgmma kernel on the RS-order QDQ activations f.a: N = 64 x rows per CTA

@@ -6,7 +6,9 @@
 // README.md "CUDA: the register-sourced wgmma kernel (decode batches)" documents the design and
 // the figures.
 //
-// Two kernels per call (three with split-K: LinearFp8ReduceKernel sums the partials):
+// Two kernels per call (three with split-K: LinearFp8ReduceKernel sums the partials), the GEMM
+// launched as a programmatic dependent of the first (kernels/common/pdl.cuh: its set-up, scale
+// strip and first weight boxes overlap the activation pass; thread 0 waits before loading x):
 // 1. LinearFp8RsQdqKernel: x (bf16) quantised per 32 along K with kernels/quant's device code
 //    (Fmt<kFp8E4m3Ue8m0B32> Encode / Decode: the same codes, scales and QDQ values as LaunchQdq
 //    and formats::QuantizeFp8Ue8m0B32), written as bf16 QDQ values [M, K] in the RS operand
@@ -48,6 +50,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 #include "kernels/gemm/cuda/tma_map.h"
@@ -110,6 +113,9 @@ inline constexpr int kQdqThreads = 256;
 template <bool kVec>
 __global__ void __launch_bounds__(kQdqThreads) LinearFp8RsQdqKernel(const QdqArgs a) {
   using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
+  // The GEMM (a programmatic dependent) may start now: its set-up and first weight loads overlap
+  // this pass; it waits for this kernel before loading x.
+  cuda_common::PdlLaunchDependents();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t units_per_row = a.k / 8;
   const int64_t total = a.m * units_per_row;
@@ -276,18 +282,31 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
   // once all 16 warps have released it (below, one block after the release).
   const int64_t m0 = int64_t{blockIdx.x} * kBM;
   const int64_t n0 = int64_t{blockIdx.y} * kBN;
-  auto issue = [&](int64_t c) {
+  auto issue_w = [&](int64_t c) {  // the stage's expect_tx and its weight box
+    const int s = static_cast<int>(c % L::kStages);
+    const uint32_t full = full_bars + s * 8;
+    wgmma_ws::BarArriveExpectTx(full, L::kStageBytes);
+    wgmma_ws::TmaLoad(g.w, base + s * L::kStageBytes, full, (kt0 + c) * kBK, n0, 0);
+  };
+  auto issue_x = [&](int64_t c) {  // its two x boxes
     const int s = static_cast<int>(c % L::kStages);
     const uint32_t st = base + s * L::kStageBytes;
     const uint32_t full = full_bars + s * 8;
     const int64_t k0 = (kt0 + c) * kBK;
-    wgmma_ws::BarArriveExpectTx(full, L::kStageBytes);
-    wgmma_ws::TmaLoad(g.w, st, full, k0, n0, 0);
     wgmma_ws::TmaLoad(g.x, st + L::kWBytes, full, k0, m0, 0);
     wgmma_ws::TmaLoad(g.x, st + L::kWBytes + L::kXBlock, full, k0 + 64, m0, 0);
   };
+  auto issue = [&](int64_t c) {
+    issue_w(c);
+    issue_x(c);
+  };
   if (threadIdx.x == 0) {
-    for (int64_t c = 0; c < min(kt_count, int64_t{L::kStages}); ++c) issue(c);
+    // A programmatic dependent of the activation pass (kernels/common/pdl.cuh): the weights are
+    // no earlier kernel's output, so their first boxes are requested before waiting for x.
+    const int64_t first = min(kt_count, int64_t{L::kStages});
+    for (int64_t c = 0; c < first; ++c) issue_w(c);
+    cuda_common::PdlWaitPrerequisites();
+    for (int64_t c = 0; c < first; ++c) issue_x(c);
   }
 
   // The scale strip of the CTA's 8 scale rows over the split's blocks (127 = 1.0 outside).
