@@ -222,9 +222,11 @@ void LaunchRsKernel(const linear_rs::Args& g, const LinearCudaPlan& plan, cudaSt
 absl::Status LaunchRs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
   linear_rs::Args g;
   const uint32_t bm = f.m <= 64 ? 64 : 128;
+  // The x box: the tile's rows that exist (M rounded up to 8, the swizzle atom's rows).
+  const uint32_t x_box = static_cast<uint32_t>(std::min<int64_t>(bm, (f.m + 7) / 8 * 8));
   if (!wgmma_ws::MakeTmaOperand(&g.w, f.w, 1, f.k, f.n, f.k, 1, 0, linear_rs::kBK,
                                 linear_rs::kBN, true) ||
-      !wgmma_ws::MakeTmaOperand(&g.x, f.a, 2, f.k, f.m, f.k, 1, 0, 64, bm, true)) {
+      !wgmma_ws::MakeTmaOperand(&g.x, f.a, 2, f.k, f.m, f.k, 1, 0, 64, x_box, true)) {
     return absl::InternalError("LaunchLinearFp8: the driver refused the wgmma-rs TMA descriptors");
   }
   g.w_scale = f.w_scale;
@@ -234,6 +236,7 @@ absl::Status LaunchRs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_
   g.k = f.k;
   g.steps_per_split = plan.steps_per_split;
   g.strip_pitch = static_cast<int>(plan.steps_per_split * (linear_rs::kBK / 32));
+  g.stage_tx = static_cast<uint32_t>(linear_rs::kBN * linear_rs::kBK) + 2u * x_box * 128u;
   g.y_bf16 = f.y_bf16;
   g.y_f32 = f.y_f32;
   g.y_stride = f.y_stride;

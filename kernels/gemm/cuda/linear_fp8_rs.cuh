@@ -93,6 +93,10 @@ struct Args {
   int64_t m = 0, n = 0, k = 0;
   int64_t steps_per_split = 0;
   int strip_pitch = 0;  // steps_per_split · 4
+  // Bytes of one stage's boxes: the codes, then 2 x boxes of min(kBM, M rounded up to 8) rows
+  // (the x box covers only the rows that exist: the wgmma's other B rows hold stale shared
+  // memory, which reaches only accumulator columns that are never stored).
+  uint32_t stage_tx = 0;
   uint16_t* y_bf16 = nullptr;
   float* y_f32 = nullptr;
   int64_t y_stride = 0;
@@ -285,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
   auto issue_w = [&](int64_t c) {  // the stage's expect_tx and its weight box
     const int s = static_cast<int>(c % L::kStages);
     const uint32_t full = full_bars + s * 8;
-    wgmma_ws::BarArriveExpectTx(full, L::kStageBytes);
+    wgmma_ws::BarArriveExpectTx(full, g.stage_tx);
     wgmma_ws::TmaLoad(g.w, base + s * L::kStageBytes, full, (kt0 + c) * kBK, n0, 0);
   };
   auto issue_x = [&](int64_t c) {  // its two x boxes
