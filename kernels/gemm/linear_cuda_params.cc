@@ -36,6 +36,23 @@ size_t QdqBytes(const LinearCudaPlan& plan, int64_t m, int64_t k) {
   return plan.kernel == LinearCudaKernel::kStream ? 0 : LinearCudaActivationBytes(m, k);
 }
 
+// Fills k_steps (K in units of p.k_step) and the splits: split_k when forced, else enough to
+// bring the m × n tiles up to `target` CTAs (at most kLinearCudaMaxSplits); every split gets at
+// least one step.
+void FillSplits(LinearCudaPlan& p, int64_t k, int64_t split_k, int64_t target) {
+  p.k_steps = CeilDiv(k, p.k_step);
+  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
+  int64_t splits = 1;
+  if (split_k > 0) {
+    splits = split_k;
+  } else if (tiles < target) {
+    splits = std::min(kLinearCudaMaxSplits, target / tiles);
+  }
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
+  p.steps_per_split = CeilDiv(p.k_steps, splits);
+  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+}
+
 // The stream kernel: x rows as the mma's n8 operand (tile_rows 8), up to 16 rows and
 // kLinearCudaStreamCols weight rows per CTA, K in units of kLinearCudaKStep.
 LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
@@ -44,19 +61,9 @@ LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   p.tile_rows = kLinearCudaStreamRows;
   p.tile_cols = kLinearCudaStreamCols;
   p.k_step = kLinearCudaKStep;
-  p.k_steps = CeilDiv(k, p.k_step);
   p.m_tiles = CeilDiv(m, kLinearCudaStreamMaxRows);
   p.n_tiles = CeilDiv(n, p.tile_cols);
-  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
-  int64_t splits = 1;
-  if (split_k > 0) {
-    splits = split_k;
-  } else if (tiles < kStreamTargetCtas) {
-    splits = std::min(kLinearCudaMaxSplits, kStreamTargetCtas / tiles);
-  }
-  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
-  p.steps_per_split = CeilDiv(p.k_steps, splits);
-  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  FillSplits(p, k, split_k, kStreamTargetCtas);
   return p;
 }
 
@@ -68,19 +75,9 @@ LinearCudaPlan RsPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   p.tile_rows = kLinearCudaRsRows;
   p.tile_cols = kLinearCudaRsCols;
   p.k_step = kLinearCudaKStep;
-  p.k_steps = CeilDiv(k, p.k_step);
   p.m_tiles = CeilDiv(m, kLinearCudaRsMaxRows);
   p.n_tiles = CeilDiv(n, p.tile_cols);
-  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
-  int64_t splits = 1;
-  if (split_k > 0) {
-    splits = split_k;
-  } else if (tiles < kWgmmaTargetCtas) {
-    splits = std::min(kLinearCudaMaxSplits, kWgmmaTargetCtas / tiles);
-  }
-  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
-  p.steps_per_split = CeilDiv(p.k_steps, splits);
-  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  FillSplits(p, k, split_k, kWgmmaTargetCtas);
   return p;
 }
 
@@ -115,20 +112,9 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
     case LinearCudaKernel::kWgmmaRs:
       break;  // StreamPlan, RsPlan
   }
-  p.k_steps = CeilDiv(k, p.k_step);
   p.m_tiles = CeilDiv(m, p.tile_rows);
   p.n_tiles = CeilDiv(n, p.tile_cols);
-  const int64_t tiles = std::max<int64_t>(1, p.m_tiles * p.n_tiles);
-  const int64_t target = wgmma ? kWgmmaTargetCtas : kTargetCtas;
-  int64_t splits = 1;
-  if (split_k > 0) {
-    splits = split_k;
-  } else if (tiles < target) {
-    splits = std::min(kLinearCudaMaxSplits, target / tiles);
-  }
-  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, p.k_steps));
-  p.steps_per_split = CeilDiv(p.k_steps, splits);
-  p.splits = p.steps_per_split > 0 ? CeilDiv(p.k_steps, p.steps_per_split) : 1;
+  FillSplits(p, k, split_k, wgmma ? kWgmmaTargetCtas : kTargetCtas);
   p.warp_specialised = p.kernel == LinearCudaKernel::kWgmmaBf16 && wgmma_ws;
   p.expand_weights = p.warp_specialised && expand_weights && m >= kLinearCudaExpandMinRows;
   return p;
