@@ -216,10 +216,12 @@ void LaunchRsKernel(const linear_rs::Args& g, const LinearCudaPlan& plan, cudaSt
                          stream, g);
 }
 
-// The register-sourced wgmma kernel on the RS-order QDQ activations f.a: N = 64 x rows per CTA
-// when M <= 64, else 128. InternalError (nothing enqueued) when the driver cannot make the TMA
-// descriptors (the codes are 16-byte aligned and K a multiple of 32, so it never should).
-absl::Status LaunchRs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_t stream) {
+// The register-sourced wgmma kernel: the activation pass of p into x_rs (= f.a, RS operand order),
+// then the GEMM, N = 64 x rows per CTA when M <= 64, else 128. InternalError (nothing enqueued)
+// when the driver cannot make the TMA descriptors (the codes are 16-byte aligned and K a multiple
+// of 32, so it never should).
+absl::Status LaunchRs(const LinearCudaParams& p, const GemmArgs& f, uint16_t* x_rs,
+                      const LinearCudaPlan& plan, cudaStream_t stream) {
   linear_rs::Args g;
   const uint32_t bm = f.m <= 64 ? 64 : 128;
   // The x box: the tile's rows that exist (M rounded up to 8, the swizzle atom's rows).
@@ -229,6 +231,7 @@ absl::Status LaunchRs(const GemmArgs& f, const LinearCudaPlan& plan, cudaStream_
       !wgmma_ws::MakeTmaOperand(&g.x, f.a, 2, f.k, f.m, f.k, 1, 0, 64, x_box, true)) {
     return absl::InternalError("LaunchLinearFp8: the driver refused the wgmma-rs TMA descriptors");
   }
+  LaunchRsQdq(p, x_rs, stream);
   g.w_scale = f.w_scale;
   g.bias = f.bias;
   g.m = f.m;
@@ -340,7 +343,7 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
 
   const bool rs = plan.kernel == LinearCudaKernel::kWgmmaRs;
   if (rs) {
-    LaunchRsQdq(p, a, stream);
+    // LaunchRs runs its own activation pass once its TMA descriptors exist.
   } else if (fp8) {
     quant::QuantizeParams q;
     q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
@@ -385,7 +388,7 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   }
   switch (plan.tile_rows) {
     case kLinearCudaRsRows:
-      RETURN_IF_ERROR(LaunchRs(g, plan, stream));
+      RETURN_IF_ERROR(LaunchRs(p, g, a, plan, stream));
       break;
     case kLinearCudaWgmmaRows:
       if (fp8) {
