@@ -13,6 +13,16 @@ namespace {
 // constant, not the device's SM count, so the bits never depend on the device.
 constexpr int64_t kTargetCtas = 264;
 constexpr int64_t kWgmmaTargetCtas = 132;  // the wgmma kernel: one CTA per SM
+// The swapped-role kernel splits K only below this many tiles: its split partials and second
+// launch cost more than streaming with half the SMs (H200, wo_a at 16-256 tokens: 64 tiles
+// unsplit 23-32 µs, split in 2: 25-37 µs, in 8: 30-81 µs; README "CUDA: the swapped-role bf16
+// kernel").
+constexpr int64_t kSwapTargetCtas = 64;
+// The automatic plan takes the swapped-role kernel (bf16 x and W, TMA-able x) up to this M
+// always, and up to kSwapMaxM unless the wgmma plan qualifies without a K split (measured to
+// 1024).
+constexpr int64_t kSwapAlwaysM = 256;
+constexpr int64_t kSwapMaxM = 1024;
 // The automatic plan considers the wgmma kernel from this M (one 128-row tile) and N (one
 // 256-column tile) on; below, the mma.sync kernel's 16-64-row tiles waste less.
 constexpr int64_t kWgmmaMinM = 128;
@@ -33,6 +43,12 @@ size_t PartialBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64
   return plan.splits > 1 ? static_cast<size_t>(4 * groups * plan.splits * m * n) : 0;
 }
 
+// TMA reads bf16 x in 16-byte units: the base and every row start aligned (W is, validated).
+bool XRowsTma(const FloatLinearCudaParams& p) {
+  return Aligned(p.x_bf16, 16) && p.x_stride % 8 == 0 &&
+         (p.groups <= 1 || p.x_group_stride % 8 == 0);
+}
+
 // Exactly one of two pointers set.
 bool ExactlyOne(const void* a, const void* b) { return (a == nullptr) != (b == nullptr); }
 
@@ -45,14 +61,17 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   FloatLinearCudaPlan plan;
   plan.tile_rows = tile_rows;
   const bool wgmma = plan.tile_rows == kFloatLinearCudaWgmmaRows;
-  plan.tile_cols = wgmma ? kFloatLinearCudaWgmmaCols : kFloatLinearCudaTileN;
+  const bool swap = plan.tile_rows == kFloatLinearCudaSwapRows;
+  plan.tile_cols =
+      wgmma ? kFloatLinearCudaWgmmaCols : (swap ? kFloatLinearCudaSwapCols : kFloatLinearCudaTileN);
   plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
-  plan.m_tiles = CeilDiv(p.m, plan.tile_rows);
+  plan.m_tiles = CeilDiv(p.m, swap ? kFloatLinearCudaSwapMaxRows : plan.tile_rows);
   plan.n_tiles = CeilDiv(p.n, plan.tile_cols);
   const int64_t groups = std::max<int64_t>(1, p.groups);
   const int64_t tiles = std::max<int64_t>(1, plan.m_tiles * plan.n_tiles * groups);
-  // wgmma CTAs hold a whole SM (one per SM), mma.sync CTAs half of one.
-  const int64_t target = wgmma ? kWgmmaTargetCtas : kTargetCtas;
+  // wgmma CTAs hold a whole SM (one per SM), mma.sync CTAs half of one; the swapped-role
+  // kernel's CTAs a whole SM too, but it splits less (kSwapTargetCtas).
+  const int64_t target = wgmma ? kWgmmaTargetCtas : (swap ? kSwapTargetCtas : kTargetCtas);
   int64_t splits = 1;
   if (p.split_k > 0) {
     splits = p.split_k;
@@ -63,10 +82,7 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, plan.k_steps));
   plan.steps_per_split = CeilDiv(plan.k_steps, splits);
   plan.splits = plan.steps_per_split > 0 ? CeilDiv(plan.k_steps, plan.steps_per_split) : 1;
-  // TMA reads x in 16-byte units: the base and every row start aligned (W is, validated).
-  const bool x_rows16 =
-      Aligned(p.x_bf16, 16) && p.x_stride % 8 == 0 && (groups == 1 || p.x_group_stride % 8 == 0);
-  plan.warp_specialised = wgmma && p.wgmma_ws && x_rows16;
+  plan.warp_specialised = wgmma && p.wgmma_ws && XRowsTma(p);
   return plan;
 }
 
@@ -76,13 +92,24 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   if (p.tile_rows != 0) return PlanFor(p, p.tile_rows);
   const bool bf16_only = p.x_f32 == nullptr && p.w_f32 == nullptr;
   const int64_t max_rows = p.x_f32 != nullptr ? 32 : 64;
+  // README "CUDA: plan rule" (H200 A/B): the swapped-role kernel wins at every bf16 shape up to
+  // 256 rows (wo_a at 64 tokens 40.6 -> 25.2 µs) and against mma.sync up to 1024 (the
+  // compressor's wkv at 1024: 32.9 -> 19.2 µs); wo_a's wgmma plan wins at 384 .. 1024.
+  const bool swap = bf16_only && p.m <= kSwapMaxM && XRowsTma(p);
+  if (swap && p.m <= kSwapAlwaysM) return PlanFor(p, kFloatLinearCudaSwapRows);
   if (bf16_only && p.m >= kWgmmaMinM && p.n >= kWgmmaMinN) {
-    // The A/B on the H200 (README "CUDA: plan rule"): wgmma loses where the plan leaves each CTA
-    // under kFloatLinearCudaWgmmaMinSplitK of K (the compressor's wkv at M = 128 / 256: 128 / 192;
-    // K = 512 shapes), and wins from 640 on (wo_a at M = 128: 1024).
+    // wgmma loses where the plan leaves each CTA under kFloatLinearCudaWgmmaMinSplitK of K (the
+    // compressor's wkv at M = 128 / 256: 128 / 192; K = 512 shapes), and wins from 640 on (wo_a
+    // at M = 128: 1024).
+    // Against the swapped-role kernel it wins only where it needs no K split (wo_a from 384
+    // rows; the compressor's wkv at 1024 rows takes 8 splits: 32.9 against 19.2 µs).
     const FloatLinearCudaPlan w = PlanFor(p, kFloatLinearCudaWgmmaRows);
-    if (w.steps_per_split * kFloatLinearCudaKStep >= kFloatLinearCudaWgmmaMinSplitK) return w;
+    if (w.steps_per_split * kFloatLinearCudaKStep >= kFloatLinearCudaWgmmaMinSplitK &&
+        (!swap || w.splits == 1)) {
+      return w;
+    }
   }
+  if (swap) return PlanFor(p, kFloatLinearCudaSwapRows);
   return PlanFor(p, std::min<int64_t>(max_rows, p.m <= 16 ? 16 : (p.m <= 32 ? 32 : 64)));
 }
 
@@ -93,23 +120,32 @@ size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max
   // Likewise the wgmma plan beyond 128 · kWgmmaTargetCtas rows (the same count). All four
   // dtype pairs: the plan depends on which operands are fp32.
   static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
+  // Both x row alignments too: the automatic plan takes the swapped-role kernel only for
+  // TMA-able x rows (an odd x_stride marks them not).
   static const float kF32Marker = 0.f;
   size_t bytes = 0;
   for (const float* xf : {static_cast<const float*>(nullptr), &kF32Marker}) {
     for (const float* wf : {static_cast<const float*>(nullptr), &kF32Marker}) {
-      FloatLinearCudaParams q = p;
-      q.x_f32 = xf;
-      q.w_f32 = wf;
-      if (wf != nullptr) q.w_bf16 = nullptr;
-      if (xf != nullptr && q.tile_rows == 64) continue;  // invalid, never launched
-      if ((xf != nullptr || wf != nullptr) && q.tile_rows == kFloatLinearCudaWgmmaRows) continue;
-      const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
-      for (int64_t m = 1; m <= scan; ++m) {
-        q.m = m;
-        bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), m, p.n, p.groups));
+      for (bool x_tma : {true, false}) {
+        if (!x_tma && p.tile_rows != 0) continue;  // forced tiles do not depend on it
+        FloatLinearCudaParams q = p;
+        if (!x_tma) q.x_stride = 1;
+        q.x_f32 = xf;
+        q.w_f32 = wf;
+        if (wf != nullptr) q.w_bf16 = nullptr;
+        if (xf != nullptr && q.tile_rows == 64) continue;  // invalid, never launched
+        if ((xf != nullptr || wf != nullptr) &&
+            (q.tile_rows == kFloatLinearCudaWgmmaRows || q.tile_rows == kFloatLinearCudaSwapRows)) {
+          continue;
+        }
+        const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
+        for (int64_t m = 1; m <= scan; ++m) {
+          q.m = m;
+          bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), m, p.n, p.groups));
+        }
+        q.m = max_m;
+        bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), max_m, p.n, p.groups));
       }
-      q.m = max_m;
-      bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), max_m, p.n, p.groups));
     }
   }
   return bytes;
@@ -128,14 +164,18 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
     return Invalid("groups", absl::StrFormat("%d is not in [1, %d]", p.groups, kMaxGridZ));
   }
   if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64 &&
-      p.tile_rows != kFloatLinearCudaWgmmaRows) {
-    return Invalid("tile_rows", absl::StrFormat("%d is not 0, 16, 32, 64 or 128", p.tile_rows));
+      p.tile_rows != kFloatLinearCudaWgmmaRows && p.tile_rows != kFloatLinearCudaSwapRows) {
+    return Invalid("tile_rows",
+                   absl::StrFormat("%d is not 0, 16, 32, 64, 128 or 256", p.tile_rows));
   }
   if (p.tile_rows == 64 && p.x_f32 != nullptr) {
     return Invalid("tile_rows", "64 is not available with x_f32 (at most 32)");
   }
   if (p.tile_rows == kFloatLinearCudaWgmmaRows && (p.x_f32 != nullptr || p.w_f32 != nullptr)) {
     return Invalid("tile_rows", "128 (the wgmma kernel) needs bf16 x and bf16 W");
+  }
+  if (p.tile_rows == kFloatLinearCudaSwapRows && (p.x_f32 != nullptr || p.w_f32 != nullptr)) {
+    return Invalid("tile_rows", "256 (the swapped-role wgmma kernel) needs bf16 x and bf16 W");
   }
   if (p.split_k < 0 || p.split_k > kFloatLinearCudaMaxSplits) {
     return Invalid("split_k",
@@ -177,6 +217,11 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.y_stride < p.n) return Invalid("y_stride", absl::StrFormat("%d < N = %d", p.y_stride, p.n));
   if (p.y_group_stride < 0) {
     return Invalid("y_group_stride", absl::StrFormat("%d is negative", p.y_group_stride));
+  }
+  if (p.tile_rows == kFloatLinearCudaSwapRows && !XRowsTma(p)) {
+    return Invalid("tile_rows",
+                   "256 (the swapped-role wgmma kernel) needs x rows 16-byte aligned "
+                   "(x_bf16, x_stride and x_group_stride)");
   }
   const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
   if (plan.m_tiles > kMaxM) return Invalid("m", "needs too many row tiles");

@@ -48,6 +48,12 @@ inline constexpr int64_t kFloatLinearCudaKStep = 64;       // K per pipeline sta
 inline constexpr int64_t kFloatLinearCudaTileN = 128;      // mma.sync CTA columns
 inline constexpr int64_t kFloatLinearCudaWgmmaRows = 128;  // wgmma CTA rows (tile_rows 128)
 inline constexpr int64_t kFloatLinearCudaWgmmaCols = 256;  // wgmma CTA columns
+// The swapped-role wgmma kernel (cuda/float_linear_swap.cuh), selected by tile_rows 256: the
+// weights are the MMA's A operand, kFloatLinearCudaSwapCols weight rows × up to
+// kFloatLinearCudaSwapMaxRows x rows per CTA.
+inline constexpr int64_t kFloatLinearCudaSwapRows = 256;
+inline constexpr int64_t kFloatLinearCudaSwapCols = 128;
+inline constexpr int64_t kFloatLinearCudaSwapMaxRows = 128;
 // The automatic plan takes wgmma only when every CTA gets at least this much K (its split).
 inline constexpr int64_t kFloatLinearCudaWgmmaMinSplitK = 640;
 inline constexpr int64_t kFloatLinearCudaMaxSplits = 64;
@@ -84,8 +90,10 @@ struct FloatLinearCudaParams {
 
   // 0 = automatic; 16, 32 or 64 forces the mma.sync kernel with that many CTA rows (64 is not
   // available with x_f32); 128 forces the wgmma kernel (128 × 256 CTA tiles; bf16 x and bf16 W
-  // only). Automatic: wgmma when x and W are bf16, M >= 128, N >= 256 and the wgmma plan gives
-  // every CTA at least kFloatLinearCudaWgmmaMinSplitK of K; else mma.sync.
+  // only); 256 (kFloatLinearCudaSwapRows) forces the swapped-role wgmma kernel (128 weight rows
+  // × up to 128 x rows per CTA; bf16 x and bf16 W, x rows 16-byte aligned: base, x_stride and,
+  // with groups, x_group_stride). Automatic: wgmma when x and W are bf16, M >= 128, N >= 256 and
+  // the wgmma plan gives every CTA at least kFloatLinearCudaWgmmaMinSplitK of K; else mma.sync.
   int64_t tile_rows = 0;
   // 0 = automatic; 1 .. kFloatLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count and tile_rows, nothing else.
@@ -102,9 +110,10 @@ struct FloatLinearCudaParams {
   size_t workspace_bytes = 0;
 };
 
-// What LaunchFloatLinear runs: the kernel (tile_rows 128: wgmma, else mma.sync), CTA rows
-// (16/32/64/128) and columns (128, or 256 for wgmma), K splits and the K steps (of
-// kFloatLinearCudaKStep, both kernels) per split. Pure; cheap. Uses p's m, n, k, groups, x_f32
+// What LaunchFloatLinear runs: the kernel (tile_rows 128: wgmma, 256: swapped-role wgmma, else
+// mma.sync), CTA rows (16/32/64/128; 256 means up to 128 x rows, m_tiles counts those) and
+// columns (128, or 256 for wgmma), K splits and the K steps (of kFloatLinearCudaKStep, every
+// kernel) per split. Pure; cheap. Uses p's m, n, k, groups, x_f32
 // (non-null caps the tile at 32 rows), w_f32 (non-null: mma.sync), tile_rows and split_k.
 struct FloatLinearCudaPlan {
   int64_t tile_rows = 16;

@@ -20,11 +20,18 @@ FloatLinearCudaParams Shape(int64_t m, int64_t n, int64_t k, int64_t groups = 1)
   return p;
 }
 
+// x rows that TMA cannot read (an odd x_stride): the automatic plan never takes the swapped-role
+// kernel.
+FloatLinearCudaParams NoTma(FloatLinearCudaParams p) {
+  p.x_stride = p.k + 1;
+  return p;
+}
+
 TEST(FloatLinearCudaPlanTest, TileRowsFollowMAndXDtype) {
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 1024, 4096)).tile_rows, 16);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(16, 1024, 4096)).tile_rows, 16);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(17, 1024, 4096)).tile_rows, 32);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(33, 1024, 4096)).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(1, 1024, 4096))).tile_rows, 16);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(16, 1024, 4096))).tile_rows, 16);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(17, 1024, 4096))).tile_rows, 32);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(33, 1024, 4096))).tile_rows, 64);
   FloatLinearCudaParams f = Shape(4096, 512, 5120);
   const float marker = 0.f;
   f.x_f32 = &marker;
@@ -40,16 +47,16 @@ TEST(FloatLinearCudaPlanTest, TileRowsFollowMAndXDtype) {
 
 TEST(FloatLinearCudaPlanTest, WgmmaForLargeMBf16Only) {
   const float marker = 0.f;
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(127, 1024, 4096)).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(127, 1024, 4096))).tile_rows, 64);
   // wo_a (8 groups) at M = 128: 32 tiles, 4 splits of 1024 K: wgmma (measured 53 vs 71 us).
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 1024, 4096, 8)).tile_rows, 128);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(128, 1024, 4096, 8))).tile_rows, 128);
   // One group: 4 tiles, 32 splits of 128 K: mma.sync (kFloatLinearCudaWgmmaMinSplitK).
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 1024, 4096)).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(128, 1024, 4096))).tile_rows, 64);
   // The compressor's wkv (N 512, K 5120): mma.sync at M = 128 / 256 (2 / 3 K steps per split,
   // measured slower on wgmma), wgmma from M = 1024 (10 steps of 64).
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(128, 512, 5120)).tile_rows, 64);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(256, 512, 5120)).tile_rows, 64);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(1024, 512, 5120)).tile_rows, 128);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(128, 512, 5120))).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(256, 512, 5120))).tile_rows, 64);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(1024, 512, 5120))).tile_rows, 128);
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 4096, 512)).tile_rows, 64);  // K < 640
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 255, 4096)).tile_rows, 64);  // N < one 256 tile
   FloatLinearCudaParams w = Shape(4096, 384, 5120);
@@ -101,28 +108,92 @@ TEST(FloatLinearCudaPlanTest, WarpSpecialisedNeedsAlignedXRows) {
   EXPECT_FALSE(PlanFloatLinearCuda(Shape(33, 1024, 4096)).warp_specialised);  // mma.sync
 }
 
+// The automatic plan: the swapped-role kernel for bf16 x and W with TMA-able x rows up to 256
+// rows, and up to 1024 where the wgmma plan does not qualify; never for fp32 operands.
+TEST(FloatLinearCudaPlanTest, SwappedKernelForDecodeBatches) {
+  const float marker = 0.f;
+  for (int64_t m : {1, 16, 64, 128, 256}) {
+    EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 1024, 4096, 8)).tile_rows, kFloatLinearCudaSwapRows);
+    EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 32, 5120)).tile_rows, kFloatLinearCudaSwapRows);
+  }
+  // wo_a from 257 rows: its wgmma plan (96+ tiles, no K split) wins.
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(384, 1024, 4096, 8)).tile_rows, 128);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1024, 1024, 4096, 8)).tile_rows, 128);
+  // The compressor's wkv: the swapped-role kernel up to 1024 rows (the wgmma plan splits K in
+  // 8 there), wgmma above.
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(512, 512, 5120)).tile_rows, kFloatLinearCudaSwapRows);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1024, 512, 5120)).tile_rows, kFloatLinearCudaSwapRows);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1025, 512, 5120)).tile_rows, 128);
+  // K = 512 (indexer.wk): no wgmma plan; mma.sync above 1024 rows.
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1024, 128, 512)).tile_rows, kFloatLinearCudaSwapRows);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1025, 128, 512)).tile_rows, 64);
+  FloatLinearCudaParams f = Shape(16, 384, 5120);
+  f.w_f32 = &marker;
+  EXPECT_EQ(PlanFloatLinearCuda(f).tile_rows, 16);
+  f = Shape(16, 384, 5120);
+  f.x_f32 = &marker;
+  EXPECT_EQ(PlanFloatLinearCuda(f).tile_rows, 16);
+  alignas(16) static const uint16_t x[16] = {};
+  FloatLinearCudaParams a = Shape(64, 1024, 4096, 8);
+  a.x_bf16 = x;
+  a.x_stride = 8 * 4096;
+  a.x_group_stride = 4096;
+  EXPECT_EQ(PlanFloatLinearCuda(a).tile_rows, kFloatLinearCudaSwapRows);
+  a.x_bf16 = x + 1;  // misaligned: mma.sync
+  EXPECT_EQ(PlanFloatLinearCuda(a).tile_rows, 64);
+}
+
+// The swapped-role kernel (tile_rows 256): 128 weight rows × up to 128 x rows per CTA, one CTA
+// per SM; K splits only below kSwapTargetCtas = 64 tiles.
+TEST(FloatLinearCudaPlanTest, SwappedKernelTiles) {
+  FloatLinearCudaParams p = Shape(64, 1024, 4096, 8);  // wo_a at 64 tokens
+  p.tile_rows = kFloatLinearCudaSwapRows;
+  FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+  EXPECT_EQ(plan.tile_rows, kFloatLinearCudaSwapRows);
+  EXPECT_EQ(plan.tile_cols, kFloatLinearCudaSwapCols);
+  EXPECT_EQ(plan.m_tiles, 1);
+  EXPECT_EQ(plan.n_tiles, 8);
+  EXPECT_EQ(plan.k_steps, 64);
+  EXPECT_EQ(plan.splits, 1);  // 64 tiles: no split
+  EXPECT_EQ(plan.steps_per_split, 64);
+  p.m = 256;  // two m tiles: 128 CTAs, no split
+  plan = PlanFloatLinearCuda(p);
+  EXPECT_EQ(plan.m_tiles, 2);
+  EXPECT_EQ(plan.splits, 1);
+  p = Shape(1, 32, 5120);  // indexer.weights_proj at one token: one tile, 64 splits of 80 steps
+  p.tile_rows = kFloatLinearCudaSwapRows;
+  plan = PlanFloatLinearCuda(p);
+  EXPECT_EQ(plan.n_tiles, 1);
+  EXPECT_EQ(plan.splits, 40);  // 64 asked, ceil(80 / 64) = 2 steps each
+  EXPECT_EQ(plan.steps_per_split, 2);
+  EXPECT_FALSE(plan.warp_specialised);
+}
+
 TEST(FloatLinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
   for (int64_t m : {1, 3, 16, 130, 4096}) {
     for (int64_t n : {32, 128, 384, 512, 1024}) {
       for (int64_t k : {8, 64, 72, 512, 4096, 5120}) {
         for (int64_t groups : {1, 8, 3000}) {
           for (int64_t forced : {0, 1, 3, 64}) {
-            FloatLinearCudaParams s = Shape(m, n, k, groups);
-            s.split_k = forced;
-            const FloatLinearCudaPlan p = PlanFloatLinearCuda(s);
-            SCOPED_TRACE(std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
-                         " " + std::to_string(groups) + " " + std::to_string(forced));
-            ASSERT_GE(p.splits, 1);
-            ASSERT_LE(p.splits, kFloatLinearCudaMaxSplits);
-            ASSERT_LE(p.splits * groups, 65535);
-            ASSERT_GE(p.k_steps * kFloatLinearCudaKStep, k);
-            ASSERT_LT((p.k_steps - 1) * kFloatLinearCudaKStep, k);
-            // Every split has at least one step and together they cover all steps (the kernel:
-            // kt0 = s · steps_per_split, kt_end = min(kt0 + steps_per_split, k_steps)).
-            ASSERT_GE(p.splits * p.steps_per_split, p.k_steps);
-            ASSERT_LT((p.splits - 1) * p.steps_per_split, p.k_steps);
-            if (forced > 0) {
-              ASSERT_LE(p.splits, forced);
+            for (int64_t tile : {int64_t{0}, kFloatLinearCudaSwapRows}) {
+              FloatLinearCudaParams s = Shape(m, n, k, groups);
+              s.split_k = forced;
+              s.tile_rows = tile;
+              const FloatLinearCudaPlan p = PlanFloatLinearCuda(s);
+              SCOPED_TRACE(std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
+                           " " + std::to_string(groups) + " " + std::to_string(forced));
+              ASSERT_GE(p.splits, 1);
+              ASSERT_LE(p.splits, kFloatLinearCudaMaxSplits);
+              ASSERT_LE(p.splits * groups, 65535);
+              ASSERT_GE(p.k_steps * kFloatLinearCudaKStep, k);
+              ASSERT_LT((p.k_steps - 1) * kFloatLinearCudaKStep, k);
+              // Every split has at least one step and together they cover all steps (the kernel:
+              // kt0 = s · steps_per_split, kt_end = min(kt0 + steps_per_split, k_steps)).
+              ASSERT_GE(p.splits * p.steps_per_split, p.k_steps);
+              ASSERT_LT((p.splits - 1) * p.steps_per_split, p.k_steps);
+              if (forced > 0) {
+                ASSERT_LE(p.splits, forced);
+              }
             }
           }
         }
@@ -131,8 +202,9 @@ TEST(FloatLinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
   }
   // Decode of wo_a (8 groups × 8 column tiles): 4 splits fill 256 CTAs; the MoE gate (3 tiles)
   // splits into 40 × 2 K steps (120 CTAs); a large prefill does not split.
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 1024, 4096, 8)).splits, 4);
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 384, 5120)).splits, 40);
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(1, 1024, 4096, 8))).splits, 4);
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 1024, 4096, 8)).splits, 1);  // swapped-role: 64 tiles
+  EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(1, 384, 5120))).splits, 40);
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 1024, 4096, 8)).splits, 1);
   // The r = 1 compressor at 4096 tokens: 32 × 2 wgmma tiles, split in 2 for 128 CTAs.
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 512, 5120)).splits, 2);
@@ -216,6 +288,29 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
   p.w_f32 = yf;
   p.tile_rows = 128;
   expect_field(p, "tile_rows");
+  // The swapped-role kernel: bf16 x and W, x rows 16-byte aligned (TMA).
+  p = good();
+  p.tile_rows = kFloatLinearCudaSwapRows;
+  p.workspace_bytes = FloatLinearCudaWorkspaceBytes(p, 1);
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  FloatLinearCudaParams q = p;
+  q.x_bf16 = x + 4;  // 8-byte aligned base
+  expect_field(q, "tile_rows");
+  q = p;
+  q.x_stride = 516;
+  expect_field(q, "tile_rows");
+  q = p;
+  q.x_group_stride = 260;
+  q.x_stride = 520;
+  expect_field(q, "tile_rows");
+  q = p;
+  q.w_bf16 = nullptr;
+  q.w_f32 = yf;
+  expect_field(q, "tile_rows");
+  q = p;
+  q.x_bf16 = nullptr;
+  q.x_f32 = yf;
+  expect_field(q, "tile_rows");
   p = good();
   p.split_k = kFloatLinearCudaMaxSplits + 1;
   expect_field(p, "split_k");

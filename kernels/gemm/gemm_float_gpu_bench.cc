@@ -2,13 +2,16 @@
 // non-quantised Linear shapes against the roofline.
 //
 //   bench_gemm_float_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wo_a,gate,...]
-//                        [--kernels auto,mma,wgmma,wgmma-ws] [--peak-tflops T]
+//                        [--kernels auto,mma,wgmma,wgmma-ws,swap] [--split-k S]
+//                        [--peak-tflops T]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
 // mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel's
 // 256-thread cp.async main loop (tile_rows 128, wgmma_ws = false), wgmma-ws = its
 // warp-specialised persistent TMA main loop (tile_rows 128; auto takes it wherever the plan picks
-// wgmma); both bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
+// wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand);
+// the last three bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
+// --split-k forces the K split count of every kernel (0 = the plan's).
 // --peak-tflops replaces the measured mma.sync rate in the compute roof (e.g. 893).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
@@ -60,12 +63,14 @@ struct Options {
   // Kernels to time per (shape, M): auto (the plan's choice), mma (mma.sync: the plan's tile, 64
   // rows where the plan picks wgmma), wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
+  int64_t split_k = 0;
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
 // tile_rows forcing `kernel` given the automatic plan's tile_rows.
 int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
   if (kernel == "wgmma" || kernel == "wgmma-ws") return 128;
+  if (kernel == "swap") return kFloatLinearCudaSwapRows;
   if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
   return 0;
 }
@@ -94,11 +99,14 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws") {
-          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma or wgmma-ws\n", k.c_str());
+        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap") {
+          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma, wgmma-ws or swap\n",
+                       k.c_str());
           std::exit(2);
         }
       }
+    } else if (flag == "--split-k") {
+      o.split_k = std::max<int64_t>(0, std::atoll(argv[i + 1]));
     } else if (flag == "--peak-tflops") {
       o.peak_tflops = std::atof(argv[i + 1]);
     } else {
@@ -166,9 +174,11 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
   base.y_f32 = s.y_f32 ? dy.get<float>() : nullptr;
   base.y_stride = s.groups * s.n;
   base.y_group_stride = s.n;
-  // Every kernel's plan: the automatic one and the forced 64- / 128-row tiles.
+  // Every kernel's plan: the automatic one and the forced 64- / 128- / 256-row tiles.
   size_t ws_bytes = 16;
-  for (int64_t tile : {0, 64, 128}) {
+  base.split_k = o.split_k;
+  for (int64_t tile : {int64_t{0}, int64_t{64}, int64_t{128}, kFloatLinearCudaSwapRows}) {
+    if (tile == kFloatLinearCudaSwapRows && s.w_f32) continue;
     FloatLinearCudaParams q = base;
     q.tile_rows = tile;
     ws_bytes = std::max(ws_bytes, FloatLinearCudaWorkspaceBytes(q, max_m));
@@ -179,7 +189,9 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
   const int pieces = s.w_f32 ? 3 : 1;
   for (int64_t m : o.ms) {
     for (const std::string& kernel : o.kernels) {
-      if ((kernel == "wgmma" || kernel == "wgmma-ws") && s.w_f32) continue;  // bf16 only
+      if ((kernel == "wgmma" || kernel == "wgmma-ws" || kernel == "swap") && s.w_f32) {
+        continue;  // bf16 only
+      }
       FloatLinearCudaParams p = base;
       p.m = m;
       p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
@@ -212,9 +224,11 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
           "%6.2f\n",
           s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
           s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
-          plan.tile_rows != kFloatLinearCudaWgmmaRows
-              ? "mma.sync"
-              : (plan.warp_specialised ? "wgmma-ws" : "wgmma"),
+          plan.tile_rows == kFloatLinearCudaSwapRows
+              ? "swap"
+              : (plan.tile_rows != kFloatLinearCudaWgmmaRows
+                     ? "mma.sync"
+                     : (plan.warp_specialised ? "wgmma-ws" : "wgmma")),
           static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
           flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
     }

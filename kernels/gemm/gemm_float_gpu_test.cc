@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/base/thread_pool.h"
@@ -384,9 +385,10 @@ TEST_F(FloatLinearGpuTest, OneHotBitExactOverDtypesTilesSplitsAndLayouts) {
         for (int64_t g = 0; g < l.groups; ++g) {
           cpu.push_back(Cpu(pr, *Prepare(pr.w[g]), g, rows, LinearMode::kExact));
         }
-        for (int64_t tile : {0, 16, 32, 64, 128}) {
+        for (int64_t tile : {0, 16, 32, 64, 128, 256}) {
           if (tile == 64 && l.x_f32) continue;
-          if (tile == 128 && (l.x_f32 || l.w_f32)) continue;
+          if (tile >= 128 && (l.x_f32 || l.w_f32)) continue;
+          if (tile == 256 && layout == 2) continue;  // misaligned x rows: no TMA (rejected)
           for (int64_t split : {0, 1, 3}) {
             Problem q = pr;
             q.l.tile_rows = tile;
@@ -428,7 +430,8 @@ TEST_F(FloatLinearGpuTest, OneHotBitExactWgmmaWideN) {
         for (int64_t g = 0; g < l.groups; ++g) {
           cpu.push_back(Cpu(pr, *Prepare(pr.w[g]), g, rows, LinearMode::kExact));
         }
-        for (int64_t tile : {64, 128}) {
+        for (int64_t tile : {64, 128, 256}) {
+          if (tile == 256 && layout == 2) continue;  // misaligned x rows: no TMA (rejected)
           for (int64_t split : {0, 1, 3}) {
             Problem q = pr;
             q.l.tile_rows = tile;
@@ -480,7 +483,7 @@ TEST_F(FloatLinearGpuTest, SmallIntegerBf16BitExactAcrossSplits) {
         q.l.y_f32 = y_f32;
         const std::vector<float> cpu_y =
             y_f32 ? Cpu(q, *Prepare(h), 0, rows, LinearMode::kExact) : cpu;
-        for (int64_t tile : {0, 64, 128}) {
+        for (int64_t tile : {0, 64, 128, 256}) {
           for (int64_t split : {0, 1, 7}) {
             q.l.tile_rows = tile;
             q.l.split_k = split;
@@ -552,7 +555,23 @@ TEST_F(FloatLinearGpuTest, ReleasedShapes) {
       l.w_f32 = s.w_f32;
       l.y_f32 = s.y_f32;
       l.groups = s.groups;
-      CheckRandom(s.name, m, s.n, s.k, l, ++seed, {0});
+      CheckRandom(s.name, m, s.n, s.k, l, ++seed,
+                  s.w_f32 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 256});
+    }
+  }
+}
+
+// Decode-batch M through the swapped-role kernel (tile_rows 256; N = 64 x rows per CTA up to
+// M = 64, 128 above; two m tiles at 256) and the automatic plan on the same data.
+TEST_F(FloatLinearGpuTest, ReleasedShapesDecodeBatchSwap) {
+  uint64_t seed = 320;
+  for (const Released& s : kReleased) {
+    if (s.w_f32) continue;
+    for (int64_t m : {8, 9, 33, 64, 65, 100, 256}) {
+      Layout l;
+      l.y_f32 = s.y_f32;
+      l.groups = s.groups;
+      CheckRandom(s.name, m, s.n, s.k, l, ++seed, {0, 256});
     }
   }
 }
@@ -568,7 +587,7 @@ TEST_F(FloatLinearGpuTest, ReleasedShapesLargeMBothKernels) {
       l.y_f32 = s.y_f32;
       l.groups = s.groups;
       CheckRandom(s.name, m, s.n, s.k, l, ++seed,
-                  s.w_f32 ? std::vector<int64_t>{0} : std::vector<int64_t>{64, 128});
+                  s.w_f32 ? std::vector<int64_t>{0} : std::vector<int64_t>{64, 128, 256});
     }
   }
 }
@@ -594,7 +613,8 @@ TEST_F(FloatLinearGpuTest, RandomOddStridesBiasAndDtypes) {
     l.x_offset = 0;
     l.split_k = 5;
     CheckRandom("padded strides", 16, 200, 776, l, ++seed, {0});
-    if (bf16) CheckRandom("padded strides", 300, 300, 776, l, ++seed, {128});
+    if (bf16) CheckRandom("padded strides", 300, 300, 776, l, ++seed, {128, 256});
+    if (bf16) CheckRandom("padded strides", 40, 300, 776, l, ++seed, {256});
   }
 }
 
@@ -653,8 +673,9 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
 // A split launch (GEMM + reduction) captured into a CUDA graph (global capture mode: any
 // synchronising or allocating call inside the launch would fail the capture) replays to the same
 // bits as a direct launch.
-// m = 3: the mma.sync kernel; m = 256: the wgmma kernel (both split K here).
-void CheckGraphCapture(int64_t m) {
+// m = 3: the mma.sync kernel; m = 64: the swapped-role kernel; m = 256: the wgmma kernel (all
+// split K here).
+void CheckGraphCapture(int64_t m, int64_t tile) {
   Rng rng(47);
   const int64_t n = 1024, k = 4096, groups = 2;
   std::vector<uint16_t> w(groups * n * k), x(m * groups * k);
@@ -676,14 +697,12 @@ void CheckGraphCapture(int64_t m) {
   p.y_bf16 = dy.get<uint16_t>();
   p.y_stride = groups * n;
   p.y_group_stride = n;
-  // Forced: at m = 256 the automatic plan keeps mma.sync (8 K steps per split, README "plan
-  // rule").
-  p.tile_rows = m >= 128 ? 128 : 0;
+  p.tile_rows = tile;
   DeviceBuffer ws(FloatLinearCudaWorkspaceBytes(p, m));
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   ASSERT_GT(PlanFloatLinearCuda(p).splits, 1);
-  ASSERT_EQ(PlanFloatLinearCuda(p).tile_rows, m >= 128 ? 128 : 16);
+  ASSERT_EQ(PlanFloatLinearCuda(p).tile_rows, tile);
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ASSERT_TRUE(LaunchFloatLinear(p, stream).ok());  // sets the kernels' smem limit once
@@ -709,9 +728,9 @@ void CheckGraphCapture(int64_t m) {
 }
 
 TEST_F(FloatLinearGpuTest, GraphCaptureReplaysTheSameBits) {
-  for (int64_t m : {3, 256}) {
+  for (const auto& [m, tile] : {std::pair<int64_t, int64_t>{3, 16}, {64, 256}, {256, 128}}) {
     SCOPED_TRACE("M " + std::to_string(m));
-    CheckGraphCapture(m);
+    CheckGraphCapture(m, tile);
   }
 }
 
@@ -722,6 +741,25 @@ TEST_F(FloatLinearGpuTest, ZeroRowsIsANoOpAndBadParamsEnqueueNothing) {
   EXPECT_TRUE(LaunchFloatLinear(p, nullptr).ok());
   p.m = 1;  // no x, W, y: rejected before anything is enqueued
   EXPECT_EQ(LaunchFloatLinear(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // The swapped-role kernel needs TMA-able x rows and bf16 operands.
+  DeviceBuffer dx(4096), dw(64 * 64 * 4), dy(4096);
+  p.x_bf16 = dx.get<uint16_t>();
+  p.x_stride = 64;
+  p.w_bf16 = dw.get<uint16_t>();
+  p.y_bf16 = dy.get<uint16_t>();
+  p.y_stride = 64;
+  p.tile_rows = kFloatLinearCudaSwapRows;
+  EXPECT_TRUE(LaunchFloatLinear(p, nullptr).ok());
+  p.x_stride = 67;
+  EXPECT_EQ(LaunchFloatLinear(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.x_stride = 64;
+  p.x_bf16 = dx.get<uint16_t>() + 1;
+  EXPECT_EQ(LaunchFloatLinear(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.x_bf16 = dx.get<uint16_t>();
+  p.w_bf16 = nullptr;
+  p.w_f32 = dw.get<float>();
+  EXPECT_EQ(LaunchFloatLinear(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
+#include "kernels/gemm/cuda/float_linear_swap.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/gemm/gemm_float_cuda.h"
@@ -28,6 +29,9 @@ static_assert(wgmma_linear::kBM == kFloatLinearCudaWgmmaRows);
 static_assert(wgmma_linear::kBN == kFloatLinearCudaWgmmaCols);
 static_assert(wgmma_ws::kBK == kFloatLinearCudaKStep);
 static_assert(wgmma_ws::kBN == kFloatLinearCudaWgmmaCols);
+static_assert(float_swap::kBK == kFloatLinearCudaKStep);
+static_assert(float_swap::kBN == kFloatLinearCudaSwapCols);
+static_assert(float_swap::kMaxBM == kFloatLinearCudaSwapMaxRows);
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -117,6 +121,54 @@ void LaunchWgmma(const FloatLinearCudaParams& p, const GemmArgs& f, const FloatL
   CUDA_CHECK(cudaGetLastError());
 }
 
+template <int kBM>
+void LaunchSwapKernel(const float_swap::Args& g, const FloatLinearCudaPlan& plan, int64_t groups,
+                      cudaStream_t stream) {
+  using L = float_swap::Layout<kBM>;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = float_swap::FloatLinearSwapKernel<kBM>;
+  EnsureSmemLimit(kernel, L::kSmemBytes, smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
+                  static_cast<unsigned>(groups * plan.splits));
+  kernel<<<grid, float_swap::kThreads, L::kSmemBytes, stream>>>(g);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// bf16 x · bf16 W through the swapped-role wgmma kernel (plan.tile_rows == 256; x rows 16-byte
+// aligned, validated). InternalError, nothing enqueued, when the driver refuses a TMA map.
+absl::Status LaunchSwap(const FloatLinearCudaParams& p, const GemmArgs& f,
+                        const FloatLinearCudaPlan& plan, cudaStream_t stream) {
+  // N = 64 x rows per CTA when one m tile of at most 64 rows covers M, else 128.
+  const int bm = p.m <= 64 ? 64 : 128;
+  const int64_t x_box = std::min<int64_t>(bm, (p.m + 7) / 8 * 8);
+  float_swap::Args g;
+  if (!wgmma_ws::MakeTmaOperand(&g.w, p.w_bf16, 2, p.k, p.n, p.k, p.groups, p.w_group_stride,
+                                float_swap::kBK, float_swap::kBN, true) ||
+      !wgmma_ws::MakeTmaOperand(&g.x, p.x_bf16, 2, p.k, p.m, p.x_stride, p.groups, p.x_group_stride,
+                                float_swap::kBK, static_cast<uint32_t>(x_box), true)) {
+    return absl::InternalError(
+        "LaunchFloatLinear: the driver refused a TMA tensor map for the swapped-role kernel");
+  }
+  g.bias = p.bias;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.steps_per_split = plan.steps_per_split;
+  g.splits = static_cast<int>(plan.splits);
+  g.stage_tx = static_cast<uint32_t>((float_swap::kBN + x_box) * float_swap::kBK * 2);
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  g.y_stride = p.y_stride;
+  g.y_group_stride = p.y_group_stride;
+  g.partial = f.partial;
+  if (bm == 64) {
+    LaunchSwapKernel<64>(g, plan, p.groups, stream);
+  } else {
+    LaunchSwapKernel<128>(g, plan, p.groups, stream);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stream) {
@@ -149,7 +201,9 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
              p.y_stride % 2 == 0 && (p.groups == 1 || p.y_group_stride % 2 == 0);
   if (plan.splits > 1) g.partial = static_cast<float*>(p.workspace);
 
-  if (plan.tile_rows == kFloatLinearCudaWgmmaRows) {  // bf16 x and W (validated)
+  if (plan.tile_rows == kFloatLinearCudaSwapRows) {  // bf16 x and W, TMA-able x (validated)
+    RETURN_IF_ERROR(LaunchSwap(p, g, plan, stream));
+  } else if (plan.tile_rows == kFloatLinearCudaWgmmaRows) {  // bf16 x and W (validated)
     LaunchWgmma(p, g, plan, stream);
   } else if (x_f32) {
     if (w_f32) {
