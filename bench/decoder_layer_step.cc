@@ -153,6 +153,7 @@ void LayerStep::AllocateActivations() {
     lin_ws_bytes_ = std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(w->view, b));
   }
   lin_ws_ = DeviceBuffer(lin_ws_bytes_);
+  kv_lin_ws_ = DeviceBuffer(lin_ws_bytes_);
   float_ws_ = DeviceBuffer(std::max<size_t>(FloatLinearWorkspace(b), 16));
   moe_ws_bytes_ =
       kernels::MoeCudaWorkspaceBytes(experts_->view, b, kTopkExperts, &shared_->view).value();
@@ -251,14 +252,53 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
   Ok(kernels::LaunchFloatLinear(p, stream_));
 }
 
-std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
+void LayerStep::PoisonBranchOutputs(int64_t b) {
+  for (DeviceBuffer* buf : {&a_pre_, &a_post_, &a_comb_, &f_pre_, &f_post_, &f_comb_, &x_attn_,
+                            &x_ffn_, &kv_, &swa_rows_}) {
+    CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
+  }
+  // The new row of every sequence's window ring (slot pos % W).
+  const int64_t slot = (opt_.context - 1) % kWindow;
+  CUDA_CHECK(cudaMemset2DAsync(pool_.get<uint16_t>() + slot * kHeadDim, kWindow * kHeadDim * 2,
+                               0xFF, kHeadDim * 2, static_cast<size_t>(b), stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   const double db = static_cast<double>(b);
   std::vector<Stage> s;
   cudaStream_t st = stream_;
-  auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y) {
+  // Branch i's stream (overlap) or the main one.
+  auto branch_stream = [=, this](int i) { return overlap ? side_[i == 2 ? 1 : 0] : st; };
+  // Fork branch i from the main stream (after everything enqueued there so far).
+  auto fork = [=, this](int i) {
+    CUDA_CHECK(cudaEventRecord(fork_[i], st));
+    CUDA_CHECK(cudaStreamWaitEvent(branch_stream(i), fork_[i], 0));
+  };
+  // Mark the end of branch i's work so far; the main stream joins it with join(i).
+  auto mark = [=, this](int i) { CUDA_CHECK(cudaEventRecord(join_[i], branch_stream(i))); };
+  auto join = [=, this](int i) {
+    if (overlap) CUDA_CHECK(cudaStreamWaitEvent(st, join_[i], 0));
+  };
+  // The last stage pushed belongs to branch i: forked first when `first`, its end marked; timed
+  // alone, it is joined (Stage::settle).
+  auto on_branch = [&](int i, bool first) {
+    if (!overlap) return;
+    Stage& stage = s.back();
+    stage.launch = [=, inner = stage.launch] {
+      if (first) fork(i);
+      inner();
+      mark(i);
+    };
+    stage.settle = [=] { join(i); };
+  };
+  auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y,
+                 int branch) {
     const int64_t n = w->view.n, k = w->view.k;
+    const cudaStream_t ls = branch >= 0 ? branch_stream(branch) : st;
+    DeviceBuffer* ws = branch == 2 && overlap ? &kv_lin_ws_ : &lin_ws_;
     s.push_back({name,
-                 [this, w, &x, &y, b, st] {
+                 [this, w, &x, &y, b, ls, ws] {
                    kernels::LinearCudaParams p;
                    p.weight = &w->view;
                    p.m = b;
@@ -266,17 +306,38 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                    p.x_stride = w->view.k;
                    p.y_bf16 = y.get<uint16_t>();
                    p.y_stride = w->view.n;
-                   p.workspace = lin_ws_.get();
+                   p.workspace = ws->get();
                    p.workspace_bytes = lin_ws_bytes_;
-                   Ok(kernels::LaunchLinearFp8(p, st));
+                   Ok(kernels::LaunchLinearFp8(p, ls));
                  },
                  w->bytes() + db * 2 * (k + n), 2 * db * n * k});
   };
-  auto mixes = [&](const char* name, const DeviceBuffer& xs, const DeviceBuffer& fn,
+  // One mHC site: the mixes of the stream xs and its collapse by pre_in. Fused: one launch on
+  // the main stream. Overlapped: the collapse (hc_pre, the same bits as the fused one) on the main
+  // stream, then the mixes alone as branch `site` (0 attention, 1 FFN), joined before the site's
+  // hc_post.
+  auto mixes = [&](int site, const char* name, const DeviceBuffer& xs, const DeviceBuffer& fn,
                    const DeviceBuffer& base, const DeviceBuffer& scale, const DeviceBuffer& pre_in,
                    DeviceBuffer& pre, DeviceBuffer& post, DeviceBuffer& comb,
                    DeviceBuffer& collapsed) {
-    s.push_back({name,
+    const double x_bytes = db * kStreams * kD * 2, fn_bytes = 24.0 * kStreams * kD * 4;
+    const char* site_name = site == 0 ? "attn" : "ffn";
+    if (overlap) {
+      s.push_back({std::string(site_name) + " collapse (hc_pre)",
+                   [=, &xs, &pre_in, &collapsed] {
+                     kernels::HcPreParams p;
+                     p.tokens = b;
+                     p.dim = kD;
+                     p.x = xs.get<uint16_t>();
+                     p.x_stride = kStreams * kD;
+                     p.pre = pre_in.get<float>();
+                     p.out = collapsed.get<uint16_t>();
+                     p.out_stride = kD;
+                     Ok(kernels::LaunchHcPre(p, st));
+                   },
+                   x_bytes + db * kD * 2, 0});
+    }
+    s.push_back({overlap ? std::string(site_name) + " mixes (forked stream)" : name,
                  [=, this, &xs, &fn, &base, &scale, &pre_in, &pre, &post, &comb, &collapsed] {
                    kernels::MhcMixesParams p;
                    p.tokens = b;
@@ -289,14 +350,17 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                    p.pre = pre.get<float>();
                    p.post = post.get<float>();
                    p.comb = comb.get<float>();
-                   p.pre_in = pre_in.get<float>();
-                   p.collapsed = collapsed.get<uint16_t>();
-                   p.collapsed_stride = kD;
+                   if (!overlap) {
+                     p.pre_in = pre_in.get<float>();
+                     p.collapsed = collapsed.get<uint16_t>();
+                     p.collapsed_stride = kD;
+                   }
                    Ok(kernels::LaunchMhcMixes(p, mix_ws_.get<float>(),
-                                              kernels::MhcMixesWorkspaceFloats(b, kD), st));
+                                              kernels::MhcMixesWorkspaceFloats(b, kD),
+                                              branch_stream(site)));
                  },
-                 db * kStreams * kD * 2 + 24.0 * kStreams * kD * 4 + db * kD * 2,
-                 2 * db * 25 * kStreams * kD});
+                 x_bytes + fn_bytes + (overlap ? 0 : db * kD * 2), 2 * db * 25 * kStreams * kD});
+    on_branch(site, true);
   };
   auto norm = [&](const char* name, const DeviceBuffer& x, const DeviceBuffer& w, DeviceBuffer& y,
                   int64_t cols) {
@@ -315,10 +379,11 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                  },
                  db * cols * 4 + cols * 2, 0});
   };
-  auto hc_post = [&](const char* name, const DeviceBuffer& f, const DeviceBuffer& r,
+  auto hc_post = [&](int site, const char* name, const DeviceBuffer& f, const DeviceBuffer& r,
                      const DeviceBuffer& post, const DeviceBuffer& comb, DeviceBuffer& out) {
     s.push_back({name,
                  [=, &f, &r, &post, &comb, &out] {
+                   join(site);
                    kernels::HcPostParams p;
                    p.tokens = b;
                    p.dim = kD;
@@ -357,14 +422,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
   };
 
   // ---- attention site
-  mixes("attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_, a_post_,
+  mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_, a_post_,
         a_comb_, x_attn_);
   norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
-  fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_);
-  norm("q_norm", qr_, q_norm_, qr_, kQLora);
-  fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_);
-  rope("RoPE q", q_, kHeads, kHeadDim, false);
-  fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_);
+  // The kv projection: branch 2, next to the q projection (the attention joins it).
+  fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_, 2);
+  on_branch(2, true);
+  const cudaStream_t kst = branch_stream(2);
   s.push_back({"kv_norm + RoPE, SWA row + its decoded pool row",
                [=, this] {
                  kernels::RmsNormRopeParams p;
@@ -378,7 +442,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                  p.norm.out_stride = kHeadDim;
                  p.table = rope_.get();
                  p.positions = positions_.get<int64_t>();
-                 Ok(kernels::LaunchRmsNormRope(p, st));
+                 Ok(kernels::LaunchRmsNormRope(p, kst));
                  // The new row goes to ring slot pos % W of each sequence's window: its 528-byte
                  // SWA row and, from the same pass, its decoded bf16 values into the pool.
                  const int64_t slot = (opt_.context - 1) % kWindow;
@@ -392,11 +456,17 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                  e.row_stride = kWindow * kSwaRowBytes;
                  e.decoded_out = pool_.get<uint16_t>() + slot * kHeadDim;
                  e.decoded_stride = kWindow * kHeadDim;
-                 Ok(kernels::quant::LaunchEncodeRows(e, st));
+                 Ok(kernels::quant::LaunchEncodeRows(e, kst));
                },
                db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});
+  on_branch(2, false);
+  fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
+  norm("q_norm", qr_, q_norm_, qr_, kQLora);
+  fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
+  rope("RoPE q", q_, kHeads, kHeadDim, false);
   s.push_back({"sparse attention (128 + 512 rows)",
                [=, this] {
+                 join(2);
                  kernels::SparseAttnParams p;
                  p.tokens = b;
                  p.heads = kHeads;
@@ -427,11 +497,11 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
       {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
        static_cast<double>(wo_a_.bytes()) + db * 2 * (kHeads * kHeadDim + kOGroups * kOLora),
        2 * db * kOGroups * kOLora * (kHeads * kHeadDim / kOGroups)});
-  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_);
-  hc_post("attn hc_post", a_out_, x_, a_post_, a_comb_, y_);
+  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1);
+  hc_post(0, "attn hc_post", a_out_, x_, a_post_, a_comb_, y_);
 
   // ---- FFN site
-  mixes("ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
+  mixes(1, "ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
         f_comb_, x_ffn_);
   norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
   s.push_back({"gate (fp32 384x5120)", [=, this] { LaunchFloat(GateParams(b)); },
@@ -455,7 +525,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b) {
                },
                0 /* set after a run: touched experts */,
                2 * db * (kTopkExperts + 1) * 3 * kD * kInter});
-  hc_post("ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
+  hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
   return s;
 }
 

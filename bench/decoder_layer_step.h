@@ -57,6 +57,11 @@ struct Options {
   int64_t engram_rows = 8'000'000;                // rows of the synthetic Engram table (264 B each)
   int64_t context = 65536;
   bool stages = true;
+  // true: branches off the critical path run on forked streams — each mHC site's mixes next to
+  // its sublayer (the collapse by the incoming pre stays on the main stream as hc_pre), and the
+  // kv projection (wkv, kv_norm + RoPE + the window row) next to the q projection; false: one
+  // stream, with the mixes and the collapse fused in one launch. Same bits either way (checked).
+  bool overlap = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -83,22 +88,41 @@ struct Stage {
   std::function<void()> launch;
   double bytes = 0;
   double flops = 0;
+  // Set for a stage whose work goes to a forked stream (the overlapped mixes): orders the main
+  // stream after it. The step joins at a later stage; timing the stage alone calls this so the
+  // events measure the stage's own work.
+  std::function<void()> settle;
 };
 
 class LayerStep {
  public:
   LayerStep(const Options& o, int64_t max_tokens) : opt_(o), max_b_(max_tokens) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (cudaStream_t& side : side_) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    }
+    for (int i = 0; i < kBranches; ++i) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&fork_[i], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&join_[i], cudaEventDisableTiming));
+    }
     AllocateWeights();
     AllocateActivations();
     CUDA_CHECK(cudaDeviceSynchronize());
   }
-  ~LayerStep() { cudaStreamDestroy(stream_); }
+  ~LayerStep() {
+    for (int i = 0; i < kBranches; ++i) {
+      cudaEventDestroy(fork_[i]);
+      cudaEventDestroy(join_[i]);
+    }
+    for (cudaStream_t side : side_) cudaStreamDestroy(side);
+    cudaStreamDestroy(stream_);
+  }
 
   cudaStream_t stream() const { return stream_; }
 
-  // The stages of a Reuse-layer step for b tokens (b <= max_tokens), in order.
-  std::vector<Stage> ReuseStages(int64_t b);
+  // The stages of a Reuse-layer step for b tokens (b <= max_tokens), in order; `overlap` as
+  // Options::overlap.
+  std::vector<Stage> ReuseStages(int64_t b, bool overlap);
   // The Reindex layer's extra indexer stages for b tokens, to run after q_norm.
   std::vector<Stage> IndexerStages(int64_t b);
 
@@ -107,6 +131,16 @@ class LayerStep {
     std::vector<uint16_t> z(static_cast<size_t>(b * kStreams * kD));
     CUDA_CHECK(cudaMemcpy(z.data(), z_.get(), z.size() * 2, cudaMemcpyDeviceToHost));
     return z;
+  }
+  // Overwrites (NaN bit patterns) what the forked branches of a step write — the mixes' outputs,
+  // both collapses, kv and the new window rows in the pool and the SWA rows — so that a schedule
+  // that read one before its branch wrote it would show (stream(), synchronised).
+  void PoisonBranchOutputs(int64_t b);
+  // The FFN site's pre of the last step (fp32 [b, 4] bits; the next layer's collapse weights).
+  std::vector<uint32_t> FfnPre(int64_t b) const {
+    std::vector<uint32_t> v(static_cast<size_t>(b * kStreams));
+    CUDA_CHECK(cudaMemcpy(v.data(), f_pre_.get(), v.size() * 4, cudaMemcpyDeviceToHost));
+    return v;
   }
   // The indexer's scores and top-k for b sequences the per-sequence way (one LaunchIndexerScore
   // and one LaunchIndexerTopk per sequence, as before the batched entry points): the reference
@@ -152,6 +186,14 @@ class LayerStep {
   Options opt_;
   int64_t max_b_;
   cudaStream_t stream_ = nullptr;
+  // The overlapped branches (Options::overlap): 0 the attention site's mixes, 1 the FFN site's
+  // (both on side_[0], one after the other), 2 the kv projection (side_[1], with its own FP8
+  // Linear workspace); a fork and a join event each.
+  static constexpr int kBranches = 3;
+  cudaStream_t side_[2] = {nullptr, nullptr};
+  cudaEvent_t fork_[kBranches] = {};
+  cudaEvent_t join_[kBranches] = {};
+  DeviceBuffer kv_lin_ws_;
 
   // Weights.
   DeviceBuffer attn_fn_, attn_base_, attn_scale_, ffn_fn_, ffn_base_, ffn_scale_;

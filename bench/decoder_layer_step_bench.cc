@@ -3,18 +3,24 @@
 //
 //   bench_decoder_layer_step [--iters N] [--warmup N] [--tokens 1,8,64,256] [--context L]
 //                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
-//                            [--engram-rows N] [--stages 0|1]
+//                            [--engram-rows N] [--stages 0|1] [--overlap 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
-//   attention site: mHC mixes (+ the fused collapse by the previous layer's pre), attn_norm,
+//   attention site: mHC mixes and the collapse by the previous layer's pre, attn_norm,
 //     wq_a (FP8), q_norm, wq_b (FP8), RoPE on q, wkv (FP8), kv_norm + RoPE, the new window row's
 //     528-byte SWA serving row and, from the same pass, its decoded bf16 values into the KV pool
 //     (quant EncodeRowsParams::decoded_out = the FP8 QDQ), sparse attention over the 128
 //     window rows + 512 selected compressed rows with the sink, inverse RoPE, wo_a (bf16, 8
 //     groups), wo_b (FP8), hc_post;
-//   FFN site: mHC mixes (+ collapse by the attention site's pre), ffn_norm, the gate (fp32
+//   FFN site: mHC mixes and the collapse by the attention site's pre, ffn_norm, the gate (fp32
 //     weights), MoE (384 FP4 experts, top-6, plus the FP8 shared expert), hc_post.
+// --overlap 1 (default) runs the branches off the critical path on forked streams: each site's
+// mixes (the collapse by the incoming pre stays on the main stream as hc_pre; the mixes' pre /
+// post / comb are needed only by the site's hc_post and the next site's collapse, which join
+// them) and the kv projection (wkv, kv_norm + RoPE, the window row; joined by the attention) next
+// to the q projection. --overlap 0: one stream, the mixes fused with the collapse. The two
+// schedules are checked bit-identical before timing.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
@@ -97,6 +103,8 @@ Options ParseOptions(int argc, char** argv) {
       o.context = std::atoll(argv[i + 1]);
     } else if (flag == "--stages") {
       o.stages = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--overlap") {
+      o.overlap = std::atoi(argv[i + 1]) != 0;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -118,7 +126,13 @@ void PrintStages(const std::vector<Stage>& stages, const Options& o, const Roofs
                  cudaStream_t st) {
   std::printf("  %-44s %10s %10s %10s %9s %7s\n", "stage", "µs", "MB", "GFLOP", "roof µs", "ratio");
   for (const Stage& s : stages) {
-    const double us = kernels::MedianEventMicros(o.warmup, o.iters, s.launch, st);
+    const double us = kernels::MedianEventMicros(
+        o.warmup, o.iters,
+        [&] {
+          s.launch();
+          if (s.settle) s.settle();
+        },
+        st);
     const double roof = r.Roof(s.bytes, s.flops);
     std::printf("  %-44s %10.1f %10.2f %10.3f %9.1f %7.2f\n", s.name.c_str(), us, s.bytes / 1e6,
                 s.flops / 1e9, roof, roof / us);
@@ -243,10 +257,30 @@ int Run(const Options& o) {
   int status = 0;
 
   for (int64_t b : o.tokens) {
-    std::vector<Stage> stages = step.ReuseStages(b);
+    std::vector<Stage> stages = step.ReuseStages(b, o.overlap);
     auto run_step = [&] {
       for (const Stage& s : stages) s.launch();
     };
+    if (o.overlap) {
+      // The overlapped schedule must give the one-stream schedule's bits (hc_pre is the fused
+      // collapse's exact order; the mixes are the same launch without the collapse; the forked
+      // branches compute what they computed in order).
+      for (const Stage& s : step.ReuseStages(b, false)) s.launch();
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      const std::vector<uint16_t> z_fused = step.Output(b);
+      const std::vector<uint32_t> pre_fused = step.FfnPre(b);
+      step.PoisonBranchOutputs(b);
+      run_step();
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused;
+      std::printf("%ld tokens: overlapped branches vs one stream: %s\n", static_cast<long>(b),
+                  same ? "bit-identical" : "DIFFER");
+      if (!same) {
+        std::printf("CHECK FAILED at %ld tokens: the overlapped schedule differs\n",
+                    static_cast<long>(b));
+        status = 1;
+      }
+    }
     // Check: finite and deterministic.
     run_step();
     CUDA_CHECK(cudaStreamSynchronize(st));
