@@ -192,8 +192,8 @@ void LaunchRsQdq(const LinearCudaParams& p, uint16_t* out, cudaStream_t stream) 
   a.k = p.weight->k;
   a.out = out;
   const int64_t units = a.m * (a.k / 8);
-  const int64_t blocks = std::min<int64_t>(
-      (units + linear_rs::kQdqThreads - 1) / linear_rs::kQdqThreads, 132 * 8);
+  const int64_t blocks =
+      std::min<int64_t>((units + linear_rs::kQdqThreads - 1) / linear_rs::kQdqThreads, 132 * 8);
   const dim3 grid(static_cast<unsigned>(blocks));
   if (reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0) {
     linear_rs::LinearFp8RsQdqKernel<true><<<grid, linear_rs::kQdqThreads, 0, stream>>>(a);
@@ -226,8 +226,8 @@ absl::Status LaunchRs(const LinearCudaParams& p, const GemmArgs& f, uint16_t* x_
   const uint32_t bm = f.m <= 64 ? 64 : 128;
   // The x box: the tile's rows that exist (M rounded up to 8, the swizzle atom's rows).
   const uint32_t x_box = static_cast<uint32_t>(std::min<int64_t>(bm, (f.m + 7) / 8 * 8));
-  if (!wgmma_ws::MakeTmaOperand(&g.w, f.w, 1, f.k, f.n, f.k, 1, 0, linear_rs::kBK,
-                                linear_rs::kBN, true) ||
+  if (!wgmma_ws::MakeTmaOperand(&g.w, f.w, 1, f.k, f.n, f.k, 1, 0, linear_rs::kBK, linear_rs::kBN,
+                                true) ||
       !wgmma_ws::MakeTmaOperand(&g.x, f.a, 2, f.k, f.m, f.k, 1, 0, 64, x_box, true)) {
     return absl::InternalError("LaunchLinearFp8: the driver refused the wgmma-rs TMA descriptors");
   }
@@ -239,7 +239,7 @@ absl::Status LaunchRs(const LinearCudaParams& p, const GemmArgs& f, uint16_t* x_
   g.k = f.k;
   g.steps_per_split = plan.steps_per_split;
   g.strip_pitch = static_cast<int>(plan.steps_per_split * (linear_rs::kBK / 32));
-  g.stage_tx = static_cast<uint32_t>(linear_rs::kBN * linear_rs::kBK) + 2u * x_box * 128u;
+  g.stage_tx = linear_rs::kWBoxBytes + 2u * x_box * 128u;
   g.y_bf16 = f.y_bf16;
   g.y_f32 = f.y_f32;
   g.y_stride = f.y_stride;

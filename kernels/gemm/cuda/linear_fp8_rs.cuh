@@ -60,19 +60,18 @@
 namespace flashserve::kernels::linear_rs {
 
 inline constexpr int kThreads = 512;  // warpgroups 0 .. 3; thread 0 also issues the TMA loads
-inline constexpr int kConsumerThreads = kThreads;
-inline constexpr int kBN = 256;     // weight rows (output columns) per CTA
-inline constexpr int kBK = 128;     // K per stage
-inline constexpr int kMaxBM = 128;  // x rows per CTA (the wgmma N)
-inline constexpr uint32_t kKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
-inline constexpr uint32_t kKMajorSbo = 1024;  // 8 rows of 128 bytes
+inline constexpr int kBN = 256;       // weight rows (output columns) per CTA
+inline constexpr int kBK = 128;       // K per stage
+inline constexpr int kMaxBM = 128;    // x rows per CTA (the wgmma N)
+inline constexpr uint32_t kWBoxBytes = kBN * kBK;  // one stage's codes: [256 rows][128 bytes]
+inline constexpr uint32_t kKMajorLbo = 16;         // unused by K-major swizzled layouts (encodes 1)
+inline constexpr uint32_t kKMajorSbo = 1024;       // 8 rows of 128 bytes
 // The scale strip: 8 scale rows × at most kLinearCudaMaxK / 32 blocks.
 inline constexpr uint32_t kMaxStripPitch = 2048;
-inline constexpr uint32_t kConsumerBarrier = 1;  // named barrier of the 256 consumer threads
 
 template <int kBM>
 struct Layout {
-  static constexpr uint32_t kWBytes = kBN * kBK;  // codes [256 rows][128 bytes]
+  static constexpr uint32_t kWBytes = kWBoxBytes;
   static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of x (bf16)
   static constexpr uint32_t kStageBytes = kWBytes + 2 * kXBlock;
   static constexpr int kStages = kBM == 128 ? 3 : 4;
@@ -270,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::kStages; ++s) {
       wgmma_ws::BarInit(full_bars + s * 8, 1);
-      wgmma_ws::BarInit(empty_bars + s * 8, kConsumerThreads / 32);
+      wgmma_ws::BarInit(empty_bars + s * 8, kThreads / 32);  // every warp releases
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -320,11 +319,11 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
     // Four loads in flight per thread and round (one round for K up to 32768 unsplit).
     constexpr int kBatch = 4;
     const int total = 8 * g.strip_pitch;
-    for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kBatch * kConsumerThreads) {
+    for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kBatch * kThreads) {
       uint8_t v[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const int i = i0 + u * kConsumerThreads;
+        const int i = i0 + u * kThreads;
         const int64_t sr = n0 / 32 + i / g.strip_pitch;
         const int64_t kb = kt0 * (kBK / 32) + i % g.strip_pitch;
         v[u] = (i < total && sr < scale_rows && kb < k_blocks)
@@ -333,20 +332,19 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        if (i0 + u * kConsumerThreads < total) strip[i0 + u * kConsumerThreads] = v[u];
+        if (i0 + u * kThreads < total) strip[i0 + u * kThreads] = v[u];
       }
     }
   }
-  asm volatile("barrier.sync %0, %1;\n" ::"n"(kConsumerBarrier), "n"(kConsumerThreads)
-               : "memory");
+  __syncthreads();  // the scale strip is complete
 
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int grp = lane / 4, tig = lane % 4;
   const uint32_t p = 2u * (grp % 4) + grp / 4;  // P(grp)
   const int slab = warp_id;  // warpgroup warp_id / 4 = m64 block, warp warp_id % 4 its 16 rows
   Thread t;
-  t.off = (16u * slab + p) * 128u + ((static_cast<uint32_t>(tig / 2) ^ (p & 1u)) << 4) +
-          8u * (tig % 2);
+  t.off =
+      (16u * slab + p) * 128u + ((static_cast<uint32_t>(tig / 2) ^ (p & 1u)) << 4) + 8u * (tig % 2);
   t.x6 = (p & 6u) << 4;
   t.strip = base + L::kStripOff + static_cast<uint32_t>((slab / 2) * g.strip_pitch);
 
