@@ -30,6 +30,7 @@
 
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/swapped_epilogue.cuh"
 #include "kernels/gemm/cuda/tma_map.h"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 
@@ -174,43 +175,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t nq = n0 + 16 * warp_id + grp;
     const int64_t rows_left = g.m - mq;
     if (g.splits > 1) {
-      float* out = g.partial + ((int64_t{group} * g.splits + split) * g.m + mq) * g.n + nq;
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        if (nq + 8 * hr >= g.n) continue;
-#pragma unroll
-        for (int j = 0; j < kBM / 8; ++j) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (8 * j + h >= rows_left) continue;
-            out[(8 * j + h) * g.n + 8 * hr] = acc[4 * j + 2 * hr + h];
-          }
-        }
-      }
+      gemm_device::StoreSwappedPartial<kBM>(
+          acc, g.partial + ((int64_t{group} * g.splits + split) * g.m + mq) * g.n + nq, g.n, nq,
+          g.n, rows_left);
       return;
     }
-    const int64_t y0 = int64_t{group} * g.y_group_stride + mq * g.y_stride;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int64_t n = nq + 8 * hr;
-      if (n >= g.n) continue;
-      const float bias = g.bias != nullptr ? g.bias[n] : 0.f;
-#pragma unroll
-      for (int j = 0; j < kBM / 8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (8 * j + h >= rows_left) continue;
-          float v = acc[4 * j + 2 * hr + h];
-          if (g.bias != nullptr) v = exact::AddRn(v, bias);
-          const int64_t at = y0 + (8 * j + h) * g.y_stride + n;
-          if (g.y_f32 != nullptr) {
-            g.y_f32[at] = v;
-          } else {
-            g.y_bf16[at] = static_cast<uint16_t>(exact::F32ToBf16(v));
-          }
-        }
-      }
-    }
+    gemm_device::StoreSwappedOutput<kBM>(acc, g.y_bf16, g.y_f32,
+                                         int64_t{group} * g.y_group_stride + mq * g.y_stride,
+                                         g.y_stride, nq, g.n, rows_left, g.bias);
   }
 }
 
