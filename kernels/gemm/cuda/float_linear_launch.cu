@@ -155,7 +155,7 @@ absl::Status LaunchSwap(const FloatLinearCudaParams& p, const GemmArgs& f,
   g.k = p.k;
   g.steps_per_split = plan.steps_per_split;
   g.splits = static_cast<int>(plan.splits);
-  g.stage_tx = static_cast<uint32_t>((float_swap::kBN + x_box) * float_swap::kBK * 2);
+  g.stage_tx = float_swap::kWBoxBytes + static_cast<uint32_t>(x_box * float_swap::kBK * 2);
   g.y_bf16 = p.y_bf16;
   g.y_f32 = p.y_f32;
   g.y_stride = p.y_stride;

@@ -41,13 +41,14 @@ inline constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp (
 inline constexpr int kBN = 128;                         // weight rows (output columns) per CTA
 inline constexpr int kBK = 64;      // K per stage: one 128-byte swizzled bf16 row
 inline constexpr int kMaxBM = 128;  // x rows per CTA (the wgmma N)
+inline constexpr uint32_t kWBoxBytes = kBN * kBK * 2;  // one stage's weights: [128 rows][64 bf16]
 inline constexpr uint32_t kRingBytes = 192 * 1024;
 inline constexpr uint32_t kKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
 inline constexpr uint32_t kKMajorSbo = 1024;  // 8 rows of 128 bytes
 
 template <int kBM>
 struct Layout {
-  static constexpr uint32_t kWBytes = kBN * 128;  // weights [128 rows][64 bf16]
+  static constexpr uint32_t kWBytes = kWBoxBytes;
   static constexpr uint32_t kXBytes = kBM * 128;  // x [kBM rows][64 bf16]
   static constexpr uint32_t kStageBytes = kWBytes + kXBytes;
   static constexpr int kStages = static_cast<int>(kRingBytes / kStageBytes);  // 8 / 6
