@@ -158,6 +158,8 @@ void LayerStep::AllocateActivations() {
   moe_ws_bytes_ =
       kernels::MoeCudaWorkspaceBytes(experts_->view, b, kTopkExperts, &shared_->view).value();
   moe_ws_ = DeviceBuffer(moe_ws_bytes_);
+  shared_y_ = Bf16Buffer(b * kD);
+  shared_ws_ = DeviceBuffer(kernels::MoeSharedExpertWorkspaceBytes(shared_->view, b).value());
 
   // Indexer: per sequence L index keys (bf16, FP4-representable values are not needed for
   // timing), layer 20's candidate mask, the scores and the top-k.
@@ -254,7 +256,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
 
 void LayerStep::PoisonBranchOutputs(int64_t b) {
   for (DeviceBuffer* buf : {&a_pre_, &a_post_, &a_comb_, &f_pre_, &f_post_, &f_comb_, &x_attn_,
-                            &x_ffn_, &kv_, &swa_rows_}) {
+                            &x_ffn_, &kv_, &swa_rows_, &shared_y_}) {
     CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
   }
   // The new row of every sequence's window ring (slot pos % W).
@@ -269,7 +271,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
-  auto branch_stream = [=, this](int i) { return overlap ? side_[i == 2 ? 1 : 0] : st; };
+  auto branch_stream = [=, this](int i) { return overlap ? side_[i >= 2 ? 1 : 0] : st; };
   // Fork branch i from the main stream (after everything enqueued there so far).
   auto fork = [=, this](int i) {
     CUDA_CHECK(cudaEventRecord(fork_[i], st));
@@ -507,7 +509,27 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   s.push_back({"gate (fp32 384x5120)", [=, this] { LaunchFloat(GateParams(b)); },
                static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4),
                2 * db * kExperts * kD});
-  s.push_back({"MoE (routed + shared)",
+  const bool shared_branch = overlap && opt_.shared_branch;
+  if (shared_branch) {
+    // The shared expert needs only the normed x: forked here, it runs beside the gate and the
+    // routing; the MoE's combine waits for it (shared_y_ready).
+    s.push_back({"shared expert (forked stream)",
+                 [=, this] {
+                   kernels::MoeSharedExpertParams p;
+                   p.weights = &shared_->view;
+                   p.m = b;
+                   p.x = fn_x_.get<uint16_t>();
+                   p.x_stride = kD;
+                   p.y = shared_y_.get<uint16_t>();
+                   p.y_stride = kD;
+                   p.workspace = shared_ws_.get();
+                   p.workspace_bytes = shared_ws_.bytes();
+                   Ok(kernels::LaunchMoeSharedExpert(p, branch_stream(3)));
+                 },
+                 0 /* with the MoE stage's bytes */, 2 * db * 3 * kD * kInter});
+    on_branch(3, true);
+  }
+  s.push_back({shared_branch ? "MoE (routed; shared joined)" : "MoE (routed + shared)",
                [=, this] {
                  kernels::MoeCudaParams p;
                  p.weights = &experts_->view;
@@ -515,16 +537,23 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.logits = logits_.get<float>();
                  p.x = fn_x_.get<uint16_t>();
                  p.x_stride = kD;
-                 p.shared = &shared_->view;
+                 if (shared_branch) {
+                   p.shared_y = shared_y_.get<uint16_t>();
+                   p.shared_y_stride = kD;
+                   p.shared_y_ready = join_[3];
+                 } else {
+                   p.shared = &shared_->view;
+                 }
                  p.y = f_out_.get<uint16_t>();
                  p.y_stride = kD;
-                 p.expert_ids = expert_ids_.get<int32_t>();
+                 p.expert_ids = copy_expert_ids_ ? expert_ids_.get<int32_t>() : nullptr;
+                 p.fused_front = opt_.moe_front;
                  p.workspace = moe_ws_.get();
                  p.workspace_bytes = moe_ws_bytes_;
                  Ok(kernels::MoeCuda(p, st));
                },
                0 /* set after a run: touched experts */,
-               2 * db * (kTopkExperts + 1) * 3 * kD * kInter});
+               2 * db * (shared_branch ? kTopkExperts : kTopkExperts + 1) * 3 * kD * kInter});
   hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
   return s;
 }

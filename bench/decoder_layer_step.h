@@ -62,6 +62,11 @@ struct Options {
   // kv projection (wkv, kv_norm + RoPE + the window row) next to the q projection; false: one
   // stream, with the mixes and the collapse fused in one launch. Same bits either way (checked).
   bool overlap = true;
+  // MoeCudaParams::fused_front (route + permute in one block at decode sizes; A/B).
+  bool moe_front = true;
+  // With overlap: the shared expert as its own branch forked after ffn_norm (MoeCuda joins it
+  // before the combine); false: MoeCuda runs it (forked inside MoeCuda, after the gate). A/B.
+  bool shared_branch = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -156,7 +161,10 @@ class LayerStep {
     CUDA_CHECK(cudaMemcpy(t.data(), idx_topk_.get(), t.size() * 4, cudaMemcpyDeviceToHost));
     return t;
   }
-  // Unique experts the routing of the last step touched (reads the device copy of the ids).
+  // While on, the MoE stage also copies the routing ids out (MoeCudaParams::expert_ids) for
+  // TouchedExperts; off in timed steps, where a serving step would not copy them either.
+  void CopyExpertIds(bool on) { copy_expert_ids_ = on; }
+  // Unique experts the routing of the last step run with CopyExpertIds(true) touched.
   int64_t TouchedExperts(int64_t b) const {
     std::vector<int32_t> ids(static_cast<size_t>(b * kTopkExperts));
     CUDA_CHECK(cudaMemcpy(ids.data(), expert_ids_.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
@@ -188,8 +196,10 @@ class LayerStep {
   cudaStream_t stream_ = nullptr;
   // The overlapped branches (Options::overlap): 0 the attention site's mixes, 1 the FFN site's
   // (both on side_[0], one after the other), 2 the kv projection (side_[1], with its own FP8
-  // Linear workspace); a fork and a join event each.
-  static constexpr int kBranches = 3;
+  // Linear workspace), 3 the MoE's shared expert (side_[1] after the kv projection has joined,
+  // forked after ffn_norm: it needs only the normed x; MoeCuda's combine waits for it through
+  // MoeCudaParams::shared_y_ready); a fork and a join event each.
+  static constexpr int kBranches = 4;
   cudaStream_t side_[2] = {nullptr, nullptr};
   cudaEvent_t fork_[kBranches] = {};
   cudaEvent_t join_[kBranches] = {};
@@ -212,6 +222,8 @@ class LayerStep {
       z_;
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
   DeviceBuffer lin_ws_, float_ws_, moe_ws_, expert_ids_;
+  DeviceBuffer shared_y_, shared_ws_;  // branch 3's output and workspace
+  bool copy_expert_ids_ = false;
   std::vector<int32_t> indices_host_;
   // Indexer (Reindex layers).
   DeviceBuffer iq_, iw_, index_keys_, candidates_, scores_, idx_topk_, topk_ws_;

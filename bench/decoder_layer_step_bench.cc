@@ -3,7 +3,8 @@
 //
 //   bench_decoder_layer_step [--iters N] [--warmup N] [--tokens 1,8,64,256] [--context L]
 //                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
-//                            [--engram-rows N] [--stages 0|1] [--overlap 0|1]
+//                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
+//                            [--shared-branch 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -19,8 +20,12 @@
 // mixes (the collapse by the incoming pre stays on the main stream as hc_pre; the mixes' pre /
 // post / comb are needed only by the site's hc_post and the next site's collapse, which join
 // them) and the kv projection (wkv, kv_norm + RoPE, the window row; joined by the attention) next
-// to the q projection. --overlap 0: one stream, the mixes fused with the collapse. The two
-// schedules are checked bit-identical before timing.
+// to the q projection, and the MoE's shared expert (--shared-branch 1, default; it needs only the
+// normed x) next to the gate and the routing, joined by the MoE's combine (MoeCudaParams::
+// shared_y_ready). --overlap 0: one stream, the mixes fused with the collapse. The two
+// schedules are checked bit-identical before timing. --moe-front 0 runs the MoE's route and
+// permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). The MoE stage
+// copies the routing ids out only in the untimed run that counts the touched experts.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
@@ -105,6 +110,10 @@ Options ParseOptions(int argc, char** argv) {
       o.stages = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--overlap") {
       o.overlap = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--shared-branch") {
+      o.shared_branch = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--moe-front") {
+      o.moe_front = std::atoi(argv[i + 1]) != 0;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -285,8 +294,10 @@ int Run(const Options& o) {
     run_step();
     CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<uint16_t> z1 = step.Output(b);
+    step.CopyExpertIds(true);  // for TouchedExperts below; the capture and timing run without
     run_step();
     CUDA_CHECK(cudaStreamSynchronize(st));
+    step.CopyExpertIds(false);
     const std::vector<uint16_t> z2 = step.Output(b);
     int64_t nonfinite = 0;
     for (uint16_t v : z1) nonfinite += (v & 0x7F80) == 0x7F80;
@@ -320,6 +331,13 @@ int Run(const Options& o) {
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     const double graph_us = kernels::MedianEventMicros(
         o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st);
+    // The same replays queued behind a held stream: the device time alone, and the host's
+    // enqueue time per graph launch (if that is above the device time, graph_us measures it).
+    double host_launch_us = 0;
+    const double queued_us = kernels::MedianQueuedEventMicros(
+        o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st, &host_launch_us);
+    size_t graph_nodes = 0;
+    CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes));
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
     const double roof = roofs.Roof(bytes, flops);
@@ -328,6 +346,10 @@ int Run(const Options& o) {
         "GFLOP, %.1f TFLOP/s, experts touched %ld, roof %.1f µs, ratio %.2f (graph %.2f)\n",
         static_cast<long>(b), us, graph_us, stages.size(), bytes / 1e6, flops / 1e9,
         flops / us / 1e6, static_cast<long>(experts), roof, roof / us, roof / graph_us);
+    std::printf(
+        "  graph of %zu nodes: replays queued behind a held stream %.1f µs (ratio %.2f); host "
+        "enqueue %.1f µs per graph launch\n",
+        graph_nodes, queued_us, roof / queued_us, host_launch_us);
     if (o.stages) PrintStages(stages, o, roofs, st);
   }
 

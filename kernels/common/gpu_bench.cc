@@ -4,6 +4,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "common/base/check.h"
@@ -23,6 +26,50 @@ double MedianEventMicros(int warmup, int iters, const std::function<void()>& lau
     CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
   }
   CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> us(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    us[i] = 1000.0 * ms;
+  }
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+namespace {
+
+// A host callback that blocks its stream until the flag is set (MedianQueuedEventMicros).
+void CUDART_CB HoldStreamUntilReleased(void* flag) {
+  auto* released = static_cast<std::atomic<bool>*>(flag);
+  while (!released->load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace
+
+double MedianQueuedEventMicros(int warmup, int iters, const std::function<void()>& launch,
+                               cudaStream_t stream, double* host_us) {
+  CHECK(iters >= 1) << "MedianQueuedEventMicros: iters " << iters;
+  for (int i = 0; i < warmup; ++i) launch();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  std::atomic<bool> released{false};
+  CUDA_CHECK(cudaLaunchHostFunc(stream, HoldStreamUntilReleased, &released));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+    launch();
+    CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  released.store(true, std::memory_order_release);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (host_us != nullptr) {
+    *host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+  }
   std::vector<double> us(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     float ms = 0;

@@ -16,6 +16,13 @@ namespace flashserve::kernels {
 double MedianEventMicros(int warmup, int iters, const std::function<void()>& launch,
                          cudaStream_t stream = nullptr);
 
+// As MedianEventMicros, but the timed launches are queued behind a host callback that holds
+// `stream` until all of them are enqueued, so the GPU runs them back to back: the device time
+// even where the host enqueues more slowly than the GPU executes (e.g. a graph of many small
+// kernels). `host_us` (optional) gets the host's mean enqueue time per launch.
+double MedianQueuedEventMicros(int warmup, int iters, const std::function<void()>& launch,
+                               cudaStream_t stream, double* host_us = nullptr);
+
 // The two roofs of the benches' roofline bound, measured in the same run as the kernels:
 // device-to-device cudaMemcpyAsync bandwidth of `bytes` bytes (counted read + write), GB/s
 // (median of `iters` copies after 3 untimed ones).

@@ -88,6 +88,7 @@ struct Options {
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
   bool gather_slots = false;  // MoeCudaParams::gather_slot_rows
   int stream_rt = 0;          // MoeCudaParams::gemm_stream_row_tiles
+  bool front = true;          // MoeCudaParams::fused_front
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -165,6 +166,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gather_slot_rows = o.gather_slots;
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
+  p.fused_front = o.front;
   p.weights = &w;
   p.options = Opts();
   p.m = c.m;
@@ -343,16 +345,21 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   return all_ok;
 }
 
-// The layer's y and ids with the small and with the large route / sort shapes forced (the GEMM
-// settings of `o`): they must be byte-identical. Appends one line to `report`; returns true when
-// they are.
+// The layer's y and ids with the small and with the large route / sort shapes forced, and with
+// the fused front (route + permute in one block; kAuto paths, MoeCudaFrontFits) when
+// it applies (the GEMM settings of `o`): they must be byte-identical. Appends one line to
+// `report`; returns true when they are.
 bool ShapesAgree(const MoeCudaWeights& w, Call& c, const Options& o, cudaStream_t stream,
                  std::string* report) {
-  std::vector<uint16_t> y[2];
-  std::vector<int32_t> ids[2];
-  for (int i = 0; i < 2; ++i) {
+  const bool front = MoeCudaFrontFits(c.m, kE);
+  std::vector<uint16_t> y[3];
+  std::vector<int32_t> ids[3];
+  for (int i = 0; i < (front ? 3 : 2); ++i) {
     Options forced = o;
-    forced.route_path = forced.sort_path = i == 0 ? MoeCudaPath::kSmall : MoeCudaPath::kLarge;
+    forced.route_path = forced.sort_path = i == 0   ? MoeCudaPath::kSmall
+                                           : i == 1 ? MoeCudaPath::kLarge
+                                                    : MoeCudaPath::kAuto;
+    forced.front = i == 2;
     DeviceBuffer d_ids(c.m * kK * 4);
     CUDA_CHECK(cudaMemsetAsync(c.y.get(), 0xA5, c.y.bytes(), stream));
     MoeCudaParams p = LayerParams(w, c, d_ids.get<int32_t>(), forced);
@@ -361,10 +368,13 @@ bool ShapesAgree(const MoeCudaWeights& w, Call& c, const Options& o, cudaStream_
     y[i] = ToHost<uint16_t>(c.y, c.m * kD);
     ids[i] = ToHost<int32_t>(d_ids, c.m * kK);
   }
-  const bool same = y[0] == y[1] && ids[0] == ids[1];
-  char line[160];
-  std::snprintf(line, sizeof(line), "m %ld: y and ids with small vs large route/sort shapes: %s\n",
-                static_cast<long>(c.m), same ? "byte-identical" : "DIFFER");
+  const bool same =
+      y[0] == y[1] && ids[0] == ids[1] && (!front || (y[0] == y[2] && ids[0] == ids[2]));
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "m %ld: y and ids with small vs large route/sort shapes%s: %s\n",
+                static_cast<long>(c.m), front ? " vs the fused front" : "",
+                same ? "byte-identical" : "DIFFER");
   *report += line;
   return same;
 }
@@ -380,7 +390,7 @@ int Main(int argc, char** argv) {
                    "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
                    "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
                    "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6] [--gather-slots 0|1] "
-                   "[--stream-rt 0|1|2]\n",
+                   "[--stream-rt 0|1|2] [--front 0|1]\n",
                    argv[0]);
       return 2;
     }
@@ -421,6 +431,8 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "--stream-rt must be 0 (auto), 1 or 2\n");
         return 2;
       }
+    } else if (a == "--front") {
+      o.front = v != "0";
     } else if (a == "--hoist") {
       o.hoist = v != "0";
     } else if (a == "--shared") {
@@ -497,13 +509,15 @@ int Main(int argc, char** argv) {
       "k_step %ld "
       "(0 = "
       "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "
-      "auto, 1 small, 2 large)\n",
+      "auto, 1 small, 2 large); fused front %d (route + permute in one block up to %ld tokens; "
+      "front_us times it where it applies)\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
-      o.gather_slots ? 1 : 0, static_cast<int>(o.route_path), static_cast<int>(o.sort_path));
-  std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s | %8s %8s %6s\n",
+      o.gather_slots ? 1 : 0, static_cast<int>(o.route_path), static_cast<int>(o.sort_path),
+      o.front ? 1 : 0, static_cast<long>(kMoeCudaFrontMaxTokens));
+  std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s %8s | %8s %8s %6s\n",
               "tokens", "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us",
-              "ratio", "route_us", "perm_us", "up_us", "down_us", "comb_us", "up_GB/s", "dn_GB/s",
-              "paths");
+              "ratio", "route_us", "perm_us", "front_us", "up_us", "down_us", "comb_us", "up_GB/s",
+              "dn_GB/s", "paths");
   std::vector<std::string> plans;
   std::string shape_report;
   for (int64_t m : o.tokens) {
@@ -552,6 +566,10 @@ int Main(int argc, char** argv) {
     });
     const double perm_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoePermute(s.permute, stream)); });
+    const double front_us = MoeCudaFrontFits(m, kE) ? stage_us([&](Stages& s, Call&) {
+      CHECK_OK(LaunchMoeRoutePermute(s.route, s.permute, stream));
+    })
+                                                    : 0.0;
     const double up_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertUp(s.up, stream)); });
     const double down_us =
@@ -564,10 +582,10 @@ int Main(int argc, char** argv) {
     const double up_bytes = touched * expert_bytes * 2.0 / 3.0;
     const double down_bytes = touched * expert_bytes / 3.0;
     std::printf(
-        "%6ld %7.1f %10.1f %9.1f %9.1f %8.1f %7.0f %10.1f %6.3f | %8.1f %8.1f %8.1f %8.1f "
+        "%6ld %7.1f %10.1f %9.1f %9.1f %8.1f %7.0f %10.1f %6.3f | %8.1f %8.1f %8.1f %8.1f %8.1f "
         "%8.1f | %8.0f %8.0f %4s/%s/%s\n",
         static_cast<long>(m), touched, us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
-        bytes / us / 1e3, roof, roof / us, route_us, perm_us, up_us, down_us, comb_us,
+        bytes / us / 1e3, roof, roof / us, route_us, perm_us, front_us, up_us, down_us, comb_us,
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
         MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",

@@ -38,6 +38,7 @@
 #include "kernels/moe/moe_route.h"
 
 struct CUstream_st;
+struct CUevent_st;
 
 namespace flashserve::kernels {
 
@@ -192,6 +193,28 @@ struct MoePermuteParams {
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
+
+// Stages 1 + 2 fused for decode sizes (MoeCudaFrontFits(m, E)): LaunchMoeRoute (no counts)
+// followed by LaunchMoePermute in one block — every score by a thread, a warp choosing each
+// token's experts, counted in shared memory, then the offsets, tile list and stable slot order,
+// and the quantise +
+// gather in the same block when one pass of it covers x (m·D/32 <= 512 blocks; else the permute's
+// own gather kernel follows). The same bytes as the two launchers (tested). `route` and `permute`
+// must describe one call: the same m, n_experts and top_k, and permute's expert_ids /
+// expert_weights must be route's outputs; permute.path must be kAuto or kSmall (the one-block
+// sort). MoeCuda takes it when MoeCudaFrontFits, route_path and sort_path are kAuto and
+// fused_front is set. Errors: each stage's Validate, InvalidArgumentError naming the mismatch or
+// m above the limits.
+inline constexpr int64_t kMoeCudaFrontMaxTokens = 32;
+// ... and at most this many (token, expert) scores (m·E: the block keeps two floats of each in
+// shared memory, 96 KB): 32 tokens at E 384, 12 at E 1024.
+inline constexpr int64_t kMoeCudaFrontMaxScores = 12288;
+constexpr bool MoeCudaFrontFits(int64_t m, int64_t n_experts) {
+  return m <= kMoeCudaFrontMaxTokens && m * n_experts <= kMoeCudaFrontMaxScores;
+}
+absl::Status ValidateMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& permute);
+absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& permute,
+                                   CUstream_st* stream);
 
 // Which expert GEMM runs the up / down stages. The tile size selects it: tile_rows 8 is the
 // weight-streaming GEMM (weights as the mma A operand, decoded from registers; the <= 8 slot rows
@@ -387,11 +410,15 @@ struct MoeCudaParams {
   const MoeSharedExpertWeights* shared = nullptr;  // host struct of device weights
   const uint16_t* shared_y = nullptr;              // optional bf16 [m, D]
   int64_t shared_y_stride = 0;                     // >= D, a multiple of 8 (when shared_y is set)
-  uint16_t* y = nullptr;                           // out bf16 [m, D]; must not overlap the inputs
-  int64_t y_stride = 0;                            // >= D, a multiple of 8
-  int32_t* expert_ids = nullptr;                   // optional out [m, top_k] (rank order)
-  float* expert_weights = nullptr;                 // optional out [m, top_k]
-  void* workspace = nullptr;  // device, >= MoeCudaWorkspaceBytes(...), any alignment
+  // Optional with shared_y: an event the caller records after the work that writes shared_y on
+  // another stream (e.g. the shared expert forked right after the FFN norm, beside the gate and
+  // the routing); only the combine waits for it. Null: shared_y is ready when MoeCuda is called.
+  CUevent_st* shared_y_ready = nullptr;
+  uint16_t* y = nullptr;            // out bf16 [m, D]; must not overlap the inputs
+  int64_t y_stride = 0;             // >= D, a multiple of 8
+  int32_t* expert_ids = nullptr;    // optional out [m, top_k] (rank order)
+  float* expert_weights = nullptr;  // optional out [m, top_k]
+  void* workspace = nullptr;        // device, >= MoeCudaWorkspaceBytes(...), any alignment
   size_t workspace_bytes = 0;
   int64_t gemm_k_step = kMoeCudaKStepAuto;                     // both GEMMs' k_step (0, 128 or 256)
   bool gemm_hoisted_addresses = kMoeCudaGemmHoistedAddresses;  // both GEMMs' main-loop variant
@@ -408,6 +435,10 @@ struct MoeCudaParams {
   // expert GEMMs, and the combine waits for it; false = everything in order on `stream` (A/B).
   // The same kernels on the same data: output bits unchanged.
   bool shared_concurrent = true;
+  // true (default): route + permute as one block (LaunchMoeRoutePermute) when MoeCudaFrontFits(m,
+  // E) and route_path / sort_path are kAuto; false: the separate kernels (A/B).
+  // Output bits unchanged.
+  bool fused_front = true;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

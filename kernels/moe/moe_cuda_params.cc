@@ -291,6 +291,37 @@ absl::Status Validate(const MoePermuteParams& p) {
   return CheckAligned(kOp, "x_codes", p.x_codes, 16);
 }
 
+absl::Status ValidateMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& permute) {
+  constexpr const char* kOp = "LaunchMoeRoutePermute";
+  RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeRouteCuda(route, MoeCudaPath::kAuto));
+  RETURN_IF_ERROR(Validate(permute));
+  if (permute.m != route.m || permute.n_experts != route.n_experts ||
+      permute.top_k != route.options.top_k) {
+    return Invalid(
+        kOp, "permute",
+        absl::StrFormat("m %d, n_experts %d, top_k %d differ from the route's %d, %d, %d",
+                        permute.m, permute.n_experts, permute.top_k, route.m, route.n_experts,
+                        route.options.top_k));
+  }
+  if (!MoeCudaFrontFits(route.m, route.n_experts)) {
+    return Invalid(
+        kOp, "m",
+        absl::StrFormat("is %d with %d experts; the fused front takes at most %d tokens "
+                        "and %d (token, expert) scores (use LaunchMoeRoute + "
+                        "LaunchMoePermute)",
+                        route.m, route.n_experts, kMoeCudaFrontMaxTokens, kMoeCudaFrontMaxScores));
+  }
+  if (permute.path == MoeCudaPath::kLarge) {
+    return Invalid(kOp, "permute.path", "is kLarge; the fused front is the one-block sort");
+  }
+  if (route.m == 0) return absl::OkStatus();
+  if (permute.expert_ids != route.expert_ids || permute.expert_weights != route.expert_weights) {
+    return Invalid(kOp, "permute.expert_ids",
+                   "and expert_weights must be the route's expert_ids / expert_weights");
+  }
+  return absl::OkStatus();
+}
+
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                               int64_t max_k) {
   if (gemm != MoeCudaGemm::kAuto) return gemm;
@@ -485,6 +516,9 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   }
   if (p.shared != nullptr && p.shared_y != nullptr) {
     return Invalid(kOp, "shared", "and shared_y are both given (give one)");
+  }
+  if (p.shared_y_ready != nullptr && p.shared_y == nullptr) {
+    return Invalid(kOp, "shared_y_ready", "is given without shared_y");
   }
   RETURN_IF_ERROR(SharedExpertBytes(kOp, p.shared, w.dim, 0).status());
   if (p.m == 0) return absl::OkStatus();

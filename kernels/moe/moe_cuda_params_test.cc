@@ -187,6 +187,13 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.shared_y_stride = 128;
   ExpectInvalid(Validate(p), "shared_y_stride");
   p = GoodLayer(&w);
+  // An event for shared_y without shared_y (a host pointer stands in: never dereferenced).
+  p.shared_y_ready = reinterpret_cast<CUevent_st*>(g_buf);
+  ExpectInvalid(Validate(p), "shared_y_ready");
+  p.shared_y = reinterpret_cast<const uint16_t*>(g_buf);
+  p.shared_y_stride = 256;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p = GoodLayer(&w);
   const uint8_t image[3] = {0, 1, 0};
   p.is_image = image;
   ExpectInvalid(Validate(p), "gate_bias_vl");

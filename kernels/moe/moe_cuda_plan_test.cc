@@ -100,6 +100,72 @@ TEST(MoeCudaPlanTest, PathFieldsAreValidated) {
   ExpectInvalid(Validate(p), "sort_path");
 }
 
+// LaunchMoeRoutePermute's contract: each stage valid, one call described by both, m within the
+// fused front's limit, the one-block sort, the permute reading the route's outputs.
+TEST(MoeCudaPlanTest, FusedFrontValidation) {
+  alignas(256) static uint8_t buf[4096];
+  int32_t* ids = reinterpret_cast<int32_t*>(buf);
+  float* wts = reinterpret_cast<float*>(buf + 512);
+  MoeRouteParams rp;
+  rp.m = 3;
+  rp.n_experts = 8;
+  rp.options.top_k = 2;
+  rp.logits = reinterpret_cast<const float*>(buf + 1024);
+  rp.expert_ids = ids;
+  rp.expert_weights = wts;
+  MoePermuteParams pp;
+  pp.m = 3;
+  pp.n_experts = 8;
+  pp.top_k = 2;
+  pp.dim = 256;
+  pp.tile_rows = 8;
+  pp.expert_ids = ids;
+  pp.expert_weights = wts;
+  pp.x = reinterpret_cast<const uint16_t*>(buf + 2048);
+  pp.x_stride = 256;
+  pp.offsets = pp.slot_token = pp.token_slot = pp.tiles = pp.num_tiles =
+      reinterpret_cast<int32_t*>(buf + 3072);
+  pp.slot_weight = reinterpret_cast<float*>(buf + 3072);
+  pp.xg = reinterpret_cast<uint16_t*>(buf + 3072);
+  EXPECT_TRUE(ValidateMoeRoutePermute(rp, pp).ok()) << ValidateMoeRoutePermute(rp, pp);
+
+  MoePermuteParams bad = pp;
+  bad.m = 2;
+  ExpectInvalid(ValidateMoeRoutePermute(rp, bad), "permute");
+  bad = pp;
+  bad.top_k = 3;
+  ExpectInvalid(ValidateMoeRoutePermute(rp, bad), "permute");
+  bad = pp;
+  bad.expert_ids = ids + 16;
+  ExpectInvalid(ValidateMoeRoutePermute(rp, bad), "expert_ids");
+  bad = pp;
+  bad.path = MoeCudaPath::kLarge;
+  bad.sort_scratch = ids;
+  ExpectInvalid(ValidateMoeRoutePermute(rp, bad), "permute.path");
+  bad = pp;
+  bad.xg = nullptr;
+  ExpectInvalid(ValidateMoeRoutePermute(rp, bad), "xg");  // the permute's own checks
+  MoeRouteParams big = rp;
+  big.m = kMoeCudaFrontMaxTokens + 1;
+  bad = pp;
+  bad.m = big.m;
+  ExpectInvalid(ValidateMoeRoutePermute(big, bad), "m");
+  big.m = kMoeCudaFrontMaxTokens;
+  bad.m = big.m;
+  EXPECT_TRUE(ValidateMoeRoutePermute(big, bad).ok());
+  // The score limit: 12 tokens at E 1024 fit, 13 do not.
+  big.n_experts = bad.n_experts = 1024;
+  big.m = bad.m = 12;
+  EXPECT_TRUE(ValidateMoeRoutePermute(big, bad).ok());
+  big.m = bad.m = 13;
+  ExpectInvalid(ValidateMoeRoutePermute(big, bad), "m");
+  EXPECT_TRUE(MoeCudaFrontFits(32, 384));
+  EXPECT_FALSE(MoeCudaFrontFits(33, 8));
+  MoeRouteParams no_logits = rp;
+  no_logits.logits = nullptr;
+  ExpectInvalid(ValidateMoeRoutePermute(no_logits, pp), "logits");  // the route's own checks
+}
+
 TEST(MoeCudaPlanTest, WorkspaceHoldsTheSortScratch) {
   for (int64_t e : {int64_t{8}, int64_t{384}, int64_t{1024}}) {
     const auto l = moe_cuda_internal::ComputeMoeCudaLayout(e, 256, 128, 100, 6);

@@ -265,6 +265,100 @@ TEST(MoeGpuSharedTest, ConcurrentSharedExpertGivesTheInOrderBytes) {
   }
 }
 
+// The caller runs the shared expert on its own forked stream (as a layer schedule does, starting
+// it right after the FFN norm) and passes its output with the event that marks it written
+// (MoeCudaParams::shared_y + shared_y_ready): the same bytes as MoeCuda running it, on a stream
+// and under graph capture, with the output buffer poisoned before each run.
+TEST(MoeGpuSharedTest, CallerForkedSharedExpertWithReadyEvent) {
+  FS_SKIP_WITHOUT_GPU();
+  moe_test::LayerSpec spec;  // E 8, D 256, I 128
+  const auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
+  constexpr int64_t kD = 256, kIs = 256, kTopK = 2;
+  const auto fused = moe_test::UploadSharedExpert(moe_test::RandomSharedExpert(kD, kIs, 23), true);
+  for (int64_t m : {int64_t{1}, int64_t{40}}) {
+    std::vector<float> logits(m * 8);
+    std::vector<uint16_t> x(m * kD);
+    uint64_t r = 7 + m;
+    auto next = [&r] {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<double>(r >> 11) / 9007199254740992.0;
+    };
+    for (float& v : logits) v = static_cast<float>(4.0 * next() - 2.0);
+    for (uint16_t& v : x) v = FloatToBf16Bits(static_cast<float>(2.0 * next() - 1.0));
+    DeviceBuffer dl = ToDevice(logits), dx = ToDevice(x);
+    DeviceBuffer ws(*MoeCudaWorkspaceBytes(dev->view, m, kTopK, &fused->view));
+    DeviceBuffer sws(*MoeSharedExpertWorkspaceBytes(fused->view, m));
+    DeviceBuffer sy(m * kD * 2), y_ref(m * kD * 2), y(m * kD * 2);
+    MoeCudaParams p;
+    p.weights = &dev->view;
+    p.options.top_k = kTopK;
+    p.m = m;
+    p.logits = dl.get<float>();
+    p.x = dx.get<uint16_t>();
+    p.x_stride = kD;
+    p.y_stride = kD;
+    p.workspace = ws.get();
+    p.workspace_bytes = ws.bytes();
+    MoeCudaParams ref = p;
+    ref.shared = &fused->view;
+    ref.y = y_ref.get<uint16_t>();
+    ASSERT_TRUE(MoeCuda(ref, nullptr).ok());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> want = ToHost<uint16_t>(y_ref, m * kD);
+
+    cudaStream_t stream, side;
+    cudaEvent_t forked, ready;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    auto enqueue = [&] {
+      CUDA_CHECK(cudaMemsetAsync(y.get(), 0xFF, y.bytes(), stream));
+      CUDA_CHECK(cudaMemsetAsync(sy.get(), 0xFF, sy.bytes(), stream));
+      CUDA_CHECK(cudaEventRecord(forked, stream));
+      CUDA_CHECK(cudaStreamWaitEvent(side, forked, 0));
+      MoeSharedExpertParams sp;
+      sp.weights = &fused->view;
+      sp.m = m;
+      sp.x = dx.get<uint16_t>();
+      sp.x_stride = kD;
+      sp.y = sy.get<uint16_t>();
+      sp.y_stride = kD;
+      sp.workspace = sws.get();
+      sp.workspace_bytes = sws.bytes();
+      ASSERT_TRUE(LaunchMoeSharedExpert(sp, side).ok());
+      CUDA_CHECK(cudaEventRecord(ready, side));
+      MoeCudaParams q = p;
+      q.shared_y = sy.get<uint16_t>();
+      q.shared_y_stride = kD;
+      q.shared_y_ready = ready;
+      q.y = y.get<uint16_t>();
+      ASSERT_TRUE(MoeCuda(q, stream).ok());
+    };
+    enqueue();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(ToHost<uint16_t>(y, m * kD), want) << "streams, m " << m;
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    enqueue();
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_EQ(ToHost<uint16_t>(y, m * kD), want) << "graph replay " << rep << ", m " << m;
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaEventDestroy(forked));
+    CUDA_CHECK(cudaEventDestroy(ready));
+    CUDA_CHECK(cudaStreamDestroy(side));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
 TEST(MoeGpuSharedTest, ValidationNamesTheField) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kD = 256, kIs = 128;

@@ -14,6 +14,7 @@
 #include "kernels/common/per_device_cache.h"
 #include "kernels/common/side_stream.h"
 #include "kernels/moe/cuda/moe_combine.cuh"
+#include "kernels/moe/cuda/moe_front.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
 #include "kernels/moe/cuda/moe_permute.cuh"
 #include "kernels/moe/cuda/moe_route.cuh"
@@ -116,6 +117,43 @@ void EnqueuePermute(const MoePermuteParams& p, cudaStream_t stream) {
     CUDA_CHECK(cudaGetLastError());
   }
   if (fused) return;
+  moe_device::
+      MoeQuantGatherKernel<<<Blocks(p.m, kMaxGridX), moe_device::kGatherThreads, 0, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kPerLane>
+void LaunchFront(const MoeRouteParams& rp, const MoePermuteParams& p, bool gather,
+                 cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  EnsureSmemLimit(moe_device::MoeFrontKernel<kPerLane>,
+                  static_cast<int>(4 * 2 * kMoeCudaFrontMaxScores), smem_set);
+  moe_device::MoeFrontKernel<kPerLane>
+      <<<1, moe_device::kSortThreads, moe_device::FrontSmemBytes(p.m, p.n_experts), stream>>>(
+          rp, p, gather);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Route + sort (+ the quantise when one pass of the block covers it) in one block; the quantise
+// grid after it otherwise. The caller validated MoeCudaFrontFits.
+void EnqueueFront(const MoeRouteParams& rp, const MoePermuteParams& p, cudaStream_t stream) {
+  if (p.m == 0) return;
+  const bool gather = p.m * (p.dim / 32) <= moe_device::kSortThreads;
+  switch (moe_device::RouteExpertsPerLane(p.n_experts)) {
+    case 1:
+      LaunchFront<1>(rp, p, gather, stream);
+      break;
+    case 4:
+      LaunchFront<4>(rp, p, gather, stream);
+      break;
+    case 12:
+      LaunchFront<12>(rp, p, gather, stream);
+      break;
+    default:
+      LaunchFront<32>(rp, p, gather, stream);
+      break;
+  }
+  if (gather) return;
   moe_device::
       MoeQuantGatherKernel<<<Blocks(p.m, kMaxGridX), moe_device::kGatherThreads, 0, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
@@ -385,6 +423,13 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream) {
   return absl::OkStatus();
 }
 
+absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& permute,
+                                   CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateMoeRoutePermute(route, permute));
+  EnqueueFront(route, permute, stream);
+  return absl::OkStatus();
+}
+
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(p));
   EnqueueUp(p, stream);
@@ -464,15 +509,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // The sort counts the ids itself: no counts from the route, no memset.
   const MoeRouteParams rp{p.options,      m,          e,   p.logits, w.gate_bias,
                           w.gate_bias_vl, p.is_image, ids, weights};
-  EnqueueRoute(rp, nullptr, p.route_path, stream);
-  if (p.expert_ids != nullptr) {
-    CUDA_CHECK(cudaMemcpyAsync(p.expert_ids, ids, sizeof(int32_t) * slots, cudaMemcpyDeviceToDevice,
-                               stream));
-  }
-  if (p.expert_weights != nullptr) {
-    CUDA_CHECK(cudaMemcpyAsync(p.expert_weights, weights, sizeof(float) * slots,
-                               cudaMemcpyDeviceToDevice, stream));
-  }
+  const bool front = p.fused_front && MoeCudaFrontFits(m, e) &&
+                     p.route_path == MoeCudaPath::kAuto && p.sort_path == MoeCudaPath::kAuto;
+  if (!front) EnqueueRoute(rp, nullptr, p.route_path, stream);
   const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter));
   const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
   const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
@@ -498,7 +537,20 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.wgmma_rs_order = rs;  // the operand order of the GEMM that reads xg
   pp.path = p.sort_path;
   pp.sort_scratch = reinterpret_cast<int32_t*>(base + l.sort_scratch);
-  EnqueuePermute(pp, stream);
+  if (front) {
+    EnqueueFront(rp, pp, stream);
+  } else {
+    EnqueuePermute(pp, stream);
+  }
+  // The routing copies for the caller (after the front, which routes too).
+  if (p.expert_ids != nullptr) {
+    CUDA_CHECK(cudaMemcpyAsync(p.expert_ids, ids, sizeof(int32_t) * slots, cudaMemcpyDeviceToDevice,
+                               stream));
+  }
+  if (p.expert_weights != nullptr) {
+    CUDA_CHECK(cudaMemcpyAsync(p.expert_weights, weights, sizeof(float) * slots,
+                               cudaMemcpyDeviceToDevice, stream));
+  }
 
   MoeExpertUpParams up;
   up.weights = &w;
@@ -547,6 +599,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   cp.y = p.y;
   cp.y_stride = p.y_stride;
   if (fork) JoinSideStream(stream);
+  if (p.shared_y_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.shared_y_ready, 0));
   EnqueueCombine(cp, stream);
   return absl::OkStatus();
 }

@@ -27,6 +27,18 @@ __device__ __forceinline__ void MergeBest(int32_t& best, float& score, int32_t o
   }
 }
 
+// Expert e's score of one token: PyTorch softplus (threshold 20) of logit / temp, then sqrt (the
+// unbiased score, which weights the expert), and that + bias[e] (which ranks it); the same fp32
+// operations as the CPU body, in one place for every kernel shape.
+// `bias_e` is bias[e] when has_bias (loaded by the caller with its other loads).
+__device__ __forceinline__ void RouteScore(float logit, float temp, bool has_bias, float bias_e,
+                                           float& score, float& biased) {
+  const float v = exact::DivRn(logit, temp);
+  const float sp = v > 20.f ? v : Log1pF32(ExpF32(v));
+  score = exact::SqrtRn(sp);
+  biased = has_bias ? exact::AddRn(score, bias_e) : score;
+}
+
 // One token per block (grid-stride), expert e on thread e: every score is computed at once (the
 // old warp-per-token loop paid a dependent global load per 32 experts), then top_k passes of a
 // block argmax: a warp shuffle merge, one warp winner per warp in shared memory (double-buffered
@@ -53,11 +65,8 @@ __global__ void __launch_bounds__(kMoeCudaMaxExperts)
     const float* bias = image ? p.bias_vl : p.bias;
     float sc = 0.f, biased = 0.f;
     if (has_expert) {
-      // PyTorch softplus (threshold 20), then sqrt; the same fp32 operations as the CPU body.
-      const float v = exact::DivRn(p.logits[t * n + e], temp);
-      const float sp = v > 20.f ? v : Log1pF32(ExpF32(v));
-      sc = exact::SqrtRn(sp);
-      biased = bias != nullptr ? exact::AddRn(sc, bias[e]) : sc;
+      RouteScore(p.logits[t * n + e], temp, bias != nullptr, bias != nullptr ? bias[e] : 0.f, sc,
+                 biased);
     }
     bool taken = !has_expert;
     for (int64_t j = 0; j < k; ++j) {
@@ -114,25 +123,38 @@ __host__ __device__ inline int RouteExpertsPerLane(int64_t n_experts) {
   return n_experts <= 32 ? 1 : n_experts <= 128 ? 4 : n_experts <= 384 ? 12 : 32;
 }
 
-// One token per warp (grid-stride), expert e = lane + 32·i in register i of its lane: the scores
-// are computed exactly as in MoeRouteKernel (the same _rn operations), then top_k passes of a warp
+// Token t on the calling warp, expert e = lane + 32·i in register i of its lane: the scores are
+// RouteScore's (computed here, or with kGiven read from given_score / given_biased, the token's
+// rows that a whole block computed in parallel: RouteScoresBlock), then top_k passes of a warp
 // argmax with no barrier: each lane walks its untaken experts in ascending id (first, then
 // strictly greater: the lane's lowest id wins its ties), a shuffle merge of the lane winners
 // (MergeBest: higher score, lower id on equal scores), and lane 0's answer is broadcast so every
 // lane agrees even when NaN scores make the merge order-dependent. For non-NaN scores the winner
 // is the unique (highest biased score, lowest id), as in the block kernel and MoeRouteCpu. Lane j
 // keeps pass j's unbiased score; the rank-order sum, normalisation and scale are the block
-// kernel's operations in its order.
-template <int kPerLane>
-__global__ void __launch_bounds__(kRouteWarpThreads)
-    MoeRouteWarpKernel(MoeRouteParams p, int32_t* counts) {
+// kernel's operations in its order. Lane j < top_k writes rank j's id and weight, adds 1 to
+// counts[id] (optional; global or shared) and, when given, copies both to ids_copy / weights_copy
+// at t·top_k + j (the fused front kernel's shared-memory slot table).
+template <int kPerLane, bool kGiven = false>
+__device__ __forceinline__ void RouteTokenWarp(const MoeRouteParams& p, int64_t t, int32_t* counts,
+                                               int32_t* ids_copy, float* weights_copy,
+                                               const float* given_score = nullptr,
+                                               const float* given_biased = nullptr) {
   const int lane = threadIdx.x % 32;
   const int64_t n = p.n_experts;
   const int64_t k = p.options.top_k;
-  const float temp = p.options.gate_temp;
-  const int64_t warps_per_block = kRouteWarpThreads / 32;
-  const int64_t stride = int64_t{gridDim.x} * warps_per_block;
-  for (int64_t t = int64_t{blockIdx.x} * warps_per_block + threadIdx.x / 32; t < p.m; t += stride) {
+  float sc[kPerLane], biased[kPerLane];
+  uint32_t taken = 0;  // bit i: expert lane + 32·i chosen or absent
+  if constexpr (kGiven) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t e = lane + 32 * i;
+      sc[i] = e < n ? given_score[e] : 0.f;
+      biased[i] = e < n ? given_biased[e] : 0.f;
+      if (e >= n) taken |= 1u << i;
+    }
+  } else {
+    const float temp = p.options.gate_temp;
     const bool image = p.is_image != nullptr && p.is_image[t] != 0;
     const float* bias = image ? p.bias_vl : p.bias;
     const float* row = p.logits + t * n;
@@ -144,67 +166,78 @@ __global__ void __launch_bounds__(kRouteWarpThreads)
       logit[i] = e < n ? row[e] : 0.f;
       bv[i] = bias != nullptr && e < n ? bias[e] : 0.f;
     }
-    float sc[kPerLane], biased[kPerLane];
-    uint32_t taken = 0;  // bit i: expert lane + 32·i chosen or absent
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
+      const int64_t e = lane + 32 * i;
       sc[i] = 0.f;
       biased[i] = 0.f;
-      if (lane + 32 * i < n) {
-        // PyTorch softplus (threshold 20), then sqrt; the same fp32 operations as the CPU body.
-        const float v = exact::DivRn(logit[i], temp);
-        const float sp = v > 20.f ? v : Log1pF32(ExpF32(v));
-        sc[i] = exact::SqrtRn(sp);
-        biased[i] = bias != nullptr ? exact::AddRn(sc[i], bv[i]) : sc[i];
+      if (e < n) {
+        RouteScore(logit[i], temp, bias != nullptr, bv[i], sc[i], biased[i]);
       } else {
         taken |= 1u << i;
       }
     }
-    int32_t my_id = 0;
-    float my_s = 0.f;
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t best = -1;
-      float score = 0.f;
+  }
+  int32_t my_id = 0;
+  float my_s = 0.f;
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    float score = 0.f;
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        if (((taken >> i) & 1u) == 0u && (best < 0 || biased[i] > score)) {
-          best = lane + 32 * i;
-          score = biased[i];
-        }
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) {
-        const int32_t ob = __shfl_xor_sync(0xFFFFFFFFu, best, off);
-        const float os = __shfl_xor_sync(0xFFFFFFFFu, score, off);
-        MergeBest(best, score, ob, os);
-      }
-      // A winner always exists (k <= E untaken candidates; a lane with an untaken expert always
-      // proposes one, and MergeBest keeps a proposal even when NaN defeats the comparisons).
-      best = __shfl_sync(0xFFFFFFFFu, best, 0);
-      const int owner = best % 32, reg = best / 32;
-      float win_s = 0.f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) win_s = i == reg ? sc[i] : win_s;
-      win_s = __shfl_sync(0xFFFFFFFFu, win_s, owner);
-      if (lane == owner) taken |= 1u << reg;
-      if (lane == j) {
-        my_id = best;
-        my_s = win_s;
+    for (int i = 0; i < kPerLane; ++i) {
+      if (((taken >> i) & 1u) == 0u && (best < 0 || biased[i] > score)) {
+        best = lane + 32 * i;
+        score = biased[i];
       }
     }
-    float sum = 0.f;
-    for (int64_t j = 0; j < k; ++j) {
-      sum = exact::AddRn(sum, __shfl_sync(0xFFFFFFFFu, my_s, static_cast<int>(j)));
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const int32_t ob = __shfl_xor_sync(0xFFFFFFFFu, best, off);
+      const float os = __shfl_xor_sync(0xFFFFFFFFu, score, off);
+      MergeBest(best, score, ob, os);
     }
-    if (lane < k) {
-      const bool norm = p.options.norm_topk_prob && k > 1;
-      const float denom = exact::AddRn(sum, 1e-20f);
-      float w = my_s;
-      if (norm) w = exact::DivRn(w, denom);
-      p.expert_weights[t * k + lane] = exact::MulRn(w, p.options.route_scale);
-      p.expert_ids[t * k + lane] = my_id;
-      if (counts != nullptr) atomicAdd(counts + my_id, 1);
+    // A winner always exists (k <= E untaken candidates; a lane with an untaken expert always
+    // proposes one, and MergeBest keeps a proposal even when NaN defeats the comparisons).
+    best = __shfl_sync(0xFFFFFFFFu, best, 0);
+    const int owner = best % 32, reg = best / 32;
+    float win_s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) win_s = i == reg ? sc[i] : win_s;
+    win_s = __shfl_sync(0xFFFFFFFFu, win_s, owner);
+    if (lane == owner) taken |= 1u << reg;
+    if (lane == j) {
+      my_id = best;
+      my_s = win_s;
     }
+  }
+  float sum = 0.f;
+  for (int64_t j = 0; j < k; ++j) {
+    sum = exact::AddRn(sum, __shfl_sync(0xFFFFFFFFu, my_s, static_cast<int>(j)));
+  }
+  if (lane < k) {
+    const bool norm = p.options.norm_topk_prob && k > 1;
+    const float denom = exact::AddRn(sum, 1e-20f);
+    float w = my_s;
+    if (norm) w = exact::DivRn(w, denom);
+    w = exact::MulRn(w, p.options.route_scale);
+    p.expert_weights[t * k + lane] = w;
+    p.expert_ids[t * k + lane] = my_id;
+    if (counts != nullptr) atomicAdd(counts + my_id, 1);
+    if (ids_copy != nullptr) {
+      ids_copy[t * k + lane] = my_id;
+      weights_copy[t * k + lane] = w;
+    }
+  }
+}
+
+// One token per warp (grid-stride): RouteTokenWarp.
+template <int kPerLane>
+__global__ void __launch_bounds__(kRouteWarpThreads)
+    MoeRouteWarpKernel(MoeRouteParams p, int32_t* counts) {
+  const int64_t warps_per_block = kRouteWarpThreads / 32;
+  const int64_t stride = int64_t{gridDim.x} * warps_per_block;
+  for (int64_t t = int64_t{blockIdx.x} * warps_per_block + threadIdx.x / 32; t < p.m; t += stride) {
+    RouteTokenWarp<kPerLane>(p, t, counts, nullptr, nullptr);
   }
 }
 
