@@ -249,6 +249,10 @@ size_t LayerStep::FloatLinearWorkspace(int64_t b) const {
 }
 
 void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
+  if (!opt_.float_gemv &&
+      kernels::PlanFloatLinearCuda(p).tile_rows == kernels::kFloatLinearCudaGemvRows) {
+    p.tile_rows = 16;  // the mma.sync plan the CUDA-core kernel replaced (A/B)
+  }
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();
   Ok(kernels::LaunchFloatLinear(p, stream_));
@@ -400,6 +404,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    Ok(kernels::LaunchHcPost(p, st));
                  },
                  db * kD * 2 * (1 + 2 * kStreams), 0});
+    s.back().joins = [=] { join(site); };
   };
   auto rope = [&](const char* name, DeviceBuffer& x, int64_t heads, int64_t head_dim,
                   bool inverse) {
@@ -494,6 +499,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                static_cast<double>(UniqueKvRows(b)) * kHeadDim * 2 +
                    db * kHeads * kHeadDim * 2 * 2 + db * (kWindow + kTopk) * 4,
                4.0 * db * kHeads * kHeadDim * (kWindow + kTopk)});
+  s.back().joins = [=] { join(2); };
   rope("inverse RoPE o", o_, kHeads, kHeadDim, true);
   s.push_back(
       {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
@@ -554,6 +560,9 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                },
                0 /* set after a run: touched experts */,
                2 * db * (shared_branch ? kTopkExperts : kTopkExperts + 1) * 3 * kD * kInter});
+  if (shared_branch) {
+    s.back().joins = [=, this] { CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0)); };
+  }
   hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
   return s;
 }

@@ -67,6 +67,17 @@ struct Options {
   // With overlap: the shared expert as its own branch forked after ffn_norm (MoeCuda joins it
   // before the combine); false: MoeCuda runs it (forked inside MoeCuda, after the gate). A/B.
   bool shared_branch = true;
+  // Print each main-stream stage's share of the graph's critical path: the queued graph replay of
+  // the step without that stage, against the whole step's (a diagnostic; outputs of such a step
+  // are not meaningful).
+  bool ablate = false;
+  // false: the bf16 / fp32 Linears that the automatic plan gives the CUDA-core kernel (M <= 4:
+  // the gate, weights_proj, wk) run the mma.sync plan instead (A/B).
+  bool float_gemv = true;
+  // The main stream at the highest priority, the branches' streams at the lowest, and graphs
+  // instantiated with per-node priorities (cudaGraphInstantiateFlagUseNodePriority); false: all
+  // streams at the default priority (A/B).
+  bool priorities = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -97,14 +108,23 @@ struct Stage {
   // stream after it. The step joins at a later stage; timing the stage alone calls this so the
   // events measure the stage's own work.
   std::function<void()> settle;
+  // Set for a stage that joins forked branches: only those joins (the step without this stage's
+  // work, for --ablate, must still join them before its capture ends).
+  std::function<void()> joins;
 };
 
 class LayerStep {
  public:
   LayerStep(const Options& o, int64_t max_tokens) : opt_(o), max_b_(max_tokens) {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // With priorities the main stream (the critical path) outranks the forked branches: the
+    // block scheduler dispatches its CTAs first when both have work waiting.
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(
+        cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, o.priorities ? greatest : 0));
     for (cudaStream_t& side : side_) {
-      CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+      CUDA_CHECK(
+          cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, o.priorities ? least : 0));
     }
     for (int i = 0; i < kBranches; ++i) {
       CUDA_CHECK(cudaEventCreateWithFlags(&fork_[i], cudaEventDisableTiming));

@@ -4,7 +4,8 @@
 //   bench_decoder_layer_step [--iters N] [--warmup N] [--tokens 1,8,64,256] [--context L]
 //                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
-//                            [--shared-branch 0|1]
+//                            [--shared-branch 0|1] [--ablate 0|1] [--float-gemv 0|1]
+//                            [--priorities 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -110,6 +111,12 @@ Options ParseOptions(int argc, char** argv) {
       o.stages = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--overlap") {
       o.overlap = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--priorities") {
+      o.priorities = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--float-gemv") {
+      o.float_gemv = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--ablate") {
+      o.ablate = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--shared-branch") {
       o.shared_branch = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-front") {
@@ -130,6 +137,43 @@ struct Roofs {
     return std::max(bytes / copy_gbps / 1e3, flops / tc_tflops / 1e6);  // µs
   }
 };
+
+// The queued graph replay (MedianQueuedEventMicros) of one step: `stages` in order, stage `skip`
+// (if any) reduced to its joins.
+double QueuedGraphMicros(const std::vector<Stage>& stages, size_t skip, const Options& o,
+                         cudaStream_t st) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (i != skip) {
+      stages[i].launch();
+    } else if (stages[i].joins) {
+      stages[i].joins();
+    }
+  }
+  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph,
+                                  o.priorities ? cudaGraphInstantiateFlagUseNodePriority : 0));
+  const double us = kernels::MedianQueuedEventMicros(
+      o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
+}
+
+// --ablate: each main-stream stage's share of the critical path, as the graph time of the step
+// without it (its joins kept) subtracted from the whole step's; forked stages stay.
+void PrintAblation(const std::vector<Stage>& stages, const Options& o, cudaStream_t st) {
+  const double whole = QueuedGraphMicros(stages, stages.size(), o, st);
+  std::printf("  critical-path share (graph of the step without the stage; whole %.1f µs):\n",
+              whole);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].settle) continue;  // forked
+    const double us = QueuedGraphMicros(stages, i, o, st);
+    std::printf("  %-44s %8.1f µs\n", stages[i].name.c_str(), whole - us);
+  }
+}
 
 void PrintStages(const std::vector<Stage>& stages, const Options& o, const Roofs& r,
                  cudaStream_t st) {
@@ -328,7 +372,8 @@ int Run(const Options& o) {
     CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     run_step();
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph,
+                                    o.priorities ? cudaGraphInstantiateFlagUseNodePriority : 0));
     const double graph_us = kernels::MedianEventMicros(
         o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st);
     // The same replays queued behind a held stream: the device time alone, and the host's
@@ -351,6 +396,7 @@ int Run(const Options& o) {
         "enqueue %.1f µs per graph launch\n",
         graph_nodes, queued_us, roof / queued_us, host_launch_us);
     if (o.stages) PrintStages(stages, o, roofs, st);
+    if (o.ablate) PrintAblation(stages, o, st);
   }
 
   for (int64_t b : o.reindex_tokens) {

@@ -49,6 +49,14 @@ bool XRowsTma(const FloatLinearCudaParams& p) {
          (p.groups <= 1 || p.x_group_stride % 8 == 0);
 }
 
+// Every x row starts 16-byte aligned (bf16 or fp32): the CUDA-core kernel's vector loads.
+bool XRowsVec(const FloatLinearCudaParams& p) {
+  const void* x = p.x_bf16 != nullptr ? static_cast<const void*>(p.x_bf16) : p.x_f32;
+  const int64_t per16 = p.x_f32 != nullptr ? 4 : 8;
+  return Aligned(x, 16) && p.x_stride % per16 == 0 &&
+         (p.groups <= 1 || p.x_group_stride % per16 == 0);
+}
+
 // Exactly one of two pointers set.
 bool ExactlyOne(const void* a, const void* b) { return (a == nullptr) != (b == nullptr); }
 
@@ -62,6 +70,14 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   plan.tile_rows = tile_rows;
   const bool wgmma = plan.tile_rows == kFloatLinearCudaWgmmaRows;
   const bool swap = plan.tile_rows == kFloatLinearCudaSwapRows;
+  if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // one launch over all rows, no split
+    plan.tile_cols = kFloatLinearCudaGemvCols;
+    plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
+    plan.steps_per_split = plan.k_steps;
+    plan.m_tiles = 1;
+    plan.n_tiles = CeilDiv(p.n, plan.tile_cols);
+    return plan;
+  }
   plan.tile_cols =
       wgmma ? kFloatLinearCudaWgmmaCols : (swap ? kFloatLinearCudaSwapCols : kFloatLinearCudaTileN);
   plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
@@ -91,6 +107,14 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
 FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   if (p.tile_rows != 0) return PlanFor(p, p.tile_rows);
   const bool bf16_only = p.x_f32 == nullptr && p.w_f32 == nullptr;
+  // README "CUDA: the CUDA-core kernel" (H200 A/B): at one to four rows a Linear is a weight
+  // stream; the tensor-core plans' K splits and reduction launch cost more than fma on the CUDA
+  // cores, except for large bf16 weights (wo_a), which the swapped-role kernel streams faster.
+  if (p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p) &&
+      !(bf16_only &&
+        std::max<int64_t>(1, p.groups) * p.n * p.k >= kFloatLinearCudaGemvMaxBf16Weights)) {
+    return PlanFor(p, kFloatLinearCudaGemvRows);
+  }
   const int64_t max_rows = p.x_f32 != nullptr ? 32 : 64;
   // README "CUDA: plan rule" (H200 A/B): the swapped-role kernel wins at every bf16 shape up to
   // 256 rows (wo_a at 64 tokens 40.6 -> 25.2 µs) and against mma.sync up to 1024 (the
@@ -163,10 +187,15 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.groups < 1 || p.groups > kMaxGridZ) {
     return Invalid("groups", absl::StrFormat("%d is not in [1, %d]", p.groups, kMaxGridZ));
   }
-  if (p.tile_rows != 0 && p.tile_rows != 16 && p.tile_rows != 32 && p.tile_rows != 64 &&
-      p.tile_rows != kFloatLinearCudaWgmmaRows && p.tile_rows != kFloatLinearCudaSwapRows) {
+  if (p.tile_rows != 0 && p.tile_rows != kFloatLinearCudaGemvRows && p.tile_rows != 16 &&
+      p.tile_rows != 32 && p.tile_rows != 64 && p.tile_rows != kFloatLinearCudaWgmmaRows &&
+      p.tile_rows != kFloatLinearCudaSwapRows) {
     return Invalid("tile_rows",
-                   absl::StrFormat("%d is not 0, 16, 32, 64, 128 or 256", p.tile_rows));
+                   absl::StrFormat("%d is not 0, 1, 16, 32, 64, 128 or 256", p.tile_rows));
+  }
+  if (p.tile_rows == kFloatLinearCudaGemvRows && p.m > kFloatLinearCudaGemvMaxM) {
+    return Invalid("tile_rows", absl::StrFormat("1 (the CUDA-core kernel) takes at most %d rows",
+                                                kFloatLinearCudaGemvMaxM));
   }
   if (p.tile_rows == 64 && p.x_f32 != nullptr) {
     return Invalid("tile_rows", "64 is not available with x_f32 (at most 32)");
@@ -217,6 +246,11 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.y_stride < p.n) return Invalid("y_stride", absl::StrFormat("%d < N = %d", p.y_stride, p.n));
   if (p.y_group_stride < 0) {
     return Invalid("y_group_stride", absl::StrFormat("%d is negative", p.y_group_stride));
+  }
+  if (p.tile_rows == kFloatLinearCudaGemvRows && !XRowsVec(p)) {
+    return Invalid("tile_rows",
+                   "1 (the CUDA-core kernel) needs x rows 16-byte aligned (the x pointer, "
+                   "x_stride and x_group_stride)");
   }
   if (p.tile_rows == kFloatLinearCudaSwapRows && !XRowsTma(p)) {
     return Invalid("tile_rows",

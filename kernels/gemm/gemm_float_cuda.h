@@ -54,6 +54,15 @@ inline constexpr int64_t kFloatLinearCudaWgmmaCols = 256;  // wgmma CTA columns
 inline constexpr int64_t kFloatLinearCudaSwapRows = 256;
 inline constexpr int64_t kFloatLinearCudaSwapCols = 128;
 inline constexpr int64_t kFloatLinearCudaSwapMaxRows = 128;
+// The decode-size kernel on the CUDA cores (cuda/float_linear_gemv.cuh), selected by tile_rows 1:
+// at most kFloatLinearCudaGemvMaxM x rows, kFloatLinearCudaGemvCols weight rows per CTA (a warp
+// per (row, quarter of K)), fp32 fma of exact products, one launch and no workspace.
+inline constexpr int64_t kFloatLinearCudaGemvRows = 1;
+inline constexpr int64_t kFloatLinearCudaGemvMaxM = 4;
+inline constexpr int64_t kFloatLinearCudaGemvCols = 2;
+// The automatic plan takes it up to kFloatLinearCudaGemvMaxM rows except for bf16 x · bf16 W of
+// at least this many weights (G·N·K), which the swapped-role kernel streams faster.
+inline constexpr int64_t kFloatLinearCudaGemvMaxBf16Weights = int64_t{1} << 23;
 // The automatic plan takes wgmma only when every CTA gets at least this much K (its split).
 inline constexpr int64_t kFloatLinearCudaWgmmaMinSplitK = 640;
 inline constexpr int64_t kFloatLinearCudaMaxSplits = 64;
@@ -92,8 +101,13 @@ struct FloatLinearCudaParams {
   // available with x_f32); 128 forces the wgmma kernel (128 × 256 CTA tiles; bf16 x and bf16 W
   // only); 256 (kFloatLinearCudaSwapRows) forces the swapped-role wgmma kernel (128 weight rows
   // × up to 128 x rows per CTA; bf16 x and bf16 W, x rows 16-byte aligned: base, x_stride and,
-  // with groups, x_group_stride). Automatic: wgmma when x and W are bf16, M >= 128, N >= 256 and
-  // the wgmma plan gives every CTA at least kFloatLinearCudaWgmmaMinSplitK of K; else mma.sync.
+  // with groups, x_group_stride); 1 (kFloatLinearCudaGemvRows) forces the CUDA-core kernel (M <=
+  // kFloatLinearCudaGemvMaxM, x rows 16-byte aligned; any dtypes). Automatic: the CUDA-core
+  // kernel for M <= kFloatLinearCudaGemvMaxM with 16-byte aligned x rows, unless x and W are
+  // bf16 and the weights number kFloatLinearCudaGemvMaxBf16Weights or more; the swapped-role
+  // kernel for bf16 x and W with aligned x rows up to M 256 (1,024 unless wgmma needs no split);
+  // wgmma when x and W are bf16, M >= 128, N >= 256 and the wgmma plan gives every CTA at least
+  // kFloatLinearCudaWgmmaMinSplitK of K; else mma.sync.
   int64_t tile_rows = 0;
   // 0 = automatic; 1 .. kFloatLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count and tile_rows, nothing else.
@@ -110,9 +124,10 @@ struct FloatLinearCudaParams {
   size_t workspace_bytes = 0;
 };
 
-// What LaunchFloatLinear runs: the kernel (tile_rows 128: wgmma, 256: swapped-role wgmma, else
-// mma.sync), CTA rows (16/32/64/128; 256 means up to 128 x rows, m_tiles counts those) and
-// columns (128, or 256 for wgmma), K splits and the K steps (of kFloatLinearCudaKStep, every
+// What LaunchFloatLinear runs: the kernel (tile_rows 128: wgmma, 256: swapped-role wgmma, 1: the
+// CUDA-core kernel, else mma.sync), CTA rows (16/32/64/128; 256 means up to 128 x rows, m_tiles
+// counts those; 1: all M rows, one m tile) and columns (128, 256 for wgmma, 2 weight rows for
+// the CUDA-core kernel), K splits and the K steps (of kFloatLinearCudaKStep, every
 // kernel) per split. Pure; cheap. Uses p's m, n, k, groups, x_f32
 // (non-null caps the tile at 32 rows), w_f32 (non-null: mma.sync), tile_rows and split_k.
 struct FloatLinearCudaPlan {

@@ -114,6 +114,8 @@ TEST(FloatLinearCudaPlanTest, SwappedKernelForDecodeBatches) {
   const float marker = 0.f;
   for (int64_t m : {1, 16, 64, 128, 256}) {
     EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 1024, 4096, 8)).tile_rows, kFloatLinearCudaSwapRows);
+  }
+  for (int64_t m : {5, 16, 64, 128, 256}) {  // small weights: the CUDA-core kernel up to 4 rows
     EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 32, 5120)).tile_rows, kFloatLinearCudaSwapRows);
   }
   // wo_a from 257 rows: its wgmma plan (96+ tiles, no K split) wins.
@@ -141,6 +143,42 @@ TEST(FloatLinearCudaPlanTest, SwappedKernelForDecodeBatches) {
   EXPECT_EQ(PlanFloatLinearCuda(a).tile_rows, kFloatLinearCudaSwapRows);
   a.x_bf16 = x + 1;  // misaligned: mma.sync
   EXPECT_EQ(PlanFloatLinearCuda(a).tile_rows, 64);
+}
+
+// The automatic plan's CUDA-core kernel (tile_rows 1): up to 4 rows with 16-byte aligned x rows,
+// any dtypes, except bf16 x · bf16 W of 2^23 or more weights (wo_a: the swapped-role kernel).
+TEST(FloatLinearCudaPlanTest, CudaCoreKernelForOneToFourRows) {
+  alignas(16) static const float marker = 0.f;  // fp32 x at a 16-byte aligned base
+  for (int64_t m : {1, 2, 3, 4}) {
+    EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 32, 5120)).tile_rows, kFloatLinearCudaGemvRows);
+    EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 128, 512)).tile_rows, kFloatLinearCudaGemvRows);
+    EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 512, 5120)).tile_rows, kFloatLinearCudaGemvRows);
+    FloatLinearCudaParams gate = Shape(m, 384, 5120);
+    gate.w_f32 = &marker;
+    EXPECT_EQ(PlanFloatLinearCuda(gate).tile_rows, kFloatLinearCudaGemvRows);
+    gate.x_f32 = &marker;
+    gate.x_stride = 5124;  // fp32 rows: a multiple of 4 elements is 16-byte aligned
+    EXPECT_EQ(PlanFloatLinearCuda(gate).tile_rows, kFloatLinearCudaGemvRows);
+    FloatLinearCudaParams wo_a_f32 = Shape(m, 1024, 4096, 8);
+    wo_a_f32.w_f32 = &marker;  // size limit applies to bf16 x · bf16 W only
+    EXPECT_EQ(PlanFloatLinearCuda(wo_a_f32).tile_rows, kFloatLinearCudaGemvRows);
+    EXPECT_EQ(PlanFloatLinearCuda(Shape(m, 1024, 4096, 8)).tile_rows, kFloatLinearCudaSwapRows);
+    EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(m, 32, 5120))).tile_rows, 16);  // odd x_stride
+  }
+  FloatLinearCudaParams gate = Shape(5, 384, 5120);
+  gate.w_f32 = &marker;
+  EXPECT_EQ(PlanFloatLinearCuda(gate).tile_rows, 16);
+  // Its plan: one launch over all rows, two weight rows per CTA, no split.
+  FloatLinearCudaParams p = Shape(3, 385, 5120, 8);
+  p.tile_rows = kFloatLinearCudaGemvRows;
+  p.split_k = 7;  // ignored: the kernel never splits
+  const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+  EXPECT_EQ(plan.tile_rows, kFloatLinearCudaGemvRows);
+  EXPECT_EQ(plan.m_tiles, 1);
+  EXPECT_EQ(plan.n_tiles, 193);
+  EXPECT_EQ(plan.tile_cols, kFloatLinearCudaGemvCols);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 4), 0u);
 }
 
 // The swapped-role kernel (tile_rows 256): 128 weight rows × up to 128 x rows per CTA, one CTA
@@ -276,6 +314,22 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
   p = good();
   p.tile_rows = 48;
   expect_field(p, "tile_rows");
+  p.tile_rows = 2;
+  expect_field(p, "tile_rows");
+  // The CUDA-core kernel: at most 4 rows, x rows 16-byte aligned.
+  p = good();
+  p.tile_rows = kFloatLinearCudaGemvRows;
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  p.m = 5;
+  expect_field(p, "tile_rows");
+  p = good();
+  p.tile_rows = kFloatLinearCudaGemvRows;
+  p.x_stride = 516;  // 8-byte aligned rows
+  expect_field(p, "tile_rows");
+  p = good();
+  p.tile_rows = kFloatLinearCudaGemvRows;
+  p.x_bf16 = x + 4;
+  expect_field(p, "tile_rows");
   p = good();
   p.x_bf16 = nullptr;
   p.x_f32 = yf;
@@ -347,13 +401,22 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
   p = good();
   p.y_group_stride = -64;
   expect_field(p, "y_group_stride");
+  // The split mma.sync plan needs the workspace (at M = 1 the automatic plan, the CUDA-core
+  // kernel, needs none).
   p = good();
+  p.workspace = nullptr;
+  p.workspace_bytes = 0;
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  p = good();
+  p.tile_rows = 16;
   p.workspace_bytes -= 1;
   expect_field(p, "workspace");
   p = good();
+  p.tile_rows = 16;
   p.workspace = ws + 8;
   expect_field(p, "workspace");
   p = good();
+  p.tile_rows = 16;
   p.workspace = nullptr;
   expect_field(p, "workspace");
   // Odd strides and unaligned x are fine (the slow load path); no split needs no workspace.

@@ -2,14 +2,15 @@
 // non-quantised Linear shapes against the roofline.
 //
 //   bench_gemm_float_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wo_a,gate,...]
-//                        [--kernels auto,mma,wgmma,wgmma-ws,swap] [--split-k S]
+//                        [--kernels auto,mma,wgmma,wgmma-ws,swap,gemv] [--split-k S]
 //                        [--peak-tflops T]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
-// mma.sync kernel (64-row tiles where the plan would take wgmma), wgmma = the wgmma kernel's
+// mma.sync kernel (16 / 32 / 64-row tiles by M), wgmma = the wgmma kernel's
 // 256-thread cp.async main loop (tile_rows 128, wgmma_ws = false), wgmma-ws = its
 // warp-specialised persistent TMA main loop (tile_rows 128; auto takes it wherever the plan picks
-// wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand);
+// wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand),
+// gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only);
 // the last three bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's).
 // --peak-tflops replaces the measured mma.sync rate in the compute roof (e.g. 893).
@@ -67,11 +68,12 @@ struct Options {
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
-// tile_rows forcing `kernel` given the automatic plan's tile_rows.
-int64_t TileFor(const std::string& kernel, int64_t auto_tile) {
+// tile_rows forcing `kernel` at m rows (mma: the mma.sync plan's rows for m).
+int64_t TileFor(const std::string& kernel, int64_t m) {
   if (kernel == "wgmma" || kernel == "wgmma-ws") return 128;
   if (kernel == "swap") return kFloatLinearCudaSwapRows;
-  if (kernel == "mma") return auto_tile == 128 ? 64 : auto_tile;
+  if (kernel == "gemv") return kFloatLinearCudaGemvRows;
+  if (kernel == "mma") return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   return 0;
 }
 
@@ -99,8 +101,9 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap") {
-          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma, wgmma-ws or swap\n",
+        if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap" &&
+            k != "gemv") {
+          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap or gemv\n",
                        k.c_str());
           std::exit(2);
         }
@@ -177,7 +180,8 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
   // Every kernel's plan: the automatic one and the forced 64- / 128- / 256-row tiles.
   size_t ws_bytes = 16;
   base.split_k = o.split_k;
-  for (int64_t tile : {int64_t{0}, int64_t{64}, int64_t{128}, kFloatLinearCudaSwapRows}) {
+  for (int64_t tile : {int64_t{0}, int64_t{16}, int64_t{32}, int64_t{64}, int64_t{128},
+                       kFloatLinearCudaSwapRows}) {
     if (tile == kFloatLinearCudaSwapRows && s.w_f32) continue;
     FloatLinearCudaParams q = base;
     q.tile_rows = tile;
@@ -192,11 +196,12 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
       if ((kernel == "wgmma" || kernel == "wgmma-ws" || kernel == "swap") && s.w_f32) {
         continue;  // bf16 only
       }
+      if (kernel == "gemv" && m > kFloatLinearCudaGemvMaxM) continue;
       FloatLinearCudaParams p = base;
       p.m = m;
       p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
       p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
-      p.tile_rows = TileFor(kernel, PlanFloatLinearCuda(p).tile_rows);
+      p.tile_rows = TileFor(kernel, m);
       p.wgmma_ws = kernel != "wgmma";
       const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
       int call = 0;
@@ -224,8 +229,9 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
           "%6.2f\n",
           s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
           s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
-          plan.tile_rows == kFloatLinearCudaSwapRows
-              ? "swap"
+          plan.tile_rows == kFloatLinearCudaSwapRows ? "swap"
+          : plan.tile_rows == kFloatLinearCudaGemvRows
+              ? "gemv"
               : (plan.tile_rows != kFloatLinearCudaWgmmaRows
                      ? "mma.sync"
                      : (plan.warp_specialised ? "wgmma-ws" : "wgmma")),

@@ -385,11 +385,14 @@ TEST_F(FloatLinearGpuTest, OneHotBitExactOverDtypesTilesSplitsAndLayouts) {
         for (int64_t g = 0; g < l.groups; ++g) {
           cpu.push_back(Cpu(pr, *Prepare(pr.w[g]), g, rows, LinearMode::kExact));
         }
-        for (int64_t tile : {0, 16, 32, 64, 128, 256}) {
+        for (int64_t tile : {0, 1, 16, 32, 64, 128, 256}) {
           if (tile == 64 && l.x_f32) continue;
           if (tile >= 128 && (l.x_f32 || l.w_f32)) continue;
           if (tile == 256 && layout == 2) continue;  // misaligned x rows: no TMA (rejected)
+          // The CUDA-core kernel: at most 4 rows, aligned x rows (rejected otherwise).
+          if (tile == 1 && (m > kFloatLinearCudaGemvMaxM || layout == 2)) continue;
           for (int64_t split : {0, 1, 3}) {
+            if (tile == 1 && split != 0) continue;  // it never splits
             Problem q = pr;
             q.l.tile_rows = tile;
             q.l.split_k = split;
@@ -483,8 +486,10 @@ TEST_F(FloatLinearGpuTest, SmallIntegerBf16BitExactAcrossSplits) {
         q.l.y_f32 = y_f32;
         const std::vector<float> cpu_y =
             y_f32 ? Cpu(q, *Prepare(h), 0, rows, LinearMode::kExact) : cpu;
-        for (int64_t tile : {0, 64, 128, 256}) {
+        for (int64_t tile : {0, 1, 64, 128, 256}) {
+          if (tile == 1 && m > kFloatLinearCudaGemvMaxM) continue;
           for (int64_t split : {0, 1, 7}) {
+            if (tile == 1 && split != 0) continue;
             q.l.tile_rows = tile;
             q.l.split_k = split;
             ExpectBitEqual(RunGpu(q)[0], cpu_y, n, rows, Describe(q.l, m, n, k));
@@ -555,8 +560,11 @@ TEST_F(FloatLinearGpuTest, ReleasedShapes) {
       l.w_f32 = s.w_f32;
       l.y_f32 = s.y_f32;
       l.groups = s.groups;
-      CheckRandom(s.name, m, s.n, s.k, l, ++seed,
-                  s.w_f32 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 256});
+      // Up to 4 rows the automatic plan is the CUDA-core kernel: the mma.sync one (16) on the
+      // same data too.
+      std::vector<int64_t> tiles = s.w_f32 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 256};
+      if (m <= kFloatLinearCudaGemvMaxM) tiles.push_back(16);
+      CheckRandom(s.name, m, s.n, s.k, l, ++seed, tiles);
     }
   }
 }
@@ -613,6 +621,8 @@ TEST_F(FloatLinearGpuTest, RandomOddStridesBiasAndDtypes) {
     l.x_offset = 0;
     l.split_k = 5;
     CheckRandom("padded strides", 16, 200, 776, l, ++seed, {0});
+    // The CUDA-core kernel (the automatic plan here) with bias, groups and padded strides.
+    CheckRandom("padded strides", 3, 200, 776, l, ++seed, {0, 1});
     if (bf16) CheckRandom("padded strides", 300, 300, 776, l, ++seed, {128, 256});
     if (bf16) CheckRandom("padded strides", 40, 300, 776, l, ++seed, {256});
   }

@@ -11,6 +11,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
+#include "kernels/gemm/cuda/float_linear_gemv.cuh"
 #include "kernels/gemm/cuda/float_linear_swap.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
@@ -33,7 +34,38 @@ static_assert(float_swap::kBK == kFloatLinearCudaKStep);
 static_assert(float_swap::kBN == kFloatLinearCudaSwapCols);
 static_assert(float_swap::kMaxBM == kFloatLinearCudaSwapMaxRows);
 
+static_assert(float_gemv::kMaxM == kFloatLinearCudaGemvMaxM);
+static_assert(float_gemv::kRows == kFloatLinearCudaGemvCols);
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename TX, typename TW>
+void LaunchGemv(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
+                cudaStream_t stream) {
+  float_gemv::GemvArgs g;
+  g.x = p.x_f32 != nullptr ? static_cast<const void*>(p.x_f32) : p.x_bf16;
+  g.w = p.w_f32 != nullptr ? static_cast<const void*>(p.w_f32) : p.w_bf16;
+  g.bias = p.bias;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.x_stride = p.x_stride;
+  g.x_group_stride = p.x_group_stride;
+  g.w_group_stride = p.w_group_stride;
+  g.y_stride = p.y_stride;
+  g.y_group_stride = p.y_group_stride;
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
+  if (p.m == 1) {
+    float_gemv::FloatLinearGemvKernel<TX, TW, 1><<<grid, float_gemv::kThreads, 0, stream>>>(g);
+  } else if (p.m == 2) {
+    float_gemv::FloatLinearGemvKernel<TX, TW, 2><<<grid, float_gemv::kThreads, 0, stream>>>(g);
+  } else {
+    float_gemv::FloatLinearGemvKernel<TX, TW, 4><<<grid, float_gemv::kThreads, 0, stream>>>(g);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
 
 template <int kMT, typename TX, typename TW>
 void LaunchGemm(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,
@@ -201,6 +233,22 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
              p.y_stride % 2 == 0 && (p.groups == 1 || p.y_group_stride % 2 == 0);
   if (plan.splits > 1) g.partial = static_cast<float*>(p.workspace);
 
+  if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // M <= 4, aligned x rows (validated)
+    if (x_f32) {
+      if (w_f32) {
+        LaunchGemv<float, float>(p, plan, stream);
+      } else {
+        LaunchGemv<float, uint16_t>(p, plan, stream);
+      }
+    } else {
+      if (w_f32) {
+        LaunchGemv<uint16_t, float>(p, plan, stream);
+      } else {
+        LaunchGemv<uint16_t, uint16_t>(p, plan, stream);
+      }
+    }
+    return absl::OkStatus();
+  }
   if (plan.tile_rows == kFloatLinearCudaSwapRows) {  // bf16 x and W, TMA-able x (validated)
     RETURN_IF_ERROR(LaunchSwap(p, g, plan, stream));
   } else if (plan.tile_rows == kFloatLinearCudaWgmmaRows) {  // bf16 x and W (validated)

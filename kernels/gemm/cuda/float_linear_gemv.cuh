@@ -1,0 +1,169 @@
+// The decode-size bf16 / fp32 Linear (gemm_float_cuda.h, tile_rows kFloatLinearCudaGemvRows):
+// y = x · W^T for at most kFloatLinearCudaGemvMaxM rows of x, on the CUDA cores. Device code of
+// cuda/float_linear_launch.cu only.
+//
+// At one to four rows a Linear is a weight stream; the tensor-core kernels spend their time on
+// the tile machinery around it: a split-K plan (the MoE gate at M = 1: 3 column tiles × 40 K
+// splits of 128) and a second kernel that reduces the splits, ~11 µs for 7.9 MB of fp32 gate
+// weights. Here a CTA of 8 warps owns kRows weight rows, each row's K cut into kSlices contiguous
+// ranges, a warp per (row, range): lane l reads 8-element chunks l, l + 32, ... of its range
+// (16-byte loads, kUnroll chunks in flight per lane, not kept in L1), the matching x elements
+// (16-byte loads through L1: every warp of the CTA reads the same x), and accumulates
+// acc[m] = fma(x, w, acc[m]) in fp32 in ascending k. Then a butterfly shuffle sum over the lanes
+// (a fixed tree), the kSlices partials through shared memory summed in slice order from +0,
+// + bias, one RNE rounding (bf16) or the fp32 sum. One launch, no workspace.
+//
+// Numerics: each fma rounds the exact product plus the running sum once, so the result is an
+// fp32 sum of exact products (also for fp32 x · fp32 W, where the tensor-core kernels drop the
+// products of the small pieces) in a fixed order that depends only on (K, lane, slice): the bits
+// are reproducible run to run. ±Inf operands give what the CPU gives (the split kernels: NaN).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/stream_load.cuh"
+
+namespace flashserve::kernels::float_gemv {
+
+inline constexpr int kThreads = 256;       // 8 warps
+inline constexpr int kRows = 2;            // weight rows per CTA
+inline constexpr int kSlices = 8 / kRows;  // warps (K ranges) per row
+inline constexpr int kChunk = 8;           // elements per lane step
+inline constexpr int kUnroll = 4;          // chunks in flight per lane
+inline constexpr int kMaxM = 4;            // x rows
+
+struct GemvArgs {
+  const void* x = nullptr;  // uint16_t (bf16) or float, 16-byte aligned rows
+  const void* w = nullptr;  // uint16_t (bf16) or float, 16-byte aligned rows
+  const float* bias = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t x_stride = 0, x_group_stride = 0;
+  int64_t w_group_stride = 0;
+  int64_t y_stride = 0, y_group_stride = 0;
+  uint16_t* y_bf16 = nullptr;
+  float* y_f32 = nullptr;
+};
+
+// Chunk of 8 elements as fp32: bf16 (one 16-byte word) or fp32 (two).
+template <typename T>
+struct Chunk {
+  uint4 v[sizeof(T) == 2 ? 1 : 2];
+};
+
+template <typename T>
+__device__ __forceinline__ float ChunkAt(const Chunk<T>& c, int e) {
+  if constexpr (sizeof(T) == 2) {
+    const int i = e / 2;  // element 2i in the low half of word i
+    const uint32_t word = i == 0 ? c.v[0].x : (i == 1 ? c.v[0].y : (i == 2 ? c.v[0].z : c.v[0].w));
+    return exact::Bf16ToF32(e % 2 == 0 ? (word & 0xFFFFu) : (word >> 16));
+  } else {
+    const uint4& q = c.v[e / 4];
+    const int i = e % 4;
+    return __uint_as_float(i == 0 ? q.x : (i == 1 ? q.y : (i == 2 ? q.z : q.w)));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ Chunk<T> LoadWeightChunk(const T* row, int64_t c) {
+  Chunk<T> out;
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(row + c * kChunk);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(T)) / 2; ++i) {
+    out.v[i] = cuda_common::LoadStream16(p + 16 * i);
+  }
+  return out;
+}
+
+template <typename T>
+__device__ __forceinline__ Chunk<T> LoadXChunk(const T* row, int64_t c) {
+  Chunk<T> out;
+  const uint4* p = reinterpret_cast<const uint4*>(row + c * kChunk);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(T)) / 2; ++i) out.v[i] = __ldg(p + i);
+  return out;
+}
+
+// kM: x rows the kernel is compiled for (1, 2 or 4); g.m <= kM rows are used.
+template <typename TX, typename TW, int kM>
+__global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
+  __shared__ float part[kRows][kSlices][kM];
+  // A LaunchPdl kernel after this one (the FP8 stream Linear) may start streaming its weights now;
+  // it waits for this grid before it reads our output. Without it, a graph of the decode step
+  // lost that overlap: 1 token 212 -> 226 µs though this kernel is 5 µs faster than the split one.
+  cuda_common::PdlLaunchDependents();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_local = warp / kSlices, slice = warp % kSlices;
+  const int64_t group = blockIdx.y;
+  const int64_t row = int64_t{blockIdx.x} * kRows + row_local;
+  const int64_t chunks = g.k / kChunk;
+  const int64_t per_slice = (chunks + kSlices - 1) / kSlices;
+  const int64_t c0 = slice * per_slice;
+  const int64_t c1 = min(chunks, c0 + per_slice);
+
+  float acc[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) acc[m] = 0.f;
+  if (row < g.n) {
+    const TW* w = static_cast<const TW*>(g.w) + group * g.w_group_stride + row * g.k;
+    const TX* x[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      x[m] = static_cast<const TX*>(g.x) + group * g.x_group_stride + m * g.x_stride;
+    }
+    for (int64_t cb = c0 + lane; cb < c1; cb += 32 * kUnroll) {
+      Chunk<TW> wc[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (cb + 32 * u < c1) wc[u] = LoadWeightChunk(w, cb + 32 * u);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = cb + 32 * u;
+        if (c >= c1) break;
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          if (m >= g.m) break;
+          const Chunk<TX> xc = LoadXChunk(x[m], c);
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) {
+            acc[m] = exact::FmaRn(ChunkAt(xc, e), ChunkAt(wc[u], e), acc[m]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      acc[m] = exact::AddRn(acc[m], __shfl_xor_sync(0xFFFFFFFFu, acc[m], off));
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) part[row_local][slice][m] = acc[m];
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows * kM) {
+    const int r = threadIdx.x / kM, m = threadIdx.x % kM;
+    const int64_t out_row = int64_t{blockIdx.x} * kRows + r;
+    if (out_row < g.n && m < g.m) {
+      float s = 0.f;
+#pragma unroll
+      for (int sl = 0; sl < kSlices; ++sl) s = exact::AddRn(s, part[r][sl][m]);
+      if (g.bias != nullptr) s = exact::AddRn(s, g.bias[out_row]);
+      const int64_t off = group * g.y_group_stride + m * g.y_stride + out_row;
+      if (g.y_f32 != nullptr) {
+        g.y_f32[off] = s;
+      } else {
+        g.y_bf16[off] = static_cast<uint16_t>(exact::F32ToBf16(s));
+      }
+    }
+  }
+}
+
+}  // namespace flashserve::kernels::float_gemv
