@@ -351,7 +351,7 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
 // `report`; returns true when they are.
 bool ShapesAgree(const MoeCudaWeights& w, Call& c, const Options& o, cudaStream_t stream,
                  std::string* report) {
-  const bool front = MoeCudaFrontFits(c.m, kE);
+  const bool front = MoeCudaFrontFits(c.m);
   std::vector<uint16_t> y[3];
   std::vector<int32_t> ids[3];
   for (int i = 0; i < (front ? 3 : 2); ++i) {
@@ -566,10 +566,10 @@ int Main(int argc, char** argv) {
     });
     const double perm_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoePermute(s.permute, stream)); });
-    const double front_us = MoeCudaFrontFits(m, kE) ? stage_us([&](Stages& s, Call&) {
+    const double front_us = MoeCudaFrontFits(m) ? stage_us([&](Stages& s, Call&) {
       CHECK_OK(LaunchMoeRoutePermute(s.route, s.permute, stream));
     })
-                                                    : 0.0;
+                                                : 0.0;
     const double up_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertUp(s.up, stream)); });
     const double down_us =

@@ -194,7 +194,7 @@ struct MoePermuteParams {
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 
-// Stages 1 + 2 fused for decode sizes (MoeCudaFrontFits(m, E)): LaunchMoeRoute (no counts)
+// Stages 1 + 2 fused for decode sizes (MoeCudaFrontFits(m)): LaunchMoeRoute (no counts)
 // followed by LaunchMoePermute in one block — every score by a thread, a warp choosing each
 // token's experts, counted in shared memory, then the offsets, tile list and stable slot order,
 // and the quantise +
@@ -205,13 +205,11 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // sort). MoeCuda takes it when MoeCudaFrontFits, route_path and sort_path are kAuto and
 // fused_front is set. Errors: each stage's Validate, InvalidArgumentError naming the mismatch or
 // m above the limits.
-inline constexpr int64_t kMoeCudaFrontMaxTokens = 32;
-// ... and at most this many (token, expert) scores (m·E: the block keeps two floats of each in
-// shared memory, 96 KB): 32 tokens at E 384, 12 at E 1024.
-inline constexpr int64_t kMoeCudaFrontMaxScores = 12288;
-constexpr bool MoeCudaFrontFits(int64_t m, int64_t n_experts) {
-  return m <= kMoeCudaFrontMaxTokens && m * n_experts <= kMoeCudaFrontMaxScores;
-}
+// Up to this many tokens (H200, bench_moe front_us against route_us + perm_us, event-timed:
+// 1 token 14.3 against 21.4 µs, 2: 16.2 / 22.3, 4: 18.9 / 23.3, 8: 22.4 / 23.5; at 16 and 32
+// tokens the one block's scores and selection lose: 29.7 / 23.8, 45.7 / 23.8).
+inline constexpr int64_t kMoeCudaFrontMaxTokens = 8;
+constexpr bool MoeCudaFrontFits(int64_t m) { return m <= kMoeCudaFrontMaxTokens; }
 absl::Status ValidateMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& permute);
 absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermuteParams& permute,
                                    CUstream_st* stream);
@@ -435,8 +433,8 @@ struct MoeCudaParams {
   // expert GEMMs, and the combine waits for it; false = everything in order on `stream` (A/B).
   // The same kernels on the same data: output bits unchanged.
   bool shared_concurrent = true;
-  // true (default): route + permute as one block (LaunchMoeRoutePermute) when MoeCudaFrontFits(m,
-  // E) and route_path / sort_path are kAuto; false: the separate kernels (A/B).
+  // true (default): route + permute as one block (LaunchMoeRoutePermute) when MoeCudaFrontFits(m)
+  // and route_path / sort_path are kAuto; false: the separate kernels (A/B).
   // Output bits unchanged.
   bool fused_front = true;
 };

@@ -303,13 +303,11 @@ absl::Status ValidateMoeRoutePermute(const MoeRouteParams& route, const MoePermu
                         permute.m, permute.n_experts, permute.top_k, route.m, route.n_experts,
                         route.options.top_k));
   }
-  if (!MoeCudaFrontFits(route.m, route.n_experts)) {
-    return Invalid(
-        kOp, "m",
-        absl::StrFormat("is %d with %d experts; the fused front takes at most %d tokens "
-                        "and %d (token, expert) scores (use LaunchMoeRoute + "
-                        "LaunchMoePermute)",
-                        route.m, route.n_experts, kMoeCudaFrontMaxTokens, kMoeCudaFrontMaxScores));
+  if (!MoeCudaFrontFits(route.m)) {
+    return Invalid(kOp, "m",
+                   absl::StrFormat("is %d; the fused front takes at most %d tokens (use "
+                                   "LaunchMoeRoute + LaunchMoePermute)",
+                                   route.m, kMoeCudaFrontMaxTokens));
   }
   if (permute.path == MoeCudaPath::kLarge) {
     return Invalid(kOp, "permute.path", "is kLarge; the fused front is the one-block sort");

@@ -26,7 +26,8 @@ namespace flashserve::kernels::moe_device {
 inline constexpr int kFrontMaxSlots = static_cast<int>(kMoeCudaFrontMaxTokens * kMoeCudaMaxTopK);
 static_assert(kFrontMaxSlots <= kSortThreads, "one slot per thread in the scatter");
 
-// Dynamic shared memory: the unbiased and the biased score of every (token, expert).
+// Dynamic shared memory: the unbiased and the biased score of every (token, expert); at most
+// 64 KB (8 tokens × 1024 experts).
 __host__ __device__ inline size_t FrontSmemBytes(int64_t m, int64_t n_experts) {
   return static_cast<size_t>(8 * m * n_experts);
 }

@@ -126,8 +126,10 @@ template <int kPerLane>
 void LaunchFront(const MoeRouteParams& rp, const MoePermuteParams& p, bool gather,
                  cudaStream_t stream) {
   static std::atomic<uint64_t> smem_set{0};
-  EnsureSmemLimit(moe_device::MoeFrontKernel<kPerLane>,
-                  static_cast<int>(4 * 2 * kMoeCudaFrontMaxScores), smem_set);
+  EnsureSmemLimit(
+      moe_device::MoeFrontKernel<kPerLane>,
+      static_cast<int>(moe_device::FrontSmemBytes(kMoeCudaFrontMaxTokens, kMoeCudaMaxExperts)),
+      smem_set);
   moe_device::MoeFrontKernel<kPerLane>
       <<<1, moe_device::kSortThreads, moe_device::FrontSmemBytes(p.m, p.n_experts), stream>>>(
           rp, p, gather);
@@ -509,8 +511,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // The sort counts the ids itself: no counts from the route, no memset.
   const MoeRouteParams rp{p.options,      m,          e,   p.logits, w.gate_bias,
                           w.gate_bias_vl, p.is_image, ids, weights};
-  const bool front = p.fused_front && MoeCudaFrontFits(m, e) &&
-                     p.route_path == MoeCudaPath::kAuto && p.sort_path == MoeCudaPath::kAuto;
+  const bool front = p.fused_front && MoeCudaFrontFits(m) && p.route_path == MoeCudaPath::kAuto &&
+                     p.sort_path == MoeCudaPath::kAuto;
   if (!front) EnqueueRoute(rp, nullptr, p.route_path, stream);
   const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter));
   const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
