@@ -14,6 +14,24 @@
 
 namespace flashserve::kernels {
 
+namespace {
+
+// The median of the elapsed times between events 2i and 2i + 1 (completed), in microseconds;
+// destroys the events.
+double MedianPairMicros(std::vector<cudaEvent_t>& ev) {
+  std::vector<double> us(ev.size() / 2);
+  for (size_t i = 0; i < us.size(); ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    us[i] = 1000.0 * ms;
+  }
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+
 double MedianEventMicros(int warmup, int iters, const std::function<void()>& launch,
                          cudaStream_t stream) {
   CHECK(iters >= 1) << "MedianEventMicros: iters " << iters;
@@ -26,15 +44,7 @@ double MedianEventMicros(int warmup, int iters, const std::function<void()>& lau
     CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
   }
   CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> us(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return MedianPairMicros(ev);
 }
 
 namespace {
@@ -70,15 +80,7 @@ double MedianQueuedEventMicros(int warmup, int iters, const std::function<void()
   if (host_us != nullptr) {
     *host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
   }
-  std::vector<double> us(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = 1000.0 * ms;
-  }
-  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return MedianPairMicros(ev);
 }
 
 double MeasureD2dCopyGbps(size_t bytes, int iters) {

@@ -26,6 +26,7 @@
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/stream_load.cuh"
+#include "kernels/gemm/cuda/float_linear_gemm.cuh"
 
 namespace flashserve::kernels::float_gemv {
 
@@ -36,17 +37,9 @@ inline constexpr int kChunk = 8;           // elements per lane step
 inline constexpr int kUnroll = 4;          // chunks in flight per lane
 inline constexpr int kMaxM = 4;            // x rows
 
-struct GemvArgs {
-  const void* x = nullptr;  // uint16_t (bf16) or float, 16-byte aligned rows
-  const void* w = nullptr;  // uint16_t (bf16) or float, 16-byte aligned rows
-  const float* bias = nullptr;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t x_stride = 0, x_group_stride = 0;
-  int64_t w_group_stride = 0;
-  int64_t y_stride = 0, y_group_stride = 0;
-  uint16_t* y_bf16 = nullptr;
-  float* y_f32 = nullptr;
-};
+// The mma.sync kernel's argument block (the launcher fills one for every kernel); this kernel
+// reads the operands, dims, strides, bias and outputs (x rows 16-byte aligned, validated).
+using GemvArgs = float_gemm_device::GemmArgs;
 
 // Chunk of 8 elements as fp32: bf16 (one 16-byte word) or fp32 (two).
 template <typename T>

@@ -39,27 +39,31 @@ static_assert(float_gemv::kRows == kFloatLinearCudaGemvCols);
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Calls f(TX{}, TW{}) with the element types of x and W (uint16_t: bf16).
+template <typename F>
+void ForOperandTypes(bool x_f32, bool w_f32, F&& f) {
+  if (x_f32) {
+    if (w_f32) {
+      f(float{}, float{});
+    } else {
+      f(float{}, uint16_t{});
+    }
+  } else {
+    if (w_f32) {
+      f(uint16_t{}, float{});
+    } else {
+      f(uint16_t{}, uint16_t{});
+    }
+  }
+}
+
 template <typename TX, typename TW>
-void LaunchGemv(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
+void LaunchGemv(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,
                 cudaStream_t stream) {
-  float_gemv::GemvArgs g;
-  g.x = p.x_f32 != nullptr ? static_cast<const void*>(p.x_f32) : p.x_bf16;
-  g.w = p.w_f32 != nullptr ? static_cast<const void*>(p.w_f32) : p.w_bf16;
-  g.bias = p.bias;
-  g.m = p.m;
-  g.n = p.n;
-  g.k = p.k;
-  g.x_stride = p.x_stride;
-  g.x_group_stride = p.x_group_stride;
-  g.w_group_stride = p.w_group_stride;
-  g.y_stride = p.y_stride;
-  g.y_group_stride = p.y_group_stride;
-  g.y_bf16 = p.y_bf16;
-  g.y_f32 = p.y_f32;
-  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
-  if (p.m == 1) {
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(groups));
+  if (g.m == 1) {
     float_gemv::FloatLinearGemvKernel<TX, TW, 1><<<grid, float_gemv::kThreads, 0, stream>>>(g);
-  } else if (p.m == 2) {
+  } else if (g.m == 2) {
     float_gemv::FloatLinearGemvKernel<TX, TW, 2><<<grid, float_gemv::kThreads, 0, stream>>>(g);
   } else {
     float_gemv::FloatLinearGemvKernel<TX, TW, 4><<<grid, float_gemv::kThreads, 0, stream>>>(g);
@@ -234,37 +238,19 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
   if (plan.splits > 1) g.partial = static_cast<float*>(p.workspace);
 
   if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // M <= 4, aligned x rows (validated)
-    if (x_f32) {
-      if (w_f32) {
-        LaunchGemv<float, float>(p, plan, stream);
-      } else {
-        LaunchGemv<float, uint16_t>(p, plan, stream);
-      }
-    } else {
-      if (w_f32) {
-        LaunchGemv<uint16_t, float>(p, plan, stream);
-      } else {
-        LaunchGemv<uint16_t, uint16_t>(p, plan, stream);
-      }
-    }
+    ForOperandTypes(x_f32, w_f32, [&](auto tx, auto tw) {
+      LaunchGemv<decltype(tx), decltype(tw)>(g, plan, p.groups, stream);
+    });
     return absl::OkStatus();
   }
   if (plan.tile_rows == kFloatLinearCudaSwapRows) {  // bf16 x and W, TMA-able x (validated)
     RETURN_IF_ERROR(LaunchSwap(p, g, plan, stream));
   } else if (plan.tile_rows == kFloatLinearCudaWgmmaRows) {  // bf16 x and W (validated)
     LaunchWgmma(p, g, plan, stream);
-  } else if (x_f32) {
-    if (w_f32) {
-      Dispatch<float, float>(g, plan, p.groups, stream);
-    } else {
-      Dispatch<float, uint16_t>(g, plan, p.groups, stream);
-    }
   } else {
-    if (w_f32) {
-      Dispatch<uint16_t, float>(g, plan, p.groups, stream);
-    } else {
-      Dispatch<uint16_t, uint16_t>(g, plan, p.groups, stream);
-    }
+    ForOperandTypes(x_f32, w_f32, [&](auto tx, auto tw) {
+      Dispatch<decltype(tx), decltype(tw)>(g, plan, p.groups, stream);
+    });
   }
 
   if (plan.splits > 1) {
