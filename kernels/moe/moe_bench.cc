@@ -510,7 +510,7 @@ int Main(int argc, char** argv) {
       "(0 = "
       "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "
       "auto, 1 small, 2 large); fused front %d (route + permute in one block up to %ld tokens; "
-      "front_us times it where it applies)\n",
+      "front_us times it where it applies, 0.0 elsewhere)\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
       o.gather_slots ? 1 : 0, static_cast<int>(o.route_path), static_cast<int>(o.sort_path),
       o.front ? 1 : 0, static_cast<long>(kMoeCudaFrontMaxTokens));

@@ -193,6 +193,20 @@ TEST(MoeGpuSharedTest, FusedAndSeparateAgreeWithoutSplitK) {
 // combine: y must be byte-identical to the in-order call, on the legacy stream, on a created
 // stream and in a captured graph replayed several times (the fork / join events inside it), at a
 // decode size and a size with many tiles.
+// Gate logits in [-2, 2) for E 8 and bf16 x in [-1, 1) from a 64-bit LCG seeded with `seed`.
+void LayerInputs(int64_t m, int64_t dim, uint64_t seed, std::vector<float>* logits,
+                 std::vector<uint16_t>* x) {
+  logits->resize(m * 8);
+  x->resize(m * dim);
+  uint64_t r = seed;
+  auto next = [&r] {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(r >> 11) / 9007199254740992.0;
+  };
+  for (float& v : *logits) v = static_cast<float>(4.0 * next() - 2.0);
+  for (uint16_t& v : *x) v = FloatToBf16Bits(static_cast<float>(2.0 * next() - 1.0));
+}
+
 TEST(MoeGpuSharedTest, ConcurrentSharedExpertGivesTheInOrderBytes) {
   FS_SKIP_WITHOUT_GPU();
   moe_test::LayerSpec spec;  // E 8, D 256, I 128
@@ -200,15 +214,9 @@ TEST(MoeGpuSharedTest, ConcurrentSharedExpertGivesTheInOrderBytes) {
   constexpr int64_t kD = 256, kIs = 256, kTopK = 2;
   const auto fused = moe_test::UploadSharedExpert(moe_test::RandomSharedExpert(kD, kIs, 17), true);
   for (int64_t m : {int64_t{1}, int64_t{300}}) {
-    std::vector<float> logits(m * 8);
-    std::vector<uint16_t> x(m * kD);
-    uint64_t r = 99 + m;
-    auto next = [&r] {
-      r = r * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<double>(r >> 11) / 9007199254740992.0;
-    };
-    for (float& v : logits) v = static_cast<float>(4.0 * next() - 2.0);
-    for (uint16_t& v : x) v = FloatToBf16Bits(static_cast<float>(2.0 * next() - 1.0));
+    std::vector<float> logits;
+    std::vector<uint16_t> x;
+    LayerInputs(m, kD, 99 + m, &logits, &x);
     DeviceBuffer dl = ToDevice(logits), dx = ToDevice(x);
     DeviceBuffer ws(*MoeCudaWorkspaceBytes(dev->view, m, kTopK, &fused->view));
     DeviceBuffer y_seq(m * kD * 2), y_con(m * kD * 2);
@@ -276,15 +284,9 @@ TEST(MoeGpuSharedTest, CallerForkedSharedExpertWithReadyEvent) {
   constexpr int64_t kD = 256, kIs = 256, kTopK = 2;
   const auto fused = moe_test::UploadSharedExpert(moe_test::RandomSharedExpert(kD, kIs, 23), true);
   for (int64_t m : {int64_t{1}, int64_t{40}}) {
-    std::vector<float> logits(m * 8);
-    std::vector<uint16_t> x(m * kD);
-    uint64_t r = 7 + m;
-    auto next = [&r] {
-      r = r * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<double>(r >> 11) / 9007199254740992.0;
-    };
-    for (float& v : logits) v = static_cast<float>(4.0 * next() - 2.0);
-    for (uint16_t& v : x) v = FloatToBf16Bits(static_cast<float>(2.0 * next() - 1.0));
+    std::vector<float> logits;
+    std::vector<uint16_t> x;
+    LayerInputs(m, kD, 7 + m, &logits, &x);
     DeviceBuffer dl = ToDevice(logits), dx = ToDevice(x);
     DeviceBuffer ws(*MoeCudaWorkspaceBytes(dev->view, m, kTopK, &fused->view));
     DeviceBuffer sws(*MoeSharedExpertWorkspaceBytes(fused->view, m));

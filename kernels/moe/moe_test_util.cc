@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <span>
 
 #include "common/base/check.h"
@@ -183,6 +184,21 @@ bool RouteIsClear(const float* logits, int64_t n_experts, const float* bias, con
     if (b[i] - b[i + 1] <= 1e-5 * std::max(1.0, std::fabs(b[i]))) return false;
   }
   return true;
+}
+
+std::vector<float> ClearRouteLogits(int64_t m, int64_t n_experts, const float* bias,
+                                    const float* bias_vl, const uint8_t* is_image,
+                                    const MoeOptions& o, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  std::vector<float> logits(m * n_experts);
+  for (int64_t t = 0; t < m; ++t) {
+    float* row = logits.data() + t * n_experts;
+    do {
+      for (int64_t e = 0; e < n_experts; ++e) row[e] = normal(rng);
+    } while (!RouteIsClear(row, n_experts, is_image[t] != 0 ? bias_vl : bias, o));
+  }
+  return logits;
 }
 
 std::vector<float> ClearRoutingActivations(const PreparedLinear& gate, const float* bias,

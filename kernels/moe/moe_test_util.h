@@ -77,6 +77,11 @@ std::vector<float> GateLogits(const PreparedLinear& gate, const std::vector<uint
 // separated by more than 1e-5 relative: then the fp32 CPU and GPU recipes, which differ by an
 // ulp at most, rank them identically.
 bool RouteIsClear(const float* logits, int64_t n_experts, const float* bias, const MoeOptions& o);
+// fp32 [m, E] logits drawn N(0, 3²) from mt19937(seed), each token's row redrawn until its
+// route is clear (RouteIsClear) under its bias (bias_vl where is_image[t] != 0).
+std::vector<float> ClearRouteLogits(int64_t m, int64_t n_experts, const float* bias,
+                                    const float* bias_vl, const uint8_t* is_image,
+                                    const MoeOptions& o, uint32_t seed);
 // Redraws activation rows (RealisticActivations with other seeds) until every token's route is
 // clear under its bias (bias_vl for image tokens); returns the logits of the final x.
 std::vector<float> ClearRoutingActivations(const PreparedLinear& gate, const float* bias,
