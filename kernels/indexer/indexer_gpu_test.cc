@@ -391,6 +391,18 @@ TEST(IndexerGpuTest, ScoresFromRowsFallbacks) {
     SpreadBlocks(c.k, 128, 4, 2, 1);
     CheckRowScores(c, 0, /*qdq=*/true);
   }
+  {  // folding at its limits: keys spanning exactly 3 binades (the largest folded span: codes
+     // shifted by up to 3) beside unspread keys; q heads spanning 3 binades across blocks (plus
+     // the FP4 grid's 3 within a block: top − min = 6, the largest folded head) beside unspread
+     // heads; then every key folded with nonzero shifts under an all-folded q (the fast path)
+    ScoreCase c = RandomScoreCase(rng, 3, 32, 128, 2500 - 3, 1);
+    SpreadBlocks(c.k, 128, 1, 2, 0);
+    SpreadBlocks(c.q, 128, 1, 2, 1);
+    EXPECT_EQ(CheckRowScores(c, 0, /*qdq=*/true), 0) << "folded spans are exact";
+    ScoreCase all = RandomScoreCase(rng, 1, 32, 128, 3000 - 1, 1);
+    SpreadBlocks(all.k, 128, 1);
+    EXPECT_EQ(CheckRowScores(all, 0, /*qdq=*/true), 0);
+  }
   for (const int kshift : {-110, -90, 60, 70, 118}) {  // tiny and huge key scales
     ScoreCase c = RandomScoreCase(rng, 2, 32, 128, 1000 - 2, 1);
     ScaleBf16(c.k, kshift, 0, 4 * 128, 128);  // every 4th key

@@ -19,6 +19,14 @@
 //   the key's span against the head's budget. Failing dot products ("fallbacks") are recomputed in
 //   the CPU's order from the decoded key (counted in cuda_rechecks).
 // - Then the CPU's bf16 rounding, ReLU, × w and head sum from +0 ascending.
+// - Folding (session 20): where a head's q values are all multiples of 2^min_q below 2^(min_q + 7)
+//   its int8 bytes are v / 2^min_q (the block shifts inside the bytes, dq = 0); where a key's
+//   block span is <= 3 its int8 codes are shifted by their block's exponent above min_k (|m|·8 <=
+//   96, dk = 0). The values and so S are unchanged. When every head of the row and every key of
+//   the warp's tile is folded (warp-uniform), S comes straight out of one accumulating mma chain
+//   over the 4 blocks: no per-(key, head, block) shift-and-add. Otherwise the shift-combine runs
+//   with the zero shifts of the folded side. Likewise the per-(key, head) budget compare is
+//   skipped when the warp's largest key span is within the row's smallest budget.
 //
 // Layout: a CTA of kMmaWarps warps holds the q of up to kMmaRows rows of the call (int8, fragment
 // order) and walks tiles of kMmaTileKeys keys, grid-stride (one wave of resident CTAs, so q is
@@ -44,10 +52,11 @@ inline constexpr int kMmaHeads = 32;
 inline constexpr int kMmaDim = 128;
 inline constexpr int kMmaRows = 8;  // rows of the call per CTA (keys read once per 8 rows)
 inline constexpr int kMmaWarps = 4;
-// Batched decode rows: at most 170 registers per thread, so 3 CTAs (12 warps) fit an SM (the
-// per-tile key loads are latency-bound; more resident warps hide more of them). The 8-row kernel
-// stays unbounded (224 registers, 2 CTAs per SM; bounding it to 170 spilled).
-inline constexpr int kMmaMinCtasPerSm = 3;
+// Batched decode rows: compiled for 2 CTAs per SM (<= 255 registers, ptxas takes 233), like the
+// 8-row kernel (unbounded, 223). Until session 20 the bound was 3 CTAs (<= 168 registers): since
+// the folded fast path it spilled 32 bytes there and ran 2–4 % slower (bench_indexer batch_score 8
+// × 65,536: 57.2–57.7 µs at 3 against 55.0–55.1 at 2; 64 × 65,536: 347.6 against 341.2).
+inline constexpr int kMmaMinCtasPerSm = 2;
 inline constexpr int kMmaThreads = 32 * kMmaWarps;
 inline constexpr int kMmaWarpKeys = 32;
 inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;
@@ -59,14 +68,26 @@ inline constexpr int kI8Blocks = kMmaDim / 32;               // 32-blocks of d p
 inline constexpr int kI8RowBytes = kMmaDim / 2 + kI8Blocks;  // one FP4 key row (68)
 inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;    // int8 q of one row
 inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;      // dq, min_q, budget, w
+inline constexpr int kI8RowInfoBytes = 16;                   // the row's reach (int64) + padding
 inline constexpr int kI8SpanBad = 255;                       // a key that always falls back
+inline constexpr int kI8FoldSpanK = 3;  // key scale spans folded into the int8 codes (12·2^3 < 128)
 // Exponent ranges that keep Eref = min_q + min_k in [−149, 100].
 inline constexpr int kI8MinQLo = -49, kI8MinQHi = 40;
 inline constexpr int kI8MinKLo = -100, kI8MinKHi = 60;  // UE8M0 bytes 28 .. 188
 
 inline size_t ScoreInt8SmemBytes(int rows) {
-  return static_cast<size_t>(rows) * (kI8QFragBytes + kI8HeadInfoBytes) +
+  return static_cast<size_t>(rows) * (kI8QFragBytes + kI8HeadInfoBytes + kI8RowInfoBytes) +
          static_cast<size_t>(kMmaWarps) * (kMmaVBytes + kMmaQueue * 2);
+}
+
+// d += A·B (s8·s8 → s32).
+__device__ __forceinline__ void MmaS8Acc(uint32_t (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void MmaS8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -86,16 +107,20 @@ __device__ __forceinline__ uint32_t E2m1x4ToS8(uint32_t h) {
   return __byte_perm(pos, neg, 0x3210u | ((h >> 1) & 0x4444u));
 }
 
-// fp32 bits whose upper half is bf16(x), round to nearest even: FloatToBf16 without its NaN branch
-// (subnormal and overflowing x included; no reliance on the conversion instructions' FTZ rules).
-__device__ __forceinline__ uint32_t RneBf16High(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  return bits + 0x7FFFu + ((bits >> 16) & 1u);
+// Four int8 lanes each shifted left by f (0 .. 3; no lane overflows: |m| <= 12): the bits a
+// lane pushes into its upper neighbour are cleared by the mask.
+__device__ __forceinline__ uint32_t ShiftS8x4(uint32_t x, uint32_t f) {
+  return (x << f) & (0x01010101u * ((0xFFu << f) & 0xFFu));
 }
 
-// {hi: bf16(a), lo: bf16(b)} for non-NaN a, b.
-__device__ __forceinline__ uint32_t PackBf16x2(float a, float b) {
-  return __byte_perm(RneBf16High(b), RneBf16High(a), 0x7632);
+// {hi: bf16(hi), lo: bf16(lo)}, each rounded to nearest even — FloatToBf16 for every non-NaN
+// value, subnormals and overflow to inf included (cvt.rn.bf16x2.f32 has no .ftz: subnormal inputs
+// and results are kept; the GPU tests' tiny-scale cases produce them). One instruction for two
+// values; the integer form (bits + 0x7FFF + lsb) took three per value.
+__device__ __forceinline__ uint32_t CvtBf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
 }
 
 __device__ __forceinline__ float LowBf16(uint32_t w) { return __uint_as_float(w << 16); }
@@ -156,19 +181,24 @@ __device__ __forceinline__ void PrepareQHeadQuad(const uint16_t* qh, float wv,
   }
   const bool nz = lo <= hi;           // a nonzero block; lo = its exponent
   if (nz && hi - lo > 6) ok = false;  // |m| would exceed 127
-  int min_q = nz ? lo : kNone, max_q = nz ? lo : -kNone;
+  int min_q = nz ? lo : kNone, max_q = nz ? lo : -kNone, top_q = nz ? hi : -kNone;
   int ok_all = ok ? 1 : 0;
 #pragma unroll
   for (int o = 1; o < kI8Blocks; o *= 2) {
     ok_all &= __shfl_xor_sync(0xFFFFFFFFu, ok_all, o);
     min_q = min(min_q, __shfl_xor_sync(0xFFFFFFFFu, min_q, o));
     max_q = max(max_q, __shfl_xor_sync(0xFFFFFFFFu, max_q, o));
+    top_q = max(top_q, __shfl_xor_sync(0xFFFFFFFFu, top_q, o));
   }
   ok = ok_all != 0;
-  if (min_q > max_q) min_q = max_q = 0;  // an all-zero head
+  if (min_q > max_q) min_q = max_q = top_q = 0;  // an all-zero head
   if (min_q < kI8MinQLo || min_q > kI8MinQHi || max_q - min_q > 24) ok = false;
+  // Folded: every value of the head is an integer multiple of 2^min_q below 2^(top_q + 1), so
+  // v / 2^min_q fits int8 when top_q − min_q <= 6; the bytes then carry the block shifts and dq is
+  // 0 (the same value per d: the block's integer P_b comes out already shifted).
+  const bool fold = ok && top_q - min_q <= 6;
   int mq = 0;
-  uint32_t dq = nz && ok ? static_cast<uint32_t>(lo - min_q) << (8 * c) : 0u;
+  uint32_t dq = nz && ok && !fold ? static_cast<uint32_t>(lo - min_q) << (8 * c) : 0u;
   const int j = (head % 8) / 2, gg = 2 * (head / 8) + head % 2;
 #pragma unroll 4
   for (int d = 0; d < 32; ++d) {
@@ -181,7 +211,8 @@ __device__ __forceinline__ void PrepareQHeadQuad(const uint16_t* qh, float wv,
       const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;
       const int tz = __ffs(static_cast<int>(sig)) - 1;
       m = static_cast<int>(sig >> tz) << (x + tz - lo);
-      mq = max(mq, m);
+      mq = max(mq, m);  // the budget's Mq: per block, unfolded
+      if (fold) m <<= lo - min_q;
       if ((b & 0x8000u) != 0) m = -m;
     }
     // d = 8t + i within the block: lane (gg, t), register i / 4, byte i % 4.
@@ -230,12 +261,12 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
   int* minq_s = reinterpret_cast<int*>(dq_s + rows_cap * kMmaHeads);
   int* budget_s = minq_s + rows_cap * kMmaHeads;
   float* w_s = reinterpret_cast<float*>(budget_s + rows_cap * kMmaHeads);
-  unsigned char* v_s =
-      reinterpret_cast<unsigned char*>(w_s + rows_cap * kMmaHeads) + warp * kMmaVBytes;
+  int64_t* reach_s = reinterpret_cast<int64_t*>(w_s + rows_cap * kMmaHeads);  // [row], stride 2
+  unsigned char* const warp_base =
+      reinterpret_cast<unsigned char*>(reach_s) + rows_cap * kI8RowInfoBytes;
+  unsigned char* v_s = warp_base + warp * kMmaVBytes;
   uint16_t* queue =
-      reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(w_s + rows_cap * kMmaHeads) +
-                                  kMmaWarps * kMmaVBytes) +
-      warp * kMmaQueue;
+      reinterpret_cast<uint16_t*>(warp_base + kMmaWarps * kMmaVBytes) + warp * kMmaQueue;
   const int64_t groups = (p.tokens + kRows - 1) / kRows;
   unsigned long long fallbacks = 0;
 
@@ -259,6 +290,7 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
     const int64_t tiles = (width + kMmaTileKeys - 1) / kMmaTileKeys;
     if (blockIdx.x >= tiles) continue;  // uniform: a short row leaves this CTA nothing to do
     __syncthreads();                    // the previous group's readers are done
+    if (tid < nrows) reach_s[2 * tid] = reach_of(row0 + tid);  // once per group, not per tile
     // A lane quad per (row, head), a lane per 32-block of d: nrows · 128 = a multiple of the
     // block, so every warp runs the quad shuffles whole.
     for (int i = tid; i < nrows * kMmaHeads * kI8Blocks; i += kMmaThreads) {
@@ -282,33 +314,39 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
           asm volatile("prefetch.global.L2 [%0];" ::"l"(row + kI8RowBytes - 1));
         }
       }
-      if (wk0 >= reach_of(row0 + nrows - 1)) {  // no row sees these keys
+      if (wk0 >= reach_s[2 * (nrows - 1)]) {  // no row sees these keys (reaches ascend)
         for (int r = 0; r < nrows; ++r) {
           if (wk0 + lane < width) p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
         }
         continue;
       }
-      // Key slot kk = 2·mt + half is key wk0 + 16·mt + 8·half + g. a[kk][c]: its int8 codes of
-      // block c, d = 8t .. 8t + 3 (x) and 8t + 4 .. 8t + 7 (y).
-      uint2 a[4][kI8Blocks];
-      uint32_t dk[4];  // byte c: block c's exponent above min_k
-      int span_k[4];
-      float pk[4];  // 2^min_k (an ok key's min_k is in [−100, 60]: a normal fp32 power of two)
+      // Key slot kk = 2·mt + half is key wk0 + 16·mt + 8·half + g = wk0 + 8·kk + g. a[kk][c]: its
+      // int8 codes of block c, d = 8t .. 8t + 3 (x) and 8t + 4 .. 8t + 7 (y).
+      uint32_t words[4][kI8Blocks];
+      uint32_t nzq = 0;  // bit 4·kk + c: block c of slot kk holds a nonzero code
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const int64_t key = wk0 + 16 * (kk / 2) + 8 * (kk % 2) + g;
-        uint32_t words[kI8Blocks], scales = 0, nz = 0;
+        const int64_t key = wk0 + 8 * kk + g;
         const uint32_t* row = reinterpret_cast<const uint32_t*>(keys + key * p.k_row_stride);
 #pragma unroll
-        for (int c = 0; c < kI8Blocks; ++c) words[c] = key < width ? __ldg(row + 4 * c + t) : 0u;
-        if (key < width) scales = __ldg(row + kMmaDim / 8);
-#pragma unroll
         for (int c = 0; c < kI8Blocks; ++c) {
-          a[kk][c] = make_uint2(E2m1x4ToS8(words[c] & 0xFFFFu), E2m1x4ToS8(words[c] >> 16));
-          nz |= (words[c] & 0x77777777u) != 0 ? 1u << c : 0u;
+          words[kk][c] = key < width ? __ldg(row + 4 * c + t) : 0u;
+          nzq |= (words[kk][c] & 0x77777777u) != 0 ? 1u << (4 * kk + c) : 0u;
         }
-        nz |= __shfl_xor_sync(0xFFFFFFFFu, nz, 1);
-        nz |= __shfl_xor_sync(0xFFFFFFFFu, nz, 2);
+      }
+      nzq |= __shfl_xor_sync(0xFFFFFFFFu, nzq, 1);  // the quad holds all 32 codes of a block
+      nzq |= __shfl_xor_sync(0xFFFFFFFFu, nzq, 2);
+      // The scale analysis of key wk0 + lane (slot lane / 8 of quad lane % 8), once per key.
+      uint32_t info_sh, info_lo;  // shifts (byte c) | 0x80: folded; min_k (byte 0) | span << 8
+      int keys_span;
+      {
+        const int64_t key = wk0 + lane;
+        const uint32_t nz =
+            (__shfl_sync(0xFFFFFFFFu, nzq, 4 * (lane % 8)) >> (4 * (lane / 8))) & 0xFu;
+        const uint32_t scales =
+            key < width ? __ldg(reinterpret_cast<const uint32_t*>(keys + key * p.k_row_stride) +
+                                kMmaDim / 8)
+                        : 0u;
         int lo = 1 << 20, hi = -(1 << 20);
         bool ok = true;
 #pragma unroll
@@ -322,37 +360,58 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         }
         if (lo > hi) lo = hi = 0;  // every code zero: the dot products are ±0
         if (lo < kI8MinKLo || hi > kI8MinKHi) ok = false;
-        uint32_t d = 0;
+        uint32_t sh = 0;  // byte c: block c's exponent above min_k (<= 24 on an ok key)
 #pragma unroll
         for (int c = 0; c < kI8Blocks; ++c) {
           const int s = static_cast<int>((scales >> (8 * c)) & 0xFFu);
-          if (ok && ((nz >> c) & 1u)) d |= static_cast<uint32_t>(s - 128 - lo) << (8 * c);
+          if (ok && ((nz >> c) & 1u)) sh |= static_cast<uint32_t>(s - 128 - lo) << (8 * c);
         }
-        dk[kk] = d;
-        pk[kk] = Pow2(lo);
-        span_k[kk] = ok ? hi - lo : kI8SpanBad;
+        // Folded (span <= 3): |m|·2^(s_b − 128 − min_k) <= 12·8 fits int8, so the block shifts go
+        // into the codes and the key's dk is 0.
+        const int span = ok ? hi - lo : kI8SpanBad;
+        info_sh = sh | (ok && hi - lo <= kI8FoldSpanK ? 0x80u : 0u);
+        info_lo = (static_cast<uint32_t>(ok ? lo : 0) & 0xFFu) | static_cast<uint32_t>(span) << 8;
+        keys_span = __reduce_max_sync(0xFFFFFFFFu, span);
       }
+      uint2 a[4][kI8Blocks];
+      uint32_t dk[4];      // byte c: block c's exponent above min_k (0 where folded)
+      uint32_t spans = 0;  // byte kk: the key's exponent span (kI8SpanBad: always falls back)
+      float pk[4];  // 2^min_k (an ok key's min_k is in [−100, 60]: a normal fp32 power of two)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t ish = __shfl_sync(0xFFFFFFFFu, info_sh, 8 * kk + g);
+        const uint32_t ilo = __shfl_sync(0xFFFFFFFFu, info_lo, 8 * kk + g);
+        const bool fold = (ish & 0x80u) != 0;
+        const uint32_t sh = ish & 0xFFFFFF7Fu;
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) {
+          const uint32_t f = fold ? (sh >> (8 * c)) & 0xFFu : 0u;
+          a[kk][c] = make_uint2(ShiftS8x4(E2m1x4ToS8(words[kk][c] & 0xFFFFu), f),
+                                ShiftS8x4(E2m1x4ToS8(words[kk][c] >> 16), f));
+        }
+        dk[kk] = fold ? 0u : sh;
+        pk[kk] = Pow2(static_cast<int>(static_cast<int8_t>(ilo & 0xFFu)));
+        spans |= ((ilo >> 8) & 0xFFu) << (8 * kk);
+      }
+      const uint32_t keys_shift = dk[0] | dk[1] | dk[2] | dk[3];  // 0: this lane's keys folded
 
       for (int r = 0; r < nrows; ++r) {
         const int64_t row = row0 + r;
-        const int64_t reach = reach_of(row);
+        const int64_t reach = reach_s[2 * r];
         uint16_t* out = p.scores + row * p.scores_stride;
         if (wk0 >= reach) {  // warp-uniform
           if (wk0 + lane < width) out[wk0 + lane] = kBf16NegInf;
           continue;
         }
-        // Heads 8t .. 8t + 7 of this lane: exponent shifts, min_q, budget, w.
-        uint32_t dq[8];
-        int budget[8];
+        // Heads 8t .. 8t + 7 of this lane: min_q, w (their shifts and budgets are read where
+        // the rarer paths need them).
+        const int hi0 = r * kMmaHeads + 8 * t;
         float pq[8];  // 2^min_q (garbage where the head always falls back: never used)
         float wv[8];
 #pragma unroll
         for (int hh = 0; hh < 8; ++hh) {
-          const int i = r * kMmaHeads + 8 * t + hh;
-          dq[hh] = dq_s[i];
-          pq[hh] = Pow2(minq_s[i]);
-          budget[hh] = budget_s[i];
-          wv[hh] = w_s[i];
+          pq[hh] = Pow2(minq_s[hi0 + hh]);
+          wv[hh] = w_s[hi0 + hh];
         }
         uint32_t acc[2][4][4];  // S per (mt, n-tile, element), int32 as wrapping uint32
 #pragma unroll
@@ -364,56 +423,92 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
           }
         }
         const uint2* qf = reinterpret_cast<const uint2*>(q_frag + r * kI8QFragBytes);
+        // Warp-uniform: with every head of the row and every key of the warp folded, all shifts
+        // are 0 and each (key, head) sum S comes straight out of one mma chain over the blocks.
+        if (__all_sync(0xFFFFFFFFu, (dq_s[r * kMmaHeads + lane] | keys_shift) == 0u)) {
 #pragma unroll
-        for (int c = 0; c < kI8Blocks; ++c) {
+          for (int c = 0; c < kI8Blocks; ++c) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const uint2 b = qf[(c * 4 + j) * 32 + lane];
+            for (int j = 0; j < 4; ++j) {
+              const uint2 b = qf[(c * 4 + j) * 32 + lane];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              const uint2& k0 = a[2 * mt][c];
-              const uint2& k1 = a[2 * mt + 1][c];
-              int part[4];
-              MmaS8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+              for (int mt = 0; mt < 2; ++mt) {
+                const uint2& k0 = a[2 * mt][c];
+                const uint2& k1 = a[2 * mt + 1][c];
+                MmaS8Acc(acc[mt][j], k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+              }
+            }
+          }
+        } else {
+          uint32_t dq[8];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int kk = 2 * mt + e / 2, hh = 2 * j + e % 2;
-                // dq, dk bytes are <= 24 each on the exact path (no carries between bytes); a
-                // failing pair's garbage is never used.
-                const uint32_t sh = ((dq[hh] + dk[kk]) >> (8 * c)) & 31u;
-                acc[mt][j][e] += static_cast<uint32_t>(part[e]) << sh;
+          for (int hh = 0; hh < 8; ++hh) dq[hh] = dq_s[hi0 + hh];
+#pragma unroll
+          for (int c = 0; c < kI8Blocks; ++c) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint2 b = qf[(c * 4 + j) * 32 + lane];
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt) {
+                const uint2& k0 = a[2 * mt][c];
+                const uint2& k1 = a[2 * mt + 1][c];
+                int part[4];
+                MmaS8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int kk = 2 * mt + e / 2, hh = 2 * j + e % 2;
+                  // dq, dk bytes are <= 24 each on the exact path (no carries between bytes); a
+                  // failing pair's garbage is never used.
+                  const uint32_t sh = ((dq[hh] + dk[kk]) >> (8 * c)) & 31u;
+                  acc[mt][j][e] += static_cast<uint32_t>(part[e]) << sh;
+                }
               }
             }
           }
         }
+        // Warp-uniform: every key's span within every head's budget (the usual case) leaves no
+        // (key, head) pair to recompute.
         uint32_t fail = 0, visible = 0;
+        if (keys_span > __reduce_min_sync(0xFFFFFFFFu, budget_s[r * kMmaHeads + lane])) {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (int hh = 0; hh < 8; ++hh) {
+              const int span = static_cast<int>((spans >> (8 * kk)) & 0xFFu);
+              fail |= (span <= budget_s[hi0 + hh] ? 0u : 1u) << (8 * kk + hh);
+            }
+          }
+        }
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const int mt = kk / 2, half = kk % 2;
           const int key_local = 16 * mt + 8 * half + g;
           if (Visible(p, row, reach, wk0 + key_local)) visible |= 0xFFu << (8 * kk);
-          float v[8];
+          uint32_t packed[4];  // bf16 head terms 8t + 2i (low half) and 8t + 2i + 1 (high)
 #pragma unroll
-          for (int hh = 0; hh < 8; ++hh) {
-            const int s = static_cast<int>(acc[mt][hh / 2][2 * half + hh % 2]);
-            const bool ok = span_k[kk] <= budget[hh];
-            fail |= (ok ? 0u : 1u) << (8 * kk + hh);
-            // On the exact path |s| < 2^24, min_q in [−49, 40], min_k in [−100, 60]: s is an fp32
-            // value, s·2^min_q lies in [2^-49, 2^64) (exact), and s·2^(min_q + min_k) = s·2^Eref is
-            // an fp32 value (a multiple of 2^-149 below 2^(Eref + 24)), so both products are exact
-            // and equal the previous one-scale form bit for bit (no FTZ). Failing pairs' values
-            // (possibly inf / NaN) are overwritten by their recomputation (or never shown).
-            const float dot = __fmul_rn(__fmul_rn(__int2float_rn(s), pq[hh]), pk[kk]);
-            const uint32_t hb = RneBf16High(dot);
-            const float relu = fmaxf(__uint_as_float(hb & 0xFFFF0000u), 0.0f);
-            v[hh] = __fmul_rn(wv[hh], relu);  // a ±0 term does not change the head sum
+          for (int i = 0; i < 4; ++i) {
+            float dot[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int hh = 2 * i + e;
+              const int s = static_cast<int>(acc[mt][hh / 2][2 * half + hh % 2]);
+              // On the exact path |s| < 2^24, min_q in [−49, 40], min_k in [−100, 60]: s is an fp32
+              // value, s·2^min_q lies in [2^-49, 2^64) (exact), and s·2^(min_q + min_k) = s·2^Eref
+              // is an fp32 value (a multiple of 2^-149 below 2^(Eref + 24)), so both products are
+              // exact and equal the previous one-scale form bit for bit (no FTZ). Failing pairs'
+              // values (possibly inf / NaN) are overwritten by their recomputation (or never
+              // shown).
+              dot[e] = __fmul_rn(__fmul_rn(__int2float_rn(s), pq[hh]), pk[kk]);
+            }
+            // bf16(qk) (round to nearest even, subnormals kept: cvt.rn without .ftz), ReLU, × w
+            // in fp32, bf16 again.
+            const uint32_t qk = CvtBf16x2(dot[0], dot[1]);
+            const float v0 = __fmul_rn(wv[2 * i], fmaxf(LowBf16(qk), 0.0f));
+            const float v1 = __fmul_rn(wv[2 * i + 1], fmaxf(HighBf16(qk), 0.0f));
+            packed[i] = CvtBf16x2(v0, v1);  // a ±0 term does not change the head sum
           }
-          uint4 packed;
-          packed.x = PackBf16x2(v[1], v[0]);
-          packed.y = PackBf16x2(v[3], v[2]);
-          packed.z = PackBf16x2(v[5], v[4]);
-          packed.w = PackBf16x2(v[7], v[6]);
-          *reinterpret_cast<uint4*>(v_s + key_local * kMmaVRowBytes + 16 * t) = packed;
+          *reinterpret_cast<uint4*>(v_s + key_local * kMmaVRowBytes + 16 * t) =
+              make_uint4(packed[0], packed[1], packed[2], packed[3]);
         }
         fail &= visible;
         if (__any_sync(0xFFFFFFFFu, fail != 0)) {
