@@ -87,12 +87,14 @@ void LaunchSplitSelect(const Source& src, int64_t tokens, const indexer_plan::Se
   constexpr int kThreads = indexer_device::kSplitThreads;
   indexer_device::SplitHistKernel<Source, 0><<<grid, kThreads, 0, stream>>>(src, ws);
   CUDA_CHECK(cudaGetLastError());
-  indexer_device::SplitHistKernel<Source, 1><<<grid, kThreads, 0, stream>>>(src, ws);
-  CUDA_CHECK(cudaGetLastError());
-  indexer_device::SplitCountKernel<Source><<<grid, kThreads, 0, stream>>>(src, ws);
-  CUDA_CHECK(cudaGetLastError());
-  indexer_device::SplitWriteKernel<Source><<<grid, kThreads, 0, stream>>>(src, ws);
-  CUDA_CHECK(cudaGetLastError());
+  // Passes 1–3 as programmatic dependents: each is scheduled while the pass before drains and
+  // waits (griddepcontrol.wait) before its first read.
+  cuda_common::LaunchPdl(indexer_device::SplitHistKernel<Source, 1>, grid, dim3(kThreads), 0,
+                         stream, src, ws);
+  cuda_common::LaunchPdl(indexer_device::SplitCountKernel<Source>, grid, dim3(kThreads), 0, stream,
+                         src, ws);
+  cuda_common::LaunchPdl(indexer_device::SplitWriteKernel<Source>, grid, dim3(kThreads), 0, stream,
+                         src, ws);
 }
 
 bool Aligned(const void* ptr, uintptr_t bytes) {

@@ -1,6 +1,8 @@
 // Device code of the split selection (indexer_launch.cu only; not a public header): one row over
 // many CTAs, for rows longer than select_plan.h's thresholds. Four kernels per call, in stream
-// order after a memset of the histograms (README.md "CUDA"):
+// order after a memset of the histograms (README.md "CUDA"); passes 1–3 are programmatic
+// dependents of the pass before (kernels/common/pdl.cuh: scheduled while it drains, they read
+// nothing before their griddepcontrol.wait):
 //   SplitHistKernel<0>  every CTA: shared histogram of the high byte of the order key over its
 //                       chunk, added into the row's global histogram (atomics)
 //   SplitHistKernel<1>  every CTA: finds the high byte's bin of the k-th key from that histogram,
@@ -16,6 +18,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
 #include "kernels/indexer/select_plan.h"
 
@@ -68,6 +71,8 @@ __device__ __forceinline__ SplitThreshold FindThreshold(const uint32_t* row_hist
 template <typename Source, int kPass>
 __global__ void __launch_bounds__(kSplitThreads) SplitHistKernel(Source src, SplitWorkspace ws) {
   constexpr int kPer = Source::kItemsPerThread;
+  cuda_common::PdlLaunchDependents();  // the next pass may be scheduled; it waits for this one
+  if constexpr (kPass == 1) cuda_common::PdlWaitPrerequisites();  // pass 0's histogram
   __shared__ uint32_t hist[256];
   for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
     const int64_t n = src.Count(row);
@@ -115,6 +120,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitHistKernel(Source src, Spl
 template <typename Source>
 __global__ void __launch_bounds__(kSplitThreads) SplitCountKernel(Source src, SplitWorkspace ws) {
   constexpr int kPer = Source::kItemsPerThread;
+  cuda_common::PdlLaunchDependents();
+  cuda_common::PdlWaitPrerequisites();  // the previous pass's histograms / counts
   for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
     const int64_t n = src.Count(row);
     const SplitThreshold th =
@@ -150,6 +157,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitCountKernel(Source src, Sp
 template <typename Source>
 __global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, SplitWorkspace ws) {
   constexpr int kPer = Source::kItemsPerThread;
+  cuda_common::PdlLaunchDependents();
+  cuda_common::PdlWaitPrerequisites();  // the previous pass's histograms / counts
   for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
     const int64_t n = src.Count(row);
     const SplitThreshold th =
