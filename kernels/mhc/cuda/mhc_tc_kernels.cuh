@@ -9,13 +9,14 @@
 // tokens through the slice's 32 chunks (chunk = 32 dims of one stream; group j = the 4 streams of
 // dims 32j..32j+31). Per chunk and n-tile (8 mixes) one chain of 6 mma (lo, mid, hi; two k16 halves
 // each) starts from zero and its result is added (fp32, round to nearest) to the accumulator, in
-// chunk order. Lane (g, q) of a warp loads 16 contiguous bytes (dims 8q..8q+7 of the chunk) of
-// tokens g and g+8, so X is read straight into the A fragments: inside a chunk the k order is
-// permuted (logical k 2q, 2q+1 <-> dims 8q + 4h, +1; 2q+8, 2q+9 <-> 8q + 4h + 2, +3 in half h),
-// and the B fragments are staged with the same permutation. Σx² is an fp32 FMA chain per lane, the
-// 4 lanes of a row combined as (q0 + q1) + (q2 + q3). Three register buffers keep two groups of X
-// (8 KB per warp, 64 KB per SM) in flight. The partial sums go to the workspace [slice][25][tokens]
-// as in the fp32 body. With pre_in, the collapse of the group's 4 streams is HcPre's exact order.
+// chunk order. Lane (g, q) of a warp loads the 16 contiguous bytes (dims 8q..8q+7 of the chunk) of
+// tokens g and g+8 as four 32-bit words each, straight into the A fragments (XGroup): inside a
+// chunk the k order is permuted (logical k 2q, 2q+1 <-> dims 8q + 4h, +1; 2q+8, 2q+9 <-> 8q + 4h +
+// 2, +3 in half h), and the B fragments are staged with the same permutation. Σx² is an fp32 FMA
+// chain per lane, the 4 lanes of a row combined as (q0 + q1) + (q2 + q3). Three register buffers
+// keep two groups of X (8 KB per warp, 64 KB per SM) in flight. The partial sums go to the
+// workspace [slice][25][tokens] as in the fp32 body. With pre_in, the collapse of the group's 4
+// streams is HcPre's exact order.
 //
 // MixesFinishLanesKernel: 16 lanes per token: slices summed in ascending order (lane e: values e
 // and 16 + e), then r and the mixes with MhcMixesCpu's operations, and the Sinkhorn tail with one
@@ -166,10 +167,39 @@ __device__ __forceinline__ uint4 LoadX8(const uint16_t* stream_row, int64_t dim,
   }
 }
 
-// One group of X in registers: [stream][row half: token g, token g + 8].
+// The 4 words (dims 8q .. 8q + 7) of one token's chunk as 32-bit loads, so that each word can land
+// in its mma A-fragment register (XGroup); LoadX8's zero fill for rows / dims outside.
+template <bool kVec>
+__device__ __forceinline__ void LoadX8Words(const uint16_t* stream_row, int64_t dim, int64_t d,
+                                            bool valid, uint32_t (&w)[4]) {
+  if constexpr (kVec) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(stream_row + d);
+    const bool in = valid && d < dim;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = in ? src[k] : 0u;
+  } else {
+    const uint4 v = LoadX8<false>(stream_row, dim, d, valid);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+}
+
+// One group of X in registers, in mma A-fragment order: q[stream][half h] = {token g word 2h,
+// token g + 8 word 2h, token g word 2h + 1, token g + 8 word 2h + 1} — the a0..a3 of the chunk's
+// k16 half h. Loaded word by word straight into these registers: with whole 16-byte rows per token
+// (the first layout) ptxas rebuilt the interleaved quad with 4 register moves before every HMMA
+// (Nsight: IMAD.MOV was 49 % of the kernel's instructions, and the first move of each group
+// waited on its loads).
 struct XGroup {
-  uint4 v[kMhcStreams][2];
+  uint32_t q[kMhcStreams][2][4];
 };
+
+// Word k (dims 8q + 2k, + 1) of token g + 8·r in stream c of the group.
+__device__ __forceinline__ uint32_t XWord(const XGroup& x, int c, int r, int k) {
+  return x.q[c][k / 2][r + 2 * (k % 2)];
+}
 
 __device__ __forceinline__ uint32_t Word(const uint4& u, int k) {
   return k == 0 ? u.x : k == 1 ? u.y : k == 2 ? u.z : u.w;
@@ -204,8 +234,12 @@ struct TcWarp {
       const bool valid = t < p.tokens;
       const uint16_t* row = p.x + (valid ? t : 0) * p.x_stride;
 #pragma unroll
-      for (int c = 0; c < kMhcStreams; ++c)
-        x.v[c][r] = LoadX8<kVec>(row + c * p.dim, p.dim, d, valid);
+      for (int c = 0; c < kMhcStreams; ++c) {
+        uint32_t w[4];
+        LoadX8Words<kVec>(row + c * p.dim, p.dim, d, valid, w);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x.q[c][k / 2][r + 2 * (k % 2)] = w[k];
+      }
     }
   }
 
@@ -226,8 +260,8 @@ struct TcWarp {
 #pragma unroll
     for (int c = 0; c < kMhcStreams; ++c) {
       const int chunk = kMhcStreams * j + c;
-      const uint4 a = x.v[c][0];  // token g
-      const uint4 b = x.v[c][1];  // token g + 8
+      const uint32_t(&h0)[4] = x.q[c][0];  // dims 8q + 0..3 of tokens g, g + 8
+      const uint32_t(&h1)[4] = x.q[c][1];  // dims 8q + 4..7
 #pragma unroll
       for (int nt = 0; nt < kTcNTiles; ++nt) {
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -235,8 +269,8 @@ struct TcWarp {
 #pragma unroll
         for (int pc = kTcPieces - 1; pc >= 0; --pc) {
           const uint4 f = s_frag[FragIndex(chunk, nt, pc, lane)];
-          MmaBf16(d, a.x, b.x, a.y, b.y, f.x, f.y);  // half 0: dims 8q + 0..3
-          MmaBf16(d, a.z, b.z, a.w, b.w, f.z, f.w);  // half 1: dims 8q + 4..7
+          MmaBf16(d, h0[0], h0[1], h0[2], h0[3], f.x, f.y);  // half 0: dims 8q + 0..3
+          MmaBf16(d, h1[0], h1[1], h1[2], h1[3], f.z, f.w);  // half 1: dims 8q + 4..7
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) s.acc[nt][k] = AddRn(s.acc[nt][k], d[k]);
@@ -245,7 +279,7 @@ struct TcWarp {
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const uint32_t w = Word(x.v[c][r], k);
+          const uint32_t w = XWord(x, c, r, k);
           const float lo = Bf16ToF32(w & 0xFFFFu);
           const float hi = Bf16ToF32(w >> 16);
           s.sq[r] = FmaRn(lo, lo, s.sq[r]);
@@ -265,7 +299,7 @@ struct TcWarp {
           float v = 0.0f;
 #pragma unroll
           for (int c = 0; c < kMhcStreams; ++c) {
-            const uint32_t w = Word(x.v[c][r], k / 2);
+            const uint32_t w = XWord(x, c, r, k / 2);
             const float xv = Bf16ToF32(k % 2 == 0 ? (w & 0xFFFFu) : (w >> 16));
             const float term = MulRn(pre[r][c], xv);
             v = c == 0 ? term : AddRn(v, term);
