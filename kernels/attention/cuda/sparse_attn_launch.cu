@@ -99,9 +99,14 @@ void LaunchTensorCombine(const SparseAttnParams& p, const Geometry& geo, cudaStr
 
 void LaunchWgmmaCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
-  LaunchCombine(attn_device::WgmmaCombineKernel<W::kD>,
-                geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem,
-                attn_device::kWgmmaStateThreads, p, geo, stream);
+  const int64_t ctas = geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem;
+  if (geo.splits >= attn_device::kWgmmaCombineSharedMinSplits) {
+    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true>, ctas,
+                  attn_device::kWgmmaStateThreads, p, geo, stream);
+  } else {
+    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, false>, ctas,
+                  attn_device::kWgmmaStateThreads, p, geo, stream);
+  }
 }
 
 template <int kD, int kMT>
