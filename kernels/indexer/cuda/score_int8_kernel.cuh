@@ -90,13 +90,13 @@ __device__ __forceinline__ void MmaS8Acc(uint32_t (&d)[4], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// d = A·B (s8·s8 → s32).
 __device__ __forceinline__ void MmaS8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                       uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%10, %10, %10, %10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+  uint32_t c[4] = {0u, 0u, 0u, 0u};
+  MmaS8Acc(c, a0, a1, a2, a3, b0, b1);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = static_cast<int>(c[i]);
 }
 
 // Four E2M1 codes (16 bits, element 0 in the low nibble) as four int8 m = 2·value.
