@@ -46,6 +46,24 @@ TEST(SparseAttnCudaCut, SplitsSmallBatchesIntoBlockRanges) {
   }
 }
 
+TEST(SparseAttnCombineForm, SharedWeightsOnlyWhereTheGridIsOneWave) {
+  // The shared-memory combine (116 registers: 2 CTAs per SM) runs where a launch has many splits
+  // and few items: at the released width 1–12 tokens (10 splits, <= 192 combine CTAs, one wave);
+  // from 13 tokens (<= 5 splits, up to 1,024 CTAs) the per-thread combine (42 registers).
+  for (int64_t tokens = 1; tokens <= 64; ++tokens) {
+    const SparseAttnCudaCut cut =
+        SparseAttnCudaCutFor(tokens, kReleasedHeads, kReleasedWidth, kSparseAttnWgmmaHeads);
+    EXPECT_EQ(SparseAttnCombineShared(cut.splits), tokens <= 12) << tokens;
+    if (SparseAttnCombineShared(cut.splits)) {
+      EXPECT_LE(tokens * cut.groups * 16, 2 * 132) << tokens;  // 16 combine CTAs per item
+    }
+  }
+  EXPECT_FALSE(SparseAttnCombineShared(1));
+  EXPECT_FALSE(SparseAttnCombineShared(5));
+  EXPECT_TRUE(SparseAttnCombineShared(6));
+  EXPECT_TRUE(SparseAttnCombineShared(128));
+}
+
 TEST(SparseAttnWsDefault, TakesWsWhereUnitsHaveBlocksToPipeline) {
   // The H200 measurements the rule rests on (README.md "wgmma-ws"): 1 and 8 tokens (1-block
   // units) lose 0.9–1.3 µs on wgmma-ws, 64 tokens (5 blocks) and 256 tokens (10 blocks) win.

@@ -100,7 +100,7 @@ void LaunchTensorCombine(const SparseAttnParams& p, const Geometry& geo, cudaStr
 void LaunchWgmmaCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
   const int64_t ctas = geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem;
-  if (geo.splits >= attn_device::kWgmmaCombineSharedMinSplits) {
+  if (attention_internal::SparseAttnCombineShared(geo.splits)) {
     LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true>, ctas,
                   attn_device::kWgmmaStateThreads, p, geo, stream);
   } else {

@@ -64,6 +64,17 @@ constexpr bool SparseAttnWsPays(int64_t tokens, int64_t heads, int64_t width) {
          kSparseAttnWsMinBlocks;
 }
 
+// The wgmma family's split combine (README.md "Split states of the wgmma family"): from
+// kSparseAttnCombineSharedMinSplits splits the form that computes each (head, split) weight once in
+// shared memory (WgmmaCombineKernel<kD, true>, 116 registers), below it the per-thread form (42
+// registers; its grid reaches 1,024 CTAs at 64 tokens, where the shared form's registers cost
+// occupancy). At the released width (10 blocks) 1–12 tokens take the shared form (10 splits,
+// <= 192 combine CTAs), 13 and up the per-thread one (<= 5 splits).
+inline constexpr int64_t kSparseAttnCombineSharedMinSplits = 6;
+constexpr bool SparseAttnCombineShared(int64_t splits) {
+  return splits >= kSparseAttnCombineSharedMinSplits;
+}
+
 const char* SparseAttnCudaPathName(SparseAttnCudaPath path);
 
 // Makes later LaunchSparseAttn calls prefer `path` (kAuto restores the default). A preferred path

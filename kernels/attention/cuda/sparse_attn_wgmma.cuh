@@ -359,7 +359,6 @@ inline constexpr int kWgmmaStateThreads = WgmmaShape::kThreads;
 inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per combine thread
 inline constexpr int kWgmmaCombineCtasPerItem = kWgmmaStateGroups / kWgmmaCombineGroups;
 inline constexpr int kWgmmaCombinePass = 16;  // splits whose weights a combine CTA keeps at once
-inline constexpr int kWgmmaCombineSharedMinSplits = 6;  // from here WgmmaCombineKernel<kD, true>
 inline constexpr int kWgmmaCombineBatch = 4;  // splits whose states a combine thread loads at once
 static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 
@@ -402,10 +401,11 @@ __device__ __forceinline__ void WgmmaStoreSplitState(const Geometry& geo, int64_
 // Two instantiations of the same operations, chosen by the launcher from the split count (two
 // kernels rather than a branch: the shared form's registers would cost the per-thread form its
 // occupancy — measured as one kernel with a uniform branch, 64 tokens 40.7 → 44.2 µs):
-// - <kD, false> below kWgmmaCombineSharedMinSplits splits: every thread computes M, w_s and
+// - <kD, false> below kSparseAttnCombineSharedMinSplits splits (sparse_attn_path.h): every thread
+// computes M, w_s and
 //   denom of its two rows itself (the 8 threads sharing a row, and the item's 16 CTAs, all compute
 //   them): the shortest chain of dependent loads when there are few splits (32–64 tokens: 2–4).
-// - <kD, true> from kWgmmaCombineSharedMinSplits splits (session 20; 1–8 tokens: 10 splits): M
+// - <kD, true> from kSparseAttnCombineSharedMinSplits splits (session 20; 1–8 tokens: 10 splits): M
 //   and denom once per row (thread h < 64) and the weights w_s once per (row, split) of a pass of
 //   kWgmmaCombinePass splits (all threads) into shared memory — ExpF is a double-precision exp,
 //   and the per-thread form computed each one 8 × 16 times; the state loads are issued
