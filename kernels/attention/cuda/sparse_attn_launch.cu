@@ -13,6 +13,7 @@
 #include "kernels/attention/cuda/sparse_attn_kernels.cuh"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_combine.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"

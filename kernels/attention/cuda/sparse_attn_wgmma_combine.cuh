@@ -1,0 +1,177 @@
+// The split-state combine of the wgmma family (README.md "Split states of the wgmma family"):
+// WgmmaCombineKernel merges the fragment-order states that WgmmaKernel / WgmmaWsKernel write
+// (WgmmaStoreSplitState, sparse_attn_wgmma.cuh). Only sparse_attn_launch.cu includes it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/sparse_attn_device.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+
+namespace flashserve::kernels::attn_device {
+
+inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per combine thread
+inline constexpr int kWgmmaCombineCtasPerItem = kWgmmaStateGroups / kWgmmaCombineGroups;
+inline constexpr int kWgmmaCombinePass = 16;  // splits whose weights a combine CTA keeps at once
+inline constexpr int kWgmmaCombineBatch = 4;  // splits whose states a combine thread loads at once
+static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
+
+// Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
+// kWgmmaCombineGroups·g .. of every consumer thread position, i.e. thread tid merges exactly the
+// values that thread tid of the split CTAs wrote (rows r0, r0 + 8, dims 256·half + 8j + c2, + 1).
+// Per row: M = max(kInitMax, m_s), w_s = exp(m_s − M), denom = Σ_s denom_s·w_s (+ exp(sink − M)
+// when > 0), o = bf16(Σ_s acc_s·w_s / denom), +0 when denom is 0; splits in ascending order: the
+// operations and their order of CombineKernel, so the output bits are the same. Launched as a
+// programmatic dependent of the split kernel.
+// Two instantiations of the same operations, chosen by the launcher from the split count (two
+// kernels rather than a branch: the shared form's registers would cost the per-thread form its
+// occupancy — measured as one kernel with a uniform branch, 64 tokens 40.7 → 44.2 µs):
+// - <kD, false> below kSparseAttnCombineSharedMinSplits splits (sparse_attn_path.h): every thread
+//   computes M, w_s and denom of its two rows itself (the 8 threads sharing a row, and the item's
+//   16 CTAs, all compute them): the shortest chain of dependent loads when there are few splits
+//   (13 tokens and up at the released width: 2–5).
+// - <kD, true> from kSparseAttnCombineSharedMinSplits splits (session 20; 1–12 tokens: 10 splits):
+//   M and denom once per row (thread h < 64) and the weights w_s once per (row, split) of a pass of
+//   kWgmmaCombinePass splits (all threads) into shared memory — ExpF is a double-precision exp,
+//   and the per-thread form computed each one 8 × 16 times; the state loads are issued
+//   kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute had the
+//   per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8 µs).
+template <int kD, bool kShared>
+__global__ void __launch_bounds__(kWgmmaStateThreads)
+    WgmmaCombineKernel(const SparseAttnParams p, const Geometry geo) {
+  static_assert(kD == WgmmaShape::kD);
+  constexpr int kH = WgmmaShape::kHeads;
+  WaitPrerequisiteGrids();
+  const int tid = static_cast<int>(threadIdx.x);
+  const int half = tid / 128;
+  const int lane = tid % 32;
+  const int r0 = ((tid % 128) / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  const int64_t items = geo.units / geo.splits;
+  for (int64_t cta = blockIdx.x; cta < items * kWgmmaCombineCtasPerItem; cta += gridDim.x) {
+    const int64_t item = cta / kWgmmaCombineCtasPerItem;
+    const int g0 = static_cast<int>(cta % kWgmmaCombineCtasPerItem) * kWgmmaCombineGroups;
+    const int64_t t = item / geo.groups;
+    const int64_t h0 = (item % geo.groups) * kH;
+    const int64_t unit0 = item * geo.splits;
+    const float2* md = WgmmaStateMd(geo, unit0);
+    const float4* acc = WgmmaStateAcc(geo, unit0) + g0 * kWgmmaStateThreads + tid;
+    float a[kWgmmaCombineGroups][4];
+#pragma unroll
+    for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[j][i] = 0.0f;
+    }
+    float mx[2] = {kInitMax, kInitMax};
+    float den[2] = {0.0f, 0.0f};
+    if constexpr (!kShared) {
+      for (int64_t s = 0; s < geo.splits; ++s) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], md[s * kH + r0 + 8 * r].x);
+      }
+#pragma unroll 2
+      for (int64_t s = 0; s < geo.splits; ++s) {
+        float w[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float2 v = md[s * kH + r0 + 8 * r];
+          w[r] = ExpF(__fsub_rn(v.x, mx[r]));
+          den[r] = __fadd_rn(den[r], __fmul_rn(v.y, w[r]));
+        }
+        const float4* st = acc + s * (kWgmmaStateGroups * kWgmmaStateThreads);
+#pragma unroll
+        for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+          const float4 v = st[j * kWgmmaStateThreads];
+          a[j][0] = __fadd_rn(a[j][0], __fmul_rn(v.x, w[0]));
+          a[j][1] = __fadd_rn(a[j][1], __fmul_rn(v.y, w[0]));
+          a[j][2] = __fadd_rn(a[j][2], __fmul_rn(v.z, w[1]));
+          a[j][3] = __fadd_rn(a[j][3], __fmul_rn(v.w, w[1]));
+        }
+      }
+    } else {
+      __shared__ float s_w[kWgmmaCombinePass][kH];
+      __shared__ float s_mx[kH];
+      __shared__ float s_den[kH];
+      __syncthreads();  // the previous item's readers of s_w, s_mx, s_den are done
+      if (tid < kH) {   // M of row tid: max over the splits in ascending order
+        float m = kInitMax;
+        for (int64_t s0 = 0; s0 < geo.splits; s0 += kWgmmaCombineBatch) {
+          float m_s[kWgmmaCombineBatch];
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+            m_s[i] = s0 + i < geo.splits ? md[(s0 + i) * kH + tid].x : 0.0f;
+          }
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+            if (s0 + i < geo.splits) m = fmaxf(m, m_s[i]);
+          }
+        }
+        s_mx[tid] = m;
+      }
+      float d = 0.0f;  // row tid's denom (tid < kH)
+      for (int64_t s0 = 0; s0 < geo.splits; s0 += kWgmmaCombinePass) {
+        const int n = static_cast<int>(geo.splits - s0 < kWgmmaCombinePass ? geo.splits - s0
+                                                                           : kWgmmaCombinePass);
+        __syncthreads();  // s_mx written; the previous pass's readers of s_w are done
+        for (int idx = tid; idx < n * kH; idx += kWgmmaStateThreads) {
+          const int i = idx / kH, h = idx % kH;
+          s_w[i][h] = ExpF(__fsub_rn(md[(s0 + i) * kH + h].x, s_mx[h]));
+        }
+        __syncthreads();
+        if (tid < kH) {
+          for (int i = 0; i < n; ++i) {
+            d = __fadd_rn(d, __fmul_rn(md[(s0 + i) * kH + tid].y, s_w[i][tid]));
+          }
+        }
+        for (int i0 = 0; i0 < n; i0 += kWgmmaCombineBatch) {
+          float4 x[kWgmmaCombineBatch][kWgmmaCombineGroups];
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+            if (i0 + i >= n) continue;
+            const float4* st = acc + (s0 + i0 + i) * (kWgmmaStateGroups * kWgmmaStateThreads);
+#pragma unroll
+            for (int j = 0; j < kWgmmaCombineGroups; ++j) x[i][j] = st[j * kWgmmaStateThreads];
+          }
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+            if (i0 + i >= n) continue;
+            const float w0 = s_w[i0 + i][r0], w1 = s_w[i0 + i][r0 + 8];
+#pragma unroll
+            for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+              a[j][0] = __fadd_rn(a[j][0], __fmul_rn(x[i][j].x, w0));
+              a[j][1] = __fadd_rn(a[j][1], __fmul_rn(x[i][j].y, w0));
+              a[j][2] = __fadd_rn(a[j][2], __fmul_rn(x[i][j].z, w1));
+              a[j][3] = __fadd_rn(a[j][3], __fmul_rn(x[i][j].w, w1));
+            }
+          }
+        }
+      }
+      if (tid < kH) s_den[tid] = d;
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = s_mx[r0 + 8 * r];
+        den[r] = s_den[r0 + 8 * r];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h = h0 + r0 + 8 * r;
+      if (h >= p.heads) continue;
+      // seen ⇔ denom > 0; the sink is added after the test (CombineKernel).
+      const float d =
+          den[r] > 0.0f ? __fadd_rn(den[r], ExpF(__fsub_rn(p.attn_sink[h], mx[r]))) : 0.0f;
+      uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
+#pragma unroll
+      for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+        *reinterpret_cast<uint32_t*>(o + 8 * (g0 + j)) =
+            d > 0.0f ? PackBf16(__fdiv_rn(a[j][2 * r], d), __fdiv_rn(a[j][2 * r + 1], d)) : 0u;
+      }
+    }
+  }
+}
+
+}  // namespace flashserve::kernels::attn_device
