@@ -425,46 +425,38 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         const uint2* qf = reinterpret_cast<const uint2*>(q_frag + r * kI8QFragBytes);
         // Warp-uniform: with every head of the row and every key of the warp folded, all shifts
         // are 0 and each (key, head) sum S comes straight out of one mma chain over the blocks.
-        if (__all_sync(0xFFFFFFFFu, (dq_s[r * kMmaHeads + lane] | keys_shift) == 0u)) {
+        // The block-c products of n-tile j (heads) and key tile mt: k0 / k1 its two 8-key halves.
+        auto for_each_mma = [&](auto&& mma) {
 #pragma unroll
           for (int c = 0; c < kI8Blocks; ++c) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const uint2 b = qf[(c * 4 + j) * 32 + lane];
 #pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-                const uint2& k0 = a[2 * mt][c];
-                const uint2& k1 = a[2 * mt + 1][c];
-                MmaS8Acc(acc[mt][j], k0.x, k1.x, k0.y, k1.y, b.x, b.y);
-              }
+              for (int mt = 0; mt < 2; ++mt) mma(c, j, mt, a[2 * mt][c], a[2 * mt + 1][c], b);
             }
           }
+        };
+        if (__all_sync(0xFFFFFFFFu, (dq_s[r * kMmaHeads + lane] | keys_shift) == 0u)) {
+          for_each_mma([&](int, int j, int mt, const uint2& k0, const uint2& k1, const uint2& b) {
+            MmaS8Acc(acc[mt][j], k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+          });
         } else {
           uint32_t dq[8];
 #pragma unroll
           for (int hh = 0; hh < 8; ++hh) dq[hh] = dq_s[hi0 + hh];
+          for_each_mma([&](int c, int j, int mt, const uint2& k0, const uint2& k1, const uint2& b) {
+            int part[4];
+            MmaS8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y);
 #pragma unroll
-          for (int c = 0; c < kI8Blocks; ++c) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const uint2 b = qf[(c * 4 + j) * 32 + lane];
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-                const uint2& k0 = a[2 * mt][c];
-                const uint2& k1 = a[2 * mt + 1][c];
-                int part[4];
-                MmaS8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const int kk = 2 * mt + e / 2, hh = 2 * j + e % 2;
-                  // dq, dk bytes are <= 24 each on the exact path (no carries between bytes); a
-                  // failing pair's garbage is never used.
-                  const uint32_t sh = ((dq[hh] + dk[kk]) >> (8 * c)) & 31u;
-                  acc[mt][j][e] += static_cast<uint32_t>(part[e]) << sh;
-                }
-              }
+            for (int e = 0; e < 4; ++e) {
+              const int kk = 2 * mt + e / 2, hh = 2 * j + e % 2;
+              // dq, dk bytes are <= 24 each on the exact path (no carries between bytes); a
+              // failing pair's garbage is never used.
+              const uint32_t sh = ((dq[hh] + dk[kk]) >> (8 * c)) & 31u;
+              acc[mt][j][e] += static_cast<uint32_t>(part[e]) << sh;
             }
-          }
+          });
         }
         // Warp-uniform: every key's span within every head's budget (the usual case) leaves no
         // (key, head) pair to recompute.
