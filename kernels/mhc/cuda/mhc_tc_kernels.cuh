@@ -197,8 +197,11 @@ struct XGroup {
 };
 
 // Word k (dims 8q + 2k, + 1) of token g + 8·r in stream c of the group.
-__device__ __forceinline__ uint32_t XWord(const XGroup& x, int c, int r, int k) {
+__device__ __forceinline__ uint32_t& XWord(XGroup& x, int c, int r, int k) {
   return x.q[c][k / 2][r + 2 * (k % 2)];
+}
+__device__ __forceinline__ uint32_t XWord(const XGroup& x, int c, int r, int k) {
+  return XWord(const_cast<XGroup&>(x), c, r, k);
 }
 
 __device__ __forceinline__ uint32_t Word(const uint4& u, int k) {
@@ -238,7 +241,7 @@ struct TcWarp {
         uint32_t w[4];
         LoadX8Words<kVec>(row + c * p.dim, p.dim, d, valid, w);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) x.q[c][k / 2][r + 2 * (k % 2)] = w[k];
+        for (int k = 0; k < 4; ++k) XWord(x, c, r, k) = w[k];
       }
     }
   }
