@@ -26,6 +26,7 @@
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 #include "kernels/indexer/indexer.h"
+#include "kernels/mhc/hc_boundary.h"
 #include "kernels/mhc/mhc.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_gpu_test_util.h"
@@ -272,6 +273,7 @@ void LayerStep::PoisonBranchOutputs(int64_t b) {
 
 std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   const double db = static_cast<double>(b);
+  const bool fuse = overlap && opt_.fuse_boundary;
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
@@ -322,13 +324,14 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // the main stream. Overlapped: the collapse (hc_pre, the same bits as the fused one) on the main
   // stream, then the mixes alone as branch `site` (0 attention, 1 FFN), joined before the site's
   // hc_post.
+  // fuse: the collapse is part of the site's boundary stage (pushed before, by `boundary`).
   auto mixes = [&](int site, const char* name, const DeviceBuffer& xs, const DeviceBuffer& fn,
                    const DeviceBuffer& base, const DeviceBuffer& scale, const DeviceBuffer& pre_in,
                    DeviceBuffer& pre, DeviceBuffer& post, DeviceBuffer& comb,
                    DeviceBuffer& collapsed) {
     const double x_bytes = db * kStreams * kD * 2, fn_bytes = 24.0 * kStreams * kD * 4;
     const char* site_name = site == 0 ? "attn" : "ffn";
-    if (overlap) {
+    if (overlap && !fuse) {
       s.push_back({std::string(site_name) + " collapse (hc_pre)",
                    [=, &xs, &pre_in, &collapsed] {
                      kernels::HcPreParams p;
@@ -406,6 +409,48 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  db * kD * 2 * (1 + 2 * kStreams), 0});
     s.back().joins = [=] { join(site); };
   };
+  // One mHC site boundary in one launch (kernels::LaunchHcBoundary): hc_post of site `post_site`
+  // (-1: none; else f, r, post, comb -> out, joining that site's mixes first), the collapse of the
+  // streams (out, or xs without hc_post) by pre_in into `collapsed`, and its RMSNorm into `normed`.
+  auto boundary = [&](int post_site, const std::string& name, const DeviceBuffer* f,
+                      const DeviceBuffer* r, const DeviceBuffer* post, const DeviceBuffer* comb,
+                      const DeviceBuffer& xs, DeviceBuffer* out, const DeviceBuffer& pre_in,
+                      DeviceBuffer& collapsed, const DeviceBuffer& w, DeviceBuffer& normed) {
+    const bool has_post = post_site >= 0;
+    s.push_back(
+        {name,
+         [=, &xs, &pre_in, &collapsed, &w, &normed] {
+           kernels::HcBoundaryParams p;
+           p.has_post = has_post;
+           if (has_post) {
+             join(post_site);
+             p.post = {b,
+                       kD,
+                       f->get<uint16_t>(),
+                       kD,
+                       r->get<uint16_t>(),
+                       kStreams * kD,
+                       post->get<float>(),
+                       comb->get<float>(),
+                       out->get<uint16_t>(),
+                       kStreams * kD};
+           }
+           const uint16_t* streams = has_post ? out->get<uint16_t>() : xs.get<uint16_t>();
+           p.pre = {b, kD, streams, kStreams * kD, pre_in.get<float>(), collapsed.get<uint16_t>(),
+                    kD};
+           p.norm.rows = b;
+           p.norm.cols = kD;
+           p.norm.x = collapsed.get<uint16_t>();
+           p.norm.x_stride = kD;
+           p.norm.weight_bf16 = w.get<uint16_t>();
+           p.norm.eps = 1e-6f;
+           p.norm.out = normed.get<uint16_t>();
+           p.norm.out_stride = kD;
+           Ok(kernels::LaunchHcBoundary(p, st));
+         },
+         db * kD * 2 * ((has_post ? 1 + 2 * kStreams : kStreams) + 2) + kD * 2, 0});
+    if (has_post) s.back().joins = [=] { join(post_site); };
+  };
   auto rope = [&](const char* name, DeviceBuffer& x, int64_t heads, int64_t head_dim,
                   bool inverse) {
     s.push_back({name,
@@ -429,9 +474,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   };
 
   // ---- attention site
+  if (fuse) {
+    boundary(-1, "attn collapse + attn_norm (one launch)", nullptr, nullptr, nullptr, nullptr, x_,
+             nullptr, pre_in_, x_attn_, attn_norm_, xn_);
+  }
   mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_, a_post_,
         a_comb_, x_attn_);
-  norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
+  if (!fuse) norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
   // The kv projection: branch 2, next to the q projection (the attention joins it).
   fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_, 2);
   on_branch(2, true);
@@ -506,12 +555,16 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
        static_cast<double>(wo_a_.bytes()) + db * 2 * (kHeads * kHeadDim + kOGroups * kOLora),
        2 * db * kOGroups * kOLora * (kHeads * kHeadDim / kOGroups)});
   fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1);
-  hc_post(0, "attn hc_post", a_out_, x_, a_post_, a_comb_, y_);
-
   // ---- FFN site
+  if (fuse) {
+    boundary(0, "attn hc_post + ffn collapse + ffn_norm (one launch)", &a_out_, &x_, &a_post_,
+             &a_comb_, y_, &y_, a_pre_, x_ffn_, ffn_norm_, fn_x_);
+  } else {
+    hc_post(0, "attn hc_post", a_out_, x_, a_post_, a_comb_, y_);
+  }
   mixes(1, "ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
         f_comb_, x_ffn_);
-  norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
+  if (!fuse) norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
   s.push_back({"gate (fp32 384x5120)", [=, this] { LaunchFloat(GateParams(b)); },
                static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4),
                2 * db * kExperts * kD});

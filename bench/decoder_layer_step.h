@@ -78,6 +78,10 @@ struct Options {
   // instantiated with per-node priorities (cudaGraphInstantiateFlagUseNodePriority); false: all
   // streams at the default priority (A/B).
   bool priorities = true;
+  // With overlap: each mHC site boundary — the attention site's collapse + attn_norm, and the
+  // attention hc_post + the FFN collapse + ffn_norm — as one kernels::LaunchHcBoundary launch
+  // (kernels/mhc hc_boundary.h; the same bits) instead of two or three launches (A/B).
+  bool fuse_boundary = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.

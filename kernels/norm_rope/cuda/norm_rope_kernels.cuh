@@ -10,16 +10,13 @@
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/norm_rope/cuda/norm_rope_math.cuh"
+#include "kernels/norm_rope/cuda/norm_rope_rows.cuh"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
 
 namespace flashserve::kernels::norm_rope_device {
 
-inline constexpr int kNormThreads = 256;
 inline constexpr int kRopeThreads = 128;
-// Chunks per thread an RMSNorm row may have to stay in registers between the two passes.
-inline constexpr int kNormCache = 4;
-
 // The per-launch RoPE constants, passed by value (2 KB of kernel parameters; no device table).
 struct RopeArgs {
   static constexpr bool kRope = true;
@@ -34,79 +31,6 @@ struct NoRope {
   static constexpr bool kRope = false;
   int pairs = 0;
 };
-
-// ---- loads and stores of kW consecutive values (kW = 8: one 16-byte access) -----------------
-
-template <int kW>
-__device__ __forceinline__ void LoadBf16(const uint16_t* p, float (&v)[kW]) {
-  if constexpr (kW == 8) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = Bf16ToF32(w[j] & 0xFFFFu);
-      v[2 * j + 1] = Bf16ToF32(w[j] >> 16);
-    }
-  } else {
-    static_assert(kW == 1);
-    v[0] = Bf16ToF32(p[0]);
-  }
-}
-
-template <int kW>
-__device__ __forceinline__ void LoadWeight(const uint16_t* w, float (&v)[kW]) {
-  LoadBf16<kW>(w, v);
-}
-
-template <int kW>
-__device__ __forceinline__ void LoadWeight(const float* w, float (&v)[kW]) {
-  if constexpr (kW == 8) {
-    const float4 a = *reinterpret_cast<const float4*>(w);
-    const float4 b = *reinterpret_cast<const float4*>(w + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    v[0] = w[0];
-  }
-}
-
-template <int kW>
-__device__ __forceinline__ void StoreBf16(uint16_t* p, const float (&v)[kW]) {
-  if constexpr (kW == 8) {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = F32ToBf16(v[2 * j]) | (F32ToBf16(v[2 * j + 1]) << 16);
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
-    p[0] = static_cast<uint16_t>(F32ToBf16(v[0]));
-  }
-}
-
-__device__ __forceinline__ float WeightAt(const uint16_t* w, int64_t c) { return Bf16ToF32(w[c]); }
-__device__ __forceinline__ float WeightAt(const float* w, int64_t c) { return w[c]; }
-
-// Sum of `v` over a group of kGroup threads (a warp, or the whole block), the same value in every
-// thread. The terms are fp32 squares of bf16 values (16 significant bits each), so the double sum
-// is exact, whatever its order, while the row's squares span less than ~2^(37 - log2(cols)); past
-// that it may differ from the CPU's sequential double sum by a few double ulps, which changes the
-// fp32 rounding only at an fp32 tie (probability ~2^-29 per row).
-template <int kGroup>
-__device__ __forceinline__ double GroupSum(double v, double* warp_sums) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  if constexpr (kGroup == 32) {
-    return v;
-  } else {
-    static_assert(kGroup == kNormThreads);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-    __syncthreads();
-    double total = warp_sums[0];
-#pragma unroll
-    for (int w = 1; w < kGroup / 32; ++w) total += warp_sums[w];
-    __syncthreads();  // warp_sums is rewritten for the next row
-    return total;
-  }
-}
 
 // out = bf16(w * (x * r)) per row; with Tail = RopeArgs the last 2 * tail.pairs values of the row
 // are then rotated (from their bf16-rounded normed values) instead of stored as they are. kGroup
