@@ -10,7 +10,10 @@
 // row is its expert's offset + the number of earlier slots ((token, rank) order) of the same
 // expert: the stable order MoeCpu and both sorts write. At one token the separate kernels cost
 // ~10 µs each (a block argmax with a barrier per pass; the sort's per-warp histograms and scans
-// over all E experts, README "Where one token's 88 µs go").
+// over all E experts, README "Where one token's 88 µs go"). The quantise + gather runs 4 lanes per
+// 32-value block (QuantGatherBlockQuad: 8 values of ILP per lane, the block amax by two shuffles):
+// one thread per block chained all 32 values' encodes in one thread, ~10K of the kernel's ~21K
+// cycles at one token (clock64-timed, README "The decode-size front").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +35,60 @@ __host__ __device__ inline size_t FrontSmemBytes(int64_t m, int64_t n_experts) {
   return static_cast<size_t>(8 * m * n_experts);
 }
 
+// QuantGatherBlock (moe_permute.cuh) by the 4 adjacent lanes of a quad: lane `sub` holds elements
+// 8·sub .. 8·sub + 7 (QuantizeBlock32's qdq words 4·sub .. 4·sub + 3, one 16-byte chunk of the
+// operand-order block); the block amax is the maximum of the four lanes' AmaxOfPair (an integer
+// maximum: the same in any order), then QuantizeBlock32's per-value operations: the same bytes.
+// The slot rows come from `slot_pos` (token_slot in shared memory). Every lane of the warp calls
+// it (the shuffles); `active` false: a quad past the last block (computes, stores nothing).
+__device__ __forceinline__ void QuantGatherBlockQuad(const MoePermuteParams& p, int64_t t,
+                                                     int64_t blk, int sub, bool active,
+                                                     const int32_t* slot_pos) {
+  uint32_t x[4] = {0u, 0u, 0u, 0u};
+  if (active) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p.x + t * p.x_stride + blk * 32 + 8 * sub);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  }
+  uint32_t amax = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = qm::AmaxOfPair(x[i], amax);
+  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+  const uint32_t sb = qm::Fp8ScaleByte(amax);
+  const float recip = qm::Ue8m0Reciprocal(sb);
+  const float scale = qm::Ue8m0ToF32(sb);
+  uint32_t c[8], v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t e = (x[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+    c[i] = sb == 255u ? qm::EncodeNanScale(e, 0x7Fu, 0x80u) : qm::EncodeFp8(e, recip);
+    v[i] = exact::F32ToBf16(exact::MulRn(qm::E4m3ToF32(c[i]), scale));
+  }
+  if (!active) return;
+  if (p.x_codes != nullptr) {
+    *reinterpret_cast<uint2*>(p.x_codes + t * p.dim + blk * 32 + 8 * sub) =
+        make_uint2(c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24),
+                   c[4] | (c[5] << 8) | (c[6] << 16) | (c[7] << 24));
+  }
+  if (p.x_scales != nullptr && sub == 0) {
+    p.x_scales[t * (p.dim / 32) + blk] = static_cast<uint8_t>(sb);
+  }
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w[j] = v[j] | (v[j + 4] << 16);  // qdq word 4·sub + j
+  const int64_t copies = p.xg_by_token ? 1 : p.top_k;
+  for (int64_t j = 0; j < copies; ++j) {
+    const int64_t row = p.xg_by_token ? t : slot_pos[t * p.top_k + j];
+    uint16_t* dst = p.xg + row * p.dim + blk * 32;
+    if (p.wgmma_rs_order) {  // StoreQdqBlock's transposed order: word 4·sub + j at 4·j + sub
+#pragma unroll
+      for (int q = 0; q < 4; ++q) reinterpret_cast<uint32_t*>(dst)[4 * q + sub] = w[q];
+    } else {
+      reinterpret_cast<uint4*>(dst)[sub] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
 template <int kPerLane>
 __global__ void __launch_bounds__(kSortThreads)
     MoeFrontKernel(MoeRouteParams rp, MoePermuteParams p, bool gather) {
@@ -40,6 +97,7 @@ __global__ void __launch_bounds__(kSortThreads)
   __shared__ int32_t slot_id[kFrontMaxSlots];            // (token, rank) order
   __shared__ float slot_w[kFrontMaxSlots];
   __shared__ int32_t red[2 * kSortWarps];
+  __shared__ int32_t slot_pos[kFrontMaxSlots];  // token_slot, for the gather
   const int64_t n = p.n_experts, k = p.top_k, slots = p.m * k;
   float* score = front_scores;
   float* biased = front_scores + p.m * n;
@@ -69,12 +127,17 @@ __global__ void __launch_bounds__(kSortThreads)
     p.slot_token[pos] = static_cast<int32_t>(i / k);
     p.slot_weight[pos] = slot_w[i];
     p.token_slot[i] = pos;
+    slot_pos[i] = pos;
   }
   if (!gather) return;
-  __syncthreads();  // token_slot is complete (global writes of this block are visible after it)
-  const int64_t nb = p.dim / 32;
-  for (int64_t u = threadIdx.x; u < p.m * nb; u += kSortThreads) {
-    QuantGatherBlock(p, u / nb, u % nb);
+  __syncthreads();  // slot_pos is complete
+  // A quad of lanes per block; the loop's trip count is the same for every thread (shuffles).
+  const int64_t nb = p.dim / 32, blocks = p.m * nb;
+  for (int64_t u0 = 0; u0 < blocks; u0 += kSortThreads / 4) {
+    const int64_t u = u0 + threadIdx.x / 4;
+    const bool active = u < blocks;
+    const int64_t uu = active ? u : 0;
+    QuantGatherBlockQuad(p, uu / nb, uu % nb, static_cast<int>(threadIdx.x % 4), active, slot_pos);
   }
 }
 
