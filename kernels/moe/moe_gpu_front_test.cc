@@ -24,29 +24,50 @@ using moe_test::Poisoned;
 struct FrontCase {
   int64_t n_experts, top_k, m, dim;
   bool image, norm;
+  // The token of the tie (the last) also gets a bias of three exact levels (e % 3 · 1/8), so its
+  // biased scores tie in three large groups and only the lower-id rule picks its experts.
+  bool three_level_bias = false;
 };
 
 // Every output of LaunchMoeRoutePermute byte for byte against LaunchMoeRoute + LaunchMoePermute
 // on the same inputs (both start from poisoned buffers), over the four per-lane instantiations,
 // 1 .. kMoeCudaFrontMaxTokens tokens (E 1024 × 8 tokens: the most shared memory), with the
 // gather fused into the block and as its own grid,
-// image tokens, exact ties, and the tilings / operand orders of every GEMM; the ids also against
+// image tokens, exact ties (of the scores, and of the biased scores in three large groups), and
+// the tilings / operand orders of every GEMM; the ids also against
 // MoeRouteCpu and the slot order against MoeCpu's counting sort.
 TEST(MoeGpuFrontTest, FusedFrontEqualsRouteThenPermute) {
   FS_SKIP_WITHOUT_GPU();
   const FrontCase cases[] = {
-      {384, 6, 1, 5120, false, true}, {384, 6, 2, 5120, true, true}, {384, 6, 3, 5120, false, true},
-      {384, 6, 4, 5120, false, true}, {384, 6, 8, 5120, true, true}, {8, 2, 5, 256, false, true},
-      {16, 16, 8, 256, false, true},  {1000, 3, 8, 256, true, true}, {32, 1, 1, 256, false, true},
-      {128, 4, 7, 384, true, false},  {1024, 2, 8, 256, false, true}};
+      {384, 6, 1, 5120, false, true},
+      {384, 6, 2, 5120, true, true},
+      {384, 6, 3, 5120, false, true},
+      {384, 6, 4, 5120, false, true},
+      {384, 6, 8, 5120, true, true},
+      {8, 2, 5, 256, false, true},
+      {16, 16, 8, 256, false, true},
+      {1000, 3, 8, 256, true, true},
+      {32, 1, 1, 256, false, true},
+      {128, 4, 7, 384, true, false},
+      {1024, 2, 8, 256, false, true},
+      // One token with its biased scores tied in three groups (only the lower-id rule decides).
+      {384, 6, 1, 5120, true, true, true},
+      {512, 8, 1, 256, false, true, true},
+      {64, 8, 1, 256, false, false, true},
+      {96, 3, 1, 256, false, true, false},
+      {1024, 6, 1, 256, false, true, true},
+      {384, 9, 1, 256, false, true, true}};
   for (const FrontCase& c : cases) {
     SCOPED_TRACE(testing::Message() << "E " << c.n_experts << " k " << c.top_k << " m " << c.m);
     MoeOptions o;
     o.top_k = c.top_k;
     o.route_scale = 2.5f;
     o.norm_topk_prob = c.norm;
-    const auto bias = moe_test::RandomBias(c.n_experts, 0.2f, 21);
-    const auto bias_vl = moe_test::RandomBias(c.n_experts, 0.2f, 22);
+    auto bias = moe_test::RandomBias(c.n_experts, 0.2f, 21);
+    auto bias_vl = moe_test::RandomBias(c.n_experts, 0.2f, 22);
+    if (c.three_level_bias) {
+      for (int64_t e = 0; e < c.n_experts; ++e) bias[e] = bias_vl[e] = 0.125f * (e % 3);
+    }
     std::vector<uint8_t> image(c.m, 0);
     for (int64_t t = 1; c.image && t < c.m; t += 2) image[t] = 1;
     std::vector<float> logits =
@@ -54,7 +75,9 @@ TEST(MoeGpuFrontTest, FusedFrontEqualsRouteThenPermute) {
                                    static_cast<uint32_t>(c.n_experts * 7 + c.m));
     // The last token (when there are several): all logits equal, so its scores tie and the
     // bias alone ranks the experts.
-    if (c.m > 1) std::fill_n(logits.data() + (c.m - 1) * c.n_experts, c.n_experts, 0.25f);
+    if (c.m > 1 || c.three_level_bias) {
+      std::fill_n(logits.data() + (c.m - 1) * c.n_experts, c.n_experts, 0.25f);
+    }
     const auto x = moe_test::RealisticActivations(c.m, c.dim, 91);
     const int64_t slots = c.m * c.top_k;
     DeviceBuffer d_logits = ToDevice(logits), d_bias = ToDevice(bias), d_vl = ToDevice(bias_vl),
