@@ -23,13 +23,8 @@ namespace flashserve::kernels::mhc_device {
 
 using norm_rope_device::kNormThreads;
 
-// 8 bf16 values at p (16-byte aligned) as fp32, and back (RNE).
-__device__ __forceinline__ void LoadBf16x8(const uint16_t* p, float (&v)[8]) {
-  norm_rope_device::LoadBf16<8>(p, v);
-}
-__device__ __forceinline__ void StoreBf16x8(uint16_t* p, const float (&v)[8]) {
-  norm_rope_device::StoreBf16<8>(p, v);
-}
+using norm_rope_device::LoadBf16;  // 8 bf16 values (16-byte aligned) as fp32, and back (RNE)
+using norm_rope_device::StoreBf16;
 
 template <bool kPost, int kSlots>
 __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParams p) {
@@ -53,9 +48,9 @@ __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParam
       const int64_t j = lane + int64_t{s} * kNormThreads;
       if (j < chunks) {
 #pragma unroll
-        for (int c = 0; c < kS; ++c) LoadBf16x8(src + c * dim + 8 * j, x[s][c]);
-        if constexpr (kPost) LoadBf16x8(p.post.f + t * p.post.f_stride + 8 * j, f[s]);
-        LoadBf16x8(p.norm.weight_bf16 + 8 * j, w[s]);
+        for (int c = 0; c < kS; ++c) LoadBf16<8>(src + c * dim + 8 * j, x[s][c]);
+        if constexpr (kPost) LoadBf16<8>(p.post.f + t * p.post.f_stride + 8 * j, f[s]);
+        LoadBf16<8>(p.norm.weight_bf16 + 8 * j, w[s]);
       }
     }
     float pre[kS];
@@ -94,7 +89,7 @@ __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParam
         uint16_t* out = p.post.out + t * p.post.out_stride + 8 * j;
 #pragma unroll
         for (int c = 0; c < kS; ++c) {
-          StoreBf16x8(out + c * dim, y[c]);
+          StoreBf16<8>(out + c * dim, y[c]);
 #pragma unroll
           for (int k = 0; k < 8; ++k) x[s][c][k] = Bf16ToF32(F32ToBf16(y[c][k]));
         }
@@ -106,7 +101,7 @@ __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParam
         for (int c = 1; c < kS; ++c) acc = AddRn(acc, MulRn(pre[c], x[s][c][k]));
         v[s][k] = acc;
       }
-      StoreBf16x8(p.pre.out + t * p.pre.out_stride + 8 * j, v[s]);
+      StoreBf16<8>(p.pre.out + t * p.pre.out_stride + 8 * j, v[s]);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         v[s][k] = Bf16ToF32(F32ToBf16(v[s][k]));
@@ -124,7 +119,7 @@ __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParam
         float o[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) o[k] = MulRn(w[s][k], MulRn(v[s][k], r));
-        StoreBf16x8(p.norm.out + t * p.norm.out_stride + 8 * j, o);
+        StoreBf16<8>(p.norm.out + t * p.norm.out_stride + 8 * j, o);
       }
     }
   }

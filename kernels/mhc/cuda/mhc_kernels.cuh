@@ -24,6 +24,7 @@
 
 #include "kernels/mhc/cuda/mhc_math.cuh"
 #include "kernels/mhc/mhc.h"
+#include "kernels/norm_rope/cuda/norm_rope_rows.cuh"
 
 namespace flashserve::kernels::mhc_device {
 
@@ -256,33 +257,9 @@ __global__ void __launch_bounds__(kFinishThreads)
 
 // ---- elementwise -------------------------------------------------------------------------------
 
-template <int kW>
-__device__ __forceinline__ void LoadBf16(const uint16_t* p, float (&v)[kW]) {
-  if constexpr (kW == 8) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = Bf16ToF32(w[j] & 0xFFFFu);
-      v[2 * j + 1] = Bf16ToF32(w[j] >> 16);
-    }
-  } else {
-    static_assert(kW == 1);
-    v[0] = Bf16ToF32(p[0]);
-  }
-}
-
-template <int kW>
-__device__ __forceinline__ void StoreBf16(uint16_t* p, const float (&v)[kW]) {
-  if constexpr (kW == 8) {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = F32ToBf16(v[2 * j]) | (F32ToBf16(v[2 * j + 1]) << 16);
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
-    p[0] = static_cast<uint16_t>(F32ToBf16(v[0]));
-  }
-}
+// 8 (or 1) bf16 values as fp32 and back: the RMSNorm kernel's row helpers (the same bits).
+using norm_rope_device::LoadBf16;
+using norm_rope_device::StoreBf16;
 
 // out[t] = bf16(((p0*x0 + p1*x1) + p2*x2) + p3*x3), as mhc_cpu::CollapseToken.
 template <int kW>
