@@ -44,6 +44,22 @@ void Ok(const absl::Status& s) { CHECK(s.ok()) << s.ToString(); }
 DeviceBuffer Bf16Buffer(int64_t n) { return DeviceBuffer(static_cast<size_t>(n) * 2); }
 DeviceBuffer F32Buffer(int64_t n) { return DeviceBuffer(static_cast<size_t>(n) * 4); }
 
+// RMSNorm of `rows` packed bf16 rows of `cols` with a bf16 weight, eps 1e-6 (every norm of the
+// step); out may be x.
+kernels::RmsNormParams NormRows(int64_t rows, int64_t cols, const uint16_t* x, const uint16_t* w,
+                                uint16_t* out) {
+  kernels::RmsNormParams p;
+  p.rows = rows;
+  p.cols = cols;
+  p.x = x;
+  p.x_stride = cols;
+  p.weight_bf16 = w;
+  p.eps = 1e-6f;
+  p.out = out;
+  p.out_stride = cols;
+  return p;
+}
+
 }  // namespace
 
 void LayerStep::AllocateWeights() {
@@ -373,20 +389,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   };
   auto norm = [&](const char* name, const DeviceBuffer& x, const DeviceBuffer& w, DeviceBuffer& y,
                   int64_t cols) {
-    s.push_back({name,
-                 [=, this, &x, &w, &y] {
-                   kernels::RmsNormParams p;
-                   p.rows = b;
-                   p.cols = cols;
-                   p.x = x.get<uint16_t>();
-                   p.x_stride = cols;
-                   p.weight_bf16 = w.get<uint16_t>();
-                   p.eps = 1e-6f;
-                   p.out = y.get<uint16_t>();
-                   p.out_stride = cols;
-                   Ok(kernels::LaunchRmsNorm(p, st));
-                 },
-                 db * cols * 4 + cols * 2, 0});
+    s.push_back(
+        {name,
+         [=, this, &x, &w, &y] {
+           Ok(kernels::LaunchRmsNorm(
+               NormRows(b, cols, x.get<uint16_t>(), w.get<uint16_t>(), y.get<uint16_t>()), st));
+         },
+         db * cols * 4 + cols * 2, 0});
   };
   auto hc_post = [&](int site, const char* name, const DeviceBuffer& f, const DeviceBuffer& r,
                      const DeviceBuffer& post, const DeviceBuffer& comb, DeviceBuffer& out) {
@@ -438,14 +447,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
            const uint16_t* streams = has_post ? out->get<uint16_t>() : xs.get<uint16_t>();
            p.pre = {b, kD, streams, kStreams * kD, pre_in.get<float>(), collapsed.get<uint16_t>(),
                     kD};
-           p.norm.rows = b;
-           p.norm.cols = kD;
-           p.norm.x = collapsed.get<uint16_t>();
-           p.norm.x_stride = kD;
-           p.norm.weight_bf16 = w.get<uint16_t>();
-           p.norm.eps = 1e-6f;
-           p.norm.out = normed.get<uint16_t>();
-           p.norm.out_stride = kD;
+           p.norm = NormRows(b, kD, collapsed.get<uint16_t>(), w.get<uint16_t>(),
+                             normed.get<uint16_t>());
            Ok(kernels::LaunchHcBoundary(p, st));
          },
          db * kD * 2 * ((has_post ? 1 + 2 * kStreams : kStreams) + 2) + kD * 2, 0});
@@ -488,14 +491,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   s.push_back({"kv_norm + RoPE, SWA row + its decoded pool row",
                [=, this] {
                  kernels::RmsNormRopeParams p;
-                 p.norm.rows = b;
-                 p.norm.cols = kHeadDim;
-                 p.norm.x = kv_.get<uint16_t>();
-                 p.norm.x_stride = kHeadDim;
-                 p.norm.weight_bf16 = kv_norm_.get<uint16_t>();
-                 p.norm.eps = 1e-6f;
-                 p.norm.out = kv_.get<uint16_t>();
-                 p.norm.out_stride = kHeadDim;
+                 p.norm = NormRows(b, kHeadDim, kv_.get<uint16_t>(), kv_norm_.get<uint16_t>(),
+                                   kv_.get<uint16_t>());
                  p.table = rope_.get();
                  p.positions = positions_.get<int64_t>();
                  Ok(kernels::LaunchRmsNormRope(p, kst));

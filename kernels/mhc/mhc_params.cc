@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "kernels/mhc/hc_boundary.h"
 #include "kernels/mhc/mhc.h"
 
 namespace flashserve::kernels {
@@ -145,6 +146,52 @@ absl::Status Validate(const HcPostParams& p) {
       out.Overlaps(MakeExtent(p.post, p.tokens, 4, 4, 4)) ||
       out.Overlaps(MakeExtent(p.comb, p.tokens, 16, 16, 4))) {
     return Invalid(kOp, "out", "overlaps an input");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHcBoundary(const HcBoundaryParams& p) {
+  constexpr const char* kOp = "HcBoundary";
+  const HcPreParams& pre = p.pre;
+  const RmsNormParams& n = p.norm;
+  RETURN_IF_ERROR(Validate(pre));
+  RETURN_IF_ERROR(ValidateRmsNorm(n));
+  if (n.x != pre.out || n.x_stride != pre.out_stride) {
+    return Invalid(kOp, "norm.x", "must be pre.out with pre.out_stride (the collapsed row)");
+  }
+  if (n.rows != pre.tokens || n.cols != pre.dim) {
+    return Invalid(kOp, "norm.rows/cols", "must be pre.tokens and pre.dim");
+  }
+  if (pre.tokens == 0) return absl::OkStatus();
+  const int64_t t = pre.tokens, d = pre.dim;
+  const Extent streams = MakeExtent(pre.x, t, kMhcStreams * d, pre.x_stride, 2);
+  const Extent normed = MakeExtent(n.out, t, d, n.out_stride, 2);
+  if (normed.Overlaps(streams)) return Invalid(kOp, "norm.out", "overlaps the streams");
+  if (normed.Overlaps(MakeExtent(pre.pre, t, kMhcStreams, kMhcStreams, 4))) {
+    return Invalid(kOp, "norm.out", "overlaps pre.pre");
+  }
+  if (!p.has_post) return absl::OkStatus();
+  const HcPostParams& post = p.post;
+  RETURN_IF_ERROR(Validate(post));
+  if (post.tokens != t || post.dim != d)
+    return Invalid(kOp, "post.tokens/dim", "differ from pre's");
+  if (pre.x != post.out || pre.x_stride != post.out_stride) {
+    return Invalid(kOp, "pre.x", "must be post.out with post.out_stride (the new streams)");
+  }
+  // The fused kernel reads every input of a token before it writes that token's outputs, but
+  // tokens run in any order: no output may overlap another token's inputs.
+  const Extent inputs[] = {
+      MakeExtent(post.f, t, d, post.f_stride, 2),
+      MakeExtent(post.residual, t, kMhcStreams * d, post.residual_stride, 2),
+      MakeExtent(post.post, t, kMhcStreams, kMhcStreams, 4),
+      MakeExtent(post.comb, t, kMhcStreams * kMhcStreams, kMhcStreams * kMhcStreams, 4)};
+  const Extent collapsed = MakeExtent(pre.out, t, d, pre.out_stride, 2);
+  for (const Extent& in : inputs) {
+    if (collapsed.Overlaps(in)) return Invalid(kOp, "pre.out", "overlaps an input of post");
+    if (normed.Overlaps(in)) return Invalid(kOp, "norm.out", "overlaps an input of post");
+  }
+  if (streams.Overlaps(MakeExtent(pre.pre, t, kMhcStreams, kMhcStreams, 4))) {
+    return Invalid(kOp, "post.out", "overlaps pre.pre");
   }
   return absl::OkStatus();
 }
