@@ -290,6 +290,7 @@ void LayerStep::PoisonBranchOutputs(int64_t b) {
 std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   const double db = static_cast<double>(b);
   const bool fuse = overlap && opt_.fuse_boundary;
+  const bool fuse_rope = overlap && opt_.fuse_out_rope;
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
@@ -540,13 +541,17 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.out_head_stride = kHeadDim;
                  p.workspace = attn_ws_.get();
                  p.workspace_bytes = attn_ws_.bytes();
+                 if (fuse_rope) {  // the inverse RoPE of o inside the attention's output write
+                   p.out_rope = rope_.get();
+                   p.out_rope_positions = positions_.get<int64_t>();
+                 }
                  Ok(kernels::LaunchSparseAttn(p, st));
                },
                static_cast<double>(UniqueKvRows(b)) * kHeadDim * 2 +
                    db * kHeads * kHeadDim * 2 * 2 + db * (kWindow + kTopk) * 4,
                4.0 * db * kHeads * kHeadDim * (kWindow + kTopk)});
   s.back().joins = [=] { join(2); };
-  rope("inverse RoPE o", o_, kHeads, kHeadDim, true);
+  if (!fuse_rope) rope("inverse RoPE o", o_, kHeads, kHeadDim, true);
   s.push_back(
       {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
        static_cast<double>(wo_a_.bytes()) + db * 2 * (kHeads * kHeadDim + kOGroups * kOLora),

@@ -6,10 +6,11 @@
 //
 // Contract:
 // - bf16 tensors are uint16 bit patterns; fp32 tensors are float; strides count elements.
-// - The caller has already RoPE'd the KV rows and quant-dequantised them (bf16 `kv`) or passes
-//   them in their serving formats (`kv_rows`, decoded exactly here); q is never quantised. The
-//   inverse RoPE of the output (spec §4.3 step 5) is the caller's too (kernels/norm_rope RopeCpu
-//   with inverse = true).
+// - The caller has already RoPE'd q and the KV rows and quant-dequantised the rows (bf16 `kv`) or
+//   passes them in their serving formats (`kv_rows`, decoded exactly here); q is never quantised.
+//   The inverse RoPE of the output (spec §4.3 step 5) is done here when `out_rope` is set (the
+//   same bits as kernels/norm_rope RopeCpu with inverse = true on the unrotated output), else it
+//   is the caller's.
 // - Errors: InvalidArgumentError naming the offending field, detected before anything is written.
 // - Ownership: the caller owns every buffer, the workspace included; nothing is allocated (the
 //   pool's task queue aside).
@@ -31,6 +32,8 @@ class ThreadPool;
 }  // namespace flashserve
 
 namespace flashserve::kernels {
+
+class RopeTable;  // kernels/norm_rope/rope_table.h
 
 // The online softmax walks each index list in blocks of this many entries (K41:328 `block`).
 inline constexpr int64_t kSparseAttnBlock = 64;
@@ -93,6 +96,15 @@ struct SparseAttnParams {
   uint16_t* out = nullptr;      // bf16 [tokens, heads, head_dim]; must not overlap the inputs
   int64_t out_stride = 0;       // as q_stride
   int64_t out_head_stride = 0;  // as q_head_stride
+
+  // Optional inverse (conjugate) RoPE of the output, spec §4.3 step 5: when out_rope is set, the
+  // last rd = out_rope->rope_dims() (<= head_dim) dims of every head's bf16 output are rotated at
+  // out_rope_positions[t], exactly as RopeCpu with inverse = true applied to the output afterwards
+  // (interleaved pairs, fp32 rotation of the bf16 values, one bf16 rounding). The table must
+  // outlive the call; positions are host memory for SparseAttnCpu, device memory for
+  // LaunchSparseAttn (checked >= 0 only on the CPU).
+  const RopeTable* out_rope = nullptr;
+  const int64_t* out_rope_positions = nullptr;  // [tokens]
 
   // Scratch of at least SparseAttnWorkspaceBytes(head_dim, pool) bytes, any alignment, owned by
   // the caller, not used concurrently by another call. May be null when tokens == 0.

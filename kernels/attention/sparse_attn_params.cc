@@ -9,6 +9,7 @@
 #include "common/base/thread_pool.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/sparse_attn_internal.h"
+#include "kernels/norm_rope/rope_table.h"
 
 namespace flashserve::kernels {
 namespace attention_internal {
@@ -189,6 +190,18 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   RETURN_IF_ERROR(CheckHeadTensor("out", p, p.out_stride, p.out_head_stride, &out_elems));
   for (int64_t h = 0; host_values && h < p.heads; ++h) {
     if (!std::isfinite(p.attn_sink[h])) return Invalid("attn_sink", "holds a non-finite value");
+  }
+  if (p.out_rope == nullptr && p.out_rope_positions != nullptr) {
+    return Invalid("out_rope_positions", "is set without out_rope");
+  }
+  if (p.out_rope != nullptr) {
+    if (p.out_rope_positions == nullptr) return Invalid("out_rope_positions", "is null");
+    if (p.out_rope->rope_dims() > p.head_dim) {
+      return Invalid("out_rope", "rotates more dims than head_dim");
+    }
+    for (int64_t t = 0; host_values && t < p.tokens; ++t) {
+      if (p.out_rope_positions[t] < 0) return Invalid("out_rope_positions", "holds a negative");
+    }
   }
   const size_t need = workspace_need;
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need)) {

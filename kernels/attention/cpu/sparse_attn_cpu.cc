@@ -18,6 +18,7 @@
 #include "common/formats/bf16.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/sparse_attn_internal.h"
+#include "kernels/norm_rope/norm_rope.h"
 #include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
@@ -209,14 +210,29 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool) {
   };
   if (pool == nullptr || slots == 1) {
     run_slot(0);
-    return absl::OkStatus();
+  } else {
+    // n = slots <= pool size + 1 with min_chunk 1 gives one slot per chunk, so no two threads
+    // ever share a slot's scratch.
+    pool->ParallelFor(static_cast<size_t>(slots), 1, [&](size_t begin, size_t end) {
+      for (size_t s = begin; s < end; ++s) run_slot(static_cast<int64_t>(s));
+    });
   }
-  // n = slots <= pool size + 1 with min_chunk 1 gives one slot per chunk, so no two threads ever
-  // share a slot's scratch.
-  pool->ParallelFor(static_cast<size_t>(slots), 1, [&](size_t begin, size_t end) {
-    for (size_t s = begin; s < end; ++s) run_slot(static_cast<int64_t>(s));
-  });
-  return absl::OkStatus();
+  if (p.out_rope == nullptr) return absl::OkStatus();
+  // The output's inverse RoPE, in place: by definition the unfused recipe's second op.
+  RopeParams r;
+  r.table = p.out_rope;
+  r.tokens = p.tokens;
+  r.heads = p.heads;
+  r.head_dim = p.head_dim;
+  r.positions = p.out_rope_positions;
+  r.x = p.out;
+  r.x_stride = p.out_stride;
+  r.x_head_stride = p.out_head_stride;
+  r.out = p.out;
+  r.out_stride = p.out_stride;
+  r.out_head_stride = p.out_head_stride;
+  r.inverse = true;
+  return RopeCpu(r, pool);
 }
 
 }  // namespace flashserve::kernels

@@ -24,6 +24,20 @@ inline constexpr int kSRowFloats = kBlock + 4;  // fp32 logits row pitch in shar
 static_assert(kBlock == 64, "the warp layout assumes 64-entry blocks");
 
 // How a launch is cut into units (see the launcher).
+// The output's inverse RoPE fused into the wgmma family's output writes (SparseAttnParams::
+// out_rope; README.md "Output RoPE"): pairs = rd / 2 (0: not fused), dims first = head_dim − rd
+// onward, the table's frequencies. The launcher fuses it for rd <= 2·kOutRopeMaxPairs and runs
+// norm_rope's RoPE kernel after the attention otherwise (and on the other paths).
+inline constexpr int kOutRopeMaxPairs = 32;
+struct OutRope {
+  const int64_t* positions = nullptr;  // device, [tokens]
+  int pairs = 0;
+  int first = 0;
+  float freqs[kOutRopeMaxPairs] = {};
+};
+
+// Launch constants the launcher derives: the cut into units, the split states, the fused output
+// RoPE.
 struct Geometry {
   int64_t groups = 1;            // head groups per token
   int64_t splits = 1;            // list ranges per (token, group)
@@ -32,6 +46,7 @@ struct Geometry {
   // Split states (splits > 1), 16-byte aligned: mma.sync path [units][heads per CTA][kD + 2]
   // (m, denom, acc); wgmma family in fragment order (sparse_attn_wgmma.cuh WgmmaStoreSplitState).
   float* state = nullptr;
+  OutRope out_rope;  // wgmma family only
 };
 
 // exp as double, rounded once to fp32: agrees with glibc's expf (< 0.502 ulp) but for ~never.

@@ -17,6 +17,8 @@
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/rope_table.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -61,6 +63,41 @@ Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
   const uintptr_t ws = reinterpret_cast<uintptr_t>(p.workspace);
   geo.state = reinterpret_cast<float*>((ws + 15) & ~uintptr_t{15});
   return geo;
+}
+
+// Whether the wgmma family fuses the output's inverse RoPE (Geometry::out_rope): a table of at
+// most kOutRopeMaxPairs pairs (the released rd = 64 is 32). Otherwise, and on the mma.sync and
+// scalar paths, LaunchOutRope runs norm_rope's kernel on the output after the attention.
+bool OutRopeFuses(const SparseAttnParams& p) {
+  return p.out_rope != nullptr && p.out_rope->rope_dims() / 2 <= attn_device::kOutRopeMaxPairs;
+}
+
+// The wgmma family's fused output RoPE constants (pairs 0: none).
+void SetOutRope(const SparseAttnParams& p, Geometry* geo) {
+  if (!OutRopeFuses(p)) return;
+  const auto freqs = p.out_rope->frequencies();
+  geo->out_rope.positions = p.out_rope_positions;
+  geo->out_rope.pairs = static_cast<int>(freqs.size());
+  geo->out_rope.first = static_cast<int>(p.head_dim - 2 * static_cast<int64_t>(freqs.size()));
+  for (size_t k = 0; k < freqs.size(); ++k) geo->out_rope.freqs[k] = freqs[k];
+}
+
+// The output's inverse RoPE as its own kernel, in place (the unfused form).
+absl::Status LaunchOutRope(const SparseAttnParams& p, cudaStream_t stream) {
+  RopeParams r;
+  r.table = p.out_rope;
+  r.tokens = p.tokens;
+  r.heads = p.heads;
+  r.head_dim = p.head_dim;
+  r.positions = p.out_rope_positions;
+  r.x = p.out;
+  r.x_stride = p.out_stride;
+  r.x_head_stride = p.out_head_stride;
+  r.out = p.out;
+  r.out_stride = p.out_stride;
+  r.out_head_stride = p.out_head_stride;
+  r.inverse = true;
+  return LaunchRope(r, stream);
 }
 
 // Raises `kernel`'s dynamic shared-memory limit to `bytes` once per device (the attribute is per
@@ -128,7 +165,8 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
   constexpr size_t kSmem =
       kRows ? W::kRowsSmemBytes : (kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes);
-  const Geometry geo = MakeGeometry(p, W::kHeads);
+  Geometry geo = MakeGeometry(p, W::kHeads);
+  SetOutRope(p, &geo);
   auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRows>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, kSmem, smem_set);
@@ -142,7 +180,8 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
 // LaunchWgmma, 384 threads.
 void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
   using WS = attn_device::WgmmaWsShape;
-  const Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
+  Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
+  SetOutRope(p, &geo);
   auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, WS::kSmemBytes, smem_set);
@@ -239,11 +278,15 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
       p, SparseAttnCudaWorkspaceBytes(p.heads, p.head_dim), /*host_values=*/false));
   if (attention_internal::UsesKvRows(p)) {
     RETURN_IF_ERROR(CheckRowFormFits(p));
-    if (p.tokens > 0) LaunchWgmma<false, true>(p, stream);
-    return absl::OkStatus();
+    if (p.tokens == 0) return absl::OkStatus();
+    LaunchWgmma<false, true>(p, stream);
+    return p.out_rope != nullptr && !OutRopeFuses(p) ? LaunchOutRope(p, stream) : absl::OkStatus();
   }
   if (p.tokens == 0) return absl::OkStatus();
   const SparseAttnCudaPath path = attention_internal::SparseAttnCudaPathFor(p);
+  const bool wgmma_family = path == SparseAttnCudaPath::kWgmma ||
+                            path == SparseAttnCudaPath::kWgmmaSplitK ||
+                            path == SparseAttnCudaPath::kWgmmaWs;
   if (path == SparseAttnCudaPath::kScalar) {
     LaunchScalar(p, stream);
   } else if (path == SparseAttnCudaPath::kWgmma) {
@@ -258,6 +301,9 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
     LaunchTensorForHeads<256>(p, stream);
   } else {
     LaunchTensorForHeads<512>(p, stream);
+  }
+  if (p.out_rope != nullptr && !(wgmma_family && OutRopeFuses(p))) {
+    return LaunchOutRope(p, stream);
   }
   return absl::OkStatus();
 }

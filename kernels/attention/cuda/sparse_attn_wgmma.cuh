@@ -31,7 +31,10 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
+#include "kernels/attention/div_by_rcp.h"
+#include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/wgmma.cuh"
+#include "kernels/norm_rope/cuda/norm_rope_math.cuh"
 #include "kernels/quant/cuda/quant_kernels.cuh"
 #include "kernels/quant/quant.h"
 
@@ -51,12 +54,15 @@ struct WgmmaShape {
   static constexpr uint32_t kSumOff = kMaxOff + 2 * kBlock * 4;
   static constexpr uint32_t kPOff = kSumOff + 2 * kBlock * 4;
   static constexpr uint32_t kEnd = kPOff + 2 * 8 * 128 * 4;
-  static constexpr size_t kSmemBytes = kEnd + 1024;  // slack to align the base to 1024
+  // Every layout ends with the unit's cos/sin of the fused output RoPE (float2 per pair), at its
+  // end offset (kEnd, kSplitKEnd, kRowsEnd, WgmmaWsShape::kEnd).
+  static constexpr uint32_t kRopeBytes = 8 * kOutRopeMaxPairs;
+  static constexpr size_t kSmemBytes = kEnd + kRopeBytes + 1024;  // + slack to align to 1024
   // The split-K variant (WgmmaKernel<kD, true>) swaps partial S instead of row max / sums / P:
   // fp32 [2 warpgroups][32][128 threads] after the index arrays; 225.5 KB in all.
   static constexpr uint32_t kXOff = kIdxOff + 2 * kBlock * 4;
   static constexpr uint32_t kSplitKEnd = kXOff + 2 * 32 * 128 * 4;
-  static constexpr size_t kSplitKSmemBytes = kSplitKEnd + 1024;
+  static constexpr size_t kSplitKSmemBytes = kSplitKEnd + kRopeBytes + 1024;
   // The row form (WgmmaKernel<kD, false, true>, attention.h SparseAttnKvRows): ONE bf16 KV tile
   // at kKvOff, then the raw-row staging ring: kRawStages stages of 64 slots of kRawSlotBytes (the
   // larger serving row; a compressed row fills 288 of its slot), then idx int32 [3][64] (stage 0,
@@ -70,7 +76,7 @@ struct WgmmaShape {
   static constexpr uint32_t kRowsIdxOff = kRawOff + kRawStages * kRawStageBytes;
   static constexpr uint32_t kRowsMaxOff = kRowsIdxOff + 3 * kBlock * 4;
   static constexpr uint32_t kRowsEnd = kRowsMaxOff + (kEnd - kMaxOff);
-  static constexpr size_t kRowsSmemBytes = kRowsEnd + 1024;
+  static constexpr size_t kRowsSmemBytes = kRowsEnd + kRopeBytes + 1024;
   // Descriptor byte offsets. K-major (S step): rows of 128 B, 8-row groups 1024 B apart; the
   // leading offset is unused (K per instruction = 32 B inside the atom), 16 encodes as 1.
   static constexpr uint32_t kKMajorLbo = 16;
@@ -386,6 +392,108 @@ __device__ __forceinline__ void WgmmaStoreSplitState(const Geometry& geo, int64_
   }
 }
 
+// ---- the output's inverse RoPE, fused (Geometry::out_rope; README.md "Output RoPE") ----------
+
+// cos/sin of pair k at token t's position, as norm_rope's RoPE kernels compute them.
+__device__ __forceinline__ float2 OutRopeCosSin(const OutRope& r, int64_t t, int k) {
+  float cs = 0.0f, sn = 0.0f;
+  norm_rope_device::RopeCosSinAt(r.positions[t], r.freqs[k], &cs, &sn);
+  return make_float2(cs, sn);
+}
+
+// Thread i < pairs writes the unit's cos/sin of pair i into `table` (the layout's last bytes);
+// the readers meet the writers at a barrier of the block loop before the epilogue (a unit
+// without any valid entry writes zeros, which the rotation would leave as they are).
+__device__ __forceinline__ void OutRopeFillTable(const OutRope& r, int64_t t, int i,
+                                                 float2* table) {
+  if (i < r.pairs) table[i] = OutRopeCosSin(r, t, i);
+}
+
+// The bf16 pair the unfused kernel would store for (v0, v1), rotated by the conjugate of
+// cs = (cos, sin) exactly as norm_rope's RoPE kernel rotates the stored values (fp32 products and
+// sums from the bf16 values, one rounding each).
+__device__ __forceinline__ uint32_t OutRopeRotate(float v0, float v1, float2 cs) {
+  float re = 0.0f, im = 0.0f;
+  norm_rope_device::RotatePair(exact::Bf16ToF32(Bf16Bits(v0)), exact::Bf16ToF32(Bf16Bits(v1)), cs.x,
+                               -cs.y, &re, &im);
+  return exact::F32ToBf16(re) | (exact::F32ToBf16(im) << 16);
+}
+
+// The output pair (v0, v1) of dims (d, d + 1) as stored: rotated when it is a rope pair (table
+// set, d >= first), else the plain bf16 pair.
+__device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const OutRope& r,
+                                            const float2* table) {
+  if (table == nullptr || d < r.first) return PackBf16(v0, v1);
+  return OutRopeRotate(v0, v1, table[(d - r.first) >> 1]);
+}
+
+// The unsplit epilogue of the wgmma family (WgmmaKernel, WgmmaWsKernel): consumer thread
+// 128·half + wtid writes rows r0, r0 + 8 of its accumulator, dims 256·half + 8j + c2, + 1, as
+// o = bf16(acc / (denom + exp(sink − m))), or +0 for a unit without any valid entry. `sink` holds
+// the two rows' sink logits (read at the start of the unit, off this tail). The division is the
+// CPU's correctly rounded one, computed from one reciprocal per row (div_by_rcp.h; README.md
+// "Epilogue division"): the range checks of a row's 64 values are OR-ed into one flag and the
+// row takes the three-operation sequence, or (a zero, tiny, huge or non-finite value; never
+// with finite attention data of ordinary size) the IEEE division. __fdiv_rn per value made this
+// tail 1,813 instructions per warp, 17 % of the wgmma-ws kernel's warp samples at 256 tokens.
+// `rope_table`: the unit's cos/sin (OutRopeFillTable), nullptr without the fused RoPE.
+__device__ __forceinline__ void WgmmaStoreOutput(const SparseAttnParams& p, int64_t t, int64_t h0,
+                                                 int half, int wtid, bool seen,
+                                                 const float (&acc)[128], const float (&m_run)[2],
+                                                 const float (&den_run)[2], const float (&sink)[2],
+                                                 const OutRope& rope, const float2* rope_table) {
+  using attention_internal::DivByRcpInRange;
+  using attention_internal::DivByRcpInRangeOnly;
+  const int lane = wtid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t h = h0 + r0 + 8 * r;
+    if (h >= p.heads) continue;
+    const int d0 = half * 256 + c2;  // the dim of the thread's pair j = 0
+    uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + d0;
+    if (!seen) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) *reinterpret_cast<uint32_t*>(o + 8 * j) = 0u;
+      continue;
+    }
+    const float den = __fadd_rn(den_run[r], ExpF(__fsub_rn(sink[r], m_run[r])));
+    bool fast = DivByRcpInRange(den);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      fast &= DivByRcpInRange(acc[4 * j + 2 * r]) & DivByRcpInRange(acc[4 * j + 2 * r + 1]);
+    }
+    if (fast) {
+      const float y = attention_internal::RcpRn(den);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<uint32_t*>(o + 8 * j) = OutPair(
+            DivByRcpInRangeOnly(acc[4 * j + 2 * r], den, y),
+            DivByRcpInRangeOnly(acc[4 * j + 2 * r + 1], den, y), d0 + 8 * j, rope, rope_table);
+      }
+    } else {  // unrolled too: an indexed acc would move the array to the stack
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<uint32_t*>(o + 8 * j) =
+            OutPair(__fdiv_rn(acc[4 * j + 2 * r], den), __fdiv_rn(acc[4 * j + 2 * r + 1], den),
+                    d0 + 8 * j, rope, rope_table);
+      }
+    }
+  }
+}
+
+// The sink logits of the thread's rows r0, r0 + 8 (0 past the heads), for WgmmaStoreOutput.
+__device__ __forceinline__ void WgmmaLoadSinks(const SparseAttnParams& p, int64_t h0, int wtid,
+                                               float (&sink)[2]) {
+  const int r0 = (wtid / 32) * 16 + (wtid % 32) / 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t h = h0 + r0 + 8 * r;
+    sink[r] = h < p.heads ? p.attn_sink[h] : 0.0f;
+  }
+}
+
 // A template on kD only so that the header may be included by several .cu files (kD = 512).
 // kRows: the row form (serving rows gathered raw into a 2-stage ring, decoded into one bf16
 // tile before S; the gather runs two blocks ahead); the softmax and P·V are the same code, so
@@ -412,6 +520,8 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff + kShift);
   auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff + kShift);
   auto* s_x = reinterpret_cast<float*>(smem + W::kXOff);  // split-K only
+  auto* rope_table =
+      reinterpret_cast<float2*>(smem + (kRows ? W::kRowsEnd : (kSplitK ? W::kSplitKEnd : W::kEnd)));
   const int tid = threadIdx.x;
   const int half = tid / 128;  // warpgroup: entries 32·half.. in S, dims 256·half.. in P·V
   const int wtid = tid % 128;
@@ -462,6 +572,11 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     float m_run[2] = {kInitMax, kInitMax};  // rows r0, r0 + 8
     float den_run[2] = {0.0f, 0.0f};
     bool seen = false;
+    float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
+    if (geo.splits == 1) {
+      WgmmaLoadSinks(p, h0, wtid, sink);
+      OutRopeFillTable(geo.out_rope, t, tid, rope_table);
+    }
 
     for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
       // bf16 form: buffer buf of two; row form: stage buf of the raw ring, one bf16 tile.
@@ -617,19 +732,8 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     }
 
     if (geo.splits == 1) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t h = h0 + r0 + 8 * r;
-        if (h >= p.heads) continue;
-        const float den = __fadd_rn(den_run[r], ExpF(__fsub_rn(p.attn_sink[h], m_run[r])));
-        uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const float v0 = seen ? __fdiv_rn(acc[4 * j + 2 * r], den) : 0.0f;
-          const float v1 = seen ? __fdiv_rn(acc[4 * j + 2 * r + 1], den) : 0.0f;
-          *reinterpret_cast<uint32_t*>(o + 8 * j) = PackBf16(v0, v1);
-        }
-      }
+      WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.out_rope,
+                       geo.out_rope.pairs > 0 ? rope_table : nullptr);
     } else {
       WgmmaStoreSplitState(geo, unit, tid, acc, m_run, den_run);  // for WgmmaCombineKernel
     }

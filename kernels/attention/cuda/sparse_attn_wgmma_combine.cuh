@@ -65,6 +65,17 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[j][i] = 0.0f;
     }
+    // The fused output RoPE (Geometry::out_rope): this thread's pairs j are rope pairs when
+    // their dim d = 256·half + 8(g0 + j) + c2 >= first; their cos/sin are computed here, before
+    // the state loads they overlap.
+    float2 rope_cs[kWgmmaCombineGroups];
+    const OutRope& rope = geo.out_rope;
+#pragma unroll
+    for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+      const int d = half * 256 + 8 * (g0 + j) + c2;
+      rope_cs[j] = rope.pairs > 0 && d >= rope.first ? OutRopeCosSin(rope, t, (d - rope.first) >> 1)
+                                                     : make_float2(1.0f, 0.0f);
+    }
     float mx[2] = {kInitMax, kInitMax};
     float den[2] = {0.0f, 0.0f};
     if constexpr (!kShared) {
@@ -167,8 +178,14 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
       uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
 #pragma unroll
       for (int j = 0; j < kWgmmaCombineGroups; ++j) {
-        *reinterpret_cast<uint32_t*>(o + 8 * (g0 + j)) =
-            d > 0.0f ? PackBf16(__fdiv_rn(a[j][2 * r], d), __fdiv_rn(a[j][2 * r + 1], d)) : 0u;
+        const int dim = half * 256 + 8 * (g0 + j) + c2;
+        const float v0 = __fdiv_rn(a[j][2 * r], d), v1 = __fdiv_rn(a[j][2 * r + 1], d);
+        uint32_t out = 0u;
+        if (d > 0.0f) {
+          out = rope.pairs > 0 && dim >= rope.first ? OutRopeRotate(v0, v1, rope_cs[j])
+                                                    : PackBf16(v0, v1);
+        }
+        *reinterpret_cast<uint32_t*>(o + 8 * (g0 + j)) = out;
       }
     }
   }

@@ -54,7 +54,7 @@ struct WgmmaWsShape {
   static constexpr uint32_t kEmptyArrivals = kConsumerThreads;
   static constexpr uint32_t kBarOff = WgmmaShape::kEnd;
   static constexpr uint32_t kEnd = kBarOff + 2 * kStages * 8;
-  static constexpr size_t kSmemBytes = kEnd + 1024;  // slack to align the base to 1024
+  static constexpr size_t kSmemBytes = kEnd + WgmmaShape::kRopeBytes + 1024;  // + align slack
   // The producer's copy pattern: thread i copies chunks 8k + i % 8 of entries i / 8 + 16j.
   static constexpr int kRowsPerThread = kBlock / (kProducerThreads / 8);  // 4
 };
@@ -226,30 +226,16 @@ __device__ __forceinline__ void WsSoftmax(float (&s)[16], const int32_t* idx, fl
   }
 }
 
-// Writes the unit's result: the normalised bf16 output (one split) or the split's state for
-// WgmmaCombineKernel — WgmmaKernel's epilogue.
+// Writes the unit's result: the normalised bf16 output (one split, WgmmaStoreOutput) or the
+// split's state for WgmmaCombineKernel — WgmmaKernel's epilogue.
 __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geometry& geo,
                                            int64_t unit, int64_t t, int64_t h0, int half, int wtid,
                                            bool seen, const float (&acc)[128],
-                                           const float (&m_run)[2], const float (&den_run)[2]) {
-  using W = WgmmaShape;
-  const int lane = wtid % 32;
-  const int r0 = (wtid / 32) * 16 + lane / 4;
-  const int c2 = 2 * (lane % 4);
+                                           const float (&m_run)[2], const float (&den_run)[2],
+                                           const float (&sink)[2], const float2* rope_table) {
   if (geo.splits == 1) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t h = h0 + r0 + 8 * r;
-      if (h >= p.heads) continue;
-      const float den = __fadd_rn(den_run[r], ExpF(__fsub_rn(p.attn_sink[h], m_run[r])));
-      uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const float v0 = seen ? __fdiv_rn(acc[4 * j + 2 * r], den) : 0.0f;
-        const float v1 = seen ? __fdiv_rn(acc[4 * j + 2 * r + 1], den) : 0.0f;
-        *reinterpret_cast<uint32_t*>(o + 8 * j) = PackBf16(v0, v1);
-      }
-    }
+    WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.out_rope,
+                     geo.out_rope.pairs > 0 ? rope_table : nullptr);
   } else {
     WgmmaStoreSplitState(geo, unit, 128 * half + wtid, acc, m_run, den_run);
   }
@@ -276,6 +262,14 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   float m_run[2] = {kInitMax, kInitMax};
   float den_run[2] = {0.0f, 0.0f};
   bool seen = false;
+  float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
+  // The fused output RoPE's cos/sin, by consumer threads 0..pairs-1 (read after the block loop's
+  // consumer barriers).
+  auto* rope_table = reinterpret_cast<float2*>(smem + WS::kEnd);
+  if (geo.splits == 1) {
+    WgmmaLoadSinks(p, h0, wtid, sink);
+    if (half == 0) OutRopeFillTable(geo.out_rope, t, wtid, rope_table);
+  }
   for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
@@ -306,7 +300,7 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
     WgmmaPv(acc, a, kv_base, half);  // waited: this thread's reads of the stage are done
     MbarArrive(WsEmptyBar(base, stage));
   }
-  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run);
+  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run, sink, rope_table);
 }
 
 // Where unit `unit` of the launch sits: token, first head, list blocks [blk_begin, blk_end).
