@@ -290,7 +290,7 @@ void LayerStep::PoisonBranchOutputs(int64_t b) {
 std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   const double db = static_cast<double>(b);
   const bool fuse = overlap && opt_.fuse_boundary;
-  const bool fuse_rope = overlap && opt_.fuse_out_rope;
+  const bool fuse_rope = overlap && opt_.fuse_rope;
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
@@ -517,7 +517,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
   norm("q_norm", qr_, q_norm_, qr_, kQLora);
   fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
-  rope("RoPE q", q_, kHeads, kHeadDim, false);
+  if (!fuse_rope) rope("RoPE q", q_, kHeads, kHeadDim, false);
   s.push_back({"sparse attention (128 + 512 rows)",
                [=, this] {
                  join(2);
@@ -541,9 +541,10 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.out_head_stride = kHeadDim;
                  p.workspace = attn_ws_.get();
                  p.workspace_bytes = attn_ws_.bytes();
-                 if (fuse_rope) {  // the inverse RoPE of o inside the attention's output write
-                   p.out_rope = rope_.get();
-                   p.out_rope_positions = positions_.get<int64_t>();
+                 if (fuse_rope) {  // q's RoPE and o's inverse RoPE inside the attention
+                   p.rope = rope_.get();
+                   p.rope_positions = positions_.get<int64_t>();
+                   p.rope_q = p.rope_out = true;
                  }
                  Ok(kernels::LaunchSparseAttn(p, st));
                },

@@ -82,9 +82,9 @@ struct Options {
   // attention hc_post + the FFN collapse + ffn_norm — as one kernels::LaunchHcBoundary launch
   // (kernels/mhc hc_boundary.h; the same bits) instead of two or three launches (A/B).
   bool fuse_boundary = true;
-  // With overlap: the inverse RoPE of the attention output inside LaunchSparseAttn
-  // (SparseAttnParams::out_rope; the same bits) instead of its own RoPE launch (A/B).
-  bool fuse_out_rope = true;
+  // With overlap: q's RoPE and the attention output's inverse RoPE inside LaunchSparseAttn
+  // (SparseAttnParams::rope; the same bits) instead of two RoPE launches (A/B).
+  bool fuse_rope = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.

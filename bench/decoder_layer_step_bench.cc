@@ -5,7 +5,7 @@
 //                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
 //                            [--shared-branch 0|1] [--ablate 0|1] [--float-gemv 0|1]
-//                            [--priorities 0|1] [--fuse-boundary 0|1] [--fuse-out-rope 0|1]
+//                            [--priorities 0|1] [--fuse-boundary 0|1] [--fuse-rope 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -28,10 +28,10 @@
 // (default) runs each mHC site boundary as one launch (kernels/mhc hc_boundary.h: the attention
 // site's collapse + attn_norm; the attention hc_post + the FFN collapse + ffn_norm), which the
 // one-stream schedule runs as separate launches, so the bit-identity check covers it; 0 runs them
-// separately (A/B). With --overlap 1, --fuse-out-rope 1 (default) applies the inverse RoPE of the
-// attention output inside the attention's output write (SparseAttnParams::out_rope), which the
-// one-stream schedule runs as its own RoPE launch (so the bit-identity check covers it too); 0
-// keeps the launch (A/B). --moe-front 0 runs the MoE's route and
+// separately (A/B). With --overlap 1, --fuse-rope 1 (default) applies q's RoPE and the attention
+// output's inverse RoPE inside the attention (SparseAttnParams::rope), which the one-stream
+// schedule runs as two RoPE launches (so the bit-identity check covers it too); 0 keeps the
+// launches (A/B). --moe-front 0 runs the MoE's route and
 // permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
@@ -130,8 +130,8 @@ Options ParseOptions(int argc, char** argv) {
       o.moe_front = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-boundary") {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
-    } else if (flag == "--fuse-out-rope") {
-      o.fuse_out_rope = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--fuse-rope") {
+      o.fuse_rope = std::atoi(argv[i + 1]) != 0;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);

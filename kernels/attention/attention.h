@@ -6,11 +6,12 @@
 //
 // Contract:
 // - bf16 tensors are uint16 bit patterns; fp32 tensors are float; strides count elements.
-// - The caller has already RoPE'd q and the KV rows and quant-dequantised the rows (bf16 `kv`) or
+// - The caller has already RoPE'd the KV rows (and q, unless rope_q) and quant-dequantised the rows
+// (bf16 `kv`) or
 //   passes them in their serving formats (`kv_rows`, decoded exactly here); q is never quantised.
-//   The inverse RoPE of the output (spec §4.3 step 5) is done here when `out_rope` is set (the
-//   same bits as kernels/norm_rope RopeCpu with inverse = true on the unrotated output), else it
-//   is the caller's.
+//   With `rope` set the kernel applies q's RoPE and / or the output's inverse RoPE (spec §4.3
+//   step 5) itself (the same bits as kernels/norm_rope RopeCpu before / after it); else they are
+//   the caller's.
 // - Errors: InvalidArgumentError naming the offending field, detected before anything is written.
 // - Ownership: the caller owns every buffer, the workspace included; nothing is allocated (the
 //   pool's task queue aside).
@@ -97,14 +98,22 @@ struct SparseAttnParams {
   int64_t out_stride = 0;       // as q_stride
   int64_t out_head_stride = 0;  // as q_head_stride
 
-  // Optional inverse (conjugate) RoPE of the output, spec §4.3 step 5: when out_rope is set, the
-  // last rd = out_rope->rope_dims() (<= head_dim) dims of every head's bf16 output are rotated at
-  // out_rope_positions[t], exactly as RopeCpu with inverse = true applied to the output afterwards
-  // (interleaved pairs, fp32 rotation of the bf16 values, one bf16 rounding). The table must
+  // Optional RoPE of the attention inside the kernel (spec §4.3 steps 1 and 5), at
+  // rope_positions[t] with the text table `rope` over the last rd = rope->rope_dims() (<= head_dim)
+  // dims of every head, each exactly as RopeCpu (interleaved pairs, fp32 rotation of the bf16
+  // values, one bf16 rounding):
+  //   rope_q   — q is rotated before the scores (the kernel's copy; q itself is not written), as
+  //              if RopeCpu had been applied to q first;
+  //   rope_out — the output gets the inverse (conjugate) rotation, as RopeCpu with inverse = true
+  //              applied to the output afterwards.
+  // rope and rope_positions are set together, with at least one of the flags. The table must
   // outlive the call; positions are host memory for SparseAttnCpu, device memory for
-  // LaunchSparseAttn (checked >= 0 only on the CPU).
-  const RopeTable* out_rope = nullptr;
-  const int64_t* out_rope_positions = nullptr;  // [tokens]
+  // LaunchSparseAttn (checked >= 0 only on the CPU). CUDA: rope_q needs the wgmma family (see
+  // "CUDA launcher" below).
+  const RopeTable* rope = nullptr;
+  const int64_t* rope_positions = nullptr;  // [tokens]
+  bool rope_q = false;
+  bool rope_out = false;
 
   // Scratch of at least SparseAttnWorkspaceBytes(head_dim, pool) bytes, any alignment, owned by
   // the caller, not used concurrently by another call. May be null when tokens == 0.
@@ -160,6 +169,13 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 // non-finite sink is not rejected (it gives NaN or 0 outputs), and an index outside [-1, n_kv)
 // is not rejected either; the kernels treat it as -1 (the list position is kept, the row is not
 // read). The workspace requirement is SparseAttnCudaWorkspaceBytes.
+//
+// RoPE on CUDA (README.md "RoPE inside the attention"): the wgmma family (head_dim 512) applies
+// both rotations itself for tables of up to 64 rotated dims; rope_out with a wider table or on the
+// mma.sync / scalar paths runs norm_rope's LaunchRope(inverse) on the output after the attention.
+// rope_q needs the wgmma family: with it, head_dim 512 and the tensor path's alignment, the
+// default path takes wgmma / wgmma-ws whatever the head count; anything else (another head_dim,
+// a wider table, an override forcing mma.sync or scalar) is InvalidArgumentError naming rope_q.
 
 // Launches with fewer (token, head group) items than this split their lists so that about this
 // many CTAs run; it also bounds the split states, hence the workspace.

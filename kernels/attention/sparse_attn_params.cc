@@ -191,16 +191,20 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   for (int64_t h = 0; host_values && h < p.heads; ++h) {
     if (!std::isfinite(p.attn_sink[h])) return Invalid("attn_sink", "holds a non-finite value");
   }
-  if (p.out_rope == nullptr && p.out_rope_positions != nullptr) {
-    return Invalid("out_rope_positions", "is set without out_rope");
+  if ((p.rope == nullptr) != (p.rope_positions == nullptr)) {
+    return Invalid(p.rope == nullptr ? "rope" : "rope_positions",
+                   "is null while the other RoPE field is set");
   }
-  if (p.out_rope != nullptr) {
-    if (p.out_rope_positions == nullptr) return Invalid("out_rope_positions", "is null");
-    if (p.out_rope->rope_dims() > p.head_dim) {
-      return Invalid("out_rope", "rotates more dims than head_dim");
+  if ((p.rope_q || p.rope_out) && p.rope == nullptr) {
+    return Invalid("rope", "is null with rope_q or rope_out set");
+  }
+  if (p.rope != nullptr) {
+    if (!p.rope_q && !p.rope_out) return Invalid("rope", "is set without rope_q or rope_out");
+    if (p.rope->rope_dims() > p.head_dim) {
+      return Invalid("rope", "rotates more dims than head_dim");
     }
     for (int64_t t = 0; host_values && t < p.tokens; ++t) {
-      if (p.out_rope_positions[t] < 0) return Invalid("out_rope_positions", "holds a negative");
+      if (p.rope_positions[t] < 0) return Invalid("rope_positions", "holds a negative position");
     }
   }
   const size_t need = workspace_need;

@@ -86,6 +86,13 @@ absl::Status ValidateRopeLayout(const RopeParams& p);
 // Cost O(tokens * (rd/2 sin/cos on cache misses + heads * head_dim)).
 absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool);
 
+// RopeCpu's rotation of one head's tail: out[2k], out[2k + 1] = the interleaved pair (x[2k],
+// x[2k + 1]) rotated by (cos[k], sin[k]), k < pairs (pass -sin for the inverse), in fp32 from the
+// bf16 values, each output rounded to bf16 once. For fused callers (kernels/attention rope_q);
+// out may equal x. No checks.
+void RopeRotateInterleaved(const uint16_t* x, const float* cos, const float* sin, int64_t pairs,
+                           uint16_t* out);
+
 // ---- Vision 2-D RoPE: NeoX half-split over all head_dim dims of every head (§4.10) ----
 // With half = head_dim/2 and q = head_dim/4 frequencies f (ComputeVisionRopeFrequencies), angle j
 // (0 <= j < half) of a patch at (row, col) is fp32(row * f_j) for j < q, fp32(col * f_{j-q})

@@ -19,6 +19,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/rope_table.h"
 #include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
@@ -141,13 +142,22 @@ void RunItem(const SparseAttnParams& p, const Scratch& w, int64_t t, int64_t g0)
   const int64_t d = p.head_dim;
   const int64_t ng = std::min(kG, p.heads - g0);
   const uint16_t* q_tok = p.q + t * p.q_stride;
+  // rope_q: the token's cos/sin, and each head's tail rotated as RopeCpu would store it.
+  const int64_t pairs = p.rope_q ? p.rope->rope_dims() / 2 : 0;
+  float cos[kMaxRopeDims / 2];
+  float sin[kMaxRopeDims / 2];
+  uint16_t tail[kMaxRopeDims];
+  if (pairs > 0) p.rope->CosSin(p.rope_positions[t], cos, sin);
   for (int64_t g = 0; g < kG; ++g) {
     if (g >= ng) {  // missing heads of the last group: zero queries, results discarded
       for (int64_t i = 0; i < d; ++i) w.q_t[i * kG + g] = 0.0f;
       continue;
     }
     const uint16_t* qh = q_tok + (g0 + g) * p.q_head_stride;
-    for (int64_t i = 0; i < d; ++i) w.q_t[i * kG + g] = Bf16BitsToFloat(qh[i]);
+    const int64_t nope = d - 2 * pairs;
+    for (int64_t i = 0; i < nope; ++i) w.q_t[i * kG + g] = Bf16BitsToFloat(qh[i]);
+    if (pairs > 0) RopeRotateInterleaved(qh + nope, cos, sin, pairs, tail);
+    for (int64_t i = nope; i < d; ++i) w.q_t[i * kG + g] = Bf16BitsToFloat(tail[i - nope]);
   }
   std::fill_n(w.acc, ng * d, 0.0f);
   float m[kG];
@@ -217,14 +227,14 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool) {
       for (size_t s = begin; s < end; ++s) run_slot(static_cast<int64_t>(s));
     });
   }
-  if (p.out_rope == nullptr) return absl::OkStatus();
+  if (!p.rope_out) return absl::OkStatus();
   // The output's inverse RoPE, in place: by definition the unfused recipe's second op.
   RopeParams r;
-  r.table = p.out_rope;
+  r.table = p.rope;
   r.tokens = p.tokens;
   r.heads = p.heads;
   r.head_dim = p.head_dim;
-  r.positions = p.out_rope_positions;
+  r.positions = p.rope_positions;
   r.x = p.out;
   r.x_stride = p.out_stride;
   r.x_head_stride = p.out_head_stride;

@@ -24,20 +24,22 @@ inline constexpr int kSRowFloats = kBlock + 4;  // fp32 logits row pitch in shar
 static_assert(kBlock == 64, "the warp layout assumes 64-entry blocks");
 
 // How a launch is cut into units (see the launcher).
-// The output's inverse RoPE fused into the wgmma family's output writes (SparseAttnParams::
-// out_rope; README.md "Output RoPE"): pairs = rd / 2 (0: not fused), dims first = head_dim − rd
-// onward, the table's frequencies. The launcher fuses it for rd <= 2·kOutRopeMaxPairs and runs
-// norm_rope's RoPE kernel after the attention otherwise (and on the other paths).
-inline constexpr int kOutRopeMaxPairs = 32;
-struct OutRope {
+// The RoPE the wgmma family applies itself (SparseAttnParams::rope; README.md "RoPE inside the
+// attention"): pairs = rd / 2 (0: none), dims first = head_dim − rd onward, the table's
+// frequencies; q: rotate the Q tile before the first S; out: the inverse rotation of the output as
+// it is written. The launcher fills it for rd <= 2·kRopeMaxPairs; the output's inverse RoPE of
+// wider tables and of the other paths runs as norm_rope's kernel after the attention.
+inline constexpr int kRopeMaxPairs = 32;
+struct AttnRope {
   const int64_t* positions = nullptr;  // device, [tokens]
   int pairs = 0;
   int first = 0;
-  float freqs[kOutRopeMaxPairs] = {};
+  bool q = false;
+  bool out = false;
+  float freqs[kRopeMaxPairs] = {};
 };
 
-// Launch constants the launcher derives: the cut into units, the split states, the fused output
-// RoPE.
+// Launch constants the launcher derives: the cut into units, the split states, the fused RoPE.
 struct Geometry {
   int64_t groups = 1;            // head groups per token
   int64_t splits = 1;            // list ranges per (token, group)
@@ -46,7 +48,7 @@ struct Geometry {
   // Split states (splits > 1), 16-byte aligned: mma.sync path [units][heads per CTA][kD + 2]
   // (m, denom, acc); wgmma family in fragment order (sparse_attn_wgmma.cuh WgmmaStoreSplitState).
   float* state = nullptr;
-  OutRope out_rope;  // wgmma family only
+  AttnRope rope;  // wgmma family only
 };
 
 // exp as double, rounded once to fp32: agrees with glibc's expf (< 0.502 ulp) but for ~never.

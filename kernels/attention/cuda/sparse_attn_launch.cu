@@ -65,31 +65,34 @@ Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
   return geo;
 }
 
-// Whether the wgmma family fuses the output's inverse RoPE (Geometry::out_rope): a table of at
-// most kOutRopeMaxPairs pairs (the released rd = 64 is 32). Otherwise, and on the mma.sync and
-// scalar paths, LaunchOutRope runs norm_rope's kernel on the output after the attention.
-bool OutRopeFuses(const SparseAttnParams& p) {
-  return p.out_rope != nullptr && p.out_rope->rope_dims() / 2 <= attn_device::kOutRopeMaxPairs;
+// Whether the wgmma family applies the RoPE itself (Geometry::rope): a table of at most
+// kRopeMaxPairs pairs (the released rd = 64 is 32). Otherwise, and on the mma.sync and scalar
+// paths, rope_out runs norm_rope's kernel on the output after the attention (LaunchOutRope) and
+// rope_q is an error.
+bool RopeFuses(const SparseAttnParams& p) {
+  return p.rope != nullptr && p.rope->rope_dims() / 2 <= attn_device::kRopeMaxPairs;
 }
 
-// The wgmma family's fused output RoPE constants (pairs 0: none).
-void SetOutRope(const SparseAttnParams& p, Geometry* geo) {
-  if (!OutRopeFuses(p)) return;
-  const auto freqs = p.out_rope->frequencies();
-  geo->out_rope.positions = p.out_rope_positions;
-  geo->out_rope.pairs = static_cast<int>(freqs.size());
-  geo->out_rope.first = static_cast<int>(p.head_dim - 2 * static_cast<int64_t>(freqs.size()));
-  for (size_t k = 0; k < freqs.size(); ++k) geo->out_rope.freqs[k] = freqs[k];
+// The wgmma family's RoPE constants (pairs 0: none).
+void SetRope(const SparseAttnParams& p, Geometry* geo) {
+  if (!RopeFuses(p)) return;
+  const auto freqs = p.rope->frequencies();
+  geo->rope.positions = p.rope_positions;
+  geo->rope.pairs = static_cast<int>(freqs.size());
+  geo->rope.first = static_cast<int>(p.head_dim - 2 * static_cast<int64_t>(freqs.size()));
+  geo->rope.q = p.rope_q;
+  geo->rope.out = p.rope_out;
+  for (size_t k = 0; k < freqs.size(); ++k) geo->rope.freqs[k] = freqs[k];
 }
 
 // The output's inverse RoPE as its own kernel, in place (the unfused form).
 absl::Status LaunchOutRope(const SparseAttnParams& p, cudaStream_t stream) {
   RopeParams r;
-  r.table = p.out_rope;
+  r.table = p.rope;
   r.tokens = p.tokens;
   r.heads = p.heads;
   r.head_dim = p.head_dim;
-  r.positions = p.out_rope_positions;
+  r.positions = p.rope_positions;
   r.x = p.out;
   r.x_stride = p.out_stride;
   r.x_head_stride = p.out_head_stride;
@@ -135,14 +138,17 @@ void LaunchTensorCombine(const SparseAttnParams& p, const Geometry& geo, cudaStr
                 attn_device::kCombineThreads, p, geo, stream);
 }
 
+// kRope: the instantiations with the RoPE code (Geometry::rope set); without it the kernels carry
+// none of it (README.md "RoPE inside the attention": compiled in but unused, it slowed them).
+template <bool kRope>
 void LaunchWgmmaCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
   const int64_t ctas = geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem;
   if (attention_internal::SparseAttnCombineShared(geo.splits)) {
-    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true>, ctas,
+    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true, kRope>, ctas,
                   attn_device::kWgmmaStateThreads, p, geo, stream);
   } else {
-    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, false>, ctas,
+    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, false, kRope>, ctas,
                   attn_device::kWgmmaStateThreads, p, geo, stream);
   }
 }
@@ -160,35 +166,47 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   if (geo.splits > 1) LaunchTensorCombine<S::kHeads>(p, geo, stream);
 }
 
-template <bool kSplitK, bool kRows = false>
-void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
+template <bool kSplitK, bool kRows, bool kRope>
+void LaunchWgmmaKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
   constexpr size_t kSmem =
       kRows ? W::kRowsSmemBytes : (kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes);
-  Geometry geo = MakeGeometry(p, W::kHeads);
-  SetOutRope(p, &geo);
-  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRows>;
+  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRows, kRope>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, kSmem, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchWgmmaCombine(p, geo, stream);
+  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+}
+
+template <bool kSplitK, bool kRows = false>
+void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
+  Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
+  SetRope(p, &geo);
+  if (geo.rope.pairs > 0) return LaunchWgmmaKernel<kSplitK, kRows, true>(p, geo, stream);
+  LaunchWgmmaKernel<kSplitK, kRows, false>(p, geo, stream);
 }
 
 // The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
 // LaunchWgmma, 384 threads.
-void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
+template <bool kRope>
+void LaunchWgmmaWsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using WS = attn_device::WgmmaWsShape;
-  Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
-  SetOutRope(p, &geo);
-  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD>;
+  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kRope>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, WS::kSmemBytes, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
   kernel<<<ctas, WS::kThreads, WS::kSmemBytes, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchWgmmaCombine(p, geo, stream);
+  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+}
+
+void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
+  Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
+  SetRope(p, &geo);
+  if (geo.rope.pairs > 0) return LaunchWgmmaWsKernel<true>(p, geo, stream);
+  LaunchWgmmaWsKernel<false>(p, geo, stream);
 }
 
 // The row form's preconditions (attention.h): the wgmma kernel's dims and cp.async alignment.
@@ -268,7 +286,8 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
     return SparseAttnWsPays(p.tokens, p.heads, p.width) ? SparseAttnCudaPath::kWgmmaWs
                                                         : SparseAttnCudaPath::kWgmma;
   }
-  return SparseAttnCudaPath::kMmaSync;
+  // rope_q exists on the wgmma family only, which takes any head count (a partial last group).
+  return p.rope_q ? SparseAttnCudaPath::kWgmma : SparseAttnCudaPath::kMmaSync;
 }
 
 }  // namespace attention_internal
@@ -276,17 +295,24 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
 absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(attention_internal::ValidateSparseAttnFor(
       p, SparseAttnCudaWorkspaceBytes(p.heads, p.head_dim), /*host_values=*/false));
-  if (attention_internal::UsesKvRows(p)) {
-    RETURN_IF_ERROR(CheckRowFormFits(p));
-    if (p.tokens == 0) return absl::OkStatus();
-    LaunchWgmma<false, true>(p, stream);
-    return p.out_rope != nullptr && !OutRopeFuses(p) ? LaunchOutRope(p, stream) : absl::OkStatus();
-  }
-  if (p.tokens == 0) return absl::OkStatus();
   const SparseAttnCudaPath path = attention_internal::SparseAttnCudaPathFor(p);
   const bool wgmma_family = path == SparseAttnCudaPath::kWgmma ||
                             path == SparseAttnCudaPath::kWgmmaSplitK ||
                             path == SparseAttnCudaPath::kWgmmaWs;
+  if (p.rope_q && !(wgmma_family && RopeFuses(p))) {
+    return absl::InvalidArgumentError(
+        "SparseAttn: rope_q on CUDA needs the wgmma path (head_dim 512, 16-byte aligned q / kv / "
+        "out, strides multiples of 8 elements, no override to another path) and a table of at "
+        "most 64 rotated dims");
+  }
+  const bool rope_out_after = p.rope_out && !(wgmma_family && RopeFuses(p));
+  if (attention_internal::UsesKvRows(p)) {
+    RETURN_IF_ERROR(CheckRowFormFits(p));
+    if (p.tokens == 0) return absl::OkStatus();
+    LaunchWgmma<false, true>(p, stream);
+    return rope_out_after ? LaunchOutRope(p, stream) : absl::OkStatus();
+  }
+  if (p.tokens == 0) return absl::OkStatus();
   if (path == SparseAttnCudaPath::kScalar) {
     LaunchScalar(p, stream);
   } else if (path == SparseAttnCudaPath::kWgmma) {
@@ -302,9 +328,7 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   } else {
     LaunchTensorForHeads<512>(p, stream);
   }
-  if (p.out_rope != nullptr && !(wgmma_family && OutRopeFuses(p))) {
-    return LaunchOutRope(p, stream);
-  }
+  if (rope_out_after) return LaunchOutRope(p, stream);
   return absl::OkStatus();
 }
 

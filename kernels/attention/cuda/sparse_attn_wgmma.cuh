@@ -56,7 +56,7 @@ struct WgmmaShape {
   static constexpr uint32_t kEnd = kPOff + 2 * 8 * 128 * 4;
   // Every layout ends with the unit's cos/sin of the fused output RoPE (float2 per pair), at its
   // end offset (kEnd, kSplitKEnd, kRowsEnd, WgmmaWsShape::kEnd).
-  static constexpr uint32_t kRopeBytes = 8 * kOutRopeMaxPairs;
+  static constexpr uint32_t kRopeBytes = 8 * kRopeMaxPairs;
   static constexpr size_t kSmemBytes = kEnd + kRopeBytes + 1024;  // + slack to align to 1024
   // The split-K variant (WgmmaKernel<kD, true>) swaps partial S instead of row max / sums / P:
   // fp32 [2 warpgroups][32][128 threads] after the index arrays; 225.5 KB in all.
@@ -392,21 +392,46 @@ __device__ __forceinline__ void WgmmaStoreSplitState(const Geometry& geo, int64_
   }
 }
 
-// ---- the output's inverse RoPE, fused (Geometry::out_rope; README.md "Output RoPE") ----------
+// ---- RoPE inside the attention (Geometry::rope; README.md "RoPE inside the attention") ----------
 
 // cos/sin of pair k at token t's position, as norm_rope's RoPE kernels compute them.
-__device__ __forceinline__ float2 OutRopeCosSin(const OutRope& r, int64_t t, int k) {
+__device__ __forceinline__ float2 RopeCosSin(const AttnRope& r, int64_t t, int k) {
   float cs = 0.0f, sn = 0.0f;
   norm_rope_device::RopeCosSinAt(r.positions[t], r.freqs[k], &cs, &sn);
   return make_float2(cs, sn);
 }
 
+// Whether a unit computes the cos/sin table: for its Q tile, or for the unsplit epilogue.
+__device__ __forceinline__ bool RopeTableNeeded(const AttnRope& r, int64_t splits) {
+  return r.pairs > 0 && (r.q || (r.out && splits == 1));
+}
+
 // Thread i < pairs writes the unit's cos/sin of pair i into `table` (the layout's last bytes);
-// the readers meet the writers at a barrier of the block loop before the epilogue (a unit
-// without any valid entry writes zeros, which the rotation would leave as they are).
-__device__ __forceinline__ void OutRopeFillTable(const OutRope& r, int64_t t, int i,
-                                                 float2* table) {
-  if (i < r.pairs) table[i] = OutRopeCosSin(r, t, i);
+// the readers meet the writers at a barrier before they read it.
+__device__ __forceinline__ void RopeFillTable(const AttnRope& r, int64_t t, int i, float2* table) {
+  if (i < r.pairs) table[i] = RopeCosSin(r, t, i);
+}
+
+// Rotates the rope pairs of the Q tile at `q_base` in place, as norm_rope's RoPE kernel would have
+// rotated q (fp32 products and sums from the bf16 values, one rounding each): threads `i` of
+// `n` take the (head, pair) items i, i + n, ... Q must have landed and be visible to the calling
+// threads, and `table` written; the callers then fence the writes to the async proxy and meet at
+// a barrier before the first S.
+__device__ __forceinline__ void WgmmaRotateQ(const AttnRope& r, const float2* table,
+                                             uint32_t q_base, int i, int n) {
+  for (int item = i; item < WgmmaShape::kHeads * r.pairs; item += n) {
+    const int row = item / r.pairs, k = item % r.pairs;
+    const int dim = r.first + 2 * k;
+    const uint32_t addr = q_base + TileOffset(row, dim / 8) + static_cast<uint32_t>(dim % 8) * 2;
+    uint32_t pair;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pair) : "r"(addr));
+    const float2 cs = table[k];
+    float re = 0.0f, im = 0.0f;
+    norm_rope_device::RotatePair(exact::Bf16ToF32(pair & 0xFFFFu), exact::Bf16ToF32(pair >> 16),
+                                 cs.x, cs.y, &re, &im);
+    pair = exact::F32ToBf16(re) | (exact::F32ToBf16(im) << 16);
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair) : "memory");
+  }
 }
 
 // The bf16 pair the unfused kernel would store for (v0, v1), rotated by the conjugate of
@@ -421,7 +446,7 @@ __device__ __forceinline__ uint32_t OutRopeRotate(float v0, float v1, float2 cs)
 
 // The output pair (v0, v1) of dims (d, d + 1) as stored: rotated when it is a rope pair (table
 // set, d >= first), else the plain bf16 pair.
-__device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const OutRope& r,
+__device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const AttnRope& r,
                                             const float2* table) {
   if (table == nullptr || d < r.first) return PackBf16(v0, v1);
   return OutRopeRotate(v0, v1, table[(d - r.first) >> 1]);
@@ -436,12 +461,12 @@ __device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const Out
 // row takes the three-operation sequence, or (a zero, tiny, huge or non-finite value; never
 // with finite attention data of ordinary size) the IEEE division. __fdiv_rn per value made this
 // tail 1,813 instructions per warp, 17 % of the wgmma-ws kernel's warp samples at 256 tokens.
-// `rope_table`: the unit's cos/sin (OutRopeFillTable), nullptr without the fused RoPE.
+// `rope_table`: the unit's cos/sin (RopeFillTable), nullptr without the output's RoPE.
 __device__ __forceinline__ void WgmmaStoreOutput(const SparseAttnParams& p, int64_t t, int64_t h0,
                                                  int half, int wtid, bool seen,
                                                  const float (&acc)[128], const float (&m_run)[2],
                                                  const float (&den_run)[2], const float (&sink)[2],
-                                                 const OutRope& rope, const float2* rope_table) {
+                                                 const AttnRope& rope, const float2* rope_table) {
   using attention_internal::DivByRcpInRange;
   using attention_internal::DivByRcpInRangeOnly;
   const int lane = wtid % 32;
@@ -503,7 +528,9 @@ __device__ __forceinline__ void WgmmaLoadSinks(const SparseAttnParams& p, int64_
 // true — warpgroup g computes all 64 entries over dims 256g.. (n64, Q read once per block), the
 // partial S are swapped and added (two barriers per block), and each warpgroup runs the softmax
 // of the whole block itself (twice the expf per thread).
-template <int kD, bool kSplitK, bool kRows>
+// kRope: the RoPE code (Geometry::rope: q rotation, the unsplit output's) is compiled in; the
+// launcher takes these instantiations only when it fills geo.rope.
+template <int kD, bool kSplitK, bool kRows, bool kRope>
 __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
@@ -573,10 +600,12 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     float den_run[2] = {0.0f, 0.0f};
     bool seen = false;
     float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
-    if (geo.splits == 1) {
-      WgmmaLoadSinks(p, h0, wtid, sink);
-      OutRopeFillTable(geo.out_rope, t, tid, rope_table);
+    if (geo.splits == 1) WgmmaLoadSinks(p, h0, wtid, sink);
+    // The RoPE table: read after the first block's barriers (Q) or the block loop's (epilogue).
+    if (kRope && RopeTableNeeded(geo.rope, geo.splits)) {
+      RopeFillTable(geo.rope, t, tid, rope_table);
     }
+    const bool rotate_q = kRope && geo.rope.pairs > 0 && geo.rope.q;
 
     for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
       // bf16 form: buffer buf of two; row form: stage buf of the raw ring, one bf16 tile.
@@ -591,10 +620,16 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
         __syncthreads();
         WgmmaDecodeBlock(p, smem + W::kRawOff + buf * W::kRawStageBytes, s_idx + buf * kBlock,
                          kv_base, s_tidx);
+        if (rotate_q && blk == blk_begin)
+          WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, tid, W::kThreads);
       } else {
         // This block (and Q) landed; every thread's async-proxy reads of the other buffer are
         // done (each waited for its wgmma before reaching this barrier), so it can be refilled.
         CpAsyncWait<0>();
+        if (rotate_q && blk == blk_begin) {  // every thread's Q copies (and the table) visible
+          __syncthreads();
+          WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, tid, W::kThreads);
+        }
       }
       wgmma::FenceProxyAsyncShared();
       // Thread 4e wrote idx[e] itself (WgmmaLoadBlock / WgmmaDecodeBlock), so it may read it
@@ -732,8 +767,8 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     }
 
     if (geo.splits == 1) {
-      WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.out_rope,
-                       geo.out_rope.pairs > 0 ? rope_table : nullptr);
+      WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope,
+                       kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr);
     } else {
       WgmmaStoreSplitState(geo, unit, tid, acc, m_run, den_run);  // for WgmmaCombineKernel
     }

@@ -39,7 +39,8 @@ static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 //   and the per-thread form computed each one 8 × 16 times; the state loads are issued
 //   kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute had the
 //   per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8 µs).
-template <int kD, bool kShared>
+// kRope: the output's inverse RoPE (Geometry::rope.out) is compiled in.
+template <int kD, bool kShared, bool kRope>
 __global__ void __launch_bounds__(kWgmmaStateThreads)
     WgmmaCombineKernel(const SparseAttnParams p, const Geometry geo) {
   static_assert(kD == WgmmaShape::kD);
@@ -65,16 +66,17 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[j][i] = 0.0f;
     }
-    // The fused output RoPE (Geometry::out_rope): this thread's pairs j are rope pairs when
+    // The output's inverse RoPE (Geometry::rope.out): this thread's pairs j are rope pairs when
     // their dim d = 256·half + 8(g0 + j) + c2 >= first; their cos/sin are computed here, before
     // the state loads they overlap.
     float2 rope_cs[kWgmmaCombineGroups];
-    const OutRope& rope = geo.out_rope;
+    const AttnRope& rope = geo.rope;
+    const bool rope_out = kRope && rope.pairs > 0 && rope.out;
 #pragma unroll
     for (int j = 0; j < kWgmmaCombineGroups; ++j) {
       const int d = half * 256 + 8 * (g0 + j) + c2;
-      rope_cs[j] = rope.pairs > 0 && d >= rope.first ? OutRopeCosSin(rope, t, (d - rope.first) >> 1)
-                                                     : make_float2(1.0f, 0.0f);
+      rope_cs[j] = rope_out && d >= rope.first ? RopeCosSin(rope, t, (d - rope.first) >> 1)
+                                               : make_float2(1.0f, 0.0f);
     }
     float mx[2] = {kInitMax, kInitMax};
     float den[2] = {0.0f, 0.0f};
@@ -182,8 +184,8 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
         const float v0 = __fdiv_rn(a[j][2 * r], d), v1 = __fdiv_rn(a[j][2 * r + 1], d);
         uint32_t out = 0u;
         if (d > 0.0f) {
-          out = rope.pairs > 0 && dim >= rope.first ? OutRopeRotate(v0, v1, rope_cs[j])
-                                                    : PackBf16(v0, v1);
+          out =
+              rope_out && dim >= rope.first ? OutRopeRotate(v0, v1, rope_cs[j]) : PackBf16(v0, v1);
         }
         *reinterpret_cast<uint32_t*>(o + 8 * (g0 + j)) = out;
       }

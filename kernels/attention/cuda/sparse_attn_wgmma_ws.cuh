@@ -234,14 +234,15 @@ __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geom
                                            const float (&m_run)[2], const float (&den_run)[2],
                                            const float (&sink)[2], const float2* rope_table) {
   if (geo.splits == 1) {
-    WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.out_rope,
-                     geo.out_rope.pairs > 0 ? rope_table : nullptr);
+    WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope, rope_table);
   } else {
     WgmmaStoreSplitState(geo, unit, 128 * half + wtid, acc, m_run, den_run);
   }
 }
 
-// The consumers' part of one unit; `half` = the consumer warpgroup (0, 1), warp-uniform.
+// The consumers' part of one unit; `half` = the consumer warpgroup (0, 1), warp-uniform. kRope:
+// WgmmaWsKernel's.
+template <bool kRope>
 __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const Geometry& geo,
                                               int64_t unit, int64_t t, int64_t h0,
                                               int64_t blk_begin, int64_t blk_end, uint32_t base,
@@ -263,18 +264,28 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   float den_run[2] = {0.0f, 0.0f};
   bool seen = false;
   float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
-  // The fused output RoPE's cos/sin, by consumer threads 0..pairs-1 (read after the block loop's
-  // consumer barriers).
+  // The RoPE cos/sin, by consumer threads 0..pairs-1 (read after a consumer barrier: the first
+  // block's before the Q rotation, or the block loop's before the epilogue).
   auto* rope_table = reinterpret_cast<float2*>(smem + WS::kEnd);
-  if (geo.splits == 1) {
-    WgmmaLoadSinks(p, h0, wtid, sink);
-    if (half == 0) OutRopeFillTable(geo.out_rope, t, wtid, rope_table);
+  if (geo.splits == 1) WgmmaLoadSinks(p, h0, wtid, sink);
+  if (kRope && half == 0 && RopeTableNeeded(geo.rope, geo.splits)) {
+    RopeFillTable(geo.rope, t, wtid, rope_table);
   }
+  const bool rotate_q = kRope && geo.rope.pairs > 0 && geo.rope.q;
+  const float2* out_table = kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr;
   for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
     // The copies landed (the barrier's acquire); order them before this thread's async-proxy
     // (wgmma) reads.
+    if (rotate_q && blk == blk_begin) {
+      // Q landed with this block (the producer's copies of Q precede it); the table's writers
+      // meet the readers here, and the rotated Q is published to both warpgroups' wgmma below.
+      NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
+      WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, 128 * half + wtid, WS::kConsumerThreads);
+      wgmma::FenceProxyAsyncShared();
+      NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
+    }
     wgmma::FenceProxyAsyncShared();
     const int32_t* idx = s_idx + stage * kBlock;
     const uint32_t kv_base = base + W::kKvOff + stage * W::kTileBytes;
@@ -300,7 +311,7 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
     WgmmaPv(acc, a, kv_base, half);  // waited: this thread's reads of the stage are done
     MbarArrive(WsEmptyBar(base, stage));
   }
-  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run, sink, rope_table);
+  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run, sink, out_table);
 }
 
 // Where unit `unit` of the launch sits: token, first head, list blocks [blk_begin, blk_end).
@@ -319,7 +330,9 @@ __device__ __forceinline__ WsUnit WsUnitOf(const Geometry& geo, int64_t unit, in
 }
 
 // A template on kD so that the header may be included by several .cu files (kD = 512).
-template <int kD>
+// kRope: the RoPE code (Geometry::rope) is compiled in; the launcher takes this instantiation
+// only when it fills geo.rope.
+template <int kD, bool kRope>
 __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     WgmmaWsKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
@@ -357,7 +370,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     SetMaxRegsInc<WS::kConsumerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const WsUnit u = WsUnitOf(geo, unit, n_blocks);
-      WsConsumeUnit(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg, it);
+      WsConsumeUnit<kRope>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg, it);
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }
   }

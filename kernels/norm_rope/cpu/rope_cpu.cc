@@ -28,19 +28,6 @@ void ForEachItem(ThreadPool* pool, int64_t n, int64_t item_elems, const Body& bo
   pool->ParallelFor(static_cast<size_t>(n), min_items, body);
 }
 
-// Rotates the interleaved pairs of one head's rotated tail (rd = 2 * pairs values).
-void RotateInterleaved(const uint16_t* x, const float* cos, const float* sin, int64_t pairs,
-                       uint16_t* out) {
-  for (int64_t k = 0; k < pairs; ++k) {
-    const float a = Bf16BitsToFloat(x[2 * k]);
-    const float b = Bf16BitsToFloat(x[2 * k + 1]);
-    const float re = a * cos[k] - b * sin[k];
-    const float im = a * sin[k] + b * cos[k];
-    out[2 * k] = FloatToBf16Bits(re);
-    out[2 * k + 1] = FloatToBf16Bits(im);
-  }
-}
-
 // Rotates the half-split pairs (j, j + half) of one ViT head.
 void RotateHalfSplit(const uint16_t* x, const float* cos, const float* sin, int64_t half,
                      uint16_t* out) {
@@ -55,6 +42,19 @@ void RotateHalfSplit(const uint16_t* x, const float* cos, const float* sin, int6
 }
 
 }  // namespace
+
+// Rotates the interleaved pairs of one head's rotated tail (rd = 2 * pairs values).
+void RopeRotateInterleaved(const uint16_t* x, const float* cos, const float* sin, int64_t pairs,
+                           uint16_t* out) {
+  for (int64_t k = 0; k < pairs; ++k) {
+    const float a = Bf16BitsToFloat(x[2 * k]);
+    const float b = Bf16BitsToFloat(x[2 * k + 1]);
+    const float re = a * cos[k] - b * sin[k];
+    const float im = a * sin[k] + b * cos[k];
+    out[2 * k] = FloatToBf16Bits(re);
+    out[2 * k + 1] = FloatToBf16Bits(im);
+  }
+}
 
 absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool) {
   RETURN_IF_ERROR(ValidateRope(p));
@@ -77,7 +77,7 @@ absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool) {
         const uint16_t* x = x_tok + h * p.x_head_stride;
         uint16_t* out = out_tok + h * p.out_head_stride;
         if (out != x) std::copy_n(x, nope, out);
-        RotateInterleaved(x + nope, cos, sin, pairs, out + nope);
+        RopeRotateInterleaved(x + nope, cos, sin, pairs, out + nope);
       }
     }
   };

@@ -1,0 +1,275 @@
+// The RoPE inside LaunchSparseAttn (SparseAttnParams::rope; README.md "RoPE inside the
+// attention"): with rope_q and rope_out the output is bit for bit that of norm_rope's
+// LaunchRope on a copy of q, the attention, and LaunchRope(inverse) on its output, on every body
+// that applies it — the wgmma split combine (both forms), the unsplit WgmmaKernel and
+// WgmmaWsKernel epilogues, wgmma-ws split, the split-K variant, the row form, a partial head
+// group; rope_out alone moves only the last rd dims (and on mma.sync and with a table wider than
+// the kernel's it runs LaunchRope after the attention); rope_q where the wgmma family cannot
+// take it is an error. Outputs start poisoned.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/base/check.h"
+#include "gtest/gtest.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_test_util.h"
+#include "kernels/attention/cuda/sparse_attn_path.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/norm_rope/norm_rope.h"
+#include "kernels/norm_rope/rope_table.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using attention_internal::SetSparseAttnCudaPathOverride;
+using attention_internal::SparseAttnCudaPath;
+using attention_internal::SparseAttnCudaPathFor;
+using attention_internal::SparseAttnCudaPathName;
+using testing::AttnCase;
+
+constexpr uint16_t kPoison = 0xFFC1;
+
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  DeviceBuffer buf(std::max<size_t>(host.size() * sizeof(T), 16));
+  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
+  return buf;
+}
+
+RopeTable MakeTable(int64_t rd) {
+  RopeSpec spec;
+  spec.rope_dims = rd;
+  spec.theta = 160000.0;
+  spec.original_seq_len = 65536;
+  spec.factor = 16.0;
+  return RopeTable::Create(spec, 0).value();
+}
+
+// A decode-like list per token: window rows [0, 128) then random compressed rows, ~10 % -1.
+AttnCase Decode(int64_t tokens, int64_t heads, uint32_t seed) {
+  AttnCase c = testing::RandomCase(tokens, heads, 512, 128 + 4096, 640, 0.1, seed);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < 128; ++e) c.indices[t * 640 + e] = static_cast<int32_t>(e);
+  }
+  return c;
+}
+
+// One case on the device under a path override, with its buffers; Run launches one form.
+class DeviceCase {
+ public:
+  DeviceCase(AttnCase c, const RopeTable& table, int64_t row_window)
+      : c_(std::move(c)), table_(table), row_window_(row_window) {
+    if (row_window_ >= 0) pools_ = testing::EncodeKvRows(&c_, row_window_);
+    positions_.resize(static_cast<size_t>(c_.tokens));
+    for (int64_t t = 0; t < c_.tokens; ++t) {
+      positions_[t] = t == 2 ? 0 : (t % 2 == 1 ? 65535 - 17 * t : 1000003 + t);
+    }
+    dq_ = ToDevice(c_.q);
+    dkv_ = ToDevice(c_.kv);
+    didx_ = ToDevice(c_.indices);
+    dsink_ = ToDevice(c_.sink);
+    dpos_ = ToDevice(positions_);
+    dwin_ = ToDevice(pools_.window);
+    dcmp_ = ToDevice(pools_.compressed);
+    dws_ = DeviceBuffer(SparseAttnCudaWorkspaceBytes(c_.heads, c_.head_dim));
+  }
+
+  const AttnCase& c() const { return c_; }
+
+  // separate: LaunchRope on a copy of q before and / or on the output after an attention without
+  // rope; otherwise the flags go to the attention. Returns the status of the attention launch.
+  absl::Status Run(bool rope_q, bool rope_out, bool separate, std::vector<uint16_t>* out,
+                   SparseAttnCudaPath* path) {
+    const size_t n = c_.q.size();
+    DeviceBuffer dout = ToDevice(std::vector<uint16_t>(n, kPoison));
+    DeviceBuffer dq_rot = ToDevice(c_.q);
+    SparseAttnParams p;
+    p.tokens = c_.tokens;
+    p.heads = c_.heads;
+    p.head_dim = c_.head_dim;
+    p.q = dq_.get<uint16_t>();
+    p.q_stride = c_.heads * c_.head_dim;
+    p.q_head_stride = c_.head_dim;
+    p.kv = dkv_.get<uint16_t>();
+    p.n_kv = c_.n_kv;
+    p.kv_stride = c_.head_dim;
+    p.indices = didx_.get<int32_t>();
+    p.width = c_.width;
+    p.indices_stride = c_.width;
+    p.attn_sink = dsink_.get<float>();
+    p.softmax_scale = c_.scale;
+    p.out = dout.get<uint16_t>();
+    p.out_stride = p.q_stride;
+    p.out_head_stride = c_.head_dim;
+    p.workspace = dws_.get();
+    p.workspace_bytes = dws_.bytes();
+    if (row_window_ >= 0) {
+      testing::SetKvRows(pools_, dwin_.get<uint8_t>(), dcmp_.get<uint8_t>(), &p);
+    }
+    if (separate && rope_q) {
+      CHECK_OK(LaunchRope(RopeOf(dq_rot.get<uint16_t>(), false), nullptr));
+      p.q = dq_rot.get<uint16_t>();
+    }
+    if (!separate && (rope_q || rope_out)) {
+      p.rope = &table_;
+      p.rope_positions = dpos_.get<int64_t>();
+      p.rope_q = rope_q;
+      p.rope_out = rope_out;
+    }
+    *path = SparseAttnCudaPathFor(p);
+    const absl::Status st = LaunchSparseAttn(p, nullptr);
+    if (!st.ok()) return st;
+    if (separate && rope_out) CHECK_OK(LaunchRope(RopeOf(p.out, true), nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    out->resize(n);
+    dout.CopyToHost(out->data(), n * sizeof(uint16_t));
+    return absl::OkStatus();
+  }
+
+ private:
+  RopeParams RopeOf(uint16_t* x, bool inverse) const {
+    RopeParams r;
+    r.table = &table_;
+    r.tokens = c_.tokens;
+    r.heads = c_.heads;
+    r.head_dim = c_.head_dim;
+    r.positions = dpos_.get<int64_t>();
+    r.x = x;
+    r.x_stride = c_.heads * c_.head_dim;
+    r.x_head_stride = c_.head_dim;
+    r.out = x;
+    r.out_stride = r.x_stride;
+    r.out_head_stride = c_.head_dim;
+    r.inverse = inverse;
+    return r;
+  }
+
+  AttnCase c_;
+  const RopeTable& table_;
+  int64_t row_window_;
+  testing::KvRowPools pools_;
+  std::vector<int64_t> positions_;
+  DeviceBuffer dq_, dkv_, didx_, dsink_, dpos_, dwin_, dcmp_, dws_;
+};
+
+class PathOverride {
+ public:
+  explicit PathOverride(SparseAttnCudaPath path) { SetSparseAttnCudaPathOverride(path); }
+  ~PathOverride() { SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto); }
+  PathOverride(const PathOverride&) = delete;
+  PathOverride& operator=(const PathOverride&) = delete;
+};
+
+// Fused against separate for the given flags; `rd` for the rope_out-only dims check.
+void ExpectFused(DeviceCase& dc, bool rope_q, bool rope_out, int64_t rd, const char* label,
+                 SparseAttnCudaPath want = SparseAttnCudaPath::kAuto) {
+  std::vector<uint16_t> fused, separate, plain;
+  SparseAttnCudaPath path, unused;
+  ASSERT_TRUE(dc.Run(rope_q, rope_out, false, &fused, &path).ok()) << label;
+  ASSERT_TRUE(dc.Run(rope_q, rope_out, true, &separate, &unused).ok()) << label;
+  ASSERT_TRUE(dc.Run(false, false, false, &plain, &unused).ok()) << label;
+  if (want != SparseAttnCudaPath::kAuto) {
+    EXPECT_EQ(path, want) << label;
+  }
+  const AttnCase& c = dc.c();
+  int64_t moved_rope = 0, moved_nope = 0;
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const bool rope_dim = static_cast<int64_t>(i % c.head_dim) >= c.head_dim - rd;
+    if (fused[i] != plain[i]) ++(rope_dim ? moved_rope : moved_nope);
+  }
+  const int64_t diffs = testing::CountBitDiffs(fused, separate);
+  std::printf(
+      "%-46s q %d out %d path %-12s fused vs separate: %ld of %zu differ; moved %ld + %ld\n", label,
+      rope_q, rope_out, SparseAttnCudaPathName(path), static_cast<long>(diffs), fused.size(),
+      static_cast<long>(moved_rope), static_cast<long>(moved_nope));
+  EXPECT_EQ(diffs, 0) << label;
+  // Token 2 sits at position 0 (no rotation); the others move.
+  const int64_t rotated_tokens = c.tokens > 2 ? c.tokens - 1 : c.tokens;
+  if (!rope_q) {
+    EXPECT_EQ(moved_nope, 0) << label;  // the output's RoPE touches the last rd dims only
+    EXPECT_GT(moved_rope, rotated_tokens * c.heads * rd / 2) << label;
+  } else {
+    EXPECT_GT(moved_nope, rotated_tokens * c.heads * (c.head_dim - rd) / 4) << label;
+  }
+}
+
+TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnEveryDefaultBody) {
+  FS_SKIP_WITHOUT_GPU();
+  const RopeTable table = MakeTable(64);
+  char label[96];
+  // 1, 8: wgmma split + the shared-weight combine; 16: the per-thread combine; 64: wgmma-ws
+  // split; 256: wgmma-ws unsplit epilogue.
+  for (int64_t tokens : {1, 8, 16, 64, 256}) {
+    DeviceCase dc(Decode(tokens, 64, 900 + static_cast<uint32_t>(tokens)), table, -1);
+    std::snprintf(label, sizeof(label), "64x512 w640 tokens %ld", static_cast<long>(tokens));
+    ExpectFused(dc, true, true, 64, label);
+    if (tokens == 1 || tokens == 256) {
+      ExpectFused(dc, true, false, 64, label);
+      ExpectFused(dc, false, true, 64, label);
+    }
+  }
+}
+
+TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
+  FS_SKIP_WITHOUT_GPU();
+  const RopeTable table = MakeTable(64);
+  struct Case {
+    int64_t tokens, heads;
+    SparseAttnCudaPath path;
+    const char* label;
+  };
+  const Case cases[] = {
+      {256, 64, SparseAttnCudaPath::kWgmma, "wgmma unsplit epilogue, 256 tokens"},
+      {3, 80, SparseAttnCudaPath::kWgmma, "wgmma, 80 heads (a partial group)"},
+      {1, 64, SparseAttnCudaPath::kWgmmaSplitK, "wgmma-splitk split, 1 token"},
+      {256, 64, SparseAttnCudaPath::kWgmmaSplitK, "wgmma-splitk unsplit, 256 tokens"},
+      {8, 64, SparseAttnCudaPath::kWgmmaWs, "wgmma-ws split (forced), 8 tokens"},
+  };
+  for (const Case& k : cases) {
+    PathOverride force(k.path);
+    DeviceCase dc(Decode(k.tokens, k.heads, 950 + static_cast<uint32_t>(k.tokens)), table, -1);
+    ExpectFused(dc, true, true, 64, k.label, k.path);
+  }
+}
+
+TEST(SparseAttnRopeGpuTest, RowFormFallbacksAndErrors) {
+  FS_SKIP_WITHOUT_GPU();
+  const RopeTable table = MakeTable(64);
+  for (int64_t tokens : {1, 256}) {
+    DeviceCase dc(Decode(tokens, 64, 990 + static_cast<uint32_t>(tokens)), table, 128);
+    ExpectFused(dc, true, true, 64, tokens == 1 ? "row form, 1 token" : "row form, 256 tokens");
+  }
+  std::vector<uint16_t> out;
+  SparseAttnCudaPath path;
+  {
+    // 80 heads: without rope_q the default is mma.sync; with it, wgmma (a partial last group).
+    DeviceCase dc(Decode(3, 80, 996), table, -1);
+    ASSERT_TRUE(dc.Run(false, false, false, &out, &path).ok());
+    EXPECT_EQ(path, SparseAttnCudaPath::kMmaSync);
+    ASSERT_TRUE(dc.Run(true, true, false, &out, &path).ok());
+    EXPECT_EQ(path, SparseAttnCudaPath::kWgmma);
+  }
+  {
+    // mma.sync: rope_out runs LaunchRope after the attention; rope_q is an error.
+    PathOverride force(SparseAttnCudaPath::kMmaSync);
+    DeviceCase dc(Decode(8, 64, 997), table, -1);
+    ExpectFused(dc, false, true, 64, "mma.sync (rope_out after), 8 tokens",
+                SparseAttnCudaPath::kMmaSync);
+    const absl::Status st = dc.Run(true, false, false, &out, &path);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("rope_q"), std::string::npos) << st.message();
+  }
+  // rd 128 is wider than the kernel's table: rope_out runs LaunchRope after; rope_q is an error.
+  const RopeTable wide = MakeTable(128);
+  DeviceCase dc(Decode(2, 64, 999), wide, -1);
+  ExpectFused(dc, false, true, 128, "rd 128 (rope_out after), 2 tokens");
+  EXPECT_EQ(dc.Run(true, true, false, &out, &path).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
