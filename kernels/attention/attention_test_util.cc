@@ -193,6 +193,15 @@ int64_t CountOutsideTolerance(const std::vector<uint16_t>& out, const std::vecto
   return bad;
 }
 
+RopeTable TextRopeTable(int64_t rd) {
+  RopeSpec spec;
+  spec.rope_dims = rd;
+  spec.theta = 160000.0;
+  spec.original_seq_len = 65536;
+  spec.factor = 16.0;
+  return RopeTable::Create(spec, 0).value();
+}
+
 int64_t CountBitDiffs(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   if (a.size() != b.size()) return static_cast<int64_t>(std::max(a.size(), b.size()));
   int64_t n = 0;

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attention/attention.h"
+#include "kernels/norm_rope/rope_table.h"
 
 namespace flashserve {
 class ThreadPool;
@@ -64,6 +65,10 @@ void DoubleReference(const AttnCase& c, std::vector<double>* ref, std::vector<do
 // Returns the number of elements outside it and the largest |out − ref| / bound seen.
 int64_t CountOutsideTolerance(const std::vector<uint16_t>& out, const std::vector<double>& ref,
                               const std::vector<double>& mass, double* worst_ratio);
+
+// The text model's RoPE table shape (theta 160000, YaRN 65536 × 16) with `rd` rotated dims, no
+// cached positions: for the attention's rope tests.
+RopeTable TextRopeTable(int64_t rd);
 
 // Number of elements whose bit patterns differ.
 int64_t CountBitDiffs(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b);

@@ -20,6 +20,7 @@
 #include "common/formats/bf16.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_gpu_test_util.h"
 #include "kernels/attention/attention_test_util.h"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/common/gpu_test_util.h"
@@ -33,16 +34,11 @@ using attention_internal::SparseAttnCudaPathFor;
 using attention_internal::SparseAttnCudaPathName;
 using formats::Bf16BitsToFloat;
 using testing::AttnCase;
+using testing::PathOverride;
 using testing::RandomCase;
+using testing::ToDevice;
 
 constexpr uint16_t kPoison = 0xFFC1;  // a NaN: any unwritten element fails every comparison
-
-template <typename T>
-DeviceBuffer ToDevice(const std::vector<T>& host) {
-  DeviceBuffer buf(std::max<size_t>(host.size() * sizeof(T), 16));
-  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
-  return buf;
-}
 
 ThreadPool* Pool() {
   static ThreadPool* pool =
@@ -370,14 +366,6 @@ TEST(SparseAttnGpuTest, Deterministic) {
 }
 
 // Forces a path for the scope (the launcher's process-wide override), then restores the default.
-class PathOverride {
- public:
-  explicit PathOverride(SparseAttnCudaPath path) { SetSparseAttnCudaPathOverride(path); }
-  ~PathOverride() { SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto); }
-  PathOverride(const PathOverride&) = delete;
-  PathOverride& operator=(const PathOverride&) = delete;
-};
-
 // The path the launcher takes for case `c` in layout `l` under the current override.
 SparseAttnCudaPath PathOf(const AttnCase& c, const Layout& l = {}) {
   SparseAttnParams p = LayoutParams(c, l);

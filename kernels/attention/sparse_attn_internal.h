@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attention/attention.h"
+#include "kernels/norm_rope/norm_rope.h"
 
 namespace flashserve {
 class ThreadPool;
@@ -47,5 +48,10 @@ size_t NumSlots(const ThreadPool* pool);
 // read tensor values (finite sinks, index range): the launcher's pointers are device pointers.
 absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_need,
                                    bool host_values);
+
+// The output's inverse RoPE as norm_rope's RoPE op in place over p.out (rope_out's definition):
+// what SparseAttnCpu runs after the attention, and the CUDA launcher where the wgmma family does
+// not apply it itself.
+RopeParams OutputRopeParams(const SparseAttnParams& p);
 
 }  // namespace flashserve::kernels::attention_internal

@@ -243,6 +243,23 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   return host_values ? CheckIndices(p) : absl::OkStatus();
 }
 
+RopeParams OutputRopeParams(const SparseAttnParams& p) {
+  RopeParams r;
+  r.table = p.rope;
+  r.tokens = p.tokens;
+  r.heads = p.heads;
+  r.head_dim = p.head_dim;
+  r.positions = p.rope_positions;
+  r.x = p.out;
+  r.x_stride = p.out_stride;
+  r.x_head_stride = p.out_head_stride;
+  r.out = p.out;
+  r.out_stride = p.out_stride;
+  r.out_head_stride = p.out_head_stride;
+  r.inverse = true;
+  return r;
+}
+
 }  // namespace attention_internal
 
 absl::Status ValidateSparseAttn(const SparseAttnParams& p, const ThreadPool* pool) {

@@ -17,6 +17,7 @@
 #include "common/base/check.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_gpu_test_util.h"
 #include "kernels/attention/attention_test_util.h"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/common/gpu_test_util.h"
@@ -31,24 +32,10 @@ using attention_internal::SparseAttnCudaPath;
 using attention_internal::SparseAttnCudaPathFor;
 using attention_internal::SparseAttnCudaPathName;
 using testing::AttnCase;
+using testing::PathOverride;
+using testing::ToDevice;
 
 constexpr uint16_t kPoison = 0xFFC1;
-
-template <typename T>
-DeviceBuffer ToDevice(const std::vector<T>& host) {
-  DeviceBuffer buf(std::max<size_t>(host.size() * sizeof(T), 16));
-  if (!host.empty()) buf.CopyFromHost(host.data(), host.size() * sizeof(T));
-  return buf;
-}
-
-RopeTable MakeTable(int64_t rd) {
-  RopeSpec spec;
-  spec.rope_dims = rd;
-  spec.theta = 160000.0;
-  spec.original_seq_len = 65536;
-  spec.factor = 16.0;
-  return RopeTable::Create(spec, 0).value();
-}
 
 // A decode-like list per token: window rows [0, 128) then random compressed rows, ~10 % -1.
 AttnCase Decode(int64_t tokens, int64_t heads, uint32_t seed) {
@@ -157,14 +144,6 @@ class DeviceCase {
   DeviceBuffer dq_, dkv_, didx_, dsink_, dpos_, dwin_, dcmp_, dws_;
 };
 
-class PathOverride {
- public:
-  explicit PathOverride(SparseAttnCudaPath path) { SetSparseAttnCudaPathOverride(path); }
-  ~PathOverride() { SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto); }
-  PathOverride(const PathOverride&) = delete;
-  PathOverride& operator=(const PathOverride&) = delete;
-};
-
 // Fused against separate for the given flags; `rd` for the rope_out-only dims check.
 void ExpectFused(DeviceCase& dc, bool rope_q, bool rope_out, int64_t rd, const char* label,
                  SparseAttnCudaPath want = SparseAttnCudaPath::kAuto) {
@@ -200,7 +179,7 @@ void ExpectFused(DeviceCase& dc, bool rope_q, bool rope_out, int64_t rd, const c
 
 TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnEveryDefaultBody) {
   FS_SKIP_WITHOUT_GPU();
-  const RopeTable table = MakeTable(64);
+  const RopeTable table = testing::TextRopeTable(64);
   char label[96];
   // 1, 8: wgmma split + the shared-weight combine; 16: the per-thread combine; 64: wgmma-ws
   // split; 256: wgmma-ws unsplit epilogue.
@@ -217,7 +196,7 @@ TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnEveryDefaultBody) {
 
 TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
   FS_SKIP_WITHOUT_GPU();
-  const RopeTable table = MakeTable(64);
+  const RopeTable table = testing::TextRopeTable(64);
   struct Case {
     int64_t tokens, heads;
     SparseAttnCudaPath path;
@@ -239,7 +218,7 @@ TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
 
 TEST(SparseAttnRopeGpuTest, RowFormFallbacksAndErrors) {
   FS_SKIP_WITHOUT_GPU();
-  const RopeTable table = MakeTable(64);
+  const RopeTable table = testing::TextRopeTable(64);
   for (int64_t tokens : {1, 256}) {
     DeviceCase dc(Decode(tokens, 64, 990 + static_cast<uint32_t>(tokens)), table, 128);
     ExpectFused(dc, true, true, 64, tokens == 1 ? "row form, 1 token" : "row form, 256 tokens");
@@ -265,7 +244,7 @@ TEST(SparseAttnRopeGpuTest, RowFormFallbacksAndErrors) {
     EXPECT_NE(st.message().find("rope_q"), std::string::npos) << st.message();
   }
   // rd 128 is wider than the kernel's table: rope_out runs LaunchRope after; rope_q is an error.
-  const RopeTable wide = MakeTable(128);
+  const RopeTable wide = testing::TextRopeTable(128);
   DeviceCase dc(Decode(2, 64, 999), wide, -1);
   ExpectFused(dc, false, true, 128, "rd 128 (rope_out after), 2 tokens");
   EXPECT_EQ(dc.Run(true, true, false, &out, &path).code(), absl::StatusCode::kInvalidArgument);

@@ -20,15 +20,6 @@ namespace {
 
 using testing::AttnCase;
 
-RopeTable MakeTable(int64_t rd) {
-  RopeSpec spec;
-  spec.rope_dims = rd;
-  spec.theta = 160000.0;
-  spec.original_seq_len = 65536;
-  spec.factor = 16.0;
-  return RopeTable::Create(spec, 0).value();
-}
-
 // RopeCpu over packed [tokens, heads, head_dim] values in place.
 void Rotate(const AttnCase& c, const RopeTable& table, const std::vector<int64_t>& positions,
             bool inverse, std::vector<uint16_t>* x) {
@@ -71,7 +62,7 @@ TEST(SparseAttnRope, EqualsTheSeparateRopeCalls) {
   for (const int64_t rd : {64, 128, 16}) {
     const AttnCase c =
         testing::RandomCase(5, 9, 128, 300, 200, 0.1, 77 + static_cast<uint32_t>(rd));
-    const RopeTable table = MakeTable(rd);
+    const RopeTable table = testing::TextRopeTable(rd);
     const std::vector<uint16_t> plain = Attend(c, nullptr, positions, false, false, &pool);
     // rope_q: the attention of the rotated q.
     AttnCase rotated = c;
@@ -103,8 +94,8 @@ TEST(SparseAttnRope, EqualsTheSeparateRopeCalls) {
 
 TEST(SparseAttnRope, ValidatesItsFields) {
   const AttnCase c = testing::RandomCase(2, 3, 32, 40, 30, 0.0, 5);
-  const RopeTable table = MakeTable(16);
-  const RopeTable wide = MakeTable(64);
+  const RopeTable table = testing::TextRopeTable(16);
+  const RopeTable wide = testing::TextRopeTable(64);
   const std::vector<int64_t> positions = {3, 9};
   const std::vector<int64_t> negative = {3, -1};
   std::vector<uint16_t> out;

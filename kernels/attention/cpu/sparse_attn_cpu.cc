@@ -229,20 +229,7 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool) {
   }
   if (!p.rope_out) return absl::OkStatus();
   // The output's inverse RoPE, in place: by definition the unfused recipe's second op.
-  RopeParams r;
-  r.table = p.rope;
-  r.tokens = p.tokens;
-  r.heads = p.heads;
-  r.head_dim = p.head_dim;
-  r.positions = p.rope_positions;
-  r.x = p.out;
-  r.x_stride = p.out_stride;
-  r.x_head_stride = p.out_head_stride;
-  r.out = p.out;
-  r.out_stride = p.out_stride;
-  r.out_head_stride = p.out_head_stride;
-  r.inverse = true;
-  return RopeCpu(r, pool);
+  return RopeCpu(attention_internal::OutputRopeParams(p), pool);
 }
 
 }  // namespace flashserve::kernels

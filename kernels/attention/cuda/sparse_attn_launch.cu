@@ -87,20 +87,7 @@ void SetRope(const SparseAttnParams& p, Geometry* geo) {
 
 // The output's inverse RoPE as its own kernel, in place (the unfused form).
 absl::Status LaunchOutRope(const SparseAttnParams& p, cudaStream_t stream) {
-  RopeParams r;
-  r.table = p.rope;
-  r.tokens = p.tokens;
-  r.heads = p.heads;
-  r.head_dim = p.head_dim;
-  r.positions = p.rope_positions;
-  r.x = p.out;
-  r.x_stride = p.out_stride;
-  r.x_head_stride = p.out_head_stride;
-  r.out = p.out;
-  r.out_stride = p.out_stride;
-  r.out_head_stride = p.out_head_stride;
-  r.inverse = true;
-  return LaunchRope(r, stream);
+  return LaunchRope(attention_internal::OutputRopeParams(p), stream);
 }
 
 // Raises `kernel`'s dynamic shared-memory limit to `bytes` once per device (the attribute is per
