@@ -276,8 +276,6 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
-    // The copies landed (the barrier's acquire); order them before this thread's async-proxy
-    // (wgmma) reads.
     if (rotate_q && blk == blk_begin) {
       // Q landed with this block (the producer's copies of Q precede it); the table's writers
       // meet the readers here, and the rotated Q is published to both warpgroups' wgmma below.
@@ -286,6 +284,8 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
       wgmma::FenceProxyAsyncShared();
       NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
     }
+    // The copies landed (the barrier's acquire); order them before this thread's async-proxy
+    // (wgmma) reads.
     wgmma::FenceProxyAsyncShared();
     const int32_t* idx = s_idx + stage * kBlock;
     const uint32_t kv_base = base + W::kKvOff + stage * W::kTileBytes;
