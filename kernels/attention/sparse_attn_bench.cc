@@ -2,7 +2,7 @@
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
 //                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows]
-//                     [--tokens N[,N..]]
+//                     [--tokens N[,N..]] [--rope 0|1]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
 // Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <random>
 #include <string>
@@ -61,6 +62,7 @@
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
+#include "kernels/norm_rope/rope_table.h"
 #include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
@@ -93,6 +95,11 @@ struct Options {
   std::vector<int64_t> tokens = {1, 8, 64, 256};
   bool roofs = true;
   bool graph = true;
+  // --rope 1: q's RoPE and the output's inverse RoPE inside the attention (SparseAttnParams::rope;
+  // the text table, rd 64, positions 65535 − t; rows named "+rope"; no mma.sync rows), checked
+  // against SparseAttnCpu with the same RoPE; a run with --rope 0 (default) gives their cost
+  // inside the kernels.
+  bool rope = false;
 };
 
 // Mean GPU time per launch, µs: kGraphLaunches calls of `launch(stream)` captured into one graph
@@ -157,6 +164,8 @@ class Bench {
   // One row: `tokens` decode queries on `path` (the launcher's override while it runs), over the
   // bf16 pool or (rows) the serving rows.
   void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows) {
+    // rope_q exists on the wgmma family only (attention.h): --rope skips the mma.sync rows.
+    if (o_.rope && path == SparseAttnCudaPath::kMmaSync) return;
     attention_internal::SetSparseAttnCudaPathOverride(path);
     // Lists: the window rows 0..127 (every token), then 512 distinct random compressed rows.
     std::mt19937_64 rng(100 + tokens);
@@ -197,9 +206,17 @@ class Bench {
     p.workspace = dws_.get();
     p.workspace_bytes = dws_.bytes();
     if (rows) SetRows(dwindow_.get<uint8_t>(), dcompressed_.get<uint8_t>(), &p);
+    std::vector<int64_t> positions(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) positions[t] = 65535 - t;
+    DeviceBuffer dpos = Upload(positions);
+    if (o_.rope) {
+      p.rope = &rope_;
+      p.rope_positions = dpos.get<int64_t>();
+      p.rope_q = p.rope_out = true;
+    }
     const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
     CHECK_OK(LaunchSparseAttn(p, nullptr));
-    Verify(p, q, idx, dout);
+    Verify(p, q, idx, positions, dout);
 
     const double us =
         MedianEventMicros(o_.warmup, o_.iters, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
@@ -214,9 +231,12 @@ class Bench {
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
     const double tc_us = o_.roofs ? flops / tc_tflops_ / 1e6 : 0.0;
-    rows_.push_back({rows ? "wgmma-rows" : attention_internal::SparseAttnCudaPathName(taken),
-                     tokens, us, graph_us, bytes / 1e6, unique_rows, flops / us / 1e6, mem_us,
-                     tc_us, std::max(mem_us, tc_us) / us});
+    const std::string name =
+        std::string(rows ? "wgmma-rows" : attention_internal::SparseAttnCudaPathName(taken)) +
+        (o_.rope ? "+rope" : "");
+    names_.push_back(name);
+    rows_.push_back({names_.back().c_str(), tokens, us, graph_us, bytes / 1e6, unique_rows,
+                     flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
     attention_internal::SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto);
   }
 
@@ -263,7 +283,8 @@ class Bench {
   // The first two tokens against SparseAttnCpu: |gpu − cpu| <= 2^-8·(|cpu| + Σ p|v|/den) + 1e-6,
   // with the mass bounded here by max |v| (= the bound's worst case, since Σ p / den <= 1).
   void Verify(const SparseAttnParams& gp, const std::vector<uint16_t>& q,
-              const std::vector<int32_t>& idx, const DeviceBuffer& dout) {
+              const std::vector<int32_t>& idx, const std::vector<int64_t>& positions,
+              const DeviceBuffer& dout) {
     const int64_t n = std::min<int64_t>(gp.tokens, 2);
     std::vector<uint16_t> got(static_cast<size_t>(n * kHeads * kDim));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -277,6 +298,7 @@ class Bench {
     if (attention_internal::UsesKvRows(gp)) SetRows(window_.data(), compressed_.data(), &p);
     p.indices = idx.data();
     p.attn_sink = sink_.data();
+    if (p.rope != nullptr) p.rope_positions = positions.data();
     p.out = want.data();
     p.workspace = ws.data();
     p.workspace_bytes = ws.size();
@@ -355,7 +377,18 @@ class Bench {
   DeviceBuffer dkv_, dsink_, dws_;
   double copy_gbps_ = 0, mma_tflops_ = 0, cublas_tflops_ = 0, tc_tflops_ = 0;
   std::string cublas_source_;
+  static RopeTable TextRope() {
+    RopeSpec spec;
+    spec.rope_dims = 64;
+    spec.theta = 160000.0;
+    spec.original_seq_len = 65536;
+    spec.factor = 16.0;
+    return RopeTable::Create(spec, 0).value();
+  }
+
   std::vector<Row> rows_;
+  std::deque<std::string> names_;  // Row::path points into these (a deque never moves them)
+  RopeTable rope_ = TextRope();
   int failures_ = 0;
 };
 
@@ -422,6 +455,9 @@ int Main(int argc, char** argv) {
         o.tokens.push_back(n);
         pos = comma + 1;
       }
+    } else if (a == "--rope" && i + 1 < argc) {
+      command += std::string(" ") + argv[++i];
+      o.rope = std::atoi(argv[i]) != 0;
     } else if (a == "--no-roofs") {
       o.roofs = false;
     } else if (a == "--no-graph") {
@@ -434,7 +470,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
                    "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows] "
-                   "[--tokens N[,N..]] "
+                   "[--tokens N[,N..]] [--rope 0|1] "
                    "[--no-roofs] [--no-graph] [--ncu]\n",
                    argv[0]);
       return 2;
