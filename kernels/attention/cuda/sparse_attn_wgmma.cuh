@@ -605,7 +605,19 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     if (kRope && RopeTableNeeded(geo.rope, geo.splits)) {
       RopeFillTable(geo.rope, t, tid, rope_table);
     }
-    const bool rotate_q = kRope && geo.rope.pairs > 0 && geo.rope.q;
+    if (kRope && geo.rope.pairs > 0 && geo.rope.q && blk_begin < blk_end) {
+      // q's RoPE, before the block loop (kept out of it): Q landed with the first commit group
+      // (the row form's second group may still be in flight); after the barrier every thread's
+      // Q copies and the table are visible. The first block's fence.proxy.async and barrier
+      // publish the rotated Q to the wgmma.
+      if constexpr (kRows) {
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      __syncthreads();
+      WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, tid, W::kThreads);
+    }
 
     for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
       // bf16 form: buffer buf of two; row form: stage buf of the raw ring, one bf16 tile.
@@ -620,16 +632,10 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
         __syncthreads();
         WgmmaDecodeBlock(p, smem + W::kRawOff + buf * W::kRawStageBytes, s_idx + buf * kBlock,
                          kv_base, s_tidx);
-        if (rotate_q && blk == blk_begin)
-          WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, tid, W::kThreads);
       } else {
         // This block (and Q) landed; every thread's async-proxy reads of the other buffer are
         // done (each waited for its wgmma before reaching this barrier), so it can be refilled.
         CpAsyncWait<0>();
-        if (rotate_q && blk == blk_begin) {  // every thread's Q copies (and the table) visible
-          __syncthreads();
-          WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, tid, W::kThreads);
-        }
       }
       wgmma::FenceProxyAsyncShared();
       // Thread 4e wrote idx[e] itself (WgmmaLoadBlock / WgmmaDecodeBlock), so it may read it

@@ -271,19 +271,21 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   if (kRope && half == 0 && RopeTableNeeded(geo.rope, geo.splits)) {
     RopeFillTable(geo.rope, t, wtid, rope_table);
   }
-  const bool rotate_q = kRope && geo.rope.pairs > 0 && geo.rope.q;
   const float2* out_table = kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr;
+  if (kRope && geo.rope.pairs > 0 && geo.rope.q && blk_begin < blk_end) {
+    // q's RoPE, before the block loop (kept out of it): Q landed with the first block (the
+    // producer's copies of Q precede it; the loop's wait on the same phase then returns at once);
+    // the table's writers meet the readers at the first barrier, and the rotated Q is published
+    // to both warpgroups' wgmma by the fence and the second.
+    MbarWait(WsFullBar(base, it % WS::kStages), (it / WS::kStages) & 1);
+    NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
+    WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, 128 * half + wtid, WS::kConsumerThreads);
+    wgmma::FenceProxyAsyncShared();
+    NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
+  }
   for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
-    if (rotate_q && blk == blk_begin) {
-      // Q landed with this block (the producer's copies of Q precede it); the table's writers
-      // meet the readers here, and the rotated Q is published to both warpgroups' wgmma below.
-      NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
-      WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, 128 * half + wtid, WS::kConsumerThreads);
-      wgmma::FenceProxyAsyncShared();
-      NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
-    }
     // The copies landed (the barrier's acquire); order them before this thread's async-proxy
     // (wgmma) reads.
     wgmma::FenceProxyAsyncShared();
