@@ -27,7 +27,6 @@
 namespace flashserve::kernels {
 namespace {
 
-using attention_internal::SetSparseAttnCudaPathOverride;
 using attention_internal::SparseAttnCudaPath;
 using attention_internal::SparseAttnCudaPathFor;
 using attention_internal::SparseAttnCudaPathName;
