@@ -18,17 +18,19 @@
 // timing, the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch
 // makes the exit code 1. --path picks the CUDA body (the launcher's override,
 // cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
-// wgmma path, one row each, then on the row-format input (path `wgmma-rows`); `all` adds the
-// opt-in wgmma-splitk and wgmma-ws kernels; `ws` is the A/B of the warp-specialised kernel
-// (wgmma, then wgmma-ws; same inputs);
-// `rows` runs the row form only. --tokens replaces the batch sizes (default 1,8,64,256).
+// wgmma path, one row each, then on the row-format input with the wgmma and the wgmma-ws kernels
+// (rows `wgmma-rows`, `wgmma-ws-rows`); `all` adds the opt-in wgmma-splitk and wgmma-ws kernels;
+// `ws` is the A/B of the warp-specialised kernel (wgmma, then wgmma-ws; same inputs);
+// `rows` runs the row form only (both kernels). --tokens replaces the batch sizes (default
+// 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
 // rows as 528-byte FP8 rows, compressed rows as 288-byte FP4 rows, quant EncodeRowsCpu); the wgmma
-// kernel gathers the raw rows and decodes them in shared memory. Its bytes count the row bytes
-// actually gathered (unique window rows × 528 + unique compressed rows × 288 + q + out + indices);
-// its correctness check runs SparseAttnCpu on the same rows. The bf16 rows of the other paths hold
-// the decoded values of those rows, so every path computes the same attention.
+// kernels gather the raw rows and decode them in shared memory (wgmma-ws: its producer warpgroup).
+// Its bytes count the row bytes actually gathered (unique window rows × 528 + unique compressed
+// rows × 288 + q + out + indices); its correctness check runs SparseAttnCpu on the same rows. The
+// bf16 rows of the other paths hold the decoded values of those rows, so every path computes the
+// same attention.
 //
 // Two times per row: median_us, each launch between two events on the legacy stream (it includes
 // whatever part of the host's launch path the GPU waits for, when the GPU outruns the host at
@@ -232,7 +234,8 @@ class Bench {
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
     const double tc_us = o_.roofs ? flops / tc_tflops_ / 1e6 : 0.0;
     const std::string name =
-        std::string(rows ? "wgmma-rows" : attention_internal::SparseAttnCudaPathName(taken)) +
+        std::string(rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows" : "wgmma-rows")
+                         : attention_internal::SparseAttnCudaPathName(taken)) +
         (o_.rope ? "+rope" : "");
     names_.push_back(name);
     rows_.push_back({names_.back().c_str(), tokens, us, graph_us, bytes / 1e6, unique_rows,
@@ -416,17 +419,16 @@ int Main(int argc, char** argv) {
       if (v == "both") {
         o.paths = {{SparseAttnCudaPath::kMmaSync, false},
                    {SparseAttnCudaPath::kWgmma, false},
-                   {SparseAttnCudaPath::kWgmma, true}};
+                   {SparseAttnCudaPath::kWgmma, true},
+                   {SparseAttnCudaPath::kWgmmaWs, true}};
       } else if (v == "all") {
-        o.paths = {{SparseAttnCudaPath::kMmaSync, false},
-                   {SparseAttnCudaPath::kWgmma, false},
-                   {SparseAttnCudaPath::kWgmmaSplitK, false},
-                   {SparseAttnCudaPath::kWgmmaWs, false},
-                   {SparseAttnCudaPath::kWgmma, true}};
+        o.paths = {{SparseAttnCudaPath::kMmaSync, false},     {SparseAttnCudaPath::kWgmma, false},
+                   {SparseAttnCudaPath::kWgmmaSplitK, false}, {SparseAttnCudaPath::kWgmmaWs, false},
+                   {SparseAttnCudaPath::kWgmma, true},        {SparseAttnCudaPath::kWgmmaWs, true}};
       } else if (v == "ws") {
         o.paths = {{SparseAttnCudaPath::kWgmma, false}, {SparseAttnCudaPath::kWgmmaWs, false}};
       } else if (v == "rows") {
-        o.paths = {{SparseAttnCudaPath::kWgmma, true}};
+        o.paths = {{SparseAttnCudaPath::kWgmma, true}, {SparseAttnCudaPath::kWgmmaWs, true}};
       } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-splitk" ||
                  v == "mma.sync") {
         o.paths = {{v == "auto"           ? SparseAttnCudaPath::kAuto

@@ -442,6 +442,28 @@ TEST(SparseAttnGpuTest, PathSelection) {
     PathOverride force(SparseAttnCudaPath::kScalar);
     EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kScalar);
   }
+  // The row form: wgmma by default at every size; an override to wgmma-ws (opt-in) forces the
+  // warp-specialised row kernel, any other override is ignored.
+  auto row_path = [&](int64_t tokens, int64_t width) {
+    SparseAttnParams p = LayoutParams(released, {});
+    alignas(16) static const uint8_t kRows[16] = {};
+    p.kv = nullptr;
+    p.kv_rows.window = p.kv_rows.compressed = kRows;
+    p.tokens = tokens;
+    p.width = width;
+    return SparseAttnCudaPathFor(p);
+  };
+  EXPECT_EQ(row_path(8, 640), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(row_path(256, 640), SparseAttnCudaPath::kWgmma);
+  for (SparseAttnCudaPath force :
+       {SparseAttnCudaPath::kScalar, SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kWgmmaSplitK,
+        SparseAttnCudaPath::kWgmma, SparseAttnCudaPath::kWgmmaWs}) {
+    PathOverride scope(force);
+    const SparseAttnCudaPath want =
+        force == SparseAttnCudaPath::kWgmmaWs ? force : SparseAttnCudaPath::kWgmma;
+    EXPECT_EQ(row_path(1, 640), want);
+    EXPECT_EQ(row_path(256, 640), want);
+  }
   EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);
   EXPECT_EQ(PathOfDims(released, 256, 640), SparseAttnCudaPath::kWgmmaWs);
   EXPECT_STREQ(SparseAttnCudaPathName(SparseAttnCudaPath::kWgmmaWs), "wgmma-ws");
@@ -600,9 +622,10 @@ TEST(SparseAttnGpuTest, MisalignedWorkspaceGivesTheSameBits) {
 // ---- the row form (attention.h SparseAttnKvRows) ----------------------------------------------
 
 struct RowOutputs {
-  std::vector<uint16_t> bf16;  // the wgmma kernel on the decoded bf16 pool
-  std::vector<uint16_t> rows;  // the wgmma kernel on the serving rows
-  std::vector<uint16_t> cpu;   // SparseAttnCpu on the serving rows
+  std::vector<uint16_t> bf16;     // the wgmma kernel on the decoded bf16 pool
+  std::vector<uint16_t> rows;     // the wgmma kernel on the serving rows
+  std::vector<uint16_t> ws_rows;  // the wgmma-ws kernel on the serving rows (producer decodes)
+  std::vector<uint16_t> cpu;      // SparseAttnCpu on the serving rows
 };
 
 // c holds the decoded pool of `pools` (testing::EncodeKvRows). Packed q / out; poisoned outputs.
@@ -626,7 +649,7 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
                dsink = ToDevice(c.sink), dwin = ToDevice(pools.window),
                dcmp = ToDevice(pools.compressed);
   DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
-  auto run = [&](bool rows) {
+  auto run = [&](bool rows, SparseAttnCudaPath path) {
     DeviceBuffer dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
     SparseAttnParams dp = LayoutParams(c, {});
     dp.q = dq.get<uint16_t>();
@@ -638,8 +661,8 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
     dp.workspace_bytes = dws.bytes();
     if (rows) testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &dp);
     {
-      PathOverride force(SparseAttnCudaPath::kWgmma);
-      EXPECT_EQ(SparseAttnCudaPathFor(dp), SparseAttnCudaPath::kWgmma);
+      PathOverride force(path);
+      EXPECT_EQ(SparseAttnCudaPathFor(dp), path);
       const absl::Status st = LaunchSparseAttn(dp, nullptr);
       CHECK(st.ok()) << st.message();
     }
@@ -648,32 +671,37 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
     dout.CopyToHost(out.data(), out_elems * sizeof(uint16_t));
     return out;
   };
-  o.bf16 = run(false);
-  o.rows = run(true);
+  o.bf16 = run(false, SparseAttnCudaPath::kWgmma);
+  o.rows = run(true, SparseAttnCudaPath::kWgmma);
+  o.ws_rows = run(true, SparseAttnCudaPath::kWgmmaWs);
   return o;
 }
 
-// The row form against the bf16 form on the decoded pool (bit for bit; the first mismatches are
-// printed with their token / head / dim), and against SparseAttnCpu on the same rows within the
-// tensor-core tolerance.
+// Both row-form kernels (wgmma, wgmma-ws) against the bf16 form on the decoded pool (bit for bit:
+// wgmma-ws computes wgmma's operations in the same order; the first mismatches are printed with
+// their token / head / dim), and against SparseAttnCpu on the same rows within the tensor-core
+// tolerance.
 void ExpectRowForm(AttnCase c, int64_t n_window, int64_t pad, const char* label) {
   const testing::KvRowPools pools = testing::EncodeKvRows(&c, n_window, pad);
   const RowOutputs o = RunRowForms(c, pools);
-  int64_t diffs = 0;
-  for (size_t i = 0; i < o.rows.size(); ++i) {
-    if (o.rows[i] == o.bf16[i]) continue;
-    if (diffs < 5) {
-      const int64_t th = static_cast<int64_t>(i) / c.head_dim;
-      std::printf("  %s: rows != bf16 at token %ld head %ld dim %ld: %04x vs %04x\n", label,
-                  long(th / c.heads), long(th % c.heads), long(i % c.head_dim), o.rows[i],
-                  o.bf16[i]);
+  auto check = [&](const char* name, const std::vector<uint16_t>& rows) {
+    int64_t diffs = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] == o.bf16[i]) continue;
+      if (diffs++ < 5) {
+        const int64_t th = static_cast<int64_t>(i) / c.head_dim;
+        std::printf("  %s: %s != bf16 at token %ld head %ld dim %ld: %04x vs %04x\n", label, name,
+                    long(th / c.heads), long(th % c.heads), long(i % c.head_dim), rows[i],
+                    o.bf16[i]);
+      }
     }
-    ++diffs;
-  }
-  std::printf("%-40s rows vs decoded-bf16 wgmma: %ld of %zu elements differ\n", label,
-              static_cast<long>(diffs), o.rows.size());
-  EXPECT_EQ(diffs, 0) << label;
-  ExpectClose(c, Outputs{o.rows, o.cpu}, label);
+    std::printf("%-40s %s vs decoded-bf16 wgmma: %ld of %zu elements differ\n", label, name,
+                static_cast<long>(diffs), rows.size());
+    EXPECT_EQ(diffs, 0) << label << " " << name;
+    ExpectClose(c, Outputs{rows, o.cpu}, label);
+  };
+  check("wgmma rows", o.rows);
+  check("wgmma-ws rows", o.ws_rows);
 }
 
 // Released dims: 64 heads × 512, window 128 + 512 compressed entries per token (10 blocks: the

@@ -218,9 +218,20 @@ TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
 TEST(SparseAttnRopeGpuTest, RowFormFallbacksAndErrors) {
   FS_SKIP_WITHOUT_GPU();
   const RopeTable table = testing::TextRopeTable(64);
+  // The default body (wgmma) at 1 and 256 tokens, then the opt-in wgmma-ws row kernel (its
+  // producer decodes the rows) at 8 (split) and 256 (unsplit epilogue).
   for (int64_t tokens : {1, 256}) {
     DeviceCase dc(Decode(tokens, 64, 990 + static_cast<uint32_t>(tokens)), table, 128);
-    ExpectFused(dc, true, true, 64, tokens == 1 ? "row form, 1 token" : "row form, 256 tokens");
+    ExpectFused(dc, true, true, 64, tokens == 1 ? "row form, 1 token" : "row form, 256 tokens",
+                SparseAttnCudaPath::kWgmma);
+  }
+  for (int64_t tokens : {8, 256}) {
+    PathOverride force(SparseAttnCudaPath::kWgmmaWs);
+    DeviceCase dc(Decode(tokens, 64, 991 + static_cast<uint32_t>(tokens)), table, 128);
+    ExpectFused(dc, true, true, 64,
+                tokens == 8 ? "row form wgmma-ws (forced), 8 tokens"
+                            : "row form wgmma-ws (forced), 256 tokens",
+                SparseAttnCudaPath::kWgmmaWs);
   }
   std::vector<uint16_t> out;
   SparseAttnCudaPath path;

@@ -174,5 +174,12 @@ TEST(WgmmaPrimitivesTest, ExactOnWiderIntegers) {
   EXPECT_EQ(CountMismatches(got.o, want.o, kDim, "O (range 8)"), 0);
 }
 
+// The row form's FP4 table decode (kernels/attention/README.md "Row form on wgmma-ws") gives
+// quant's decoded bits for every code pattern and scale byte.
+TEST(WgmmaPrimitivesTest, Fp4TableDecodeEqualsQuantDecoder) {
+  FS_SKIP_WITHOUT_GPU();
+  EXPECT_EQ(attention_internal::CountFp4TableDecodeMismatches(), 0);
+}
+
 }  // namespace
 }  // namespace flashserve::kernels

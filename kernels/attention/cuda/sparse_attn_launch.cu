@@ -176,24 +176,26 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
 }
 
 // The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
-// LaunchWgmma, 384 threads.
-template <bool kRope>
+// LaunchWgmma, 384 threads. kRows: the row form (the producer gathers and decodes serving rows).
+template <bool kRope, bool kRows>
 void LaunchWgmmaWsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using WS = attn_device::WgmmaWsShape;
-  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kRope>;
+  constexpr size_t kSmem = kRows ? WS::kRowsSmemBytes : WS::kSmemBytes;
+  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kRope, kRows>;
   static std::atomic<uint64_t> smem_set{0};
-  SetSmemLimitOnce(kernel, WS::kSmemBytes, smem_set);
+  SetSmemLimitOnce(kernel, kSmem, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
-  kernel<<<ctas, WS::kThreads, WS::kSmemBytes, stream>>>(p, geo);
+  kernel<<<ctas, WS::kThreads, kSmem, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
   if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
 }
 
+template <bool kRows = false>
 void LaunchWgmmaWs(const SparseAttnParams& p, cudaStream_t stream) {
   Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
   SetRope(p, &geo);
-  if (geo.rope.pairs > 0) return LaunchWgmmaWsKernel<true>(p, geo, stream);
-  LaunchWgmmaWsKernel<false>(p, geo, stream);
+  if (geo.rope.pairs > 0) return LaunchWgmmaWsKernel<true, kRows>(p, geo, stream);
+  LaunchWgmmaWsKernel<false, kRows>(p, geo, stream);
 }
 
 // The row form's preconditions (attention.h): the wgmma kernel's dims and cp.async alignment.
@@ -257,10 +259,16 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path) {
 }
 
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
-  // The row form has one body (the launcher rejects row-form params it does not fit).
-  if (UsesKvRows(p)) return SparseAttnCudaPath::kWgmma;
   const auto want =
       static_cast<SparseAttnCudaPath>(g_path_override.load(std::memory_order_relaxed));
+  // The row form has two bodies (the launcher rejects row-form params they do not fit): wgmma,
+  // the default, and wgmma-ws (its producer warpgroup gathers and decodes the rows; opt-in for
+  // A/B: slower at every measured batch, README.md "Row form on wgmma-ws"), taken only when
+  // forced; any other override is ignored.
+  if (UsesKvRows(p)) {
+    return want == SparseAttnCudaPath::kWgmmaWs ? SparseAttnCudaPath::kWgmmaWs
+                                                : SparseAttnCudaPath::kWgmma;
+  }
   if (want == SparseAttnCudaPath::kScalar || !TensorPathFits(p)) return SparseAttnCudaPath::kScalar;
   // The wgmma kernel zero-fills missing heads of a group, so any head count works; by default it
   // takes only whole groups of 64 (the released dims), where no tensor-core row is wasted.
@@ -296,7 +304,11 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   if (attention_internal::UsesKvRows(p)) {
     RETURN_IF_ERROR(CheckRowFormFits(p));
     if (p.tokens == 0) return absl::OkStatus();
-    LaunchWgmma<false, true>(p, stream);
+    if (path == SparseAttnCudaPath::kWgmmaWs) {
+      LaunchWgmmaWs<true>(p, stream);
+    } else {
+      LaunchWgmma<false, true>(p, stream);
+    }
     return rope_out_after ? LaunchOutRope(p, stream) : absl::OkStatus();
   }
   if (p.tokens == 0) return absl::OkStatus();

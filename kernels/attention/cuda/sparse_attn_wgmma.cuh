@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/row_decode.cuh"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/attention/div_by_rcp.h"
 #include "kernels/common/cuda_exact_math.cuh"
@@ -257,47 +258,31 @@ __device__ __forceinline__ void StShared128(uint32_t addr, const uint32_t (&v)[4
                : "memory");
 }
 
+// Values 16q .. 16q + 15 (tile chunks 2q, 2q + 1) of the landed serving row `row` at `slot` into
+// entry e of the bf16 tile at `kv_base`, exactly (row_decode.cuh DecodeRowValues16: the values of
+// DecodeRowsCpu; -1 gives zeros).
+__device__ __forceinline__ void DecodeRowPair(const SparseAttnParams& p, int32_t row,
+                                              const uint8_t* slot, int q, int e, uint32_t kv_base) {
+  uint32_t out[2][4];
+  DecodeRowValues16(p.kv_rows.n_window, row, slot, q, out);
+  StShared128(kv_base + TileOffset(e, 2 * q), out[0]);
+  StShared128(kv_base + TileOffset(e, 2 * q + 1), out[1]);
+}
+
 // Row form: decodes the raw stage `raw` (rows `stage_idx`, landed and visible) into the bf16
-// tile at `kv_base` (same layout as WgmmaLoadBlock's) with the quant module's device decoders
-// (quant_kernels.cuh Fmt<>::Decode, the bodies of LaunchDecodeRows: exact, the values of
-// DecodeRowsCpu); invalid entries become zero rows. Thread i decodes the 8-value chunks i % 4,
-// i % 4 + 4, .. of entry i / 4 and, when i % 4 == 0, writes tile_idx[i / 4]. Window row: codes
-// byte v = value v, scale byte kD + v / 32; compressed row: code byte v / 2 (even value in the
-// low nibble), scale byte kD / 2 + v / 16.
+// tile at `kv_base` (same layout as WgmmaLoadBlock's), exactly (DecodeRowPair: the values of
+// DecodeRowsCpu); invalid entries become zero rows. Thread i decodes the 16-value pairs i % 4,
+// i % 4 + 4, .. of entry i / 4 and, when i % 4 == 0, writes tile_idx[i / 4].
 __device__ __forceinline__ void WgmmaDecodeBlock(const SparseAttnParams& p, const uint8_t* raw,
                                                  const int32_t* stage_idx, uint32_t kv_base,
                                                  int32_t* tile_idx) {
   using W = WgmmaShape;
-  using quant::BlockFormat;
   const int e = threadIdx.x / 4;
   const int32_t row = stage_idx[e];
   const uint8_t* slot = raw + e * W::kRawSlotBytes;
-  uint32_t out[4];
-  if (row < 0) {
-    const uint32_t zero[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-    for (int k = 0; k < W::kChunks / 4; ++k) {
-      StShared128(kv_base + TileOffset(e, static_cast<int>(threadIdx.x % 4) + 4 * k), zero);
-    }
-  } else if (row < p.kv_rows.n_window) {
-#pragma unroll
-    for (int k = 0; k < W::kChunks / 4; ++k) {
-      const int chunk = static_cast<int>(threadIdx.x % 4) + 4 * k;
-      const uint2 c = *reinterpret_cast<const uint2*>(slot + chunk * 8);
-      const uint32_t codes[2] = {c.x, c.y};
-      quant::device::Fmt<BlockFormat::kFp8E4m3Ue8m0B32>::Decode(codes, slot[W::kD + chunk / 4],
-                                                                out);
-      StShared128(kv_base + TileOffset(e, chunk), out);
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < W::kChunks / 4; ++k) {
-      const int chunk = static_cast<int>(threadIdx.x % 4) + 4 * k;
-      const uint32_t codes[1] = {*reinterpret_cast<const uint32_t*>(slot + chunk * 4)};
-      quant::device::Fmt<BlockFormat::kFp4E2m1E4m3B16>::Decode(codes, slot[W::kD / 2 + chunk / 2],
-                                                               out);
-      StShared128(kv_base + TileOffset(e, chunk), out);
-    }
+  for (int k = 0; k < W::kChunks / 8; ++k) {
+    DecodeRowPair(p, row, slot, static_cast<int>(threadIdx.x % 4) + 4 * k, e, kv_base);
   }
   if (threadIdx.x % 4 == 0) tile_idx[e] = row;
 }

@@ -51,15 +51,40 @@ struct WgmmaWsShape {
   // Expected arrivals per phase: full — two per producer thread (its copies landed, its s_idx
   // writes released); empty — one per consumer thread.
   static constexpr uint32_t kFullArrivals = 2 * kProducerThreads;
+  static constexpr uint32_t kRowsFullArrivals = kProducerThreads;  // the row form: one each
   static constexpr uint32_t kEmptyArrivals = kConsumerThreads;
   static constexpr uint32_t kBarOff = WgmmaShape::kEnd;
   static constexpr uint32_t kEnd = kBarOff + 2 * kStages * 8;
   static constexpr size_t kSmemBytes = kEnd + WgmmaShape::kRopeBytes + 1024;  // + align slack
   // The producer's copy pattern: thread i copies chunks 8k + i % 8 of entries i / 8 + 16j.
   static constexpr int kRowsPerThread = kBlock / (kProducerThreads / 8);  // 4
+  // The row form (kRows): the producer stages the serving rows of a block in chunks of
+  // kRawChunkRows rows through a ring of kRawSlots slots after the barriers (a slot: the chunk's
+  // rows kRawRowBytes apart, the larger serving row), then the rows' indices [slot][row], and
+  // decodes each landed chunk into the block's bf16 stage. kRawAhead chunks are in flight while
+  // one is decoded. 223.6 KB in all.
+  static constexpr int kRawChunkRows = 8;
+  static constexpr int kRawChunks = kBlock / kRawChunkRows;  // per block
+  static constexpr int kRawSlots = 5;
+  static constexpr int kRawAhead = kRawSlots - 1;
+  static constexpr int kRawThreadsPerRow = kProducerThreads / kRawChunkRows;  // 16
+  static constexpr uint32_t kRawRowBytes = WgmmaShape::kRawSlotBytes;         // 528
+  static constexpr uint32_t kRawSlotBytes = kRawChunkRows * kRawRowBytes;
+  static constexpr uint32_t kRawOff = kEnd;
+  static constexpr uint32_t kRawIdxOff = kRawOff + kRawSlots * kRawSlotBytes;
+  // The list indices of the chunks ahead, [kIdxAhead slots][kRawChunkRows], copied (cp.async)
+  // with the chunk kRawAhead earlier, so that no global load sits on the producer's issue path.
+  static constexpr int kIdxAhead = 2 * kRawAhead;
+  static constexpr uint32_t kPreIdxOff = kRawIdxOff + kRawSlots * kRawChunkRows * 4;
+  static constexpr uint32_t kRowsEnd = kPreIdxOff + kIdxAhead * kRawChunkRows * 4;
+  static constexpr size_t kRowsSmemBytes = kRowsEnd + WgmmaShape::kRopeBytes + 1024;
+  static constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's 128 threads
 };
 static_assert(WgmmaWsShape::kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(WgmmaWsShape::kSmemBytes <= 227 * 1024, "shared memory per CTA");
+static_assert(WgmmaWsShape::kRowsSmemBytes <= 227 * 1024, "shared memory per CTA (row form)");
+static_assert(WgmmaWsShape::kRawOff % 16 == 0 && WgmmaWsShape::kRawRowBytes % 16 == 0);
+static_assert(WgmmaShape::kChunks % WgmmaWsShape::kRawThreadsPerRow == 0);
 static_assert(WgmmaShape::kThreads == WgmmaWsShape::kConsumerThreads);
 
 __device__ __forceinline__ uint32_t WsFullBar(uint32_t base, uint32_t stage) {
@@ -140,6 +165,128 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t
 #pragma unroll
     for (int j = 0; j < 4; ++j) rows[j] = rows_next[j];
     WsRowsOf(p, t, blk + 2, blk_end, ptid, rows_next);
+  }
+}
+
+// ---- the row form's producer (kRows) ------------------------------------------------------------
+
+// Thread `sub` (0..15) of a chunk row copies the 16-byte pieces sub, sub + 16, .. of serving row
+// `row` (33 of a window row, 18 of a compressed one) to `dst`; -1 copies nothing.
+__device__ __forceinline__ void WsLoadRawRow(const SparseAttnParams& p, int32_t row, int sub,
+                                             uint32_t dst) {
+  if (row < 0) return;
+  const SparseAttnKvRows& r = p.kv_rows;
+  const bool window = row < r.n_window;
+  const uint8_t* src = window ? r.window + int64_t{row} * r.window_stride
+                              : r.compressed + (int64_t{row} - r.n_window) * r.compressed_stride;
+  const int chunks = window ? WgmmaShape::kWindowChunks : WgmmaShape::kCompressedChunks;
+  for (int c = sub; c < chunks; c += WgmmaWsShape::kRawThreadsPerRow) {
+    CpAsync16(dst + c * 16, src + c * 16, true);
+  }
+}
+
+// Decodes the thread's 16-value pairs sub, sub + 16 of the landed serving row `row` at `raw`
+// into entry e of the bf16 tile at `kv_base` (DecodeRowPair, WgmmaDecodeBlock's decoder: the
+// values of DecodeRowsCpu, so the tile holds the bf16 form's values); -1 gives a zero row.
+__device__ __forceinline__ void WsDecodeRawRow(const SparseAttnParams& p, int32_t row,
+                                               const uint8_t* raw, int sub, int e,
+                                               uint32_t kv_base) {
+  constexpr int kPairs = WgmmaShape::kChunks / 2 / WgmmaWsShape::kRawThreadsPerRow;  // 2
+#pragma unroll
+  for (int g = 0; g < kPairs; ++g) {
+    DecodeRowPair(p, row, raw, sub + WgmmaWsShape::kRawThreadsPerRow * g, e, kv_base);
+  }
+}
+
+// The row form's producer part of one unit: Q, then the serving rows of blocks blk_begin ..
+// blk_end - 1 in chunks of 8 rows (chunk k: list positions 64·blk_begin + 8k ..) through the raw
+// ring (slot k % 5, 4 chunks in flight), each chunk decoded into its block's bf16 stage (ring
+// slot `it`, as WsProduceUnit's) once it has landed. Thread ptid: chunk row ptid / 16, pieces and
+// value groups ptid % 16 (+ 16 ..). A chunk's list indices are copied into shared memory with
+// the chunk four ahead of it (its cp.async group), so the copies are issued without a global
+// load in the way (the indices of chunks 0..7 come first, waited for). Per chunk k: wait for its
+// cp.async group (Q comes with chunk 0's) → producer barrier (every thread's copies of the chunk
+// and of chunk k + 4's indices visible; every thread done decoding chunk k - 1, whose slot the
+// next copy reuses) → copies of chunk k + 4 and of chunk k + 8's indices → with a block's first
+// chunk, wait for the stage's `empty` → decode → with its last chunk, fence.proxy.async (the
+// decoded tile before the consumers' wgmma reads) and one arrival per thread on `full`.
+__device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int64_t t, int64_t h0,
+                                                  int64_t blk_begin, int64_t blk_end, uint32_t base,
+                                                  uint8_t* smem, uint32_t& it) {
+  using W = WgmmaShape;
+  using WS = WgmmaWsShape;
+  const int ptid = static_cast<int>(threadIdx.x) - WS::kConsumerThreads;
+  const int rr = ptid / WS::kRawThreadsPerRow;  // the thread's row of a chunk
+  const int sub = ptid % WS::kRawThreadsPerRow;
+  auto* s_idx = reinterpret_cast<int32_t*>(smem + W::kIdxOff);
+  auto* raw_idx = reinterpret_cast<int32_t*>(smem + WS::kRawIdxOff);
+  auto* pre_idx = reinterpret_cast<int32_t*>(smem + WS::kPreIdxOff);
+  const int64_t n_chunks = (blk_end - blk_begin) * WS::kRawChunks;
+  if (n_chunks <= 0) return;
+  const int64_t pos0 = blk_begin * kBlock + rr;  // the thread's row's list position in chunk 0
+  const int32_t* list = p.indices + t * p.indices_stride;
+  // Chunk j's index of the thread's row into pre_idx (thread sub 0 of the row; -1 past the list).
+  auto fetch_idx = [&](int64_t j) {
+    if (sub != 0) return;
+    const int i = static_cast<int>(j % WS::kIdxAhead) * WS::kRawChunkRows + rr;
+    const int64_t pos = pos0 + j * WS::kRawChunkRows;
+    if (j < n_chunks && pos < p.width) {
+      CpAsync4(base + WS::kPreIdxOff + 4 * i, list + pos);
+    } else {
+      pre_idx[i] = -1;
+    }
+  };
+  // Chunk j's rows (their indices landed) into raw slot j % 5.
+  auto issue = [&](int64_t j) {
+    const int slot = static_cast<int>(j % WS::kRawSlots);
+    const int32_t idx = pre_idx[(j % WS::kIdxAhead) * WS::kRawChunkRows + rr];
+    const int32_t row = (idx >= 0 && idx < p.kv_rows.n_window + p.kv_rows.n_compressed) ? idx : -1;
+    WsLoadRawRow(p, row, sub,
+                 base + WS::kRawOff + slot * WS::kRawSlotBytes + rr * WS::kRawRowBytes);
+    if (sub == 0) raw_idx[slot * WS::kRawChunkRows + rr] = row;
+  };
+#pragma unroll 1
+  for (int64_t j = 0; j < WS::kIdxAhead; ++j) fetch_idx(j);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+#pragma unroll 1
+  for (int c = ptid; c < W::kHeads * W::kChunks; c += WS::kProducerThreads) {
+    const int r = c / W::kChunks;
+    const int chunk = c % W::kChunks;
+    const bool valid = h0 + r < p.heads;
+    const uint16_t* src =
+        valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
+    CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
+  }
+#pragma unroll 1
+  for (int64_t k = 0; k < WS::kRawAhead; ++k) {
+    if (k < n_chunks) issue(k);
+    CpAsyncCommit();  // one group per chunk, empty past the end: the waits below count them
+  }
+#pragma unroll 1
+  for (int64_t k = 0; k < n_chunks; ++k) {
+    CpAsyncWait<WS::kRawAhead - 1>();  // chunk k's group (and every earlier one) completed
+    NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+    if (k + WS::kRawAhead < n_chunks) issue(k + WS::kRawAhead);  // into chunk k - 1's slot
+    fetch_idx(k + WS::kIdxAhead);  // into chunk k's index slot (read when chunk k was issued)
+    CpAsyncCommit();
+    const int c = static_cast<int>(k % WS::kRawChunks);
+    const uint32_t stage = it % WS::kStages;
+    // The consumers released this stage (its previous block's P·V completed); a fresh barrier
+    // counts as released (parity 1).
+    if (c == 0) MbarWait(WsEmptyBar(base, stage), ((it / WS::kStages) & 1) ^ 1);
+    const int slot = static_cast<int>(k % WS::kRawSlots);
+    const int32_t row = raw_idx[slot * WS::kRawChunkRows + rr];
+    const int e = c * WS::kRawChunkRows + rr;
+    WsDecodeRawRow(p, row, smem + WS::kRawOff + slot * WS::kRawSlotBytes + rr * WS::kRawRowBytes,
+                   sub, e, base + W::kKvOff + stage * W::kTileBytes);
+    if (sub == 0) s_idx[stage * kBlock + e] = row;
+    if (c == WS::kRawChunks - 1) {
+      wgmma::FenceProxyAsyncShared();
+      MbarArrive(WsFullBar(base, stage));
+      ++it;
+    }
   }
 }
 
@@ -242,7 +389,7 @@ __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geom
 
 // The consumers' part of one unit; `half` = the consumer warpgroup (0, 1), warp-uniform. kRope:
 // WgmmaWsKernel's.
-template <bool kRope>
+template <bool kRope, bool kRows>
 __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const Geometry& geo,
                                               int64_t unit, int64_t t, int64_t h0,
                                               int64_t blk_begin, int64_t blk_end, uint32_t base,
@@ -266,7 +413,7 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
   // The RoPE cos/sin, by consumer threads 0..pairs-1 (read after a consumer barrier: the first
   // block's before the Q rotation, or the block loop's before the epilogue).
-  auto* rope_table = reinterpret_cast<float2*>(smem + WS::kEnd);
+  auto* rope_table = reinterpret_cast<float2*>(smem + (kRows ? WS::kRowsEnd : WS::kEnd));
   if (geo.splits == 1) WgmmaLoadSinks(p, h0, wtid, sink);
   if (kRope && half == 0 && RopeTableNeeded(geo.rope, geo.splits)) {
     RopeFillTable(geo.rope, t, wtid, rope_table);
@@ -334,7 +481,7 @@ __device__ __forceinline__ WsUnit WsUnitOf(const Geometry& geo, int64_t unit, in
 // A template on kD so that the header may be included by several .cu files (kD = 512).
 // kRope: the RoPE code (Geometry::rope) is compiled in; the launcher takes this instantiation
 // only when it fills geo.rope.
-template <int kD, bool kRope>
+template <int kD, bool kRope, bool kRows>
 __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     WgmmaWsKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
@@ -346,7 +493,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < WS::kStages; ++s) {
-      MbarInit(WsFullBar(base, s), WS::kFullArrivals);
+      MbarInit(WsFullBar(base, s), kRows ? WS::kRowsFullArrivals : WS::kFullArrivals);
       MbarInit(WsEmptyBar(base, s), WS::kEmptyArrivals);
     }
   }
@@ -362,8 +509,12 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     SetMaxRegsDec<WS::kProducerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const WsUnit u = WsUnitOf(geo, unit, n_blocks);
-      WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
-                    reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
+      if constexpr (kRows) {
+        WsProduceRowsUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, it);
+      } else {
+        WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
+                      reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
+      }
       // The next unit's Q replaces this one's only after every consumer's wgmma read it.
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }
@@ -372,7 +523,8 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     SetMaxRegsInc<WS::kConsumerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const WsUnit u = WsUnitOf(geo, unit, n_blocks);
-      WsConsumeUnit<kRope>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg, it);
+      WsConsumeUnit<kRope, kRows>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg,
+                                  it);
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }
   }

@@ -93,10 +93,42 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   }
 }
 
+// Thread i: scale byte i / 65536 and code pattern i % 65536 in the low half of w.x; the other
+// three halves are other patterns derived from it (so every nibble position sees every code).
+__global__ void Fp4DecodeCheckKernel(unsigned long long* mismatches) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= 65536u * 256u) return;
+  const uint32_t lo = i & 0xFFFFu;
+  const uint2 w = make_uint2(lo | (((lo * 40503u) & 0xFFFFu) << 16),
+                             ((lo * 2654435761u) >> 16) | ((lo ^ 0xA5C3u) << 16));
+  const uint32_t sb = i >> 16;
+  uint32_t got[2][4], want[2][4];
+  DecodeFp4E4m3Block16(w, sb, got);
+  const uint32_t c0[1] = {w.x}, c1[1] = {w.y};
+  quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c0, sb, want[0]);
+  quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c1, sb, want[1]);
+  bool same = true;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) same &= got[j / 4][j % 4] == want[j / 4][j % 4];
+  if (!same) atomicAdd(mismatches, 1ull);
+}
+
 }  // namespace
 }  // namespace attn_device
 
 namespace attention_internal {
+
+int64_t CountFp4TableDecodeMismatches() {
+  unsigned long long* d = nullptr;
+  CUDA_CHECK(cudaMalloc(&d, sizeof(*d)));
+  CUDA_CHECK(cudaMemset(d, 0, sizeof(*d)));
+  attn_device::Fp4DecodeCheckKernel<<<65536u * 256u / 256u, 256>>>(d);
+  CUDA_CHECK(cudaGetLastError());
+  unsigned long long h = 0;
+  CUDA_CHECK(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaFree(d));
+  return static_cast<int64_t>(h);
+}
 
 uint32_t WgmmaPvLeadingOffset() { return attn_device::WgmmaShape::kMnMajorLbo; }
 uint32_t WgmmaPvStrideOffset() { return attn_device::WgmmaShape::kMnMajorSbo; }

@@ -1,0 +1,99 @@
+// Exact decoders of the row form's serving rows (attention.h SparseAttnKvRows) into bf16 values
+// for the wgmma kernels' tiles (sparse_attn_wgmma.cuh DecodeRowPair): the values of
+// DecodeRowsCpu / quant's Fmt<>::Decode bit for bit, the FP4 ones from a byte table instead of
+// the value-by-value decoder (kernels/attention/row_form.md "FP4 table decode"). Device code only
+// (sm_90a: cvt.rn.f16x2.e4m3x2).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/quant/cuda/quant_kernels.cuh"
+#include "kernels/quant/quant.h"
+
+namespace flashserve::kernels::attn_device {
+
+// An E4M3 scale byte as a bf16 pair (both halves): the hardware E4M3 -> f16 conversion (exact,
+// subnormals included), then f16 -> fp32 and the top half (exact: at most 4 significant bits).
+// Not for the NaN bytes 0x7F / 0xFF.
+__device__ __forceinline__ uint32_t E4m3ByteToBf16x2(uint32_t sb) {
+  uint32_t h2;
+  asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(h2) : "r"(sb));
+  float f;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.f32.f16 %0, lo;\n}\n" : "=f"(f) : "r"(h2));
+  const uint32_t b = __float_as_uint(f) >> 16;
+  return b | (b << 16);
+}
+
+// Eight E2M1 codes (the nibbles of `w`, value i in nibble i) times the bf16 scale pair `s2`
+// (the E4M3 scale as bf16, in both halves): bf16 pairs out[j] = values 2j, 2j + 1. The magnitude
+// comes from a byte table (prmt on the 3-bit magnitudes), the sign bit is moved into place, and
+// one bf16x2 multiply applies the scale — exact: an E2M1 value times an E4M3 scale has at most 6
+// significant bits and lies in bf16's normal range, so the product is the fp32 product's value.
+__device__ __forceinline__ void Fp4x8ToBf16(uint32_t w, uint32_t s2, uint32_t (&out)[4]) {
+  // bf16 of E2M1 magnitudes 0..7 (0, 0.5, 1, 1.5, 2, 3, 4, 6): low bytes, high bytes.
+  constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;
+  constexpr uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t nib = w >> (16 * h);  // values 4h .. 4h + 3 in bits 0..15
+    const uint32_t sel = nib & 0x7777u;  // magnitudes
+    uint32_t lo, hi;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(kLo0), "r"(kLo1), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(kHi0), "r"(kHi1), "r"(sel));
+    uint32_t v01, v23;
+    asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(v01) : "r"(lo), "r"(hi));
+    asm("prmt.b32 %0, %1, %2, 0x7362;" : "=r"(v23) : "r"(lo), "r"(hi));
+    // Sign bits 3, 7, 11, 15 of nib to bits 15, 31 of v01 / v23.
+    v01 |= ((nib << 12) & 0x8000u) | ((nib << 24) & 0x80000000u);
+    v23 |= ((nib << 4) & 0x8000u) | ((nib << 16) & 0x80000000u);
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[2 * h]) : "r"(v01), "r"(s2));
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[2 * h + 1]) : "r"(v23), "r"(s2));
+  }
+}
+
+// One 16-value scale block of an FP4 (E2M1 + E4M3 per 16) serving row: codes `w` (value i in
+// nibble i of w.x, value 8 + i of w.y), scale byte `sb`; out[h] = values 8h .. 8h + 7 as bf16
+// pairs — the values of quant's Fmt<kFp4E2m1E4m3B16>::Decode (= DecodeRowsCpu): the table decode
+// above for every non-NaN scale, the value-by-value decoder for a NaN scale byte.
+__device__ __forceinline__ void DecodeFp4E4m3Block16(uint2 w, uint32_t sb, uint32_t (&out)[2][4]) {
+  if ((sb & 0x7Fu) != 0x7Fu) {
+    const uint32_t s2 = E4m3ByteToBf16x2(sb);
+    Fp4x8ToBf16(w.x, s2, out[0]);
+    Fp4x8ToBf16(w.y, s2, out[1]);
+  } else {
+    const uint32_t c0[1] = {w.x}, c1[1] = {w.y};
+    quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c0, sb, out[0]);
+    quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c1, sb, out[1]);
+  }
+}
+
+// Values 16q .. 16q + 15 of the serving row `row` (< n_window: a window row, FP8 + UE8M0 per
+// 32, code byte v = value v, scale byte 512 + v / 32; else a compressed row, FP4 + E4M3 per 16,
+// code byte v / 2 with the even value in the low nibble, scale byte 256 + v / 16; -1: zeros)
+// whose landed bytes start at `slot` (16-byte aligned): out[h] = values 16q + 8h .. + 7 as bf16
+// pairs (quant's Fmt<kFp8E4m3Ue8m0B32>::Decode for window rows, DecodeFp4E4m3Block16 for
+// compressed ones).
+__device__ __forceinline__ void DecodeRowValues16(int64_t n_window, int32_t row,
+                                                  const uint8_t* slot, int q,
+                                                  uint32_t (&out)[2][4]) {
+  constexpr int kD = 512;
+  if (row < 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out[h][j] = 0u;
+    }
+  } else if (row < n_window) {
+    const uint4 c = *reinterpret_cast<const uint4*>(slot + 16 * q);
+    const uint32_t sb = slot[kD + q / 2];
+    const uint32_t c0[2] = {c.x, c.y}, c1[2] = {c.z, c.w};
+    quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c0, sb, out[0]);
+    quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c1, sb, out[1]);
+  } else {
+    DecodeFp4E4m3Block16(*reinterpret_cast<const uint2*>(slot + 8 * q), slot[kD / 2 + q], out);
+  }
+}
+
+}  // namespace flashserve::kernels::attn_device
