@@ -210,6 +210,22 @@ __device__ __forceinline__ void WgmmaLoadBlock(const SparseAttnParams& p, int32_
   if (threadIdx.x % 4 == 0) s_idx[e] = row;
 }
 
+// Threads i of n issue the cp.async copies of token t's queries of heads h0 .. h0 + 63 into the
+// Q tile at `q_base` (16-byte chunks i, i + n, ..; heads past p.heads zero-filled).
+__device__ __forceinline__ void WgmmaLoadQ(const SparseAttnParams& p, int64_t t, int64_t h0,
+                                           uint32_t q_base, int i, int n) {
+  using W = WgmmaShape;
+#pragma unroll 1
+  for (int c = i; c < W::kHeads * W::kChunks; c += n) {
+    const int r = c / W::kChunks;
+    const int chunk = c % W::kChunks;
+    const bool valid = h0 + r < p.heads;
+    const uint16_t* src =
+        valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
+    CpAsync16(q_base + TileOffset(r, chunk), src, valid);
+  }
+}
+
 // The pool row of this thread's entry (threadIdx.x / 4) of list block `blk`, or -1 when the block
 // is past `blk_end` (not loaded), the entry unused or out of range. Indices are int32, so the row
 // fits.
@@ -554,14 +570,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     // The first block's rows are read before the query copies are issued, so that their latency
     // overlaps the issue (the gather cannot start before they arrive).
     const int32_t row_first = WgmmaRowOf<kRows>(p, t, blk_begin, blk_end);
-    for (int c = tid; c < W::kHeads * W::kChunks; c += W::kThreads) {
-      const int r = c / W::kChunks;
-      const int chunk = c % W::kChunks;
-      const bool valid = h0 + r < p.heads;
-      const uint16_t* src =
-          valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
-      CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
-    }
+    WgmmaLoadQ(p, t, h0, base + W::kQOff, tid, W::kThreads);
     int32_t row_next;
     if constexpr (kRows) {
       // Two blocks in flight before the first is decoded: stages 0 and 1 (groups G0 with Q, G1).

@@ -148,17 +148,7 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t
     // The consumers released this stage (its previous block's P·V completed); a fresh barrier
     // counts as released (parity 1).
     MbarWait(WsEmptyBar(base, stage), ((it / WS::kStages) & 1) ^ 1);
-    if (blk == blk_begin) {
-#pragma unroll 1
-      for (int c = ptid; c < W::kHeads * W::kChunks; c += WS::kProducerThreads) {
-        const int r = c / W::kChunks;
-        const int chunk = c % W::kChunks;
-        const bool valid = h0 + r < p.heads;
-        const uint16_t* src =
-            valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
-        CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
-      }
-    }
+    if (blk == blk_begin) WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
     WsLoadBlock(p, rows, ptid, base + W::kKvOff + stage * W::kTileBytes, s_idx + stage * kBlock);
     CpAsyncMbarArriveNoinc(WsFullBar(base, stage));
     MbarArrive(WsFullBar(base, stage));
@@ -250,15 +240,7 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int
   CpAsyncCommit();
   CpAsyncWait<0>();
   NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
-#pragma unroll 1
-  for (int c = ptid; c < W::kHeads * W::kChunks; c += WS::kProducerThreads) {
-    const int r = c / W::kChunks;
-    const int chunk = c % W::kChunks;
-    const bool valid = h0 + r < p.heads;
-    const uint16_t* src =
-        valid ? p.q + t * p.q_stride + (h0 + r) * p.q_head_stride + chunk * 8 : p.q;
-    CpAsync16(base + W::kQOff + TileOffset(r, chunk), src, valid);
-  }
+  WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
 #pragma unroll 1
   for (int64_t k = 0; k < WS::kRawAhead; ++k) {
     if (k < n_chunks) issue(k);
