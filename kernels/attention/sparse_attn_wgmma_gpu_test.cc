@@ -174,11 +174,12 @@ TEST(WgmmaPrimitivesTest, ExactOnWiderIntegers) {
   EXPECT_EQ(CountMismatches(got.o, want.o, kDim, "O (range 8)"), 0);
 }
 
-// The row form's FP4 table decode (kernels/attention/README.md "Row form on wgmma-ws") gives
-// quant's decoded bits for every code pattern and scale byte.
-TEST(WgmmaPrimitivesTest, Fp4TableDecodeEqualsQuantDecoder) {
+// The row form's decoders (kernels/attention/README.md "FP4 table decode") give quant's decoded
+// bits for every code pattern and scale byte: FP4 compressed rows and FP8 window rows.
+TEST(WgmmaPrimitivesTest, RowDecodersEqualQuantDecoders) {
   FS_SKIP_WITHOUT_GPU();
-  EXPECT_EQ(attention_internal::CountFp4TableDecodeMismatches(), 0);
+  EXPECT_EQ(attention_internal::CountRowDecodeMismatches(false), 0) << "FP4 + E4M3 per 16";
+  EXPECT_EQ(attention_internal::CountRowDecodeMismatches(true), 0) << "FP8 + UE8M0 per 32";
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Exact decoders of the row form's serving rows (attention.h SparseAttnKvRows) into bf16 values
 // for the wgmma kernels' tiles (sparse_attn_wgmma.cuh DecodeRowPair): the values of
-// DecodeRowsCpu / quant's Fmt<>::Decode bit for bit, the FP4 ones from a byte table instead of
-// the value-by-value decoder (kernels/attention/row_form.md "FP4 table decode"). Device code only
-// (sm_90a: cvt.rn.f16x2.e4m3x2).
+// DecodeRowsCpu / quant's Fmt<>::Decode bit for bit, from a byte table (FP4) or the hardware
+// E4M3 conversion (FP8) instead of the value-by-value decoders (kernels/attention/README.md "FP4
+// table decode"). Device code only (sm_90a: cvt.rn.f16x2.e4m3x2).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,12 +69,42 @@ __device__ __forceinline__ void DecodeFp4E4m3Block16(uint2 w, uint32_t sb, uint3
   }
 }
 
+// 16 E4M3 codes (byte i of c = value i) times the UE8M0 scale 2^(sb - 127) as bf16 pairs (out[h] =
+// values 8h .. 8h + 7): the values of quant's Fmt<kFp8E4m3Ue8m0B32>::Decode (= DecodeRowsCpu).
+// With no NaN code and 10 <= sb <= 246 every product is an exactly representable normal number
+// (an E4M3 value has at most 4 significant bits and lies in [2^-9, 448]), so the hardware
+// E4M3 -> f16 conversion (exact), f16 -> fp32, one fp32 multiply and the bf16 pack give it, 3
+// instructions per value; anything else takes quant's decoder.
+__device__ __forceinline__ void DecodeFp8Ue8m0Block16(uint4 c, uint32_t sb, uint32_t (&out)[2][4]) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+  const bool nan_code = quant::device::AnyE4m3Nan(c.x) || quant::device::AnyE4m3Nan(c.y) ||
+                        quant::device::AnyE4m3Nan(c.z) || quant::device::AnyE4m3Nan(c.w);
+  if (!nan_code && sb >= 10u && sb <= 246u) {
+    const float scale = __uint_as_float(sb << 23);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {  // values 2k, 2k + 1: bytes 2 (k % 2), + 1 of word k / 2
+      uint32_t h2;
+      asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}\n"
+          : "=r"(h2)
+          : "r"(w[k / 2] >> (16 * (k % 2))));
+      float lo, hi;
+      asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+          : "=f"(lo), "=f"(hi)
+          : "r"(h2));
+      out[k / 4][k % 4] = quant::device::Bf16x2(__fmul_rn(hi, scale), __fmul_rn(lo, scale));
+    }
+    return;
+  }
+  const uint32_t c0[2] = {c.x, c.y}, c1[2] = {c.z, c.w};
+  quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c0, sb, out[0]);
+  quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c1, sb, out[1]);
+}
+
 // Values 16q .. 16q + 15 of the serving row `row` (< n_window: a window row, FP8 + UE8M0 per
 // 32, code byte v = value v, scale byte 512 + v / 32; else a compressed row, FP4 + E4M3 per 16,
 // code byte v / 2 with the even value in the low nibble, scale byte 256 + v / 16; -1: zeros)
 // whose landed bytes start at `slot` (16-byte aligned): out[h] = values 16q + 8h .. + 7 as bf16
-// pairs (quant's Fmt<kFp8E4m3Ue8m0B32>::Decode for window rows, DecodeFp4E4m3Block16 for
-// compressed ones).
+// pairs (DecodeFp8Ue8m0Block16 for window rows, DecodeFp4E4m3Block16 for compressed ones).
 __device__ __forceinline__ void DecodeRowValues16(int64_t n_window, int32_t row,
                                                   const uint8_t* slot, int q,
                                                   uint32_t (&out)[2][4]) {
@@ -86,11 +116,7 @@ __device__ __forceinline__ void DecodeRowValues16(int64_t n_window, int32_t row,
       for (int j = 0; j < 4; ++j) out[h][j] = 0u;
     }
   } else if (row < n_window) {
-    const uint4 c = *reinterpret_cast<const uint4*>(slot + 16 * q);
-    const uint32_t sb = slot[kD + q / 2];
-    const uint32_t c0[2] = {c.x, c.y}, c1[2] = {c.z, c.w};
-    quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c0, sb, out[0]);
-    quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c1, sb, out[1]);
+    DecodeFp8Ue8m0Block16(*reinterpret_cast<const uint4*>(slot + 16 * q), slot[kD + q / 2], out);
   } else {
     DecodeFp4E4m3Block16(*reinterpret_cast<const uint2*>(slot + 8 * q), slot[kD / 2 + q], out);
   }

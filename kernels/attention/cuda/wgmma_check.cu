@@ -113,16 +113,41 @@ __global__ void Fp4DecodeCheckKernel(unsigned long long* mismatches) {
   if (!same) atomicAdd(mismatches, 1ull);
 }
 
+// The window rows' FP8 decode: thread i: scale byte i / 65536, the 16 codes derived from pattern
+// i % 65536 (every byte value at every position over the patterns).
+__global__ void Fp8DecodeCheckKernel(unsigned long long* mismatches) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= 65536u * 256u) return;
+  const uint32_t lo = i & 0xFFFFu;
+  const uint4 c =
+      make_uint4(lo | (((lo * 40503u) & 0xFFFFu) << 16), lo * 2654435761u,
+                 (lo * 0x9E3779B1u) ^ 0x5A5A5A5Au, (lo << 16) | ((lo * 7919u) & 0xFFFFu));
+  const uint32_t sb = i >> 16;
+  uint32_t got[2][4], want[2][4];
+  DecodeFp8Ue8m0Block16(c, sb, got);
+  const uint32_t c0[2] = {c.x, c.y}, c1[2] = {c.z, c.w};
+  quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c0, sb, want[0]);
+  quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c1, sb, want[1]);
+  bool same = true;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) same &= got[j / 4][j % 4] == want[j / 4][j % 4];
+  if (!same) atomicAdd(mismatches, 1ull);
+}
+
 }  // namespace
 }  // namespace attn_device
 
 namespace attention_internal {
 
-int64_t CountFp4TableDecodeMismatches() {
+int64_t CountRowDecodeMismatches(bool fp8) {
   unsigned long long* d = nullptr;
   CUDA_CHECK(cudaMalloc(&d, sizeof(*d)));
   CUDA_CHECK(cudaMemset(d, 0, sizeof(*d)));
-  attn_device::Fp4DecodeCheckKernel<<<65536u * 256u / 256u, 256>>>(d);
+  if (fp8) {
+    attn_device::Fp8DecodeCheckKernel<<<65536u * 256u / 256u, 256>>>(d);
+  } else {
+    attn_device::Fp4DecodeCheckKernel<<<65536u * 256u / 256u, 256>>>(d);
+  }
   CUDA_CHECK(cudaGetLastError());
   unsigned long long h = 0;
   CUDA_CHECK(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));

@@ -24,12 +24,12 @@ uint32_t WgmmaPvStrideOffset();
 void RunWgmmaPrimitiveCheck(const uint16_t* q, const uint16_t* kv, const uint16_t* p, float* s,
                             float* o, float* s_split, uint32_t pv_lbo, uint32_t pv_sbo);
 
-// The row form's table decode of FP4 (E2M1 + E4M3 per 16) scale blocks (DecodeFp4E4m3Block16)
-// against quant's decoder (Fmt<kFp4E2m1E4m3B16>::Decode, = DecodeRowsCpu) on the device: every
-// 16-bit code pattern in the low half of the first code word (the other three halves patterns
-// derived from it, so every nibble position is covered) under every scale byte (NaN, negative
-// and subnormal ones included); returns the number of 16-value blocks whose bf16 bits differ.
-// Synchronises the device.
-int64_t CountFp4TableDecodeMismatches();
+// The row form's fast decoders against quant's (Fmt<>::Decode, = DecodeRowsCpu) on the device:
+// fp8 = false: DecodeFp4E4m3Block16 (the FP4 table decode of compressed rows); fp8 = true:
+// DecodeFp8Ue8m0Block16 (window rows). Every 16-bit code pattern in the low half of the first code
+// word (the other code words derived from it, so every nibble / byte position sees every code)
+// under every scale byte (NaN, negative, subnormal and out-of-range ones included); returns the
+// number of 16-value blocks whose bf16 bits differ. Synchronises the device.
+int64_t CountRowDecodeMismatches(bool fp8);
 
 }  // namespace flashserve::kernels::attention_internal
