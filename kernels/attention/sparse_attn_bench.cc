@@ -2,27 +2,27 @@
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
 //                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows]
-//                     [--tokens N[,N..]] [--rope 0|1]
+//                     [--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
-// Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool
-// of 128 window rows (shared by every token of the batch) + ROWS compressed rows (default 65536;
-// each token selects 512 distinct rows at random). For 1, 8, 64 and 256 tokens it prints: the
-// median time of N launches between two CUDA events (after the warm-up), bytes (unique KV rows
-// read × 1024 B + q + out + indices), FLOPs (4 · heads · 512 · entries per token), TFLOP/s, and
-// the roofline time max(bytes / copy bandwidth, FLOPs / tensor-core rate) and ratio = roofline /
-// measured. Both roofs are measured in the same run: the copy is cudaMemcpyAsync device-to-device
+// Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool of
+// 128 window rows (shared by every token of the batch; --windows distinct: 128 per token, as in
+// serving, where the tokens of a decode batch are different sequences) + ROWS compressed rows
+// (default 65536; each token selects 512 distinct rows at random). For 1, 8, 64 and 256 tokens it
+// prints: the median time of N launches between two CUDA events (after the warm-up), bytes (unique
+// KV rows read × 1024 B + q + out + indices), FLOPs (4 · heads · 512 · entries per token), TFLOP/s,
+// and the roofline time max(bytes / copy bandwidth, FLOPs / tensor-core rate) and ratio = roofline
+// / measured. Both roofs are measured in the same run: the copy is cudaMemcpyAsync device-to-device
 // of the KV pool (counted as read + write), the tensor-core rate is cublasGemmEx bf16 in, fp32
 // compute, 8192³ (cuBLAS loaded with dlopen: the toolkit has no static cuBLAS) or, when no
-// libcublas can be loaded, the mma.sync peak of bench/mma_peak.cu (printed as such). Before
-// timing, the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch
-// makes the exit code 1. --path picks the CUDA body (the launcher's override,
-// cuda/sparse_attn_path.h): `both` (default) runs every batch on the mma.sync path and then on the
-// wgmma path, one row each, then on the row-format input with the wgmma and the wgmma-ws kernels
-// (rows `wgmma-rows`, `wgmma-ws-rows`); `all` adds the opt-in wgmma-splitk and wgmma-ws kernels;
-// `ws` is the A/B of the warp-specialised kernel (wgmma, then wgmma-ws; same inputs);
-// `rows` runs the row form only (both kernels). --tokens replaces the batch sizes (default
-// 1,8,64,256).
+// libcublas can be loaded, the mma.sync peak of bench/mma_peak.cu (printed as such). Before timing,
+// the first tokens are compared with SparseAttnCpu (the GPU test's tolerance); a mismatch makes the
+// exit code 1. --path picks the CUDA body (the launcher's override, cuda/sparse_attn_path.h):
+// `both` (default) runs every batch on the mma.sync path and then on the wgmma path, one row each,
+// then on the row-format input with the wgmma and the wgmma-ws kernels (rows `wgmma-rows`,
+// `wgmma-ws-rows`); `all` adds the opt-in wgmma-splitk and wgmma-ws kernels; `ws` is the A/B of the
+// warp-specialised kernel (wgmma, then wgmma-ws; same inputs); `rows` runs the row form only (both
+// kernels). --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
 // rows as 528-byte FP8 rows, compressed rows as 288-byte FP4 rows, quant EncodeRowsCpu); the wgmma
@@ -95,6 +95,9 @@ struct Options {
                             {SparseAttnCudaPath::kWgmma, false},
                             {SparseAttnCudaPath::kWgmma, true}};
   std::vector<int64_t> tokens = {1, 8, 64, 256};
+  // --windows distinct: every token has its own 128 window rows (as in serving, where each
+  // token of a decode batch is another sequence); default shared: every token reads rows 0..127.
+  bool distinct_windows = false;
   bool roofs = true;
   bool graph = true;
   // --rope 1: q's RoPE and the output's inverse RoPE inside the attention (SparseAttnParams::rope;
@@ -141,7 +144,11 @@ DeviceBuffer Upload(const std::vector<T>& host) {
 
 class Bench {
  public:
-  explicit Bench(Options o) : o_(o), n_kv_(kWindow + o.compressed) {
+  explicit Bench(Options o)
+      : o_(o),
+        n_window_(kWindow *
+                  (o.distinct_windows ? *std::max_element(o.tokens.begin(), o.tokens.end()) : 1)),
+        n_kv_(n_window_ + o.compressed) {
     kv_ = RandomBf16(n_kv_ * kDim, 1);
     EncodeRows();
     sink_.resize(kHeads);
@@ -169,14 +176,16 @@ class Bench {
     // rope_q exists on the wgmma family only (attention.h): --rope skips the mma.sync rows.
     if (o_.rope && path == SparseAttnCudaPath::kMmaSync) return;
     attention_internal::SetSparseAttnCudaPathOverride(path);
-    // Lists: the window rows 0..127 (every token), then 512 distinct random compressed rows.
+    // Lists: the window rows 0..127 (every token; --windows distinct: 128t .. 128t + 127), then
+    // 512 distinct random compressed rows.
     std::mt19937_64 rng(100 + tokens);
-    std::uniform_int_distribution<int64_t> pick(kWindow, n_kv_ - 1);
+    std::uniform_int_distribution<int64_t> pick(n_window_, n_kv_ - 1);
     std::vector<int32_t> idx(static_cast<size_t>(tokens * kWidth));
     std::unordered_set<int64_t> unique;  // compressed rows
     for (int64_t t = 0; t < tokens; ++t) {
       std::unordered_set<int64_t> mine;
-      for (int64_t e = 0; e < kWindow; ++e) idx[t * kWidth + e] = static_cast<int32_t>(e);
+      const int64_t w0 = o_.distinct_windows ? t * kWindow : 0;
+      for (int64_t e = 0; e < kWindow; ++e) idx[t * kWidth + e] = static_cast<int32_t>(w0 + e);
       for (int64_t e = kWindow; e < kWidth; ++e) {
         int64_t r = pick(rng);
         while (!mine.insert(r).second) r = pick(rng);
@@ -184,7 +193,8 @@ class Bench {
         unique.insert(r);
       }
     }
-    const int64_t unique_rows = kWindow + static_cast<int64_t>(unique.size());
+    const int64_t window_rows = o_.distinct_windows ? tokens * kWindow : kWindow;  // read
+    const int64_t unique_rows = window_rows + static_cast<int64_t>(unique.size());
     const std::vector<uint16_t> q = RandomBf16(tokens * kHeads * kDim, 10 + tokens);
     DeviceBuffer dq = Upload(q), didx = Upload(idx), dout(q.size() * 2);
     SparseAttnParams p;
@@ -226,9 +236,9 @@ class Bench {
         o_.graph ? GraphMicrosPerLaunch(std::min(o_.warmup, 3), o_.iters,
                                         [&](cudaStream_t s) { CHECK_OK(LaunchSparseAttn(p, s)); })
                  : 0.0;
-    const double row_bytes =
-        rows ? kWindow * double(window_stride_) + double(unique.size()) * double(compressed_stride_)
-             : unique_rows * kDim * 2.0;
+    const double row_bytes = rows ? window_rows * double(window_stride_) +
+                                        double(unique.size()) * double(compressed_stride_)
+                                  : unique_rows * kDim * 2.0;
     const double bytes = row_bytes + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
@@ -321,12 +331,12 @@ class Bench {
     }
   }
 
-  // Encodes kv_ rows [0, kWindow) as window rows and the rest as compressed rows, then replaces
+  // Encodes kv_ rows [0, n_window_) as window rows and the rest as compressed rows, then replaces
   // kv_ by their exact decode, so that the bf16 pool and the rows hold the same values.
   void EncodeRows() {
     window_stride_ = quant::KvRowBytes(quant::KvRowKind::kSwaKv, kDim);
     compressed_stride_ = quant::KvRowBytes(quant::KvRowKind::kMainKv, kDim);
-    window_.resize(static_cast<size_t>(kWindow * window_stride_));
+    window_.resize(static_cast<size_t>(n_window_ * window_stride_));
     compressed_.resize(static_cast<size_t>(o_.compressed * compressed_stride_));
     struct Part {
       quant::KvRowKind kind;
@@ -334,8 +344,8 @@ class Bench {
       uint8_t* bytes;
     };
     for (const Part& part :
-         {Part{quant::KvRowKind::kSwaKv, 0, kWindow, window_stride_, window_.data()},
-          Part{quant::KvRowKind::kMainKv, kWindow, o_.compressed, compressed_stride_,
+         {Part{quant::KvRowKind::kSwaKv, 0, n_window_, window_stride_, window_.data()},
+          Part{quant::KvRowKind::kMainKv, n_window_, o_.compressed, compressed_stride_,
                compressed_.data()}}) {
       quant::EncodeRowsParams ep;
       ep.kind = part.kind;
@@ -363,7 +373,7 @@ class Bench {
     p->kv = nullptr;
     p->n_kv = 0;
     p->kv_rows.window = window;
-    p->kv_rows.n_window = kWindow;
+    p->kv_rows.n_window = n_window_;
     p->kv_rows.window_stride = window_stride_;
     p->kv_rows.compressed = compressed;
     p->kv_rows.n_compressed = o_.compressed;
@@ -371,6 +381,7 @@ class Bench {
   }
 
   Options o_;
+  int64_t n_window_;  // window rows in the pool: 128, or 128 per token of the largest batch
   int64_t n_kv_;
   std::vector<uint16_t> kv_;  // the decoded values of the rows below
   std::vector<uint8_t> window_, compressed_;
@@ -460,6 +471,14 @@ int Main(int argc, char** argv) {
     } else if (a == "--rope" && i + 1 < argc) {
       command += std::string(" ") + argv[++i];
       o.rope = std::atoi(argv[i]) != 0;
+    } else if (a == "--windows" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      command += " " + v;
+      if (v != "shared" && v != "distinct") {
+        std::fprintf(stderr, "--windows takes shared or distinct\n");
+        return 2;
+      }
+      o.distinct_windows = v == "distinct";
     } else if (a == "--no-roofs") {
       o.roofs = false;
     } else if (a == "--no-graph") {
@@ -472,7 +491,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
                    "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows] "
-                   "[--tokens N[,N..]] [--rope 0|1] "
+                   "[--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct] "
                    "[--no-roofs] [--no-graph] [--ncu]\n",
                    argv[0]);
       return 2;
@@ -486,9 +505,9 @@ int Main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "device: %s, %d SMs, L2 %d MB; median of %d launches after %d warm-up; 64 heads x 512, "
-      "128 window + 512 selected of %ld compressed rows\n",
+      "128 window (%s) + 512 selected of %ld compressed rows\n",
       prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, o.iters, o.warmup,
-      long(o.compressed));
+      o.distinct_windows ? "per token" : "shared", long(o.compressed));
   Bench bench(o);
   bench.Roofs();
   for (const Run& run : o.paths) {
