@@ -142,10 +142,10 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 //
 // The row form (kv_rows) runs on the wgmma path only: head_dim 512, 16-byte aligned q / out and
 // row pools, q / out strides multiples of 8 elements and row strides multiples of 16 bytes (any
-// head count; InvalidArgumentError naming kv_rows otherwise; the path override is ignored). The
-// kernel gathers the raw rows (288 / 528 B) and decodes them in shared memory with the quant
-// module's device decoders; its output equals, bit for bit, that of the same kernel fed the
-// decoded bf16 pool.
+// head count; InvalidArgumentError naming kv_rows otherwise; a path override other than wgmma-ws,
+// which forces the opt-in warp-specialised row kernel, is ignored). The kernel gathers the raw
+// rows (288 / 528 B) and decodes them in shared memory, exactly as quant's decoders do; its output
+// equals, bit for bit, that of the same kernel fed the decoded bf16 pool.
 //
 // Paths: head_dim 128, 256 or 512 with 16-byte aligned q / kv / out and strides that are multiples
 // of 8 elements take a tensor-core path: at head_dim 512 with heads a multiple of 64, the Hopper

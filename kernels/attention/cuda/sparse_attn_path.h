@@ -86,7 +86,8 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 // The path LaunchSparseAttn takes for `p` under the current override (p need not be validated).
 // Default: for head_dim 512 with heads a multiple of 64, kWgmmaWs when SparseAttnWsPays, else
 // kWgmma; kMmaSync for the other tensor shapes, kScalar for the rest. The row form (kv_rows) is
-// always kWgmma, whatever the override.
+// kWgmma unless the override is kWgmmaWs (the opt-in warp-specialised row kernel); other
+// overrides are ignored for it.
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 
 }  // namespace flashserve::kernels::attention_internal
