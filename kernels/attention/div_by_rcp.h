@@ -63,9 +63,7 @@ FS_DIV_HD inline float DivByRcpInRangeOnly(float a, float b, float y) {
 FS_DIV_HD inline float DivByRcp(float a, float b, float y) {
   if (DivByRcpInRange(a) && DivByRcpInRange(b)) return DivByRcpInRangeOnly(a, b, y);
 #if defined(__CUDA_ARCH__)
-  float d;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
+  return __fdiv_rn(a, b);
 #else
   return a / b;
 #endif
