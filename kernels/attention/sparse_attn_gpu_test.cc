@@ -555,7 +555,7 @@ void ExpectWsEqualsWgmma(const AttnCase& c, const char* label, const Layout& l =
 }
 
 // The shape grid at the released dims: 1 / 8 / 64 tokens (split: 10, 10 and 2 splits of the 10
-// blocks) and 256 (unsplit: the 2-stage ring wraps five times per unit), window-only lists,
+// blocks) and 256 (unsplit: the two tiles alternate five times per unit), window-only lists,
 // ragged selected counts (token t keeps 512 − 37t mod 512 selected entries, the rest -1:
 // trailing all--1 blocks), sinks ±, a 2560-entry list (40 blocks; 40 splits at 2 tokens).
 TEST(SparseAttnGpuTest, WgmmaWsEqualsWgmma) {
@@ -705,10 +705,10 @@ void ExpectRowForm(AttnCase c, int64_t n_window, int64_t pad, const char* label)
 }
 
 // Released dims: 64 heads × 512, window 128 + 512 compressed entries per token (10 blocks: the
-// 2-stage raw ring wraps five times per unsplit list), -1 entries in the window (leading 70 in
+// two tiles alternate five times per unsplit list), -1 entries in the window (leading 70 in
 // every third token, i.e. a whole first block of -1 there) and ~10 % among the compressed; 1, 8
-// and 64 tokens split their lists (1 or 2 blocks per split: the prologue's second stage empty),
-// 256 do not.
+// and 64 tokens split their lists (1 or 2 blocks per split: no next block to decode ahead), 256
+// do not.
 TEST(SparseAttnGpuTest, RowFormEqualsDecodedPoolAtReleasedDims) {
   FS_SKIP_WITHOUT_GPU();
   char label[96];

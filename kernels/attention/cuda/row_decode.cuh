@@ -28,26 +28,35 @@ __device__ __forceinline__ uint32_t E4m3ByteToBf16x2(uint32_t sb) {
 
 // Eight E2M1 codes (the nibbles of `w`, value i in nibble i) times the bf16 scale pair `s2`
 // (the E4M3 scale as bf16, in both halves): bf16 pairs out[j] = values 2j, 2j + 1. The magnitude
-// comes from a byte table (prmt on the 3-bit magnitudes), the sign bit is moved into place, and
-// one bf16x2 multiply applies the scale — exact: an E2M1 value times an E4M3 scale has at most 6
-// significant bits and lies in bf16's normal range, so the product is the fp32 product's value.
+// comes from a byte table (prmt on the 3-bit magnitudes), the sign bits are gathered into bit 7
+// of each high byte by one more prmt (of w and w << 4: the sign of an even value is bit 3 of its
+// byte, of an odd one bit 7), and one bf16x2 multiply applies the scale — exact: an E2M1 value
+// times an E4M3 scale has at most 6 significant bits and lies in bf16's normal range, so the
+// product is the fp32 product's value. 19 instructions per 8 values.
 __device__ __forceinline__ void Fp4x8ToBf16(uint32_t w, uint32_t s2, uint32_t (&out)[4]) {
-  // bf16 of E2M1 magnitudes 0..7 (0, 0.5, 1, 1.5, 2, 3, 4, 6): low bytes, high bytes.
+  // bf16 of E2M1 magnitudes 0..7 (0, 0.5, 1, 1.5, 2, 3, 4, 6): low bytes, high bytes (bit 7
+  // clear: the sign is ORed in).
   constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;
   constexpr uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;
+  const uint32_t mag = w & 0x77777777u;
+  const uint32_t w4 = w << 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t nib = w >> (16 * h);  // values 4h .. 4h + 3 in bits 0..15
-    const uint32_t sel = nib & 0x7777u;  // magnitudes
-    uint32_t lo, hi;
+    const uint32_t sel = mag >> (16 * h);  // values 4h .. 4h + 3: prmt reads bits 0..15
+    uint32_t lo, hi, sign;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(kLo0), "r"(kLo1), "r"(sel));
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(kHi0), "r"(kHi1), "r"(sel));
+    // Byte j = the byte holding value 4h + j's sign at bit 7: w4's byte 2h (j = 0), w's byte 2h
+    // (j = 1), w4's byte 2h + 1 (j = 2), w's byte 2h + 1 (j = 3).
+    if (h == 0) {
+      asm("prmt.b32 %0, %1, %2, 0x1504;" : "=r"(sign) : "r"(w), "r"(w4));
+    } else {
+      asm("prmt.b32 %0, %1, %2, 0x3726;" : "=r"(sign) : "r"(w), "r"(w4));
+    }
+    hi |= sign & 0x80808080u;
     uint32_t v01, v23;
     asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(v01) : "r"(lo), "r"(hi));
     asm("prmt.b32 %0, %1, %2, 0x7362;" : "=r"(v23) : "r"(lo), "r"(hi));
-    // Sign bits 3, 7, 11, 15 of nib to bits 15, 31 of v01 / v23.
-    v01 |= ((nib << 12) & 0x8000u) | ((nib << 24) & 0x80000000u);
-    v23 |= ((nib << 4) & 0x8000u) | ((nib << 16) & 0x80000000u);
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[2 * h]) : "r"(v01), "r"(s2));
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[2 * h + 1]) : "r"(v23), "r"(s2));
   }
@@ -56,48 +65,60 @@ __device__ __forceinline__ void Fp4x8ToBf16(uint32_t w, uint32_t s2, uint32_t (&
 // One 16-value scale block of an FP4 (E2M1 + E4M3 per 16) serving row: codes `w` (value i in
 // nibble i of w.x, value 8 + i of w.y), scale byte `sb`; out[h] = values 8h .. 8h + 7 as bf16
 // pairs — the values of quant's Fmt<kFp4E2m1E4m3B16>::Decode (= DecodeRowsCpu): the table decode
-// above for every non-NaN scale, the value-by-value decoder for a NaN scale byte.
+// above for every non-NaN scale; a NaN scale byte (0x7F, 0xFF) makes every value the scale's
+// quiet NaN, sign kept (quant's DequantValue), whatever the code.
 __device__ __forceinline__ void DecodeFp4E4m3Block16(uint2 w, uint32_t sb, uint32_t (&out)[2][4]) {
   if ((sb & 0x7Fu) != 0x7Fu) {
     const uint32_t s2 = E4m3ByteToBf16x2(sb);
     Fp4x8ToBf16(w.x, s2, out[0]);
     Fp4x8ToBf16(w.y, s2, out[1]);
   } else {
-    const uint32_t c0[1] = {w.x}, c1[1] = {w.y};
-    quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c0, sb, out[0]);
-    quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c1, sb, out[1]);
+    const uint32_t nan2 = (sb & 0x80u) != 0u ? 0xFFC0FFC0u : 0x7FC07FC0u;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j / 4][j % 4] = nan2;
+  }
+}
+
+// The reference's values where a window row's decode meets a NaN: a NaN code (0x7F, 0xFF) gives
+// its quiet NaN with its sign, any other code under the NaN scale byte 255 gives +qNaN (quant's
+// DequantValue); every other value of `out` is kept. Rare: selects only, no branch per value.
+__device__ __forceinline__ void FixFp8Nans(const uint32_t (&w)[4], uint32_t sb,
+                                           uint32_t (&out)[2][4]) {
+#pragma unroll
+  for (int v = 0; v < 16; ++v) {
+    const uint32_t code = (w[v / 4] >> (8 * (v % 4))) & 0xFFu;
+    const bool nan_code = (code & 0x7Fu) == 0x7Fu;
+    const uint32_t bits = nan_code ? (((code & 0x80u) << 8) | 0x7FC0u) : 0x7FC0u;
+    const uint32_t shift = 16 * (v % 2);
+    uint32_t& pair = out[v / 8][(v % 8) / 2];
+    if (nan_code || sb == 255u) pair = (pair & ~(0xFFFFu << shift)) | (bits << shift);
   }
 }
 
 // 16 E4M3 codes (byte i of c = value i) times the UE8M0 scale 2^(sb - 127) as bf16 pairs (out[h] =
-// values 8h .. 8h + 7): the values of quant's Fmt<kFp8E4m3Ue8m0B32>::Decode (= DecodeRowsCpu).
-// With no NaN code and 10 <= sb <= 246 every product is an exactly representable normal number
-// (an E4M3 value has at most 4 significant bits and lies in [2^-9, 448]), so the hardware
-// E4M3 -> f16 conversion (exact), f16 -> fp32, one fp32 multiply and the bf16 pack give it, 3
-// instructions per value; anything else takes quant's decoder.
+// values 8h .. 8h + 7): the values of quant's Fmt<kFp8E4m3Ue8m0B32>::Decode (= DecodeRowsCpu),
+// bf16(RN(value · scale)). The hardware E4M3 -> f16 conversion (exact, subnormals included),
+// f16 -> fp32, one fp32 multiply by the scale (2^-127 for byte 0: a subnormal; IEEE multiply,
+// no flush) and the RNE pack give it for every finite input, 3 instructions per value; NaN codes
+// and the NaN scale byte 255 are then fixed up (FixFp8Nans).
 __device__ __forceinline__ void DecodeFp8Ue8m0Block16(uint4 c, uint32_t sb, uint32_t (&out)[2][4]) {
   const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+  const float scale = __uint_as_float(sb == 0u ? 0x00400000u : sb << 23);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {  // values 2k, 2k + 1: bytes 2 (k % 2), + 1 of word k / 2
+    uint32_t h2;
+    asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}\n"
+        : "=r"(h2)
+        : "r"(w[k / 2] >> (16 * (k % 2))));
+    float lo, hi;
+    asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h2));
+    out[k / 4][k % 4] = quant::device::Bf16x2(__fmul_rn(hi, scale), __fmul_rn(lo, scale));
+  }
   const bool nan_code = quant::device::AnyE4m3Nan(c.x) || quant::device::AnyE4m3Nan(c.y) ||
                         quant::device::AnyE4m3Nan(c.z) || quant::device::AnyE4m3Nan(c.w);
-  if (!nan_code && sb >= 10u && sb <= 246u) {
-    const float scale = __uint_as_float(sb << 23);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {  // values 2k, 2k + 1: bytes 2 (k % 2), + 1 of word k / 2
-      uint32_t h2;
-      asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}\n"
-          : "=r"(h2)
-          : "r"(w[k / 2] >> (16 * (k % 2))));
-      float lo, hi;
-      asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.f32.f16 %0, a;\ncvt.f32.f16 %1, b;\n}\n"
-          : "=f"(lo), "=f"(hi)
-          : "r"(h2));
-      out[k / 4][k % 4] = quant::device::Bf16x2(__fmul_rn(hi, scale), __fmul_rn(lo, scale));
-    }
-    return;
-  }
-  const uint32_t c0[2] = {c.x, c.y}, c1[2] = {c.z, c.w};
-  quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c0, sb, out[0]);
-  quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c1, sb, out[1]);
+  if (nan_code || sb == 255u) FixFp8Nans(w, sb, out);
 }
 
 // Values 16q .. 16q + 15 of the serving row `row` (< n_window: a window row, FP8 + UE8M0 per

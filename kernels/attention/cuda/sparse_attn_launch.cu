@@ -14,6 +14,7 @@
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_combine.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_rows.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
@@ -153,12 +154,11 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   if (geo.splits > 1) LaunchTensorCombine<S::kHeads>(p, geo, stream);
 }
 
-template <bool kSplitK, bool kRows, bool kRope>
+template <bool kSplitK, bool kRope>
 void LaunchWgmmaKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
-  constexpr size_t kSmem =
-      kRows ? W::kRowsSmemBytes : (kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes);
-  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRows, kRope>;
+  constexpr size_t kSmem = kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes;
+  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRope>;
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kernel, kSmem, smem_set);
   const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
@@ -167,12 +167,34 @@ void LaunchWgmmaKernel(const SparseAttnParams& p, const Geometry& geo, cudaStrea
   if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
 }
 
-template <bool kSplitK, bool kRows = false>
+template <bool kSplitK>
 void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
   SetRope(p, &geo);
-  if (geo.rope.pairs > 0) return LaunchWgmmaKernel<kSplitK, kRows, true>(p, geo, stream);
-  LaunchWgmmaKernel<kSplitK, kRows, false>(p, geo, stream);
+  if (geo.rope.pairs > 0) return LaunchWgmmaKernel<kSplitK, true>(p, geo, stream);
+  LaunchWgmmaKernel<kSplitK, false>(p, geo, stream);
+}
+
+// The row form's wgmma kernel (sparse_attn_wgmma_rows.cuh): same units, states and combine as
+// LaunchWgmma, WgmmaShape's bf16 layout.
+template <bool kRope>
+void LaunchWgmmaRowsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+  using W = attn_device::WgmmaShape;
+  constexpr size_t kSmem = attn_device::WgmmaRowsShape::kSmemBytes;
+  auto* kernel = attn_device::WgmmaRowsKernel<kRope>;
+  static std::atomic<uint64_t> smem_set{0};
+  SetSmemLimitOnce(kernel, kSmem, smem_set);
+  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
+  kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+}
+
+void LaunchWgmmaRows(const SparseAttnParams& p, cudaStream_t stream) {
+  Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
+  SetRope(p, &geo);
+  if (geo.rope.pairs > 0) return LaunchWgmmaRowsKernel<true>(p, geo, stream);
+  LaunchWgmmaRowsKernel<false>(p, geo, stream);
 }
 
 // The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
@@ -307,7 +329,7 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
     if (path == SparseAttnCudaPath::kWgmmaWs) {
       LaunchWgmmaWs<true>(p, stream);
     } else {
-      LaunchWgmma<false, true>(p, stream);
+      LaunchWgmmaRows(p, stream);
     }
     return rope_out_after ? LaunchOutRope(p, stream) : absl::OkStatus();
   }

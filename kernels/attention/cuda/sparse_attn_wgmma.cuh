@@ -56,7 +56,7 @@ struct WgmmaShape {
   static constexpr uint32_t kPOff = kSumOff + 2 * kBlock * 4;
   static constexpr uint32_t kEnd = kPOff + 2 * 8 * 128 * 4;
   // Every layout ends with the unit's cos/sin of the fused output RoPE (float2 per pair), at its
-  // end offset (kEnd, kSplitKEnd, kRowsEnd, WgmmaWsShape::kEnd).
+  // end offset (kEnd, kSplitKEnd, WgmmaWsShape::kEnd; WgmmaRowsShape puts it at kEnd).
   static constexpr uint32_t kRopeBytes = 8 * kRopeMaxPairs;
   static constexpr size_t kSmemBytes = kEnd + kRopeBytes + 1024;  // + slack to align to 1024
   // The split-K variant (WgmmaKernel<kD, true>) swaps partial S instead of row max / sums / P:
@@ -64,20 +64,11 @@ struct WgmmaShape {
   static constexpr uint32_t kXOff = kIdxOff + 2 * kBlock * 4;
   static constexpr uint32_t kSplitKEnd = kXOff + 2 * 32 * 128 * 4;
   static constexpr size_t kSplitKSmemBytes = kSplitKEnd + kRopeBytes + 1024;
-  // The row form (WgmmaKernel<kD, false, true>, attention.h SparseAttnKvRows): ONE bf16 KV tile
-  // at kKvOff, then the raw-row staging ring: kRawStages stages of 64 slots of kRawSlotBytes (the
-  // larger serving row; a compressed row fills 288 of its slot), then idx int32 [3][64] (stage 0,
-  // stage 1, the decoded tile), row max / sum / P as above. 204.75 KB in all.
+  // The serving rows (attention.h SparseAttnKvRows): a window row's bytes (the larger row) and
+  // both rows in 16-byte chunks (the ws row kernel's raw copies).
   static constexpr uint32_t kRawSlotBytes = kD + kD / 32;                     // 528: window row
   static constexpr int kWindowChunks = static_cast<int>(kRawSlotBytes / 16);  // 33
   static constexpr int kCompressedChunks = static_cast<int>((kD / 2 + kD / 16) / 16);  // 18
-  static constexpr int kRawStages = 2;
-  static constexpr uint32_t kRawStageBytes = kBlock * kRawSlotBytes;  // 33 KB
-  static constexpr uint32_t kRawOff = kKvOff + kTileBytes;
-  static constexpr uint32_t kRowsIdxOff = kRawOff + kRawStages * kRawStageBytes;
-  static constexpr uint32_t kRowsMaxOff = kRowsIdxOff + 3 * kBlock * 4;
-  static constexpr uint32_t kRowsEnd = kRowsMaxOff + (kEnd - kMaxOff);
-  static constexpr size_t kRowsSmemBytes = kRowsEnd + kRopeBytes + 1024;
   // Descriptor byte offsets. K-major (S step): rows of 128 B, 8-row groups 1024 B apart; the
   // leading offset is unused (K per instruction = 32 B inside the atom), 16 encodes as 1.
   static constexpr uint32_t kKMajorLbo = 16;
@@ -100,25 +91,42 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return raw + (((addr + 1023u) & ~1023u) - addr);
 }
 
-// S[64 x 32] = Q · K[rows 32·half ..]^T over 512 dims: 32 wgmma k-steps, issued and committed
+// S[64 x 32] = Q · K[rows 32·kHalf ..]^T over 512 dims: 32 wgmma k-steps, issued and committed
 // as one group, not waited for (WgmmaWait does that), so that the caller can issue the next
-// block's gather while the tensor cores run.
-__device__ __forceinline__ void WgmmaQkIssue(float (&s)[16], uint32_t q_base, uint32_t kv_base,
-                                             int half) {
+// block's gather while the tensor cores run. The descriptors' start addresses advance in their
+// low words only (the 14-bit address field never carries: shared memory < 256 KB).
+template <int kHalf>
+__device__ __forceinline__ void WgmmaQkIssueHalf(float (&s)[16], uint32_t q_base,
+                                                 uint32_t kv_base) {
   using W = WgmmaShape;
   const uint64_t desc_q = wgmma::MakeSw128Desc(q_base, W::kKMajorLbo, W::kKMajorSbo);
   const uint64_t desc_k =
-      wgmma::MakeSw128Desc(kv_base + half * 32 * 128, W::kKMajorLbo, W::kKMajorSbo);
+      wgmma::MakeSw128Desc(kv_base + kHalf * 32 * 128, W::kKMajorLbo, W::kKMajorSbo);
+  const auto q_lo = static_cast<uint32_t>(desc_q), k_lo = static_cast<uint32_t>(desc_k);
+  const uint64_t hi = desc_q & 0xFFFFFFFF00000000ull;  // the same for both (same lbo / sbo)
   wgmma::FenceOperands(s);
   wgmma::Fence();
 #pragma unroll
   for (int ks = 0; ks < W::kD / 16; ++ks) {
     // k-step ks: column block ks / 4, bytes 32·(ks % 4) into each 128-byte row; the start
     // address field counts 16-byte units.
-    const uint64_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
-    wgmma::WgmmaM64N32K16SS(s, desc_q + step, desc_k + step, ks > 0);
+    const uint32_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
+    wgmma::WgmmaM64N32K16SS(s, hi | (q_lo + step), hi | (k_lo + step), ks > 0);
   }
   wgmma::CommitGroup();
+}
+
+// WgmmaQkIssueHalf for warpgroup `half` (entries 32·half ..). One instantiation per warpgroup, so
+// that the descriptors derive from uniform values only (no per-k-step register-to-uniform moves);
+// `half` must be known warp-uniform to ptxas (a __shfl_sync result), or the branch serialises
+// the wgmma.
+__device__ __forceinline__ void WgmmaQkIssue(float (&s)[16], uint32_t q_base, uint32_t kv_base,
+                                             int half) {
+  if (half == 0) {
+    WgmmaQkIssueHalf<0>(s, q_base, kv_base);
+  } else {
+    WgmmaQkIssueHalf<1>(s, q_base, kv_base);
+  }
 }
 
 // Waits for every wgmma group this warpgroup committed; `r` are the registers they wrote.
@@ -244,30 +252,6 @@ __device__ __forceinline__ int32_t WgmmaRowOf(const SparseAttnParams& p, int64_t
   }
 }
 
-// Row form: issues the cp.async copies of one list block's serving rows into the raw stage at
-// `raw_base` (entry e in slot e, kRawSlotBytes apart) and writes the rows (or -1) into s_idx (64
-// entries). Thread i copies the 16-byte chunks i % 4, i % 4 + 4, .. of entry i / 4's row, whose
-// index `row` it read beforehand (WgmmaRowOf<true>): 33 chunks of a window row, 18 of a
-// compressed one. Invalid entries copy nothing (the decode writes their zeros).
-__device__ __forceinline__ void WgmmaLoadRawBlock(const SparseAttnParams& p, int32_t row,
-                                                  uint32_t raw_base, int32_t* s_idx) {
-  using W = WgmmaShape;
-  static_assert(W::kThreads == 4 * kBlock, "four threads per list entry");
-  const int e = threadIdx.x / 4;
-  if (row >= 0) {
-    const SparseAttnKvRows& r = p.kv_rows;
-    const bool window = row < r.n_window;
-    const uint8_t* src = window ? r.window + int64_t{row} * r.window_stride
-                                : r.compressed + (int64_t{row} - r.n_window) * r.compressed_stride;
-    const int chunks = window ? W::kWindowChunks : W::kCompressedChunks;
-    const uint32_t dst = raw_base + e * W::kRawSlotBytes;
-    for (int c = static_cast<int>(threadIdx.x % 4); c < chunks; c += 4) {
-      CpAsync16(dst + c * 16, src + c * 16, true);
-    }
-  }
-  if (threadIdx.x % 4 == 0) s_idx[e] = row;
-}
-
 __device__ __forceinline__ void StShared128(uint32_t addr, const uint32_t (&v)[4]) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]),
                "r"(v[2]), "r"(v[3])
@@ -283,24 +267,6 @@ __device__ __forceinline__ void DecodeRowPair(const SparseAttnParams& p, int32_t
   DecodeRowValues16(p.kv_rows.n_window, row, slot, q, out);
   StShared128(kv_base + TileOffset(e, 2 * q), out[0]);
   StShared128(kv_base + TileOffset(e, 2 * q + 1), out[1]);
-}
-
-// Row form: decodes the raw stage `raw` (rows `stage_idx`, landed and visible) into the bf16
-// tile at `kv_base` (same layout as WgmmaLoadBlock's), exactly (DecodeRowPair: the values of
-// DecodeRowsCpu); invalid entries become zero rows. Thread i decodes the 16-value pairs i % 4,
-// i % 4 + 4, .. of entry i / 4 and, when i % 4 == 0, writes tile_idx[i / 4].
-__device__ __forceinline__ void WgmmaDecodeBlock(const SparseAttnParams& p, const uint8_t* raw,
-                                                 const int32_t* stage_idx, uint32_t kv_base,
-                                                 int32_t* tile_idx) {
-  using W = WgmmaShape;
-  const int e = threadIdx.x / 4;
-  const int32_t row = stage_idx[e];
-  const uint8_t* slot = raw + e * W::kRawSlotBytes;
-#pragma unroll
-  for (int k = 0; k < W::kChunks / 8; ++k) {
-    DecodeRowPair(p, row, slot, static_cast<int>(threadIdx.x % 4) + 4 * k, e, kv_base);
-  }
-  if (threadIdx.x % 4 == 0) tile_idx[e] = row;
 }
 
 // The split-K variant's online-softmax step for rows r0 and r0 + 8 over all 64 entries of the
@@ -521,9 +487,6 @@ __device__ __forceinline__ void WgmmaLoadSinks(const SparseAttnParams& p, int64_
 }
 
 // A template on kD only so that the header may be included by several .cu files (kD = 512).
-// kRows: the row form (serving rows gathered raw into a 2-stage ring, decoded into one bf16
-// tile before S; the gather runs two blocks ahead); the softmax and P·V are the same code, so
-// its results equal those of the bf16 form fed the decoded pool. Only with kSplitK = false.
 // kSplitK picks the S step: false — warpgroup g computes entries 32g.. over all dims (n32) and
 // the row max, the row sums and P are swapped through shared memory (three barriers per block);
 // true — warpgroup g computes all 64 entries over dims 256g.. (n64, Q read once per block), the
@@ -531,27 +494,24 @@ __device__ __forceinline__ void WgmmaLoadSinks(const SparseAttnParams& p, int64_
 // of the whole block itself (twice the expf per thread).
 // kRope: the RoPE code (Geometry::rope: q rotation, the unsplit output's) is compiled in; the
 // launcher takes these instantiations only when it fills geo.rope.
-template <int kD, bool kSplitK, bool kRows, bool kRope>
+template <int kD, bool kSplitK, bool kRope>
 __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
   static_assert(kD == W::kD, "the wgmma path is instantiated for head_dim 512 only");
-  static_assert(!(kSplitK && kRows), "the row form runs the n32 S step only");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedSmem(smem_raw);
   const uint32_t base = SmemAddr(smem);
-  // The row form moves idx, max, sum and P past the raw ring (same relative layout).
-  constexpr uint32_t kShift = kRows ? W::kRowsMaxOff - W::kMaxOff : 0;
-  auto* s_idx = reinterpret_cast<int32_t*>(smem + (kRows ? W::kRowsIdxOff : W::kIdxOff));
-  int32_t* s_tidx = s_idx + 2 * kBlock;  // row form: the decoded tile's rows
-  auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff + kShift);
-  auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff + kShift);
-  auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff + kShift);
+  auto* s_idx = reinterpret_cast<int32_t*>(smem + W::kIdxOff);
+  auto* s_max = reinterpret_cast<float*>(smem + W::kMaxOff);
+  auto* s_sum = reinterpret_cast<float*>(smem + W::kSumOff);
+  auto* s_p = reinterpret_cast<uint32_t*>(smem + W::kPOff);
   auto* s_x = reinterpret_cast<float*>(smem + W::kXOff);  // split-K only
-  auto* rope_table =
-      reinterpret_cast<float2*>(smem + (kRows ? W::kRowsEnd : (kSplitK ? W::kSplitKEnd : W::kEnd)));
+  auto* rope_table = reinterpret_cast<float2*>(smem + (kSplitK ? W::kSplitKEnd : W::kEnd));
   const int tid = threadIdx.x;
-  const int half = tid / 128;  // warpgroup: entries 32·half.. in S, dims 256·half.. in P·V
+  // The warpgroup (entries 32·half.. in S, dims 256·half.. in P·V), through a shuffle so that
+  // ptxas sees it warp-uniform (WgmmaQkIssue branches on it).
+  const int half = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   const int wtid = tid % 128;
   const int lane = tid % 32;
   const int r0 = (wtid / 32) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8
@@ -569,23 +529,12 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
 
     // The first block's rows are read before the query copies are issued, so that their latency
     // overlaps the issue (the gather cannot start before they arrive).
-    const int32_t row_first = WgmmaRowOf<kRows>(p, t, blk_begin, blk_end);
+    const int32_t row_first = WgmmaRowOf(p, t, blk_begin, blk_end);
     WgmmaLoadQ(p, t, h0, base + W::kQOff, tid, W::kThreads);
-    int32_t row_next;
-    if constexpr (kRows) {
-      // Two blocks in flight before the first is decoded: stages 0 and 1 (groups G0 with Q, G1).
-      WgmmaLoadRawBlock(p, row_first, base + W::kRawOff, s_idx);
-      CpAsyncCommit();
-      WgmmaLoadRawBlock(p, WgmmaRowOf<true>(p, t, blk_begin + 1, blk_end),
-                        base + W::kRawOff + W::kRawStageBytes, s_idx + kBlock);
-      CpAsyncCommit();
-      row_next = WgmmaRowOf<true>(p, t, blk_begin + 2, blk_end);
-    } else {
-      if (blk_begin < blk_end) WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
-      CpAsyncCommit();
-      // The rows of the next block, read now so that the load's latency hides behind this block.
-      row_next = WgmmaRowOf(p, t, blk_begin + 1, blk_end);
-    }
+    if (blk_begin < blk_end) WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
+    CpAsyncCommit();
+    // The rows of the next block, read now so that the load's latency hides behind this block.
+    int32_t row_next = WgmmaRowOf(p, t, blk_begin + 1, blk_end);
 
     float acc[128];
 #pragma unroll
@@ -600,59 +549,34 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
       RopeFillTable(geo.rope, t, tid, rope_table);
     }
     if (kRope && geo.rope.pairs > 0 && geo.rope.q && blk_begin < blk_end) {
-      // q's RoPE, before the block loop (kept out of it): Q landed with the first commit group
-      // (the row form's second group may still be in flight); after the barrier every thread's
-      // Q copies and the table are visible. The first block's fence.proxy.async and barrier
-      // publish the rotated Q to the wgmma.
-      if constexpr (kRows) {
-        CpAsyncWait<1>();
-      } else {
-        CpAsyncWait<0>();
-      }
+      // q's RoPE, before the block loop (kept out of it): Q landed with the first commit group;
+      // after the barrier every thread's Q copies and the table are visible. The first block's
+      // fence.proxy.async and barrier publish the rotated Q to the wgmma.
+      CpAsyncWait<0>();
       __syncthreads();
       WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, tid, W::kThreads);
     }
 
     for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
-      // bf16 form: buffer buf of two; row form: stage buf of the raw ring, one bf16 tile.
-      const int buf = static_cast<int>((blk - blk_begin) & 1);
-      const uint32_t kv_base = base + W::kKvOff + (kRows ? 0 : buf * W::kTileBytes);
-      const int32_t* idx = kRows ? s_tidx : s_idx + buf * kBlock;
-      if constexpr (kRows) {
-        // This block's raw rows (and Q) landed (the next block's group may still be in flight);
-        // after the barrier every thread's copies are visible and every thread's wgmma reads of
-        // the tile (the previous block) are done, so the tile can be rewritten.
-        CpAsyncWait<1>();
-        __syncthreads();
-        WgmmaDecodeBlock(p, smem + W::kRawOff + buf * W::kRawStageBytes, s_idx + buf * kBlock,
-                         kv_base, s_tidx);
-      } else {
-        // This block (and Q) landed; every thread's async-proxy reads of the other buffer are
-        // done (each waited for its wgmma before reaching this barrier), so it can be refilled.
-        CpAsyncWait<0>();
-      }
+      const int buf = static_cast<int>((blk - blk_begin) & 1);  // KV buffer buf of two
+      const uint32_t kv_base = base + W::kKvOff + buf * W::kTileBytes;
+      const int32_t* idx = s_idx + buf * kBlock;
+      // This block (and Q) landed; every thread's async-proxy reads of the other buffer are done
+      // (each waited for its wgmma before reaching this barrier), so it can be refilled.
+      CpAsyncWait<0>();
       wgmma::FenceProxyAsyncShared();
-      // Thread 4e wrote idx[e] itself (WgmmaLoadBlock / WgmmaDecodeBlock), so it may read it
-      // before the barrier.
+      // Thread 4e wrote idx[e] itself (WgmmaLoadBlock), so it may read it before the barrier.
       const bool any = __syncthreads_or(tid % 4 == 0 && idx[tid / 4] >= 0);
-      // bf16 form: gathers the next block into the other buffer (its last readers, the previous
-      // P·V, were waited for by every thread before the barrier) and reads the rows of the one
-      // after. Row form: gathers block blk + 2 into this block's stage (decoded before the
-      // barrier) and reads the rows of blk + 3. One commit group per block either way.
+      // Gathers the next block into the other buffer (its last readers, the previous P·V, were
+      // waited for by every thread before the barrier) and reads the rows of the one after. One
+      // commit group per block.
       auto load_next = [&] {
-        if constexpr (kRows) {
-          WgmmaLoadRawBlock(p, row_next, base + W::kRawOff + buf * W::kRawStageBytes,
-                            s_idx + buf * kBlock);
-          CpAsyncCommit();
-          row_next = WgmmaRowOf<true>(p, t, blk + 3, blk_end);
-        } else {
-          if (blk + 1 < blk_end) {
-            WgmmaLoadBlock(p, row_next, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
-                           s_idx + (buf ^ 1) * kBlock);
-          }
-          CpAsyncCommit();
-          row_next = WgmmaRowOf(p, t, blk + 2, blk_end);
+        if (blk + 1 < blk_end) {
+          WgmmaLoadBlock(p, row_next, base + W::kKvOff + (buf ^ 1) * W::kTileBytes,
+                         s_idx + (buf ^ 1) * kBlock);
         }
+        CpAsyncCommit();
+        row_next = WgmmaRowOf(p, t, blk + 2, blk_end);
       };
       if (!any) {  // a block without a valid entry is a no-op (as on the CPU)
         load_next();

@@ -176,7 +176,7 @@ __device__ __forceinline__ void WsLoadRawRow(const SparseAttnParams& p, int32_t 
 }
 
 // Decodes the thread's 16-value pairs sub, sub + 16 of the landed serving row `row` at `raw`
-// into entry e of the bf16 tile at `kv_base` (DecodeRowPair, WgmmaDecodeBlock's decoder: the
+// into entry e of the bf16 tile at `kv_base` (DecodeRowPair, the row kernel's decoders: the
 // values of DecodeRowsCpu, so the tile holds the bf16 form's values); -1 gives a zero row.
 __device__ __forceinline__ void WsDecodeRawRow(const SparseAttnParams& p, int32_t row,
                                                const uint8_t* raw, int sub, int e,

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   uint8_t* smem = AlignedSmem(smem_raw);
   const uint32_t base = SmemAddr(smem);
   const int tid = threadIdx.x;
-  const int half = tid / 128;
+  const int half = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);  // warp-uniform to ptxas
   const int lane = tid % 32;
   const int r0 = ((tid % 128) / 32) * 16 + lane / 4;
   const int c2 = 2 * (lane % 4);
