@@ -237,19 +237,10 @@ __device__ __forceinline__ void WgmmaLoadQ(const SparseAttnParams& p, int64_t t,
 // The pool row of this thread's entry (threadIdx.x / 4) of list block `blk`, or -1 when the block
 // is past `blk_end` (not loaded), the entry unused or out of range. Indices are int32, so the row
 // fits.
-// kRows: the row form's bound (n_window + n_compressed) instead of n_kv.
-template <bool kRows = false>
 __device__ __forceinline__ int32_t WgmmaRowOf(const SparseAttnParams& p, int64_t t, int64_t blk,
                                               int64_t blk_end) {
   if (blk >= blk_end) return -1;
-  const int64_t pos = blk * kBlock + threadIdx.x / 4;
-  if constexpr (!kRows) {
-    return static_cast<int32_t>(RowOf(p, t, pos));
-  } else {
-    if (pos >= p.width) return -1;
-    const int32_t idx = p.indices[t * p.indices_stride + pos];
-    return (idx >= 0 && idx < p.kv_rows.n_window + p.kv_rows.n_compressed) ? idx : -1;
-  }
+  return static_cast<int32_t>(RowOf(p, t, blk * kBlock + threadIdx.x / 4));
 }
 
 __device__ __forceinline__ void StShared128(uint32_t addr, const uint32_t (&v)[4]) {

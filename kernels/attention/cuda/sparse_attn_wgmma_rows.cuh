@@ -204,7 +204,8 @@ __device__ __forceinline__ int32_t RowsIndexOf(const SparseAttnParams& p, int64_
   const int64_t pos = blk * kBlock + threadIdx.x / 4;
   return pos < p.width ? p.indices[t * p.indices_stride + pos] : -1;
 }
-// The pool row of list index `idx`, or -1 when unused or out of range (WgmmaRowOf<true>'s rule).
+// The pool row of list index `idx`, or -1 when unused or out of range (past n_window +
+// n_compressed).
 __device__ __forceinline__ int32_t RowsRowCheck(const SparseAttnParams& p, int32_t idx) {
   return (idx >= 0 && idx < p.kv_rows.n_window + p.kv_rows.n_compressed) ? idx : -1;
 }
@@ -241,34 +242,37 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
     const WsUnit u = WsUnitOf(geo, unit, n_blocks);
     const int64_t t = u.t, blk_begin = u.blk_begin, blk_end = u.blk_end;
-    // Rows of blocks blk_begin, + 1 (read before the Q copies, so that their latency overlaps the
-    // issue), + 2.
-    const int32_t row0 = WgmmaRowOf<true>(p, t, blk_begin, blk_end);
-    int32_t row1 = WgmmaRowOf<true>(p, t, blk_begin + 1, blk_end);
+    // List indices of blocks blk_begin .. + 3 (read before the Q copies, so that their latency
+    // overlaps the issue; checked only where used).
+    const int32_t idx0 = RowsIndexOf(p, t, blk_begin, blk_end);
+    const int32_t idx1 = RowsIndexOf(p, t, blk_begin + 1, blk_end);
+    const int32_t idx2 = RowsIndexOf(p, t, blk_begin + 2, blk_end);
+    int32_t idx3 = RowsIndexOf(p, t, blk_begin + 3, blk_end);
     WgmmaLoadQ(p, t, u.h0, base + W::kQOff, tid, W::kThreads);
     CpAsyncCommit();
+    const int32_t row0 = RowsRowCheck(p, idx0);
+    int32_t row1 = RowsRowCheck(p, idx1);
     RowHalf x0;  // half 0 of the next block's row, in flight or landed
     {
-      // The first block, both halves through registers, into tile 0 (its loads' latency is
-      // exposed once per unit).
-      RowHalf x1;
-      LoadRowHalf(p.kv_rows, row0, sub, 0, x0);
-      LoadRowHalf(p.kv_rows, row0, sub, 1, x1);
+      // The first block through registers (both halves), then the second block's loads (half 0
+      // into x0, half 1 into the slot: its own commit group), so that they fly while the first
+      // is decoded into tile 0 (its latency is exposed once per unit).
+      RowHalf xa, xb;
+      LoadRowHalf(p.kv_rows, row0, sub, 0, xa);
+      LoadRowHalf(p.kv_rows, row0, sub, 1, xb);
+      LoadRowHalf(p.kv_rows, row1, sub, 0, x0);
+      CopyRowHalf1(p.kv_rows, row1, sub, base + slot);
+      CpAsyncCommit();
       if (blk_begin < blk_end) {
         uint32_t dst0, dst1;
         RowsDst(base + W::kKvOff, e, sub, dst0, dst1);
-        DecodeRowHalf(n_window, row0, x0, sub, 0, dst0, dst1);
-        DecodeRowHalf(n_window, row0, x1, sub, 1, dst0, dst1);
+        DecodeRowHalf(n_window, row0, xa, sub, 0, dst0, dst1);
+        DecodeRowHalf(n_window, row0, xb, sub, 1, dst0, dst1);
         if (sub == 0) s_idx[e] = row0;
       }
     }
-    // The second block: half 0 into x0, half 1 into the slot (its own commit group).
-    LoadRowHalf(p.kv_rows, row1, sub, 0, x0);
-    CopyRowHalf1(p.kv_rows, row1, sub, base + slot);
-    CpAsyncCommit();
-    int32_t row2 = WgmmaRowOf<true>(p, t, blk_begin + 2, blk_end);
-    int32_t idx3 = RowsIndexOf(p, t, blk_begin + 3, blk_end);  // unchecked, two blocks ahead
-    float sink[2] = {0.0f, 0.0f};                              // read now, off the epilogue's path
+    int32_t row2 = RowsRowCheck(p, idx2);
+    float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
     if (geo.splits == 1) WgmmaLoadSinks(p, u.h0, wtid, sink);
 
     float acc[128];
