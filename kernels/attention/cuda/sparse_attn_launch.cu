@@ -154,17 +154,25 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   if (geo.splits > 1) LaunchTensorCombine<S::kHeads>(p, geo, stream);
 }
 
+// Launches one of the wgmma family's unit kernels (a CTA per unit up to kMaxCtas, grid-stride;
+// the shared-memory limit set once per kernel and device) and, for a split list, the family's
+// combine.
+template <auto kKernel, size_t kSmem, int kThreads, bool kRope>
+void LaunchWgmmaUnits(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  SetSmemLimitOnce(kKernel, kSmem, smem_set);
+  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
+  kKernel<<<ctas, kThreads, kSmem, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+}
+
 template <bool kSplitK, bool kRope>
 void LaunchWgmmaKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
-  constexpr size_t kSmem = kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes;
-  auto* kernel = attn_device::WgmmaKernel<W::kD, kSplitK, kRope>;
-  static std::atomic<uint64_t> smem_set{0};
-  SetSmemLimitOnce(kernel, kSmem, smem_set);
-  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
-  kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
-  CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+  LaunchWgmmaUnits<attn_device::WgmmaKernel<W::kD, kSplitK, kRope>,
+                   kSplitK ? W::kSplitKSmemBytes : W::kSmemBytes, W::kThreads, kRope>(p, geo,
+                                                                                      stream);
 }
 
 template <bool kSplitK>
@@ -176,18 +184,11 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
 }
 
 // The row form's wgmma kernel (sparse_attn_wgmma_rows.cuh): same units, states and combine as
-// LaunchWgmma, WgmmaShape's bf16 layout.
+// LaunchWgmma, WgmmaShape's bf16 layout plus the per-thread slots.
 template <bool kRope>
 void LaunchWgmmaRowsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
-  using W = attn_device::WgmmaShape;
-  constexpr size_t kSmem = attn_device::WgmmaRowsShape::kSmemBytes;
-  auto* kernel = attn_device::WgmmaRowsKernel<kRope>;
-  static std::atomic<uint64_t> smem_set{0};
-  SetSmemLimitOnce(kernel, kSmem, smem_set);
-  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
-  kernel<<<ctas, W::kThreads, kSmem, stream>>>(p, geo);
-  CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+  LaunchWgmmaUnits<attn_device::WgmmaRowsKernel<kRope>, attn_device::WgmmaRowsShape::kSmemBytes,
+                   attn_device::WgmmaShape::kThreads, kRope>(p, geo, stream);
 }
 
 void LaunchWgmmaRows(const SparseAttnParams& p, cudaStream_t stream) {
@@ -202,14 +203,9 @@ void LaunchWgmmaRows(const SparseAttnParams& p, cudaStream_t stream) {
 template <bool kRope, bool kRows>
 void LaunchWgmmaWsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using WS = attn_device::WgmmaWsShape;
-  constexpr size_t kSmem = kRows ? WS::kRowsSmemBytes : WS::kSmemBytes;
-  auto* kernel = attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kRope, kRows>;
-  static std::atomic<uint64_t> smem_set{0};
-  SetSmemLimitOnce(kernel, kSmem, smem_set);
-  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
-  kernel<<<ctas, WS::kThreads, kSmem, stream>>>(p, geo);
-  CUDA_CHECK(cudaGetLastError());
-  if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
+  LaunchWgmmaUnits<attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kRope, kRows>,
+                   kRows ? WS::kRowsSmemBytes : WS::kSmemBytes, WS::kThreads, kRope>(p, geo,
+                                                                                     stream);
 }
 
 template <bool kRows = false>

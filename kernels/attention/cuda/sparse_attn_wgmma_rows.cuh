@@ -26,6 +26,7 @@
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
+#include "kernels/common/stream_load.cuh"
 #include "kernels/common/wgmma.cuh"
 
 namespace flashserve::kernels::attn_device {
@@ -37,20 +38,18 @@ namespace flashserve::kernels::attn_device {
 // code bytes of group k', w[8 .. 11] = scale bytes 16h .. 16h + 15.
 struct RowHalf {
   uint32_t w[18];
+  // Words i .. i + 3 / i, i + 1 (compile-time i after unrolling).
+  __device__ __forceinline__ void Set4(int i, uint4 v) {
+    w[i] = v.x;
+    w[i + 1] = v.y;
+    w[i + 2] = v.z;
+    w[i + 3] = v.w;
+  }
+  __device__ __forceinline__ void Set2(int i, uint2 v) {
+    w[i] = v.x;
+    w[i + 1] = v.y;
+  }
 };
-
-__device__ __forceinline__ uint4 LdgNc128(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 LdgNc64(const uint8_t* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
 
 // Issues the loads of half h of serving row `row` (thread sub-index t) into x; -1 loads nothing.
 // Rows are 16-byte aligned (CheckRowFormFits); the four threads of a row read 64 (window) or 32
@@ -62,29 +61,15 @@ __device__ __forceinline__ void LoadRowHalf(const SparseAttnKvRows& r, int32_t r
   if (row < r.n_window) {
     const uint8_t* src = r.window + int64_t{row} * r.window_stride;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint4 v = LdgNc128(src + 16 * (t + 4 * (4 * h + k)));
-      x.w[4 * k] = v.x;
-      x.w[4 * k + 1] = v.y;
-      x.w[4 * k + 2] = v.z;
-      x.w[4 * k + 3] = v.w;
-    }
-    const uint2 s = LdgNc64(src + kD + 8 * h);
-    x.w[16] = s.x;
-    x.w[17] = s.y;
+    for (int k = 0; k < 4; ++k)
+      x.Set4(4 * k, cuda_common::LoadNc16(src + 16 * (t + 4 * (4 * h + k))));
+    x.Set2(16, cuda_common::LoadNc8(src + kD + 8 * h));
   } else {
     const uint8_t* src = r.compressed + (int64_t{row} - r.n_window) * r.compressed_stride;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint2 v = LdgNc64(src + 8 * (t + 4 * (4 * h + k)));
-      x.w[2 * k] = v.x;
-      x.w[2 * k + 1] = v.y;
-    }
-    const uint4 s = LdgNc128(src + kD / 2 + 16 * h);
-    x.w[8] = s.x;
-    x.w[9] = s.y;
-    x.w[10] = s.z;
-    x.w[11] = s.w;
+    for (int k = 0; k < 4; ++k)
+      x.Set2(2 * k, cuda_common::LoadNc8(src + 8 * (t + 4 * (4 * h + k))));
+    x.Set4(8, cuda_common::LoadNc16(src + kD / 2 + 16 * h));
   }
 }
 
@@ -166,32 +151,15 @@ __device__ __forceinline__ void CopyRowHalf1(const SparseAttnKvRows& r, int32_t 
 __device__ __forceinline__ void ReadRowHalf1(int64_t n_window, int32_t row, const uint8_t* slot,
                                              RowHalf& x) {
   if (row < 0) return;
+  const auto* v = reinterpret_cast<const uint4*>(slot);
   if (row < n_window) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint4 v = *reinterpret_cast<const uint4*>(slot + 16 * k);
-      x.w[4 * k] = v.x;
-      x.w[4 * k + 1] = v.y;
-      x.w[4 * k + 2] = v.z;
-      x.w[4 * k + 3] = v.w;
-    }
-    const uint2 s = *reinterpret_cast<const uint2*>(slot + 64);
-    x.w[16] = s.x;
-    x.w[17] = s.y;
+    for (int k = 0; k < 4; ++k) x.Set4(4 * k, v[k]);
+    x.Set2(16, *reinterpret_cast<const uint2*>(slot + 64));
   } else {
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const uint4 v = *reinterpret_cast<const uint4*>(slot + 16 * k);
-      x.w[4 * k] = v.x;
-      x.w[4 * k + 1] = v.y;
-      x.w[4 * k + 2] = v.z;
-      x.w[4 * k + 3] = v.w;
-    }
-    const uint4 s = *reinterpret_cast<const uint4*>(slot + 32);
-    x.w[8] = s.x;
-    x.w[9] = s.y;
-    x.w[10] = s.z;
-    x.w[11] = s.w;
+    x.Set4(0, v[0]);
+    x.Set4(4, v[1]);
+    x.Set4(8, v[2]);
   }
 }
 
