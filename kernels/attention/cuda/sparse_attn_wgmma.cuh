@@ -32,6 +32,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/cuda/row_decode.cuh"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
+#include "kernels/attention/cuda/sparse_attn_pipeline.cuh"
 #include "kernels/attention/div_by_rcp.h"
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/wgmma.cuh"
@@ -43,8 +44,11 @@ namespace flashserve::kernels::attn_device {
 
 struct WgmmaShape {
   static constexpr int kD = 512;
-  static constexpr int kHeads = 64;                                   // one wgmma M
-  static constexpr int kThreads = 256;                                // two warpgroups
+  static constexpr int kHeads = 64;     // one wgmma M
+  static constexpr int kThreads = 256;  // two warpgroups
+  // Named barrier of the two math warpgroups (WgmmaSoftmax; 0 is __syncthreads). In WgmmaKernel
+  // and WgmmaRowsKernel they are the whole CTA; wgmma-ws's producer warpgroup is not in it.
+  static constexpr uint32_t kMathBarrier = 1;
   static constexpr int kChunks = kD / 8;                              // 16-byte chunks per row
   static constexpr uint32_t kColBlockBytes = 64 * 128;                // 64 rows × 128 B (64 dims)
   static constexpr uint32_t kTileBytes = kColBlockBytes * (kD / 64);  // 64 KB
@@ -196,8 +200,133 @@ __device__ __forceinline__ void WgmmaPv(float (&acc)[128], const uint32_t (&a)[4
   wgmma::FenceOperands(acc);
 }
 
+// bf16(lo) | bf16(hi) << 16, both rounded to nearest even (one cvt.rn.bf16x2.f32).
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  return static_cast<uint32_t>(Bf16Bits(lo)) | (static_cast<uint32_t>(Bf16Bits(hi)) << 16);
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- the wgmma family's online softmax in base 2 (README.md "wgmma path", softmax) -------------
+//
+// Logits stay raw S in registers; a row's running max is kept scaled, m = max(S)·c with
+// c = softmax_scale·log2(e) (> 0, so max(S)·c is exactly the max of the rounded S·c), and
+// p = 2^(S·c − m) is one FFMA and one SFU ex2 (ex2.approx.ftz: relative error ~2^-22, far below
+// the bf16(p) rounding the P·V step applies; 2^-inf = +0). Lazy rescaling: m moves only when a
+// block's max exceeds it by more than kWgmmaRescaleSlack (log2 units), so p ≤ 2^8 and the
+// accumulators are rescaled (128 multiplies per thread) about once per row instead of in ~93 % of
+// blocks (session 24's count). The result is the same in exact arithmetic: acc and denom carry
+// the same factor 2^-m, which the epilogue's division cancels; the split states carry m in these
+// units (WgmmaCombineKernel). A row that saw no valid entry keeps kInitMax (then 2^(S·c − m) of
+// a later block's valid entry is never taken: its block max exceeds kInitMax + slack).
+inline constexpr float kLog2E = 1.44269504088896340736f;
+inline constexpr float kWgmmaRescaleSlack = 8.0f;
+
+__device__ __forceinline__ float Exp2Sfu(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The running max after a block whose scaled row max is m_blk (−inf: no valid entry).
+__device__ __forceinline__ float WgmmaNextMax(float m_run, float m_blk) {
+  return m_blk > __fadd_rn(m_run, kWgmmaRescaleSlack) ? m_blk : m_run;
+}
+
+// α = 2^(m − m′): exactly 1 when the max did not move (the 128 acc multiplies are skipped).
+__device__ __forceinline__ float WgmmaAlpha(float m_run, float m_new) {
+  return m_new == m_run ? 1.0f : Exp2Sfu(__fsub_rn(m_run, m_new));
+}
+
+// exp(sink − M) for the denominator, M a scaled running max: 2^(sink·log2(e) − M) (CUDA's exp2f,
+// ≤ 2 ulp; once per row).
+__device__ __forceinline__ float WgmmaSinkTerm(float sink, float m) {
+  return exp2f(__fmaf_rn(sink, kLog2E, -m));
+}
+
+// One block's online softmax for the math thread's rows r0, r0 + 8 over its warpgroup's 32
+// entries (S from WgmmaQkIssue), shared by WgmmaKernel, WgmmaWsKernel and WgmmaRowsKernel (so
+// their outputs agree bit for bit): −inf at invalid entries, half-block row max → s_max →
+// m′ = WgmmaNextMax(m, both halves · c), α, p = 2^(S·c − m′), half-block row sums → s_sum, bf16(p)
+// → s_p, and back: a = the whole block's bf16 P in the register-A layout (S's n8 tiles 2k, 2k + 1
+// = k-step k; thread i of either warpgroup holds the same fragment positions), den and m updated.
+// Two named barriers over the 256 math threads. `c` = softmax_scale·log2(e).
+__device__ __forceinline__ void WgmmaSoftmax(float (&s)[16], const int32_t* idx, float c, int half,
+                                             int wtid, float* s_max, float* s_sum, uint32_t* s_p,
+                                             float (&m_run)[2], float (&den_run)[2],
+                                             float (&alpha)[2], uint32_t (&a)[4][4]) {
+  constexpr uint32_t kBar = WgmmaShape::kMathBarrier, kN = WgmmaShape::kThreads;
+  const int lane = wtid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = half * 32 + j * 8 + c2 + (i & 1);
+      float& x = s[4 * j + i];
+      x = idx[e] >= 0 ? x : -INFINITY;
+      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
+    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
+  }
+  if (lane % 4 == 0) {
+    s_max[half * kBlock + r0] = bmax[0];
+    s_max[half * kBlock + r0 + 8] = bmax[1];
+  }
+  NamedBarrier<kBar, kN>();
+
+  float m_new[2], bsum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + 8 * r;
+    const float m_blk = __fmul_rn(fmaxf(s_max[row], s_max[kBlock + row]), c);
+    m_new[r] = WgmmaNextMax(m_run[r], m_blk);
+    alpha[r] = WgmmaAlpha(m_run[r], m_new[r]);
+    bsum[r] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    s[i] = Exp2Sfu(__fmaf_rn(s[i], c, -m_new[(i >> 1) & 1]));  // 2^-inf = +0
+    bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
+    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
+  }
+  if (lane % 4 == 0) {
+    s_sum[half * kBlock + r0] = bsum[0];
+    s_sum[half * kBlock + r0 + 8] = bsum[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_p[(half * 8 + kk * 4 + i) * 128 + wtid] =
+          PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    }
+  }
+  NamedBarrier<kBar, kN>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r0 + 8 * r;
+    den_run[r] =
+        __fadd_rn(__fmul_rn(den_run[r], alpha[r]), __fadd_rn(s_sum[row], s_sum[kBlock + row]));
+    m_run[r] = m_new[r];
+  }
 }
 
 // Issues the cp.async copies of one list block into KV buffer `kv_base` and its rows (or -1)
@@ -262,12 +391,13 @@ __device__ __forceinline__ void DecodeRowPair(const SparseAttnParams& p, int32_t
 
 // The split-K variant's online-softmax step for rows r0 and r0 + 8 over all 64 entries of the
 // block (every thread holds the full S of its fragment positions, the same in both
-// warpgroups): × scale, -inf at invalid entries, block max over the quad, α (1 without a new
-// max), p = expf(l − m') (exp(-inf) = +0), the block sum (the thread's 16 values per row in tile
-// order, then the quad tree), denom = denom·α + sum, and bf16(p) packed into the register-A
-// layout (k-step k = n8 tiles 2k, 2k + 1: a[k] = rows r0 / r0 + 8 of tile 2k, then of 2k + 1).
-__device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int32_t* idx,
-                                                      float scale, int c2, float (&m_run)[2],
+// warpgroups): WgmmaSoftmax's operations without the exchange — −inf at invalid entries, block
+// max over the quad, m′ = WgmmaNextMax(m, max·c), α, p = 2^(S·c − m′), the block sum (the
+// thread's 16 values per row in tile order, then the quad tree), denom = denom·α + sum, and
+// bf16(p) packed into the register-A layout (k-step k = n8 tiles 2k, 2k + 1: a[k] = rows r0 /
+// r0 + 8 of tile 2k, then of 2k + 1). `c` = softmax_scale·log2(e).
+__device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int32_t* idx, float c,
+                                                      int c2, float (&m_run)[2],
                                                       float (&den_run)[2], float (&alpha)[2],
                                                       uint32_t (&a)[4][4]) {
   float bmax[2] = {-INFINITY, -INFINITY};
@@ -276,7 +406,7 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float& x = s[4 * j + i];
-      x = idx[8 * j + c2 + (i & 1)] >= 0 ? __fmul_rn(x, scale) : -INFINITY;
+      x = idx[8 * j + c2 + (i & 1)] >= 0 ? x : -INFINITY;
       bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
     }
   }
@@ -285,13 +415,13 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
   for (int r = 0; r < 2; ++r) {
     bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
     bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
-    m_new[r] = fmaxf(m_run[r], bmax[r]);
-    alpha[r] = m_new[r] == m_run[r] ? 1.0f : ExpF(__fsub_rn(m_run[r], m_new[r]));
+    m_new[r] = WgmmaNextMax(m_run[r], __fmul_rn(bmax[r], c));
+    alpha[r] = WgmmaAlpha(m_run[r], m_new[r]);
     bsum[r] = 0.0f;
   }
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
-    s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));
+    s[i] = Exp2Sfu(__fmaf_rn(s[i], c, -m_new[(i >> 1) & 1]));
     bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
   }
 #pragma unroll
@@ -441,7 +571,7 @@ __device__ __forceinline__ void WgmmaStoreOutput(const SparseAttnParams& p, int6
       for (int j = 0; j < 32; ++j) *reinterpret_cast<uint32_t*>(o + 8 * j) = 0u;
       continue;
     }
-    const float den = __fadd_rn(den_run[r], ExpF(__fsub_rn(sink[r], m_run[r])));
+    const float den = __fadd_rn(den_run[r], WgmmaSinkTerm(sink[r], m_run[r]));
     bool fast = DivByRcpInRange(den);
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
@@ -504,9 +634,8 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   // ptxas sees it warp-uniform (WgmmaQkIssue branches on it).
   const int half = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   const int wtid = tid % 128;
-  const int lane = tid % 32;
-  const int r0 = (wtid / 32) * 16 + lane / 4;  // accumulator rows r0 and r0 + 8
-  const int c2 = 2 * (lane % 4);
+  const int c2 = 2 * (tid % 4);  // the split-K softmax's fragment column
+  const float c = __fmul_rn(p.softmax_scale, kLog2E);
   const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
   LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
@@ -585,7 +714,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
         load_next();
         WgmmaWait(s);
         WgmmaSplitKExchange(s, s_x, half, wtid);
-        WgmmaSoftmaxFullBlock(s, idx, p.softmax_scale, c2, m_run, den_run, alpha, a);
+        WgmmaSoftmaxFullBlock(s, idx, c, c2, m_run, den_run, alpha, a);
       } else {
         // S of this block goes to the tensor cores first; the gather is issued while they run.
         float s[16];
@@ -594,83 +723,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
         WgmmaQkIssue(s, base + W::kQOff, kv_base, half);
         load_next();
         WgmmaWait(s);
-
-        // Scaled logits, -inf at invalid entries; row max of this half block.
-        float bmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int e = half * 32 + j * 8 + c2 + (i & 1);
-            float& x = s[4 * j + i];
-            x = idx[e] >= 0 ? __fmul_rn(x, p.softmax_scale) : -INFINITY;
-            bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
-          bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
-        }
-        if (lane % 4 == 0) {
-          s_max[half * kBlock + r0] = bmax[0];
-          s_max[half * kBlock + r0 + 8] = bmax[1];
-        }
-        __syncthreads();
-
-        float m_new[2], bsum[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = r0 + 8 * r;
-          m_new[r] = fmaxf(m_run[r], fmaxf(s_max[row], s_max[kBlock + row]));
-          // exp(0) = 1 exactly: a row whose max did not move skips the double exp.
-          alpha[r] = m_new[r] == m_run[r] ? 1.0f : ExpF(__fsub_rn(m_run[r], m_new[r]));
-          bsum[r] = 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          // CUDA's expf (≤ 2 ulp) rather than ExpF's double exp: 16 per thread and block, and the
-          // double-precision units would otherwise take about as long as the tensor cores.
-          s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));  // exp(-inf) = +0
-          bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
-          bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
-        }
-        if (lane % 4 == 0) {
-          s_sum[half * kBlock + r0] = bsum[0];
-          s_sum[half * kBlock + r0 + 8] = bsum[1];
-        }
-        // bf16(p) of this half block in the register-A layout: local k-step kk covers entries
-        // 32·half + 16·kk.., i.e. the n8 tiles 2kk (a[0], a[1]) and 2kk + 1 (a[2], a[3]). Both
-        // halves go through shared memory (thread i of either warpgroup holds the same fragment
-        // positions), so every thread then reads k-steps 0..3.
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t packed = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-            s_p[(half * 8 + kk * 4 + i) * 128 + wtid] = packed;
-          }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = r0 + 8 * r;
-          den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]),
-                                 __fadd_rn(s_sum[row], s_sum[kBlock + row]));
-          m_run[r] = m_new[r];
-        }
+        WgmmaSoftmax(s, idx, c, half, wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
       }
       // acc·1 = acc: a warp none of whose rows moved its max skips the 128 multiplies (warp-
       // uniform branch; same bits).

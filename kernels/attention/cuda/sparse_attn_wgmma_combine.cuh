@@ -22,10 +22,10 @@ static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 // Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
 // kWgmmaCombineGroups·g .. of every consumer thread position, i.e. thread tid merges exactly the
 // values that thread tid of the split CTAs wrote (rows r0, r0 + 8, dims 256·half + 8j + c2, + 1).
-// Per row: M = max(kInitMax, m_s), w_s = exp(m_s − M), denom = Σ_s denom_s·w_s (+ exp(sink − M)
-// when > 0), o = bf16(Σ_s acc_s·w_s / denom), +0 when denom is 0; splits in ascending order: the
-// operations and their order of CombineKernel, so the output bits are the same. Launched as a
-// programmatic dependent of the split kernel.
+// Per row: M = max(kInitMax, m_s), w_s = 2^(m_s − M) (the states' maxima are in WgmmaSoftmax's
+// base-2 units), denom = Σ_s denom_s·w_s (+ exp(sink − M) = WgmmaSinkTerm when > 0),
+// o = bf16(Σ_s acc_s·w_s / denom), +0 when denom is 0; splits in ascending order (CombineKernel's
+// order, in base 2). Launched as a programmatic dependent of the split kernel.
 // Two instantiations of the same operations, chosen by the launcher from the split count (two
 // kernels rather than a branch: the shared form's registers would cost the per-thread form its
 // occupancy — measured as one kernel with a uniform branch, 64 tokens 40.7 → 44.2 µs):
@@ -35,10 +35,11 @@ static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 //   (13 tokens and up at the released width: 2–5).
 // - <kD, true> from kSparseAttnCombineSharedMinSplits splits (session 20; 1–12 tokens: 10 splits):
 //   M and denom once per row (thread h < 64) and the weights w_s once per (row, split) of a pass of
-//   kWgmmaCombinePass splits (all threads) into shared memory — ExpF is a double-precision exp,
-//   and the per-thread form computed each one 8 × 16 times; the state loads are issued
-//   kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute had the
-//   per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8 µs).
+//   kWgmmaCombinePass splits (all threads) into shared memory — the per-thread form computed each
+//   one 8 × 16 times (a double-precision exp until session 25, exp2f since); the state loads are
+//   issued kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute
+//   had the per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8
+//   µs).
 // kRope: the output's inverse RoPE (Geometry::rope.out) is compiled in.
 template <int kD, bool kShared, bool kRope>
 __global__ void __launch_bounds__(kWgmmaStateThreads)
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float2 v = md[s * kH + r0 + 8 * r];
-          w[r] = ExpF(__fsub_rn(v.x, mx[r]));
+          w[r] = exp2f(__fsub_rn(v.x, mx[r]));
           den[r] = __fadd_rn(den[r], __fmul_rn(v.y, w[r]));
         }
         const float4* st = acc + s * (kWgmmaStateGroups * kWgmmaStateThreads);
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
         __syncthreads();  // s_mx written; the previous pass's readers of s_w are done
         for (int idx = tid; idx < n * kH; idx += kWgmmaStateThreads) {
           const int i = idx / kH, h = idx % kH;
-          s_w[i][h] = ExpF(__fsub_rn(md[(s0 + i) * kH + h].x, s_mx[h]));
+          s_w[i][h] = exp2f(__fsub_rn(md[(s0 + i) * kH + h].x, s_mx[h]));
         }
         __syncthreads();
         if (tid < kH) {
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
       if (h >= p.heads) continue;
       // seen ⇔ denom > 0; the sink is added after the test (CombineKernel).
       const float d =
-          den[r] > 0.0f ? __fadd_rn(den[r], ExpF(__fsub_rn(p.attn_sink[h], mx[r]))) : 0.0f;
+          den[r] > 0.0f ? __fadd_rn(den[r], WgmmaSinkTerm(p.attn_sink[h], mx[r])) : 0.0f;
       uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
 #pragma unroll
       for (int j = 0; j < kWgmmaCombineGroups; ++j) {

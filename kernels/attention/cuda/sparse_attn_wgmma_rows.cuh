@@ -1,5 +1,5 @@
 // The row form's wgmma kernel (attention.h SparseAttnKvRows; README.md "Row form"): the wgmma
-// path's math (sparse_attn_wgmma.cuh helpers and WsSoftmax: the same operations in the same
+// path's math (sparse_attn_wgmma.cuh helpers and WgmmaSoftmax: the same operations in the same
 // order, so its results equal the bf16 form's fed the decoded pool) over serving rows that never
 // touch shared memory raw. Included by sparse_attn_launch.cu only (sm_90a).
 //
@@ -185,8 +185,6 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaRowsKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
   static_assert(W::kThreads == 4 * kBlock, "four threads per list entry");
-  static_assert(WgmmaWsShape::kConsumerThreads == W::kThreads,
-                "WsSoftmax's named barrier spans this CTA");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedSmem(smem_raw);
   const uint32_t base = SmemAddr(smem);
@@ -204,6 +202,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   const int sub = tid % 4;
   const uint32_t slot = WgmmaRowsShape::kSlotsOff + tid * WgmmaRowsShape::kRowSlotBytes;
   const int64_t n_window = p.kv_rows.n_window;
+  const float c = __fmul_rn(p.softmax_scale, kLog2E);  // WgmmaSoftmax's scale
   const int64_t n_blocks = (p.width + kBlock - 1) / kBlock;
   LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
@@ -302,7 +301,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
       if (any) {
         WgmmaWait(s);
         float alpha[2];
-        WsSoftmax(s, idx, p.softmax_scale, half, wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
+        WgmmaSoftmax(s, idx, c, half, wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
         // acc·1 = acc: a warp none of whose rows moved its max skips the 128 multiplies.
         if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll

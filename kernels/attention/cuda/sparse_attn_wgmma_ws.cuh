@@ -86,6 +86,8 @@ static_assert(WgmmaWsShape::kRowsSmemBytes <= 227 * 1024, "shared memory per CTA
 static_assert(WgmmaWsShape::kRawOff % 16 == 0 && WgmmaWsShape::kRawRowBytes % 16 == 0);
 static_assert(WgmmaShape::kChunks % WgmmaWsShape::kRawThreadsPerRow == 0);
 static_assert(WgmmaShape::kThreads == WgmmaWsShape::kConsumerThreads);
+static_assert(WgmmaShape::kMathBarrier == WgmmaWsShape::kConsumerBarrier,
+              "WgmmaSoftmax's named barrier is the consumers' one");
 
 __device__ __forceinline__ uint32_t WsFullBar(uint32_t base, uint32_t stage) {
   return base + WgmmaWsShape::kBarOff + stage * 8;
@@ -272,89 +274,6 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int
   }
 }
 
-// One block's online softmax for the consumer thread's rows r0, r0 + 8 over its warpgroup's 32
-// entries, with WgmmaKernel's operations in the same order (README.md "wgmma path", softmax):
-// × scale, -inf at invalid entries, half-block row max → s_max → m' = max(m, both halves), α,
-// p = expf(l − m'), half-block row sums → s_sum, bf16(p) → s_p, and back: a = the whole block's
-// bf16 P in the register-A layout, den and m updated. Two consumer named barriers.
-__device__ __forceinline__ void WsSoftmax(float (&s)[16], const int32_t* idx, float scale, int half,
-                                          int wtid, float* s_max, float* s_sum, uint32_t* s_p,
-                                          float (&m_run)[2], float (&den_run)[2], float (&alpha)[2],
-                                          uint32_t (&a)[4][4]) {
-  using WS = WgmmaWsShape;
-  const int lane = wtid % 32;
-  const int r0 = (wtid / 32) * 16 + lane / 4;
-  const int c2 = 2 * (lane % 4);
-  float bmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int e = half * 32 + j * 8 + c2 + (i & 1);
-      float& x = s[4 * j + i];
-      x = idx[e] >= 0 ? __fmul_rn(x, scale) : -INFINITY;
-      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
-    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
-  }
-  if (lane % 4 == 0) {
-    s_max[half * kBlock + r0] = bmax[0];
-    s_max[half * kBlock + r0 + 8] = bmax[1];
-  }
-  NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
-
-  float m_new[2], bsum[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = r0 + 8 * r;
-    m_new[r] = fmaxf(m_run[r], fmaxf(s_max[row], s_max[kBlock + row]));
-    alpha[r] = m_new[r] == m_run[r] ? 1.0f : ExpF(__fsub_rn(m_run[r], m_new[r]));
-    bsum[r] = 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    s[i] = expf(__fsub_rn(s[i], m_new[(i >> 1) & 1]));  // exp(-inf) = +0
-    bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
-    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
-  }
-  if (lane % 4 == 0) {
-    s_sum[half * kBlock + r0] = bsum[0];
-    s_sum[half * kBlock + r0 + 8] = bsum[1];
-  }
-#pragma unroll
-  for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s_p[(half * 8 + kk * 4 + i) * 128 + wtid] =
-          PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-    }
-  }
-  NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[2 * h + kk][i] = s_p[(h * 8 + kk * 4 + i) * 128 + wtid];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = r0 + 8 * r;
-    den_run[r] =
-        __fadd_rn(__fmul_rn(den_run[r], alpha[r]), __fadd_rn(s_sum[row], s_sum[kBlock + row]));
-    m_run[r] = m_new[r];
-  }
-}
-
 // Writes the unit's result: the normalised bf16 output (one split, WgmmaStoreOutput) or the
 // split's state for WgmmaCombineKernel — WgmmaKernel's epilogue.
 __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geometry& geo,
@@ -434,7 +353,8 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
     WgmmaWait(s);
     float alpha[2];
     uint32_t a[4][4];  // bf16 P of the whole block in the register-A layout, k-steps 0..3
-    WsSoftmax(s, idx, p.softmax_scale, half, wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
+    WgmmaSoftmax(s, idx, __fmul_rn(p.softmax_scale, kLog2E), half, wtid, s_max, s_sum, s_p, m_run,
+                 den_run, alpha, a);
     if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
