@@ -163,6 +163,13 @@ void LayerStep::AllocateActivations() {
   std::vector<int64_t> positions(static_cast<size_t>(b), pos);
   positions_ = DeviceBuffer(positions.size() * 8);
   positions_.CopyFromHost(positions.data(), positions.size() * 8);
+  rope_cos_sin_ = DeviceBuffer(static_cast<size_t>(b * rope_->rope_dims()) * sizeof(float));
+  kernels::RopeCosSinParams cs;
+  cs.table = rope_.get();
+  cs.tokens = b;
+  cs.positions = positions_.get<int64_t>();
+  cs.out = rope_cos_sin_.get<float>();
+  Ok(kernels::LaunchRopeCosSin(cs, stream_));
   attn_ws_ = DeviceBuffer(kernels::SparseAttnCudaWorkspaceBytes(kHeads, kHeadDim));
 
   // GEMM workspace: the largest any Linear of the step needs at b rows.
@@ -545,6 +552,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    p.rope = rope_.get();
                    p.rope_positions = positions_.get<int64_t>();
                    p.rope_q = p.rope_out = true;
+                   p.rope_cos_sin = rope_cos_sin_.get<float>();
                  }
                  Ok(kernels::LaunchSparseAttn(p, st));
                },

@@ -83,7 +83,9 @@ struct Options {
   // (kernels/mhc hc_boundary.h; the same bits) instead of two or three launches (A/B).
   bool fuse_boundary = true;
   // With overlap: q's RoPE and the attention output's inverse RoPE inside LaunchSparseAttn
-  // (SparseAttnParams::rope; the same bits) instead of two RoPE launches (A/B).
+  // (SparseAttnParams::rope, reading the step's cos/sin table rope_cos_sin, built at setup: one
+  // LaunchRopeCosSin per step serves every layer; the same bits) instead of two RoPE launches
+  // (A/B).
   bool fuse_rope = true;
 };
 
@@ -248,6 +250,7 @@ class LayerStep {
   DeviceBuffer x_attn_, xn_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_, f_out_,
       z_;
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
+  DeviceBuffer rope_cos_sin_;  // the step's cos/sin of positions_ (LaunchRopeCosSin, at setup)
   DeviceBuffer lin_ws_, float_ws_, moe_ws_, expert_ids_;
   DeviceBuffer shared_y_, shared_ws_;  // branch 3's output and workspace
   bool copy_expert_ids_ = false;

@@ -29,9 +29,10 @@
 // site's collapse + attn_norm; the attention hc_post + the FFN collapse + ffn_norm), which the
 // one-stream schedule runs as separate launches, so the bit-identity check covers it; 0 runs them
 // separately (A/B). With --overlap 1, --fuse-rope 1 (default) applies q's RoPE and the attention
-// output's inverse RoPE inside the attention (SparseAttnParams::rope), which the one-stream
-// schedule runs as two RoPE launches (so the bit-identity check covers it too); 0 keeps the
-// launches (A/B). --moe-front 0 runs the MoE's route and
+// output's inverse RoPE inside the attention (SparseAttnParams::rope) reading the step's cos/sin
+// table (rope_cos_sin, built once per step for every layer: at setup here, outside the stages),
+// which the one-stream schedule runs as two RoPE launches (so the bit-identity check covers it
+// too); 0 keeps the launches (A/B). --moe-front 0 runs the MoE's route and
 // permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer

@@ -114,6 +114,13 @@ struct SparseAttnParams {
   const int64_t* rope_positions = nullptr;  // [tokens]
   bool rope_q = false;
   bool rope_out = false;
+  // With rope, on CUDA: the cos/sin of rope_positions under `rope`, fp32 [tokens][rd/2][2], 8-byte
+  // aligned device memory, as norm_rope's LaunchRopeCosSin writes it — a decode step builds it
+  // once for every layer that uses the table. The wgmma family's fused RoPE reads it (the kernels
+  // compute no sin/cos: README.md "RoPE table"); it must hold exactly those values (the results
+  // are then the bits of RopeCpu). Without it rope_q is an error on CUDA and rope_out runs after
+  // the attention. SparseAttnCpu ignores it (set only with rope).
+  const float* rope_cos_sin = nullptr;
 
   // Scratch of at least SparseAttnWorkspaceBytes(head_dim, pool) bytes, any alignment, owned by
   // the caller, not used concurrently by another call. May be null when tokens == 0.
@@ -171,11 +178,13 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 // read). The workspace requirement is SparseAttnCudaWorkspaceBytes.
 //
 // RoPE on CUDA (README.md "RoPE inside the attention"): the wgmma family (head_dim 512) applies
-// both rotations itself for tables of up to 64 rotated dims; rope_out with a wider table or on the
-// mma.sync / scalar paths runs norm_rope's LaunchRope(inverse) on the output after the attention.
-// rope_q needs the wgmma family: with it, head_dim 512 and the tensor path's alignment, the
-// default path takes wgmma / wgmma-ws whatever the head count; anything else (another head_dim,
-// a wider table, an override forcing mma.sync or scalar) is InvalidArgumentError naming rope_q.
+// both rotations itself for tables of up to 64 rotated dims, reading the caller's rope_cos_sin;
+// rope_out without rope_cos_sin, with a wider table or on the mma.sync / scalar paths runs
+// norm_rope's LaunchRope(inverse) on the output after the attention. rope_q needs the wgmma family
+// and rope_cos_sin: with them, head_dim 512 and the tensor path's alignment, the default path
+// takes wgmma / wgmma-ws whatever the head count; anything else (no rope_cos_sin, another
+// head_dim, a wider table, an override forcing mma.sync or scalar) is InvalidArgumentError naming
+// rope_q.
 
 // Launches with fewer (token, head group) items than this split their lists so that about this
 // many CTAs run; it also bounds the split states, hence the workspace.

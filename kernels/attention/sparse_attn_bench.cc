@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <unordered_set>
@@ -64,6 +65,7 @@
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
+#include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
 #include "kernels/quant/quant.h"
 
@@ -102,8 +104,9 @@ struct Options {
   bool graph = true;
   // --rope 1: q's RoPE and the output's inverse RoPE inside the attention (SparseAttnParams::rope;
   // the text table, rd 64, positions 65535 − t; rows named "+rope"; no mma.sync rows), checked
-  // against SparseAttnCpu with the same RoPE; a run with --rope 0 (default) gives their cost
-  // inside the kernels.
+  // against SparseAttnCpu with the same RoPE, with the cos/sin table built once before the timing
+  // (rope_cos_sin, LaunchRopeCosSin: a decode step builds it once for all its layers; its own time
+  // is printed); a run with --rope 0 (default) gives their cost inside the kernels.
   bool rope = false;
 };
 
@@ -221,10 +224,23 @@ class Bench {
     std::vector<int64_t> positions(static_cast<size_t>(tokens));
     for (int64_t t = 0; t < tokens; ++t) positions[t] = 65535 - t;
     DeviceBuffer dpos = Upload(positions);
+    DeviceBuffer dcos_sin;
     if (o_.rope) {
       p.rope = &rope_;
       p.rope_positions = dpos.get<int64_t>();
       p.rope_q = p.rope_out = true;
+      dcos_sin = DeviceBuffer(static_cast<size_t>(tokens * rope_.rope_dims()) * sizeof(float));
+      RopeCosSinParams cs;
+      cs.table = &rope_;
+      cs.tokens = tokens;
+      cs.positions = p.rope_positions;
+      cs.out = dcos_sin.get<float>();
+      CHECK_OK(LaunchRopeCosSin(cs, nullptr));
+      p.rope_cos_sin = cs.out;
+      if (table_us_.count(tokens) == 0) {
+        table_us_[tokens] = MedianEventMicros(o_.warmup, o_.iters,
+                                              [&] { CHECK_OK(LaunchRopeCosSin(cs, nullptr)); });
+      }
     }
     const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
     CHECK_OK(LaunchSparseAttn(p, nullptr));
@@ -278,6 +294,11 @@ class Bench {
         "(TFLOP/s and ratio = max(mem_us, tc_us) / median_us, as before graph_us existed; "
         "graph_us: GPU time per launch in a CUDA graph%s; tensor-core roof %.0f TFLOP/s)\n",
         o_.graph ? "" : ", 0 with --no-graph", tc_tflops_);
+    for (const auto& [tokens, us] : table_us_) {
+      std::printf(
+          "rope cos/sin table (LaunchRopeCosSin, built once per step): %ld tokens %.2f us\n",
+          long(tokens), us);
+    }
     std::printf("\ncorrectness (first tokens vs SparseAttnCpu): %s\n",
                 failures_ == 0 ? "OK" : "MISMATCH");
     std::printf("command: %s\n", command.c_str());
@@ -403,6 +424,7 @@ class Bench {
   std::vector<Row> rows_;
   std::deque<std::string> names_;  // Row::path points into these (a deque never moves them)
   RopeTable rope_ = TextRope();
+  std::map<int64_t, double> table_us_;  // LaunchRopeCosSin's median per token count (--rope 1)
   int failures_ = 0;
 };
 

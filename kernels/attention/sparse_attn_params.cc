@@ -198,6 +198,12 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   if ((p.rope_q || p.rope_out) && p.rope == nullptr) {
     return Invalid("rope", "is null with rope_q or rope_out set");
   }
+  if (p.rope_cos_sin != nullptr) {
+    if (p.rope == nullptr) return Invalid("rope_cos_sin", "is set without rope");
+    if (reinterpret_cast<uintptr_t>(p.rope_cos_sin) % 8 != 0) {
+      return Invalid("rope_cos_sin", "is not 8-byte aligned");
+    }
+  }
   if (p.rope != nullptr) {
     if (!p.rope_q && !p.rope_out) return Invalid("rope", "is set without rope_q or rope_out");
     if (p.rope->rope_dims() > p.head_dim) {

@@ -5,7 +5,8 @@
 // WgmmaWsKernel epilogues, wgmma-ws split, the split-K variant, the row form, a partial head
 // group; rope_out alone moves only the last rd dims (and on mma.sync and with a table wider than
 // the kernel's it runs LaunchRope after the attention); rope_q where the wgmma family cannot
-// take it is an error. Outputs start poisoned.
+// take it, or without the caller's cos/sin table (rope_cos_sin), is an error; rope_out without
+// the table runs after the attention. Outputs start poisoned.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -68,12 +69,15 @@ class DeviceCase {
   const AttnCase& c() const { return c_; }
 
   // separate: LaunchRope on a copy of q before and / or on the output after an attention without
-  // rope; otherwise the flags go to the attention. Returns the status of the attention launch.
+  // rope; otherwise the flags go to the attention, with (cos_sin) the positions' cos/sin table
+  // built by LaunchRopeCosSin (SparseAttnParams::rope_cos_sin) or without it (rope_q: an error;
+  // rope_out: LaunchRope after the attention). Returns the status of the attention launch.
   absl::Status Run(bool rope_q, bool rope_out, bool separate, std::vector<uint16_t>* out,
-                   SparseAttnCudaPath* path) {
+                   SparseAttnCudaPath* path, bool cos_sin = true) {
     const size_t n = c_.q.size();
     DeviceBuffer dout = ToDevice(std::vector<uint16_t>(n, kPoison));
     DeviceBuffer dq_rot = ToDevice(c_.q);
+    DeviceBuffer dcos_sin(static_cast<size_t>(c_.tokens * table_.rope_dims()) * sizeof(float));
     SparseAttnParams p;
     p.tokens = c_.tokens;
     p.heads = c_.heads;
@@ -106,6 +110,15 @@ class DeviceCase {
       p.rope_positions = dpos_.get<int64_t>();
       p.rope_q = rope_q;
       p.rope_out = rope_out;
+      if (cos_sin) {
+        RopeCosSinParams cs;
+        cs.table = &table_;
+        cs.tokens = c_.tokens;
+        cs.positions = p.rope_positions;
+        cs.out = dcos_sin.get<float>();
+        CHECK_OK(LaunchRopeCosSin(cs, nullptr));
+        p.rope_cos_sin = cs.out;
+      }
     }
     *path = SparseAttnCudaPathFor(p);
     const absl::Status st = LaunchSparseAttn(p, nullptr);
@@ -146,9 +159,19 @@ class DeviceCase {
 // Fused against separate for the given flags; `rd` for the rope_out-only dims check.
 void ExpectFused(DeviceCase& dc, bool rope_q, bool rope_out, int64_t rd, const char* label,
                  SparseAttnCudaPath want = SparseAttnCudaPath::kAuto) {
-  std::vector<uint16_t> fused, separate, plain;
+  std::vector<uint16_t> fused, no_table, separate, plain;
   SparseAttnCudaPath path, unused;
   ASSERT_TRUE(dc.Run(rope_q, rope_out, false, &fused, &path).ok()) << label;
+  // Without the cos/sin table: rope_q is an error naming rope_cos_sin; rope_out alone runs after
+  // the attention (the same bits).
+  const absl::Status no_table_st = dc.Run(rope_q, rope_out, false, &no_table, &unused, false);
+  if (rope_q) {
+    EXPECT_EQ(no_table_st.code(), absl::StatusCode::kInvalidArgument) << label;
+    EXPECT_NE(no_table_st.message().find("rope_cos_sin"), std::string::npos) << label;
+    no_table.clear();
+  } else {
+    ASSERT_TRUE(no_table_st.ok()) << label;
+  }
   ASSERT_TRUE(dc.Run(rope_q, rope_out, true, &separate, &unused).ok()) << label;
   ASSERT_TRUE(dc.Run(false, false, false, &plain, &unused).ok()) << label;
   if (want != SparseAttnCudaPath::kAuto) {
@@ -166,6 +189,9 @@ void ExpectFused(DeviceCase& dc, bool rope_q, bool rope_out, int64_t rd, const c
       rope_q, rope_out, SparseAttnCudaPathName(path), static_cast<long>(diffs), fused.size(),
       static_cast<long>(moved_rope), static_cast<long>(moved_nope));
   EXPECT_EQ(diffs, 0) << label;
+  if (!rope_q) {
+    EXPECT_EQ(testing::CountBitDiffs(no_table, separate), 0) << label << " (no cos/sin table)";
+  }
   // Token 2 sits at position 0 (no rotation); the others move.
   const int64_t rotated_tokens = c.tokens > 2 ? c.tokens - 1 : c.tokens;
   if (!rope_q) {

@@ -121,6 +121,19 @@ TEST(SparseAttnRope, ValidatesItsFields) {
   p.rope_positions = positions.data();
   p.rope_q = p.rope_out = true;
   EXPECT_TRUE(SparseAttnCpu(p, nullptr).ok());
+  // The caller's cos/sin table: only with rope, 8-byte aligned; the CPU body ignores its values.
+  alignas(8) float cos_sin[2 * 8 * 2 + 1] = {};
+  p.rope_cos_sin = cos_sin;
+  EXPECT_TRUE(SparseAttnCpu(p, nullptr).ok());
+  p.rope_cos_sin = cos_sin + 1;
+  absl::Status st = SparseAttnCpu(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rope_cos_sin"), std::string::npos) << st.message();
+  p = testing::MakeParams(c, nullptr, &out, &ws);
+  p.rope_cos_sin = cos_sin;
+  st = SparseAttnCpu(p, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rope_cos_sin"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -93,6 +93,28 @@ absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool);
 void RopeRotateInterleaved(const uint16_t* x, const float* cos, const float* sin, int64_t pairs,
                            uint16_t* out);
 
+// ---- The cos/sin of a call's positions, once (for RoPE fused into other kernels) ----
+// out[2·(t·rd/2 + k)] = cos, out[2·(t·rd/2 + k) + 1] = sin of pair k at positions[t]: exactly the
+// values RopeTable::CosSin gives and every RoPE kernel computes where it rotates (a double sin/cos
+// of fp32(pos)·freq, rounded to fp32). The attention's fused RoPE reads such a table
+// (SparseAttnParams::rope_cos_sin) instead of computing a double-precision sin/cos in every work
+// unit, which cost it ~5 µs per unit at 64K positions (kernels/attention README "RoPE table"); a
+// decode step builds one per (RopeTable, positions) and every layer with that table reads it.
+struct RopeCosSinParams {
+  const RopeTable* table = nullptr;    // rd = table->rope_dims()
+  int64_t tokens = 0;                  // >= 0
+  const int64_t* positions = nullptr;  // [tokens], each >= 0
+  float* out = nullptr;                // fp32 [tokens][rd/2][2] (cos, sin)
+};
+
+// Non-null table / positions / out (the latter two when tokens > 0), tokens in [0, 2^31), and
+// (host_values) every position >= 0 — the GPU launcher does not read its device positions. O(1)
+// without host values, O(tokens) with.
+absl::Status ValidateRopeCosSin(const RopeCosSinParams& p, bool host_values);
+
+// Cost O(tokens · rd/2) sin/cos (cache hits below table->cached_positions()).
+absl::Status RopeCosSinCpu(const RopeCosSinParams& p);
+
 // ---- Vision 2-D RoPE: NeoX half-split over all head_dim dims of every head (§4.10) ----
 // With half = head_dim/2 and q = head_dim/4 frequencies f (ComputeVisionRopeFrequencies), angle j
 // (0 <= j < half) of a patch at (row, col) is fp32(row * f_j) for j < q, fp32(col * f_{j-q})
@@ -154,5 +176,8 @@ absl::Status LaunchRmsNorm(const RmsNormParams& p, CUstream_st* stream);
 absl::Status LaunchRope(const RopeParams& p, CUstream_st* stream);
 // Fused RMSNorm + RoPE: LaunchRmsNorm's kernel, rotating the tail pairs before they are stored.
 absl::Status LaunchRmsNormRope(const RmsNormRopeParams& p, CUstream_st* stream);
+// The cos/sin table (RopeCosSinParams): a thread per (token, pair); out equals RopeCosSinCpu's
+// bit for bit. Cost: tokens · rd/2 double sin/cos, 4·rd bytes written per token.
+absl::Status LaunchRopeCosSin(const RopeCosSinParams& p, CUstream_st* stream);
 
 }  // namespace flashserve::kernels

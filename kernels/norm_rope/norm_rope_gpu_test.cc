@@ -1,8 +1,9 @@
-// GPU launchers against the CPU bodies: LaunchRmsNorm vs RmsNormCpu, LaunchRope vs RopeCpu and
-// LaunchRmsNormRope vs RmsNormCpu then RopeCpu, over the released shapes (rows 1..4096, cols 512 /
-// 1024 / 1280 / 5120; q 64 x 512, index 32 x 128, kv 1 x 512 with rd 64; positions up to 2^20),
-// odd widths, padded / unaligned strides (the scalar paths) and in place. Outputs start poisoned,
-// so a value the kernel fails to write (or writes into the padding) is a mismatch.
+// GPU launchers against the CPU bodies: LaunchRmsNorm vs RmsNormCpu, LaunchRope vs RopeCpu,
+// LaunchRopeCosSin vs RopeCosSinCpu and LaunchRmsNormRope vs RmsNormCpu then RopeCpu, over the
+// released shapes (rows 1..4096, cols 512 / 1024 / 1280 / 5120; q 64 x 512, index 32 x 128, kv 1 x
+// 512 with rd 64; positions up to 2^20), odd widths, padded / unaligned strides (the scalar paths)
+// and in place. Outputs start poisoned, so a value the kernel fails to write (or writes into the
+// padding) is a mismatch.
 //
 // Expected: identical bits. Tolerated (README.md "CUDA"): values within one bf16 ulp on at most
 // 1e-5 of the elements — the double sin/cos or sum rounding to a different fp32 at an fp32 tie,
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -331,6 +333,52 @@ TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
 }
 
 // ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------
+
+// LaunchRopeCosSin against RopeCosSinCpu, bit for bit: the released tables (YaRN and plain, rd
+// 64) and the tiny one, positions 0 .. 2^20 at random plus 1000003, and one long batch that takes
+// a grid-stride loop.
+TEST(NormRopeGpuTest, RopeCosSinMatchesCpu) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(77);
+  for (const RopeSpec* spec : {&kFullYarn, &kFullPlain, &kTinyYarn}) {
+    const RopeTable table = Table(*spec);
+    for (int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{257}, int64_t{40000}}) {
+      std::vector<int64_t> pos(static_cast<size_t>(tokens));
+      for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int64_t>(rng() % (1u << 20));
+      pos[0] = 0;
+      if (tokens > 2) pos[1] = 1000003;
+      const int64_t n = tokens * table.rope_dims();
+      std::vector<float> want(static_cast<size_t>(n));
+      RopeCosSinParams p;
+      p.table = &table;
+      p.tokens = tokens;
+      p.positions = pos.data();
+      p.out = want.data();
+      ASSERT_TRUE(RopeCosSinCpu(p).ok());
+      DeviceBuffer dpos = ToDevice(pos);
+      DeviceBuffer dout = ToDevice(std::vector<float>(static_cast<size_t>(n), -7.0f));
+      p.positions = dpos.get<int64_t>();
+      p.out = dout.get<float>();
+      ASSERT_TRUE(LaunchRopeCosSin(p, nullptr).ok());
+      const std::vector<float> got = ToHost<float>(dout, static_cast<size_t>(n));
+      int64_t diffs = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && diffs++ < 3) {
+          std::printf("  cos/sin %ld of %ld tokens: gpu %.9g cpu %.9g\n", long(i), long(tokens),
+                      got[i], want[i]);
+        }
+      }
+      EXPECT_EQ(diffs, 0) << "rd " << table.rope_dims() << ", " << tokens << " tokens";
+    }
+  }
+  const RopeTable table = Table(kTinyYarn);
+  RopeCosSinParams bad;
+  bad.table = &table;
+  bad.tokens = 1;
+  float out[64];
+  bad.out = out;
+  EXPECT_EQ(LaunchRopeCosSin(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
 
 TEST(NormRopeGpuTest, LaunchersRejectBadParamsBeforeLaunching) {
   uint16_t buf[64] = {};

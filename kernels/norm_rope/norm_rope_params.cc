@@ -138,6 +138,25 @@ absl::Status ValidateRope(const RopeParams& p) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateRopeCosSin(const RopeCosSinParams& p, bool host_values) {
+  constexpr const char* kOp = "RopeCosSin";
+  if (p.table == nullptr) return Invalid(kOp, "table", "is null");
+  if (p.tokens < 0 || p.tokens >= (int64_t{1} << 31)) {
+    return Invalid(kOp, "tokens", "must be in [0, 2^31)");
+  }
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.positions == nullptr) return Invalid(kOp, "positions", "is null");
+  if (p.out == nullptr) return Invalid(kOp, "out", "is null");
+  if (!host_values) return absl::OkStatus();
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    if (p.positions[t] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("RopeCosSin: positions[%d] = %d is negative", t, p.positions[t]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateRmsNormRope(const RmsNormRopeParams& p) {
   constexpr const char* kOp = "RmsNormRope";
   RETURN_IF_ERROR(ValidateRmsNorm(p.norm));

@@ -232,6 +232,55 @@ TEST(RopeApplyTest, InPlaceStridedAndThreadedGiveTheSameBits) {
   }
 }
 
+// RopeCosSinCpu: (cos, sin) interleaved per pair, the values RopeTable::CosSin gives (cached or
+// computed), for positions inside and past the cache; the checks name their field.
+TEST(RopeApplyTest, CosSinTableHoldsTheTablesValues) {
+  const RopeTable table = Table(kFullYarn, 1000);
+  const std::vector<int64_t> positions = {0, 7, 999, 1000, 65535, 1000003, int64_t{1} << 40};
+  const int64_t pairs = table.rope_dims() / 2;
+  std::vector<float> out(positions.size() * 2 * pairs, -1.0f);
+  RopeCosSinParams p;
+  p.table = &table;
+  p.tokens = static_cast<int64_t>(positions.size());
+  p.positions = positions.data();
+  p.out = out.data();
+  ASSERT_TRUE(RopeCosSinCpu(p).ok());
+  std::vector<float> cos(pairs), sin(pairs);
+  for (size_t t = 0; t < positions.size(); ++t) {
+    table.CosSin(positions[t], cos.data(), sin.data());
+    for (int64_t k = 0; k < pairs; ++k) {
+      EXPECT_EQ(out[(t * pairs + k) * 2], cos[k]) << t << " " << k;
+      EXPECT_EQ(out[(t * pairs + k) * 2 + 1], sin[k]) << t << " " << k;
+    }
+  }
+  EXPECT_EQ(out[0], 1.0f);  // position 0: cos 1, sin 0
+  EXPECT_EQ(out[1], 0.0f);
+  auto invalid = [](RopeCosSinParams q, const char* what) {
+    const absl::Status s = RopeCosSinCpu(q);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find(what), absl::string_view::npos) << s.message();
+  };
+  RopeCosSinParams bad = p;
+  bad.table = nullptr;
+  invalid(bad, "table");
+  bad = p;
+  bad.positions = nullptr;
+  invalid(bad, "positions");
+  bad = p;
+  bad.out = nullptr;
+  invalid(bad, "out");
+  bad = p;
+  bad.tokens = -1;
+  invalid(bad, "tokens");
+  const std::vector<int64_t> negative = {3, -2};
+  bad = p;
+  bad.tokens = 2;
+  bad.positions = negative.data();
+  invalid(bad, "positions[1]");
+  bad.tokens = 0;  // nothing to read
+  EXPECT_TRUE(RopeCosSinCpu(bad).ok());
+}
+
 TEST(RopeApplyTest, RejectsBadParams) {
   const RopeTable table = Table(kTinyYarn, 0);
   Heads h = MakeHeads(2, 2, 128, 0, 1);

@@ -25,18 +25,20 @@ static_assert(kBlock == 64, "the warp layout assumes 64-entry blocks");
 
 // How a launch is cut into units (see the launcher).
 // The RoPE the wgmma family applies itself (SparseAttnParams::rope; README.md "RoPE inside the
-// attention"): pairs = rd / 2 (0: none), dims first = head_dim − rd onward, the table's
-// frequencies; q: rotate the Q tile before the first S; out: the inverse rotation of the output as
-// it is written. The launcher fills it for rd <= 2·kRopeMaxPairs; the output's inverse RoPE of
-// wider tables and of the other paths runs as norm_rope's kernel after the attention.
+// attention"): pairs = rd / 2 (0: none), dims first = head_dim − rd onward, the caller's cos/sin
+// of every token's position (rope_cos_sin); q: rotate the Q tile before the first S; out: the
+// inverse rotation of the output as it is written. The launcher fills it for rd <=
+// 2·kRopeMaxPairs with a table; the output's inverse RoPE otherwise and on the other paths runs
+// as norm_rope's kernel after the attention. The kernels never compute a sin/cos themselves: the
+// double-precision sincos compiled into them (even when a table made it dead code) cost the RoPE
+// instantiations ~10 µs at 256 tokens (README.md "RoPE table").
 inline constexpr int kRopeMaxPairs = 32;
 struct AttnRope {
-  const int64_t* positions = nullptr;  // device, [tokens]
+  const float2* cos_sin = nullptr;  // device, [tokens][pairs] (SparseAttnParams::rope_cos_sin)
   int pairs = 0;
   int first = 0;
   bool q = false;
   bool out = false;
-  float freqs[kRopeMaxPairs] = {};
 };
 
 // Launch constants the launcher derives: the cut into units, the split states, the fused RoPE.

@@ -67,23 +67,22 @@ Geometry MakeGeometry(const SparseAttnParams& p, int64_t heads_per_cta) {
 }
 
 // Whether the wgmma family applies the RoPE itself (Geometry::rope): a table of at most
-// kRopeMaxPairs pairs (the released rd = 64 is 32). Otherwise, and on the mma.sync and scalar
-// paths, rope_out runs norm_rope's kernel on the output after the attention (LaunchOutRope) and
-// rope_q is an error.
+// kRopeMaxPairs pairs (the released rd = 64 is 32) and the caller's cos/sin (rope_cos_sin).
+// Otherwise, and on the mma.sync and scalar paths, rope_out runs norm_rope's kernel on the output
+// after the attention (LaunchOutRope) and rope_q is an error.
 bool RopeFuses(const SparseAttnParams& p) {
-  return p.rope != nullptr && p.rope->rope_dims() / 2 <= attn_device::kRopeMaxPairs;
+  return p.rope != nullptr && p.rope->rope_dims() / 2 <= attn_device::kRopeMaxPairs &&
+         p.rope_cos_sin != nullptr;
 }
 
 // The wgmma family's RoPE constants (pairs 0: none).
 void SetRope(const SparseAttnParams& p, Geometry* geo) {
   if (!RopeFuses(p)) return;
-  const auto freqs = p.rope->frequencies();
-  geo->rope.positions = p.rope_positions;
-  geo->rope.pairs = static_cast<int>(freqs.size());
-  geo->rope.first = static_cast<int>(p.head_dim - 2 * static_cast<int64_t>(freqs.size()));
+  geo->rope.cos_sin = reinterpret_cast<const float2*>(p.rope_cos_sin);
+  geo->rope.pairs = static_cast<int>(p.rope->rope_dims() / 2);
+  geo->rope.first = static_cast<int>(p.head_dim - p.rope->rope_dims());
   geo->rope.q = p.rope_q;
   geo->rope.out = p.rope_out;
-  for (size_t k = 0; k < freqs.size(); ++k) geo->rope.freqs[k] = freqs[k];
 }
 
 // The output's inverse RoPE as its own kernel, in place (the unfused form).
@@ -315,8 +314,9 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   if (p.rope_q && !(wgmma_family && RopeFuses(p))) {
     return absl::InvalidArgumentError(
         "SparseAttn: rope_q on CUDA needs the wgmma path (head_dim 512, 16-byte aligned q / kv / "
-        "out, strides multiples of 8 elements, no override to another path) and a table of at "
-        "most 64 rotated dims");
+        "out, strides multiples of 8 elements, no override to another path), a table of at "
+        "most 64 rotated dims and rope_cos_sin (the positions' cos/sin: norm_rope "
+        "LaunchRopeCosSin)");
   }
   const bool rope_out_after = p.rope_out && !(wgmma_family && RopeFuses(p));
   if (attention_internal::UsesKvRows(p)) {

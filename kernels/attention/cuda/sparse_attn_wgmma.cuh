@@ -482,11 +482,10 @@ __device__ __forceinline__ void WgmmaStoreSplitState(const Geometry& geo, int64_
 
 // ---- RoPE inside the attention (Geometry::rope; README.md "RoPE inside the attention") ----------
 
-// cos/sin of pair k at token t's position, as norm_rope's RoPE kernels compute them.
+// cos/sin of pair k at token t's position: the caller's table (SparseAttnParams::rope_cos_sin,
+// norm_rope LaunchRopeCosSin's bits).
 __device__ __forceinline__ float2 RopeCosSin(const AttnRope& r, int64_t t, int k) {
-  float cs = 0.0f, sn = 0.0f;
-  norm_rope_device::RopeCosSinAt(r.positions[t], r.freqs[k], &cs, &sn);
-  return make_float2(cs, sn);
+  return r.cos_sin[t * r.pairs + k];
 }
 
 // Whether a unit computes the cos/sin table: for its Q tile, or for the unsplit epilogue.

@@ -85,6 +85,22 @@ absl::Status RopeCpu(const RopeParams& p, ThreadPool* pool) {
   return absl::OkStatus();
 }
 
+absl::Status RopeCosSinCpu(const RopeCosSinParams& p) {
+  RETURN_IF_ERROR(ValidateRopeCosSin(p, /*host_values=*/true));
+  const int64_t pairs = p.table->rope_dims() / 2;
+  float cos[kMaxRopeDims / 2];
+  float sin[kMaxRopeDims / 2];
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    p.table->CosSin(p.positions[t], cos, sin);
+    float* out = p.out + t * 2 * pairs;
+    for (int64_t k = 0; k < pairs; ++k) {
+      out[2 * k] = cos[k];
+      out[2 * k + 1] = sin[k];
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status VisionRope2dCpu(const VisionRope2dParams& p, ThreadPool* pool) {
   RETURN_IF_ERROR(ValidateVisionRope2d(p));
   if (p.patches == 0) return absl::OkStatus();

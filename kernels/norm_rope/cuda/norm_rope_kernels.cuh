@@ -280,4 +280,18 @@ __global__ void __launch_bounds__(kRopeThreads) RopeKernel(RopeParams p, RopeArg
   }
 }
 
+// LaunchRopeCosSin: thread i (grid-stride) writes item i = (token i / pairs, pair i % pairs) of
+// the table, out[2i] = cos, out[2i + 1] = sin (RopeCosSinAt: RopeCosSinCpu's bits).
+__global__ void __launch_bounds__(256)
+    RopeCosSinKernel(const RopeArgs a, int64_t tokens, float* out) {
+  const int64_t items = tokens * a.pairs;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < items;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float cs = 0.0f, sn = 0.0f;
+    RopeCosSinAt(a.positions[i / a.pairs], a.freqs[i % a.pairs], &cs, &sn);
+    out[2 * i] = cs;
+    out[2 * i + 1] = sn;
+  }
+}
+
 }  // namespace flashserve::kernels::norm_rope_device

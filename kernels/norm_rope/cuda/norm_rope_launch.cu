@@ -110,6 +110,16 @@ absl::Status LaunchRmsNormRope(const RmsNormRopeParams& p, CUstream_st* stream) 
   return absl::OkStatus();
 }
 
+absl::Status LaunchRopeCosSin(const RopeCosSinParams& p, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateRopeCosSin(p, /*host_values=*/false));
+  if (p.tokens == 0) return absl::OkStatus();
+  const RopeArgs args = MakeRopeArgs(*p.table, p.positions, /*inverse=*/false);
+  norm_rope_device::RopeCosSinKernel<<<BlocksFor(p.tokens * args.pairs, 256), 256, 0, stream>>>(
+      args, p.tokens, p.out);
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 absl::Status LaunchRope(const RopeParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(ValidateRopeLayout(p));
   if (p.tokens == 0) return absl::OkStatus();
