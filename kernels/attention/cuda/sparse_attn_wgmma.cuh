@@ -539,21 +539,30 @@ __device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const Att
   return OutRopeRotate(v0, v1, table[(d - r.first) >> 1]);
 }
 
-// The unsplit epilogue of the wgmma family (WgmmaKernel, WgmmaWsKernel): consumer thread
-// 128·half + wtid writes rows r0, r0 + 8 of its accumulator, dims 256·half + 8j + c2, + 1, as
-// o = bf16(acc / (denom + exp(sink − m))), or +0 for a unit without any valid entry. `sink` holds
-// the two rows' sink logits (read at the start of the unit, off this tail). The division is the
-// CPU's correctly rounded one, computed from one reciprocal per row (div_by_rcp.h; README.md
-// "Epilogue division"): the range checks of a row's 64 values are OR-ed into one flag and the
-// row takes the three-operation sequence, or (a zero, tiny, huge or non-finite value; never
-// with finite attention data of ordinary size) the IEEE division. __fdiv_rn per value made this
-// tail 1,813 instructions per warp, 17 % of the wgmma-ws kernel's warp samples at 256 tokens.
+// The unsplit epilogue of the wgmma family (WgmmaKernel, WgmmaWsKernel, WgmmaRowsKernel):
+// consumer thread 128·half + wtid writes rows r0, r0 + 8 of its accumulator, dims
+// 256·half + 8j + c2, + 1, as o = bf16(acc / (denom + exp(sink − m))), or +0 for a unit without
+// any valid entry. `sink` holds the two rows' sink logits (read at the start of the unit, off this
+// tail). The division is the CPU's correctly rounded one, computed from one reciprocal per row
+// (div_by_rcp.h; README.md "Epilogue division"): the range checks of a row's 64 values are OR-ed
+// into one flag and the row takes the three-operation sequence, or (a zero, tiny, huge or
+// non-finite value; never with finite attention data of ordinary size) the IEEE division.
+// __fdiv_rn per value made this tail 1,813 instructions per warp, 17 % of the wgmma-ws kernel's
+// warp samples at 256 tokens. Only pairs j >= kWgmmaRopeFirstPair of warpgroup 1 can be rope
+// pairs (rd <= 64): their quotients replace acc (either division form) and one loop rotates and
+// stores them, so the rotation is compiled for those 8 alone — rotating in both division forms for
+// all 32 pairs had doubled the RoPE instantiations' code (10,000 instructions for wgmma-ws;
+// instruction-cache misses, "no instruction" stalls 18 % of the samples at 256 tokens, session 25).
 // `rope_table`: the unit's cos/sin (RopeFillTable), nullptr without the output's RoPE.
+inline constexpr int kWgmmaRopeFirstPair =
+    (WgmmaShape::kD - 2 * kRopeMaxPairs - WgmmaShape::kD / 2) / 8;  // 24
+static_assert(kWgmmaRopeFirstPair >= 0 && kWgmmaRopeFirstPair < 32);
+
 __device__ __forceinline__ void WgmmaStoreOutput(const SparseAttnParams& p, int64_t t, int64_t h0,
-                                                 int half, int wtid, bool seen,
-                                                 const float (&acc)[128], const float (&m_run)[2],
-                                                 const float (&den_run)[2], const float (&sink)[2],
-                                                 const AttnRope& rope, const float2* rope_table) {
+                                                 int half, int wtid, bool seen, float (&acc)[128],
+                                                 const float (&m_run)[2], const float (&den_run)[2],
+                                                 const float (&sink)[2], const AttnRope& rope,
+                                                 const float2* rope_table) {
   using attention_internal::DivByRcpInRange;
   using attention_internal::DivByRcpInRangeOnly;
   const int lane = wtid % 32;
@@ -576,21 +585,38 @@ __device__ __forceinline__ void WgmmaStoreOutput(const SparseAttnParams& p, int6
     for (int j = 0; j < 32; ++j) {
       fast &= DivByRcpInRange(acc[4 * j + 2 * r]) & DivByRcpInRange(acc[4 * j + 2 * r + 1]);
     }
+    // Pairs below kWgmmaRopeFirstPair are stored as they are divided; the others' quotients go
+    // back to acc and one loop rotates and stores them.
     if (fast) {
       const float y = attention_internal::RcpRn(den);
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<uint32_t*>(o + 8 * j) = OutPair(
-            DivByRcpInRangeOnly(acc[4 * j + 2 * r], den, y),
-            DivByRcpInRangeOnly(acc[4 * j + 2 * r + 1], den, y), d0 + 8 * j, rope, rope_table);
+        const float v0 = DivByRcpInRangeOnly(acc[4 * j + 2 * r], den, y);
+        const float v1 = DivByRcpInRangeOnly(acc[4 * j + 2 * r + 1], den, y);
+        if (j < kWgmmaRopeFirstPair) {
+          *reinterpret_cast<uint32_t*>(o + 8 * j) = PackBf16(v0, v1);
+        } else {
+          acc[4 * j + 2 * r] = v0;
+          acc[4 * j + 2 * r + 1] = v1;
+        }
       }
     } else {  // unrolled too: an indexed acc would move the array to the stack
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<uint32_t*>(o + 8 * j) =
-            OutPair(__fdiv_rn(acc[4 * j + 2 * r], den), __fdiv_rn(acc[4 * j + 2 * r + 1], den),
-                    d0 + 8 * j, rope, rope_table);
+        const float v0 = __fdiv_rn(acc[4 * j + 2 * r], den);
+        const float v1 = __fdiv_rn(acc[4 * j + 2 * r + 1], den);
+        if (j < kWgmmaRopeFirstPair) {
+          *reinterpret_cast<uint32_t*>(o + 8 * j) = PackBf16(v0, v1);
+        } else {
+          acc[4 * j + 2 * r] = v0;
+          acc[4 * j + 2 * r + 1] = v1;
+        }
       }
+    }
+#pragma unroll
+    for (int j = kWgmmaRopeFirstPair; j < 32; ++j) {
+      *reinterpret_cast<uint32_t*>(o + 8 * j) =
+          OutPair(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1], d0 + 8 * j, rope, rope_table);
     }
   }
 }

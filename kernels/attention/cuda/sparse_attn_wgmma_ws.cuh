@@ -278,9 +278,9 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int
 // split's state for WgmmaCombineKernel — WgmmaKernel's epilogue.
 __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geometry& geo,
                                            int64_t unit, int64_t t, int64_t h0, int half, int wtid,
-                                           bool seen, const float (&acc)[128],
-                                           const float (&m_run)[2], const float (&den_run)[2],
-                                           const float (&sink)[2], const float2* rope_table) {
+                                           bool seen, float (&acc)[128], const float (&m_run)[2],
+                                           const float (&den_run)[2], const float (&sink)[2],
+                                           const float2* rope_table) {
   if (geo.splits == 1) {
     WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope, rope_table);
   } else {
