@@ -227,6 +227,17 @@ __device__ __forceinline__ float Exp2Sfu(float x) {
   return y;
 }
 
+// The max / the sum of v over the 4 lanes of a quad (the lanes that share an accumulator row):
+// lane ^ 1, then lane ^ 2.
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+}
+__device__ __forceinline__ float QuadSum(float v) {
+  v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+  return __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+}
+
 // The running max after a block whose scaled row max is m_blk (−inf: no valid entry).
 __device__ __forceinline__ float WgmmaNextMax(float m_run, float m_blk) {
   return m_blk > __fadd_rn(m_run, kWgmmaRescaleSlack) ? m_blk : m_run;
@@ -270,10 +281,7 @@ __device__ __forceinline__ void WgmmaSoftmax(float (&s)[16], const int32_t* idx,
     }
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
-    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
-  }
+  for (int r = 0; r < 2; ++r) bmax[r] = QuadMax(bmax[r]);
   if (lane % 4 == 0) {
     s_max[half * kBlock + r0] = bmax[0];
     s_max[half * kBlock + r0 + 8] = bmax[1];
@@ -295,10 +303,7 @@ __device__ __forceinline__ void WgmmaSoftmax(float (&s)[16], const int32_t* idx,
     bsum[(i >> 1) & 1] = __fadd_rn(bsum[(i >> 1) & 1], s[i]);
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
-    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
-  }
+  for (int r = 0; r < 2; ++r) bsum[r] = QuadSum(bsum[r]);
   if (lane % 4 == 0) {
     s_sum[half * kBlock + r0] = bsum[0];
     s_sum[half * kBlock + r0 + 8] = bsum[1];
@@ -413,9 +418,7 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
   float m_new[2], bsum[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 1));
-    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xFFFFFFFFu, bmax[r], 2));
-    m_new[r] = WgmmaNextMax(m_run[r], __fmul_rn(bmax[r], c));
+    m_new[r] = WgmmaNextMax(m_run[r], __fmul_rn(QuadMax(bmax[r]), c));
     alpha[r] = WgmmaAlpha(m_run[r], m_new[r]);
     bsum[r] = 0.0f;
   }
@@ -426,9 +429,7 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 1));
-    bsum[r] = __fadd_rn(bsum[r], __shfl_xor_sync(0xFFFFFFFFu, bsum[r], 2));
-    den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]), bsum[r]);
+    den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]), QuadSum(bsum[r]));
     m_run[r] = m_new[r];
   }
 #pragma unroll
