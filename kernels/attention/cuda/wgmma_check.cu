@@ -93,6 +93,16 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   }
 }
 
+// Adds 1 to *mismatches when the thread's 16 decoded values differ from the reference's.
+__device__ __forceinline__ void CountIfDifferent(const uint32_t (&got)[2][4],
+                                                 const uint32_t (&want)[2][4],
+                                                 unsigned long long* mismatches) {
+  bool same = true;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) same &= got[j / 4][j % 4] == want[j / 4][j % 4];
+  if (!same) atomicAdd(mismatches, 1ull);
+}
+
 // Thread i: scale byte i / 65536 and code pattern i % 65536 in the low half of w.x; the other
 // three halves are other patterns derived from it (so every nibble position sees every code).
 __global__ void Fp4DecodeCheckKernel(unsigned long long* mismatches) {
@@ -107,10 +117,7 @@ __global__ void Fp4DecodeCheckKernel(unsigned long long* mismatches) {
   const uint32_t c0[1] = {w.x}, c1[1] = {w.y};
   quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c0, sb, want[0]);
   quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>::Decode(c1, sb, want[1]);
-  bool same = true;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) same &= got[j / 4][j % 4] == want[j / 4][j % 4];
-  if (!same) atomicAdd(mismatches, 1ull);
+  CountIfDifferent(got, want, mismatches);
 }
 
 // The window rows' FP8 decode: thread i: scale byte i / 65536, the 16 codes derived from pattern
@@ -128,10 +135,7 @@ __global__ void Fp8DecodeCheckKernel(unsigned long long* mismatches) {
   const uint32_t c0[2] = {c.x, c.y}, c1[2] = {c.z, c.w};
   quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c0, sb, want[0]);
   quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>::Decode(c1, sb, want[1]);
-  bool same = true;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) same &= got[j / 4][j % 4] == want[j / 4][j % 4];
-  if (!same) atomicAdd(mismatches, 1ull);
+  CountIfDifferent(got, want, mismatches);
 }
 
 }  // namespace
