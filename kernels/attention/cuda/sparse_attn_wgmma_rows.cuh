@@ -316,8 +316,9 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     }
 
     if (geo.splits == 1) {
-      WgmmaStoreOutput(p, t, u.h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope,
-                       kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr);
+      WgmmaStoreOutput<!kRope>(p, t, u.h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope,
+                               kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr,
+                               smem + W::kQOff);
     } else {
       WgmmaStoreSplitState(geo, unit, tid, acc, m_run, den_run);  // for WgmmaCombineKernel
     }

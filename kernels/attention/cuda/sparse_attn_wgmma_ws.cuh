@@ -117,15 +117,24 @@ __device__ __forceinline__ void WsLoadBlock(const SparseAttnParams& p, const int
   }
 }
 
-// The pool rows of the producer thread's four entries of block `blk` (-1 past blk_end, unused or
-// out of range).
-__device__ __forceinline__ void WsRowsOf(const SparseAttnParams& p, int64_t t, int64_t blk,
-                                         int64_t blk_end, int ptid, int32_t (&rows)[4]) {
+// The list entries of the producer thread's four rows of block `blk` as read (-1 past blk_end or
+// the list's end), not yet checked against the pool (WsValidRows): the check is made a block
+// later, so that the producer does not wait here for the loads (it did: ~7 % of wgmma-ws's warp
+// samples at 256 tokens sat on the range check right after the load, session 26).
+__device__ __forceinline__ void WsListEntries(const SparseAttnParams& p, int64_t t, int64_t blk,
+                                              int64_t blk_end, int ptid, int32_t (&entries)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    rows[j] =
-        blk < blk_end ? static_cast<int32_t>(RowOf(p, t, blk * kBlock + ptid / 8 + 16 * j)) : -1;
+    const int64_t pos = blk * kBlock + ptid / 8 + 16 * j;
+    entries[j] = blk < blk_end && pos < p.width ? p.indices[t * p.indices_stride + pos] : -1;
   }
+}
+
+// The pool rows of four list entries: the entry, or -1 when unused or out of range (RowOf's rule).
+__device__ __forceinline__ void WsValidRows(const SparseAttnParams& p, const int32_t (&entries)[4],
+                                            int32_t (&rows)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) rows[j] = entries[j] >= 0 && entries[j] < p.n_kv ? entries[j] : -1;
 }
 
 // The producer's part of one unit: Q with the first block, then blocks blk_begin .. blk_end - 1
@@ -141,10 +150,11 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t
   using W = WgmmaShape;
   using WS = WgmmaWsShape;
   const int ptid = static_cast<int>(threadIdx.x) - WS::kConsumerThreads;
-  int32_t rows[4];       // block blk
-  int32_t rows_next[4];  // block blk + 1
-  WsRowsOf(p, t, blk_begin, blk_end, ptid, rows);
-  WsRowsOf(p, t, blk_begin + 1, blk_end, ptid, rows_next);
+  int32_t rows[4];  // block blk
+  int32_t next[4];  // block blk + 1's list entries (WsListEntries)
+  WsListEntries(p, t, blk_begin, blk_end, ptid, next);
+  WsValidRows(p, next, rows);
+  WsListEntries(p, t, blk_begin + 1, blk_end, ptid, next);
   for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     // The consumers released this stage (its previous block's P·V completed); a fresh barrier
@@ -154,9 +164,8 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t
     WsLoadBlock(p, rows, ptid, base + W::kKvOff + stage * W::kTileBytes, s_idx + stage * kBlock);
     CpAsyncMbarArriveNoinc(WsFullBar(base, stage));
     MbarArrive(WsFullBar(base, stage));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) rows[j] = rows_next[j];
-    WsRowsOf(p, t, blk + 2, blk_end, ptid, rows_next);
+    WsValidRows(p, next, rows);
+    WsListEntries(p, t, blk + 2, blk_end, ptid, next);
   }
 }
 
@@ -280,9 +289,10 @@ __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geom
                                            int64_t unit, int64_t t, int64_t h0, int half, int wtid,
                                            bool seen, float (&acc)[128], const float (&m_run)[2],
                                            const float (&den_run)[2], const float (&sink)[2],
-                                           const float2* rope_table) {
+                                           const float2* rope_table, uint8_t* stage) {
   if (geo.splits == 1) {
-    WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope, rope_table);
+    WgmmaStoreOutput(p, t, h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope, rope_table,
+                     stage);
   } else {
     WgmmaStoreSplitState(geo, unit, 128 * half + wtid, acc, m_run, den_run);
   }
@@ -362,7 +372,8 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
     WgmmaPv(acc, a, kv_base, half);  // waited: this thread's reads of the stage are done
     MbarArrive(WsEmptyBar(base, stage));
   }
-  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run, sink, out_table);
+  WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run, sink, out_table,
+             smem + W::kQOff);
 }
 
 // Where unit `unit` of the launch sits: token, first head, list blocks [blk_begin, blk_end).
