@@ -58,6 +58,8 @@ __device__ __forceinline__ void Group(float (&acc)[kSets][kAcc], uint32_t (&a)[2
       const uint64_t da = wgmma::MakeSw128Desc(a_addr + (i % 4) * 32, kLbo, kSbo);
       if constexpr (kN == 256) {
         wgmma::WgmmaM64N256K16SS(*reinterpret_cast<float(*)[128]>(d), da, db, true);
+      } else if constexpr (kN == 32) {
+        wgmma::WgmmaM64N32K16SS(*reinterpret_cast<float(*)[16]>(d), da, db, true);
       } else {
         wgmma::WgmmaM64N64K16SS(*reinterpret_cast<float(*)[32]>(d), da, db, true);
       }
@@ -161,6 +163,9 @@ RateKernel Select(const WgmmaRateCase& c) {
     return c.touch_a ? KernelFor<64, true, 8, true>() : KernelFor<64, true, 8, false>();
   }
   if (c.n == 256) return KernelFor<256, false, 4, false>();
+  if (c.n == 32) {
+    return c.per_group == 4 ? KernelFor<32, false, 4, false>() : KernelFor<32, false, 8, false>();
+  }
   return c.per_group == 4 ? KernelFor<64, false, 4, false>() : KernelFor<64, false, 8, false>();
 }
 
@@ -169,7 +174,7 @@ RateKernel Select(const WgmmaRateCase& c) {
 bool WgmmaRateCaseSupported(const WgmmaRateCase& c) {
   if (c.per_group != 4 && c.per_group != 8) return false;
   if (c.register_a) return c.n == 64 || (c.n == 128 && (c.per_group == 4 || c.touch_a));
-  return !c.touch_a && (c.n == 64 || (c.n == 256 && c.per_group == 4));
+  return !c.touch_a && (c.n == 32 || c.n == 64 || (c.n == 256 && c.per_group == 4));
 }
 
 WgmmaRateResult MeasureWgmmaRate(const WgmmaRateCase& c, int groups, int iters) {
