@@ -48,7 +48,8 @@ struct Geometry {
   int64_t blocks_per_split = 0;  // 64-blocks per range
   int64_t units = 0;             // tokens · groups · splits
   // Split states (splits > 1), 16-byte aligned: mma.sync path [units][heads per CTA][kD + 2]
-  // (m, denom, acc); wgmma family in fragment order (sparse_attn_wgmma.cuh WgmmaStoreSplitState).
+  // (m, denom, acc); wgmma family in fragment order (sparse_attn_wgmma_epilogue.cuh
+  // WgmmaStoreSplitState).
   float* state = nullptr;
   AttnRope rope;  // wgmma family only
 };

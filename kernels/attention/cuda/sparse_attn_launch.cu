@@ -14,6 +14,7 @@
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_combine.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_kernel.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_rows.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/sparse_attn_internal.h"

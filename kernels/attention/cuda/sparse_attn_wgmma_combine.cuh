@@ -1,6 +1,6 @@
 // The split-state combine of the wgmma family (README.md "Split states of the wgmma family"):
 // WgmmaCombineKernel merges the fragment-order states that WgmmaKernel / WgmmaWsKernel write
-// (WgmmaStoreSplitState, sparse_attn_wgmma.cuh). Only sparse_attn_launch.cu includes it.
+// (WgmmaStoreSplitState, sparse_attn_wgmma_epilogue.cuh). Only sparse_attn_launch.cu includes it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +10,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_epilogue.cuh"
 
 namespace flashserve::kernels::attn_device {
 

@@ -25,6 +25,7 @@
 #include "kernels/attention/cuda/row_decode.cuh"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_epilogue.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/common/stream_load.cuh"
 #include "kernels/common/wgmma.cuh"

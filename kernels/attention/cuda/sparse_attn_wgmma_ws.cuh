@@ -29,6 +29,7 @@
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/attention/cuda/sparse_attn_pipeline.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_epilogue.cuh"
 #include "kernels/common/wgmma.cuh"
 
 namespace flashserve::kernels::attn_device {
