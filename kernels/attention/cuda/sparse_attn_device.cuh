@@ -54,6 +54,23 @@ struct Geometry {
   AttnRope rope;  // wgmma family only
 };
 
+// Where unit `unit` of a launch sits (every unit kernel's grid-stride loop): token t, first head h0
+// of its group of `heads_per_cta`, list blocks [blk_begin, blk_end) of its split.
+struct UnitSpan {
+  int64_t t, h0, blk_begin, blk_end;
+};
+__device__ __forceinline__ UnitSpan UnitOf(const Geometry& geo, int64_t unit, int64_t n_blocks,
+                                           int64_t heads_per_cta) {
+  const int64_t item = unit / geo.splits;
+  const int64_t split = unit % geo.splits;
+  UnitSpan u;
+  u.t = item / geo.groups;
+  u.h0 = (item % geo.groups) * heads_per_cta;
+  u.blk_begin = split * geo.blocks_per_split;
+  u.blk_end = min(n_blocks, u.blk_begin + geo.blocks_per_split);
+  return u;
+}
+
 // exp as double, rounded once to fp32: agrees with glibc's expf (< 0.502 ulp) but for ~never.
 __device__ __forceinline__ float ExpF(float x) {
   return static_cast<float>(exp(static_cast<double>(x)));

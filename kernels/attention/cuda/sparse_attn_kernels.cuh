@@ -100,12 +100,8 @@ __global__ void __launch_bounds__(TensorShape<kD, kMT>::kThreads, 1)
   LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-    const int64_t item = unit / geo.splits;
-    const int64_t split = unit % geo.splits;
-    const int64_t t = item / geo.groups;
-    const int64_t h0 = (item % geo.groups) * S::kHeads;
-    const int64_t blk_begin = split * geo.blocks_per_split;
-    const int64_t blk_end = min(n_blocks, blk_begin + geo.blocks_per_split);
+    const UnitSpan u = UnitOf(geo, unit, n_blocks, S::kHeads);
+    const int64_t t = u.t, h0 = u.h0, blk_begin = u.blk_begin, blk_end = u.blk_end;
 
     // Queries of the group (zero rows past the last head).
     for (int c = threadIdx.x; c < S::kHeads * S::kChunks; c += S::kThreads) {

@@ -49,12 +49,8 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-    const int64_t item = unit / geo.splits;
-    const int64_t split = unit % geo.splits;
-    const int64_t t = item / geo.groups;
-    const int64_t h0 = (item % geo.groups) * W::kHeads;
-    const int64_t blk_begin = split * geo.blocks_per_split;
-    const int64_t blk_end = min(n_blocks, blk_begin + geo.blocks_per_split);
+    const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
+    const int64_t t = u.t, h0 = u.h0, blk_begin = u.blk_begin, blk_end = u.blk_end;
 
     // The first block's rows are read before the query copies are issued, so that their latency
     // overlaps the issue (the gather cannot start before they arrive).

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
   LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
 
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-    const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+    const UnitSpan u = UnitOf(geo, unit, n_blocks, WgmmaShape::kHeads);
     const int64_t t = u.t, blk_begin = u.blk_begin, blk_end = u.blk_end;
     // List indices of blocks blk_begin .. + 3 (read before the Q copies, so that their latency
     // overlaps the issue; checked only where used).

@@ -377,21 +377,6 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
              smem + W::kQOff);
 }
 
-// Where unit `unit` of the launch sits: token, first head, list blocks [blk_begin, blk_end).
-struct WsUnit {
-  int64_t t, h0, blk_begin, blk_end;
-};
-__device__ __forceinline__ WsUnit WsUnitOf(const Geometry& geo, int64_t unit, int64_t n_blocks) {
-  const int64_t item = unit / geo.splits;
-  const int64_t split = unit % geo.splits;
-  WsUnit u;
-  u.t = item / geo.groups;
-  u.h0 = (item % geo.groups) * WgmmaShape::kHeads;
-  u.blk_begin = split * geo.blocks_per_split;
-  u.blk_end = min(n_blocks, u.blk_begin + geo.blocks_per_split);
-  return u;
-}
-
 // A template on kD so that the header may be included by several .cu files (kD = 512).
 // kRope: the RoPE code (Geometry::rope) is compiled in; the launcher takes this instantiation
 // only when it fills geo.rope.
@@ -422,7 +407,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   if (wg == 2) {
     SetMaxRegsDec<WS::kProducerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-      const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+      const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
       if constexpr (kRows) {
         WsProduceRowsUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, it);
       } else {
@@ -436,7 +421,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   } else {
     SetMaxRegsInc<WS::kConsumerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-      const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+      const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
       WsConsumeUnit<kRope, kRows>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg,
                                   it);
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();

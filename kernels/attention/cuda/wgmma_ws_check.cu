@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   if (wg == 2) {
     SetMaxRegsDec<WS::kProducerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-      const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+      const UnitSpan u = UnitOf(geo, unit, n_blocks, WgmmaShape::kHeads);
       WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
                     reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
       if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   const int r0 = ((threadIdx.x % 128) / 32) * 16 + lane / 4;
   const int c2 = 2 * (lane % 4);
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
-    const WsUnit u = WsUnitOf(geo, unit, n_blocks);
+    const UnitSpan u = UnitOf(geo, unit, n_blocks, WgmmaShape::kHeads);
     for (int64_t blk = u.blk_begin; blk < u.blk_end; ++blk, ++it) {
       const uint32_t stage = it % WS::kStages;
       MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
