@@ -19,6 +19,7 @@
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
 
@@ -154,14 +155,15 @@ void LaunchTensor(const SparseAttnParams& p, cudaStream_t stream) {
   if (geo.splits > 1) LaunchTensorCombine<S::kHeads>(p, geo, stream);
 }
 
-// Launches one of the wgmma family's unit kernels (a CTA per unit up to kMaxCtas, grid-stride;
+// Launches one of the wgmma family's unit kernels (a CTA per unit up to `max_ctas`, grid-stride;
 // the shared-memory limit set once per kernel and device) and, for a split list, the family's
 // combine.
 template <auto kKernel, size_t kSmem, int kThreads, bool kRope>
-void LaunchWgmmaUnits(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+void LaunchWgmmaUnits(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream,
+                      int64_t max_ctas = kMaxCtas) {
   static std::atomic<uint64_t> smem_set{0};
   SetSmemLimitOnce(kKernel, kSmem, smem_set);
-  const auto ctas = static_cast<unsigned>(std::min(geo.units, kMaxCtas));
+  const auto ctas = static_cast<unsigned>(std::min(geo.units, max_ctas));
   kKernel<<<ctas, kThreads, kSmem, stream>>>(p, geo);
   CUDA_CHECK(cudaGetLastError());
   if (geo.splits > 1) LaunchWgmmaCombine<kRope>(p, geo, stream);
@@ -200,12 +202,15 @@ void LaunchWgmmaRows(const SparseAttnParams& p, cudaStream_t stream) {
 
 // The warp-specialised wgmma kernel (sparse_attn_wgmma_ws.cuh): same units, states and combine as
 // LaunchWgmma, 384 threads. kRows: the row form (the producer gathers and decodes serving rows).
+// Persistent: one CTA per SM at most (its shared memory allows one), each walking units
+// grid-stride, so that a unit's first block and Q are gathered during the previous unit's tail
+// (sparse_attn_wgmma_ws.cuh, WsProduceUnit / WsConsumeUnit).
 template <bool kRope, bool kRows>
 void LaunchWgmmaWsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using WS = attn_device::WgmmaWsShape;
   LaunchWgmmaUnits<attn_device::WgmmaWsKernel<attn_device::WgmmaShape::kD, kRope, kRows>,
-                   kRows ? WS::kRowsSmemBytes : WS::kSmemBytes, WS::kThreads, kRope>(p, geo,
-                                                                                     stream);
+                   kRows ? WS::kRowsSmemBytes : WS::kSmemBytes, WS::kThreads, kRope>(
+      p, geo, stream, SmCount(CurrentDevice()));
 }
 
 template <bool kRows = false>

@@ -47,16 +47,21 @@ struct WgmmaWsShape {
   static_assert(kConsumerThreads * kConsumerRegs + kProducerThreads * kProducerRegs <= 65536);
   // Named barriers: 0 is __syncthreads.
   static constexpr uint32_t kConsumerBarrier = 1;  // the two consumer warpgroups
-  static constexpr uint32_t kUnitBarrier = 2;      // all three, between units
-  // mbarriers after WgmmaShape's layout: full[kStages], then empty[kStages], 8 bytes each.
-  // Expected arrivals per phase: full — two per producer thread (its copies landed, its s_idx
-  // writes released); empty — one per consumer thread.
+  // mbarriers after WgmmaShape's layout: full[kStages], empty[kStages], then q_empty, 8 bytes
+  // each (the region rounded up to 16 bytes). Expected arrivals per phase: full — two per
+  // producer thread (its copies landed, its s_idx writes released); empty and q_empty — one per
+  // consumer thread (q_empty: the unit's last read of the Q tile is done, so the producer may
+  // copy the next unit's Q into it).
   static constexpr uint32_t kFullArrivals = 2 * kProducerThreads;
   static constexpr uint32_t kRowsFullArrivals = kProducerThreads;  // the row form: one each
   static constexpr uint32_t kEmptyArrivals = kConsumerThreads;
+  static constexpr uint32_t kQEmptyArrivals = kConsumerThreads;
   static constexpr uint32_t kBarOff = WgmmaShape::kEnd;
-  static constexpr uint32_t kEnd = kBarOff + 2 * kStages * 8;
-  static constexpr size_t kSmemBytes = kEnd + WgmmaShape::kRopeBytes + 1024;  // + align slack
+  static constexpr uint32_t kEnd = kBarOff + (2 * kStages + 1 + 1) * 8;
+  // After the layout: the consumers' cos/sin table (the output's RoPE), then the producer's two
+  // (q's RoPE; one per unit parity, WsRotateQ), then the alignment slack.
+  static constexpr uint32_t kRopeTables = 3 * WgmmaShape::kRopeBytes;
+  static constexpr size_t kSmemBytes = kEnd + kRopeTables + 1024;
   // The producer's copy pattern: thread i copies chunks 8k + i % 8 of entries i / 8 + 16j.
   static constexpr int kRowsPerThread = kBlock / (kProducerThreads / 8);  // 4
   // The row form (kRows): the producer stages the serving rows of a block in chunks of
@@ -78,7 +83,7 @@ struct WgmmaWsShape {
   static constexpr int kIdxAhead = 2 * kRawAhead;
   static constexpr uint32_t kPreIdxOff = kRawIdxOff + kRawSlots * kRawChunkRows * 4;
   static constexpr uint32_t kRowsEnd = kPreIdxOff + kIdxAhead * kRawChunkRows * 4;
-  static constexpr size_t kRowsSmemBytes = kRowsEnd + WgmmaShape::kRopeBytes + 1024;
+  static constexpr size_t kRowsSmemBytes = kRowsEnd + kRopeTables + 1024;
   static constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's 128 threads
 };
 static_assert(WgmmaWsShape::kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
@@ -95,6 +100,21 @@ __device__ __forceinline__ uint32_t WsFullBar(uint32_t base, uint32_t stage) {
 }
 __device__ __forceinline__ uint32_t WsEmptyBar(uint32_t base, uint32_t stage) {
   return base + WgmmaWsShape::kBarOff + (WgmmaWsShape::kStages + stage) * 8;
+}
+__device__ __forceinline__ uint32_t WsQEmptyBar(uint32_t base) {
+  return base + WgmmaWsShape::kBarOff + 2 * WgmmaWsShape::kStages * 8;
+}
+
+// The end of a unit's block loop in both roles: at least one block, so that the consumers always
+// have a ring stage for the output (WsConsumeUnit); a block past blk_end has no valid entry.
+__device__ __forceinline__ int64_t WsBlockStop(int64_t blk_begin, int64_t blk_end) {
+  return blk_end > blk_begin ? blk_end : blk_begin + 1;
+}
+
+// Waits until the consumers have released the Q tile of the CTA's previous unit (`units` = the
+// units this CTA started before; a fresh barrier counts as released).
+__device__ __forceinline__ void WsWaitQEmpty(uint32_t base, uint32_t units) {
+  MbarWait(WsQEmptyBar(base), (units & 1) ^ 1);
 }
 
 // The producer warpgroup's thread `ptid` (0..127) copies 16-byte chunks 8k + ptid % 8 (k = 0..7)
@@ -138,32 +158,69 @@ __device__ __forceinline__ void WsValidRows(const SparseAttnParams& p, const int
   for (int j = 0; j < 4; ++j) rows[j] = entries[j] >= 0 && entries[j] < p.n_kv ? entries[j] : -1;
 }
 
-// The producer's part of one unit: Q with the first block, then blocks blk_begin .. blk_end - 1
-// into the ring. `it` counts ring slots over the CTA's units (stage it % 2, phase (it / 2) % 2);
-// the consumers count the same blocks. A block's `full` phase completes after 2 arrivals per
-// producer thread: cp.async.mbarrier.arrive (its copies, Q included, have landed) and a plain
-// arrive (releases its s_idx writes). The producer never waits for its own copies, so block
-// blk + 1's copies can be issued while block blk's are still in flight. The indices of block
-// blk + 2 are read after block blk is issued; block blk + 1's are already in registers.
-__device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, int64_t t, int64_t h0,
-                                              int64_t blk_begin, int64_t blk_end, uint32_t base,
-                                              int32_t* s_idx, uint32_t& it) {
+// q's RoPE on the producer (kRope with rope.q; README.md "wgmma-ws", RoPE): the unit's cos/sin
+// into the producer's table of this unit's parity (`units` & 1: a fast thread may fill the next
+// unit's table while a slow one still rotates with this one's), read after a producer barrier.
+__device__ __forceinline__ float2* WsProducerRopeTable(uint8_t* rope_tables, uint32_t units) {
+  return reinterpret_cast<float2*>(rope_tables + (1 + (units & 1)) * WgmmaShape::kRopeBytes);
+}
+
+// Rotates the landed Q tile in place by the 128 producer threads once every one of them has
+// waited for its own copies of Q (CpAsyncWait before the call) and the table is written, then
+// fences the writes to the async proxy: the consumers' wgmma reads them after the block's `full`
+// phase, to which each producer thread arrives after this.
+__device__ __forceinline__ void WsRotateQ(const AttnRope& rope, const float2* table,
+                                          uint32_t q_base, int ptid) {
+  NamedBarrier<WgmmaWsShape::kProducerBarrier, WgmmaWsShape::kProducerThreads>();
+  WgmmaRotateQ(rope, table, q_base, ptid, WgmmaWsShape::kProducerThreads);
+  wgmma::FenceProxyAsyncShared();
+}
+
+// The producer's part of one unit: blocks blk_begin .. WsBlockStop - 1 into the ring, Q with the
+// first. `it` counts ring slots over the CTA's units (stage it % 2, phase (it / 2) % 2); the
+// consumers count the same blocks. A block's `full` phase completes after 2 arrivals per producer
+// thread: cp.async.mbarrier.arrive (its copies, Q included, have landed) and a plain arrive
+// (releases its s_idx writes). The producer never waits for its own copies, so block blk + 1's
+// copies can be issued while block blk's are still in flight. The indices of block blk + 2 are
+// read after block blk is issued; block blk + 1's are already in registers. Across units: the
+// first block's copies are issued as soon as its stage is free (during the previous unit's last
+// block), Q's only once the consumers released the Q tile (`units`: WsWaitQEmpty), so the
+// gather of a unit's first block overlaps the previous unit's tail. kRope with rope.q: the
+// producer rotates Q once it has landed, before its second arrival on the first block's `full`
+// (WsRotateQ), so the consumers find it rotated.
+template <bool kRope>
+__device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, const AttnRope& rope,
+                                              int64_t t, int64_t h0, int64_t blk_begin,
+                                              int64_t blk_end, uint32_t base, uint8_t* smem,
+                                              uint8_t* rope_tables, uint32_t& it, uint32_t units) {
   using W = WgmmaShape;
   using WS = WgmmaWsShape;
   const int ptid = static_cast<int>(threadIdx.x) - WS::kConsumerThreads;
+  auto* s_idx = reinterpret_cast<int32_t*>(smem + W::kIdxOff);
+  const bool rotate = kRope && rope.pairs > 0 && rope.q;
+  float2* q_table = WsProducerRopeTable(rope_tables, units);
+  if (rotate) RopeFillTable(rope, t, ptid, q_table);
   int32_t rows[4];  // block blk
   int32_t next[4];  // block blk + 1's list entries (WsListEntries)
   WsListEntries(p, t, blk_begin, blk_end, ptid, next);
   WsValidRows(p, next, rows);
   WsListEntries(p, t, blk_begin + 1, blk_end, ptid, next);
-  for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
+  const int64_t blk_stop = WsBlockStop(blk_begin, blk_end);
+  for (int64_t blk = blk_begin; blk < blk_stop; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
-    // The consumers released this stage (its previous block's P·V completed); a fresh barrier
-    // counts as released (parity 1).
+    // The consumers released this stage (its previous block's P·V, or the previous unit's output
+    // stage, completed); a fresh barrier counts as released (parity 1).
     MbarWait(WsEmptyBar(base, stage), ((it / WS::kStages) & 1) ^ 1);
-    if (blk == blk_begin) WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
     WsLoadBlock(p, rows, ptid, base + W::kKvOff + stage * W::kTileBytes, s_idx + stage * kBlock);
+    if (blk == blk_begin) {
+      WsWaitQEmpty(base, units);
+      WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
+    }
     CpAsyncMbarArriveNoinc(WsFullBar(base, stage));
+    if (rotate && blk == blk_begin) {
+      CpAsyncWait<0>();
+      WsRotateQ(rope, q_table, base + W::kQOff, ptid);
+    }
     MbarArrive(WsFullBar(base, stage));
     WsValidRows(p, next, rows);
     WsListEntries(p, t, blk + 2, blk_end, ptid, next);
@@ -212,9 +269,12 @@ __device__ __forceinline__ void WsDecodeRawRow(const SparseAttnParams& p, int32_
 // next copy reuses) → copies of chunk k + 4 and of chunk k + 8's indices → with a block's first
 // chunk, wait for the stage's `empty` → decode → with its last chunk, fence.proxy.async (the
 // decoded tile before the consumers' wgmma reads) and one arrival per thread on `full`.
-__device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int64_t t, int64_t h0,
-                                                  int64_t blk_begin, int64_t blk_end, uint32_t base,
-                                                  uint8_t* smem, uint32_t& it) {
+template <bool kRope>
+__device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, const AttnRope& rope,
+                                                  int64_t t, int64_t h0, int64_t blk_begin,
+                                                  int64_t blk_end, uint32_t base, uint8_t* smem,
+                                                  uint8_t* rope_tables, uint32_t& it,
+                                                  uint32_t units) {
   using W = WgmmaShape;
   using WS = WgmmaWsShape;
   const int ptid = static_cast<int>(threadIdx.x) - WS::kConsumerThreads;
@@ -223,10 +283,13 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int
   auto* s_idx = reinterpret_cast<int32_t*>(smem + W::kIdxOff);
   auto* raw_idx = reinterpret_cast<int32_t*>(smem + WS::kRawIdxOff);
   auto* pre_idx = reinterpret_cast<int32_t*>(smem + WS::kPreIdxOff);
-  const int64_t n_chunks = (blk_end - blk_begin) * WS::kRawChunks;
-  if (n_chunks <= 0) return;
+  // Past blk_end (WsBlockStop's extra block) every position is past the width: no valid entry.
+  const int64_t n_chunks = (WsBlockStop(blk_begin, blk_end) - blk_begin) * WS::kRawChunks;
   const int64_t pos0 = blk_begin * kBlock + rr;  // the thread's row's list position in chunk 0
   const int32_t* list = p.indices + t * p.indices_stride;
+  const bool rotate = kRope && rope.pairs > 0 && rope.q;
+  float2* q_table = WsProducerRopeTable(rope_tables, units);
+  if (rotate) RopeFillTable(rope, t, ptid, q_table);
   // Chunk j's index of the thread's row into pre_idx (thread sub 0 of the row; -1 past the list).
   auto fetch_idx = [&](int64_t j) {
     if (sub != 0) return;
@@ -252,6 +315,7 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int
   CpAsyncCommit();
   CpAsyncWait<0>();
   NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+  WsWaitQEmpty(base, units);
   WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
 #pragma unroll 1
   for (int64_t k = 0; k < WS::kRawAhead; ++k) {
@@ -261,7 +325,13 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, int
 #pragma unroll 1
   for (int64_t k = 0; k < n_chunks; ++k) {
     CpAsyncWait<WS::kRawAhead - 1>();  // chunk k's group (and every earlier one) completed
-    NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+    // Q landed with chunk 0's group; its rotation's barrier is the chunk's (the fence before the
+    // block's `full` arrival publishes the rotated Q with the decoded block).
+    if (rotate && k == 0) {
+      WsRotateQ(rope, q_table, base + W::kQOff, ptid);
+    } else {
+      NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+    }
     if (k + WS::kRawAhead < n_chunks) issue(k + WS::kRawAhead);  // into chunk k - 1's slot
     fetch_idx(k + WS::kIdxAhead);  // into chunk k's index slot (read when chunk k was issued)
     CpAsyncCommit();
@@ -300,7 +370,11 @@ __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geom
 }
 
 // The consumers' part of one unit; `half` = the consumer warpgroup (0, 1), warp-uniform. kRope:
-// WgmmaWsKernel's.
+// WgmmaWsKernel's. Across units (the CTA is persistent): the Q tile is released to the producer
+// (q_empty) as soon as the block loop is done — every S has been waited for by then — and the
+// unit's last ring stage is not released after its P·V but serves as the output stage
+// (WgmmaStoreOutput's layout, 64 KB like Q) and is released once the output has been copied
+// out, so that the next unit's Q and first block are in flight during this unit's epilogue.
 template <bool kRope, bool kRows>
 __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const Geometry& geo,
                                               int64_t unit, int64_t t, int64_t h0,
@@ -323,27 +397,19 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   float den_run[2] = {0.0f, 0.0f};
   bool seen = false;
   float sink[2] = {0.0f, 0.0f};  // read now, off the epilogue's path
-  // The RoPE cos/sin, by consumer threads 0..pairs-1 (read after a consumer barrier: the first
-  // block's before the Q rotation, or the block loop's before the epilogue).
+  // The output's RoPE cos/sin, by consumer threads 0..pairs-1, read in the epilogue after the
+  // consumer barrier before it (q's RoPE is the producer's: WsRotateQ).
   auto* rope_table = reinterpret_cast<float2*>(smem + (kRows ? WS::kRowsEnd : WS::kEnd));
   if (geo.splits == 1) WgmmaLoadSinks(p, h0, wtid, sink);
-  if (kRope && half == 0 && RopeTableNeeded(geo.rope, geo.splits)) {
-    RopeFillTable(geo.rope, t, wtid, rope_table);
-  }
-  const float2* out_table = kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr;
-  if (kRope && geo.rope.pairs > 0 && geo.rope.q && blk_begin < blk_end) {
-    // q's RoPE, before the block loop (kept out of it): Q landed with the first block (the
-    // producer's copies of Q precede it; the loop's wait on the same phase then returns at once);
-    // the table's writers meet the readers at the first barrier, and the rotated Q is published
-    // to both warpgroups' wgmma by the fence and the second.
-    MbarWait(WsFullBar(base, it % WS::kStages), (it / WS::kStages) & 1);
-    NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
-    WgmmaRotateQ(geo.rope, rope_table, base + W::kQOff, 128 * half + wtid, WS::kConsumerThreads);
-    wgmma::FenceProxyAsyncShared();
-    NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
-  }
-  for (int64_t blk = blk_begin; blk < blk_end; ++blk, ++it) {
+  const bool out_rope = kRope && geo.rope.pairs > 0 && geo.rope.out && geo.splits == 1;
+  if (out_rope && half == 0) RopeFillTable(geo.rope, t, wtid, rope_table);
+  const float2* out_table = out_rope ? rope_table : nullptr;
+  const int64_t blk_stop = WsBlockStop(blk_begin, blk_end);
+  uint32_t out_stage = 0;  // the unit's last ring stage: the output stage
+  for (int64_t blk = blk_begin; blk < blk_stop; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
+    const bool last = blk + 1 == blk_stop;
+    out_stage = stage;
     MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
     // The copies landed (the barrier's acquire); order them before this thread's async-proxy
     // (wgmma) reads.
@@ -353,7 +419,7 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
     // Same value in every warp of both warpgroups: the branches below are CTA-uniform.
     const bool any = __any_sync(0xFFFFFFFFu, idx[lane] >= 0 || idx[lane + 32] >= 0);
     if (!any) {  // a block without a valid entry is a no-op (as on the CPU)
-      MbarArrive(WsEmptyBar(base, stage));
+      if (!last) MbarArrive(WsEmptyBar(base, stage));
       continue;
     }
     seen = true;
@@ -371,10 +437,14 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
       for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
     }
     WgmmaPv(acc, a, kv_base, half);  // waited: this thread's reads of the stage are done
-    MbarArrive(WsEmptyBar(base, stage));
+    if (!last) MbarArrive(WsEmptyBar(base, stage));
   }
+  MbarArrive(WsQEmptyBar(base));
+  // Both warpgroups' P·V reads of the last stage are done before either writes its output there.
+  if (geo.splits == 1) NamedBarrier<WS::kConsumerBarrier, WS::kConsumerThreads>();
   WsEpilogue(p, geo, unit, t, h0, half, wtid, seen, acc, m_run, den_run, sink, out_table,
-             smem + W::kQOff);
+             smem + W::kKvOff + out_stage * W::kTileBytes);
+  MbarArrive(WsEmptyBar(base, out_stage));  // after this thread's reads of the output stage
 }
 
 // A template on kD so that the header may be included by several .cu files (kD = 512).
@@ -395,10 +465,13 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
       MbarInit(WsFullBar(base, s), kRows ? WS::kRowsFullArrivals : WS::kFullArrivals);
       MbarInit(WsEmptyBar(base, s), WS::kEmptyArrivals);
     }
+    MbarInit(WsQEmptyBar(base), WS::kQEmptyArrivals);
   }
   __syncthreads();     // the barriers are initialised before anyone waits or arrives
   LaunchDependents();  // the combine kernel (if any) may take idle SMs and wait there
   uint32_t it = 0;     // ring slots used so far, the same count in both roles
+  uint32_t units = 0;  // units this CTA started (the producer's q_empty phase)
+  uint8_t* rope_tables = smem + (kRows ? WS::kRowsEnd : WS::kEnd);
   // The warpgroup index through a shuffle, so that the compiler sees it warp-uniform: the wgmma
   // instructions below then sit in a branch it knows converged (no C7518 serialisation).
   const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
@@ -409,13 +482,12 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
       if constexpr (kRows) {
-        WsProduceRowsUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, it);
+        WsProduceRowsUnit<kRope>(p, geo.rope, u.t, u.h0, u.blk_begin, u.blk_end, base, smem,
+                                 rope_tables, it, units++);
       } else {
-        WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
-                      reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
+        WsProduceUnit<kRope>(p, geo.rope, u.t, u.h0, u.blk_begin, u.blk_end, base, smem,
+                             rope_tables, it, units++);
       }
-      // The next unit's Q replaces this one's only after every consumer's wgmma read it.
-      if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }
     CpAsyncWait<0>();  // no copy outlives its thread
   } else {
@@ -424,7 +496,6 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
       const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
       WsConsumeUnit<kRope, kRows>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg,
                                   it);
-      if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
     }
   }
 }

@@ -27,17 +27,18 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
       MbarInit(WsFullBar(base, s), WS::kFullArrivals);
       MbarInit(WsEmptyBar(base, s), WS::kEmptyArrivals);
     }
+    MbarInit(WsQEmptyBar(base), WS::kQEmptyArrivals);
   }
   __syncthreads();
   uint32_t it = 0;
+  uint32_t units = 0;
   const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
   if (wg == 2) {
     SetMaxRegsDec<WS::kProducerRegs>();
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const UnitSpan u = UnitOf(geo, unit, n_blocks, WgmmaShape::kHeads);
-      WsProduceUnit(p, u.t, u.h0, u.blk_begin, u.blk_end, base,
-                    reinterpret_cast<int32_t*>(smem + W::kIdxOff), it);
-      if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
+      WsProduceUnit<false>(p, geo.rope, u.t, u.h0, u.blk_begin, u.blk_end, base, smem,
+                           smem + WS::kEnd, it, units++);
     }
     CpAsyncWait<0>();
     return;
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   const int c2 = 2 * (lane % 4);
   for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
     const UnitSpan u = UnitOf(geo, unit, n_blocks, WgmmaShape::kHeads);
-    for (int64_t blk = u.blk_begin; blk < u.blk_end; ++blk, ++it) {
+    for (int64_t blk = u.blk_begin; blk < WsBlockStop(u.blk_begin, u.blk_end); ++blk, ++it) {
       const uint32_t stage = it % WS::kStages;
       MbarWait(WsFullBar(base, stage), (it / WS::kStages) & 1);
       wgmma::FenceProxyAsyncShared();
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
       WgmmaQkIssue(s, base + W::kQOff, base + W::kKvOff + stage * W::kTileBytes, wg);
       WgmmaWait(s);
       MbarArrive(WsEmptyBar(base, stage));
+      if (blk >= u.blk_end) continue;  // WsBlockStop's empty block of a unit without blocks
       float* out = s_out + (u.t * n_blocks + blk) * 64 * 64;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
         }
       }
     }
-    if (unit + gridDim.x < geo.units) NamedBarrier<WS::kUnitBarrier, WS::kThreads>();
+    MbarArrive(WsQEmptyBar(base));  // every S of the unit was waited for: Q may be replaced
   }
 }
 
