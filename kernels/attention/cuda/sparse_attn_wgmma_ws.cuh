@@ -4,21 +4,26 @@
 // through a ring of shared-memory stages guarded by mbarriers. Included by sparse_attn_launch.cu
 // and wgmma_ws_check.cu only (sm_90a).
 //
-// WgmmaWsKernel: a CTA of three warpgroups (384 threads) takes one unit = (token, group of 64
-// heads, split), like WgmmaKernel. Warpgroups 0 and 1 are the consumers (S, softmax, P·V exactly
-// as WgmmaKernel's n32 variant: warpgroup g computes S for entries 32g.. and P·V for dims
-// 256g..); warpgroup 2 is the producer: it copies Q with the unit's first block, then every list
+// WgmmaWsKernel: a persistent CTA of three warpgroups (384 threads, one per SM) walks units =
+// (token, group of 64 heads, split) grid-stride, like WgmmaKernel's units. Warpgroups 0 and 1 are
+// the consumers (S, softmax, P·V exactly as WgmmaKernel's n32 variant: warpgroup g computes S for
+// entries 32g.. and P·V for dims 256g..); warpgroup 2 is the producer: it copies every list
 // block's 64 rows into stage (ring slot % 2) with cp.async (8 threads per row, so a warp's
-// request is 4 rows × 128 contiguous bytes) and signals the stage's `full` barrier through
+// request is 4 rows × 128 contiguous bytes), Q with a unit's first block (and rotates q's RoPE
+// pairs once Q has landed), and signals the stage's `full` barrier through
 // cp.async.mbarrier.arrive (the hardware arrives once the thread's copies have landed; the
 // producer never waits for them) plus a plain arrive for its idx writes (an L2 prefetch of the
 // block after next was measured and removed: README.md "wgmma-ws"). The consumers wait on `full`,
 // fence the landed copies to the async proxy, and arrive on `empty` once their P·V of the stage
-// has completed. Shared memory: WgmmaShape's layout (Q, two 64 KB stages, idx [2][64], row max /
-// sum / P exchange) plus four mbarriers (full[2], empty[2]). No CTA-wide barrier inside a unit: the
-// consumers meet on named barrier 1 (256 threads) for the row max and the row sum / P exchange, the
-// producer only through the mbarriers. Registers: the producer gives its warpgroup's down to
-// kProducerRegs, the consumers take kConsumerRegs.
+// has completed — except for a unit's last block, whose stage becomes the unit's output stage and
+// is released after the epilogue — and on `q_empty` once a unit's block loop is done, so that the
+// next unit's first block and Q are gathered during this unit's tail. Shared memory:
+// WgmmaShape's layout (Q, two 64 KB stages, idx [2][64], row max / sum / P exchange), five
+// mbarriers (full[2], empty[2], q_empty) and three cos/sin tables. No CTA-wide barrier after the
+// start: the consumers meet on named barrier 1 (256 threads) for the row max, the row sum / P
+// exchange and before the output stage, the producer threads on named barrier 3 before rotating
+// Q, the two roles only through the mbarriers. Registers: the producer gives its warpgroup's down
+// to kProducerRegs, the consumers take kConsumerRegs.
 #pragma once
 
 #include <cuda_runtime.h>
