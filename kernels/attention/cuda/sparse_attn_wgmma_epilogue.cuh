@@ -127,11 +127,35 @@ __device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const Att
 // Copies the staged rows of the unit's heads to p.out with 16-byte stores, a warp's 32 lanes
 // writing 512 contiguous bytes of one head row (the launchers take the wgmma family only with
 // p.out and its strides 16-byte aligned: TensorPathFits, CheckRowFormFits). Every one of the 256
-// math threads calls it after writing its part of the stage.
+// math threads calls it after writing its part of the stage. `table` (the unit's cos/sin, or
+// nullptr): first the rope pairs of the staged bf16 rows are rotated in place by the conjugate,
+// (row, pair) items dealt over the 256 threads, then a second barrier — the same operations on
+// the same bf16 pairs as OutPair (OutRopeRotate rounds to bf16 first), in a short loop instead of
+// 16 unrolled rotations per warpgroup-1 thread.
 __device__ __forceinline__ void WgmmaCopyOutStage(const SparseAttnParams& p, int64_t t, int64_t h0,
-                                                  int tid, const uint8_t* stage) {
+                                                  int tid, uint8_t* stage,
+                                                  const AttnRope& rope = AttnRope{},
+                                                  const float2* table = nullptr) {
   NamedBarrier<WgmmaShape::kMathBarrier, WgmmaShape::kThreads>();
   const int64_t rows = min(p.heads - h0, int64_t{WgmmaShape::kHeads});
+  if (table != nullptr) {
+    const uint32_t base = SmemAddr(stage);
+#pragma unroll 1
+    for (int item = tid; item < rows * rope.pairs; item += WgmmaShape::kThreads) {
+      const int row = item / rope.pairs, k = item % rope.pairs;
+      const int d = rope.first + 2 * k;
+      const uint32_t addr = base + row * 1024 + (((d >> 3) ^ (row & 7)) << 4) + (d & 7) * 2;
+      uint32_t pair;
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pair) : "r"(addr));
+      const float2 cs = table[k];
+      float re = 0.0f, im = 0.0f;
+      norm_rope_device::RotatePair(exact::Bf16ToF32(pair & 0xFFFFu), exact::Bf16ToF32(pair >> 16),
+                                   cs.x, -cs.y, &re, &im);
+      pair = exact::F32ToBf16(re) | (exact::F32ToBf16(im) << 16);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair) : "memory");
+    }
+    NamedBarrier<WgmmaShape::kMathBarrier, WgmmaShape::kThreads>();
+  }
   // Thread tid copies chunk tid % 64 of rows tid / 64 + 4i; the row's swizzle (row % 8)
   // alternates between two values.
   const int chunk = tid & 63, row0 = tid >> 6;
@@ -245,10 +269,14 @@ __device__ __forceinline__ void WgmmaStoreOutput(const SparseAttnParams& p, int6
     }
 #pragma unroll
     for (int j = kWgmmaRopeFirstPair; j < 32; ++j) {
-      put(j, OutPair(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1], d0 + 8 * j, rope, rope_table));
+      // Staged: the rope pairs are rotated in the stage (WgmmaCopyOutStage).
+      put(j, OutPair(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1], d0 + 8 * j, rope,
+                     kStaged ? nullptr : rope_table));
     }
   }
-  if constexpr (kStaged) WgmmaCopyOutStage(p, t, h0, 128 * half + wtid, stage);
+  if constexpr (kStaged) {
+    WgmmaCopyOutStage(p, t, h0, 128 * half + wtid, stage, rope, seen ? rope_table : nullptr);
+  }
 }
 
 // The sink logits of the thread's rows r0, r0 + 8 (0 past the heads), for WgmmaStoreOutput.
