@@ -195,11 +195,12 @@ absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 
 // Stages 1 + 2 fused for decode sizes (MoeCudaFrontFits(m)): LaunchMoeRoute (no counts)
-// followed by LaunchMoePermute in one block — every score by a thread, a warp choosing each
-// token's experts, counted in shared memory, then the offsets, tile list and stable slot order,
-// and the quantise +
-// gather in the same block when one pass of it covers x (m·D/32 <= 512 blocks; else the permute's
-// own gather kernel follows). The same bytes as the two launchers (tested). `route` and `permute`
+// followed by LaunchMoePermute in one launch — in block 0 every score by a thread, a warp choosing
+// each token's experts, counted in shared memory, then the offsets, tile list and stable slot
+// order; the quantise with xg_by_token by extra CTAs of the launch, concurrently (the rows by
+// token do not depend on the routing), else in block 0 after the scatter when one pass covers x
+// (m·D/32 <= 512 blocks; else the permute's own gather kernel follows). The same bytes as the two
+// launchers (tested). `route` and `permute`
 // must describe one call: the same m, n_experts and top_k, and permute's expert_ids /
 // expert_weights must be route's outputs; permute.path must be kAuto or kSmall (the one-block
 // sort). MoeCuda takes it when MoeCudaFrontFits, route_path and sort_path are kAuto and

@@ -1,6 +1,8 @@
-// The decode-size front of the MoE layer in one block: route, counting sort (+ tile list) and,
-// when one pass of the block covers it, the FP8 quantise + gather. Device code of
-// cuda/moe_launch.cu only.
+// The decode-size front of the MoE layer in one launch: block 0 routes, sorts (+ tile list) and
+// scatters the slot table; the FP8 quantise + gather of x runs on extra CTAs of the same launch
+// while block 0 routes when the rows go by token (xg_by_token, MoeCuda's default: they do not
+// depend on the routing), else in block 0 after the scatter when one pass covers x (top_k copies
+// need the slot rows). Device code of cuda/moe_launch.cu only.
 //
 // The same bytes as LaunchMoeRoute followed by LaunchMoePermute (tested): the block computes all
 // m·E scores (RouteScore, a thread each, into shared memory), then each token's top-k is chosen by
@@ -13,7 +15,8 @@
 // over all E experts, README "Where one token's 88 µs go"). The quantise + gather runs 4 lanes per
 // 32-value block (QuantGatherBlockQuad: 8 values of ILP per lane, the block amax by two shuffles):
 // one thread per block chained all 32 values' encodes in one thread, ~10K of the kernel's ~21K
-// cycles at one token (clock64-timed, README "The decode-size front").
+// cycles at one token (clock64-timed, README "The decode-size front"); on the side CTAs it no
+// longer follows the route at all (session 28: 1 token 13.6 -> 9.3 µs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -89,9 +92,36 @@ __device__ __forceinline__ void QuantGatherBlockQuad(const MoePermuteParams& p, 
   }
 }
 
+// Quads of the block quantise: threadIdx.x / 4 of quantiser CTA q of `ctas` takes blocks q·128 +
+// threadIdx.x / 4, then every ctas·128 on; the trip count is the same for every thread of the CTA
+// (the shuffles).
+__device__ __forceinline__ void FrontQuantiseQuads(const MoePermuteParams& p, int64_t first,
+                                                   int64_t stride, const int32_t* slot_pos) {
+  const int64_t nb = p.dim / 32, blocks = p.m * nb;
+  for (int64_t u0 = first; u0 < blocks; u0 += stride) {
+    const int64_t u = u0 + threadIdx.x / 4;
+    const bool active = u < blocks;
+    const int64_t uu = active ? u : 0;
+    QuantGatherBlockQuad(p, uu / nb, uu % nb, static_cast<int>(threadIdx.x % 4), active, slot_pos);
+  }
+}
+
+// How the front's launch quantises x (MoeFrontKernel's `gather`).
+enum class FrontGather : int {
+  kNone = 0,      // a separate MoeQuantGatherKernel follows
+  kInBlock = 1,   // block 0 after the scatter (needs the slot rows: top_k copies)
+  kSideCtas = 2,  // xg_by_token: CTAs 1.. quantise while block 0 routes (no slot rows needed)
+};
+
 template <int kPerLane>
 __global__ void __launch_bounds__(kSortThreads)
-    MoeFrontKernel(MoeRouteParams rp, MoePermuteParams p, bool gather) {
+    MoeFrontKernel(MoeRouteParams rp, MoePermuteParams p, FrontGather gather) {
+  constexpr int kQuads = kSortThreads / 4;
+  if (blockIdx.x > 0) {  // a quantiser CTA (FrontGather::kSideCtas): the rows by token
+    FrontQuantiseQuads(p, int64_t{blockIdx.x - 1} * kQuads, int64_t{gridDim.x - 1} * kQuads,
+                       nullptr);
+    return;
+  }
   extern __shared__ __align__(16) float front_scores[];  // [m][E] unbiased, then [m][E] biased
   __shared__ int32_t first[kMoeCudaMaxExperts];          // counts, then offsets
   __shared__ int32_t slot_id[kFrontMaxSlots];            // (token, rank) order
@@ -129,16 +159,9 @@ __global__ void __launch_bounds__(kSortThreads)
     p.token_slot[i] = pos;
     slot_pos[i] = pos;
   }
-  if (!gather) return;
+  if (gather != FrontGather::kInBlock) return;
   __syncthreads();  // slot_pos is complete
-  // A quad of lanes per block; the loop's trip count is the same for every thread (shuffles).
-  const int64_t nb = p.dim / 32, blocks = p.m * nb;
-  for (int64_t u0 = 0; u0 < blocks; u0 += kSortThreads / 4) {
-    const int64_t u = u0 + threadIdx.x / 4;
-    const bool active = u < blocks;
-    const int64_t uu = active ? u : 0;
-    QuantGatherBlockQuad(p, uu / nb, uu % nb, static_cast<int>(threadIdx.x % 4), active, slot_pos);
-  }
+  FrontQuantiseQuads(p, 0, kQuads, slot_pos);
 }
 
 }  // namespace flashserve::kernels::moe_device

@@ -123,39 +123,48 @@ void EnqueuePermute(const MoePermuteParams& p, cudaStream_t stream) {
 }
 
 template <int kPerLane>
-void LaunchFront(const MoeRouteParams& rp, const MoePermuteParams& p, bool gather,
-                 cudaStream_t stream) {
+void LaunchFront(const MoeRouteParams& rp, const MoePermuteParams& p,
+                 moe_device::FrontGather gather, int ctas, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_set{0};
   EnsureSmemLimit(
       moe_device::MoeFrontKernel<kPerLane>,
       static_cast<int>(moe_device::FrontSmemBytes(kMoeCudaFrontMaxTokens, kMoeCudaMaxExperts)),
       smem_set);
   moe_device::MoeFrontKernel<kPerLane>
-      <<<1, moe_device::kSortThreads, moe_device::FrontSmemBytes(p.m, p.n_experts), stream>>>(
+      <<<ctas, moe_device::kSortThreads, moe_device::FrontSmemBytes(p.m, p.n_experts), stream>>>(
           rp, p, gather);
   CUDA_CHECK(cudaGetLastError());
 }
 
-// Route + sort (+ the quantise when one pass of the block covers it) in one block; the quantise
-// grid after it otherwise. The caller validated MoeCudaFrontFits.
+// Route + sort in one block, and the quantise: with xg_by_token (rows by token, which do not
+// depend on the routing) by quantiser CTAs of the same launch while block 0 routes, a quad of
+// lanes per 32-value block (1 token at D 5120: 160 blocks, 2 CTAs); with top_k copies (the slot
+// rows come from the sort) by block 0 after its scatter when one pass covers x, else by a
+// quantise grid after it. The caller validated MoeCudaFrontFits.
 void EnqueueFront(const MoeRouteParams& rp, const MoePermuteParams& p, cudaStream_t stream) {
+  using moe_device::FrontGather;
   if (p.m == 0) return;
-  const bool gather = p.m * (p.dim / 32) <= moe_device::kSortThreads;
+  const int64_t blocks = p.m * (p.dim / 32), quads = moe_device::kSortThreads / 4;
+  const FrontGather gather = p.xg_by_token                        ? FrontGather::kSideCtas
+                             : blocks <= moe_device::kSortThreads ? FrontGather::kInBlock
+                                                                  : FrontGather::kNone;
+  const int ctas =
+      gather == FrontGather::kSideCtas ? 1 + static_cast<int>((blocks + quads - 1) / quads) : 1;
   switch (moe_device::RouteExpertsPerLane(p.n_experts)) {
     case 1:
-      LaunchFront<1>(rp, p, gather, stream);
+      LaunchFront<1>(rp, p, gather, ctas, stream);
       break;
     case 4:
-      LaunchFront<4>(rp, p, gather, stream);
+      LaunchFront<4>(rp, p, gather, ctas, stream);
       break;
     case 12:
-      LaunchFront<12>(rp, p, gather, stream);
+      LaunchFront<12>(rp, p, gather, ctas, stream);
       break;
     default:
-      LaunchFront<32>(rp, p, gather, stream);
+      LaunchFront<32>(rp, p, gather, ctas, stream);
       break;
   }
-  if (gather) return;
+  if (gather != FrontGather::kNone) return;
   moe_device::
       MoeQuantGatherKernel<<<Blocks(p.m, kMaxGridX), moe_device::kGatherThreads, 0, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
