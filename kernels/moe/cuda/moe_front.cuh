@@ -16,7 +16,7 @@
 // 32-value block (QuantGatherBlockQuad: 8 values of ILP per lane, the block amax by two shuffles):
 // one thread per block chained all 32 values' encodes in one thread, ~10K of the kernel's ~21K
 // cycles at one token (clock64-timed, README "The decode-size front"); on the side CTAs it no
-// longer follows the route at all (session 28: 1 token 13.6 -> 9.3 µs).
+// longer follows the route at all (session 28: 1 token 13.6 -> 9.0-9.3 µs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,9 +92,9 @@ __device__ __forceinline__ void QuantGatherBlockQuad(const MoePermuteParams& p, 
   }
 }
 
-// Quads of the block quantise: threadIdx.x / 4 of quantiser CTA q of `ctas` takes blocks q·128 +
-// threadIdx.x / 4, then every ctas·128 on; the trip count is the same for every thread of the CTA
-// (the shuffles).
+// The block quantise by quads: quad threadIdx.x / 4 takes 32-value block first + threadIdx.x / 4,
+// then every `stride` blocks on (quantiser CTA q of n: first q·128, stride n·128; block 0 after
+// its scatter: 0, 128). The trip count is the same for every thread of the CTA (the shuffles).
 __device__ __forceinline__ void FrontQuantiseQuads(const MoePermuteParams& p, int64_t first,
                                                    int64_t stride, const int32_t* slot_pos) {
   const int64_t nb = p.dim / 32, blocks = p.m * nb;
