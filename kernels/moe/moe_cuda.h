@@ -200,8 +200,8 @@ absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
 // order; the quantise with xg_by_token by extra CTAs of the launch, concurrently (the rows by
 // token do not depend on the routing), else in block 0 after the scatter when one pass covers x
 // (m·D/32 <= 512 blocks; else the permute's own gather kernel follows). The same bytes as the two
-// launchers (tested). `route` and `permute`
-// must describe one call: the same m, n_experts and top_k, and permute's expert_ids /
+// launchers (tested). `route` and `permute` must describe one call: the same m, n_experts and
+// top_k, and permute's expert_ids /
 // expert_weights must be route's outputs; permute.path must be kAuto or kSmall (the one-block
 // sort). MoeCuda takes it when MoeCudaFrontFits, route_path and sort_path are kAuto and
 // fused_front is set. Errors: each stage's Validate, InvalidArgumentError naming the mismatch or

@@ -119,10 +119,14 @@ __device__ __forceinline__ uint32_t OutPair(float v0, float v1, int d, const Att
   return OutRopeRotate(v0, v1, table[(d - r.first) >> 1]);
 }
 
-// The output's staging tile (the Q tile's 64 KB, free once the unit's last S was waited for):
-// row R (head h0 + R) holds its 512 bf16 outputs as 64 chunks of 16 bytes, chunk c at byte
-// 1024·R + 16·(c ^ (R % 8)), so that both the accumulator layout's 4-byte writes (a warp: 8 rows
-// × one chunk) and the row-wise 16-byte reads touch 32 distinct banks.
+// The output's staging tile (64 KB: WgmmaKernel's and the row kernel's Q tile, free once the
+// unit's last S was waited for; wgmma-ws: the unit's last ring stage): row R (head h0 + R) holds
+// its 512 bf16 outputs as 64 chunks of 16 bytes, chunk c at byte 1024·R + 16·(c ^ (R % 8)), so
+// that both the accumulator layout's 4-byte writes (a warp: 8 rows × one chunk) and the row-wise
+// 16-byte reads touch 32 distinct banks. The shared address of dim d (even) of row R:
+__device__ __forceinline__ uint32_t OutStageAddr(uint32_t base, int row, int d) {
+  return base + row * 1024 + (((d >> 3) ^ (row & 7)) << 4) + (d & 7) * 2;
+}
 
 // Copies the staged rows of the unit's heads to p.out with 16-byte stores, a warp's 32 lanes
 // writing 512 contiguous bytes of one head row (the launchers take the wgmma family only with
@@ -144,7 +148,7 @@ __device__ __forceinline__ void WgmmaCopyOutStage(const SparseAttnParams& p, int
     for (int item = tid; item < rows * rope.pairs; item += WgmmaShape::kThreads) {
       const int row = item / rope.pairs, k = item % rope.pairs;
       const int d = rope.first + 2 * k;
-      const uint32_t addr = base + row * 1024 + (((d >> 3) ^ (row & 7)) << 4) + (d & 7) * 2;
+      const uint32_t addr = OutStageAddr(base, row, d);
       uint32_t pair;
       asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pair) : "r"(addr));
       const float2 cs = table[k];
