@@ -50,10 +50,44 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   } while (done == 0);
 }
 
+// Whether the phase of parity `parity` has completed, without waiting (test_wait: acquire, CTA
+// scope, when it returns true).
+__device__ __forceinline__ bool MbarTest(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Named barrier kId over kThreads threads that also returns whether `v` is true in all of them
+// (bar.red.and.pred).
+template <uint32_t kId, uint32_t kThreads>
+__device__ __forceinline__ bool NamedBarrierAnd(bool v) {
+  uint32_t r = 0;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, %3, p;\n"
+      "selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(v)), "n"(kId), "n"(kThreads)
+      : "memory");
+  return r != 0;
+}
+
 // Named barrier kId (1..15) over kThreads threads (immediates, so ptxas sees which barrier).
 template <uint32_t kId, uint32_t kThreads>
 __device__ __forceinline__ void NamedBarrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
+// Arrives on named barrier kId without waiting (release; a bar.sync of the other participants
+// completes the phase): the producer side of a one-way hand-off between warp groups.
+template <uint32_t kId, uint32_t kThreads>
+__device__ __forceinline__ void NamedArrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
 template <uint32_t kRegs>

@@ -132,6 +132,28 @@ __device__ __forceinline__ void WgmmaQkIssue(float (&s)[16], uint32_t q_base, ui
   }
 }
 
+// S[64 x 64] = Q · K^T of the whole block by one warpgroup (wgmma-ws: the warpgroups lead
+// alternate blocks): 32 wgmma m64n64k16 k-steps over the 512 dims (A = Q, B = the block's 64 K
+// rows, both K-major from shared memory), issued and committed, not waited for. n8 tile j holds
+// entries 8j .. 8j + 7: tiles 0..3 are WgmmaQkIssueHalf<0>'s, 4..7 WgmmaQkIssueHalf<1>'s, each
+// element summed over the same k-steps in the same order.
+__device__ __forceinline__ void WgmmaQkIssueWhole(float (&s)[32], uint32_t q_base,
+                                                  uint32_t kv_base) {
+  using W = WgmmaShape;
+  const uint64_t desc_q = wgmma::MakeSw128Desc(q_base, W::kKMajorLbo, W::kKMajorSbo);
+  const uint64_t desc_k = wgmma::MakeSw128Desc(kv_base, W::kKMajorLbo, W::kKMajorSbo);
+  const auto q_lo = static_cast<uint32_t>(desc_q), k_lo = static_cast<uint32_t>(desc_k);
+  const uint64_t hi = desc_q & 0xFFFFFFFF00000000ull;
+  wgmma::FenceOperands(s);
+  wgmma::Fence();
+#pragma unroll
+  for (int ks = 0; ks < W::kD / 16; ++ks) {
+    const uint32_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
+    wgmma::WgmmaM64N64K16SS(s, hi | (q_lo + step), hi | (k_lo + step), ks > 0);
+  }
+  wgmma::CommitGroup();
+}
+
 // Waits for every wgmma group this warpgroup committed; `r` are the registers they wrote.
 template <int kN>
 __device__ __forceinline__ void WgmmaWait(float (&r)[kN]) {
@@ -330,6 +352,90 @@ __device__ __forceinline__ void WgmmaSoftmax(float (&s)[16], const int32_t* idx,
     den_run[r] =
         __fadd_rn(__fmul_rn(den_run[r], alpha[r]), __fadd_rn(s_sum[row], s_sum[kBlock + row]));
     m_run[r] = m_new[r];
+  }
+}
+
+// The lead warpgroup's online-softmax step of a block whose S it computed whole
+// (WgmmaQkIssueWhole; wgmma-ws): WgmmaSoftmax's operations in WgmmaSoftmax's order for rows r0,
+// r0 + 8 — the block max, m′ = WgmmaNextMax, α, p = 2^(S·c − m′), the row sums formed as there
+// (entries 0..31 and 32..63 each summed in tile order and over the quad, then added), denom, and
+// bf16(p) in the register-A layout — so that the result is WgmmaKernel's bit for bit. No barrier:
+// it publishes m′ (s_max) and the block's row sums (s_sum) by the quads' lane 0, and its P in the
+// exchange layout (s_p, 16 words per thread), for the other warpgroup (WgmmaSoftmaxFollow) after
+// the caller's barrier arrival. `c` = softmax_scale·log2(e).
+__device__ __forceinline__ void WgmmaSoftmaxLead(float (&s)[32], const int32_t* idx, float c,
+                                                 int wtid, float* s_max, float* s_sum,
+                                                 uint32_t* s_p, float (&m_run)[2],
+                                                 float (&den_run)[2], float (&alpha)[2],
+                                                 uint32_t (&a)[4][4]) {
+  const int lane = wtid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;
+  const int c2 = 2 * (lane % 4);
+  float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float& x = s[4 * j + i];
+      x = idx[8 * j + c2 + (i & 1)] >= 0 ? x : -INFINITY;
+      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+    }
+  }
+  float m_new[2], lo[2], hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_new[r] = WgmmaNextMax(m_run[r], __fmul_rn(QuadMax(bmax[r]), c));
+    alpha[r] = WgmmaAlpha(m_run[r], m_new[r]);
+    lo[r] = 0.0f;
+    hi[r] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    s[i] = Exp2Sfu(__fmaf_rn(s[i], c, -m_new[(i >> 1) & 1]));  // 2^-inf = +0
+    float& sum = i < 16 ? lo[(i >> 1) & 1] : hi[(i >> 1) & 1];
+    sum = __fadd_rn(sum, s[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float bsum = __fadd_rn(QuadSum(lo[r]), QuadSum(hi[r]));
+    den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]), bsum);
+    m_run[r] = m_new[r];
+    if (lane % 4 == 0) {
+      s_max[r0 + 8 * r] = m_new[r];
+      s_sum[r0 + 8 * r] = bsum;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      a[k][i] = PackBf16(s[8 * k + 2 * i], s[8 * k + 2 * i + 1]);
+      s_p[(4 * k + i) * 128 + wtid] = a[k][i];
+    }
+  }
+}
+
+// The other warpgroup's step of the same block, after the lead's barrier arrival: m′ and the
+// row sums from s_max / s_sum, α = WgmmaAlpha(m, m′) (the lead's operation on the same values),
+// denom, and the lead's bf16 P from s_p (thread i of either warpgroup holds the same fragment
+// positions).
+__device__ __forceinline__ void WgmmaSoftmaxFollow(int wtid, const float* s_max, const float* s_sum,
+                                                   const uint32_t* s_p, float (&m_run)[2],
+                                                   float (&den_run)[2], float (&alpha)[2],
+                                                   uint32_t (&a)[4][4]) {
+  const int lane = wtid % 32;
+  const int r0 = (wtid / 32) * 16 + lane / 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = s_max[r0 + 8 * r];
+    alpha[r] = WgmmaAlpha(m_run[r], m_new);
+    den_run[r] = __fadd_rn(__fmul_rn(den_run[r], alpha[r]), s_sum[r0 + 8 * r]);
+    m_run[r] = m_new;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[k][i] = s_p[(4 * k + i) * 128 + wtid];
   }
 }
 

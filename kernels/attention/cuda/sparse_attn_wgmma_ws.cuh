@@ -6,9 +6,13 @@
 //
 // WgmmaWsKernel: a persistent CTA of three warpgroups (384 threads, one per SM) walks units =
 // (token, group of 64 heads, split) grid-stride, like WgmmaKernel's units. Warpgroups 0 and 1 are
-// the consumers (S, softmax, P·V exactly as WgmmaKernel's n32 variant: warpgroup g computes S for
-// entries 32g.. and P·V for dims 256g..); warpgroup 2 is the producer: it copies every list
-// block's 64 rows into stage (ring slot % 2) with cp.async (8 threads per row, so a warp's
+// the consumers (the same values as WgmmaKernel's n32 variant, bit for bit): the two lead
+// alternate non-empty blocks — the lead computes the block's whole S (m64n64: full tensor rate,
+// where the n32 halves ran at 2/3, shared-memory-bound), its softmax, and hands m′, the row sums
+// and bf16 P to the other through shared memory and named barrier 4 + lead; the other, meanwhile,
+// issues the S of the next block (which it leads) when that block has already landed (probed,
+// never waited for); each does P·V for dims 256g..; warpgroup 2 is the producer: it copies every
+// list block's 64 rows into stage (ring slot % 2) with cp.async (8 threads per row, so a warp's
 // request is 4 rows × 128 contiguous bytes), Q with a unit's first block (and rotates q's RoPE
 // pairs once Q has landed), and signals the stage's `full` barrier through
 // cp.async.mbarrier.arrive (the hardware arrives once the thread's copies have landed; the
@@ -20,10 +24,11 @@
 // next unit's first block and Q are gathered during this unit's tail. Shared memory:
 // WgmmaShape's layout (Q, two 64 KB stages, idx [2][64], row max / sum / P exchange), five
 // mbarriers (full[2], empty[2], q_empty) and three cos/sin tables. No CTA-wide barrier after the
-// start: the consumers meet on named barrier 1 (256 threads) for the row max, the row sum / P
-// exchange and before the output stage, the producer threads on named barrier 3 before rotating
-// Q, the two roles only through the mbarriers. Registers: the producer gives its warpgroup's down
-// to kProducerRegs, the consumers take kConsumerRegs.
+// start: the consumers meet on named barrier 1 (256 threads) before the output stage, on 4 / 5
+// for the lead's hand-off and each warpgroup on 6 / 7 (128 threads) to agree on the probe, the
+// producer threads on named barrier 3 before rotating Q, the two roles only through the
+// mbarriers. Registers: the producer gives its warpgroup's down to kProducerRegs, the consumers
+// take kConsumerRegs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -90,6 +95,10 @@ struct WgmmaWsShape {
   static constexpr uint32_t kRowsEnd = kPreIdxOff + kIdxAhead * kRawChunkRows * 4;
   static constexpr size_t kRowsSmemBytes = kRowsEnd + kRopeTables + 1024;
   static constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's 128 threads
+  // The lead hand-off (WsConsumeUnit): warpgroup g arrives on kLeadBarrier0 + g once its P, m′
+  // and row sums of a block it leads are in shared memory; the other warpgroup syncs on it. One
+  // barrier per direction, so that a warpgroup never arrives twice on an uncompleted phase.
+  static constexpr uint32_t kLeadBarrier0 = 4;
 };
 static_assert(WgmmaWsShape::kBarOff % 8 == 0, "mbarriers are 8-byte aligned");
 static_assert(WgmmaWsShape::kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -384,7 +393,8 @@ template <bool kRope, bool kRows>
 __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const Geometry& geo,
                                               int64_t unit, int64_t t, int64_t h0,
                                               int64_t blk_begin, int64_t blk_end, uint32_t base,
-                                              uint8_t* smem, int half, uint32_t& it) {
+                                              uint8_t* smem, int half, uint32_t& it,
+                                              uint32_t& leads) {
   using W = WgmmaShape;
   using WS = WgmmaWsShape;
   const int tid = static_cast<int>(threadIdx.x);
@@ -410,7 +420,10 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   if (out_rope && half == 0) RopeFillTable(geo.rope, t, wtid, rope_table);
   const float2* out_table = out_rope ? rope_table : nullptr;
   const int64_t blk_stop = WsBlockStop(blk_begin, blk_end);
+  const float c = __fmul_rn(p.softmax_scale, kLog2E);
   uint32_t out_stage = 0;  // the unit's last ring stage: the output stage
+  float s[32];
+  bool s_issued = false;  // S of the block this warpgroup leads next is in flight or done
   for (int64_t blk = blk_begin; blk < blk_stop; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     const bool last = blk + 1 == blk_stop;
@@ -428,20 +441,57 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
       continue;
     }
     seen = true;
-    float s[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
-    WgmmaQkIssue(s, base + W::kQOff, kv_base, half);
-    WgmmaWait(s);
+    // Warpgroup (leads & 1) leads this block: its whole S, the softmax, P for the other.
+    const bool lead = static_cast<int>(leads & 1u) == half;
+    ++leads;
     float alpha[2];
     uint32_t a[4][4];  // bf16 P of the whole block in the register-A layout, k-steps 0..3
-    WgmmaSoftmax(s, idx, __fmul_rn(p.softmax_scale, kLog2E), half, wtid, s_max, s_sum, s_p, m_run,
-                 den_run, alpha, a);
+    if (lead) {
+      if (!s_issued) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+        WgmmaQkIssueWhole(s, base + W::kQOff, kv_base);
+      }
+      s_issued = false;
+      WgmmaWait(s);
+      WgmmaSoftmaxLead(s, idx, c, wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
+      if (half == 0) {
+        NamedArrive<WS::kLeadBarrier0, WS::kConsumerThreads>();
+      } else {
+        NamedArrive<WS::kLeadBarrier0 + 1, WS::kConsumerThreads>();
+      }
+    } else {
+      // This warpgroup leads the next block: its S runs while the lead's softmax does, if the
+      // block has landed already (never waiting for it here: this block's P·V and stage release
+      // would wait for the gather). Not past the unit (its Q waits for this unit's end).
+      const uint32_t next = (it + 1) % WS::kStages;
+      // Warpgroup-uniform (the wgmma needs all four warps): the probes of its 128 threads
+      // and-reduced on its own named barrier.
+      const bool landed = !last && MbarTest(WsFullBar(base, next), ((it + 1) / WS::kStages) & 1);
+      const bool all_landed = half == 0 ? NamedBarrierAnd<WS::kLeadBarrier0 + 2, 128>(landed)
+                                        : NamedBarrierAnd<WS::kLeadBarrier0 + 3, 128>(landed);
+      if (all_landed) {
+        wgmma::FenceProxyAsyncShared();
+        const int32_t* idx1 = s_idx + next * kBlock;
+        if (__any_sync(0xFFFFFFFFu, idx1[lane] >= 0 || idx1[lane + 32] >= 0)) {
+#pragma unroll
+          for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+          WgmmaQkIssueWhole(s, base + W::kQOff, base + W::kKvOff + next * W::kTileBytes);
+          s_issued = true;
+        }
+      }
+      if (half == 0) {
+        NamedBarrier<WS::kLeadBarrier0 + 1, WS::kConsumerThreads>();
+      } else {
+        NamedBarrier<WS::kLeadBarrier0, WS::kConsumerThreads>();
+      }
+      WgmmaSoftmaxFollow(wtid, s_max, s_sum, s_p, m_run, den_run, alpha, a);
+    }
     if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
     }
-    WgmmaPv(acc, a, kv_base, half);  // waited: this thread's reads of the stage are done
+    WgmmaPv(acc, a, kv_base, half);  // waited (S of the next block too): the stage reads are done
     if (!last) MbarArrive(WsEmptyBar(base, stage));
   }
   MbarArrive(WsQEmptyBar(base));
@@ -497,10 +547,11 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     CpAsyncWait<0>();  // no copy outlives its thread
   } else {
     SetMaxRegsInc<WS::kConsumerRegs>();
+    uint32_t leads = 0;  // non-empty blocks so far (over the CTA's units): which warpgroup leads
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
       WsConsumeUnit<kRope, kRows>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg,
-                                  it);
+                                  it, leads);
     }
   }
 }
