@@ -391,15 +391,16 @@ TEST(SparseAttnGpuTest, PathSelection) {
   EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);  // one block: nothing to pipeline
   EXPECT_EQ(PathOf(released, {8, 16, 24}), SparseAttnCudaPath::kWgmma);
   // The bench's batches at width 640 (10 blocks): 1 / 8 tokens run 1-block units (wgmma),
-  // 64 tokens 5-block units and 256 tokens 10-block units (wgmma-ws); 25 / 26 tokens straddle the
-  // 3-block threshold (2 and 3 blocks per unit).
+  // 64 tokens 5-block units and 256 tokens 10-block units (wgmma-ws); 12 / 13 tokens straddle the
+  // 2-block threshold (1 and 2 blocks per unit).
   EXPECT_EQ(PathOfDims(released, 1, 640), SparseAttnCudaPath::kWgmma);
   EXPECT_EQ(PathOfDims(released, 8, 640), SparseAttnCudaPath::kWgmma);
-  EXPECT_EQ(PathOfDims(released, 25, 640), SparseAttnCudaPath::kWgmma);
-  EXPECT_EQ(PathOfDims(released, 26, 640), SparseAttnCudaPath::kWgmmaWs);
+  EXPECT_EQ(PathOfDims(released, 12, 640), SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(PathOfDims(released, 13, 640), SparseAttnCudaPath::kWgmmaWs);
   EXPECT_EQ(PathOfDims(released, 64, 640), SparseAttnCudaPath::kWgmmaWs);
   EXPECT_EQ(PathOfDims(released, 256, 640), SparseAttnCudaPath::kWgmmaWs);
-  EXPECT_EQ(PathOfDims(released, 256, 128), SparseAttnCudaPath::kWgmma);    // 2-block lists
+  EXPECT_EQ(PathOfDims(released, 256, 64), SparseAttnCudaPath::kWgmma);     // 1-block lists
+  EXPECT_EQ(PathOfDims(released, 256, 128), SparseAttnCudaPath::kWgmmaWs);  // 2-block lists
   EXPECT_EQ(PathOfDims(released, 1, 2560), SparseAttnCudaPath::kWgmma);     // 40 splits of 1 block
   EXPECT_EQ(PathOfDims(released, 1, 24576), SparseAttnCudaPath::kWgmmaWs);  // 128 splits of 3
   EXPECT_EQ(PathOf(released, {0, 3, 0}), SparseAttnCudaPath::kScalar);

@@ -66,26 +66,29 @@ TEST(SparseAttnCombineForm, SharedWeightsOnlyWhereTheGridIsOneWave) {
 
 TEST(SparseAttnWsDefault, TakesWsWhereUnitsHaveBlocksToPipeline) {
   // The H200 measurements the rule rests on (README.md "wgmma-ws"): 1 and 8 tokens (1-block
-  // units) lose 0.9–1.3 µs on wgmma-ws, 64 tokens (5 blocks) and 256 tokens (10 blocks) win.
+  // units) lose 0.1–0.2 µs on wgmma-ws, 16 and 24 tokens (2 blocks) win 1 µs, 64 tokens (5
+  // blocks) and 256 tokens (10 blocks) win more.
   EXPECT_FALSE(SparseAttnWsPays(1, kReleasedHeads, kReleasedWidth));
   EXPECT_FALSE(SparseAttnWsPays(8, kReleasedHeads, kReleasedWidth));
+  EXPECT_TRUE(SparseAttnWsPays(16, kReleasedHeads, kReleasedWidth));
   EXPECT_TRUE(SparseAttnWsPays(64, kReleasedHeads, kReleasedWidth));
   EXPECT_TRUE(SparseAttnWsPays(256, kReleasedHeads, kReleasedWidth));
-  // The switch at the released width: 2 blocks per unit up to 25 tokens, 3 from 26.
-  for (int64_t tokens = 1; tokens <= 25; ++tokens) {
+  // The switch at the released width: 1 block per unit up to 12 tokens (10 or more splits), 2
+  // from 13 (9 splits).
+  for (int64_t tokens = 1; tokens <= 12; ++tokens) {
     EXPECT_FALSE(SparseAttnWsPays(tokens, kReleasedHeads, kReleasedWidth)) << tokens;
   }
-  for (int64_t tokens = 26; tokens <= 1024; ++tokens) {
+  for (int64_t tokens = 13; tokens <= 1024; ++tokens) {
     EXPECT_TRUE(SparseAttnWsPays(tokens, kReleasedHeads, kReleasedWidth)) << tokens;
   }
-  // Other list widths: short lists never pipeline, long ones do even at 1 token.
-  EXPECT_FALSE(SparseAttnWsPays(256, kReleasedHeads, 128));  // 2 blocks
-  EXPECT_TRUE(SparseAttnWsPays(256, kReleasedHeads, 192));   // 3 blocks
-  EXPECT_FALSE(SparseAttnWsPays(1, kReleasedHeads, 2560));   // 40 splits of 1 block
-  EXPECT_TRUE(SparseAttnWsPays(1, kReleasedHeads, 24576));   // 128 splits of 3 blocks
+  // Other list widths: 1-block lists never pipeline, long ones do even at 1 token.
+  EXPECT_FALSE(SparseAttnWsPays(256, kReleasedHeads, 64));  // 1 block
+  EXPECT_TRUE(SparseAttnWsPays(256, kReleasedHeads, 128));  // 2 blocks
+  EXPECT_FALSE(SparseAttnWsPays(1, kReleasedHeads, 2560));  // 40 splits of 1 block
+  EXPECT_TRUE(SparseAttnWsPays(1, kReleasedHeads, 24576));  // 128 splits of 3 blocks
   // More head groups mean more items, fewer splits, longer units.
-  EXPECT_FALSE(SparseAttnWsPays(16, 64, kReleasedWidth));
-  EXPECT_TRUE(SparseAttnWsPays(16, 128, kReleasedWidth));
+  EXPECT_FALSE(SparseAttnWsPays(8, 64, kReleasedWidth));
+  EXPECT_TRUE(SparseAttnWsPays(8, 128, kReleasedWidth));
   // Degenerate dims (unvalidated params; constant evaluation would reject a division by zero).
   static_assert(SparseAttnCudaCutFor(0, 64, 640, 64).splits == 1);
   static_assert(SparseAttnCudaCutFor(4, 0, 640, 64).splits == 1);

@@ -54,12 +54,13 @@ inline constexpr int64_t kSparseAttnWgmmaHeads = 64;
 // Whether the default (kAuto) takes kWgmmaWs instead of kWgmma for the bf16 form: when a unit has
 // at least kSparseAttnWsMinBlocks list blocks. The producer's ring overlaps a block's gather with
 // the previous block's compute; with 1-block units (one unit per CTA at these sizes) it pays the
-// producer hand-off for nothing (session 27, persistent CTAs: 1 token 12.96 vs 13.82 µs, 8 tokens
-// 15.16 vs 15.89). Measured on the H200 (README.md "wgmma-ws",
-// released dims, width 640 = 10 blocks): 1 and 8 tokens (1 block per unit) wgmma-ws 0.9–1.3 µs
-// slower; 64 tokens (5 blocks) 62.4 → 57.1 µs; 256 tokens (10 blocks) 104.4 → 84.8 µs. The
-// threshold sits between the measured 1 (loses) and 5 (wins): at width 640 it is 26 tokens and up.
-inline constexpr int64_t kSparseAttnWsMinBlocks = 3;
+// producer hand-off for nothing. Measured on the H200 (README.md "wgmma-ws", released dims, width
+// 640 = 10 blocks; graph µs, wgmma vs wgmma-ws): session 27 (persistent CTAs) 1 token 12.96 vs
+// 13.82, 8 tokens 15.16 vs 15.89 (1-block units lose); session 29 (whole-block S on alternating
+// warpgroups) 1 token 12.97 vs 13.13, 8 tokens 15.18 vs 15.27, 16 tokens (2-block units) 18.21 vs
+// 17.22, 24 tokens 20.39 vs 19.40, 32 tokens (3 blocks) 22.64 vs 20.68. So from 2 blocks: 13
+// tokens and up at width 640.
+inline constexpr int64_t kSparseAttnWsMinBlocks = 2;
 constexpr bool SparseAttnWsPays(int64_t tokens, int64_t heads, int64_t width) {
   return SparseAttnCudaCutFor(tokens, heads, width, kSparseAttnWgmmaHeads).blocks_per_split >=
          kSparseAttnWsMinBlocks;
