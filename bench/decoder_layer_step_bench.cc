@@ -53,8 +53,10 @@
 //
 // Synthetic data (deterministic, filled on the device): FP8 codes over every finite E4M3 value with
 // UE8M0 scales 2^-15..2^-11, FP4 experts as the MoE bench's realistic ones, activations uniform.
-// The compressed KV pool is bf16 rows (the attention kernel reads bf16; FP4 rows decoded in the
-// kernel are future work), 65,536 rows shared by the batch, 512 distinct random rows per token.
+// The compressed KV pool is bf16 rows (the attention's bf16 form; the row form, which reads the
+// FP4 / FP8 serving rows and decodes them in the kernel, is timed by bench_sparse_attn --path rows
+// and is slower at large batch: 93 against 54 µs at 256 tokens, kernels/attention/wgmma_ws.md),
+// 65,536 rows shared by the batch, 512 distinct random rows per token.
 //
 // Per batch size it prints the whole step (median of N back-to-back steps, CUDA events; and the
 // replay of a CUDA graph of one step), its bytes, FLOPs and roofline bound
