@@ -94,17 +94,20 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return raw + (((addr + 1023u) & ~1023u) - addr);
 }
 
-// S[64 x 32] = Q · K[rows 32·kHalf ..]^T over 512 dims: 32 wgmma k-steps, issued and committed
-// as one group, not waited for (WgmmaWait does that), so that the caller can issue the next
-// block's gather while the tensor cores run. The descriptors' start addresses advance in their
-// low words only (the 14-bit address field never carries: shared memory < 256 KB).
-template <int kHalf>
-__device__ __forceinline__ void WgmmaQkIssueHalf(float (&s)[16], uint32_t q_base,
+// S[64 x kN] = Q · K[rows kRow0 .. kRow0 + kN)^T over 512 dims: 32 wgmma m64nNk16 k-steps (A = Q,
+// B = the block's K rows, both K-major from shared memory), issued and committed as one group,
+// not waited for (WgmmaWait does that), so that the caller can issue the next block's gather
+// while the tensor cores run. The descriptors' start addresses advance in their low words only
+// (the 14-bit address field never carries: shared memory < 256 KB). n8 tile j holds entries
+// kRow0 + 8j ..; every element is summed over the same k-steps in the same order whatever kN, so
+// the whole block's S (kN = 64) equals its two halves' (kN = 32) element for element.
+template <int kN, int kRow0>
+__device__ __forceinline__ void WgmmaQkIssueRows(float (&s)[kN / 2], uint32_t q_base,
                                                  uint32_t kv_base) {
+  static_assert(kN == 32 || kN == 64, "m64n32 or m64n64");
   using W = WgmmaShape;
   const uint64_t desc_q = wgmma::MakeSw128Desc(q_base, W::kKMajorLbo, W::kKMajorSbo);
-  const uint64_t desc_k =
-      wgmma::MakeSw128Desc(kv_base + kHalf * 32 * 128, W::kKMajorLbo, W::kKMajorSbo);
+  const uint64_t desc_k = wgmma::MakeSw128Desc(kv_base + kRow0 * 128, W::kKMajorLbo, W::kKMajorSbo);
   const auto q_lo = static_cast<uint32_t>(desc_q), k_lo = static_cast<uint32_t>(desc_k);
   const uint64_t hi = desc_q & 0xFFFFFFFF00000000ull;  // the same for both (same lbo / sbo)
   wgmma::FenceOperands(s);
@@ -114,9 +117,20 @@ __device__ __forceinline__ void WgmmaQkIssueHalf(float (&s)[16], uint32_t q_base
     // k-step ks: column block ks / 4, bytes 32·(ks % 4) into each 128-byte row; the start
     // address field counts 16-byte units.
     const uint32_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
-    wgmma::WgmmaM64N32K16SS(s, hi | (q_lo + step), hi | (k_lo + step), ks > 0);
+    if constexpr (kN == 32) {
+      wgmma::WgmmaM64N32K16SS(s, hi | (q_lo + step), hi | (k_lo + step), ks > 0);
+    } else {
+      wgmma::WgmmaM64N64K16SS(s, hi | (q_lo + step), hi | (k_lo + step), ks > 0);
+    }
   }
   wgmma::CommitGroup();
+}
+
+// S[64 x 32] of entries 32·kHalf .. (WgmmaKernel and WgmmaRowsKernel split S by entries).
+template <int kHalf>
+__device__ __forceinline__ void WgmmaQkIssueHalf(float (&s)[16], uint32_t q_base,
+                                                 uint32_t kv_base) {
+  WgmmaQkIssueRows<32, 32 * kHalf>(s, q_base, kv_base);
 }
 
 // WgmmaQkIssueHalf for warpgroup `half` (entries 32·half ..). One instantiation per warpgroup, so
@@ -133,25 +147,10 @@ __device__ __forceinline__ void WgmmaQkIssue(float (&s)[16], uint32_t q_base, ui
 }
 
 // S[64 x 64] = Q · K^T of the whole block by one warpgroup (wgmma-ws: the warpgroups lead
-// alternate blocks): 32 wgmma m64n64k16 k-steps over the 512 dims (A = Q, B = the block's 64 K
-// rows, both K-major from shared memory), issued and committed, not waited for. n8 tile j holds
-// entries 8j .. 8j + 7: tiles 0..3 are WgmmaQkIssueHalf<0>'s, 4..7 WgmmaQkIssueHalf<1>'s, each
-// element summed over the same k-steps in the same order.
+// alternate blocks); tiles 0..3 are WgmmaQkIssueHalf<0>'s, 4..7 WgmmaQkIssueHalf<1>'s.
 __device__ __forceinline__ void WgmmaQkIssueWhole(float (&s)[32], uint32_t q_base,
                                                   uint32_t kv_base) {
-  using W = WgmmaShape;
-  const uint64_t desc_q = wgmma::MakeSw128Desc(q_base, W::kKMajorLbo, W::kKMajorSbo);
-  const uint64_t desc_k = wgmma::MakeSw128Desc(kv_base, W::kKMajorLbo, W::kKMajorSbo);
-  const auto q_lo = static_cast<uint32_t>(desc_q), k_lo = static_cast<uint32_t>(desc_k);
-  const uint64_t hi = desc_q & 0xFFFFFFFF00000000ull;
-  wgmma::FenceOperands(s);
-  wgmma::Fence();
-#pragma unroll
-  for (int ks = 0; ks < W::kD / 16; ++ks) {
-    const uint32_t step = ((ks / 4) * W::kColBlockBytes + (ks % 4) * 32) >> 4;
-    wgmma::WgmmaM64N64K16SS(s, hi | (q_lo + step), hi | (k_lo + step), ks > 0);
-  }
-  wgmma::CommitGroup();
+  WgmmaQkIssueRows<64, 0>(s, q_base, kv_base);
 }
 
 // Waits for every wgmma group this warpgroup committed; `r` are the registers they wrote.
