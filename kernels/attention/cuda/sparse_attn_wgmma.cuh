@@ -274,6 +274,25 @@ __device__ __forceinline__ float WgmmaSinkTerm(float sink, float m) {
   return exp2f(__fmaf_rn(sink, kLog2E, -m));
 }
 
+// The masking step of the wgmma softmaxes: S = −inf at the entries whose list index is −1 (n8
+// tile j of `s` holds entries 8j + c2, + 1 of `idx`, c2 = 2·(lane % 4)), and the thread's row
+// maxima over its fragment (bmax[0]: row r0, bmax[1]: r0 + 8).
+template <int kN>
+__device__ __forceinline__ void WgmmaMaskRowMax(float (&s)[kN], const int32_t* idx, int c2,
+                                                float (&bmax)[2]) {
+  bmax[0] = -INFINITY;
+  bmax[1] = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kN / 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float& x = s[4 * j + i];
+      x = idx[8 * j + c2 + (i & 1)] >= 0 ? x : -INFINITY;
+      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
+    }
+  }
+}
+
 // One block's online softmax for the math thread's rows r0, r0 + 8 over its warpgroup's 32
 // entries (S from WgmmaQkIssue), shared by WgmmaKernel, WgmmaWsKernel and WgmmaRowsKernel (so
 // their outputs agree bit for bit): −inf at invalid entries, half-block row max → s_max →
@@ -294,7 +313,7 @@ __device__ __forceinline__ void WgmmaSoftmax(float (&s)[16], const int32_t* idx,
   for (int j = 0; j < 4; ++j) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int e = half * 32 + j * 8 + c2 + (i & 1);
+      const int e = half * 32 + j * 8 + c2 + (i & 1);  // WgmmaMaskRowMax over this half
       float& x = s[4 * j + i];
       x = idx[e] >= 0 ? x : -INFINITY;
       bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
@@ -370,16 +389,8 @@ __device__ __forceinline__ void WgmmaSoftmaxLead(float (&s)[32], const int32_t* 
   const int lane = wtid % 32;
   const int r0 = (wtid / 32) * 16 + lane / 4;
   const int c2 = 2 * (lane % 4);
-  float bmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float& x = s[4 * j + i];
-      x = idx[8 * j + c2 + (i & 1)] >= 0 ? x : -INFINITY;
-      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
-    }
-  }
+  float bmax[2];
+  WgmmaMaskRowMax(s, idx, c2, bmax);
   float m_new[2], lo[2], hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -509,16 +520,8 @@ __device__ __forceinline__ void WgmmaSoftmaxFullBlock(float (&s)[32], const int3
                                                       int c2, float (&m_run)[2],
                                                       float (&den_run)[2], float (&alpha)[2],
                                                       uint32_t (&a)[4][4]) {
-  float bmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float& x = s[4 * j + i];
-      x = idx[8 * j + c2 + (i & 1)] >= 0 ? x : -INFINITY;
-      bmax[i >> 1] = fmaxf(bmax[i >> 1], x);
-    }
-  }
+  float bmax[2];
+  WgmmaMaskRowMax(s, idx, c2, bmax);
   float m_new[2], bsum[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
