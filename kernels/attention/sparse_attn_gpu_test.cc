@@ -390,9 +390,8 @@ TEST(SparseAttnGpuTest, PathSelection) {
   const AttnCase released = RandomCase(1, 64, 512, 10, 8, 0.0, 1);
   EXPECT_EQ(PathOf(released), SparseAttnCudaPath::kWgmma);  // one block: nothing to pipeline
   EXPECT_EQ(PathOf(released, {8, 16, 24}), SparseAttnCudaPath::kWgmma);
-  // The bench's batches at width 640 (10 blocks): 1 / 8 tokens run 1-block units (wgmma),
-  // 64 tokens 5-block units and 256 tokens 10-block units (wgmma-ws); 12 / 13 tokens straddle the
-  // 2-block threshold (1 and 2 blocks per unit).
+  // Width 640 (10 blocks): 1 / 8 / 12 tokens run 1-block units (wgmma), 13 tokens 2-block ones,
+  // 64 and 256 tokens 5- and 10-block ones (wgmma-ws; the threshold is 2 blocks per unit).
   EXPECT_EQ(PathOfDims(released, 1, 640), SparseAttnCudaPath::kWgmma);
   EXPECT_EQ(PathOfDims(released, 8, 640), SparseAttnCudaPath::kWgmma);
   EXPECT_EQ(PathOfDims(released, 12, 640), SparseAttnCudaPath::kWgmma);
