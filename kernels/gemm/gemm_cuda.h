@@ -194,6 +194,8 @@ struct LinearCudaPlan {
   int64_t splits = 1;           // >= 1; every split has at least one step
   int64_t steps_per_split = 0;  // the last split may have fewer
   int64_t m_tiles = 0;
+  // CTAs along N: ceil(N / tile_cols), except for the stream kernel, where it may be larger (up
+  // to ceil(N / 16)): CTA c takes the m16 weight tiles c, c + n_tiles, .. (StreamPlan).
   int64_t n_tiles = 0;
   // kWgmmaBf16 only: the warp-specialised persistent main loop (wgmma_ws) runs it; the launcher
   // falls back to the cp.async one if the driver cannot make the TMA descriptors.

@@ -108,19 +108,22 @@ TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   EXPECT_EQ(PlanLinearCuda(4096, 5120, 8192).splits, 1);  // wo_b prefill: 640 tiles
 }
 
-// The stream plan at the decode shapes: 128 weight rows per CTA, K steps of 128, split to about
-// 264 CTAs, one m tile for M <= 16.
+// The stream plan at the decode shapes: at most 128 weight rows per CTA, K steps of 128, split
+// on ceil(N / 128) CTAs to about 264, then n_tiles (CTAs along N, each taking every n_tiles-th
+// m16 tile) raised toward 264 CTAs, one m tile for M <= 16.
 TEST(LinearCudaPlanTest, StreamPlanAtDecodeShapes) {
   struct Case {
     int64_t n, k, n_tiles, splits, steps_per_split;
   };
   const Case cases[] = {
-      {1280, 5120, 10, 20, 2},    // wq_a: 26 wanted, 40 steps -> 20 splits of 2
-      {32768, 1280, 256, 1, 10},  // wq_b: 256 tiles fill the GPU
-      {5120, 8192, 40, 6, 11},    // wo_b
-      {25600, 6144, 200, 1, 48},  // engram.wkv
-      {4608, 5120, 36, 7, 6},     // shared w1|w3
-      {5120, 2304, 40, 6, 3},     // shared w2
+      {1280, 5120, 13, 20, 2},    // wq_a: 26 wanted, 40 steps -> 20 splits of 2; 13 x 20 CTAs
+      {32768, 1280, 264, 1, 10},  // wq_b: 2,048 m16 tiles over 264 CTAs
+      {5120, 8192, 44, 6, 11},    // wo_b: 320 m16 tiles over 44 x 6
+      {25600, 6144, 264, 1, 48},  // engram.wkv: 1,600 m16 tiles over 264 (was 200 CTAs of 8)
+      {4608, 5120, 37, 7, 6},     // shared w1|w3
+      {5120, 2304, 44, 6, 3},     // shared w2
+      {512, 5120, 13, 20, 2},     // wkv: 32 m16 tiles over 13 x 20
+      {64, 4096, 4, 32, 1},       // tiny N: at most one m16 tile per CTA
   };
   for (const Case& c : cases) {
     for (int64_t m : {1, 7, 16}) {
@@ -135,6 +138,23 @@ TEST(LinearCudaPlanTest, StreamPlanAtDecodeShapes) {
       EXPECT_EQ(p.steps_per_split, c.steps_per_split);
       EXPECT_FALSE(p.warp_specialised);
       EXPECT_FALSE(p.expand_weights);
+    }
+  }
+  // CTA c takes the m16 tiles c + n_tiles·w, w < 8 (its warps): every tile once, no CTA without
+  // one, and the grid within 264 CTAs unless ceil(N / 128) alone exceeds it.
+  for (int64_t n : {16, 64, 96, 1000, 1280, 2304, 5120, 25600, 32768, 100000}) {
+    for (int64_t m : {1, 16, 17, 300}) {
+      for (int64_t forced : {0, 1, 3, 32}) {
+        const LinearCudaPlan p = PlanLinearCuda(m, n, 5120, kLinearCudaStreamRows, forced);
+        SCOPED_TRACE(std::to_string(n) + " " + std::to_string(m) + " " + std::to_string(forced));
+        const int64_t tiles16 = (n + 15) / 16, ctas128 = (n + 127) / 128;
+        ASSERT_GE(8 * p.n_tiles, tiles16);
+        ASSERT_LE(p.n_tiles, tiles16);
+        ASSERT_GE(p.n_tiles, ctas128);
+        if (p.n_tiles > ctas128) {
+          ASSERT_LE(p.n_tiles * p.splits * p.m_tiles, 264);
+        }
+      }
     }
   }
   // Forced: tile_rows 8 at any M, split_k as asked.

@@ -54,7 +54,12 @@ void FillSplits(LinearCudaPlan& p, int64_t k, int64_t split_k, int64_t target) {
 }
 
 // The stream kernel: x rows as the mma's n8 operand (tile_rows 8), up to 16 rows and
-// kLinearCudaStreamCols weight rows per CTA, K in units of kLinearCudaKStep.
+// kLinearCudaStreamCols weight rows per CTA, K in units of kLinearCudaKStep. The splits are
+// planned on ceil(N / 128) CTAs along N; then, when the grid is still below kStreamTargetCtas,
+// n_tiles (grid.x) grows toward it, up to one m16 tile per CTA: CTA c takes the 16-row tiles
+// c, c + n_tiles, .. (one per warp), so the SMs get even shares of the weight instead of 128
+// consecutive rows per CTA (engram.wkv: 200 CTAs of 8 warps on 264 slots left 64 SMs with half
+// the work of the other 68).
 LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   LinearCudaPlan p;
   p.kernel = LinearCudaKernel::kStream;
@@ -64,6 +69,8 @@ LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   p.m_tiles = CeilDiv(m, kLinearCudaStreamMaxRows);
   p.n_tiles = CeilDiv(n, p.tile_cols);
   FillSplits(p, k, split_k, kStreamTargetCtas);
+  const int64_t spread = kStreamTargetCtas / std::max<int64_t>(1, p.splits * p.m_tiles);
+  if (spread > p.n_tiles) p.n_tiles = std::min(CeilDiv(n, 16), spread);
   return p;
 }
 
@@ -124,7 +131,8 @@ size_t PartialBytes(const LinearCudaPlan& plan, int64_t m, int64_t n) {
   return plan.splits > 1 ? AlignUp(static_cast<size_t>(4 * plan.splits * m * n), 256) : 0;
 }
 
-// The stream kernel's split-K arrival counters: one 64-bit word per (m tile, n tile).
+// The stream kernel's split-K arrival counters: one 64-bit word per CTA of a split (m tile, n
+// tile).
 size_t CounterBytes(const LinearCudaPlan& plan) {
   return plan.kernel == LinearCudaKernel::kStream && plan.splits > 1
              ? AlignUp(static_cast<size_t>(8 * plan.m_tiles * plan.n_tiles), 256)

@@ -8,9 +8,13 @@
 // loop); the x rows (<= 16 per CTA: kNT n8 tiles) are the B operand, quantised by the CTA itself
 // into shared memory.
 //
-// Work split: a CTA of 8 warps owns kStreamRows = 128 weight rows (blockIdx.x; warp w the m16
-// tile of rows 16w .. 16w+15), one K split (blockIdx.y; steps_per_split units of 128) and up to
-// 16 x rows (blockIdx.z). K is streamed in units of 128 (four 32-blocks): in a unit, quad lane
+// Work split: the weight rows are cut into m16 tiles of 16 rows; CTA blockIdx.x of gridDim.x (the
+// plan's n_tiles) takes tiles blockIdx.x + gridDim.x·w, one per warp w (at most 8: kStreamRows =
+// 128 rows per CTA), so that consecutive tiles go to consecutive CTAs and every SM gets about the
+// same number of active warps when the plan raises gridDim.x above ceil(N / 128) (round 4; before,
+// 128 consecutive rows per CTA left 64 of the 132 SMs with one CTA and 68 with two at
+// engram.wkv's 200 CTAs); one K split (blockIdx.y; steps_per_split units of 128) and up to 16 x
+// rows (blockIdx.z). K is streamed in units of 128 (four 32-blocks): in a unit, quad lane
 // tig holds codes 8·tig .. 8·tig + 7 of every block of its two rows grp and grp + 8 (a quad's
 // load reads a row's whole 32-byte block: one sector) and the 4 blocks' scale bytes (rows grp and
 // grp + 8 share a 32-row scale row: m16 tiles start at multiples of 16).
@@ -275,7 +279,6 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp = lane / 4, tig = lane % 4;
   const int pitch = StreamPitch(g.slab_units);
-  const int64_t n0 = int64_t{blockIdx.x} * kStreamRows;
   const int64_t row0 = int64_t{blockIdx.z} * 16;
   const int rows = static_cast<int>(min(g.m - row0, int64_t{8 * kNT}));
   const int64_t k_units = (g.k + kStreamUnitK - 1) / kStreamUnitK;
@@ -283,8 +286,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   const int64_t u0 = int64_t{blockIdx.y} * g.steps_per_split;
   const int count = static_cast<int>(min(int64_t{g.steps_per_split}, k_units - u0));  // >= 1
 
-  // This warp's rows (clamped into the matrix: rows past N compute outputs never stored).
-  const int64_t wrow = n0 + 16 * warp;
+  // This warp's m16 tile (see the top of the file; rows clamped into the matrix: rows past N
+  // compute outputs never stored).
+  const int64_t wrow = 16 * (int64_t{blockIdx.x} + int64_t{gridDim.x} * warp);
   const bool warp_active = wrow < g.n;  // warp-uniform
   const int64_t r0 = min(wrow + grp, g.n - 1), r1 = min(wrow + grp + 8, g.n - 1);
   const uint8_t* wrow0 = g.w + r0 * g.k;
