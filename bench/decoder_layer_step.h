@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/bench_fill.h"
+#include "kernels/attention/attention.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
@@ -42,7 +43,8 @@ inline constexpr int64_t kIdxHeads = 32;
 inline constexpr int64_t kIdxDim = 128;
 inline constexpr int64_t kCompressedRows = 65536;
 inline constexpr int64_t kSwaRowBytes = 528;
-inline constexpr int64_t kIdxKRowBytes = 68;  // index-key serving row: 64 code bytes + 4 scales
+inline constexpr int64_t kMainRowBytes = 288;  // FP4 main-KV serving row of 512 channels
+inline constexpr int64_t kIdxKRowBytes = 68;   // index-key serving row: 64 code bytes + 4 scales
 
 // Bench options (decoder_layer_step_bench.cc parses them).
 struct Options {
@@ -87,6 +89,10 @@ struct Options {
   // LaunchRopeCosSin per step serves every layer; the same bits) instead of two RoPE launches
   // (A/B).
   bool fuse_rope = true;
+  // The attention reads the KV as the serving rows (kernels/attention SparseAttnKvRows: each
+  // sequence's window as 528-byte FP8 SWA rows, the compressed rows as 288-byte FP4 main-KV rows,
+  // decoded in the kernel), as a server does; false: the bf16 pool of their decoded values (A/B).
+  bool kv_rows = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -199,7 +205,14 @@ class LayerStep {
     CUDA_CHECK(cudaMemcpy(ids.data(), expert_ids_.get(), ids.size() * 4, cudaMemcpyDeviceToHost));
     return static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
   }
-  int64_t UniqueKvRows(int64_t b) const {
+  // With kv_rows: the attention over the serving rows gives the bits of the attention over the
+  // bf16 pool of their decoded values, on the q of the last step run (leaves the row form's
+  // output in o_). True without kv_rows.
+  bool AttentionFormsAgree(int64_t b);
+  // Bytes of the distinct KV rows the attention of the first b sequences reads: window rows
+  // (pool rows below max_b · kWindow) and compressed rows, at their serving sizes with kv_rows
+  // (528 / 288 bytes), else 1 KB of bf16 each.
+  double KvRowBytesRead(int64_t b) const {
     std::set<int32_t> rows;
     for (int64_t t = 0; t < b; ++t) {
       for (int64_t e = 0; e < kWindow + kTopk; ++e) {
@@ -207,7 +220,12 @@ class LayerStep {
         if (r >= 0) rows.insert(r);
       }
     }
-    return static_cast<int64_t>(rows.size());
+    double bytes = 0;
+    for (int32_t r : rows) {
+      const bool window = r < max_b_ * kWindow;
+      bytes += !opt_.kv_rows ? kHeadDim * 2 : (window ? kSwaRowBytes : kMainRowBytes);
+    }
+    return bytes;
   }
 
  private:
@@ -219,6 +237,10 @@ class LayerStep {
   kernels::FloatLinearCudaParams GateParams(int64_t b) const;
   size_t FloatLinearWorkspace(int64_t b) const;
   void LaunchFloat(kernels::FloatLinearCudaParams p);
+  // The step's attention over the first b sequences, on the serving rows (`rows`) or the bf16
+  // pool, into `out`.
+  kernels::SparseAttnParams AttnParams(int64_t b, bool rows, bool fuse_rope,
+                                       const DeviceBuffer& out) const;
 
   Options opt_;
   int64_t max_b_;
@@ -250,6 +272,7 @@ class LayerStep {
   DeviceBuffer x_attn_, xn_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_, f_out_,
       z_;
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
+  DeviceBuffer main_rows_;     // the compressed rows as FP4 main-KV serving rows (kv_rows)
   DeviceBuffer rope_cos_sin_;  // the step's cos/sin of positions_ (LaunchRopeCosSin, at setup)
   DeviceBuffer lin_ws_, float_ws_, moe_ws_, expert_ids_;
   DeviceBuffer shared_y_, shared_ws_;  // branch 3's output and workspace

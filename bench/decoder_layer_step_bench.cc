@@ -6,6 +6,7 @@
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
 //                            [--shared-branch 0|1] [--ablate 0|1] [--float-gemv 0|1]
 //                            [--priorities 0|1] [--fuse-boundary 0|1] [--fuse-rope 0|1]
+//                            [--kv-form rows|bf16]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -53,10 +54,15 @@
 //
 // Synthetic data (deterministic, filled on the device): FP8 codes over every finite E4M3 value with
 // UE8M0 scales 2^-15..2^-11, FP4 experts as the MoE bench's realistic ones, activations uniform.
-// The compressed KV pool is bf16 rows (the attention's bf16 form; the row form, which reads the
-// FP4 / FP8 serving rows and decodes them in the kernel, is timed by bench_sparse_attn --path rows
-// and is slower at large batch: 93 against 54 µs at 256 tokens, kernels/attention/wgmma_ws.md),
-// 65,536 rows shared by the batch, 512 distinct random rows per token.
+// The attention reads the KV as a server holds it (--kv-form rows, the default since session 30):
+// each sequence's 128 window rows as 528-byte FP8 SWA rows and 65,536 compressed rows shared by
+// the batch as 288-byte FP4 main-KV rows (kernels/attention SparseAttnKvRows, decoded in the
+// kernel: the row form; 512 distinct random compressed rows per token); --kv-form bf16 reads the
+// bf16 pool of the same rows' decoded values instead (the attention's bf16 form, faster at large
+// batch: 54 against 93 µs at 256 tokens in bench_sparse_attn, kernels/attention/wgmma_ws.md; A/B).
+// Both forms attend over the same values (the pool holds the serving rows' decoded values) and
+// are checked bit-identical before timing. Before session 30 the step timed the bf16 form over
+// a random bf16 pool.
 //
 // Per batch size it prints the whole step (median of N back-to-back steps, CUDA events; and the
 // replay of a CUDA graph of one step), its bytes, FLOPs and roofline bound
@@ -64,7 +70,8 @@
 // with both roofs measured in this run (cudaMemcpyAsync d2d, counted read + write; the larger of
 // cuBLAS bf16 GemmEx at 8192^3 and the mma.sync peak), ratio = roof / measured; and, with
 // --stages 1 (default), every stage alone with its own bytes and roof. Bytes: weights read once
-// per step (touched experts only), activations, KV rows actually touched (unique rows × 1 KB),
+// per step (touched experts only), activations, KV rows actually touched (unique rows × 528 /
+// 288 bytes, or × 1 KB in the bf16 form),
 // index keys (L × 256 B per sequence). FLOPs: 2 per multiply-add of every GEMM and of attention
 // (4·64·512·640 per token), the MoE's 2·B·(6 + 1)·3·D·I.
 // Before timing, the step's outputs are checked to be finite and two steps bit-identical
@@ -135,6 +142,13 @@ Options ParseOptions(int argc, char** argv) {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--kv-form") {
+      const std::string form = argv[i + 1];
+      if (form != "rows" && form != "bf16") {
+        std::fprintf(stderr, "--kv-form takes rows or bf16, not %s\n", form.c_str());
+        std::exit(2);
+      }
+      o.kv_rows = form == "rows";
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(2);
@@ -313,9 +327,10 @@ int Run(const Options& o) {
   roofs.tc_tflops = std::max(mma, cublas);
   std::printf("device %s; d2d copy %.0f GB/s; mma.sync bf16 %.0f TFLOP/s; %s %.0f TFLOP/s\n",
               prop.name, roofs.copy_gbps, mma, roofs.tc_source.c_str(), cublas);
-  std::printf("decoder layer step, context %ld, window %ld + top-%ld rows, D %ld, 64 x 512 heads\n",
-              static_cast<long>(o.context), static_cast<long>(kWindow), static_cast<long>(kTopk),
-              static_cast<long>(kD));
+  std::printf(
+      "decoder layer step, context %ld, window %ld + top-%ld rows (%s), D %ld, 64 x 512 heads\n",
+      static_cast<long>(o.context), static_cast<long>(kWindow), static_cast<long>(kTopk),
+      o.kv_rows ? "FP8 / FP4 serving rows" : "bf16 pool", static_cast<long>(kD));
   int64_t max_b = 0;
   for (int64_t b : o.tokens) max_b = std::max(max_b, b);
   for (int64_t b : o.reindex_tokens) max_b = std::max(max_b, b);
@@ -351,6 +366,14 @@ int Run(const Options& o) {
     // Check: finite and deterministic.
     run_step();
     CUDA_CHECK(cudaStreamSynchronize(st));
+    {  // the row form computes the bf16 form's bits on the same KV
+      const bool agree = step.AttentionFormsAgree(b);
+      std::printf("%ld tokens: attention on the serving rows vs the decoded bf16 pool: %s\n",
+                  static_cast<long>(b), agree ? "bit-identical" : "DIFFER");
+      if (!agree) status = 1;
+      run_step();  // the step's own state again
+      CUDA_CHECK(cudaStreamSynchronize(st));
+    }
     const std::vector<uint16_t> z1 = step.Output(b);
     step.CopyExpertIds(true);  // for TouchedExperts below; the capture and timing run without
     run_step();
