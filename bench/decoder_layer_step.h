@@ -231,6 +231,9 @@ class LayerStep {
  private:
   void AllocateWeights();
   void AllocateActivations();
+  // The pool's window rows as SWA rows (swa_rows_) and its compressed rows as FP4 main-KV rows
+  // (main_rows_), then their decoded values back into the pool (decoder_layer_kv.cc).
+  void BuildServingRows();
   // The non-quantised Linears (kernels/gemm bf16 / fp32 weights) at b rows.
   kernels::FloatLinearCudaParams WoAParams(int64_t b) const;
   kernels::FloatLinearCudaParams WeightsProjParams(int64_t b) const;
