@@ -174,6 +174,14 @@ struct LinearCudaParams {
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
+  // Opt-in (session 30): when the plan takes the stream kernel and M <= 8, its work — the same
+  // plan, splits and bits — runs on the TMA-ring variant (cuda/linear_fp8_stream_tma.cuh: one
+  // persistent CTA per SM, the weights through a 2-D TMA ring in shared memory; stream_kernel.md
+  // "Next: a TMA ring") where it fits (x's codes of the whole K in shared memory beside the ring,
+  // the codes' rows 16-byte multiples), else on the stream kernel itself. Measured on the H200:
+  // faster only on unsplit plans of large weights (engram.wkv at M = 1 61.6 -> 59.7 µs); split
+  // plans are slower (each split item's fix-up stalls the consumers), hence not the default.
+  bool stream_tma = false;
   // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k,
   // wgmma_bf16, wgmma_ws, expand_weights) bytes, 16-byte aligned, not used concurrently by
   // another launch. Its contents need no initialisation, before the first call or between calls.

@@ -2,11 +2,13 @@
 // Linear shapes against the roofline.
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
-//                  [--kernels auto,stream,rs,mma,wgmma,wgmma-bf16,wgmma-ws,wgmma-ws-inplace]
+//                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
+//                             wgmma-ws-inplace]
 //                  [--peak-tflops T] [--splits 0,2,...]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
-// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), rs = the
+// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), stream-tma = the
+// same plan on its TMA-ring variant (LinearCudaParams::stream_tma; M <= 8), rs = the
 // register-sourced wgmma kernel (tile_rows 256; auto's choice at M = 9 / 17 .. 768), mma = the
 // mma.sync kernel (16-row tiles where the plan takes the stream kernel, 64-row tiles where it
 // would take wgmma, 16 / 32 / 64 by M where it takes rs; with its separate QDQ and split-K
@@ -86,7 +88,7 @@ int64_t TileFor(const std::string& kernel, int64_t auto_tile, int64_t m) {
     if (auto_tile == kLinearCudaRsRows) return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
     return auto_tile == 128 ? 64 : (auto_tile == kLinearCudaStreamRows ? 16 : auto_tile);
   }
-  if (kernel == "stream") return kLinearCudaStreamRows;
+  if (kernel == "stream" || kernel == "stream-tma") return kLinearCudaStreamRows;
   if (kernel == "rs") return kLinearCudaRsRows;
   return 0;
 }
@@ -115,11 +117,11 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
-        if (k != "auto" && k != "stream" && k != "rs" && k != "mma" && k != "wgmma" &&
-            k != "wgmma-bf16" && k != "wgmma-ws" && k != "wgmma-ws-inplace") {
+        if (k != "auto" && k != "stream" && k != "stream-tma" && k != "rs" && k != "mma" &&
+            k != "wgmma" && k != "wgmma-bf16" && k != "wgmma-ws" && k != "wgmma-ws-inplace") {
           std::fprintf(stderr,
-                       "--kernels: %s is not auto, stream, rs, mma, wgmma, wgmma-bf16, wgmma-ws "
-                       "or wgmma-ws-inplace\n",
+                       "--kernels: %s is not auto, stream, stream-tma, rs, mma, wgmma, wgmma-bf16, "
+                       "wgmma-ws or wgmma-ws-inplace\n",
                        k.c_str());
           std::exit(2);
         }
@@ -280,6 +282,7 @@ int Main(int argc, char** argv) {
             p.wgmma_bf16 = bf16;
             p.wgmma_ws = use_ws;
             p.expand_weights = expand;
+            p.stream_tma = kernel == "stream-tma";
             const absl::Status st = LaunchLinearFp8(p, stream);
             CHECK(st.ok()) << st;
           });
@@ -289,9 +292,10 @@ int Main(int argc, char** argv) {
           std::printf(
               "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
               s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-              plan.expand_weights     ? "wgmma-bf16-ws-x"
-              : plan.warp_specialised ? "wgmma-bf16-ws"
-                                      : LinearCudaKernelName(plan.kernel),
+              plan.expand_weights                ? "wgmma-bf16-ws-x"
+              : plan.warp_specialised            ? "wgmma-bf16-ws"
+              : kernel == "stream-tma" && m <= 8 ? "stream-tma"
+                                                 : LinearCudaKernelName(plan.kernel),
               static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
               flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
         }

@@ -340,6 +340,59 @@ TEST_F(GemmGpuStreamTest, LongKRandomWithinBoundAndRowsIndependentOfM) {
               runs);
 }
 
+// The TMA-ring variant (LinearCudaParams::stream_tma) runs the stream plan's work with the same
+// per-split sums and fix-up order: its bits must be the stream kernel's, on random data (every
+// rounding shows) and on exact-arithmetic data (also LinearCpu's). K 1312 (a last unit of one
+// 32-block: the TMA box past K zero-filled), K 32 (one unit), wq_a's 1280 x 5120 (20 splits),
+// K 8224 (65 units), K 16416 (x's slab does not fit beside the ring: the stream kernel itself),
+// 4096 x 4096 at 8 forced splits (256 items: several per CTA); M 1 / 3 / 8; splits automatic / 1 /
+// 3 / 8; an odd x stride (the scalar x loads) and f32 output on one shape.
+TEST_F(GemmGpuStreamTest, TmaRingGivesTheStreamKernelsBits) {
+  Rng rng(61);
+  struct Dims {
+    int64_t n, k;
+    bool exact;
+  };
+  int runs = 0;
+  for (const Dims& s : {Dims{200, 1312, true}, Dims{40, 32, false}, Dims{1280, 5120, false},
+                        Dims{200, 8224, true}, Dims{136, 16416, false}, Dims{4096, 4096, false}}) {
+    std::vector<int> base;
+    const HostLinear h =
+        s.exact ? gemm_test::ExactArithFp8(s.n, s.k, 120, 128, true, rng, &base)
+                : gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    const bool big = s.n * s.k > (int64_t{8} << 20);
+    for (int64_t m : {1, 3, 8}) {
+      if (big && m != 1) continue;
+      const int64_t x_stride = s.n == 200 && s.k == 1312 ? s.k + 3 : s.k;
+      const std::vector<uint16_t> x = s.exact
+                                          ? gemm_test::SmallIntActivations(m, s.k, x_stride, 2, rng)
+                                          : gemm_test::RandomActivations(m, s.k, x_stride, rng);
+      const bool f32 = x_stride != s.k;
+      std::vector<float> cpu;
+      if (s.exact) {
+        ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
+        cpu = CpuExact(*w, x, m, x_stride, f32);
+      }
+      for (int64_t split : big ? std::vector<int64_t>{8} : std::vector<int64_t>{0, 1, 3, 8}) {
+        const std::string what = "N " + std::to_string(s.n) + " K " + std::to_string(s.k) + " M " +
+                                 std::to_string(m) + " split " + std::to_string(split);
+        GpuRunOptions o{f32, 0, kLinearCudaStreamRows, split, false, true};
+        const std::vector<float> stream = gemm_test::RunLinearGpu(d.view(), x, m, x_stride, o);
+        o.stream_tma = true;
+        const std::vector<float> tma = gemm_test::RunLinearGpu(d.view(), x, m, x_stride, o);
+        EXPECT_EQ(CountMismatches(tma, s.n, stream, m, s.n, what + " tma vs stream"), 0) << what;
+        if (s.exact) {
+          EXPECT_EQ(CountMismatches(tma, s.n, cpu, m, s.n, what + " tma vs cpu"), 0);
+        }
+        ++runs;
+      }
+    }
+  }
+  std::printf("stream kernel's TMA ring: %d runs bit-identical to the stream kernel\n", runs);
+}
+
 TEST_F(GemmGpuStreamTest, ZeroRowsIsANoOp) {
   Rng rng(47);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

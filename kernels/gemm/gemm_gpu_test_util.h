@@ -45,6 +45,7 @@ struct GpuRunOptions {
   bool wgmma_bf16 = true;      // LinearCudaParams::wgmma_bf16
   bool wgmma_ws = true;        // LinearCudaParams::wgmma_ws
   bool expand_weights = true;  // LinearCudaParams::expand_weights
+  bool stream_tma = false;     // LinearCudaParams::stream_tma
 };
 // LaunchLinearFp8 on a device copy of x; y widened to float [m, y_stride]. Aborts on errors.
 std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint16_t>& x, int64_t m,

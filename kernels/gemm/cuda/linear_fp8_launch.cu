@@ -17,6 +17,7 @@
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/linear_fp8_rs.cuh"
 #include "kernels/gemm/cuda/linear_fp8_stream.cuh"
+#include "kernels/gemm/cuda/linear_fp8_stream_tma.cuh"
 #include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
@@ -280,6 +281,39 @@ unsigned long long NextStreamTag() {
   return tag;
 }
 
+// Most dynamic shared memory the TMA-ring stream kernel asks for (227 KB less room for its static bytes).
+constexpr int kStreamTmaMaxSmem = 226 * 1024;
+
+// The stream kernel's work on its TMA-ring variant (LinearCudaParams::stream_tma) when it fits:
+// M <= 8, x's slab over the whole K beside the ring, a TMA map of the codes. False: not launched.
+bool LaunchStreamTma(const LinearCudaParams& p, const LinearCudaPlan& plan,
+                     const gemm_device::StreamArgs& s, bool vec, cudaStream_t stream) {
+  const Fp8LinearDevice& w = *p.weight;
+  const int64_t k_units = (w.k + kLinearCudaKStep - 1) / kLinearCudaKStep;
+  if (p.m > 8 || gemm_device::StreamTmaSmemBytes(static_cast<int>(k_units)) > kStreamTmaMaxSmem) {
+    return false;
+  }
+  gemm_device::StreamTmaArgs a;
+  a.s = s;
+  a.s.slab_units = static_cast<int>(k_units);
+  if (!wgmma_ws::MakeTmaOperand(&a.w, w.codes, 1, w.k, w.n, w.k, 1, 0, 128, 128, true)) {
+    return false;
+  }
+  a.splits = static_cast<int>(plan.splits);
+  a.items = (w.n + 127) / 128 * plan.splits;
+  static std::atomic<uint64_t> set_vec{0}, set_scalar{0};
+  auto* kernel = vec ? gemm_device::LinearFp8StreamTmaKernel<true>
+                     : gemm_device::LinearFp8StreamTmaKernel<false>;
+  EnsureSmemLimit(kernel, kStreamTmaMaxSmem, vec ? set_vec : set_scalar);
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t grid = std::min<int64_t>(a.items, sms);
+  cuda_common::LaunchPdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(gemm_device::kTmaThreads),
+                         gemm_device::StreamTmaSmemBytes(static_cast<int>(k_units)), stream, a);
+  return true;
+}
+
 // The weight-streaming kernel: the whole call in one launch.
 void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
                   const LinearCudaWorkspaceLayout& layout, cudaStream_t stream) {
@@ -306,6 +340,7 @@ void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
     a.tag = NextStreamTag();
   }
   const bool vec = reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0;
+  if (p.stream_tma && LaunchStreamTma(p, plan, a, vec, stream)) return;
   // One n8 tile of x rows when every CTA has at most 8, else two.
   if (p.m <= 8) {
     if (vec) {
