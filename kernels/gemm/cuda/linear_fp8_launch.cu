@@ -281,7 +281,8 @@ unsigned long long NextStreamTag() {
   return tag;
 }
 
-// Most dynamic shared memory the TMA-ring stream kernel asks for (227 KB less room for its static bytes).
+// Most dynamic shared memory the TMA-ring stream kernel asks for (227 KB less room for its static
+// bytes).
 constexpr int kStreamTmaMaxSmem = 226 * 1024;
 
 // The stream kernel's work on its TMA-ring variant (LinearCudaParams::stream_tma) when it fits:
@@ -305,10 +306,7 @@ bool LaunchStreamTma(const LinearCudaParams& p, const LinearCudaPlan& plan,
   auto* kernel = vec ? gemm_device::LinearFp8StreamTmaKernel<true>
                      : gemm_device::LinearFp8StreamTmaKernel<false>;
   EnsureSmemLimit(kernel, kStreamTmaMaxSmem, vec ? set_vec : set_scalar);
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t grid = std::min<int64_t>(a.items, sms);
+  const int64_t grid = std::min<int64_t>(a.items, SmCount(CurrentDevice()));  // one CTA per SM
   cuda_common::LaunchPdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(gemm_device::kTmaThreads),
                          gemm_device::StreamTmaSmemBytes(static_cast<int>(k_units)), stream, a);
   return true;
