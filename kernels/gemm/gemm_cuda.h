@@ -107,6 +107,24 @@ inline constexpr int64_t kLinearCudaStreamCols = 128;
 // 30.75 -> 27.36, engram.wkv 86.21 -> 66.85 / 86.75 -> 80.22). At M = 16 (two n8 tiles) it lost
 // everywhere in round 1 and is not measured since: mma.sync there.
 constexpr bool LinearCudaStreamPays(int64_t m) { return m <= 8; }
+// The stream kernel's TMA-ring variant (cuda/linear_fp8_stream_tma.cuh; stream_kernel.md
+// "Session 31"): one persistent CTA per SM streaming 128-row × 128-K boxes through a shared-memory
+// ring, split partials summed by the reduction kernel. The automatic plan where
+// LinearCudaStreamTmaPays: M <= 8, weights of at least kLinearCudaStreamTmaMinBytes codes and
+// K <= kLinearCudaStreamTmaMaxK (x's codes over the whole K fit beside the ring). Measured on the
+// H200 at M = 1 / 8 (µs, stream kernel -> ring, each alone): engram.wkv 61.7 -> 50.0 / 72.5 ->
+// 55.4; wq_b 20.5 -> 18.8 / 22.4 -> 20.8 and wo_b 23.1 -> 21.3 / 26.5 -> 24.8, but inside the
+// decoder layer step those two made the 1-token graph 3 µs slower (188 -> 191 µs; the ring holds
+// every SM's shared memory for its whole run and walks a static item list, so the step's
+// concurrent branches and it wait on each other): hence the 64 MiB floor, which only
+// engram.wkv's 150 MiB passes among the released Linears. Smaller weights (wq_a, wkv, shared
+// w1|w3, w2) lose 1-3 µs on the ring even alone.
+inline constexpr int64_t kLinearCudaStreamTmaMinBytes = int64_t{64} << 20;
+inline constexpr int64_t kLinearCudaStreamTmaMaxK = 8192;
+constexpr bool LinearCudaStreamTmaPays(int64_t m, int64_t n, int64_t k) {
+  return LinearCudaStreamPays(m) && n * k >= kLinearCudaStreamTmaMinBytes &&
+         k <= kLinearCudaStreamTmaMaxK;
+}
 // The register-sourced wgmma kernel for decode batches (README "CUDA: the register-sourced wgmma
 // kernel"): forced by tile_rows = kLinearCudaRsRows (its CTA's weight rows); a CTA takes up to
 // kLinearCudaRsMaxRows x rows (m_tiles = ceil(M / 128)) and kLinearCudaRsCols weight rows, K
@@ -174,13 +192,12 @@ struct LinearCudaParams {
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
-  // Opt-in (session 30): when the plan takes the stream kernel and M <= 8, its work — the same
-  // plan, splits and bits — runs on the TMA-ring variant (cuda/linear_fp8_stream_tma.cuh: one
-  // persistent CTA per SM, the weights through a 2-D TMA ring in shared memory; stream_kernel.md
-  // "Next: a TMA ring") where it fits (x's codes of the whole K in shared memory beside the ring,
-  // the codes' rows 16-byte multiples), else on the stream kernel itself. Measured on the H200:
-  // faster only on unsplit plans of large weights (engram.wkv at M = 1 61.6 -> 59.7 µs); split
-  // plans are slower (each split item's fix-up stalls the consumers), hence not the default.
+  // When a stream plan runs at M <= 8: true = on the TMA-ring variant whatever the plan (tests and
+  // benches: `--kernels stream-tma`); false (default) = on it only where the plan says
+  // (LinearCudaPlan::tma_ring, the automatic plan's choice where LinearCudaStreamTmaPays). Same
+  // plan, same bits either way; the ring falls back to the stream kernel where it does not fit
+  // (x's codes of the whole K and the CTA's weight scale bytes beside the ring, the codes' rows
+  // 16-byte multiples).
   bool stream_tma = false;
   // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k,
   // wgmma_bf16, wgmma_ws, expand_weights) bytes, 16-byte aligned, not used concurrently by
@@ -211,6 +228,9 @@ struct LinearCudaPlan {
   // warp_specialised and M >= kLinearCudaExpandMinRows and expand_weights: the weight is expanded
   // to bf16 in the workspace first (LinearCudaParams::expand_weights).
   bool expand_weights = false;
+  // kStream only: the TMA-ring variant runs it (the automatic plan where LinearCudaStreamTmaPays;
+  // n_tiles = ceil(N / 128), the splits by StreamTmaPlan's balance rule).
+  bool tma_ring = false;
 };
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
                               int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -168,6 +169,61 @@ TEST(LinearCudaPlanTest, StreamPlanAtDecodeShapes) {
     const LinearCudaPlan one = PlanLinearCuda(1, 1000, 1312);
     EXPECT_EQ(p.splits, one.splits);
     EXPECT_EQ(p.steps_per_split, one.steps_per_split);
+  }
+}
+
+// The TMA-ring plan (LinearCudaStreamTmaPays): the automatic choice at M <= 8 for weights of at
+// least 64 MiB of codes with K <= 8192, 128-row tiles, the splits of the balance rule (the busiest
+// of 132 CTAs: ceil(tiles · s / 132) items of K units per split + 1).
+TEST(LinearCudaPlanTest, StreamTmaPlanAtDecodeShapes) {
+  struct Case {
+    int64_t n, k, splits, steps_per_split;
+  };
+  const Case cases[] = {
+      {25600, 6144, 3, 16},  // engram.wkv: 200 x 3 = 600 items, <= 5 of 16 units per CTA
+      {8192, 8192, 2, 32},   // 64 tiles x 2 = 128 items, one per CTA
+      {16384, 4096, 1, 32},  // 128 tiles, one per CTA: no split
+  };
+  for (const Case& c : cases) {
+    for (int64_t m = 1; m <= 8; ++m) {
+      const LinearCudaPlan p = PlanLinearCuda(m, c.n, c.k);
+      SCOPED_TRACE(std::to_string(m) + " " + std::to_string(c.n) + "x" + std::to_string(c.k));
+      EXPECT_EQ(p.kernel, LinearCudaKernel::kStream);
+      EXPECT_TRUE(p.tma_ring);
+      EXPECT_EQ(p.tile_rows, kLinearCudaStreamRows);
+      EXPECT_EQ(p.m_tiles, 1);
+      EXPECT_EQ(p.n_tiles, (c.n + 127) / 128);
+      EXPECT_EQ(p.splits, c.splits);
+      EXPECT_EQ(p.steps_per_split, c.steps_per_split);
+      // A forced split count is kept; a forced stream kernel never takes the ring.
+      EXPECT_EQ(PlanLinearCuda(m, c.n, c.k, 0, 4).splits, 4);
+      EXPECT_TRUE(PlanLinearCuda(m, c.n, c.k, 0, 4).tma_ring);
+      EXPECT_FALSE(PlanLinearCuda(m, c.n, c.k, kLinearCudaStreamRows).tma_ring);
+    }
+    EXPECT_FALSE(PlanLinearCuda(9, c.n, c.k).tma_ring);
+  }
+  // Below 64 MiB of codes (wq_b and wo_b: 40 MiB; one 32-column block short of 64 MiB), or K
+  // beyond 8192: the register-ring plan.
+  const std::vector<std::pair<int64_t, int64_t>> ring_less = {
+      {1280, 5120}, {32768, 1280}, {5120, 8192}, {4608, 5120},
+      {8192, 8160}, {8192, 16384}, {2048, 65536}};
+  for (const auto& [n, k] : ring_less) {
+    EXPECT_FALSE(PlanLinearCuda(1, n, k).tma_ring) << n << "x" << k;
+    EXPECT_EQ(PlanLinearCuda(1, n, k).kernel, LinearCudaKernel::kStream) << n << "x" << k;
+  }
+  // Every automatic ring plan covers K exactly once with at most 32 splits, none empty.
+  for (int64_t n : {8192, 10000, 32768, 100000, 1000000}) {
+    for (int64_t k : {4096, 4128, 6144, 8192}) {
+      if (n * k < kLinearCudaStreamTmaMinBytes) continue;
+      const LinearCudaPlan p = PlanLinearCuda(1, n, k);
+      SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(k));
+      ASSERT_TRUE(p.tma_ring);
+      ASSERT_GE(p.splits, 1);
+      ASSERT_LE(p.splits, kLinearCudaMaxSplits);
+      ASSERT_EQ(p.k_steps, (k + 127) / 128);
+      ASSERT_GE(p.splits * p.steps_per_split, p.k_steps);
+      ASSERT_LT((p.splits - 1) * p.steps_per_split, p.k_steps);
+    }
   }
 }
 

@@ -292,10 +292,11 @@ int Main(int argc, char** argv) {
           std::printf(
               "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
               s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-              plan.expand_weights                ? "wgmma-bf16-ws-x"
-              : plan.warp_specialised            ? "wgmma-bf16-ws"
-              : kernel == "stream-tma" && m <= 8 ? "stream-tma"
-                                                 : LinearCudaKernelName(plan.kernel),
+              plan.expand_weights     ? "wgmma-bf16-ws-x"
+              : plan.warp_specialised ? "wgmma-bf16-ws"
+              : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
+                  ? "stream-tma"
+                  : LinearCudaKernelName(plan.kernel),
               static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
               flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
         }

@@ -346,7 +346,8 @@ TEST_F(GemmGpuStreamTest, LongKRandomWithinBoundAndRowsIndependentOfM) {
 // 32-block: the TMA box past K zero-filled), K 32 (one unit), wq_a's 1280 x 5120 (20 splits),
 // K 8224 (65 units), K 16416 (x's slab does not fit beside the ring: the stream kernel itself),
 // 4096 x 4096 at 8 forced splits (256 items: several per CTA); M 1 / 3 / 8; splits automatic / 1 /
-// 3 / 8; an odd x stride (the scalar x loads) and f32 output on one shape.
+// 3 / 8; an odd x stride (the scalar x loads) and f32 output on one shape; and the automatic
+// plan's ring on a 64 MiB weight (M 1 / 5 / 8).
 TEST_F(GemmGpuStreamTest, TmaRingGivesTheStreamKernelsBits) {
   Rng rng(61);
   struct Dims {
@@ -388,6 +389,26 @@ TEST_F(GemmGpuStreamTest, TmaRingGivesTheStreamKernelsBits) {
         }
         ++runs;
       }
+    }
+  }
+  // The automatic plan's ring (LinearCudaStreamTmaPays: 8192 x 8192 is 64 MiB of codes; its own
+  // split rule: 2 splits) against the stream kernel forced to the same splits.
+  {
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 8192, 8192, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    for (int64_t m : {1, 5, 8}) {
+      const LinearCudaPlan plan = PlanLinearCuda(m, 8192, 8192);
+      ASSERT_TRUE(plan.tma_ring);
+      const std::vector<uint16_t> x = gemm_test::RandomActivations(m, 8192, 8192, rng);
+      const std::string what = "auto ring M " + std::to_string(m);
+      const std::vector<float> ring =
+          gemm_test::RunLinearGpu(d.view(), x, m, 8192, GpuRunOptions{false, 0, 0, 0, false, true});
+      const std::vector<float> stream = gemm_test::RunLinearGpu(
+          d.view(), x, m, 8192,
+          GpuRunOptions{false, 0, kLinearCudaStreamRows, plan.splits, false, true});
+      EXPECT_EQ(CountMismatches(ring, 8192, stream, m, 8192, what), 0) << what;
+      ++runs;
     }
   }
   std::printf("stream kernel's TMA ring: %d runs bit-identical to the stream kernel\n", runs);

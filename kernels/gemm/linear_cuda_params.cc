@@ -74,6 +74,41 @@ LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   return p;
 }
 
+// The TMA-ring variant's plan (LinearCudaStreamTmaPays): one m tile, 128-row tiles (n_tiles =
+// ceil(N / 128)), K in units of kLinearCudaKStep; its persistent CTAs (one per SM: a constant
+// 132, so the bits never depend on the device) walk the (tile, split) items. Automatic splits: the
+// s in 1 .. 32 minimising the busiest CTA's work, ceil(tiles · s / 132) items of (K units per
+// split + 1) — the + 1 an item's cost beyond its units (its partials, the reduction's share,
+// the switch between items), fitted on the H200 (stream_kernel.md "Session 31": engram.wkv
+// measured 53.9 / 56.9 / 50.1 / 52.2 / 51.4 / 52.6 / 60.3 µs at 1 / 2 / 3 / 4 / 6 / 8 / 16 splits,
+// the model's order but for 8; wo_b 21.2 at 3, 21.7 at 6, 24-26 at 2, 4, 8, 16; wq_b 19.1 unsplit,
+// 22.0 at 2). Ties: the fewer splits.
+constexpr int64_t kTmaRingCtas = 132;
+LinearCudaPlan StreamTmaPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
+  LinearCudaPlan p;
+  p.kernel = LinearCudaKernel::kStream;
+  p.tile_rows = kLinearCudaStreamRows;
+  p.tile_cols = kLinearCudaStreamCols;
+  p.k_step = kLinearCudaKStep;
+  p.m_tiles = CeilDiv(m, kLinearCudaStreamMaxRows);
+  p.n_tiles = CeilDiv(n, p.tile_cols);
+  p.tma_ring = true;
+  if (split_k > 0) {
+    FillSplits(p, k, split_k, kStreamTargetCtas);
+    return p;
+  }
+  const int64_t k_steps = CeilDiv(k, p.k_step);
+  int64_t best = 1, best_cost = -1;
+  for (int64_t s = 1; s <= std::min(kLinearCudaMaxSplits, k_steps); ++s) {
+    const int64_t steps = CeilDiv(k_steps, s);
+    if (CeilDiv(k_steps, steps) != s) continue;  // the same plan as a smaller s
+    const int64_t cost = CeilDiv(p.n_tiles * s, kTmaRingCtas) * (steps + 1);
+    if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+  }
+  FillSplits(p, k, best, kStreamTargetCtas);
+  return p;
+}
+
 // The register-sourced wgmma kernel: 256 weight rows and up to 128 x rows per CTA, K in units
 // of kLinearCudaKStep, one CTA per SM (splits to fill kWgmmaTargetCtas).
 LinearCudaPlan RsPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
@@ -206,6 +241,7 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
   if (tile_rows != 0) {
     return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
   }
+  if (LinearCudaStreamTmaPays(m, n, k)) return StreamTmaPlan(m, n, k, split_k);
   if (LinearCudaStreamPays(m)) return StreamPlan(m, n, k, split_k);
   if (LinearCudaRsPays(m, n, k)) return RsPlan(m, n, k, split_k);
   const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);

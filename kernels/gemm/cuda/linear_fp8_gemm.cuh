@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 
 namespace flashserve::kernels::gemm_device {
@@ -289,19 +290,56 @@ struct ReduceArgs {
 
 inline constexpr int kReduceThreads = 256;
 
-// y = (((+0 + p_0) + p_1) + ...) + bias, splits ascending; one rounding to bf16.
+// The split-K sums (LinearFp8ReduceKernel, the stream kernel's fix-up): sum[o] = the `splits`
+// partials at offset off[o] of each split's [m, n] block (split_stride apart), added from +0 in
+// ascending split order (the bits do not depend on which thread or kernel reduces). The loads of
+// kBatch splits of all kOut outputs are issued together (one L2 round trip per batch, not per
+// split); only then are they added, in order.
+template <int kOut, int kBatch>
+__device__ __forceinline__ void SumSplitPartials(const float* partial, int64_t split_stride,
+                                                 unsigned splits, const int64_t (&off)[kOut],
+                                                 float (&sum)[kOut]) {
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) sum[o] = 0.f;
+  for (unsigned sp0 = 0; sp0 < splits; sp0 += kBatch) {
+    float v[kOut][kBatch];
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const unsigned sp = min(sp0 + j, splits - 1);  // loaded, never added
+        v[o][j] = __ldcg(partial + int64_t{sp} * split_stride + off[o]);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (sp0 + j < splits) sum[o] = exact::AddRn(sum[o], v[o][j]);
+      }
+    }
+  }
+}
+
+// y = (((+0 + p_0) + p_1) + ...) + bias, splits ascending; one rounding to bf16. May be launched
+// as a programmatic dependent of the GEMM (LaunchPdl): it reads the partials only after
+// PdlWaitPrerequisites. It lets its own dependent be scheduled at once (which waits for this
+// kernel to complete before reading y), as the one-launch stream kernel does.
 __global__ void __launch_bounds__(kReduceThreads) LinearFp8ReduceKernel(ReduceArgs r) {
+  cuda_common::PdlLaunchDependents();
+  cuda_common::PdlWaitPrerequisites();
   const int64_t total = r.m * r.n;
   for (int64_t i = int64_t{blockIdx.x} * kReduceThreads + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kReduceThreads) {
     const int64_t row = i / r.n, col = i % r.n;
-    float s = 0.f;
-    for (int64_t sp = 0; sp < r.splits; ++sp) s = exact::AddRn(s, r.partial[sp * total + i]);
-    if (r.bias != nullptr) s = exact::AddRn(s, r.bias[col]);
+    const int64_t off[1] = {i};
+    float s[1];
+    SumSplitPartials<1, 8>(r.partial, total, static_cast<unsigned>(r.splits), off, s);
+    if (r.bias != nullptr) s[0] = exact::AddRn(s[0], r.bias[col]);
     if (r.y_f32 != nullptr) {
-      r.y_f32[row * r.y_stride + col] = s;
+      r.y_f32[row * r.y_stride + col] = s[0];
     } else {
-      r.y_bf16[row * r.y_stride + col] = static_cast<uint16_t>(exact::F32ToBf16(s));
+      r.y_bf16[row * r.y_stride + col] = static_cast<uint16_t>(exact::F32ToBf16(s[0]));
     }
   }
 }

@@ -281,34 +281,66 @@ unsigned long long NextStreamTag() {
   return tag;
 }
 
+// The split-K reduction (LinearFp8ReduceKernel) of a call's partials into y; pdl: as a
+// programmatic dependent of the GEMM before it (which then need not have finished launching it).
+void LaunchReduce(const float* partial, int64_t splits, const LinearCudaParams& p,
+                  cudaStream_t stream, bool pdl) {
+  const Fp8LinearDevice& w = *p.weight;
+  ReduceArgs r;
+  r.partial = partial;
+  r.splits = splits;
+  r.m = p.m;
+  r.n = w.n;
+  r.bias = w.bias;
+  r.y_bf16 = p.y_bf16;
+  r.y_f32 = p.y_f32;
+  r.y_stride = p.y_stride;
+  const int64_t blocks = std::min<int64_t>(
+      (p.m * w.n + gemm_device::kReduceThreads - 1) / gemm_device::kReduceThreads, 4096);
+  if (pdl) {
+    cuda_common::LaunchPdl(gemm_device::LinearFp8ReduceKernel, dim3(static_cast<unsigned>(blocks)),
+                           dim3(gemm_device::kReduceThreads), 0, stream, r);
+    return;
+  }
+  gemm_device::LinearFp8ReduceKernel<<<static_cast<unsigned>(blocks), gemm_device::kReduceThreads,
+                                       0, stream>>>(r);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 // Most dynamic shared memory the TMA-ring stream kernel asks for (227 KB less room for its static
 // bytes).
 constexpr int kStreamTmaMaxSmem = 226 * 1024;
 
-// The stream kernel's work on its TMA-ring variant (LinearCudaParams::stream_tma) when it fits:
-// M <= 8, x's slab over the whole K beside the ring, a TMA map of the codes. False: not launched.
+// The stream plan's work on the TMA-ring variant (plan.tma_ring, LinearCudaParams::stream_tma) when
+// it fits: M <= 8, x's slab over the whole K and the CTA's scale bytes beside the ring, a TMA map
+// of the codes. False: not launched.
 bool LaunchStreamTma(const LinearCudaParams& p, const LinearCudaPlan& plan,
                      const gemm_device::StreamArgs& s, bool vec, cudaStream_t stream) {
   const Fp8LinearDevice& w = *p.weight;
-  const int64_t k_units = (w.k + kLinearCudaKStep - 1) / kLinearCudaKStep;
-  if (p.m > 8 || gemm_device::StreamTmaSmemBytes(static_cast<int>(k_units)) > kStreamTmaMaxSmem) {
-    return false;
-  }
+  const int k_units = static_cast<int>((w.k + kLinearCudaKStep - 1) / kLinearCudaKStep);
+  if (p.m > 8) return false;
   gemm_device::StreamTmaArgs a;
   a.s = s;
-  a.s.slab_units = static_cast<int>(k_units);
+  a.s.slab_units = k_units;
+  a.splits = static_cast<int>(plan.splits);
+  a.items = (w.n + 127) / 128 * plan.splits;
+  a.scale_pitch = static_cast<int>(4 * plan.steps_per_split);
+  const int64_t grid = std::min<int64_t>(a.items, SmCount(CurrentDevice()));  // one CTA per SM
+  const int64_t per_cta = (a.items + grid - 1) / grid;
+  if (per_cta * 4 * a.scale_pitch > kStreamTmaMaxSmem) return false;
+  const int smem = gemm_device::StreamTmaSmemBytes(
+      k_units, gemm_device::StreamTmaScaleBytes(per_cta, a.scale_pitch));
+  if (smem > kStreamTmaMaxSmem) return false;
   if (!wgmma_ws::MakeTmaOperand(&a.w, w.codes, 1, w.k, w.n, w.k, 1, 0, 128, 128, true)) {
     return false;
   }
-  a.splits = static_cast<int>(plan.splits);
-  a.items = (w.n + 127) / 128 * plan.splits;
   static std::atomic<uint64_t> set_vec{0}, set_scalar{0};
   auto* kernel = vec ? gemm_device::LinearFp8StreamTmaKernel<true>
                      : gemm_device::LinearFp8StreamTmaKernel<false>;
   EnsureSmemLimit(kernel, kStreamTmaMaxSmem, vec ? set_vec : set_scalar);
-  const int64_t grid = std::min<int64_t>(a.items, SmCount(CurrentDevice()));  // one CTA per SM
   cuda_common::LaunchPdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(gemm_device::kTmaThreads),
-                         gemm_device::StreamTmaSmemBytes(static_cast<int>(k_units)), stream, a);
+                         smem, stream, a);
+  if (a.splits > 1) LaunchReduce(s.partial, plan.splits, p, stream, /*pdl=*/true);
   return true;
 }
 
@@ -338,7 +370,7 @@ void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
     a.tag = NextStreamTag();
   }
   const bool vec = reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0;
-  if (p.stream_tma && LaunchStreamTma(p, plan, a, vec, stream)) return;
+  if ((p.stream_tma || plan.tma_ring) && LaunchStreamTma(p, plan, a, vec, stream)) return;
   // One n8 tile of x rows when every CTA has at most 8, else two.
   if (p.m <= 8) {
     if (vec) {
@@ -443,22 +475,7 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       LaunchGemm<4>(g, plan, stream);
       break;
   }
-  if (plan.splits > 1) {
-    ReduceArgs r;
-    r.partial = g.partial;
-    r.splits = plan.splits;
-    r.m = p.m;
-    r.n = w.n;
-    r.bias = w.bias;
-    r.y_bf16 = p.y_bf16;
-    r.y_f32 = p.y_f32;
-    r.y_stride = p.y_stride;
-    const int64_t blocks = std::min<int64_t>(
-        (p.m * w.n + gemm_device::kReduceThreads - 1) / gemm_device::kReduceThreads, 4096);
-    gemm_device::LinearFp8ReduceKernel<<<static_cast<unsigned>(blocks), gemm_device::kReduceThreads,
-                                         0, stream>>>(r);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  if (plan.splits > 1) LaunchReduce(g.partial, plan.splits, p, stream, /*pdl=*/false);
   return absl::OkStatus();
 }
 

@@ -216,30 +216,44 @@ __device__ __forceinline__ void LoadX8(const uint16_t* p, uint32_t (&w)[4]) {
 // The CTA's x rows [row0, row0 + rows) × the slab's `units` units from column k0 into the
 // slab: the E4M3 codes and the value of each 32-block's UE8M0 scale of kernels/quant's
 // QdqKernel arithmetic (its QDQ value is code × scale exactly: the scale is at least 2^-22, so
-// every product is a bf16); columns past K get zero codes. Every thread of the CTA calls it (the
-// block amax shuffles name whole warps). n8_rows: the slab's rows (8 · kNT).
-template <bool kVec>
+// every product is a bf16); columns past K get zero codes. Every thread of the CTA's
+// kStreamThreads calls it (the block amax shuffles name whole warps). n8_rows: the slab's rows
+// (8 · kNT). kBatch: 16-byte chunks per thread whose loads are issued together before any is
+// encoded (one global round trip per kBatch · kStreamThreads chunks: the TMA-ring kernel
+// quantises the whole K of up to 8 rows, 20+ chunks per thread; the stream kernel's 128-register
+// budget keeps 1).
+template <bool kVec, int kBatch = 1>
 __device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char* slab,
                                              float* scales, int pitch, int n8_rows, int64_t row0,
                                              int rows, int64_t k0, int units) {
   using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
   const int per_row = units * (kStreamUnitK / 8);  // 8-value chunks per row, a multiple of 4
   const int total = rows * per_row;
-  for (int base = 0; base < total; base += kStreamThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    const int r = i / per_row, c = i % per_row;
-    const int64_t col = k0 + 8 * c;
-    // A 32-block is 4 adjacent lanes; it lies either wholly inside K or wholly past it.
-    const bool active = i < total && col < g.k;
-    uint32_t x[4] = {0, 0, 0, 0};
-    if (active) LoadX8<kVec>(g.x + (row0 + r) * g.x_stride + col, x);
-    bool has_nan = false;
-    const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x, &has_nan));
-    if (i >= total) continue;
-    uint32_t codes[F::kCodeWords] = {0, 0};
-    if (active) F::Encode(x, sb, has_nan, codes);
-    *reinterpret_cast<uint2*>(slab + r * pitch + 8 * c) = make_uint2(codes[0], codes[1]);
-    if (c % 4 == 0) scales[(c / 4) * n8_rows + r] = Ue8m0Value(sb);
+  for (int base = 0; base < total; base += kBatch * kStreamThreads) {
+    uint32_t x[kBatch][4];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kStreamThreads + static_cast<int>(threadIdx.x);
+      const int r = i / per_row, c = i % per_row;
+      const int64_t col = k0 + 8 * c;
+      // A 32-block is 4 adjacent lanes; it lies either wholly inside K or wholly past it.
+      x[j][0] = x[j][1] = x[j][2] = x[j][3] = 0;
+      if (i < total && col < g.k) LoadX8<kVec>(g.x + (row0 + r) * g.x_stride + col, x[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kStreamThreads + static_cast<int>(threadIdx.x);
+      if (base + j * kStreamThreads >= total) break;  // CTA-uniform
+      const int r = i / per_row, c = i % per_row;
+      const bool active = i < total && k0 + 8 * c < g.k;
+      bool has_nan = false;
+      const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x[j], &has_nan));
+      if (i >= total) continue;
+      uint32_t codes[F::kCodeWords] = {0, 0};
+      if (active) F::Encode(x[j], sb, has_nan, codes);
+      *reinterpret_cast<uint2*>(slab + r * pitch + 8 * c) = make_uint2(codes[0], codes[1]);
+      if (c % 4 == 0) scales[(c / 4) * n8_rows + r] = Ue8m0Value(sb);
+    }
   }
 }
 
@@ -383,12 +397,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   // Every split has arrived: 0 is no call's tag, so the next call (or replay) starts afresh.
   if (threadIdx.x == 0) *counter = 0ull;
   if (!warp_active) return;
-  // The thread's outputs o = 4nt + q, each summed from +0 in ascending split order. The loads of
-  // kFixupBatch splits of all its outputs are issued together (one L2 round trip per batch,
-  // not per split); only then are they added, in order. 32 loads in flight per thread (16 per
-  // output at kNT = 1 made 128 registers, and 8 at kNT = 2 spilled).
+  // The thread's outputs o = 4nt + q, each summed from +0 in ascending split order (32 loads in
+  // flight per thread: 16 per output at kNT = 1 made 128 registers, and 8 at kNT = 2 spilled).
   constexpr int kOut = 4 * kNT;
-  constexpr int kFixupBatch = 8 / kNT;
   bool valid[kOut];
   int64_t off[kOut];
   float sum[kOut];
@@ -397,28 +408,8 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
     const int64_t m = row0 + 8 * (o / 4) + 2 * tig + (o & 1), n = wrow + grp + 8 * ((o >> 1) & 1);
     valid[o] = m < g.m && n < g.n;
     off[o] = valid[o] ? m * g.n + n : 0;  // loads below are unconditional (no branches)
-    sum[o] = 0.f;
   }
-  const int64_t split_stride = g.m * g.n;
-  const unsigned splits = gridDim.y;
-  for (unsigned sp0 = 0; sp0 < splits; sp0 += kFixupBatch) {
-    float v[kOut][kFixupBatch];
-#pragma unroll
-    for (int o = 0; o < kOut; ++o) {
-#pragma unroll
-      for (int j = 0; j < kFixupBatch; ++j) {
-        const unsigned sp = min(sp0 + j, splits - 1);  // loaded, never added
-        v[o][j] = __ldcg(g.partial + int64_t{sp} * split_stride + off[o]);
-      }
-    }
-#pragma unroll
-    for (int o = 0; o < kOut; ++o) {
-#pragma unroll
-      for (int j = 0; j < kFixupBatch; ++j) {
-        if (sp0 + j < splits) sum[o] = exact::AddRn(sum[o], v[o][j]);
-      }
-    }
-  }
+  SumSplitPartials<kOut, 8 / kNT>(g.partial, g.m * g.n, gridDim.y, off, sum);
 #pragma unroll
   for (int o = 0; o < kOut; ++o) {
     if (valid[o]) {
