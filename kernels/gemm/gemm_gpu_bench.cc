@@ -7,9 +7,10 @@
 //                  [--peak-tflops T] [--splits 0,2,...]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
-// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8), stream-tma = the
-// same plan on its TMA-ring variant (LinearCudaParams::stream_tma; M <= 8), rs = the
-// register-sourced wgmma kernel (tile_rows 256; auto's choice at M = 9 / 17 .. 768), mma = the
+// one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
+// codes, where auto takes the TMA-ring variant with its own plan: kernel column "stream-tma"),
+// stream-tma = the stream plan on the TMA-ring variant (LinearCudaParams::stream_tma; M <= 8), rs =
+// the register-sourced wgmma kernel (tile_rows 256; auto's choice at M = 9 / 17 .. 768), mma = the
 // mma.sync kernel (16-row tiles where the plan takes the stream kernel, 64-row tiles where it
 // would take wgmma, 16 / 32 / 64 by M where it takes rs; with its separate QDQ and split-K
 // reduction launches), wgmma = the FP8 wgmma
