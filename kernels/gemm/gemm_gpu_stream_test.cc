@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/base/thread_pool.h"
@@ -172,10 +173,15 @@ TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
   const auto wb = Prepare(hb);
   const DeviceFp8Linear da = Upload(*wa);
   const DeviceFp8Linear db = Upload(*wb);
-  // The stream kernel forced (tile_rows 8): the automatic plan takes it only at decode sizes.
+  // The stream kernel forced (tile_rows 8): the automatic plan takes it only at decode sizes; and
+  // the same plans on the TMA-ring variant (stream_tma, M <= 8: the ring kernel, then the
+  // reduction kernel as its programmatic dependent — two graph nodes).
   constexpr int64_t kTile = kLinearCudaStreamRows;
-  for (int64_t m : {1, 16}) {
-    SCOPED_TRACE("M " + std::to_string(m));
+  const std::pair<int64_t, bool> cases[] = {{1, false}, {16, false}, {1, true}, {8, true}};
+  for (const auto& c : cases) {
+    const int64_t m = c.first;  // named copies: a lambda below captures them
+    const bool ring = c.second;
+    SCOPED_TRACE("M " + std::to_string(m) + (ring ? " ring" : ""));
     const LinearCudaPlan plan = PlanLinearCuda(m, 1280, 5120, kTile);
     ASSERT_EQ(plan.kernel, LinearCudaKernel::kStream);
     ASSERT_GT(plan.splits, 1);
@@ -197,6 +203,7 @@ TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
       p.workspace = ws.get();
       p.workspace_bytes = ws.bytes();
       p.tile_rows = kTile;
+      p.stream_tma = ring;
       return p;
     };
     const LinearCudaParams pa = params(da, xa, ya), pb = params(db, xb, yb);
@@ -232,7 +239,7 @@ TEST_F(GemmGpuStreamTest, DeterministicOverCallsAndGraphReplays) {
     ASSERT_TRUE(captured.ok()) << captured;
     size_t nodes = 0;
     CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
-    EXPECT_EQ(nodes, 1u) << "the stream plan is one kernel launch";
+    EXPECT_EQ(nodes, ring ? 2u : 1u) << "the stream plan is one kernel launch (the ring's two)";
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 6; ++rep) {
