@@ -60,7 +60,9 @@ void FillSplits(LinearCudaPlan& p, int64_t k, int64_t split_k, int64_t target) {
 // c, c + n_tiles, .. (one per warp), so the SMs get even shares of the weight instead of 128
 // consecutive rows per CTA (engram.wkv: 200 CTAs of 8 warps on 264 slots left 64 SMs with half
 // the work of the other 68).
-LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
+// The stream kernels' common plan fields: x rows as the n8 operand, up to 16 per m tile, 128
+// weight rows per CTA (n_tiles = ceil(N / 128)), K in units of kLinearCudaKStep; no splits yet.
+LinearCudaPlan StreamBasePlan(int64_t m, int64_t n) {
   LinearCudaPlan p;
   p.kernel = LinearCudaKernel::kStream;
   p.tile_rows = kLinearCudaStreamRows;
@@ -68,6 +70,11 @@ LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
   p.k_step = kLinearCudaKStep;
   p.m_tiles = CeilDiv(m, kLinearCudaStreamMaxRows);
   p.n_tiles = CeilDiv(n, p.tile_cols);
+  return p;
+}
+
+LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
+  LinearCudaPlan p = StreamBasePlan(m, n);
   FillSplits(p, k, split_k, kStreamTargetCtas);
   const int64_t spread = kStreamTargetCtas / std::max<int64_t>(1, p.splits * p.m_tiles);
   if (spread > p.n_tiles) p.n_tiles = std::min(CeilDiv(n, 16), spread);
@@ -85,13 +92,7 @@ LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
 // 22.0 at 2). Ties: the fewer splits.
 constexpr int64_t kTmaRingCtas = 132;
 LinearCudaPlan StreamTmaPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
-  LinearCudaPlan p;
-  p.kernel = LinearCudaKernel::kStream;
-  p.tile_rows = kLinearCudaStreamRows;
-  p.tile_cols = kLinearCudaStreamCols;
-  p.k_step = kLinearCudaKStep;
-  p.m_tiles = CeilDiv(m, kLinearCudaStreamMaxRows);
-  p.n_tiles = CeilDiv(n, p.tile_cols);
+  LinearCudaPlan p = StreamBasePlan(m, n);
   p.tma_ring = true;
   if (split_k > 0) {
     FillSplits(p, k, split_k, kStreamTargetCtas);
