@@ -320,8 +320,7 @@ bool LaunchStreamTma(const LinearCudaParams& p, const LinearCudaPlan& plan,
   const int k_units = static_cast<int>((w.k + kLinearCudaKStep - 1) / kLinearCudaKStep);
   if (p.m > 8) return false;
   gemm_device::StreamTmaArgs a;
-  a.s = s;
-  a.s.slab_units = k_units;
+  a.s = s;  // its counters and tag go unused: the reduction kernel sums the splits
   a.splits = static_cast<int>(plan.splits);
   a.items = (w.n + 127) / 128 * plan.splits;
   a.scale_pitch = static_cast<int>(4 * plan.steps_per_split);

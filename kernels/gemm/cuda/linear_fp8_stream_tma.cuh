@@ -64,7 +64,7 @@ __host__ __device__ constexpr int StreamTmaScaleBytes(int64_t items_per_cta, int
 }
 
 struct StreamTmaArgs {
-  StreamArgs s;            // the stream kernel's arguments (steps_per_split, partials, counters)
+  StreamArgs s;  // the stream kernel's arguments (steps_per_split, partials; not counters)
   wgmma_ws::TmaOperand w;  // the weight codes [n rows][k bytes], boxes of 128 × 128
   int splits = 1;          // the plan's K splits
   int64_t items = 0;       // ceil(n / 128) · splits
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     return;
   }
 
-  // Consumers. The scale bytes first (weights), then x (and y, the partials, the counters) only
+  // Consumers. The scale bytes first (weights), then x (and y, the partials) only
   // after the kernels before this one.
   uint8_t* item_scales = smem + StreamTmaScaleOffset(static_cast<int>(k_units));
   LoadItemScales(a, item_scales);
