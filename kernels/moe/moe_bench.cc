@@ -3,7 +3,7 @@
 //
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
-//             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6] [--gather-slots 0|1] [--stream-rt 0|1|2]
+//             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -118,7 +118,7 @@ struct Call {
   int64_t m = 0;
   DeviceBuffer logits, x, y, ws;
   DeviceBuffer counts, ids, wts, offsets, slot_token, slot_weight, token_slot, tiles, num_tiles, xg,
-      ag, ye, sort_scratch;
+      ag, ye, sort_scratch, ring;
   int64_t touched = 0;
 };
 
@@ -147,6 +147,8 @@ Call MakeCall(int64_t m, uint64_t seed) {
   c.ag = DeviceBuffer(s * kI * 2);
   c.ye = DeviceBuffer(s * kD * 2);
   c.sort_scratch = DeviceBuffer(MoeCudaSortScratchBytes(kE));
+  c.ring = DeviceBuffer(
+      MoeCudaRingPartialBytes(std::min(s, kMoeCudaRingMaxSlots), std::max(2 * kI, kD)));
   return c;
 }
 
@@ -255,6 +257,10 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.wgmma_rs = s.up.wgmma_rs;
   s.up.stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
   s.down.stream = s.up.stream;
+  s.up.ring = gemm == MoeCudaGemm::kStreamRing && c.m * kK <= kMoeCudaRingMaxSlots;
+  s.down.ring = s.up.ring;
+  s.up.ring_partials = s.down.ring_partials = c.ring.get<float>();
+  s.up.ring_partials_bytes = s.down.ring_partials_bytes = static_cast<int64_t>(c.ring.bytes());
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
@@ -274,6 +280,8 @@ const char* GemmLetter(MoeCudaGemm gemm) {
       return "W";
     case MoeCudaGemm::kWgmmaRs:
       return "R";
+    case MoeCudaGemm::kStreamRing:
+      return "G";
     default:
       return "T";
   }
@@ -312,8 +320,8 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   bool all_ok = true;
   // Both expert GEMMs against the same CPU run.
-  for (MoeCudaGemm gemm :
-       {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma,
+                           MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStreamRing}) {
     MoeCudaParams p;
     p.weights = &w;
     p.options = o;
@@ -386,12 +394,13 @@ int Main(int argc, char** argv) {
     command += std::string(" ") + argv[i];
     const std::string a = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr,
-                   "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
-                   "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
-                   "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6] [--gather-slots 0|1] "
-                   "[--stream-rt 0|1|2] [--front 0|1]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
+          "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
+          "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
+          "[--stream-rt 0|1|2] [--front 0|1]\n",
+          argv[0]);
       return 2;
     }
     const std::string v = argv[++i];
@@ -416,10 +425,11 @@ int Main(int argc, char** argv) {
       (a == "--route-path" ? o.route_path : o.sort_path) = static_cast<MoeCudaPath>(path);
     } else if (a == "--gemm") {
       const int gemm = std::atoi(v.c_str());
-      if (gemm < 0 || gemm > 6) {
+      if (gemm < 0 || gemm > 7) {
         std::fprintf(stderr,
                      "--gemm must be 0 (auto), 1 (tiled), 2 (streaming), 3 (wgmma), 4 (wgmma "
-                     "RS), 5 (streaming 16-row) or 6 (streaming 32-row)\n");
+                     "RS), 5 (streaming 16-row), 6 (streaming 32-row) or 7 (streaming TMA "
+                     "ring)\n");
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
@@ -505,7 +515,8 @@ int Main(int argc, char** argv) {
   std::vector<double> routed_us;
 
   std::printf(
-      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS, 5 / 6 streaming 16- / 32-row), "
+      "gemm %d (0 auto, 1 tiled, 2 streaming, 3 wgmma, 4 wgmma RS, 5 / 6 streaming 16- / 32-row, "
+      "7 streaming TMA ring), "
       "k_step %ld "
       "(0 = "
       "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "

@@ -226,7 +226,8 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // registers, the slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512
-// tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms)
+// tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms),
+// in its TMA-ring form (kStreamRing) from kMoeCudaRingMinTokens to kMoeCudaRingMaxSlots slots
 // when D and I are at most kMoeCudaStreamMaxK; the 16-row streaming GEMM above that up to
 // kMoeCudaStream16MaxSlotsPerExpert while D and I are at most kMoeCudaStream16MaxK, the 32-row one
 // (its activations staged in K chunks) beyond; the register-sourced wgmma GEMM from
@@ -241,10 +242,30 @@ enum class MoeCudaGemm : int {
   kWgmmaRs = 4,   // tile_rows 128, the stage params' wgmma_rs (kAuto's choice at tile_rows 128)
   kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
+  // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
+  // and activations brought by TMA through a shared-memory ring, the call's units cut evenly over
+  // one persistent CTA per SM, split pairs summed by an epilogue kernel (README.md "The TMA-ring
+  // expert GEMM"). Up to kMoeCudaRingMaxSlots slots with D and I multiples of 256; other calls
+  // run kStream.
+  kStreamRing = 7,
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
 inline constexpr int64_t kMoeCudaStream16TileRows = 16;
 inline constexpr int64_t kMoeCudaStream32TileRows = 32;
+// The TMA-ring GEMM (kStreamRing): at most this many slots per call (its fp32 partials live in
+// the workspace: MoeCudaRingPartialBytes), a pair of a tile's 128 weight rows split over at most
+// kMoeCudaRingMaxOrdinals CTAs.
+inline constexpr int64_t kMoeCudaRingMaxSlots = 96;
+// kAuto takes kStreamRing from this many tokens up to kMoeCudaRingMaxSlots slots (kStream below:
+// at one token the ring's two epilogue launches cost what it saves). Measured on the H200
+// (bench_moe --shared 0, the routed layer, streaming / ring): 1 token 67.6 / 68.9 µs, 2: 115.5 /
+// 101.8, 4: 183.1 / 166.9, 8: 331.3 / 291.2, 16: 549.3 / 521.1.
+inline constexpr int64_t kMoeCudaRingMinTokens = 2;
+inline constexpr int64_t kMoeCudaRingMaxOrdinals = 4;
+// Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D).
+constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {
+  return 4 * kMoeCudaRingMaxOrdinals * slots * cols;
+}
 // The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory; 32-row
 // tiles stage them a K chunk at a time.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
@@ -324,6 +345,13 @@ struct MoeExpertUpParams {
   int stream_row_tiles = 0;  // streaming (tile_rows 8, 16, 32): m16 row tiles per warp, 0 = auto,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
+  // tile_rows 8 only: the TMA-ring GEMM (MoeCudaGemm::kStreamRing; slots <=
+  // kMoeCudaRingMaxSlots), its fp32 partials in ring_partials (16-byte aligned, at least
+  // MoeCudaRingPartialBytes(slots, 2·I) bytes, any contents). Where D is not a multiple of 256
+  // the streaming GEMM runs instead. Only the fp32 summation order differs.
+  bool ring = false;
+  float* ring_partials = nullptr;
+  int64_t ring_partials_bytes = 0;
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -350,6 +378,11 @@ struct MoeExpertDownParams {
   int stream_row_tiles = 0;  // streaming (tile_rows 8, 16, 32): m16 row tiles per warp, 0 = auto,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
+  // As MoeExpertUpParams::ring, with MoeCudaRingPartialBytes(slots, D) bytes (I a multiple of 256,
+  // else the streaming GEMM runs).
+  bool ring = false;
+  float* ring_partials = nullptr;
+  int64_t ring_partials_bytes = 0;
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -376,6 +409,7 @@ struct MoeCudaGemmPlan {
   bool stream = false;             // the streaming GEMM (tile_rows 8, 16 or 32)
   bool wgmma = false;              // a wgmma GEMM (tile_rows 128)
   bool wgmma_rs = false;           // the register-sourced one (kWgmmaRs)
+  bool ring = false;               // the TMA-ring streaming GEMM (kStreamRing)
   int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)
   int64_t weight_rows = 0;         // weight rows per CTA (gate + up rows for the up projection)
   int64_t k_step = 0;              // K per pipeline stage: 128 or 256 (streaming: per unit)
@@ -441,8 +475,9 @@ struct MoeCudaParams {
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes
-// (gathered rows and expert outputs share one region) + 8·E + MoeCudaSortScratchBytes(E), plus
-// alignment; with `shared`
+// (gathered rows and expert outputs share one region) + 8·E + MoeCudaSortScratchBytes(E) + the
+// TMA-ring GEMM's partials (MoeCudaRingPartialBytes(min(max_tokens·top_k, kMoeCudaRingMaxSlots),
+// max(2·I, D)): 7.9 MB from 16 tokens at the released dims), plus alignment; with `shared`
 // (the weights MoeCudaParams::shared will carry) also 2·max_tokens·D (its output) +
 // MoeSharedExpertWorkspaceBytes. Monotone in max_tokens. Errors: InvalidArgumentError for
 // invalid weights dims, top_k or max_tokens, invalid shared weights or a shared D other than D.

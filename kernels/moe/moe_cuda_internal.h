@@ -25,6 +25,8 @@ struct MoeCudaLayout {
   size_t token_slot = 0;    // i32 [S]
   size_t xg = 0;            // bf16 [S, D]; reused for ye [S, D] once the up stage has read it
   size_t ag = 0;            // bf16 [S, I]
+  size_t ring_partials =
+      0;  // f32: MoeCudaRingPartialBytes(min(S, kMoeCudaRingMaxSlots), max(2I, D))
   // With the GPU shared expert (shared_bytes > 0) only:
   size_t shared_y = 0;   // bf16 [max_tokens, D]: its output, added by the combine
   size_t shared_ws = 0;  // its workspace (MoeSharedExpertWorkspaceBytes), 256-byte aligned

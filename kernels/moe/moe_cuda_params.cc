@@ -121,11 +121,33 @@ absl::Status CheckStream(const char* op, const char* field, int64_t tile_rows, b
 
 absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) {
   const int v = static_cast<int>(gemm);
-  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStream32)) {
+  if (v < static_cast<int>(MoeCudaGemm::kAuto) || v > static_cast<int>(MoeCudaGemm::kStreamRing)) {
     return Invalid(op, field,
                    absl::StrFormat("is %d, must be kAuto, kTiled, kStream, kWgmma, kWgmmaRs, "
-                                   "kStream16 or kStream32",
+                                   "kStream16, kStream32 or kStreamRing",
                                    v));
+  }
+  return absl::OkStatus();
+}
+
+// The TMA-ring GEMM: tile_rows 8, at most kMoeCudaRingMaxSlots slots, its partials.
+absl::Status CheckRing(const char* op, bool ring, int64_t tile_rows, int64_t slots,
+                       const float* partials, int64_t bytes, int64_t cols) {
+  if (!ring) return absl::OkStatus();
+  if (tile_rows != kMoeCudaStreamTileRows) {
+    return Invalid(op, "ring",
+                   absl::StrFormat("is set but tile_rows is %d (must be 8)", tile_rows));
+  }
+  if (slots > kMoeCudaRingMaxSlots) {
+    return Invalid(
+        op, "ring",
+        absl::StrFormat("is set with %d slots (at most %d)", slots, kMoeCudaRingMaxSlots));
+  }
+  RETURN_IF_ERROR(CheckNonNull(op, {{"ring_partials", partials}}));
+  RETURN_IF_ERROR(CheckAligned(op, "ring_partials", partials, 16));
+  const int64_t need = MoeCudaRingPartialBytes(slots, cols);
+  if (bytes < need) {
+    return Invalid(op, "ring_partials_bytes", absl::StrFormat("is %d, needs %d", bytes, need));
   }
   return absl::OkStatus();
 }
@@ -330,6 +352,11 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
   // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
   if (slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStreamMaxK) {
+    // Its TMA-ring form from 2 tokens while its partials fit the workspace (at one token the
+    // epilogue launches cost what the ring saves).
+    if (m >= kMoeCudaRingMinTokens && slots <= kMoeCudaRingMaxSlots) {
+      return MoeCudaGemm::kStreamRing;
+    }
     return MoeCudaGemm::kStream;
   }
   // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
@@ -347,6 +374,7 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
                         int64_t max_k) {
   switch (MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k)) {
     case MoeCudaGemm::kStream:
+    case MoeCudaGemm::kStreamRing:
       return kMoeCudaStreamTileRows;
     case MoeCudaGemm::kStream16:
       return kMoeCudaStream16TileRows;
@@ -380,6 +408,8 @@ const char* MoeCudaGemmName(MoeCudaGemm gemm) {
       return "wgmma";
     case MoeCudaGemm::kWgmmaRs:
       return "wgmma RS";
+    case MoeCudaGemm::kStreamRing:
+      return "streaming ring";
   }
   return "unknown";
 }
@@ -393,6 +423,8 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   RETURN_IF_ERROR(CheckStream(kOp, "weights.dim", p.tile_rows, p.stream, p.weights->dim));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
+  RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.tile_rows, p.slots, p.ring_partials,
+                            p.ring_partials_bytes, 2 * p.weights->inter));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -408,6 +440,8 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   RETURN_IF_ERROR(CheckStream(kOp, "weights.inter", p.tile_rows, p.stream, p.weights->inter));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
+  RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.tile_rows, p.slots, p.ring_partials,
+                            p.ring_partials_bytes, p.weights->dim));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
   return CheckAligned(kOp, "ye", p.ye, 16);
@@ -458,6 +492,8 @@ MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter
   l.token_slot = take(4 * s);
   l.xg = take(2 * s * static_cast<size_t>(dim));
   l.ag = take(2 * s * static_cast<size_t>(inter));
+  l.ring_partials = take(static_cast<size_t>(MoeCudaRingPartialBytes(
+      std::min<int64_t>(static_cast<int64_t>(s), kMoeCudaRingMaxSlots), std::max(2 * inter, dim))));
   if (shared_bytes > 0) {
     l.shared_y =
         take(2 * static_cast<size_t>(std::max<int64_t>(max_tokens, 0)) * static_cast<size_t>(dim));
@@ -497,9 +533,10 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   RETURN_IF_ERROR(CheckPath(kOp, "route_path", p.route_path));
   RETURN_IF_ERROR(CheckPath(kOp, "sort_path", p.sort_path));
   RETURN_IF_ERROR(CheckGemmKind(kOp, "gemm", p.gemm));
-  if (p.gemm == MoeCudaGemm::kStream && std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {
+  if ((p.gemm == MoeCudaGemm::kStream || p.gemm == MoeCudaGemm::kStreamRing) &&
+      std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {
     return Invalid(kOp, "gemm",
-                   absl::StrFormat("is kStream but max(D, I) = %d is above %d",
+                   absl::StrFormat("is kStream / kStreamRing but max(D, I) = %d is above %d",
                                    std::max(w.dim, w.inter), kMoeCudaStreamMaxK));
   }
   if (p.gemm == MoeCudaGemm::kStream16 && std::max(w.dim, w.inter) > kMoeCudaStream16MaxK) {

@@ -298,6 +298,16 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   // does not fit it the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
   EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384), MoeCudaGemm::kStream);
+  // Its TMA-ring form from kMoeCudaRingMinTokens (2) tokens up to kMoeCudaRingMaxSlots (96)
+  // slots, where max(D, I) fits the streaming GEMM (its fallback).
+  EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(16, 6, 384), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaTileRows(16, 6, 384), 8);
+  EXPECT_EQ(MoeCudaChooseGemm(17, 6, 384), MoeCudaGemm::kStream);
+  EXPECT_EQ(MoeCudaChooseGemm(48, 2, 384), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
+            MoeCudaGemm::kTiled);
+  EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384, MoeCudaGemm::kStream), MoeCudaGemm::kStream);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
@@ -353,7 +363,10 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStream16), 16);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStream32), 32);
   EXPECT_STREQ(MoeCudaGemmName(MoeCudaGemm::kStream32), "streaming 32-row");
-  EXPECT_STREQ(MoeCudaGemmName(static_cast<MoeCudaGemm>(7)), "unknown");
+  EXPECT_STREQ(MoeCudaGemmName(MoeCudaGemm::kStreamRing), "streaming ring");
+  EXPECT_STREQ(MoeCudaGemmName(static_cast<MoeCudaGemm>(8)), "unknown");
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kStreamRing), 8);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kStreamRing), 8);
   EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kStream32)));
   for (MoeCudaGemm g : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kWgmma,
                         MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStream16, MoeCudaGemm::kStream32}) {
@@ -486,9 +499,14 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   EXPECT_TRUE(Validate(p).ok());  // m = 0
   p.gemm = MoeCudaGemm::kStream32;
   EXPECT_TRUE(Validate(p).ok());
-  p.gemm = static_cast<MoeCudaGemm>(7);
+  p.gemm = MoeCudaGemm::kStreamRing;  // as kStream: K <= kMoeCudaStreamMaxK
+  w.inter = kMoeCudaStreamMaxK + 128;
+  ExpectInvalid(Validate(p), "gemm");
+  p.gemm = static_cast<MoeCudaGemm>(8);
   w.inter = 128;
   ExpectInvalid(Validate(p), "gemm");
+  p.gemm = MoeCudaGemm::kStreamRing;
+  EXPECT_TRUE(Validate(p).ok());  // m = 0
   p.gemm = static_cast<MoeCudaGemm>(-1);
   ExpectInvalid(Validate(p), "gemm");
   p.gemm = MoeCudaGemm::kStream;
@@ -497,6 +515,50 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   EXPECT_TRUE(Validate(p).ok());
   p.gemm = MoeCudaGemm::kWgmmaRs;
   EXPECT_TRUE(Validate(p).ok());
+}
+
+// The TMA-ring GEMM's stage params: tile_rows 8, at most kMoeCudaRingMaxSlots slots, partials of
+// MoeCudaRingPartialBytes (up: 2·I columns, down: D), 16-byte aligned.
+TEST(MoeCudaParamsTest, RingGemmValidation) {
+  const MoeCudaWeights w = GoodWeights();
+  alignas(16) static float partials[4];
+  const int32_t dummy[2] = {0, 0};
+  MoeExpertUpParams up;
+  up.weights = &w;
+  up.slots = 4;
+  up.tile_rows = kMoeCudaStreamTileRows;
+  up.offsets = up.tiles = up.num_tiles = dummy;
+  up.ring = true;
+  ExpectInvalid(Validate(up), "ring_partials");
+  up.ring_partials = partials;
+  up.ring_partials_bytes = MoeCudaRingPartialBytes(4, 2 * w.inter) - 1;
+  ExpectInvalid(Validate(up), "ring_partials_bytes");
+  up.ring_partials_bytes = MoeCudaRingPartialBytes(4, 2 * w.inter);
+  ExpectInvalid(Validate(up), "xg");  // the ring accepted, the next check fires
+  up.ring_partials = partials + 1;
+  ExpectInvalid(Validate(up), "ring_partials");
+  up.ring_partials = partials;
+  up.tile_rows = 16;
+  ExpectInvalid(Validate(up), "ring");
+  up.tile_rows = kMoeCudaStreamTileRows;
+  up.slots = kMoeCudaRingMaxSlots + 1;
+  ExpectInvalid(Validate(up), "ring");
+  MoeExpertDownParams down;
+  down.weights = &w;
+  down.slots = 4;
+  down.tile_rows = kMoeCudaStreamTileRows;
+  down.offsets = down.tiles = down.num_tiles = dummy;
+  down.ring = true;
+  down.ring_partials = partials;
+  down.ring_partials_bytes = MoeCudaRingPartialBytes(4, w.dim) - 1;
+  ExpectInvalid(Validate(down), "ring_partials_bytes");
+  down.ring_partials_bytes = MoeCudaRingPartialBytes(4, w.dim);
+  ExpectInvalid(Validate(down), "ag");
+  // The workspace holds the partials of min(m·top_k, kMoeCudaRingMaxSlots) slots.
+  const auto one = MoeCudaWorkspaceBytes(w, 1, 2), two = MoeCudaWorkspaceBytes(w, 2, 2);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_GE(*two - *one,
+            static_cast<size_t>(MoeCudaRingPartialBytes(2, std::max(2 * w.inter, w.dim))));
 }
 
 TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {

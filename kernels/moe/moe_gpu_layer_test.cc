@@ -202,8 +202,9 @@ void RunCase(const LayerCase& c) {
   ASSERT_EQ(cpu.ids, ids);
 
   const auto dev = moe_test::GenerateDeviceExperts(spec, bias, bias_vl);
-  for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
-                           MoeCudaGemm::kStream32, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+  for (MoeCudaGemm gemm :
+       {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16, MoeCudaGemm::kStream32,
+        MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStreamRing}) {
     const std::string name = std::string(c.name) + GemmTag(gemm);
     SCOPED_TRACE(name);
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
@@ -404,8 +405,9 @@ TEST(MoeGpuLayerTest, FixtureLayer0MatchesMoeCpu) {
       rows[tok] = with_image ? clear[tok]
                              : moe_test::RouteIsClear(logits.data() + tok * kE, kE, bias.data(), o);
     }
-    for (MoeCudaGemm gemm : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
-                             MoeCudaGemm::kStream32, MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs}) {
+    for (MoeCudaGemm gemm :
+         {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16, MoeCudaGemm::kStream32,
+          MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStreamRing}) {
       const GpuRun gpu =
           RunMoeCuda(dev->view, o, logits, x, with_image ? image : std::vector<uint8_t>{}, shared_y,
                      kTokens, nullptr, gemm);

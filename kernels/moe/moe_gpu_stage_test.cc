@@ -332,6 +332,8 @@ int64_t ExpertOfRow(const std::vector<int32_t>& offsets, int64_t r) {
 // units; D 1024 / I 1280: 4 and 5 units of 256, the ring wraps), the others two (ring of 2) except
 // the down projection at D 640 (not a multiple of the 256-column CTA); K 640 / 384 / 128 take
 // 128-wide units; m 37, 90 and 40 put more than 8 rows on most experts (several tiles each).
+// TMA-ring GEMM (ring variants): K a multiple of 256 only (up at D 256 / 1024, down at I 1280;
+// the others stream), <= 96 slots (m 50 at top-3 streams); m 3 and 40 cut pairs over 2-3 CTAs.
 const GemmCase kGemmCases[] = {{8, 256, 128, 2, 1, 10.f},    {8, 256, 128, 2, 37, 10.f},
                                {6, 640, 384, 3, 50, 0.f},    {8, 256, 128, 1, 90, 10.f},
                                {4, 1024, 1280, 2, 40, 10.f}, {4, 1024, 1280, 2, 3, 10.f}};
@@ -348,6 +350,7 @@ struct GemmVariant {
   bool by_token = false;
   bool rs = false;      // tile_rows 128: the register-sourced wgmma GEMM
   bool stream = false;  // tile_rows 16 / 32: the streaming GEMM (kStream16 / kStream32)
+  bool ring = false;    // tile_rows 8: the TMA-ring GEMM (kStreamRing) where the call fits it
 };
 const GemmVariant kGemmVariants[] = {{16, false},
                                      {32, false},
@@ -366,7 +369,16 @@ const GemmVariant kGemmVariants[] = {{16, false},
                                      {16, false, false, false, true},
                                      {16, false, true, false, true},
                                      {32, false, false, false, true},
-                                     {32, false, true, false, true}};
+                                     {32, false, true, false, true},
+                                     {8, false, false, false, false, true},
+                                     {8, false, true, false, false, true}};
+
+// The TMA-ring GEMM's partials (any contents: poisoned) for a call of `slots` rows of `cols`;
+// ring variants skip calls above kMoeCudaRingMaxSlots (MoeCuda streams those).
+DeviceBuffer RingPartials(int64_t slots, int64_t cols) {
+  return Poisoned<float>(MoeCudaRingPartialBytes(std::min(slots, kMoeCudaRingMaxSlots), cols) /
+                         sizeof(float));
+}
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
   FS_SKIP_WITHOUT_GPU();
@@ -382,7 +394,8 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       SCOPED_TRACE(testing::Message()
                    << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
                    << tile_rows << " hoist " << hoist << " by token " << v.by_token << " rs "
-                   << v.rs << " stream " << v.stream);
+                   << v.rs << " stream " << v.stream << " ring " << v.ring);
+      if (v.ring && slots > kMoeCudaRingMaxSlots) continue;
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
       // By slot: row r = token slot_token[r]'s row; by token: row t = token t's row.
       const int64_t xg_rows = v.by_token ? c.m : slots;
@@ -411,6 +424,10 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.hoisted_addresses = hoist;
       p.wgmma_rs = v.rs;
       p.stream = v.stream;
+      DeviceBuffer partials = RingPartials(slots, 2 * c.inter);
+      p.ring = v.ring;
+      p.ring_partials = partials.get<float>();
+      p.ring_partials_bytes = static_cast<int64_t>(partials.bytes());
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
       const auto g_ag = ToHost<uint16_t>(ag, slots * c.inter);
       const auto g_act = ToHost<uint16_t>(act, slots * c.inter);
@@ -463,9 +480,10 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       if (v.by_token) continue;  // the down stage reads ag by slot
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message()
-                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
-                   << tile_rows << " hoist " << hoist << " rs " << v.rs << " stream " << v.stream);
+      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
+                                      << " tile_rows " << tile_rows << " hoist " << hoist << " rs "
+                                      << v.rs << " stream " << v.stream << " ring " << v.ring);
+      if (v.ring && slots > kMoeCudaRingMaxSlots) continue;
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -480,6 +498,10 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.hoisted_addresses = hoist;
       p.wgmma_rs = v.rs;
       p.stream = v.stream;
+      DeviceBuffer partials = RingPartials(slots, c.dim);
+      p.ring = v.ring;
+      p.ring_partials = partials.get<float>();
+      p.ring_partials_bytes = static_cast<int64_t>(partials.bytes());
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
       const auto g_ye = ToHost<uint16_t>(ye, slots * c.dim);
       int64_t bad = 0;

@@ -65,6 +65,7 @@ struct GemmArgs {
   const uint8_t* w_scale = nullptr;     // [E, N, K/32]
   const uint8_t* w_up = nullptr;        // [E, N, K/2]: w3 (up only)
   const uint8_t* w_up_scale = nullptr;  // [E, N, K/32]
+  int64_t n_experts = 0;                // E (the TMA-ring GEMM's weight maps)
   int64_t n = 0;                        // N of one projection: I (up) or D (down)
   int64_t k = 0;                        // K: D (up) or I (down)
   const int32_t* offsets = nullptr;

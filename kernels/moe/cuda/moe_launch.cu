@@ -17,6 +17,7 @@
 #include "kernels/moe/cuda/moe_front.cuh"
 #include "kernels/moe/cuda/moe_gemm.cuh"
 #include "kernels/moe/cuda/moe_permute.cuh"
+#include "kernels/moe/cuda/moe_ring_launch.h"
 #include "kernels/moe/cuda/moe_route.cuh"
 #include "kernels/moe/cuda/moe_stream_launch.h"
 #include "kernels/moe/cuda/moe_wgmma_gemm.cuh"
@@ -293,8 +294,10 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.swiglu_limit = p.swiglu_limit;
   g.out = p.ag;
   g.act = p.act;
+  g.n_experts = w.n_experts;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
+      if (p.ring && moe_device::LaunchRing(g, true, p.slots, p.ring_partials, stream)) return;
       return LaunchStreamTiles(g, true, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
                                stream);
     case kMoeCudaWgmmaTileRows:
@@ -334,8 +337,10 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.tiles = p.tiles;
   g.num_tiles = p.num_tiles;
   g.out = p.ye;
+  g.n_experts = w.n_experts;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
+      if (p.ring && moe_device::LaunchRing(g, false, p.slots, p.ring_partials, stream)) return;
       return LaunchStreamTiles(g, false, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
                                stream);
     case kMoeCudaWgmmaTileRows:
@@ -380,13 +385,14 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   RETURN_IF_ERROR(Validate(weights));
   const int64_t max_k = std::max(weights.dim, weights.inter);
   if (static_cast<int>(gemm) < 0 ||
-      static_cast<int>(gemm) > static_cast<int>(MoeCudaGemm::kStream32) ||
-      ((gemm == MoeCudaGemm::kStream || gemm == MoeCudaGemm::kStream32) &&
+      static_cast<int>(gemm) > static_cast<int>(MoeCudaGemm::kStreamRing) ||
+      ((gemm == MoeCudaGemm::kStream || gemm == MoeCudaGemm::kStream32 ||
+        gemm == MoeCudaGemm::kStreamRing) &&
        max_k > kMoeCudaStreamMaxK) ||
       (gemm == MoeCudaGemm::kStream16 && max_k > kMoeCudaStream16MaxK)) {
     return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma, kWgmmaRs, kStream16 or "
-        "kStream32, or a streaming GEMM with max(D, I) above kMoeCudaStreamMaxK / "
+        "MoeCudaDescribeGemm: gemm is not kAuto, kTiled, kStream, kWgmma, kWgmmaRs, kStream16, "
+        "kStream32 or kStreamRing, or a streaming GEMM with max(D, I) above kMoeCudaStreamMaxK / "
         "kMoeCudaStream16MaxK");
   }
   if (m < 1 || top_k < 1 || top_k > std::min(kMoeCudaMaxTopK, weights.n_experts)) {
@@ -399,8 +405,11 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
-  if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStream16 ||
-      chosen == MoeCudaGemm::kStream32) {
+  if (chosen == MoeCudaGemm::kStreamRing && slots <= kMoeCudaRingMaxSlots && k % 256 == 0) {
+    return moe_device::DescribeRing(up);
+  }
+  if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStreamRing ||
+      chosen == MoeCudaGemm::kStream16 || chosen == MoeCudaGemm::kStream32) {
     return moe_device::DescribeStream(up, tile_rows, n, k, slots,
                                       Blocks(MaxTiles(slots, e, tile_rows), kMaxGridY));
   }
@@ -493,6 +502,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   auto* xg = reinterpret_cast<uint16_t*>(base + l.xg);
   auto* ag = reinterpret_cast<uint16_t*>(base + l.ag);
   uint16_t* ye = xg;  // xg is dead once the up stage has run (same stream)
+  auto* ring_partials = reinterpret_cast<float*>(base + l.ring_partials);
 
   // The shared expert first: it needs only x, and its output waits in the workspace for the
   // combine. Its workspace regions are its own, so it may run on a forked stream next to the
@@ -527,6 +537,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
   const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
   const bool wide_stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
+  // The ring's partials are sized for kMoeCudaRingMaxSlots; larger calls stream (kStream).
+  const bool ring = gemm == MoeCudaGemm::kStreamRing && slots <= kMoeCudaRingMaxSlots;
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;
@@ -580,6 +592,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.stream_row_tiles = p.gemm_stream_row_tiles;
   up.wgmma_rs = rs;
   up.stream = wide_stream;
+  up.ring = ring;
+  up.ring_partials = ring_partials;
+  up.ring_partials_bytes = MoeCudaRingPartialBytes(slots, 2 * w.inter);
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -596,6 +611,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.stream_row_tiles = p.gemm_stream_row_tiles;
   down.wgmma_rs = rs;
   down.stream = wide_stream;
+  down.ring = ring;
+  down.ring_partials = ring_partials;
+  down.ring_partials_bytes = MoeCudaRingPartialBytes(slots, w.dim);
   EnqueueDown(down, stream);
 
   MoeCombineParams cp;

@@ -144,12 +144,14 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int s) {
 // slot row's first chunk of the unit after the swizzle's XOR (chunk j of the thread's kG blocks
 // is at act ^ (16·j)); n8 tile n reads the row 8·n below it, `n8_stride` bytes on (rows t and
 // t + 8 share the swizzle: it depends on the row's parity only). kWide: a scale byte of the
-// warp's rows is above 128 (DecodeFp4x8Wide).
+// warp's rows is above 128 (DecodeFp4x8Wide). `act_row` false: the lane's slot row is past the
+// tile's (its products reach no stored output; the TMA-ring GEMM), so it multiplies zeros
+// instead of loading the row.
 template <int kRT, int kG, int kN8, bool kWide>
 __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
                                                   const unsigned char* smem, uint32_t act,
                                                   uint32_t n8_stride, int n8_used,
-                                                  float (&acc)[kN8][kRT][4]) {
+                                                  float (&acc)[kN8][kRT][4], bool act_row) {
 #pragma unroll
   for (int b = 0; b < kG; ++b) {
     uint32_t m1[kRT][2];
@@ -166,8 +168,9 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
 #pragma unroll
       for (int n = 0; n < kN8; ++n) {
         if (n == 0 || n < n8_used) {  // CTA-uniform: n8 tiles past the tile's rows are skipped
-          x[n] =
-              LoadShared16(smem + n * n8_stride + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
+          x[n] = act_row ? LoadShared16(smem + n * n8_stride +
+                                        (act ^ static_cast<uint32_t>(16 * (4 * b + s))))
+                         : make_uint4(0u, 0u, 0u, 0u);
         }
       }
 #pragma unroll
@@ -196,15 +199,15 @@ template <int kRT, int kG, int kN8>
 __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
                                               const unsigned char* smem, uint32_t act,
                                               uint32_t n8_stride, int n8_used,
-                                              float (&acc)[kN8][kRT][4]) {
+                                              float (&acc)[kN8][kRT][4], bool act_row = true) {
   bool wide = false;
 #pragma unroll
   for (int rt = 0; rt < kRT; ++rt) wide |= HasWideScale(u.s[rt][0]) || HasWideScale(u.s[rt][1]);
   // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
   if (!__any_sync(0xFFFFFFFFu, wide)) {
-    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, n8_used, acc);
+    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, n8_used, acc, act_row);
   } else {
-    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, n8_used, acc);
+    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, n8_used, acc, act_row);
   }
 }
 
@@ -216,9 +219,10 @@ __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
 // each. Not inlined: ptxas spilled in the main loop at the 128-register cap otherwise.
 // Arguments by value: a reference to the kernel's GemmArgs would make it copy its parameters to
 // the stack.
-__device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, int64_t n,
-                                                const uint16_t* tile, int pitch, int blocks,
-                                                int64_t n0, int64_t row0, int rows, int warps) {
+static __device__ __noinline__ void StreamQuantizeRows(uint16_t* out, uint16_t* act, int64_t n,
+                                                       const uint16_t* tile, int pitch, int blocks,
+                                                       int64_t n0, int64_t row0, int rows,
+                                                       int warps) {
   const int lane = threadIdx.x % 32;
   for (int u = threadIdx.x / 32; u < rows * blocks; u += warps) {  // warp-uniform
     const int rl = u / blocks, cb = u % blocks;

@@ -1,0 +1,98 @@
+// The TMA-ring expert GEMM's launchers (cuda/moe_ring_launch.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/per_device_cache.h"
+#include "kernels/moe/cuda/moe_ring_gemm.cuh"
+#include "kernels/moe/cuda/moe_ring_launch.h"
+
+namespace flashserve::kernels::moe_device {
+namespace {
+
+static_assert(kRingMaxOrdinals == kMoeCudaRingMaxOrdinals);
+
+template <bool kUp>
+void Launch(const RingArgs& a, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = MoeExpertRingKernel<kUp>;
+  EnsureSmemLimit(kernel, kRingSmemBytes, smem_set);
+  cuda_common::LaunchPdl(kernel, dim3(static_cast<unsigned>(a.ring_grid)), dim3(kRingThreads),
+                         kRingSmemBytes, stream, a);
+  // The epilogue: a warp per (tile, 32 columns) of the call's tile bound, at most 8 blocks of 8
+  // warps per SM (grid-stride beyond).
+  const int64_t tiles = std::min(a.slots, (a.slots + std::min(a.slots, a.g.n_experts) * 7) / 8);
+  const int64_t warps = tiles * (a.g.n / 32);
+  const int64_t blocks =
+      std::max<int64_t>(1, std::min<int64_t>((warps + 7) / 8, 8 * SmCount(CurrentDevice())));
+  cuda_common::LaunchPdl(MoeRingEpilogueKernel<kUp>, dim3(static_cast<unsigned>(blocks)),
+                         dim3(kRingEpilogueThreads), 0, stream, a);
+}
+
+}  // namespace
+
+bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream) {
+  const int64_t pair_cols = up ? 64 : 128;
+  if (g.k % kRingUnitK != 0 || g.n % pair_cols != 0 || slots <= 0) return false;
+  RingArgs a;
+  a.g = g;
+  a.partial = partials;
+  a.slots = slots;
+  a.ring_grid = kRingCtasPerSm * SmCount(CurrentDevice());
+  // Weights: [E·N rows][K/2 bytes], boxes of 128 code bytes × 64 (up: w1 and w3 each) or 128
+  // rows.
+  const int64_t rows = g.n_experts * g.n;
+  const uint32_t box_rows = up ? 64 : 128;
+  if (!wgmma_ws::MakeTmaOperand(&a.w, g.w, 1, g.k / 2, rows, g.k / 2, 1, 0, 128, box_rows, true)) {
+    return false;
+  }
+  if (up && !wgmma_ws::MakeTmaOperand(&a.w_up, g.w_up, 1, g.k / 2, rows, g.k / 2, 1, 0, 128,
+                                      box_rows, true)) {
+    return false;
+  }
+  // Activations: (64 columns, K/64 groups, rows), boxes of 64 × 4 × 1 (one row's 256 columns).
+  // Rows: the slot rows, or (a_row) the token rows, fewer than the slots.
+  if (!wgmma_ws::MakeTmaOperand(&a.a, g.a, 2, 64, g.k / 64, 64, slots, g.k, 64, 4, true)) {
+    return false;
+  }
+  if (up) {
+    Launch<true>(a, stream);
+  } else {
+    Launch<false>(a, stream);
+  }
+  return true;
+}
+
+MoeCudaGemmPlan DescribeRing(bool up) {
+  MoeCudaGemmPlan plan;
+  plan.stream = true;
+  plan.ring = true;
+  plan.tile_rows = kMoeCudaStreamTileRows;
+  plan.weight_rows = 128;
+  plan.k_step = kRingUnitK;
+  plan.stages = kRingStages;
+  plan.smem_bytes = kRingSmemBytes;
+  plan.grid_x = kRingCtasPerSm * SmCount(CurrentDevice());
+  plan.grid_y = 1;
+  int ctas = 0;
+  if (up) {
+    static std::atomic<uint64_t> smem_set{0};
+    EnsureSmemLimit(MoeExpertRingKernel<true>, kRingSmemBytes, smem_set);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, MoeExpertRingKernel<true>,
+                                                             kRingThreads, kRingSmemBytes));
+  } else {
+    static std::atomic<uint64_t> smem_set{0};
+    EnsureSmemLimit(MoeExpertRingKernel<false>, kRingSmemBytes, smem_set);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, MoeExpertRingKernel<false>,
+                                                             kRingThreads, kRingSmemBytes));
+  }
+  plan.ctas_per_sm = ctas;
+  plan.weight_stage_bytes = kRingWeightBytes + kRingScaleBytes;
+  return plan;
+}
+
+}  // namespace flashserve::kernels::moe_device
