@@ -258,8 +258,8 @@ inline constexpr int64_t kMoeCudaStream32TileRows = 32;
 inline constexpr int64_t kMoeCudaRingMaxSlots = 96;
 // kAuto takes kStreamRing from this many tokens up to kMoeCudaRingMaxSlots slots (kStream below:
 // at one token the ring's two epilogue launches cost what it saves). Measured on the H200
-// (bench_moe --shared 0, the routed layer, streaming / ring): 1 token 67.6 / 68.9 µs, 2: 115.5 /
-// 101.8, 4: 183.1 / 166.9, 8: 331.3 / 291.2, 16: 549.3 / 521.1.
+// (bench_moe --shared 0, the routed layer, streaming / ring): 2 tokens 116.2 / 93.3 µs, 4: 185.8 /
+// 150.3, 8: 336.5 / 259.5, 16: 561.7 / 458.0; at one token a first ring build 69.6 / 70.7.
 inline constexpr int64_t kMoeCudaRingMinTokens = 2;
 inline constexpr int64_t kMoeCudaRingMaxOrdinals = 4;
 // Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D).

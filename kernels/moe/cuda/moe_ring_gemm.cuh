@@ -61,7 +61,8 @@ inline constexpr int kRingThreads = kRingConsumerThreads + 32;  // + the produce
 // branch's CTAs). Measured on the H200 (bench_moe --gemm 7, the whole routed layer): 2 CTAs of 8
 // consumer warps 101.8 µs at 2 tokens, one CTA of 6 stages 109.5; 2, 3 or 4 stages the same; 16
 // consumer warps per CTA (two per row tile, each half of a unit's blocks) 115.8 — the consumers'
-// FP4 decode, not the ring's depth, bounds it (README.md "The TMA-ring expert GEMM").
+// instruction issue, not the ring's depth, bounds it (README.md "The TMA-ring expert GEMM";
+// figures of a first build, before the unrolled walk).
 inline constexpr int kRingStages = 3;
 inline constexpr int kRingCtasPerSm = 2;
 inline constexpr int kRingMaxOrdinals = 4;  // ranges a pair may be split over
@@ -246,48 +247,67 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
   const uint32_t line = static_cast<uint32_t>(grp * kRingActPitch + 128 * tig);
   const uint32_t act = line + 16 * ((line / 128) & 7);
   const int64_t np = kUp ? 2 * g.n : g.n;  // partial row length
+  // The thread's byte offsets inside a stage: its rows' code chunks and scale bytes.
+  uint32_t code_at[2][2], scale_at[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      code_at[h][b] = static_cast<uint32_t>(srow[h] * 128 + 16 * ((2 * tig + b) ^ (srow[h] & 7)));
+    }
+    scale_at[h] = static_cast<uint32_t>(kRingWeightBytes + kRingActBytes + srow[h] * 8 + 2 * tig);
+  }
   float acc[1][1][4] = {{{0.f, 0.f, 0.f, 0.f}}};
   RingTile tile;
   int cur_tile = -1;
   RingCursor c(beg, static_cast<int>(split.units), static_cast<int>(blocks));
-  RingSlot<kRingStages> slot;
-  for (int64_t x = beg; x < end; ++x, c.Next(), slot.Next()) {
-    if (c.t != cur_tile) {  // CTA-uniform
-      cur_tile = c.t;
-      tile.Load(g, cur_tile);
-    }
-    const unsigned char* stage = smem + slot.s * kRingStageBytes;
-    wgmma_ws::BarWait(full_bars + slot.s * 8, slot.phase);
-    StreamUnit<1, 2> unit;
+  const int n = static_cast<int>(end - beg);
+  // The walk unrolled over the stages: unit j of the range sits in stage j % kRingStages, so the
+  // stage addresses are constants of each unrolled copy.
+  uint32_t phase = 0;
+  for (int j = 0; j < n; phase ^= 1u) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = srow[h];
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int chunk = (2 * tig + b) ^ (r & 7);
-        unit.q[0][h][b] = *reinterpret_cast<const uint4*>(stage + r * 128 + chunk * 16);
+    for (int s = 0; s < kRingStages; ++s, ++j) {
+      if (j >= n) break;
+      if (c.t != cur_tile) {  // CTA-uniform
+        cur_tile = c.t;
+        tile.Load(g, cur_tile);
       }
-      unit.s[0][h] = *reinterpret_cast<const unsigned short*>(stage + kRingWeightBytes +
-                                                              kRingActBytes + r * 8 + 2 * tig);
-    }
-    StreamCompute<1, 2, 1>(unit, stage + kRingWeightBytes, act, 0, 1, acc, grp < tile.rows);
-    __syncwarp();
-    if (lane == 0) wgmma_ws::BarArrive(empty_bars + slot.s * 8);
-    if (c.u + 1 < c.units && x + 1 < end) continue;
-    // The range leaves the pair: its partials at the range's ordinal in the pair.
-    const int64_t pair = c.Pair();
-    const int64_t n0 = int64_t{c.cb} * kPairCols;
-    const int64_t ord = blockIdx.x - split.RangeOf(pair * split.units);
-    float* out = a.partial + ord * a.slots * np;
+      const unsigned char* stage = smem + s * kRingStageBytes;
+      wgmma_ws::BarWait(full_bars + s * 8, phase);
+      StreamUnit<1, 2> unit;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int t = 2 * tig + (q & 1);
-      if (t < tile.rows) {
-        const int64_t col =
-            kUp ? n0 + 8 * warp + grp + (q >> 1) * g.n : n0 + 16 * warp + grp + 8 * (q >> 1);
-        out[(tile.row0 + t) * np + col] = acc[0][0][q];
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          unit.q[0][h][b] = *reinterpret_cast<const uint4*>(stage + code_at[h][b]);
+        }
+        unit.s[0][h] = *reinterpret_cast<const unsigned short*>(stage + scale_at[h]);
       }
-      acc[0][0][q] = 0.f;
+      // Every lane reads its slot row, also past the tile's rows (stale stage bytes, reaching
+      // only outputs that are never stored): a zero operand selected per lane instead cost ~18
+      // instructions per unit, 10 % of the kernel (README.md).
+      StreamCompute<1, 2, 1>(unit, stage + kRingWeightBytes, act, 0, 1, acc);
+      __syncwarp();
+      if (lane == 0) wgmma_ws::BarArrive(empty_bars + s * 8);
+      if (c.u + 1 == c.units || j + 1 == n) {
+        // The range leaves the pair: its partials at the range's ordinal in the pair.
+        const int64_t pair = c.Pair();
+        const int64_t n0 = int64_t{c.cb} * kPairCols;
+        const int64_t ord = blockIdx.x - split.RangeOf(pair * split.units);
+        float* out = a.partial + ord * a.slots * np;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int t = 2 * tig + (q & 1);
+          if (t < tile.rows) {
+            const int64_t col =
+                kUp ? n0 + 8 * warp + grp + (q >> 1) * g.n : n0 + 16 * warp + grp + 8 * (q >> 1);
+            out[(tile.row0 + t) * np + col] = acc[0][0][q];
+          }
+          acc[0][0][q] = 0.f;
+        }
+      }
+      c.Next();
     }
   }
 }

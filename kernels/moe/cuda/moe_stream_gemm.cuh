@@ -144,14 +144,12 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int s) {
 // slot row's first chunk of the unit after the swizzle's XOR (chunk j of the thread's kG blocks
 // is at act ^ (16·j)); n8 tile n reads the row 8·n below it, `n8_stride` bytes on (rows t and
 // t + 8 share the swizzle: it depends on the row's parity only). kWide: a scale byte of the
-// warp's rows is above 128 (DecodeFp4x8Wide). `act_row` false: the lane's slot row is past the
-// tile's (its products reach no stored output; the TMA-ring GEMM), so it multiplies zeros
-// instead of loading the row.
+// warp's rows is above 128 (DecodeFp4x8Wide).
 template <int kRT, int kG, int kN8, bool kWide>
 __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
                                                   const unsigned char* smem, uint32_t act,
                                                   uint32_t n8_stride, int n8_used,
-                                                  float (&acc)[kN8][kRT][4], bool act_row) {
+                                                  float (&acc)[kN8][kRT][4]) {
 #pragma unroll
   for (int b = 0; b < kG; ++b) {
     uint32_t m1[kRT][2];
@@ -168,9 +166,8 @@ __device__ __forceinline__ void StreamComputeUnit(const StreamUnit<kRT, kG>& u,
 #pragma unroll
       for (int n = 0; n < kN8; ++n) {
         if (n == 0 || n < n8_used) {  // CTA-uniform: n8 tiles past the tile's rows are skipped
-          x[n] = act_row ? LoadShared16(smem + n * n8_stride +
-                                        (act ^ static_cast<uint32_t>(16 * (4 * b + s))))
-                         : make_uint4(0u, 0u, 0u, 0u);
+          x[n] =
+              LoadShared16(smem + n * n8_stride + (act ^ static_cast<uint32_t>(16 * (4 * b + s))));
         }
       }
 #pragma unroll
@@ -199,15 +196,15 @@ template <int kRT, int kG, int kN8>
 __device__ __forceinline__ void StreamCompute(const StreamUnit<kRT, kG>& u,
                                               const unsigned char* smem, uint32_t act,
                                               uint32_t n8_stride, int n8_used,
-                                              float (&acc)[kN8][kRT][4], bool act_row = true) {
+                                              float (&acc)[kN8][kRT][4]) {
   bool wide = false;
 #pragma unroll
   for (int rt = 0; rt < kRT; ++rt) wide |= HasWideScale(u.s[rt][0]) || HasWideScale(u.s[rt][1]);
   // Warp-uniform: mma.sync.aligned must be executed by all lanes together.
   if (!__any_sync(0xFFFFFFFFu, wide)) {
-    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, n8_used, acc, act_row);
+    StreamComputeUnit<kRT, kG, kN8, false>(u, smem, act, n8_stride, n8_used, acc);
   } else {
-    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, n8_used, acc, act_row);
+    StreamComputeUnit<kRT, kG, kN8, true>(u, smem, act, n8_stride, n8_used, acc);
   }
 }
 
