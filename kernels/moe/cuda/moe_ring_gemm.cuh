@@ -203,9 +203,11 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
       }
       const uint32_t s = static_cast<uint32_t>(slot.s);
       const uint32_t stage = base + s * kRingStageBytes;
-      if (x - beg >= kRingStages) wgmma_ws::BarWait(empty_bars + s * 8, slot.phase ^ 1u);
-        // Scale bytes: stage row r (up: w1 rows 0..63, w3 rows 64..127) gets its 8 bytes of unit u,
-        // lane l copying rows l, l + 32, l + 64, l + 96, 4 bytes a copy.
+      if (x - beg >= kRingStages) {  // the consumers have released the stage's last fill
+        wgmma_ws::BarWait(empty_bars + s * 8, slot.phase ^ 1u);
+      }
+      // Scale bytes: stage row r (up: w1 rows 0..63, w3 rows 64..127) gets its 8 bytes of unit u,
+      // lane l copying rows l, l + 32, l + 64, l + 96, 4 bytes a copy.
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = lane + 32 * i;
