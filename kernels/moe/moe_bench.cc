@@ -27,9 +27,10 @@
 // loop with per-tile precomputed copy addresses (MoeCudaParams::gemm_hoisted_addresses; same
 // outputs), to A/B against the default on one build. --gemm: the expert GEMM (MoeCudaParams::gemm:
 // 0 automatic by m, 1 = tiled, 2 = weight-streaming, 3 = wgmma, 4 = register-sourced wgmma, 5 /
-// 6 = weight-streaming with 16- / 32-row tiles), for the layer and the up / down stage times; the
-// "paths" column's third letter says which ran (T tiled, S streaming, 2 / 4 streaming 16- /
-// 32-row, W wgmma, R register-sourced wgmma), and the launch table's rows = 8 / 128 mark the
+// 6 = weight-streaming with 16- / 32-row tiles, 7 = weight-streaming through the TMA ring), for
+// the layer and the up / down stage times; the "paths" column's third letter says which ran (T
+// tiled, S streaming, 2 / 4 streaming 16- / 32-row, W wgmma, R register-sourced wgmma, G TMA
+// ring), and the launch table's rows = 8 / 128 mark the
 // streaming / wgmma GEMMs. --gather-slots 1: the permute writes top_k copies of each token's QDQ
 // row (MoeCudaParams::gather_slot_rows, the round-3 gather; default 0: once per token, the up GEMM
 // reading by slot_token), for the layer and the perm / up stage times, to A/B on one build. Per

@@ -16,13 +16,19 @@ namespace {
 
 static_assert(kRingMaxOrdinals == kMoeCudaRingMaxOrdinals);
 
+// The ring kernel, opted into its shared memory once per device (launches and DescribeRing).
 template <bool kUp>
-void Launch(const RingArgs& a, cudaStream_t stream) {
+auto* RingKernel() {
   static std::atomic<uint64_t> smem_set{0};
   auto* kernel = MoeExpertRingKernel<kUp>;
   EnsureSmemLimit(kernel, kRingSmemBytes, smem_set);
-  cuda_common::LaunchPdl(kernel, dim3(static_cast<unsigned>(a.ring_grid)), dim3(kRingThreads),
-                         kRingSmemBytes, stream, a);
+  return kernel;
+}
+
+template <bool kUp>
+void Launch(const RingArgs& a, cudaStream_t stream) {
+  cuda_common::LaunchPdl(RingKernel<kUp>(), dim3(static_cast<unsigned>(a.ring_grid)),
+                         dim3(kRingThreads), kRingSmemBytes, stream, a);
   // The epilogue: a warp per (tile, 32 columns) of the call's tile bound, at most 8 blocks of 8
   // warps per SM (grid-stride beyond).
   const int64_t tiles = std::min(a.slots, (a.slots + std::min(a.slots, a.g.n_experts) * 7) / 8);
@@ -79,17 +85,10 @@ MoeCudaGemmPlan DescribeRing(bool up) {
   plan.grid_x = kRingCtasPerSm * SmCount(CurrentDevice());
   plan.grid_y = 1;
   int ctas = 0;
-  if (up) {
-    static std::atomic<uint64_t> smem_set{0};
-    EnsureSmemLimit(MoeExpertRingKernel<true>, kRingSmemBytes, smem_set);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, MoeExpertRingKernel<true>,
-                                                             kRingThreads, kRingSmemBytes));
-  } else {
-    static std::atomic<uint64_t> smem_set{0};
-    EnsureSmemLimit(MoeExpertRingKernel<false>, kRingSmemBytes, smem_set);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, MoeExpertRingKernel<false>,
-                                                             kRingThreads, kRingSmemBytes));
-  }
+  const void* kernel = up ? reinterpret_cast<const void*>(RingKernel<true>())
+                          : reinterpret_cast<const void*>(RingKernel<false>());
+  CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRingThreads, kRingSmemBytes));
   plan.ctas_per_sm = ctas;
   plan.weight_stage_bytes = kRingWeightBytes + kRingScaleBytes;
   return plan;
