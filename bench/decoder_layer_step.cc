@@ -596,6 +596,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.y_stride = kD;
                  p.expert_ids = copy_expert_ids_ ? expert_ids_.get<int32_t>() : nullptr;
                  p.fused_front = opt_.moe_front;
+                 p.gemm = static_cast<kernels::MoeCudaGemm>(opt_.moe_gemm);
                  p.workspace = moe_ws_.get();
                  p.workspace_bytes = moe_ws_bytes_;
                  Ok(kernels::MoeCuda(p, st));

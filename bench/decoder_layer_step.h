@@ -66,6 +66,9 @@ struct Options {
   bool overlap = true;
   // MoeCudaParams::fused_front (route + permute in one block at decode sizes; A/B).
   bool moe_front = true;
+  // MoeCudaParams::gemm: the routed experts' GEMM (MoeCudaGemm; 0 = kAuto, 2 = kStream,
+  // 7 = kStreamRing, ...): the A/B of an expert GEMM inside the whole step.
+  int moe_gemm = 0;
   // With overlap: the shared expert as its own branch forked after ffn_norm (MoeCuda joins it
   // before the combine); false: MoeCuda runs it (forked inside MoeCuda, after the gate). A/B.
   bool shared_branch = true;

@@ -4,7 +4,8 @@
 //   bench_decoder_layer_step [--iters N] [--warmup N] [--tokens 1,8,64,256] [--context L]
 //                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
-//                            [--shared-branch 0|1] [--ablate 0|1] [--float-gemv 0|1]
+//                            [--moe-gemm N]                            [--shared-branch 0|1]
+//                            [--ablate 0|1] [--float-gemv 0|1]
 //                            [--priorities 0|1] [--fuse-boundary 0|1] [--fuse-rope 0|1]
 //                            [--kv-form rows|bf16]
 //
@@ -34,7 +35,9 @@
 // table (rope_cos_sin, built once per step for every layer: at setup here, outside the stages),
 // which the one-stream schedule runs as two RoPE launches (so the bit-identity check covers it
 // too); 0 keeps the launches (A/B). --moe-front 0 runs the MoE's route and
-// permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). The MoE stage
+// permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). --moe-gemm N
+// forces the routed experts' GEMM (MoeCudaParams::gemm, the MoeCudaGemm value: 0 kAuto, the
+// default; 2 kStream; 7 kStreamRing; A/B). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
@@ -92,6 +95,7 @@
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
+#include "kernels/moe/moe_cuda.h"
 
 namespace flashserve::bench {
 namespace {
@@ -138,6 +142,13 @@ Options ParseOptions(int argc, char** argv) {
       o.shared_branch = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-front") {
       o.moe_front = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--moe-gemm") {
+      o.moe_gemm = std::atoi(argv[i + 1]);
+      if (o.moe_gemm < 0 || o.moe_gemm > static_cast<int>(kernels::MoeCudaGemm::kStreamRing)) {
+        std::fprintf(stderr, "--moe-gemm takes a MoeCudaGemm value 0..%d, not %s\n",
+                     static_cast<int>(kernels::MoeCudaGemm::kStreamRing), argv[i + 1]);
+        std::exit(2);
+      }
     } else if (flag == "--fuse-boundary") {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
