@@ -227,7 +227,7 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512
 // tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms),
-// in its TMA-ring form (kStreamRing) from kMoeCudaRingMinTokens to kMoeCudaRingMaxSlots slots
+// in its TMA-ring form (kStreamRing) up to kMoeCudaRingMaxSlots slots
 // when D and I are at most kMoeCudaStreamMaxK; the 16-row streaming GEMM above that up to
 // kMoeCudaStream16MaxSlotsPerExpert while D and I are at most kMoeCudaStream16MaxK, the 32-row one
 // (its activations staged in K chunks) beyond; the register-sourced wgmma GEMM from
@@ -256,11 +256,10 @@ inline constexpr int64_t kMoeCudaStream32TileRows = 32;
 // the workspace: MoeCudaRingPartialBytes), a pair of a tile's 128 weight rows split over at most
 // kMoeCudaRingMaxOrdinals CTAs.
 inline constexpr int64_t kMoeCudaRingMaxSlots = 96;
-// kAuto takes kStreamRing from this many tokens up to kMoeCudaRingMaxSlots slots (kStream below:
-// at one token the ring's two epilogue launches cost what it saves). Measured on the H200
-// (bench_moe --shared 0, the routed layer, streaming / ring): 2 tokens 116.2 / 93.3 µs, 4: 185.8 /
-// 150.3, 8: 336.5 / 259.5, 16: 561.7 / 458.0; at one token a first ring build 69.6 / 70.7.
-inline constexpr int64_t kMoeCudaRingMinTokens = 2;
+// kAuto takes kStreamRing up to kMoeCudaRingMaxSlots slots, from one token. Measured on the H200
+// (bench_moe --shared 0, the routed layer, streaming / ring, session 33): 1 token 68.1–68.6 /
+// 65.3–66.0 µs, 2: 116.2 / 92.8–93.4, 4: 183.9 / 148.0–148.9, 8: 332.0 / 252.8–254.3, 16: 549.6 /
+// 443.6–445.5; the decoder layer step's graph at 1 token 188.2–188.8 / 185.3–186.0.
 inline constexpr int64_t kMoeCudaRingMaxOrdinals = 4;
 // Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D).
 constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {

@@ -297,9 +297,9 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   // when max(D, I) fits its shared memory; then the 16-row streaming GEMM, or where max(D, I)
   // does not fit it the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
-  EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384), MoeCudaGemm::kStream);
-  // Its TMA-ring form from kMoeCudaRingMinTokens (2) tokens up to kMoeCudaRingMaxSlots (96)
-  // slots, where max(D, I) fits the streaming GEMM (its fallback).
+  // In its TMA-ring form from one token up to kMoeCudaRingMaxSlots (96) slots, where max(D, I)
+  // fits the streaming GEMM (its fallback).
+  EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384), MoeCudaGemm::kStreamRing);
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384), MoeCudaGemm::kStreamRing);
   EXPECT_EQ(MoeCudaChooseGemm(16, 6, 384), MoeCudaGemm::kStreamRing);
   EXPECT_EQ(MoeCudaTileRows(16, 6, 384), 8);
