@@ -4,10 +4,9 @@
 //   bench_decoder_layer_step [--iters N] [--warmup N] [--tokens 1,8,64,256] [--context L]
 //                            [--reindex-tokens 1,8] [--extra-tokens 1,8] [--compress-ratios 1,2]
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
-//                            [--moe-gemm N]                            [--shared-branch 0|1]
-//                            [--ablate 0|1] [--float-gemv 0|1]
-//                            [--priorities 0|1] [--fuse-boundary 0|1] [--fuse-rope 0|1]
-//                            [--kv-form rows|bf16]
+//                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
+//                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
+//                            [--fuse-rope 0|1] [--kv-form rows|bf16]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -143,8 +142,10 @@ Options ParseOptions(int argc, char** argv) {
     } else if (flag == "--moe-front") {
       o.moe_front = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-gemm") {
-      o.moe_gemm = std::atoi(argv[i + 1]);
-      if (o.moe_gemm < 0 || o.moe_gemm > static_cast<int>(kernels::MoeCudaGemm::kStreamRing)) {
+      char* rest = nullptr;
+      o.moe_gemm = static_cast<int>(std::strtol(argv[i + 1], &rest, 10));
+      if (rest == argv[i + 1] || *rest != '\0' || o.moe_gemm < 0 ||
+          o.moe_gemm > static_cast<int>(kernels::MoeCudaGemm::kStreamRing)) {
         std::fprintf(stderr, "--moe-gemm takes a MoeCudaGemm value 0..%d, not %s\n",
                      static_cast<int>(kernels::MoeCudaGemm::kStreamRing), argv[i + 1]);
         std::exit(2);

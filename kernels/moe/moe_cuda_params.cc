@@ -352,8 +352,8 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
   // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
   if (slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStreamMaxK) {
-    // Its TMA-ring form while its partials fit the workspace (from one token:
-    // kMoeCudaRingMaxSlots).
+    // Its TMA-ring form, from one token, while its partials fit the workspace
+    // (kMoeCudaRingMaxSlots).
     if (slots <= kMoeCudaRingMaxSlots) return MoeCudaGemm::kStreamRing;
     return MoeCudaGemm::kStream;
   }
