@@ -149,7 +149,7 @@ Call MakeCall(int64_t m, uint64_t seed) {
   c.ye = DeviceBuffer(s * kD * 2);
   c.sort_scratch = DeviceBuffer(MoeCudaSortScratchBytes(kE));
   c.ring = DeviceBuffer(
-      MoeCudaRingPartialBytes(std::min(s, kMoeCudaRingMaxSlots), std::max(2 * kI, kD)));
+      MoeCudaRingPartialBytes(std::min(s, MoeCudaRingMaxSlots(kE)), std::max(2 * kI, kD)));
   return c;
 }
 
@@ -258,7 +258,7 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.wgmma_rs = s.up.wgmma_rs;
   s.up.stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
   s.down.stream = s.up.stream;
-  s.up.ring = gemm == MoeCudaGemm::kStreamRing && c.m * kK <= kMoeCudaRingMaxSlots;
+  s.up.ring = gemm == MoeCudaGemm::kStreamRing && c.m * kK <= MoeCudaRingMaxSlots(kE);
   s.down.ring = s.up.ring;
   s.up.ring_partials = s.down.ring_partials = c.ring.get<float>();
   s.up.ring_partials_bytes = s.down.ring_partials_bytes = static_cast<int64_t>(c.ring.bytes());

@@ -227,7 +227,7 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512
 // tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms),
-// in its TMA-ring form (kStreamRing) up to kMoeCudaRingMaxSlots slots
+// in its TMA-ring form (kStreamRing) up to MoeCudaRingMaxSlots(E) slots (4 per expert)
 // when D and I are at most kMoeCudaStreamMaxK; the 16-row streaming GEMM above that up to
 // kMoeCudaStream16MaxSlotsPerExpert while D and I are at most kMoeCudaStream16MaxK, the 32-row one
 // (its activations staged in K chunks) beyond; the register-sourced wgmma GEMM from
@@ -244,26 +244,37 @@ enum class MoeCudaGemm : int {
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
   // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
   // and activations brought by TMA through a shared-memory ring, the call's units cut evenly over
-  // one persistent CTA per SM, split pairs summed by an epilogue kernel (README.md "The TMA-ring
-  // expert GEMM"). Up to kMoeCudaRingMaxSlots slots with D and I multiples of 256; other calls
-  // run kStream.
+  // two persistent CTAs per SM, split pairs summed by an epilogue kernel (README.md "The TMA-ring
+  // expert GEMM"). MoeCuda runs it up to MoeCudaRingMaxSlots(E) slots with D and I multiples of
+  // 256; other calls run kStream.
   kStreamRing = 7,
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
 inline constexpr int64_t kMoeCudaStream16TileRows = 16;
 inline constexpr int64_t kMoeCudaStream32TileRows = 32;
-// The TMA-ring GEMM (kStreamRing): at most this many slots per call (its fp32 partials live in
-// the workspace: MoeCudaRingPartialBytes), a pair of a tile's 128 weight rows split over at most
-// kMoeCudaRingMaxOrdinals CTAs.
-inline constexpr int64_t kMoeCudaRingMaxSlots = 96;
-// kAuto takes kStreamRing up to kMoeCudaRingMaxSlots slots, from one token. Measured on the H200
-// (bench_moe --shared 0, the routed layer, streaming / ring, session 33): 1 token 68.1–68.6 /
-// 65.3–66.0 µs, 2: 116.2 / 92.8–93.4, 4: 183.9 / 148.0–148.9, 8: 332.0 / 252.8–254.3, 16: 549.6 /
-// 443.6–445.5; the decoder layer step's graph at 1 token 188.2–188.8 / 185.3–186.0.
+// The TMA-ring GEMM (kStreamRing): kAuto takes it from one token up to
+// kMoeCudaRingMaxSlotsPerExpert slots per expert on average (MoeCudaRingMaxSlots: 1,536 slots,
+// 256 tokens, at E 384 top-6), and MoeCuda runs it (kAuto or forced) only there, where its
+// partials fit the workspace; the stage launchers take any slot count. Measured on the H200
+// (bench_moe --shared 0, the routed layer, median µs, the register-ring streaming GEMM / the
+// ring; sessions 33–34): 1 token 68.1–68.6 / 65.3–66.0, 2: 116.2 / 92.8–93.4, 4: 183.9 /
+// 148.0–148.9, 8: 332.0 / 252.8–254.3, 16: 549.0–549.6 / 444.1–445.5, 32: 931–934 / 757–758, 64:
+// 1,464–1,466 / 1,222, 128: 1,974–1,976 / 1,738, 256: 2,285–2,287 / 2,168–2,170, 512 (8 per
+// expert): 2,901–3,013 / 3,151–3,157 — past ~4 slots per expert an expert's slots more often need
+// a second 8-row tile, which streams its weights again.
+inline constexpr int64_t kMoeCudaRingMaxSlotsPerExpert = 4;
+constexpr int64_t MoeCudaRingMaxSlots(int64_t n_experts) {
+  return kMoeCudaRingMaxSlotsPerExpert * n_experts;
+}
+// A pair of a tile's 128 weight rows is split over at most kMoeCudaRingMaxOrdinals CTAs.
 inline constexpr int64_t kMoeCudaRingMaxOrdinals = 4;
-// Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D).
+// The ring kernel's grid is at most this many CTAs (2 per SM up to 256 SMs).
+inline constexpr int64_t kMoeCudaRingMaxCtas = 512;
+// Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D): the
+// pairs' first partials [slots][cols], then per CTA the 8 × 128 partials of the pair its range
+// enters part-way (README.md "The TMA-ring expert GEMM"; 2 MiB).
 constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {
-  return 4 * kMoeCudaRingMaxOrdinals * slots * cols;
+  return 4 * (slots * cols + kMoeCudaRingMaxCtas * 8 * 128);
 }
 // The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory; 32-row
 // tiles stage them a K chunk at a time.
@@ -344,10 +355,10 @@ struct MoeExpertUpParams {
   int stream_row_tiles = 0;  // streaming (tile_rows 8, 16, 32): m16 row tiles per warp, 0 = auto,
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
-  // tile_rows 8 only: the TMA-ring GEMM (MoeCudaGemm::kStreamRing; slots <=
-  // kMoeCudaRingMaxSlots), its fp32 partials in ring_partials (16-byte aligned, at least
-  // MoeCudaRingPartialBytes(slots, 2·I) bytes, any contents). Where D is not a multiple of 256
-  // the streaming GEMM runs instead. Only the fp32 summation order differs.
+  // tile_rows 8 only: the TMA-ring GEMM (MoeCudaGemm::kStreamRing; any slot count), its fp32
+  // partials in ring_partials (16-byte aligned, at least MoeCudaRingPartialBytes(slots, 2·I)
+  // bytes, any contents). Where D is not a multiple of 256 the streaming GEMM runs instead.
+  // Only the fp32 summation order differs.
   bool ring = false;
   float* ring_partials = nullptr;
   int64_t ring_partials_bytes = 0;
@@ -475,11 +486,12 @@ struct MoeCudaParams {
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes
 // (gathered rows and expert outputs share one region) + 8·E + MoeCudaSortScratchBytes(E) + the
-// TMA-ring GEMM's partials (MoeCudaRingPartialBytes(min(max_tokens·top_k, kMoeCudaRingMaxSlots),
-// max(2·I, D)): 7.9 MB from 16 tokens at the released dims), plus alignment; with `shared`
-// (the weights MoeCudaParams::shared will carry) also 2·max_tokens·D (its output) +
-// MoeSharedExpertWorkspaceBytes. Monotone in max_tokens. Errors: InvalidArgumentError for
-// invalid weights dims, top_k or max_tokens, invalid shared weights or a shared D other than D.
+// TMA-ring GEMM's partials (MoeCudaRingPartialBytes(min(max_tokens·top_k, MoeCudaRingMaxSlots(E)),
+// max(2·I, D)): 2.2 MB at one token, 33.5 MB from 256 tokens at the released dims), plus
+// alignment; with `shared` (the weights MoeCudaParams::shared will carry) also 2·max_tokens·D
+// (its output) + MoeSharedExpertWorkspaceBytes. Monotone in max_tokens. Errors:
+// InvalidArgumentError for invalid weights dims, top_k or max_tokens, invalid shared weights or a
+// shared D other than D.
 absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int64_t max_tokens,
                                              int64_t top_k,
                                              const MoeSharedExpertWeights* shared = nullptr);

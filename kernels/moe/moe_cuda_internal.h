@@ -13,20 +13,19 @@ namespace flashserve::kernels::moe_cuda_internal {
 
 // Byte offsets of MoeCuda's workspace regions from a 256-byte-aligned base.
 struct MoeCudaLayout {
-  size_t counts = 0;        // i32 [E]
-  size_t sort_scratch = 0;  // i32 [kMoeCudaSortMaxBlocks, E] (the multi-block sort's counts)
-  size_t offsets = 0;       // i32 [E + 1]
-  size_t num_tiles = 0;     // i32 [1]
-  size_t tiles = 0;         // i32 [2·S]
-  size_t ids = 0;           // i32 [S]
-  size_t weights = 0;       // f32 [S]
-  size_t slot_token = 0;    // i32 [S]
-  size_t slot_weight = 0;   // f32 [S]
-  size_t token_slot = 0;    // i32 [S]
-  size_t xg = 0;            // bf16 [S, D]; reused for ye [S, D] once the up stage has read it
-  size_t ag = 0;            // bf16 [S, I]
-  size_t ring_partials =
-      0;  // f32: MoeCudaRingPartialBytes(min(S, kMoeCudaRingMaxSlots), max(2I, D))
+  size_t counts = 0;         // i32 [E]
+  size_t sort_scratch = 0;   // i32 [kMoeCudaSortMaxBlocks, E] (the multi-block sort's counts)
+  size_t offsets = 0;        // i32 [E + 1]
+  size_t num_tiles = 0;      // i32 [1]
+  size_t tiles = 0;          // i32 [2·S]
+  size_t ids = 0;            // i32 [S]
+  size_t weights = 0;        // f32 [S]
+  size_t slot_token = 0;     // i32 [S]
+  size_t slot_weight = 0;    // f32 [S]
+  size_t token_slot = 0;     // i32 [S]
+  size_t xg = 0;             // bf16 [S, D]; reused for ye [S, D] once the up stage has read it
+  size_t ag = 0;             // bf16 [S, I]
+  size_t ring_partials = 0;  // f32: MoeCudaRingPartialBytes(min(S, 4·E), max(2I, D))
   // With the GPU shared expert (shared_bytes > 0) only:
   size_t shared_y = 0;   // bf16 [max_tokens, D]: its output, added by the combine
   size_t shared_ws = 0;  // its workspace (MoeSharedExpertWorkspaceBytes), 256-byte aligned

@@ -130,18 +130,13 @@ absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) 
   return absl::OkStatus();
 }
 
-// The TMA-ring GEMM: tile_rows 8, at most kMoeCudaRingMaxSlots slots, its partials.
+// The TMA-ring GEMM: tile_rows 8, its partials.
 absl::Status CheckRing(const char* op, bool ring, int64_t tile_rows, int64_t slots,
                        const float* partials, int64_t bytes, int64_t cols) {
   if (!ring) return absl::OkStatus();
   if (tile_rows != kMoeCudaStreamTileRows) {
     return Invalid(op, "ring",
                    absl::StrFormat("is set but tile_rows is %d (must be 8)", tile_rows));
-  }
-  if (slots > kMoeCudaRingMaxSlots) {
-    return Invalid(
-        op, "ring",
-        absl::StrFormat("is set with %d slots (at most %d)", slots, kMoeCudaRingMaxSlots));
   }
   RETURN_IF_ERROR(CheckNonNull(op, {{"ring_partials", partials}}));
   RETURN_IF_ERROR(CheckAligned(op, "ring_partials", partials, 16));
@@ -352,9 +347,9 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
   // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
   if (slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStreamMaxK) {
-    // Its TMA-ring form, from one token, while its partials fit the workspace
-    // (kMoeCudaRingMaxSlots).
-    if (slots <= kMoeCudaRingMaxSlots) return MoeCudaGemm::kStreamRing;
+    // Its TMA-ring form, from one token up to 4 slots per expert (MoeCudaRingMaxSlots; the
+    // workspace holds its partials there).
+    if (slots <= MoeCudaRingMaxSlots(n_experts)) return MoeCudaGemm::kStreamRing;
     return MoeCudaGemm::kStream;
   }
   // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
@@ -490,8 +485,9 @@ MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter
   l.token_slot = take(4 * s);
   l.xg = take(2 * s * static_cast<size_t>(dim));
   l.ag = take(2 * s * static_cast<size_t>(inter));
-  l.ring_partials = take(static_cast<size_t>(MoeCudaRingPartialBytes(
-      std::min<int64_t>(static_cast<int64_t>(s), kMoeCudaRingMaxSlots), std::max(2 * inter, dim))));
+  l.ring_partials = take(static_cast<size_t>(
+      MoeCudaRingPartialBytes(std::min<int64_t>(static_cast<int64_t>(s), MoeCudaRingMaxSlots(e)),
+                              std::max(2 * inter, dim))));
   if (shared_bytes > 0) {
     l.shared_y =
         take(2 * static_cast<size_t>(std::max<int64_t>(max_tokens, 0)) * static_cast<size_t>(dim));

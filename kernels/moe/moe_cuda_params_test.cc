@@ -297,14 +297,18 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   // when max(D, I) fits its shared memory; then the 16-row streaming GEMM, or where max(D, I)
   // does not fit it the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
-  // In its TMA-ring form from one token up to kMoeCudaRingMaxSlots (96) slots, where max(D, I)
-  // fits the streaming GEMM (its fallback).
+  // In its TMA-ring form from one token up to 4 slots per expert (MoeCudaRingMaxSlots: 1,536 at
+  // E 384), where max(D, I) fits the streaming GEMM (its fallback).
+  EXPECT_EQ(MoeCudaRingMaxSlots(384), 1536);
   EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384), MoeCudaGemm::kStreamRing);
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384), MoeCudaGemm::kStreamRing);
-  EXPECT_EQ(MoeCudaChooseGemm(16, 6, 384), MoeCudaGemm::kStreamRing);
-  EXPECT_EQ(MoeCudaTileRows(16, 6, 384), 8);
-  EXPECT_EQ(MoeCudaChooseGemm(17, 6, 384), MoeCudaGemm::kStream);
-  EXPECT_EQ(MoeCudaChooseGemm(48, 2, 384), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(256, 6, 384), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
+  EXPECT_EQ(MoeCudaChooseGemm(257, 6, 384), MoeCudaGemm::kStream);
+  EXPECT_EQ(MoeCudaChooseGemm(768, 2, 384), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(769, 2, 384), MoeCudaGemm::kStream);
+  EXPECT_EQ(MoeCudaChooseGemm(16, 2, 8), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(17, 2, 8), MoeCudaGemm::kStream);
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             MoeCudaGemm::kTiled);
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384, MoeCudaGemm::kStream), MoeCudaGemm::kStream);
@@ -517,7 +521,7 @@ TEST(MoeCudaParamsTest, StreamGemmValidation) {
   EXPECT_TRUE(Validate(p).ok());
 }
 
-// The TMA-ring GEMM's stage params: tile_rows 8, at most kMoeCudaRingMaxSlots slots, partials of
+// The TMA-ring GEMM's stage params: tile_rows 8, any slot count, partials of
 // MoeCudaRingPartialBytes (up: 2·I columns, down: D), 16-byte aligned.
 TEST(MoeCudaParamsTest, RingGemmValidation) {
   const MoeCudaWeights w = GoodWeights();
@@ -541,8 +545,11 @@ TEST(MoeCudaParamsTest, RingGemmValidation) {
   up.tile_rows = 16;
   ExpectInvalid(Validate(up), "ring");
   up.tile_rows = kMoeCudaStreamTileRows;
-  up.slots = kMoeCudaRingMaxSlots + 1;
-  ExpectInvalid(Validate(up), "ring");
+  up.slots = 4 * MoeCudaRingMaxSlots(w.n_experts);  // any slot count, with its partials
+  up.ring_partials_bytes = MoeCudaRingPartialBytes(up.slots, 2 * w.inter) - 1;
+  ExpectInvalid(Validate(up), "ring_partials_bytes");
+  up.ring_partials_bytes = MoeCudaRingPartialBytes(up.slots, 2 * w.inter);
+  ExpectInvalid(Validate(up), "xg");
   MoeExpertDownParams down;
   down.weights = &w;
   down.slots = 4;
@@ -554,11 +561,14 @@ TEST(MoeCudaParamsTest, RingGemmValidation) {
   ExpectInvalid(Validate(down), "ring_partials_bytes");
   down.ring_partials_bytes = MoeCudaRingPartialBytes(4, w.dim);
   ExpectInvalid(Validate(down), "ag");
-  // The workspace holds the partials of min(m·top_k, kMoeCudaRingMaxSlots) slots.
+  // The workspace holds the partials of min(m·top_k, MoeCudaRingMaxSlots(E)) slots: 2 more slot
+  // rows from 1 to 2 tokens at top-2.
   const auto one = MoeCudaWorkspaceBytes(w, 1, 2), two = MoeCudaWorkspaceBytes(w, 2, 2);
   ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_GE(*one, static_cast<size_t>(MoeCudaRingPartialBytes(2, std::max(2 * w.inter, w.dim))));
   EXPECT_GE(*two - *one,
-            static_cast<size_t>(MoeCudaRingPartialBytes(2, std::max(2 * w.inter, w.dim))));
+            static_cast<size_t>(MoeCudaRingPartialBytes(4, std::max(2 * w.inter, w.dim)) -
+                                MoeCudaRingPartialBytes(2, std::max(2 * w.inter, w.dim))));
 }
 
 TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {

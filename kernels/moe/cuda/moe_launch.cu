@@ -405,7 +405,7 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
-  if (chosen == MoeCudaGemm::kStreamRing && slots <= kMoeCudaRingMaxSlots && k % 256 == 0) {
+  if (chosen == MoeCudaGemm::kStreamRing && slots <= MoeCudaRingMaxSlots(e) && k % 256 == 0) {
     return moe_device::DescribeRing(up);
   }
   if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStreamRing ||
@@ -537,8 +537,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
   const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
   const bool wide_stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
-  // The ring's partials are sized for kMoeCudaRingMaxSlots; larger calls stream (kStream).
-  const bool ring = gemm == MoeCudaGemm::kStreamRing && slots <= kMoeCudaRingMaxSlots;
+  // The workspace holds the ring's partials up to MoeCudaRingMaxSlots(E); larger calls stream
+  // (kStream).
+  const bool ring = gemm == MoeCudaGemm::kStreamRing && slots <= MoeCudaRingMaxSlots(e);
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;

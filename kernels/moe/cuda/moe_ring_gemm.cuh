@@ -20,7 +20,8 @@
 // StreamCompute (the streaming GEMM's decode and mma, reading the slot rows' activations from
 // the stage) and release the stage. Where a CTA's range leaves a pair (the pair's last unit, or
 // the range's), the accumulators are stored as fp32 partials at the range's ordinal in that pair
-// (0 for the range that starts it); MoeRingEpilogueKernel — launched right after — sums each
+// (0 for the range that starts it: the call's [slots][N] partials; >= 1, only a range's first
+// pair: its CTA's 8 × 128 block); MoeRingEpilogueKernel — launched right after — sums each
 // output's partials in ordinal order (fp32 from the first), then applies the streaming GEMM's
 // epilogue: up, SwiGLU and the FP8 quantiser (StoreQuantizedBlock32Warp); down, the bf16 cast.
 // Only the fp32 summation order differs from the streaming GEMM (where a pair is split).
@@ -74,7 +75,11 @@ struct RingArgs {
   wgmma_ws::TmaOperand w;     // w1 (up) or w2 (down) codes: [E·N rows][K/2 bytes]
   wgmma_ws::TmaOperand w_up;  // w3 (up)
   wgmma_ws::TmaOperand a;     // activations: (64 columns, K/64 groups, rows), boxes 64 × 4 × 1
-  float* partial = nullptr;   // [kRingMaxOrdinals][slots][up ? 2N : N] fp32
+  // fp32 partials (MoeCudaRingPartialBytes): [slots][up ? 2N : N], each pair's columns from the
+  // range that starts it (up: gate at c, up at N + c), then [kMoeCudaRingMaxCtas][8][128]: CTA
+  // c's for the pair its range enters part-way (ordinal >= 1: only a range's first pair), row t
+  // of the tile, the pair's column (up: gate 0..63, up 64..127).
+  float* partial = nullptr;
   int64_t slots = 0;
   int64_t ring_grid = 0;  // the ring kernel's gridDim.x (the epilogue recomputes its cut)
 };
@@ -296,15 +301,20 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
         // The range leaves the pair: its partials at the range's ordinal in the pair.
         const int64_t pair = c.Pair();
         const int64_t n0 = int64_t{c.cb} * kPairCols;
-        const int64_t ord = blockIdx.x - split.RangeOf(pair * split.units);
-        float* out = a.partial + ord * a.slots * np;
+        // Ordinal 0 (the range starting the pair): [slots][np]; a range entering it part-way
+        // (its first pair only): the CTA's 8 × 128 block after those (RingArgs::partial).
+        const bool first = split.RangeOf(pair * split.units) == blockIdx.x;  // CTA-uniform
+        float* out = first ? a.partial + tile.row0 * np + n0
+                           : a.partial + a.slots * np + int64_t{blockIdx.x} * (8 * 128);
+        const int64_t row_pitch = first ? np : 128;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int t = 2 * tig + (q & 1);
           if (t < tile.rows) {
-            const int64_t col =
-                kUp ? n0 + 8 * warp + grp + (q >> 1) * g.n : n0 + 16 * warp + grp + 8 * (q >> 1);
-            out[(tile.row0 + t) * np + col] = acc[0][0][q];
+            // The column inside the pair (up: gate 0..63, up 64..127) and in the partial row.
+            const int lc = kUp ? 8 * warp + grp + 64 * (q >> 1) : 16 * warp + grp + 8 * (q >> 1);
+            const int64_t col = kUp && first && q >= 2 ? g.n + lc - 64 : lc;
+            out[t * row_pitch + col] = acc[0][0][q];
           }
           acc[0][0][q] = 0.f;
         }
@@ -341,6 +351,8 @@ __global__ void __launch_bounds__(kRingEpilogueThreads)
     const int64_t pair = t * blocks + col / kPairCols;
     const int64_t first = split.RangeOf(pair * split.units);
     const int64_t ords = split.RangeOf(pair * split.units + split.units - 1) - first + 1;
+    // The later ranges' partials: CTA first + o's block, the column's place in the pair.
+    const float* later = a.partial + a.slots * np + first * (8 * 128) + col % kPairCols;
     RingTile tile;
     tile.Load(g, t);
     for (int r = 0; r < tile.rows; ++r) {
@@ -348,8 +360,9 @@ __global__ void __launch_bounds__(kRingEpilogueThreads)
       const float* p = a.partial + slot * np + col;
       float sum = p[0], sum_up = kUp ? p[g.n] : 0.f;
       for (int64_t o = 1; o < ords; ++o) {
-        sum = exact::AddRn(sum, p[o * a.slots * np]);
-        if constexpr (kUp) sum_up = exact::AddRn(sum_up, p[o * a.slots * np + g.n]);
+        const float* q = later + (o * 8 + r) * 128;
+        sum = exact::AddRn(sum, q[0]);
+        if constexpr (kUp) sum_up = exact::AddRn(sum_up, q[64]);
       }
       if constexpr (kUp) {
         __syncwarp();

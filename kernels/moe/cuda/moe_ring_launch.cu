@@ -16,6 +16,12 @@ namespace {
 
 static_assert(kRingMaxOrdinals == kMoeCudaRingMaxOrdinals);
 
+// The ring kernel's grid: kRingCtasPerSm per SM, at most kMoeCudaRingMaxCtas (the partials hold
+// a block per CTA).
+int64_t RingGrid() {
+  return std::min<int64_t>(kRingCtasPerSm * SmCount(CurrentDevice()), kMoeCudaRingMaxCtas);
+}
+
 // The ring kernel, opted into its shared memory once per device (launches and DescribeRing).
 template <bool kUp>
 auto* RingKernel() {
@@ -48,7 +54,7 @@ bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cuda
   a.g = g;
   a.partial = partials;
   a.slots = slots;
-  a.ring_grid = kRingCtasPerSm * SmCount(CurrentDevice());
+  a.ring_grid = RingGrid();
   // Weights: [E·N rows][K/2 bytes], boxes of 128 code bytes × 64 (up: w1 and w3 each) or 128
   // rows.
   const int64_t rows = g.n_experts * g.n;
@@ -82,7 +88,7 @@ MoeCudaGemmPlan DescribeRing(bool up) {
   plan.k_step = kRingUnitK;
   plan.stages = kRingStages;
   plan.smem_bytes = kRingSmemBytes;
-  plan.grid_x = kRingCtasPerSm * SmCount(CurrentDevice());
+  plan.grid_x = RingGrid();
   plan.grid_y = 1;
   int ctas = 0;
   const void* kernel = up ? reinterpret_cast<const void*>(RingKernel<true>())
