@@ -597,6 +597,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.expert_ids = copy_expert_ids_ ? expert_ids_.get<int32_t>() : nullptr;
                  p.fused_front = opt_.moe_front;
                  p.gemm = static_cast<kernels::MoeCudaGemm>(opt_.moe_gemm);
+                 p.ring_fused_combine = opt_.moe_ring_combine;
                  p.workspace = moe_ws_.get();
                  p.workspace_bytes = moe_ws_bytes_;
                  Ok(kernels::MoeCuda(p, st));

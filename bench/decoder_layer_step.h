@@ -69,6 +69,8 @@ struct Options {
   // MoeCudaParams::gemm: the routed experts' GEMM (MoeCudaGemm; 0 = kAuto, 2 = kStream,
   // 7 = kStreamRing, ...): the A/B of an expert GEMM inside the whole step.
   int moe_gemm = 0;
+  // MoeCudaParams::ring_fused_combine (A/B; the same bits).
+  bool moe_ring_combine = true;
   // With overlap: the shared expert as its own branch forked after ffn_norm (MoeCuda joins it
   // before the combine); false: MoeCuda runs it (forked inside MoeCuda, after the gate). A/B.
   bool shared_branch = true;

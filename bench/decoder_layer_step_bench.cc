@@ -36,7 +36,8 @@
 // too); 0 keeps the launches (A/B). --moe-front 0 runs the MoE's route and
 // permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). --moe-gemm N
 // forces the routed experts' GEMM (MoeCudaParams::gemm, the MoeCudaGemm value: 0 kAuto, the
-// default; 2 kStream; 7 kStreamRing; A/B). The MoE stage
+// default; 2 kStream; 7 kStreamRing; A/B). --moe-ring-combine 0 keeps the down ring's epilogue
+// kernel before the combine (MoeCudaParams::ring_fused_combine, A/B; the same bits). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
@@ -139,6 +140,8 @@ Options ParseOptions(int argc, char** argv) {
       o.ablate = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--shared-branch") {
       o.shared_branch = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--moe-ring-combine") {
+      o.moe_ring_combine = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-front") {
       o.moe_front = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-gemm") {

@@ -4,6 +4,7 @@
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
+//             [--front 0|1] [--ring-combine 0|1]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -33,7 +34,10 @@
 // ring), and the launch table's rows = 8 / 128 mark the
 // streaming / wgmma GEMMs. --gather-slots 1: the permute writes top_k copies of each token's QDQ
 // row (MoeCudaParams::gather_slot_rows, the round-3 gather; default 0: once per token, the up GEMM
-// reading by slot_token), for the layer and the perm / up stage times, to A/B on one build. Per
+// reading by slot_token), for the layer and the perm / up stage times, to A/B on one build.
+// --ring-combine 0: with the TMA-ring GEMM, the down epilogue kernel writes the expert outputs and
+// the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
+// ring's partials itself, one launch fewer; the same bits), for the layer. Per
 // token count the layer also runs once with both small and once with both large shapes forced: y
 // and the ids must be byte-identical (one line each after the table; a difference makes the exit
 // code 1). Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host
@@ -90,6 +94,7 @@ struct Options {
   bool gather_slots = false;  // MoeCudaParams::gather_slot_rows
   int stream_rt = 0;          // MoeCudaParams::gemm_stream_row_tiles
   bool front = true;          // MoeCudaParams::fused_front
+  bool ring_combine = true;   // MoeCudaParams::ring_fused_combine
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -167,6 +172,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm_stream_row_tiles = o.stream_rt;
   p.gemm = o.gemm;
   p.gather_slot_rows = o.gather_slots;
+  p.ring_fused_combine = o.ring_combine;
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
   p.fused_front = o.front;
@@ -400,7 +406,7 @@ int Main(int argc, char** argv) {
           "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
-          "[--stream-rt 0|1|2] [--front 0|1]\n",
+          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1]\n",
           argv[0]);
       return 2;
     }
@@ -442,6 +448,8 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "--stream-rt must be 0 (auto), 1 or 2\n");
         return 2;
       }
+    } else if (a == "--ring-combine") {
+      o.ring_combine = v != "0";
     } else if (a == "--front") {
       o.front = v != "0";
     } else if (a == "--hoist") {

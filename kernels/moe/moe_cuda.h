@@ -272,9 +272,10 @@ inline constexpr int64_t kMoeCudaRingMaxOrdinals = 4;
 inline constexpr int64_t kMoeCudaRingMaxCtas = 512;
 // Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D): the
 // pairs' first partials [slots][cols], then per CTA the 8 × 128 partials of the pair its range
-// enters part-way (README.md "The TMA-ring expert GEMM"; 2 MiB).
+// enters part-way (README.md "The TMA-ring expert GEMM"; 2 MiB), then an int32 record per slot
+// row (the down ring's, for the combine that sums its partials).
 constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {
-  return 4 * (slots * cols + kMoeCudaRingMaxCtas * 8 * 128);
+  return 4 * (slots * cols + kMoeCudaRingMaxCtas * 8 * 128 + slots);
 }
 // The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory; 32-row
 // tiles stage them a K chunk at a time.
@@ -482,6 +483,10 @@ struct MoeCudaParams {
   // and route_path / sort_path are kAuto; false: the separate kernels (A/B).
   // Output bits unchanged.
   bool fused_front = true;
+  // With the TMA-ring GEMM (kStreamRing): true (default) = the combine sums the down GEMM's
+  // partials itself (no down epilogue launch); false = the down epilogue writes the expert
+  // outputs and the combine reads them (A/B). Output bits unchanged.
+  bool ring_fused_combine = true;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

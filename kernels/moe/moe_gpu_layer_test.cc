@@ -13,8 +13,9 @@
 //   outputs: rel-RMS(y_gpu − y_cpu) <= 2^-8 (one bf16 step), max |y_gpu − y_cpu| <= 2^-5 ·
 //            max |y_cpu|, and >= 95 % of the outputs within one bf16 ulp of the CPU's.
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
-// Every case runs four times, with the tiled, the weight-streaming, the wgmma and the
-// register-sourced wgmma expert GEMM forced (MoeCudaParams::gemm); kAuto picks one of them.
+// Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
+// with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
+// bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -52,7 +53,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
                   const std::vector<uint16_t>& x, const std::vector<uint8_t>& image,
                   const std::vector<uint16_t>& shared_y, int64_t m,
                   const MoeSharedExpertWeights* shared = nullptr,
-                  MoeCudaGemm gemm = MoeCudaGemm::kAuto) {
+                  MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -79,6 +80,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   p.gemm = gemm;
+  p.ring_fused_combine = ring_fused_combine;
   CHECK_OK(MoeCuda(p, nullptr));
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
@@ -210,6 +212,15 @@ void RunCase(const LayerCase& c) {
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                   dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
     ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
+    if (gemm == MoeCudaGemm::kStreamRing) {
+      // The combine summing the down ring's partials (the default) against the down epilogue +
+      // the combine: the same bytes.
+      const GpuRun sep =
+          RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                     dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, false);
+      EXPECT_EQ(gpu.y, sep.y) << name << ": fused ring combine vs the down epilogue";
+      EXPECT_EQ(gpu.ids, sep.ids);
+    }
   }
 }
 

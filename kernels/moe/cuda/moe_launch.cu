@@ -324,7 +324,9 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   }
 }
 
-void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
+// fused_combine (MoeCuda only): where the ring runs, it runs without its epilogue and
+// *fused_combine becomes true (the caller then combines with LaunchRingCombine).
+void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_combine = nullptr) {
   if (p.slots == 0) return;
   const MoeCudaWeights& w = *p.weights;
   GemmArgs g;
@@ -340,7 +342,11 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream) {
   g.n_experts = w.n_experts;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      if (p.ring && moe_device::LaunchRing(g, false, p.slots, p.ring_partials, stream)) return;
+      if (p.ring && moe_device::LaunchRing(g, false, p.slots, p.ring_partials, stream,
+                                           fused_combine == nullptr)) {
+        if (fused_combine != nullptr) *fused_combine = true;
+        return;
+      }
       return LaunchStreamTiles(g, false, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
                                stream);
     case kMoeCudaWgmmaTileRows:
@@ -615,7 +621,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ring = ring;
   down.ring_partials = ring_partials;
   down.ring_partials_bytes = MoeCudaRingPartialBytes(slots, w.dim);
-  EnqueueDown(down, stream);
+  bool fused_combine = false;
+  EnqueueDown(down, stream, p.ring_fused_combine ? &fused_combine : nullptr);
 
   MoeCombineParams cp;
   cp.m = m;
@@ -630,7 +637,11 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   cp.y_stride = p.y_stride;
   if (fork) JoinSideStream(stream);
   if (p.shared_y_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.shared_y_ready, 0));
-  EnqueueCombine(cp, stream);
+  if (fused_combine) {
+    moe_device::LaunchRingCombine(cp, ring_partials, num_tiles, slots, w.inter, stream);
+  } else {
+    EnqueueCombine(cp, stream);
+  }
   return absl::OkStatus();
 }
 

@@ -67,6 +67,8 @@ inline constexpr int kRingThreads = kRingConsumerThreads + 32;  // + the produce
 inline constexpr int kRingStages = 3;
 inline constexpr int kRingCtasPerSm = 2;
 inline constexpr int kRingMaxOrdinals = 4;  // ranges a pair may be split over
+// fp32 values of a CTA's partial block (8 slot rows × the pair's 128 columns).
+inline constexpr int64_t kRingBlockFloats = 8 * 128;
 inline constexpr int kRingSmemBytes = kRingStages * kRingStageBytes + 2 * kRingStages * 8 + 1024;
 static_assert(kRingStageBytes % 1024 == 0, "stages must keep the 128-byte swizzle's alignment");
 
@@ -78,11 +80,25 @@ struct RingArgs {
   // fp32 partials (MoeCudaRingPartialBytes): [slots][up ? 2N : N], each pair's columns from the
   // range that starts it (up: gate at c, up at N + c), then [kMoeCudaRingMaxCtas][8][128]: CTA
   // c's for the pair its range enters part-way (ordinal >= 1: only a range's first pair), row t
-  // of the tile, the pair's column (up: gate 0..63, up 64..127).
+  // of the tile, the pair's column (up: gate 0..63, up 64..127); then (down) the int32 slot
+  // records (RingSlotRecords).
   float* partial = nullptr;
   int64_t slots = 0;
   int64_t ring_grid = 0;  // the ring kernel's gridDim.x (the epilogue recomputes its cut)
 };
+
+// The down ring's record of each slot row (after its partials, MoeCudaRingPartialBytes): its
+// tile's index << 4 | its row in the tile, written where the range starting the tile's first
+// column block leaves it — for a combine that sums the partials itself (moe_ring_combine.cuh).
+__host__ __device__ inline int32_t* RingSlotRecords(float* partial, int64_t slots, int64_t cols) {
+  return reinterpret_cast<int32_t*>(partial + slots * cols +
+                                    kMoeCudaRingMaxCtas * kRingBlockFloats);
+}
+__host__ __device__ inline const int32_t* RingSlotRecords(const float* partial, int64_t slots,
+                                                          int64_t cols) {
+  return reinterpret_cast<const int32_t*>(partial + slots * cols +
+                                          kMoeCudaRingMaxCtas * kRingBlockFloats);
+}
 
 // The cut of a call: `units` per pair, `total` units, `ctas` ranges; range c is [Begin(c),
 // Begin(c + 1)). ctas <= gridDim.x is the largest count that keeps every range at least
@@ -305,7 +321,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
         // (its first pair only): the CTA's 8 × 128 block after those (RingArgs::partial).
         const bool first = split.RangeOf(pair * split.units) == blockIdx.x;  // CTA-uniform
         float* out = first ? a.partial + tile.row0 * np + n0
-                           : a.partial + a.slots * np + int64_t{blockIdx.x} * (8 * 128);
+                           : a.partial + a.slots * np + int64_t{blockIdx.x} * kRingBlockFloats;
         const int64_t row_pitch = first ? np : 128;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -317,6 +333,11 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
             out[t * row_pitch + col] = acc[0][0][q];
           }
           acc[0][0][q] = 0.f;
+        }
+        if constexpr (!kUp) {
+          if (first && c.cb == 0 && warp == 0 && lane < tile.rows) {
+            RingSlotRecords(a.partial, a.slots, np)[tile.row0 + lane] = c.t << 4 | lane;
+          }
         }
       }
       c.Next();
@@ -352,7 +373,7 @@ __global__ void __launch_bounds__(kRingEpilogueThreads)
     const int64_t first = split.RangeOf(pair * split.units);
     const int64_t ords = split.RangeOf(pair * split.units + split.units - 1) - first + 1;
     // The later ranges' partials: CTA first + o's block, the column's place in the pair.
-    const float* later = a.partial + a.slots * np + first * (8 * 128) + col % kPairCols;
+    const float* later = a.partial + a.slots * np + first * kRingBlockFloats + col % kPairCols;
     RingTile tile;
     tile.Load(g, t);
     for (int r = 0; r < tile.rows; ++r) {

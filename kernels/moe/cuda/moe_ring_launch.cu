@@ -8,6 +8,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/per_device_cache.h"
+#include "kernels/moe/cuda/moe_ring_combine.cuh"
 #include "kernels/moe/cuda/moe_ring_gemm.cuh"
 #include "kernels/moe/cuda/moe_ring_launch.h"
 
@@ -32,9 +33,10 @@ auto* RingKernel() {
 }
 
 template <bool kUp>
-void Launch(const RingArgs& a, cudaStream_t stream) {
+void Launch(const RingArgs& a, bool epilogue, cudaStream_t stream) {
   cuda_common::LaunchPdl(RingKernel<kUp>(), dim3(static_cast<unsigned>(a.ring_grid)),
                          dim3(kRingThreads), kRingSmemBytes, stream, a);
+  if (!epilogue) return;
   // The epilogue: a warp per (tile, 32 columns) of the call's tile bound, at most 8 blocks of 8
   // warps per SM (grid-stride beyond).
   const int64_t tiles = std::min(a.slots, (a.slots + std::min(a.slots, a.g.n_experts) * 7) / 8);
@@ -47,7 +49,8 @@ void Launch(const RingArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream) {
+bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream,
+                bool epilogue) {
   const int64_t pair_cols = up ? 64 : 128;
   if (g.k % kRingUnitK != 0 || g.n % pair_cols != 0 || slots <= 0) return false;
   RingArgs a;
@@ -72,11 +75,27 @@ bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cuda
     return false;
   }
   if (up) {
-    Launch<true>(a, stream);
+    Launch<true>(a, true, stream);
   } else {
-    Launch<false>(a, stream);
+    Launch<false>(a, epilogue, stream);
   }
   return true;
+}
+
+void LaunchRingCombine(const MoeCombineParams& c, const float* partials, const int32_t* num_tiles,
+                       int64_t slots, int64_t inter, cudaStream_t stream) {
+  if (c.m == 0) return;
+  RingCombineArgs a;
+  a.c = c;
+  a.partial = partials;
+  a.num_tiles = num_tiles;
+  a.slots = slots;
+  a.units = inter / kRingUnitK;
+  a.ring_grid = RingGrid();
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(c.m, int64_t{1} << 20)),
+                  static_cast<unsigned>(RingCombineSplits(c.dim)));
+  MoeRingCombineKernel<<<grid, kRingCombineThreads, 0, stream>>>(a);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 MoeCudaGemmPlan DescribeRing(bool up) {

@@ -17,7 +17,15 @@ namespace flashserve::kernels::moe_device {
 // up ? 2N : N) bytes. Returns false, enqueueing nothing, where the ring cannot run (K not a
 // multiple of 256, N not a multiple of the pair width, a TMA map the driver refuses): the caller
 // then runs the streaming GEMM. Launch failures abort.
-bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream);
+// epilogue false (down only): no epilogue kernel; LaunchRingCombine then finishes the call.
+bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream,
+                bool epilogue = true);
+
+// The combine of `c` (c.ye unused) from the partials of a down ring launched without its
+// epilogue (`partials`, `num_tiles`, `slots` as given to it; `inter` = its K): the same bits as
+// that epilogue followed by the combine (cuda/moe_ring_combine.cuh).
+void LaunchRingCombine(const MoeCombineParams& c, const float* partials, const int32_t* num_tiles,
+                       int64_t slots, int64_t inter, cudaStream_t stream);
 
 // The launch LaunchRing makes (any N, K it takes), with its occupancy on the current device.
 MoeCudaGemmPlan DescribeRing(bool up);
