@@ -23,29 +23,11 @@ __global__ void __launch_bounds__(kCombineMaxThreads) MoeCombineKernel(MoeCombin
   __shared__ int32_t rows[kMoeCudaMaxTopK];
   const int64_t k = p.top_k;
   for (int64_t t = blockIdx.x; t < p.m; t += gridDim.x) {
-    if (threadIdx.x < k) {
-      ids[threadIdx.x] = p.expert_ids[t * k + threadIdx.x];
-      slot[threadIdx.x] = p.token_slot[t * k + threadIdx.x];
-    }
-    __syncthreads();
-    if (threadIdx.x < k) {
-      const int32_t id = ids[threadIdx.x];
-      int rank = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        // Lower id first; equal ids (not produced by the router) keep rank order.
-        rank += ids[j] < id || (ids[j] == id && j < threadIdx.x) ? 1 : 0;
-      }
-      rows[rank] = slot[threadIdx.x];
-    }
+    CombineOrderSlots(p, t, ids, slot, rows);
     __syncthreads();
     for (int64_t c = int64_t{threadIdx.x} * 8; c < p.dim; c += int64_t{blockDim.x} * 8) {
-      uint4 sh = make_uint4(0, 0, 0, 0);
-      if (p.shared_y != nullptr) {
-        sh = *reinterpret_cast<const uint4*>(p.shared_y + t * p.shared_y_stride + c);
-      }
-      float acc[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+      const uint4 sh = LoadSharedY(p, t, c);  // issued before the routed rows' loads
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       // Up to kCombineBatch row loads in flight, then their adds in order.
       for (int64_t j0 = 0; j0 < k; j0 += kCombineBatch) {
         uint4 v[kCombineBatch];
@@ -60,14 +42,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) MoeCombineKernel(MoeCombin
           if (j0 + j < k) AddBf16x8(acc, v[j]);
         }
       }
-      if (p.shared_y != nullptr) AddBf16x8(acc, sh);
-      uint32_t out[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        out[i] = exact::F32ToBf16(acc[2 * i]) | (exact::F32ToBf16(acc[2 * i + 1]) << 16);
-      }
-      *reinterpret_cast<uint4*>(p.y + t * p.y_stride + c) =
-          make_uint4(out[0], out[1], out[2], out[3]);
+      StoreCombined(p, t, c, acc, sh);
     }
     __syncthreads();  // ids / rows are rewritten for the next token
   }

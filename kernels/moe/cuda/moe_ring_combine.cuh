@@ -52,20 +52,8 @@ __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(Ring
   const float* later_base = a.partial + a.slots * p.dim;
   const int32_t* records = RingSlotRecords(a.partial, a.slots, p.dim);
   for (int64_t t = blockIdx.x; t < p.m; t += gridDim.x) {
-    if (threadIdx.x < k) {
-      ids[threadIdx.x] = p.expert_ids[t * k + threadIdx.x];
-      slot[threadIdx.x] = p.token_slot[t * k + threadIdx.x];
-    }
-    __syncthreads();
-    if (threadIdx.x < k) {
-      const int32_t id = ids[threadIdx.x];
-      int rank = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        rank += ids[j] < id || (ids[j] == id && j < threadIdx.x) ? 1 : 0;
-      }
-      rows[rank] = slot[threadIdx.x];
-      recs[rank] = records[slot[threadIdx.x]];
-    }
+    const int rank = CombineOrderSlots(p, t, ids, slot, rows);
+    if (rank >= 0) recs[rank] = records[slot[threadIdx.x]];
     __syncthreads();
     for (int64_t i = threadIdx.x; i < k * kBlocks; i += blockDim.x) {
       const int64_t j = i / kBlocks, cb = cb0 + i % kBlocks;
@@ -78,13 +66,8 @@ __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(Ring
     }
     __syncthreads();
     if (c < p.dim) {
-      uint4 sh = make_uint4(0, 0, 0, 0);
-      if (p.shared_y != nullptr) {
-        sh = *reinterpret_cast<const uint4*>(p.shared_y + t * p.shared_y_stride + c);
-      }
-      float acc[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+      const uint4 sh = LoadSharedY(p, t, c);  // issued before the routed rows' loads
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       const int cbl = static_cast<int>(c / 128 - cb0);
       for (int64_t j0 = 0; j0 < k; j0 += kRingCombineBatch) {
         // The batch's first partials and the first later range's, all in flight together.
@@ -132,14 +115,7 @@ __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(Ring
           }
         }
       }
-      if (p.shared_y != nullptr) AddBf16x8(acc, sh);
-      uint32_t out[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        out[i] = exact::F32ToBf16(acc[2 * i]) | (exact::F32ToBf16(acc[2 * i + 1]) << 16);
-      }
-      *reinterpret_cast<uint4*>(p.y + t * p.y_stride + c) =
-          make_uint4(out[0], out[1], out[2], out[3]);
+      StoreCombined(p, t, c, acc, sh);
     }
     __syncthreads();  // ids / rows / recs / meets are rewritten for the next token
   }
