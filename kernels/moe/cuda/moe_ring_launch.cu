@@ -16,6 +16,10 @@ namespace flashserve::kernels::moe_device {
 namespace {
 
 static_assert(kRingMaxOrdinals == kMoeCudaRingMaxOrdinals);
+// The host's partials size (moe_cuda.h) and the device layout (RingArgs::partial, RingSlotRecords)
+// describe the same regions: [slots][cols], a block per CTA, a record per slot row.
+static_assert(MoeCudaRingPartialBytes(3, 5) ==
+              4 * (3 * 5 + kMoeCudaRingMaxCtas * kRingBlockFloats + 3));
 
 // The ring kernel's grid: kRingCtasPerSm per SM, at most kMoeCudaRingMaxCtas (the partials hold
 // a block per CTA).
