@@ -344,7 +344,8 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
 }
 
 // The tensor-core body's work partition (host arithmetic, no device needed): every (slice, tile)
-// unit is computed exactly once, by blocks whose loads differ by at most one unit.
+// unit is computed exactly once (per warp count: the walks of 16 and 8 warps), by blocks whose
+// loads differ by at most one unit.
 TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
   for (const int64_t tokens :
        {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{600}, int64_t{16384}}) {
@@ -362,23 +363,27 @@ TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
           const int64_t end = mhc_tc::BlockUnitBegin(units, blocks, b + 1);
           most = std::max(most, end - begin);
           least = std::min(least, end - begin);
-          // The kernel's walk: segments cut at slice boundaries, warp w takes w, w + 8, ...
-          for (int64_t u = begin; u < end;) {
-            const int64_t seg_end = std::min(end, (u / tiles + 1) * tiles);
-            for (int w = 0; w < mhc_tc::kWarps; ++w) {
-              const int64_t n = mhc_tc::WarpUnits(u, seg_end, w);
-              for (int64_t i = 0; i < n; ++i) {
-                const int64_t unit = u + w + mhc_tc::kWarps * i;
-                ASSERT_LT(unit, seg_end);
-                ++seen[static_cast<size_t>(unit)];
+          // The kernel's walk: segments cut at slice boundaries, warp w of W takes w, w + W, ...
+          // (W = 16 for the mixes alone, 8 with the collapse: each walk covers every unit once).
+          for (const bool collapse : {false, true}) {
+            const int warps = mhc_tc::WarpsFor(collapse);
+            for (int64_t u = begin; u < end;) {
+              const int64_t seg_end = std::min(end, (u / tiles + 1) * tiles);
+              for (int w = 0; w < warps; ++w) {
+                const int64_t n = mhc_tc::WarpUnits(u, seg_end, w, warps);
+                for (int64_t i = 0; i < n; ++i) {
+                  const int64_t unit = u + w + int64_t{warps} * i;
+                  ASSERT_LT(unit, seg_end);
+                  ++seen[static_cast<size_t>(unit)];
+                }
               }
+              u = seg_end;
             }
-            u = seg_end;
           }
         }
         EXPECT_LE(most - least, 1) << tokens << " " << dim << " " << sms;
         for (int64_t u = 0; u < units; ++u) {
-          ASSERT_EQ(seen[static_cast<size_t>(u)], 1) << "unit " << u << " tokens " << tokens;
+          ASSERT_EQ(seen[static_cast<size_t>(u)], 2) << "unit " << u << " tokens " << tokens;
         }
       }
     }

@@ -61,8 +61,8 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
                                     static_cast<int>(mhc_device::kTcSmemBytes)));
     return 1;
   });
-  kernel<<<blocks, mhc_device::kTcThreads, mhc_device::kTcSmemBytes, stream>>>(p, workspace,
-                                                                               coll_vec);
+  kernel<<<blocks, mhc_device::TcThreads(kCollapse), mhc_device::kTcSmemBytes, stream>>>(
+      p, workspace, coll_vec);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -41,21 +41,25 @@
 
 namespace flashserve::kernels::mhc_device {
 
-inline constexpr int kTcThreads = mhc_tc::kWarps * 32;  // 256
-inline constexpr int kTcChunkDims = 32;                 // dims of one stream
+inline constexpr int kTcChunkDims = 32;  // dims of one stream
 inline constexpr int kTcGroups = static_cast<int>(kMhcMixesSliceDims) / kTcChunkDims;  // 8
 inline constexpr int kTcChunks = kTcGroups * kMhcStreams;  // 32 per slice
 inline constexpr int kTcNTiles = kMhcMixes / 8;            // 3 n-tiles of 8 mixes
 inline constexpr int kTcPieces = 3;                        // hi, mid, lo
-inline constexpr int kTcBuffers = 3;                       // X groups in registers
-inline constexpr int kTcFinishThreads = 256;               // 2 tokens per warp
+// X groups each warp keeps in registers: two at 16 warps (the mixes alone), three at 8 (with
+// the fused collapse).
+__host__ __device__ constexpr int TcBuffers(bool collapse) { return collapse ? 3 : 2; }
+__host__ __device__ constexpr int TcThreads(bool collapse) {
+  return mhc_tc::WarpsFor(collapse) * 32;
+}
+inline constexpr int kTcFinishThreads = 256;  // 2 tokens per warp
 inline constexpr size_t kTcSmemBytes =
     sizeof(uint4) * kTcChunks * kTcNTiles * kTcPieces * 32;  // 147456 = 144 KB
 
-inline constexpr int kTcStageEntries = kTcChunks * kTcNTiles * 32 / kTcThreads;  // 12
+// Fragments a block stages per slice, and per thread of a block of `threads`.
+inline constexpr int kTcFragEntries = kTcChunks * kTcNTiles * 32;  // 3072
 
 static_assert(kMhcMixes % 8 == 0, "whole n-tiles");
-static_assert(kTcChunks * kTcNTiles * 32 % kTcThreads == 0, "whole staging rounds");
 static_assert(kMhcMixesSliceDims % kTcChunkDims == 0, "whole chunks per slice");
 static_assert(mhc_tc::kTileTokens == 16, "one m16 tile per warp");
 static_assert(kMhcMixes + 1 <= 32 && kMhcStreams * kMhcStreams == 16, "finish lane layout");
@@ -130,13 +134,14 @@ __device__ __forceinline__ void LoadFnFrag(const MhcMixesParams& p, int64_t d0, 
 
 // Stages the three bf16 pieces of fn for slice dims [d0, d0 + 256) of every stream: entry (chunk,
 // n-tile nt, lane) holds LoadFnFrag's fragment.
-template <bool kFnVec>
+template <int kThreads, bool kFnVec>
 __device__ __forceinline__ void StageFnPieces(const MhcMixesParams& p, int64_t d0,
                                               uint4* __restrict__ s_frag) {
-  // All 12 entries of a thread unrolled, so their loads can be in flight together.
+  static_assert(kTcFragEntries % kThreads == 0, "whole staging rounds");
+  // All entries of a thread (12 at 256 threads) unrolled, so their loads are in flight together.
 #pragma unroll
-  for (int it = 0; it < kTcStageEntries; ++it) {
-    const int e = static_cast<int>(threadIdx.x) + it * kTcThreads;
+  for (int it = 0; it < kTcFragEntries / kThreads; ++it) {
+    const int e = static_cast<int>(threadIdx.x) + it * kThreads;
     const int lane = e % 32;
     const int nt = (e / 32) % kTcNTiles;
     const int chunk = e / (32 * kTcNTiles);
@@ -214,7 +219,7 @@ struct TcTileState {
   float sq[2];              // Σx² of this lane's dims, tokens g and g + 8
 };
 
-template <bool kVec, bool kCollapse>
+template <int kWarps, int kBuffers, bool kVec, bool kCollapse>
 struct TcWarp {
   const MhcMixesParams p;
   const uint4* __restrict__ s_frag;
@@ -225,7 +230,7 @@ struct TcWarp {
   int lane;
 
   __device__ __forceinline__ int64_t TileOf(int64_t item) const {
-    return tile_first + mhc_tc::kWarps * (item / kTcGroups);
+    return tile_first + kWarps * (item / kTcGroups);
   }
 
   __device__ __forceinline__ void Load(int64_t item, XGroup& x) const {
@@ -356,13 +361,13 @@ struct TcWarp {
     s.sq[1] = 0.0f;
   }
 
-  // The warp's units of one segment: `items` = 8 groups per unit, X three groups deep.
+  // The warp's units of one segment: `items` = 8 groups per unit, X kBuffers groups deep.
   __device__ __forceinline__ void Run(int64_t units) const {
     const int64_t items = units * kTcGroups;
     if (items == 0) return;
-    XGroup buf[kTcBuffers];
+    XGroup buf[kBuffers];
 #pragma unroll
-    for (int k = 0; k < kTcBuffers; ++k) {
+    for (int k = 0; k < kBuffers; ++k) {
       if (k < items) Load(k, buf[k]);
     }
     float pre[2][kMhcStreams] = {};
@@ -377,9 +382,9 @@ struct TcWarp {
     s.sq[0] = 0.0f;
     s.sq[1] = 0.0f;
 #pragma unroll 1
-    for (int64_t i0 = 0; i0 < items; i0 += kTcBuffers) {
+    for (int64_t i0 = 0; i0 < items; i0 += kBuffers) {
 #pragma unroll
-      for (int k = 0; k < kTcBuffers; ++k) {
+      for (int k = 0; k < kBuffers; ++k) {
         const int64_t item = i0 + k;
         if (item < items) {  // warp-uniform
           const int j = static_cast<int>(item % kTcGroups);
@@ -395,7 +400,7 @@ struct TcWarp {
             }
           }
           Group(buf[k], j, s, tile, pre);
-          if (item + kTcBuffers < items) Load(item + kTcBuffers, buf[k]);
+          if (item + kBuffers < items) Load(item + kBuffers, buf[k]);
           if (j == kTcGroups - 1) Store(tile, s);
         }
       }
@@ -403,12 +408,14 @@ struct TcWarp {
   }
 };
 
-// Grid: mhc_tc::BlocksFor(units) blocks of 256 threads, kTcSmemBytes of dynamic shared memory,
-// one block per SM. kVec: D % 8 == 0 and X rows 16-byte aligned. kFnVec: D % 4 == 0 and fn
-// 16-byte aligned.
+// Grid: mhc_tc::BlocksFor(units) blocks of TcThreads(kCollapse) threads, kTcSmemBytes of dynamic
+// shared memory, one block per SM. kVec: D % 8 == 0 and X rows 16-byte aligned. kFnVec: D % 4 == 0
+// and fn 16-byte aligned.
 template <bool kVec, bool kFnVec, bool kCollapse>
-__global__ void __launch_bounds__(kTcThreads, 1)
+__global__ void __launch_bounds__(TcThreads(kCollapse), 1)
     MixesPartialTcKernel(MhcMixesParams p, float* __restrict__ workspace, bool coll_vec) {
+  constexpr int kWarps = mhc_tc::WarpsFor(kCollapse);
+  constexpr int kBuffers = TcBuffers(kCollapse);
   extern __shared__ uint4 s_frag[];
   const int64_t tiles = mhc_tc::Tiles(p.tokens);
   const int64_t units = mhc_tc::Units(p.tokens, p.dim);
@@ -420,16 +427,17 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     const int64_t seg_end = (slice + 1) * tiles < end ? (slice + 1) * tiles : end;
     const int64_t d0 = slice * kMhcMixesSliceDims;
     __syncthreads();  // the previous segment's fragments are no longer read
-    StageFnPieces<kFnVec>(p, d0, s_frag);
+    StageFnPieces<kWarps * 32, kFnVec>(p, d0, s_frag);
     __syncthreads();
-    const TcWarp<kVec, kCollapse> w{p,
-                                    s_frag,
-                                    workspace + slice * (kMhcMixes + 1) * p.tokens,
-                                    d0,
-                                    u - slice * tiles + warp,
-                                    coll_vec,
-                                    lane};
-    w.Run(mhc_tc::WarpUnits(u, seg_end, warp));
+    const TcWarp<kWarps, kBuffers, kVec, kCollapse> w{
+        p,
+        s_frag,
+        workspace + slice * (kMhcMixes + 1) * p.tokens,
+        d0,
+        u - slice * tiles + warp,
+        coll_vec,
+        lane};
+    w.Run(mhc_tc::WarpUnits(u, seg_end, warp, kWarps));
     u = seg_end;
   }
 }

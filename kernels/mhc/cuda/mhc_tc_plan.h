@@ -5,7 +5,7 @@
 // tiles of kMhcTcTileTokens tokens and slices of kMhcMixesSliceDims dims (of every stream). Block
 // b of a grid of `blocks` takes the contiguous unit range [b * U / blocks, (b+1) * U / blocks),
 // so blocks differ by at most one unit; the range is cut into segments at slice boundaries (one
-// staging of that slice's weights each), and within a segment warp w takes units w, w + 8, ...
+// staging of that slice's weights each), and within a segment warp w of W takes units w, w + W, ...
 // Which block computes a unit never changes its arithmetic: a token's result depends on D only.
 #pragma once
 
@@ -23,8 +23,12 @@ namespace flashserve::kernels::mhc_tc {
 
 // Tokens per unit: one mma.sync m16 tile, one warp.
 inline constexpr int64_t kTileTokens = 16;
-// Warps (and units in flight) per block.
-inline constexpr int kWarps = 8;
+// Warps (and units in flight) per block: 16 for the mixes alone (two X groups in registers per
+// warp, 128 registers), 8 with the fused collapse (three groups, 255 registers; at 16 warps that
+// variant spills ~500 bytes and ran 16 % slower). README.md "CUDA" has the measurements.
+inline constexpr int kWarps = 16;
+inline constexpr int kWarpsCollapse = 8;
+FS_MHC_HD constexpr int WarpsFor(bool collapse) { return collapse ? kWarpsCollapse : kWarps; }
 
 FS_MHC_HD inline int64_t Slices(int64_t dim) {
   return (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
@@ -44,10 +48,10 @@ inline int64_t BlocksFor(int64_t units, int sm_count) {
   return units < sms ? units : sms;
 }
 
-// Units of a segment [begin, end) that warp w takes: w, w + kWarps, ...
-FS_MHC_HD inline int64_t WarpUnits(int64_t begin, int64_t end, int w) {
+// Units of a segment [begin, end) that warp w of `warps` takes: w, w + warps, ...
+FS_MHC_HD inline int64_t WarpUnits(int64_t begin, int64_t end, int w, int warps) {
   const int64_t n = end - begin;
-  return n > w ? (n - w + kWarps - 1) / kWarps : 0;
+  return n > w ? (n - w + warps - 1) / warps : 0;
 }
 
 }  // namespace flashserve::kernels::mhc_tc
