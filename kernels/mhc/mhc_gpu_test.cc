@@ -344,8 +344,8 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
 }
 
 // The tensor-core body's work partition (host arithmetic, no device needed): every (slice, tile)
-// unit is computed exactly once (per warp count: the walks of 16 and 8 warps), by blocks whose
-// loads differ by at most one unit.
+// unit is computed exactly once (per block shape: the walks of 8 and 16 warps), by blocks whose
+// loads differ by at most one unit; the wide shape only where every warp has a unit.
 TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
   for (const int64_t tokens :
        {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{600}, int64_t{16384}}) {
@@ -364,9 +364,9 @@ TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
           most = std::max(most, end - begin);
           least = std::min(least, end - begin);
           // The kernel's walk: segments cut at slice boundaries, warp w of W takes w, w + W, ...
-          // (W = 16 for the mixes alone, 8 with the collapse: each walk covers every unit once).
-          for (const bool collapse : {false, true}) {
-            const int warps = mhc_tc::WarpsFor(collapse);
+          // (W = 16 or 8, the wide and narrow block shapes: each walk covers every unit once).
+          for (const bool wide : {false, true}) {
+            const int warps = mhc_tc::WarpsOf(wide);
             for (int64_t u = begin; u < end;) {
               const int64_t seg_end = std::min(end, (u / tiles + 1) * tiles);
               for (int w = 0; w < warps; ++w) {
@@ -388,6 +388,13 @@ TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
       }
     }
   }
+  // Wide from 16 units per block, never with the collapse: 2048 tokens (2,560 units on 132 blocks)
+  // wide, 512 tokens (640 units) narrow.
+  EXPECT_TRUE(mhc_tc::WideFor(mhc_tc::Units(2048, 5120), 132, false));
+  EXPECT_FALSE(mhc_tc::WideFor(mhc_tc::Units(2048, 5120), 132, true));
+  EXPECT_FALSE(mhc_tc::WideFor(mhc_tc::Units(512, 5120), 132, false));
+  EXPECT_TRUE(mhc_tc::WideFor(16 * 132, 132, false));
+  EXPECT_FALSE(mhc_tc::WideFor(16 * 132 - 1, 132, false));
   EXPECT_EQ(mhc_tc::Slices(5120), 20);
   EXPECT_EQ(mhc_tc::Units(16384, 5120), 20 * 1024);
 }

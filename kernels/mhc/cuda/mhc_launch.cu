@@ -51,28 +51,31 @@ void LaunchPartial(const MhcMixesParams& p, float* workspace, dim3 grid, cudaStr
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <bool kVec, bool kFnVec, bool kCollapse>
+template <bool kWide, bool kVec, bool kFnVec, bool kCollapse>
 void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
                      cudaStream_t stream) {
-  auto* kernel = mhc_device::MixesPartialTcKernel<kVec, kFnVec, kCollapse>;
+  auto* kernel = mhc_device::MixesPartialTcKernel<kWide, kVec, kFnVec, kCollapse>;
   static PerDeviceInt smem_attribute;
   smem_attribute.Get(CurrentDevice(), [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(mhc_device::kTcSmemBytes)));
     return 1;
   });
-  kernel<<<blocks, mhc_device::TcThreads(kCollapse), mhc_device::kTcSmemBytes, stream>>>(
-      p, workspace, coll_vec);
+  kernel<<<blocks, mhc_device::TcThreads(kWide), mhc_device::kTcSmemBytes, stream>>>(p, workspace,
+                                                                                     coll_vec);
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The block shape (mhc_tc_plan.h): wide only for the mixes alone with >= 16 units per block.
 template <bool kVec, bool kFnVec>
 void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
                      cudaStream_t stream) {
   if (p.pre_in != nullptr) {
-    LaunchPartialTc<kVec, kFnVec, true>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<false, kVec, kFnVec, true>(p, workspace, coll_vec, blocks, stream);
+  } else if (mhc_tc::WideFor(mhc_tc::Units(p.tokens, p.dim), blocks, false)) {
+    LaunchPartialTc<true, kVec, kFnVec, false>(p, workspace, coll_vec, blocks, stream);
   } else {
-    LaunchPartialTc<kVec, kFnVec, false>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<false, kVec, kFnVec, false>(p, workspace, coll_vec, blocks, stream);
   }
 }
 

@@ -46,12 +46,10 @@ inline constexpr int kTcGroups = static_cast<int>(kMhcMixesSliceDims) / kTcChunk
 inline constexpr int kTcChunks = kTcGroups * kMhcStreams;  // 32 per slice
 inline constexpr int kTcNTiles = kMhcMixes / 8;            // 3 n-tiles of 8 mixes
 inline constexpr int kTcPieces = 3;                        // hi, mid, lo
-// X groups each warp keeps in registers: two at 16 warps (the mixes alone), three at 8 (with
-// the fused collapse).
-__host__ __device__ constexpr int TcBuffers(bool collapse) { return collapse ? 3 : 2; }
-__host__ __device__ constexpr int TcThreads(bool collapse) {
-  return mhc_tc::WarpsFor(collapse) * 32;
-}
+// X groups each warp keeps in registers: two in the wide block shape, three in the narrow one
+// (mhc_tc_plan.h).
+__host__ __device__ constexpr int TcBuffers(bool wide) { return wide ? 2 : 3; }
+__host__ __device__ constexpr int TcThreads(bool wide) { return mhc_tc::WarpsOf(wide) * 32; }
 inline constexpr int kTcFinishThreads = 256;  // 2 tokens per warp
 inline constexpr size_t kTcSmemBytes =
     sizeof(uint4) * kTcChunks * kTcNTiles * kTcPieces * 32;  // 147456 = 144 KB
@@ -408,14 +406,14 @@ struct TcWarp {
   }
 };
 
-// Grid: mhc_tc::BlocksFor(units) blocks of TcThreads(kCollapse) threads, kTcSmemBytes of dynamic
+// Grid: mhc_tc::BlocksFor(units) blocks of TcThreads(kWide) threads, kTcSmemBytes of dynamic
 // shared memory, one block per SM. kVec: D % 8 == 0 and X rows 16-byte aligned. kFnVec: D % 4 == 0
 // and fn 16-byte aligned.
-template <bool kVec, bool kFnVec, bool kCollapse>
-__global__ void __launch_bounds__(TcThreads(kCollapse), 1)
+template <bool kWide, bool kVec, bool kFnVec, bool kCollapse>
+__global__ void __launch_bounds__(TcThreads(kWide), 1)
     MixesPartialTcKernel(MhcMixesParams p, float* __restrict__ workspace, bool coll_vec) {
-  constexpr int kWarps = mhc_tc::WarpsFor(kCollapse);
-  constexpr int kBuffers = TcBuffers(kCollapse);
+  constexpr int kWarps = mhc_tc::WarpsOf(kWide);
+  constexpr int kBuffers = TcBuffers(kWide);
   extern __shared__ uint4 s_frag[];
   const int64_t tiles = mhc_tc::Tiles(p.tokens);
   const int64_t units = mhc_tc::Units(p.tokens, p.dim);

@@ -23,12 +23,16 @@ namespace flashserve::kernels::mhc_tc {
 
 // Tokens per unit: one mma.sync m16 tile, one warp.
 inline constexpr int64_t kTileTokens = 16;
-// Warps (and units in flight) per block: 16 for the mixes alone (two X groups in registers per
-// warp, 128 registers), 8 with the fused collapse (three groups, 255 registers; at 16 warps that
-// variant spills ~500 bytes and ran 16 % slower). README.md "CUDA" has the measurements.
-inline constexpr int kWarps = 16;
-inline constexpr int kWarpsCollapse = 8;
-FS_MHC_HD constexpr int WarpsFor(bool collapse) { return collapse ? kWarpsCollapse : kWarps; }
+// Two block shapes (warps = units in flight per block): narrow, 8 warps with three X groups in
+// registers each (255 registers), and wide, 16 warps with two groups (128 registers). Wide pays
+// where every warp has units to walk (at least 16 per block: from ~1,700 tokens at D = 5120) and
+// without the fused collapse, which spills ~500 bytes at 128 registers (README.md "CUDA").
+inline constexpr int kWarpsNarrow = 8;
+inline constexpr int kWarpsWide = 16;
+FS_MHC_HD constexpr int WarpsOf(bool wide) { return wide ? kWarpsWide : kWarpsNarrow; }
+inline bool WideFor(int64_t units, int64_t blocks, bool collapse) {
+  return !collapse && units >= kWarpsWide * blocks;
+}
 
 FS_MHC_HD inline int64_t Slices(int64_t dim) {
   return (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
