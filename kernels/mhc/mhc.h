@@ -162,9 +162,11 @@ inline int64_t MhcMixesSmallBatchWorkspaceFloats(int64_t tokens, int64_t dim) {
   return tokens * slices * (kMhcMixes * 32 + 1);
 }
 
-// The fp32 workspace to give LaunchMhcMixes (the larger of the two above). Sized for the largest
-// batch once, it also covers every small batch (at D = 5120 from 128 tokens up the slice
-// workspace is the larger); it holds nothing between launches.
+// The fp32 workspace to give LaunchMhcMixes (the larger of the two above) for a batch of `tokens`.
+// Sized once for the largest batch, it covers the small-batch body wherever the launcher picks it
+// by default (<= 32 tokens) when that batch has >= 1,024 tokens at D = 5120 (32 x 769 <= 1,024 x
+// 25 floats per slice); below, a small batch the workspace cannot hold takes the large-batch body
+// (same bits). It holds nothing between launches.
 inline int64_t MhcMixesWorkspaceFloats(int64_t tokens, int64_t dim) {
   const int64_t slice = MhcMixesSliceWorkspaceFloats(tokens, dim);
   const int64_t small = MhcMixesSmallBatchWorkspaceFloats(tokens, dim);

@@ -11,10 +11,12 @@
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/per_device_cache.h"
+#include "kernels/gemm/cuda/tma_map.h"
 #include "kernels/mhc/cuda/mhc_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_small_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_tc_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_tc_plan.h"
+#include "kernels/mhc/cuda/mhc_tc_tma_kernel.cuh"
 #include "kernels/mhc/mhc.h"
 
 namespace flashserve::kernels {
@@ -79,6 +81,34 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
   }
 }
 
+// The TMA body (mhc_tc_tma_kernel.cuh) where it applies: the wide block shape (the mixes alone,
+// >= 16 units per block), D a multiple of the slice width, X rows and fn 16-byte aligned, and the
+// driver describes X. False: nothing launched, the caller takes the tensor-core body.
+bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blocks, bool fn_vec,
+                         cudaStream_t stream) {
+  if (!mhc_tc::WideFor(mhc_tc::Units(p.tokens, p.dim), blocks, p.pre_in != nullptr) || !fn_vec ||
+      p.dim % kMhcMixesSliceDims != 0 || !Aligned(p.x, 2 * p.x_stride, 16)) {
+    return false;
+  }
+  wgmma_ws::TmaOperand x_map;
+  if (!wgmma_ws::MakeTmaOperand(&x_map, p.x, 2, kMhcStreams * p.dim, p.tokens, p.x_stride, 1, 0,
+                                mhc_device::kTcChunkDims,
+                                static_cast<uint32_t>(mhc_tc::kTileTokens), false)) {
+    return false;
+  }
+  auto* kernel = mhc_device::MixesPartialTmaKernel<true>;
+  static PerDeviceInt smem_attribute;
+  smem_attribute.Get(CurrentDevice(), [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(mhc_device::kTmaSmemBytes)));
+    return 1;
+  });
+  kernel<<<blocks, mhc_device::kTmaThreads, mhc_device::kTmaSmemBytes, stream>>>(x_map, p,
+                                                                                 workspace);
+  CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
 // The tensor-core body (mhc_tc_kernels.cuh): one block per SM at most, the units split evenly.
 void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cudaStream_t stream) {
   const int sms = SmCount(CurrentDevice());
@@ -87,7 +117,9 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cu
   const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
   const bool coll_vec =
       p.collapsed != nullptr && p.dim % 8 == 0 && Aligned(p.collapsed, 2 * p.collapsed_stride, 16);
-  if (vec && fn_vec) {
+  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec, stream)) {
+    // X by the TMA unit; the same bits as the tensor-core body's wide shape.
+  } else if (vec && fn_vec) {
     LaunchPartialTc<true, true>(p, workspace, coll_vec, blocks, stream);
   } else if (fn_vec) {
     LaunchPartialTc<false, true>(p, workspace, coll_vec, blocks, stream);

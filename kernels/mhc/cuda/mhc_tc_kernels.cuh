@@ -13,10 +13,11 @@
 // tokens g and g+8 as four 32-bit words each, straight into the A fragments (XGroup): inside a
 // chunk the k order is permuted (logical k 2q, 2q+1 <-> dims 8q + 4h, +1; 2q+8, 2q+9 <-> 8q + 4h +
 // 2, +3 in half h), and the B fragments are staged with the same permutation. Σx² is an fp32 FMA
-// chain per lane, the 4 lanes of a row combined as (q0 + q1) + (q2 + q3). Three register buffers
-// keep two groups of X (8 KB per warp, 64 KB per SM) in flight. The partial sums go to the
-// workspace [slice][25][tokens] as in the fp32 body. With pre_in, the collapse of the group's 4
-// streams is HcPre's exact order.
+// chain per lane, the 4 lanes of a row combined as (q0 + q1) + (q2 + q3). Register buffers keep X
+// in flight (the narrow block shape: three groups per warp, 8 warps; wide: two, 16 warps;
+// mhc_tc_plan.h); the wide shape's default is mhc_tc_tma_kernel.cuh (X by the TMA unit). The
+// partial sums go to the workspace [slice][25][tokens] as in the fp32 body. With pre_in, the
+// collapse of the group's 4 streams is HcPre's exact order.
 //
 // MixesFinishLanesKernel: 16 lanes per token: slices summed in ascending order (lane e: values e
 // and 16 + e), then r and the mixes with MhcMixesCpu's operations, and the Sinkhorn tail with one
