@@ -216,6 +216,16 @@ __device__ __forceinline__ uint32_t Word(const uint4& u, int k) {
 struct TcTileState {
   float acc[kTcNTiles][4];  // [n-tile][c0..c3 of the m16n8 fragment]
   float sq[2];              // Σx² of this lane's dims, tokens g and g + 8
+
+  __device__ __forceinline__ void Clear() {
+#pragma unroll
+    for (int nt = 0; nt < kTcNTiles; ++nt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[nt][k] = 0.0f;
+    }
+    sq[0] = 0.0f;
+    sq[1] = 0.0f;
+  }
 };
 
 template <int kWarps, int kBuffers, bool kVec, bool kCollapse>
@@ -351,13 +361,7 @@ struct TcWarp {
         if (q == 0) slice_ws[kMhcMixes * tokens + t] = v;
       }
     }
-#pragma unroll
-    for (int nt = 0; nt < kTcNTiles; ++nt) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) s.acc[nt][k] = 0.0f;
-    }
-    s.sq[0] = 0.0f;
-    s.sq[1] = 0.0f;
+    s.Clear();
   }
 
   // The warp's units of one segment: `items` = 8 groups per unit, X kBuffers groups deep.
@@ -373,13 +377,7 @@ struct TcWarp {
     float pre_next[2][kMhcStreams] = {};
     if constexpr (kCollapse) LoadPre(TileOf(0), pre_next);
     TcTileState s;
-#pragma unroll
-    for (int nt = 0; nt < kTcNTiles; ++nt) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) s.acc[nt][k] = 0.0f;
-    }
-    s.sq[0] = 0.0f;
-    s.sq[1] = 0.0f;
+    s.Clear();
 #pragma unroll 1
     for (int64_t i0 = 0; i0 < items; i0 += kBuffers) {
 #pragma unroll

@@ -101,13 +101,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         false, lane};
     const int64_t items = mhc_tc::WarpUnits(u, seg_end, warp, kTmaWarps) * kTcGroups;
     TcTileState s;
-#pragma unroll
-    for (int nt = 0; nt < kTcNTiles; ++nt) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) s.acc[nt][k] = 0.0f;
-    }
-    s.sq[0] = 0.0f;
-    s.sq[1] = 0.0f;
+    s.Clear();
     if (items > 0 && lane == 0) TmaIssueGroup(x_map, w, 0, stage, bar);
 #pragma unroll 1
     for (int64_t item = 0; item < items; ++item) {
