@@ -154,6 +154,14 @@ TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
   // block path): the limit itself, and one chunk past it (two passes over memory).
   CheckNorm({3, 8192, true, 0, 0}, seed++);
   CheckNorm({3, 8200, false, 0, 0}, seed++);
+  // Many rows of 513..2048 columns keep their raw 16-byte words in registers (kNormCacheRaw, a
+  // warp per row): ragged chunks per lane (520: 65 chunks), the upper limit, one chunk past it
+  // (two passes on the block path), and the lower limit (two passes on a warp).
+  CheckNorm({257, 520, true, 0, 0}, seed++);
+  CheckNorm({300, 1544, false, 0, 0}, seed++);
+  CheckNorm({1000, 2048, true, 0, 0}, seed++);
+  CheckNorm({300, 2056, true, 0, 0}, seed++);
+  CheckNorm({300, 512, false, 0, 0}, seed++);
 }
 
 TEST(NormRopeGpuTest, RmsNormScalarPathsAndOddWidths) {
@@ -330,6 +338,9 @@ TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
   CheckNormRope(8, 512, kFullYarn, true, 506);
   CheckNormRope(7, 512, kWidePlain, false, 507);
   CheckNormRope(3, 2048, kWidePlain, true, 508);
+  // Many rows with raw words in registers and the rope tail: 64 and 128 dims rotated.
+  CheckNormRope(600, 1280, kFullYarn, false, 509);
+  CheckNormRope(300, 2048, kWidePlain, true, 510);
 }
 
 // ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------

@@ -37,12 +37,16 @@ struct NoRope {
 // threads (a warp, or the block) share a row; kW = 8 needs 16-byte aligned rows and weight and
 // (cols - 2 * pairs) % 8 == 0. In place is safe: each thread reads x[c] before it writes out[c],
 // and pass 2 starts after every thread's pass-1 reads (GroupSum synchronises).
-// kCache: rows of at most kNormCache chunks per thread are held in registers between the passes
-// (few rows: latency; ~100-112 registers); without it the kernel keeps its small register
-// footprint (32-40 registers; many rows: occupancy). Same bits either way.
-template <int kGroup, typename W, int kW, typename Tail, bool kCache>
+// kCache (norm_rope_rows.cuh): kNormCacheNone re-reads the row in pass 2 (32-40 registers);
+// kNormCacheRow holds rows of at most kNormCache chunks per thread in registers between the
+// passes, as fp32 values with their weights (few rows: latency; ~100-112 registers);
+// kNormCacheRaw (kW = 8) holds rows of at most kNormRawCache chunks per thread as their raw
+// 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a footprint
+// small enough for full occupancy). Same bits in every mode.
+template <int kGroup, typename W, int kW, typename Tail, int kCache>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
+  static_assert(kCache != kNormCacheRaw || kW == 8, "raw words are 16-byte chunks");
   cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   constexpr int kRowsPerBlock = kNormThreads / kGroup;
   __shared__ double warp_sums[kNormThreads / 32];
@@ -52,15 +56,26 @@ __global__ void __launch_bounds__(kNormThreads)
   // kCache: rows of at most kNormCache chunks per thread (every row of the vectorised paths up to
   // 8192 columns) stay in registers between the passes, and their weights are loaded with them, so
   // a row costs one round trip to memory instead of one per chunk and pass.
-  const bool cached = kCache && chunks <= int64_t{kNormCache} * kGroup;
+  const bool cached = kCache == kNormCacheRow && chunks <= int64_t{kNormCache} * kGroup;
+  // kRaw: the launcher guarantees chunks <= kNormRawCache * kGroup.
+  constexpr bool kRaw = kCache == kNormCacheRaw;
   const float inv_n = DivRn(1.0f, Int64ToF32(p.cols));
   for (int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup; row < p.rows;
        row += int64_t{gridDim.x} * kRowsPerBlock) {
     const uint16_t* x = p.x + row * p.x_stride;
     uint16_t* out = p.out + row * p.out_stride;
-    constexpr int kSlots = kCache ? kNormCache : 1;
+    constexpr int kSlots = kCache == kNormCacheRow ? kNormCache : 1;
     float v[kSlots][kW];
     float w[kSlots][kW];
+    constexpr int kRawSlots = kRaw ? kNormRawCache : 1;
+    uint4 raw[kRawSlots];
+    if constexpr (kRaw) {
+#pragma unroll
+      for (int s = 0; s < kRawSlots; ++s) {
+        const int64_t j = lane + int64_t{s} * kGroup;
+        if (j < chunks) raw[s] = *reinterpret_cast<const uint4*>(x + j * kW);
+      }
+    }
     if (cached) {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
@@ -73,12 +88,22 @@ __global__ void __launch_bounds__(kNormThreads)
     // below).
     float cs0 = 0.0f;
     float sn0 = 0.0f;
-    if constexpr (Tail::kRope && kCache) {
+    if constexpr (Tail::kRope && kCache != kNormCacheNone) {
       if (lane < tail.pairs) RopeCosSinAt(tail.positions[row], tail.freqs[lane], &cs0, &sn0);
     }
     // Pass 1: sum of fp32 squares, in double, chunks in ascending order per thread.
     double sum = 0.0;
-    if (cached) {
+    if constexpr (kRaw) {
+#pragma unroll
+      for (int s = 0; s < kRawSlots; ++s) {
+        if (lane + int64_t{s} * kGroup < chunks) {
+          float u[kW];
+          UnpackBf16x8(raw[s], u);
+#pragma unroll
+          for (int i = 0; i < kW; ++i) sum += static_cast<double>(MulRn(u[i], u[i]));
+        }
+      }
+    } else if (cached) {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
         if (lane + int64_t{s} * kGroup < chunks) {
@@ -98,7 +123,21 @@ __global__ void __launch_bounds__(kNormThreads)
     const float mean = MulRn(DoubleToF32(sum), inv_n);
     const float r = DivRn(1.0f, SqrtRn(AddRn(mean, p.eps)));
     // Pass 2: the unrotated values.
-    if (cached) {
+    if constexpr (kRaw) {
+#pragma unroll
+      for (int s = 0; s < kRawSlots; ++s) {
+        const int64_t j = lane + int64_t{s} * kGroup;
+        if (j < plain_chunks) {
+          float u[kW];
+          float wu[kW];
+          UnpackBf16x8(raw[s], u);
+          LoadWeight<kW>(weight + j * kW, wu);
+#pragma unroll
+          for (int i = 0; i < kW; ++i) u[i] = MulRn(wu[i], MulRn(u[i], r));
+          StoreBf16<kW>(out + j * kW, u);
+        }
+      }
+    } else if (cached) {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
         const int64_t j = lane + int64_t{s} * kGroup;
@@ -131,7 +170,7 @@ __global__ void __launch_bounds__(kNormThreads)
             Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c + 1), MulRn(Bf16ToF32(x[c + 1]), r))));
         float cs = cs0;
         float sn = sn0;
-        if (!kCache || k != lane) RopeCosSinAt(pos, tail.freqs[k], &cs, &sn);
+        if (kCache == kNormCacheNone || k != lane) RopeCosSinAt(pos, tail.freqs[k], &cs, &sn);
         if (tail.inverse) sn = -sn;
         float re = 0.0f;
         float im = 0.0f;

@@ -26,10 +26,17 @@ using norm_rope_device::RopeArgs;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 // A warp per row up to this width; a 256-thread block per row above.
 constexpr int64_t kWarpRowMaxCols = 1024;
-// Vectorised RMSNorm keeps rows in registers between its passes (RmsNormKernel's kCache) up to
-// this many rows: it cuts a decode row's latency, but its registers cost occupancy, which made
-// 16384-row launches 1.2-2.2x slower on an H200 (README.md "CUDA").
+// Vectorised RMSNorm keeps rows in registers between its passes (RmsNormKernel's kCache): up to
+// this many rows as fp32 values with their weights (kRow: cuts a decode row's latency, but its
+// registers cost occupancy, which made 16384-row launches 1.2-2.2x slower on an H200), above it
+// as raw 16-byte words (kRaw: one read of each row at full occupancy; README.md "CUDA").
 constexpr int64_t kNormCacheMaxRows = 256;
+// kRaw on a warp per row of more than kWarpRawMinCols and at most kWarpRawMaxCols columns (3 to 8
+// chunks per lane). Narrower rows stay two-pass: their second read hits L1, and kRaw's registers
+// cost more occupancy than it saves (16384 x 512: 13.9 -> 15.0 us). Wider rows stay two-pass on a
+// block per row: kRaw there measured level (16384 x 5120: 120.0 vs 121.3 us).
+constexpr int64_t kWarpRawMinCols = 8 * 32 * 2;
+constexpr int64_t kWarpRawMaxCols = 8 * 32 * norm_rope_device::kNormRawCache;
 
 bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
@@ -49,7 +56,8 @@ RopeArgs MakeRopeArgs(const RopeTable& table, const int64_t* positions, bool inv
   return a;
 }
 
-template <int kGroup, typename W, int kW, typename Tail, bool kCache = false>
+template <int kGroup, typename W, int kW, typename Tail,
+          int kCache = norm_rope_device::kNormCacheNone>
 void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
   norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache>
@@ -57,12 +65,12 @@ void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaS
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The vectorised (kW = 8) kernel, register-cached for few rows whose chunks fit.
+// The vectorised (kW = 8) kernel, register-cached (kRow) for few rows whose chunks fit.
 template <int kGroup, typename W, typename Tail>
 void LaunchNormVec(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   const bool fits = p.cols / 8 <= int64_t{norm_rope_device::kNormCache} * kGroup;
   if (fits && p.rows <= kNormCacheMaxRows) {
-    LaunchNorm<kGroup, W, 8, Tail, true>(p, weight, tail, stream);
+    LaunchNorm<kGroup, W, 8, Tail, norm_rope_device::kNormCacheRow>(p, weight, tail, stream);
   } else {
     LaunchNorm<kGroup, W, 8, Tail>(p, weight, tail, stream);
   }
@@ -74,7 +82,11 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   const bool vec = p.cols % 8 == 0 && plain % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) &&
                    Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
   const bool warp_rows = p.cols <= kWarpRowMaxCols;
-  if (warp_rows && vec) {
+  const bool raw_rows = p.rows > kNormCacheMaxRows && p.cols > kWarpRawMinCols &&
+                        p.cols <= kWarpRawMaxCols;
+  if (vec && raw_rows) {
+    LaunchNorm<32, W, 8, Tail, norm_rope_device::kNormCacheRaw>(p, weight, tail, stream);
+  } else if (warp_rows && vec) {
     LaunchNormVec<32>(p, weight, tail, stream);
   } else if (warp_rows) {
     LaunchNorm<32, W, 1>(p, weight, tail, stream);

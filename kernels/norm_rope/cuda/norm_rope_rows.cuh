@@ -13,21 +13,31 @@
 namespace flashserve::kernels::norm_rope_device {
 
 inline constexpr int kNormThreads = 256;
-// Chunks per thread an RMSNorm row may have to stay in registers between the two passes.
+// RmsNormKernel's modes of keeping a row between its two passes (norm_rope_kernels.cuh).
+inline constexpr int kNormCacheNone = 0;
+inline constexpr int kNormCacheRow = 1;
+inline constexpr int kNormCacheRaw = 2;
+// Chunks per thread an RMSNorm row may have to stay in registers between the two passes (kRow).
 inline constexpr int kNormCache = 4;
+// Chunks per thread of kRaw (16-byte words: 32 registers).
+inline constexpr int kNormRawCache = 8;
 
 // ---- loads and stores of kW consecutive values (kW = 8: one 16-byte access) -----------------
+
+// The 8 bf16 of a 16-byte word as fp32 (low half first).
+__device__ __forceinline__ void UnpackBf16x8(const uint4& u, float (&v)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = Bf16ToF32(w[j] & 0xFFFFu);
+    v[2 * j + 1] = Bf16ToF32(w[j] >> 16);
+  }
+}
 
 template <int kW>
 __device__ __forceinline__ void LoadBf16(const uint16_t* p, float (&v)[kW]) {
   if constexpr (kW == 8) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = Bf16ToF32(w[j] & 0xFFFFu);
-      v[2 * j + 1] = Bf16ToF32(w[j] >> 16);
-    }
+    UnpackBf16x8(*reinterpret_cast<const uint4*>(p), v);
   } else {
     static_assert(kW == 1);
     v[0] = Bf16ToF32(p[0]);
