@@ -154,14 +154,18 @@ TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
   // block path): the limit itself, and one chunk past it (two passes over memory).
   CheckNorm({3, 8192, true, 0, 0}, seed++);
   CheckNorm({3, 8200, false, 0, 0}, seed++);
-  // Many rows of 513..2048 columns keep their raw 16-byte words in registers (kNormCacheRaw, a
-  // warp per row): ragged chunks per lane (520: 65 chunks), the upper limit, one chunk past it
-  // (two passes on the block path), and the lower limit (two passes on a warp).
+  // Many rows of 257..2048 columns keep their raw 16-byte words in registers (kNormCacheRaw, a
+  // warp per row, 2 / 4 / 8 slots per lane): each slot count at its limit and ragged (264: 33
+  // chunks; 520: 65; 1544: 193), one chunk past the upper limit (two passes on the block path),
+  // and the lower limit (two passes on a warp).
+  CheckNorm({300, 264, false, 0, 0}, seed++);
+  CheckNorm({300, 512, false, 0, 0}, seed++);
   CheckNorm({257, 520, true, 0, 0}, seed++);
+  CheckNorm({300, 1024, true, 0, 0}, seed++);
   CheckNorm({300, 1544, false, 0, 0}, seed++);
   CheckNorm({1000, 2048, true, 0, 0}, seed++);
   CheckNorm({300, 2056, true, 0, 0}, seed++);
-  CheckNorm({300, 512, false, 0, 0}, seed++);
+  CheckNorm({300, 256, true, 0, 0}, seed++);
 }
 
 TEST(NormRopeGpuTest, RmsNormScalarPathsAndOddWidths) {
@@ -261,6 +265,12 @@ TEST(NormRopeGpuTest, RopeMatchesCpuOnReleasedShapes) {
                                                  {&kTinyYarn, 33, 4, 128, 0, 0}}) {
     for (bool inverse : {false, true}) CheckRope(c, inverse, seed++);
   }
+  // 4 units per thread from 512 units per token (q in place is one block per token): 65 heads
+  // leave the token's last block 8 units in place and 64 out of place; padded strides.
+  for (const RopeCase& c : std::vector<RopeCase>{{&kFullYarn, 7, 65, 512, 0, 0},
+                                                 {&kFullPlain, 33, 64, 512, 8, 16}}) {
+    for (bool inverse : {false, true}) CheckRope(c, inverse, seed++);
+  }
 }
 
 TEST(NormRopeGpuTest, RopeScalarPathsAndPaddedStrides) {
@@ -338,9 +348,11 @@ TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
   CheckNormRope(8, 512, kFullYarn, true, 506);
   CheckNormRope(7, 512, kWidePlain, false, 507);
   CheckNormRope(3, 2048, kWidePlain, true, 508);
-  // Many rows with raw words in registers and the rope tail: 64 and 128 dims rotated.
+  // Many rows with raw words in registers and the rope tail: 64 and 128 dims rotated (the 2048-row
+  // cases above take 2 slots per lane).
   CheckNormRope(600, 1280, kFullYarn, false, 509);
   CheckNormRope(300, 2048, kWidePlain, true, 510);
+  CheckNormRope(300, 1024, kWidePlain, false, 511);
 }
 
 // ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------

@@ -40,10 +40,10 @@ struct NoRope {
 // kCache (norm_rope_rows.cuh): kNormCacheNone re-reads the row in pass 2 (32-40 registers);
 // kNormCacheRow holds rows of at most kNormCache chunks per thread in registers between the
 // passes, as fp32 values with their weights (few rows: latency; ~100-112 registers);
-// kNormCacheRaw (kW = 8) holds rows of at most kNormRawCache chunks per thread as their raw
-// 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a footprint
+// kNormCacheRaw (kW = 8) holds rows of at most kRawSlots (<= kNormRawCache) chunks per thread as
+// their raw 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a footprint
 // small enough for full occupancy). Same bits in every mode.
-template <int kGroup, typename W, int kW, typename Tail, int kCache>
+template <int kGroup, typename W, int kW, typename Tail, int kCache, int kRawSlots = 1>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
   static_assert(kCache != kNormCacheRaw || kW == 8, "raw words are 16-byte chunks");
@@ -57,8 +57,9 @@ __global__ void __launch_bounds__(kNormThreads)
   // 8192 columns) stay in registers between the passes, and their weights are loaded with them, so
   // a row costs one round trip to memory instead of one per chunk and pass.
   const bool cached = kCache == kNormCacheRow && chunks <= int64_t{kNormCache} * kGroup;
-  // kRaw: the launcher guarantees chunks <= kNormRawCache * kGroup.
+  // kRaw: the launcher guarantees chunks <= kRawSlots * kGroup.
   constexpr bool kRaw = kCache == kNormCacheRaw;
+  static_assert(kRawSlots >= 1 && kRawSlots <= kNormRawCache, "raw slots");
   const float inv_n = DivRn(1.0f, Int64ToF32(p.cols));
   for (int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup; row < p.rows;
        row += int64_t{gridDim.x} * kRowsPerBlock) {
@@ -67,7 +68,6 @@ __global__ void __launch_bounds__(kNormThreads)
     constexpr int kSlots = kCache == kNormCacheRow ? kNormCache : 1;
     float v[kSlots][kW];
     float w[kSlots][kW];
-    constexpr int kRawSlots = kRaw ? kNormRawCache : 1;
     uint4 raw[kRawSlots];
     if constexpr (kRaw) {
 #pragma unroll
@@ -182,44 +182,57 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// Text RoPE for 16-byte layouts (the model's q, kv and indexer shapes): one thread per 4 pairs
-// (16 bytes) of one head's tail, 128 of them per block, a token's heads spread over
-// ceil(units / 128) blocks (so 1 token of q [64 x 512] uses 4 blocks, each thread one load and
-// one store); out of place, the unrotated dims are copied 16 bytes per thread in the same blocks.
-// Each block computes its token's rd/2 cos/sin once into shared memory (RopeCosSinAt, as the
-// generic kernel), while its loads are in flight. Needs pairs % 4 == 0, (head_dim - rd) % 8 == 0,
-// x and out 16-byte aligned, every stride a multiple of 8 elements; heads * head_dim < 2^31.
+// Text RoPE for 16-byte layouts (the model's q, kv and indexer shapes): a unit is 4 pairs (16
+// bytes) of one head's tail or, out of place, 8 unrotated dims to copy; a block of 128 threads
+// takes kUnits · 128 units of one token (thread i: units i, i + 128, ...), a token's units spread
+// over ceil(units / (kUnits · 128)) blocks (so 1 token of q [64 x 512] in place is one block at
+// kUnits = 4, each thread 4 loads and 4 stores). Every thread issues all its loads first; then the
+// block computes its token's rd/2 cos/sin once into shared memory (RopeCosSinAt, as the generic
+// kernel) while they are in flight. kUnits = 4 keeps 64 bytes per thread in flight (the launcher
+// takes it where a token has >= 512 units): at 1 unit per thread the in-place q RoPE of 16,384
+// tokens was bound by the bytes a resident grid keeps in flight. Needs pairs % 4 == 0, (head_dim -
+// rd) % 8 == 0, x and out 16-byte aligned, every stride a multiple of 8 elements; heads * head_dim
+// < 2^31.
+template <int kUnits>
 __global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, RopeArgs f) {
   cuda_common::PdlLaunchDependents();  // a LaunchPdl kernel after this one may start loading
   __shared__ float s_cos[kMaxRopeDims / 2];
   __shared__ float s_sin[kMaxRopeDims / 2];
+  constexpr uint32_t kBlockUnits = kUnits * kRopeThreads;
   const uint32_t pairs = static_cast<uint32_t>(f.pairs);
   const uint32_t quads = pairs / 4;
   const uint32_t nope = static_cast<uint32_t>(p.head_dim) - 2 * pairs;
   const uint32_t rot_units = static_cast<uint32_t>(p.heads) * quads;
   const uint32_t copy_per_head = p.out != p.x ? nope / 8 : 0;
   const uint32_t units = rot_units + static_cast<uint32_t>(p.heads) * copy_per_head;
-  const int64_t blocks_per_token = (units + kRopeThreads - 1) / kRopeThreads;
+  const int64_t blocks_per_token = (units + kBlockUnits - 1) / kBlockUnits;
   for (int64_t b = blockIdx.x; b < p.tokens * blocks_per_token; b += gridDim.x) {
     const int64_t t = b / blocks_per_token;
-    const uint32_t u = static_cast<uint32_t>(b - t * blocks_per_token) * kRopeThreads + threadIdx.x;
+    const uint32_t u0 = static_cast<uint32_t>(b - t * blocks_per_token) * kBlockUnits + threadIdx.x;
     const uint16_t* x_tok = p.x + t * p.x_stride;
     uint16_t* out_tok = p.out + t * p.out_stride;
-    const uint16_t* src = nullptr;
-    uint16_t* dst = nullptr;
-    uint32_t k0 = 0;  // first pair of a rotated unit
-    if (u < rot_units) {
-      const uint32_t h = u / quads;
-      k0 = 4 * (u - h * quads);
-      src = x_tok + h * p.x_head_stride + nope + 2 * k0;
-      dst = out_tok + h * p.out_head_stride + nope + 2 * k0;
-    } else if (u < units) {
-      const uint32_t h = (u - rot_units) / copy_per_head;
-      const uint32_t d = 8 * (u - rot_units - h * copy_per_head);
-      src = x_tok + h * p.x_head_stride + d;
-      dst = out_tok + h * p.out_head_stride + d;
+    uint16_t* dst[kUnits];
+    uint32_t k0[kUnits];  // first pair of a rotated unit
+    uint4 v[kUnits];
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const uint32_t u = u0 + i * kRopeThreads;
+      const uint16_t* src = nullptr;
+      dst[i] = nullptr;
+      k0[i] = 0;
+      if (u < rot_units) {
+        const uint32_t h = u / quads;
+        k0[i] = 4 * (u - h * quads);
+        src = x_tok + h * p.x_head_stride + nope + 2 * k0[i];
+        dst[i] = out_tok + h * p.out_head_stride + nope + 2 * k0[i];
+      } else if (u < units) {
+        const uint32_t h = (u - rot_units) / copy_per_head;
+        const uint32_t d = 8 * (u - rot_units - h * copy_per_head);
+        src = x_tok + h * p.x_head_stride + d;
+        dst[i] = out_tok + h * p.out_head_stride + d;
+      }
+      v[i] = src != nullptr ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
     }
-    const uint4 v = src != nullptr ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
     const int64_t pos = f.positions[t];
     for (uint32_t k = threadIdx.x; k < pairs; k += kRopeThreads) {
       float cs = 0.0f;
@@ -229,20 +242,24 @@ __global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, Ro
       s_sin[k] = f.inverse ? -sn : sn;
     }
     __syncthreads();
-    if (u < rot_units) {
-      const uint32_t in[4] = {v.x, v.y, v.z, v.w};
-      uint32_t res[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float re = 0.0f;
-        float im = 0.0f;
-        RotatePair(Bf16ToF32(in[i] & 0xFFFFu), Bf16ToF32(in[i] >> 16), s_cos[k0 + i], s_sin[k0 + i],
-                   &re, &im);
-        res[i] = F32ToBf16(re) | (F32ToBf16(im) << 16);
+    for (int i = 0; i < kUnits; ++i) {
+      const uint32_t u = u0 + i * kRopeThreads;
+      if (u < rot_units) {
+        const uint32_t in[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+        uint32_t res[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float re = 0.0f;
+          float im = 0.0f;
+          RotatePair(Bf16ToF32(in[j] & 0xFFFFu), Bf16ToF32(in[j] >> 16), s_cos[k0[i] + j],
+                     s_sin[k0[i] + j], &re, &im);
+          res[j] = F32ToBf16(re) | (F32ToBf16(im) << 16);
+        }
+        *reinterpret_cast<uint4*>(dst[i]) = make_uint4(res[0], res[1], res[2], res[3]);
+      } else if (u < units) {
+        *reinterpret_cast<uint4*>(dst[i]) = v[i];
       }
-      *reinterpret_cast<uint4*>(dst) = make_uint4(res[0], res[1], res[2], res[3]);
-    } else if (u < units) {
-      *reinterpret_cast<uint4*>(dst) = v;
     }
     __syncthreads();  // s_cos / s_sin are rewritten for the next block's token
   }

@@ -26,16 +26,18 @@ using norm_rope_device::RopeArgs;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 // A warp per row up to this width; a 256-thread block per row above.
 constexpr int64_t kWarpRowMaxCols = 1024;
+// RopeVec16Kernel takes 4 units (16-byte words) per thread where a token has at least this many.
+constexpr int64_t kRopeWideUnits = 4 * kRopeThreads;
 // Vectorised RMSNorm keeps rows in registers between its passes (RmsNormKernel's kCache): up to
 // this many rows as fp32 values with their weights (kRow: cuts a decode row's latency, but its
 // registers cost occupancy, which made 16384-row launches 1.2-2.2x slower on an H200), above it
 // as raw 16-byte words (kRaw: one read of each row at full occupancy; README.md "CUDA").
 constexpr int64_t kNormCacheMaxRows = 256;
-// kRaw on a warp per row of more than kWarpRawMinCols and at most kWarpRawMaxCols columns (3 to 8
-// chunks per lane). Narrower rows stay two-pass: their second read hits L1, and kRaw's registers
-// cost more occupancy than it saves (16384 x 512: 13.9 -> 15.0 us). Wider rows stay two-pass on a
-// block per row: kRaw there measured level (16384 x 5120: 120.0 vs 121.3 us).
-constexpr int64_t kWarpRawMinCols = 8 * 32 * 2;
+// kRaw on a warp per row of more than kWarpRawMinCols and at most kWarpRawMaxCols columns (2 to 8
+// chunks per lane), with the fewest raw slots that hold the row (LaunchNormRaw). Narrower rows
+// stay two-pass (a chunk per lane). Wider rows stay two-pass on a block per row: kRaw there
+// measured level (16384 x 5120: 120.0 vs 121.3 us on an H200).
+constexpr int64_t kWarpRawMinCols = 8 * 32;
 constexpr int64_t kWarpRawMaxCols = 8 * 32 * norm_rope_device::kNormRawCache;
 
 bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
@@ -57,10 +59,10 @@ RopeArgs MakeRopeArgs(const RopeTable& table, const int64_t* positions, bool inv
 }
 
 template <int kGroup, typename W, int kW, typename Tail,
-          int kCache = norm_rope_device::kNormCacheNone>
+          int kCache = norm_rope_device::kNormCacheNone, int kRawSlots = 1>
 void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
-  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache>
+  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache, kRawSlots>
       <<<BlocksFor(p.rows, kRowsPerBlock), kNormThreads, 0, stream>>>(p, weight, tail);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -76,6 +78,22 @@ void LaunchNormVec(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   }
 }
 
+// kRaw on a warp per row, with 2, 4 or 8 slots per lane: the fewest that hold the row, since
+// unused slots cost registers and so occupancy (16384 x 512 with 8 slots: 13.9 -> 15.0 us, with
+// 2: 13.7 -> 12.5 us, on an H200).
+template <typename W, typename Tail>
+void LaunchNormRaw(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
+  constexpr int kRaw = norm_rope_device::kNormCacheRaw;
+  const int64_t per_lane = (p.cols / 8 + 31) / 32;
+  if (per_lane <= 2) {
+    LaunchNorm<32, W, 8, Tail, kRaw, 2>(p, weight, tail, stream);
+  } else if (per_lane <= 4) {
+    LaunchNorm<32, W, 8, Tail, kRaw, 4>(p, weight, tail, stream);
+  } else {
+    LaunchNorm<32, W, 8, Tail, kRaw, norm_rope_device::kNormRawCache>(p, weight, tail, stream);
+  }
+}
+
 template <typename W, typename Tail>
 void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   const int64_t plain = p.cols - 2 * int64_t{tail.pairs};
@@ -85,7 +103,7 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   const bool raw_rows = p.rows > kNormCacheMaxRows && p.cols > kWarpRawMinCols &&
                         p.cols <= kWarpRawMaxCols;
   if (vec && raw_rows) {
-    LaunchNorm<32, W, 8, Tail, norm_rope_device::kNormCacheRaw>(p, weight, tail, stream);
+    LaunchNormRaw(p, weight, tail, stream);
   } else if (warp_rows && vec) {
     LaunchNormVec<32>(p, weight, tail, stream);
   } else if (warp_rows) {
@@ -150,9 +168,15 @@ absl::Status LaunchRope(const RopeParams& p, CUstream_st* stream) {
                      p.out_head_stride % 8 == 0;
   if (vec16) {
     const int64_t units = p.heads * (pairs / 4 + (p.out != p.x ? nope / 8 : 0));
-    const int64_t per_token = (units + kRopeThreads - 1) / kRopeThreads;
-    norm_rope_device::
-        RopeVec16Kernel<<<BlocksFor(p.tokens * per_token, 1), kRopeThreads, 0, stream>>>(p, args);
+    if (units >= kRopeWideUnits) {  // 4 units per thread (q: a block per token in place)
+      const int64_t per_token = (units + kRopeWideUnits - 1) / kRopeWideUnits;
+      norm_rope_device::RopeVec16Kernel<kRopeWideUnits / kRopeThreads>
+          <<<BlocksFor(p.tokens * per_token, 1), kRopeThreads, 0, stream>>>(p, args);
+    } else {
+      const int64_t per_token = (units + kRopeThreads - 1) / kRopeThreads;
+      norm_rope_device::RopeVec16Kernel<1>
+          <<<BlocksFor(p.tokens * per_token, 1), kRopeThreads, 0, stream>>>(p, args);
+    }
     CUDA_CHECK(cudaGetLastError());
     return absl::OkStatus();
   }

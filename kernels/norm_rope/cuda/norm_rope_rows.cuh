@@ -19,7 +19,7 @@ inline constexpr int kNormCacheRow = 1;
 inline constexpr int kNormCacheRaw = 2;
 // Chunks per thread an RMSNorm row may have to stay in registers between the two passes (kRow).
 inline constexpr int kNormCache = 4;
-// Chunks per thread of kRaw (16-byte words: 32 registers).
+// The most chunks per thread of kRaw (16-byte words: 32 registers; launches use 2, 4 or 8).
 inline constexpr int kNormRawCache = 8;
 
 // ---- loads and stores of kW consecutive values (kW = 8: one 16-byte access) -----------------
