@@ -67,7 +67,10 @@ void LaunchSelect(const Source& src, int64_t tokens, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The split selection (select_split_kernels.cuh): memset, then four kernels in stream order.
+// The split selection (select_split_kernels.cuh): one cooperative launch when every CTA of the
+// grid is resident (the four passes separated by grid.sync(): no memset, no three further
+// launches), else a memset and four kernels in stream order. The occupancy is asked once per device
+// and Source.
 template <typename Source>
 void LaunchSplitSelect(const Source& src, int64_t tokens, const indexer_plan::SelectSplitPlan& plan,
                        void* workspace, cudaStream_t stream) {
@@ -81,10 +84,24 @@ void LaunchSplitSelect(const Source& src, int64_t tokens, const indexer_plan::Se
   ws.chunk = plan.chunk;
   ws.ctas = plan.ctas_per_row;
   ws.tokens = tokens;
-  CUDA_CHECK(cudaMemsetAsync(ws.hist, 0, plan.hist_bytes, stream));
   const dim3 grid(static_cast<unsigned>(plan.ctas_per_row),
                   static_cast<unsigned>(std::min(tokens, kMaxGridY)));
   constexpr int kThreads = indexer_device::kSplitThreads;
+  auto* fused = indexer_device::SplitFusedKernel<Source>;
+  const int device = CurrentDevice();
+  static PerDeviceInt fused_per_sm;
+  const int per_sm = fused_per_sm.Get(device, [&] {
+    int v = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, fused, kThreads, 0));
+    return v;
+  });
+  if (int64_t{grid.x} * grid.y <= int64_t{per_sm} * SmCount(device)) {
+    void* args[] = {const_cast<Source*>(&src), &ws};
+    CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(fused), grid,
+                                           dim3(kThreads), args, 0, stream));
+    return;
+  }
+  CUDA_CHECK(cudaMemsetAsync(ws.hist, 0, plan.hist_bytes, stream));
   indexer_device::SplitHistKernel<Source, 0><<<grid, kThreads, 0, stream>>>(src, ws);
   CUDA_CHECK(cudaGetLastError());
   // Passes 1–3 as programmatic dependents: each is scheduled while the pass before drains and

@@ -1,19 +1,23 @@
 // Device code of the split selection (indexer_launch.cu only; not a public header): one row over
-// many CTAs, for rows longer than select_plan.h's thresholds. Four kernels per call, in stream
-// order after a memset of the histograms (README.md "CUDA"); passes 1–3 are programmatic
-// dependents of the pass before (kernels/common/pdl.cuh: scheduled while it drains, they read
-// nothing before their griddepcontrol.wait):
-//   SplitHistKernel<0>  every CTA: shared histogram of the high byte of the order key over its
+// many CTAs, for rows longer than select_plan.h's thresholds. Four passes (README.md "CUDA"):
+//   SplitHistPass<0>    every CTA: shared histogram of the high byte of the order key over its
 //                       chunk, added into the row's global histogram (atomics)
-//   SplitHistKernel<1>  every CTA: finds the high byte's bin of the k-th key from that histogram,
+//   SplitHistPass<1>    every CTA: finds the high byte's bin of the k-th key from that histogram,
 //                       then the same over the low byte of the keys in that bin
-//   SplitCountKernel    every CTA: the full 16-bit threshold K and `need` from both histograms;
+//   SplitCountPass      every CTA: the full 16-bit threshold K and `need` from both histograms;
 //                       its chunk's (# keys > K, # keys == K)
-//   SplitWriteKernel    every CTA: the exclusive prefix of the earlier CTAs' counts, then the
+//   SplitWritePass      every CTA: the exclusive prefix of the earlier CTAs' counts, then the
 //                       ordered pass over its chunk (the one-block kernel's, with that carry in)
+// run either as ONE cooperative launch (SplitFusedKernel: the histograms zeroed in the kernel,
+// grid.sync() between the passes; the launcher's choice whenever the whole grid is resident) or
+// as a memset and four kernels in stream order (SplitHistKernel<0> … SplitWriteKernel; passes 1–3
+// programmatic dependents of the pass before — kernels/common/pdl.cuh: scheduled while it drains,
+// they read nothing before their griddepcontrol.wait). The workspace written by one pass and read
+// by the next is read from L2 (ld.global.cg: never an L1 line of this SM, nor the non-coherent path).
 // Picked items and output slots are exactly the one-block kernel's, hence the CPU's.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -43,7 +47,7 @@ __device__ __forceinline__ void FindBin(const uint32_t* hist, uint32_t k, uint32
                                         uint32_t* above) {
   __shared__ uint32_t s_bin, s_above;
   const int t = static_cast<int>(threadIdx.x);
-  const uint32_t h = hist[255 - t];
+  const uint32_t h = __ldcg(hist + 255 - t);  // L2: written by other CTAs of this launch
   uint32_t total = 0;
   const uint32_t excl = BlockExclusiveScan<kSplitThreads>(h, &total);
   if (excl < k && excl + h >= k) {  // exactly one thread: the counts above grow with t
@@ -69,10 +73,8 @@ __device__ __forceinline__ SplitThreshold FindThreshold(const uint32_t* row_hist
 
 // Pass 0: high byte of every key. Pass 1: low byte of the keys whose high byte is the k-th key's.
 template <typename Source, int kPass>
-__global__ void __launch_bounds__(kSplitThreads) SplitHistKernel(Source src, SplitWorkspace ws) {
+__device__ __forceinline__ void SplitHistPass(const Source& src, const SplitWorkspace& ws) {
   constexpr int kPer = Source::kItemsPerThread;
-  cuda_common::PdlLaunchDependents();  // the next pass may be scheduled; it waits for this one
-  if constexpr (kPass == 1) cuda_common::PdlWaitPrerequisites();  // pass 0's histogram
   __shared__ uint32_t hist[256];
   for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
     const int64_t n = src.Count(row);
@@ -118,10 +120,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitHistKernel(Source src, Spl
 
 // Per CTA: (# keys > K, # keys == K) in its chunk.
 template <typename Source>
-__global__ void __launch_bounds__(kSplitThreads) SplitCountKernel(Source src, SplitWorkspace ws) {
+__device__ __forceinline__ void SplitCountPass(const Source& src, const SplitWorkspace& ws) {
   constexpr int kPer = Source::kItemsPerThread;
-  cuda_common::PdlLaunchDependents();
-  cuda_common::PdlWaitPrerequisites();  // the previous pass's histograms / counts
   for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
     const int64_t n = src.Count(row);
     const SplitThreshold th =
@@ -155,10 +155,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitCountKernel(Source src, Sp
 
 // Per CTA: the carry of the earlier CTAs, then the ordered pass over its chunk.
 template <typename Source>
-__global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, SplitWorkspace ws) {
+__device__ __forceinline__ void SplitWritePass(const Source& src, const SplitWorkspace& ws) {
   constexpr int kPer = Source::kItemsPerThread;
-  cuda_common::PdlLaunchDependents();
-  cuda_common::PdlWaitPrerequisites();  // the previous pass's histograms / counts
   for (int64_t row = blockIdx.y; row < ws.tokens; row += gridDim.y) {
     const int64_t n = src.Count(row);
     const SplitThreshold th =
@@ -166,8 +164,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, Sp
     const uint32_t* counts = ws.counts + row * ws.ctas * 2;
     uint32_t gt_part = 0, eq_part = 0;
     for (int64_t c = threadIdx.x; c < blockIdx.x; c += kSplitThreads) {
-      gt_part += counts[2 * c];
-      eq_part += counts[2 * c + 1];
+      gt_part += __ldcg(counts + 2 * c);
+      eq_part += __ldcg(counts + 2 * c + 1);
     }
     uint32_t gt_carry = 0, eq_carry = 0;
     BlockExclusiveScan<kSplitThreads>(gt_part, &gt_carry);
@@ -176,7 +174,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, Sp
       if (blockIdx.x == 0) src.Pad(row, static_cast<int>(threadIdx.x), kSplitThreads);
     }
     if (!Source::kEmitAll) {
-      const uint32_t my_gt = counts[2 * blockIdx.x], my_eq = counts[2 * blockIdx.x + 1];
+      const uint32_t my_gt = __ldcg(counts + 2 * blockIdx.x);
+      const uint32_t my_eq = __ldcg(counts + 2 * blockIdx.x + 1);
       if (my_gt == 0 && (my_eq == 0 || eq_carry >= th.need)) continue;  // uniform: nothing picked
     }
     const int64_t c0 = static_cast<int64_t>(blockIdx.x) * ws.chunk;
@@ -218,6 +217,52 @@ __global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, Sp
       eq_carry += total & 0xFFFF;
     }
   }
+}
+
+// ---- the four-launch form ----------------------------------------------------------------------
+
+template <typename Source, int kPass>
+__global__ void __launch_bounds__(kSplitThreads) SplitHistKernel(Source src, SplitWorkspace ws) {
+  cuda_common::PdlLaunchDependents();  // the next pass may be scheduled; it waits for this one
+  if constexpr (kPass == 1) cuda_common::PdlWaitPrerequisites();  // pass 0's histogram
+  SplitHistPass<Source, kPass>(src, ws);
+}
+
+template <typename Source>
+__global__ void __launch_bounds__(kSplitThreads) SplitCountKernel(Source src, SplitWorkspace ws) {
+  cuda_common::PdlLaunchDependents();
+  cuda_common::PdlWaitPrerequisites();  // the previous pass's histograms
+  SplitCountPass(src, ws);
+}
+
+template <typename Source>
+__global__ void __launch_bounds__(kSplitThreads) SplitWriteKernel(Source src, SplitWorkspace ws) {
+  cuda_common::PdlLaunchDependents();
+  cuda_common::PdlWaitPrerequisites();  // the previous pass's histograms / counts
+  SplitWritePass(src, ws);
+}
+
+// ---- the one-launch form ---------------------------------------------------------------------
+
+// Cooperative launch only, with every CTA of the grid resident (grid.sync): zeroes the histograms
+// of all rows, then runs the four passes with a grid-wide barrier (which orders memory) after each.
+template <typename Source>
+__global__ void __launch_bounds__(kSplitThreads) SplitFusedKernel(Source src, SplitWorkspace ws) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  const int64_t words = ws.tokens * kHistWords;
+  const int64_t stride = int64_t{gridDim.x} * gridDim.y * kSplitThreads;
+  for (int64_t i = (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * kSplitThreads + threadIdx.x;
+       i < words; i += stride) {
+    ws.hist[i] = 0;
+  }
+  grid.sync();
+  SplitHistPass<Source, 0>(src, ws);
+  grid.sync();
+  SplitHistPass<Source, 1>(src, ws);
+  grid.sync();
+  SplitCountPass(src, ws);
+  grid.sync();
+  SplitWritePass(src, ws);
 }
 
 }  // namespace flashserve::kernels::indexer_device
