@@ -267,8 +267,8 @@ TEST(NormRopeGpuTest, RopeMatchesCpuOnReleasedShapes) {
   }
   // 4 units per thread from 512 units per token (q in place is one block per token): 65 heads
   // leave the token's last block 8 units in place and 64 out of place; padded strides.
-  for (const RopeCase& c : std::vector<RopeCase>{{&kFullYarn, 7, 65, 512, 0, 0},
-                                                 {&kFullPlain, 33, 64, 512, 8, 16}}) {
+  for (const RopeCase& c :
+       std::vector<RopeCase>{{&kFullYarn, 7, 65, 512, 0, 0}, {&kFullPlain, 33, 64, 512, 8, 16}}) {
     for (bool inverse : {false, true}) CheckRope(c, inverse, seed++);
   }
 }

@@ -10,10 +10,11 @@
 //                       ordered pass over its chunk (the one-block kernel's, with that carry in)
 // run either as ONE cooperative launch (SplitFusedKernel: the histograms zeroed in the kernel,
 // grid.sync() between the passes; the launcher's choice whenever the whole grid is resident) or
-// as a memset and four kernels in stream order (SplitHistKernel<0> … SplitWriteKernel; passes 1–3
-// programmatic dependents of the pass before — kernels/common/pdl.cuh: scheduled while it drains,
-// they read nothing before their griddepcontrol.wait). The workspace written by one pass and read
-// by the next is read from L2 (ld.global.cg: never an L1 line of this SM, nor the non-coherent path).
+// as a memset and four kernels in stream order (SplitHistKernel<0> to SplitWriteKernel; passes
+// 1-3 programmatic dependents of the pass before, kernels/common/pdl.cuh: scheduled while it
+// drains, they read nothing before their griddepcontrol.wait). The workspace written by one pass
+// and read by the next is read from L2 (ld.global.cg: never an L1 line of this SM, nor the
+// non-coherent path).
 // Picked items and output slots are exactly the one-block kernel's, hence the CPU's.
 #pragma once
 

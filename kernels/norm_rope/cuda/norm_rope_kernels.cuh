@@ -41,8 +41,8 @@ struct NoRope {
 // kNormCacheRow holds rows of at most kNormCache chunks per thread in registers between the
 // passes, as fp32 values with their weights (few rows: latency; ~100-112 registers);
 // kNormCacheRaw (kW = 8) holds rows of at most kRawSlots (<= kNormRawCache) chunks per thread as
-// their raw 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a footprint
-// small enough for full occupancy). Same bits in every mode.
+// their raw 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a
+// footprint small enough for full occupancy). Same bits in every mode.
 template <int kGroup, typename W, int kW, typename Tail, int kCache, int kRawSlots = 1>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {

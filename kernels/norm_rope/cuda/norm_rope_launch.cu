@@ -100,8 +100,8 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   const bool vec = p.cols % 8 == 0 && plain % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) &&
                    Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
   const bool warp_rows = p.cols <= kWarpRowMaxCols;
-  const bool raw_rows = p.rows > kNormCacheMaxRows && p.cols > kWarpRawMinCols &&
-                        p.cols <= kWarpRawMaxCols;
+  const bool raw_rows =
+      p.rows > kNormCacheMaxRows && p.cols > kWarpRawMinCols && p.cols <= kWarpRawMaxCols;
   if (vec && raw_rows) {
     LaunchNormRaw(p, weight, tail, stream);
   } else if (warp_rows && vec) {
