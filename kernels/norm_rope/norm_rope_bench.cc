@@ -139,6 +139,22 @@ class Bench {
     p.table = &*table;
     p.positions = dpos.get<int64_t>();
     const double bytes = 2.0 * x.size() * 2 + cols * 2 + rows * 8;
+    CHECK_OK(LaunchRmsNormRope(p, nullptr));
+    // CPU: RmsNormCpu, then RopeCpu in place on the first rows.
+    const int64_t n = std::min<int64_t>(rows, 64);
+    std::vector<uint16_t> want(static_cast<size_t>(n * cols));
+    CHECK_OK(RmsNormCpu({n, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols},
+                        nullptr));
+    RopeParams rope;
+    rope.table = &*table;
+    rope.tokens = n;
+    rope.heads = 1;
+    rope.head_dim = cols;
+    rope.positions = pos.data();
+    rope.x = rope.out = want.data();
+    rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
+    CHECK_OK(RopeCpu(rope, nullptr));
+    Verify("rms_norm+rope", dout, want);
     Time("rms_norm+rope", Shape({rows, cols}), bytes, dx, x.size() * 2,
          [&] { CHECK_OK(LaunchRmsNormRope(p, nullptr)); });
   }
@@ -228,6 +244,9 @@ int Main(int argc, char** argv) {
   for (int64_t rows : {16384, 1024, 256, 64, 8, 1}) bench.Norm(rows, 5120);
   for (int64_t rows : {16384, 1}) bench.Norm(rows, 1280);
   for (int64_t rows : {16384, 1}) bench.Norm(rows, 512);
+  bench.Norm(16384, 256);
+  bench.Norm(16384, 128);
+  bench.NormRope(16384, 128);
   for (int64_t tokens : {16384, 64, 8, 1}) bench.Rope(tokens, 64, 512, /*in_place=*/true);
   for (int64_t tokens : {16384, 1}) bench.Rope(tokens, 64, 512, /*in_place=*/false);
   for (int64_t tokens : {16384, 1024, 256, 64, 8, 1}) bench.NormRope(tokens, 512);

@@ -166,6 +166,15 @@ TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
   CheckNorm({1000, 2048, true, 0, 0}, seed++);
   CheckNorm({300, 2056, true, 0, 0}, seed++);
   CheckNorm({300, 256, true, 0, 0}, seed++);
+  // Narrow rows of many-row launches: several rows per warp (groups of 4 / 8 / 16 lanes), row
+  // counts that leave a warp's last groups without a row, ragged chunk counts.
+  CheckNorm({301, 128, true, 0, 0}, seed++);
+  CheckNorm({4099, 128, false, 0, 0}, seed++);
+  CheckNorm({303, 136, true, 0, 0}, seed++);
+  CheckNorm({299, 64, true, 0, 0}, seed++);
+  CheckNorm({300, 72, false, 0, 0}, seed++);
+  CheckNorm({257, 32, true, 0, 0}, seed++);
+  CheckNorm({1001, 200, true, 0, 0}, seed++);
 }
 
 TEST(NormRopeGpuTest, RmsNormScalarPathsAndOddWidths) {
@@ -353,6 +362,13 @@ TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
   CheckNormRope(600, 1280, kFullYarn, false, 509);
   CheckNormRope(300, 2048, kWidePlain, true, 510);
   CheckNormRope(300, 1024, kWidePlain, false, 511);
+  // Narrow rows of many-row launches (the indexer's k [128] with rd 64, the tiny kv [128] with rd
+  // 32, a 256-wide row with 64 pairs): several rows per warp, a pair loop of several pairs per
+  // lane.
+  CheckNormRope(301, 128, kFullYarn, false, 512);
+  CheckNormRope(4099, 128, kFullYarn, true, 513);
+  CheckNormRope(300, 128, kTinyYarn, false, 514);
+  CheckNormRope(303, 256, kWidePlain, true, 515);
 }
 
 // ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------

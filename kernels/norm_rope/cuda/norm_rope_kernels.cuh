@@ -34,12 +34,12 @@ struct NoRope {
 
 // out = bf16(w * (x * r)) per row; with Tail = RopeArgs the last 2 * tail.pairs values of the row
 // are then rotated (from their bf16-rounded normed values) instead of stored as they are. kGroup
-// threads (a warp, or the block) share a row; kW = 8 needs 16-byte aligned rows and weight and
-// (cols - 2 * pairs) % 8 == 0. In place is safe: each thread reads x[c] before it writes out[c],
-// and pass 2 starts after every thread's pass-1 reads (GroupSum synchronises).
-// kCache (norm_rope_rows.cuh): kNormCacheNone re-reads the row in pass 2 (32-40 registers);
-// kNormCacheRow holds rows of at most kNormCache chunks per thread in registers between the
-// passes, as fp32 values with their weights (few rows: latency; ~100-112 registers);
+// threads (4 / 8 / 16 aligned lanes, a warp, or the block) share a row; kW = 8 needs 16-byte
+// aligned rows and weight and (cols - 2 * pairs) % 8 == 0. In place is safe: each thread reads x[c]
+// before it writes out[c], and pass 2 starts after every thread's pass-1 reads (GroupSum
+// synchronises). kCache (norm_rope_rows.cuh): kNormCacheNone re-reads the row in pass 2 (32-40
+// registers); kNormCacheRow holds rows of at most kNormCache chunks per thread in registers between
+// the passes, as fp32 values with their weights (few rows: latency; ~100-112 registers);
 // kNormCacheRaw (kW = 8) holds rows of at most kRawSlots (<= kNormRawCache) chunks per thread as
 // their raw 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a
 // footprint small enough for full occupancy). Same bits in every mode.

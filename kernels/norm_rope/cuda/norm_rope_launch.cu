@@ -33,11 +33,9 @@ constexpr int64_t kRopeWideUnits = 4 * kRopeThreads;
 // registers cost occupancy, which made 16384-row launches 1.2-2.2x slower on an H200), above it
 // as raw 16-byte words (kRaw: one read of each row at full occupancy; README.md "CUDA").
 constexpr int64_t kNormCacheMaxRows = 256;
-// kRaw on a warp per row of more than kWarpRawMinCols and at most kWarpRawMaxCols columns (2 to 8
-// chunks per lane), with the fewest raw slots that hold the row (LaunchNormRaw). Narrower rows
-// stay two-pass (a chunk per lane). Wider rows stay two-pass on a block per row: kRaw there
-// measured level (16384 x 5120: 120.0 vs 121.3 us on an H200).
-constexpr int64_t kWarpRawMinCols = 8 * 32;
+// kRaw on rows of at most kWarpRawMaxCols columns (up to 8 chunks per lane of a warp;
+// LaunchNormRaw picks the lanes per row and the slots). Wider rows stay two-pass on a block per
+// row: kRaw there measured level (16384 x 5120: 120.0 vs 121.3 us on an H200).
 constexpr int64_t kWarpRawMaxCols = 8 * 32 * norm_rope_device::kNormRawCache;
 
 bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
@@ -81,16 +79,37 @@ void LaunchNormVec(const RmsNormParams& p, const W* weight, const Tail& tail, cu
 // kRaw on a warp per row, with 2, 4 or 8 slots per lane: the fewest that hold the row, since
 // unused slots cost registers and so occupancy (16384 x 512 with 8 slots: 13.9 -> 15.0 us, with
 // 2: 13.7 -> 12.5 us, on an H200).
+// kRaw with kLanes lanes per row and 2, 4 or 8 slots per lane (the fewest that hold the row).
+template <int kLanes, typename W, typename Tail>
+void LaunchNormRawLanes(const RmsNormParams& p, const W* weight, const Tail& tail, int64_t slots,
+                        cudaStream_t stream) {
+  constexpr int kRaw = norm_rope_device::kNormCacheRaw;
+  if (slots <= 2) {
+    LaunchNorm<kLanes, W, 8, Tail, kRaw, 2>(p, weight, tail, stream);
+  } else if (slots <= 4) {
+    LaunchNorm<kLanes, W, 8, Tail, kRaw, 4>(p, weight, tail, stream);
+  } else {
+    LaunchNorm<kLanes, W, 8, Tail, kRaw, norm_rope_device::kNormRawCache>(p, weight, tail, stream);
+  }
+}
+
+// kRaw: a group of 4, 8, 16 or 32 lanes per row, the fewest that hold the row at 2 chunks per
+// lane, so rows of <= 512 columns keep 2 chunks (32 bytes) per lane in flight and a warp takes 8 /
+// 4 / 2 / 1 rows at once; wider rows take a warp with 4 or 8 slots. Unused slots cost registers
+// and so occupancy (16384 x 512 with 8 slots: 13.9 -> 15.0 us, with 2: 13.7 -> 12.5 us, on an
+// H200), and a lane with one chunk keeps too few bytes in flight (16384 x 128 on a warp per row:
+// 9.3 us, on 8 lanes: 6.0).
 template <typename W, typename Tail>
 void LaunchNormRaw(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
-  constexpr int kRaw = norm_rope_device::kNormCacheRaw;
-  const int64_t per_lane = (p.cols / 8 + 31) / 32;
-  if (per_lane <= 2) {
-    LaunchNorm<32, W, 8, Tail, kRaw, 2>(p, weight, tail, stream);
-  } else if (per_lane <= 4) {
-    LaunchNorm<32, W, 8, Tail, kRaw, 4>(p, weight, tail, stream);
+  const int64_t chunks = p.cols / 8;
+  if (chunks <= 8) {
+    LaunchNormRawLanes<4>(p, weight, tail, 2, stream);
+  } else if (chunks <= 16) {
+    LaunchNormRawLanes<8>(p, weight, tail, 2, stream);
+  } else if (chunks <= 32) {
+    LaunchNormRawLanes<16>(p, weight, tail, 2, stream);
   } else {
-    LaunchNorm<32, W, 8, Tail, kRaw, norm_rope_device::kNormRawCache>(p, weight, tail, stream);
+    LaunchNormRawLanes<32>(p, weight, tail, (chunks + 31) / 32, stream);
   }
 }
 
@@ -100,8 +119,7 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   const bool vec = p.cols % 8 == 0 && plain % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) &&
                    Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
   const bool warp_rows = p.cols <= kWarpRowMaxCols;
-  const bool raw_rows =
-      p.rows > kNormCacheMaxRows && p.cols > kWarpRawMinCols && p.cols <= kWarpRawMaxCols;
+  const bool raw_rows = p.rows > kNormCacheMaxRows && p.cols <= kWarpRawMaxCols;
   if (vec && raw_rows) {
     LaunchNormRaw(p, weight, tail, stream);
   } else if (warp_rows && vec) {

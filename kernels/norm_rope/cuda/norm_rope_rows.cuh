@@ -76,16 +76,25 @@ __device__ __forceinline__ void StoreBf16(uint16_t* p, const float (&v)[kW]) {
 __device__ __forceinline__ float WeightAt(const uint16_t* w, int64_t c) { return Bf16ToF32(w[c]); }
 __device__ __forceinline__ float WeightAt(const float* w, int64_t c) { return w[c]; }
 
-// Sum of `v` over a group of kGroup threads (a warp, or the whole block), the same value in every
-// thread. The terms are fp32 squares of bf16 values (16 significant bits each), so the double sum
-// is exact, whatever its order, while the row's squares span less than ~2^(37 - log2(cols)); past
-// that it may differ from the CPU's sequential double sum by a few double ulps, which changes the
-// fp32 rounding only at an fp32 tie (probability ~2^-29 per row).
+// Sum of `v` over a group of kGroup threads (4, 8 or 16 aligned lanes, a warp, or the whole block),
+// the same value in every thread. A group narrower than a warp shuffles within itself only, so the
+// groups of a warp may run different numbers of rows. The terms are fp32 squares of bf16 values (16
+// significant bits each), so the double sum is exact, whatever its order, while the row's squares
+// span less than ~2^(37 - log2(cols)); past that it may differ from the CPU's sequential double sum
+// by a few double ulps, which changes the fp32 rounding only at an fp32 tie (probability ~2^-29 per
+// row).
 template <int kGroup>
 __device__ __forceinline__ double GroupSum(double v, double* warp_sums) {
+  static_assert(
+      kGroup == 4 || kGroup == 8 || kGroup == 16 || kGroup == 32 || kGroup == kNormThreads,
+      "group of threads");
+  constexpr int kLanes = kGroup < 32 ? kGroup : 32;
+  const unsigned mask = kGroup < 32 ? ((1u << kLanes) - 1u)
+                                          << (static_cast<int>(threadIdx.x) % 32 / kLanes * kLanes)
+                                    : 0xFFFFFFFFu;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  if constexpr (kGroup == 32) {
+  for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
+  if constexpr (kGroup <= 32) {
     return v;
   } else {
     static_assert(kGroup == kNormThreads);
