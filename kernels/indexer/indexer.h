@@ -208,9 +208,9 @@ size_t CandidateBlocksWorkspaceBytes(int64_t width, int64_t block_size, int64_t 
 // GPU workspace of LaunchIndexerTopk / LaunchCandidateBlocks for a call of `tokens` rows (the
 // CPU sizes above do not apply there). 0 when every row is short enough for the one-block kernel
 // (width <= 16384 positions for the top-k, <= 4096 blocks for the candidates); otherwise
-// 4·tokens·(512 + 2·ctas_per_row) bytes, ctas_per_row = ceil(width / 4096) for the top-k and
-// ceil(n_blocks / 1024) for the candidates (about 2 KiB + 2 B per 1,000 positions per row).
-// Size it once for the largest call (more is fine). Pure.
+// 4·tokens·(512 + 2·c) bytes, c = ceil(width / 2048) for the top-k and ceil(n_blocks / 512)
+// for the candidates (about 2 KiB + 4 B per 1,000 positions per row). It grows with tokens and
+// width: size it once for the largest call (more is fine). Pure.
 size_t IndexerTopkCudaWorkspaceBytes(int64_t tokens, int64_t width);
 size_t CandidateBlocksCudaWorkspaceBytes(int64_t tokens, int64_t width, int64_t block_size);
 

@@ -16,12 +16,14 @@ SelectSplitPlan PlanSelectSplit(int64_t tokens, int64_t items, int64_t items_per
   if (tokens <= 0 || items <= 0) return plan;
   plan.items = items;
   if (items <= split_min_items) return plan;
-  plan.chunk = kSplitThreads * items_per_thread * kTilesPerCta;
+  const int64_t tile = kSplitThreads * items_per_thread;
+  const int64_t one_tile_ctas = (items + tile - 1) / tile;
+  plan.chunk = one_tile_ctas <= kOneTileMaxCtas / tokens ? tile : tile * kTilesPerCta;
   plan.ctas_per_row = (items + plan.chunk - 1) / plan.chunk;
   const auto rows = static_cast<size_t>(tokens);
   plan.hist_bytes = rows * static_cast<size_t>(kHistWords) * sizeof(uint32_t);
   plan.workspace_bytes =
-      plan.hist_bytes + rows * static_cast<size_t>(plan.ctas_per_row) * 2 * sizeof(uint32_t);
+      plan.hist_bytes + rows * static_cast<size_t>(one_tile_ctas) * 2 * sizeof(uint32_t);
   return plan;
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/indexer/select_plan.h"
 
 #include <cstdint>
+#include <iterator>
 
 #include "gtest/gtest.h"
 #include "kernels/indexer/indexer.h"
@@ -31,20 +32,30 @@ TEST(SelectPlanTest, TopkSplitsAboveTheThreshold) {
   }
   const SelectSplitPlan plan = PlanTopkSplit(3, m + 1);
   ASSERT_TRUE(plan.split());
-  EXPECT_EQ(plan.chunk, 4096);  // 256 threads x 8 positions x 2 tiles
-  EXPECT_EQ(plan.ctas_per_row, 5);
+  EXPECT_EQ(plan.chunk, 2048);  // 256 threads x 8 positions x 1 tile: 27 CTAs in all
+  EXPECT_EQ(plan.ctas_per_row, 9);
   EXPECT_EQ(plan.hist_bytes, 3u * 512 * 4);
-  EXPECT_EQ(plan.workspace_bytes, Expected(3, 5));
-  EXPECT_EQ(IndexerTopkCudaWorkspaceBytes(3, m + 1), Expected(3, 5));
+  EXPECT_EQ(plan.workspace_bytes, Expected(3, 9));
+  EXPECT_EQ(IndexerTopkCudaWorkspaceBytes(3, m + 1), Expected(3, 9));
 }
 
 TEST(SelectPlanTest, TopkLongRows) {
+  // 2^20 positions: 512 one-tile CTAs per row are more than kOneTileMaxCtas, so two tiles; the
+  // workspace counts the one-tile CTAs.
   const SelectSplitPlan mega = PlanTopkSplit(8, int64_t{1} << 20);
+  EXPECT_EQ(mega.chunk, 4096);
   EXPECT_EQ(mega.ctas_per_row, 256);
-  EXPECT_EQ(mega.workspace_bytes, Expected(8, 256));  // 32 KiB
+  EXPECT_EQ(mega.workspace_bytes, Expected(8, 512));  // 48 KiB
+  EXPECT_EQ(PlanTopkSplit(1, int64_t{1} << 20).ctas_per_row, 256);
   const SelectSplitPlan odd = PlanTopkSplit(1, 3 * (int64_t{1} << 20) + 5);
   EXPECT_EQ(odd.ctas_per_row, 769);  // 768 full chunks + 5 positions
   EXPECT_EQ(odd.chunk * (odd.ctas_per_row - 1), 3 * (int64_t{1} << 20));
+  // Batched decode rows of 65,536 positions: 32 one-tile CTAs each, one tile up to 8 rows.
+  EXPECT_EQ(PlanTopkSplit(8, 65536).chunk, 2048);
+  EXPECT_EQ(PlanTopkSplit(8, 65536).ctas_per_row, 32);
+  EXPECT_EQ(PlanTopkSplit(9, 65536).chunk, 4096);
+  EXPECT_EQ(PlanTopkSplit(9, 65536).ctas_per_row, 16);
+  EXPECT_EQ(PlanTopkSplit(64, 65536).ctas_per_row, 16);
   // Every chunk's counts fit the kernels' packed 16-bit halves.
   EXPECT_LT(odd.chunk, 65536);
 }
@@ -55,12 +66,37 @@ TEST(SelectPlanTest, CandidatesCountBlocks) {
   EXPECT_EQ(PlanCandidateSplit(1, 8 * m, 8).items, m);
   const SelectSplitPlan plan = PlanCandidateSplit(2, 8 * m + 1, 8);  // 4097 blocks
   ASSERT_TRUE(plan.split());
-  EXPECT_EQ(plan.chunk, 1024);  // 256 threads x 2 blocks x 2 tiles
-  EXPECT_EQ(plan.ctas_per_row, 5);
-  EXPECT_EQ(CandidateBlocksCudaWorkspaceBytes(2, 8 * m + 1, 8), Expected(2, 5));
-  EXPECT_EQ(PlanCandidateSplit(1, int64_t{1} << 20, 8).ctas_per_row, 128);
+  EXPECT_EQ(plan.chunk, 512);  // 256 threads x 2 blocks x 1 tile
+  EXPECT_EQ(plan.ctas_per_row, 9);
+  EXPECT_EQ(CandidateBlocksCudaWorkspaceBytes(2, 8 * m + 1, 8), Expected(2, 9));
+  // 2^20 positions = 131,072 blocks: 256 one-tile CTAs for one row, 128 two-tile CTAs per row for
+  // two.
+  EXPECT_EQ(PlanCandidateSplit(1, int64_t{1} << 20, 8).ctas_per_row, 256);
+  EXPECT_EQ(PlanCandidateSplit(2, int64_t{1} << 20, 8).ctas_per_row, 128);
+  EXPECT_EQ(PlanCandidateSplit(2, int64_t{1} << 20, 8).chunk, 1024);
   EXPECT_EQ(PlanCandidateSplit(1, 40000, 7).items, 5715);  // ceil(40000 / 7)
   EXPECT_LT(plan.chunk, 65536);
+}
+
+// A workspace sized for the largest call holds every call with fewer rows or a shorter width,
+// whichever tiling each call gets.
+TEST(SelectPlanTest, WorkspaceGrowsWithRowsAndWidth) {
+  const int64_t widths[] = {16385, 40000, 65536, 300000, 524288, 524289, 600000, int64_t{1} << 20};
+  for (int64_t t = 1; t <= 12; ++t) {
+    for (size_t i = 0; i < std::size(widths); ++i) {
+      const size_t here = IndexerTopkCudaWorkspaceBytes(t, widths[i]);
+      const size_t cand = CandidateBlocksCudaWorkspaceBytes(t, 8 * widths[i], 8);
+      EXPECT_GE(IndexerTopkCudaWorkspaceBytes(t + 1, widths[i]), here) << t << " " << widths[i];
+      EXPECT_GE(CandidateBlocksCudaWorkspaceBytes(t + 1, 8 * widths[i], 8), cand);
+      if (i + 1 < std::size(widths)) {
+        EXPECT_GE(IndexerTopkCudaWorkspaceBytes(t, widths[i + 1]), here) << t << " " << widths[i];
+        EXPECT_GE(CandidateBlocksCudaWorkspaceBytes(t, 8 * widths[i + 1], 8), cand);
+      }
+      // And it holds the counts of the tiling the call gets.
+      const SelectSplitPlan plan = PlanTopkSplit(t, widths[i]);
+      EXPECT_GE(here, Expected(t, plan.ctas_per_row));
+    }
+  }
 }
 
 TEST(SelectPlanTest, EmptyCallsNeedNothing) {
