@@ -356,15 +356,22 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
 // unit is computed exactly once (per block shape: the walks of 8 and 16 warps), by blocks whose
 // loads differ by at most one unit; the wide shape only where every warp has a unit.
 TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
-  for (const int64_t tokens :
-       {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{600}, int64_t{16384}}) {
+  for (const int64_t tokens : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{256}, int64_t{600},
+                               int64_t{1000}, int64_t{16384}}) {
     for (const int64_t dim : {int64_t{1}, int64_t{300}, int64_t{5120}}) {
       for (const int sms : {1, 7, 132}) {
         const int64_t units = mhc_tc::Units(tokens, dim);
         const int64_t tiles = mhc_tc::Tiles(tokens);
-        const int64_t blocks = mhc_tc::BlocksFor(units, sms);
+        const int64_t slices = mhc_tc::Slices(dim);
+        const int64_t even = mhc_tc::BlocksFor(units, sms);
+        const int64_t blocks = mhc_tc::SliceAlignedBlocks(units, slices, even);
         ASSERT_GE(blocks, 1);
         ASSERT_LE(blocks, std::min<int64_t>(units, sms));
+        // Few units per block and at least a block per slice: a multiple of the slices, so every
+        // block stays inside one slice (checked below); otherwise the even split over every SM.
+        const bool aligned = units < mhc_tc::kWarpsWide * even && even >= slices;
+        EXPECT_EQ(blocks, aligned ? even / slices * slices : even)
+            << tokens << " " << dim << " " << sms;
         std::vector<int> seen(static_cast<size_t>(units), 0);
         int64_t most = 0, least = units;
         for (int64_t b = 0; b < blocks; ++b) {
@@ -372,6 +379,9 @@ TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
           const int64_t end = mhc_tc::BlockUnitBegin(units, blocks, b + 1);
           most = std::max(most, end - begin);
           least = std::min(least, end - begin);
+          if (aligned) {
+            EXPECT_EQ(begin / tiles, (end - 1) / tiles) << "block " << b << " tokens " << tokens;
+          }
           // The kernel's walk: segments cut at slice boundaries, warp w of W takes w, w + W, ...
           // (W = 16 or 8, the wide and narrow block shapes: each walk covers every unit once).
           for (const bool wide : {false, true}) {
@@ -406,6 +416,12 @@ TEST(MhcGpuTest, TensorCorePartitionCoversEveryUnitOnce) {
   EXPECT_FALSE(mhc_tc::WideFor(16 * 132 - 1, 132, false));
   EXPECT_EQ(mhc_tc::Slices(5120), 20);
   EXPECT_EQ(mhc_tc::Units(16384, 5120), 20 * 1024);
+  // Slice-aligned grids at D = 5120 on 132 SMs: 256 tokens (320 units) on 120 blocks, 6 per
+  // slice; 1 token (20 units) on 20; 16384 tokens keep all 132.
+  EXPECT_EQ(mhc_tc::SliceAlignedBlocks(320, 20, 132), 120);
+  EXPECT_EQ(mhc_tc::SliceAlignedBlocks(20, 20, 20), 20);
+  EXPECT_EQ(mhc_tc::SliceAlignedBlocks(20 * 1024, 20, 132), 132);
+  EXPECT_EQ(mhc_tc::SliceAlignedBlocks(40, 64, 40), 40);  // fewer blocks than slices
 }
 
 // ---- hc_pre / hc_post --------------------------------------------------------------------------

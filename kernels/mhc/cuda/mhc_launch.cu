@@ -112,7 +112,9 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
 // The tensor-core body (mhc_tc_kernels.cuh): one block per SM at most, the units split evenly.
 void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cudaStream_t stream) {
   const int sms = SmCount(CurrentDevice());
-  const auto blocks = static_cast<unsigned>(mhc_tc::BlocksFor(mhc_tc::Units(p.tokens, p.dim), sms));
+  const int64_t units = mhc_tc::Units(p.tokens, p.dim);
+  const auto blocks = static_cast<unsigned>(
+      mhc_tc::SliceAlignedBlocks(units, slices, mhc_tc::BlocksFor(units, sms)));
   const bool vec = p.dim % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16);
   const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
   const bool coll_vec =

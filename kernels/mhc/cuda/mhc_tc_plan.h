@@ -52,6 +52,17 @@ inline int64_t BlocksFor(int64_t units, int sm_count) {
   return units < sms ? units : sms;
 }
 
+// Where blocks have few units (fewer than kWarpsWide each) and there are at least as many blocks
+// as slices, a multiple of the slice count (BlocksFor's count rounded down): with units in
+// slice-major order, block b = s · (blocks / slices) + k then takes tiles [k · tiles / n, (k + 1)
+// · tiles / n) of slice s (n = blocks / slices) and stages one slice's weights, where an even
+// split over all blocks made most blocks straddle two slices and stage twice (256 tokens at D =
+// 5120: 320 units on 132 blocks). Blocks with many units keep every SM (the staging is amortised).
+inline int64_t SliceAlignedBlocks(int64_t units, int64_t slices, int64_t blocks) {
+  if (units >= kWarpsWide * blocks || blocks < slices || slices < 1) return blocks;
+  return blocks / slices * slices;
+}
+
 // Units of a segment [begin, end) that warp w of `warps` takes: w, w + warps, ...
 FS_MHC_HD inline int64_t WarpUnits(int64_t begin, int64_t end, int w, int warps) {
   const int64_t n = end - begin;
