@@ -67,6 +67,11 @@ struct MhcMixesParams {
   const float* pre_in = nullptr;  // fp32 [tokens, 4] (the previous sublayer's pre)
   uint16_t* collapsed = nullptr;  // bf16 [tokens, D] out, required iff pre_in is set
   int64_t collapsed_stride = 0;   // elements, >= D
+  // Optional, GPU tensor-core bodies only: fn prepared once per weight by LaunchMhcPrepareFn (for
+  // this fn and D; MhcFnFragmentBytes(D) bytes, 16-byte aligned). With it the kernels copy each
+  // slice's bf16 pieces instead of splitting fn on every call (the split cost a block ~6 us per
+  // slice on an H200); the results are the same bits. fn stays required (the other bodies).
+  const void* fn_frags = nullptr;
 };
 
 // hc_pre: out[t] = bf16(sum_c pre[t][c] · X[t][c]), fp32 products summed over c = 0..3 in order.
@@ -162,6 +167,14 @@ inline int64_t MhcMixesSmallBatchWorkspaceFloats(int64_t tokens, int64_t dim) {
   return tokens * slices * (kMhcMixes * 32 + 1);
 }
 
+// Bytes of a prepared fn (MhcMixesParams::fn_frags, LaunchMhcPrepareFn): per slice of
+// kMhcMixesSliceDims dims, the 24 × 4 × 256 fp32 weights as three bf16 pieces in the tensor-core
+// bodies' mma fragment order (147,456 bytes; 2.8 MiB at D = 5120). Pure.
+inline int64_t MhcFnFragmentBytes(int64_t dim) {
+  const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+  return slices * (kMhcMixes * kMhcStreams * kMhcMixesSliceDims * 6);
+}
+
 // The fp32 workspace to give LaunchMhcMixes (the larger of the two above) for a batch of `tokens`.
 // Sized once for the largest batch, it covers the small-batch body wherever the launcher picks it
 // by default (<= 32 tokens) when that batch has >= 1,024 tokens at D = 5120 (32 x 769 <= 1,024 x
@@ -204,6 +217,13 @@ enum class MhcMixesGpuKernel {
 absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
                             CUstream_st* stream,
                             MhcMixesGpuKernel kernel = MhcMixesGpuKernel::kTensorCore);
+// Prepares fn for MhcMixesParams::fn_frags: each fp32 weight split exactly into its three bf16
+// pieces (hi + mid + lo), laid out as the tensor-core bodies stage them. Run it once per weight
+// upload (fn must not change afterwards, or prepare again). frags: device, 16-byte aligned, >=
+// MhcFnFragmentBytes(dim) bytes. Errors: InvalidArgumentError for dim < 1, null fn / frags, a
+// misaligned or small frags. Cost: one read of fn, 1.5x its bytes written.
+absl::Status LaunchMhcPrepareFn(int64_t dim, const float* fn, void* frags, int64_t frags_bytes,
+                                CUstream_st* stream);
 // hc_pre on the GPU, bit for bit HcPreCpu. Memory bound: X read once, out written once.
 absl::Status LaunchHcPre(const HcPreParams& p, CUstream_st* stream);
 // hc_post on the GPU, bit for bit HcPostCpu (in place allowed as there). Memory bound.

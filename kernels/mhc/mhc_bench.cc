@@ -21,7 +21,8 @@
 // (tensor-core) body: the small-batch kernel up to kMhcMixesSmallBatchAutoTokens (32) tokens, the
 // large-batch kernels above; "mixes_large" forces the large-batch kernels at small token counts
 // and "mixes_small" the small-batch kernel around the switch, for comparison (they place it);
-// "mixes_fma" is the fp32-FMA body. Decode latency is the tokens = 1 rows.
+// "mixes_fma" is the fp32-FMA body; "mixes_prep" the default with fn prepared once
+// (LaunchMhcPrepareFn, outside the timing; fn_frags). Decode latency is the tokens = 1 rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -131,7 +132,9 @@ class Bench {
 
   void SetPeaks(Peaks peaks) { peaks_ = peaks; }
 
-  void Mixes(int64_t tokens, bool collapse, MhcMixesGpuKernel kernel) {
+  // prepared: fn also prepared once by LaunchMhcPrepareFn (outside the timing, as at weight
+  // upload) and passed as fn_frags; its bytes (1.5x fn's) count as read.
+  void Mixes(int64_t tokens, bool collapse, MhcMixesGpuKernel kernel, bool prepared = false) {
     const int64_t dim = o_.dim, width = kS * dim;
     const std::vector<uint16_t> x = RandomBf16(tokens * width, tokens);
     const std::vector<float> pre_in = RandomFloats(tokens * kS, 0.0f, 1.0f, 4);
@@ -157,18 +160,24 @@ class Bench {
       p.collapsed = dcoll.get<uint16_t>();
       p.collapsed_stride = dim;
     }
+    DeviceBuffer frags(prepared ? static_cast<size_t>(MhcFnFragmentBytes(dim)) : 16);
+    if (prepared) {
+      CHECK_OK(LaunchMhcPrepareFn(dim, p.fn, frags.get(), MhcFnFragmentBytes(dim), nullptr));
+      p.fn_frags = frags.get();
+    }
     CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel));
     VerifyMixes(p, x, Download<float>(dmix, tokens * kMhcMixes));
     p.mixes = nullptr;
-    const double bytes =
-        2.0 * tokens * width + 4.0 * kMhcMixes * width + (collapse ? 2.0 * tokens * dim : 0.0);
+    const double bytes = 2.0 * tokens * width + (prepared ? 6.0 : 4.0) * kMhcMixes * width +
+                         (collapse ? 2.0 * tokens * dim : 0.0);
     const double flops = 2.0 * kMhcMixes * width * tokens;
     const bool tc = kernel != MhcMixesGpuKernel::kFp32Fma;
     const char* name = kernel == MhcMixesGpuKernel::kFp32Fma                ? "mixes_fma"
                        : kernel == MhcMixesGpuKernel::kTensorCoreLargeBatch ? "mixes_large"
                        : kernel == MhcMixesGpuKernel::kTensorCoreSmallBatch ? "mixes_small"
                                                                             : "mixes";
-    const std::string op = std::string(name) + (collapse ? "+collapse" : "");
+    const std::string op =
+        std::string(name) + (prepared ? "_prep" : "") + (collapse ? "+collapse" : "");
     Time(op.c_str(), tokens, bytes, flops, dx, x.size() * 2,
          [&] { CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel)); });
     Row& r = rows_.back();
@@ -347,6 +356,11 @@ int Main(int argc, char** argv) {
     bench.Mixes(tokens, false, kTc);
   }
   for (int64_t tokens : {1, 64, 256, 16384}) bench.Mixes(tokens, true, kTc);
+  // With fn prepared once (fn_frags): the tensor-core bodies copy it instead of splitting it.
+  for (int64_t tokens : {1, 8, 32, 48, 64, 128, 256, 512, 2048, 4096, 16384}) {
+    bench.Mixes(tokens, false, kTc, /*prepared=*/true);
+  }
+  for (int64_t tokens : {1, 256, 16384}) bench.Mixes(tokens, true, kTc, /*prepared=*/true);
   // Both tensor-core bodies around the switch at kMhcMixesSmallBatchAutoTokens (same bits).
   for (int64_t tokens : {1, 16, 32, 48}) bench.Mixes(tokens, false, kLarge);
   bench.Mixes(1, true, kLarge);

@@ -108,9 +108,11 @@ MixOutputs RunCpu(MhcMixesParams p, const std::vector<uint16_t>& x, const float*
   return o;
 }
 
-// The same pass on the GPU: x, fn, base, scale and pre_in copied to the device.
+// The same pass on the GPU: x, fn, base, scale and pre_in copied to the device; `prepared`: fn
+// also prepared by LaunchMhcPrepareFn (fn_frags, into a poisoned buffer).
 MixOutputs RunGpu(MhcMixesParams p, const std::vector<uint16_t>& x, const SiteParams& site,
-                  const std::vector<float>* pre_in, MhcMixesGpuKernel kernel) {
+                  const std::vector<float>* pre_in, MhcMixesGpuKernel kernel,
+                  bool prepared = false) {
   const size_t n = static_cast<size_t>(p.tokens);
   DeviceBuffer dx = ToDevice(x), dfn = ToDevice(site.fn), dbase = ToDevice(site.base),
                dscale = ToDevice(site.scale);
@@ -131,6 +133,13 @@ MixOutputs RunGpu(MhcMixesParams p, const std::vector<uint16_t>& x, const SitePa
   if (pre_in != nullptr) {
     p.pre_in = dpre_in.get<float>();
     p.collapsed = dcoll.get<uint16_t>();
+  }
+  DeviceBuffer frags;
+  if (prepared) {
+    const int64_t bytes = MhcFnFragmentBytes(p.dim);
+    frags = ToDevice(PoisonF(static_cast<size_t>(bytes) / sizeof(float)));
+    CHECK_OK(LaunchMhcPrepareFn(p.dim, p.fn, frags.get(), bytes, nullptr));
+    p.fn_frags = frags.get();
   }
   CHECK_OK(LaunchMhcMixes(p, ws.get<float>(), ws_floats, nullptr, kernel));
   return {ToHost<float>(dpre, n * kS), ToHost<float>(dpost, n * kS), ToHost<float>(dcomb, n * 16),
@@ -162,6 +171,8 @@ const char* KernelName(MhcMixesGpuKernel k) {
 constexpr MhcMixesGpuKernel kKernels[] = {MhcMixesGpuKernel::kTensorCore,
                                           MhcMixesGpuKernel::kTensorCoreLargeBatch,
                                           MhcMixesGpuKernel::kFp32Fma};
+
+std::string FirstOutputDiff(const MixOutputs& a, const MixOutputs& b);
 
 void CheckMixes(const MixCase& c, uint64_t seed, MhcMixesGpuKernel kernel) {
   SCOPED_TRACE(absl::StrFormat("%s: tokens %d dim %d pad %d%s", KernelName(kernel), c.tokens, c.dim,
@@ -220,6 +231,12 @@ void CheckMixes(const MixCase& c, uint64_t seed, MhcMixesGpuKernel kernel) {
   if (c.collapse) {
     const int64_t at = FirstDiff(gpu.collapsed, cpu.collapsed);
     EXPECT_EQ(at, -1) << "collapsed differs at element " << at;
+  }
+  // The tensor-core bodies with fn prepared once (fn_frags): the same bits.
+  if (kernel != MhcMixesGpuKernel::kFp32Fma) {
+    const MixOutputs prepared =
+        RunGpu(p, x, site, c.collapse ? &pre_in : nullptr, kernel, /*prepared=*/true);
+    EXPECT_EQ(FirstOutputDiff(prepared, gpu), "") << "with fn_frags";
   }
 }
 
@@ -531,6 +548,23 @@ TEST(MhcGpuTest, LaunchersRejectBadParamsBeforeLaunching) {
       absl::StatusCode::kInvalidArgument);
   std::vector<float> big_ws(2000);
   EXPECT_EQ(LaunchMhcMixes(p, big_ws.data() + 1, 1999, nullptr, kSmall).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A misaligned prepared fn; LaunchMhcPrepareFn's own checks.
+  std::vector<float> frags(static_cast<size_t>(MhcFnFragmentBytes(8)) / 4 + 4);
+  p.fn_frags = frags.data() + 1;
+  EXPECT_EQ(LaunchMhcMixes(p, ws.data(), 1000, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.fn_frags = nullptr;
+  EXPECT_EQ(MhcFnFragmentBytes(8), 147456);
+  EXPECT_EQ(MhcFnFragmentBytes(5120), 20 * 147456);
+  EXPECT_EQ(MhcFnFragmentBytes(257), 2 * 147456);
+  const int64_t fb = MhcFnFragmentBytes(8);
+  EXPECT_EQ(LaunchMhcPrepareFn(0, site.fn.data(), frags.data(), fb, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchMhcPrepareFn(8, nullptr, frags.data(), fb, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchMhcPrepareFn(8, site.fn.data(), frags.data(), fb - 16, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchMhcPrepareFn(8, site.fn.data(), frags.data() + 1, fb, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   p.sinkhorn_iters = 0;
   EXPECT_EQ(LaunchMhcMixes(p, ws.data(), 1000, nullptr).code(), absl::StatusCode::kInvalidArgument);

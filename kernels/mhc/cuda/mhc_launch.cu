@@ -53,10 +53,10 @@ void LaunchPartial(const MhcMixesParams& p, float* workspace, dim3 grid, cudaStr
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <bool kWide, bool kVec, bool kFnVec, bool kCollapse>
+template <bool kWide, bool kVec, int kFn, bool kCollapse>
 void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
                      cudaStream_t stream) {
-  auto* kernel = mhc_device::MixesPartialTcKernel<kWide, kVec, kFnVec, kCollapse>;
+  auto* kernel = mhc_device::MixesPartialTcKernel<kWide, kVec, kFn, kCollapse>;
   static PerDeviceInt smem_attribute;
   smem_attribute.Get(CurrentDevice(), [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -69,15 +69,15 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
 }
 
 // The block shape (mhc_tc_plan.h): wide only for the mixes alone with >= 16 units per block.
-template <bool kVec, bool kFnVec>
+template <bool kVec, int kFn>
 void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, unsigned blocks,
                      cudaStream_t stream) {
   if (p.pre_in != nullptr) {
-    LaunchPartialTc<false, kVec, kFnVec, true>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<false, kVec, kFn, true>(p, workspace, coll_vec, blocks, stream);
   } else if (mhc_tc::WideFor(mhc_tc::Units(p.tokens, p.dim), blocks, false)) {
-    LaunchPartialTc<true, kVec, kFnVec, false>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<true, kVec, kFn, false>(p, workspace, coll_vec, blocks, stream);
   } else {
-    LaunchPartialTc<false, kVec, kFnVec, false>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<false, kVec, kFn, false>(p, workspace, coll_vec, blocks, stream);
   }
 }
 
@@ -96,11 +96,15 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
                                 static_cast<uint32_t>(mhc_tc::kTileTokens), false)) {
     return false;
   }
-  auto* kernel = mhc_device::MixesPartialTmaKernel<true>;
-  static PerDeviceInt smem_attribute;
+  auto* kernel = p.fn_frags != nullptr ? mhc_device::MixesPartialTmaKernel<mhc_device::kFnPrepared>
+                                       : mhc_device::MixesPartialTmaKernel<mhc_device::kFnVector>;
+  static PerDeviceInt smem_attribute;  // both instantiations, once per device
   smem_attribute.Get(CurrentDevice(), [&] {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(mhc_device::kTmaSmemBytes)));
+    for (auto* k : {mhc_device::MixesPartialTmaKernel<mhc_device::kFnPrepared>,
+                    mhc_device::MixesPartialTmaKernel<mhc_device::kFnVector>}) {
+      CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(mhc_device::kTmaSmemBytes)));
+    }
     return 1;
   });
   kernel<<<blocks, mhc_device::kTmaThreads, mhc_device::kTmaSmemBytes, stream>>>(x_map, p,
@@ -119,15 +123,23 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cu
   const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
   const bool coll_vec =
       p.collapsed != nullptr && p.dim % 8 == 0 && Aligned(p.collapsed, 2 * p.collapsed_stride, 16);
-  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec, stream)) {
+  using mhc_device::kFnPrepared;
+  using mhc_device::kFnScalar;
+  using mhc_device::kFnVector;
+  const bool prepared = p.fn_frags != nullptr;
+  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec || prepared, stream)) {
     // X by the TMA unit; the same bits as the tensor-core body's wide shape.
+  } else if (prepared && vec) {
+    LaunchPartialTc<true, kFnPrepared>(p, workspace, coll_vec, blocks, stream);
+  } else if (prepared) {
+    LaunchPartialTc<false, kFnPrepared>(p, workspace, coll_vec, blocks, stream);
   } else if (vec && fn_vec) {
-    LaunchPartialTc<true, true>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<true, kFnVector>(p, workspace, coll_vec, blocks, stream);
   } else if (fn_vec) {
-    LaunchPartialTc<false, true>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<false, kFnVector>(p, workspace, coll_vec, blocks, stream);
   } else {
     // fn misaligned or D % 4 != 0: X takes the scalar path too (rare; correct, slower).
-    LaunchPartialTc<false, false>(p, workspace, coll_vec, blocks, stream);
+    LaunchPartialTc<false, kFnScalar>(p, workspace, coll_vec, blocks, stream);
   }
   const int64_t pairs = (p.tokens + 1) / 2;
   const int64_t warps = mhc_device::kTcFinishThreads / 32;
@@ -139,10 +151,10 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cu
 
 // The small-batch body (mhc_small_kernels.cuh): one cooperative launch, as many blocks as there
 // are items (slices x 8) but no more than can be resident at once.
-template <bool kVec, bool kFnVec, bool kCollapse>
+template <bool kVec, int kFn, bool kCollapse>
 void LaunchSmallTc(MhcMixesParams p, float* workspace, bool coll_vec, int64_t slices,
                    cudaStream_t stream) {
-  auto* kernel = mhc_device::MixesSmallTcKernel<kVec, kFnVec, kCollapse>;
+  auto* kernel = mhc_device::MixesSmallTcKernel<kVec, kFn, kCollapse>;
   const int device = CurrentDevice();
   const int sms = SmCount(device);
   static PerDeviceInt occupancy;  // per instantiation and device; no dynamic shared memory
@@ -160,13 +172,13 @@ void LaunchSmallTc(MhcMixesParams p, float* workspace, bool coll_vec, int64_t sl
                                          dim3(mhc_device::kSmallThreads), args, 0, stream));
 }
 
-template <bool kVec, bool kFnVec>
+template <bool kVec, int kFn>
 void LaunchSmallTc(const MhcMixesParams& p, float* workspace, bool coll_vec, int64_t slices,
                    cudaStream_t stream) {
   if (p.pre_in != nullptr) {
-    LaunchSmallTc<kVec, kFnVec, true>(p, workspace, coll_vec, slices, stream);
+    LaunchSmallTc<kVec, kFn, true>(p, workspace, coll_vec, slices, stream);
   } else {
-    LaunchSmallTc<kVec, kFnVec, false>(p, workspace, coll_vec, slices, stream);
+    LaunchSmallTc<kVec, kFn, false>(p, workspace, coll_vec, slices, stream);
   }
 }
 
@@ -176,12 +188,18 @@ void LaunchMixesSmallTc(const MhcMixesParams& p, float* workspace, int64_t slice
   const bool fn_vec = p.dim % 4 == 0 && Aligned(p.fn, 0, 16);
   const bool coll_vec =
       p.collapsed != nullptr && p.dim % 8 == 0 && Aligned(p.collapsed, 2 * p.collapsed_stride, 16);
-  if (vec && fn_vec) {
-    LaunchSmallTc<true, true>(p, workspace, coll_vec, slices, stream);
+  using mhc_device::kFnPrepared;
+  const bool prepared = p.fn_frags != nullptr;
+  if (prepared && vec) {
+    LaunchSmallTc<true, kFnPrepared>(p, workspace, coll_vec, slices, stream);
+  } else if (prepared) {
+    LaunchSmallTc<false, kFnPrepared>(p, workspace, coll_vec, slices, stream);
+  } else if (vec && fn_vec) {
+    LaunchSmallTc<true, mhc_device::kFnVector>(p, workspace, coll_vec, slices, stream);
   } else if (fn_vec) {
-    LaunchSmallTc<false, true>(p, workspace, coll_vec, slices, stream);
+    LaunchSmallTc<false, mhc_device::kFnVector>(p, workspace, coll_vec, slices, stream);
   } else {
-    LaunchSmallTc<false, false>(p, workspace, coll_vec, slices, stream);
+    LaunchSmallTc<false, mhc_device::kFnScalar>(p, workspace, coll_vec, slices, stream);
   }
 }
 
@@ -193,9 +211,40 @@ bool SmallBatchFits(const MhcMixesParams& p, const float* workspace, int64_t wor
 
 }  // namespace
 
+absl::Status LaunchMhcPrepareFn(int64_t dim, const float* fn, void* frags, int64_t frags_bytes,
+                                CUstream_st* stream) {
+  if (dim < 1 || fn == nullptr || frags == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("MhcPrepareFn: dim %d must be >= 1 and fn / frags non-null", dim));
+  }
+  if (!Aligned(frags, 0, 16) || frags_bytes < MhcFnFragmentBytes(dim)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MhcPrepareFn: frags must be 16-byte aligned and hold MhcFnFragmentBytes(%d) = %d bytes; "
+        "it holds %d",
+        dim, MhcFnFragmentBytes(dim), frags_bytes));
+  }
+  const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+  MhcMixesParams p;
+  p.dim = dim;
+  p.fn = fn;
+  const unsigned blocks = BlocksFor(slices * mhc_device::kTcFragEntries, 256);
+  if (dim % 4 == 0 && Aligned(fn, 0, 16)) {
+    mhc_device::PrepareFnKernel<true>
+        <<<blocks, 256, 0, stream>>>(p, slices, static_cast<uint4*>(frags));
+  } else {
+    mhc_device::PrepareFnKernel<false>
+        <<<blocks, 256, 0, stream>>>(p, slices, static_cast<uint4*>(frags));
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t workspace_floats,
                             CUstream_st* stream, MhcMixesGpuKernel kernel) {
   RETURN_IF_ERROR(Validate(p));
+  if (p.fn_frags != nullptr && !Aligned(p.fn_frags, 0, 16)) {
+    return absl::InvalidArgumentError("MhcMixes: fn_frags must be 16-byte aligned");
+  }
   if (p.tokens == 0) return absl::OkStatus();
   const int64_t need = MhcMixesSliceWorkspaceFloats(p.tokens, p.dim);
   if (workspace == nullptr || workspace_floats < need) {

@@ -5,7 +5,7 @@
 // cooperative launch:
 //
 // Phase 1 (one item per (slice s, group j), 8 warps per block, items grid-strided):
-//   warps 0..3: chunk 4j + w. The lane loads its own B fragments (LoadFnFrag, straight from
+//   warps 0..3: chunk 4j + w. The lane loads its own B fragments (FnFrag: LoadFnFrag, straight from
 //     global / L2 into registers: 3 n-tiles x 3 pieces, no shared-memory staging), then per tile
 //     of 16 tokens loads its two X words (the same A fragments as the large body) and runs the
 //     same chain of 6 mma from zero per n-tile. The chunk results (not yet summed) go to the
@@ -68,7 +68,7 @@ __device__ __forceinline__ uint4 Collapse8(const uint4 (&x)[kMhcStreams],
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-template <bool kVec, bool kFnVec, bool kCollapse>
+template <bool kVec, int kFn, bool kCollapse>
 struct SmallItem {
   const MhcMixesParams& p;
   float* chunk_ws;  // [token][slice][24][32] (written, then read after grid.sync: no __restrict__)
@@ -84,7 +84,7 @@ struct SmallItem {
     const int chunk = kMhcStreams * j + c;
     uint4 frag[kTcNTiles][kTcPieces];
 #pragma unroll
-    for (int nt = 0; nt < kTcNTiles; ++nt) LoadFnFrag<kFnVec>(p, d0, chunk, nt, lane, frag[nt]);
+    for (int nt = 0; nt < kTcNTiles; ++nt) FnFrag<kFn>(p, d0, chunk, nt, lane, frag[nt]);
     const int g = lane / 4;
     const int q = lane % 4;
     const int64_t d = d0 + kTcChunkDims * j + 8 * q;
@@ -201,9 +201,9 @@ struct SmallItem {
   }
 };
 
-// Cooperative launch only (grid.sync). kVec: D % 8 == 0 and X rows 16-byte aligned. kFnVec:
-// D % 4 == 0 and fn 16-byte aligned. workspace: kMhcMixesSmallBatch layout (mhc.h).
-template <bool kVec, bool kFnVec, bool kCollapse>
+// Cooperative launch only (grid.sync). kVec: D % 8 == 0 and X rows 16-byte aligned. kFn: how
+// fn's fragments are read (mhc_tc_kernels.cuh). workspace: kMhcMixesSmallBatch layout (mhc.h).
+template <bool kVec, int kFn, bool kCollapse>
 __global__ void __launch_bounds__(kSmallThreads, 2)
     MixesSmallTcKernel(MhcMixesParams p, float* workspace, bool coll_vec) {
   __shared__ float s_part[2][kSmallMaxSlices][kMhcMixes + 1];
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kSmallThreads, 2)
   for (int64_t item = blockIdx.x; item < slices * kTcGroups; item += gridDim.x) {
     const int64_t s = item / kTcGroups;
     const int j = static_cast<int>(item % kTcGroups);
-    const SmallItem<kVec, kFnVec, kCollapse> it{
+    const SmallItem<kVec, kFn, kCollapse> it{
         p, chunk_ws, sq_ws, slices, s, j, s * kMhcMixesSliceDims, lane};
     if (warp < kSmallChunkWarps) {
       it.Chunk(warp);

@@ -54,6 +54,8 @@ __host__ __device__ constexpr int TcThreads(bool wide) { return mhc_tc::WarpsOf(
 inline constexpr int kTcFinishThreads = 256;  // 2 tokens per warp
 inline constexpr size_t kTcSmemBytes =
     sizeof(uint4) * kTcChunks * kTcNTiles * kTcPieces * 32;  // 147456 = 144 KB
+// uint4 fragments of one slice (staged in shared memory, or prepared in device memory).
+inline constexpr int kTcSliceFrags = kTcChunks * kTcNTiles * kTcPieces * 32;  // 9216
 
 // Fragments a block stages per slice, and per thread of a block of `threads`.
 inline constexpr int kTcFragEntries = kTcChunks * kTcNTiles * 32;  // 3072
@@ -148,6 +150,79 @@ __device__ __forceinline__ void StageFnPieces(const MhcMixesParams& p, int64_t d
     LoadFnFrag<kFnVec>(p, d0, chunk, nt, lane, frag);
 #pragma unroll
     for (int pc = 0; pc < kTcPieces; ++pc) s_frag[FragIndex(chunk, nt, pc, lane)] = frag[pc];
+  }
+}
+
+// A slice's fragments from a prepared fn (LaunchMhcPrepareFn: StageFnPieces' fragments of every
+// slice, slice-major), copied into s_frag by 16-byte cp.async from every thread; each thread waits
+// for its own copies, the caller's __syncthreads publishes them.
+template <int kThreads>
+__device__ __forceinline__ void CopyFnFrags(const uint4* __restrict__ frags, int64_t slice,
+                                            uint4* __restrict__ s_frag) {
+  static_assert(kTcSliceFrags % kThreads == 0, "whole copy rounds");
+  const uint4* src = frags + slice * kTcSliceFrags;
+#pragma unroll 4
+  for (int i = static_cast<int>(threadIdx.x); i < kTcSliceFrags; i += kThreads) {
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_frag + i));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + i));
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// How a kernel gets fn's fragments (its kFn template argument): split from fn read as scalars or
+// as 16-byte vectors (fn 16-byte aligned, D % 4 == 0), or copied from p.fn_frags (prepared once;
+// the launchers take it whenever fn_frags is set). A kernel instantiation holds one way only: with
+// both, the unprepared kernels' registers grew (the collapse kernel at 16,384 tokens 489 -> 506
+// us on an H200).
+inline constexpr int kFnScalar = 0;
+inline constexpr int kFnVector = 1;
+inline constexpr int kFnPrepared = 2;
+
+// A slice's fragments into s_frag.
+template <int kThreads, int kFn>
+__device__ __forceinline__ void StageFn(const MhcMixesParams& p, int64_t d0,
+                                        uint4* __restrict__ s_frag) {
+  if constexpr (kFn == kFnPrepared) {
+    CopyFnFrags<kThreads>(static_cast<const uint4*>(p.fn_frags), d0 / kMhcMixesSliceDims, s_frag);
+  } else {
+    StageFnPieces<kThreads, kFn == kFnVector>(p, d0, s_frag);
+  }
+}
+
+// One lane's fragment of (chunk, n-tile nt) of the slice at d0: three 16-byte loads of the
+// prepared fn, or LoadFnFrag's split of fn. Same values either way.
+template <int kFn>
+__device__ __forceinline__ void FnFrag(const MhcMixesParams& p, int64_t d0, int chunk, int nt,
+                                       int lane, uint4 (&frag)[kTcPieces]) {
+  if constexpr (kFn == kFnPrepared) {
+    const uint4* src =
+        static_cast<const uint4*>(p.fn_frags) + (d0 / kMhcMixesSliceDims) * kTcSliceFrags;
+#pragma unroll
+    for (int pc = 0; pc < kTcPieces; ++pc) frag[pc] = __ldg(src + FragIndex(chunk, nt, pc, lane));
+  } else {
+    LoadFnFrag<kFn == kFnVector>(p, d0, chunk, nt, lane, frag);
+  }
+}
+
+// LaunchMhcPrepareFn: thread i (grid-stride) writes entry i % kTcFragEntries of slice i /
+// kTcFragEntries, exactly as StageFnPieces stages it.
+template <bool kFnVec>
+__global__ void __launch_bounds__(256)
+    PrepareFnKernel(MhcMixesParams p, int64_t slices, uint4* __restrict__ out) {
+  const int64_t total = slices * kTcFragEntries;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t slice = i / kTcFragEntries;
+    const int e = static_cast<int>(i - slice * kTcFragEntries);
+    const int lane = e % 32;
+    const int nt = (e / 32) % kTcNTiles;
+    const int chunk = e / (32 * kTcNTiles);
+    uint4 frag[kTcPieces];
+    LoadFnFrag<kFnVec>(p, slice * kMhcMixesSliceDims, chunk, nt, lane, frag);
+#pragma unroll
+    for (int pc = 0; pc < kTcPieces; ++pc) {
+      out[slice * kTcSliceFrags + FragIndex(chunk, nt, pc, lane)] = frag[pc];
+    }
   }
 }
 
@@ -406,9 +481,9 @@ struct TcWarp {
 };
 
 // Grid: mhc_tc::BlocksFor(units) blocks of TcThreads(kWide) threads, kTcSmemBytes of dynamic
-// shared memory, one block per SM. kVec: D % 8 == 0 and X rows 16-byte aligned. kFnVec: D % 4 == 0
-// and fn 16-byte aligned.
-template <bool kWide, bool kVec, bool kFnVec, bool kCollapse>
+// shared memory, one block per SM. kVec: D % 8 == 0 and X rows 16-byte aligned. kFn: how fn's
+// fragments are staged (kFnScalar / kFnVector / kFnPrepared).
+template <bool kWide, bool kVec, int kFn, bool kCollapse>
 __global__ void __launch_bounds__(TcThreads(kWide), 1)
     MixesPartialTcKernel(MhcMixesParams p, float* __restrict__ workspace, bool coll_vec) {
   constexpr int kWarps = mhc_tc::WarpsOf(kWide);
@@ -424,7 +499,7 @@ __global__ void __launch_bounds__(TcThreads(kWide), 1)
     const int64_t seg_end = (slice + 1) * tiles < end ? (slice + 1) * tiles : end;
     const int64_t d0 = slice * kMhcMixesSliceDims;
     __syncthreads();  // the previous segment's fragments are no longer read
-    StageFnPieces<kWarps * 32, kFnVec>(p, d0, s_frag);
+    StageFn<kWarps * 32, kFn>(p, d0, s_frag);
     __syncthreads();
     const TcWarp<kWarps, kBuffers, kVec, kCollapse> w{
         p,

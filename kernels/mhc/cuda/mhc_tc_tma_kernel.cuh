@@ -65,7 +65,7 @@ __device__ __forceinline__ void TmaIssueGroup(const wgmma_ws::TmaOperand& x_map,
 // memory, one block per SM. x_map: X as (4·D columns, tokens rows), boxes of 32 × 16
 // (LaunchMixesTc). Requires D % kMhcMixesSliceDims == 0 (a box never crosses into the next
 // stream), X rows 16-byte aligned, no collapse.
-template <bool kFnVec>
+template <int kFn>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     MixesPartialTmaKernel(const __grid_constant__ wgmma_ws::TmaOperand x_map, MhcMixesParams p,
                           float* __restrict__ workspace) {
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const int64_t seg_end = (slice + 1) * tiles < end ? (slice + 1) * tiles : end;
     const int64_t d0 = slice * kMhcMixesSliceDims;
     __syncthreads();  // the previous segment's fragments are no longer read
-    StageFnPieces<kTmaThreads, kFnVec>(p, d0, s_frag);
+    StageFn<kTmaThreads, kFn>(p, d0, s_frag);
     __syncthreads();
     const TcWarp<kTmaWarps, 1, true, false> w{
         p,     s_frag, workspace + slice * (kMhcMixes + 1) * p.tokens, d0, u - slice * tiles + warp,
