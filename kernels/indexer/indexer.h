@@ -265,13 +265,14 @@ absl::Status LaunchIndexerScore(const IndexerScoreParams& p, CUstream_st* stream
 // Top-k: an exact two-pass radix select on the 16-bit order key of the bf16 scores (the k-th
 // value), then one ordered pass that takes every larger value plus the lowest positions of the
 // k-th value, writing them already ascending. Rows up to 16384 positions: a block per row, one
-// kernel, no workspace. Longer rows: split over CTAs of 4096 positions (a memset and four
-// kernels: high-byte histogram, low-byte histogram, per-CTA counts, ordered write), workspace
-// IndexerTopkCudaWorkspaceBytes(tokens, width). Cost per row: four reads of the row's scores
-// (L2-resident after the first), one write of k indices.
+// kernel, no workspace. Longer rows: split over CTAs of 2048 or 4096 positions (2048 where the
+// launch then has <= 256 CTAs), four passes — high-byte histogram, low-byte histogram, per-CTA
+// counts, ordered write — in one cooperative launch where the grid is resident, else a memset
+// and four kernels; workspace IndexerTopkCudaWorkspaceBytes(tokens, width). Cost per row: four
+// reads of the row's scores (L2-resident after the first), one write of k indices.
 absl::Status LaunchIndexerTopk(const IndexerTopkParams& p, CUstream_st* stream);
 // Candidate blocks: the same selection over the block maxima (recomputed in each pass), then the
-// mask (and block_scores) written; split over CTAs of 1024 blocks beyond 4096 blocks per row
+// mask (and block_scores) written; split over CTAs of 512 or 1024 blocks beyond 4096 per row
 // (workspace CandidateBlocksCudaWorkspaceBytes(tokens, width, block_size)). Cost per row: four
 // reads of the row's scores, one mask write.
 absl::Status LaunchCandidateBlocks(const CandidateBlocksParams& p, CUstream_st* stream);
