@@ -78,6 +78,14 @@ void LayerStep::AllocateWeights() {
   fill_f32(ffn_fn_, 24 * kStreams * kD, -0.01f, 0.01f);
   fill_f32(ffn_base_, 24, -1.f, 1.f);
   fill_f32(ffn_scale_, 3, 0.5f, 1.5f);
+  if (opt_.mhc_prepared) {
+    const int64_t bytes = kernels::MhcFnFragmentBytes(kD);
+    attn_fn_frags_ = DeviceBuffer(static_cast<size_t>(bytes));
+    ffn_fn_frags_ = DeviceBuffer(static_cast<size_t>(bytes));
+    Ok(kernels::LaunchMhcPrepareFn(kD, attn_fn_.get<float>(), attn_fn_frags_.get(), bytes,
+                                   nullptr));
+    Ok(kernels::LaunchMhcPrepareFn(kD, ffn_fn_.get<float>(), ffn_fn_frags_.get(), bytes, nullptr));
+  }
   fill_bf16(attn_norm_, kD, 1.0f);
   fill_bf16(ffn_norm_, kD, 1.0f);
   fill_bf16(q_norm_, kQLora, 1.0f);
@@ -383,6 +391,9 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    p.x = xs.get<uint16_t>();
                    p.x_stride = kStreams * kD;
                    p.fn = fn.get<float>();
+                   if (opt_.mhc_prepared) {
+                     p.fn_frags = (&fn == &attn_fn_ ? attn_fn_frags_ : ffn_fn_frags_).get();
+                   }
                    p.base = base.get<float>();
                    p.scale = scale.get<float>();
                    p.pre = pre.get<float>();

@@ -98,6 +98,9 @@ struct Options {
   // sequence's window as 528-byte FP8 SWA rows, the compressed rows as 288-byte FP4 main-KV rows,
   // decoded in the kernel), as a server does; false: the bf16 pool of their decoded values (A/B).
   bool kv_rows = true;
+  // Each mHC site's fn prepared once at setup (LaunchMhcPrepareFn -> MhcMixesParams::fn_frags),
+  // as a server does at weight upload; false: split on every call (A/B; the same bits).
+  bool mhc_prepared = false;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -266,6 +269,7 @@ class LayerStep {
 
   // Weights.
   DeviceBuffer attn_fn_, attn_base_, attn_scale_, ffn_fn_, ffn_base_, ffn_scale_;
+  DeviceBuffer attn_fn_frags_, ffn_fn_frags_;  // the sites' prepared fn (Options::mhc_prepared)
   DeviceBuffer attn_norm_, ffn_norm_, q_norm_, kv_norm_, sink_;
   std::unique_ptr<Fp8Weight> wq_a_, wq_b_, wkv_, wo_b_, idx_wq_b_;
   DeviceBuffer wo_a_;          // bf16 [8, 1024, 4096]

@@ -6,7 +6,7 @@
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
-//                            [--fuse-rope 0|1] [--kv-form rows|bf16]
+//                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -39,6 +39,8 @@
 // default; 2 kStream; 7 kStreamRing; A/B). --moe-ring-combine 0 keeps the down ring's epilogue
 // kernel before the combine (MoeCudaParams::ring_fused_combine, A/B; the same bits). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
+// --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
+// copy its fragments instead of splitting fn per call; the same bits); 0, the default, splits it.
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
@@ -155,6 +157,8 @@ Options ParseOptions(int argc, char** argv) {
       }
     } else if (flag == "--fuse-boundary") {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--mhc-prepared") {
+      o.mhc_prepared = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--kv-form") {
