@@ -170,7 +170,7 @@ inline int64_t MhcMixesSmallBatchWorkspaceFloats(int64_t tokens, int64_t dim) {
 // Bytes of a prepared fn (MhcMixesParams::fn_frags, LaunchMhcPrepareFn): per slice of
 // kMhcMixesSliceDims dims, the 24 × 4 × 256 fp32 weights as three bf16 pieces in the tensor-core
 // bodies' mma fragment order (147,456 bytes; 2.8 MiB at D = 5120). Pure.
-inline int64_t MhcFnFragmentBytes(int64_t dim) {
+constexpr int64_t MhcFnFragmentBytes(int64_t dim) {
   const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
   return slices * (kMhcMixes * kMhcStreams * kMhcMixesSliceDims * 6);
 }

@@ -223,7 +223,7 @@ absl::Status LaunchMhcPrepareFn(int64_t dim, const float* fn, void* frags, int64
         "it holds %d",
         dim, MhcFnFragmentBytes(dim), frags_bytes));
   }
-  const int64_t slices = (dim + kMhcMixesSliceDims - 1) / kMhcMixesSliceDims;
+  const int64_t slices = mhc_tc::Slices(dim);
   MhcMixesParams p;
   p.dim = dim;
   p.fn = fn;

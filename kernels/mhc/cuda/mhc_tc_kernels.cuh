@@ -56,6 +56,9 @@ inline constexpr size_t kTcSmemBytes =
     sizeof(uint4) * kTcChunks * kTcNTiles * kTcPieces * 32;  // 147456 = 144 KB
 // uint4 fragments of one slice (staged in shared memory, or prepared in device memory).
 inline constexpr int kTcSliceFrags = kTcChunks * kTcNTiles * kTcPieces * 32;  // 9216
+static_assert(MhcFnFragmentBytes(kMhcMixesSliceDims) == kTcSliceFrags * sizeof(uint4) &&
+                  kTcSmemBytes == kTcSliceFrags * sizeof(uint4),
+              "a prepared slice is exactly what the kernels stage");
 
 // Fragments a block stages per slice, and per thread of a block of `threads`.
 inline constexpr int kTcFragEntries = kTcChunks * kTcNTiles * 32;  // 3072
