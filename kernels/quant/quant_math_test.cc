@@ -124,8 +124,8 @@ TEST(QuantMathTest, F16RoundingMatchesTheCompiler) {
   EXPECT_EQ(bad.Report(), "");
 }
 
-// The kernels' FP4 encoder (E2M1 of the f16-rounded quotient, no correction step) against a true
-// division, for every bf16 x under every finite scale of both FP4 formats.
+// The kernels' FP4 encoder (E2M1 from the f16 bits of the quotient * 2^-14, no correction step)
+// against a true division, for every bf16 x under every finite scale of both FP4 formats.
 TEST(QuantMathTest, Fp4ViaF16MatchesFormatsForEveryBf16AndScaleByte) {
   Mismatches bad;
   for (uint32_t x = 0; x < 0x10000u; ++x) {  // the NaN UE8M0 scale (an Inf in the block)
@@ -138,7 +138,10 @@ TEST(QuantMathTest, Fp4ViaF16MatchesFormatsForEveryBf16AndScaleByte) {
     for (int kind = 0; kind < (e4m3 ? 2 : 1); ++kind) {
       const float s = kind == 0 ? f::Ue8m0ToFloat(static_cast<uint8_t>(b))
                                 : f::E4m3ToFloat(static_cast<uint8_t>(b));
-      const float r = kind == 0 ? Ue8m0Reciprocal(b) : DivRn(1.0f, s);
+      const float r = kind == 0 ? Fp4Ue8m0Reciprocal14(b) : Fp4E4m3Reciprocal14(s);
+      // r14 is RN(1 / s) scaled by 2^-14, exactly.
+      const float r_plain = kind == 0 ? Ue8m0Reciprocal(b) : DivRn(1.0f, s);
+      ASSERT_EQ(Bits(r), Bits(r_plain * 0x1p-14f)) << b << " kind " << kind;
       for (uint32_t x = 0; x < 0x10000u; ++x) {
         const uint8_t want = f::FloatToE2m1(f::Bf16BitsToFloat(static_cast<uint16_t>(x)) / s);
         const uint32_t got = EncodeFp4ViaF16(x, r);

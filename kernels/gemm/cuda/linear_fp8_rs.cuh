@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kQdqThreads) LinearFp8RsQdqKernel(const QdqArg
     const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x, &has_nan));
     if (!active) continue;
     uint32_t codes[F::kCodeWords];
-    F::Encode(x, sb, has_nan, codes);
+    F::Encode(x, sb, has_nan, /*tables=*/nullptr, codes);
     uint32_t out[4];
     F::Decode(codes, sb, out);  // out[j]: logical columns 8t + 2j, 8t + 2j + 1
     // Pair j goes to slot 16·(j / 2) + 8·(j % 2) + 2t: word 8·(j / 2) + 4·(j % 2) + t.

@@ -250,7 +250,7 @@ __device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char*
       const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x[j], &has_nan));
       if (i >= total) continue;
       uint32_t codes[F::kCodeWords] = {0, 0};
-      if (active) F::Encode(x[j], sb, has_nan, codes);
+      if (active) F::Encode(x[j], sb, has_nan, /*tables=*/nullptr, codes);
       *reinterpret_cast<uint2*>(slab + r * pitch + 8 * c) = make_uint2(codes[0], codes[1]);
       if (c % 4 == 0) scales[(c / 4) * n8_rows + r] = Ue8m0Value(sb);
     }

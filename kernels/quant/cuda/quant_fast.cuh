@@ -7,9 +7,10 @@
 //   with math::F32ToE4m3 for all 2^32 floats.
 // - bf16 rounding uses the hardware `cvt.rn.bf16x2.f32` (RNE, subnormals kept); equal to
 //   math::F32ToBf16 for every non-NaN float (same test).
-// - FP4 encoding folds and rounds the quotients to f16 (`cvt.rn.f16x2.f32`) and finishes in
-//   16-bit lanes (EncodeFp4x2); the rounding argument is in quant_math.h (EncodeFp4ViaF16), the
-//   lane arithmetic is checked end to end by quant_gpu_exhaustive_test.cc.
+// - FP4 encoding rounds the quotients times 2^-14 to f16 (`cvt.rn.f16x2.f32`), whose bits are
+//   then E2M1's up to one rounding at bit 9, done in 16-bit lanes (Fp4NibblePair); the argument
+//   is in quant_math.h (EncodeFp4ViaF16), the lane arithmetic is checked end to end by
+//   quant_gpu_exhaustive_test.cc.
 // - Code decoding needs no hardware: the code's magnitude bits shifted into an fp32 exponent and
 //   mantissa read as a float are value * 2^-120 (E4M3) or value * 2^-126 (E2M1), subnormal codes
 //   included (they become fp32 subnormals), so one exact multiply restores the value and a second
@@ -62,20 +63,30 @@ __device__ __forceinline__ uint32_t EncodeFp8x4(uint32_t a, uint32_t b, float re
   return codes | (__byte_perm(a, b, 0x7531) & 0x80808080u);  // the inputs' sign bits
 }
 
-// E2M1 codes of two bf16 values (word w, low half first) under a positive finite scale s with
-// r = RN(1 / s): one code byte, the first value in the low nibble. Packed form of
-// math::EncodeFp4ViaF16 (see there why folding and rounding the quotient to f16 is exact): both
-// folded quotients go to f16 in one instruction; each 16-bit lane then holds h in
-// [0x3800, 0x7FFF] (y >= 0.5, or NaN as 0x7FFF), so (h + 0xFF + lsb) >> 9 never carries across
-// lanes and is >= 28 in both lanes, and min(t, 35) - 28 never borrows.
-__device__ __forceinline__ uint32_t EncodeFp4x2(uint32_t w, float r) {
-  const float y0 = math::E2m1Fold(math::MulAbsRn(math::F32(w << 16), r));
-  const float y1 = math::E2m1Fold(math::MulAbsRn(math::F32(w & 0xFFFF0000u), r));
+// E2M1 codes of the two bf16 values of word w (low half first) under a positive finite scale with
+// r14 = Fp4*Reciprocal14: math::EncodeFp4ViaF16 on both 16-bit lanes at once, as nibbles (sign at
+// the top) at bits 9-12 and 25-28, every other bit zero. Both scaled quotients go to f16 in one
+// instruction (|q| * 2^-14: each lane's sign bit is clear; NaN gives 0x7FFF), the clamp at 0x0E00
+// is an unsigned 16-bit min (Inf and NaN clamp too), so a lane stays <= 0x0F00 through the
+// rounding and never carries into the next; the input's sign goes to bit 12 of its lane first.
+__device__ __forceinline__ uint32_t Fp4NibblePair(uint32_t w, float r14) {
+  const float q0 = math::MulAbsRn(math::F32(w << 16), r14);
+  const float q1 = math::MulAbsRn(math::F32(w & 0xFFFF0000u), r14);
   uint32_t h;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(y1), "f"(y0));
-  const uint32_t t = ((h + 0x00FF00FFu + ((h >> 9) & 0x00010001u)) >> 9) & 0x007F007Fu;
-  const uint32_t code = (__vminu2(t, 0x00230023u) - 0x001C001Cu) | ((w >> 12) & 0x00080008u);
-  return (code & 0xFu) | ((code >> 12) & 0xF0u);
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(q1), "f"(q0));
+  h = __vminu2(h, 0x0E000E00u) | ((w >> 3) & 0x10001000u);
+  return (h + 0x00FF00FFu + ((h >> 9) & 0x00010001u)) & 0x1E001E00u;
+}
+
+// The 4 E2M1 code bytes of 8 bf16 values (byte i from word x[i], first value in the low nibble).
+// A pair's nibbles times 2^15 + 2^3 sit side by side in the top byte (the first's copy shifted by
+// 15 to bits 24-27, the second's by 3 to bits 28-31; the other copies land at bits 12-15 and past
+// bit 31, so nothing overlaps or carries); three byte permutes gather the four top bytes.
+__device__ __forceinline__ uint32_t EncodeFp4Unit(const uint32_t (&x)[4], float r14) {
+  uint32_t b[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = Fp4NibblePair(x[i], r14) * 0x8008u;
+  return __byte_perm(__byte_perm(b[0], b[1], 0x0073), __byte_perm(b[2], b[3], 0x0073), 0x5410);
 }
 
 // True when any of the 4 E4M3 codes in `w` is NaN (0x7F or 0xFF).

@@ -2,7 +2,8 @@
 // quant_math.h and quant_fast.cuh).
 //
 // Work split: the matrix is cut into units of 8 consecutive values of a row (16 bf16 bytes). A
-// warp takes 32 * kUnitsPerLane consecutive units per step, lane l the units l + 32k, so every
+// warp takes 32 * kU consecutive units per step (kU units per lane: UnitsPerLane), lane l the
+// units l + 32k, so every
 // load and store instruction of the warp covers one contiguous stretch of memory (whole 32-byte
 // sectors; half-written sectors cost a DRAM read). A block of 32 values is 4 adjacent lanes, a
 // block of 16 is 2; they combine their amax with whole-warp shuffles, which every lane runs (past
@@ -26,6 +27,12 @@ inline constexpr int kThreads = 256;
 inline constexpr int kUnit = 8;  // values per unit (one 16-byte bf16 access)
 // Independent units per lane and warp step. 4 measured the same as 2 on an H200 (FP4 quantise is
 // issue-bound, the rest near the copy roofline) and costs registers.
+// Independent units per lane and warp step (kU): 2, except 4 for the FP4 quantisers (fewer
+// instructions per value than the rest since session 38: [16384, 5120] E4M3-scaled 72.4 -> 70.5
+// us, UE8M0 76.6 -> 74.7 on an H200). 4 is no faster for FP8 (74.4 -> 76) or QDQ, and costs
+// registers.
+template <BlockFormat F>
+inline constexpr int kQuantizeUnits = F == BlockFormat::kFp8E4m3Ue8m0B32 ? 2 : 4;
 inline constexpr int kUnitsPerLane = 2;
 
 // How a row of codes may be accessed: whole units (8 bytes FP8, 4 bytes FP4), 4-byte words, or
@@ -44,10 +51,12 @@ template <>
 struct Fmt<BlockFormat::kFp8E4m3Ue8m0B32> {
   static constexpr uint32_t kLanes = 4;  // lanes per 32-value block
   static constexpr int kCodeWords = 2;   // 8 code bytes per unit, value i in byte i
+  static constexpr int kTableFloats = 0;
+  __device__ static void FillTables(float* /*tables*/) {}
   __device__ static uint32_t ScaleByte(uint32_t amax) { return math::Fp8ScaleByte(amax); }
 
   __device__ static void Encode(const uint32_t (&x)[4], uint32_t byte, bool has_nan,
-                                uint32_t (&codes)[2]) {
+                                const float* /*tables*/, uint32_t (&codes)[2]) {
     const float recip = math::Ue8m0Reciprocal(byte);
     if (byte != 255u && !has_nan) {
 #pragma unroll
@@ -115,28 +124,31 @@ __device__ __forceinline__ void UnpackFp4(uint32_t codes, float scale, uint32_t 
   }
 }
 
-// Both FP4 encoders: 4 code bytes from 4 bf16 words under a positive finite scale with
-// reciprocal r = RN(1 / s).
-__device__ __forceinline__ uint32_t EncodeFp4Unit(const uint32_t (&x)[4], float r) {
-  return EncodeFp4x2(x[0], r) | (EncodeFp4x2(x[1], r) << 8) | (EncodeFp4x2(x[2], r) << 16) |
-         (EncodeFp4x2(x[3], r) << 24);
-}
-
 template <>
 struct Fmt<BlockFormat::kFp4E2m1E4m3B16> {
   static constexpr uint32_t kLanes = 2;  // lanes per 16-value block
   static constexpr int kCodeWords = 1;   // 4 code bytes per unit
+  // Per-block table in shared memory: the encoder's reciprocal of every scale byte (below).
+  static constexpr int kTableFloats = 128;
   // E4M3 rounding of max(amax, 6 * 2^-9) / 6 in hardware (a positive finite value; see
   // quant_fast.cuh for why it equals math::Fp4E4m3ScaleByte).
   __device__ static uint32_t ScaleByte(uint32_t amax) {
     return E4m3x2(0.0f, math::Fp4E4m3ScaleValue(amax)) & 0xFFu;
   }
 
+  // tables[b] = Fp4E4m3Reciprocal14 of scale byte b, one true division per byte and block instead
+  // of one per unit ([16384, 5120]: 75.2 -> 72.4 us). Entries 0 and 0x7F are never read.
+  __device__ static void FillTables(float* tables) {
+    for (uint32_t b = threadIdx.x; b < kTableFloats; b += blockDim.x) {
+      tables[b] = math::Fp4E4m3Reciprocal14(math::E4m3ToF32ByShift(b));
+    }
+  }
+
   // The scale rule only yields positive finite scales (0x01..0x7E), and NaN inputs encode as ±6
-  // in EncodeFp4x2, so there is no slow path. One true division per unit for the reciprocal.
+  // in Fp4NibblePair, so there is no slow path.
   __device__ static void Encode(const uint32_t (&x)[4], uint32_t byte, bool /*has_nan*/,
-                                uint32_t (&codes)[1]) {
-    codes[0] = EncodeFp4Unit(x, math::DivRn(1.0f, math::E4m3ToF32ByShift(byte)));
+                                const float* tables, uint32_t (&codes)[1]) {
+    codes[0] = EncodeFp4Unit(x, tables[byte]);
   }
 
   __device__ static void Decode(const uint32_t (&codes)[1], uint32_t byte, uint32_t (&out)[4]) {
@@ -148,12 +160,14 @@ template <>
 struct Fmt<BlockFormat::kFp4E2m1Ue8m0B32> {
   static constexpr uint32_t kLanes = 4;
   static constexpr int kCodeWords = 1;
+  static constexpr int kTableFloats = 0;
+  __device__ static void FillTables(float* /*tables*/) {}
   __device__ static uint32_t ScaleByte(uint32_t amax) { return math::Fp4Ue8m0ScaleByte(amax); }
 
   __device__ static void Encode(const uint32_t (&x)[4], uint32_t byte, bool /*has_nan*/,
-                                uint32_t (&codes)[1]) {
+                                const float* /*tables*/, uint32_t (&codes)[1]) {
     if (byte != 255u) {
-      codes[0] = EncodeFp4Unit(x, math::Ue8m0Reciprocal(byte));
+      codes[0] = EncodeFp4Unit(x, math::Fp4Ue8m0Reciprocal14(byte));
     } else {
       codes[0] = PackFp4(x, [](uint32_t v) { return math::EncodeNanScale(v, 0x7u, 0x8u); });
     }
@@ -235,9 +249,9 @@ __device__ __forceinline__ uint32_t BlockAmax(const uint32_t (&x)[4], bool* has_
 }
 
 // ---- kernels ---------------------------------------------------------------------------------
-// Each warp step covers units seg .. seg + 32 * kUnitsPerLane - 1: lane l takes units
-// seg + l + 32k, all loaded before any is processed. `units_per_row` = cols / 8 and `total` = rows
-// * units_per_row < 2^31 (checked by the launcher, so nothing wraps).
+// Each warp step covers units seg .. seg + 32 * kU - 1: lane l takes units seg + l + 32k, all
+// loaded before any is processed. `units_per_row` = cols / 8 and `total` = rows * units_per_row <
+// 2^31 (checked by the launcher, so nothing wraps).
 
 struct UnitPos {
   uint32_t row;
@@ -245,22 +259,25 @@ struct UnitPos {
   bool active;
 };
 
+template <int kU>
 __device__ __forceinline__ uint32_t FirstSegment() {
-  return (blockIdx.x * (kThreads / 32) + threadIdx.x / 32) * (32u * kUnitsPerLane);
+  return (blockIdx.x * (kThreads / 32) + threadIdx.x / 32) * (32u * kU);
 }
+template <int kU>
 __device__ __forceinline__ uint32_t SegmentStride() {
-  return gridDim.x * (kThreads / 32) * (32u * kUnitsPerLane);
+  return gridDim.x * (kThreads / 32) * (32u * kU);
 }
 
 // Positions of this lane's units seg + lane + 32k: one division for the first, then steps of 32
 // units (at most one row carry each once rows hold >= 32 units, a short loop for narrower rows).
+template <int kU>
 __device__ __forceinline__ void Locate(uint32_t seg, uint32_t units_per_row, uint32_t total,
-                                       UnitPos (&pos)[kUnitsPerLane]) {
+                                       UnitPos (&pos)[kU]) {
   const uint32_t u = seg + (threadIdx.x & 31u);
   const uint32_t row = u / units_per_row;
   pos[0] = {row, u - row * units_per_row, u < total};
 #pragma unroll
-  for (int k = 1; k < kUnitsPerLane; ++k) {
+  for (int k = 1; k < kU; ++k) {
     pos[k] = {pos[k - 1].row, pos[k - 1].unit + 32u, u + 32u * k < total};
     while (pos[k].unit >= units_per_row) {
       pos[k].unit -= units_per_row;
@@ -269,26 +286,46 @@ __device__ __forceinline__ void Locate(uint32_t seg, uint32_t units_per_row, uin
   }
 }
 
+// The format's per-block tables (Fmt<F>::kTableFloats floats of shared memory, at least one so
+// the array is well formed), filled before the first unit.
+template <BlockFormat F>
+struct BlockTables {
+  float t[Fmt<F>::kTableFloats > 0 ? Fmt<F>::kTableFloats : 1];
+};
+
+template <BlockFormat F>
+__device__ __forceinline__ const float* FillBlockTables(BlockTables<F>& tables) {
+  if constexpr (Fmt<F>::kTableFloats > 0) {
+    Fmt<F>::FillTables(tables.t);
+    __syncthreads();
+  }
+  return tables.t;
+}
+
+// kU (UnitsPerLane) units per lane and step; the launcher sizes the grid with the same kU.
 template <BlockFormat F, bool kVec, CodeAccess kAccess>
 __global__ void __launch_bounds__(kThreads)
     QuantizeKernel(const QuantizeParams p, uint32_t units_per_row, uint32_t total) {
   using T = Fmt<F>;
-  for (uint32_t seg = FirstSegment(); seg < total; seg += SegmentStride()) {
-    UnitPos pos[kUnitsPerLane];
+  constexpr int kU = kQuantizeUnits<F>;
+  __shared__ BlockTables<F> shared_tables;
+  const float* tables = FillBlockTables<F>(shared_tables);
+  for (uint32_t seg = FirstSegment<kU>(); seg < total; seg += SegmentStride<kU>()) {
+    UnitPos pos[kU];
     Locate(seg, units_per_row, total, pos);
-    uint32_t x[kUnitsPerLane][4];
+    uint32_t x[kU][4];
 #pragma unroll
-    for (int k = 0; k < kUnitsPerLane; ++k) {
+    for (int k = 0; k < kU; ++k) {
       x[k][0] = x[k][1] = x[k][2] = x[k][3] = 0;
       if (pos[k].active) LoadBf16<kVec>(p.x + pos[k].row * p.x_stride + pos[k].unit * kUnit, x[k]);
     }
 #pragma unroll
-    for (int k = 0; k < kUnitsPerLane; ++k) {
+    for (int k = 0; k < kU; ++k) {
       bool has_nan = false;
       const uint32_t scale_byte = T::ScaleByte(BlockAmax<T::kLanes>(x[k], &has_nan));
       if (!pos[k].active) continue;
       uint32_t codes[T::kCodeWords];
-      T::Encode(x[k], scale_byte, has_nan, codes);
+      T::Encode(x[k], scale_byte, has_nan, tables, codes);
       StoreCodes<kAccess>(p.codes + pos[k].row * p.codes_stride + pos[k].unit * (4 * T::kCodeWords),
                           codes);
       if (pos[k].unit % T::kLanes == 0) {
@@ -308,13 +345,14 @@ template <BlockFormat F, bool kVec, CodeAccess kAccess>
 __global__ void __launch_bounds__(kThreads)
     DequantizeKernel(const DequantizeParams p, uint32_t units_per_row, uint32_t total) {
   using T = Fmt<F>;
-  for (uint32_t seg = FirstSegment(); seg < total; seg += SegmentStride()) {
-    UnitPos pos[kUnitsPerLane];
+  constexpr int kU = kUnitsPerLane;
+  for (uint32_t seg = FirstSegment<kU>(); seg < total; seg += SegmentStride<kU>()) {
+    UnitPos pos[kU];
     Locate(seg, units_per_row, total, pos);
-    uint32_t codes[kUnitsPerLane][T::kCodeWords];
-    uint32_t scale_byte[kUnitsPerLane];
+    uint32_t codes[kU][T::kCodeWords];
+    uint32_t scale_byte[kU];
 #pragma unroll
-    for (int k = 0; k < kUnitsPerLane; ++k) {
+    for (int k = 0; k < kU; ++k) {
       if (pos[k].active) {
         LoadCodes<kAccess>(
             p.codes + pos[k].row * p.codes_stride + pos[k].unit * (4 * T::kCodeWords), codes[k]);
@@ -322,7 +360,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 #pragma unroll
-    for (int k = 0; k < kUnitsPerLane; ++k) {
+    for (int k = 0; k < kU; ++k) {
       if (!pos[k].active) continue;
       uint32_t out[4];
       T::Decode(codes[k], scale_byte[k], out);
@@ -337,22 +375,25 @@ template <BlockFormat F, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     QdqKernel(const QdqParams p, uint32_t units_per_row, uint32_t total) {
   using T = Fmt<F>;
-  for (uint32_t seg = FirstSegment(); seg < total; seg += SegmentStride()) {
-    UnitPos pos[kUnitsPerLane];
+  constexpr int kU = kUnitsPerLane;
+  __shared__ BlockTables<F> shared_tables;
+  const float* tables = FillBlockTables<F>(shared_tables);
+  for (uint32_t seg = FirstSegment<kU>(); seg < total; seg += SegmentStride<kU>()) {
+    UnitPos pos[kU];
     Locate(seg, units_per_row, total, pos);
-    uint32_t x[kUnitsPerLane][4];
+    uint32_t x[kU][4];
 #pragma unroll
-    for (int k = 0; k < kUnitsPerLane; ++k) {
+    for (int k = 0; k < kU; ++k) {
       x[k][0] = x[k][1] = x[k][2] = x[k][3] = 0;
       if (pos[k].active) LoadBf16<kVec>(p.x + pos[k].row * p.x_stride + pos[k].unit * kUnit, x[k]);
     }
 #pragma unroll
-    for (int k = 0; k < kUnitsPerLane; ++k) {
+    for (int k = 0; k < kU; ++k) {
       bool has_nan = false;
       const uint32_t scale_byte = T::ScaleByte(BlockAmax<T::kLanes>(x[k], &has_nan));
       if (!pos[k].active) continue;
       uint32_t codes[T::kCodeWords];
-      T::Encode(x[k], scale_byte, has_nan, codes);
+      T::Encode(x[k], scale_byte, has_nan, tables, codes);
       uint32_t out[4];
       T::Decode(codes, scale_byte, out);
       StoreBf16<kVec>(p.out + pos[k].row * p.out_stride + pos[k].unit * kUnit, out);

@@ -25,10 +25,10 @@ struct Grid {
   unsigned blocks = 0;
 };
 
-// A persistent grid: as many blocks as can be resident at once (never more than the work needs).
-// The per-kernel occupancy is computed once; the SM count is read per launch (cheap, and correct
-// whichever device is current).
-template <auto kKernel>
+// A persistent grid: as many blocks as can be resident at once (never more than the work needs),
+// for kU units per lane and warp step (the kernel's own). The per-kernel occupancy is computed
+// once; the SM count is read per launch (cheap, and correct whichever device is current).
+template <auto kKernel, int kU>
 absl::Status PlanGrid(const char* op, int64_t rows, int64_t cols, Grid* g) {
   const int64_t units_per_row = cols / kUnit;
   if (rows > (int64_t{1} << 31) / units_per_row - 1) {
@@ -47,7 +47,7 @@ absl::Status PlanGrid(const char* op, int64_t rows, int64_t cols, Grid* g) {
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   g->units_per_row = static_cast<uint32_t>(units_per_row);
   g->total = static_cast<uint32_t>(rows * units_per_row);
-  const int64_t per_block = int64_t{kThreads} * device::kUnitsPerLane;
+  const int64_t per_block = int64_t{kThreads} * kU;
   const int64_t needed = (int64_t{g->total} + per_block - 1) / per_block;
   const int64_t resident = int64_t{per_sm} * sms;
   g->blocks = static_cast<unsigned>(needed < resident ? needed : resident);
@@ -65,10 +65,10 @@ CodeAccess CodeAccessFor(const void* codes, int64_t stride, int64_t unit_bytes) 
   return CodeAccess::kByte;
 }
 
-template <auto kKernel, typename Params>
+template <auto kKernel, int kU = device::kUnitsPerLane, typename Params>
 absl::Status Launch(const char* op, const Params& p, cudaStream_t stream) {
   Grid g;
-  RETURN_IF_ERROR(PlanGrid<kKernel>(op, p.rows, p.cols, &g));
+  RETURN_IF_ERROR((PlanGrid<kKernel, kU>(op, p.rows, p.cols, &g)));
   kKernel<<<g.blocks, kThreads, 0, stream>>>(p, g.units_per_row, g.total);
   CUDA_CHECK(cudaGetLastError());
   return absl::OkStatus();
@@ -76,13 +76,14 @@ absl::Status Launch(const char* op, const Params& p, cudaStream_t stream) {
 
 template <BlockFormat F, bool kVec>
 absl::Status QuantizeWith(const QuantizeParams& p, CodeAccess access, cudaStream_t s) {
+  constexpr int kU = device::kQuantizeUnits<F>;
   switch (access) {
     case CodeAccess::kUnit:
-      return Launch<device::QuantizeKernel<F, kVec, CodeAccess::kUnit>>("Quantize", p, s);
+      return Launch<device::QuantizeKernel<F, kVec, CodeAccess::kUnit>, kU>("Quantize", p, s);
     case CodeAccess::kWord:
-      return Launch<device::QuantizeKernel<F, kVec, CodeAccess::kWord>>("Quantize", p, s);
+      return Launch<device::QuantizeKernel<F, kVec, CodeAccess::kWord>, kU>("Quantize", p, s);
     case CodeAccess::kByte:
-      return Launch<device::QuantizeKernel<F, kVec, CodeAccess::kByte>>("Quantize", p, s);
+      return Launch<device::QuantizeKernel<F, kVec, CodeAccess::kByte>, kU>("Quantize", p, s);
   }
   return absl::InternalError("Quantize: bad code access");
 }

@@ -284,9 +284,19 @@ FS_QUANT_HD uint32_t EncodeNanScale(uint32_t x_bf16, uint32_t nan_code, uint32_t
 // For bf16 x and a scale s that is a power of two or an E4M3 value, the exact quotient |x| / s
 // either equals an E2M1 rounding threshold T (0.25, 0.75, ..., 5) or lies at least 2^-8.3 * T
 // away from it (x has 8 significant bits, T * s at most 9). So q = RN32(|x| * RN32(1/s)), within
-// 2^-23 of |x| / s, rounded to f16 (error <= 2^-11) lands exactly on T at a tie and on the right
-// side of T otherwise: E2M1(RN16(q)) == E2M1(RN32(x / s)), with no correction step. Checked for
-// every bf16 x and every scale byte by quant_math_test.cc.
+// 2^-23 of |x| / s, may be rounded once more on its way to the code if that rounding moves it by
+// less than the margin: it then lands exactly on T at a tie and on the right side of T otherwise.
+//
+// E2M1 is f16 scaled by 2^-14 with 9 fewer mantissa bits. In the f16 bits of q * 2^-14, bits 9-11
+// are E2M1's code of q: below q = 1 the f16 value is subnormal, steps of 2^-24 = 2^-10 in q, and
+// bit 9 counts halves like E2M1's subnormals; from q = 1 the f16 exponent is 1, 2, 3 for q in [1,
+// 2), [2, 4), [4, 8), which are E2M1's exponents, and bit 9 is the top mantissa bit, E2M1's one.
+// So the code is the f16 bits rounded to bit 9 (RNE), after clamping them at 6 * 2^-14 (0x0E00;
+// Inf and NaN clamp there too: code 7). Rounding q * 2^-14 to f16 first moves q by at most 2^-11
+// (absolute below 1, relative above), inside the margin (2^-10.3 at T = 0.25). Scaling by 2^-14 is
+// exact: it is folded into the reciprocal, r14 = RN32(1/s) * 2^-14 = RN32(2^-14 / s), and
+// q * 2^-14 stays normal in fp32 wherever its code is not 0. Checked for every bf16 x and every
+// scale byte by quant_math_test.cc.
 
 // RN to f16 of a float: IEEE binary16 bits, subnormals kept, overflow to Inf, NaN -> 0x7E00.
 FS_QUANT_HD uint32_t F32ToF16Bits(float f) {
@@ -302,34 +312,26 @@ FS_QUANT_HD uint32_t F32ToF16Bits(float f) {
   return sign | (Bits(AddRn(F32(a), 0.5f)) - 0x3F000000u);
 }
 
-// max(a, b) for floats; NaN only when both are NaN.
-FS_QUANT_HD float MaxF(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return fmaxf(a, b);
-#else
-  return std::fmax(a, b);
-#endif
+// The reciprocals the FP4 encoder takes: RN32(1 / s) * 2^-14 for an E4M3 scale s (one division,
+// RN(2^-14 / s), the same bits: s >= 2^-9 keeps the result normal) and 2^(113 - b) for a UE8M0
+// byte b < 255 (exact, subnormal from b = 240).
+FS_QUANT_HD float Fp4E4m3Reciprocal14(float s) { return DivRn(0x1p-14f, s); }
+FS_QUANT_HD float Fp4Ue8m0Reciprocal14(uint32_t b) {
+  return F32(b < 240u ? (240u - b) << 23 : 1u << (262u - b));
 }
 
-// Folds E2M1's subnormal step into its normal rounding: y = max(q, q/2 + 1/2) is q from 1.0 up,
-// and below 1.0 maps [0, 1) onto [0.5, 1), where rounding to one mantissa bit has its thresholds
-// at 0.625 and 0.875 (q = 0.25 and 0.75), ties to even (0.5 and 1.0), exactly like E2M1's step of
-// 0.5 below 1.0. So every code is one RNE to one mantissa bit of y. The fma adds at most 2^-25
-// of error, far inside the 2^-8.3 margin described above.
-FS_QUANT_HD float E2m1Fold(float q) { return MaxF(q, FmaRn(q, 0.5f, 0.5f)); }
-
-// E2M1 magnitude code from the f16 bits h of a folded value (h >= 0x3800, i.e. y >= 0.5): RNE to
-// one mantissa bit, rebias (15 - 1) << 1 = 28, clamp to 7 (Inf and NaN give 7).
-FS_QUANT_HD uint32_t E2m1FromFoldedF16(uint32_t h) {
-  const uint32_t t = (h + 0xFFu + ((h >> 9) & 1u)) >> 9;
-  return (t < 35u ? t : 35u) - 28u;
+// E2M1 magnitude code of q from h, the f16 bits of q * 2^-14 (sign clear): clamp at 6, RNE to
+// bit 9.
+FS_QUANT_HD uint32_t E2m1FromScaledF16(uint32_t h) {
+  const uint32_t c = h < 0x0E00u ? h : 0x0E00u;
+  return (c + 0xFFu + ((c >> 9) & 1u)) >> 9;
 }
 
-// formats' E2M1(x / s) through f16, for r = RN(1 / s) with s a positive finite power of two or
-// E4M3 value. The kernels' packed version is device::EncodeFp4x2.
-FS_QUANT_HD uint32_t EncodeFp4ViaF16(uint32_t x_bf16, float r) {
-  const float q = MulAbsRn(Bf16ToF32(x_bf16), r);
-  return ((x_bf16 >> 12) & 0x8u) | E2m1FromFoldedF16(F32ToF16Bits(E2m1Fold(q)));
+// formats' E2M1(x / s) through f16, for r14 from Fp4E4m3Reciprocal14 / Fp4Ue8m0Reciprocal14. The
+// kernels' packed version is device::Fp4NibblePair.
+FS_QUANT_HD uint32_t EncodeFp4ViaF16(uint32_t x_bf16, float r14) {
+  const float q14 = MulAbsRn(Bf16ToF32(x_bf16), r14);
+  return ((x_bf16 >> 12) & 0x8u) | E2m1FromScaledF16(F32ToF16Bits(q14));
 }
 
 // ---- per-value dequantisers: bf16 of value(code) * scale -------------------------------------
