@@ -100,7 +100,7 @@ struct Options {
   bool kv_rows = true;
   // Each mHC site's fn prepared once at setup (LaunchMhcPrepareFn -> MhcMixesParams::fn_frags),
   // as a server does at weight upload; false: split on every call (A/B; the same bits).
-  bool mhc_prepared = false;
+  bool mhc_prepared = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.

@@ -40,7 +40,8 @@
 // kernel before the combine (MoeCudaParams::ring_fused_combine, A/B; the same bits). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
-// copy its fragments instead of splitting fn per call; the same bits); 0, the default, splits it.
+// copy its fragments instead of splitting fn per call; the same bits), the default since session
+// 38; 0 splits it on every call (A/B).
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
