@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <thread>
@@ -88,14 +89,14 @@ struct DeviceProjections {
 // rows past the emitted count included) is checked to be untouched beyond the emitted rows.
 Rows RunGpuChunks(const Projections& pr, const std::vector<uint16_t>& norm,
                   const std::vector<int64_t>& sizes, bool bf16 = false, int64_t start_pos = 0,
-                  DeviceState* ds = nullptr, int64_t stride = 0) {
+                  DeviceState* ds = nullptr, int64_t stride = 0, int64_t latent_pad = kLatentPad) {
   DeviceState fresh(pr.ratio, pr.c);
   DeviceState* st = ds != nullptr ? ds : &fresh;
   const DeviceProjections dp(pr, stride > 0 ? stride : pr.c);
   const DeviceBuffer dnorm = ToDevice(norm);
   const int64_t max_s = *std::max_element(sizes.begin(), sizes.end());
   const int64_t cap = std::max<int64_t>(CompressMaxGroups(pr.ratio, max_s), 1);
-  const int64_t ls = pr.c + kLatentPad;
+  const int64_t ls = pr.c + latent_pad;
   Rows out;
   int64_t done = 0;
   for (int64_t s : sizes) {
@@ -147,9 +148,14 @@ Rows RunGpuChunks(const Projections& pr, const std::vector<uint16_t>& norm,
   return out;
 }
 
-int64_t Mismatches(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+// Differing bf16 values (and the length difference); `nan_equal`: any two NaNs count as equal.
+int64_t Mismatches(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                   bool nan_equal = false) {
+  const auto is_nan = [](uint16_t v) { return (v & 0x7FFFu) > 0x7F80u; };
   int64_t bad = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) bad += got[i] != want[i];
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    bad += got[i] != want[i] && !(nan_equal && is_nan(got[i]) && is_nan(want[i]));
+  }
   return bad + static_cast<int64_t>(std::max(got.size(), want.size()) -
                                     std::min(got.size(), want.size()));
 }
@@ -176,19 +182,22 @@ std::vector<std::vector<int64_t>> Splits(int64_t n) {
 }
 
 // Streams pr over every split on the GPU and compares with the CPU's one-shot rows and the CPU
-// state after each split.
-void CheckStreams(const Projections& pr, bool bf16, int64_t stride = 0) {
+// state after each split. `latent_pad`: the latent rows' padding (3 leaves them 2-byte aligned;
+// 4 makes them 8-byte aligned, which ratio 2's vector path needs along with 16-byte fp32 rows).
+void CheckStreams(const Projections& pr, bool bf16, int64_t stride = 0,
+                  int64_t latent_pad = kLatentPad, bool nan_equal = false) {
   std::mt19937 rng(static_cast<uint32_t>(pr.c + pr.ratio));
   const std::vector<uint16_t> norm = RandomBf16(pr.c, 0.5f, 1.5f, rng);
   CompressorState cpu_state = MakeCompressorState(pr.ratio, pr.c).value();
   const Rows want = RunProjectedChunks(pr, norm.data(), {pr.n}, bf16, 0, &cpu_state, &Pool());
   for (const auto& split : Splits(pr.n)) {
-    SCOPED_TRACE(absl::StrFormat("ratio %d C %d n %d bf16 %d stride %d: %d calls, first %d",
-                                 pr.ratio, pr.c, pr.n, bf16, stride, split.size(), split[0]));
+    SCOPED_TRACE(absl::StrFormat("ratio %d C %d n %d bf16 %d stride %d pad %d: %d calls, first %d",
+                                 pr.ratio, pr.c, pr.n, bf16, stride, latent_pad, split.size(),
+                                 split[0]));
     DeviceState ds(pr.ratio, pr.c);
-    const Rows got = RunGpuChunks(pr, norm, split, bf16, 0, &ds, stride);
+    const Rows got = RunGpuChunks(pr, norm, split, bf16, 0, &ds, stride, latent_pad);
     EXPECT_EQ(got.index, want.index);
-    const int64_t bad = Mismatches(got.latent, want.latent);
+    const int64_t bad = Mismatches(got.latent, want.latent, nan_equal);
     EXPECT_EQ(bad, 0);
     if (split.size() == 1) {
       std::printf("  compress r %ld C %ld tokens %ld%s: %zu groups, %ld mismatches\n",
@@ -247,7 +256,21 @@ TEST(CompressorGpu, ExpRnOnTheDeviceEqualsTheHostForAllFloats) {
 
 TEST(CompressorGpu, ReleasedDimsRatio2Streamed) {
   FS_SKIP_WITHOUT_GPU();
-  CheckStreams(RandomProjections(2, 512, 1001, 1), false);
+  const Projections pr = RandomProjections(2, 512, 1001, 1);
+  CheckStreams(pr, false);
+  CheckStreams(pr, false, 0, /*latent_pad=*/4);    // the vector path
+  CheckStreams(pr, false, 516, /*latent_pad=*/8);  // the vector path, padded fp32 rows
+}
+
+// Ratio 2's vector path (16-byte fp32 rows, 8-byte latent rows) at one and eight 128-channel
+// chunks, and its fallbacks: a width that is not a multiple of 128, fp32 rows 8-byte aligned.
+TEST(CompressorGpu, Ratio2VectorPathWidths) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckStreams(RandomProjections(2, 128, 65, 12), false, 0, 4);
+  CheckStreams(RandomProjections(2, 1024, 33, 13), false, 0, 4);
+  CheckStreams(RandomProjections(2, 640, 17, 14), false, 0, 4);
+  CheckStreams(RandomProjections(2, 200, 17, 15), false, 0, 4);    // not whole chunks
+  CheckStreams(RandomProjections(2, 512, 17, 16), false, 514, 4);  // 8-byte fp32 rows
 }
 
 TEST(CompressorGpu, ReleasedDimsRatio1Streamed) {
@@ -283,6 +306,46 @@ TEST(CompressorGpu, HugeDynamicRangeAndSpecialValues) {
     if (i % 83 == 0) pr.score[i] = pr.score[i % 512];
   }
   CheckStreams(pr, false);
+  CheckStreams(pr, false, 0, /*latent_pad=*/4);  // ratio 2's vector path
+}
+
+// Non-finite gate logits in one channel of each group: one token's −Inf (the other's weight is
+// then exactly 1: a finite row, compared bit for bit), both −Inf, one +Inf, one NaN, both +Inf (a
+// NaN channel, so the norm makes the whole row NaN). The pooling's one-exp shortcut must give the
+// CPU's values; NaN rows are compared as NaN (the GPU's arithmetic returns the canonical NaN where
+// x86 propagates an operand's payload).
+TEST(CompressorGpu, NonFiniteGateLogits) {
+  FS_SKIP_WITHOUT_GPU();
+  Projections pr = RandomProjections(2, 512, 240, 17);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t g = 0; g < pr.n / 2; ++g) {
+    const int64_t c = (g * 37) % pr.c;
+    float& z0 = pr.score[(2 * g) * pr.c + c];
+    float& z1 = pr.score[(2 * g + 1) * pr.c + c];
+    switch (g % 6) {
+      case 0:
+        z0 = -inf;
+        break;
+      case 1:
+        z1 = -inf;
+        break;
+      case 2:
+        z0 = z1 = -inf;
+        break;
+      case 3:
+        z0 = inf;
+        break;
+      case 4:
+        z1 = nan;
+        break;
+      default:
+        z0 = z1 = inf;
+        break;
+    }
+  }
+  CheckStreams(pr, false, 0, kLatentPad, /*nan_equal=*/true);
+  CheckStreams(pr, false, 0, /*latent_pad=*/4, /*nan_equal=*/true);
 }
 
 TEST(CompressorGpu, UploadedStateResumesMidGroup) {
@@ -377,15 +440,17 @@ RopeTable FullYarnTable() {
 }
 
 // FinalizeCompressedKv of `rows` random latents (C channels) at random group indices, on both
-// sides: kv and the serving rows (when `cache`), padded strides or in place.
-void CheckFinalize(int64_t rows, int64_t c, int64_t ratio, bool cache, bool in_place,
-                   uint32_t seed) {
-  SCOPED_TRACE(absl::StrFormat("rows %d C %d ratio %d cache %d in place %d", rows, c, ratio, cache,
-                               in_place));
+// sides: kv and the serving rows (when `cache`), padded strides or in place. `aligned`: kv rows
+// 16-byte and serving rows 8-byte aligned as well as the latent (the kernel's vector accesses);
+// otherwise kv and the serving rows are misaligned (its value-by-value path).
+void CheckFinalize(int64_t rows, int64_t c, int64_t ratio, bool cache, bool in_place, uint32_t seed,
+                   bool aligned = false) {
+  SCOPED_TRACE(absl::StrFormat("rows %d C %d ratio %d cache %d in place %d aligned %d", rows, c,
+                               ratio, cache, in_place, aligned));
   const RopeTable table = FullYarnTable();
   std::mt19937 rng(seed);
-  const int64_t ls = c + 8, ks = in_place ? ls : c + 5;
-  const int64_t rb = formats::MainKvRowBytes(c), rs = rb + 7;
+  const int64_t ls = c + 8, ks = in_place ? ls : (aligned ? c + 16 : c + 5);
+  const int64_t rb = formats::MainKvRowBytes(c), rs = aligned ? rb + 8 : rb + 7;
   std::vector<uint16_t> latent(static_cast<size_t>(rows * ls), 0x4000);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   for (int64_t r = 0; r < rows; ++r) {
@@ -447,6 +512,11 @@ TEST(CompressorGpu, FinalizeMatchesTheCpuTail) {
   CheckFinalize(1, 512, 2, true, false, 3);
   CheckFinalize(33, 64, 4, false, false, 4);  // C == rd: every pair rotated
   CheckFinalize(65, 1056, 2, true, true, 5);  // more blocks than lanes
+  // The vector accesses (every row 16-byte, every serving row 8-byte aligned).
+  CheckFinalize(4096, 512, 2, true, false, 6, /*aligned=*/true);
+  CheckFinalize(777, 512, 1, true, true, 7, /*aligned=*/true);
+  CheckFinalize(33, 64, 4, false, false, 8, /*aligned=*/true);
+  CheckFinalize(65, 1056, 2, true, false, 9, /*aligned=*/true);
 }
 
 // The whole chain on both sides over a stream of calls: compress, then the cache tail of each

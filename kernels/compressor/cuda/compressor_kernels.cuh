@@ -13,6 +13,7 @@
 #include "kernels/compressor/exp_rn.h"
 #include "kernels/norm_rope/cuda/norm_rope_math.cuh"
 #include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/cuda/quant_kernels.cuh"
 #include "kernels/quant/cuda/quant_math.h"
 
 namespace flashserve::kernels::compressor_device {
@@ -39,6 +40,9 @@ struct CompressArgs {
   int64_t groups = 0;       // completed groups = (pending + tokens) / ratio
   int64_t first_group = 0;  // group index of latent row 0
   int sum_bits = 0;         // ceil(log2(channels)): extra bits a sum of C terms needs
+  // Ratio 2 on a warp per row: rows of 4-channel chunks (C % 128 == 0, C <= 1024), the fp32
+  // inputs and state rows 16-byte aligned, latent and norm weight 8-byte aligned (PoolRowVec).
+  bool vec = false;
 };
 
 // Sum / max / min of a value over a group of kGroup threads (a warp, or the whole block), the
@@ -75,33 +79,133 @@ __device__ __forceinline__ int LowExponent(uint32_t u) {
   return -149 + (__ffs(static_cast<int>(u)) - 1);
 }
 
+// Ratio 2's pooled value of one channel from its two tokens' gate logits z0, z1 and values k0, k1
+// (PoolChannel's operations): of the two exps one is exp(m - m) = exp(0) = 1 exactly when the max
+// m is finite (a token equal to m, NaN excepted: fmaxf returns the other operand), so one ExpRn
+// instead of two; a non-finite m (an Inf or two NaNs) takes both, as the CPU does.
+__device__ __forceinline__ float PoolPair(float z0, float z1, float k0, float k1) {
+  const float mx = fmaxf(z0, z1);
+  float e0 = 1.0f;
+  float e1 = 1.0f;
+  if (isfinite(mx)) {
+    const bool first = z0 == mx;  // then exp(z0 - mx) = 1
+    const float e = compressor_math::ExpRn(ex::SubRn(first ? z1 : z0, mx));
+    (first ? e1 : e0) = e;
+  } else {
+    e0 = compressor_math::ExpRn(ex::SubRn(z0, mx));
+    e1 = compressor_math::ExpRn(ex::SubRn(z1, mx));
+  }
+  const float sum = ex::AddRn(ex::AddRn(0.0f, e0), e1);
+  const float acc = ex::AddRn(0.0f, ex::MulRn(ex::DivRn(e0, sum), k0));
+  return ex::AddRn(acc, ex::MulRn(ex::DivRn(e1, sum), k1));
+}
+
 // The pooled fp32 value of one channel: PoolGroup of cpu/compress_projected_cpu.cc, operation for
-// operation. kv_rows / z_rows: the r token rows of the group.
+// operation (ratio 2 through PoolPair). kv_rows / z_rows: the r token rows of the group.
 template <int kRatio>
 __device__ __forceinline__ float PoolChannel(const float* const* kv_rows,
                                              const float* const* z_rows, int r, int64_t c) {
-  constexpr int kMax = kRatio > 0 ? kRatio : static_cast<int>(kMaxCompressRatio);
-  const int n = kRatio > 0 ? kRatio : r;
-  float e[kMax];
-  float mx = z_rows[0][c];
+  if constexpr (kRatio == 2) {
+    return PoolPair(z_rows[0][c], z_rows[1][c], kv_rows[0][c], kv_rows[1][c]);
+  } else {
+    constexpr int kMax = kRatio > 0 ? kRatio : static_cast<int>(kMaxCompressRatio);
+    const int n = kRatio > 0 ? kRatio : r;
+    float e[kMax];
+    float mx = z_rows[0][c];
 #pragma unroll
-  for (int i = 1; i < kMax; ++i) {
-    if (i < n) mx = fmaxf(mx, z_rows[i][c]);
-  }
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMax; ++i) {
-    if (i < n) {
-      e[i] = compressor_math::ExpRn(ex::SubRn(z_rows[i][c], mx));
-      sum = ex::AddRn(sum, e[i]);
+    for (int i = 1; i < kMax; ++i) {
+      if (i < n) mx = fmaxf(mx, z_rows[i][c]);
     }
-  }
-  float acc = 0.0f;
+    float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kMax; ++i) {
-    if (i < n) acc = ex::AddRn(acc, ex::MulRn(ex::DivRn(e[i], sum), kv_rows[i][c]));
+    for (int i = 0; i < kMax; ++i) {
+      if (i < n) {
+        e[i] = compressor_math::ExpRn(ex::SubRn(z_rows[i][c], mx));
+        sum = ex::AddRn(sum, e[i]);
+      }
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMax; ++i) {
+      if (i < n) acc = ex::AddRn(acc, ex::MulRn(ex::DivRn(e[i], sum), kv_rows[i][c]));
+    }
+    return acc;
   }
-  return acc;
+}
+
+// Per-term statistics of a row's fp32 squares for the exactness check of their double sum.
+struct SquareStats {
+  double sum = 0.0;
+  int top = -1000;
+  int low = 1000;
+  bool finite = true;
+  __device__ __forceinline__ void Add(float v) {
+    const float sq = ex::MulRn(v, v);
+    const uint32_t u = __float_as_uint(sq);
+    if (u >= 0x7F800000u) {
+      finite = false;
+    } else if (u != 0u) {
+      top = max(top, TopExponent(u));
+      low = min(low, LowExponent(u));
+    }
+    sum += static_cast<double>(sq);
+  }
+};
+
+// The most 128-channel chunks of a row on PoolRowVec's path (C <= 1024, every warp-per-row width).
+inline constexpr int kVecChunks = 8;
+
+// Ratio 2, pass 1 on a warp per row by 4-channel chunks (CompressArgs::vec): lane l takes
+// channels 128 j + 4 l .. + 3 (16-byte loads of both tokens' kv and z, an 8-byte store of the four
+// bf16 latent values), keeps the bf16 words for pass 2 and adds the squares to `st`.
+__device__ __forceinline__ void PoolRowVec(const float* const* kv_rows, const float* const* z_rows,
+                                           int64_t chunks, int lane, uint16_t* lat,
+                                           uint32_t (&words)[kVecChunks][2], SquareStats* st) {
+#pragma unroll
+  for (int j = 0; j < kVecChunks; ++j) {
+    if (j >= chunks) break;
+    const int64_t c = 128 * j + 4 * lane;
+    const float4 z0 = *reinterpret_cast<const float4*>(z_rows[0] + c);
+    const float4 z1 = *reinterpret_cast<const float4*>(z_rows[1] + c);
+    const float4 k0 = *reinterpret_cast<const float4*>(kv_rows[0] + c);
+    const float4 k1 = *reinterpret_cast<const float4*>(kv_rows[1] + c);
+    const uint32_t b0 = ex::F32ToBf16(PoolPair(z0.x, z1.x, k0.x, k1.x));
+    const uint32_t b1 = ex::F32ToBf16(PoolPair(z0.y, z1.y, k0.y, k1.y));
+    const uint32_t b2 = ex::F32ToBf16(PoolPair(z0.z, z1.z, k0.z, k1.z));
+    const uint32_t b3 = ex::F32ToBf16(PoolPair(z0.w, z1.w, k0.w, k1.w));
+    words[j][0] = b0 | (b1 << 16);
+    words[j][1] = b2 | (b3 << 16);
+    *reinterpret_cast<uint2*>(lat + c) = make_uint2(words[j][0], words[j][1]);
+    st->Add(ex::Bf16ToF32(b0));
+    st->Add(ex::Bf16ToF32(b1));
+    st->Add(ex::Bf16ToF32(b2));
+    st->Add(ex::Bf16ToF32(b3));
+  }
+}
+
+// Pass 2 of the same chunks: bf16(w * (x * rs)) from the kept words, 8-byte weight loads and
+// stores.
+__device__ __forceinline__ void NormRowVec(const uint32_t (&words)[kVecChunks][2], int64_t chunks,
+                                           int lane, const uint16_t* weight, float rs,
+                                           uint16_t* lat) {
+#pragma unroll
+  for (int j = 0; j < kVecChunks; ++j) {
+    if (j >= chunks) break;
+    const int64_t c = 128 * j + 4 * lane;
+    const uint2 wv = *reinterpret_cast<const uint2*>(weight + c);
+    const uint32_t wt[2] = {wv.x, wv.y};
+    uint32_t o[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float x0 = ex::Bf16ToF32(words[j][h] & 0xFFFFu);
+      const float x1 = ex::Bf16ToF32(words[j][h] >> 16);
+      const float w0 = ex::Bf16ToF32(wt[h] & 0xFFFFu);
+      const float w1 = ex::Bf16ToF32(wt[h] >> 16);
+      o[h] = ex::F32ToBf16(ex::MulRn(w0, ex::MulRn(x0, rs))) |
+             (ex::F32ToBf16(ex::MulRn(w1, ex::MulRn(x1, rs))) << 16);
+    }
+    *reinterpret_cast<uint2*>(lat + c) = make_uint2(o[0], o[1]);
+  }
 }
 
 // A group of kGroup threads per latent row (grid-stride over rows); pass 1 writes the bf16
@@ -138,30 +242,32 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
       }
     }
     // Pass 1.
-    double sum = 0.0;
-    int top = -1000, low = 1000;
-    bool finite = true;
-    for (int64_t c = lane; c < c_n; c += kGroup) {
-      uint32_t b = 0;
-      if constexpr (kInput == Input::kPool) {
-        b = ex::F32ToBf16(PoolChannel<kRatio>(kv_rows, z_rows, r, c));
-      } else if constexpr (kInput == Input::kCastF32) {
-        b = ex::F32ToBf16(p.kv[g * p.kv_stride + c]);
-      } else {
-        b = p.kv_bf16[g * p.kv_stride + c];
-      }
-      lat[c] = static_cast<uint16_t>(b);
-      const float v = ex::Bf16ToF32(b);
-      const float sq = ex::MulRn(v, v);
-      const uint32_t u = __float_as_uint(sq);
-      if (u >= 0x7F800000u) {
-        finite = false;
-      } else if (u != 0u) {
-        top = max(top, TopExponent(u));
-        low = min(low, LowExponent(u));
-      }
-      sum += static_cast<double>(sq);
+    SquareStats st;
+    uint32_t words[kVecChunks][2];
+    constexpr bool kVecPath = kGroup == 32 && kInput == Input::kPool && kRatio == 2;
+    bool vec = false;
+    if constexpr (kVecPath) vec = a.vec;
+    if constexpr (kVecPath) {
+      if (vec) PoolRowVec(kv_rows, z_rows, c_n / 128, lane, lat, words, &st);
     }
+    if (!vec) {
+      for (int64_t c = lane; c < c_n; c += kGroup) {
+        uint32_t b = 0;
+        if constexpr (kInput == Input::kPool) {
+          b = ex::F32ToBf16(PoolChannel<kRatio>(kv_rows, z_rows, r, c));
+        } else if constexpr (kInput == Input::kCastF32) {
+          b = ex::F32ToBf16(p.kv[g * p.kv_stride + c]);
+        } else {
+          b = p.kv_bf16[g * p.kv_stride + c];
+        }
+        lat[c] = static_cast<uint16_t>(b);
+        st.Add(ex::Bf16ToF32(b));
+      }
+    }
+    double sum = st.sum;
+    int top = st.top;
+    int low = st.low;
+    const bool finite = st.finite;
     sum = GroupReduce<kGroup>(
         sum, [](double x, double y) { return x + y; }, dscratch);
     top = GroupReduce<kGroup>(
@@ -197,11 +303,17 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
     }
     const float mean = ex::MulRn(ex::DoubleToF32(sum), inv_n);
     const float rs = ex::DivRn(1.0f, ex::SqrtRn(ex::AddRn(mean, p.norm_eps)));
-    // Pass 2: the same channels as pass 1, so each thread reads back what it wrote.
-    for (int64_t c = lane; c < c_n; c += kGroup) {
-      const float x = ex::Bf16ToF32(lat[c]);
-      const float w = ex::Bf16ToF32(p.norm_weight[c]);
-      lat[c] = static_cast<uint16_t>(ex::F32ToBf16(ex::MulRn(w, ex::MulRn(x, rs))));
+    // Pass 2: the same channels as pass 1, so each thread reads back what it wrote (or, on the
+    // vector path, normalises the words it kept).
+    if constexpr (kVecPath) {
+      if (vec) NormRowVec(words, c_n / 128, lane, p.norm_weight, rs, lat);
+    }
+    if (!vec) {
+      for (int64_t c = lane; c < c_n; c += kGroup) {
+        const float x = ex::Bf16ToF32(lat[c]);
+        const float w = ex::Bf16ToF32(p.norm_weight[c]);
+        lat[c] = static_cast<uint16_t>(ex::F32ToBf16(ex::MulRn(w, ex::MulRn(x, rs))));
+      }
     }
     if (lane == 0) p.group_index[g] = a.first_group + g;
   }
@@ -224,6 +336,14 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
 template <int kGroup, Input kInput, int kRatio>
 __global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
   CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
+}
+
+// Ratio 2 on a warp per row (the released layers' call): CompressKernel's body held to 64
+// registers, 4 blocks per SM (74 registers and 3 blocks unbounded; [16384 tokens, 512]: 51.8 ->
+// 46.7 us on an H200). The other instantiations keep ptxas's own choice: naming any minimum there
+// raised the ratio-1 kernels from 32 / 40 to 40 / 48 registers and cost them ~7 %.
+__global__ void __launch_bounds__(kThreads, 4) CompressRatio2Kernel(CompressArgs a) {
+  CompressBody<32, Input::kPool, 2>(a, blockIdx.x, gridDim.x);
 }
 
 // ---- CompressProjected, batched ----------------------------------------------------------------
@@ -300,63 +420,112 @@ struct FinalizeArgs {
   float freqs[kMaxRopeDims / 2] = {};
 };
 
+inline constexpr int kFinalizeWarps = kFinalizeThreads / 32;
+
+// The 16 bf16 values of one block as 8 words (word k: values 2k low, 2k + 1 high): two 16-byte
+// accesses (kVec: 16-byte aligned rows) or value by value.
+template <bool kVec>
+__device__ __forceinline__ void LoadBlock(const uint16_t* x, uint32_t (&w)[8]) {
+  if constexpr (kVec) {
+    const uint4 lo = *reinterpret_cast<const uint4*>(x);
+    const uint4 hi = *reinterpret_cast<const uint4*>(x + 8);
+    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w;
+    w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = x[2 * k] | (static_cast<uint32_t>(x[2 * k + 1]) << 16);
+  }
+}
+
+template <bool kVec>
+__device__ __forceinline__ void StoreBlock(uint16_t* out, const uint32_t (&w)[8]) {
+  if constexpr (kVec) {
+    *reinterpret_cast<uint4*>(out) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(out + 8) = make_uint4(w[4], w[5], w[6], w[7]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      out[2 * k] = static_cast<uint16_t>(w[k]);
+      out[2 * k + 1] = static_cast<uint16_t>(w[k] >> 16);
+    }
+  }
+}
+
 // A warp per row (grid-stride), a lane per 16-value block (and every 32nd after). The rotated
-// pairs never straddle a block (channels − rd is even). Per block, as FinalizeRow on the CPU:
-// RoPE (bf16 out), the block amax of the rotated values, the E4M3 scale, the E2M1 codes (true
-// division), the dequantised values, and the serving row's bytes when asked.
+// pairs never straddle a block (channels − rd is even). Per row the lanes first compute the cos /
+// sin of every rotated pair at the row's position, a pair per lane, into the warp's shared slots
+// (instead of the few lanes owning the rotated blocks computing 8 double sin/cos each in turn).
+// Per block, as FinalizeRow on the CPU: RoPE (bf16 out), the block amax of the rotated values, the
+// E4M3 scale and the E2M1 codes and dequantised values of quant's FP4 quantiser (bit for bit
+// formats' QdqFp4E4m3B16, kernels/quant/README.md: one reciprocal per block, no division per
+// value), and the serving row's bytes when asked. kVec: latent / kv rows 16-byte aligned and
+// serving rows 8-byte aligned (one 16-byte access per 8 values, one 8-byte store of a block's
+// codes); else value by value, the same arithmetic.
+template <bool kVec>
 __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs a) {
-  constexpr int kWarps = kFinalizeThreads / 32;
+  using Fp4 = quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>;
+  __shared__ float2 s_cos_sin[kFinalizeWarps][kMaxRopeDims / 2];
   const FinalizeCompressedKvParams& p = a.p;
   const int lane = static_cast<int>(threadIdx.x % 32);
+  float2* cos_sin = s_cos_sin[threadIdx.x / 32];
   const int64_t blocks = p.channels / kBlock;
   const int64_t nope = p.channels - 2 * int64_t{a.pairs};
-  for (int64_t row = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32; row < p.rows;
-       row += int64_t{gridDim.x} * kWarps) {
+  for (int64_t row = int64_t{blockIdx.x} * kFinalizeWarps + threadIdx.x / 32; row < p.rows;
+       row += int64_t{gridDim.x} * kFinalizeWarps) {
     const int64_t pos = p.group_index[row] * p.ratio;
     const uint16_t* x = p.latent + row * p.latent_stride;
     uint16_t* out = p.kv + row * p.kv_stride;
     uint8_t* cache = p.cache_rows != nullptr ? p.cache_rows + row * p.cache_row_stride : nullptr;
+    __syncwarp();  // the previous row's cos / sin are read
+    for (int k = lane; k < a.pairs; k += 32) {
+      float cs = 0.0f;
+      float sn = 0.0f;
+      norm_rope_device::RopeCosSinAt(pos, a.freqs[k], &cs, &sn);
+      cos_sin[k] = make_float2(cs, sn);
+    }
+    __syncwarp();
     for (int64_t b = lane; b < blocks; b += 32) {
       const int64_t c0 = b * kBlock;
-      uint32_t v[kBlock];
+      uint32_t w[8];
+      LoadBlock<kVec>(x + c0, w);
+      if (c0 + kBlock > nope) {
 #pragma unroll
-      for (int i = 0; i < kBlock; ++i) v[i] = x[c0 + i];
-#pragma unroll
-      for (int k = 0; k < kBlock / 2; ++k) {
-        const int64_t c = c0 + 2 * k;
-        if (c < nope) continue;
-        float cs = 0.0f;
-        float sn = 0.0f;
-        norm_rope_device::RopeCosSinAt(pos, a.freqs[(c - nope) / 2], &cs, &sn);
-        float re = 0.0f;
-        float im = 0.0f;
-        norm_rope_device::RotatePair(ex::Bf16ToF32(v[2 * k]), ex::Bf16ToF32(v[2 * k + 1]), cs, sn,
-                                     &re, &im);
-        v[2 * k] = ex::F32ToBf16(re);
-        v[2 * k + 1] = ex::F32ToBf16(im);
+        for (int k = 0; k < kBlock / 2; ++k) {
+          const int64_t c = c0 + 2 * k;
+          if (c < nope) continue;
+          const float2 t = cos_sin[(c - nope) / 2];
+          float re = 0.0f;
+          float im = 0.0f;
+          norm_rope_device::RotatePair(ex::Bf16ToF32(w[k] & 0xFFFFu), ex::Bf16ToF32(w[k] >> 16),
+                                       t.x, t.y, &re, &im);
+          w[k] = ex::F32ToBf16(re) | (ex::F32ToBf16(im) << 16);
+        }
       }
-      uint32_t amax = 0;
-#pragma unroll
-      for (int k = 0; k < kBlock / 2; ++k) {
-        amax = qm::AmaxOfPair(v[2 * k] | (v[2 * k + 1] << 16), amax);
-      }
-      const uint32_t scale_byte = qm::Fp4E4m3ScaleByte(amax);
-      const float scale = qm::E4m3ToF32(scale_byte);
-      uint32_t packed[kBlock / 8] = {0, 0};
-#pragma unroll
-      for (int i = 0; i < kBlock; ++i) {
-        // E2M1(x / scale) with the sign of x (formats keeps a NaN x's sign; the scale is > 0).
-        const float q = qm::DivRn(ex::Bf16ToF32(v[i] & 0x7FFFu), scale);
-        const uint32_t code = ((v[i] >> 12) & 0x8u) | qm::E2m1Magnitude(__float_as_uint(q));
-        packed[i / 8] |= code << (4 * (i % 8));
-        v[i] = qm::F32ToBf16(qm::MulRn(qm::E2m1ToF32(code), scale));
-      }
-#pragma unroll
-      for (int i = 0; i < kBlock; ++i) out[c0 + i] = static_cast<uint16_t>(v[i]);
+      const uint32_t u0[4] = {w[0], w[1], w[2], w[3]};
+      const uint32_t u1[4] = {w[4], w[5], w[6], w[7]};
+      bool nan0 = false;
+      bool nan1 = false;
+      const uint32_t amax0 = quant::device::UnitAmax(u0, &nan0);
+      const uint32_t amax1 = quant::device::UnitAmax(u1, &nan1);
+      const uint32_t scale_byte = Fp4::ScaleByte(amax0 > amax1 ? amax0 : amax1);
+      const float r14 = qm::Fp4E4m3Reciprocal14(qm::E4m3ToF32ByShift(scale_byte));
+      const uint32_t codes0[1] = {quant::device::EncodeFp4Unit(u0, r14)};
+      const uint32_t codes1[1] = {quant::device::EncodeFp4Unit(u1, r14)};
+      uint32_t q0[4];
+      uint32_t q1[4];
+      Fp4::Decode(codes0, scale_byte, q0);
+      Fp4::Decode(codes1, scale_byte, q1);
+      const uint32_t q[8] = {q0[0], q0[1], q0[2], q0[3], q1[0], q1[1], q1[2], q1[3]};
+      StoreBlock<kVec>(out + c0, q);
       if (cache != nullptr) {
+        if constexpr (kVec) {
+          *reinterpret_cast<uint2*>(cache + c0 / 2) = make_uint2(codes0[0], codes1[0]);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kBlock / 2; ++j) {
-          cache[c0 / 2 + j] = static_cast<uint8_t>(packed[j / 4] >> (8 * (j % 4)));
+          for (int j = 0; j < 4; ++j) {
+            cache[c0 / 2 + j] = static_cast<uint8_t>(codes0[0] >> (8 * j));
+            cache[c0 / 2 + 4 + j] = static_cast<uint8_t>(codes1[0] >> (8 * j));
+          }
         }
         cache[p.channels / 2 + b] = static_cast<uint8_t>(scale_byte);
       }

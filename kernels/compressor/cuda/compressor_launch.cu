@@ -33,14 +33,37 @@ int CeilLog2(int64_t n) {
   return b;
 }
 
+bool Aligned(const void* ptr, int64_t stride_bytes, int64_t n) {
+  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
+}
+
+static_assert(kWarpRowMaxChannels <= 128 * compressor_device::kVecChunks,
+              "the vector path's registers hold every warp-per-row width");
+
+// CompressArgs::vec: ratio 2 on a warp per row with whole 128-channel chunks, every fp32 row
+// (this call's and the state's) 16-byte aligned, the latent rows and the norm weight 8-byte.
+bool VecRows(const CompressArgs& a) {
+  const CompressProjectedParams& p = a.p;
+  return p.ratio == 2 && p.kv != nullptr && p.channels % 128 == 0 &&
+         p.channels <= 128 * compressor_device::kVecChunks && Aligned(p.kv, 4 * p.kv_stride, 16) &&
+         Aligned(p.score, 4 * p.score_stride, 16) && Aligned(a.state_kv, 4 * p.channels, 16) &&
+         Aligned(a.state_score, 4 * p.channels, 16) && Aligned(p.latent, 2 * p.latent_stride, 8) &&
+         Aligned(p.norm_weight, 0, 8);
+}
+
 template <int kGroup, Input kInput, int kRatio>
 void LaunchCompress(const CompressArgs& a, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kThreads / kGroup;
   // At least one block: block 0 also writes the state's new open group.
   const int64_t blocks =
       std::clamp<int64_t>((a.groups + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
-  compressor_device::CompressKernel<kGroup, kInput, kRatio>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+  if constexpr (kGroup == 32 && kInput == Input::kPool && kRatio == 2) {
+    compressor_device::CompressRatio2Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        a);
+  } else {
+    compressor_device::CompressKernel<kGroup, kInput, kRatio>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -185,6 +208,7 @@ absl::Status LaunchCompressProjected(const CompressProjectedParams& p, Compresso
   a.groups = total / p.ratio;
   a.first_group = (p.start_pos - a.pending) / p.ratio;
   a.sum_bits = CeilLog2(p.channels);
+  a.vec = VecRows(a);
   if (p.channels <= kWarpRowMaxChannels) {
     LaunchCompressFor<32>(a, stream);
   } else {
@@ -220,8 +244,17 @@ absl::Status LaunchFinalizeCompressedKv(const FinalizeCompressedKvParams& p, CUs
   std::copy(freqs.begin(), freqs.end(), a.freqs);
   constexpr int64_t kRowsPerBlock = kFinalizeThreads / 32;
   const int64_t blocks = std::min((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
-  compressor_device::FinalizeKernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(
-      a);
+  // 16-byte rows of latent and kv, 8-byte serving rows: the vector accesses.
+  const auto aligned = [](const void* ptr, int64_t stride_bytes, int64_t n) {
+    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(n) == 0 &&
+           stride_bytes % n == 0;
+  };
+  const bool vec = aligned(p.latent, 2 * p.latent_stride, 16) &&
+                   aligned(p.kv, 2 * p.kv_stride, 16) &&
+                   (p.cache_rows == nullptr || aligned(p.cache_rows, p.cache_row_stride, 8));
+  const auto kernel =
+      vec ? compressor_device::FinalizeKernel<true> : compressor_device::FinalizeKernel<false>;
+  kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
   return absl::OkStatus();
 }
