@@ -422,35 +422,6 @@ struct FinalizeArgs {
 
 inline constexpr int kFinalizeWarps = kFinalizeThreads / 32;
 
-// The 16 bf16 values of one block as 8 words (word k: values 2k low, 2k + 1 high): two 16-byte
-// accesses (kVec: 16-byte aligned rows) or value by value.
-template <bool kVec>
-__device__ __forceinline__ void LoadBlock(const uint16_t* x, uint32_t (&w)[8]) {
-  if constexpr (kVec) {
-    const uint4 lo = *reinterpret_cast<const uint4*>(x);
-    const uint4 hi = *reinterpret_cast<const uint4*>(x + 8);
-    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w;
-    w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-  } else {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) w[k] = x[2 * k] | (static_cast<uint32_t>(x[2 * k + 1]) << 16);
-  }
-}
-
-template <bool kVec>
-__device__ __forceinline__ void StoreBlock(uint16_t* out, const uint32_t (&w)[8]) {
-  if constexpr (kVec) {
-    *reinterpret_cast<uint4*>(out) = make_uint4(w[0], w[1], w[2], w[3]);
-    *reinterpret_cast<uint4*>(out + 8) = make_uint4(w[4], w[5], w[6], w[7]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      out[2 * k] = static_cast<uint16_t>(w[k]);
-      out[2 * k + 1] = static_cast<uint16_t>(w[k] >> 16);
-    }
-  }
-}
-
 // A warp per row (grid-stride), a lane per 16-value block (and every 32nd after). The rotated
 // pairs never straddle a block (channels − rd is even). Per row the lanes first compute the cos /
 // sin of every rotated pair at the row's position, a pair per lane, into the warp's shared slots
@@ -486,37 +457,37 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
     __syncwarp();
     for (int64_t b = lane; b < blocks; b += 32) {
       const int64_t c0 = b * kBlock;
-      uint32_t w[8];
-      LoadBlock<kVec>(x + c0, w);
+      // The block as quant's two 8-value units: u[h][j] holds values 8h + 2j (low) and 8h + 2j + 1.
+      uint32_t u[2][4];
+      quant::device::LoadBf16<kVec>(x + c0, u[0]);
+      quant::device::LoadBf16<kVec>(x + c0 + 8, u[1]);
       if (c0 + kBlock > nope) {
 #pragma unroll
         for (int k = 0; k < kBlock / 2; ++k) {
           const int64_t c = c0 + 2 * k;
           if (c < nope) continue;
           const float2 t = cos_sin[(c - nope) / 2];
+          uint32_t& w = u[k / 4][k % 4];
           float re = 0.0f;
           float im = 0.0f;
-          norm_rope_device::RotatePair(ex::Bf16ToF32(w[k] & 0xFFFFu), ex::Bf16ToF32(w[k] >> 16),
-                                       t.x, t.y, &re, &im);
-          w[k] = ex::F32ToBf16(re) | (ex::F32ToBf16(im) << 16);
+          norm_rope_device::RotatePair(ex::Bf16ToF32(w & 0xFFFFu), ex::Bf16ToF32(w >> 16), t.x, t.y,
+                                       &re, &im);
+          w = ex::F32ToBf16(re) | (ex::F32ToBf16(im) << 16);
         }
       }
-      const uint32_t u0[4] = {w[0], w[1], w[2], w[3]};
-      const uint32_t u1[4] = {w[4], w[5], w[6], w[7]};
       bool nan0 = false;
       bool nan1 = false;
-      const uint32_t amax0 = quant::device::UnitAmax(u0, &nan0);
-      const uint32_t amax1 = quant::device::UnitAmax(u1, &nan1);
+      const uint32_t amax0 = quant::device::UnitAmax(u[0], &nan0);
+      const uint32_t amax1 = quant::device::UnitAmax(u[1], &nan1);
       const uint32_t scale_byte = Fp4::ScaleByte(amax0 > amax1 ? amax0 : amax1);
       const float r14 = qm::Fp4E4m3Reciprocal14(qm::E4m3ToF32ByShift(scale_byte));
-      const uint32_t codes0[1] = {quant::device::EncodeFp4Unit(u0, r14)};
-      const uint32_t codes1[1] = {quant::device::EncodeFp4Unit(u1, r14)};
-      uint32_t q0[4];
-      uint32_t q1[4];
-      Fp4::Decode(codes0, scale_byte, q0);
-      Fp4::Decode(codes1, scale_byte, q1);
-      const uint32_t q[8] = {q0[0], q0[1], q0[2], q0[3], q1[0], q1[1], q1[2], q1[3]};
-      StoreBlock<kVec>(out + c0, q);
+      const uint32_t codes0[1] = {quant::device::EncodeFp4Unit(u[0], r14)};
+      const uint32_t codes1[1] = {quant::device::EncodeFp4Unit(u[1], r14)};
+      uint32_t q[2][4];
+      Fp4::Decode(codes0, scale_byte, q[0]);
+      Fp4::Decode(codes1, scale_byte, q[1]);
+      quant::device::StoreBf16<kVec>(out + c0, q[0]);
+      quant::device::StoreBf16<kVec>(out + c0 + 8, q[1]);
       if (cache != nullptr) {
         if constexpr (kVec) {
           *reinterpret_cast<uint2*>(cache + c0 / 2) = make_uint2(codes0[0], codes1[0]);
