@@ -245,13 +245,9 @@ absl::Status LaunchFinalizeCompressedKv(const FinalizeCompressedKvParams& p, CUs
   constexpr int64_t kRowsPerBlock = kFinalizeThreads / 32;
   const int64_t blocks = std::min((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
   // 16-byte rows of latent and kv, 8-byte serving rows: the vector accesses.
-  const auto aligned = [](const void* ptr, int64_t stride_bytes, int64_t n) {
-    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(n) == 0 &&
-           stride_bytes % n == 0;
-  };
-  const bool vec = aligned(p.latent, 2 * p.latent_stride, 16) &&
-                   aligned(p.kv, 2 * p.kv_stride, 16) &&
-                   (p.cache_rows == nullptr || aligned(p.cache_rows, p.cache_row_stride, 8));
+  const bool vec = Aligned(p.latent, 2 * p.latent_stride, 16) &&
+                   Aligned(p.kv, 2 * p.kv_stride, 16) &&
+                   (p.cache_rows == nullptr || Aligned(p.cache_rows, p.cache_row_stride, 8));
   const auto kernel =
       vec ? compressor_device::FinalizeKernel<true> : compressor_device::FinalizeKernel<false>;
   kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(a);

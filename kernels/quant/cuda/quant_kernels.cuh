@@ -2,15 +2,15 @@
 // quant_math.h and quant_fast.cuh).
 //
 // Work split: the matrix is cut into units of 8 consecutive values of a row (16 bf16 bytes). A
-// warp takes 32 * kU consecutive units per step (kU units per lane: UnitsPerLane), lane l the
-// units l + 32k, so every
-// load and store instruction of the warp covers one contiguous stretch of memory (whole 32-byte
-// sectors; half-written sectors cost a DRAM read). A block of 32 values is 4 adjacent lanes, a
-// block of 16 is 2; they combine their amax with whole-warp shuffles, which every lane runs (past
-// the end of the matrix with zeros; rows hold whole blocks and steps start at multiples of 32
-// units, so a block never straddles the end). The warps stride over the flattened unit index
-// (grid-stride, persistent grid). Memory-bound: one read of the input, one write of the output, no
-// shared memory, loads with the streaming hint.
+// warp takes 32 * kU consecutive units per step (kU units per lane), lane l the units l + 32k,
+// so every load and store instruction of the warp covers one contiguous stretch of memory (whole
+// 32-byte sectors; half-written sectors cost a DRAM read). A block of 32 values is 4 adjacent
+// lanes, a block of 16 is 2; they combine their amax with whole-warp shuffles, which every lane
+// runs (past the end of the matrix with zeros; rows hold whole blocks and steps start at multiples
+// of 32 units, so a block never straddles the end). The warps stride over the flattened unit index
+// (grid-stride, persistent grid). Memory-bound: one read of the input, one write of the output,
+// loads with the streaming hint; no shared memory but the E4M3-scaled FP4 encoder's 512-byte
+// reciprocal table per block (Fmt::FillTables).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,8 +25,6 @@ namespace flashserve::kernels::quant::device {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kUnit = 8;  // values per unit (one 16-byte bf16 access)
-// Independent units per lane and warp step. 4 measured the same as 2 on an H200 (FP4 quantise is
-// issue-bound, the rest near the copy roofline) and costs registers.
 // Independent units per lane and warp step (kU): 2, except 4 for the FP4 quantisers (fewer
 // instructions per value than the rest since session 38: [16384, 5120] E4M3-scaled 72.4 -> 70.5
 // us, UE8M0 76.6 -> 74.7 on an H200). 4 is no faster for FP8 (74.4 -> 76) or QDQ, and costs
@@ -302,7 +300,7 @@ __device__ __forceinline__ const float* FillBlockTables(BlockTables<F>& tables) 
   return tables.t;
 }
 
-// kU (UnitsPerLane) units per lane and step; the launcher sizes the grid with the same kU.
+// kU units per lane and step (kQuantizeUnits); the launcher sizes the grid with the same kU.
 template <BlockFormat F, bool kVec, CodeAccess kAccess>
 __global__ void __launch_bounds__(kThreads)
     QuantizeKernel(const QuantizeParams p, uint32_t units_per_row, uint32_t total) {
