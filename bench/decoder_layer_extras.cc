@@ -96,9 +96,15 @@ void LayerExtras::AllocateCompressor() {
   // Ratio 2: wkv and wgate as the reference's fp32 copies [2, 512, 5120], their fp32 outputs
   // [2, max_b, 512], and one open group per sequence holding the previous (even) token's fp32 kv
   // and z (synthetic values; every timed step is the odd position that completes the pair).
-  cw32_ = F32Buffer(2 * kCompressChannels * kD);
-  FillF32(seed++, static_cast<size_t>(2 * kCompressChannels * kD), -0.02f, 0.02f,
-          cw32_.get<float>());
+  // Options::narrow_fp32: they hold bf16 values, uploaded as bf16 (NarrowFloatLinearWeight).
+  if (opt_.narrow_fp32) {
+    cw32_ = Bf16Buffer(2 * kCompressChannels * kD);
+    FillBf16(seed++, static_cast<size_t>(2 * kCompressChannels * kD), 0.02f, cw32_.get<uint16_t>());
+  } else {
+    cw32_ = F32Buffer(2 * kCompressChannels * kD);
+    FillF32(seed++, static_cast<size_t>(2 * kCompressChannels * kD), -0.02f, 0.02f,
+            cw32_.get<float>());
+  }
   kvz_ = F32Buffer(2 * b * kCompressChannels);
   const int64_t state_bytes = kernels::CompressorDeviceStateBytes(2, kCompressChannels);
   state_mem_ = DeviceBuffer(static_cast<size_t>(b * state_bytes));
@@ -200,7 +206,11 @@ kernels::FloatLinearCudaParams LayerExtras::Fp32PairParams(int64_t b) const {
   p.n = kCompressChannels;
   p.k = kD;
   p.groups = 2;
-  p.w_f32 = cw32_.get<float>();
+  if (opt_.narrow_fp32) {
+    p.w_bf16 = cw32_.get<uint16_t>();
+  } else {
+    p.w_f32 = cw32_.get<float>();
+  }
   p.w_group_stride = kCompressChannels * kD;
   p.x_bf16 = xn_.get<uint16_t>();
   p.x_stride = kD;
@@ -252,9 +262,11 @@ std::vector<Stage> LayerExtras::CompressorStages(int64_t b, int64_t ratio) {
                  },
                  db * (kC * 2 * 2 + 8) + kC * 2, 0});
   } else {
-    s.push_back(
-        {"compressor wkv + wgate (fp32 2x512x5120)", [=, this] { LaunchFloat(Fp32PairParams(b)); },
-         static_cast<double>(cw32_.bytes()) + db * (kD * 2 + 2 * kC * 4), 2 * 2 * db * kC * kD});
+    s.push_back({opt_.narrow_fp32 ? "compressor wkv + wgate (bf16-valued fp32 2x512x5120, narrowed)"
+                                  : "compressor wkv + wgate (fp32 2x512x5120)",
+                 [=, this] { LaunchFloat(Fp32PairParams(b)); },
+                 static_cast<double>(cw32_.bytes()) + db * (kD * 2 + 2 * kC * 4),
+                 2 * 2 * db * kC * kD});
     s.push_back(
         {"compressor pool + norm (ratio 2, batched)",
          [=, this] {

@@ -22,8 +22,9 @@
 // Ratio 2 (layers 2/8/14, the encoder's KV sources; every layer runs at decode), timed at an odd
 // position, the step that completes a pair and emits a row (the even step runs only the GEMM and
 // the state write of the pooling launch):
-//   compressor wkv+wgate kv and z = x · W^T with the reference's fp32 copies [512, 5120] each, fp32
-//                        outputs (one grouped LaunchFloatLinear)
+//   compressor wkv+wgate kv and z = x · W^T with the reference's fp32 copies [512, 5120] each
+//                        (bf16 checkpoint values: uploaded narrowed to bf16 unless
+//                        Options::narrow_fp32 is off), fp32 outputs (one grouped LaunchFloatLinear)
 //   pool + norm          per channel softmax over the pair's z, pooled kv, bf16 cast, RMSNorm
 //                        (LaunchCompressProjectedBatch: one launch for the batch, each sequence
 //                        with its own open group)

@@ -98,7 +98,11 @@ void LayerStep::AllocateWeights() {
   idx_wq_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kIdxHeads * kIdxDim, kQLora);
   fill_bf16(wo_a_, kOGroups * kOLora * (kHeads * kHeadDim / kOGroups), 0.02f);
   fill_bf16(weights_proj_, kIdxHeads * kD, 0.02f / 64);
-  fill_f32(gate_, kExperts * kD, -0.02f, 0.02f);
+  if (opt_.narrow_fp32) {
+    fill_bf16(gate_, kExperts * kD, 0.02f);
+  } else {
+    fill_f32(gate_, kExperts * kD, -0.02f, 0.02f);
+  }
   kernels::moe_test::LayerSpec spec;
   spec.n_experts = kExperts;
   spec.dim = kD;
@@ -264,7 +268,11 @@ kernels::FloatLinearCudaParams LayerStep::GateParams(int64_t b) const {
   p.m = b;
   p.n = kExperts;
   p.k = kD;
-  p.w_f32 = gate_.get<float>();
+  if (opt_.narrow_fp32) {
+    p.w_bf16 = gate_.get<uint16_t>();
+  } else {
+    p.w_f32 = gate_.get<float>();
+  }
   p.x_bf16 = fn_x_.get<uint16_t>();
   p.x_stride = kD;
   p.y_f32 = logits_.get<float>();
@@ -565,9 +573,10 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   mixes(1, "ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
         f_comb_, x_ffn_);
   if (!fuse) norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
-  s.push_back({"gate (fp32 384x5120)", [=, this] { LaunchFloat(GateParams(b)); },
-               static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4),
-               2 * db * kExperts * kD});
+  s.push_back(
+      {opt_.narrow_fp32 ? "gate (bf16-valued fp32 384x5120, narrowed)" : "gate (fp32 384x5120)",
+       [=, this] { LaunchFloat(GateParams(b)); },
+       static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4), 2 * db * kExperts * kD});
   const bool shared_branch = overlap && opt_.shared_branch;
   if (shared_branch) {
     // The shared expert needs only the normed x: forked here, it runs beside the gate and the

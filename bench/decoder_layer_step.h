@@ -101,6 +101,11 @@ struct Options {
   // Each mHC site's fn prepared once at setup (LaunchMhcPrepareFn -> MhcMixesParams::fn_frags),
   // as a server does at weight upload; false: split on every call (A/B; the same bits).
   bool mhc_prepared = true;
+  // The fp32-weight Linears (the MoE gate; the extras' r = 2 compressor wkv / wgate) hold bf16
+  // checkpoint weights promoted to fp32 (spec §4.4, §4.7): uploaded as bf16, their narrowed form
+  // (kernels::NarrowFloatLinearWeight; the same exact products), as a server does; false: as
+  // fp32 (the three-piece mma.sync path; A/B).
+  bool narrow_fp32 = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -274,7 +279,7 @@ class LayerStep {
   std::unique_ptr<Fp8Weight> wq_a_, wq_b_, wkv_, wo_b_, idx_wq_b_;
   DeviceBuffer wo_a_;          // bf16 [8, 1024, 4096]
   DeviceBuffer weights_proj_;  // bf16 [32, 5120]
-  DeviceBuffer gate_;          // fp32 [384, 5120]
+  DeviceBuffer gate_;          // [384, 5120]: bf16 (Options::narrow_fp32) or fp32
   std::unique_ptr<kernels::moe_test::DeviceExperts> experts_;
   std::unique_ptr<kernels::moe_test::DeviceSharedExpert> shared_;
   std::unique_ptr<kernels::RopeTable> rope_;

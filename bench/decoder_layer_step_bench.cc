@@ -7,6 +7,7 @@
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
+//                            [--narrow-fp32 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -42,6 +43,10 @@
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
+// --narrow-fp32 1 (default, session 39) uploads the fp32-weight Linears (the gate; the extras' r =
+// 2 compressor wkv / wgate), which hold bf16 checkpoint weights promoted to fp32, as bf16
+// (kernels::NarrowFloatLinearWeight: the same exact products; every bf16 plan applies); 0 keeps
+// fp32 weights (the three-piece mma.sync path, A/B).
 // That is a Reuse layer (layers 21–23, 25–27, …: 15 of the 20 decoder layers). A Reindex layer
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
@@ -160,6 +165,8 @@ Options ParseOptions(int argc, char** argv) {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--mhc-prepared") {
       o.mhc_prepared = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--narrow-fp32") {
+      o.narrow_fp32 = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--kv-form") {

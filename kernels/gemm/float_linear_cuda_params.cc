@@ -1,6 +1,7 @@
 // Plan, workspace sizing and validation of the CUDA bf16 / fp32 Linear (gemm_float_cuda.h).
 // Host-only, no CUDA: built into fs_kernels_gemm so the CPU test covers it.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -173,6 +174,16 @@ size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max
     }
   }
   return bytes;
+}
+
+bool NarrowFloatLinearWeight(const float* w, size_t count, uint16_t* bf16_out) {
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, w + i, 4);
+    if ((bits & 0xFFFFu) != 0) return false;
+    bf16_out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  return true;
 }
 
 absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {

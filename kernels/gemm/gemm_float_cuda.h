@@ -154,6 +154,18 @@ size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max
 // access): dims, pointer nullness and alignment, strides, workspace size.
 absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p);
 
+// The bf16 form of an fp32 weight whose every value is a bf16 value, for the bf16 weight path:
+// the model's fp32-weight Linears (the MoE gate, the r = 2 compressor's wkv / wgate, the head,
+// the Markov head) hold bf16 checkpoint weights promoted to fp32 (model spec §4.4, §4.7), so
+// their low 16 bits are zero and W in bf16 is exact. Then bf16 x · W is one exact product per
+// term, the same fp32 sum of exact products as the three-piece fp32 path, while the weight
+// stream halves and every bf16 plan applies (the CUDA-core, swapped-role and wgmma kernels;
+// README "CUDA: fp32 weights that are bf16 values"). Writes `count` bf16 bit patterns (the high
+// halves) to bf16_out and returns true when every value's low 16 bits are zero (±0, ±Inf and the
+// canonical NaN included); returns false otherwise — bf16_out is then unspecified and the caller
+// keeps the fp32 weight (w_f32). Host memory; count may be 0 (true). Cost: one pass.
+bool NarrowFloatLinearWeight(const float* w, size_t count, uint16_t* bf16_out);
+
 // y = x · W^T (+ bias) as documented above: the GEMM, and for split plans the reduction.
 // Errors: ValidateFloatLinearCudaParams's. Cost: 1-2 kernel launches.
 absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stream);

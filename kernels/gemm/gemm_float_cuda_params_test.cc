@@ -2,6 +2,7 @@
 // size and the params validation. No device needed.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -430,6 +431,28 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
   EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
   // m == 0 needs no pointers.
   EXPECT_TRUE(ValidateFloatLinearCudaParams(Shape(0, 64, 64)).ok());
+}
+
+// Every bf16 value widened to fp32 narrows back to itself (all 65,536 patterns, NaNs included:
+// a NaN whose payload fits in bf16 has zero low halves); any set low bit refuses the whole weight.
+TEST(NarrowFloatLinearWeightTest, KeepsBf16ValuesAndRefusesWiderOnes) {
+  std::vector<float> w(65536);
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const uint32_t bits = b << 16;
+    std::memcpy(&w[b], &bits, 4);
+  }
+  std::vector<uint16_t> out(w.size(), 0xABCD);
+  ASSERT_TRUE(NarrowFloatLinearWeight(w.data(), w.size(), out.data()));
+  for (uint32_t b = 0; b < 65536; ++b) ASSERT_EQ(out[b], b) << b;
+  for (uint32_t low : {1u, 0x8000u, 0xFFFFu}) {
+    std::vector<float> v = w;
+    const uint32_t bits = (0x3F80u << 16) | low;  // 1.0 plus low bits
+    std::memcpy(&v[40000], &bits, 4);
+    EXPECT_FALSE(NarrowFloatLinearWeight(v.data(), v.size(), out.data())) << low;
+  }
+  const float third = 1.f / 3.f;  // needs 24 significand bits
+  EXPECT_FALSE(NarrowFloatLinearWeight(&third, 1, out.data()));
+  EXPECT_TRUE(NarrowFloatLinearWeight(nullptr, 0, nullptr));
 }
 
 }  // namespace

@@ -51,9 +51,16 @@ struct Shape {
 };
 // Model spec §4.3 step 6 (wo_a on o viewed [M, 8, 4096]), §4.4, §4.5, §4.7.
 constexpr Shape kShapes[] = {
-    {"wo_a", 1024, 4096, 8, false, false},  {"idx_wproj", 32, 5120, 1, false, false},
-    {"idx_wk", 128, 512, 1, false, false},  {"cmp_wkv_r1", 512, 5120, 1, false, false},
-    {"gate_f32", 384, 5120, 1, true, true}, {"cmp_r2_f32", 512, 5120, 1, true, true},
+    {"wo_a", 1024, 4096, 8, false, false},
+    {"idx_wproj", 32, 5120, 1, false, false},
+    {"idx_wk", 128, 512, 1, false, false},
+    {"cmp_wkv_r1", 512, 5120, 1, false, false},
+    {"gate_f32", 384, 5120, 1, true, true},
+    {"cmp_r2_f32", 512, 5120, 1, true, true},
+    // The same fp32-weight Linears uploaded narrowed to bf16 (NarrowFloatLinearWeight: the model's
+    // fp32 copies hold bf16 checkpoint values), fp32 out; the r = 2 pair as one grouped call.
+    {"gate", 384, 5120, 1, false, true},
+    {"cmp_r2_pair", 512, 5120, 2, false, true},
 };
 
 struct Options {

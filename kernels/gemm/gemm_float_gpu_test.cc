@@ -56,19 +56,23 @@ struct Layout {
   int64_t w_pad = 0;     // w_group_stride = n·k + w_pad (a multiple of 8)
   int64_t tile_rows = 0, split_k = 0;
   bool ws = true;  // FloatLinearCudaParams::wgmma_ws
+  // w_f32 weights hold bf16 values (the model's fp32-weight Linears: bf16 checkpoint weights
+  // promoted to fp32); the GPU gets them through NarrowFloatLinearWeight as w_bf16. The CPU
+  // reference keeps the kF32 PreparedLinear.
+  bool narrow = false;
 };
 
 std::string Describe(const Layout& l, int64_t m, int64_t n, int64_t k) {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "M %ld N %ld K %ld G %ld w %s x %s y %s%s x_pad %ld x_off %ld y_pad %ld tile %ld "
-                "split %ld%s",
+                "split %ld%s%s",
                 static_cast<long>(m), static_cast<long>(n), static_cast<long>(k),
                 static_cast<long>(l.groups), l.w_f32 ? "f32" : "bf16", l.x_f32 ? "f32" : "bf16",
                 l.y_f32 ? "f32" : "bf16", l.bias ? " bias" : "", static_cast<long>(l.x_pad),
                 static_cast<long>(l.x_offset), static_cast<long>(l.y_pad),
                 static_cast<long>(l.tile_rows), static_cast<long>(l.split_k),
-                l.ws ? "" : " cp.async");
+                l.ws ? "" : " cp.async", l.narrow ? " narrowed" : "");
   return buf;
 }
 
@@ -93,11 +97,19 @@ std::vector<std::vector<float>> RunGpu(const Problem& pr) {
   const size_t xe = static_cast<size_t>(l.x_offset + std::max<int64_t>(1, m) * x_stride);
   const size_t ye = static_cast<size_t>(std::max<int64_t>(1, m) * y_stride);
   const size_t we = static_cast<size_t>(g_count * w_gs);
-  const size_t x_es = l.x_f32 ? 4 : 2, y_es = l.y_f32 ? 4 : 2, w_es = l.w_f32 ? 4 : 2;
+  const bool w_dev_f32 = l.w_f32 && !l.narrow;
+  const size_t x_es = l.x_f32 ? 4 : 2, y_es = l.y_f32 ? 4 : 2, w_es = w_dev_f32 ? 4 : 2;
 
   std::vector<uint8_t> hx(xe * x_es, 0), hw(we * w_es, 0);
   for (int64_t g = 0; g < g_count; ++g) {
-    std::memcpy(hw.data() + g * w_gs * w_es, pr.w[g].weight.data(), pr.w[g].weight.size());
+    if (l.narrow) {
+      std::vector<float> wf(pr.w[g].weight.size() / 4);
+      std::memcpy(wf.data(), pr.w[g].weight.data(), pr.w[g].weight.size());
+      CHECK(NarrowFloatLinearWeight(wf.data(), wf.size(),
+                                    reinterpret_cast<uint16_t*>(hw.data() + g * w_gs * w_es)));
+    } else {
+      std::memcpy(hw.data() + g * w_gs * w_es, pr.w[g].weight.data(), pr.w[g].weight.size());
+    }
     for (int64_t r = 0; r < m; ++r) {
       const size_t at = static_cast<size_t>(l.x_offset + r * x_stride + g * x_gs) * x_es;
       const void* src = l.x_f32 ? static_cast<const void*>(pr.xf[g].data() + r * k)
@@ -124,8 +136,8 @@ std::vector<std::vector<float>> RunGpu(const Problem& pr) {
   p.n = n;
   p.k = k;
   p.groups = g_count;
-  p.w_bf16 = l.w_f32 ? nullptr : dw.get<uint16_t>();
-  p.w_f32 = l.w_f32 ? dw.get<float>() : nullptr;
+  p.w_bf16 = w_dev_f32 ? nullptr : dw.get<uint16_t>();
+  p.w_f32 = w_dev_f32 ? dw.get<float>() : nullptr;
   p.w_group_stride = w_gs;
   p.bias = l.bias ? db.get<float>() : nullptr;
   p.x_bf16 = l.x_f32 ? nullptr : dx.get<uint16_t>() + l.x_offset;
@@ -315,6 +327,17 @@ class FloatLinearGpuTest : public ::testing::Test {
 };
 
 HostLinear RandomWeight(const Layout& l, int64_t n, int64_t k, Rng& rng) {
+  if (l.narrow) {  // a bf16 weight widened to the kF32 format
+    HostLinear h = gemm_test::RandomLinear(WeightFormat::kBf16, n, k, l.bias, rng);
+    std::vector<uint8_t> wide;
+    for (size_t i = 0; i < h.weight.size(); i += 2) {
+      const uint8_t four[4] = {0, 0, h.weight[i], h.weight[i + 1]};  // little-endian fp32
+      wide.insert(wide.end(), four, four + 4);
+    }
+    h.format = WeightFormat::kF32;
+    h.weight = std::move(wide);
+    return h;
+  }
   return gemm_test::RandomLinear(l.w_f32 ? WeightFormat::kF32 : WeightFormat::kBf16, n, k, l.bias,
                                  rng);
 }
@@ -580,6 +603,25 @@ TEST_F(FloatLinearGpuTest, ReleasedShapesDecodeBatchSwap) {
       l.y_f32 = s.y_f32;
       l.groups = s.groups;
       CheckRandom(s.name, m, s.n, s.k, l, ++seed, {0, 256});
+    }
+  }
+}
+
+// The model's fp32-weight Linears (the gate, the r = 2 compressor's wkv / wgate pair: bf16 values
+// in fp32) narrowed to bf16: every plan the automatic choice takes from 1 to 4,096 rows (the
+// CUDA-core kernel, the swapped-role kernel, wgmma) against LinearCpu on the kF32 weight.
+TEST_F(FloatLinearGpuTest, NarrowedFp32WeightsEveryPlan) {
+  uint64_t seed = 370;
+  for (const Released& s : kReleased) {
+    if (!s.w_f32) continue;
+    for (int64_t m : {1, 3, 16, 64, 200, 1000, 4096}) {
+      Layout l;
+      l.w_f32 = true;
+      l.narrow = true;
+      l.y_f32 = s.y_f32;
+      // The compressor's wkv and wgate as one grouped call; the gate alone.
+      l.groups = std::string(s.name).rfind("moe.gate", 0) == 0 ? 1 : 2;
+      CheckRandom(s.name, m, s.n, s.k, l, ++seed, {0});
     }
   }
 }
