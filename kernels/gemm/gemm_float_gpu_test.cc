@@ -442,14 +442,16 @@ TEST_F(FloatLinearGpuTest, OneHotBitExactWgmmaWideN) {
     Layout l;
     l.y_f32 = y_f32;
     for (int64_t m : {127, 130, 300}) {
-      for (int layout = 0; layout < 3; ++layout) {
-        l.groups = layout == 0 ? 1 : 2;
-        l.bias = layout == 2;
+      // Layout 3: aligned rows with a bias (the warp-specialised kernel's shared-memory bf16
+      // epilogue with the bias add).
+      for (int layout = 0; layout < 4; ++layout) {
+        l.groups = layout == 0 || layout == 3 ? 1 : 2;
+        l.bias = layout >= 2;
         l.x_pad = layout == 2 ? 5 : (layout == 1 ? 8 : 0);
         l.x_offset = layout == 2 ? 1 : 0;
-        l.y_pad = layout == 0 ? 0 : 3;
+        l.y_pad = layout == 0 || layout == 3 ? 0 : 3;
         l.w_pad = layout == 1 ? 16 : 0;
-        const int64_t n = 520, k = layout == 0 ? 1000 : 264;
+        const int64_t n = 520, k = layout == 0 || layout == 3 ? 1000 : 264;
         const Problem pr = MakeProblem(m, n, k, l, /*one_hot=*/true, rng);
         const std::vector<int64_t> rows = CheckedRows(m);
         std::vector<std::vector<float>> cpu;
