@@ -15,6 +15,10 @@
 //   u·ulp_bf16 + (2K + 64)·2^-24·Σ|x·w| (u = 1 for bf16 outputs, 2^-16 for fp32 ones with a bias);
 //   bf16 outputs: at most 0.1 % more than one bf16 ulp apart; fp32 outputs: max |gpu - cpu| /
 //   Σ|x·w| <= 2^-14. README.md "CUDA" justifies the figures.
+// - The model's fp32-weight Linears narrowed to bf16 (NarrowFloatLinearWeight) through every plan.
+// Over 800 lines on purpose: one suite over one launcher, whose helpers (the layout / problem
+// description, RunGpu, the CPU references, the tolerance check) serve every case; a split would
+// need a helper header used by this file alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
