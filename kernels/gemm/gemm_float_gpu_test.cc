@@ -446,15 +446,15 @@ TEST_F(FloatLinearGpuTest, OneHotBitExactWgmmaWideN) {
     Layout l;
     l.y_f32 = y_f32;
     for (int64_t m : {127, 130, 300}) {
-      // Layout 3: aligned rows with a bias (the warp-specialised kernel's shared-memory bf16
-      // epilogue with the bias add).
-      for (int layout = 0; layout < 4; ++layout) {
+      // Layouts 3 and 4: aligned y rows with a bias, one group and two (the shared-memory bf16
+      // epilogues of the warp-specialised and the swapped-role kernel, with the bias add).
+      for (int layout = 0; layout < 5; ++layout) {
         l.groups = layout == 0 || layout == 3 ? 1 : 2;
         l.bias = layout >= 2;
-        l.x_pad = layout == 2 ? 5 : (layout == 1 ? 8 : 0);
+        l.x_pad = layout == 2 ? 5 : (layout == 1 || layout == 4 ? 8 : 0);
         l.x_offset = layout == 2 ? 1 : 0;
-        l.y_pad = layout == 0 || layout == 3 ? 0 : 3;
-        l.w_pad = layout == 1 ? 16 : 0;
+        l.y_pad = layout == 0 || layout == 3 ? 0 : (layout == 4 ? 8 : 3);
+        l.w_pad = layout == 1 || layout == 4 ? 16 : 0;
         const int64_t n = 520, k = layout == 0 || layout == 3 ? 1000 : 264;
         const Problem pr = MakeProblem(m, n, k, l, /*one_hot=*/true, rng);
         const std::vector<int64_t> rows = CheckedRows(m);

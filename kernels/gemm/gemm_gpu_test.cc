@@ -110,18 +110,17 @@ struct Kernel {
   std::string Name() const {
     const char* wgmma = !bf16 ? " wgmma-fp8" : (ws ? " wgmma-bf16-ws" : " wgmma-bf16-cp.async");
     return "tile " + std::to_string(tile) +
-           (tile == 128 ? wgmma
-                        : (tile == kLinearCudaStreamRows ? " stream"
-                                                         : (tile == kLinearCudaRsRows ? " wgmma-rs"
-                                                                                      : "")));
+           (tile == 128
+                ? wgmma
+                : (tile == kLinearCudaStreamRows ? " stream"
+                                                 : (tile == kLinearCudaRsRows ? " wgmma-rs" : "")));
   }
 };
 const Kernel kAuto{0, true}, kStream{kLinearCudaStreamRows, false}, kMma16{16, false},
     kMma64{64, false}, kFp8Wgmma{128, false}, kBf16Wgmma{128, true},
     kBf16WgmmaCpAsync{128, true, false}, kRs{kLinearCudaRsRows, false};
-const Kernel kAllKernels[] = {kAuto,     kStream,    kRs,
-                              kMma16,    {32, false}, kMma64,
-                              kFp8Wgmma, kBf16Wgmma,  kBf16WgmmaCpAsync};
+const Kernel kAllKernels[] = {kAuto,  kStream,   kRs,        kMma16,           {32, false},
+                              kMma64, kFp8Wgmma, kBf16Wgmma, kBf16WgmmaCpAsync};
 
 // ---- exact-arithmetic inputs: bit for bit ----------------------------------------------------
 
@@ -163,25 +162,30 @@ TEST_F(GemmGpuTest, ExactArithmeticBitExactOverTilesAndSplits) {
 
 TEST_F(GemmGpuTest, ExactArithmeticBiasStridesAndF32Output) {
   Rng rng(11);
-  const int64_t n = 328, k = 640, x_stride = k + 40, y_stride = n + 3;  // odd y stride
+  // An odd y stride (4-byte element stores) and an aligned one (the register-sourced kernel's
+  // staged bf16 rows).
+  const int64_t n = 328, k = 640, x_stride = k + 40;
   std::vector<int> base;
   const HostLinear h = gemm_test::ExactArithFp8(n, k, 120, 130, true, rng, &base);
   const auto w = Prepare(h);
   const DeviceFp8Linear d = Upload(*w);
-  for (int64_t m : {1, 7, 64, 300}) {
-    const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, k, x_stride, 1, rng);
-    ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
-    for (bool f32 : {false, true}) {
-      const std::vector<float> cpu = Cpu(*w, x, m, x_stride, f32, y_stride);
-      for (const Kernel& kern : {kAuto, kStream, kRs, kMma64, kFp8Wgmma, kBf16Wgmma}) {
-        for (int64_t split : {0, 1, 2}) {
-          const std::vector<float> gpu = PackGpu(
-              gemm_test::RunLinearGpu(d.view(), x, m, x_stride,
-                                      {f32, y_stride, kern.tile, split, kern.bf16, kern.ws}),
-              m, n, y_stride);
-          ExpectBitEqual(gpu, cpu, m, n, n,
-                         "bias M " + std::to_string(m) + (f32 ? " f32 " : " bf16 ") + kern.Name() +
-                             " split " + std::to_string(split));
+  for (const int64_t y_stride : {n + 3, n + 8}) {
+    SCOPED_TRACE("y stride " + std::to_string(y_stride));
+    for (int64_t m : {1, 7, 64, 300}) {
+      const std::vector<uint16_t> x = gemm_test::SmallIntActivations(m, k, x_stride, 1, rng);
+      ASSERT_TRUE(gemm_test::ExactPremiseHolds(h, base, x, m, x_stride));
+      for (bool f32 : {false, true}) {
+        const std::vector<float> cpu = Cpu(*w, x, m, x_stride, f32, y_stride);
+        for (const Kernel& kern : {kAuto, kStream, kRs, kMma64, kFp8Wgmma, kBf16Wgmma}) {
+          for (int64_t split : {0, 1, 2}) {
+            const std::vector<float> gpu = PackGpu(
+                gemm_test::RunLinearGpu(d.view(), x, m, x_stride,
+                                        {f32, y_stride, kern.tile, split, kern.bf16, kern.ws}),
+                m, n, y_stride);
+            ExpectBitEqual(gpu, cpu, m, n, n,
+                           "bias M " + std::to_string(m) + (f32 ? " f32 " : " bf16 ") +
+                               kern.Name() + " split " + std::to_string(split));
+          }
         }
       }
     }

@@ -86,6 +86,11 @@ __device__ __forceinline__ void Wgmma(float (&d)[kBM / 2], uint64_t desc_a, uint
   }
 }
 
+// The 256 consumer threads (the producer warp returns after its loads).
+__device__ __forceinline__ void ConsumerBarrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+}
+
 template <int kBM>
 __global__ void __launch_bounds__(kThreads, 1)
     FloatLinearSwapKernel(const __grid_constant__ Args g) {
@@ -169,8 +174,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::FenceOperands(acc);
 
     // Epilogue: accumulator (weight row, x row) -> y[x row][weight row]; rows and columns outside
-    // M and N are not stored. Lane l holds weight rows 16·warp + l/4 (+ 8) and x rows
-    // 8j + 2(l % 4) (+ 1).
+    // M and N are not stored; unsplit bf16 outputs are staged (swapped_epilogue.cuh). Lane l holds
+    // weight rows 16·warp + l/4 (+ 8) and x rows 8j + 2(l % 4) (+ 1).
     const int grp = lane / 4, tig = lane % 4;
     const int64_t mq = m0 + 2 * tig;
     const int64_t nq = n0 + 16 * warp_id + grp;
@@ -179,6 +184,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       gemm_device::StoreSwappedPartial<kBM>(
           acc, g.partial + ((int64_t{group} * g.splits + split) * g.m + mq) * g.n + nq, g.n, nq,
           g.n, rows_left);
+      return;
+    }
+    if (gemm_device::SwappedStagedOk(g.y_bf16, g.y_stride, g.y_group_stride, g.n)) {
+      // bf16 through shared memory (swapped_epilogue.cuh), the ring's first bytes as staging:
+      // after the consumers' barrier none of them reads the ring and every TMA box has landed
+      // (the producer warp has returned; named barrier 1 counts the 256 consumer threads).
+      static_assert(gemm_device::SwapStage<kBN>::Bytes(kBM) <= L::kBarOff);
+      const bool has_bias = g.bias != nullptr;
+      const float b_lo = has_bias && nq < g.n ? __ldg(g.bias + nq) : 0.f;
+      const float b_hi = has_bias && nq + 8 < g.n ? __ldg(g.bias + nq + 8) : 0.f;
+      ConsumerBarrier();
+      gemm_device::StageSwappedBf16<kBM, kBN>(acc, base + 32u * warp_id, lane, has_bias, b_lo,
+                                              b_hi);
+      ConsumerBarrier();
+      gemm_device::StoreSwappedStage<kBM, kBN, kConsumerThreads, /*kPairRows=*/false>(
+          base, g.y_bf16 + int64_t{group} * g.y_group_stride + m0 * g.y_stride + n0, g.y_stride,
+          g.m - m0, g.n - n0, static_cast<int>(threadIdx.x));
       return;
     }
     gemm_device::StoreSwappedOutput<kBM>(acc, g.y_bf16, g.y_f32,

@@ -403,13 +403,28 @@ __global__ void __launch_bounds__(kThreads, 1) LinearFp8RsKernel(const __grid_co
     Release<kBM>(empty_bars, steps - 1, lane);
 
     // Epilogue: accumulator (fragment row, x row) -> y[x row][weight row]; rows and columns
-    // outside M and N are not stored.
+    // outside M and N are not stored. Unsplit bf16 outputs are staged (swapped_epilogue.cuh).
     const int64_t mq = int64_t{blockIdx.x} * kBM + 2 * tig;  // x row of j = 0, h = 0
     const int64_t nq = int64_t{blockIdx.y} * kBN + 16 * slab + p;
     const int64_t rows_left = g.m - mq;
     if (gridDim.z > 1) {
       gemm_device::StoreSwappedPartial<kBM>(
           acc, g.partial + (int64_t{blockIdx.z} * g.m + mq) * g.n + nq, g.n, nq, g.n, rows_left);
+      return;
+    }
+    if (gemm_device::SwappedStagedOk(g.y_bf16, g.y_stride, 0, g.n)) {
+      // bf16 through shared memory (swapped_epilogue.cuh), the ring's first bytes as staging:
+      // after this barrier no warp reads the ring and every TMA box of it has landed.
+      static_assert(gemm_device::SwapStage<kBN>::Bytes(kBM) <= L::kBarOff);
+      const bool has_bias = g.bias != nullptr;
+      const float b_lo = has_bias && nq < g.n ? __ldg(g.bias + nq) : 0.f;
+      const float b_hi = has_bias && nq + 8 < g.n ? __ldg(g.bias + nq + 8) : 0.f;
+      __syncthreads();
+      gemm_device::StageSwappedBf16<kBM, kBN>(acc, base + 32u * slab, lane, has_bias, b_lo, b_hi);
+      __syncthreads();
+      gemm_device::StoreSwappedStage<kBM, kBN, kThreads, /*kPairRows=*/true>(
+          base, g.y_bf16 + m0 * g.y_stride + n0, g.y_stride, g.m - m0, g.n - n0,
+          static_cast<int>(threadIdx.x));
       return;
     }
     gemm_device::StoreSwappedOutput<kBM>(acc, g.y_bf16, g.y_f32, mq * g.y_stride, g.y_stride, nq,
