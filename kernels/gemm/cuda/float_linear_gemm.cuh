@@ -25,6 +25,7 @@
 
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/pdl.cuh"
+#include "kernels/gemm/cuda/output_pair.cuh"
 
 namespace flashserve::kernels::float_gemm_device {
 
@@ -276,29 +277,12 @@ __device__ __forceinline__ void StoreTile(const GemmArgs& g, const float (&acc)[
         if (r >= g.m) continue;
         float v0 = acc[mt][j][2 * h], v1 = acc[mt][j][2 * h + 1];
         if (partial) {
-          float* dst = g.partial + ((group * g.splits + split) * g.m + r) * g.n + col;
-          dst[0] = v0;
-          if (two) dst[1] = v1;
+          gemm_device::StorePartialPair(
+              g.partial + ((group * g.splits + split) * g.m + r) * g.n + col, v0, v1, two);
           continue;
         }
-        if (g.bias != nullptr) {
-          v0 = exact::AddRn(v0, g.bias[col]);
-          if (two) v1 = exact::AddRn(v1, g.bias[col + 1]);
-        }
-        const int64_t off = group * g.y_group_stride + r * g.y_stride + col;
-        if (g.y_f32 != nullptr) {
-          g.y_f32[off] = v0;
-          if (two) g.y_f32[off + 1] = v1;
-        } else {
-          uint16_t* dst = g.y_bf16 + off;
-          const uint32_t b0 = exact::F32ToBf16(v0), b1 = exact::F32ToBf16(v1);
-          if (two && g.y_pair) {
-            *reinterpret_cast<uint32_t*>(dst) = b0 | (b1 << 16);
-          } else {
-            dst[0] = static_cast<uint16_t>(b0);
-            if (two) dst[1] = static_cast<uint16_t>(b1);
-          }
-        }
+        gemm_device::StoreOutputPair(g, group * g.y_group_stride + r * g.y_stride + col, col, v0,
+                                     v1, two);
       }
     }
   }

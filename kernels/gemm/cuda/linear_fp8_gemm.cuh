@@ -23,6 +23,7 @@
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
+#include "kernels/gemm/cuda/output_pair.cuh"
 
 namespace flashserve::kernels::gemm_device {
 
@@ -194,29 +195,11 @@ __device__ __forceinline__ void StoreTile(const GemmArgs& g, const float (&acc)[
         if (r >= g.m) continue;
         float v0 = acc[mt][j][2 * h], v1 = acc[mt][j][2 * h + 1];
         if (split) {
-          float* dst = g.partial + (int64_t{blockIdx.z} * g.m + r) * g.n + col;
-          dst[0] = v0;
-          if (two) dst[1] = v1;
+          gemm_device::StorePartialPair(g.partial + (int64_t{blockIdx.z} * g.m + r) * g.n + col, v0,
+                                        v1, two);
           continue;
         }
-        if (g.bias != nullptr) {
-          v0 = exact::AddRn(v0, g.bias[col]);
-          if (two) v1 = exact::AddRn(v1, g.bias[col + 1]);
-        }
-        if (g.y_f32 != nullptr) {
-          float* dst = g.y_f32 + r * g.y_stride + col;
-          dst[0] = v0;
-          if (two) dst[1] = v1;
-        } else {
-          uint16_t* dst = g.y_bf16 + r * g.y_stride + col;
-          const uint32_t b0 = exact::F32ToBf16(v0), b1 = exact::F32ToBf16(v1);
-          if (two && g.y_pair) {
-            *reinterpret_cast<uint32_t*>(dst) = b0 | (b1 << 16);
-          } else {
-            dst[0] = static_cast<uint16_t>(b0);
-            if (two) dst[1] = static_cast<uint16_t>(b1);
-          }
-        }
+        gemm_device::StoreOutputPair(g, r * g.y_stride + col, col, v0, v1, two);
       }
     }
   }
