@@ -15,7 +15,7 @@
 // Per unit, warp 8 (the producer) fills a stage: lane 0 the TMA boxes (the 128 weight rows × 128
 // code bytes, 128-byte swizzle; the tile's slot rows' 256 activations, one box of 4 × 64 bf16 per
 // row into the row's 512 bytes, 128-byte swizzle), the 32 lanes the rows' 8 scale bytes each
-// (cp.async, 4 bytes a copy, arriving on the same mbarrier). Warps 0..7 read their 16 rows' codes
+// (cp.async, 8 bytes a copy, arriving on the same mbarrier). Warps 0..7 read their 16 rows' codes
 // and scales (one m16 tile: up 8 w1 + the same 8 w3 rows, down 16 w2 rows), run
 // StreamCompute (the streaming GEMM's decode and mma, reading the slot rows' activations from
 // the stage) and release the stage. Where a CTA's range leaves a pair (the pair's last unit, or
@@ -160,8 +160,10 @@ __device__ __forceinline__ void CpAsync4MbarrierArrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void CpAsync4Shared(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+// 8 bytes (dst and src 8-byte aligned: LaunchRing checks the scale arrays' bases; a row's unit
+// offset is a multiple of 8).
+__device__ __forceinline__ void CpAsync8Shared(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
 // The tile of pair p: its expert, first slot row and row count (<= 8).
@@ -228,7 +230,8 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
         wgmma_ws::BarWait(empty_bars + s * 8, slot.phase ^ 1u);
       }
       // Scale bytes: stage row r (up: w1 rows 0..63, w3 rows 64..127) gets its 8 bytes of unit u,
-      // lane l copying rows l, l + 32, l + 64, l + 96, 4 bytes a copy.
+      // lane l copying rows l, l + 32, l + 64, l + 96, one 8-byte copy each (two 4-byte copies
+      // until session 40: each a request for a 32-byte sector of its own row).
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = lane + 32 * i;
@@ -236,8 +239,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
         const int64_t wrow = tile.e * g.n + n0 + (kUp ? (r & 63) : r);
         const uint8_t* src = (second ? g.w_up_scale : g.w_scale) + wrow * scale_row + u * 8;
         const uint32_t dst = stage + kRingWeightBytes + kRingActBytes + r * 8;
-        CpAsync4Shared(dst, src);
-        CpAsync4Shared(dst + 4, src + 4);
+        CpAsync8Shared(dst, src);
       }
       CpAsync4MbarrierArrive(full_bars + s * 8);
       __syncwarp();

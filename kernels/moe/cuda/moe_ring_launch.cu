@@ -57,6 +57,11 @@ bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cuda
                 bool epilogue) {
   const int64_t pair_cols = up ? 64 : 128;
   if (g.k % kRingUnitK != 0 || g.n % pair_cols != 0 || slots <= 0) return false;
+  // The producer copies each row's 8 scale bytes of a unit in one 8-byte cp.async.
+  if (reinterpret_cast<uintptr_t>(g.w_scale) % 8 != 0 ||
+      (up && reinterpret_cast<uintptr_t>(g.w_up_scale) % 8 != 0)) {
+    return false;
+  }
   RingArgs a;
   a.g = g;
   a.partial = partials;

@@ -15,8 +15,8 @@ namespace flashserve::kernels::moe_device {
 // Enqueues the ring kernel and its epilogue (up: w1/w3 + SwiGLU + the quantiser; down: w2) over
 // the tile list of `g` (tile_rows 8) on `stream`, `partials` holding MoeCudaRingPartialBytes(slots,
 // up ? 2N : N) bytes. Returns false, enqueueing nothing, where the ring cannot run (K not a
-// multiple of 256, N not a multiple of the pair width, a TMA map the driver refuses): the caller
-// then runs the streaming GEMM. Launch failures abort.
+// multiple of 256, N not a multiple of the pair width, a scale array not 8-byte aligned, a TMA
+// map the driver refuses): the caller then runs the streaming GEMM. Launch failures abort.
 // epilogue false (down only): no epilogue kernel; LaunchRingCombine then finishes the call.
 bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream,
                 bool epilogue = true);
