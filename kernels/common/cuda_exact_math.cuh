@@ -69,4 +69,9 @@ __device__ __forceinline__ uint32_t F32ToBf16(float x) {
   return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
 }
 
+// Two values rounded to bf16 (F32ToBf16) as one word: lo in bits 0..15, hi in bits 16..31.
+__device__ __forceinline__ uint32_t F32x2ToBf16x2(float lo, float hi) {
+  return F32ToBf16(lo) | (F32ToBf16(hi) << 16);
+}
+
 }  // namespace flashserve::kernels::exact

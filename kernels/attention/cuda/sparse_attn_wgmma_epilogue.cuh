@@ -96,7 +96,7 @@ __device__ __forceinline__ void WgmmaRotateQ(const AttnRope& r, const float2* ta
     float re = 0.0f, im = 0.0f;
     norm_rope_device::RotatePair(exact::Bf16ToF32(pair & 0xFFFFu), exact::Bf16ToF32(pair >> 16),
                                  cs.x, cs.y, &re, &im);
-    pair = exact::F32ToBf16(re) | (exact::F32ToBf16(im) << 16);
+    pair = exact::F32x2ToBf16x2(re, im);
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair) : "memory");
   }
 }
@@ -108,7 +108,7 @@ __device__ __forceinline__ uint32_t OutRopeRotate(float v0, float v1, float2 cs)
   float re = 0.0f, im = 0.0f;
   norm_rope_device::RotatePair(exact::Bf16ToF32(Bf16Bits(v0)), exact::Bf16ToF32(Bf16Bits(v1)), cs.x,
                                -cs.y, &re, &im);
-  return exact::F32ToBf16(re) | (exact::F32ToBf16(im) << 16);
+  return exact::F32x2ToBf16x2(re, im);
 }
 
 // The output pair (v0, v1) of dims (d, d + 1) as stored: rotated when it is a rope pair (table
@@ -155,7 +155,7 @@ __device__ __forceinline__ void WgmmaCopyOutStage(const SparseAttnParams& p, int
       float re = 0.0f, im = 0.0f;
       norm_rope_device::RotatePair(exact::Bf16ToF32(pair & 0xFFFFu), exact::Bf16ToF32(pair >> 16),
                                    cs.x, -cs.y, &re, &im);
-      pair = exact::F32ToBf16(re) | (exact::F32ToBf16(im) << 16);
+      pair = exact::F32x2ToBf16x2(re, im);
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair) : "memory");
     }
     NamedBarrier<WgmmaShape::kMathBarrier, WgmmaShape::kThreads>();

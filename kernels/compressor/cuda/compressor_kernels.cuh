@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
           float im = 0.0f;
           norm_rope_device::RotatePair(ex::Bf16ToF32(w & 0xFFFFu), ex::Bf16ToF32(w >> 16), t.x, t.y,
                                        &re, &im);
-          w = ex::F32ToBf16(re) | (ex::F32ToBf16(im) << 16);
+          w = ex::F32x2ToBf16x2(re, im);
         }
       }
       bool nan0 = false;

@@ -118,7 +118,7 @@ __device__ __forceinline__ void StageSwappedBf16(const float (&acc)[kN / 2], uin
         v0 = exact::AddRn(v0, b);
         v1 = exact::AddRn(v1, b);
       }
-      r[u] = exact::F32ToBf16(v0) | (exact::F32ToBf16(v1) << 16);
+      r[u] = exact::F32x2ToBf16x2(v0, v1);
     }
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
                      addr + static_cast<uint32_t>(16 * q) * kPitch),

@@ -195,14 +195,24 @@ __device__ __forceinline__ void StoreInterior(const float (&acc)[128], const flo
       v[3] = exact::AddRn(v[3], b1);
     }
     if constexpr (kMode == 0) {
-      *reinterpret_cast<uint32_t*>(yb0 + 8 * j) =
-          exact::F32ToBf16(v[0]) | (exact::F32ToBf16(v[1]) << 16);
-      *reinterpret_cast<uint32_t*>(yb1 + 8 * j) =
-          exact::F32ToBf16(v[2]) | (exact::F32ToBf16(v[3]) << 16);
+      *reinterpret_cast<uint32_t*>(yb0 + 8 * j) = exact::F32x2ToBf16x2(v[0], v[1]);
+      *reinterpret_cast<uint32_t*>(yb1 + 8 * j) = exact::F32x2ToBf16x2(v[2], v[3]);
     } else {
       *reinterpret_cast<float2*>(yf0 + 8 * j) = make_float2(v[0], v[1]);
       *reinterpret_cast<float2*>(yf1 + 8 * j) = make_float2(v[2], v[3]);
     }
+  }
+}
+
+// StoreInterior with the bias when bias_cols is set (a runtime choice of two instantiations).
+template <int kMode>
+__device__ __forceinline__ void StoreInteriorBias(const float (&acc)[128], const float* bias_cols,
+                                                  uint16_t* yb0, uint16_t* yb1, float* yf0,
+                                                  float* yf1) {
+  if (bias_cols != nullptr) {
+    StoreInterior<kMode, true>(acc, bias_cols, yb0, yb1, yf0, yf1);
+  } else {
+    StoreInterior<kMode, false>(acc, nullptr, yb0, yb1, yf0, yf1);
   }
 }
 
@@ -224,12 +234,7 @@ __device__ __forceinline__ bool StoreTileInterior(const Args& g, const float (&a
   if (g.y_bf16 != nullptr) {
     if (!g.y_pair) return false;
     uint16_t* y0 = g.y_bf16 + group * g.y_group_stride + r * g.y_stride + col;
-    uint16_t* y1 = y0 + 8 * g.y_stride;
-    if (bias_cols != nullptr) {
-      StoreInterior<0, true>(acc, bias_cols, y0, y1, nullptr, nullptr);
-    } else {
-      StoreInterior<0, false>(acc, nullptr, y0, y1, nullptr, nullptr);
-    }
+    StoreInteriorBias<0>(acc, bias_cols, y0, y0 + 8 * g.y_stride, nullptr, nullptr);
     return true;
   }
   if (reinterpret_cast<uintptr_t>(g.y_f32) % 8 != 0 || g.y_stride % 2 != 0 ||
@@ -237,12 +242,7 @@ __device__ __forceinline__ bool StoreTileInterior(const Args& g, const float (&a
     return false;
   }
   float* y0 = g.y_f32 + group * g.y_group_stride + r * g.y_stride + col;
-  float* y1 = y0 + 8 * g.y_stride;
-  if (bias_cols != nullptr) {
-    StoreInterior<1, true>(acc, bias_cols, nullptr, nullptr, y0, y1);
-  } else {
-    StoreInterior<1, false>(acc, nullptr, nullptr, nullptr, y0, y1);
-  }
+  StoreInteriorBias<1>(acc, bias_cols, nullptr, nullptr, y0, y0 + 8 * g.y_stride);
   return true;
 }
 

@@ -285,8 +285,8 @@ __device__ __forceinline__ bool StoreTileStaged(const wgmma_linear::Args& g,
         v2 = exact::AddRn(v2, b0);
         v3 = exact::AddRn(v3, b1);
       }
-      const uint32_t lo = exact::F32ToBf16(v0) | (exact::F32ToBf16(v1) << 16);
-      const uint32_t hi = exact::F32ToBf16(v2) | (exact::F32ToBf16(v3) << 16);
+      const uint32_t lo = exact::F32x2ToBf16x2(v0, v1);
+      const uint32_t hi = exact::F32x2ToBf16x2(v2, v3);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(w_lo + 16 * jj), "r"(lo) : "memory");
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(w_hi + 16 * jj), "r"(hi) : "memory");
     }

@@ -66,7 +66,7 @@ __device__ __forceinline__ void StoreCombined(const MoeCombineParams& p, int64_t
   uint32_t out[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    out[i] = exact::F32ToBf16(acc[2 * i]) | (exact::F32ToBf16(acc[2 * i + 1]) << 16);
+    out[i] = exact::F32x2ToBf16x2(acc[2 * i], acc[2 * i + 1]);
   }
   *reinterpret_cast<uint4*>(p.y + t * p.y_stride + c) = make_uint4(out[0], out[1], out[2], out[3]);
 }

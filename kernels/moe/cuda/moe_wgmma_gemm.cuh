@@ -186,8 +186,7 @@ __device__ __forceinline__ void WgStoreDown(const GemmArgs& g, const float (&acc
     for (int h = 0; h < 2; ++h) {
       const int64_t r = row0 + 64 * wg + 16 * warp + lane / 4 + 8 * h;
       if (r >= row_end) continue;
-      const uint32_t v =
-          exact::F32ToBf16(acc[4 * j + 2 * h]) | (exact::F32ToBf16(acc[4 * j + 2 * h + 1]) << 16);
+      const uint32_t v = exact::F32x2ToBf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       *reinterpret_cast<uint32_t*>(g.out + r * g.n + col) = v;
     }
   }

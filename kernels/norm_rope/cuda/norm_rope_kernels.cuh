@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, Ro
           float im = 0.0f;
           RotatePair(Bf16ToF32(in[j] & 0xFFFFu), Bf16ToF32(in[j] >> 16), s_cos[k0[i] + j],
                      s_sin[k0[i] + j], &re, &im);
-          res[j] = F32ToBf16(re) | (F32ToBf16(im) << 16);
+          res[j] = F32x2ToBf16x2(re, im);
         }
         *reinterpret_cast<uint4*>(dst[i]) = make_uint4(res[0], res[1], res[2], res[3]);
       } else if (u < units) {
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kRopeThreads) RopeKernel(RopeParams p, RopeArg
       float im = 0.0f;
       RotatePair(Bf16ToF32(lo), Bf16ToF32(hi), s_cos[k], s_sin[k], &re, &im);
       if constexpr (kPairVec) {
-        *reinterpret_cast<uint32_t*>(op) = F32ToBf16(re) | (F32ToBf16(im) << 16);
+        *reinterpret_cast<uint32_t*>(op) = F32x2ToBf16x2(re, im);
       } else {
         op[0] = static_cast<uint16_t>(F32ToBf16(re));
         op[1] = static_cast<uint16_t>(F32ToBf16(im));
