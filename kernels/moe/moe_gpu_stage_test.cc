@@ -21,6 +21,8 @@
 // - FP4 code order: LaunchMoeFp4ToDeviceOrder byte-identical to the host conversion; weights
 //   in checkpoint order refused.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -378,6 +380,25 @@ const GemmVariant kGemmVariants[] = {{16, false},
 // (the stage launchers take any slot count).
 DeviceBuffer RingPartials(int64_t slots, int64_t cols) {
   return Poisoned<float>(MoeCudaRingPartialBytes(slots, cols) / sizeof(float));
+}
+
+// The TMA-ring kernel is persistent: its grid (kRingCtasPerSm per SM) must be one wave with the
+// same number of CTAs on every SM. Its occupancy is set by its registers (87: 2 per SM); a form
+// at 71 registers (session 41's branch wip/moe-ring-dynamic) let 3 in, and the hardware then
+// stacked the 264 CTAs 3 deep on 88 SMs and left 44 idle (10 % slower at 256 tokens).
+TEST(MoeGpuStageTest, RingGridIsOneEvenWave) {
+  FS_SKIP_WITHOUT_GPU();
+  LayerSpec spec{8, 1024, 1280, 5, moe_test::WeightKind::kExactArith};
+  auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  for (const bool up : {true, false}) {
+    const auto plan = MoeCudaDescribeGemm(dev->view, 4, 2, 0, up, MoeCudaGemm::kStreamRing);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->ring);
+    EXPECT_GT(plan->ctas_per_sm, 0);
+    EXPECT_EQ(plan->grid_x, plan->ctas_per_sm * sms) << "up " << up;
+  }
 }
 
 TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
