@@ -21,6 +21,7 @@
 // - FP4 code order: LaunchMoeFp4ToDeviceOrder byte-identical to the host conversion; weights
 //   in checkpoint order refused.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
+// - the TMA-ring GEMM's persistent grid: one even wave (grid = resident CTAs per SM x SMs).
 #include <cuda_runtime.h>
 
 #include <algorithm>
