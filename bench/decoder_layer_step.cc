@@ -618,6 +618,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.fused_front = opt_.moe_front;
                  p.gemm = static_cast<kernels::MoeCudaGemm>(opt_.moe_gemm);
                  p.ring_fused_combine = opt_.moe_ring_combine;
+                 p.ring_cut = static_cast<kernels::MoeCudaRingCut>(opt_.moe_ring_cut);
                  p.workspace = moe_ws_.get();
                  p.workspace_bytes = moe_ws_bytes_;
                  Ok(kernels::MoeCuda(p, st));

@@ -71,6 +71,8 @@ struct Options {
   int moe_gemm = 0;
   // MoeCudaParams::ring_fused_combine (A/B; the same bits).
   bool moe_ring_combine = true;
+  // MoeCudaParams::ring_cut (MoeCudaRingCut: 0 kAuto, 1 kStatic, 2 kDynamic; A/B).
+  int moe_ring_cut = 0;
   // With overlap: the shared expert as its own branch forked after ffn_norm (MoeCuda joins it
   // before the combine); false: MoeCuda runs it (forked inside MoeCuda, after the gate). A/B.
   bool shared_branch = true;

@@ -7,7 +7,7 @@
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
-//                            [--narrow-fp32 0|1]
+//                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -38,7 +38,9 @@
 // permute as separate kernels (MoeCudaParams::fused_front, A/B; the same bits). --moe-gemm N
 // forces the routed experts' GEMM (MoeCudaParams::gemm, the MoeCudaGemm value: 0 kAuto, the
 // default; 2 kStream; 7 kStreamRing; A/B). --moe-ring-combine 0 keeps the down ring's epilogue
-// kernel before the combine (MoeCudaParams::ring_fused_combine, A/B; the same bits). The MoE stage
+// kernel before the combine (MoeCudaParams::ring_fused_combine, A/B; the same bits).
+// --moe-ring-cut 1 / 2 forces the TMA ring's static / dynamic cut (MoeCudaParams::ring_cut; 0
+// kAuto, the default: dynamic from 1 slot per expert, 64 tokens; A/B). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
@@ -150,6 +152,13 @@ Options ParseOptions(int argc, char** argv) {
       o.shared_branch = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-ring-combine") {
       o.moe_ring_combine = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--moe-ring-cut") {
+      o.moe_ring_cut = std::atoi(argv[i + 1]);
+      if (o.moe_ring_cut < 0 || o.moe_ring_cut > 2) {
+        std::fprintf(stderr, "--moe-ring-cut takes 0 (auto), 1 (static) or 2 (dynamic), not %s\n",
+                     argv[i + 1]);
+        std::exit(2);
+      }
     } else if (flag == "--moe-front") {
       o.moe_front = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-gemm") {

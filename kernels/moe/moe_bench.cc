@@ -4,7 +4,7 @@
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
-//             [--front 0|1] [--ring-combine 0|1]
+//             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -37,7 +37,9 @@
 // reading by slot_token), for the layer and the perm / up stage times, to A/B on one build.
 // --ring-combine 0: with the TMA-ring GEMM, the down epilogue kernel writes the expert outputs and
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
-// ring's partials itself, one launch fewer; the same bits), for the layer. Per
+// ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
+// TMA ring's static / dynamic cut at every token count (MoeCudaParams::ring_cut; default 0: kAuto,
+// dynamic from 1 slot per expert), for the layer and the up / down stage times. Per
 // token count the layer also runs once with both small and once with both large shapes forced: y
 // and the ids must be byte-identical (one line each after the table; a difference makes the exit
 // code 1). Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host
@@ -91,10 +93,11 @@ struct Options {
   MoeCudaPath sort_path = MoeCudaPath::kAuto;
   bool hoist = kMoeCudaGemmHoistedAddresses;
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
-  bool gather_slots = false;  // MoeCudaParams::gather_slot_rows
-  int stream_rt = 0;          // MoeCudaParams::gemm_stream_row_tiles
-  bool front = true;          // MoeCudaParams::fused_front
-  bool ring_combine = true;   // MoeCudaParams::ring_fused_combine
+  bool gather_slots = false;                        // MoeCudaParams::gather_slot_rows
+  int stream_rt = 0;                                // MoeCudaParams::gemm_stream_row_tiles
+  bool front = true;                                // MoeCudaParams::fused_front
+  bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
+  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;  // MoeCudaParams::ring_cut
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -155,6 +158,9 @@ Call MakeCall(int64_t m, uint64_t seed) {
   c.sort_scratch = DeviceBuffer(MoeCudaSortScratchBytes(kE));
   c.ring = DeviceBuffer(
       MoeCudaRingPartialBytes(std::min(s, MoeCudaRingMaxSlots(kE)), std::max(2 * kI, kD)));
+  // The ring's work counters start zero and every ring call leaves them so: the stage timings
+  // run without the launchers' memset (MoeExpertUpParams::ring_counters_zeroed).
+  CUDA_CHECK(cudaMemset(c.ring.get(), 0, 16));
   return c;
 }
 
@@ -173,6 +179,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm = o.gemm;
   p.gather_slot_rows = o.gather_slots;
   p.ring_fused_combine = o.ring_combine;
+  p.ring_cut = o.ring_cut;
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
   p.fused_front = o.front;
@@ -268,6 +275,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.down.ring = s.up.ring;
   s.up.ring_partials = s.down.ring_partials = c.ring.get<float>();
   s.up.ring_partials_bytes = s.down.ring_partials_bytes = static_cast<int64_t>(c.ring.bytes());
+  s.up.ring_cut = s.down.ring_cut = o.ring_cut;
+  s.up.ring_counters_zeroed = s.down.ring_counters_zeroed = true;
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
@@ -406,7 +415,7 @@ int Main(int argc, char** argv) {
           "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
-          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1]\n",
+          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2]\n",
           argv[0]);
       return 2;
     }
@@ -450,6 +459,13 @@ int Main(int argc, char** argv) {
       }
     } else if (a == "--ring-combine") {
       o.ring_combine = v != "0";
+    } else if (a == "--ring-cut") {
+      const int cut = std::atoi(v.c_str());
+      if (cut < 0 || cut > 2) {
+        std::fprintf(stderr, "--ring-cut must be 0 (auto), 1 (static) or 2 (dynamic)\n");
+        return 2;
+      }
+      o.ring_cut = static_cast<MoeCudaRingCut>(cut);
     } else if (a == "--front") {
       o.front = v != "0";
     } else if (a == "--hoist") {
@@ -542,7 +558,7 @@ int Main(int argc, char** argv) {
   std::string shape_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
-      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm);
+      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.ring_cut);
       // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
       // slots, of which about num_tiles do work) and the weight bytes they have in flight.
       const double resident = std::min<double>(

@@ -190,6 +190,9 @@ struct MoePermuteParams {
   uint8_t* x_scales = nullptr;  // optional out [m, D/32]: UE8M0 scale bytes
   MoeCudaPath path = MoeCudaPath::kAuto;  // sort shape (kLarge needs sort_scratch)
   int32_t* sort_scratch = nullptr;        // optional [MoeCudaSortScratchBytes(E) / 4], any contents
+  // Optional out [4]: zeroed — the TMA-ring GEMMs' work counters, the first 16 bytes of the
+  // ring_partials of this call's expert stages (MoeExpertUpParams::ring_counters_zeroed).
+  int32_t* ring_counters = nullptr;
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
@@ -243,7 +246,7 @@ enum class MoeCudaGemm : int {
   kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
   // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
-  // and activations brought by TMA through a shared-memory ring, the call's units cut evenly over
+  // and activations brought by TMA through a shared-memory ring, the call's units cut over
   // two persistent CTAs per SM, split pairs summed by an epilogue kernel (README.md "The TMA-ring
   // expert GEMM"). MoeCuda runs it up to MoeCudaRingMaxSlots(E) slots with D and I multiples of
   // 256; other calls run kStream.
@@ -266,16 +269,40 @@ inline constexpr int64_t kMoeCudaRingMaxSlotsPerExpert = 4;
 constexpr int64_t MoeCudaRingMaxSlots(int64_t n_experts) {
   return kMoeCudaRingMaxSlotsPerExpert * n_experts;
 }
-// A pair of a tile's 128 weight rows is split over at most kMoeCudaRingMaxOrdinals CTAs.
-inline constexpr int64_t kMoeCudaRingMaxOrdinals = 4;
-// The ring kernel's grid is at most this many CTAs (2 per SM up to 256 SMs).
-inline constexpr int64_t kMoeCudaRingMaxCtas = 512;
-// Bytes of the ring's partials for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D): the
-// pairs' first partials [slots][cols], then per CTA the 8 × 128 partials of the pair its range
-// enters part-way (README.md "The TMA-ring expert GEMM"; 2 MiB), then an int32 record per slot
-// row (the down ring's, for the combine that sums its partials).
+// A pair of a tile's 128 weight rows is split over at most kMoeCudaRingMaxOrdinals chunks.
+inline constexpr int64_t kMoeCudaRingMaxOrdinals = 8;
+// How a TMA-ring GEMM call's units are cut over its persistent CTAs (README.md "The TMA-ring
+// expert GEMM", "Session 42"). Output bits do not depend on it beyond the fp32 summation order of
+// split pairs (each cut fixes where pairs are split, whichever CTA runs a chunk).
+enum class MoeCudaRingCut : int {
+  // kDynamic from MoeCudaRingDynamicMinSlots(E) slots, kStatic below.
+  kAuto = 0,
+  // One contiguous range per CTA, equal in units (± 1).
+  kStatic = 1,
+  // A lead chunk per CTA (6/8 of the units), then small chunks (about 8 per CTA) grabbed from a
+  // counter: the two CTAs of an SM do not run at the same speed on equal work, a unit costs more
+  // with more slot rows in its tile, and in the decoder layer the shared expert's branch holds
+  // some SMs. Its mechanics cost ~5 % against kStatic where balance matters less and ~7 us at one
+  // token. Measured on the H200 (session 42, kStatic / kDynamic): the routed layer alone
+  // (bench_moe --shared 0, median us) 8 tokens 250 / 266, 64: 1,221 / 1,218, 128: 1,742 / 1,670-
+  // 1,682, 256: 2,155-2,162 / 2,034-2,051; the decoder layer step (bench_decoder_layer_step, graph
+  // us) 32 tokens 911-913 / 923, 48: 1,179-1,180 / 1,182-1,183, 64: 1,401-1,404 / 1,346-1,347.
+  kDynamic = 2,
+};
+inline constexpr int64_t kMoeCudaRingDynamicMinSlotsPerExpert = 1;  // 64 tokens at E 384 top-6
+constexpr int64_t MoeCudaRingDynamicMinSlots(int64_t n_experts) {
+  return kMoeCudaRingDynamicMinSlotsPerExpert * n_experts;
+}
+// A ring GEMM call's units are cut into at most this many chunks (kStatic: one per CTA).
+inline constexpr int64_t kMoeCudaRingMaxChunks = 4096;
+// Bytes of the ring's buffer for `slots` slot rows of `cols` fp32 each (up: 2·I, down: D): 256
+// bytes led by the 16 bytes of work counters (zero before a call's first ring GEMM:
+// MoePermuteParams::ring_counters or the stage launcher's memset; each ring GEMM leaves them
+// zero), the pairs' first partials [slots][cols], then per chunk the 8 × 128 partials of the pair
+// it enters part-way (16 MiB), then an int32 record per slot row (the down ring's, for the combine
+// that sums its partials).
 constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {
-  return 4 * (slots * cols + kMoeCudaRingMaxCtas * 8 * 128 + slots);
+  return 4 * (64 + slots * cols + kMoeCudaRingMaxChunks * 8 * 128 + slots);
 }
 // The streaming GEMM keeps a tile's activation rows (8 or 16 × K bf16) in shared memory; 32-row
 // tiles stage them a K chunk at a time.
@@ -358,11 +385,17 @@ struct MoeExpertUpParams {
                              // wide CTA)
   // tile_rows 8 only: the TMA-ring GEMM (MoeCudaGemm::kStreamRing; any slot count), its fp32
   // partials in ring_partials (16-byte aligned, at least MoeCudaRingPartialBytes(slots, 2·I)
-  // bytes, any contents). Where D is not a multiple of 256 the streaming GEMM runs instead.
-  // Only the fp32 summation order differs.
+  // bytes, any contents but the first 16: see ring_counters_zeroed). Where D is not a multiple
+  // of 256 the streaming GEMM runs instead. Only the fp32 summation order differs.
   bool ring = false;
   float* ring_partials = nullptr;
   int64_t ring_partials_bytes = 0;
+  // false (default): the launcher zeroes the work counters in ring_partials' first 16 bytes
+  // (a memset before the ring kernel); true: they are zero already — this call's permute cleared
+  // them (MoePermuteParams::ring_counters) or a ring GEMM on the same buffer and stream left them
+  // so (each does). Only the kDynamic cut reads them.
+  bool ring_counters_zeroed = false;
+  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;  // kAuto: by the slot count (E = the weights')
 };
 absl::Status Validate(const MoeExpertUpParams& p);
 absl::Status LaunchMoeExpertUp(const MoeExpertUpParams& p, CUstream_st* stream);
@@ -390,10 +423,12 @@ struct MoeExpertDownParams {
                              // 1 or 2 (A/B; 2 falls back to 1 where N is not a multiple of the
                              // wide CTA)
   // As MoeExpertUpParams::ring, with MoeCudaRingPartialBytes(slots, D) bytes (I a multiple of 256,
-  // else the streaming GEMM runs).
+  // else the streaming GEMM runs), ring_counters_zeroed and ring_cut.
   bool ring = false;
   float* ring_partials = nullptr;
   int64_t ring_partials_bytes = 0;
+  bool ring_counters_zeroed = false;
+  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;
 };
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
@@ -433,10 +468,11 @@ struct MoeCudaGemmPlan {
 };
 // Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16
 // with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
-// driver call; not for the hot path).
-absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
-                                                    int64_t top_k, int64_t k_step, bool up,
-                                                    MoeCudaGemm gemm = MoeCudaGemm::kAuto);
+// driver call; not for the hot path). ring_cut: the ring kernel's instantiation (each cut has its
+// own).
+absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(
+    const MoeCudaWeights& weights, int64_t m, int64_t top_k, int64_t k_step, bool up,
+    MoeCudaGemm gemm = MoeCudaGemm::kAuto, MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto);
 
 // ---- The whole layer (routed experts + the shared expert) -------------------------------------
 
@@ -487,6 +523,8 @@ struct MoeCudaParams {
   // partials itself (no down epilogue launch); false = the down epilogue writes the expert
   // outputs and the combine reads them (A/B). Output bits unchanged.
   bool ring_fused_combine = true;
+  // With the TMA-ring GEMM: how its calls cut their units (kAuto: by the slot count; A/B).
+  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

@@ -130,9 +130,20 @@ absl::Status CheckGemmKind(const char* op, const char* field, MoeCudaGemm gemm) 
   return absl::OkStatus();
 }
 
-// The TMA-ring GEMM: tile_rows 8, its partials.
-absl::Status CheckRing(const char* op, bool ring, int64_t tile_rows, int64_t slots,
-                       const float* partials, int64_t bytes, int64_t cols) {
+absl::Status CheckRingCut(const char* op, MoeCudaRingCut cut) {
+  if (static_cast<int>(cut) < 0 ||
+      static_cast<int>(cut) > static_cast<int>(MoeCudaRingCut::kDynamic)) {
+    return Invalid(
+        op, "ring_cut",
+        absl::StrFormat("is %d (kAuto 0, kStatic 1 or kDynamic 2)", static_cast<int>(cut)));
+  }
+  return absl::OkStatus();
+}
+
+// The TMA-ring GEMM: tile_rows 8, its partials and cut.
+absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t tile_rows,
+                       int64_t slots, const float* partials, int64_t bytes, int64_t cols) {
+  RETURN_IF_ERROR(CheckRingCut(op, cut));
   if (!ring) return absl::OkStatus();
   if (tile_rows != kMoeCudaStreamTileRows) {
     return Invalid(op, "ring",
@@ -292,6 +303,7 @@ absl::Status Validate(const MoePermuteParams& p) {
     return Invalid(kOp, "sort_scratch", "is null but path is kLarge (the multi-block sort)");
   }
   RETURN_IF_ERROR(CheckAligned(kOp, "sort_scratch", p.sort_scratch, 4));
+  RETURN_IF_ERROR(CheckAligned(kOp, "ring_counters", p.ring_counters, 4));
   if (p.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"expert_ids", p.expert_ids},
                                      {"expert_weights", p.expert_weights},
@@ -416,7 +428,7 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   RETURN_IF_ERROR(CheckStream(kOp, "weights.dim", p.tile_rows, p.stream, p.weights->dim));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
-  RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.tile_rows, p.slots, p.ring_partials,
+  RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, 2 * p.weights->inter));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"xg", p.xg}, {"slot_weight", p.slot_weight}, {"ag", p.ag}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "xg", p.xg, 16));
@@ -433,7 +445,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   RETURN_IF_ERROR(CheckStream(kOp, "weights.inter", p.tile_rows, p.stream, p.weights->inter));
   RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
-  RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.tile_rows, p.slots, p.ring_partials,
+  RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, p.weights->dim));
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"ag", p.ag}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ag", p.ag, 16));
@@ -582,6 +594,7 @@ absl::StatusOr<size_t> MoeCudaWorkspaceBytes(const MoeCudaWeights& weights, int6
 
 absl::Status Validate(const MoeCudaParams& p) {
   RETURN_IF_ERROR(moe_cuda_internal::ValidateMoeCudaParamsCore(p));
+  RETURN_IF_ERROR(CheckRingCut("MoeCuda", p.ring_cut));
   if (p.m == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const size_t shared_bytes,
                    moe_cuda_internal::SharedExpertBytes("MoeCuda", p.shared, p.weights->dim, p.m));

@@ -180,6 +180,11 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.x_stride = 260;  // not a multiple of 8
   ExpectInvalid(Validate(p), "x_stride");
   p = GoodLayer(&w);
+  p.ring_cut = static_cast<MoeCudaRingCut>(3);
+  ExpectInvalid(Validate(p), "ring_cut");
+  p.ring_cut = MoeCudaRingCut::kDynamic;
+  EXPECT_TRUE(Validate(p).ok());
+  p = GoodLayer(&w);
   p.y = reinterpret_cast<uint16_t*>(g_buf + 2);
   ExpectInvalid(Validate(p), "y must be 16-byte aligned");
   p = GoodLayer(&w);
@@ -560,6 +565,18 @@ TEST(MoeCudaParamsTest, RingGemmValidation) {
   down.ring_partials_bytes = MoeCudaRingPartialBytes(4, w.dim) - 1;
   ExpectInvalid(Validate(down), "ring_partials_bytes");
   down.ring_partials_bytes = MoeCudaRingPartialBytes(4, w.dim);
+  ExpectInvalid(Validate(down), "ag");
+  // The cut: kAuto, kStatic or kDynamic; anything else is refused, ring or not.
+  for (const int cut : {-1, 3}) {
+    up.ring_cut = down.ring_cut = static_cast<MoeCudaRingCut>(cut);
+    ExpectInvalid(Validate(up), "ring_cut");
+    ExpectInvalid(Validate(down), "ring_cut");
+    up.ring = false;
+    ExpectInvalid(Validate(up), "ring_cut");
+    up.ring = true;
+  }
+  up.ring_cut = down.ring_cut = MoeCudaRingCut::kDynamic;
+  ExpectInvalid(Validate(up), "xg");
   ExpectInvalid(Validate(down), "ag");
   // The workspace holds the partials of min(m·top_k, MoeCudaRingMaxSlots(E)) slots: 2 more slot
   // rows from 1 to 2 tokens at top-2.

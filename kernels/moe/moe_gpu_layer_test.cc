@@ -53,7 +53,8 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
                   const std::vector<uint16_t>& x, const std::vector<uint8_t>& image,
                   const std::vector<uint16_t>& shared_y, int64_t m,
                   const MoeSharedExpertWeights* shared = nullptr,
-                  MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true) {
+                  MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true,
+                  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -81,6 +82,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.workspace_bytes = ws.bytes();
   p.gemm = gemm;
   p.ring_fused_combine = ring_fused_combine;
+  p.ring_cut = ring_cut;
   CHECK_OK(MoeCuda(p, nullptr));
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
@@ -220,6 +222,22 @@ void RunCase(const LayerCase& c) {
                      dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, false);
       EXPECT_EQ(gpu.y, sep.y) << name << ": fused ring combine vs the down epilogue";
       EXPECT_EQ(gpu.ids, sep.ids);
+      // Each cut forced (kAuto takes the dynamic one from 1 slot per expert): close to the CPU,
+      // and the fused combine the same bytes as the down epilogue + combine after it.
+      for (const MoeCudaRingCut cut : {MoeCudaRingCut::kStatic, MoeCudaRingCut::kDynamic}) {
+        const std::string cut_name = name + " cut " + std::to_string(static_cast<int>(cut));
+        std::vector<uint16_t> fused_y;
+        for (const bool fused : {true, false}) {
+          const GpuRun run =
+              RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                         dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, fused, cut);
+          ExpectClose(cut_name.c_str(), run, cpu, c.dim, c.top_k, {});
+          if (!fused) {
+            EXPECT_EQ(run.y, fused_y) << cut_name << ": fused vs the down epilogue";
+          }
+          fused_y = run.y;
+        }
+      }
     }
   }
 }

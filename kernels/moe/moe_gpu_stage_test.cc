@@ -21,7 +21,9 @@
 // - FP4 code order: LaunchMoeFp4ToDeviceOrder byte-identical to the host conversion; weights
 //   in checkpoint order refused.
 // - combine: bit for bit (the CPU's operations in its order), shared output or none.
-// - the TMA-ring GEMM's persistent grid: one even wave (grid = resident CTAs per SM x SMs).
+// - the TMA-ring GEMM's persistent grid: one even wave (grid = resident CTAs per SM x SMs) for
+//   both cuts; the ring stages at the static and the dynamic cut, the latter's work counters left
+//   zero and a second call on them the same bits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -355,27 +357,31 @@ struct GemmVariant {
   bool rs = false;      // tile_rows 128: the register-sourced wgmma GEMM
   bool stream = false;  // tile_rows 16 / 32: the streaming GEMM (kStream16 / kStream32)
   bool ring = false;    // tile_rows 8: the TMA-ring GEMM (kStreamRing) where the call fits it
+  MoeCudaRingCut cut = MoeCudaRingCut::kAuto;  // the ring's, each forced
 };
-const GemmVariant kGemmVariants[] = {{16, false},
-                                     {32, false},
-                                     {64, false},
-                                     {16, true},
-                                     {32, true},
-                                     {64, true},
-                                     {8, false},
-                                     {128, false},
-                                     {16, false, true},
-                                     {64, true, true},
-                                     {8, false, true},
-                                     {128, false, true},
-                                     {128, false, false, true},
-                                     {128, false, true, true},
-                                     {16, false, false, false, true},
-                                     {16, false, true, false, true},
-                                     {32, false, false, false, true},
-                                     {32, false, true, false, true},
-                                     {8, false, false, false, false, true},
-                                     {8, false, true, false, false, true}};
+const GemmVariant kGemmVariants[] = {
+    {16, false},
+    {32, false},
+    {64, false},
+    {16, true},
+    {32, true},
+    {64, true},
+    {8, false},
+    {128, false},
+    {16, false, true},
+    {64, true, true},
+    {8, false, true},
+    {128, false, true},
+    {128, false, false, true},
+    {128, false, true, true},
+    {16, false, false, false, true},
+    {16, false, true, false, true},
+    {32, false, false, false, true},
+    {32, false, true, false, true},
+    {8, false, false, false, false, true, MoeCudaRingCut::kStatic},
+    {8, false, true, false, false, true, MoeCudaRingCut::kStatic},
+    {8, false, false, false, false, true, MoeCudaRingCut::kDynamic},
+    {8, false, true, false, false, true, MoeCudaRingCut::kDynamic}};
 
 // The TMA-ring GEMM's partials (any contents: poisoned) for a call of `slots` rows of `cols`
 // (the stage launchers take any slot count).
@@ -383,22 +389,25 @@ DeviceBuffer RingPartials(int64_t slots, int64_t cols) {
   return Poisoned<float>(MoeCudaRingPartialBytes(slots, cols) / sizeof(float));
 }
 
-// The TMA-ring kernel is persistent: its grid (kRingCtasPerSm per SM) must be one wave with the
-// same number of CTAs on every SM. Its occupancy is set by its registers (87: 2 per SM); a form
-// at 71 registers (session 41's branch wip/moe-ring-dynamic) let 3 in, and the hardware then
-// stacked the 264 CTAs 3 deep on 88 SMs and left 44 idle (10 % slower at 256 tokens).
+// The ring kernel is persistent: its grid must be one wave of exactly kRingCtasPerSm CTAs on
+// every SM, for each cut's instantiation. When the dynamic cut's registers dropped to 71 the
+// occupancy became 3 per SM and the 2-per-SM grid piled onto two thirds of the SMs (10 % slower at
+// 256 tokens); its shared-memory request caps the occupancy, the static cut's 87 registers do.
 TEST(MoeGpuStageTest, RingGridIsOneEvenWave) {
   FS_SKIP_WITHOUT_GPU();
   LayerSpec spec{8, 1024, 1280, 5, moe_test::WeightKind::kExactArith};
   auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  for (const bool up : {true, false}) {
-    const auto plan = MoeCudaDescribeGemm(dev->view, 4, 2, 0, up, MoeCudaGemm::kStreamRing);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_TRUE(plan->ring);
-    EXPECT_GT(plan->ctas_per_sm, 0);
-    EXPECT_EQ(plan->grid_x, plan->ctas_per_sm * sms) << "up " << up;
+  for (const MoeCudaRingCut cut : {MoeCudaRingCut::kStatic, MoeCudaRingCut::kDynamic}) {
+    for (const bool up : {true, false}) {
+      const auto plan = MoeCudaDescribeGemm(dev->view, 4, 2, 0, up, MoeCudaGemm::kStreamRing, cut);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_TRUE(plan->ring);
+      EXPECT_GT(plan->ctas_per_sm, 0);
+      EXPECT_EQ(plan->grid_x, plan->ctas_per_sm * sms)
+          << "up " << up << " cut " << static_cast<int>(cut);
+    }
   }
 }
 
@@ -416,7 +425,8 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       SCOPED_TRACE(testing::Message()
                    << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
                    << tile_rows << " hoist " << hoist << " by token " << v.by_token << " rs "
-                   << v.rs << " stream " << v.stream << " ring " << v.ring);
+                   << v.rs << " stream " << v.stream << " ring " << v.ring << " cut "
+                   << static_cast<int>(v.cut));
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m));
       // By slot: row r = token slot_token[r]'s row; by token: row t = token t's row.
       const int64_t xg_rows = v.by_token ? c.m : slots;
@@ -447,6 +457,7 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       p.stream = v.stream;
       DeviceBuffer partials = RingPartials(slots, 2 * c.inter);
       p.ring = v.ring;
+      p.ring_cut = v.cut;
       p.ring_partials = partials.get<float>();
       p.ring_partials_bytes = static_cast<int64_t>(partials.bytes());
       ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
@@ -472,6 +483,22 @@ TEST(MoeGpuStageTest, UpStageIsBitExactOnExactArithmetic) {
       }
       EXPECT_EQ(bad_act, 0) << "of " << slots * c.inter << " SwiGLU outputs";
       EXPECT_EQ(bad_ag, 0) << "of " << slots << " quantised rows";
+      // Where the dynamic-cut ring ran (else the static cut, reading no counters, or the streaming
+      // GEMM).
+      if (v.ring && v.cut == MoeCudaRingCut::kDynamic && c.dim % 256 == 0) {
+        // The launcher zeroed the poisoned work counters; the call leaves them zero, so a second
+        // call told they are zero grabs every chunk again: the same bits.
+        const auto counters = ToHost<int32_t>(partials, 4);
+        EXPECT_EQ(counters, std::vector<int32_t>(4, 0));
+        DeviceBuffer ag2 = Poisoned<uint16_t>(slots * c.inter),
+                     act2 = Poisoned<uint16_t>(slots * c.inter);
+        p.ag = ag2.get<uint16_t>();
+        p.act = act2.get<uint16_t>();
+        p.ring_counters_zeroed = true;
+        ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
+        EXPECT_EQ(ToHost<uint16_t>(ag2, slots * c.inter), g_ag);
+        EXPECT_EQ(ToHost<uint16_t>(act2, slots * c.inter), g_act);
+      }
       if (&v == &kGemmVariants[0]) {
         std::printf("up D %ld I %ld m %ld: %ld SwiGLU outputs bit-exact (%ld with g clamped)\n",
                     static_cast<long>(c.dim), static_cast<long>(c.inter), static_cast<long>(c.m),
@@ -501,9 +528,10 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       if (v.by_token) continue;  // the down stage reads ag by slot
       const int64_t tile_rows = v.tile_rows;
       const bool hoist = v.hoist;  // the hoisted-address main loop: the same bits
-      SCOPED_TRACE(testing::Message() << "D " << c.dim << " I " << c.inter << " m " << c.m
-                                      << " tile_rows " << tile_rows << " hoist " << hoist << " rs "
-                                      << v.rs << " stream " << v.stream << " ring " << v.ring);
+      SCOPED_TRACE(testing::Message()
+                   << "D " << c.dim << " I " << c.inter << " m " << c.m << " tile_rows "
+                   << tile_rows << " hoist " << hoist << " rs " << v.rs << " stream " << v.stream
+                   << " ring " << v.ring << " cut " << static_cast<int>(v.cut));
       Slots s = MakeSlots(c, tile_rows, static_cast<uint32_t>(c.m + 1));
       DeviceBuffer ye = Poisoned<uint16_t>(slots * c.dim);
       MoeExpertDownParams p;
@@ -520,6 +548,7 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
       p.stream = v.stream;
       DeviceBuffer partials = RingPartials(slots, c.dim);
       p.ring = v.ring;
+      p.ring_cut = v.cut;
       p.ring_partials = partials.get<float>();
       p.ring_partials_bytes = static_cast<int64_t>(partials.bytes());
       ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
@@ -533,6 +562,15 @@ TEST(MoeGpuStageTest, DownStageIsBitExactOnExactArithmetic) {
         for (int64_t i = 0; i < c.dim; ++i) bad += want[i] != g_ye[r * c.dim + i];
       }
       EXPECT_EQ(bad, 0) << "of " << slots * c.dim << " expert outputs";
+      // As in the up stage test: counters left zero, a second call the same bits.
+      if (v.ring && v.cut == MoeCudaRingCut::kDynamic && c.inter % 256 == 0) {
+        EXPECT_EQ(ToHost<int32_t>(partials, 4), std::vector<int32_t>(4, 0));
+        DeviceBuffer ye2 = Poisoned<uint16_t>(slots * c.dim);
+        p.ye = ye2.get<uint16_t>();
+        p.ring_counters_zeroed = true;
+        ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
+        EXPECT_EQ(ToHost<uint16_t>(ye2, slots * c.dim), g_ye);
+      }
     }
   }
 }

@@ -297,7 +297,10 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.n_experts = w.n_experts;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      if (p.ring && moe_device::LaunchRing(g, true, p.slots, p.ring_partials, stream)) return;
+      if (p.ring && moe_device::LaunchRing(g, true, p.slots, p.ring_partials,
+                                           p.ring_counters_zeroed, p.ring_cut, stream)) {
+        return;
+      }
       return LaunchStreamTiles(g, true, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
                                stream);
     case kMoeCudaWgmmaTileRows:
@@ -342,8 +345,9 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
   g.n_experts = w.n_experts;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
-      if (p.ring && moe_device::LaunchRing(g, false, p.slots, p.ring_partials, stream,
-                                           fused_combine == nullptr)) {
+      if (p.ring &&
+          moe_device::LaunchRing(g, false, p.slots, p.ring_partials, p.ring_counters_zeroed,
+                                 p.ring_cut, stream, fused_combine == nullptr)) {
         if (fused_combine != nullptr) *fused_combine = true;
         return;
       }
@@ -387,8 +391,13 @@ void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
 
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
-                                                    MoeCudaGemm gemm) {
+                                                    MoeCudaGemm gemm, MoeCudaRingCut ring_cut) {
   RETURN_IF_ERROR(Validate(weights));
+  if (static_cast<int>(ring_cut) < 0 ||
+      static_cast<int>(ring_cut) > static_cast<int>(MoeCudaRingCut::kDynamic)) {
+    return absl::InvalidArgumentError(
+        "MoeCudaDescribeGemm: ring_cut is not kAuto, kStatic or kDynamic");
+  }
   const int64_t max_k = std::max(weights.dim, weights.inter);
   if (static_cast<int>(gemm) < 0 ||
       static_cast<int>(gemm) > static_cast<int>(MoeCudaGemm::kStreamRing) ||
@@ -412,7 +421,7 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
   if (chosen == MoeCudaGemm::kStreamRing && slots <= MoeCudaRingMaxSlots(e) && k % 256 == 0) {
-    return moe_device::DescribeRing(up);
+    return moe_device::DescribeRing(up, moe_device::RingCutIsDynamic(ring_cut, slots, e));
   }
   if (chosen == MoeCudaGemm::kStream || chosen == MoeCudaGemm::kStreamRing ||
       chosen == MoeCudaGemm::kStream16 || chosen == MoeCudaGemm::kStream32) {
@@ -567,6 +576,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.wgmma_rs_order = rs;  // the operand order of the GEMM that reads xg
   pp.path = p.sort_path;
   pp.sort_scratch = reinterpret_cast<int32_t*>(base + l.sort_scratch);
+  // The ring GEMMs' work counters, cleared here rather than by a memset node of their own.
+  pp.ring_counters = ring ? moe_device::RingCounterWords(ring_partials) : nullptr;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {
@@ -602,6 +613,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ring = ring;
   up.ring_partials = ring_partials;
   up.ring_partials_bytes = MoeCudaRingPartialBytes(slots, 2 * w.inter);
+  up.ring_counters_zeroed = ring;
+  up.ring_cut = p.ring_cut;
   EnqueueUp(up, stream);
 
   MoeExpertDownParams down;
@@ -621,6 +634,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.ring = ring;
   down.ring_partials = ring_partials;
   down.ring_partials_bytes = MoeCudaRingPartialBytes(slots, w.dim);
+  down.ring_counters_zeroed = ring;
+  down.ring_cut = p.ring_cut;
   bool fused_combine = false;
   EnqueueDown(down, stream, p.ring_fused_combine ? &fused_combine : nullptr);
 
@@ -638,7 +653,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   if (fork) JoinSideStream(stream);
   if (p.shared_y_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.shared_y_ready, 0));
   if (fused_combine) {
-    moe_device::LaunchRingCombine(cp, ring_partials, num_tiles, slots, w.inter, stream);
+    moe_device::LaunchRingCombine(cp, ring_partials, num_tiles, slots, w.inter,
+                                  moe_device::RingCutIsDynamic(p.ring_cut, slots, w.n_experts),
+                                  stream);
   } else {
     EnqueueCombine(cp, stream);
   }

@@ -163,6 +163,9 @@ __device__ __forceinline__ void SortOffsetsAndTiles(const MoePermuteParams& p, i
   if (threadIdx.x == 0) {
     p.offsets[n] = total_rows;
     *p.num_tiles = total_tiles;
+    if (p.ring_counters != nullptr) {
+      for (int i = 0; i < 4; ++i) p.ring_counters[i] = 0;
+    }
   }
   __syncthreads();
 }

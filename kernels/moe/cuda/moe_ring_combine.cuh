@@ -19,10 +19,11 @@ namespace flashserve::kernels::moe_device {
 struct RingCombineArgs {
   MoeCombineParams c;              // c.ye is not read
   const float* partial = nullptr;  // the down ring's partials (RingArgs::partial, N = c.dim)
+  int32_t* counters = nullptr;     // its counter (RingArgs::counters), reset here
   const int32_t* num_tiles = nullptr;
   int64_t slots = 0;
-  int64_t units = 0;      // the down GEMM's units per pair: I / 256
-  int64_t ring_grid = 0;  // the down ring's gridDim.x
+  int64_t units = 0;  // the down GEMM's units per pair: I / 256
+  RingCut cut;        // the down ring's
 };
 
 // A block per (token, 1,024 columns), a thread per 8 columns (grid.y = ceil(D / 1024)), so that
@@ -35,20 +36,22 @@ __host__ __device__ inline int RingCombineSplits(int64_t dim) {
   return static_cast<int>((dim / 8 + kRingCombineThreads - 1) / kRingCombineThreads);
 }
 
+template <bool kDynamic>  // the down ring's cut (RingCut::dynamic)
 __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(RingCombineArgs a) {
   constexpr int kBlocks = kRingCombineThreads * 8 / 128;  // 128-column blocks of a CTA
   __shared__ int32_t ids[kMoeCudaMaxTopK];
   __shared__ int32_t slot[kMoeCudaMaxTopK];
   __shared__ int32_t rows[kMoeCudaMaxTopK];  // slot rows in ascending expert id
   __shared__ int32_t recs[kMoeCudaMaxTopK];  // their RingSlotRecords entries
-  // Per (rank, the CTA's 128-column block): the first range that met the slot's pair << 3 | the
-  // number of later ranges.
+  // Per (rank, the CTA's 128-column block): the first chunk that met the slot's pair << 3 | the
+  // number of later chunks (< kRingMaxOrdinals).
   __shared__ int32_t meets[kMoeCudaMaxTopK][kBlocks];
   const MoeCombineParams& p = a.c;
   const int64_t k = p.top_k, blocks = p.dim / 128;
   const int64_t c = (int64_t{blockIdx.y} * kRingCombineThreads + threadIdx.x) * 8;
   const int64_t cb0 = int64_t{blockIdx.y} * kBlocks;
-  const RingSplit split(int64_t{*a.num_tiles} * blocks, a.units, a.ring_grid);
+  if (kDynamic && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.counters = 0;
+  const RingSplit<kDynamic> split(int64_t{*a.num_tiles} * blocks, a.units, a.cut);
   const float* later_base = a.partial + a.slots * p.dim;
   const int32_t* records = RingSlotRecords(a.partial, a.slots, p.dim);
   for (int64_t t = blockIdx.x; t < p.m; t += gridDim.x) {
@@ -99,7 +102,7 @@ __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(Ring
                                (recs[j0 + j] & 15) * 128 + c % 128;
           for (int o = 1; o <= (meet & 7); ++o) {  // ordinal order
             float4 q0 = e[j][0], q1 = e[j][1];
-            if (o > 1) {  // rare: a pair met by three or four ranges
+            if (o > 1) {  // a pair met by three chunks or more
               const float4* q = reinterpret_cast<const float4*>(later + o * kRingBlockFloats);
               q0 = q[0];
               q1 = q[1];

@@ -16,30 +16,38 @@ namespace flashserve::kernels::moe_device {
 namespace {
 
 static_assert(kRingMaxOrdinals == kMoeCudaRingMaxOrdinals);
-// The host's partials size (moe_cuda.h) and the device layout (RingArgs::partial, RingSlotRecords)
-// describe the same regions: [slots][cols], a block per CTA, a record per slot row.
+// The host's buffer size (moe_cuda.h) and the device layout (RingCounters, RingArgs::partial,
+// RingSlotRecords) describe the same regions: the counters, [slots][cols], a block per chunk, a
+// record per slot row.
 static_assert(MoeCudaRingPartialBytes(3, 5) ==
-              4 * (3 * 5 + kMoeCudaRingMaxCtas * kRingBlockFloats + 3));
+              4 * (kRingCounterWords + 3 * 5 + kMoeCudaRingMaxChunks * kRingBlockFloats + 3));
 
-// The ring kernel's grid: kRingCtasPerSm per SM, at most kMoeCudaRingMaxCtas (the partials hold
-// a block per CTA).
+// The ring kernel's grid: kRingCtasPerSm per SM, at most a quarter of kMoeCudaRingMaxChunks (the
+// lead chunks leave room for small ones).
 int64_t RingGrid() {
-  return std::min<int64_t>(kRingCtasPerSm * SmCount(CurrentDevice()), kMoeCudaRingMaxCtas);
+  return std::min<int64_t>(kRingCtasPerSm * SmCount(CurrentDevice()), kMoeCudaRingMaxChunks / 4);
+}
+
+RingCut MakeRingCut(bool dynamic) {
+  RingCut cut;
+  cut.grid = RingGrid();
+  cut.dynamic = dynamic;
+  return cut;
 }
 
 // The ring kernel, opted into its shared memory once per device (launches and DescribeRing).
-template <bool kUp>
+template <bool kUp, bool kDynamic>
 auto* RingKernel() {
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = MoeExpertRingKernel<kUp>;
-  EnsureSmemLimit(kernel, kRingSmemBytes, smem_set);
+  auto* kernel = MoeExpertRingKernel<kUp, kDynamic>;
+  EnsureSmemLimit(kernel, kRingCutSmemBytes<kDynamic>, smem_set);
   return kernel;
 }
 
-template <bool kUp>
+template <bool kUp, bool kDynamic>
 void Launch(const RingArgs& a, bool epilogue, cudaStream_t stream) {
-  cuda_common::LaunchPdl(RingKernel<kUp>(), dim3(static_cast<unsigned>(a.ring_grid)),
-                         dim3(kRingThreads), kRingSmemBytes, stream, a);
+  cuda_common::LaunchPdl(RingKernel<kUp, kDynamic>(), dim3(static_cast<unsigned>(a.cut.grid)),
+                         dim3(kRingThreads), kRingCutSmemBytes<kDynamic>, stream, a);
   if (!epilogue) return;
   // The epilogue: a warp per (tile, 32 columns) of the call's tile bound, at most 8 blocks of 8
   // warps per SM (grid-stride beyond).
@@ -47,16 +55,26 @@ void Launch(const RingArgs& a, bool epilogue, cudaStream_t stream) {
   const int64_t warps = tiles * (a.g.n / 32);
   const int64_t blocks =
       std::max<int64_t>(1, std::min<int64_t>((warps + 7) / 8, 8 * SmCount(CurrentDevice())));
-  cuda_common::LaunchPdl(MoeRingEpilogueKernel<kUp>, dim3(static_cast<unsigned>(blocks)),
+  cuda_common::LaunchPdl(MoeRingEpilogueKernel<kUp, kDynamic>, dim3(static_cast<unsigned>(blocks)),
                          dim3(kRingEpilogueThreads), 0, stream, a);
 }
 
 }  // namespace
 
-bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream,
-                bool epilogue) {
+int32_t* RingCounterWords(float* partials) { return RingCounters(partials, true); }
+
+bool RingCutIsDynamic(MoeCudaRingCut cut, int64_t slots, int64_t n_experts) {
+  if (cut == MoeCudaRingCut::kAuto) return slots >= MoeCudaRingDynamicMinSlots(n_experts);
+  return cut == MoeCudaRingCut::kDynamic;
+}
+
+bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, bool counters_zeroed,
+                MoeCudaRingCut cut, cudaStream_t stream, bool epilogue) {
   const int64_t pair_cols = up ? 64 : 128;
   if (g.k % kRingUnitK != 0 || g.n % pair_cols != 0 || slots <= 0) return false;
+  // A stage header holds a unit's index as int32: the tile bound · blocks · units must fit.
+  const int64_t max_tiles = std::min(slots, slots / 8 + g.n_experts);
+  if (max_tiles * (g.n / pair_cols) * (g.k / kRingUnitK) > INT32_MAX) return false;
   // The producer copies each row's 8 scale bytes of a unit in one 8-byte cp.async.
   if (reinterpret_cast<uintptr_t>(g.w_scale) % 8 != 0 ||
       (up && reinterpret_cast<uintptr_t>(g.w_up_scale) % 8 != 0)) {
@@ -64,9 +82,10 @@ bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cuda
   }
   RingArgs a;
   a.g = g;
-  a.partial = partials;
+  a.partial = RingPartials(partials);
+  a.counters = RingCounters(partials, up);
   a.slots = slots;
-  a.ring_grid = RingGrid();
+  a.cut = MakeRingCut(RingCutIsDynamic(cut, slots, g.n_experts));
   // Weights: [E·N rows][K/2 bytes], boxes of 128 code bytes × 64 (up: w1 and w3 each) or 128
   // rows.
   const int64_t rows = g.n_experts * g.n;
@@ -83,31 +102,39 @@ bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cuda
   if (!wgmma_ws::MakeTmaOperand(&a.a, g.a, 2, 64, g.k / 64, 64, slots, g.k, 64, 4, true)) {
     return false;
   }
-  if (up) {
-    Launch<true>(a, true, stream);
+  if (a.cut.dynamic && !counters_zeroed) {
+    CUDA_CHECK(cudaMemsetAsync(partials, 0, 4 * sizeof(int32_t), stream));
+  }
+  if (a.cut.dynamic) {
+    up ? Launch<true, true>(a, true, stream) : Launch<false, true>(a, epilogue, stream);
   } else {
-    Launch<false>(a, epilogue, stream);
+    up ? Launch<true, false>(a, true, stream) : Launch<false, false>(a, epilogue, stream);
   }
   return true;
 }
 
-void LaunchRingCombine(const MoeCombineParams& c, const float* partials, const int32_t* num_tiles,
-                       int64_t slots, int64_t inter, cudaStream_t stream) {
+void LaunchRingCombine(const MoeCombineParams& c, float* partials, const int32_t* num_tiles,
+                       int64_t slots, int64_t inter, bool dynamic, cudaStream_t stream) {
   if (c.m == 0) return;
   RingCombineArgs a;
   a.c = c;
-  a.partial = partials;
+  a.partial = RingPartials(partials);
+  a.counters = RingCounters(partials, false);
   a.num_tiles = num_tiles;
   a.slots = slots;
   a.units = inter / kRingUnitK;
-  a.ring_grid = RingGrid();
+  a.cut = MakeRingCut(dynamic);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(c.m, int64_t{1} << 20)),
                   static_cast<unsigned>(RingCombineSplits(c.dim)));
-  MoeRingCombineKernel<<<grid, kRingCombineThreads, 0, stream>>>(a);
+  if (dynamic) {
+    MoeRingCombineKernel<true><<<grid, kRingCombineThreads, 0, stream>>>(a);
+  } else {
+    MoeRingCombineKernel<false><<<grid, kRingCombineThreads, 0, stream>>>(a);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
-MoeCudaGemmPlan DescribeRing(bool up) {
+MoeCudaGemmPlan DescribeRing(bool up, bool dynamic) {
   MoeCudaGemmPlan plan;
   plan.stream = true;
   plan.ring = true;
@@ -115,14 +142,16 @@ MoeCudaGemmPlan DescribeRing(bool up) {
   plan.weight_rows = 128;
   plan.k_step = kRingUnitK;
   plan.stages = kRingStages;
-  plan.smem_bytes = kRingSmemBytes;
+  plan.smem_bytes = dynamic ? kRingDynamicSmemBytes : kRingSmemBytes;
   plan.grid_x = RingGrid();
   plan.grid_y = 1;
   int ctas = 0;
-  const void* kernel = up ? reinterpret_cast<const void*>(RingKernel<true>())
-                          : reinterpret_cast<const void*>(RingKernel<false>());
-  CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRingThreads, kRingSmemBytes));
+  const void* kernel = dynamic ? (up ? reinterpret_cast<const void*>(RingKernel<true, true>())
+                                     : reinterpret_cast<const void*>(RingKernel<false, true>()))
+                               : (up ? reinterpret_cast<const void*>(RingKernel<true, false>())
+                                     : reinterpret_cast<const void*>(RingKernel<false, false>()));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRingThreads,
+                                                           static_cast<int>(plan.smem_bytes)));
   plan.ctas_per_sm = ctas;
   plan.weight_stage_bytes = kRingWeightBytes + kRingScaleBytes;
   return plan;

@@ -12,22 +12,31 @@
 
 namespace flashserve::kernels::moe_device {
 
+// The work counters at the start of a ring buffer (MoeCudaRingPartialBytes), 4 int32.
+int32_t* RingCounterWords(float* partials);
+
+// Whether a call of `slots` slot rows over `n_experts` experts runs the dynamic cut.
+bool RingCutIsDynamic(MoeCudaRingCut cut, int64_t slots, int64_t n_experts);
+
 // Enqueues the ring kernel and its epilogue (up: w1/w3 + SwiGLU + the quantiser; down: w2) over
 // the tile list of `g` (tile_rows 8) on `stream`, `partials` holding MoeCudaRingPartialBytes(slots,
-// up ? 2N : N) bytes. Returns false, enqueueing nothing, where the ring cannot run (K not a
-// multiple of 256, N not a multiple of the pair width, a scale array not 8-byte aligned, a TMA
-// map the driver refuses): the caller then runs the streaming GEMM. Launch failures abort.
-// epilogue false (down only): no epilogue kernel; LaunchRingCombine then finishes the call.
-bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, cudaStream_t stream,
-                bool epilogue = true);
+// up ? 2N : N) bytes, its units cut as `cut` says (RingCutIsDynamic); for the dynamic cut, unless
+// `counters_zeroed`, a memset of its work counters first. Returns false, enqueueing nothing, where
+// the ring cannot run (K not a multiple of 256, N not a multiple of the pair width, a scale array
+// not 8-byte aligned, a TMA map the driver refuses): the caller then runs the streaming GEMM.
+// Launch failures abort. epilogue false (down only): no epilogue kernel; LaunchRingCombine then
+// finishes the call.
+bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, bool counters_zeroed,
+                MoeCudaRingCut cut, cudaStream_t stream, bool epilogue = true);
 
 // The combine of `c` (c.ye unused) from the partials of a down ring launched without its
-// epilogue (`partials`, `num_tiles`, `slots` as given to it; `inter` = its K): the same bits as
-// that epilogue followed by the combine (cuda/moe_ring_combine.cuh).
-void LaunchRingCombine(const MoeCombineParams& c, const float* partials, const int32_t* num_tiles,
-                       int64_t slots, int64_t inter, cudaStream_t stream);
+// epilogue (`partials`, `num_tiles`, `slots` as given to it; `inter` = its K; `dynamic`: its
+// RingCutIsDynamic): the same bits as that epilogue followed by the combine
+// (cuda/moe_ring_combine.cuh); after a dynamic cut it resets the ring's counter.
+void LaunchRingCombine(const MoeCombineParams& c, float* partials, const int32_t* num_tiles,
+                       int64_t slots, int64_t inter, bool dynamic, cudaStream_t stream);
 
 // The launch LaunchRing makes (any N, K it takes), with its occupancy on the current device.
-MoeCudaGemmPlan DescribeRing(bool up);
+MoeCudaGemmPlan DescribeRing(bool up, bool dynamic);
 
 }  // namespace flashserve::kernels::moe_device
