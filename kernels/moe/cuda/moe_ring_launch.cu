@@ -72,7 +72,8 @@ bool LaunchRing(const GemmArgs& g, bool up, int64_t slots, float* partials, bool
                 MoeCudaRingCut cut, cudaStream_t stream, bool epilogue) {
   const int64_t pair_cols = up ? 64 : 128;
   if (g.k % kRingUnitK != 0 || g.n % pair_cols != 0 || slots <= 0) return false;
-  // A stage header holds a unit's index as int32: the tile bound · blocks · units must fit.
+  // The walk's cursor (and the dynamic cut's stage header) hold tile and unit indices as int32:
+  // the tile bound · blocks · units must fit.
   const int64_t max_tiles = std::min(slots, slots / 8 + g.n_experts);
   if (max_tiles * (g.n / pair_cols) * (g.k / kRingUnitK) > INT32_MAX) return false;
   // The producer copies each row's 8 scale bytes of a unit in one 8-byte cp.async.
