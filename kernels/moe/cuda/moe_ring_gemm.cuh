@@ -88,18 +88,11 @@ inline constexpr int64_t kRingBlockFloats = 8 * 128;
 // Per stage, after the barriers: the producer's header of its fill (RingHeader).
 inline constexpr int kRingSmemUsed =
     kRingStages * kRingStageBytes + 2 * kRingStages * 8 + kRingStages * 8 + 1024;
-// The static cut's request: what it uses (its 79 registers hold it at kRingCtasPerSm per SM: 3 CTAs
-// of 288 threads fit only at <= 75).
-inline constexpr int kRingSmemBytes = kRingSmemUsed;
-// The dynamic cut's: enough that no more than kRingCtasPerSm CTAs fit an SM (228 KB of shared
-// memory and 1 KB reserved per CTA on sm_90: 3 × 77 KB do not fit). Its branch build's 64
-// registers let 3 CTAs in, and the grid of kRingCtasPerSm per SM then piled 3 onto 88 SMs and left
-// 44 idle (session 41: 10 % slower at 256 tokens until this); it now compiles to 77-79, but the
-// measured form is the capped one. The larger request costs the static cut ~1.5 % at 256 tokens
-// (session 42), so that one does not make it.
-inline constexpr int kRingDynamicSmemBytes = kRingSmemUsed > 76 * 1024 ? kRingSmemUsed : 76 * 1024;
-template <bool kDynamic>
-inline constexpr int kRingCutSmemBytes = kDynamic ? kRingDynamicSmemBytes : kRingSmemBytes;
+// The launch's shared-memory request is what the kernel uses (kRingSmemUsed), unless the
+// compiled kernel's registers would let more than kRingCtasPerSm CTAs share an SM; then it is
+// raised until no more fit (moe_ring_launch.cu RingSmemBytes). Session 41: a build of the dynamic
+// cut at 64 registers let 3 CTAs in and the 2-per-SM grid piled onto two thirds of the SMs (10 %
+// slower at 256 tokens); a fixed 76 KB request (session 42) cost ~1.5 % where 2 CTAs fit anyway.
 static_assert(kRingStageBytes % 1024 == 0, "stages must keep the 128-byte swizzle's alignment");
 
 // What a call's cut depends on besides its units: the ring kernel's gridDim.x and the kind of cut

@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/common/cuda_check.h"
@@ -35,19 +34,36 @@ RingCut MakeRingCut(bool dynamic) {
   return cut;
 }
 
-// The ring kernel, opted into its shared memory once per device (launches and DescribeRing).
+// The ring kernel's shared-memory request on `device`, found (and the kernel opted into it) once
+// per device: what it uses, unless its registers would let more than kRingCtasPerSm CTAs share an
+// SM — then the least request with which kRingCtasPerSm + 1 do not fit. The grid is kRingCtasPerSm
+// per SM and persistent: a further resident CTA piles the work onto some SMs and leaves others
+// idle.
 template <bool kUp, bool kDynamic>
-auto* RingKernel() {
-  static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = MoeExpertRingKernel<kUp, kDynamic>;
-  EnsureSmemLimit(kernel, kRingCutSmemBytes<kDynamic>, smem_set);
-  return kernel;
+int RingSmemBytes(int device) {
+  static PerDeviceInt cache;
+  return cache.Get(device, [device] {
+    auto* kernel = MoeExpertRingKernel<kUp, kDynamic>;
+    int per_sm = 0;
+    int reserved = 0;
+    CUDA_CHECK(
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    const int cap = std::max(kRingSmemUsed, per_sm / (kRingCtasPerSm + 1) - reserved + 1);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+    int ctas = 0;
+    CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRingThreads, kRingSmemUsed));
+    return ctas > kRingCtasPerSm ? cap : kRingSmemUsed;
+  });
 }
 
 template <bool kUp, bool kDynamic>
 void Launch(const RingArgs& a, bool epilogue, cudaStream_t stream) {
-  cuda_common::LaunchPdl(RingKernel<kUp, kDynamic>(), dim3(static_cast<unsigned>(a.cut.grid)),
-                         dim3(kRingThreads), kRingCutSmemBytes<kDynamic>, stream, a);
+  const int smem = RingSmemBytes<kUp, kDynamic>(CurrentDevice());
+  cuda_common::LaunchPdl(MoeExpertRingKernel<kUp, kDynamic>,
+                         dim3(static_cast<unsigned>(a.cut.grid)), dim3(kRingThreads), smem, stream,
+                         a);
   if (!epilogue) return;
   // The epilogue: a warp per (tile, 32 columns) of the call's tile bound, at most 8 blocks of 8
   // warps per SM (grid-stride beyond).
@@ -143,14 +159,20 @@ MoeCudaGemmPlan DescribeRing(bool up, bool dynamic) {
   plan.weight_rows = 128;
   plan.k_step = kRingUnitK;
   plan.stages = kRingStages;
-  plan.smem_bytes = dynamic ? kRingDynamicSmemBytes : kRingSmemBytes;
+  const int device = CurrentDevice();
+  const void* kernel = nullptr;
+  if (dynamic) {
+    plan.smem_bytes = up ? RingSmemBytes<true, true>(device) : RingSmemBytes<false, true>(device);
+    kernel = up ? reinterpret_cast<const void*>(MoeExpertRingKernel<true, true>)
+                : reinterpret_cast<const void*>(MoeExpertRingKernel<false, true>);
+  } else {
+    plan.smem_bytes = up ? RingSmemBytes<true, false>(device) : RingSmemBytes<false, false>(device);
+    kernel = up ? reinterpret_cast<const void*>(MoeExpertRingKernel<true, false>)
+                : reinterpret_cast<const void*>(MoeExpertRingKernel<false, false>);
+  }
   plan.grid_x = RingGrid();
   plan.grid_y = 1;
   int ctas = 0;
-  const void* kernel = dynamic ? (up ? reinterpret_cast<const void*>(RingKernel<true, true>())
-                                     : reinterpret_cast<const void*>(RingKernel<false, true>()))
-                               : (up ? reinterpret_cast<const void*>(RingKernel<true, false>())
-                                     : reinterpret_cast<const void*>(RingKernel<false, false>()));
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRingThreads,
                                                            static_cast<int>(plan.smem_bytes)));
   plan.ctas_per_sm = ctas;
