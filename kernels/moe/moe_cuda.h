@@ -228,10 +228,11 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // (kWgmmaRs: weights as the wgmma A operand decoded by the consumer warpgroups straight into
 // registers, the slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
-// kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 8·E, i.e. up to 512
-// tokens at E 384 top-6; measured on the H200: at 512 tokens streaming 3.39 ms vs tiled 4.29 ms),
-// in its TMA-ring form (kStreamRing) up to MoeCudaRingMaxSlots(E) slots (4 per expert)
-// when D and I are at most kMoeCudaStreamMaxK; the 16-row streaming GEMM above that up to
+// kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 6·E, i.e. up to 384
+// tokens at E 384 top-6; 8·E where 16-row tiles do not fit; measured on the H200: at 512 tokens
+// streaming 3.39 ms vs tiled 4.29 ms), in its TMA-ring form (kStreamRing) up to
+// MoeCudaRingMaxSlots(E) slots (4 per expert) when D and I are at most kMoeCudaStreamMaxK; the
+// 16-row streaming GEMM above that up to
 // kMoeCudaStream16MaxSlotsPerExpert while D and I are at most kMoeCudaStream16MaxK, the 32-row one
 // (its activations staged in K chunks) beyond; the register-sourced wgmma GEMM from
 // kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma (the
@@ -308,8 +309,15 @@ constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {
 // tiles stage them a K chunk at a time.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 inline constexpr int64_t kMoeCudaStream16MaxK = 7168;
-// kAuto streams up to this many slots per expert on average.
+// kAuto streams 8-row tiles up to this many slots per expert on average ...
 inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
+// ... or, where 16-row tiles fit (max(D, I) <= kMoeCudaStream16MaxK), only up to this many: above
+// it the 16-row streaming GEMM's 16 warps per CTA beat the second 8-row tiles that ~a fifth of the
+// experts need. Measured on the H200 (session 43, bench_moe --iters 15 --warmup 3 --shared 0,
+// the routed layer at E 384 top-6, median µs, kStream / kStream16): 384 tokens (6 per expert)
+// 2,566-2,576 / 2,568-2,570, 448: 2,843-2,888 / 2,615-2,617, 512: 2,991-3,026 / 2,649-2,654,
+// 576: 3,254-3,510 / 2,708-2,711; 320: 2,443-2,524 / 2,534.
+inline constexpr int64_t kMoeCudaStream8MaxSlotsPerExpert = 6;
 inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // kAuto takes the streaming GEMM with 16-row tiles (kStream16) above
 // kMoeCudaStreamMaxSlotsPerExpert up to this many slots per expert on average (1,152 tokens at E

@@ -355,14 +355,17 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   // Rows per touched expert on average; a tile taller than most experts' row counts wastes
   // tensor-core work, a shorter one re-reads the weights per tile (mostly from L2).
   const int64_t slots = m * top_k;
-  // Streaming: an n8 tile per expert at up to ~8 slots on average (at 8, about a third of the
-  // experts need a second tile, which re-reads their weights, mostly from L2; still faster than
-  // the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
+  // Streaming: an n8 tile per expert at up to ~6 slots on average, ~8 where 16-row tiles do not
+  // fit (at 8, about a third of the experts need a second tile, which re-reads their weights,
+  // mostly from L2; still faster than the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
   if (slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStreamMaxK) {
     // Its TMA-ring form, from one token up to 4 slots per expert (MoeCudaRingMaxSlots; the
     // workspace holds its partials there).
     if (slots <= MoeCudaRingMaxSlots(n_experts)) return MoeCudaGemm::kStreamRing;
-    return MoeCudaGemm::kStream;
+    // Where 16-row tiles fit, they take over above ~6 slots per expert (kStream16 below).
+    if (slots <= kMoeCudaStream8MaxSlotsPerExpert * n_experts || max_k > kMoeCudaStream16MaxK) {
+      return MoeCudaGemm::kStream;
+    }
   }
   // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
   // 128-row tile wastes on each expert's last tile (a tile of <= 64 rows takes the n64 path).

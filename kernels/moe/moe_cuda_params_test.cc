@@ -298,9 +298,10 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   }
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, -1, 2).ok());
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, 1, 0).ok());
-  // kAuto: the streaming GEMM up to 8 slots per expert on average (512 tokens at E 384 top-6)
-  // when max(D, I) fits its shared memory; then the 16-row streaming GEMM, or where max(D, I)
-  // does not fit it the tiled GEMM's 16 / 32 / 64.
+  // kAuto: the streaming GEMM up to 6 slots per expert on average (384 tokens at E 384 top-6)
+  // when max(D, I) fits its shared memory; then the 16-row streaming GEMM (or where max(D, I)
+  // does not fit 16-row tiles, 8-row ones up to 8 slots per expert), or where max(D, I) does not
+  // fit the streaming GEMM the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
   // In its TMA-ring form from one token up to 4 slots per expert (MoeCudaRingMaxSlots: 1,536 at
   // E 384), where max(D, I) fits the streaming GEMM (its fallback).
@@ -322,15 +323,25 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
   EXPECT_EQ(MoeCudaChooseGemm(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             MoeCudaGemm::kTiled);
-  EXPECT_EQ(MoeCudaTileRows(512, 6, 384), 8);
+  EXPECT_EQ(MoeCudaTileRows(384, 6, 384), 8);
+  EXPECT_EQ(MoeCudaChooseGemm(384, 6, 384), MoeCudaGemm::kStream);
+  EXPECT_EQ(MoeCudaTileRows(385, 6, 384), 16);
+  EXPECT_EQ(MoeCudaChooseGemm(385, 6, 384), MoeCudaGemm::kStream16);
+  EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384), MoeCudaGemm::kStream16);
   EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
   EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384), MoeCudaGemm::kStream16);
+  // Where 16-row tiles do not fit, 8-row ones stream up to 8 slots per expert.
+  EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+            MoeCudaGemm::kStream);
+  EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+            MoeCudaGemm::kStream32);
   EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kAuto, 5120)));
   EXPECT_TRUE(
       IsWideStream(MoeCudaChooseGemm(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK)));
   EXPECT_FALSE(
       IsWideStream(MoeCudaChooseGemm(1791, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128)));
-  EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto)));
+  EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(384, 6, 384, MoeCudaGemm::kAuto)));
+  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto)));
   EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kTiled)));
   EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kStream16)));
   // 16-row tiles up to kMoeCudaStream16MaxSlotsPerExpert (18) slots per expert (1,152 tokens at
