@@ -248,9 +248,9 @@ enum class MoeCudaGemm : int {
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
   // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
   // and activations brought by TMA through a shared-memory ring, the call's units cut over
-  // two persistent CTAs per SM, split pairs summed by an epilogue kernel (README.md "The TMA-ring
-  // expert GEMM"). MoeCuda runs it up to MoeCudaRingMaxSlots(E) slots with D and I multiples of
-  // 256; other calls run kStream.
+  // two persistent CTAs per SM, split pairs summed by an epilogue kernel
+  // (kernels/moe/ring_gemm.md). MoeCuda runs it up to MoeCudaRingMaxSlots(E) slots with D and I
+  // multiples of 256; other calls run kStream.
   kStreamRing = 7,
 };
 inline constexpr int64_t kMoeCudaStreamTileRows = 8;
@@ -272,9 +272,9 @@ constexpr int64_t MoeCudaRingMaxSlots(int64_t n_experts) {
 }
 // A pair of a tile's 128 weight rows is split over at most kMoeCudaRingMaxOrdinals chunks.
 inline constexpr int64_t kMoeCudaRingMaxOrdinals = 8;
-// How a TMA-ring GEMM call's units are cut over its persistent CTAs (README.md "The TMA-ring
-// expert GEMM", "Session 42"). Output bits do not depend on it beyond the fp32 summation order of
-// split pairs (each cut fixes where pairs are split, whichever CTA runs a chunk).
+// How a TMA-ring GEMM call's units are cut over its persistent CTAs (kernels/moe/ring_gemm.md,
+// "Session 42"). Output bits do not depend on it beyond the fp32 summation order of split pairs
+// (each cut fixes where pairs are split, whichever CTA runs a chunk).
 enum class MoeCudaRingCut : int {
   // kDynamic from MoeCudaRingDynamicMinSlots(E) slots, kStatic below.
   kAuto = 0,

@@ -1,9 +1,8 @@
-// The TMA-ring expert GEMM (MoeCudaGemm::kStreamRing, tile_rows 8; README.md "The TMA-ring
-// expert GEMM"): the weight-streaming GEMM's numerics (cuda/moe_stream_gemm.cuh: FP4 weights as
-// the mma A operand decoded by DecodeFp4x8, the <= 8 slot rows of a tile as B) with its weights,
-// scales and activations brought through a shared-memory ring instead of a register ring, and
-// the work cut stream-K over kRingCtasPerSm persistent CTAs per SM. Device code of
-// cuda/moe_ring_launch.cu.
+// The TMA-ring expert GEMM (MoeCudaGemm::kStreamRing, tile_rows 8; kernels/moe/ring_gemm.md): the
+// weight-streaming GEMM's numerics (cuda/moe_stream_gemm.cuh: FP4 weights as the mma A operand
+// decoded by DecodeFp4x8, the <= 8 slot rows of a tile as B) with its weights, scales and
+// activations brought through a shared-memory ring instead of a register ring, and the work cut
+// stream-K over kRingCtasPerSm persistent CTAs per SM. Device code of cuda/moe_ring_launch.cu.
 //
 // Work: a pair is (tile, 128-weight-row block cb) — up: 64 w1 rows and the same 64 w3 rows, i.e.
 // 64 output columns; down: 128 w2 rows, 128 output columns — of K / 256 units (256 K each). The
@@ -16,7 +15,7 @@
 //   the counter for the next call. Two co-resident CTAs of an SM do not run at the same speed
 //   (the warp schedulers favour the older CTA's warps: 124 against 148 µs for the same 123 units
 //   at 8 tokens), and a unit's cost grows with its tile's rows; equal static ranges left the SMs
-//   14 % apart at 256 tokens (README.md "Session 41").
+//   14 % apart at 256 tokens (kernels/moe/ring_gemm.md "Session 41").
 // A pair is split only where a chunk ends inside it; the cut fixes where, so the fp32 partial
 // sums — and the output bits — do not depend on which CTA ran a chunk.
 //
@@ -71,7 +70,7 @@ inline constexpr int kRingThreads = kRingConsumerThreads + 32;  // + the produce
 // branch's CTAs). Measured on the H200 (bench_moe --gemm 7, the whole routed layer): 2 CTAs of 8
 // consumer warps 101.8 µs at 2 tokens, one CTA of 6 stages 109.5; 2, 3 or 4 stages the same; 16
 // consumer warps per CTA (two per row tile, each half of a unit's blocks) 115.8 — the consumers'
-// instruction issue, not the ring's depth, bounds it (README.md "The TMA-ring expert GEMM";
+// instruction issue, not the ring's depth, bounds it (kernels/moe/ring_gemm.md;
 // figures of a first build, before the unrolled walk).
 inline constexpr int kRingStages = 3;
 inline constexpr int kRingCtasPerSm = 2;
@@ -279,7 +278,7 @@ struct RingTile {
 // streaming GEMM's decode and mma, reading the slot rows' activations from the stage). Every lane
 // reads its slot row, also past the tile's rows (stale stage bytes, reaching only outputs that
 // are never stored): a zero operand selected per lane instead cost ~18 instructions per unit, 10 %
-// of the kernel (README.md).
+// of the kernel (kernels/moe/ring_gemm.md).
 __device__ __forceinline__ void RingConsumeStage(const unsigned char* stage,
                                                  const uint32_t (&code_at)[2][2],
                                                  const uint32_t (&scale_at)[2], uint32_t act,
