@@ -88,12 +88,10 @@ inline constexpr uint32_t kRsXBytes = 2 * kRsXBlock;
 inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
 inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 inline constexpr uint32_t kRsStageBytes = kRsXBytes + kRsCodeBytes + kRsScaleBytes;
-// Per-tile tables of the producer: the A row of each slot row, the code and scale row of each
-// weight row (null: not loaded).
+// The producer's per-tile table: the A row of each slot row (null: not loaded). Its weight rows
+// are in registers (RsRows).
 inline constexpr uint32_t kRsARowOff = kRsStages * kRsStageBytes;
-inline constexpr uint32_t kRsCodeRowOff = kRsARowOff + kRsBM * 8;
-inline constexpr uint32_t kRsScaleRowOff = kRsCodeRowOff + kRsNB * 8;
-inline constexpr uint32_t kRsBarOff = kRsScaleRowOff + kRsNB * 8;
+inline constexpr uint32_t kRsBarOff = kRsARowOff + kRsBM * 8;
 inline constexpr uint32_t kRsEnd = kRsBarOff + 2 * kRsStages * 8;
 inline constexpr int kRsSmemBytes = static_cast<int>(kRsEnd) + 1024;  // + alignment slack
 static_assert(kRsStageBytes % 1024 == 0, "stages start on swizzle atoms");
@@ -132,43 +130,63 @@ __device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
 
 // ---- producer ----------------------------------------------------------------------------------
 
-// The tile's tables (producer thread p = 0 .. 127): A row of slot row p, code / scale rows of
-// CTA weight rows p and p + 128 (MoeWgmmaRsUpRowOf for the up projection, n0 + r for the down).
+// The producer thread's weight rows of a tile, held in registers (session 43: a shared-memory
+// table of them cost a load, and its latency, ahead of every copy; only the gathered slot rows
+// keep a table). Code rows it = 0 .. 7 start at code + it · kRsCodeRowStep · K/2 bytes (inside N
+// for it < code_rows), scale rows it = 0, 1 at scale + it · kRsScaleRowStep · K/32 (inside N for
+// it < scale_rows). The steps are recomputed from g.k (constant bank): the producer has 56
+// registers.
+struct RsRows {
+  const uint8_t* code;
+  const uint8_t* scale;
+  int code_rows;
+  int scale_rows;
+};
+
+// Weight rows between a producer thread's code rows it and it + 1: up, 16 columns
+// (MoeWgmmaRsUpRowOf of p / 4 + 32·it); down, 32 rows. Its scale rows p and p + 128: up 64 columns,
+// down 128 rows.
 template <bool kUp>
-__device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, int p, int64_t e,
-                                              int64_t n0, int64_t row0, int64_t row_end) {
+inline constexpr int64_t kRsCodeRowStep = kUp ? 16 : 32;
+template <bool kUp>
+inline constexpr int64_t kRsScaleRowStep = kUp ? 64 : 128;
+
+template <bool kUp>
+__device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0) {
+  RsRows rows;
+  // Code rows r = p / 4 + 32·it: up, MoeWgmmaRsUpRowOf(r) = column 8·(q / 16) + q % 8 + 16·it
+  // (q = p / 4), w3 where q % 16 >= 8; down, n0 + q + 32·it. Scale rows r = p + 128·it alike
+  // (q = p: column 8·(p / 16) + p % 8 + 64·it).
+  const int q = p / 4;
+  const int64_t col = kUp ? n0 + 8 * (q / 16) + q % 8 : n0 + q;
+  const bool up = kUp && q % 16 >= 8;
+  constexpr int64_t kStep = kRsCodeRowStep<kUp>;
+  rows.code = (up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
+  rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
+  const int64_t scol = kUp ? n0 + 8 * (p / 16) + p % 8 : n0 + p;
+  const bool sup = kUp && p % 16 >= 8;
+  constexpr int64_t kSStep = kRsScaleRowStep<kUp>;
+  rows.scale = (sup ? g.w_up_scale : g.w_scale) + (e * g.n + scol) * (g.k / 32);
+  rows.scale_rows = scol < g.n ? static_cast<int>((g.n - scol + kSStep - 1) / kSStep) : 0;
+  return rows;
+}
+
+// The tile's slot-row table (producer thread p = 0 .. 127): the A row of slot row p (null: past
+// the expert's rows).
+__device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, int p, int64_t row0,
+                                              int64_t row_end) {
   auto** a_rows = reinterpret_cast<const uint16_t**>(smem + kRsARowOff);
-  auto** code_rows = reinterpret_cast<const uint8_t**>(smem + kRsCodeRowOff);
-  auto** scale_rows = reinterpret_cast<const uint8_t**>(smem + kRsScaleRowOff);
   a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
-#pragma unroll
-  for (int it = 0; it < 2; ++it) {
-    const int r = p + 128 * it;
-    int64_t nrow = n0 + r;
-    bool up = false;
-    if constexpr (kUp) {
-      const moe_cuda_internal::MoeWgmmaRsUpRow m =
-          moe_cuda_internal::MoeWgmmaRsUpRowOf(static_cast<uint32_t>(r));
-      nrow = n0 + m.column;
-      up = m.up;
-    }
-    const bool valid = nrow < g.n;
-    const int64_t row = e * g.n + nrow;
-    code_rows[r] = valid ? (up ? g.w_up : g.w) + row * (g.k / 2) : nullptr;
-    scale_rows[r] = valid ? (up ? g.w_up_scale : g.w_scale) + row * (g.k / 32) : nullptr;
-  }
 }
 
 // Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
 // when they have landed. Rows not inside the expert / N are not loaded: they reach only
 // accumulator rows or columns that are never stored.
-__device__ __forceinline__ void RsLoadStage(uint8_t* smem, uint8_t* st, int p, int64_t kt,
+template <bool kUp>
+__device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* smem,
+                                            const RsRows& rows, uint8_t* st, int p, int64_t kt,
                                             uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
-  const auto* const* code_rows = reinterpret_cast<const uint8_t* const*>(smem + kRsCodeRowOff);
-  const auto* const* scale_rows = reinterpret_cast<const uint8_t* const*>(smem + kRsScaleRowOff);
-  // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
-  // contiguous bytes of a row.
 #pragma unroll
   for (int it = 0; it < kRsBM / 16; ++it) {
     const int r = p / 8 + 16 * it;
@@ -181,20 +199,23 @@ __device__ __forceinline__ void RsLoadStage(uint8_t* smem, uint8_t* st, int p, i
       }
     }
   }
-  // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage.
+  const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
 #pragma unroll
   for (int it = 0; it < kRsNB / 32; ++it) {
     const int r = p / 4 + 32 * it;
-    const uint8_t* w = code_rows[r];
-    if (w != nullptr) {
-      CpAsync16(st + kRsXBytes + r * 64 + (p % 4) * 16, w + kt * (kRsBK / 2) + (p % 4) * 16, true);
+    if (it < rows.code_rows) {
+      CpAsync16(st + kRsXBytes + r * 64 + (p % 4) * 16,
+                rows.code + it * code_step + kt * (kRsBK / 2) + (p % 4) * 16, true);
     }
   }
+  const int64_t scale_step = kRsScaleRowStep<kUp> * (g.k / 32);
 #pragma unroll
   for (int it = 0; it < 2; ++it) {
     const int r = p + 128 * it;
-    const uint8_t* s = scale_rows[r];
-    if (s != nullptr) CpAsync4(st + kRsXBytes + kRsCodeBytes + r * 4, s + kt * (kRsBK / 32));
+    if (it < rows.scale_rows) {
+      CpAsync4(st + kRsXBytes + kRsCodeBytes + r * 4,
+               rows.scale + it * scale_step + kt * (kRsBK / 32));
+    }
   }
   CpAsyncArriveNoinc(full);
 }
@@ -484,14 +505,15 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       const int64_t e = g.tiles[2 * tile];
       const int64_t row0 = g.tiles[2 * tile + 1];
       const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
-      RsWriteTables<kUp>(g, smem, p, e, n0, row0, row_end);
+      RsWriteTables(g, smem, p, row0, row_end);
+      const RsRows rows = RsMakeRows<kUp>(g, p, e, n0);
       RsBarrier<kRsProducerBarrier, 128>();
       for (int64_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);
         wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
-        RsLoadStage(smem, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
+        RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
       }
-      // The consumers' epilogue overlays the ring and the tables are rewritten next tile.
+      // The consumers' epilogue overlays the ring and the table is rewritten next tile.
       RsBarrier<kRsTileBarrier, kRsThreads>();
     }
     return;
