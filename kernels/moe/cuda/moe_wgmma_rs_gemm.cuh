@@ -143,30 +143,43 @@ struct RsRows {
   int scale_rows;
 };
 
-// Weight rows between a producer thread's code rows it and it + 1: up, 16 columns
-// (MoeWgmmaRsUpRowOf of p / 4 + 32·it); down, 32 rows. Its scale rows p and p + 128: up 64 columns,
-// down 128 rows.
+// A producer thread copies CTA weight rows p / 4 + 32·it (codes, it = 0 .. 7) and p + 128·it
+// (scales, it = 0, 1). Down, those are rows n0 + r. Up, MoeWgmmaRsUpRowOf's slabs give rows r and
+// r + step (a multiple of 16) the same w1 / w3 and columns step / 2 apart (checked below), so
+// either way a thread's rows are a base and a stride.
+constexpr bool RsUpRowsAreStrided(uint32_t step) {
+  for (uint32_t r = 0; r + step < kRsNB; ++r) {
+    const moe_cuda_internal::MoeWgmmaRsUpRow a = moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
+    const moe_cuda_internal::MoeWgmmaRsUpRow b = moe_cuda_internal::MoeWgmmaRsUpRowOf(r + step);
+    if (b.up != a.up || b.column != a.column + step / 2) return false;
+  }
+  return true;
+}
+static_assert(RsUpRowsAreStrided(32) && RsUpRowsAreStrided(128));
 template <bool kUp>
-inline constexpr int64_t kRsCodeRowStep = kUp ? 16 : 32;
+inline constexpr int64_t kRsCodeRowStep = kUp ? 32 / 2 : 32;  // output rows between it, it + 1
 template <bool kUp>
-inline constexpr int64_t kRsScaleRowStep = kUp ? 64 : 128;
+inline constexpr int64_t kRsScaleRowStep = kUp ? 128 / 2 : 128;
+
+// The weight row (relative to the CTA's n0) and projection of CTA weight row r.
+template <bool kUp>
+__device__ __forceinline__ moe_cuda_internal::MoeWgmmaRsUpRow RsWeightRow(uint32_t r) {
+  if constexpr (kUp) return moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
+  return {r, false};
+}
 
 template <bool kUp>
 __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0) {
   RsRows rows;
-  // Code rows r = p / 4 + 32·it: up, MoeWgmmaRsUpRowOf(r) = column 8·(q / 16) + q % 8 + 16·it
-  // (q = p / 4), w3 where q % 16 >= 8; down, n0 + q + 32·it. Scale rows r = p + 128·it alike
-  // (q = p: column 8·(p / 16) + p % 8 + 64·it).
-  const int q = p / 4;
-  const int64_t col = kUp ? n0 + 8 * (q / 16) + q % 8 : n0 + q;
-  const bool up = kUp && q % 16 >= 8;
+  const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
+  const int64_t col = n0 + c.column;
   constexpr int64_t kStep = kRsCodeRowStep<kUp>;
-  rows.code = (up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
+  rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
   rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
-  const int64_t scol = kUp ? n0 + 8 * (p / 16) + p % 8 : n0 + p;
-  const bool sup = kUp && p % 16 >= 8;
+  const moe_cuda_internal::MoeWgmmaRsUpRow s = RsWeightRow<kUp>(static_cast<uint32_t>(p));
+  const int64_t scol = n0 + s.column;
   constexpr int64_t kSStep = kRsScaleRowStep<kUp>;
-  rows.scale = (sup ? g.w_up_scale : g.w_scale) + (e * g.n + scol) * (g.k / 32);
+  rows.scale = (s.up ? g.w_up_scale : g.w_scale) + (e * g.n + scol) * (g.k / 32);
   rows.scale_rows = scol < g.n ? static_cast<int>((g.n - scol + kSStep - 1) / kSStep) : 0;
   return rows;
 }
@@ -187,6 +200,8 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
                                             const RsRows& rows, uint8_t* st, int p, int64_t kt,
                                             uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
+  // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
+  // contiguous bytes of a row.
 #pragma unroll
   for (int it = 0; it < kRsBM / 16; ++it) {
     const int r = p / 8 + 16 * it;
@@ -199,6 +214,7 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
       }
     }
   }
+  // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage.
   const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
 #pragma unroll
   for (int it = 0; it < kRsNB / 32; ++it) {
