@@ -322,14 +322,17 @@ inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // kAuto takes the streaming GEMM with 16-row tiles (kStream16) above
 // kMoeCudaStreamMaxSlotsPerExpert up to this many slots per expert on average (1,152 tokens at E
 // 384 top-6), then 32-row tiles (kStream32), and the register-sourced wgmma GEMM (kWgmmaRs) from
-// kMoeCudaWgmmaMinSlotsPerExpert (1,792 tokens). Measured on the H200 (bench_moe --iters 10
+// kMoeCudaWgmmaMinSlotsPerExpert (1,664 tokens). Measured on the H200 (bench_moe --iters 10
 // --warmup 2 --shared 0, the layer without the shared expert; 2026-11-30; kStream16 / kStream32 /
 // kWgmmaRs): 768 tokens 2.91 / 3.88 / — ms (the tiled GEMM, the choice before: 4.87), 1,024: 3.60
 // / 4.02 / 4.96, 1,280: 4.54 / — / 4.96, 1,536: 5.02 / 4.44 / 5.01, 2,048: 6.25 / 5.87 / 5.12
 // (README.md "16-row tiles", "32-row tiles"); the thresholds between measured counts are
-// interpolated.
+// interpolated. Session 44 (RS ~10 % faster since; `--gemm 6` vs `--gemm 4 --tokens
+// 1280,1536,1664,1792,2048`, twice): kStream32 4,155-4,156 / 4,416-4,419 / 4,627-4,630 /
+// 4,998-5,001 / 5,827-5,828 us, RS 4,357-4,560 / 4,388-4,620 / 4,415-4,645 / 4,442-4,666 /
+// 4,503-4,716: RS from 26 slots per expert (was 28).
 inline constexpr int64_t kMoeCudaStream16MaxSlotsPerExpert = 18;
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 28;
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 26;
 
 // The GEMM a call with these arguments runs (never kAuto): a forced `gemm` as given; kAuto by
 // the mean slots per expert (see MoeCudaGemm), the streaming GEMMs only where `max_k` = max(D, I)
