@@ -160,7 +160,7 @@ Call MakeCall(int64_t m, uint64_t seed) {
       MoeCudaRingPartialBytes(std::min(s, MoeCudaRingMaxSlots(kE)), std::max(2 * kI, kD)));
   // The ring's work counters start zero and every ring call leaves them so: the stage timings
   // run without the launchers' memset (MoeExpertUpParams::ring_counters_zeroed).
-  CUDA_CHECK(cudaMemset(c.ring.get(), 0, 16));
+  CUDA_CHECK(cudaMemset(c.ring.get(), 0, 16));  // also the register-sourced GEMM's counters
   return c;
 }
 
@@ -277,6 +277,12 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   s.up.ring_partials_bytes = s.down.ring_partials_bytes = static_cast<int64_t>(c.ring.bytes());
   s.up.ring_cut = s.down.ring_cut = o.ring_cut;
   s.up.ring_counters_zeroed = s.down.ring_counters_zeroed = true;
+  // The register-sourced GEMM's work counters (as MoeCuda's: words 0, 1 up, 2, 3 down; each call
+  // leaves them zero).
+  if (s.up.wgmma_rs) {
+    s.up.wgmma_rs_counters = reinterpret_cast<int32_t*>(c.ring.get<float>());
+    s.down.wgmma_rs_counters = s.up.wgmma_rs_counters + 2;
+  }
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
@@ -680,7 +686,8 @@ int Main(int argc, char** argv) {
   }
 
   std::printf(
-      "\nGEMM launches (grid y = tile slots, an upper bound of the tiles; in-flight = "
+      "\nGEMM launches (grid y = tile slots, an upper bound of the tiles; the ring and RS "
+      "GEMMs: persistent CTAs x 1; in-flight = "
       "first-wave CTAs per SM x (stages - 1) x weight bytes per stage):\n%6s %4s %5s %6s "
       "%6s %6s %8s %12s %7s %9s\n",
       "tokens", "gemm", "rows", "w_rows", "k_step", "stages", "smem_KB", "grid", "CTA/SM", "KB/SM");

@@ -191,7 +191,8 @@ struct MoePermuteParams {
   MoeCudaPath path = MoeCudaPath::kAuto;  // sort shape (kLarge needs sort_scratch)
   int32_t* sort_scratch = nullptr;        // optional [MoeCudaSortScratchBytes(E) / 4], any contents
   // Optional out [4]: zeroed — the TMA-ring GEMMs' work counters, the first 16 bytes of the
-  // ring_partials of this call's expert stages (MoeExpertUpParams::ring_counters_zeroed).
+  // ring_partials of this call's expert stages (MoeExpertUpParams::ring_counters_zeroed), or the
+  // register-sourced GEMM's (MoeExpertUpParams::wgmma_rs_counters: up 0, 1, down 2, 3).
   int32_t* ring_counters = nullptr;
 };
 absl::Status Validate(const MoePermuteParams& p);
@@ -322,7 +323,7 @@ inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // kAuto takes the streaming GEMM with 16-row tiles (kStream16) above
 // kMoeCudaStreamMaxSlotsPerExpert up to this many slots per expert on average (1,152 tokens at E
 // 384 top-6), then 32-row tiles (kStream32), and the register-sourced wgmma GEMM (kWgmmaRs) from
-// kMoeCudaWgmmaMinSlotsPerExpert (1,664 tokens). Measured on the H200 (bench_moe --iters 10
+// kMoeCudaWgmmaMinSlotsPerExpert (1,280 tokens). Measured on the H200 (bench_moe --iters 10
 // --warmup 2 --shared 0, the layer without the shared expert; 2026-11-30; kStream16 / kStream32 /
 // kWgmmaRs): 768 tokens 2.91 / 3.88 / — ms (the tiled GEMM, the choice before: 4.87), 1,024: 3.60
 // / 4.02 / 4.96, 1,280: 4.54 / — / 4.96, 1,536: 5.02 / 4.44 / 5.01, 2,048: 6.25 / 5.87 / 5.12
@@ -330,9 +331,13 @@ inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // interpolated. Session 44 (RS ~10 % faster since; `--gemm 6` vs `--gemm 4 --tokens
 // 1280,1536,1664,1792,2048`, twice): kStream32 4,155-4,156 / 4,416-4,419 / 4,627-4,630 /
 // 4,998-5,001 / 5,827-5,828 us, RS 4,357-4,560 / 4,388-4,620 / 4,415-4,645 / 4,442-4,666 /
-// 4,503-4,716: RS from 26 slots per expert (was 28).
+// 4,503-4,716: RS from 26 slots per expert (was 28). Then RS's persistent CTAs (same session;
+// `--gemm 5 | 6 | 4 --tokens 1024,1152,1280,1408,1536`, twice): kStream16 3,624-3,626 /
+// 4,025-4,080 / 4,399-4,530 / — / —, kStream32 4,022-4,027 / 4,088-4,094 / 4,196-4,198 /
+// 4,281-4,295 / 4,449-4,460, RS 4,125-4,207 / 4,142-4,333 / 4,169-4,194 / 4,199-4,210 /
+// 4,220-4,434: RS from 20 (1,280 tokens; level with kStream32 there, ahead from 1,408).
 inline constexpr int64_t kMoeCudaStream16MaxSlotsPerExpert = 18;
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 26;
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 20;
 
 // The GEMM a call with these arguments runs (never kAuto): a forced `gemm` as given; kAuto by
 // the mean slots per expert (see MoeCudaGemm), the streaming GEMMs only where `max_k` = max(D, I)
@@ -386,8 +391,14 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
-                             // operand rows in MoeRsOperandColumn order
+  bool wgmma_rs = false;      // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
+                              // operand rows in MoeRsOperandColumn order
+  int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
+                              // fewer, so that each CTA walks many tiles)
+  // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
+  // its persistent CTAs take their next (256 weight rows × tile) item, so CTAs that drew short
+  // items (tiles of <= 64 rows) take more; null: each CTA walks its items grid-stride.
+  int32_t* wgmma_rs_counters = nullptr;
   bool stream = false;       // tile_rows 16 / 32: the streaming GEMM (kStream16, D <=
                              // kMoeCudaStream16MaxK / kStream32) instead of the tiled one; 8
                              // always streams
@@ -425,8 +436,14 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;     // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
-                             // operand rows in MoeRsOperandColumn order
+  bool wgmma_rs = false;      // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
+                              // operand rows in MoeRsOperandColumn order
+  int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
+                              // fewer, so that each CTA walks many tiles)
+  // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
+  // its persistent CTAs take their next (256 weight rows × tile) item, so CTAs that drew short
+  // items (tiles of <= 64 rows) take more; null: each CTA walks its items grid-stride.
+  int32_t* wgmma_rs_counters = nullptr;
   bool stream = false;       // tile_rows 16 / 32: the streaming GEMM (kStream16, I <=
                              // kMoeCudaStream16MaxK / kStream32) instead of the tiled one; 8
                              // always streams

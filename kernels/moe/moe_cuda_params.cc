@@ -159,7 +159,11 @@ absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t ti
 }
 
 // The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles.
-absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows) {
+absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows, int64_t ctas) {
+  if (ctas < 0) {
+    return Invalid(op, "wgmma_rs_ctas",
+                   absl::StrFormat("is %d (0 = one per SM, or positive)", ctas));
+  }
   if (wgmma_rs && tile_rows != kMoeCudaWgmmaTileRows) {
     return Invalid(op, "wgmma_rs",
                    absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM "
@@ -429,7 +433,7 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
   RETURN_IF_ERROR(CheckStream(kOp, "weights.dim", p.tile_rows, p.stream, p.weights->dim));
-  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
+  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, 2 * p.weights->inter));
@@ -446,7 +450,7 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
   RETURN_IF_ERROR(CheckStream(kOp, "weights.inter", p.tile_rows, p.stream, p.weights->inter));
-  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows));
+  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, p.weights->dim));

@@ -308,27 +308,27 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
             MoeCudaGemm::kStream32);
   EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kAuto, 5120)));
   EXPECT_TRUE(
-      IsWideStream(MoeCudaChooseGemm(1663, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK)));
+      IsWideStream(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK)));
   EXPECT_FALSE(
-      IsWideStream(MoeCudaChooseGemm(1663, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128)));
+      IsWideStream(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128)));
   EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(384, 6, 384, MoeCudaGemm::kAuto)));
   EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto)));
   EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kTiled)));
   EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kStream16)));
   // 16-row tiles up to kMoeCudaStream16MaxSlotsPerExpert (18) slots per expert (1,152 tokens at
   // top-6) while max(D, I) fits them, then 32-row tiles, the register-sourced wgmma GEMM from
-  // kMoeCudaWgmmaMinSlotsPerExpert (26): 1,664 tokens.
+  // kMoeCudaWgmmaMinSlotsPerExpert (20): 1,280 tokens.
   EXPECT_EQ(MoeCudaTileRows(768, 6, 384), 16);
   EXPECT_EQ(MoeCudaTileRows(1152, 6, 384), 16);
   EXPECT_EQ(MoeCudaChooseGemm(1153, 6, 384), MoeCudaGemm::kStream32);
   EXPECT_EQ(MoeCudaTileRows(1153, 6, 384), 32);
   EXPECT_EQ(MoeCudaChooseGemm(1024, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
             MoeCudaGemm::kStream32);
-  EXPECT_EQ(MoeCudaChooseGemm(1663, 6, 384), MoeCudaGemm::kStream32);
-  EXPECT_EQ(MoeCudaChooseGemm(1663, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
+  EXPECT_EQ(MoeCudaChooseGemm(1279, 6, 384), MoeCudaGemm::kStream32);
+  EXPECT_EQ(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             MoeCudaGemm::kTiled);
-  EXPECT_EQ(MoeCudaTileRows(1663, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 32);
-  EXPECT_EQ(MoeCudaTileRows(1664, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 32);
+  EXPECT_EQ(MoeCudaTileRows(1280, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(3072, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
@@ -338,8 +338,8 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   // kAuto's 128-row tiles run the register-sourced GEMM; kWgmma forces the other one.
-  EXPECT_EQ(MoeCudaChooseGemm(1664, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
-  EXPECT_NE(MoeCudaChooseGemm(1663, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaChooseGemm(1280, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
+  EXPECT_NE(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
   EXPECT_EQ(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kAuto, 5120), MoeCudaGemm::kWgmmaRs);
   EXPECT_NE(MoeCudaChooseGemm(831, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
             MoeCudaGemm::kWgmmaRs);
@@ -529,6 +529,11 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   down.tile_rows = kMoeCudaWgmmaTileRows;
   down.wgmma_rs = true;
   EXPECT_TRUE(Validate(down).ok());
+  down.wgmma_rs_ctas = 3;  // persistent CTAs: 0 = one per SM, or a positive count
+  EXPECT_TRUE(Validate(down).ok());
+  down.wgmma_rs_ctas = -1;
+  ExpectInvalid(Validate(down), "wgmma_rs_ctas");
+  down.wgmma_rs_ctas = 0;
   down.tile_rows = 64;
   ExpectInvalid(Validate(down), "wgmma_rs");
   down.wgmma_rs = false;

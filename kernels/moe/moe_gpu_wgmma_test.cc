@@ -119,8 +119,8 @@ const Dims kDims[] = {{256, 128}, {640, 384}, {1024, 1280}};
 const Dims kSmallDims[] = {{128, 128}};
 
 // Up stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
-void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims,
-                      bool rs) {
+void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims, bool rs,
+                      int64_t rs_ctas = 0, bool rs_counters = true) {
   const int64_t n_experts = static_cast<int64_t>(counts.size());
   for (size_t di = 0; di < n_dims; ++di) {
     const Dims& dm = dims[di];
@@ -151,8 +151,12 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
     p.ag = ag.get<uint16_t>();
     p.act = act.get<uint16_t>();
     p.wgmma_rs = rs;
+    p.wgmma_rs_ctas = rs_ctas;
+    DeviceBuffer counters = ToDevice(std::vector<int32_t>{0, 0});
+    p.wgmma_rs_counters = rs_counters ? counters.get<int32_t>() : nullptr;
     ASSERT_TRUE(LaunchMoeExpertUp(p, nullptr).ok());
     const auto g_ag = ToHost<uint16_t>(ag, s.slots * dm.inter);
+    EXPECT_EQ(ToHost<int32_t>(counters, 2), (std::vector<int32_t>{0, 0})) << "left zero";
     const auto g_act = ToHost<uint16_t>(act, s.slots * dm.inter);
     MismatchLog act_log(s.offsets, rs, true), ag_log(s.offsets, rs, true);
     for (int64_t r = 0; r < s.slots; ++r) {
@@ -181,7 +185,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
 
 // Down stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
 void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims,
-                        bool rs) {
+                        bool rs, int64_t rs_ctas = 0, bool rs_counters = true) {
   const int64_t n_experts = static_cast<int64_t>(counts.size());
   for (size_t di = 0; di < n_dims; ++di) {
     const Dims& dm = dims[di];
@@ -207,8 +211,12 @@ void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, si
     p.ag = d_ag.get<uint16_t>();
     p.ye = ye.get<uint16_t>();
     p.wgmma_rs = rs;
+    p.wgmma_rs_ctas = rs_ctas;
+    DeviceBuffer counters = ToDevice(std::vector<int32_t>{0, 0});
+    p.wgmma_rs_counters = rs_counters ? counters.get<int32_t>() : nullptr;
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
     const auto g_ye = ToHost<uint16_t>(ye, s.slots * dm.dim);
+    EXPECT_EQ(ToHost<int32_t>(counters, 2), (std::vector<int32_t>{0, 0})) << "left zero";
     MismatchLog log(s.offsets, rs, false);
     for (int64_t r = 0; r < s.slots; ++r) {
       const int64_t e = ExpertOf(s.offsets, r);
@@ -257,6 +265,24 @@ TEST(MoeGpuWgmmaTest, RsNarrowTilesAreBitExact) {
   CheckDownHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true);
   CheckUpHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true);
   CheckDownHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true);
+}
+
+// Persistent CTAs walking many items: 1, 2 and 3 CTAs over the mixed tile heights, items drawn
+// from the work counters and grid-stride, so that one CTA runs narrow (n64) and full items back to
+// back, its ring's step counter wraps many times between K steps and epilogue steps, its item
+// queue wraps, and (K loops of 1, 2, 3, 5, 8 and 10 stages + one epilogue step) an item's
+// epilogue lands on every ring slot. The counters come back zero (the checks' "left zero").
+TEST(MoeGpuWgmmaTest, RsFewCtasWalkEveryItem) {
+  FS_SKIP_WITHOUT_GPU();
+  for (const int64_t ctas : {1, 2, 3}) {
+    for (const bool counters : {true, false}) {
+      SCOPED_TRACE(testing::Message() << ctas << " CTAs, counters " << counters);
+      CheckUpHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, counters);
+      CheckDownHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, counters);
+    }
+  }
+  CheckUpHandBuilt(kCounts, kDims, std::size(kDims), true, 3);
+  CheckDownHandBuilt(kCounts, kDims, std::size(kDims), true, 2, false);
 }
 
 }  // namespace

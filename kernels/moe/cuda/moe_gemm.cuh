@@ -75,6 +75,9 @@ struct GemmArgs {
   float swiglu_limit = 0.f;            // up only
   uint16_t* out = nullptr;             // up: ag [slots, I] operand order; down: ye [slots, D]
   uint16_t* act = nullptr;             // up only, optional: a [slots, I]
+  // The register-sourced GEMM only, optional: 2 words, zero on entry and left zero, from which
+  // its persistent CTAs take items (null: each CTA walks its items grid-stride).
+  int32_t* work_counters = nullptr;
 };
 
 // The A operand row of slot row r: the slot's token (a_row: the per-token QDQ rows) or r.

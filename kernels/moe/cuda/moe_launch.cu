@@ -295,6 +295,7 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.out = p.ag;
   g.act = p.act;
   g.n_experts = w.n_experts;
+  g.work_counters = p.wgmma_rs_counters;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       if (p.ring && moe_device::LaunchRing(g, true, p.slots, p.ring_partials,
@@ -305,9 +306,9 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
                                stream);
     case kMoeCudaWgmmaTileRows:
       if (p.wgmma_rs) {
-        return moe_device::LaunchWgmmaRs(
-            g, true, Blocks(MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows), kMaxGridY),
-            stream);
+        return moe_device::LaunchWgmmaRs(g, true,
+                                         MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows),
+                                         p.wgmma_rs_ctas, stream);
       }
       return LaunchWgmma<true>(g, p.slots, w.n_experts, stream);
     case 16:
@@ -343,6 +344,7 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
   g.num_tiles = p.num_tiles;
   g.out = p.ye;
   g.n_experts = w.n_experts;
+  g.work_counters = p.wgmma_rs_counters;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       if (p.ring &&
@@ -355,9 +357,9 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
                                stream);
     case kMoeCudaWgmmaTileRows:
       if (p.wgmma_rs) {
-        return moe_device::LaunchWgmmaRs(
-            g, false, Blocks(MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows), kMaxGridY),
-            stream);
+        return moe_device::LaunchWgmmaRs(g, false,
+                                         MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows),
+                                         p.wgmma_rs_ctas, stream);
       }
       return LaunchWgmma<false>(g, p.slots, w.n_experts, stream);
     case 16:
@@ -429,8 +431,7 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
                                       Blocks(MaxTiles(slots, e, tile_rows), kMaxGridY));
   }
   if (chosen == MoeCudaGemm::kWgmmaRs) {
-    return moe_device::DescribeWgmmaRs(
-        up, n, Blocks(MaxTiles(slots, e, kMoeCudaWgmmaTileRows), kMaxGridY));
+    return moe_device::DescribeWgmmaRs(up, n, MaxTiles(slots, e, kMoeCudaWgmmaTileRows));
   }
   if (tile_rows == kMoeCudaWgmmaTileRows) {
     return up ? DescribeWgmma<true>(n, slots, e) : DescribeWgmma<false>(n, slots, e);
@@ -576,8 +577,11 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.wgmma_rs_order = rs;  // the operand order of the GEMM that reads xg
   pp.path = p.sort_path;
   pp.sort_scratch = reinterpret_cast<int32_t*>(base + l.sort_scratch);
-  // The ring GEMMs' work counters, cleared here rather than by a memset node of their own.
-  pp.ring_counters = ring ? moe_device::RingCounterWords(ring_partials) : nullptr;
+  // The ring GEMMs' (words 0, 1) or the register-sourced GEMM's (up 0, 1; down 2, 3) work
+  // counters, cleared here rather than by a memset node of their own (each GEMM leaves its own
+  // zero too).
+  int32_t* counters = moe_device::RingCounterWords(ring_partials);
+  pp.ring_counters = ring || rs ? counters : nullptr;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {
@@ -609,6 +613,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.hoisted_addresses = p.gemm_hoisted_addresses;
   up.stream_row_tiles = p.gemm_stream_row_tiles;
   up.wgmma_rs = rs;
+  up.wgmma_rs_counters = rs ? counters : nullptr;
   up.stream = wide_stream;
   up.ring = ring;
   up.ring_partials = ring_partials;
@@ -630,6 +635,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.hoisted_addresses = p.gemm_hoisted_addresses;
   down.stream_row_tiles = p.gemm_stream_row_tiles;
   down.wgmma_rs = rs;
+  down.wgmma_rs_counters = rs ? counters + 2 : nullptr;
   down.stream = wide_stream;
   down.ring = ring;
   down.ring_partials = ring_partials;

@@ -6,8 +6,12 @@
 //
 // Roles (swapped against cuda/moe_wgmma_gemm.cuh): M = weight rows (m64 per wgmma), N = the tile's
 // slot rows (the activations, B, K-major 128-byte swizzle in shared memory), K = D (up) or I
-// (down). A CTA owns one tile of up to 128 slot rows of one expert (the permute stage's tile
-// list, walked grid-stride over gridDim.y) and 256 weight rows (blockIdx.x): up, the w1 and w3
+// (down). A work item is one tile of up to 128 slot rows of one expert (the permute stage's tile
+// list) × 256 weight rows (a column block); persistent CTAs (one per SM) take the items
+// (tile-major, column block fastest): CTA b first item b, then the next free one from
+// g.work_counters (items differ in length: tiles of <= 64 rows run half the tensor work), or
+// without counters grid-stride. The producer's thread 0 takes it and passes it to the consumers
+// through a 4-entry queue in shared memory (item_full mbarriers). Per item: up, the w1 and w3
 // rows of 128 output columns arranged so that every warp's 16-row slab is 8 gate rows + the same
 // 8 columns' up rows (MoeWgmmaRsUpRowOf: a thread's accumulator rows lane/4 and lane/4 + 8 are
 // one column's gate and up); down, 256 w2 rows (the last column block may be partial: rows past
@@ -51,11 +55,16 @@
 // expert (a branch on a __shfl_sync-broadcast flag, so ptxas sees it warp-uniform and does not
 // serialise the wgmmas).
 //
-// Epilogue (after the K loop; the ring is idle and is overlaid by a bf16 tile [slots][columns]):
-// up, SwiGLU × slot weight (SwiGluBf16) per (column, slot) into the tile, then QuantizeBlock32
-// per 32 columns of each slot row, ag in operand order (as WgStoreUp); down, bf16(acc) into the
-// tile, then 16-byte coalesced stores of ye rows. The producer waits at the tile-end barrier, so
-// the next tile's loads start after the epilogue (not overlapped; see README.md).
+// Epilogue (session 44): one step of the ring's sequence. After an item's K steps the producer
+// takes one more step without copies (it waits for the slot's `empty` and arrives on its `full`)
+// and goes on to the next item's loads; the consumers wait for that step's `full`, use its slot
+// as two bf16 tiles [slots][columns], one per consumer warpgroup (each warpgroup owns its own
+// output columns, so it synchronises only itself: named barrier kRsEpilogueBarrier + cw), and
+// release it on `empty` as any other step. So the next item's first stages load while the
+// epilogue runs. Up, SwiGLU × slot weight (SwiGluBf16) per (column, slot) into the tile, then
+// QuantizeBlock32 per 32 columns of each slot row, ag in operand order (as WgStoreUp); down,
+// bf16(acc) into the tile, then 16-byte coalesced stores of ye rows, in two rounds of 64 slots
+// (the two warpgroups' 128 columns × 128 slots would not fit one stage).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,7 +101,14 @@ inline constexpr uint32_t kRsStageBytes = kRsXBytes + kRsCodeBytes + kRsScaleByt
 // are in registers (RsRows).
 inline constexpr uint32_t kRsARowOff = kRsStages * kRsStageBytes;
 inline constexpr uint32_t kRsBarOff = kRsARowOff + kRsBM * 8;
-inline constexpr uint32_t kRsEnd = kRsBarOff + 2 * kRsStages * 8;
+// The item queue: kRsItemSlots mbarriers (1 arrival: the producer's thread 0 wrote the entry),
+// then the entries (int32 item, -1: no more). The producer runs at most 4 steps, i.e. 2 items,
+// ahead of the consumers (every item has a K step and an epilogue step), so it rewrites entry i %
+// 4 only after the consumers have read it.
+inline constexpr int kRsItemSlots = 4;
+inline constexpr uint32_t kRsItemBarOff = kRsBarOff + 2 * kRsStages * 8;
+inline constexpr uint32_t kRsItemOff = kRsItemBarOff + kRsItemSlots * 8;
+inline constexpr uint32_t kRsEnd = kRsItemOff + kRsItemSlots * 4;
 inline constexpr int kRsSmemBytes = static_cast<int>(kRsEnd) + 1024;  // + alignment slack
 static_assert(kRsStageBytes % 1024 == 0, "stages start on swizzle atoms");
 static_assert(kRsSmemBytes <= 227 * 1024);
@@ -100,17 +116,23 @@ static_assert(kRsSmemBytes <= 227 * 1024);
 // (shared address / 16): every operand's address, inside the CTA's window (+ 1 KB reserved),
 // stays below the field's 256 KB, so the add never carries out of it.
 static_assert(kRsSmemBytes + 1024 < (1 << 18));
-// Named barriers (0 is __syncthreads): the producer warpgroup, the consumers, the whole CTA.
+// More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
+// by it).
+static_assert(2 * kRsSmemBytes > 228 * 1024);
+// Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
+// (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
-inline constexpr uint32_t kRsConsumerBarrier = 2;
-inline constexpr uint32_t kRsTileBarrier = 3;
+inline constexpr uint32_t kRsEpilogueBarrier = 2;
 
 template <bool kUp>
 struct RsShape {
   static constexpr int kBN = kUp ? kRsNB / 2 : kRsNB;  // output columns per CTA
-  static constexpr int kPitch = kBN + 8;               // bf16 per slot row of the epilogue tile
-  static constexpr uint32_t kTileBytes = kRsBM * kPitch * 2;
-  static_assert(kTileBytes <= kRsARowOff, "the epilogue tile overlays the ring only");
+  static constexpr int kWgCols = kBN / 2;              // output columns per consumer warpgroup
+  static constexpr int kPitch = kWgCols + 8;           // bf16 per slot row of a warpgroup's tile
+  static constexpr int kRoundSlots = kUp ? kRsBM : kRsBM / 2;  // slot rows per epilogue round
+  static constexpr uint32_t kWgTileBytes = kRoundSlots * kPitch * 2;
+  static_assert(2 * kWgTileBytes <= kRsStageBytes, "both warpgroups' tiles fit one ring slot");
+  static_assert(kWgTileBytes % 16 == 0 && (kPitch * 2) % 16 == 0, "16-byte row pieces");
   // FP4 codes + scale bytes of one 128-K stage of one CTA.
   static constexpr int kWeightStageBytes = static_cast<int>(kRsCodeBytes + kRsScaleBytes);
 };
@@ -120,6 +142,11 @@ struct RsShape {
 template <uint32_t kId, uint32_t kCount>
 __device__ __forceinline__ void RsBarrier() {
   asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+
+// Consumer warpgroup cw's 128 threads (its epilogue).
+__device__ __forceinline__ void RsWgBarrier(int cw) {
+  asm volatile("barrier.sync %0, 128;\n" ::"r"(kRsEpilogueBarrier + cw) : "memory");
 }
 
 // Arrives on `bar` once all of this thread's earlier cp.async copies have landed; the arrival
@@ -352,14 +379,14 @@ __device__ __forceinline__ void RsFenceAcc(float (&acc)[2][64]) {
 }
 
 // Waits for stage c's copies and makes them visible to the async proxy.
-__device__ __forceinline__ void RsWaitFull(uint32_t full_bars, int64_t c) {
+__device__ __forceinline__ void RsWaitFull(uint32_t full_bars, uint32_t c) {
   wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(c % kRsStages) * 8,
                     static_cast<uint32_t>((c / kRsStages) & 1));
   wgmma::FenceProxyAsyncShared();
 }
 
 // This warp's wgmmas reading stage c have finished (and its decode reads are done): release it.
-__device__ __forceinline__ void RsRelease(uint32_t empty_bars, int64_t c, int lane) {
+__device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int lane) {
   __syncwarp();
   if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(c % kRsStages) * 8);
 }
@@ -367,7 +394,7 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, int64_t c, int la
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
 template <int kN>
 __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
-                                              int64_t kt_count, int64_t c, float (&acc)[2][64]) {
+                                              uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
   const uint32_t full_bars = base + kRsBarOff;
   const uint32_t empty_bars = full_bars + kRsStages * 8;
   uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]
@@ -376,8 +403,8 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
   bool wide = RsLoadScales(st, t, sw);
   RsDecodeBlock(st, t, sw, wide, 0, a[0]);
-  for (int64_t kt = 0; kt < kt_count; ++kt) {
-    const int64_t cs = c + kt;
+  for (uint32_t kt = 0; kt < kt_count; ++kt) {
+    const uint32_t cs = c + kt;
     const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
     // The stage's B descriptor, advanced per (block, k16 step) by adding the offset's 16-byte
     // units to its start-address field (no carry out of it: the static_assert by kRsSmemBytes).
@@ -416,15 +443,15 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   RsRelease(empty_bars, c + kt_count - 1, t.lane);
 }
 
-// Up epilogue: SwiGLU of (gate, up) = accumulator rows lane/4, lane/4 + 8 of each slab, × the
-// slot's weight, into the bf16 tile [slot][column]; then the FP8 quantiser per 32 columns of each
-// slot row (the tiled GEMM's StoreUp numerics).
+// Up epilogue of consumer warpgroup cw into its tile `tile` [slot][64 columns + 8]: SwiGLU of
+// (gate, up) = accumulator rows lane/4, lane/4 + 8 of each slab, × the slot's weight; then the FP8
+// quantiser per 32 columns of each slot row (the tiled GEMM's StoreUp numerics). The warpgroup's
+// columns are n0 + 64·cw ..
 __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[2][64],
-                                          uint8_t* smem, int cw, int64_t n0, int64_t row0,
+                                          uint16_t* tile, int cw, int64_t n0, int64_t row0,
                                           int rows) {
   using S = RsShape<true>;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
-  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     if (8 * j >= rows) break;  // uniform: n8 tiles past the expert's end
@@ -434,56 +461,92 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[
       const float w = slot < rows ? g.slot_weight[row0 + slot] : 0.f;
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb) {
-        const int col = 8 * (8 * cw + 4 * mb + warp) + lane / 4;
+        const int col = 8 * (4 * mb + warp) + lane / 4;
         const uint32_t v =
             SwiGluBf16(acc[mb][4 * j + h], acc[mb][4 * j + 2 + h], g.swiglu_limit, w, true);
         tile[slot * S::kPitch + col] = static_cast<uint16_t>(v);
       }
     }
   }
-  RsBarrier<kRsConsumerBarrier, kRsConsumerThreads>();
-  constexpr int kBlocks = S::kBN / 32;
-  for (int u = threadIdx.x; u < rows * kBlocks; u += kRsConsumerThreads) {
+  RsWgBarrier(cw);
+  constexpr int kBlocks = S::kWgCols / 32;
+  for (int u = threadIdx.x % 128; u < rows * kBlocks; u += 128) {
     const int rl = u / kBlocks, cb = u % kBlocks;
     StoreQuantizedBlock32(tile + rl * S::kPitch + cb * 32, g.act, g.out,
-                          (row0 + rl) * g.n + n0 + cb * 32, /*rs_order=*/true);
+                          (row0 + rl) * g.n + n0 + S::kWgCols * cw + cb * 32, /*rs_order=*/true);
   }
 }
 
-// Down epilogue: bf16(acc) into the tile [slot][column] (accumulator rows are output columns),
-// then 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
+// Down epilogue of consumer warpgroup cw (columns n0 + 128·cw ..) in rounds of 64 slot rows:
+// bf16(acc) into its tile [slot][128 columns + 8] (accumulator rows are output columns), then
+// 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
 __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc)[2][64],
-                                            uint8_t* smem, int cw, int64_t n0, int64_t row0,
+                                            uint16_t* tile, int cw, int64_t n0, int64_t row0,
                                             int rows) {
   using S = RsShape<false>;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
-  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+  const int64_t c0 = n0 + S::kWgCols * cw;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    if (8 * j >= rows) break;
+  for (int round = 0; round < kRsBM / S::kRoundSlots; ++round) {
+    const int s0 = round * S::kRoundSlots;
+    if (s0 >= rows) break;           // uniform
+    if (round > 0) RsWgBarrier(cw);  // the previous round's stores have read the tile
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int slot = 8 * j + 2 * tig + h;
+    for (int jj = 0; jj < S::kRoundSlots / 8; ++jj) {
+      const int j = s0 / 8 + jj;
+      if (8 * j >= rows) break;
 #pragma unroll
-      for (int mb = 0; mb < 2; ++mb) {
+      for (int h = 0; h < 2; ++h) {
+        const int slot = 8 * jj + 2 * tig + h;  // in the round
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int col = 16 * (8 * cw + 4 * mb + warp) + lane / 4 + 8 * hr;
-          tile[slot * S::kPitch + col] =
-              static_cast<uint16_t>(exact::F32ToBf16(acc[mb][4 * j + 2 * hr + h]));
+        for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int col = 16 * (4 * mb + warp) + lane / 4 + 8 * hr;
+            tile[slot * S::kPitch + col] =
+                static_cast<uint16_t>(exact::F32ToBf16(acc[mb][4 * j + 2 * hr + h]));
+          }
         }
       }
     }
+    RsWgBarrier(cw);
+    constexpr int kChunks = S::kWgCols / 8;
+    const int n_rows = min(S::kRoundSlots, rows - s0);
+    if (c0 >= g.n) continue;  // N is a multiple of 128: the warpgroup's columns are all outside
+    for (int u = threadIdx.x % 128; u < n_rows * kChunks; u += 128) {
+      const int rl = u / kChunks, ch = u % kChunks;
+      *reinterpret_cast<uint4*>(g.out + (row0 + s0 + rl) * g.n + c0 + 8 * ch) =
+          *reinterpret_cast<const uint4*>(tile + rl * S::kPitch + 8 * ch);
+    }
   }
-  RsBarrier<kRsConsumerBarrier, kRsConsumerThreads>();
-  constexpr int kChunks = S::kBN / 8;
-  for (int u = threadIdx.x; u < rows * kChunks; u += kRsConsumerThreads) {
-    const int rl = u / kChunks, ch = u % kChunks;
-    const int64_t col = n0 + 8 * ch;
-    if (col >= g.n) continue;  // N is a multiple of 128: a chunk is inside or outside
-    *reinterpret_cast<uint4*>(g.out + (row0 + rl) * g.n + col) =
-        *reinterpret_cast<const uint4*>(tile + rl * S::kPitch + 8 * ch);
+}
+
+// ---- the item queue ----------------------------------------------------------------------------
+
+// The producer's thread 0: the CTA's item i (the first: blockIdx.x; then the next free one from
+// g.work_counters[0], or grid-stride) into queue entry i % kRsItemSlots, -1 past the last, and
+// the entry's arrival. Once a CTA has drawn past the end it counts itself in work_counters[1]; the
+// last CTA to do so (every draw of the launch is then done) zeroes both words for the next
+// launch.
+__device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_t i,
+                                           int32_t* item_q, uint32_t item_bars) {
+  int item = static_cast<int>(blockIdx.x);
+  if (i > 0) {
+    item = g.work_counters != nullptr ? static_cast<int>(gridDim.x) + atomicAdd(g.work_counters, 1)
+                                      : static_cast<int>(blockIdx.x + i * gridDim.x);
   }
+  if (item >= items) {
+    item = -1;
+    if (g.work_counters != nullptr) {
+      __threadfence();  // this CTA's draws before its count
+      if (atomicAdd(g.work_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        g.work_counters[0] = 0;
+        g.work_counters[1] = 0;
+      }
+    }
+  }
+  item_q[i % kRsItemSlots] = item;
+  wgmma_ws::BarArrive(item_bars + static_cast<uint32_t>(i % kRsItemSlots) * 8);
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
@@ -502,35 +565,55 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       wgmma_ws::BarInit(full_bars + s * 8, 128);
       wgmma_ws::BarInit(empty_bars + s * 8, kRsConsumerThreads / 32);
     }
+    for (int s = 0; s < kRsItemSlots; ++s) wgmma_ws::BarInit(base + kRsItemBarOff + s * 8, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  const int64_t n0 = int64_t{blockIdx.x} * S::kBN;
-  const int num_tiles = *g.num_tiles;
-  const int64_t kt_count = g.k / kRsBK;  // K is a multiple of 128
+  const int n_blocks = static_cast<int>((g.n + S::kBN - 1) / S::kBN);
+  const int items = n_blocks * *g.num_tiles;
+  const uint32_t kt_count = static_cast<uint32_t>(g.k / kRsBK);  // K is a multiple of 128
+  const uint32_t item_bars = base + kRsItemBarOff;
+  auto* item_q = reinterpret_cast<int32_t*>(smem + kRsItemOff);
   // Broadcast from lane 0 so that ptxas sees a warp-uniform value (a wgmma under a condition it
   // cannot prove uniform is serialised: C7518).
   const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
-  int64_t c = 0;  // step counter over the CTA's tiles (the same on both sides)
+  uint32_t c = 0;  // step counter over the CTA's items, K steps and epilogue steps alike
 
   if (wg == 2) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRsProducerRegs));
     const int p = static_cast<int>(threadIdx.x) - kRsConsumerThreads;
-    for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+    for (uint32_t i = 0;; ++i) {
+      // Every producer thread has issued the previous item's copies (read the table and entry).
+      RsBarrier<kRsProducerBarrier, 128>();
+      if (p == 0) RsNextItem(g, items, i, item_q, item_bars);
+      RsBarrier<kRsProducerBarrier, 128>();
+      const int item = item_q[i % kRsItemSlots];
+      if (item < 0) break;
+      const int tile = item / n_blocks;
+      const int64_t n0 = int64_t{item % n_blocks} * S::kBN;
       const int64_t e = g.tiles[2 * tile];
       const int64_t row0 = g.tiles[2 * tile + 1];
       const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
       RsWriteTables(g, smem, p, row0, row_end);
       const RsRows rows = RsMakeRows<kUp>(g, p, e, n0);
       RsBarrier<kRsProducerBarrier, 128>();
-      for (int64_t kt = 0; kt < kt_count; ++kt, ++c) {
+      for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);
         wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
         RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
       }
-      // The consumers' epilogue overlays the ring and the table is rewritten next tile.
-      RsBarrier<kRsTileBarrier, kRsThreads>();
+      // The epilogue step: no copies; its `full` phase hands the free slot to the consumers.
+      const int slot = static_cast<int>(c % kRsStages);
+      wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
+      wgmma_ws::BarArrive(full_bars + slot * 8);
+      ++c;
+    }
+    // Stay until the consumers have released every slot: all copies landed (each one's
+    // cp.async arrival done) before the producer's threads exit.
+    for (int i = 0; i < kRsStages; ++i, ++c) {
+      const int slot = static_cast<int>(c % kRsStages);
+      wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
     }
     return;
   }
@@ -543,7 +626,15 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   t.tig = t.lane % 4;
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb) t.row[mb] = 16 * (8 * cw + 4 * mb + warp) + t.lane / 4;
-  for (int tile = blockIdx.y; tile < num_tiles; tile += gridDim.y) {
+  for (uint32_t i = 0;; ++i) {
+    // A plain spin, no watchdog (BarWait's costs the consumers 136 bytes of spills here): the
+    // producer's thread 0 arrives unless it is stuck in a wait of its own, which traps.
+    while (!wgmma_ws::BarTryWait(item_bars + (i % kRsItemSlots) * 8, (i / kRsItemSlots) & 1)) {
+    }
+    const int item = item_q[i % kRsItemSlots];
+    if (item < 0) break;
+    const int tile = item / n_blocks;
+    const int64_t n0 = int64_t{item % n_blocks} * S::kBN;
     const int64_t e = g.tiles[2 * tile];
     const int64_t row0 = g.tiles[2 * tile + 1];
     const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
@@ -552,7 +643,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[mb][i] = 0.f;
+      for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
     }
     const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
     if (narrow) {
@@ -561,15 +652,19 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
     }
     c += kt_count;
-    // Both consumer warpgroups are done with the ring (every stage of the tile has landed and
-    // been read; the producer waits at the tile barrier): it becomes the epilogue tile.
-    RsBarrier<kRsConsumerBarrier, kRsConsumerThreads>();
+    // The epilogue step: its slot holds both warpgroups' tiles (no proxy fence: generic accesses
+    // only; the slot's last wgmma reads finished before its release).
+    const int slot = static_cast<int>(c % kRsStages);
+    wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
+    uint16_t* tile_smem =
+        reinterpret_cast<uint16_t*>(smem + slot * kRsStageBytes + cw * S::kWgTileBytes);
     if constexpr (kUp) {
-      RsStoreUp(g, acc, smem, cw, n0, row0, rows);
+      RsStoreUp(g, acc, tile_smem, cw, n0, row0, rows);
     } else {
-      RsStoreDown(g, acc, smem, cw, n0, row0, rows);
+      RsStoreDown(g, acc, tile_smem, cw, n0, row0, rows);
     }
-    RsBarrier<kRsTileBarrier, kRsThreads>();
+    RsRelease(empty_bars, c, t.lane);
+    ++c;
   }
 }
 

@@ -2,6 +2,7 @@
 // unit of its own: the kernel is large and moe_launch.cu already instantiates the other GEMMs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -21,25 +22,29 @@ auto* RsKernel() {
   return kernel;
 }
 
+// Persistent CTAs, one per SM (kRsSmemBytes allows no second), or `ctas` where positive; never
+// more than the items (column blocks × the tile bound).
 template <bool kUp>
-dim3 RsGrid(int64_t n, int64_t grid_y) {
+dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   constexpr int64_t kBN = RsShape<kUp>::kBN;
-  return dim3(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>(grid_y));
+  const int64_t items = (n + kBN - 1) / kBN * max_tiles;
+  const int64_t want = ctas > 0 ? ctas : SmCount(CurrentDevice());
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
 template <bool kUp>
-void Launch(const GemmArgs& g, int64_t grid_y, cudaStream_t stream) {
+void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream_t stream) {
   auto* kernel = RsKernel<kUp>();
-  kernel<<<RsGrid<kUp>(g.n, grid_y), kRsThreads, kRsSmemBytes, stream>>>(g);
+  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(g);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <bool kUp>
-MoeCudaGemmPlan Describe(int64_t n, int64_t grid_y) {
+MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
   int ctas = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, RsKernel<kUp>(), kRsThreads,
                                                            kRsSmemBytes));
-  const dim3 grid = RsGrid<kUp>(n, grid_y);
+  const dim3 grid = RsGrid<kUp>(n, max_tiles, 0);
   MoeCudaGemmPlan plan;
   plan.wgmma = true;
   plan.wgmma_rs = true;
@@ -57,13 +62,14 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t grid_y) {
 
 }  // namespace
 
-void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t grid_y, cudaStream_t stream) {
-  if (up) return Launch<true>(g, grid_y, stream);
-  Launch<false>(g, grid_y, stream);
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas,
+                   cudaStream_t stream) {
+  if (up) return Launch<true>(g, max_tiles, ctas, stream);
+  Launch<false>(g, max_tiles, ctas, stream);
 }
 
-MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t grid_y) {
-  return up ? Describe<true>(n, grid_y) : Describe<false>(n, grid_y);
+MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles) {
+  return up ? Describe<true>(n, max_tiles) : Describe<false>(n, max_tiles);
 }
 
 }  // namespace flashserve::kernels::moe_device

@@ -13,12 +13,14 @@
 namespace flashserve::kernels::moe_device {
 
 // Enqueues the up (w1/w3 + SwiGLU + quantiser) or down (w2) GEMM over the tile list of `g`
-// (tile_rows 128) on `stream`: a CTA per (256 weight rows, tile), grid_y CTAs walking the tiles
-// grid-stride. Opts the kernel into its shared memory once per device. Launch failures abort.
-void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t grid_y, cudaStream_t stream);
+// (tile_rows 128) on `stream`: persistent CTAs (one per SM, or `ctas` where positive) walking the
+// items (256 weight rows × a tile; at most max_tiles tiles) grid-stride. Opts the kernel into its
+// shared memory once per device. Launch failures abort.
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas,
+                   cudaStream_t stream);
 
-// The launch LaunchWgmmaRs makes for N = n (I up, D down) and grid_y, with its occupancy on the
-// current device (a driver call).
-MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t grid_y);
+// The launch LaunchWgmmaRs makes for N = n (I up, D down), max_tiles and ctas 0, with its
+// occupancy on the current device (a driver call): grid_x CTAs, grid_y 1.
+MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles);
 
 }  // namespace flashserve::kernels::moe_device
