@@ -183,6 +183,38 @@ constexpr bool RsUpRowsAreStrided(uint32_t step) {
   return true;
 }
 static_assert(RsUpRowsAreStrided(32) && RsUpRowsAreStrided(128));
+
+// Where 16-byte chunk `chunk` (32-wide K block) of code row `row` sits in the stage's [256][64
+// bytes]: XOR-swizzled by row bits 1, 2 (session 44). A consumer warp reads block b of 8 rows
+// (lane / 4) at once; unswizzled, rows 2 apart (128 bytes) hit the same banks (Nsight: 39 % of the
+// shared wavefronts were replays); swizzled, the 8 rows' 16 bytes cover all 32 banks.
+__host__ __device__ constexpr int RsCodeChunk(int row, int chunk) {
+  return chunk ^ ((row >> 1) & 3);
+}
+
+// RsCodeChunk: every 8 consecutive rows (a consumer warp's lane / 4 rows) put block b's 16 bytes
+// on 8 distinct 16-byte bank groups, a row's 4 chunks take its 4 places, and the XOR is the same
+// for a thread's rows (row, row + 8, row + 64, row + 72: the consumer computes it once).
+constexpr bool RsCodeChunksSpreadBanks() {
+  for (int base = 0; base < kRsNB; base += 8) {
+    for (int b = 0; b < 4; ++b) {
+      uint32_t groups = 0, places = 0;
+      for (int q = 0; q < 8; ++q) {
+        const int row = base + q;
+        groups |= 1u << ((row * 64 + RsCodeChunk(row, b) * 16) / 16 % 8);
+        if (RsCodeChunk(row, b) != (b ^ RsCodeChunk(row, 0))) return false;
+        for (const int d : {8, 64, 72}) {
+          if (RsCodeChunk(row + d, 0) != RsCodeChunk(row, 0)) return false;
+        }
+      }
+      if (groups != 0xFFu) return false;
+      for (int c = 0; c < 4; ++c) places |= 1u << RsCodeChunk(base, c);
+      if (places != 0xFu) return false;
+    }
+  }
+  return true;
+}
+static_assert(RsCodeChunksSpreadBanks());
 template <bool kUp>
 inline constexpr int64_t kRsCodeRowStep = kUp ? 32 / 2 : 32;  // output rows between it, it + 1
 template <bool kUp>
@@ -241,13 +273,15 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
       }
     }
   }
-  // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage.
+  // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage; the chunk
+  // lands at RsCodeChunk (rows p / 4 + 32·it share bits 1, 2).
   const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
+  const int code_at = RsCodeChunk(p / 4, p % 4) * 16;
 #pragma unroll
   for (int it = 0; it < kRsNB / 32; ++it) {
     const int r = p / 4 + 32 * it;
     if (it < rows.code_rows) {
-      CpAsync16(st + kRsXBytes + r * 64 + (p % 4) * 16,
+      CpAsync16(st + kRsXBytes + r * 64 + code_at,
                 rows.code + it * code_step + kt * (kRsBK / 2) + (p % 4) * 16, true);
     }
   }
@@ -270,6 +304,7 @@ struct RsThread {
   int row[2];  // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
   int tig;     // quad lane: decodes code word tig of every 32-wide block of its rows
   int lane;
+  int code_swz;  // RsCodeChunk's XOR for the thread's rows (row bits 1, 2 = lane bits 3, 4)
 };
 
 // The scale words of the thread's 4 weight rows for the stage at `st`, and whether any byte of
@@ -310,8 +345,8 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
       // Word tig of the row's block: its pair j is element pair (8·tig + j, 8·tig + j + 4), which
       // the B rows (MoeRsOperandColumn order) hold at k 8j + 2·tig + {0, 1}: k16 step j / 2,
       // register half j % 2.
-      const uint32_t w =
-          LoadShared4(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 + 16 * b + 4 * t.tig);
+      const uint32_t w = LoadShared4(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 +
+                                     16 * (b ^ t.code_swz) + 4 * t.tig);
       uint32_t m1;
       if constexpr (kWide) {
         const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
@@ -626,6 +661,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   t.tig = t.lane % 4;
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb) t.row[mb] = 16 * (8 * cw + 4 * mb + warp) + t.lane / 4;
+  t.code_swz = RsCodeChunk(t.row[0], 0);  // the same for row[1] and the + 8 rows
   for (uint32_t i = 0;; ++i) {
     // A plain spin, no watchdog (BarWait's costs the consumers 136 bytes of spills here): the
     // producer's thread 0 arrives unless it is stuck in a wait of its own, which traps.
