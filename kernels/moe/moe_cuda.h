@@ -489,8 +489,8 @@ struct MoeCudaGemmPlan {
   int64_t k_step = 0;              // K per pipeline stage: 128 or 256 (streaming: per unit)
   int64_t stages = 0;              // ring depth (streaming: register ring depth)
   int64_t smem_bytes = 0;          // dynamic shared memory per CTA
-  int64_t grid_x = 0;              // N blocks
-  int64_t grid_y = 0;              // tile slots (the upper bound of the tile count)
+  int64_t grid_x = 0;  // N blocks (the TMA-ring and register-sourced GEMMs: persistent CTAs)
+  int64_t grid_y = 0;  // tile slots (the upper bound of the tile count; those two GEMMs: 1)
   int64_t ctas_per_sm = 0;         // resident CTAs per SM (cudaOccupancy...)
   int64_t weight_stage_bytes = 0;  // FP4 codes + scales of one stage (unit) of one CTA
 };
