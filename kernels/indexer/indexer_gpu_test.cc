@@ -12,8 +12,8 @@
 // values as the model does and once with the raw q (off the FP4 grid: the int8 scorer's fallbacks),
 // through the default launch (the int8 tensor-core scorer at 32 x 128) and cuda_exact_only (the
 // tiled scorer decoding rows); plus cases forcing fallbacks (wide scale spans, tiny and huge
-// scales, NaN scale bytes, zero blocks). Outputs start poisoned, so a value the kernel fails to
-// write is a mismatch.
+// scales, NaN scale bytes, zero blocks) and key scales swept across the bounds of the int8 scorer's
+// scaled epilogue. Outputs start poisoned, so a value the kernel fails to write is a mismatch.
 //
 // Expected: 0 mismatches everywhere (README.md "CUDA": the exact scorers perform the CPU's fp32
 // operations in the CPU's order; the int8 scorer takes its integer sum only when it provably
@@ -441,6 +441,44 @@ TEST(IndexerGpuTest, ScoresFromRowsFallbacks) {
       if (t % 13 == 0) row[65] = 0xFC;  // 6 · 2^125: +inf / large products
     }
     CheckRowScores(c, 0, /*qdq=*/true, false, &rows);
+  }
+}
+
+// The int8 scorer's scaled epilogue (README "Session 45", item 2) takes a warp tile only where
+// every key's min_k lies in the row's [kLo, kHi], set by the heads' w and min_q. Here runs of 32
+// keys (one warp tile each) are scaled by one more binade per run, so that the runs cross kLo
+// (one head's w near 2^-40: the terms' lowest bits approach the bf16 subnormal step) or kHi (one
+// head's w near 2^60: the terms approach overflow) one binade at a time, with the other heads'
+// w normal, negative, ±0; keys on both sides of each bound and on it, bit for bit with the CPU.
+TEST(IndexerGpuTest, ScoresScaledEpilogueBounds) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(45);
+  struct Sweep {
+    uint16_t w0;      // head 0's w
+    int first, runs;  // key scale shift of run 0, number of runs (one binade apart)
+  };
+  // With q near 2^0 (min_q about −3) and keys near 2^0 shifted by `first + run`: kLo is about
+  // −133 − (lsb(w0) + min_q) = −83 (w0 = 1.41·2^-40, lsb −47) or −90 (2^-40), kHi about
+  // 97 − (top(w0) + min_q) = 40 (|w0| ~ 2^60); the runs' min_k stay in the int8 path's
+  // [−100, 60].
+  for (const Sweep& sw : {Sweep{0x2BB5, -95, 48},     // 1.41·2^-40: kLo inside the sweep
+                          Sweep{0x2B80, -95, 48},     // 2^-40 exactly (lsb = top)
+                          Sweep{0x5DC3, 0, 52},       // 1.52·2^60: kHi inside the sweep
+                          Sweep{0xDD80, 0, 52},       // −2^60
+                          Sweep{0x0001, -60, 24}}) {  // subnormal w: never scaled
+    SCOPED_TRACE(absl::StrFormat("w0 0x%04x", sw.w0));
+    const int64_t width = 32 * sw.runs;
+    ScoreCase c = RandomScoreCase(rng, 2, 32, 128, width - 2, 1);
+    for (int64_t r = 0; r < c.tokens; ++r) {
+      c.w[r * 32] = sw.w0;
+      c.w[r * 32 + 7] = 0x0000;  // +0
+      c.w[r * 32 + 9] = 0x8000;  // −0
+      c.w[r * 32 + 12] = static_cast<uint16_t>(c.w[r * 32 + 12] | 0x8000);
+    }
+    for (int run = 0; run < sw.runs; ++run) {
+      ScaleBf16(c.k, sw.first + run, static_cast<size_t>(run) * 32 * 128, width * 128, 32 * 128);
+    }
+    EXPECT_EQ(CheckRowScores(c, 0, /*qdq=*/true), 0) << "FP4-grid q and keys: no fallback";
   }
 }
 

@@ -8,9 +8,11 @@
 //   |m| <= 127 and an exponent e: v = m·2^e exactly (e = the lowest set bit of the block's nonzero
 //   values). A (row, head) with a non-finite value, |m| > 127, an exponent out of range or a
 //   non-finite w takes the exact path for every key.
-// - mma.sync m16n8k32 (s8·s8 → s32) gives each block's exact integer partial P_b; the exact dot
+// - mma.sync m16n8k32 (u8·s8 → s32) gives each block's exact integer partial P_b; the exact dot
 //   product is S·2^Eref with S = Σ_b P_b·2^(sh_b) (sh_b = the block's exponent above
-//   Eref = min_q + min_k over nonzero blocks), summed in int32.
+//   Eref = min_q + min_k over nonzero blocks), summed in int32. The key codes enter as biased
+//   bytes 128 + m (two byte permutes and one add per 4 codes, E2m1x4ToBiasedU8), so every
+//   accumulator starts at −128·Σq of its head (and block) instead of 0 (session 45).
 // - The CPU's sequential fp32 sum equals S·2^Eref when every product and partial sum is an integer
 //   multiple of 2^Eref below 2^(Eref + 24) in magnitude with −149 <= Eref <= 100: then each fp32
 //   mul and add is exact. All of them are bounded by Σ_d |q_d·k_d| <= 4·32·Mq·12·2^(span_q +
@@ -18,7 +20,11 @@
 //   so the kernel checks 1536·Mq·2^(span_q + span_k) < 2^24 per (row, head, key) as one compare of
 //   the key's span against the head's budget. Failing dot products ("fallbacks") are recomputed in
 //   the CPU's order from the decoded key (counted in cuda_rechecks).
-// - Then the CPU's bf16 rounding, ReLU, × w and head sum from +0 ascending.
+// - Then the CPU's bf16 rounding, ReLU, × w and head sum from +0 ascending. Where no pair of the
+//   warp tile falls back and every key's min_k is within the row's bounds (kLo, kHi), the same
+//   bits come from the scaled epilogue: relu(bf16(S)) and bf16(w·2^min_q · that) in packed bf16x2
+//   instructions, the head sum times 2^min_k at the end (every rounding scale-invariant there;
+//   README "The scaled epilogue").
 // - Folding (session 20): where a head's q values are all multiples of 2^min_q below 2^(min_q + 7)
 //   its int8 bytes are v / 2^min_q (the block shifts inside the bytes, dq = 0); where a key's
 //   block span is <= 3 its int8 codes are shifted by their block's exponent above min_k (|m|·8 <=
@@ -35,7 +41,8 @@
 // 4-byte load of codes); the same permutation of d is applied to q, which leaves each block's
 // exact integer sum unchanged. Heads are permuted over the B columns so that lane t of a quad
 // holds heads 8t .. 8t + 7 of its keys; the bf16 head terms go through shared memory (a key per
-// lane) for the ascending head sum.
+// lane) for the ascending head sum. Each warp loads its next tile's key bytes into registers
+// while it works on the current one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,98 +50,12 @@
 #include <cstdint>
 
 #include "kernels/indexer/cuda/indexer_kernels.cuh"
+#include "kernels/indexer/cuda/score_int8_common.cuh"
+#include "kernels/indexer/cuda/score_int8_q.cuh"
 #include "kernels/indexer/cuda/score_tile_kernel.cuh"
 #include "kernels/indexer/indexer.h"
 
 namespace flashserve::kernels::indexer_device {
-
-inline constexpr int kMmaHeads = 32;
-inline constexpr int kMmaDim = 128;
-inline constexpr int kMmaRows = 8;  // rows of the call per CTA (keys read once per 8 rows)
-inline constexpr int kMmaWarps = 4;
-// Batched decode rows: compiled for 2 CTAs per SM (<= 255 registers, ptxas takes 233), like the
-// 8-row kernel (unbounded, 223). Until session 20 the bound was 3 CTAs (<= 168 registers): since
-// the folded fast path it spilled 32 bytes there and ran 2–4 % slower (bench_indexer batch_score 8
-// × 65,536: 57.2–57.7 µs at 3 against 55.0–55.1 at 2; 64 × 65,536: 347.6 against 341.2).
-inline constexpr int kMmaMinCtasPerSm = 2;
-inline constexpr int kMmaThreads = 32 * kMmaWarps;
-inline constexpr int kMmaWarpKeys = 32;
-inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;
-inline constexpr int kMmaVRowBytes = 80;  // 32 bf16 head terms + 16 bytes of padding (no conflicts)
-inline constexpr int kMmaVBytes = kMmaWarpKeys * kMmaVRowBytes;  // per warp
-inline constexpr int kMmaQueue = kMmaWarpKeys * kMmaHeads;       // fallbacks per warp and row
-
-inline constexpr int kI8Blocks = kMmaDim / 32;               // 32-blocks of d per head
-inline constexpr int kI8RowBytes = kMmaDim / 2 + kI8Blocks;  // one FP4 key row (68)
-inline constexpr int kI8QFragBytes = kMmaHeads * kMmaDim;    // int8 q of one row
-inline constexpr int kI8HeadInfoBytes = kMmaHeads * 16;      // dq, min_q, budget, w
-inline constexpr int kI8RowInfoBytes = 16;                   // the row's reach (int64) + padding
-inline constexpr int kI8SpanBad = 255;                       // a key that always falls back
-inline constexpr int kI8FoldSpanK = 3;  // key scale spans folded into the int8 codes (12·2^3 < 128)
-// Exponent ranges that keep Eref = min_q + min_k in [−149, 100].
-inline constexpr int kI8MinQLo = -49, kI8MinQHi = 40;
-inline constexpr int kI8MinKLo = -100, kI8MinKHi = 60;  // UE8M0 bytes 28 .. 188
-
-inline size_t ScoreInt8SmemBytes(int rows) {
-  return static_cast<size_t>(rows) * (kI8QFragBytes + kI8HeadInfoBytes + kI8RowInfoBytes) +
-         static_cast<size_t>(kMmaWarps) * (kMmaVBytes + kMmaQueue * 2);
-}
-
-// d += A·B (s8·s8 → s32).
-__device__ __forceinline__ void MmaS8Acc(uint32_t (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// d = A·B (s8·s8 → s32).
-__device__ __forceinline__ void MmaS8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                      uint32_t a3, uint32_t b0, uint32_t b1) {
-  uint32_t c[4] = {0u, 0u, 0u, 0u};
-  MmaS8Acc(c, a0, a1, a2, a3, b0, b1);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) d[i] = static_cast<int>(c[i]);
-}
-
-// Four E2M1 codes (16 bits, element 0 in the low nibble) as four int8 m = 2·value.
-__device__ __forceinline__ uint32_t E2m1x4ToS8(uint32_t h) {
-  const uint32_t sel = h & 0x7777u;
-  const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel);
-  const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);
-  return __byte_perm(pos, neg, 0x3210u | ((h >> 1) & 0x4444u));
-}
-
-// Four int8 lanes each shifted left by f (0 .. 3; no lane overflows: |m| <= 12): the bits a
-// lane pushes into its upper neighbour are cleared by the mask.
-__device__ __forceinline__ uint32_t ShiftS8x4(uint32_t x, uint32_t f) {
-  return (x << f) & (0x01010101u * ((0xFFu << f) & 0xFFu));
-}
-
-// {hi: bf16(hi), lo: bf16(lo)}, each rounded to nearest even — FloatToBf16 for every non-NaN
-// value, subnormals and overflow to inf included (cvt.rn.bf16x2.f32 has no .ftz: subnormal inputs
-// and results are kept; the GPU tests' tiny-scale cases produce them). One instruction for two
-// values; the integer form (bits + 0x7FFF + lsb) took three per value.
-__device__ __forceinline__ uint32_t CvtBf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ float LowBf16(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float HighBf16(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
-
-__device__ __forceinline__ bool Visible(const IndexerScoreParams& p, int64_t row, int64_t reach,
-                                        int64_t t) {
-  return t < reach && (p.candidates == nullptr || p.candidates[row * p.candidates_stride + t] != 0);
-}
-
-// 2^n as fp32 for n in [−126, 127].
-__device__ __forceinline__ float Pow2(int n) {
-  return __uint_as_float(static_cast<uint32_t>(n + 127) << 23);
-}
 
 // The CPU's qk for q head qh (bf16) and k_rows row kr: fp32 mul then add, d ascending, from +0.
 __device__ __forceinline__ float ExactDotRow(const uint16_t* qh, const uint8_t* kr) {
@@ -152,99 +73,6 @@ __device__ __forceinline__ float ExactDotRow(const uint16_t* qh, const uint8_t* 
   return acc;
 }
 
-// Splits one (row, head) of q into int8 fragments (q_frag: [block c][n-tile j][lane] uint2) and
-// its per-head info: dq (byte b: block b's exponent above min_q), min_q, budget (largest key span
-// the exactness bound allows; −1: every key falls back), w. A lane quad per (row, head): lane
-// c = 0..3 of the quad scans 32-block c of d and writes its fragment bytes; the head's exponent
-// range, validity, dq and max |m| are combined over the quad with shuffles (every lane of the warp
-// must call this), and lane 0 of the quad stores the head's info.
-__device__ __forceinline__ void PrepareQHeadQuad(const uint16_t* qh, float wv,
-                                                 unsigned char* q_frag, int head, int c,
-                                                 uint32_t* dq_out, int* min_out, int* budget_out,
-                                                 float* w_out) {
-  constexpr int kNone = 1 << 20;
-  bool ok = fabsf(wv) <= 3.4028234663852886e38f;
-  int lo = kNone, hi = -kNone;
-#pragma unroll 4
-  for (int d = 0; d < 32; ++d) {
-    const uint32_t mag = __ldg(qh + 32 * c + d) & 0x7FFFu;
-    if (mag == 0) continue;
-    const uint32_t ef = mag >> 7;
-    if (ef == 0xFFu) {
-      ok = false;
-      continue;
-    }
-    const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
-    const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;  // value = sig · 2^x
-    lo = min(lo, x + __ffs(static_cast<int>(sig)) - 1);
-    hi = max(hi, x + 31 - __clz(static_cast<int>(sig)));
-  }
-  const bool nz = lo <= hi;           // a nonzero block; lo = its exponent
-  if (nz && hi - lo > 6) ok = false;  // |m| would exceed 127
-  int min_q = nz ? lo : kNone, max_q = nz ? lo : -kNone, top_q = nz ? hi : -kNone;
-  int ok_all = ok ? 1 : 0;
-#pragma unroll
-  for (int o = 1; o < kI8Blocks; o *= 2) {
-    ok_all &= __shfl_xor_sync(0xFFFFFFFFu, ok_all, o);
-    min_q = min(min_q, __shfl_xor_sync(0xFFFFFFFFu, min_q, o));
-    max_q = max(max_q, __shfl_xor_sync(0xFFFFFFFFu, max_q, o));
-    top_q = max(top_q, __shfl_xor_sync(0xFFFFFFFFu, top_q, o));
-  }
-  ok = ok_all != 0;
-  if (min_q > max_q) min_q = max_q = top_q = 0;  // an all-zero head
-  if (min_q < kI8MinQLo || min_q > kI8MinQHi || max_q - min_q > 24) ok = false;
-  // Folded: every value of the head is an integer multiple of 2^min_q below 2^(top_q + 1), so
-  // v / 2^min_q fits int8 when top_q − min_q <= 6; the bytes then carry the block shifts and dq is
-  // 0 (the same value per d: the block's integer P_b comes out already shifted).
-  const bool fold = ok && top_q - min_q <= 6;
-  int mq = 0;
-  uint32_t dq = nz && ok && !fold ? static_cast<uint32_t>(lo - min_q) << (8 * c) : 0u;
-  const int j = (head % 8) / 2, gg = 2 * (head / 8) + head % 2;
-#pragma unroll 4
-  for (int d = 0; d < 32; ++d) {
-    const uint16_t b = __ldg(qh + 32 * c + d);
-    const uint32_t mag = b & 0x7FFFu;
-    int m = 0;
-    if (ok && mag != 0) {
-      const uint32_t ef = mag >> 7;
-      const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
-      const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;
-      const int tz = __ffs(static_cast<int>(sig)) - 1;
-      m = static_cast<int>(sig >> tz) << (x + tz - lo);
-      mq = max(mq, m);  // the budget's Mq: per block, unfolded
-      if (fold) m <<= lo - min_q;
-      if ((b & 0x8000u) != 0) m = -m;
-    }
-    // d = 8t + i within the block: lane (gg, t), register i / 4, byte i % 4.
-    const int t = d / 8, i = d % 8;
-    q_frag[((c * 4 + j) * 32 + gg * 4 + t) * 8 + (i / 4) * 4 + i % 4] =
-        static_cast<unsigned char>(static_cast<int8_t>(m));
-  }
-#pragma unroll
-  for (int o = 1; o < kI8Blocks; o *= 2) {
-    dq |= __shfl_xor_sync(0xFFFFFFFFu, dq, o);
-    mq = max(mq, __shfl_xor_sync(0xFFFFFFFFu, mq, o));
-  }
-  if (c != 0) return;
-  int budget = -1;
-  if (ok) {
-    if (mq == 0) {
-      budget = 64;  // every product is ±0
-    } else {
-      for (int s = 24 - (max_q - min_q); s >= 0; --s) {
-        if ((int64_t{1536} * mq << (s + max_q - min_q)) < (int64_t{1} << 24)) {
-          budget = s;
-          break;
-        }
-      }
-    }
-  }
-  *dq_out = dq;
-  *min_out = min_q;
-  *budget_out = budget;
-  *w_out = wv;
-}
-
 // grid.x walks key tiles (grid-stride), grid.y groups of kMmaRows rows (kBatch: single rows of
 // a batched decode call, each with its own keys, width and reach from `rows`; p.tokens = batch,
 // p.width = max_width, p.k_rows = the pool).
@@ -257,13 +85,22 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
   const int g = lane / 4, t = lane % 4;
   const int rows_cap = static_cast<int>(p.tokens < kRows ? p.tokens : kRows);
   unsigned char* q_frag = smem;  // [row][c][j][lane] uint2
-  uint32_t* dq_s = reinterpret_cast<uint32_t*>(smem + rows_cap * kI8QFragBytes);  // [row][h]
-  int* minq_s = reinterpret_cast<int*>(dq_s + rows_cap * kMmaHeads);
-  int* budget_s = minq_s + rows_cap * kMmaHeads;
-  float* w_s = reinterpret_cast<float*>(budget_s + rows_cap * kMmaHeads);
-  int64_t* reach_s = reinterpret_cast<int64_t*>(w_s + rows_cap * kMmaHeads);  // [row], stride 2
-  unsigned char* const warp_base =
-      reinterpret_cast<unsigned char*>(reach_s) + rows_cap * kI8RowInfoBytes;
+  // Head info, [row][h] arrays of n entries each (qc: [row][c][h]); then per row its reach
+  // (int64) and the scaled epilogue's kLo, kHi (int32).
+  const int n = rows_cap * kMmaHeads;
+  uint32_t* dq_s = reinterpret_cast<uint32_t*>(smem + rows_cap * kI8QFragBytes);
+  int* minq_s = reinterpret_cast<int*>(dq_s + n);
+  int* budget_s = minq_s + n;
+  float* w_s = reinterpret_cast<float*>(budget_s + n);
+  int* qtot_s = reinterpret_cast<int*>(w_s + n);
+  int* klo_s = qtot_s + n;
+  int* khi_s = klo_s + n;
+  int* qc_s = khi_s + n;
+  uint16_t* wp_s = reinterpret_cast<uint16_t*>(qc_s + kI8Blocks * n);
+  // [row][t][j]: qtot of heads 8t + 2j, 8t + 2j + 1, twice — an mma C operand in one load.
+  uint4* qt4_s = reinterpret_cast<uint4*>(wp_s + n);
+  I8RowInfo* row_s = reinterpret_cast<I8RowInfo*>(qt4_s + rows_cap * 16);
+  unsigned char* const warp_base = reinterpret_cast<unsigned char*>(row_s + rows_cap);
   unsigned char* v_s = warp_base + warp * kMmaVBytes;
   uint16_t* queue =
       reinterpret_cast<uint16_t*>(warp_base + kMmaWarps * kMmaVBytes) + warp * kMmaQueue;
@@ -289,48 +126,84 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
     };
     const int64_t tiles = (width + kMmaTileKeys - 1) / kMmaTileKeys;
     if (blockIdx.x >= tiles) continue;  // uniform: a short row leaves this CTA nothing to do
-    __syncthreads();                    // the previous group's readers are done
-    if (tid < nrows) reach_s[2 * tid] = reach_of(row0 + tid);  // once per group, not per tile
-    // A lane quad per (row, head), a lane per 32-block of d: nrows · 128 = a multiple of the
-    // block, so every warp runs the quad shuffles whole.
-    for (int i = tid; i < nrows * kMmaHeads * kI8Blocks; i += kMmaThreads) {
-      const int rh = i / kI8Blocks, r = rh / kMmaHeads, h = rh % kMmaHeads;
-      PrepareQHeadQuad(p.q + (row0 + r) * p.q_stride + h * kMmaDim,
-                       Bf16ToFloat(p.w[(row0 + r) * p.w_stride + h]), q_frag + r * kI8QFragBytes, h,
-                       i % kI8Blocks, dq_s + rh, minq_s + rh, budget_s + rh, w_s + rh);
-    }
-    __syncthreads();
-
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int64_t wk0 = tile * kMmaTileKeys + warp * kMmaWarpKeys;  // the warp's first key
-      {
-        // Warm L2 with this warp's keys of its next tile (a lane per key; a row spans at most two
-        // 128-byte lines, so its first and last byte cover it): the loads below then wait on L2,
-        // not HBM. No registers held across the tile; no effect on the results.
-        const int64_t next = wk0 + static_cast<int64_t>(gridDim.x) * kMmaTileKeys + lane;
-        if (next < width) {
-          const uint8_t* row = keys + next * p.k_row_stride;
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(row + kI8RowBytes - 1));
-        }
-      }
-      if (wk0 >= reach_s[2 * (nrows - 1)]) {  // no row sees these keys (reaches ascend)
-        for (int r = 0; r < nrows; ++r) {
-          if (wk0 + lane < width) p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
-        }
-        continue;
-      }
-      // Key slot kk = 2·mt + half is key wk0 + 16·mt + 8·half + g = wk0 + 8·kk + g. a[kk][c]: its
-      // int8 codes of block c, d = 8t .. 8t + 3 (x) and 8t + 4 .. 8t + 7 (y).
-      uint32_t words[4][kI8Blocks];
-      uint32_t nzq = 0;  // bit 4·kk + c: block c of slot kk holds a nonzero code
+    // A warp tile's key bytes: slot kk = 2·mt + half is key wk0 + 16·mt + 8·half + g =
+    // wk0 + 8·kk + g, words[kk][c] its codes of block c, d = 8t .. 8t + 7; scales: the UE8M0
+    // bytes of key wk0 + lane. Loaded one tile ahead into registers (next_*), so a tile's loads
+    // are in flight during the previous tile's math.
+    uint32_t next_words[4][kI8Blocks], next_scales;
+    auto load_tile = [&](int64_t tile) {
+      const int64_t wk0 = tile * kMmaTileKeys + warp * kMmaWarpKeys;
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const int64_t key = wk0 + 8 * kk + g;
         const uint32_t* row = reinterpret_cast<const uint32_t*>(keys + key * p.k_row_stride);
 #pragma unroll
         for (int c = 0; c < kI8Blocks; ++c) {
-          words[kk][c] = key < width ? __ldg(row + 4 * c + t) : 0u;
+          next_words[kk][c] = key < width ? __ldg(row + 4 * c + t) : 0u;
+        }
+      }
+      const int64_t key = wk0 + lane;
+      next_scales =
+          key < width
+              ? __ldg(reinterpret_cast<const uint32_t*>(keys + key * p.k_row_stride) + kMmaDim / 8)
+              : 0u;
+    };
+    load_tile(blockIdx.x);  // in flight during the q preparation
+    __syncthreads();        // the previous group's readers are done
+    if (tid < nrows) row_s[tid].reach = reach_of(row0 + tid);  // once per group, not per tile
+    // A lane quad per (row, head), a lane per 32-block of d: nrows · 128 = a multiple of the
+    // block, so every warp runs the quad shuffles whole.
+    for (int i = tid; i < nrows * kMmaHeads * kI8Blocks; i += kMmaThreads) {
+      const int rh = i / kI8Blocks, r = rh / kMmaHeads, h = rh % kMmaHeads;
+      const QHeadOut out{dq_s + rh,  minq_s + rh, budget_s + rh,
+                         w_s + rh,   qtot_s + rh, klo_s + rh,
+                         khi_s + rh, wp_s + rh,   qc_s + r * kI8Blocks * kMmaHeads + h};
+      PrepareQHeadQuad(p.q + (row0 + r) * p.q_stride + h * kMmaDim,
+                       p.w[(row0 + r) * p.w_stride + h], q_frag + r * kI8QFragBytes, h,
+                       i % kI8Blocks, out);
+    }
+    __syncthreads();
+    // Each row's bounds on a key's min_k for the scaled epilogue (the tightest over its heads),
+    // its smallest budget and its C operands.
+    for (int r = warp; r < nrows; r += kMmaWarps) {
+      const int klo = __reduce_max_sync(0xFFFFFFFFu, klo_s[r * kMmaHeads + lane]);
+      const int khi = __reduce_min_sync(0xFFFFFFFFu, khi_s[r * kMmaHeads + lane]);
+      const int min_budget = __reduce_min_sync(0xFFFFFFFFu, budget_s[r * kMmaHeads + lane]);
+      if (lane == 0) {
+        row_s[r].klo = klo;
+        row_s[r].khi = khi;
+        row_s[r].min_budget = min_budget;
+      }
+      if (lane < 16) {  // lane = 4t + j
+        const int h = 8 * (lane / 4) + 2 * (lane % 4);
+        const uint32_t q0 = static_cast<uint32_t>(qtot_s[r * kMmaHeads + h]);
+        const uint32_t q1 = static_cast<uint32_t>(qtot_s[r * kMmaHeads + h + 1]);
+        qt4_s[r * 16 + lane] = make_uint4(q0, q1, q0, q1);
+      }
+    }
+    __syncthreads();
+
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int64_t wk0 = tile * kMmaTileKeys + warp * kMmaWarpKeys;  // the warp's first key
+      uint32_t words[4][kI8Blocks];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) words[kk][c] = next_words[kk][c];
+      }
+      const uint32_t scales = next_scales;
+      if (tile + gridDim.x < tiles) load_tile(tile + gridDim.x);
+      if (wk0 >= row_s[nrows - 1].reach) {  // no row sees these keys (reaches ascend)
+        for (int r = 0; r < nrows; ++r) {
+          if (wk0 + lane < width) p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
+        }
+        continue;
+      }
+      uint32_t nzq = 0;  // bit 4·kk + c: block c of slot kk holds a nonzero code
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int c = 0; c < kI8Blocks; ++c) {
           nzq |= (words[kk][c] & 0x77777777u) != 0 ? 1u << (4 * kk + c) : 0u;
         }
       }
@@ -340,32 +213,19 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
       uint32_t info_sh, info_lo;  // shifts (byte c) | 0x80: folded; min_k (byte 0) | span << 8
       int keys_span;
       {
-        const int64_t key = wk0 + lane;
         const uint32_t nz =
             (__shfl_sync(0xFFFFFFFFu, nzq, 4 * (lane % 8)) >> (4 * (lane / 8))) & 0xFu;
-        const uint32_t scales =
-            key < width ? __ldg(reinterpret_cast<const uint32_t*>(keys + key * p.k_row_stride) +
-                                kMmaDim / 8)
-                        : 0u;
-        int lo = 1 << 20, hi = -(1 << 20);
-        bool ok = true;
-#pragma unroll
-        for (int c = 0; c < kI8Blocks; ++c) {
-          const int s = static_cast<int>((scales >> (8 * c)) & 0xFFu);
-          if (s == 0xFF) ok = false;  // decodes to NaN even where the codes are zero
-          if ((nz >> c) & 1u) {
-            lo = min(lo, s - 128);
-            hi = max(hi, s - 128);
-          }
-        }
-        if (lo > hi) lo = hi = 0;  // every code zero: the dot products are ±0
-        if (lo < kI8MinKLo || hi > kI8MinKHi) ok = false;
-        uint32_t sh = 0;  // byte c: block c's exponent above min_k (<= 24 on an ok key)
-#pragma unroll
-        for (int c = 0; c < kI8Blocks; ++c) {
-          const int s = static_cast<int>((scales >> (8 * c)) & 0xFFu);
-          if (ok && ((nz >> c) & 1u)) sh |= static_cast<uint32_t>(s - 128 - lo) << (8 * c);
-        }
+        // Byte-parallel over the 4 scale bytes: nzb marks the nonzero blocks, whose bytes give
+        // the min and max (zero blocks read as 0xFF for the min and 0 for the max).
+        const uint32_t nzb = ((nz * 0x00204081u) & 0x01010101u) * 0xFFu;
+        int lo = MinByte(scales | ~nzb) - 128, hi = MaxByte(scales & nzb) - 128;
+        if (nz == 0) lo = hi = 0;  // every code zero: the dot products are ±0
+        // A 0xFF byte decodes to NaN even where the codes are zero.
+        const bool ok = !HasByteFF(scales) && lo >= kI8MinKLo && hi <= kI8MinKHi;
+        // Byte c: block c's exponent above min_k (<= 24 on an ok key; no borrows: a nonzero
+        // block's byte is >= min_k + 128, a zero block's 0 − 0).
+        const uint32_t sh =
+            ok ? (scales & nzb) - ((static_cast<uint32_t>(lo + 128) * 0x01010101u) & nzb) : 0u;
         // Folded (span <= 3): |m|·2^(s_b − 128 − min_k) <= 12·8 fits int8, so the block shifts go
         // into the codes and the key's dk is 0.
         const int span = ok ? hi - lo : kI8SpanBad;
@@ -373,9 +233,12 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         info_lo = (static_cast<uint32_t>(ok ? lo : 0) & 0xFFu) | static_cast<uint32_t>(span) << 8;
         keys_span = __reduce_max_sync(0xFFFFFFFFu, span);
       }
-      uint2 a[4][kI8Blocks];
-      uint32_t dk[4];      // byte c: block c's exponent above min_k (0 where folded)
-      uint32_t spans = 0;  // byte kk: the key's exponent span (kI8SpanBad: always falls back)
+      // The key of the head sum (wk0 + lane): its min_k, and whether it always falls back.
+      const int own_mk = static_cast<int>(static_cast<int8_t>(info_lo & 0xFFu));
+      const bool own_bad = (info_lo >> 8) == kI8SpanBad;
+      uint2 a[4][kI8Blocks];  // biased u8 codes 128 + m·2^f (E2m1x4ToBiasedU8)
+      uint32_t dk[4];         // byte c: block c's exponent above min_k (0 where folded)
+      uint32_t spans = 0;     // byte kk: the key's exponent span (kI8SpanBad: always falls back)
       float pk[4];  // 2^min_k (an ok key's min_k is in [−100, 60]: a normal fp32 power of two)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -386,8 +249,8 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
 #pragma unroll
         for (int c = 0; c < kI8Blocks; ++c) {
           const uint32_t f = fold ? (sh >> (8 * c)) & 0xFFu : 0u;
-          a[kk][c] = make_uint2(ShiftS8x4(E2m1x4ToS8(words[kk][c] & 0xFFFFu), f),
-                                ShiftS8x4(E2m1x4ToS8(words[kk][c] >> 16), f));
+          const uint32_t tl = TableLo(f), th = TableHi(f), w = words[kk][c];
+          a[kk][c] = make_uint2(E2m1x4ToBiasedU8(tl, th, w), E2m1x4ToBiasedU8(tl, th, w >> 16));
         }
         dk[kk] = fold ? 0u : sh;
         pk[kk] = Pow2(static_cast<int>(static_cast<int8_t>(ilo & 0xFFu)));
@@ -397,34 +260,15 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
 
       for (int r = 0; r < nrows; ++r) {
         const int64_t row = row0 + r;
-        const int64_t reach = reach_s[2 * r];
+        const int64_t reach = row_s[r].reach;
         uint16_t* out = p.scores + row * p.scores_stride;
         if (wk0 >= reach) {  // warp-uniform
           if (wk0 + lane < width) out[wk0 + lane] = kBf16NegInf;
           continue;
         }
-        // Heads 8t .. 8t + 7 of this lane: min_q, w (their shifts and budgets are read where
-        // the rarer paths need them).
-        const int hi0 = r * kMmaHeads + 8 * t;
-        float pq[8];  // 2^min_q (garbage where the head always falls back: never used)
-        float wv[8];
-#pragma unroll
-        for (int hh = 0; hh < 8; ++hh) {
-          pq[hh] = Pow2(minq_s[hi0 + hh]);
-          wv[hh] = w_s[hi0 + hh];
-        }
+        const int hi0 = r * kMmaHeads + 8 * t;  // heads 8t .. 8t + 7 of this lane
         uint32_t acc[2][4][4];  // S per (mt, n-tile, element), int32 as wrapping uint32
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0u;
-          }
-        }
         const uint2* qf = reinterpret_cast<const uint2*>(q_frag + r * kI8QFragBytes);
-        // Warp-uniform: with every head of the row and every key of the warp folded, all shifts
-        // are 0 and each (key, head) sum S comes straight out of one mma chain over the blocks.
         // The block-c products of n-tile j (heads) and key tile mt: k0 / k1 its two 8-key halves.
         auto for_each_mma = [&](auto&& mma) {
 #pragma unroll
@@ -437,31 +281,53 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
             }
           }
         };
+        // Warp-uniform: with every head of the row and every key of the warp folded, all shifts
+        // are 0 and each (key, head) sum S comes straight out of one mma chain over the blocks,
+        // started at −128·Σq (the codes' bias; C column 2t + e % 2 of n-tile j is head
+        // 8t + 2j + e % 2).
         if (__all_sync(0xFFFFFFFFu, (dq_s[r * kMmaHeads + lane] | keys_shift) == 0u)) {
-          for_each_mma([&](int, int j, int mt, const uint2& k0, const uint2& k1, const uint2& b) {
-            MmaS8Acc(acc[mt][j], k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+          uint4 qt[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) qt[j] = qt4_s[r * 16 + 4 * t + j];
+          for_each_mma([&](int c, int j, int mt, const uint2& k0, const uint2& k1, const uint2& b) {
+            if (c == 0) {
+              MmaU8S8(acc[mt][j], k0.x, k1.x, k0.y, k1.y, b.x, b.y, qt[j]);
+            } else {
+              MmaU8S8Acc(acc[mt][j], k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+            }
           });
         } else {
           uint32_t dq[8];
 #pragma unroll
           for (int hh = 0; hh < 8; ++hh) dq[hh] = dq_s[hi0 + hh];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0u;
+            }
+          }
+          const int* qc = qc_s + r * kI8Blocks * kMmaHeads + 8 * t;
           for_each_mma([&](int c, int j, int mt, const uint2& k0, const uint2& k1, const uint2& b) {
-            int part[4];
-            MmaS8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y);
+            // Block c's exact integer P_c: the biased sum started at −128·Σ_c q.
+            const uint2 q2 = *reinterpret_cast<const uint2*>(qc + c * kMmaHeads + 2 * j);
+            uint32_t part[4];
+            MmaU8S8(part, k0.x, k1.x, k0.y, k1.y, b.x, b.y, make_uint4(q2.x, q2.y, q2.x, q2.y));
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int kk = 2 * mt + e / 2, hh = 2 * j + e % 2;
               // dq, dk bytes are <= 24 each on the exact path (no carries between bytes); a
               // failing pair's garbage is never used.
               const uint32_t sh = ((dq[hh] + dk[kk]) >> (8 * c)) & 31u;
-              acc[mt][j][e] += static_cast<uint32_t>(part[e]) << sh;
+              acc[mt][j][e] += part[e] << sh;
             }
           });
         }
         // Warp-uniform: every key's span within every head's budget (the usual case) leaves no
         // (key, head) pair to recompute.
         uint32_t fail = 0, visible = 0;
-        if (keys_span > __reduce_min_sync(0xFFFFFFFFu, budget_s[r * kMmaHeads + lane])) {
+        if (keys_span > row_s[r].min_budget) {
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -471,25 +337,68 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
             }
           }
         }
+        // Warp-uniform: no mask and the warp's keys below the reach (the usual case).
+        const bool all_visible = p.candidates == nullptr && wk0 + kMmaWarpKeys <= reach;
+        if (all_visible) {
+          visible = 0xFFFFFFFFu;
+        } else {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const int mt = kk / 2, half = kk % 2;
-          const int key_local = 16 * mt + 8 * half + g;
-          if (Visible(p, row, reach, wk0 + key_local)) visible |= 0xFFu << (8 * kk);
-          uint32_t packed[4];  // bf16 head terms 8t + 2i (low half) and 8t + 2i + 1 (high)
+          for (int kk = 0; kk < 4; ++kk) {
+            const int key_local = 16 * (kk / 2) + 8 * (kk % 2) + g;
+            if (Visible(p, row, reach, wk0 + key_local)) visible |= 0xFFu << (8 * kk);
+          }
+        }
+        fail &= visible;
+        // Warp-uniform: the scaled epilogue (README "The scaled epilogue") where no visible pair
+        // falls back and every key's min_k is within the row's bounds; its terms are the CPU's
+        // divided by 2^min_k of their key, the head sum is multiplied back below.
+        const bool scaled = __all_sync(
+            0xFFFFFFFFu,
+            fail == 0u && (own_bad || (own_mk >= row_s[r].klo && own_mk <= row_s[r].khi)));
+        // The bf16 head terms of key slot kk into v_s: term(mt, half, i, kk) gives heads 8t + 2i
+        // (low half) and 8t + 2i + 1 (high) of key 16·mt + 8·half + g.
+        auto store_terms = [&](auto&& term) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
+          for (int kk = 0; kk < 4; ++kk) {
+            const int mt = kk / 2, half = kk % 2;
+            uint32_t packed[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) packed[i] = term(mt, half, i, kk);
+            *reinterpret_cast<uint4*>(v_s + (16 * mt + 8 * half + g) * kMmaVRowBytes + 16 * t) =
+                make_uint4(packed[0], packed[1], packed[2], packed[3]);
+          }
+        };
+        if (scaled) {
+          const uint4 wq = *reinterpret_cast<const uint4*>(wp_s + hi0);
+          const uint32_t wp[4] = {wq.x, wq.y, wq.z, wq.w};  // bf16(w·2^min_q), heads 8t + 2i, + 1
+          store_terms([&](int mt, int half, int i, int) {
+            // S is exact in fp32 (|S| < 2^24); relu(bf16(S)), then bf16(w·2^min_q·that) in one
+            // rounding (c = −0 keeps a +0 product +0).
+            const uint32_t r2 =
+                CvtReluBf16x2(__int2float_rn(static_cast<int>(acc[mt][i][2 * half])),
+                              __int2float_rn(static_cast<int>(acc[mt][i][2 * half + 1])));
+            return FmaBf16x2(r2, wp[i], 0x80008000u);
+          });
+        } else {
+          // Heads 8t .. 8t + 7 of this lane: 2^min_q, w.
+          float pq[8];  // garbage where the head always falls back: never used
+          float wv[8];
+#pragma unroll
+          for (int hh = 0; hh < 8; ++hh) {
+            pq[hh] = Pow2(minq_s[hi0 + hh]);
+            wv[hh] = w_s[hi0 + hh];
+          }
+          store_terms([&](int mt, int half, int i, int kk) {
             float dot[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int hh = 2 * i + e;
               const int s = static_cast<int>(acc[mt][hh / 2][2 * half + hh % 2]);
-              // On the exact path |s| < 2^24, min_q in [−49, 40], min_k in [−100, 60]: s is an fp32
-              // value, s·2^min_q lies in [2^-49, 2^64) (exact), and s·2^(min_q + min_k) = s·2^Eref
-              // is an fp32 value (a multiple of 2^-149 below 2^(Eref + 24)), so both products are
-              // exact and equal the previous one-scale form bit for bit (no FTZ). Failing pairs'
-              // values (possibly inf / NaN) are overwritten by their recomputation (or never
-              // shown).
+              // On the exact path |s| < 2^24, min_q in [−49, 40], min_k in [−100, 60]: s is an
+              // fp32 value, s·2^min_q lies in [2^-49, 2^64) (exact), and s·2^(min_q + min_k) =
+              // s·2^Eref is an fp32 value (a multiple of 2^-149 below 2^(Eref + 24)), so both
+              // products are exact (no FTZ). Failing pairs' values (possibly inf / NaN) are
+              // overwritten by their recomputation (or never shown).
               dot[e] = __fmul_rn(__fmul_rn(__int2float_rn(s), pq[hh]), pk[kk]);
             }
             // bf16(qk) (round to nearest even, subnormals kept: cvt.rn without .ftz), ReLU, × w
@@ -497,12 +406,9 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
             const uint32_t qk = CvtBf16x2(dot[0], dot[1]);
             const float v0 = __fmul_rn(wv[2 * i], fmaxf(LowBf16(qk), 0.0f));
             const float v1 = __fmul_rn(wv[2 * i + 1], fmaxf(HighBf16(qk), 0.0f));
-            packed[i] = CvtBf16x2(v0, v1);  // a ±0 term does not change the head sum
-          }
-          *reinterpret_cast<uint4*>(v_s + key_local * kMmaVRowBytes + 16 * t) =
-              make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            return CvtBf16x2(v0, v1);  // a ±0 term does not change the head sum
+          });
         }
-        fail &= visible;
         if (__any_sync(0xFFFFFFFFu, fail != 0)) {
           // Compact the failing (lane, element) pairs into the warp's queue, then recompute them
           // 32 at a time, each in the CPU's exact order.
@@ -547,7 +453,11 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
           }
         }
         const int64_t key = wk0 + lane;
-        if (key < width) out[key] = Visible(p, row, reach, key) ? FloatToBf16(sum) : kBf16NegInf;
+        // The scaled terms' sum times 2^min_k: exact (README "The scaled epilogue").
+        if (scaled) sum = __fmul_rn(sum, Pow2(own_mk));
+        if (key < width) {
+          out[key] = all_visible || Visible(p, row, reach, key) ? FloatToBf16(sum) : kBf16NegInf;
+        }
         __syncwarp();  // the next row's terms overwrite v_s
       }
     }
