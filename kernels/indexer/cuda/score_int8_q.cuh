@@ -49,14 +49,12 @@ __device__ __forceinline__ uint32_t ShrClamp(uint32_t x, int n) {
   return r;
 }
 
-// A nonzero finite bf16 magnitude (bits without the sign) as sig·2^x: its lowest and highest set
-// bits' exponents.
+// A nonzero finite bf16 magnitude (bits without the sign): its lowest and highest set bits'
+// exponents.
 __device__ __forceinline__ void Bf16Exponents(uint32_t mag, int& low, int& top) {
-  const uint32_t ef = mag >> 7;
-  const uint32_t sig = ef != 0 ? (0x80u | (mag & 0x7Fu)) : (mag & 0x7Fu);
-  const int x = ef != 0 ? static_cast<int>(ef) - 134 : -133;  // value = sig · 2^x
-  low = x + __ffs(static_cast<int>(sig)) - 1;
-  top = x + 31 - __clz(static_cast<int>(sig));
+  const int sig = static_cast<int>(Bf16Sig(mag));
+  low = Bf16Exp(mag) + __ffs(sig) - 1;
+  top = Bf16Exp(mag) + 31 - __clz(sig);
 }
 
 // Where PrepareQHeadQuad writes one (row, head): pointers at that entry of the row's arrays (qc:
@@ -96,7 +94,8 @@ __device__ __forceinline__ void PrepareQHeadQuad(const uint16_t* qh, uint16_t wb
   for (int d = 0; d < 32; ++d) {
     const uint32_t mag = value(d) & 0x7FFFu;
     maxmag = max(maxmag, mag);
-    const int lsb = Bf16Exp(mag) - 1 + __ffs(static_cast<int>(Bf16Sig(mag)));
+    int lsb, top;
+    Bf16Exponents(mag, lsb, top);  // top unused: the block's comes from its largest magnitude
     lo = mag != 0 ? min(lo, lsb) : lo;
   }
   if (maxmag >= 0x7F80u) ok = false;
