@@ -156,8 +156,8 @@ TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
   CheckNorm({3, 8200, false, 0, 0}, seed++);
   // Many rows of 257..2048 columns keep their raw 16-byte words in registers (kNormCacheRaw, a
   // warp per row, 2 / 4 / 8 slots per lane): each slot count at its limit and ragged (264: 33
-  // chunks; 520: 65; 1544: 193), one chunk past the upper limit (two passes on the block path),
-  // and the lower limit (two passes on a warp).
+  // chunks; 520: 65; 1544: 193), one chunk past the upper limit (the wide rows below), and the
+  // lower limit (two passes on a warp).
   CheckNorm({300, 264, false, 0, 0}, seed++);
   CheckNorm({300, 512, false, 0, 0}, seed++);
   CheckNorm({257, 520, true, 0, 0}, seed++);
@@ -166,6 +166,15 @@ TEST(NormRopeGpuTest, RmsNormMatchesCpuOnReleasedShapes) {
   CheckNorm({1000, 2048, true, 0, 0}, seed++);
   CheckNorm({300, 2056, true, 0, 0}, seed++);
   CheckNorm({300, 256, true, 0, 0}, seed++);
+  // Wide rows of many-row launches (a block per row as raw words, the next row's words loaded
+  // during the current row's passes, one wave of resident blocks): 2, 3, 4 and 8 slots per thread,
+  // ragged (2056: 257 chunks), more rows than resident blocks (several rows per block) and fewer;
+  // one chunk past the widest (two passes on the block path).
+  CheckNorm({2500, 2056, false, 0, 0}, seed++);
+  CheckNorm({3000, 5120, true, 0, 0}, seed++);
+  CheckNorm({1500, 8192, true, 0, 0}, seed++);
+  CheckNorm({1200, 16384, false, 0, 0}, seed++);
+  CheckNorm({300, 16392, true, 0, 0}, seed++);
   // Narrow rows of many-row launches: several rows per warp (groups of 4 / 8 / 16 lanes), row
   // counts that leave a warp's last groups without a row, ragged chunk counts.
   CheckNorm({301, 128, true, 0, 0}, seed++);

@@ -42,8 +42,12 @@ struct NoRope {
 // the passes, as fp32 values with their weights (few rows: latency; ~100-112 registers);
 // kNormCacheRaw (kW = 8) holds rows of at most kRawSlots (<= kNormRawCache) chunks per thread as
 // their raw 16-byte words and loads the weights in pass 2 (many rows: one read of each row at a
-// footprint small enough for full occupancy). Same bits in every mode.
-template <int kGroup, typename W, int kW, typename Tail, int kCache, int kRawSlots = 1>
+// footprint small enough for full occupancy). kPrefetch (kRaw only; the launcher's choice for wide
+// rows on a grid of resident blocks): the group's next row's raw words are loaded before the
+// current row's passes, so each group keeps a row's loads in flight through its reduction and
+// stores. Same bits in every mode.
+template <int kGroup, typename W, int kW, typename Tail, int kCache, int kRawSlots = 1,
+          bool kPrefetch = false>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
   static_assert(kCache != kNormCacheRaw || kW == 8, "raw words are 16-byte chunks");
@@ -60,21 +64,36 @@ __global__ void __launch_bounds__(kNormThreads)
   // kRaw: the launcher guarantees chunks <= kRawSlots * kGroup.
   constexpr bool kRaw = kCache == kNormCacheRaw;
   static_assert(kRawSlots >= 1 && kRawSlots <= kNormRawCache, "raw slots");
+  static_assert(!kPrefetch || kRaw, "prefetch keeps raw words");
   const float inv_n = DivRn(1.0f, Int64ToF32(p.cols));
-  for (int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup; row < p.rows;
-       row += int64_t{gridDim.x} * kRowsPerBlock) {
+  const int64_t row_step = int64_t{gridDim.x} * kRowsPerBlock;
+  // The raw words of row `r` (r < p.rows) into `dst`.
+  auto load_raw = [&](int64_t r, uint4(&dst)[kRawSlots]) {
+    const uint16_t* xr = p.x + r * p.x_stride;
+#pragma unroll
+    for (int s = 0; s < kRawSlots; ++s) {
+      const int64_t j = lane + int64_t{s} * kGroup;
+      if (j < chunks) dst[s] = *reinterpret_cast<const uint4*>(xr + j * kW);
+    }
+  };
+  uint4 raw[kRawSlots];
+  const int64_t first_row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kGroup;
+  if constexpr (kPrefetch) {
+    if (first_row < p.rows) load_raw(first_row, raw);
+  }
+  for (int64_t row = first_row; row < p.rows; row += row_step) {
     const uint16_t* x = p.x + row * p.x_stride;
     uint16_t* out = p.out + row * p.out_stride;
     constexpr int kSlots = kCache == kNormCacheRow ? kNormCache : 1;
     float v[kSlots][kW];
     float w[kSlots][kW];
-    uint4 raw[kRawSlots];
-    if constexpr (kRaw) {
-#pragma unroll
-      for (int s = 0; s < kRawSlots; ++s) {
-        const int64_t j = lane + int64_t{s} * kGroup;
-        if (j < chunks) raw[s] = *reinterpret_cast<const uint4*>(x + j * kW);
-      }
+    uint4 next[kPrefetch ? kRawSlots : 1];
+    if constexpr (kPrefetch) {
+      // raw holds this row (loaded one row earlier); the next row's loads go out now. Another
+      // row than this one's, so in place is still safe.
+      if (row + row_step < p.rows) load_raw(row + row_step, next);
+    } else if constexpr (kRaw) {
+      load_raw(row, raw);
     }
     if (cached) {
 #pragma unroll
@@ -178,6 +197,10 @@ __global__ void __launch_bounds__(kNormThreads)
         out[c] = static_cast<uint16_t>(F32ToBf16(re));
         out[c + 1] = static_cast<uint16_t>(F32ToBf16(im));
       }
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int s = 0; s < kRawSlots; ++s) raw[s] = next[s];
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/norm_rope/cuda/norm_rope_kernels.cuh"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
@@ -34,8 +35,9 @@ constexpr int64_t kRopeWideUnits = 4 * kRopeThreads;
 // as raw 16-byte words (kRaw: one read of each row at full occupancy; README.md "CUDA").
 constexpr int64_t kNormCacheMaxRows = 256;
 // kRaw on rows of at most kWarpRawMaxCols columns (up to 8 chunks per lane of a warp;
-// LaunchNormRaw picks the lanes per row and the slots). Wider rows stay two-pass on a block per
-// row: kRaw there measured level (16384 x 5120: 120.0 vs 121.3 us on an H200).
+// LaunchNormRaw picks the lanes per row and the slots). Wider rows of many-row calls take a block
+// per row with the next row prefetched (LaunchNormWide); kRaw there without the prefetch had
+// measured level with two passes (16384 x 5120: 120.0 vs 121.3 us on an H200).
 constexpr int64_t kWarpRawMaxCols = 8 * 32 * norm_rope_device::kNormRawCache;
 
 bool Aligned(const void* p, int64_t stride_bytes, int64_t n) {
@@ -63,6 +65,55 @@ void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaS
   norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache, kRawSlots>
       <<<BlocksFor(p.rows, kRowsPerBlock), kNormThreads, 0, stream>>>(p, weight, tail);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// kRaw with the next row prefetched (kPrefetch) for many-row calls: kGroup threads per row, a
+// wave of resident blocks (each walks rows grid-stride, so a prefetch is never wasted on a row
+// another block takes). The occupancy is asked once per device and instantiation. Taken for wide
+// rows only: on the narrow groups (LaunchNormRawLanes) it measured slower on an H200 (session
+// 46: 16384 x 1280 28.8 -> 34.2 us, fused norm + RoPE 16384 x 512 16.5 -> 17.5; the extra slots'
+// registers cost occupancy there, and a warp's rows are short enough to overlap on their own).
+template <int kGroup, int kSlots, typename W, typename Tail>
+void LaunchNormPrefetch(const RmsNormParams& p, const W* weight, const Tail& tail,
+                        cudaStream_t stream) {
+  auto* kernel = norm_rope_device::RmsNormKernel<kGroup, W, 8, Tail,
+                                                 norm_rope_device::kNormCacheRaw, kSlots, true>;
+  static PerDeviceInt per_sm;
+  const int device = CurrentDevice();
+  const int blocks_per_sm = per_sm.Get(device, [&] {
+    int v = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, kNormThreads, 0));
+    return v;
+  });
+  constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
+  const int64_t resident = int64_t{SmCount(device)} * std::max(blocks_per_sm, 1);
+  const int64_t blocks = std::min<int64_t>(BlocksFor(p.rows, kRowsPerBlock), resident);
+  kernel<<<static_cast<unsigned>(blocks), kNormThreads, 0, stream>>>(p, weight, tail);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Wide rows (more than kWarpRawMaxCols columns, at most kNormThreads · kNormRawCache chunks) of a
+// many-row call: a block per row as raw words, the next row's prefetched (16384 x 5120 on an
+// H200: 119.8-120.1 -> 105.2-105.4 us, 0.69 -> 0.79 of the copy; session 46).
+template <int kSlots, typename W, typename Tail>
+void LaunchNormWideSlots(const RmsNormParams& p, const W* weight, const Tail& tail,
+                         cudaStream_t stream) {
+  LaunchNormPrefetch<kNormThreads, kSlots>(p, weight, tail, stream);
+}
+
+template <typename W, typename Tail>
+void LaunchNormWide(const RmsNormParams& p, const W* weight, const Tail& tail,
+                    cudaStream_t stream) {
+  const int64_t slots = (p.cols / 8 + kNormThreads - 1) / kNormThreads;
+  if (slots <= 2) {
+    LaunchNormWideSlots<2>(p, weight, tail, stream);
+  } else if (slots <= 3) {
+    LaunchNormWideSlots<3>(p, weight, tail, stream);
+  } else if (slots <= 4) {
+    LaunchNormWideSlots<4>(p, weight, tail, stream);
+  } else {
+    LaunchNormWideSlots<norm_rope_device::kNormRawCache>(p, weight, tail, stream);
+  }
 }
 
 // The vectorised (kW = 8) kernel, register-cached (kRow) for few rows whose chunks fit.
@@ -120,8 +171,12 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
                    Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
   const bool warp_rows = p.cols <= kWarpRowMaxCols;
   const bool raw_rows = p.rows > kNormCacheMaxRows && p.cols <= kWarpRawMaxCols;
+  const bool wide_rows = p.rows > kNormCacheMaxRows && p.cols > kWarpRawMaxCols &&
+                         p.cols / 8 <= int64_t{kNormThreads} * norm_rope_device::kNormRawCache;
   if (vec && raw_rows) {
     LaunchNormRaw(p, weight, tail, stream);
+  } else if (vec && wide_rows) {
+    LaunchNormWide(p, weight, tail, stream);
   } else if (warp_rows && vec) {
     LaunchNormVec<32>(p, weight, tail, stream);
   } else if (warp_rows) {
