@@ -215,7 +215,18 @@ void LayerStep::AllocateActivations() {
     FillRowBytes(seed++, static_cast<size_t>(key_seqs_ * l), kIdxKRowBytes, 64, 4, 122, 124,
                  index_keys_.get<uint8_t>());
     candidates_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * l));
-    FillBytes(seed++, static_cast<size_t>(key_seqs_ * l), 0, 1, candidates_.get<uint8_t>());
+    if (opt_.candidate_blocks) {
+      std::vector<uint8_t> mask(static_cast<size_t>(key_seqs_ * l));
+      std::mt19937_64 rng(seed++);
+      for (size_t i = 0; i < mask.size(); i += 8) {
+        std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(i),
+                    std::min<size_t>(8, mask.size() - i),
+                    static_cast<uint8_t>(rng() % 4 == 0 ? 1 : 0));
+      }
+      candidates_.CopyFromHost(mask.data(), mask.size());
+    } else {
+      FillBytes(seed++, static_cast<size_t>(key_seqs_ * l), 0, 1, candidates_.get<uint8_t>());
+    }
     scores_ = Bf16Buffer(key_seqs_ * l);
     idx_topk_ = DeviceBuffer(static_cast<size_t>(key_seqs_ * kTopk * 4));
     topk_ws_bytes_ = std::max<size_t>(kernels::IndexerTopkCudaWorkspaceBytes(key_seqs_, l), 16);

@@ -108,6 +108,10 @@ struct Options {
   // (kernels::NarrowFloatLinearWeight; the same exact products), as a server does; false: as
   // fp32 (the three-piece mma.sync path; A/B).
   bool narrow_fp32 = true;
+  // The Reindex layer's candidate mask (layer 20's, from CandidateBlocks): blocks of 8 positions,
+  // each kept with probability 1/4 (2,048 of 8,192 blocks at 65,536 positions on average), per
+  // sequence; false: each position kept with probability 1/2 (the mask before session 46).
+  bool candidate_blocks = true;
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.

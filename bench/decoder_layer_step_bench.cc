@@ -7,7 +7,7 @@
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
-//                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2]
+//                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -53,7 +53,9 @@
 // (24, 28, 32, 36) adds its own indexer: indexer.wq_b (FP8), RoPE, FP4 QDQ of the index query,
 // weights_proj (bf16, × 2^-6 folded into the weights: a power of two, so exact), the scores over
 // the L index keys (68-byte FP4 serving rows: the exact int8 scorer) with layer 20's candidate
-// mask, and the top-512. Those rows time it for the
+// mask (--candidate-blocks 1, the default since session 46: blocks of 8 positions, each kept
+// with probability 1/4, as CandidateBlocks leaves it; 0: each position with probability 1/2), and
+// the top-512. Those rows time it for the
 // --reindex-tokens batch sizes; each sequence has its own keys, and the scores and the top-512 are
 // one batched launch each for all sequences (LaunchIndexerScoreBatch / LaunchIndexerTopkBatch),
 // checked bit for bit against one launch per sequence before timing ("batched vs per-sequence").
@@ -176,6 +178,8 @@ Options ParseOptions(int argc, char** argv) {
       o.mhc_prepared = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--narrow-fp32") {
       o.narrow_fp32 = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--candidate-blocks") {
+      o.candidate_blocks = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--kv-form") {

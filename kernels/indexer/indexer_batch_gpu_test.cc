@@ -38,6 +38,8 @@ struct BatchCase {
   std::vector<int32_t> widths;
   std::vector<int32_t> reaches;  // empty: null (reach = width)
   bool mask = false;
+  bool block_mask = false;      // with mask: blocks of 8 kept with probability 1/4 (candidate
+                                // blocks), so whole 32-key warp tiles are masked out
   bool qdq = true;              // q FP4-QDQ'd per 32 (the model's q); false: raw bf16 (fallbacks)
   int64_t row_pad = 0;          // bytes of padding per pool row (1: unaligned, the tiled scorer)
   int64_t wide_span_every = 0;  // every n-th key gets block scales 2^±20 apart (fallbacks)
@@ -95,7 +97,14 @@ BatchData MakeData(const BatchCase& c) {
   for (auto& v : d.w) v = RandomBf16(rng, 1.0f / 64);
   if (c.mask) {
     d.candidates.resize(static_cast<size_t>(d.batch * d.max_width));
-    for (auto& v : d.candidates) v = rng() % 4 != 0 ? 1 : 0;
+    if (c.block_mask) {
+      for (size_t i = 0; i < d.candidates.size(); i += 8) {
+        const uint8_t keep = rng() % 4 == 0 ? 1 : 0;
+        std::fill_n(d.candidates.begin() + i, std::min<size_t>(8, d.candidates.size() - i), keep);
+      }
+    } else {
+      for (auto& v : d.candidates) v = rng() % 4 != 0 ? 1 : 0;
+    }
   }
   return d;
 }
@@ -375,6 +384,13 @@ TEST(IndexerBatchGpuTest, DecodeShapes) {
   c.widths = {65536, 512, 4096};  // B = 3
   c.mask = true;
   CheckScoresAndTopk(c);
+  // Candidate blocks (a Reindex layer's mask): warp tiles the row does not see are skipped.
+  c.block_mask = true;
+  c.widths = {65536, 700, 4096, 20000};
+  c.reaches = {65536, 650, 4000, 20000};
+  CheckScoresAndTopk(c);
+  c.reaches.clear();
+  c.block_mask = false;
   c.mask = false;
   c.widths.assign(8, 65536);  // B = 8, the layer bench's shape
   CheckScoresAndTopk(c);

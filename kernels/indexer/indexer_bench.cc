@@ -32,6 +32,9 @@
 // + B × 512 × 4), against "seq_score" / "seq_topk512", the same work as one LaunchIndexerScore /
 // LaunchIndexerTopk per sequence (the layer bench's old loop). The batched outputs are compared
 // with the per-sequence ones bit for bit first (a mismatch makes the exit code 1).
+// "batch_score_cand": the same batched scores with a Reindex layer's candidate mask (blocks of 8
+// positions, each kept with probability 1/4); bytes: the kept keys' rows, the mask and the scores
+// row; FLOPs: the kept keys'. Checked first against the unmasked scores (−inf off the mask).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -324,6 +327,42 @@ class Bench {
     Add("batch_topk512", seqs, topk_bytes, 0,
         [&] { CHECK_OK(LaunchIndexerTopkBatch(tb, nullptr)); });
     Add("seq_topk512", seqs, topk_bytes, 0, seq_topk);
+
+    // A Reindex layer's call: candidate blocks (blocks of 8 positions, each kept with probability
+    // 1/4) as the mask. Its scores must be the unmasked ones where the mask is set and −inf
+    // elsewhere (checked first); bytes and FLOPs count the candidate positions' keys only.
+    std::vector<uint8_t> mask(n_scores);
+    std::mt19937_64 mrng(7 + static_cast<uint64_t>(seqs));
+    int64_t kept = 0;
+    for (size_t i = 0; i < n_scores; i += 8) {
+      const uint8_t keep = mrng() % 4 == 0 ? 1 : 0;
+      std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(i), 8, keep);
+      kept += 8 * keep;
+    }
+    DeviceBuffer dmask(mask.size());
+    dmask.CopyFromHost(mask.data(), mask.size());
+    IndexerScoreBatchParams bm = bp;
+    bm.candidates = dmask.get<uint8_t>();
+    bm.candidates_stride = kDecodeKeys;
+    bm.scores = dscores_seq.get<uint16_t>();
+    CHECK_OK(LaunchIndexerScoreBatch(bp, nullptr));
+    CHECK_OK(LaunchIndexerScoreBatch(bm, nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    dscores.CopyToHost(s1.data(), n_scores * 2);
+    dscores_seq.CopyToHost(s2.data(), n_scores * 2);
+    int64_t bad_m = 0;
+    for (size_t i = 0; i < n_scores; ++i)
+      bad_m += s2[i] != (mask[i] != 0 ? s1[i] : uint16_t{0xFF80});
+    std::printf(
+        "batched decode, %ld sequences, candidate blocks (%.1f %% of positions): %ld "
+        "score mismatches vs the unmasked scores\n",
+        static_cast<long>(seqs), 100.0 * static_cast<double>(kept) / keys,
+        static_cast<long>(bad_m));
+    if (bad_m != 0) ++failures_;
+    const double kept_d = static_cast<double>(kept);
+    Add("batch_score_cand", seqs,
+        kept_d * rb + keys * 3 + static_cast<double>(q.size() + w.size()) * 2,
+        2.0 * kHeads * kDim * kept_d, [&] { CHECK_OK(LaunchIndexerScoreBatch(bm, nullptr)); });
   }
 
   int Print(const std::string& command) const {

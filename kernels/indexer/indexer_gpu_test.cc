@@ -282,12 +282,31 @@ TEST(IndexerGpuTest, ScoresReleasedDimsDecode) {
   CheckScores(RandomScoreCase(rng, 1, 32, 128, 4 * 8192 - 1, 4, 0.25), 0, /*broadcast=*/true);
 }
 
+// Replaces c's candidate mask by candidate blocks: each block of 8 positions of each row kept with
+// probability 1/4, as a Reindex layer's mask, so whole 32-key warp tiles are masked out for some
+// rows and for every row of a group.
+void UseBlockMask(std::mt19937& rng, ScoreCase& c) {
+  c.candidates.assign(static_cast<size_t>(c.tokens * c.width), 0);
+  for (int64_t r = 0; r < c.tokens; ++r) {
+    for (int64_t t = 0; t < c.width; t += 8) {
+      const uint8_t keep = rng() % 4 == 0 ? 1 : 0;
+      std::fill_n(c.candidates.begin() + r * c.width + t, std::min<int64_t>(8, c.width - t), keep);
+    }
+  }
+}
+
 TEST(IndexerGpuTest, ScoresReleasedDimsPrefill) {
   FS_SKIP_WITHOUT_GPU();
   std::mt19937 rng(3);
   CheckScores(RandomScoreCase(rng, 64, 32, 128, 2048 - 64, 1), 0);
   CheckScores(RandomScoreCase(rng, 64, 32, 128, 4 * 4096 - 64, 4), 0);       // r = 4
   CheckScores(RandomScoreCase(rng, 64, 32, 128, 4 * 3000 - 64, 4, 0.3), 0);  // with a mask
+  // Candidate blocks: per-row masks (groups of 8 rows where some rows see a tile and others do
+  // not), then one mask for every row (whole tiles skipped by the group).
+  ScoreCase blocks = RandomScoreCase(rng, 12, 32, 128, 6000 - 12, 1);
+  UseBlockMask(rng, blocks);
+  CheckScores(blocks, 0);
+  CheckScores(blocks, 0, /*broadcast=*/true);
 }
 
 // Multiplies every normal bf16 value by 2^shift (exponent field clamped to 1..254).

@@ -122,10 +122,11 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
 // grid-stride, with one wave of resident CTAs in all, each staging its rows' q once for many
 // tiles. The SM count, the occupancy at each staged row count and the shared-memory attribute are
 // asked once per device (kernels/common/per_device_cache.h).
-template <bool kBatch>
-void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
+template <bool kBatch, bool kMask>
+void LaunchInt8Kernel(const IndexerScoreParams& p, indexer_device::BatchRows rows,
+                      cudaStream_t stream) {
   constexpr int kRows = kBatch ? 1 : indexer_device::kMmaRows;
-  auto* kernel = indexer_device::IndexerScoreInt8Kernel<kBatch>;
+  auto* kernel = indexer_device::IndexerScoreInt8Kernel<kBatch, kMask>;
   const int rows_cap = static_cast<int>(std::min<int64_t>(p.tokens, kRows));
   const size_t smem = indexer_device::ScoreInt8SmemBytes(rows_cap);
   const int device = CurrentDevice();
@@ -153,6 +154,17 @@ void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cud
                   static_cast<unsigned>(std::min(groups, kMaxGridY)));
   kernel<<<grid, indexer_device::kMmaThreads, smem, stream>>>(p, rows);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// With a candidate mask the masked instantiation (tiles a row does not see skipped), else the
+// one without the mask's code.
+template <bool kBatch>
+void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
+  if (p.candidates != nullptr) {
+    LaunchInt8Kernel<kBatch, true>(p, rows, stream);
+  } else {
+    LaunchInt8Kernel<kBatch, false>(p, rows, stream);
+  }
 }
 
 // The tiled exact scorer (score_tile_kernel.cuh): grid.x = key tiles, grid.y = groups of

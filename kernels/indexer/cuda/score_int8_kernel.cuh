@@ -75,8 +75,9 @@ __device__ __forceinline__ float ExactDotRow(const uint16_t* qh, const uint8_t* 
 
 // grid.x walks key tiles (grid-stride), grid.y groups of kMmaRows rows (kBatch: single rows of
 // a batched decode call, each with its own keys, width and reach from `rows`; p.tokens = batch,
-// p.width = max_width, p.k_rows = the pool).
-template <bool kBatch>
+// p.width = max_width, p.k_rows = the pool). kMask: p.candidates is set (the launcher's choice),
+// so the unmasked instantiation carries none of the mask's code.
+template <bool kBatch, bool kMask>
 __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
     IndexerScoreInt8Kernel(IndexerScoreParams p, BatchRows rows) {
   constexpr int kRows = kBatch ? 1 : kMmaRows;
@@ -199,6 +200,30 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         }
         continue;
       }
+      // With a candidate mask (block-structured: a Reindex layer sees ~1/4 of its positions), bit
+      // r: row r sees a key of this warp tile. A row that sees none gets −inf for the tile without
+      // its mma and epilogue, a tile no row sees skips the decode too (uniform; the same bits:
+      // every masked key is −inf whatever its score, and never falls back).
+      // lane_vis bit r: row r sees key wk0 + lane (its mask byte read once per tile and row; the
+      // rows' loops take the other keys' bits by shuffles).
+      uint32_t rows_seeing = (1u << nrows) - 1u, lane_vis = 0xFFFFFFFFu;
+      if constexpr (kMask) {
+        rows_seeing = 0;
+        lane_vis = 0;
+        for (int r = 0; r < nrows; ++r) {
+          const bool sees = wk0 + lane < width && Visible(p, row0 + r, row_s[r].reach, wk0 + lane);
+          lane_vis |= sees ? 1u << r : 0u;
+          rows_seeing |= __any_sync(0xFFFFFFFFu, sees) ? 1u << r : 0u;
+        }
+        if (rows_seeing == 0) {
+          for (int r = 0; r < nrows; ++r) {
+            if (wk0 + lane < width) {
+              p.scores[(row0 + r) * p.scores_stride + wk0 + lane] = kBf16NegInf;
+            }
+          }
+          continue;
+        }
+      }
       uint32_t nzq = 0;  // bit 4·kk + c: block c of slot kk holds a nonzero code
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -262,7 +287,7 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         const int64_t row = row0 + r;
         const int64_t reach = row_s[r].reach;
         uint16_t* out = p.scores + row * p.scores_stride;
-        if (wk0 >= reach) {  // warp-uniform
+        if (wk0 >= reach || (rows_seeing >> r & 1u) == 0) {  // warp-uniform
           if (wk0 + lane < width) out[wk0 + lane] = kBf16NegInf;
           continue;
         }
@@ -338,14 +363,16 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
           }
         }
         // Warp-uniform: no mask and the warp's keys below the reach (the usual case).
-        const bool all_visible = p.candidates == nullptr && wk0 + kMmaWarpKeys <= reach;
+        const bool all_visible = !kMask && wk0 + kMmaWarpKeys <= reach;
         if (all_visible) {
           visible = 0xFFFFFFFFu;
         } else {
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             const int key_local = 16 * (kk / 2) + 8 * (kk % 2) + g;
-            if (Visible(p, row, reach, wk0 + key_local)) visible |= 0xFFu << (8 * kk);
+            const bool seen = kMask ? (__shfl_sync(0xFFFFFFFFu, lane_vis, key_local) >> r & 1u) != 0
+                                    : wk0 + key_local < reach;
+            if (seen) visible |= 0xFFu << (8 * kk);
           }
         }
         fail &= visible;
@@ -456,7 +483,8 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         // The scaled terms' sum times 2^min_k: exact (README "The scaled epilogue").
         if (scaled) sum = __fmul_rn(sum, Pow2(own_mk));
         if (key < width) {
-          out[key] = all_visible || Visible(p, row, reach, key) ? FloatToBf16(sum) : kBf16NegInf;
+          const bool seen = kMask ? (lane_vis >> r & 1u) != 0 : key < reach;
+          out[key] = all_visible || seen ? FloatToBf16(sum) : kBf16NegInf;
         }
         __syncwarp();  // the next row's terms overwrite v_s
       }
