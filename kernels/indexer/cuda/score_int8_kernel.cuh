@@ -200,12 +200,12 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
         }
         continue;
       }
-      // With a candidate mask (block-structured: a Reindex layer sees ~1/4 of its positions), bit
-      // r: row r sees a key of this warp tile. A row that sees none gets −inf for the tile without
-      // its mma and epilogue, a tile no row sees skips the decode too (uniform; the same bits:
-      // every masked key is −inf whatever its score, and never falls back).
-      // lane_vis bit r: row r sees key wk0 + lane (its mask byte read once per tile and row; the
-      // rows' loops take the other keys' bits by shuffles).
+      // With a candidate mask (block-structured: a Reindex layer sees ~1/4 of its positions):
+      // lane_vis bit r = row r sees key wk0 + lane (its mask byte read once per tile and row; the
+      // rows' loops take the other keys' bits by shuffles), rows_seeing bit r = row r sees a key
+      // of this warp tile. A row that sees none gets −inf for the tile without its mma and
+      // epilogue, a tile no row sees skips the decode too (uniform; the same bits: every masked
+      // key is −inf whatever its score, and never falls back).
       uint32_t rows_seeing = (1u << nrows) - 1u, lane_vis = 0xFFFFFFFFu;
       if constexpr (kMask) {
         rows_seeing = 0;

@@ -67,16 +67,17 @@ void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaS
   CUDA_CHECK(cudaGetLastError());
 }
 
-// kRaw with the next row prefetched (kPrefetch) for many-row calls: kGroup threads per row, a
+// Wide rows (more than kWarpRawMaxCols columns, at most kNormThreads · kNormRawCache chunks) of a
+// many-row call: a block per row as raw words with the next row prefetched (kPrefetch), on one
 // wave of resident blocks (each walks rows grid-stride, so a prefetch is never wasted on a row
-// another block takes). The occupancy is asked once per device and instantiation. Taken for wide
-// rows only: on the narrow groups (LaunchNormRawLanes) it measured slower on an H200 (session
-// 46: 16384 x 1280 28.8 -> 34.2 us, fused norm + RoPE 16384 x 512 16.5 -> 17.5; the extra slots'
-// registers cost occupancy there, and a warp's rows are short enough to overlap on their own).
-template <int kGroup, int kSlots, typename W, typename Tail>
-void LaunchNormPrefetch(const RmsNormParams& p, const W* weight, const Tail& tail,
-                        cudaStream_t stream) {
-  auto* kernel = norm_rope_device::RmsNormKernel<kGroup, W, 8, Tail,
+// another block takes); the occupancy is asked once per device and instantiation. 16384 x 5120
+// on an H200: 119.8-120.1 -> 105.2-105.4 us, 0.69 -> 0.79 of the copy (session 46). Not used on
+// the narrow groups (LaunchNormRawLanes), where it measured slower (16384 x 1280 28.8 -> 34.2 us,
+// fused norm + RoPE 16384 x 512 16.5 -> 17.5: the second set of slots costs occupancy).
+template <int kSlots, typename W, typename Tail>
+void LaunchNormWideSlots(const RmsNormParams& p, const W* weight, const Tail& tail,
+                         cudaStream_t stream) {
+  auto* kernel = norm_rope_device::RmsNormKernel<kNormThreads, W, 8, Tail,
                                                  norm_rope_device::kNormCacheRaw, kSlots, true>;
   static PerDeviceInt per_sm;
   const int device = CurrentDevice();
@@ -85,20 +86,10 @@ void LaunchNormPrefetch(const RmsNormParams& p, const W* weight, const Tail& tai
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, kNormThreads, 0));
     return v;
   });
-  constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
   const int64_t resident = int64_t{SmCount(device)} * std::max(blocks_per_sm, 1);
-  const int64_t blocks = std::min<int64_t>(BlocksFor(p.rows, kRowsPerBlock), resident);
+  const int64_t blocks = std::min<int64_t>(BlocksFor(p.rows, 1), resident);
   kernel<<<static_cast<unsigned>(blocks), kNormThreads, 0, stream>>>(p, weight, tail);
   CUDA_CHECK(cudaGetLastError());
-}
-
-// Wide rows (more than kWarpRawMaxCols columns, at most kNormThreads · kNormRawCache chunks) of a
-// many-row call: a block per row as raw words, the next row's prefetched (16384 x 5120 on an
-// H200: 119.8-120.1 -> 105.2-105.4 us, 0.69 -> 0.79 of the copy; session 46).
-template <int kSlots, typename W, typename Tail>
-void LaunchNormWideSlots(const RmsNormParams& p, const W* weight, const Tail& tail,
-                         cudaStream_t stream) {
-  LaunchNormPrefetch<kNormThreads, kSlots>(p, weight, tail, stream);
 }
 
 template <typename W, typename Tail>
