@@ -6,7 +6,9 @@
 // rows scattered in one key pool (reverse order, gaps), reaches below the width, width-0 and
 // reach-0 rows, candidate masks, keys whose scale spans force the int8 scorer's fallbacks, raw
 // (off-grid) q, the released dims (int8 scorer), cuda_exact_only and 4 × 64 (the tiled scorer),
-// an unaligned row stride (tiled). Outputs start poisoned. Expected: 0 mismatches everywhere.
+// an unaligned row stride (tiled), sparse candidate blocks at long context (2,048 per row at up to
+// 131,072 positions, against the CPU body too). Outputs start poisoned. Expected: 0 mismatches
+// everywhere.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +42,9 @@ struct BatchCase {
   bool mask = false;
   bool block_mask = false;      // with mask: blocks of 8 kept with probability 1/4 (candidate
                                 // blocks), so whole 32-key warp tiles are masked out
+  int64_t sparse_blocks = 0;    // with mask (> 0): per row this many random blocks of 8 plus
+                                // the newest one (a Reindex layer's mask at long context)
+  int64_t scores_pad = 5;       // scores row stride = max_width + scores_pad
   bool qdq = true;              // q FP4-QDQ'd per 32 (the model's q); false: raw bf16 (fallbacks)
   int64_t row_pad = 0;          // bytes of padding per pool row (1: unaligned, the tiled scorer)
   int64_t wide_span_every = 0;  // every n-th key gets block scales 2^±20 apart (fallbacks)
@@ -97,7 +102,20 @@ BatchData MakeData(const BatchCase& c) {
   for (auto& v : d.w) v = RandomBf16(rng, 1.0f / 64);
   if (c.mask) {
     d.candidates.resize(static_cast<size_t>(d.batch * d.max_width));
-    if (c.block_mask) {
+    if (c.sparse_blocks > 0) {
+      for (int64_t b = 0; b < d.batch; ++b) {
+        const int64_t width = c.widths[static_cast<size_t>(b)];
+        const int64_t reach = c.reaches.empty() ? width : c.reaches[static_cast<size_t>(b)];
+        if (width == 0) continue;
+        uint8_t* row = d.candidates.data() + b * d.max_width;
+        for (int64_t i = 0; i <= c.sparse_blocks; ++i) {
+          const int64_t blk = i == c.sparse_blocks
+                                  ? std::max<int64_t>(reach - 1, 0) / 8
+                                  : static_cast<int64_t>(rng() % ((width + 7) / 8));
+          std::fill(row + 8 * blk, row + std::min(8 * blk + 8, width), uint8_t{1});
+        }
+      }
+    } else if (c.block_mask) {
       for (size_t i = 0; i < d.candidates.size(); i += 8) {
         const uint8_t keep = rng() % 4 == 0 ? 1 : 0;
         std::fill_n(d.candidates.begin() + i, std::min<size_t>(8, d.candidates.size() - i), keep);
@@ -135,7 +153,7 @@ std::vector<uint16_t> CheckBatchScores(const BatchCase& c) {
   SCOPED_TRACE(absl::StrFormat("batch %d max_width %d H %d d %d mask %d qdq %d pad %d exact %d",
                                d.batch, d.max_width, c.heads, c.head_dim, c.mask, c.qdq, c.row_pad,
                                c.exact_only));
-  const int64_t ss = d.max_width + 5;
+  const int64_t ss = d.max_width + c.scores_pad;
   const size_t n_scores = static_cast<size_t>(d.batch * ss);
   DeviceBuffer dq = ToDevice(d.q), dw = ToDevice(d.w), dpool = ToDevice(d.pool);
   DeviceBuffer dc = ToDevice(d.candidates), doff = ToDevice(d.offsets);
@@ -324,7 +342,7 @@ void CheckScoresAndTopk(const BatchCase& c) {
   int64_t max_width = 0;
   for (int32_t wd : c.widths) max_width = std::max<int64_t>(max_width, wd);
   // Poison past a row's width is a NaN no scorer writes: the top-k reads only [0, width).
-  CheckBatchTopk(scores, max_width + 5, c.widths, c.reaches, 512, 128);
+  CheckBatchTopk(scores, max_width + c.scores_pad, c.widths, c.reaches, 512, 128);
 }
 
 std::vector<int32_t> Cycle(const std::vector<int32_t>& lens, int64_t n) {
@@ -389,8 +407,23 @@ TEST(IndexerBatchGpuTest, DecodeShapes) {
   c.widths = {65536, 700, 4096, 20000};
   c.reaches = {65536, 650, 4000, 20000};
   CheckScoresAndTopk(c);
-  c.reaches.clear();
+  // A Reindex layer's mask at long context (2,048 kept blocks per row), scores rows 16-byte
+  // aligned (the −inf rows of blocks nobody keeps as 16-byte stores); then mask rows off 8-byte
+  // alignment (odd max_width: bytewise mask reads).
   c.block_mask = false;
+  c.sparse_blocks = 2048;
+  c.cpu_reference = true;
+  c.widths = {131072, 65536, 700, 20000, 16385};
+  c.reaches = {131072, 65000, 650, 19999, 16385};
+  c.scores_pad = 0;
+  CheckScoresAndTopk(c);
+  c.widths = {65533, 4097, 30001};
+  c.reaches = {65533, 4090, 30001};
+  c.scores_pad = 5;
+  CheckScoresAndTopk(c);
+  c.cpu_reference = false;
+  c.sparse_blocks = 0;
+  c.reaches.clear();
   c.mask = false;
   c.widths.assign(8, 65536);  // B = 8, the layer bench's shape
   CheckScoresAndTopk(c);

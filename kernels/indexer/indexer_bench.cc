@@ -32,6 +32,8 @@
 // + B × 512 × 4), against "seq_score" / "seq_topk512", the same work as one LaunchIndexerScore /
 // LaunchIndexerTopk per sequence (the layer bench's old loop). The batched outputs are compared
 // with the per-sequence ones bit for bit first (a mismatch makes the exit code 1).
+// "score_rows_cand": the k_rows scores of those rows restricted to the candidate blocks of their
+// own scores (a Reindex layer's call; checked against the unmasked scores, −inf off the mask).
 // "batch_score_cand": the same batched scores with a Reindex layer's candidate mask (blocks of 8
 // positions, each kept with probability 1/4); bytes: the kept keys' rows, the mask and the scores
 // row; FLOPs: the kept keys'. Checked first against the unmasked scores (−inf off the mask).
@@ -201,6 +203,47 @@ class Bench {
     });
     Add("cand_blocks", rows, score_bytes + mask_bytes, 0,
         [&] { CHECK_OK(LaunchCandidateBlocks(cp, nullptr)); });
+
+    // A Reindex layer's call at this width: the k_rows scores restricted to the candidate blocks
+    // of these rows' own scores (2,048 blocks of 8 per row; the mask CandidateBlocks just wrote).
+    // Checked against the unmasked int8 scores (−inf off the mask); bytes: the key rows of the
+    // rows' union of blocks, the mask and the scores rows; FLOPs: the kept positions'.
+    CHECK_OK(LaunchCandidateBlocks(cp, nullptr));
+    DeviceBuffer dscores_cand(static_cast<size_t>(rows * width) * 2);
+    IndexerScoreParams cand_p = rows_p;
+    cand_p.candidates = dmask.get<uint8_t>();
+    cand_p.candidates_stride = width;
+    cand_p.scores = dscores_cand.get<uint16_t>();
+    CHECK_OK(LaunchIndexerScore(rows_p, nullptr));
+    CHECK_OK(LaunchIndexerScore(cand_p, nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const size_t n = static_cast<size_t>(rows * width);
+    std::vector<uint16_t> full(n), masked(n);
+    std::vector<uint8_t> mask(n);
+    dscores.CopyToHost(full.data(), n * 2);
+    dscores_cand.CopyToHost(masked.data(), n * 2);
+    dmask.CopyToHost(mask.data(), n);
+    int64_t bad = 0, kept = 0, union_keys = 0;
+    for (size_t i = 0; i < n; ++i) {
+      bad += masked[i] != (mask[i] != 0 ? full[i] : uint16_t{0xFF80});
+      kept += mask[i] != 0;
+    }
+    for (int64_t t = 0; t < width; ++t) {
+      bool any = false;
+      for (int64_t r = 0; r < rows; ++r) any = any || mask[r * width + t] != 0;
+      union_keys += any;
+    }
+    std::printf(
+        "rows %ld, candidate blocks (%ld positions per row, union %ld): %ld score mismatches vs "
+        "the unmasked k_rows scores\n",
+        static_cast<long>(rows), static_cast<long>(kept / rows), static_cast<long>(union_keys),
+        static_cast<long>(bad));
+    if (bad != 0) ++failures_;
+    Add("score_rows_cand", rows,
+        static_cast<double>(union_keys) * formats::IndexKRowBytes(kDim) + score_bytes + mask_bytes +
+            qw_bytes,
+        2.0 * kHeads * kDim * static_cast<double>(kept),
+        [&] { CHECK_OK(LaunchIndexerScore(cand_p, nullptr)); });
   }
 
   // B decode sequences of kDecodeKeys keys each (see the file comment).

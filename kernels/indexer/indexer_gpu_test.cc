@@ -1,7 +1,8 @@
 // GPU scorers against the CPU body: LaunchIndexerScore vs IndexerScoreCpu (bit for bit; the
 // selections, LaunchIndexerTopk and LaunchCandidateBlocks, are in indexer_select_gpu_test.cc),
 // over the tiny dims (4 heads x 64), the released dims (32 x 128, widths 1k..64k, decode rows 1..4,
-// prefill rows 64 with causal reach at r = 1 and 4), candidate masks (per row and broadcast), many
+// prefill rows 64 with causal reach at r = 1 and 4), candidate masks (per row and broadcast; sparse
+// candidate blocks at 131,072 positions, odd widths, shared and empty mask rows), many
 // exact ties (FP4-grid values, repeated keys), width < index_topk, odd head_dim / padded strides
 // (the scalar key path), > 32 heads (head chunks), row groups of 8 with partial groups, products
 // outside the FMA-exact range (the mul + add path), and the launchers' validation. Every score case
@@ -307,6 +308,59 @@ TEST(IndexerGpuTest, ScoresReleasedDimsPrefill) {
   UseBlockMask(rng, blocks);
   CheckScores(blocks, 0);
   CheckScores(blocks, 0, /*broadcast=*/true);
+}
+
+// Replaces c's candidate mask by a Reindex layer's at long context: per row `kept` random blocks
+// of 8 positions (cropped to the width) plus the block of the row's newest reachable position,
+// all others 0. partial: every 3rd kept block keeps only some of its positions (not a shape
+// CandidateBlocks makes, but one the mask contract allows).
+void UseSparseBlocks(std::mt19937& rng, ScoreCase& c, int64_t kept, bool partial) {
+  c.candidates.assign(static_cast<size_t>(c.tokens * c.width), 0);
+  const int64_t n_blocks = (c.width + 7) / 8;
+  for (int64_t r = 0; r < c.tokens; ++r) {
+    uint8_t* row = c.candidates.data() + r * c.width;
+    const int64_t reach = (c.start_pos + r + 1) / c.ratio;
+    for (int64_t i = 0; i <= kept; ++i) {
+      const int64_t b = i == kept ? (reach - 1) / 8 : static_cast<int64_t>(rng() % n_blocks);
+      for (int64_t t = 8 * b; t < std::min(8 * b + 8, c.width); ++t) {
+        row[t] = partial && i % 3 == 0 ? static_cast<uint8_t>(rng() % 2 * (1 + rng() % 255)) : 1;
+      }
+    }
+  }
+}
+
+// The int8 scorer's candidate-block path (only blocks some row of the group sees are scored): the
+// long-context density (2,048 of 16,384 blocks, a decode row: chunks of 8 blocks per warp), an
+// odd width (mask rows off 8-byte alignment: the bytewise mask reads, the last block cropped) with
+// partially kept blocks, a prefill group whose rows share most blocks, and rows that see nothing.
+TEST(IndexerGpuTest, ScoresSparseCandidateBlocks) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(17);
+  ScoreCase longctx = RandomScoreCase(rng, 1, 32, 128, 131072 - 1, 1);
+  UseSparseBlocks(rng, longctx, 2048, /*partial=*/false);
+  CheckScores(longctx, 0);
+  ScoreCase odd = RandomScoreCase(rng, 2, 32, 128, 65533 - 2, 1);
+  UseSparseBlocks(rng, odd, 2048, /*partial=*/true);
+  CheckScores(odd, 0);
+  // 12 rows (a group of 8 and one of 4), reaches ending mid-block; each row its 256 shared blocks
+  // plus 32 of its own.
+  ScoreCase group = RandomScoreCase(rng, 12, 32, 128, 20003 - 12, 1);
+  UseSparseBlocks(rng, group, 32, /*partial=*/false);
+  std::mt19937 shared_rng(5);
+  for (int i = 0; i < 256; ++i) {
+    const int64_t b = static_cast<int64_t>(shared_rng() % ((group.width - 12) / 8));
+    for (int64_t r = 0; r < group.tokens; ++r) {
+      std::fill_n(group.candidates.begin() + r * group.width + 8 * b, 8, 1);
+    }
+  }
+  CheckScores(group, 0);
+  CheckScores(group, 0, /*broadcast=*/true);
+  // An empty mask row next to a sparse one, and a mask that keeps nothing at all.
+  ScoreCase empty = RandomScoreCase(rng, 2, 32, 128, 4096 - 2, 1);
+  UseSparseBlocks(rng, empty, 16, /*partial=*/false);
+  std::fill_n(empty.candidates.begin(), empty.width, 0);
+  CheckScores(empty, 0);
+  CheckScores(empty, 0, /*broadcast=*/true);
 }
 
 // Multiplies every normal bf16 value by 2^shift (exponent field clamped to 1..254).

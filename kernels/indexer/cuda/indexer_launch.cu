@@ -147,17 +147,30 @@ void LaunchInt8Kernel(const IndexerScoreParams& p, indexer_device::BatchRows row
     return v;
   });
   const int64_t groups = (p.tokens + kRows - 1) / kRows;
-  const int64_t tiles = (p.width + indexer_device::kMmaTileKeys - 1) / indexer_device::kMmaTileKeys;
   const int64_t resident = int64_t{SmCount(device)} * std::max(per_sm, 1);
   const int64_t per_group = std::max<int64_t>(1, resident / std::min(groups, kMaxGridY));
-  const dim3 grid(static_cast<unsigned>(std::min(tiles, per_group)),
+  // Without a mask: CTA tiles of kMmaTileKeys keys. With one: chunks of 32 blocks of 8 keys per
+  // warp, or 16 / 8 where that leaves warps of the resident grid idle (a single row: 65,536
+  // positions are 256 chunks of 32 blocks, 64 CTAs).
+  int chunk_blocks = 32;
+  int64_t units = (p.width + indexer_device::kMmaTileKeys - 1) / indexer_device::kMmaTileKeys;
+  if constexpr (kMask) {
+    const int64_t n_blocks = (p.width + 7) / 8;
+    const int64_t warps = per_group * indexer_device::kMmaWarps;
+    while (chunk_blocks > 8 && (n_blocks + chunk_blocks - 1) / chunk_blocks < warps) {
+      chunk_blocks /= 2;
+    }
+    const int64_t chunks = (n_blocks + chunk_blocks - 1) / chunk_blocks;
+    units = (chunks + indexer_device::kMmaWarps - 1) / indexer_device::kMmaWarps;
+  }
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(units, per_group))),
                   static_cast<unsigned>(std::min(groups, kMaxGridY)));
-  kernel<<<grid, indexer_device::kMmaThreads, smem, stream>>>(p, rows);
+  kernel<<<grid, indexer_device::kMmaThreads, smem, stream>>>(p, rows, chunk_blocks);
   CUDA_CHECK(cudaGetLastError());
 }
 
-// With a candidate mask the masked instantiation (tiles a row does not see skipped), else the
-// one without the mask's code.
+// With a candidate mask the masked instantiation (only 8-key blocks a row of the group sees are
+// scored), else the one without the mask's code.
 template <bool kBatch>
 void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
   if (p.candidates != nullptr) {
