@@ -81,6 +81,13 @@ __device__ __forceinline__ Key SlotBase(const Key (&base)[4], int kk) {
   return kk == 0 ? base[0] : kk == 1 ? base[1] : kk == 2 ? base[2] : base[3];
 }
 
+// Whether all 8 bytes of x are nonzero (a byte's low 7 bits + 0x7F carry into its top bit, or
+// the top bit is set).
+__device__ __forceinline__ bool AllBytesNonzero(uint64_t x) {
+  constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full, kTop = 0x8080808080808080ull;
+  return ((((x & kLow7) + kLow7) | x) & kTop) == kTop;
+}
+
 // grid.y walks groups of kMmaRows rows (kBatch: single rows of a batched decode call, each with
 // its own keys, width and reach from `rows`; p.tokens = batch, p.width = max_width, p.k_rows = the
 // pool). A warp tile is 4 slots of 8 keys, slot kk's keys base[kk] + g (g = lane / 4).
@@ -242,16 +249,20 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
     __syncthreads();
 
     // Scores the warp tile of slots base[0..3] (`words`, `scales`: its key bytes; own: the key of
-    // this lane, base[lane / 8] + lane % 8) for every row of the group.
+    // this lane, base[lane / 8] + lane % 8) for every row of the group. whole (kMask,
+    // warp-uniform): every row of the group sees every key of the tile's filled slots.
     uint32_t words[4][kI8Blocks], scales;
-    auto score_tile = [&](const auto& base, auto own) {
+    auto score_tile = [&](const auto& base, auto own, bool whole) {
       // With a candidate mask: lane_vis bit r = row r sees key `own` (its mask byte read once per
-      // tile and row; the rows' loops take the other keys' bits by shuffles), rows_seeing bit r =
-      // row r sees a key of this warp tile. A row that sees none gets −inf for the tile without
-      // its mma and epilogue, a tile no row sees skips the decode too (uniform; the same bits:
-      // every masked key is −inf whatever its score, and never falls back).
+      // tile and row unless the tile is whole; the rows' loops take the other keys' bits by
+      // shuffles), rows_seeing bit r = row r sees a key of this warp tile. A row that sees none
+      // gets −inf for the tile without its mma and epilogue, a tile no row sees skips the decode
+      // too (uniform; the same bits: every masked key is −inf whatever its score, and never falls
+      // back).
       uint32_t rows_seeing = (1u << nrows) - 1u, lane_vis = 0xFFFFFFFFu;
-      if constexpr (kMask) {
+      if (kMask && whole) {
+        lane_vis = own < width ? rows_seeing : 0u;  // slot 0 is always filled
+      } else if constexpr (kMask) {
         rows_seeing = 0;
         lane_vis = 0;
         for (int r = 0; r < nrows; ++r) {
@@ -552,18 +563,22 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
           reinterpret_cast<uintptr_t>(p.scores) % 16 == 0 && p.scores_stride % 8 == 0;
       uint32_t cbase = 0;  // the first block of the chunk `bits` belongs to
       uint32_t bits = 0;
+      uint32_t wbits = 0;  // the chunk's blocks every row of the group sees whole
       auto scan = [&] {
         const uint32_t t0 = 8 * (mchunk * chunk_blocks + lane);
         uint64_t seen = 0;
+        bool whole = lane < chunk_blocks && t0 + 8 <= width;
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           if (r < nrows) {
             const int64_t vis = row_s[r].reach - t0;  // positions of the block below the reach
             const uint64_t below = vis >= 8 ? ~0ull : vis <= 0 ? 0ull : (1ull << (8 * vis)) - 1;
             seen |= mask_words[r] & below;
+            whole = whole && vis >= 8 && AllBytesNonzero(mask_words[r]);
           }
         }
         bits = __ballot_sync(0xFFFFFFFFu, seen != 0);
+        wbits = __ballot_sync(0xFFFFFFFFu, whole);
         if (seen == 0 && lane < chunk_blocks && t0 < width) {
           for (int r = 0; r < nrows; ++r) {
             uint16_t* out = p.scores + (row0 + r) * p.scores_stride + t0;
@@ -583,35 +598,46 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
       // Where the chunk at hand holds 4 more, straight from its bits; else shifted in from the top
       // through one copy of the scan's code (four unrolled copies ran 22 µs instead of 15.6 on a
       // 2^20-position row, where a tile takes several scans).
+      // Returns whether every filled slot's block is seen whole by every row of the group.
       auto next_tile = [&](uint32_t(&nb)[4]) {
+        bool whole = true;
         if (__popc(bits) >= 4) {  // warp-uniform
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
-            nb[kk] = 8 * (cbase + __ffs(static_cast<int>(bits)) - 1);
+            const int at = __ffs(static_cast<int>(bits)) - 1;
+            nb[kk] = 8 * (cbase + at);
+            whole = whole && (wbits >> at & 1u) != 0;
             bits &= bits - 1;
           }
-          return;
+          return whole;
         }
 #pragma unroll 1
         for (int kk = 0; kk < 4; ++kk) {
           while (bits == 0 && mchunk < chunks) scan();  // warp-uniform
-          const uint32_t key = bits != 0 ? 8 * (cbase + __ffs(static_cast<int>(bits)) - 1) : kNone;
-          bits &= bits - 1;
+          uint32_t key = kNone;
+          if (bits != 0) {
+            const int at = __ffs(static_cast<int>(bits)) - 1;
+            key = 8 * (cbase + at);
+            whole = whole && (wbits >> at & 1u) != 0;
+            bits &= bits - 1;
+          }
           nb[0] = nb[1];
           nb[1] = nb[2];
           nb[2] = nb[3];
           nb[3] = key;
         }
+        return whole;
       };
       uint32_t nb[4];
-      next_tile(nb);
+      bool next_whole = next_tile(nb);
       if (nb[0] != kNone) load_tile(nb, SlotBase(nb, lane / 8) + lane % 8);
       while (nb[0] != kNone) {  // warp-uniform
         const uint32_t base[4] = {nb[0], nb[1], nb[2], nb[3]};
+        const bool whole = next_whole;
         take_words();
-        next_tile(nb);
+        next_whole = next_tile(nb);
         if (nb[0] != kNone) load_tile(nb, SlotBase(nb, lane / 8) + lane % 8);
-        score_tile(base, SlotBase(base, lane / 8) + lane % 8);
+        score_tile(base, SlotBase(base, lane / 8) + lane % 8, whole);
       }
     } else {
       for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -631,7 +657,7 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
           }
           continue;
         }
-        score_tile(base, base[0] + lane);
+        score_tile(base, base[0] + lane, false);
       }
     }
   }
