@@ -98,7 +98,8 @@ __device__ __forceinline__ bool AllBytesNonzero(uint64_t x) {
 //   chunks of `chunk_blocks` (8, 16 or 32) blocks grid-stride; a lane per block reads the rows'
 //   8 mask bytes (one chunk ahead), a ballot gives the chunk's kept blocks, blocks no row keeps
 //   get −inf at once, and the kept blocks fill the warp's tiles 4 at a time in order, across
-//   chunks (a Reindex layer keeps <= 2,048 blocks per row, ~1/4 of them at 65,536 positions).
+//   chunks (a Reindex layer keeps <= 2,048 blocks per row: a quarter of them at 65,536 positions,
+//   1/64 at 2^20).
 template <bool kBatch, bool kMask>
 __global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
     IndexerScoreInt8Kernel(IndexerScoreParams p, BatchRows rows, int chunk_blocks) {
