@@ -74,4 +74,13 @@ __device__ __forceinline__ uint32_t F32x2ToBf16x2(float lo, float hi) {
   return F32ToBf16(lo) | (F32ToBf16(hi) << 16);
 }
 
+// The same in one instruction for non-NaN values: cvt.rn (no .ftz) rounds to nearest even, keeps
+// subnormals and overflows to inf exactly as F32ToBf16 does; a NaN comes out as the canonical
+// 0x7FFF instead of F32ToBf16's quieted payload, so callers rule NaN out first.
+__device__ __forceinline__ uint32_t F32x2ToBf16x2NoNan(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 }  // namespace flashserve::kernels::exact

@@ -254,6 +254,33 @@ TEST(CompressorGpu, ExpRnOnTheDeviceEqualsTheHostForAllFloats) {
   EXPECT_EQ(bad, 0);
 }
 
+// The pooling's fast route (ExpRnFast: a short double exp and an integer window around fp32
+// rounding boundaries) gives ExpRn's value wherever it accepts an input, over every fp32 bit
+// pattern, and accepts all but a sliver of |x| < 86 (about 2.2e9 patterns; the window around
+// boundaries declines 120 of them).
+TEST(CompressorGpu, ExpRnFastEqualsExpRnWhereverItAccepts) {
+  FS_SKIP_WITHOUT_GPU();
+  const compressor_testing::ExpRnFastReport r = compressor_testing::ExpRnFastOnDeviceAllFloats();
+  std::printf("  ExpRnFast over 2^32 inputs: %ld accepted, %ld differ from ExpRn (first 0x%08x)\n",
+              static_cast<long>(r.accepted), static_cast<long>(r.mismatches), r.first_mismatch);
+  EXPECT_EQ(r.mismatches, 0);
+  // |x| < 86: the positive and negative fp32 values below 86 (0x42AC0000), less the window.
+  constexpr int64_t kBelow86 = 2 * int64_t{0x42AC0000};
+  EXPECT_LE(r.accepted, kBelow86);
+  EXPECT_GE(r.accepted, kBelow86 - kBelow86 / (int64_t{1} << 18));
+}
+
+// The pooling's branch-free division (DivRnPooled) equals div.rn.f32 on every pair the fast path
+// can form: e in [2^-92, 1] (ExpRnFast's values for x in (-64, 0]), 1 / (1 + e) and e / (1 + e).
+TEST(CompressorGpu, DivRnPooledEqualsDivRnOnThePoolingsPairs) {
+  FS_SKIP_WITHOUT_GPU();
+  const compressor_testing::DivRnPooledReport r = compressor_testing::DivRnPooledOnDevice();
+  std::printf("  DivRnPooled: %ld numerators tried, %ld differ from div.rn (first 0x%08x)\n",
+              static_cast<long>(r.tried), static_cast<long>(r.mismatches), r.first_mismatch);
+  EXPECT_EQ(r.tried, int64_t{0x3F800000} - 0x11800000 + 1);
+  EXPECT_EQ(r.mismatches, 0);
+}
+
 TEST(CompressorGpu, ReleasedDimsRatio2Streamed) {
   FS_SKIP_WITHOUT_GPU();
   const Projections pr = RandomProjections(2, 512, 1001, 1);

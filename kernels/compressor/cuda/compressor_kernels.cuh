@@ -10,6 +10,7 @@
 
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/compressor/compressor_params.h"
+#include "kernels/compressor/cuda/compress_vec.cuh"
 #include "kernels/compressor/exp_rn.h"
 #include "kernels/norm_rope/cuda/norm_rope_math.cuh"
 #include "kernels/norm_rope/rope_table.h"
@@ -25,13 +26,6 @@ inline constexpr int kThreads = 256;
 
 // ---- CompressProjected ------------------------------------------------------------------------
 
-// What pass 1 turns into the bf16 pre-norm latent.
-enum class Input {
-  kPool,     // ratio >= 2: softmax-gated pooling of fp32 kv by fp32 score, then one cast
-  kCastF32,  // ratio 1, fp32 kv: one cast
-  kBf16,     // ratio 1, bf16 kv: as it is
-};
-
 struct CompressArgs {
   CompressProjectedParams p;  // device pointers (groups_emitted unused on the device)
   float* state_kv = nullptr;  // [(ratio − 1)·C]: read for group 0, then rewritten
@@ -40,8 +34,9 @@ struct CompressArgs {
   int64_t groups = 0;       // completed groups = (pending + tokens) / ratio
   int64_t first_group = 0;  // group index of latent row 0
   int sum_bits = 0;         // ceil(log2(channels)): extra bits a sum of C terms needs
-  // Ratio 2 on a warp per row: rows of 4-channel chunks (C % 128 == 0, C <= 1024), the fp32
-  // inputs and state rows 16-byte aligned, latent and norm weight 8-byte aligned (PoolRowVec).
+  // A warp per row by 4-channel chunks (PassOneVec), ratios 2 and 1: C % 128 == 0, C <= 1024,
+  // the fp32 inputs and state rows 16-byte aligned (bf16 kv rows 8-byte), latent rows and the
+  // norm weight 8-byte aligned.
   bool vec = false;
 };
 
@@ -152,59 +147,80 @@ struct SquareStats {
   }
 };
 
-// The most 128-channel chunks of a row on PoolRowVec's path (C <= 1024, every warp-per-row width).
-inline constexpr int kVecChunks = 8;
-
-// Ratio 2, pass 1 on a warp per row by 4-channel chunks (CompressArgs::vec): lane l takes
-// channels 128 j + 4 l .. + 3 (16-byte loads of both tokens' kv and z, an 8-byte store of the four
-// bf16 latent values), keeps the bf16 words for pass 2 and adds the squares to `st`.
-__device__ __forceinline__ void PoolRowVec(const float* const* kv_rows, const float* const* z_rows,
-                                           int64_t chunks, int lane, uint16_t* lat,
-                                           uint32_t (&words)[kVecChunks][2], SquareStats* st) {
-#pragma unroll
-  for (int j = 0; j < kVecChunks; ++j) {
-    if (j >= chunks) break;
-    const int64_t c = 128 * j + 4 * lane;
-    const float4 z0 = *reinterpret_cast<const float4*>(z_rows[0] + c);
-    const float4 z1 = *reinterpret_cast<const float4*>(z_rows[1] + c);
-    const float4 k0 = *reinterpret_cast<const float4*>(kv_rows[0] + c);
-    const float4 k1 = *reinterpret_cast<const float4*>(kv_rows[1] + c);
-    const uint32_t b0 = ex::F32ToBf16(PoolPair(z0.x, z1.x, k0.x, k1.x));
-    const uint32_t b1 = ex::F32ToBf16(PoolPair(z0.y, z1.y, k0.y, k1.y));
-    const uint32_t b2 = ex::F32ToBf16(PoolPair(z0.z, z1.z, k0.z, k1.z));
-    const uint32_t b3 = ex::F32ToBf16(PoolPair(z0.w, z1.w, k0.w, k1.w));
-    words[j][0] = b0 | (b1 << 16);
-    words[j][1] = b2 | (b3 << 16);
-    *reinterpret_cast<uint2*>(lat + c) = make_uint2(words[j][0], words[j][1]);
-    st->Add(ex::Bf16ToF32(b0));
-    st->Add(ex::Bf16ToF32(b1));
-    st->Add(ex::Bf16ToF32(b2));
-    st->Add(ex::Bf16ToF32(b3));
+// The chunk's four bf16 words by PoolPair (where PoolQuadFast declined), one channel at a time
+// in a loop that is not unrolled, so that its general exps and divisions take few registers
+// from the fast path around it.
+__device__ __forceinline__ uint2 PoolChunkSlow(const float4& z0, const float4& z1, const float4& k0,
+                                               const float4& k1) {
+  auto pick = [](const float4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+  };
+  uint2 w = make_uint2(0u, 0u);
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t b = ex::F32ToBf16(PoolPair(pick(z0, i), pick(z1, i), pick(k0, i), pick(k1, i)))
+                       << (16 * (i & 1));
+    w.x |= i < 2 ? b : 0u;
+    w.y |= i < 2 ? 0u : b;
   }
+  return w;
 }
 
-// Pass 2 of the same chunks: bf16(w * (x * rs)) from the kept words, 8-byte weight loads and
-// stores.
-__device__ __forceinline__ void NormRowVec(const uint32_t (&words)[kVecChunks][2], int64_t chunks,
-                                           int lane, const uint16_t* weight, float rs,
-                                           uint16_t* lat) {
+// Pass 1 on the vector path (CompressArgs::vec, compress_vec.cuh): lane l takes channels
+// 128 j + 4 l .. + 3 of every chunk j (ratio 2: both tokens' kv and z, PoolQuadFast or PoolPair;
+// ratio 1: the kv values, the cast), keeps the bf16 words for pass 2 and adds them to `st`.
+// Ratio 1 loads the whole row's inputs first; ratio 2 (16 registers a chunk, 64 in all) each
+// chunk as it goes (loading one chunk ahead needed 128 registers: 43 against 36 µs).
+// Nothing is stored yet: pass 2 writes the normalised words (the sequential-sum fallback stores
+// these first).
+template <Input kInput>
+__device__ __forceinline__ void PassOneVec(const CompressProjectedParams& p,
+                                           const float* const* kv_rows, const float* const* z_rows,
+                                           int64_t g, int64_t chunks, int lane,
+                                           uint32_t (&words)[kVecChunks][2], VecStats* st) {
+  constexpr int kAhead = kInput == Input::kPool ? 0 : kVecChunks;
+  VecChunkIn<kInput> in[kVecChunks];
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    if (j < chunks) in[j] = LoadVecChunk<kInput>(p, kv_rows, z_rows, g, j, lane);
+  }
 #pragma unroll
   for (int j = 0; j < kVecChunks; ++j) {
     if (j >= chunks) break;
-    const int64_t c = 128 * j + 4 * lane;
-    const uint2 wv = *reinterpret_cast<const uint2*>(weight + c);
-    const uint32_t wt[2] = {wv.x, wv.y};
-    uint32_t o[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float x0 = ex::Bf16ToF32(words[j][h] & 0xFFFFu);
-      const float x1 = ex::Bf16ToF32(words[j][h] >> 16);
-      const float w0 = ex::Bf16ToF32(wt[h] & 0xFFFFu);
-      const float w1 = ex::Bf16ToF32(wt[h] >> 16);
-      o[h] = ex::F32ToBf16(ex::MulRn(w0, ex::MulRn(x0, rs))) |
-             (ex::F32ToBf16(ex::MulRn(w1, ex::MulRn(x1, rs))) << 16);
+    if (j + kAhead < kVecChunks && j + kAhead < chunks) {
+      in[j + kAhead] = LoadVecChunk<kInput>(p, kv_rows, z_rows, g, j + kAhead, lane);
     }
-    *reinterpret_cast<uint2*>(lat + c) = make_uint2(o[0], o[1]);
+    uint32_t w0 = 0;
+    uint32_t w1 = 0;
+    if constexpr (kInput == Input::kPool) {
+      const VecChunkIn<kInput>& c = in[j];
+      float v[4];
+      if (PoolQuadFast(c.z0, c.z1, c.k0, c.k1, v)) {  // warp-uniform
+        w0 = ex::F32x2ToBf16x2NoNan(v[0], v[1]);
+        w1 = ex::F32x2ToBf16x2NoNan(v[2], v[3]);
+      } else {
+        const uint2 w = PoolChunkSlow(c.z0, c.z1, c.k0, c.k1);
+        w0 = w.x;
+        w1 = w.y;
+      }
+    } else if constexpr (kInput == Input::kCastF32) {
+      const float4 x = in[j].x;
+      const bool nan = isnan(x.x) | isnan(x.y) | isnan(x.z) | isnan(x.w);
+      if (!__any_sync(0xFFFFFFFFu, nan)) {  // cvt's NaN is not F32ToBf16's
+        w0 = ex::F32x2ToBf16x2NoNan(x.x, x.y);
+        w1 = ex::F32x2ToBf16x2NoNan(x.z, x.w);
+      } else {
+        w0 = ex::F32x2ToBf16x2(x.x, x.y);
+        w1 = ex::F32x2ToBf16x2(x.z, x.w);
+      }
+    } else {
+      w0 = in[j].x.x;
+      w1 = in[j].x.y;
+    }
+    words[j][0] = w0;
+    words[j][1] = w1;
+    st->Add(w0);
+    st->Add(w1);
   }
 }
 
@@ -226,6 +242,25 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
   const int64_t c_n = p.channels;
   const int r = static_cast<int>(p.ratio);
   const float inv_n = ex::DivRn(1.0f, ex::Int64ToF32(c_n));
+  constexpr bool kVecPath = kGroup == 32 && (kInput != Input::kPool || kRatio == 2);
+  // Vector path: the lane's norm weight words, the same for every row — loaded once at ratio 1,
+  // per row at ratio 2 (whose 64 registers they would crowd).
+  constexpr bool kHoistWeights = kInput != Input::kPool;
+  uint2 wt[kVecChunks];
+  bool wt_finite = true;  // this lane's weight words hold no inf / NaN
+  auto load_weights = [&] {
+    wt_finite = true;
+#pragma unroll
+    for (int j = 0; j < kVecChunks; ++j) {
+      if (j < c_n / 128) {
+        wt[j] = *reinterpret_cast<const uint2*>(p.norm_weight + 128 * j + 4 * lane);
+        wt_finite = wt_finite && Bf16x2Finite(wt[j].x) && Bf16x2Finite(wt[j].y);
+      }
+    }
+  };
+  if constexpr (kVecPath && kHoistWeights) {
+    if (a.vec) load_weights();
+  }
   for (int64_t g = block * kRowsPerBlock + threadIdx.x / kGroup; g < a.groups;
        g += blocks * kRowsPerBlock) {
     uint16_t* lat = p.latent + g * p.latent_stride;
@@ -241,14 +276,41 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
         z_rows[i] = t < 0 ? a.state_score + (t + a.pending) * c_n : p.score + t * p.score_stride;
       }
     }
-    // Pass 1.
+    // Pass 1. The vector path keeps the row's bf16 words in registers and vouches for the
+    // exactness of its double sum from the row's largest and smallest magnitudes (VecSumExact);
+    // rows it cannot vouch for take the scalar path's per-term check on the same values.
     SquareStats st;
+    double sum = 0.0;
     uint32_t words[kVecChunks][2];
-    constexpr bool kVecPath = kGroup == 32 && kInput == Input::kPool && kRatio == 2;
     bool vec = false;
+    bool vouched = false;      // warp-uniform
+    uint32_t row_max_mag = 0;  // vector path: the row's largest bf16 magnitude bits
     if constexpr (kVecPath) vec = a.vec;
     if constexpr (kVecPath) {
-      if (vec) PoolRowVec(kv_rows, z_rows, c_n / 128, lane, lat, words, &st);
+      if (vec) {
+        VecStats vs;
+        PassOneVec<kInput>(p, kv_rows, z_rows, g, c_n / 128, lane, words, &vs);
+        const uint32_t mx = __reduce_max_sync(0xFFFFFFFFu, max(vs.mx2 & 0xFFFFu, vs.mx2 >> 16));
+        row_max_mag = mx;
+        const uint32_t mn = __reduce_min_sync(0xFFFFFFFFu, min(vs.mn2 & 0xFFFFu, vs.mn2 >> 16));
+        vouched = VecSumExact(mx, mn, a.sum_bits);
+        if (vouched) {
+          sum = GroupReduce<kGroup>(
+              vs.sum, [](double x, double y) { return x + y; }, dscratch);
+        } else {  // the pre-norm row in memory for the sequential fallback, the per-term check
+#pragma unroll
+          for (int j = 0; j < kVecChunks; ++j) {
+            if (j >= c_n / 128) break;
+            *reinterpret_cast<uint2*>(lat + 128 * j + 4 * lane) =
+                make_uint2(words[j][0], words[j][1]);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              st.Add(ex::Bf16ToF32(words[j][h] & 0xFFFFu));
+              st.Add(ex::Bf16ToF32(words[j][h] >> 16));
+            }
+          }
+        }
+      }
     }
     if (!vec) {
       for (int64_t c = lane; c < c_n; c += kGroup) {
@@ -264,41 +326,43 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
         st.Add(ex::Bf16ToF32(b));
       }
     }
-    double sum = st.sum;
-    int top = st.top;
-    int low = st.low;
-    const bool finite = st.finite;
-    sum = GroupReduce<kGroup>(
-        sum, [](double x, double y) { return x + y; }, dscratch);
-    top = GroupReduce<kGroup>(
-        top, [](int x, int y) { return max(x, y); }, iscratch);
-    low = GroupReduce<kGroup>(
-        low, [](int x, int y) { return min(x, y); }, iscratch);
-    const int all_finite = GroupReduce<kGroup>(
-        finite ? 1 : 0, [](int x, int y) { return min(x, y); }, iscratch);
-    // Every partial sum is a multiple of 2^low below 2^(top + 1 + sum_bits): exact in double
-    // when that spans at most 53 bits, whatever the order.
-    const bool exact = all_finite == 1 && (top < low || top + 1 + a.sum_bits - low <= 53);
-    if (!exact) {  // uniform over the group
-      if constexpr (kGroup == 32) {
-        __syncwarp();
-      } else {
-        __syncthreads();
-      }
-      double seq = 0.0;
-      if (lane == 0) {
-        for (int64_t c = 0; c < c_n; ++c) {
-          const float v = ex::Bf16ToF32(lat[c]);
-          seq += static_cast<double>(ex::MulRn(v, v));
+    if (!vouched) {
+      sum = st.sum;
+      int top = st.top;
+      int low = st.low;
+      const bool finite = st.finite;
+      sum = GroupReduce<kGroup>(
+          sum, [](double x, double y) { return x + y; }, dscratch);
+      top = GroupReduce<kGroup>(
+          top, [](int x, int y) { return max(x, y); }, iscratch);
+      low = GroupReduce<kGroup>(
+          low, [](int x, int y) { return min(x, y); }, iscratch);
+      const int all_finite = GroupReduce<kGroup>(
+          finite ? 1 : 0, [](int x, int y) { return min(x, y); }, iscratch);
+      // Every partial sum is a multiple of 2^low below 2^(top + 1 + sum_bits): exact in double
+      // when that spans at most 53 bits, whatever the order.
+      const bool exact = all_finite == 1 && (top < low || top + 1 + a.sum_bits - low <= 53);
+      if (!exact) {  // uniform over the group
+        if constexpr (kGroup == 32) {
+          __syncwarp();
+        } else {
+          __syncthreads();
         }
-      }
-      if constexpr (kGroup == 32) {
-        sum = __shfl_sync(0xFFFFFFFFu, seq, 0);
-      } else {
-        if (lane == 0) dscratch[0] = seq;
-        __syncthreads();
-        sum = dscratch[0];
-        __syncthreads();
+        double seq = 0.0;
+        if (lane == 0) {
+          for (int64_t c = 0; c < c_n; ++c) {
+            const float v = ex::Bf16ToF32(lat[c]);
+            seq += static_cast<double>(ex::MulRn(v, v));
+          }
+        }
+        if constexpr (kGroup == 32) {
+          sum = __shfl_sync(0xFFFFFFFFu, seq, 0);
+        } else {
+          if (lane == 0) dscratch[0] = seq;
+          __syncthreads();
+          sum = dscratch[0];
+          __syncthreads();
+        }
       }
     }
     const float mean = ex::MulRn(ex::DoubleToF32(sum), inv_n);
@@ -306,7 +370,16 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
     // Pass 2: the same channels as pass 1, so each thread reads back what it wrote (or, on the
     // vector path, normalises the words it kept).
     if constexpr (kVecPath) {
-      if (vec) NormRowVec(words, c_n / 128, lane, p.norm_weight, rs, lat);
+      if (vec) {
+        if constexpr (!kHoistWeights) load_weights();
+        const bool finite =
+            __all_sync(0xFFFFFFFFu, wt_finite) && row_max_mag < 0x7F80u && isfinite(rs);
+        if (finite) {  // warp-uniform
+          NormRowVec<true>(words, wt, c_n / 128, lane, rs, lat);
+        } else {
+          NormRowVec<false>(words, wt, c_n / 128, lane, rs, lat);
+        }
+      }
     }
     if (!vec) {
       for (int64_t c = lane; c < c_n; c += kGroup) {
@@ -333,15 +406,19 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
   }
 }
 
+// Ratio 1 (fp32 or bf16 kv) is held to 3 blocks per SM (80 registers; the vector path's fp32
+// kernel took 91 unbounded, 2 blocks: 33.3 against 31.4 µs at [16384, 512]; 64 registers spill
+// and took 33.0). The generic-ratio instantiations keep ptxas's own choice.
 template <int kGroup, Input kInput, int kRatio>
-__global__ void __launch_bounds__(kThreads) CompressKernel(CompressArgs a) {
+__global__ void __launch_bounds__(kThreads, kInput == Input::kPool ? 1 : 3)
+    CompressKernel(CompressArgs a) {
   CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
 }
 
 // Ratio 2 on a warp per row (the released layers' call): CompressKernel's body held to 64
-// registers, 4 blocks per SM (74 registers and 3 blocks unbounded; [16384 tokens, 512]: 51.8 ->
-// 46.7 us on an H200). The other instantiations keep ptxas's own choice: naming any minimum there
-// raised the ratio-1 kernels from 32 / 40 to 40 / 48 registers and cost them ~7 %.
+// registers, 4 blocks per SM (session 38: 74 registers and 3 blocks unbounded; [16384 tokens,
+// 512]: 51.8 -> 46.7 us on an H200; session 48's vector path: 3 blocks (80 registers) 36.4–36.8
+// against 36.0–36.3 µs, 2 blocks with the next chunk loaded ahead 43.1–43.3).
 __global__ void __launch_bounds__(kThreads, 4) CompressRatio2Kernel(CompressArgs a) {
   CompressBody<32, Input::kPool, 2>(a, blockIdx.x, gridDim.x);
 }

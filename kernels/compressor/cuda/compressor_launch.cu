@@ -37,18 +37,22 @@ bool Aligned(const void* ptr, int64_t stride_bytes, int64_t n) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
 }
 
-static_assert(kWarpRowMaxChannels <= 128 * compressor_device::kVecChunks,
-              "the vector path's registers hold every warp-per-row width");
-
-// CompressArgs::vec: ratio 2 on a warp per row with whole 128-channel chunks, every fp32 row
-// (this call's and the state's) 16-byte aligned, the latent rows and the norm weight 8-byte.
+// CompressArgs::vec: ratio 2 or 1 on a warp per row with whole 128-channel chunks (C <= 512),
+// every fp32 row (this call's and, at ratio 2, the state's) 16-byte aligned (bf16 kv rows
+// 8-byte), the latent rows and the norm weight 8-byte.
 bool VecRows(const CompressArgs& a) {
   const CompressProjectedParams& p = a.p;
-  return p.ratio == 2 && p.kv != nullptr && p.channels % 128 == 0 &&
-         p.channels <= 128 * compressor_device::kVecChunks && Aligned(p.kv, 4 * p.kv_stride, 16) &&
+  if (p.channels % 128 != 0 || p.channels > 128 * compressor_device::kVecChunks ||
+      !Aligned(p.latent, 2 * p.latent_stride, 8) || !Aligned(p.norm_weight, 0, 8)) {
+    return false;
+  }
+  if (p.ratio == 1) {
+    return p.kv_bf16 != nullptr ? Aligned(p.kv_bf16, 2 * p.kv_stride, 8)
+                                : Aligned(p.kv, 4 * p.kv_stride, 16);
+  }
+  return p.ratio == 2 && p.kv != nullptr && Aligned(p.kv, 4 * p.kv_stride, 16) &&
          Aligned(p.score, 4 * p.score_stride, 16) && Aligned(a.state_kv, 4 * p.channels, 16) &&
-         Aligned(a.state_score, 4 * p.channels, 16) && Aligned(p.latent, 2 * p.latent_stride, 8) &&
-         Aligned(p.norm_weight, 0, 8);
+         Aligned(a.state_score, 4 * p.channels, 16);
 }
 
 template <int kGroup, Input kInput, int kRatio>

@@ -4,6 +4,9 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/compressor/cuda/compress_vec.cuh"
+#include "kernels/compressor/cuda/exp_rn_fast.cuh"
 #include "kernels/compressor/cuda/exp_rn_probe.h"
 #include "kernels/compressor/exp_rn.h"
 
@@ -18,7 +21,79 @@ __global__ void ExpRnKernel(uint32_t first_bits, int64_t n, uint32_t* out) {
   }
 }
 
+// counts[0]: inputs ExpRnFast accepts, counts[1]: those whose value is not ExpRn's; counts[2]:
+// the smallest such bit pattern (atomicMin). Every 32-bit pattern once: 2^32 / (blocks · 256)
+// inputs per thread.
+__global__ void ExpRnFastKernel(unsigned long long* counts) {
+  unsigned long long accepted = 0;
+  unsigned long long bad = 0;
+  const uint64_t step = uint64_t{gridDim.x} * blockDim.x;
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32);
+       i += step) {
+    const auto bits = static_cast<uint32_t>(i);
+    float y = 0.0f;
+    if (compressor_device::ExpRnFast(__uint_as_float(bits), &y)) {
+      ++accepted;
+      if (__float_as_uint(y) != __float_as_uint(compressor_math::ExpRn(__uint_as_float(bits)))) {
+        ++bad;
+        atomicMin(counts + 2, static_cast<unsigned long long>(bits));
+      }
+    }
+  }
+  atomicAdd(counts, accepted);
+  atomicAdd(counts + 1, bad);
+}
+
+// Bit patterns of 2^-92 and 1.0f: the numerators DivRnPooled is used for.
+constexpr uint32_t kPooledLoBits = 0x11800000u, kPooledHiBits = 0x3F800000u;
+
+// counts[0]: e tried, counts[1]: differing quotients, counts[2]: the smallest e bits (atomicMin).
+__global__ void DivRnPooledKernel(unsigned long long* counts) {
+  unsigned long long tried = 0;
+  unsigned long long bad = 0;
+  for (uint32_t bits = kPooledLoBits + blockIdx.x * blockDim.x + threadIdx.x; bits <= kPooledHiBits;
+       bits += gridDim.x * blockDim.x) {
+    const float e = __uint_as_float(bits);
+    const float sum = exact::AddRn(1.0f, e);
+    ++tried;
+    const bool differ = __float_as_uint(compressor_device::DivRnPooled(1.0f, sum)) !=
+                            __float_as_uint(exact::DivRn(1.0f, sum)) ||
+                        __float_as_uint(compressor_device::DivRnPooled(e, sum)) !=
+                            __float_as_uint(exact::DivRn(e, sum));
+    if (differ) {
+      ++bad;
+      atomicMin(counts + 2, static_cast<unsigned long long>(bits));
+    }
+  }
+  atomicAdd(counts, tried);
+  atomicAdd(counts + 1, bad);
+}
+
 }  // namespace
+
+DivRnPooledReport DivRnPooledOnDevice() {
+  DeviceBuffer buf(3 * sizeof(unsigned long long));
+  const unsigned long long init[3] = {0, 0, 0xFFFFFFFFull};
+  buf.CopyFromHost(init, sizeof(init));
+  DivRnPooledKernel<<<4096, 256>>>(buf.get<unsigned long long>());
+  CUDA_CHECK(cudaGetLastError());
+  unsigned long long out[3] = {};
+  buf.CopyToHost(out, sizeof(out));
+  return DivRnPooledReport{static_cast<int64_t>(out[0]), static_cast<int64_t>(out[1]),
+                           static_cast<uint32_t>(out[2])};
+}
+
+ExpRnFastReport ExpRnFastOnDeviceAllFloats() {
+  DeviceBuffer buf(3 * sizeof(unsigned long long));
+  const unsigned long long init[3] = {0, 0, 0xFFFFFFFFull};
+  buf.CopyFromHost(init, sizeof(init));
+  ExpRnFastKernel<<<8192, 256>>>(buf.get<unsigned long long>());
+  CUDA_CHECK(cudaGetLastError());
+  unsigned long long out[3] = {};
+  buf.CopyToHost(out, sizeof(out));
+  return ExpRnFastReport{static_cast<int64_t>(out[0]), static_cast<int64_t>(out[1]),
+                         static_cast<uint32_t>(out[2])};
+}
 
 void ExpRnOnDevice(uint32_t first_bits, int64_t n, uint32_t* out) {
   CHECK(n >= 0 && n <= (int64_t{1} << 28)) << "ExpRnOnDevice: n = " << n;
