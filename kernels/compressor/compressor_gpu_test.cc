@@ -289,8 +289,9 @@ TEST(CompressorGpu, ReleasedDimsRatio2Streamed) {
   CheckStreams(pr, false, 516, /*latent_pad=*/8);  // the vector path, padded fp32 rows
 }
 
-// Ratio 2's vector path (16-byte fp32 rows, 8-byte latent rows) at one and eight 128-channel
-// chunks, and its fallbacks: a width that is not a multiple of 128, fp32 rows 8-byte aligned.
+// Ratio 2's vector path (16-byte fp32 rows, 8-byte latent rows, C <= 512) at one 128-channel
+// chunk, and its fallbacks: wider rows (640, 1,024), a width that is not a multiple of 128, fp32
+// rows 8-byte aligned.
 TEST(CompressorGpu, Ratio2VectorPathWidths) {
   FS_SKIP_WITHOUT_GPU();
   CheckStreams(RandomProjections(2, 128, 65, 12), false, 0, 4);
@@ -305,6 +306,30 @@ TEST(CompressorGpu, ReleasedDimsRatio1Streamed) {
   const Projections pr = RandomProjections(1, 512, 257, 2);
   CheckStreams(pr, false);
   CheckStreams(pr, true);
+}
+
+// Ratio 1's vector path (fp32 rows 16-byte or bf16 rows 8-byte aligned, 8-byte latent rows): the
+// released width, values over ~80 binades with zeros and −0 (rows whose sum of squares the packed
+// check cannot vouch for: the per-term check, and the sequential sum where that fails too), and
+// the fallbacks (fp32 rows 8-byte aligned, a width that is not a multiple of 128).
+TEST(CompressorGpu, Ratio1VectorPath) {
+  FS_SKIP_WITHOUT_GPU();
+  const Projections pr = RandomProjections(1, 512, 257, 22);
+  CheckStreams(pr, false, 0, /*latent_pad=*/4);
+  CheckStreams(pr, true, 0, /*latent_pad=*/4);
+  CheckStreams(pr, false, 516, /*latent_pad=*/8);  // padded fp32 rows, still 16-byte aligned
+  Projections wide = RandomProjections(1, 512, 300, 23);
+  std::mt19937 rng(24);
+  std::uniform_int_distribution<int> e(-60, 20);
+  for (size_t i = 0; i < wide.kv.size(); ++i) {
+    wide.kv[i] = std::ldexp(wide.kv[i], e(rng));
+    if (i % 97 == 0) wide.kv[i] = 0.0f;
+    if (i % 89 == 0) wide.kv[i] = -0.0f;
+  }
+  CheckStreams(wide, false, 0, /*latent_pad=*/4);
+  CheckStreams(wide, true, 0, /*latent_pad=*/4);
+  CheckStreams(pr, false, 514, /*latent_pad=*/4);                               // 8-byte fp32 rows
+  CheckStreams(RandomProjections(1, 200, 33, 25), false, 0, /*latent_pad=*/4);  // not whole chunks
 }
 
 TEST(CompressorGpu, OtherRatiosWidthsAndStrides) {
