@@ -499,9 +499,10 @@ struct FinalizeArgs {
 
 inline constexpr int kFinalizeWarps = kFinalizeThreads / 32;
 
-// A warp per row (grid-stride), a lane per 16-value block (and every 32nd after). The rotated
-// pairs never straddle a block (channels − rd is even). Per row the lanes first compute the cos /
-// sin of every rotated pair at the row's position, a pair per lane, into the warp's shared slots
+// kFinalizeLanes lanes per row (grid-stride), a lane per 16-value block (and every kLanes-th
+// after). The rotated pairs never straddle a block (channels − rd is even). Per row the lanes
+// first compute the cos / sin of every rotated pair at the row's position, a pair per lane (and
+// every kLanes-th after), into the row's shared slots
 // (instead of the few lanes owning the rotated blocks computing 8 double sin/cos each in turn).
 // Per block, as FinalizeRow on the CPU: RoPE (bf16 out), the block amax of the rotated values, the
 // E4M3 scale and the E2M1 codes and dequantised values of quant's FP4 quantiser (bit for bit
@@ -509,30 +510,44 @@ inline constexpr int kFinalizeWarps = kFinalizeThreads / 32;
 // value), and the serving row's bytes when asked. kVec: latent / kv rows 16-byte aligned and
 // serving rows 8-byte aligned (one 16-byte access per 8 values, one 8-byte store of a block's
 // codes); else value by value, the same arithmetic.
+// Lanes per row: 16 on the vector variant (two rows per warp, two FP4 blocks per lane at C = 512:
+// 8,192 rows then fit one wave of resident warps instead of 1.29), 32 otherwise.
+template <bool kVec>
+inline constexpr int kFinalizeLanes = kVec ? 16 : 32;
+
 template <bool kVec>
 __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs a) {
   using Fp4 = quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>;
-  __shared__ float2 s_cos_sin[kFinalizeWarps][kMaxRopeDims / 2];
+  constexpr int kLanes = kFinalizeLanes<kVec>;
+  constexpr int kRowsPerWarp = 32 / kLanes;
+  __shared__ float2 s_cos_sin[kFinalizeWarps * kRowsPerWarp][kMaxRopeDims / 2];
   const FinalizeCompressedKvParams& p = a.p;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  float2* cos_sin = s_cos_sin[threadIdx.x / 32];
+  const int lane = static_cast<int>(threadIdx.x % kLanes);  // within the row's lanes
+  const int slot = static_cast<int>(threadIdx.x / kLanes);  // the row's place in the block
+  float2* cos_sin = s_cos_sin[slot];
   const int64_t blocks = p.channels / kBlock;
   const int64_t nope = p.channels - 2 * int64_t{a.pairs};
-  for (int64_t row = int64_t{blockIdx.x} * kFinalizeWarps + threadIdx.x / 32; row < p.rows;
-       row += int64_t{gridDim.x} * kFinalizeWarps) {
-    const int64_t pos = p.group_index[row] * p.ratio;
+  constexpr int64_t kRowsPerBlock = kFinalizeWarps * kRowsPerWarp;
+  // Warp-uniform trip count (the __syncwarp below): the warp's first row decides, a lane whose
+  // own row is past the end skips the work.
+  for (int64_t first = int64_t{blockIdx.x} * kRowsPerBlock + (threadIdx.x / 32) * kRowsPerWarp;
+       first < p.rows; first += int64_t{gridDim.x} * kRowsPerBlock) {
+    const int64_t row = first + (threadIdx.x % 32) / kLanes;
+    const bool live = row < p.rows;
+    const int64_t pos = live ? p.group_index[row] * p.ratio : 0;
     const uint16_t* x = p.latent + row * p.latent_stride;
     uint16_t* out = p.kv + row * p.kv_stride;
     uint8_t* cache = p.cache_rows != nullptr ? p.cache_rows + row * p.cache_row_stride : nullptr;
     __syncwarp();  // the previous row's cos / sin are read
-    for (int k = lane; k < a.pairs; k += 32) {
+    for (int k = lane; k < a.pairs; k += kLanes) {
       float cs = 0.0f;
       float sn = 0.0f;
       norm_rope_device::RopeCosSinAt(pos, a.freqs[k], &cs, &sn);
       cos_sin[k] = make_float2(cs, sn);
     }
     __syncwarp();
-    for (int64_t b = lane; b < blocks; b += 32) {
+    if (!live) continue;
+    for (int64_t b = lane; b < blocks; b += kLanes) {
       const int64_t c0 = b * kBlock;
       // The block as quant's two 8-value units: u[h][j] holds values 8h + 2j (low) and 8h + 2j + 1.
       uint32_t u[2][4];

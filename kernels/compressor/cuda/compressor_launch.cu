@@ -246,12 +246,14 @@ absl::Status LaunchFinalizeCompressedKv(const FinalizeCompressedKvParams& p, CUs
   const auto freqs = p.table->frequencies();
   a.pairs = static_cast<int>(freqs.size());
   std::copy(freqs.begin(), freqs.end(), a.freqs);
-  constexpr int64_t kRowsPerBlock = kFinalizeThreads / 32;
-  const int64_t blocks = std::min((p.rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks);
   // 16-byte rows of latent and kv, 8-byte serving rows: the vector accesses.
   const bool vec = Aligned(p.latent, 2 * p.latent_stride, 16) &&
                    Aligned(p.kv, 2 * p.kv_stride, 16) &&
                    (p.cache_rows == nullptr || Aligned(p.cache_rows, p.cache_row_stride, 8));
+  const int64_t rows_per_block =
+      kFinalizeThreads /
+      (vec ? compressor_device::kFinalizeLanes<true> : compressor_device::kFinalizeLanes<false>);
+  const int64_t blocks = std::min((p.rows + rows_per_block - 1) / rows_per_block, kMaxBlocks);
   const auto kernel =
       vec ? compressor_device::FinalizeKernel<true> : compressor_device::FinalizeKernel<false>;
   kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(a);
