@@ -289,9 +289,8 @@ TEST(CompressorGpu, ReleasedDimsRatio2Streamed) {
   CheckStreams(pr, false, 516, /*latent_pad=*/8);  // the vector path, padded fp32 rows
 }
 
-// Ratio 2's vector path (16-byte fp32 rows, 8-byte latent rows, C <= 512) at one 128-channel
-// chunk, and its fallbacks: wider rows (640, 1,024), a width that is not a multiple of 128, fp32
-// rows 8-byte aligned.
+// Ratio 2's vector path needs C = 512 (and 16-byte fp32 rows, 8-byte latent rows); its fallbacks:
+// other widths (128, 1,024, 640, 200) and fp32 rows 8-byte aligned take the scalar path.
 TEST(CompressorGpu, Ratio2VectorPathWidths) {
   FS_SKIP_WITHOUT_GPU();
   CheckStreams(RandomProjections(2, 128, 65, 12), false, 0, 4);
@@ -311,7 +310,7 @@ TEST(CompressorGpu, ReleasedDimsRatio1Streamed) {
 // Ratio 1's vector path (fp32 rows 16-byte or bf16 rows 8-byte aligned, 8-byte latent rows): the
 // released width, values over ~80 binades with zeros and −0 (rows whose sum of squares the packed
 // check cannot vouch for: the per-term check, and the sequential sum where that fails too), and
-// the fallbacks (fp32 rows 8-byte aligned, a width that is not a multiple of 128).
+// the fallbacks (fp32 rows 8-byte aligned, C = 200); 4,000 rows (several waves of blocks).
 TEST(CompressorGpu, Ratio1VectorPath) {
   FS_SKIP_WITHOUT_GPU();
   const Projections pr = RandomProjections(1, 512, 257, 22);
@@ -328,6 +327,9 @@ TEST(CompressorGpu, Ratio1VectorPath) {
   }
   CheckStreams(wide, false, 0, /*latent_pad=*/4);
   CheckStreams(wide, true, 0, /*latent_pad=*/4);
+  const Projections many = RandomProjections(1, 512, 4000, 26);
+  CheckStreams(many, false, 0, /*latent_pad=*/4);
+  CheckStreams(many, true, 0, /*latent_pad=*/4);
   CheckStreams(pr, false, 514, /*latent_pad=*/4);                               // 8-byte fp32 rows
   CheckStreams(RandomProjections(1, 200, 33, 25), false, 0, /*latent_pad=*/4);  // not whole chunks
 }

@@ -34,7 +34,7 @@ struct CompressArgs {
   int64_t groups = 0;       // completed groups = (pending + tokens) / ratio
   int64_t first_group = 0;  // group index of latent row 0
   int sum_bits = 0;         // ceil(log2(channels)): extra bits a sum of C terms needs
-  // A warp per row by 4-channel chunks (PassOneVec), ratios 2 and 1: C % 128 == 0, C <= 1024,
+  // A warp per row by 4-channel chunks (PassOneVec), ratios 2 and 1: C == 128·kVecChunks,
   // the fp32 inputs and state rows 16-byte aligned (bf16 kv rows 8-byte), latent rows and the
   // norm weight 8-byte aligned.
   bool vec = false;
@@ -176,18 +176,17 @@ __device__ __forceinline__ uint2 PoolChunkSlow(const float4& z0, const float4& z
 template <Input kInput>
 __device__ __forceinline__ void PassOneVec(const CompressProjectedParams& p,
                                            const float* const* kv_rows, const float* const* z_rows,
-                                           int64_t g, int64_t chunks, int lane,
-                                           uint32_t (&words)[kVecChunks][2], VecStats* st) {
+                                           int64_t g, int lane, uint32_t (&words)[kVecChunks][2],
+                                           VecStats* st) {
   constexpr int kAhead = kInput == Input::kPool ? 0 : kVecChunks;
   VecChunkIn<kInput> in[kVecChunks];
 #pragma unroll
   for (int j = 0; j < kAhead; ++j) {
-    if (j < chunks) in[j] = LoadVecChunk<kInput>(p, kv_rows, z_rows, g, j, lane);
+    in[j] = LoadVecChunk<kInput>(p, kv_rows, z_rows, g, j, lane);
   }
 #pragma unroll
   for (int j = 0; j < kVecChunks; ++j) {
-    if (j >= chunks) break;
-    if (j + kAhead < kVecChunks && j + kAhead < chunks) {
+    if (j + kAhead < kVecChunks) {
       in[j + kAhead] = LoadVecChunk<kInput>(p, kv_rows, z_rows, g, j + kAhead, lane);
     }
     uint32_t w0 = 0;
@@ -252,10 +251,8 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
     wt_finite = true;
 #pragma unroll
     for (int j = 0; j < kVecChunks; ++j) {
-      if (j < c_n / 128) {
-        wt[j] = *reinterpret_cast<const uint2*>(p.norm_weight + 128 * j + 4 * lane);
-        wt_finite = wt_finite && Bf16x2Finite(wt[j].x) && Bf16x2Finite(wt[j].y);
-      }
+      wt[j] = *reinterpret_cast<const uint2*>(p.norm_weight + 128 * j + 4 * lane);
+      wt_finite = wt_finite && Bf16x2Finite(wt[j].x) && Bf16x2Finite(wt[j].y);
     }
   };
   if constexpr (kVecPath && kHoistWeights) {
@@ -289,7 +286,7 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
     if constexpr (kVecPath) {
       if (vec) {
         VecStats vs;
-        PassOneVec<kInput>(p, kv_rows, z_rows, g, c_n / 128, lane, words, &vs);
+        PassOneVec<kInput>(p, kv_rows, z_rows, g, lane, words, &vs);
         const uint32_t mx = __reduce_max_sync(0xFFFFFFFFu, max(vs.mx2 & 0xFFFFu, vs.mx2 >> 16));
         row_max_mag = mx;
         const uint32_t mn = __reduce_min_sync(0xFFFFFFFFu, min(vs.mn2 & 0xFFFFu, vs.mn2 >> 16));
@@ -300,7 +297,6 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
         } else {  // the pre-norm row in memory for the sequential fallback, the per-term check
 #pragma unroll
           for (int j = 0; j < kVecChunks; ++j) {
-            if (j >= c_n / 128) break;
             *reinterpret_cast<uint2*>(lat + 128 * j + 4 * lane) =
                 make_uint2(words[j][0], words[j][1]);
 #pragma unroll
@@ -375,9 +371,9 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
         const bool finite =
             __all_sync(0xFFFFFFFFu, wt_finite) && row_max_mag < 0x7F80u && isfinite(rs);
         if (finite) {  // warp-uniform
-          NormRowVec<true>(words, wt, c_n / 128, lane, rs, lat);
+          NormRowVec<true>(words, wt, lane, rs, lat);
         } else {
-          NormRowVec<false>(words, wt, c_n / 128, lane, rs, lat);
+          NormRowVec<false>(words, wt, lane, rs, lat);
         }
       }
     }

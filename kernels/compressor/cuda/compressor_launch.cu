@@ -37,12 +37,12 @@ bool Aligned(const void* ptr, int64_t stride_bytes, int64_t n) {
   return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(n) == 0 && stride_bytes % n == 0;
 }
 
-// CompressArgs::vec: ratio 2 or 1 on a warp per row with whole 128-channel chunks (C <= 512),
+// CompressArgs::vec: ratio 2 or 1 on a warp per row at C = 128·kVecChunks (512, released),
 // every fp32 row (this call's and, at ratio 2, the state's) 16-byte aligned (bf16 kv rows
 // 8-byte), the latent rows and the norm weight 8-byte.
 bool VecRows(const CompressArgs& a) {
   const CompressProjectedParams& p = a.p;
-  if (p.channels % 128 != 0 || p.channels > 128 * compressor_device::kVecChunks ||
+  if (p.channels != 128 * compressor_device::kVecChunks ||
       !Aligned(p.latent, 2 * p.latent_stride, 8) || !Aligned(p.norm_weight, 0, 8)) {
     return false;
   }
