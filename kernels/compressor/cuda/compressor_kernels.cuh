@@ -402,9 +402,9 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
   }
 }
 
-// Ratio 1 (fp32 or bf16 kv) is held to 3 blocks per SM (80 registers; the vector path's fp32
-// kernel took 91 unbounded, 2 blocks: 33.3 against 31.4 µs at [16384, 512]; 64 registers spill
-// and took 33.0). The generic-ratio instantiations keep ptxas's own choice.
+// Ratio 1 (fp32 or bf16 kv) is held to 3 blocks per SM (72 registers; session 48, with a runtime
+// chunk count: unbounded 91 registers and 2 blocks, 33.3 against 31.4 µs at [16384, 512]; 4
+// blocks, 64 registers with spills, 33.0). The generic-ratio instantiations keep ptxas's choice.
 template <int kGroup, Input kInput, int kRatio>
 __global__ void __launch_bounds__(kThreads, kInput == Input::kPool ? 1 : 3)
     CompressKernel(CompressArgs a) {
