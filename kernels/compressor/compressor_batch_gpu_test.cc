@@ -56,6 +56,9 @@ struct Case {
   std::vector<int64_t> tokens = {1};  // s_b of sequence b at step k: tokens[(b + k) % size]
   int steps = 3;
   bool bf16 = false;  // ratio 1: kv_bf16 input
+  // Latent row padding: 3 leaves the rows 2-byte aligned (the scalar path), 4 makes them 8-byte
+  // aligned, which with C = 512 and the aligned kv / score / state rows takes the vector path.
+  int64_t latent_pad = kLatentPad;
 };
 
 void CheckBatch(const Case& k) {
@@ -116,7 +119,7 @@ void CheckBatch(const Case& k) {
     const Projections pr = RandomProjections(r, c, std::max<int64_t>(rows_in, 1), rng());
     const DeviceBuffer dkv = ToDevice(pr.kv), dscore = ToDevice(pr.score);
     const DeviceBuffer dkv16 = ToDevice(pr.kv_bf16);
-    const int64_t ls = c + kLatentPad;
+    const int64_t ls = c + k.latent_pad;
     const size_t lat_n = static_cast<size_t>(std::max<int64_t>(rows_out, 1) * ls);
     const std::vector<uint16_t> poison(lat_n, kPoison);
     const std::vector<int64_t> idx_poison(static_cast<size_t>(std::max<int64_t>(rows_out, 1)), -7);
@@ -234,6 +237,31 @@ TEST(CompressorBatchGpu, DecodeOneTokenPerSequence) {
     }
   }
   CheckBatch({.ratio = 1, .c = 512, .batch = 64, .tokens = {1}, .steps = 2, .bf16 = true});
+}
+
+// The same on the vector path (8-byte latent rows): the batched launch takes it when every
+// sequence's rows allow it, as the single calls do.
+TEST(CompressorBatchGpu, DecodeOnTheVectorPath) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t batch : {1, 8, 64, 500}) {
+    for (int64_t ratio : {2, 1}) {
+      CheckBatch(
+          {.ratio = ratio, .c = 512, .batch = batch, .tokens = {1}, .steps = 4, .latent_pad = 4});
+    }
+  }
+  CheckBatch({.ratio = 1,
+              .c = 512,
+              .batch = 64,
+              .tokens = {1},
+              .steps = 2,
+              .bf16 = true,
+              .latent_pad = 4});
+  CheckBatch({.ratio = 2,
+              .c = 512,
+              .batch = 64,
+              .tokens = {1, 0, 3, 2, 5, 1, 8},
+              .steps = 3,
+              .latent_pad = 4});
 }
 
 TEST(CompressorBatchGpu, SeveralTokensAndEmptySequences) {

@@ -447,6 +447,7 @@ struct CompressBatchArgs {
   const uint16_t* norm_weight = nullptr;
   float norm_eps = 0.0f;
   int sum_bits = 0;
+  bool vec = false;  // every sequence of the launch meets CompressArgs::vec's conditions
   CompressBatchSequence seq[kCapacity];
 };
 
@@ -479,6 +480,7 @@ __global__ void __launch_bounds__(kThreads)
   a.groups = s.groups;
   a.first_group = s.first_group;
   a.sum_bits = b.sum_bits;
+  a.vec = b.vec;
   CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
 }
 
