@@ -82,18 +82,19 @@ __device__ __forceinline__ bool VecSumExact(uint32_t max_mag, uint32_t min_mag_m
 // a / b rounded to nearest even for a in [2^-92, 1] and b in [1, 2]: the fast path of div.rn.f32
 // (reciprocal estimate, one Newton step, quotient, remainder, correction) without its range check
 // (FCHK) and slow-path branch, which the compiler turns into a divergent region per division that
-// keeps the four channels of a chunk from interleaving. In this range no intermediate leaves the
-// normal range or loses a bit (the remainder is a multiple of 2^-139), which is where the check
-// would pass anyway; kernels_compressor_gpu_test compares it with div.rn.f32 for every pair the
-// pooling can form (b = 1 + a, numerators a and 1, every fp32 a in [2^-92, 1]).
+// keeps the four channels of a chunk from interleaving. In this range the reciprocal, quotient
+// and correction stay normal and the remainder a − q·b is exact (a multiple of 2^-139; kept where
+// it is subnormal: the fma and mul are inline PTX without .ftz, whatever the nvcc flags);
+// kernels_compressor_gpu_test compares the result with div.rn.f32 for every pair the pooling can
+// form (b = 1 + a, numerators a and 1, every fp32 a in [2^-92, 1]).
 __device__ __forceinline__ float DivRnPooled(float a, float b) {
   float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
-  const float e = __fmaf_rn(-b, r, 1.0f);
-  r = __fmaf_rn(r, e, r);
-  const float q = __fmul_rn(a, r);
-  const float rem = __fmaf_rn(-b, q, a);
-  return __fmaf_rn(r, rem, q);
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));  // b in [1, 2]: .ftz changes nothing
+  const float e = vec_ex::FmaRn(-b, r, 1.0f);
+  r = vec_ex::FmaRn(r, e, r);
+  const float q = vec_ex::MulRn(a, r);
+  const float rem = vec_ex::FmaRn(-b, q, a);
+  return vec_ex::FmaRn(r, rem, q);
 }
 
 // Ratio 2's pooled values of four channels (PoolPair's operations, exp by ExpRnFast): where the
