@@ -271,7 +271,7 @@ TEST(CompressorGpu, ExpRnFastEqualsExpRnWhereverItAccepts) {
 }
 
 // The pooling's branch-free division (DivRnPooled) equals div.rn.f32 on every pair the fast path
-// can form: e in [2^-92, 1] (ExpRnFast's values for x in (-64, 0]), 1 / (1 + e) and e / (1 + e).
+// can form: e in [2^-92, 1] (ExpRnFast's values for x in (-63.5, 0]), 1 / (1 + e) and e / (1 + e).
 TEST(CompressorGpu, DivRnPooledEqualsDivRnOnThePoolingsPairs) {
   FS_SKIP_WITHOUT_GPU();
   const compressor_testing::DivRnPooledReport r = compressor_testing::DivRnPooledOnDevice();

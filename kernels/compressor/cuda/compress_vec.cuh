@@ -101,7 +101,7 @@ __device__ __forceinline__ float DivRnPooled(float a, float b) {
 // max m is finite exactly one of the pair's exps is exp(m − m) = 1, so sum = 1 + e either way
 // (0 + e + 1 = e + 1: e > 0 here), w_first = 1 / sum, w_other = e / sum. Returns, warp-uniform,
 // whether every lane's four channels took it (ExpRnFast accepted and x = z_other − m > −64, so
-// m is finite and e >= e^-64 > 2^-92 for DivRnPooled; no pooled NaN, whose bf16 cast
+// m is finite and e >= e^-63.5 > 2^-92 (= e^-63.77) for DivRnPooled; no pooled NaN, whose bf16 cast
 // F32x2ToBf16x2NoNan would not reproduce); otherwise the caller pools the chunk with PoolPair.
 __device__ __forceinline__ bool PoolQuadFast(const float4& z0, const float4& z1, const float4& k0,
                                              const float4& k1, float (&out)[4]) {
@@ -114,7 +114,7 @@ __device__ __forceinline__ bool PoolQuadFast(const float4& z0, const float4& z1,
     const bool first = za[i] == mx;
     const float x = vec_ex::SubRn(first ? zb[i] : za[i], mx);
     float e = 0.0f;
-    ok &= ExpRnFast(x, &e) & (x > -64.0f);
+    ok &= ExpRnFast(x, &e) & (x > -63.5f);
     const float sum = vec_ex::AddRn(1.0f, e);
     const float wa = DivRnPooled(1.0f, sum), wb = DivRnPooled(e, sum);
     const float w0 = first ? wa : wb, w1 = first ? wb : wa;
