@@ -488,8 +488,8 @@ TEST(CompressorGpu, LauncherValidatesAndKeepsTheState) {
 
 // ---- cache tail ----
 
-RopeTable FullYarnTable() {
-  const RopeSpec spec{64, 160000.0, 65536, 16.0, 32.0, 1.0};
+RopeTable FullYarnTable(int64_t rope_dims = 64) {
+  const RopeSpec spec{rope_dims, 160000.0, 65536, 16.0, 32.0, 1.0};
   return RopeTable::Create(spec, 0).value();
 }
 
@@ -498,10 +498,10 @@ RopeTable FullYarnTable() {
 // 16-byte and serving rows 8-byte aligned as well as the latent (the kernel's vector accesses);
 // otherwise kv and the serving rows are misaligned (its value-by-value path).
 void CheckFinalize(int64_t rows, int64_t c, int64_t ratio, bool cache, bool in_place, uint32_t seed,
-                   bool aligned = false) {
-  SCOPED_TRACE(absl::StrFormat("rows %d C %d ratio %d cache %d in place %d aligned %d", rows, c,
-                               ratio, cache, in_place, aligned));
-  const RopeTable table = FullYarnTable();
+                   bool aligned = false, int64_t rope_dims = 64) {
+  SCOPED_TRACE(absl::StrFormat("rows %d C %d ratio %d cache %d in place %d aligned %d rd %d", rows,
+                               c, ratio, cache, in_place, aligned, rope_dims));
+  const RopeTable table = FullYarnTable(rope_dims);
   std::mt19937 rng(seed);
   const int64_t ls = c + 8, ks = in_place ? ls : (aligned ? c + 16 : c + 5);
   const int64_t rb = formats::MainKvRowBytes(c), rs = aligned ? rb + 8 : rb + 7;
@@ -571,6 +571,15 @@ TEST(CompressorGpu, FinalizeMatchesTheCpuTail) {
   CheckFinalize(777, 512, 1, true, true, 7, /*aligned=*/true);
   CheckFinalize(33, 64, 4, false, false, 8, /*aligned=*/true);
   CheckFinalize(65, 1056, 2, true, false, 9, /*aligned=*/true);
+  // Rotated pairs from the middle of a block (rd 24 / 40 / 2: 8 / 8 / 14 plain values first) and
+  // more pairs than a row's lanes (rd 96 and 160: 48 / 80 pairs).
+  for (const bool aligned : {false, true}) {
+    CheckFinalize(300, 512, 2, true, false, 10, aligned, /*rope_dims=*/24);
+    CheckFinalize(129, 512, 1, true, true, 11, aligned, /*rope_dims=*/40);
+    CheckFinalize(64, 512, 2, true, false, 12, aligned, /*rope_dims=*/2);
+    CheckFinalize(257, 512, 2, true, false, 13, aligned, /*rope_dims=*/96);
+    CheckFinalize(100, 1056, 1, true, false, 14, aligned, /*rope_dims=*/160);
+  }
 }
 
 // The whole chain on both sides over a stream of calls: compress, then the cache tail of each

@@ -189,8 +189,9 @@ absl::Status ValidateFinalizeCompressedKvLayout(const FinalizeCompressedKvParams
   if (p.table == nullptr) return Invalid("table", "is null");
   if (!ValidRatio(p.ratio)) return Invalid("ratio", absl::StrCat("= ", p.ratio));
   if (p.rows < 0) return Invalid("rows", "< 0");
-  if (p.channels < p.table->rope_dims() || p.channels % formats::kFp4E4m3Block != 0) {
-    return Invalid("channels", "must be a multiple of 16 and >= rope_dims");
+  if (p.channels < p.table->rope_dims() || p.channels % formats::kFp4E4m3Block != 0 ||
+      p.channels > (int64_t{1} << 24)) {
+    return Invalid("channels", "must be a multiple of 16, >= rope_dims and <= 2^24");
   }
   if (p.rows == 0) return absl::OkStatus();
   if (p.group_index == nullptr) return Invalid("group_index", "is null");

@@ -26,41 +26,9 @@ __device__ __forceinline__ uint32_t E4m3ByteToBf16x2(uint32_t sb) {
   return b | (b << 16);
 }
 
-// Eight E2M1 codes (the nibbles of `w`, value i in nibble i) times the bf16 scale pair `s2`
-// (the E4M3 scale as bf16, in both halves): bf16 pairs out[j] = values 2j, 2j + 1. The magnitude
-// comes from a byte table (prmt on the 3-bit magnitudes), the sign bits are gathered into bit 7
-// of each high byte by one more prmt (of w and w << 4: the sign of an even value is bit 3 of its
-// byte, of an odd one bit 7), and one bf16x2 multiply applies the scale — exact: an E2M1 value
-// times an E4M3 scale has at most 6 significant bits and lies in bf16's normal range, so the
-// product is the fp32 product's value. 19 instructions per 8 values.
-__device__ __forceinline__ void Fp4x8ToBf16(uint32_t w, uint32_t s2, uint32_t (&out)[4]) {
-  // bf16 of E2M1 magnitudes 0..7 (0, 0.5, 1, 1.5, 2, 3, 4, 6): low bytes, high bytes (bit 7
-  // clear: the sign is ORed in).
-  constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;
-  constexpr uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;
-  const uint32_t mag = w & 0x77777777u;
-  const uint32_t w4 = w << 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t sel = mag >> (16 * h);  // values 4h .. 4h + 3: prmt reads bits 0..15
-    uint32_t lo, hi, sign;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(kLo0), "r"(kLo1), "r"(sel));
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(kHi0), "r"(kHi1), "r"(sel));
-    // Byte j = the byte holding value 4h + j's sign at bit 7: w4's byte 2h (j = 0), w's byte 2h
-    // (j = 1), w4's byte 2h + 1 (j = 2), w's byte 2h + 1 (j = 3).
-    if (h == 0) {
-      asm("prmt.b32 %0, %1, %2, 0x1504;" : "=r"(sign) : "r"(w), "r"(w4));
-    } else {
-      asm("prmt.b32 %0, %1, %2, 0x3726;" : "=r"(sign) : "r"(w), "r"(w4));
-    }
-    hi |= sign & 0x80808080u;
-    uint32_t v01, v23;
-    asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(v01) : "r"(lo), "r"(hi));
-    asm("prmt.b32 %0, %1, %2, 0x7362;" : "=r"(v23) : "r"(lo), "r"(hi));
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[2 * h]) : "r"(v01), "r"(s2));
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[2 * h + 1]) : "r"(v23), "r"(s2));
-  }
-}
+// Fp4x8ToBf16 (eight E2M1 codes times a bf16 scale pair by a byte table) is quant's
+// (kernels/quant/cuda/quant_fast.cuh), shared with the compressor's finalize.
+using quant::device::Fp4x8ToBf16;
 
 // One 16-value scale block of an FP4 (E2M1 + E4M3 per 16) serving row: codes `w` (value i in
 // nibble i of w.x, value 8 + i of w.y), scale byte `sb`; out[h] = values 8h .. 8h + 7 as bf16

@@ -499,30 +499,55 @@ inline constexpr int kFinalizeWarps = kFinalizeThreads / 32;
 
 // kFinalizeLanes lanes per row (grid-stride), a lane per 16-value block (and every kLanes-th
 // after). The rotated pairs never straddle a block (channels − rd is even). Per row the lanes
-// first compute the cos / sin of every rotated pair at the row's position, a pair per lane (and
-// every kLanes-th after), into the row's shared slots
-// (instead of the few lanes owning the rotated blocks computing 8 double sin/cos each in turn).
-// Per block, as FinalizeRow on the CPU: RoPE (bf16 out), the block amax of the rotated values, the
-// E4M3 scale and the E2M1 codes and dequantised values of quant's FP4 quantiser (bit for bit
-// formats' QdqFp4E4m3B16, kernels/quant/README.md: one reciprocal per block, no division per
-// value), and the serving row's bytes when asked. kVec: latent / kv rows 16-byte aligned and
-// serving rows 8-byte aligned (one 16-byte access per 8 values, one 8-byte store of a block's
-// codes); else value by value, the same arithmetic.
+// first rotate the row's RoPE pairs, a pair per lane (and every kLanes-th after): the pair's
+// cos / sin at the row's position, its two bf16 values rotated and rounded as RotateInterleaved
+// on the CPU, the rotated pair into the row's shared slot — so the few blocks holding rotated
+// pairs take them from there instead of their owners rotating 8 pairs each while the warp's
+// other lanes wait. Per block, as FinalizeRow on the CPU: the block's values (rotated pairs from
+// the slots), the block amax, the E4M3 scale and the E2M1 codes of quant's FP4 quantiser (bit
+// for bit formats' QdqFp4E4m3B16, kernels/quant/README.md: one reciprocal per block, no division
+// per value), the dequantised values by quant's byte-table decode (Fp4x8ToBf16: E2M1 × E4M3 has
+// at most 6 significant bits, so the bf16 product is exact — the encoder's scale is positive and
+// finite and E2M1 has no NaN, so no NaN can arise), and the serving row's bytes when asked. kVec:
+// latent / kv rows 16-byte aligned and serving rows 8-byte aligned (one 16-byte access per 8
+// values, one 8-byte store of a block's codes); else value by value, the same arithmetic.
 // Lanes per row: 16 on the vector variant (two rows per warp, two FP4 blocks per lane at C = 512:
 // 8,192 rows then fit one wave of resident warps instead of 1.29), 32 otherwise.
 template <bool kVec>
 inline constexpr int kFinalizeLanes = kVec ? 16 : 32;
+
+// Rows per block, and the dynamic shared memory of a launch: one rotated pair per RoPE pair and
+// row (the launch's pairs; 1 KB per block at 32 pairs).
+template <bool kVec>
+inline constexpr int kFinalizeRows = kFinalizeThreads / kFinalizeLanes<kVec>;
+template <bool kVec>
+inline size_t FinalizeSmemBytes(int pairs) {
+  return static_cast<size_t>(kFinalizeRows<kVec>) * static_cast<size_t>(pairs > 0 ? pairs : 1) *
+         sizeof(uint32_t);
+}
+
+// The bf16 pair at element c of a latent row (c even): one 4-byte load where rows are 16-byte
+// aligned (kVec), two 2-byte loads otherwise.
+template <bool kVec>
+__device__ __forceinline__ uint32_t LoadBf16Pair(const uint16_t* x) {
+  if constexpr (kVec) {
+    return *reinterpret_cast<const uint32_t*>(x);
+  } else {
+    return x[0] | (static_cast<uint32_t>(x[1]) << 16);
+  }
+}
 
 template <bool kVec>
 __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs a) {
   using Fp4 = quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>;
   constexpr int kLanes = kFinalizeLanes<kVec>;
   constexpr int kRowsPerWarp = 32 / kLanes;
-  __shared__ float2 s_cos_sin[kFinalizeWarps * kRowsPerWarp][kMaxRopeDims / 2];
+  static_assert(kFinalizeWarps * kRowsPerWarp == kFinalizeRows<kVec>);
+  extern __shared__ uint32_t s_rotated[];  // [kFinalizeRows(kVec)][pairs]: FinalizeSmemBytes
   const FinalizeCompressedKvParams& p = a.p;
   const int lane = static_cast<int>(threadIdx.x % kLanes);  // within the row's lanes
   const int slot = static_cast<int>(threadIdx.x / kLanes);  // the row's place in the block
-  float2* cos_sin = s_cos_sin[slot];
+  uint32_t* rotated = s_rotated + slot * a.pairs;
   const int64_t blocks = p.channels / kBlock;
   const int64_t nope = p.channels - 2 * int64_t{a.pairs};
   constexpr int64_t kRowsPerBlock = kFinalizeWarps * kRowsPerWarp;
@@ -532,16 +557,23 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
        first < p.rows; first += int64_t{gridDim.x} * kRowsPerBlock) {
     const int64_t row = first + (threadIdx.x % 32) / kLanes;
     const bool live = row < p.rows;
-    const int64_t pos = live ? p.group_index[row] * p.ratio : 0;
     const uint16_t* x = p.latent + row * p.latent_stride;
     uint16_t* out = p.kv + row * p.kv_stride;
     uint8_t* cache = p.cache_rows != nullptr ? p.cache_rows + row * p.cache_row_stride : nullptr;
-    __syncwarp();  // the previous row's cos / sin are read
-    for (int k = lane; k < a.pairs; k += kLanes) {
-      float cs = 0.0f;
-      float sn = 0.0f;
-      norm_rope_device::RopeCosSinAt(pos, a.freqs[k], &cs, &sn);
-      cos_sin[k] = make_float2(cs, sn);
+    __syncwarp();  // the previous row's rotated pairs are read
+    if (live) {
+      const int64_t pos = p.group_index[row] * p.ratio;
+      for (int k = lane; k < a.pairs; k += kLanes) {
+        float cs = 0.0f;
+        float sn = 0.0f;
+        norm_rope_device::RopeCosSinAt(pos, a.freqs[k], &cs, &sn);
+        const uint32_t w = LoadBf16Pair<kVec>(x + nope + 2 * k);
+        float re = 0.0f;
+        float im = 0.0f;
+        norm_rope_device::RotatePair(ex::Bf16ToF32(w & 0xFFFFu), ex::Bf16ToF32(w >> 16), cs, sn,
+                                     &re, &im);
+        rotated[k] = ex::F32x2ToBf16x2(re, im);
+      }
     }
     __syncwarp();
     if (!live) continue;
@@ -552,17 +584,13 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
       quant::device::LoadBf16<kVec>(x + c0, u[0]);
       quant::device::LoadBf16<kVec>(x + c0 + 8, u[1]);
       if (c0 + kBlock > nope) {
+        // The rotated pair at value 0 (c0 − nope is even; 32-bit: a 64-bit index per pair cost
+        // ~150 instructions of the warp's divergent rope iteration).
+        // (Channels fit an int: ValidateFinalizeCompressedKvLayout, at most 2^24.)
+        const int pair0 = static_cast<int>(c0 - nope) / 2;
 #pragma unroll
         for (int k = 0; k < kBlock / 2; ++k) {
-          const int64_t c = c0 + 2 * k;
-          if (c < nope) continue;
-          const float2 t = cos_sin[(c - nope) / 2];
-          uint32_t& w = u[k / 4][k % 4];
-          float re = 0.0f;
-          float im = 0.0f;
-          norm_rope_device::RotatePair(ex::Bf16ToF32(w & 0xFFFFu), ex::Bf16ToF32(w >> 16), t.x, t.y,
-                                       &re, &im);
-          w = ex::F32x2ToBf16x2(re, im);
+          if (pair0 + k >= 0) u[k / 4][k % 4] = rotated[pair0 + k];
         }
       }
       bool nan0 = false;
@@ -570,22 +598,25 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
       const uint32_t amax0 = quant::device::UnitAmax(u[0], &nan0);
       const uint32_t amax1 = quant::device::UnitAmax(u[1], &nan1);
       const uint32_t scale_byte = Fp4::ScaleByte(amax0 > amax1 ? amax0 : amax1);
-      const float r14 = qm::Fp4E4m3Reciprocal14(qm::E4m3ToF32ByShift(scale_byte));
-      const uint32_t codes0[1] = {quant::device::EncodeFp4Unit(u[0], r14)};
-      const uint32_t codes1[1] = {quant::device::EncodeFp4Unit(u[1], r14)};
+      const float scale = qm::E4m3ToF32ByShift(scale_byte);
+      const float r14 = qm::Fp4E4m3Reciprocal14(scale);
+      const uint32_t codes0 = quant::device::EncodeFp4Unit(u[0], r14);
+      const uint32_t codes1 = quant::device::EncodeFp4Unit(u[1], r14);
+      // The scale as a bf16 pair: its fp32 bits' top half (an E4M3 value is a bf16 normal).
+      const uint32_t s2 = (__float_as_uint(scale) >> 16) * 0x10001u;
       uint32_t q[2][4];
-      Fp4::Decode(codes0, scale_byte, q[0]);
-      Fp4::Decode(codes1, scale_byte, q[1]);
+      quant::device::Fp4x8ToBf16(codes0, s2, q[0]);
+      quant::device::Fp4x8ToBf16(codes1, s2, q[1]);
       quant::device::StoreBf16<kVec>(out + c0, q[0]);
       quant::device::StoreBf16<kVec>(out + c0 + 8, q[1]);
       if (cache != nullptr) {
         if constexpr (kVec) {
-          *reinterpret_cast<uint2*>(cache + c0 / 2) = make_uint2(codes0[0], codes1[0]);
+          *reinterpret_cast<uint2*>(cache + c0 / 2) = make_uint2(codes0, codes1);
         } else {
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            cache[c0 / 2 + j] = static_cast<uint8_t>(codes0[0] >> (8 * j));
-            cache[c0 / 2 + 4 + j] = static_cast<uint8_t>(codes1[0] >> (8 * j));
+            cache[c0 / 2 + j] = static_cast<uint8_t>(codes0 >> (8 * j));
+            cache[c0 / 2 + 4 + j] = static_cast<uint8_t>(codes1 >> (8 * j));
           }
         }
         cache[p.channels / 2 + b] = static_cast<uint8_t>(scale_byte);

@@ -266,12 +266,13 @@ absl::Status LaunchFinalizeCompressedKv(const FinalizeCompressedKvParams& p, CUs
                    Aligned(p.kv, 2 * p.kv_stride, 16) &&
                    (p.cache_rows == nullptr || Aligned(p.cache_rows, p.cache_row_stride, 8));
   const int64_t rows_per_block =
-      kFinalizeThreads /
-      (vec ? compressor_device::kFinalizeLanes<true> : compressor_device::kFinalizeLanes<false>);
+      vec ? compressor_device::kFinalizeRows<true> : compressor_device::kFinalizeRows<false>;
+  const size_t smem = vec ? compressor_device::FinalizeSmemBytes<true>(a.pairs)
+                          : compressor_device::FinalizeSmemBytes<false>(a.pairs);
   const int64_t blocks = std::min((p.rows + rows_per_block - 1) / rows_per_block, kMaxBlocks);
   const auto kernel =
       vec ? compressor_device::FinalizeKernel<true> : compressor_device::FinalizeKernel<false>;
-  kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, 0, stream>>>(a);
+  kernel<<<static_cast<unsigned>(blocks), kFinalizeThreads, smem, stream>>>(a);
   CUDA_CHECK(cudaGetLastError());
   return absl::OkStatus();
 }
