@@ -166,6 +166,26 @@ __device__ __forceinline__ uint2 PoolChunkSlow(const float4& z0, const float4& z
   return w;
 }
 
+// Ratio 1's bf16 words of one chunk (the cast of fp32 kv: F32ToBf16's bits; cvt where no lane of
+// the warp holds a NaN, whose bits cvt would not reproduce).
+__device__ __forceinline__ void CastChunk(const VecChunkIn<Input::kCastF32>& in, uint32_t* w0,
+                                          uint32_t* w1) {
+  const float4 x = in.x;
+  const bool nan = isnan(x.x) | isnan(x.y) | isnan(x.z) | isnan(x.w);
+  if (!__any_sync(0xFFFFFFFFu, nan)) {
+    *w0 = ex::F32x2ToBf16x2NoNan(x.x, x.y);
+    *w1 = ex::F32x2ToBf16x2NoNan(x.z, x.w);
+  } else {
+    *w0 = ex::F32x2ToBf16x2(x.x, x.y);
+    *w1 = ex::F32x2ToBf16x2(x.z, x.w);
+  }
+}
+__device__ __forceinline__ void CastChunk(const VecChunkIn<Input::kBf16>& in, uint32_t* w0,
+                                          uint32_t* w1) {
+  *w0 = in.x.x;
+  *w1 = in.x.y;
+}
+
 // Pass 1 on the vector path (CompressArgs::vec, compress_vec.cuh): lane l takes channels
 // 128 j + 4 l .. + 3 of every chunk j (ratio 2: both tokens' kv and z, PoolQuadFast or PoolPair;
 // ratio 1: the kv values, the cast), keeps the bf16 words for pass 2 and adds them to `st`.
@@ -202,19 +222,8 @@ __device__ __forceinline__ void PassOneVec(const CompressProjectedParams& p,
         w0 = w.x;
         w1 = w.y;
       }
-    } else if constexpr (kInput == Input::kCastF32) {
-      const float4 x = in[j].x;
-      const bool nan = isnan(x.x) | isnan(x.y) | isnan(x.z) | isnan(x.w);
-      if (!__any_sync(0xFFFFFFFFu, nan)) {  // cvt's NaN is not F32ToBf16's
-        w0 = ex::F32x2ToBf16x2NoNan(x.x, x.y);
-        w1 = ex::F32x2ToBf16x2NoNan(x.z, x.w);
-      } else {
-        w0 = ex::F32x2ToBf16x2(x.x, x.y);
-        w1 = ex::F32x2ToBf16x2(x.z, x.w);
-      }
     } else {
-      w0 = in[j].x.x;
-      w1 = in[j].x.y;
+      CastChunk(in[j], &w0, &w1);
     }
     words[j][0] = w0;
     words[j][1] = w1;
@@ -223,12 +232,164 @@ __device__ __forceinline__ void PassOneVec(const CompressProjectedParams& p,
   }
 }
 
-// A group of kGroup threads per latent row (grid-stride over rows); pass 1 writes the bf16
-// pre-norm latent and sums its fp32 squares in double, pass 2 normalises it in place (each thread
+// Vector path: the lane's norm weight words (channels 128 j + 4 lane .. + 3), the same for every
+// row — loaded once per thread at ratio 1, per row at ratio 2 (whose 64 registers they would
+// crowd) — and whether they hold no inf / NaN.
+__host__ __device__ constexpr bool HoistNormWeights(Input input) { return input != Input::kPool; }
+__device__ __forceinline__ void LoadNormWeights(const CompressProjectedParams& p, int lane,
+                                                uint2 (&wt)[kVecChunks], bool* wt_finite) {
+  *wt_finite = true;
+#pragma unroll
+  for (int j = 0; j < kVecChunks; ++j) {
+    wt[j] = *reinterpret_cast<const uint2*>(p.norm_weight + 128 * j + 4 * lane);
+    *wt_finite = *wt_finite && Bf16x2Finite(wt[j].x) && Bf16x2Finite(wt[j].y);
+  }
+}
+
+// Latent row g by a group of kGroup threads (`lane` within it): pass 1 writes the bf16 pre-norm
+// latent and sums its fp32 squares in double, pass 2 normalises it in place (each thread
 // rewrites the channels it wrote). The double sum equals RmsInverse's sequential one when it is
 // exact (checked per row from the terms' exponents, see README.md); otherwise the group's first
-// thread redoes it sequentially in the CPU's order. Block 0 then writes the new open group into
-// the state: only group 0 reads the old state rows, and it belongs to block 0.
+// thread redoes it sequentially in the CPU's order. `wt` / `wt_finite`: the vector path's norm
+// weights (LoadNormWeights; loaded here at ratio 2); `dscratch` / `iscratch`: kThreads / 32 slots.
+template <int kGroup, Input kInput, int kRatio>
+__device__ __forceinline__ void CompressRow(const CompressArgs& a, int64_t g, int lane, float inv_n,
+                                            uint2 (&wt)[kVecChunks], bool* wt_finite,
+                                            double* dscratch, int* iscratch) {
+  const CompressProjectedParams& p = a.p;
+  const int64_t c_n = p.channels;
+  const int r = static_cast<int>(p.ratio);
+  constexpr bool kVecPath = kGroup == 32 && (kInput != Input::kPool || kRatio == 2);
+  uint16_t* lat = p.latent + g * p.latent_stride;
+  constexpr int kMaxRows = kRatio > 0 ? kRatio : static_cast<int>(kMaxCompressRatio);
+  const float* kv_rows[kMaxRows];
+  const float* z_rows[kMaxRows];
+  if constexpr (kInput == Input::kPool) {
+#pragma unroll
+    for (int i = 0; i < kMaxRows; ++i) {
+      if (i >= r) break;
+      const int64_t t = g * r + i - a.pending;  // < 0: a state row
+      kv_rows[i] = t < 0 ? a.state_kv + (t + a.pending) * c_n : p.kv + t * p.kv_stride;
+      z_rows[i] = t < 0 ? a.state_score + (t + a.pending) * c_n : p.score + t * p.score_stride;
+    }
+  }
+  // Pass 1. The vector path keeps the row's bf16 words in registers and vouches for the
+  // exactness of its double sum from the row's largest and smallest magnitudes (VecSumExact);
+  // rows it cannot vouch for take the scalar path's per-term check on the same values.
+  SquareStats st;
+  double sum = 0.0;
+  uint32_t words[kVecChunks][2];
+  bool vec = false;
+  bool vouched = false;      // warp-uniform
+  uint32_t row_max_mag = 0;  // vector path: the row's largest bf16 magnitude bits
+  if constexpr (kVecPath) vec = a.vec;
+  if constexpr (kVecPath) {
+    if (vec) {
+      VecStats vs;
+      PassOneVec<kInput>(p, kv_rows, z_rows, g, lane, words, &vs);
+      const uint32_t mx = __reduce_max_sync(0xFFFFFFFFu, max(vs.mx2 & 0xFFFFu, vs.mx2 >> 16));
+      row_max_mag = mx;
+      const uint32_t mn = __reduce_min_sync(0xFFFFFFFFu, min(vs.mn2 & 0xFFFFu, vs.mn2 >> 16));
+      vouched = VecSumExact(mx, mn, a.sum_bits);
+      if (vouched) {
+        sum = GroupReduce<kGroup>(
+            vs.sum, [](double x, double y) { return x + y; }, dscratch);
+      } else {  // the pre-norm row in memory for the sequential fallback, the per-term check
+#pragma unroll
+        for (int j = 0; j < kVecChunks; ++j) {
+          *reinterpret_cast<uint2*>(lat + 128 * j + 4 * lane) =
+              make_uint2(words[j][0], words[j][1]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            st.Add(ex::Bf16ToF32(words[j][h] & 0xFFFFu));
+            st.Add(ex::Bf16ToF32(words[j][h] >> 16));
+          }
+        }
+      }
+    }
+  }
+  if (!vec) {
+    for (int64_t c = lane; c < c_n; c += kGroup) {
+      uint32_t b = 0;
+      if constexpr (kInput == Input::kPool) {
+        b = ex::F32ToBf16(PoolChannel<kRatio>(kv_rows, z_rows, r, c));
+      } else if constexpr (kInput == Input::kCastF32) {
+        b = ex::F32ToBf16(p.kv[g * p.kv_stride + c]);
+      } else {
+        b = p.kv_bf16[g * p.kv_stride + c];
+      }
+      lat[c] = static_cast<uint16_t>(b);
+      st.Add(ex::Bf16ToF32(b));
+    }
+  }
+  if (!vouched) {
+    sum = st.sum;
+    int top = st.top;
+    int low = st.low;
+    const bool finite = st.finite;
+    sum = GroupReduce<kGroup>(
+        sum, [](double x, double y) { return x + y; }, dscratch);
+    top = GroupReduce<kGroup>(
+        top, [](int x, int y) { return max(x, y); }, iscratch);
+    low = GroupReduce<kGroup>(
+        low, [](int x, int y) { return min(x, y); }, iscratch);
+    const int all_finite = GroupReduce<kGroup>(
+        finite ? 1 : 0, [](int x, int y) { return min(x, y); }, iscratch);
+    // Every partial sum is a multiple of 2^low below 2^(top + 1 + sum_bits): exact in double
+    // when that spans at most 53 bits, whatever the order.
+    const bool exact = all_finite == 1 && (top < low || top + 1 + a.sum_bits - low <= 53);
+    if (!exact) {  // uniform over the group
+      if constexpr (kGroup == 32) {
+        __syncwarp();
+      } else {
+        __syncthreads();
+      }
+      double seq = 0.0;
+      if (lane == 0) {
+        for (int64_t c = 0; c < c_n; ++c) {
+          const float v = ex::Bf16ToF32(lat[c]);
+          seq += static_cast<double>(ex::MulRn(v, v));
+        }
+      }
+      if constexpr (kGroup == 32) {
+        sum = __shfl_sync(0xFFFFFFFFu, seq, 0);
+      } else {
+        if (lane == 0) dscratch[0] = seq;
+        __syncthreads();
+        sum = dscratch[0];
+        __syncthreads();
+      }
+    }
+  }
+  const float mean = ex::MulRn(ex::DoubleToF32(sum), inv_n);
+  const float rs = ex::DivRn(1.0f, ex::SqrtRn(ex::AddRn(mean, p.norm_eps)));
+  // Pass 2: the same channels as pass 1, so each thread reads back what it wrote (or, on the
+  // vector path, normalises the words it kept).
+  if constexpr (kVecPath) {
+    if (vec) {
+      if constexpr (!HoistNormWeights(kInput)) LoadNormWeights(p, lane, wt, wt_finite);
+      const bool finite =
+          __all_sync(0xFFFFFFFFu, *wt_finite) && row_max_mag < 0x7F80u && isfinite(rs);
+      if (finite) {  // warp-uniform
+        NormRowVec<true>(words, wt, lane, rs, lat);
+      } else {
+        NormRowVec<false>(words, wt, lane, rs, lat);
+      }
+    }
+  }
+  if (!vec) {
+    for (int64_t c = lane; c < c_n; c += kGroup) {
+      const float x = ex::Bf16ToF32(lat[c]);
+      const float w = ex::Bf16ToF32(p.norm_weight[c]);
+      lat[c] = static_cast<uint16_t>(ex::F32ToBf16(ex::MulRn(w, ex::MulRn(x, rs))));
+    }
+  }
+  if (lane == 0) p.group_index[g] = a.first_group + g;
+}
+
+// A group of kGroup threads per latent row (grid-stride over rows, CompressRow each). Block 0 then
+// writes the new open group into the state: only group 0 reads the old state rows, and it
+// belongs to block 0.
 // `block` / `blocks`: this block's index among the blocks that share the call (blockIdx.x /
 // gridDim.x; the batched kernel runs one such set of blocks per sequence).
 template <int kGroup, Input kInput, int kRatio>
@@ -239,157 +400,21 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
   const CompressProjectedParams& p = a.p;
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t c_n = p.channels;
-  const int r = static_cast<int>(p.ratio);
   const float inv_n = ex::DivRn(1.0f, ex::Int64ToF32(c_n));
   constexpr bool kVecPath = kGroup == 32 && (kInput != Input::kPool || kRatio == 2);
-  // Vector path: the lane's norm weight words, the same for every row — loaded once at ratio 1,
-  // per row at ratio 2 (whose 64 registers they would crowd).
-  constexpr bool kHoistWeights = kInput != Input::kPool;
   uint2 wt[kVecChunks];
-  bool wt_finite = true;  // this lane's weight words hold no inf / NaN
-  auto load_weights = [&] {
-    wt_finite = true;
-#pragma unroll
-    for (int j = 0; j < kVecChunks; ++j) {
-      wt[j] = *reinterpret_cast<const uint2*>(p.norm_weight + 128 * j + 4 * lane);
-      wt_finite = wt_finite && Bf16x2Finite(wt[j].x) && Bf16x2Finite(wt[j].y);
-    }
-  };
-  if constexpr (kVecPath && kHoistWeights) {
-    if (a.vec) load_weights();
+  bool wt_finite = true;
+  if constexpr (kVecPath && HoistNormWeights(kInput)) {
+    if (a.vec) LoadNormWeights(p, lane, wt, &wt_finite);
   }
   for (int64_t g = block * kRowsPerBlock + threadIdx.x / kGroup; g < a.groups;
        g += blocks * kRowsPerBlock) {
-    uint16_t* lat = p.latent + g * p.latent_stride;
-    constexpr int kMaxRows = kRatio > 0 ? kRatio : static_cast<int>(kMaxCompressRatio);
-    const float* kv_rows[kMaxRows];
-    const float* z_rows[kMaxRows];
-    if constexpr (kInput == Input::kPool) {
-#pragma unroll
-      for (int i = 0; i < kMaxRows; ++i) {
-        if (i >= r) break;
-        const int64_t t = g * r + i - a.pending;  // < 0: a state row
-        kv_rows[i] = t < 0 ? a.state_kv + (t + a.pending) * c_n : p.kv + t * p.kv_stride;
-        z_rows[i] = t < 0 ? a.state_score + (t + a.pending) * c_n : p.score + t * p.score_stride;
-      }
-    }
-    // Pass 1. The vector path keeps the row's bf16 words in registers and vouches for the
-    // exactness of its double sum from the row's largest and smallest magnitudes (VecSumExact);
-    // rows it cannot vouch for take the scalar path's per-term check on the same values.
-    SquareStats st;
-    double sum = 0.0;
-    uint32_t words[kVecChunks][2];
-    bool vec = false;
-    bool vouched = false;      // warp-uniform
-    uint32_t row_max_mag = 0;  // vector path: the row's largest bf16 magnitude bits
-    if constexpr (kVecPath) vec = a.vec;
-    if constexpr (kVecPath) {
-      if (vec) {
-        VecStats vs;
-        PassOneVec<kInput>(p, kv_rows, z_rows, g, lane, words, &vs);
-        const uint32_t mx = __reduce_max_sync(0xFFFFFFFFu, max(vs.mx2 & 0xFFFFu, vs.mx2 >> 16));
-        row_max_mag = mx;
-        const uint32_t mn = __reduce_min_sync(0xFFFFFFFFu, min(vs.mn2 & 0xFFFFu, vs.mn2 >> 16));
-        vouched = VecSumExact(mx, mn, a.sum_bits);
-        if (vouched) {
-          sum = GroupReduce<kGroup>(
-              vs.sum, [](double x, double y) { return x + y; }, dscratch);
-        } else {  // the pre-norm row in memory for the sequential fallback, the per-term check
-#pragma unroll
-          for (int j = 0; j < kVecChunks; ++j) {
-            *reinterpret_cast<uint2*>(lat + 128 * j + 4 * lane) =
-                make_uint2(words[j][0], words[j][1]);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              st.Add(ex::Bf16ToF32(words[j][h] & 0xFFFFu));
-              st.Add(ex::Bf16ToF32(words[j][h] >> 16));
-            }
-          }
-        }
-      }
-    }
-    if (!vec) {
-      for (int64_t c = lane; c < c_n; c += kGroup) {
-        uint32_t b = 0;
-        if constexpr (kInput == Input::kPool) {
-          b = ex::F32ToBf16(PoolChannel<kRatio>(kv_rows, z_rows, r, c));
-        } else if constexpr (kInput == Input::kCastF32) {
-          b = ex::F32ToBf16(p.kv[g * p.kv_stride + c]);
-        } else {
-          b = p.kv_bf16[g * p.kv_stride + c];
-        }
-        lat[c] = static_cast<uint16_t>(b);
-        st.Add(ex::Bf16ToF32(b));
-      }
-    }
-    if (!vouched) {
-      sum = st.sum;
-      int top = st.top;
-      int low = st.low;
-      const bool finite = st.finite;
-      sum = GroupReduce<kGroup>(
-          sum, [](double x, double y) { return x + y; }, dscratch);
-      top = GroupReduce<kGroup>(
-          top, [](int x, int y) { return max(x, y); }, iscratch);
-      low = GroupReduce<kGroup>(
-          low, [](int x, int y) { return min(x, y); }, iscratch);
-      const int all_finite = GroupReduce<kGroup>(
-          finite ? 1 : 0, [](int x, int y) { return min(x, y); }, iscratch);
-      // Every partial sum is a multiple of 2^low below 2^(top + 1 + sum_bits): exact in double
-      // when that spans at most 53 bits, whatever the order.
-      const bool exact = all_finite == 1 && (top < low || top + 1 + a.sum_bits - low <= 53);
-      if (!exact) {  // uniform over the group
-        if constexpr (kGroup == 32) {
-          __syncwarp();
-        } else {
-          __syncthreads();
-        }
-        double seq = 0.0;
-        if (lane == 0) {
-          for (int64_t c = 0; c < c_n; ++c) {
-            const float v = ex::Bf16ToF32(lat[c]);
-            seq += static_cast<double>(ex::MulRn(v, v));
-          }
-        }
-        if constexpr (kGroup == 32) {
-          sum = __shfl_sync(0xFFFFFFFFu, seq, 0);
-        } else {
-          if (lane == 0) dscratch[0] = seq;
-          __syncthreads();
-          sum = dscratch[0];
-          __syncthreads();
-        }
-      }
-    }
-    const float mean = ex::MulRn(ex::DoubleToF32(sum), inv_n);
-    const float rs = ex::DivRn(1.0f, ex::SqrtRn(ex::AddRn(mean, p.norm_eps)));
-    // Pass 2: the same channels as pass 1, so each thread reads back what it wrote (or, on the
-    // vector path, normalises the words it kept).
-    if constexpr (kVecPath) {
-      if (vec) {
-        if constexpr (!kHoistWeights) load_weights();
-        const bool finite =
-            __all_sync(0xFFFFFFFFu, wt_finite) && row_max_mag < 0x7F80u && isfinite(rs);
-        if (finite) {  // warp-uniform
-          NormRowVec<true>(words, wt, lane, rs, lat);
-        } else {
-          NormRowVec<false>(words, wt, lane, rs, lat);
-        }
-      }
-    }
-    if (!vec) {
-      for (int64_t c = lane; c < c_n; c += kGroup) {
-        const float x = ex::Bf16ToF32(lat[c]);
-        const float w = ex::Bf16ToF32(p.norm_weight[c]);
-        lat[c] = static_cast<uint16_t>(ex::F32ToBf16(ex::MulRn(w, ex::MulRn(x, rs))));
-      }
-    }
-    if (lane == 0) p.group_index[g] = a.first_group + g;
+    CompressRow<kGroup, kInput, kRatio>(a, g, lane, inv_n, wt, &wt_finite, dscratch, iscratch);
   }
   if constexpr (kInput == Input::kPool) {
     if (block != 0) return;
-    __syncthreads();                    // block 0's reads of the old state rows (group 0) are done
-    const int64_t base = a.groups * r;  // first token of the new open group
+    __syncthreads();  // block 0's reads of the old state rows (group 0) are done
+    const int64_t base = a.groups * p.ratio;  // first token of the new open group
     const int64_t total = a.pending + p.tokens;
     for (int64_t k = threadIdx.x; k < (total - base) * c_n; k += blockDim.x) {
       const int64_t i = base + k / c_n;
@@ -537,9 +562,63 @@ __device__ __forceinline__ uint32_t LoadBf16Pair(const uint16_t* x) {
   }
 }
 
+// Block b of a row (values 16 b .. + 15, as quant's two 8-value units u[h][j]: values 8h + 2j
+// (low) and 8h + 2j + 1, loaded by the caller): the rotated pairs from the row's slots where the
+// block holds any, the block amax, the E4M3 scale and E2M1 codes, the dequantised values into
+// `out` and, when `cache` is set, the codes and scale byte into the serving row.
+template <bool kVec>
+__device__ __forceinline__ void FinalizeBlock(uint32_t (&u)[2][4], int64_t b, int64_t channels,
+                                              int64_t nope, const uint32_t* rotated, uint16_t* out,
+                                              uint8_t* cache) {
+  using Fp4 = quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>;
+  const int64_t c0 = b * kBlock;
+  if (c0 + kBlock > nope) {
+    // The rotated pair at value 0 (c0 − nope is even; 32-bit: a 64-bit index per pair cost ~150
+    // instructions of the warp's divergent rope iteration; channels <= 2^24 by
+    // ValidateFinalizeCompressedKvLayout).
+    const int pair0 = static_cast<int>(c0 - nope) / 2;
+#pragma unroll
+    for (int k = 0; k < kBlock / 2; ++k) {
+      if (pair0 + k >= 0) u[k / 4][k % 4] = rotated[pair0 + k];
+    }
+  }
+  bool nan0 = false;
+  bool nan1 = false;
+  const uint32_t amax0 = quant::device::UnitAmax(u[0], &nan0);
+  const uint32_t amax1 = quant::device::UnitAmax(u[1], &nan1);
+  const uint32_t scale_byte = Fp4::ScaleByte(amax0 > amax1 ? amax0 : amax1);
+  const float scale = qm::E4m3ToF32ByShift(scale_byte);
+  const float r14 = qm::Fp4E4m3Reciprocal14(scale);
+  const uint32_t codes0 = quant::device::EncodeFp4Unit(u[0], r14);
+  const uint32_t codes1 = quant::device::EncodeFp4Unit(u[1], r14);
+  // The scale as a bf16 pair: its fp32 bits' top half (an E4M3 value is a bf16 normal).
+  const uint32_t s2 = (__float_as_uint(scale) >> 16) * 0x10001u;
+  uint32_t q[2][4];
+  quant::device::Fp4x8ToBf16(codes0, s2, q[0]);
+  quant::device::Fp4x8ToBf16(codes1, s2, q[1]);
+  quant::device::StoreBf16<kVec>(out + c0, q[0]);
+  quant::device::StoreBf16<kVec>(out + c0 + 8, q[1]);
+  if (cache != nullptr) {
+    if constexpr (kVec) {
+      *reinterpret_cast<uint2*>(cache + c0 / 2) = make_uint2(codes0, codes1);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        cache[c0 / 2 + j] = static_cast<uint8_t>(codes0 >> (8 * j));
+        cache[c0 / 2 + 4 + j] = static_cast<uint8_t>(codes1 >> (8 * j));
+      }
+    }
+    cache[channels / 2 + b] = static_cast<uint8_t>(scale_byte);
+  }
+}
+
+// A lane's first blocks and RoPE pairs of a row are loaded before its cos / sin are computed, so
+// that their latency runs under the double sincos instead of after it (two blocks and two pairs
+// per lane cover C = 512, rd = 64 on 16 lanes; further ones load as they go).
+inline constexpr int kFinalizeAhead = 2;
+
 template <bool kVec>
 __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs a) {
-  using Fp4 = quant::device::Fmt<quant::BlockFormat::kFp4E2m1E4m3B16>;
   constexpr int kLanes = kFinalizeLanes<kVec>;
   constexpr int kRowsPerWarp = 32 / kLanes;
   static_assert(kFinalizeWarps * kRowsPerWarp == kFinalizeRows<kVec>);
@@ -548,6 +627,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
   const int lane = static_cast<int>(threadIdx.x % kLanes);  // within the row's lanes
   const int slot = static_cast<int>(threadIdx.x / kLanes);  // the row's place in the block
   uint32_t* rotated = s_rotated + slot * a.pairs;
+  // Keep these 64-bit: with an int block index nvcc split the 16-byte kv stores into 4-byte ones.
   const int64_t blocks = p.channels / kBlock;
   const int64_t nope = p.channels - 2 * int64_t{a.pairs};
   constexpr int64_t kRowsPerBlock = kFinalizeWarps * kRowsPerWarp;
@@ -560,14 +640,30 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
     const uint16_t* x = p.latent + row * p.latent_stride;
     uint16_t* out = p.kv + row * p.kv_stride;
     uint8_t* cache = p.cache_rows != nullptr ? p.cache_rows + row * p.cache_row_stride : nullptr;
+    uint32_t u_ahead[kFinalizeAhead][2][4] = {};
+    uint32_t w_ahead[kFinalizeAhead] = {};
+    if (live) {
+#pragma unroll
+      for (int i = 0; i < kFinalizeAhead; ++i) {
+        const int64_t b = lane + int64_t{kLanes} * i;
+        if (b < blocks) {
+          quant::device::LoadBf16<kVec>(x + b * kBlock, u_ahead[i][0]);
+          quant::device::LoadBf16<kVec>(x + b * kBlock + 8, u_ahead[i][1]);
+        }
+        const int k = lane + kLanes * i;
+        if (k < a.pairs) w_ahead[i] = LoadBf16Pair<kVec>(x + nope + 2 * k);
+      }
+    }
     __syncwarp();  // the previous row's rotated pairs are read
     if (live) {
       const int64_t pos = p.group_index[row] * p.ratio;
-      for (int k = lane; k < a.pairs; k += kLanes) {
+      for (int k = lane, i = 0; k < a.pairs; k += kLanes, ++i) {
         float cs = 0.0f;
         float sn = 0.0f;
         norm_rope_device::RopeCosSinAt(pos, a.freqs[k], &cs, &sn);
-        const uint32_t w = LoadBf16Pair<kVec>(x + nope + 2 * k);
+        const uint32_t w = i == 0   ? w_ahead[0]
+                           : i == 1 ? w_ahead[1]
+                                    : LoadBf16Pair<kVec>(x + nope + 2 * k);
         float re = 0.0f;
         float im = 0.0f;
         norm_rope_device::RotatePair(ex::Bf16ToF32(w & 0xFFFFu), ex::Bf16ToF32(w >> 16), cs, sn,
@@ -577,50 +673,16 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
     }
     __syncwarp();
     if (!live) continue;
-    for (int64_t b = lane; b < blocks; b += kLanes) {
-      const int64_t c0 = b * kBlock;
-      // The block as quant's two 8-value units: u[h][j] holds values 8h + 2j (low) and 8h + 2j + 1.
+#pragma unroll
+    for (int i = 0; i < kFinalizeAhead; ++i) {
+      const int64_t b = lane + int64_t{kLanes} * i;
+      if (b < blocks) FinalizeBlock<kVec>(u_ahead[i], b, p.channels, nope, rotated, out, cache);
+    }
+    for (int64_t b = lane + int64_t{kLanes} * kFinalizeAhead; b < blocks; b += kLanes) {
       uint32_t u[2][4];
-      quant::device::LoadBf16<kVec>(x + c0, u[0]);
-      quant::device::LoadBf16<kVec>(x + c0 + 8, u[1]);
-      if (c0 + kBlock > nope) {
-        // The rotated pair at value 0 (c0 − nope is even; 32-bit: a 64-bit index per pair cost
-        // ~150 instructions of the warp's divergent rope iteration).
-        // (Channels fit an int: ValidateFinalizeCompressedKvLayout, at most 2^24.)
-        const int pair0 = static_cast<int>(c0 - nope) / 2;
-#pragma unroll
-        for (int k = 0; k < kBlock / 2; ++k) {
-          if (pair0 + k >= 0) u[k / 4][k % 4] = rotated[pair0 + k];
-        }
-      }
-      bool nan0 = false;
-      bool nan1 = false;
-      const uint32_t amax0 = quant::device::UnitAmax(u[0], &nan0);
-      const uint32_t amax1 = quant::device::UnitAmax(u[1], &nan1);
-      const uint32_t scale_byte = Fp4::ScaleByte(amax0 > amax1 ? amax0 : amax1);
-      const float scale = qm::E4m3ToF32ByShift(scale_byte);
-      const float r14 = qm::Fp4E4m3Reciprocal14(scale);
-      const uint32_t codes0 = quant::device::EncodeFp4Unit(u[0], r14);
-      const uint32_t codes1 = quant::device::EncodeFp4Unit(u[1], r14);
-      // The scale as a bf16 pair: its fp32 bits' top half (an E4M3 value is a bf16 normal).
-      const uint32_t s2 = (__float_as_uint(scale) >> 16) * 0x10001u;
-      uint32_t q[2][4];
-      quant::device::Fp4x8ToBf16(codes0, s2, q[0]);
-      quant::device::Fp4x8ToBf16(codes1, s2, q[1]);
-      quant::device::StoreBf16<kVec>(out + c0, q[0]);
-      quant::device::StoreBf16<kVec>(out + c0 + 8, q[1]);
-      if (cache != nullptr) {
-        if constexpr (kVec) {
-          *reinterpret_cast<uint2*>(cache + c0 / 2) = make_uint2(codes0, codes1);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            cache[c0 / 2 + j] = static_cast<uint8_t>(codes0 >> (8 * j));
-            cache[c0 / 2 + 4 + j] = static_cast<uint8_t>(codes1 >> (8 * j));
-          }
-        }
-        cache[p.channels / 2 + b] = static_cast<uint8_t>(scale_byte);
-      }
+      quant::device::LoadBf16<kVec>(x + b * kBlock, u[0]);
+      quant::device::LoadBf16<kVec>(x + b * kBlock + 8, u[1]);
+      FinalizeBlock<kVec>(u, b, p.channels, nope, rotated, out, cache);
     }
   }
 }
