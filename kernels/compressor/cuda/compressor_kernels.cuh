@@ -23,6 +23,16 @@ namespace ex = ::flashserve::kernels::exact;
 namespace qm = ::flashserve::kernels::quant::math;
 
 inline constexpr int kThreads = 256;
+// Block size of the single launcher's warp-per-row kernels (CompressKernel<32, ...>,
+// CompressRatio2Kernel), with the same register caps as at kThreads; the batched kernel and the
+// block-per-row kernels keep kThreads. A block retires when its slowest row does, so smaller
+// blocks keep more rows in flight (session 49, [16384, 512], 256 / 128 / 64 threads: ratio 1 fp32
+// 27.4–27.6 / 26.1–26.4 / 26.1–26.2 µs, bf16 23.7–23.9 / 22.8–23.4 / 23.2–23.7, ratio 2 level).
+inline constexpr int kWarpRowThreads = 128;
+// Threads per block of the single launcher's kernel for kGroup threads per row.
+__host__ __device__ constexpr int SingleBlockThreads(int group) {
+  return group == 32 ? kWarpRowThreads : kThreads;
+}
 
 // ---- CompressProjected ------------------------------------------------------------------------
 
@@ -392,9 +402,9 @@ __device__ __forceinline__ void CompressRow(const CompressArgs& a, int64_t g, in
 // belongs to block 0.
 // `block` / `blocks`: this block's index among the blocks that share the call (blockIdx.x /
 // gridDim.x; the batched kernel runs one such set of blocks per sequence).
-template <int kGroup, Input kInput, int kRatio>
+template <int kGroup, Input kInput, int kRatio, int kBlockThreads>
 __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t block, int64_t blocks) {
-  constexpr int kRowsPerBlock = kThreads / kGroup;
+  constexpr int kRowsPerBlock = kBlockThreads / kGroup;
   __shared__ double dscratch[kThreads / 32];
   __shared__ int iscratch[kThreads / 32];
   const CompressProjectedParams& p = a.p;
@@ -431,17 +441,19 @@ __device__ __forceinline__ void CompressBody(const CompressArgs& a, int64_t bloc
 // chunk count: unbounded 91 registers and 2 blocks, 33.3 against 31.4 µs at [16384, 512]; 4
 // blocks, 64 registers with spills, 33.0). The generic-ratio instantiations keep ptxas's choice.
 template <int kGroup, Input kInput, int kRatio>
-__global__ void __launch_bounds__(kThreads, kInput == Input::kPool ? 1 : 3)
-    CompressKernel(CompressArgs a) {
-  CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
+__global__ void __launch_bounds__(SingleBlockThreads(kGroup),
+                                  (kInput == Input::kPool ? 1 : 3) * kThreads /
+                                      SingleBlockThreads(kGroup)) CompressKernel(CompressArgs a) {
+  CompressBody<kGroup, kInput, kRatio, SingleBlockThreads(kGroup)>(a, blockIdx.x, gridDim.x);
 }
 
 // Ratio 2 on a warp per row (the released layers' call): CompressKernel's body held to 64
 // registers, 4 blocks per SM (session 38: 74 registers and 3 blocks unbounded; [16384 tokens,
 // 512]: 51.8 -> 46.7 us on an H200; session 48's vector path: 3 blocks (80 registers) 36.4–36.8
 // against 36.0–36.3 µs, 2 blocks with the next chunk loaded ahead 43.1–43.3).
-__global__ void __launch_bounds__(kThreads, 4) CompressRatio2Kernel(CompressArgs a) {
-  CompressBody<32, Input::kPool, 2>(a, blockIdx.x, gridDim.x);
+__global__ void __launch_bounds__(kWarpRowThreads, 4 * kThreads / kWarpRowThreads)
+    CompressRatio2Kernel(CompressArgs a) {
+  CompressBody<32, Input::kPool, 2, kWarpRowThreads>(a, blockIdx.x, gridDim.x);
 }
 
 // ---- CompressProjected, batched ----------------------------------------------------------------
@@ -506,7 +518,7 @@ __global__ void __launch_bounds__(kThreads)
   a.first_group = s.first_group;
   a.sum_bits = b.sum_bits;
   a.vec = b.vec;
-  CompressBody<kGroup, kInput, kRatio>(a, blockIdx.x, gridDim.x);
+  CompressBody<kGroup, kInput, kRatio, kThreads>(a, blockIdx.x, gridDim.x);
 }
 
 // ---- FinalizeCompressedKv ---------------------------------------------------------------------

@@ -57,16 +57,17 @@ bool VecRows(const CompressArgs& a) {
 
 template <int kGroup, Input kInput, int kRatio>
 void LaunchCompress(const CompressArgs& a, cudaStream_t stream) {
-  constexpr int64_t kRowsPerBlock = kThreads / kGroup;
+  constexpr int kBlockThreads = compressor_device::SingleBlockThreads(kGroup);
+  constexpr int64_t kRowsPerBlock = kBlockThreads / kGroup;
   // At least one block: block 0 also writes the state's new open group.
   const int64_t blocks =
       std::clamp<int64_t>((a.groups + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
   if constexpr (kGroup == 32 && kInput == Input::kPool && kRatio == 2) {
-    compressor_device::CompressRatio2Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        a);
+    compressor_device::
+        CompressRatio2Kernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(a);
   } else {
     compressor_device::CompressKernel<kGroup, kInput, kRatio>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+        <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(a);
   }
   CUDA_CHECK(cudaGetLastError());
 }
