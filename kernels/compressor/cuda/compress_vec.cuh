@@ -79,6 +79,28 @@ __device__ __forceinline__ bool VecSumExact(uint32_t max_mag, uint32_t min_mag_m
   return e_max <= 127 + 62 && e_min >= 127 - 62 && 2 * (e_max - e_min) + 16 + sum_bits <= 53;
 }
 
+// Whether every bf16 value of the row has an exact, finite fp32 square (its exponent within
+// ±62, or zero), so that VecStats's double terms are the CPU's fp32(x²) (max_mag / min_mag_m1 as
+// for VecSumExact; an all-zero row is VecSumExact's).
+__device__ __forceinline__ bool VecSquaresExact(uint32_t max_mag, uint32_t min_mag_m1) {
+  const int e_max = static_cast<int>(max_mag >> 7);
+  const int e_min = static_cast<int>((min_mag_m1 + 1u) >> 7);
+  return e_max <= 127 + 62 && e_min >= 127 - 62;
+}
+
+// For a double sum s of n nonnegative terms: any two summation orders give double sums within
+// 2(n − 1)·2^-53 of the exact total, i.e. within 2n units of s's last place (s >= 2^e has units
+// of 2^(e − 52) >= 2^-53·s). So where s's 29 bits below fp32's last place lie more than 4n units
+// from the tie 2^28 (the fp32 midpoints of s's binade sit exactly there; its top is an fp32 value,
+// and the tie below its bottom is 2^27 units away), every order — the CPU's sequential one
+// included — rounds to the same fp32. Needs n < 2^25 (channels are at most 2^24) and a normal
+// fp32 result (VecSquaresExact: every nonzero term >= 2^-130; a zero sum is exact anyway).
+__device__ __forceinline__ bool SumRoundsAsAnyOrder(double s, int64_t n) {
+  const uint32_t below = static_cast<uint32_t>(__double2loint(s)) & 0x1FFFFFFFu;
+  const uint32_t w = static_cast<uint32_t>(4 * n);
+  return below - (0x10000000u - w) > 2 * w;
+}
+
 // a / b rounded to nearest even for a in [2^-92, 1] and b in [1, 2]: the fast path of div.rn.f32
 // (reciprocal estimate, one Newton step, quotient, remainder, correction) without its range check
 // (FCHK) and slow-path branch, which the compiler turns into a divergent region per division that

@@ -301,10 +301,15 @@ __device__ __forceinline__ void CompressRow(const CompressArgs& a, int64_t g, in
       row_max_mag = mx;
       const uint32_t mn = __reduce_min_sync(0xFFFFFFFFu, min(vs.mn2 & 0xFFFFu, vs.mn2 >> 16));
       vouched = VecSumExact(mx, mn, a.sum_bits);
-      if (vouched) {
+      if (vouched || VecSquaresExact(mx, mn)) {
         sum = GroupReduce<kGroup>(
             vs.sum, [](double x, double y) { return x + y; }, dscratch);
-      } else {  // the pre-norm row in memory for the sequential fallback, the per-term check
+        // Not exact in every order, but within 2·C units of its last place of the sequential
+        // sum: where no fp32 tie lies that close, both round to the same fp32 (all the norm
+        // uses). Warp-uniform (every lane holds the same sum).
+        vouched = vouched || SumRoundsAsAnyOrder(sum, c_n);
+      }
+      if (!vouched) {  // the pre-norm row in memory for the sequential fallback, the per-term check
 #pragma unroll
         for (int j = 0; j < kVecChunks; ++j) {
           *reinterpret_cast<uint2*>(lat + 128 * j + 4 * lane) =
