@@ -332,6 +332,27 @@ TEST(CompressorGpu, Ratio1VectorPath) {
   CheckStreams(many, true, 0, /*latent_pad=*/4);
   CheckStreams(pr, false, 514, /*latent_pad=*/4);                               // 8-byte fp32 rows
   CheckStreams(RandomProjections(1, 200, 33, 25), false, 0, /*latent_pad=*/4);  // not whole chunks
+  // Rows whose sum of squares is not exact in every order (values 30 binades apart) and lands on
+  // an fp32 tie (1 + 2^-24 + 2^-60 rounds to 1 + 2^-24 in double): the rounding-window test
+  // (SumRoundsAsAnyOrder) must decline them, and the sequential fallback give the CPU's bits;
+  // next to them rows of the same span far from a tie, which it takes.
+  Projections tie = RandomProjections(1, 512, 64, 27);
+  for (int64_t t = 0; t < tie.n; ++t) {
+    float* row = tie.kv.data() + t * tie.c;
+    if (t % 2 == 0) {
+      std::fill(row, row + tie.c, 0.0f);
+      row[(5 * t) % tie.c] = 1.0f;
+      row[(5 * t + 7) % tie.c] = t % 4 == 0 ? 0x1p-12f : -0x1p-12f;
+      row[(5 * t + 300) % tie.c] = 0x1p-30f;
+    } else {
+      row[t] = 0x1p-30f;  // the random row plus one value 30 binades below the rest
+    }
+    for (int64_t c = 0; c < tie.c; ++c) {
+      tie.kv_bf16[t * tie.c + c] = formats::FloatToBf16Bits(row[c]);
+    }
+  }
+  CheckStreams(tie, false, 0, /*latent_pad=*/4);
+  CheckStreams(tie, true, 0, /*latent_pad=*/4);
 }
 
 TEST(CompressorGpu, OtherRatiosWidthsAndStrides) {
