@@ -55,7 +55,7 @@ struct FinalizeCompressedKvParams {
   const RopeTable* table = nullptr;
   int64_t ratio = 0;                     // 1 .. kMaxCompressRatio
   int64_t rows = 0;                      // 0 is a no-op
-  int64_t channels = 0;                  // C, multiple of 16, >= rope_dims
+  int64_t channels = 0;                  // C, multiple of 16, >= rope_dims, <= 2^24
   const int64_t* group_index = nullptr;  // [rows], each in [0, INT64_MAX / ratio]
   const uint16_t* latent = nullptr;      // bf16 [rows, C]
   int64_t latent_stride = 0;             // >= C
