@@ -9,10 +9,12 @@
 // 1e-5 of the elements — the double sin/cos or sum rounding to a different fp32 at an fp32 tie,
 // which should never be seen; each comparison prints its count.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -378,6 +380,133 @@ TEST(NormRopeGpuTest, FusedNormRopeMatchesCpuPair) {
   CheckNormRope(4099, 128, kFullYarn, true, 513);
   CheckNormRope(300, 128, kTinyYarn, false, 514);
   CheckNormRope(303, 256, kWidePlain, true, 515);
+  // Four lanes per row (64 columns, 16 pairs: the tail is the rows' second chunk of each lane);
+  // wide rows of many-row launches with the rope tail (a block per row, the pair loop).
+  CheckNormRope(517, 64, kTinyYarn, true, 516);
+  CheckNormRope(300, 4096, kFullYarn, false, 517);
+  CheckNormRope(263, 3072, kWidePlain, true, 518);
+}
+
+// ---- Non-finite and extreme values ------------------------------------------------------------
+
+// Rows with NaN (several payloads, both signs), ±inf, values whose fp32 squares overflow or
+// underflow, and weights with NaN / inf at some columns: the bf16 stores take one cvt per pair
+// only where no value of the 8 is NaN (F32x8ToBf16x8), so these rows exercise the other branch.
+// The GPU's arithmetic makes canonical NaNs where the CPU's keeps payloads and signs, so a NaN
+// matches any NaN; every other value must be identical.
+std::string CompareSpecial(const char* what, const std::vector<uint16_t>& got,
+                           const std::vector<uint16_t>& want) {
+  auto is_nan = [](uint16_t b) { return (b & 0x7FFFu) > 0x7F80u; };
+  int64_t nans = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (is_nan(got[i]) && is_nan(want[i]) && got[i] != kPoison) {
+      ++nans;
+      continue;
+    }
+    if (got[i] != want[i]) {
+      return absl::StrFormat("%s: element %d is 0x%04x, want 0x%04x", what, i, got[i], want[i]);
+    }
+  }
+  std::printf("  %s: %zu values, %ld NaN in both\n", what, got.size(), static_cast<long>(nans));
+  return "";
+}
+
+// x rows by r % 6: random; one NaN; one inf; values of 1e38 (squares overflow to inf); only
+// subnormal and tiny values (squares underflow); random with the largest finite bf16 once.
+std::vector<uint16_t> SpecialRows(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<uint16_t> x = RandomBf16(rows * cols, 1.0f, seed);
+  const uint16_t nans[] = {0x7FC0, 0xFFC1, 0x7F81, 0xFFFF};
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* row = x.data() + r * cols;
+    const int64_t at = (r * 37) % cols;
+    switch (r % 6) {
+      case 1:
+        row[at] = nans[r % 4];
+        break;
+      case 2:
+        row[at] = (r & 8) != 0 ? 0xFF80 : 0x7F80;
+        break;
+      case 3:
+        for (int64_t c = 0; c < cols; c += 3) row[c] = (c & 4) != 0 ? 0x7E96 : 0xFE96;  // ±1e38
+        break;
+      case 4:
+        for (int64_t c = 0; c < cols; ++c)
+          row[c] = static_cast<uint16_t>((c * 7 + r) % 3 + (c & 1) * 0x8000);
+        row[at] = 0x0A00;  // ~6e-33: squares underflow to 0 or subnormal
+        break;
+      case 5:
+        row[at] = 0x7F7F;
+        break;  // 3.39e38
+      default:
+        break;
+    }
+  }
+  return x;
+}
+
+void CheckSpecial(int64_t rows, int64_t cols, const RopeSpec* spec, bool weight_specials,
+                  uint32_t seed) {
+  SCOPED_TRACE(absl::StrFormat("rows %d cols %d%s%s", rows, cols, spec ? " rope" : "",
+                               weight_specials ? " weight specials" : ""));
+  const std::vector<uint16_t> x = SpecialRows(rows, cols, seed);
+  std::vector<uint16_t> w = RandomBf16(cols, 1.0f, seed + 1);
+  if (weight_specials) {
+    w[cols / 3] = 0x7FC0;
+    w[cols - 1] = 0xFF80;
+    w[cols / 2] = 0x7F7F;
+  }
+  RmsNormParams cpu{rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, nullptr, cols};
+  std::vector<uint16_t> want(x.size(), kPoison);
+  cpu.out = want.data();
+  ASSERT_TRUE(RmsNormCpu(cpu, nullptr).ok());
+  std::optional<RopeTable> table;
+  const std::vector<int64_t> pos = Positions(rows, 5, seed + 2);
+  if (spec != nullptr) {
+    table.emplace(Table(*spec));
+    RopeParams rope;
+    rope.table = &*table;
+    rope.tokens = rows;
+    rope.heads = 1;
+    rope.head_dim = cols;
+    rope.positions = pos.data();
+    rope.x = rope.out = want.data();
+    rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
+    ASSERT_TRUE(RopeCpu(rope, nullptr).ok());
+  }
+  DeviceBuffer dx = ToDevice(x), dw = ToDevice(w), dpos = ToDevice(pos);
+  DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));
+  RmsNormParams gpu{rows,    cols,   dx.get<uint16_t>(),   cols, dw.get<uint16_t>(),
+                    nullptr, 1e-20f, dout.get<uint16_t>(), cols};
+  if (spec != nullptr) {
+    RmsNormRopeParams p;
+    p.norm = gpu;
+    p.table = &*table;
+    p.positions = dpos.get<int64_t>();
+    ASSERT_TRUE(LaunchRmsNormRope(p, nullptr).ok());
+  } else {
+    ASSERT_TRUE(LaunchRmsNorm(gpu, nullptr).ok());
+  }
+  EXPECT_EQ(CompareSpecial("special rows", ToHost<uint16_t>(dout, x.size()), want), "");
+}
+
+TEST(NormRopeGpuTest, NonFiniteAndExtremeValuesMatchCpu) {
+  FS_SKIP_WITHOUT_GPU();
+  uint32_t seed = 600;
+  // Each launch mode: register-cached decode rows, raw words on 8 lanes / a warp, wide rows with
+  // the prefetch, two passes, the scalar path (odd width).
+  using Shape = std::array<int64_t, 2>;  // rows, cols
+  for (const Shape& s : std::vector<Shape>{
+           {12, 512}, {300, 128}, {300, 512}, {300, 1280}, {300, 5120}, {12, 8200}, {12, 517}}) {
+    for (bool weight_specials : {false, true}) {
+      CheckSpecial(s[0], s[1], nullptr, weight_specials, seed++);
+    }
+  }
+  for (const Shape& s :
+       std::vector<Shape>{{12, 512}, {300, 128}, {300, 512}, {300, 4096}, {12, 517}}) {
+    for (bool weight_specials : {false, true}) {
+      CheckSpecial(s[0], s[1], &kFullYarn, weight_specials, seed++);
+    }
+  }
 }
 
 // ---- Validation (no device needed: the launchers fail before any CUDA call) --------------------

@@ -25,6 +25,7 @@ using norm_rope_device::kNormThreads;
 
 using norm_rope_device::LoadBf16;  // 8 bf16 values (16-byte aligned) as fp32, and back (RNE)
 using norm_rope_device::StoreBf16;
+using norm_rope_device::UnpackBf16x8;
 
 template <bool kPost, int kSlots>
 __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParams p) {
@@ -89,9 +90,11 @@ __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParam
         uint16_t* out = p.post.out + t * p.post.out_stride + 8 * j;
 #pragma unroll
         for (int c = 0; c < kS; ++c) {
-          StoreBf16<8>(out + c * dim, y[c]);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) x[s][c][k] = Bf16ToF32(F32ToBf16(y[c][k]));
+          uint32_t yw[4];  // StoreBf16's words, kept as the next stream values
+          F32x8ToBf16x8(y[c], yw);
+          const uint4 words = make_uint4(yw[0], yw[1], yw[2], yw[3]);
+          *reinterpret_cast<uint4*>(out + c * dim) = words;
+          UnpackBf16x8(words, x[s][c]);
         }
       }
 #pragma unroll
@@ -101,12 +104,13 @@ __global__ void __launch_bounds__(kNormThreads) HcBoundaryKernel(HcBoundaryParam
         for (int c = 1; c < kS; ++c) acc = AddRn(acc, MulRn(pre[c], x[s][c][k]));
         v[s][k] = acc;
       }
-      StoreBf16<8>(p.pre.out + t * p.pre.out_stride + 8 * j, v[s]);
+      uint32_t vw[4];  // StoreBf16's words, kept as the norm's input
+      F32x8ToBf16x8(v[s], vw);
+      const uint4 words = make_uint4(vw[0], vw[1], vw[2], vw[3]);
+      *reinterpret_cast<uint4*>(p.pre.out + t * p.pre.out_stride + 8 * j) = words;
+      UnpackBf16x8(words, v[s]);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        v[s][k] = Bf16ToF32(F32ToBf16(v[s][k]));
-        sum += static_cast<double>(MulRn(v[s][k], v[s][k]));
-      }
+      for (int k = 0; k < 8; ++k) sum += static_cast<double>(MulRn(v[s][k], v[s][k]));
     }
     // RmsNormKernel's reduction and pass 2 (kGroup = 256, the cached rows).
     sum = norm_rope_device::GroupSum<kNormThreads>(sum, warp_sums);

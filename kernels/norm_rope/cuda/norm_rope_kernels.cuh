@@ -183,19 +183,31 @@ __global__ void __launch_bounds__(kNormThreads)
       const int64_t pos = tail.positions[row];
       for (int k = lane; k < tail.pairs; k += kGroup) {
         const int64_t c = nope + 2 * k;
-        // The bf16 value RmsNormCpu would store is what RopeCpu reads.
-        const float a = Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c), MulRn(Bf16ToF32(x[c]), r))));
-        const float b =
-            Bf16ToF32(F32ToBf16(MulRn(WeightAt(weight, c + 1), MulRn(Bf16ToF32(x[c + 1]), r))));
+        // The bf16 values RmsNormCpu would store are what RopeCpu reads. kW = 8: the pair is one
+        // aligned 32-bit word of x and out (nope % 8 == 0, 16-byte aligned rows).
+        uint32_t xw = 0;
+        if constexpr (kW == 8) {
+          xw = *reinterpret_cast<const uint32_t*>(x + c);
+        } else {
+          xw = x[c] | (uint32_t{x[c + 1]} << 16);
+        }
+        const uint32_t ab =
+            F32x2ToBf16x2Fast(MulRn(WeightAt(weight, c), MulRn(Bf16ToF32(xw & 0xFFFFu), r)),
+                              MulRn(WeightAt(weight, c + 1), MulRn(Bf16ToF32(xw >> 16), r)));
         float cs = cs0;
         float sn = sn0;
         if (kCache == kNormCacheNone || k != lane) RopeCosSinAt(pos, tail.freqs[k], &cs, &sn);
         if (tail.inverse) sn = -sn;
         float re = 0.0f;
         float im = 0.0f;
-        RotatePair(a, b, cs, sn, &re, &im);
-        out[c] = static_cast<uint16_t>(F32ToBf16(re));
-        out[c + 1] = static_cast<uint16_t>(F32ToBf16(im));
+        RotatePair(Bf16ToF32(ab & 0xFFFFu), Bf16ToF32(ab >> 16), cs, sn, &re, &im);
+        const uint32_t res = F32x2ToBf16x2Fast(re, im);
+        if constexpr (kW == 8) {
+          *reinterpret_cast<uint32_t*>(out + c) = res;
+        } else {
+          out[c] = static_cast<uint16_t>(res & 0xFFFFu);
+          out[c + 1] = static_cast<uint16_t>(res >> 16);
+        }
       }
     }
     if constexpr (kPrefetch) {
@@ -277,7 +289,7 @@ __global__ void __launch_bounds__(kRopeThreads) RopeVec16Kernel(RopeParams p, Ro
           float im = 0.0f;
           RotatePair(Bf16ToF32(in[j] & 0xFFFFu), Bf16ToF32(in[j] >> 16), s_cos[k0[i] + j],
                      s_sin[k0[i] + j], &re, &im);
-          res[j] = F32x2ToBf16x2(re, im);
+          res[j] = F32x2ToBf16x2Fast(re, im);
         }
         *reinterpret_cast<uint4*>(dst[i]) = make_uint4(res[0], res[1], res[2], res[3]);
       } else if (u < units) {
@@ -333,7 +345,7 @@ __global__ void __launch_bounds__(kRopeThreads) RopeKernel(RopeParams p, RopeArg
       float im = 0.0f;
       RotatePair(Bf16ToF32(lo), Bf16ToF32(hi), s_cos[k], s_sin[k], &re, &im);
       if constexpr (kPairVec) {
-        *reinterpret_cast<uint32_t*>(op) = F32x2ToBf16x2(re, im);
+        *reinterpret_cast<uint32_t*>(op) = F32x2ToBf16x2Fast(re, im);
       } else {
         op[0] = static_cast<uint16_t>(F32ToBf16(re));
         op[1] = static_cast<uint16_t>(F32ToBf16(im));

@@ -65,8 +65,7 @@ template <int kW>
 __device__ __forceinline__ void StoreBf16(uint16_t* p, const float (&v)[kW]) {
   if constexpr (kW == 8) {
     uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = F32x2ToBf16x2(v[2 * j], v[2 * j + 1]);
+    F32x8ToBf16x8(v, w);  // F32ToBf16's bits, one cvt per pair unless a value is NaN
     *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
     p[0] = static_cast<uint16_t>(F32ToBf16(v[0]));
