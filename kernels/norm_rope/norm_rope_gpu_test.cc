@@ -316,6 +316,22 @@ TEST(NormRopeGpuTest, RopeScalarPathsAndPaddedStrides) {
 
 // ---- Fused RMSNorm + RoPE --------------------------------------------------------------------
 
+// RopeCpu in place on `rows` rows of one head of `cols` dims (the fused op's second step).
+absl::Status RopeRowsCpu(const RopeTable& table, int64_t rows, int64_t cols,
+                         const std::vector<int64_t>& pos, bool inverse,
+                         std::vector<uint16_t>& data) {
+  RopeParams rope;
+  rope.table = &table;
+  rope.tokens = rows;
+  rope.heads = 1;
+  rope.head_dim = cols;
+  rope.positions = pos.data();
+  rope.x = rope.out = data.data();
+  rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
+  rope.inverse = inverse;
+  return RopeCpu(rope, nullptr);
+}
+
 void CheckNormRope(int64_t rows, int64_t cols, const RopeSpec& spec, bool inverse, uint32_t seed) {
   SCOPED_TRACE(absl::StrFormat("rows %d cols %d rd %d%s", rows, cols, spec.rope_dims,
                                inverse ? " inverse" : ""));
@@ -328,16 +344,7 @@ void CheckNormRope(int64_t rows, int64_t cols, const RopeSpec& spec, bool invers
   ASSERT_TRUE(RmsNormCpu({rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols},
                          nullptr)
                   .ok());
-  RopeParams rope;
-  rope.table = &table;
-  rope.tokens = rows;
-  rope.heads = 1;
-  rope.head_dim = cols;
-  rope.positions = pos.data();
-  rope.x = rope.out = want.data();
-  rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
-  rope.inverse = inverse;
-  ASSERT_TRUE(RopeCpu(rope, nullptr).ok());
+  ASSERT_TRUE(RopeRowsCpu(table, rows, cols, pos, inverse, want).ok());
 
   DeviceBuffer dx = ToDevice(x), dw = ToDevice(w), dpos = ToDevice(pos);
   DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));
@@ -463,15 +470,7 @@ void CheckSpecial(int64_t rows, int64_t cols, const RopeSpec* spec, bool weight_
   const std::vector<int64_t> pos = Positions(rows, 5, seed + 2);
   if (spec != nullptr) {
     table.emplace(Table(*spec));
-    RopeParams rope;
-    rope.table = &*table;
-    rope.tokens = rows;
-    rope.heads = 1;
-    rope.head_dim = cols;
-    rope.positions = pos.data();
-    rope.x = rope.out = want.data();
-    rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
-    ASSERT_TRUE(RopeCpu(rope, nullptr).ok());
+    ASSERT_TRUE(RopeRowsCpu(*table, rows, cols, pos, false, want).ok());
   }
   DeviceBuffer dx = ToDevice(x), dw = ToDevice(w), dpos = ToDevice(pos);
   DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));
