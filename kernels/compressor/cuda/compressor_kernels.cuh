@@ -685,7 +685,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) FinalizeKernel(FinalizeArgs 
         float im = 0.0f;
         norm_rope_device::RotatePair(ex::Bf16ToF32(w & 0xFFFFu), ex::Bf16ToF32(w >> 16), cs, sn,
                                      &re, &im);
-        rotated[k] = ex::F32x2ToBf16x2(re, im);
+        rotated[k] = ex::F32x2ToBf16x2Fast(re, im);  // F32ToBf16's bits
       }
     }
     __syncwarp();
