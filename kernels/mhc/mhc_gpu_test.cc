@@ -77,6 +77,7 @@ struct MixOutputs {
 struct MixCase {
   int64_t tokens, dim, x_pad;
   bool collapse;
+  int64_t coll_pad = 3;  // collapsed stride = dim + coll_pad (8: 16-byte rows, vector stores)
 };
 
 MhcMixesParams SiteParamsFor(const MixCase& c, const SiteParams& site) {
@@ -87,7 +88,7 @@ MhcMixesParams SiteParamsFor(const MixCase& c, const SiteParams& site) {
   p.fn = site.fn.data();
   p.base = site.base.data();
   p.scale = site.scale.data();
-  p.collapsed_stride = c.dim + 3;
+  p.collapsed_stride = c.dim + c.coll_pad;
   return p;
 }
 
@@ -251,6 +252,7 @@ TEST(MhcGpuTest, MixesMatchCpuAndDoubleReference) {
                                                  {33, 5120, 0, true},
                                                  {300, 5120, 0, false},
                                                  {2100, 5120, 0, true},
+                                                 {2100, 5120, 0, true, 8},
                                                  {4100, 256, 0, true},
                                                  {70, 300, 8, true},
                                                  {9, 7, 3, true},
@@ -305,6 +307,9 @@ TEST(MhcGpuTest, MixesAreBatchInvariant) {
   // slice (D = 4992, 16-byte rows) and by scalar loads (odd stride).
   CheckBatchInvariance({2100, 5120, 0, false}, MhcMixesGpuKernel::kTensorCore,
                        {0, 15, 16, 1055, 2098, 2099});
+  // The same with the fused collapse (the TMA body since session 50), scalar and 16-byte stores.
+  CheckBatchInvariance({2100, 5120, 0, true}, MhcMixesGpuKernel::kTensorCore, {0, 17, 2099});
+  CheckBatchInvariance({2100, 5120, 0, true, 8}, MhcMixesGpuKernel::kTensorCore, {1, 1056, 2098});
   CheckBatchInvariance({2200, 4992, 8, false}, MhcMixesGpuKernel::kTensorCore, {0, 31, 2199});
   CheckBatchInvariance({2100, 5120, 1, false}, MhcMixesGpuKernel::kTensorCore, {1, 2099});
 }

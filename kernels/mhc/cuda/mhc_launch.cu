@@ -81,12 +81,16 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
   }
 }
 
-// The TMA body (mhc_tc_tma_kernel.cuh) where it applies: the wide block shape (the mixes alone,
-// >= 16 units per block), D a multiple of the slice width, X rows and fn 16-byte aligned, and the
-// driver describes X. False: nothing launched, the caller takes the tensor-core body.
+// The TMA body (mhc_tc_tma_kernel.cuh) where it applies: the wide block shape (>= 16 units per
+// block; with or without the fused collapse), D a multiple of the slice width, X rows and fn
+// 16-byte aligned, and the driver describes X. False: nothing launched, the caller takes the
+// tensor-core body.
 bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blocks, bool fn_vec,
-                         cudaStream_t stream) {
-  if (!mhc_tc::WideFor(mhc_tc::Units(p.tokens, p.dim), blocks, p.pre_in != nullptr) || !fn_vec ||
+                         bool coll_vec, cudaStream_t stream) {
+  // The block shape's rule for the mixes alone: the TMA body keeps no X ring in registers, so
+  // the fused collapse fits its 128 registers (session 50), where the tensor-core body's wide
+  // shape spilled.
+  if (!mhc_tc::WideFor(mhc_tc::Units(p.tokens, p.dim), blocks, false) || !fn_vec ||
       p.dim % kMhcMixesSliceDims != 0 || !Aligned(p.x, 2 * p.x_stride, 16)) {
     return false;
   }
@@ -96,19 +100,26 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
                                 static_cast<uint32_t>(mhc_tc::kTileTokens), false)) {
     return false;
   }
-  auto* kernel = p.fn_frags != nullptr ? mhc_device::MixesPartialTmaKernel<mhc_device::kFnPrepared>
-                                       : mhc_device::MixesPartialTmaKernel<mhc_device::kFnVector>;
-  static PerDeviceInt smem_attribute;  // both instantiations, once per device
+  using mhc_device::kFnPrepared;
+  using mhc_device::kFnVector;
+  using mhc_device::MixesPartialTmaKernel;
+  const bool collapse = p.pre_in != nullptr;
+  auto* kernel = p.fn_frags != nullptr ? (collapse ? MixesPartialTmaKernel<kFnPrepared, true>
+                                                   : MixesPartialTmaKernel<kFnPrepared, false>)
+                                       : (collapse ? MixesPartialTmaKernel<kFnVector, true>
+                                                   : MixesPartialTmaKernel<kFnVector, false>);
+  static PerDeviceInt smem_attribute;  // every instantiation, once per device
   smem_attribute.Get(CurrentDevice(), [&] {
-    for (auto* k : {mhc_device::MixesPartialTmaKernel<mhc_device::kFnPrepared>,
-                    mhc_device::MixesPartialTmaKernel<mhc_device::kFnVector>}) {
+    for (auto* k :
+         {MixesPartialTmaKernel<kFnPrepared, false>, MixesPartialTmaKernel<kFnVector, false>,
+          MixesPartialTmaKernel<kFnPrepared, true>, MixesPartialTmaKernel<kFnVector, true>}) {
       CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(mhc_device::kTmaSmemBytes)));
     }
     return 1;
   });
-  kernel<<<blocks, mhc_device::kTmaThreads, mhc_device::kTmaSmemBytes, stream>>>(x_map, p,
-                                                                                 workspace);
+  kernel<<<blocks, mhc_device::kTmaThreads, mhc_device::kTmaSmemBytes, stream>>>(
+      x_map, p, workspace, coll_vec);
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
@@ -127,7 +138,7 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cu
   using mhc_device::kFnScalar;
   using mhc_device::kFnVector;
   const bool prepared = p.fn_frags != nullptr;
-  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec || prepared, stream)) {
+  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec || prepared, coll_vec, stream)) {
     // X by the TMA unit; the same bits as the tensor-core body's wide shape.
   } else if (prepared && vec) {
     LaunchPartialTc<true, kFnPrepared>(p, workspace, coll_vec, blocks, stream);

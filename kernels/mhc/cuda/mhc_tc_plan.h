@@ -26,7 +26,8 @@ inline constexpr int64_t kTileTokens = 16;
 // Two block shapes (warps = units in flight per block): narrow, 8 warps with three X groups in
 // registers each (255 registers), and wide, 16 warps with two groups (128 registers). Wide pays
 // where every warp has units to walk (at least 16 per block: from ~1,700 tokens at D = 5120) and
-// without the fused collapse, which spills ~500 bytes at 128 registers (README.md "CUDA").
+// without the fused collapse, which spills ~500 bytes at 128 registers (README.md "CUDA"); the
+// TMA body (no X ring in registers) takes the wide shape with or without the collapse.
 inline constexpr int kWarpsNarrow = 8;
 inline constexpr int kWarpsWide = 16;
 FS_MHC_HD constexpr int WarpsOf(bool wide) { return wide ? kWarpsWide : kWarpsNarrow; }

@@ -48,10 +48,9 @@ __device__ __forceinline__ uint32_t SharedAddr(const void* p) {
 }
 
 // Issues group `item`'s four stream boxes of the warp's walk `w` (lane 0 only).
-template <int kWarps>
-__device__ __forceinline__ void TmaIssueGroup(const wgmma_ws::TmaOperand& x_map,
-                                              const TcWarp<kWarps, 1, true, false>& w, int64_t item,
-                                              uint32_t stage, uint32_t bar) {
+template <class Warp>
+__device__ __forceinline__ void TmaIssueGroup(const wgmma_ws::TmaOperand& x_map, const Warp& w,
+                                              int64_t item, uint32_t stage, uint32_t bar) {
   const int64_t d = w.d0 + kTcChunkDims * (item % kTcGroups);
   const int64_t tok0 = w.TileOf(item) * mhc_tc::kTileTokens;
   wgmma_ws::BarArriveExpectTx(bar, kTmaStageBytes);
@@ -64,11 +63,13 @@ __device__ __forceinline__ void TmaIssueGroup(const wgmma_ws::TmaOperand& x_map,
 // Grid: mhc_tc::BlocksFor(units) blocks of kTmaThreads threads, kTmaSmemBytes of dynamic shared
 // memory, one block per SM. x_map: X as (4·D columns, tokens rows), boxes of 32 × 16
 // (LaunchMixesTc). Requires D % kMhcMixesSliceDims == 0 (a box never crosses into the next
-// stream), X rows 16-byte aligned, no collapse.
-template <int kFn>
+// stream), X rows 16-byte aligned. kCollapse: also HcPre's collapse of each group by p.pre_in
+// into p.collapsed (TcWarp::Group, as the tensor-core body; coll_vec: 16-byte stores), the
+// tile's pre weights loaded one tile ahead.
+template <int kFn, bool kCollapse>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     MixesPartialTmaKernel(const __grid_constant__ wgmma_ws::TmaOperand x_map, MhcMixesParams p,
-                          float* __restrict__ workspace) {
+                          float* __restrict__ workspace, bool coll_vec) {
   extern __shared__ __align__(1024) uint4 s_frag[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(s_frag);
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -88,7 +89,6 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const int64_t end = mhc_tc::BlockUnitBegin(units, gridDim.x, int64_t{blockIdx.x} + 1);
   // Lane (g, q) reads rows g and g + 8 of each stream box, bytes 16q .. 16q + 15 (dims 8q ..).
   const int row_off = (lane / 4) * kTmaRowBytes + 16 * (lane % 4);
-  const float no_pre[2][kMhcStreams] = {};
   for (int64_t u = mhc_tc::BlockUnitBegin(units, gridDim.x, blockIdx.x); u < end;) {
     const int64_t slice = u / tiles;
     const int64_t seg_end = (slice + 1) * tiles < end ? (slice + 1) * tiles : end;
@@ -96,12 +96,19 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     __syncthreads();  // the previous segment's fragments are no longer read
     StageFn<kTmaThreads, kFn>(p, d0, s_frag);
     __syncthreads();
-    const TcWarp<kTmaWarps, 1, true, false> w{
-        p,     s_frag, workspace + slice * (kMhcMixes + 1) * p.tokens, d0, u - slice * tiles + warp,
-        false, lane};
+    const TcWarp<kTmaWarps, 1, true, kCollapse> w{p,
+                                                  s_frag,
+                                                  workspace + slice * (kMhcMixes + 1) * p.tokens,
+                                                  d0,
+                                                  u - slice * tiles + warp,
+                                                  coll_vec,
+                                                  lane};
     const int64_t items = mhc_tc::WarpUnits(u, seg_end, warp, kTmaWarps) * kTcGroups;
     TcTileState s;
     s.Clear();
+    float pre[2][kMhcStreams] = {};
+    float pre_next[2][kMhcStreams] = {};
+    if (kCollapse && items > 0) w.LoadPre(w.TileOf(0), pre_next);
     if (items > 0 && lane == 0) TmaIssueGroup(x_map, w, 0, stage, bar);
 #pragma unroll 1
     for (int64_t item = 0; item < items; ++item) {
@@ -128,7 +135,17 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
       const int j = static_cast<int>(item % kTcGroups);
       const int64_t tile = w.TileOf(item);
-      w.Group(x, j, s, tile, no_pre);
+      if constexpr (kCollapse) {
+        if (j == 0) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int c = 0; c < kMhcStreams; ++c) pre[r][c] = pre_next[r][c];
+          }
+          if (item + kTcGroups < items) w.LoadPre(w.TileOf(item + kTcGroups), pre_next);
+        }
+      }
+      w.Group(x, j, s, tile, pre);
       if (j == kTcGroups - 1) w.Store(tile, s);
     }
     u = seg_end;
