@@ -349,6 +349,20 @@ struct TcWarp {
     }
   }
 
+  // At a tile's first group (item % kTcGroups == 0): `pre` takes the tile's weights from
+  // `pre_next`, which loads the next tile's (one tile ahead, so the load's latency runs under the
+  // tile's groups).
+  __device__ __forceinline__ void AdvancePre(int64_t item, int64_t items,
+                                             float (&pre)[2][kMhcStreams],
+                                             float (&pre_next)[2][kMhcStreams]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int c = 0; c < kMhcStreams; ++c) pre[r][c] = pre_next[r][c];
+    }
+    if (item + kTcGroups < items) LoadPre(TileOf(item + kTcGroups), pre_next);
+  }
+
   // The 4 chunks of group j: products, Σx², and (kCollapse) the collapse of these 8 dims.
   __device__ __forceinline__ void Group(const XGroup& x, int j, TcTileState& s, int64_t tile,
                                         const float (&pre)[2][kMhcStreams]) const {
@@ -465,14 +479,7 @@ struct TcWarp {
           const int j = static_cast<int>(item % kTcGroups);
           const int64_t tile = TileOf(item);
           if constexpr (kCollapse) {
-            if (j == 0) {
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-#pragma unroll
-                for (int c = 0; c < kMhcStreams; ++c) pre[r][c] = pre_next[r][c];
-              }
-              if (item + kTcGroups < items) LoadPre(TileOf(item + kTcGroups), pre_next);
-            }
+            if (j == 0) AdvancePre(item, items, pre, pre_next);
           }
           Group(buf[k], j, s, tile, pre);
           if (item + kBuffers < items) Load(item + kBuffers, buf[k]);

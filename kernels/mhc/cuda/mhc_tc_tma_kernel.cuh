@@ -96,13 +96,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     __syncthreads();  // the previous segment's fragments are no longer read
     StageFn<kTmaThreads, kFn>(p, d0, s_frag);
     __syncthreads();
-    const TcWarp<kTmaWarps, 1, true, kCollapse> w{p,
-                                                  s_frag,
-                                                  workspace + slice * (kMhcMixes + 1) * p.tokens,
-                                                  d0,
-                                                  u - slice * tiles + warp,
-                                                  coll_vec,
-                                                  lane};
+    float* const slice_ws = workspace + slice * (kMhcMixes + 1) * p.tokens;
+    const TcWarp<kTmaWarps, 1, true, kCollapse> w{
+        p, s_frag, slice_ws, d0, u - slice * tiles + warp, coll_vec, lane};
     const int64_t items = mhc_tc::WarpUnits(u, seg_end, warp, kTmaWarps) * kTcGroups;
     TcTileState s;
     s.Clear();
@@ -136,14 +132,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       const int j = static_cast<int>(item % kTcGroups);
       const int64_t tile = w.TileOf(item);
       if constexpr (kCollapse) {
-        if (j == 0) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-#pragma unroll
-            for (int c = 0; c < kMhcStreams; ++c) pre[r][c] = pre_next[r][c];
-          }
-          if (item + kTcGroups < items) w.LoadPre(w.TileOf(item + kTcGroups), pre_next);
-        }
+        if (j == 0) w.AdvancePre(item, items, pre, pre_next);
       }
       w.Group(x, j, s, tile, pre);
       if (j == kTcGroups - 1) w.Store(tile, s);
