@@ -69,30 +69,30 @@ __global__ void DivRnPooledKernel(unsigned long long* counts) {
   atomicAdd(counts + 1, bad);
 }
 
+// Runs a counter kernel on `blocks` blocks of 256 threads: counts[0] the inputs counted (tried or
+// accepted: the report's first field), counts[1] the mismatches, counts[2] the smallest
+// mismatching input's bits (0xFFFFFFFF: none).
+template <class Report>
+Report RunCounters(void (*kernel)(unsigned long long*), unsigned blocks) {
+  DeviceBuffer buf(3 * sizeof(unsigned long long));
+  const unsigned long long init[3] = {0, 0, 0xFFFFFFFFull};
+  buf.CopyFromHost(init, sizeof(init));
+  kernel<<<blocks, 256>>>(buf.get<unsigned long long>());
+  CUDA_CHECK(cudaGetLastError());
+  unsigned long long out[3] = {};
+  buf.CopyToHost(out, sizeof(out));
+  return Report{static_cast<int64_t>(out[0]), static_cast<int64_t>(out[1]),
+                static_cast<uint32_t>(out[2])};
+}
+
 }  // namespace
 
 DivRnPooledReport DivRnPooledOnDevice() {
-  DeviceBuffer buf(3 * sizeof(unsigned long long));
-  const unsigned long long init[3] = {0, 0, 0xFFFFFFFFull};
-  buf.CopyFromHost(init, sizeof(init));
-  DivRnPooledKernel<<<4096, 256>>>(buf.get<unsigned long long>());
-  CUDA_CHECK(cudaGetLastError());
-  unsigned long long out[3] = {};
-  buf.CopyToHost(out, sizeof(out));
-  return DivRnPooledReport{static_cast<int64_t>(out[0]), static_cast<int64_t>(out[1]),
-                           static_cast<uint32_t>(out[2])};
+  return RunCounters<DivRnPooledReport>(DivRnPooledKernel, 4096);
 }
 
 ExpRnFastReport ExpRnFastOnDeviceAllFloats() {
-  DeviceBuffer buf(3 * sizeof(unsigned long long));
-  const unsigned long long init[3] = {0, 0, 0xFFFFFFFFull};
-  buf.CopyFromHost(init, sizeof(init));
-  ExpRnFastKernel<<<8192, 256>>>(buf.get<unsigned long long>());
-  CUDA_CHECK(cudaGetLastError());
-  unsigned long long out[3] = {};
-  buf.CopyToHost(out, sizeof(out));
-  return ExpRnFastReport{static_cast<int64_t>(out[0]), static_cast<int64_t>(out[1]),
-                         static_cast<uint32_t>(out[2])};
+  return RunCounters<ExpRnFastReport>(ExpRnFastKernel, 8192);
 }
 
 void ExpRnOnDevice(uint32_t first_bits, int64_t n, uint32_t* out) {
