@@ -144,7 +144,8 @@ absl::Status VisionRope2dCpu(const VisionRope2dParams& p, ThreadPool* pool);
 // Row r is normalised as RmsNormParams says, and its last rd = table->rope_dims() dims are then
 // rotated as RopeParams says (one head of head_dim = cols) at position positions[r], reading the
 // bf16-rounded normed values: bit for bit RmsNormCpu followed by RopeCpu on its output (out may be
-// x, as for both). Only on the GPU (LaunchRmsNormRope).
+// x, as for both). RmsNormRopeCpu is that composition (the GPU tests' and bench's reference);
+// LaunchRmsNormRope does it in one pass.
 struct RmsNormRopeParams {
   RmsNormParams norm;                  // rows = tokens, cols = head_dim (>= rd)
   const RopeTable* table = nullptr;    // host object; its frequencies travel with the launch
@@ -155,6 +156,11 @@ struct RmsNormRopeParams {
 // ValidateRmsNorm(norm) plus a non-null table with rope_dims <= cols and non-null positions
 // (values not read). Cost O(1).
 absl::Status ValidateRmsNormRope(const RmsNormRopeParams& p);
+
+// CPU body: RmsNormCpu(p.norm), then RopeCpu in place on out (one head of cols dims per row,
+// host positions). Every check — the RoPE's positions included — runs before anything is written.
+// Cost O(rows * cols).
+absl::Status RmsNormRopeCpu(const RmsNormRopeParams& p, ThreadPool* pool);
 
 // ---- CUDA launchers (cuda/*.cu; target fs_kernels_norm_rope_cuda, FLASHSERVE_CUDA only) ----
 // All tensor pointers (x, out, weights, positions) are device pointers (or managed memory); the

@@ -143,17 +143,12 @@ class Bench {
     // CPU: RmsNormCpu, then RopeCpu in place on the first rows.
     const int64_t n = std::min<int64_t>(rows, 64);
     std::vector<uint16_t> want(static_cast<size_t>(n * cols));
-    CHECK_OK(RmsNormCpu({n, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols},
-                        nullptr));
-    RopeParams rope;
-    rope.table = &*table;
-    rope.tokens = n;
-    rope.heads = 1;
-    rope.head_dim = cols;
-    rope.positions = pos.data();
-    rope.x = rope.out = want.data();
-    rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
-    CHECK_OK(RopeCpu(rope, nullptr));
+    CHECK_OK(
+        RmsNormRopeCpu({{n, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols},
+                        &*table,
+                        pos.data(),
+                        false},
+                       nullptr));
     Verify("rms_norm+rope", dout, want);
     Time("rms_norm+rope", Shape({rows, cols}), bytes, dx, x.size() * 2,
          [&] { CHECK_OK(LaunchRmsNormRope(p, nullptr)); });

@@ -1,5 +1,5 @@
 // GPU launchers against the CPU bodies: LaunchRmsNorm vs RmsNormCpu, LaunchRope vs RopeCpu,
-// LaunchRopeCosSin vs RopeCosSinCpu and LaunchRmsNormRope vs RmsNormCpu then RopeCpu, over the
+// LaunchRopeCosSin vs RopeCosSinCpu and LaunchRmsNormRope vs RmsNormRopeCpu, over the
 // released shapes (rows 1..4096, cols 512 / 1024 / 1280 / 5120; q 64 x 512, index 32 x 128, kv 1 x
 // 512 with rd 64; positions up to 2^20), odd widths, padded / unaligned strides (the scalar paths)
 // and in place. Outputs start poisoned, so a value the kernel fails to write (or writes into the
@@ -316,22 +316,6 @@ TEST(NormRopeGpuTest, RopeScalarPathsAndPaddedStrides) {
 
 // ---- Fused RMSNorm + RoPE --------------------------------------------------------------------
 
-// RopeCpu in place on `rows` rows of one head of `cols` dims (the fused op's second step).
-absl::Status RopeRowsCpu(const RopeTable& table, int64_t rows, int64_t cols,
-                         const std::vector<int64_t>& pos, bool inverse,
-                         std::vector<uint16_t>& data) {
-  RopeParams rope;
-  rope.table = &table;
-  rope.tokens = rows;
-  rope.heads = 1;
-  rope.head_dim = cols;
-  rope.positions = pos.data();
-  rope.x = rope.out = data.data();
-  rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = cols;
-  rope.inverse = inverse;
-  return RopeCpu(rope, nullptr);
-}
-
 void CheckNormRope(int64_t rows, int64_t cols, const RopeSpec& spec, bool inverse, uint32_t seed) {
   SCOPED_TRACE(absl::StrFormat("rows %d cols %d rd %d%s", rows, cols, spec.rope_dims,
                                inverse ? " inverse" : ""));
@@ -341,10 +325,12 @@ void CheckNormRope(int64_t rows, int64_t cols, const RopeSpec& spec, bool invers
   const std::vector<int64_t> pos = Positions(rows, 11, seed + 2);
   // Reference: RmsNormCpu, then RopeCpu in place on its output (one head of cols dims).
   std::vector<uint16_t> want(x.size(), kPoison);
-  ASSERT_TRUE(RmsNormCpu({rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols},
-                         nullptr)
-                  .ok());
-  ASSERT_TRUE(RopeRowsCpu(table, rows, cols, pos, inverse, want).ok());
+  RmsNormRopeParams cpu;
+  cpu.norm = {rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols};
+  cpu.table = &table;
+  cpu.positions = pos.data();
+  cpu.inverse = inverse;
+  ASSERT_TRUE(RmsNormRopeCpu(cpu, nullptr).ok());
 
   DeviceBuffer dx = ToDevice(x), dw = ToDevice(w), dpos = ToDevice(pos);
   DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));
@@ -462,15 +448,15 @@ void CheckSpecial(int64_t rows, int64_t cols, const RopeSpec* spec, bool weight_
     w[cols - 1] = 0xFF80;
     w[cols / 2] = 0x7F7F;
   }
-  RmsNormParams cpu{rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, nullptr, cols};
   std::vector<uint16_t> want(x.size(), kPoison);
-  cpu.out = want.data();
-  ASSERT_TRUE(RmsNormCpu(cpu, nullptr).ok());
+  RmsNormParams cpu{rows, cols, x.data(), cols, w.data(), nullptr, 1e-20f, want.data(), cols};
   std::optional<RopeTable> table;
   const std::vector<int64_t> pos = Positions(rows, 5, seed + 2);
   if (spec != nullptr) {
     table.emplace(Table(*spec));
-    ASSERT_TRUE(RopeRowsCpu(*table, rows, cols, pos, false, want).ok());
+    ASSERT_TRUE(RmsNormRopeCpu({cpu, &*table, pos.data(), false}, nullptr).ok());
+  } else {
+    ASSERT_TRUE(RmsNormCpu(cpu, nullptr).ok());
   }
   DeviceBuffer dx = ToDevice(x), dw = ToDevice(w), dpos = ToDevice(pos);
   DeviceBuffer dout = ToDevice(std::vector<uint16_t>(x.size(), kPoison));

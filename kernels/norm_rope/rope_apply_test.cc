@@ -311,5 +311,84 @@ TEST(RopeApplyTest, RejectsBadParams) {
   invalid(p, "positions");
 }
 
+// RmsNormRopeCpu (the fused op's CPU body, the GPU tests' reference): RmsNormCpu, then RopeCpu on
+// its output's rows, one head of cols dims — the unrotated dims are the norm's, the tail rotated
+// from the norm's bf16 values; padded out rows keep their padding; in place and 2 threads give
+// the same bits; a negative position fails before anything is written.
+TEST(RopeApplyTest, FusedNormRopeCpuIsNormThenRope) {
+  const RopeTable table = Table(kTinyYarn, 0);
+  constexpr int64_t kRows = 5, kCols = 128, kOutStride = 136;
+  constexpr uint16_t kPad = 0xA5A5;
+  const std::vector<uint16_t> x = RandomBf16(kRows * kCols, 1.5f, 77);
+  const std::vector<uint16_t> w = RandomBf16(kCols, 1.0f, 78);
+  std::vector<int64_t> pos = {0, 3, 17, 250, 1 << 20};
+  // The composition, written out: RmsNormCpu, then RopeCpu in place (inverse).
+  std::vector<uint16_t> normed(x.size());
+  ASSERT_TRUE(
+      RmsNormCpu({kRows, kCols, x.data(), kCols, w.data(), nullptr, 1e-20f, normed.data(), kCols},
+                 nullptr)
+          .ok());
+  std::vector<uint16_t> want = normed;
+  RopeParams rope;
+  rope.table = &table;
+  rope.tokens = kRows;
+  rope.heads = 1;
+  rope.head_dim = kCols;
+  rope.positions = pos.data();
+  rope.x = rope.out = want.data();
+  rope.x_stride = rope.out_stride = rope.x_head_stride = rope.out_head_stride = kCols;
+  rope.inverse = true;
+  ASSERT_TRUE(RopeCpu(rope, nullptr).ok());
+
+  std::vector<uint16_t> out(kRows * kOutStride, kPad);
+  RmsNormRopeParams p;
+  p.norm = {kRows, kCols, x.data(), kCols, w.data(), nullptr, 1e-20f, out.data(), kOutStride};
+  p.table = &table;
+  p.positions = pos.data();
+  p.inverse = true;
+  ThreadPool pool(2);
+  ASSERT_TRUE(RmsNormRopeCpu(p, &pool).ok());
+  const int64_t nope = kCols - table.rope_dims();
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kOutStride; ++c) {
+      const uint16_t got = out[r * kOutStride + c];
+      if (c >= kCols) {
+        EXPECT_EQ(got, kPad) << "padding of row " << r;
+      } else {
+        EXPECT_EQ(got, want[r * kCols + c]) << "row " << r << " col " << c;
+        if (c < nope) {
+          EXPECT_EQ(got, normed[r * kCols + c]) << "unrotated dim " << c;
+        }
+      }
+    }
+  }
+  // The tail is rotated: at position 0 it equals the norm's values, elsewhere (mostly) not.
+  int64_t moved = 0;
+  for (int64_t c = nope; c < kCols; ++c) {
+    EXPECT_EQ(out[c], normed[c]) << "position 0, col " << c;
+    moved += out[3 * kOutStride + c] != normed[3 * kCols + c];
+  }
+  EXPECT_GT(moved, table.rope_dims() / 2);
+
+  // In place over a copy of x: the same bits.
+  std::vector<uint16_t> in_place = x;
+  RmsNormRopeParams q = p;
+  q.norm.x = q.norm.out = in_place.data();
+  q.norm.out_stride = kCols;
+  ASSERT_TRUE(RmsNormRopeCpu(q, nullptr).ok());
+  EXPECT_EQ(in_place, want);
+
+  // A negative position: InvalidArgument naming it, nothing written.
+  pos[2] = -1;
+  std::vector<uint16_t> untouched(kRows * kOutStride, kPad);
+  p.norm.out = untouched.data();
+  const absl::Status s = RmsNormRopeCpu(p, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("positions[2]"), absl::string_view::npos) << s.message();
+  EXPECT_EQ(untouched, std::vector<uint16_t>(kRows * kOutStride, kPad));
+  p.table = nullptr;
+  EXPECT_EQ(RmsNormRopeCpu(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace flashserve::kernels

@@ -129,4 +129,21 @@ absl::Status VisionRope2dCpu(const VisionRope2dParams& p, ThreadPool* pool) {
   return absl::OkStatus();
 }
 
+absl::Status RmsNormRopeCpu(const RmsNormRopeParams& p, ThreadPool* pool) {
+  RETURN_IF_ERROR(ValidateRmsNormRope(p));
+  RopeParams rope;
+  rope.table = p.table;
+  rope.tokens = p.norm.rows;
+  rope.heads = 1;
+  rope.head_dim = p.norm.cols;
+  rope.positions = p.positions;
+  rope.x = rope.out = p.norm.out;
+  rope.x_stride = rope.out_stride = p.norm.out_stride;
+  rope.x_head_stride = rope.out_head_stride = p.norm.cols;
+  rope.inverse = p.inverse;
+  RETURN_IF_ERROR(ValidateRope(rope));  // negative positions fail before the norm writes
+  RETURN_IF_ERROR(RmsNormCpu(p.norm, pool));
+  return RopeCpu(rope, pool);
+}
+
 }  // namespace flashserve::kernels
