@@ -32,6 +32,7 @@
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
+#include "kernels/common/bench_flags.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/compressor/compressor.h"
@@ -318,25 +319,15 @@ class Bench {
 int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) {
-    command += std::string(" ") + argv[i];
-    const std::string a = argv[i];
-    if ((a == "--iters" || a == "--warmup" || a == "--tokens") && i + 1 < argc) {
-      const long long v = std::atoll(argv[++i]);
-      command += std::string(" ") + argv[i];
-      if (v <= 0 || (a == "--tokens" && v % 2 != 0)) {
-        std::fprintf(stderr, "%s needs a positive count (tokens: even)\n", a.c_str());
-        return 2;
-      }
-      if (a == "--tokens") {
-        o.tokens = v;
-      } else {
-        (a == "--iters" ? o.iters : o.warmup) = static_cast<int>(v);
-      }
-    } else {
-      std::fprintf(stderr, "usage: %s [--tokens N] [--iters N] [--warmup N]\n", argv[0]);
-      return 2;
-    }
+  if (!ParseBenchFlags(argc, argv,
+                       {{"--tokens", &o.tokens, 2}, {"--iters", &o.iters}, {"--warmup", &o.warmup}},
+                       &command)) {
+    return 2;
+  }
+  if (o.tokens % 2 != 0) {
+    std::fprintf(stderr, "--tokens needs an even count (ratio 2), got %ld\n",
+                 static_cast<long>(o.tokens));
+    return 2;
   }
   if (!CudaDeviceAvailable()) {
     std::fprintf(stderr, "bench_compressor: no CUDA device\n");

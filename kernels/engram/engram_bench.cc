@@ -25,6 +25,7 @@
 
 #include "common/base/check.h"
 #include "common/base/thread_pool.h"
+#include "kernels/common/bench_flags.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/engram/engram.h"
@@ -124,7 +125,8 @@ int Run(const Options& o, const std::string& command) {
 
   const double out_bytes = static_cast<double>(got.size()) * 2;
   const double bytes = static_cast<double>(ids.size()) * (kRowBytes + 8) + out_bytes;
-  const double us = MedianEventMicros(o.warmup, o.iters, [&] { CHECK_OK(LaunchEngramGather(p, nullptr)); });
+  const double us =
+      MedianEventMicros(o.warmup, o.iters, [&] { CHECK_OK(LaunchEngramGather(p, nullptr)); });
   DeviceBuffer copy_src(got.size() * 2), copy_dst(got.size() * 2);
   const double copy_us = MedianEventMicros(o.warmup, o.iters, [&] {
     CUDA_CHECK(
@@ -151,32 +153,14 @@ int Run(const Options& o, const std::string& command) {
 int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) {
-    command += std::string(" ") + argv[i];
-    const std::string a = argv[i];
-    if (a == "--separate") {
-      o.separate = true;
-    } else if ((a == "--iters" || a == "--warmup" || a == "--tokens" || a == "--rows") &&
-               i + 1 < argc) {
-      const long long v = std::atoll(argv[++i]);
-      command += std::string(" ") + argv[i];
-      if (v <= 0 || (a == "--rows" && v < 2) || (a == "--rows" && v > (int64_t{8} << 30) / 264)) {
-        std::fprintf(stderr, "%s needs a positive count (rows: 2 .. 8 GiB / 264)\n", a.c_str());
-        return 2;
-      }
-      if (a == "--tokens") {
-        o.tokens = v;
-      } else if (a == "--rows") {
-        o.rows = v;
-      } else {
-        (a == "--iters" ? o.iters : o.warmup) = static_cast<int>(v);
-      }
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--tokens M] [--rows R] [--iters N] [--warmup N] [--separate]\n",
-                   argv[0]);
-      return 2;
-    }
+  if (!ParseBenchFlags(argc, argv,
+                       {{"--tokens", &o.tokens},
+                        {"--rows", &o.rows, 2, (int64_t{8} << 30) / 264},  // 8 GiB of 264-byte rows
+                        {"--iters", &o.iters},
+                        {"--warmup", &o.warmup},
+                        {"--separate", &o.separate}},
+                       &command)) {
+    return 2;
   }
   if (!CudaDeviceAvailable()) {
     std::fprintf(stderr, "bench_engram: no CUDA device\n");

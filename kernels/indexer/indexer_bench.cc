@@ -54,6 +54,7 @@
 #include "common/base/thread_pool.h"
 #include "common/formats/kv_row.h"
 #include "kernels/attention/bench/mma_peak.h"
+#include "kernels/common/bench_flags.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/indexer/indexer.h"
@@ -547,25 +548,11 @@ class Bench {
 int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) {
-    command += std::string(" ") + argv[i];
-    const std::string a = argv[i];
-    if ((a == "--iters" || a == "--warmup" || a == "--width") && i + 1 < argc) {
-      const long long v = std::atoll(argv[++i]);
-      command += std::string(" ") + argv[i];
-      if (v <= 0 || (a == "--width" && v < kTopk)) {
-        std::fprintf(stderr, "%s needs a positive count (width >= 512)\n", a.c_str());
-        return 2;
-      }
-      if (a == "--width") {
-        o.width = v;
-      } else {
-        (a == "--iters" ? o.iters : o.warmup) = static_cast<int>(v);
-      }
-    } else {
-      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--width W]\n", argv[0]);
-      return 2;
-    }
+  if (!ParseBenchFlags(
+          argc, argv,
+          {{"--iters", &o.iters}, {"--warmup", &o.warmup}, {"--width", &o.width, kTopk}},
+          &command)) {
+    return 2;
   }
   if (!CudaDeviceAvailable()) {
     std::fprintf(stderr, "bench_indexer: no CUDA device\n");

@@ -37,6 +37,7 @@
 
 #include "common/base/check.h"
 #include "common/formats/bf16.h"
+#include "kernels/common/bench_flags.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/mhc/mhc.h"
 
@@ -311,25 +312,10 @@ class Bench {
 int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) {
-    command += std::string(" ") + argv[i];
-    const std::string a = argv[i];
-    if ((a == "--iters" || a == "--warmup" || a == "--dim") && i + 1 < argc) {
-      const int v = std::atoi(argv[++i]);
-      command += std::string(" ") + argv[i];
-      if (v <= 0) {
-        std::fprintf(stderr, "%s needs a positive count\n", a.c_str());
-        return 2;
-      }
-      if (a == "--dim") {
-        o.dim = v;
-      } else {
-        (a == "--iters" ? o.iters : o.warmup) = v;
-      }
-    } else {
-      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N] [--dim D]\n", argv[0]);
-      return 2;
-    }
+  if (!ParseBenchFlags(argc, argv,
+                       {{"--iters", &o.iters}, {"--warmup", &o.warmup}, {"--dim", &o.dim}},
+                       &command)) {
+    return 2;
   }
   if (!CudaDeviceAvailable()) {
     std::fprintf(stderr, "bench_mhc: no CUDA device\n");

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/formats/bf16.h"
+#include "kernels/common/bench_flags.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/quant/quant.h"
@@ -168,21 +169,8 @@ class Bench {
 int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) {
-    command += std::string(" ") + argv[i];
-    const std::string a = argv[i];
-    if ((a == "--iters" || a == "--warmup") && i + 1 < argc) {
-      const int v = std::atoi(argv[++i]);
-      command += std::string(" ") + argv[i];
-      if (v <= 0) {
-        std::fprintf(stderr, "%s needs a positive count\n", a.c_str());
-        return 2;
-      }
-      (a == "--iters" ? o.iters : o.warmup) = v;
-    } else {
-      std::fprintf(stderr, "usage: %s [--iters N] [--warmup N]\n", argv[0]);
-      return 2;
-    }
+  if (!ParseBenchFlags(argc, argv, {{"--iters", &o.iters}, {"--warmup", &o.warmup}}, &command)) {
+    return 2;
   }
   if (!CudaDeviceAvailable()) {
     std::fprintf(stderr, "bench_quant: no CUDA device\n");
