@@ -362,11 +362,11 @@ int Run(const Options& o) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   Roofs roofs;
   roofs.copy_gbps = kernels::MeasureD2dCopyGbps(size_t{1} << 30, 10);
-  const double mma = kernels::attn_bench::MeasureMmaSyncTflops(5);
-  const double cublas = kernels::MeasureCublasBf16Tflops(&roofs.tc_source);
-  roofs.tc_tflops = std::max(mma, cublas);
+  const kernels::attn_bench::Bf16TensorRates rates = kernels::attn_bench::MeasureBf16TensorRates();
+  roofs.tc_source = rates.cublas_source;
+  roofs.tc_tflops = rates.dense;
   std::printf("device %s; d2d copy %.0f GB/s; mma.sync bf16 %.0f TFLOP/s; %s %.0f TFLOP/s\n",
-              prop.name, roofs.copy_gbps, mma, roofs.tc_source.c_str(), cublas);
+              prop.name, roofs.copy_gbps, rates.mma, roofs.tc_source.c_str(), rates.cublas);
   std::printf(
       "decoder layer step, context %ld, window %ld + top-%ld rows (%s), D %ld, 64 x 512 heads\n",
       static_cast<long>(o.context), static_cast<long>(kWindow), static_cast<long>(kTopk),

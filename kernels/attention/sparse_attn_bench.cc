@@ -168,9 +168,11 @@ class Bench {
   void Roofs() {
     if (!o_.roofs) return;
     copy_gbps_ = MeasureD2dCopyGbps(kv_.size() * 2, o_.iters);
-    mma_tflops_ = attn_bench::MeasureMmaSyncTflops(5);
-    cublas_tflops_ = MeasureCublasBf16Tflops(&cublas_source_);
-    tc_tflops_ = std::max(mma_tflops_, cublas_tflops_);
+    const attn_bench::Bf16TensorRates rates = attn_bench::MeasureBf16TensorRates();
+    mma_tflops_ = rates.mma;
+    cublas_tflops_ = rates.cublas;
+    cublas_source_ = rates.cublas_source;
+    tc_tflops_ = rates.dense;
   }
 
   // One row: `tokens` decode queries on `path` (the launcher's override while it runs), over the

@@ -278,14 +278,12 @@ int Main(int argc, char** argv) {
   // The compute roof: the dense bf16 tensor rate measured in this run, the larger of cuBLAS's
   // GEMM and the mma.sync peak (until session 51 the mma.sync peak alone, ~28 % below cuBLAS's,
   // so documented runs passed --peak-tflops 893).
-  const double mma_tflops = attn_bench::MeasureMmaSyncTflops(5);
-  std::string cublas_source;
-  const double cublas_tflops = MeasureCublasBf16Tflops(&cublas_source);
-  const double tc_tflops = o.peak_tflops > 0 ? o.peak_tflops : std::max(mma_tflops, cublas_tflops);
+  const attn_bench::Bf16TensorRates rates = attn_bench::MeasureBf16TensorRates();
+  const double tc_tflops = o.peak_tflops > 0 ? o.peak_tflops : rates.dense;
   std::printf(
       "roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f / cuBLAS %.0f TFLOP/s "
       "measured (%s), compute roof %.0f TFLOP/s\n",
-      copy_gbps, mma_tflops, cublas_tflops, cublas_source.c_str(), tc_tflops);
+      copy_gbps, rates.mma, rates.cublas, rates.cublas_source.c_str(), tc_tflops);
   std::printf("x bf16 [M, G, K] rows, y [M, G, N]; fp32 weights cost 3 mma per product\n\n");
   std::printf("%-10s %5s %5s %2s %4s %5s %-8s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N",
               "K", "G", "w", "M", "kernel", "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s",

@@ -49,7 +49,6 @@
 #include "common/base/check.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/gpu_bench.h"
 #include "kernels/gemm/gemm_cuda.h"
 
 namespace flashserve::kernels {
@@ -210,14 +209,12 @@ int Main(int argc, char** argv) {
   // The compute roof: the dense bf16 tensor rate measured in this run, the larger of cuBLAS's
   // GEMM and the mma.sync peak (until session 51 the mma.sync peak alone, ~28 % below cuBLAS's,
   // so documented runs passed --peak-tflops 893).
-  const double mma_tflops = attn_bench::MeasureMmaSyncTflops(5);
-  std::string cublas_source;
-  const double cublas_tflops = MeasureCublasBf16Tflops(&cublas_source);
-  const double tc_tflops = o.peak_tflops > 0 ? o.peak_tflops : std::max(mma_tflops, cublas_tflops);
+  const attn_bench::Bf16TensorRates rates = attn_bench::MeasureBf16TensorRates();
+  const double tc_tflops = o.peak_tflops > 0 ? o.peak_tflops : rates.dense;
   std::printf(
       "roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f / cuBLAS %.0f TFLOP/s "
       "measured (%s), compute roof %.0f TFLOP/s\n\n",
-      copy_gbps, mma_tflops, cublas_tflops, cublas_source.c_str(), tc_tflops);
+      copy_gbps, rates.mma, rates.cublas, rates.cublas_source.c_str(), tc_tflops);
   std::printf("%-11s %6s %6s %5s %-13s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K",
               "M", "kernel", "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s",
               "roof_us", "ratio");

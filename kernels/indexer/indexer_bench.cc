@@ -579,12 +579,10 @@ int Main(int argc, char** argv) {
     CUDA_CHECK(cudaMemcpyAsync(copy.get(), dk.get(), k.size() * 2, cudaMemcpyDeviceToDevice));
   });
   const double copy_gbps = 2.0 * static_cast<double>(k.size()) * 2 / copy_us / 1e3;
-  const double mma_tflops = attn_bench::MeasureMmaSyncTflops(5);
-  std::string cublas_source;
-  const double cublas_tflops = MeasureCublasBf16Tflops(&cublas_source);
-  std::printf("bf16 tensor rates: mma.sync %.0f, cuBLAS %.0f TFLOP/s (%s)\n", mma_tflops,
-              cublas_tflops, cublas_source.c_str());
-  Bench bench(o, copy_gbps, std::max(mma_tflops, cublas_tflops));
+  const attn_bench::Bf16TensorRates rates = attn_bench::MeasureBf16TensorRates();
+  std::printf("bf16 tensor rates: mma.sync %.0f, cuBLAS %.0f TFLOP/s (%s)\n", rates.mma,
+              rates.cublas, rates.cublas_source.c_str());
+  Bench bench(o, copy_gbps, rates.dense);
   for (int64_t rows : {1, 8}) bench.Run(rows, k, dk, krows, dkrows);
   for (int64_t seqs : {8, 64}) bench.RunBatch(seqs, krows);
   return bench.Print(command);

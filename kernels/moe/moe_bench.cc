@@ -73,7 +73,6 @@
 #include "common/base/check.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/gpu_bench.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_gpu_test_util.h"
@@ -527,14 +526,12 @@ int Main(int argc, char** argv) {
     CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, stream));
   });
   const double copy_gbps = 2.0 * copy_bytes / copy_us / 1e3;
-  const double mma_tflops = attn_bench::MeasureMmaSyncTflops(5);
-  std::string cublas_source;
-  const double cublas_tflops = MeasureCublasBf16Tflops(&cublas_source);
-  const double tc_tflops = std::max(mma_tflops, cublas_tflops);
+  const attn_bench::Bf16TensorRates rates = attn_bench::MeasureBf16TensorRates();
+  const double tc_tflops = rates.dense;
   std::printf(
       "roofs: d2d copy %.0f GB/s (read + write), bf16 tensor %.0f TFLOP/s (cuBLAS %.0f: %s; "
       "mma.sync %.0f)\n",
-      copy_gbps, tc_tflops, cublas_tflops, cublas_source.c_str(), mma_tflops);
+      copy_gbps, tc_tflops, rates.cublas, rates.cublas_source.c_str(), rates.mma);
 
   bool ok = CheckAgainstCpu(spec, w, 1);
   ok = CheckAgainstCpu(spec, w, 4) && ok;

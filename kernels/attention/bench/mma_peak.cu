@@ -6,6 +6,7 @@
 
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 
 namespace flashserve::kernels::attn_bench {
 namespace {
@@ -63,6 +64,14 @@ double MeasureMmaSyncTflops(int repeats) {
   CUDA_CHECK(cudaEventDestroy(stop));
   const double flops = 2.0 * 16 * 8 * 16 * kChains * double(kIters) * (kThreads / 32) * ctas;
   return flops / (best_ms * 1e-3) / 1e12;
+}
+
+Bf16TensorRates MeasureBf16TensorRates() {
+  Bf16TensorRates r;
+  r.mma = MeasureMmaSyncTflops(5);
+  r.cublas = MeasureCublasBf16Tflops(&r.cublas_source);
+  r.dense = std::max(r.mma, r.cublas);
+  return r;
 }
 
 }  // namespace flashserve::kernels::attn_bench

@@ -2,11 +2,25 @@
 // for the tensor-core roof when cuBLAS cannot be loaded).
 #pragma once
 
+#include <string>
+
 namespace flashserve::kernels::attn_bench {
 
 // Runs a register-only kernel that issues independent mma.sync.m16n8k16 bf16→fp32 on every SM
 // (8 warps per CTA, 4 CTAs per SM, 8 accumulator chains per warp) and returns the best of
 // `repeats` timed launches in TFLOP/s (2·16·8·16 FLOPs per mma). Aborts on CUDA errors.
 double MeasureMmaSyncTflops(int repeats);
+
+// The compute roof's rate of every bench_*: the dense bf16 tensor rate measured in the run, the
+// larger of cuBLAS's bf16 GEMM (MeasureCublasBf16Tflops; 0 when no libcublas loads) and the
+// mma.sync peak above (the issue defines the roof by cuBLAS's rate; session 51 moved the benches
+// that took the mma.sync peak alone, ~28 % lower, onto this).
+struct Bf16TensorRates {
+  double mma = 0;     // MeasureMmaSyncTflops(5)
+  double cublas = 0;  // MeasureCublasBf16Tflops
+  double dense = 0;   // max(mma, cublas)
+  std::string cublas_source;
+};
+Bf16TensorRates MeasureBf16TensorRates();
 
 }  // namespace flashserve::kernels::attn_bench
