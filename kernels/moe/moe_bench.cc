@@ -101,6 +101,7 @@ struct Options {
   bool front = true;                                // MoeCudaParams::fused_front
   bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;  // MoeCudaParams::ring_cut
+  bool rs_chunks = false;  // MoeCudaWeights::rs_up_chunks / rs_down_chunks (experiment)
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -424,7 +425,8 @@ int Main(int argc, char** argv) {
           "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
-          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2]\n",
+          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--rs-chunks "
+          "0|1]\n",
           argv[0]);
       return 2;
     }
@@ -475,6 +477,8 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.ring_cut = static_cast<MoeCudaRingCut>(cut);
+    } else if (a == "--rs-chunks") {
+      o.rs_chunks = std::atoi(v.c_str()) != 0;
     } else if (a == "--front") {
       o.front = v != "0";
     } else if (a == "--hoist") {
@@ -515,7 +519,19 @@ int Main(int argc, char** argv) {
 
   const moe_test::LayerSpec spec{kE, kD, kI, 2024, moe_test::WeightKind::kRealistic};
   const auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
-  const MoeCudaWeights& w = dev->view;
+  MoeCudaWeights w = dev->view;
+  // --rs-chunks 1: the register-sourced GEMM reads its codes from the stage chunks.
+  DeviceBuffer rs_up_chunks, rs_down_chunks;
+  if (o.rs_chunks) {
+    rs_up_chunks = DeviceBuffer(MoeRsCodeChunkBytes(w, true));
+    rs_down_chunks = DeviceBuffer(MoeRsCodeChunkBytes(w, false));
+    CHECK_OK(LaunchMoeRsBuildCodeChunks(w, true, rs_up_chunks.get<uint8_t>(), stream));
+    CHECK_OK(LaunchMoeRsBuildCodeChunks(w, false, rs_down_chunks.get<uint8_t>(), stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    w.rs_up_chunks = rs_up_chunks.get<uint8_t>();
+    w.rs_down_chunks = rs_down_chunks.get<uint8_t>();
+    std::printf("register-sourced GEMM: codes from the stage chunks (--rs-chunks 1)\n");
+  }
   const double expert_bytes = 3.0 * kI * kD * (0.5 + 1.0 / 32);
 
   // Roofs.

@@ -102,9 +102,27 @@ struct MoeCudaWeights {
   const float* gate_bias = nullptr;     // [E] or null (= 0)
   const float* gate_bias_vl = nullptr;  // [E]; required when is_image is given
   MoeFp4CodeOrder code_order = MoeFp4CodeOrder::kCheckpoint;  // of w1 / w3 / w2: must be kDevice
+  // Optional, 16-byte aligned: a second copy of the codes in the register-sourced GEMM's stage
+  // chunks (LaunchMoeRsBuildCodeChunks). With them that GEMM (kAuto's from
+  // kMoeCudaWgmmaMinSlotsPerExpert on) loads a stage's codes with 2 (up) or 4 (down)
+  // cp.async.bulk copies from one thread instead of 1,024 16-byte cp.async from 128 threads: the
+  // layer is 8-11 % faster at 1,280 to 4,096 tokens (README.md "CUDA: the register-sourced wgmma
+  // GEMM"), for 94 % more device memory for the experts (the codes again; scales are not copied).
+  // The other GEMMs read w1 / w3 / w2; each chunk array is read by its own stage when given.
+  const uint8_t* rs_up_chunks = nullptr;    // MoeRsCodeChunkBytes(*this, true) bytes
+  const uint8_t* rs_down_chunks = nullptr;  // MoeRsCodeChunkBytes(*this, false) bytes
 };
 // Code pointers must be 16-byte aligned, scale pointers 4-byte aligned, the codes in device order.
 absl::Status Validate(const MoeCudaWeights& w);
+
+// The register-sourced GEMM's stage chunks of the up (w1 / w3) or down (w2) codes
+// (moe_cuda_internal.h MoeRsChunkSourceOf: chunk (expert, 64-column block, 128-K stage) is the
+// shared-memory image of that stage's code rows, so one cp.async.bulk loads it): their size, and
+// a launch that writes them from w's device-order codes into `out` (16-byte aligned) on `stream`.
+// Validates w first; MoeCudaWeights::rs_up_chunks says when they pay.
+int64_t MoeRsCodeChunkBytes(const MoeCudaWeights& w, bool up);
+absl::Status LaunchMoeRsBuildCodeChunks(const MoeCudaWeights& w, bool up, uint8_t* out,
+                                        CUstream_st* stream);
 
 // ---- Stages (what MoeCuda enqueues; public for tests, benches and other schedules) ----------
 
@@ -480,18 +498,18 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // What one GEMM launch of a call looks like on the current device (for benches and tuning):
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
-  bool stream = false;             // the streaming GEMM (tile_rows 8, 16 or 32)
-  bool wgmma = false;              // a wgmma GEMM (tile_rows 128)
-  bool wgmma_rs = false;           // the register-sourced one (kWgmmaRs)
-  bool ring = false;               // the TMA-ring streaming GEMM (kStreamRing)
-  int64_t tile_rows = 0;           // slot rows per tile (MoeCudaTileRows)
-  int64_t weight_rows = 0;         // weight rows per CTA (gate + up rows for the up projection)
-  int64_t k_step = 0;              // K per pipeline stage: 128 or 256 (streaming: per unit)
-  int64_t stages = 0;              // ring depth (streaming: register ring depth)
-  int64_t smem_bytes = 0;          // dynamic shared memory per CTA
-  int64_t grid_x = 0;  // N blocks (the TMA-ring and register-sourced GEMMs: persistent CTAs)
-  int64_t grid_y = 0;  // tile slots (the upper bound of the tile count; those two GEMMs: 1)
-  int64_t ctas_per_sm = 0;         // resident CTAs per SM (cudaOccupancy...)
+  bool stream = false;      // the streaming GEMM (tile_rows 8, 16 or 32)
+  bool wgmma = false;       // a wgmma GEMM (tile_rows 128)
+  bool wgmma_rs = false;    // the register-sourced one (kWgmmaRs)
+  bool ring = false;        // the TMA-ring streaming GEMM (kStreamRing)
+  int64_t tile_rows = 0;    // slot rows per tile (MoeCudaTileRows)
+  int64_t weight_rows = 0;  // weight rows per CTA (gate + up rows for the up projection)
+  int64_t k_step = 0;       // K per pipeline stage: 128 or 256 (streaming: per unit)
+  int64_t stages = 0;       // ring depth (streaming: register ring depth)
+  int64_t smem_bytes = 0;   // dynamic shared memory per CTA
+  int64_t grid_x = 0;       // N blocks (the TMA-ring and register-sourced GEMMs: persistent CTAs)
+  int64_t grid_y = 0;       // tile slots (the upper bound of the tile count; those two GEMMs: 1)
+  int64_t ctas_per_sm = 0;  // resident CTAs per SM (cudaOccupancy...)
   int64_t weight_stage_bytes = 0;  // FP4 codes + scales of one stage (unit) of one CTA
 };
 // Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16

@@ -215,6 +215,42 @@ constexpr bool RsCodeChunksSpreadBanks() {
   return true;
 }
 static_assert(RsCodeChunksSpreadBanks());
+// MoeRsChunkSourceOf (the optional stage chunks' layout) is the stage's: the 16 bytes at place
+// RsCodeChunk(r, c) of CTA weight row r of column block 0 come from piece c of r's row (the
+// chunks of a column block cover its rows in order).
+constexpr bool RsChunksAreTheStage(bool up) {
+  const int64_t rows = moe_cuda_internal::MoeRsChunkRows(up);
+  for (int r = 0; r < kRsNB; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      const moe_cuda_internal::MoeRsChunkSource src = moe_cuda_internal::MoeRsChunkSourceOf(
+          up, r / rows, static_cast<int>(r % rows), RsCodeChunk(r, c));
+      const moe_cuda_internal::MoeWgmmaRsUpRow want =
+          up ? moe_cuda_internal::MoeWgmmaRsUpRowOf(static_cast<uint32_t>(r))
+             : moe_cuda_internal::MoeWgmmaRsUpRow{static_cast<uint32_t>(r), false};
+      if (src.piece != c || src.up != want.up || src.column != want.column) return false;
+    }
+  }
+  return moe_cuda_internal::MoeRsChunkBytes(up) * (kRsNB / rows) == kRsCodeBytes;
+}
+static_assert(RsChunksAreTheStage(true) && RsChunksAreTheStage(false));
+
+// mbarrier.expect_tx without an arrival: the stage's bulk copies' bytes join its `full` phase,
+// whose arrivals stay the producer threads' cp.async ones.
+__device__ __forceinline__ void RsExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// One bulk copy global -> shared, completion counted in `bar`'s transaction bytes.
+__device__ __forceinline__ void RsBulkCopy(uint32_t dst, const void* src, uint32_t bytes,
+                                           uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 template <bool kUp>
 inline constexpr int64_t kRsCodeRowStep = kUp ? 32 / 2 : 32;  // output rows between it, it + 1
 template <bool kUp>
@@ -230,11 +266,20 @@ __device__ __forceinline__ moe_cuda_internal::MoeWgmmaRsUpRow RsWeightRow(uint32
 template <bool kUp>
 __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0) {
   RsRows rows;
-  const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
-  const int64_t col = n0 + c.column;
-  constexpr int64_t kStep = kRsCodeRowStep<kUp>;
-  rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
-  rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
+  if (g.code_chunks != nullptr) {
+    // The stage chunks: the CTA's first column block's chunk of stage 0, and how many of its
+    // chunks lie inside N (N is a multiple of 128, so every chunk is whole).
+    constexpr int64_t kChunk = moe_cuda_internal::MoeRsChunkBytes(kUp);
+    rows.code = g.code_chunks + (e * (g.n / 64) + n0 / 64) * (g.k / kRsBK) * kChunk;
+    constexpr int64_t kChunks = kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp);
+    rows.code_rows = static_cast<int>(min(kChunks, (g.n - n0) / 64));
+  } else {
+    const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
+    const int64_t col = n0 + c.column;
+    constexpr int64_t kStep = kRsCodeRowStep<kUp>;
+    rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
+    rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
+  }
   const moe_cuda_internal::MoeWgmmaRsUpRow s = RsWeightRow<kUp>(static_cast<uint32_t>(p));
   const int64_t scol = n0 + s.column;
   constexpr int64_t kSStep = kRsScaleRowStep<kUp>;
@@ -273,16 +318,33 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
       }
     }
   }
-  // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage; the chunk
-  // lands at RsCodeChunk (rows p / 4 + 32·it share bits 1, 2).
-  const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
-  const int code_at = RsCodeChunk(p / 4, p % 4) * 16;
+  if (g.code_chunks != nullptr) {
+    // The stage chunks: thread 0 adds their bytes to the phase (before its own cp.async arrival,
+    // so the phase cannot complete without them) and issues one bulk copy per chunk.
+    if (p == 0) {
+      constexpr uint32_t kChunk = moe_cuda_internal::MoeRsChunkBytes(kUp);
+      RsExpectTx(full, static_cast<uint32_t>(rows.code_rows) * kChunk);
+      const int64_t chunk_step = (g.k / kRsBK) * kChunk;
 #pragma unroll
-  for (int it = 0; it < kRsNB / 32; ++it) {
-    const int r = p / 4 + 32 * it;
-    if (it < rows.code_rows) {
-      CpAsync16(st + kRsXBytes + r * 64 + code_at,
-                rows.code + it * code_step + kt * (kRsBK / 2) + (p % 4) * 16, true);
+      for (int j = 0; j < kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp); ++j) {
+        if (j < rows.code_rows) {
+          RsBulkCopy(SmemAddr(st) + kRsXBytes + j * kChunk,
+                     rows.code + j * chunk_step + kt * kChunk, kChunk, full);
+        }
+      }
+    }
+  } else {
+    // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage; the
+    // chunk lands at RsCodeChunk (rows p / 4 + 32·it share bits 1, 2).
+    const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
+    const int code_at = RsCodeChunk(p / 4, p % 4) * 16;
+#pragma unroll
+    for (int it = 0; it < kRsNB / 32; ++it) {
+      const int r = p / 4 + 32 * it;
+      if (it < rows.code_rows) {
+        CpAsync16(st + kRsXBytes + r * 64 + code_at,
+                  rows.code + it * code_step + kt * (kRsBK / 2) + (p % 4) * 16, true);
+      }
     }
   }
   const int64_t scale_step = kRsScaleRowStep<kUp> * (g.k / 32);
@@ -699,6 +761,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
     } else {
       RsStoreDown(g, acc, tile_smem, cw, n0, row0, rows);
     }
+    // The slot's next bulk copies write through the async proxy over these generic writes.
+    if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
     RsRelease(empty_bars, c, t.lane);
     ++c;
   }

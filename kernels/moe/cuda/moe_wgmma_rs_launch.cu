@@ -10,6 +10,8 @@
 #include "kernels/common/per_device_cache.h"
 #include "kernels/moe/cuda/moe_wgmma_rs_gemm.cuh"
 #include "kernels/moe/cuda/moe_wgmma_rs_launch.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_internal.h"
 
 namespace flashserve::kernels::moe_device {
 namespace {
@@ -60,6 +62,26 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
   return plan;
 }
 
+// One thread per 16 bytes of the chunks (MoeRsChunkSourceOf), grid-stride.
+__global__ void MoeRsBuildChunksKernel(const uint8_t* w, const uint8_t* w_up, int64_t n_experts,
+                                       int64_t n, int64_t k, bool up, uint8_t* out) {
+  const int64_t rows = moe_cuda_internal::MoeRsChunkRows(up);
+  const int64_t stages = k / kRsBK, blocks = n / 64;
+  const int64_t pieces = n_experts * blocks * stages * rows * 4;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pieces;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int place = static_cast<int>(i % 4);
+    const int row = static_cast<int>(i / 4 % rows);
+    const int64_t chunk = i / (4 * rows);
+    const int64_t kt = chunk % stages, cb = chunk / stages % blocks, e = chunk / stages / blocks;
+    const moe_cuda_internal::MoeRsChunkSource src =
+        moe_cuda_internal::MoeRsChunkSourceOf(up, cb, row, place);
+    const uint8_t* from =
+        (src.up ? w_up : w) + (e * n + src.column) * (k / 2) + kt * (kRsBK / 2) + src.piece * 16;
+    *reinterpret_cast<uint4*>(out + i * 16) = *reinterpret_cast<const uint4*>(from);
+  }
+}
+
 }  // namespace
 
 void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas,
@@ -73,3 +95,25 @@ MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles) {
 }
 
 }  // namespace flashserve::kernels::moe_device
+
+namespace flashserve::kernels {
+
+static_assert(moe_device::kRsBK == moe_cuda_internal::kMoeRsChunkK);
+
+absl::Status LaunchMoeRsBuildCodeChunks(const MoeCudaWeights& w, bool up, uint8_t* out,
+                                        CUstream_st* stream) {
+  if (absl::Status st = Validate(w); !st.ok()) return st;
+  if (out == nullptr || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "LaunchMoeRsBuildCodeChunks: out must be a 16-byte aligned device pointer");
+  }
+  const int64_t n = up ? w.inter : w.dim, k = up ? w.dim : w.inter;
+  const int64_t pieces = MoeRsCodeChunkBytes(w, up) / 16;
+  const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 65536);
+  moe_device::MoeRsBuildChunksKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      up ? w.w1 : w.w2, up ? w.w3 : nullptr, w.n_experts, n, k, up, out);
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels
