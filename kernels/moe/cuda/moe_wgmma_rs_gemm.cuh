@@ -53,7 +53,8 @@
 //
 // N per tile: 128 slot rows (m64n128k16), or m64n64k16 when the tile has <= 64 rows inside the
 // expert (a branch on a __shfl_sync-broadcast flag, so ptxas sees it warp-uniform and does not
-// serialise the wgmmas).
+// serialise the wgmmas); with kRsUpN32Tiles (off: not yet measured) m64n32k16 for up tiles of
+// <= 32 rows.
 //
 // Epilogue (session 44): one step of the ring's sequence. After an item's K steps the producer
 // takes one more step without copies (it waits for the slot's `empty` and arrives on its `full`)
@@ -119,6 +120,12 @@ static_assert(kRsSmemBytes + 1024 < (1 << 18));
 // More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
 // by it).
 static_assert(2 * kRsSmemBytes > 228 * 1024);
+// The up kernel's m64n32k16 path for tiles of <= 32 slot rows (half the n64 path's tensor work
+// where the expert has ~32 rows, e.g. 2,048 tokens at E 384 top-6). Built in session 52 (no
+// spills; the down kernel spilled 3 KB with it, so up only), not yet run on the H200: off until
+// the RS GPU tests (kRsNarrowCounts: tiles of 3 .. 33 rows) and bench_moe have run with it
+// (wgmma_rs_gemm.md "Session 52").
+inline constexpr bool kRsUpN32Tiles = false;
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
@@ -461,8 +468,11 @@ template <int kN>
 __device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (kN == 128) {
     wgmma::WgmmaM64N128K16RS(d, a, desc_b, true);
-  } else {
+  } else if constexpr (kN == 64) {
     wgmma::WgmmaM64N64K16RS(d, a, desc_b, true);
+  } else {
+    static_assert(kN == 32);
+    wgmma::WgmmaM64N32K16RS(d, a, desc_b, true);
   }
 }
 
@@ -743,11 +753,20 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
       for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
     }
-    const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
-    if (narrow) {
-      RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
-    } else {
-      RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
+    const int width = __shfl_sync(0xFFFFFFFFu, rows <= 32 ? 32 : rows <= 64 ? 64 : 128, 0);
+    bool done = false;
+    if constexpr (kUp && kRsUpN32Tiles) {
+      if (width == 32) {
+        RsConsumeTile<32>(smem, base, t, kt_count, c, acc);
+        done = true;
+      }
+    }
+    if (!done) {
+      if (width <= 64) {
+        RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
+      } else {
+        RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
+      }
     }
     c += kt_count;
     // The epilogue step: its slot holds both warpgroups' tiles (no proxy fence: generic accesses
