@@ -126,6 +126,13 @@ static_assert(2 * kRsSmemBytes > 228 * 1024);
 // the RS GPU tests (kRsNarrowCounts: tiles of 3 .. 33 rows) and bench_moe have run with it
 // (wgmma_rs_gemm.md "Session 52").
 inline constexpr bool kRsUpN32Tiles = false;
+// The consumers' stage boundary (session 51's Nsight on the copy-free skeleton: the `full` wait,
+// the proxy fence, the scale loads and the wide-scale vote, 17 % of its samples while only block
+// 3's wgmmas were queued): after decoding block 3 the consumer warp probes the next stage
+// (test_wait on every lane) and, when it has landed, takes its fence and scales then, under
+// block 2's wgmmas. Built in session 52 (no spills), not yet run on the H200: off until the RS
+// GPU tests and bench_moe have run with it (wgmma_rs_gemm.md "Session 52").
+inline constexpr bool kRsEarlyProbe = false;
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
@@ -510,6 +517,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
   bool wide = RsLoadScales(st, t, sw);
   RsDecodeBlock(st, t, sw, wide, 0, a[0]);
+  bool probed = false;  // kRsEarlyProbe: the next stage's fence and scales already taken
   for (uint32_t kt = 0; kt < kt_count; ++kt) {
     const uint32_t cs = c + kt;
     const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
@@ -535,10 +543,30 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
       if (b == 0 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
       if (b < 3) {
         RsDecodeBlock(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
+        if constexpr (kRsEarlyProbe) {
+          // Block 3 is decoded: this stage's scales and codes are no longer read here. When the
+          // next stage has already landed (every lane sees it), take its fence and scales now,
+          // under block 2's wgmmas, instead of at block 3's boundary.
+          if (b == 2 && kt + 1 < kt_count) {
+            const uint32_t c1 = cs + 1;
+            probed = __all_sync(
+                0xFFFFFFFFu,
+                wgmma_ws::BarTestWait(full_bars + static_cast<uint32_t>(c1 % kRsStages) * 8,
+                                      static_cast<uint32_t>((c1 / kRsStages) & 1)));
+            if (probed) {
+              wgmma::FenceProxyAsyncShared();
+              st = smem + (c1 % kRsStages) * kRsStageBytes;
+              wide = RsLoadScales(st, t, sw);
+            }
+          }
+        }
       } else if (kt + 1 < kt_count) {
-        RsWaitFull(full_bars, cs + 1);
-        st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
-        wide = RsLoadScales(st, t, sw);
+        if (!probed) {
+          RsWaitFull(full_bars, cs + 1);
+          st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
+          wide = RsLoadScales(st, t, sw);
+        }
+        probed = false;
         RsDecodeBlock(st, t, sw, wide, 0, a[0]);
       }
     }
