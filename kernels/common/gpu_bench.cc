@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -92,43 +94,84 @@ double MeasureD2dCopyGbps(size_t bytes, int iters) {
   return 2.0 * static_cast<double>(bytes) / us / 1e3;
 }
 
-double MeasureCublasBf16Tflops(std::string* source) {
-  void* lib = nullptr;
-  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      *source = std::string("cuBLAS GemmEx 8192^3 bf16/fp32 (") + name + ")";
-      break;
-    }
-  }
-  if (lib == nullptr) {
-    *source = "no libcublas";
-    return 0.0;
-  }
-  auto create = reinterpret_cast<decltype(&cublasCreate_v2)>(dlsym(lib, "cublasCreate_v2"));
-  auto destroy = reinterpret_cast<decltype(&cublasDestroy_v2)>(dlsym(lib, "cublasDestroy_v2"));
+namespace {
+
+// cublasGemmEx from the first libcublas that loads (see MeasureCublasBf16Tflops), or null.
+struct CublasGemmEx {
+  using Create = decltype(&cublasCreate_v2);
+  using Destroy = decltype(&cublasDestroy_v2);
   using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
                                     int, const void*, const void*, cudaDataType, int, const void*,
                                     cudaDataType, int, const void*, void*, cudaDataType, int,
                                     cublasComputeType_t, cublasGemmAlgo_t);
-  auto gemm = reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx"));
-  if (create == nullptr || destroy == nullptr || gemm == nullptr) return 0.0;
+  Create create = nullptr;
+  Destroy destroy = nullptr;
+  GemmEx gemm = nullptr;
+  std::string name;
+};
+
+CublasGemmEx LoadCublasGemmEx() {
+  CublasGemmEx c;
+  void* lib = nullptr;
+  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      c.name = name;
+      break;
+    }
+  }
+  if (lib == nullptr) return c;
+  c.create = reinterpret_cast<CublasGemmEx::Create>(dlsym(lib, "cublasCreate_v2"));
+  c.destroy = reinterpret_cast<CublasGemmEx::Destroy>(dlsym(lib, "cublasDestroy_v2"));
+  c.gemm = reinterpret_cast<CublasGemmEx::GemmEx>(dlsym(lib, "cublasGemmEx"));
+  if (c.create == nullptr || c.destroy == nullptr || c.gemm == nullptr) c.gemm = nullptr;
+  return c;
+}
+
+// The median rate of cublasGemmEx at m = n = k = 8192 with `type` operands (filled with `fill`
+// bytes), `out_type` output, `compute` and A transposed by `trans_a`, in units of 10^12 per s;
+// 0 when cuBLAS is missing or refuses the call.
+double GemmRate(cudaDataType type, size_t elem_bytes, int fill, cudaDataType out_type,
+                size_t out_bytes, cublasComputeType_t compute, cublasOperation_t trans_a,
+                const void* alpha, const void* beta, std::string* source, const char* what) {
+  const CublasGemmEx c = LoadCublasGemmEx();
+  if (c.gemm == nullptr) {
+    *source = c.name.empty() ? "no libcublas" : "no cublasGemmEx in " + c.name;
+    return 0.0;
+  }
+  *source = std::string("cuBLAS GemmEx 8192^3 ") + what + " (" + c.name + ")";
   cublasHandle_t handle = nullptr;
-  if (create(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
+  if (c.create(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
   constexpr int n = 8192;
-  const size_t bytes = size_t{n} * n * 2;
-  DeviceBuffer a(bytes), b(bytes), c(bytes);
-  CUDA_CHECK(cudaMemset(a.get(), 0x3C, bytes));  // bf16 0x3C3C ≈ 0.0115
-  CUDA_CHECK(cudaMemset(b.get(), 0x3C, bytes));
-  const float alpha = 1.0f, beta = 0.0f;
+  const size_t elems = size_t{n} * n;
+  DeviceBuffer a(elems * elem_bytes), b(elems * elem_bytes), out(elems * out_bytes);
+  CUDA_CHECK(cudaMemset(a.get(), fill, elems * elem_bytes));
+  CUDA_CHECK(cudaMemset(b.get(), fill, elems * elem_bytes));
   bool ok = true;
   const double us = MedianEventMicros(3, 10, [&] {
-    ok &= gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n, b.get(),
-               CUDA_R_16BF, n, &beta, c.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-               CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+    ok &=
+        c.gemm(handle, trans_a, CUBLAS_OP_N, n, n, n, alpha, a.get(), type, n, b.get(), type, n,
+               beta, out.get(), out_type, n, compute, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
   });
-  destroy(handle);
+  c.destroy(handle);
+  if (!ok) *source += ": refused";
   return ok ? 2.0 * n * n * double(n) / us / 1e6 : 0.0;
+}
+
+}  // namespace
+
+double MeasureCublasBf16Tflops(std::string* source) {
+  const float alpha = 1.0f, beta = 0.0f;
+  // bf16 0x3C3C ≈ 0.0115 everywhere.
+  return GemmRate(CUDA_R_16BF, 2, 0x3C, CUDA_R_16BF, 2, CUBLAS_COMPUTE_32F, CUBLAS_OP_N, &alpha,
+                  &beta, source, "bf16/fp32");
+}
+
+double MeasureCublasInt8Tops(std::string* source) {
+  const int32_t alpha = 1, beta = 0;
+  // int8 1 everywhere: every int32 sum is 8192, far from overflow.
+  return GemmRate(CUDA_R_8I, 1, 0x01, CUDA_R_32I, 4, CUBLAS_COMPUTE_32I, CUBLAS_OP_T, &alpha, &beta,
+                  source, "int8/int32");
 }
 
 }  // namespace flashserve::kernels

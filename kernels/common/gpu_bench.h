@@ -31,5 +31,10 @@ double MeasureD2dCopyGbps(size_t bytes, int iters);
 // (the toolkit has no static cuBLAS and the static bench binaries must not depend on it); 0 when
 // no libcublas can be loaded. `source` gets a description of what was measured.
 double MeasureCublasBf16Tflops(std::string* source);
+// The same for int8: cublasGemmEx int8 × int8 → int32 (CUBLAS_COMPUTE_32I, A transposed, the
+// layout cuBLAS's int8 tensor-core kernels take) at m = n = k = 8192, TOP/s; 0 when no libcublas
+// loads or the call is refused. The rate of the kernels that compute in int8 (the indexer's
+// scorer).
+double MeasureCublasInt8Tops(std::string* source);
 
 }  // namespace flashserve::kernels

@@ -13,10 +13,12 @@
 // the candidates. FLOPs: 2 × 32 × 128 × W per row. Roofline = max(bytes / copy bandwidth,
 // FLOPs / tensor-core rate), ratio = roofline / measured (1.0 = at the roof). Both roofs are
 // measured in the same run: the copy is cudaMemcpyAsync device-to-device of the key tensor
-// (counted read + write), the tensor-core rate is the dense bf16 rate, the larger of cuBLAS's
-// GEMM and the mma.sync peak of kernels/attention/bench/mma_peak.cu (until session 51 the mma.sync
-// peak alone, ~28 % lower, which made the FLOP roof optimistic for us; the int8 scorer's own
-// format has twice the bf16 rate, which no cuBLASLt measurement here gives yet). Before timing,
+// (counted read + write), the tensor-core rate is the dense rate of the format the op computes
+// in (the "fmt" column): bf16 — the larger of cuBLAS's bf16 GEMM and the mma.sync peak of
+// kernels/attention/bench/mma_peak.cu (until session 51 the mma.sync peak alone, ~28 % lower) —
+// or, for the ops the int8 scorer runs (score_rows*, batch / seq score), int8 — the larger of
+// cuBLAS's int8 GEMM and the int8 mma.sync peak (since session 52; the bf16 rate before, half of
+// it, which made those rows' FLOP roof optimistic for us). Before timing,
 // the scores of the first 16384 positions of every row (CPU body on those positions), the full
 // top-k rows and the candidate masks (CPU bodies on the GPU's scores) are compared; a mismatch
 // makes the exit code 1. The selections get their GPU workspace
@@ -97,17 +99,20 @@ DeviceBuffer Upload(const std::vector<uint16_t>& host) {
   return d;
 }
 
+constexpr bool kInt8 = true;  // Bench::Add: the op runs the int8 scorer
+
 struct Row {
   std::string op;
   int64_t rows = 0;
   double us = 0, mb = 0, gflop = 0, roof_us = 0;
+  bool int8 = false;     // FLOPs at the int8 tensor rate (the int8 scorer), else bf16
   double fallback = -1;  // int8 scores: fraction of (row, head, position) dot products recomputed
 };
 
 class Bench {
  public:
-  Bench(Options o, double copy_gbps, double tc_tflops)
-      : o_(o), copy_gbps_(copy_gbps), tc_tflops_(tc_tflops) {}
+  Bench(Options o, double copy_gbps, double tc_tflops, double int8_tops)
+      : o_(o), copy_gbps_(copy_gbps), tc_tflops_(tc_tflops), int8_tops_(int8_tops) {}
 
   void Run(int64_t rows, const std::vector<uint16_t>& k, const DeviceBuffer& dk,
            const std::vector<uint8_t>& krows, const DeviceBuffer& dkrows) {
@@ -193,8 +198,9 @@ class Bench {
     const double row_bytes = static_cast<double>(width) * formats::IndexKRowBytes(kDim);
     Add("score", rows, key_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(sp, nullptr)); });
-    Add("score_rows", rows, row_bytes + score_bytes + qw_bytes, flops,
-        [&] { CHECK_OK(LaunchIndexerScore(rows_p, nullptr)); });
+    Add(
+        "score_rows", rows, row_bytes + score_bytes + qw_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScore(rows_p, nullptr)); }, kInt8);
     rows_.back().fallback = rows_rate;
     Add("score_rows_exact", rows, row_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(rows_exact, nullptr)); });
@@ -242,11 +248,12 @@ class Bench {
         static_cast<long>(rows), static_cast<long>(kept / rows), static_cast<long>(union_keys),
         static_cast<long>(bad));
     if (bad != 0) ++failures_;
-    Add("score_rows_cand", rows,
+    Add(
+        "score_rows_cand", rows,
         static_cast<double>(union_keys) * formats::IndexKRowBytes(kDim) + score_bytes + mask_bytes +
             qw_bytes,
         2.0 * kHeads * kDim * static_cast<double>(kept),
-        [&] { CHECK_OK(LaunchIndexerScore(cand_p, nullptr)); });
+        [&] { CHECK_OK(LaunchIndexerScore(cand_p, nullptr)); }, kInt8);
   }
 
   // B decode sequences of kDecodeKeys keys each (see the file comment).
@@ -367,9 +374,10 @@ class Bench {
     const double score_bytes = keys * (rb + 2) + static_cast<double>(q.size() + w.size()) * 2;
     const double flops = 2.0 * kHeads * kDim * keys;
     const double topk_bytes = keys * 2 + static_cast<double>(seqs) * kTopk * 4;
-    Add("batch_score", seqs, score_bytes, flops,
-        [&] { CHECK_OK(LaunchIndexerScoreBatch(bp, nullptr)); });
-    Add("seq_score", seqs, score_bytes, flops, seq_scores);
+    Add(
+        "batch_score", seqs, score_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScoreBatch(bp, nullptr)); }, kInt8);
+    Add("seq_score", seqs, score_bytes, flops, seq_scores, kInt8);
     Add("batch_topk512", seqs, topk_bytes, 0,
         [&] { CHECK_OK(LaunchIndexerTopkBatch(tb, nullptr)); });
     Add("seq_topk512", seqs, topk_bytes, 0, seq_topk);
@@ -406,24 +414,28 @@ class Bench {
         static_cast<long>(bad_m));
     if (bad_m != 0) ++failures_;
     const double kept_d = static_cast<double>(kept);
-    Add("batch_score_cand", seqs,
+    Add(
+        "batch_score_cand", seqs,
         kept_d * rb + keys * 3 + static_cast<double>(q.size() + w.size()) * 2,
-        2.0 * kHeads * kDim * kept_d, [&] { CHECK_OK(LaunchIndexerScoreBatch(bm, nullptr)); });
+        2.0 * kHeads * kDim * kept_d, [&] { CHECK_OK(LaunchIndexerScoreBatch(bm, nullptr)); },
+        kInt8);
   }
 
   int Print(const std::string& command) const {
-    std::printf("\nroofs: d2d copy %.0f GB/s (read + write), bf16 tensor %.0f TFLOP/s\n",
-                copy_gbps_, tc_tflops_);
-    std::printf("%-16s %5s %11s %10s %9s %8s %11s %7s %9s\n", "op", "rows", "median_us", "MB",
-                "GFLOP", "TFLOP/s", "roofline_us", "ratio", "fallback");
+    std::printf(
+        "\nroofs: d2d copy %.0f GB/s (read + write), bf16 tensor %.0f TFLOP/s, int8 tensor %.0f "
+        "TOP/s (fmt: the rate of the op's FLOPs)\n",
+        copy_gbps_, tc_tflops_, int8_tops_);
+    std::printf("%-16s %5s %11s %10s %9s %8s %11s %7s %9s %5s\n", "op", "rows", "median_us", "MB",
+                "GFLOP", "TFLOP/s", "roofline_us", "ratio", "fallback", "fmt");
     for (const Row& r : rows_) {
       char fallback[32] = "-";
       if (r.fallback >= 0) {
         std::snprintf(fallback, sizeof(fallback), "%.3f%%", 100.0 * r.fallback);
       }
-      std::printf("%-16s %5ld %11.1f %10.1f %9.1f %8.2f %11.1f %7.3f %9s\n", r.op.c_str(),
+      std::printf("%-16s %5ld %11.1f %10.1f %9.1f %8.2f %11.1f %7.3f %9s %5s\n", r.op.c_str(),
                   static_cast<long>(r.rows), r.us, r.mb, r.gflop, r.gflop / r.us / 1e3, r.roof_us,
-                  r.roof_us / r.us, fallback);
+                  r.roof_us / r.us, fallback, r.int8 ? "int8" : "bf16");
     }
     std::printf(
         "\ncorrectness (scores of the first %ld positions, full top-k rows and candidate "
@@ -434,11 +446,13 @@ class Bench {
   }
 
  private:
+  // `int8`: the op computes in int8 (the int8 scorer), so its FLOPs count at the int8 rate.
   void Add(const char* op, int64_t rows, double bytes, double flops,
-           const std::function<void()>& launch) {
+           const std::function<void()>& launch, bool int8 = false) {
     const double us = MedianEventMicros(o_.warmup, o_.iters, launch);
-    const double roof = std::max(bytes / copy_gbps_ / 1e3, flops / tc_tflops_ / 1e6);
-    rows_.push_back({op, rows, us, bytes / 1e6, flops / 1e9, roof});
+    const double rate = int8 ? int8_tops_ : tc_tflops_;
+    const double roof = std::max(bytes / copy_gbps_ / 1e3, flops / rate / 1e6);
+    rows_.push_back({op, rows, us, bytes / 1e6, flops / 1e9, roof, int8});
   }
 
   // Runs `p` once with a fresh device counter; returns fallbacks per dot product.
@@ -540,7 +554,7 @@ class Bench {
   }
 
   Options o_;
-  double copy_gbps_, tc_tflops_;
+  double copy_gbps_, tc_tflops_, int8_tops_;
   std::vector<Row> rows_;
   int failures_ = 0;
 };
@@ -582,7 +596,10 @@ int Main(int argc, char** argv) {
   const attn_bench::Bf16TensorRates rates = attn_bench::MeasureBf16TensorRates();
   std::printf("bf16 tensor rates: mma.sync %.0f, cuBLAS %.0f TFLOP/s (%s)\n", rates.mma,
               rates.cublas, rates.cublas_source.c_str());
-  Bench bench(o, copy_gbps, rates.dense);
+  const attn_bench::Int8TensorRates int8 = attn_bench::MeasureInt8TensorRates();
+  std::printf("int8 tensor rates: mma.sync %.0f, cuBLAS %.0f TOP/s (%s)\n", int8.mma, int8.cublas,
+              int8.cublas_source.c_str());
+  Bench bench(o, copy_gbps, rates.dense, int8.dense);
   for (int64_t rows : {1, 8}) bench.Run(rows, k, dk, krows, dkrows);
   for (int64_t seqs : {8, 64}) bench.RunBatch(seqs, krows);
   return bench.Print(command);

@@ -15,12 +15,20 @@ double MeasureMmaSyncTflops(int repeats);
 // larger of cuBLAS's bf16 GEMM (MeasureCublasBf16Tflops; 0 when no libcublas loads) and the
 // mma.sync peak above (the issue defines the roof by cuBLAS's rate; session 51 moved the benches
 // that took the mma.sync peak alone, ~28 % lower, onto this).
-struct Bf16TensorRates {
-  double mma = 0;     // MeasureMmaSyncTflops(5)
-  double cublas = 0;  // MeasureCublasBf16Tflops
+struct TensorRates {
+  double mma = 0;     // the mma.sync peak (MeasureMmaSyncTflops(5) / MeasureMmaSyncInt8Tops(5))
+  double cublas = 0;  // cuBLAS's GEMM (MeasureCublasBf16Tflops / MeasureCublasInt8Tops)
   double dense = 0;   // max(mma, cublas)
   std::string cublas_source;
 };
+using Bf16TensorRates = TensorRates;
 Bf16TensorRates MeasureBf16TensorRates();
+
+// The same for kernels that compute in int8 (the indexer's scorer): mma.sync.m16n8k32 s8 → s32
+// peak (2·16·8·32 operations per mma, the bf16 kernel's shape otherwise) and cuBLAS's int8 GEMM
+// (MeasureCublasInt8Tops), TOP/s; dense = the larger.
+double MeasureMmaSyncInt8Tops(int repeats);
+using Int8TensorRates = TensorRates;
+Int8TensorRates MeasureInt8TensorRates();
 
 }  // namespace flashserve::kernels::attn_bench
