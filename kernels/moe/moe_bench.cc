@@ -530,7 +530,11 @@ int Main(int argc, char** argv) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     w.rs_up_chunks = rs_up_chunks.get<uint8_t>();
     w.rs_down_chunks = rs_down_chunks.get<uint8_t>();
-    std::printf("register-sourced GEMM: codes from the stage chunks (--rs-chunks 1)\n");
+    std::printf(
+        "register-sourced GEMM: codes from the stage chunks (--rs-chunks 1), a second copy of "
+        "%.2f GB (the experts' codes and scales: %.2f GB)\n",
+        static_cast<double>(rs_up_chunks.bytes() + rs_down_chunks.bytes()) / 1e9,
+        3.0 * kE * kI * kD * (0.5 + 1.0 / 32) / 1e9);
   }
   const double expert_bytes = 3.0 * kI * kD * (0.5 + 1.0 / 32);
 
