@@ -300,6 +300,26 @@ TEST(MoeGpuWgmmaTest, RsFewCtasWalkEveryItem) {
   CheckDownHandBuilt(kCounts, kDims, std::size(kDims), true, 2, false);
 }
 
+// The chunk builder validates before it enqueues anything (so this runs without a device too).
+TEST(MoeGpuWgmmaTest, RsBuildCodeChunksValidates) {
+  alignas(256) static uint8_t buf[1024];
+  MoeCudaWeights w;
+  w.n_experts = 2;
+  w.dim = 128;
+  w.inter = 256;
+  w.w1 = w.w3 = w.w2 = buf;
+  w.w1_scale = w.w3_scale = w.w2_scale = buf + 512;
+  w.code_order = MoeFp4CodeOrder::kDevice;
+  const absl::Status null_out = LaunchMoeRsBuildCodeChunks(w, true, nullptr, nullptr);
+  EXPECT_EQ(null_out.code(), absl::StatusCode::kInvalidArgument) << null_out;
+  const absl::Status odd_out = LaunchMoeRsBuildCodeChunks(w, false, buf + 8, nullptr);
+  EXPECT_EQ(odd_out.code(), absl::StatusCode::kInvalidArgument) << odd_out;
+  w.code_order = MoeFp4CodeOrder::kCheckpoint;
+  const absl::Status order = LaunchMoeRsBuildCodeChunks(w, true, buf + 256, nullptr);
+  EXPECT_EQ(order.code(), absl::StatusCode::kInvalidArgument) << order;
+  EXPECT_NE(std::string(order.message()).find("code_order"), std::string::npos) << order;
+}
+
 // The codes from the stage chunks (MoeCudaWeights::rs_up_chunks / rs_down_chunks, one
 // cp.async.bulk per chunk): the same bits on every layout above, with one and three CTAs walking
 // many items (the ring's bulk copies landing over every slot, after epilogue steps too).
