@@ -781,16 +781,18 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
       for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
     }
-    const int width = __shfl_sync(0xFFFFFFFFu, rows <= 32 ? 32 : rows <= 64 ? 64 : 128, 0);
-    bool done = false;
     if constexpr (kUp && kRsUpN32Tiles) {
+      const int width = __shfl_sync(0xFFFFFFFFu, rows <= 32 ? 32 : rows <= 64 ? 64 : 128, 0);
       if (width == 32) {
         RsConsumeTile<32>(smem, base, t, kt_count, c, acc);
-        done = true;
+      } else if (width == 64) {
+        RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
+      } else {
+        RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
       }
-    }
-    if (!done) {
-      if (width <= 64) {
+    } else {
+      const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
+      if (narrow) {
         RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
       } else {
         RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
