@@ -525,16 +525,27 @@ int Main(int argc, char** argv) {
   if (o.rs_chunks) {
     rs_up_chunks = DeviceBuffer(MoeRsCodeChunkBytes(w, true));
     rs_down_chunks = DeviceBuffer(MoeRsCodeChunkBytes(w, false));
+    // The build is a one-time upload cost; its time (one call, events) says what it adds to a
+    // layer's upload.
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    CUDA_CHECK(cudaEventRecord(t0, stream));
     CHECK_OK(LaunchMoeRsBuildCodeChunks(w, true, rs_up_chunks.get<uint8_t>(), stream));
     CHECK_OK(LaunchMoeRsBuildCodeChunks(w, false, rs_down_chunks.get<uint8_t>(), stream));
+    CUDA_CHECK(cudaEventRecord(t1, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    float build_ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&build_ms, t0, t1));
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
     w.rs_up_chunks = rs_up_chunks.get<uint8_t>();
     w.rs_down_chunks = rs_down_chunks.get<uint8_t>();
     std::printf(
         "register-sourced GEMM: codes from the stage chunks (--rs-chunks 1), a second copy of "
-        "%.2f GB (the experts' codes and scales: %.2f GB)\n",
+        "%.2f GB (the experts' codes and scales: %.2f GB), built in %.1f ms\n",
         static_cast<double>(rs_up_chunks.bytes() + rs_down_chunks.bytes()) / 1e9,
-        3.0 * kE * kI * kD * (0.5 + 1.0 / 32) / 1e9);
+        3.0 * kE * kI * kD * (0.5 + 1.0 / 32) / 1e9, build_ms);
   }
   const double expert_bytes = 3.0 * kI * kD * (0.5 + 1.0 / 32);
 
