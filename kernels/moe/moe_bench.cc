@@ -42,7 +42,10 @@
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
 // ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
 // TMA ring's static / dynamic cut at every token count (MoeCudaParams::ring_cut; default 0: kAuto,
-// dynamic from 1 slot per expert), for the layer and the up / down stage times. Per
+// dynamic from 1 slot per expert), for the layer and the up / down stage times. --rs-chunks 1:
+// the register-sourced GEMM reads its codes from their stage chunks (MoeCudaWeights::rs_up_chunks
+// / rs_down_chunks, built once before timing; their bytes and build time are printed), for the
+// layer and the up / down stage times wherever that GEMM runs. Per
 // token count the layer also runs once with both small and once with both large shapes forced: y
 // and the ids must be byte-identical (one line each after the table; a difference makes the exit
 // code 1). Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host
@@ -478,7 +481,11 @@ int Main(int argc, char** argv) {
       }
       o.ring_cut = static_cast<MoeCudaRingCut>(cut);
     } else if (a == "--rs-chunks") {
-      o.rs_chunks = std::atoi(v.c_str()) != 0;
+      if (v != "0" && v != "1") {
+        std::fprintf(stderr, "--rs-chunks must be 0 or 1\n");
+        return 2;
+      }
+      o.rs_chunks = v == "1";
     } else if (a == "--front") {
       o.front = v != "0";
     } else if (a == "--hoist") {

@@ -84,7 +84,7 @@ constexpr MoeWgmmaRsUpRow MoeWgmmaRsUpRowOf(uint32_t r) {
 // rows = CTA weight rows 128·(cb % 2) .. + 127 of column block cb / 2 (MoeWgmmaRsUpRowOf: w1 and
 // w3 interleaved per 8 columns); down, 64 rows = columns 64·cb ..; each row's 64 bytes as four
 // 16-byte pieces, piece c at place c ^ ((row >> 1) & 3) (RsCodeChunk in
-// cuda/moe_wgmma_rs_gemm.cuh, which checks that it is the same XOR). The scales stay where they
+// cuda/moe_wgmma_rs_stage.cuh, which checks that it is the same XOR). The scales stay where they
 // are (with them in the chunks, 2 more bulk copies per chunk, the layer measured slower: the
 // down stage's 256-byte copies).
 inline constexpr int64_t kMoeRsChunkK = 128;  // K of a stage (the kernel's kRsBK)

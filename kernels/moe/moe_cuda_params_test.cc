@@ -26,16 +26,7 @@ using moe_test::WeightKind;
 // Stand-in "device" buffers: validation only looks at null-ness and alignment.
 alignas(256) uint8_t g_buf[4096];
 
-MoeCudaWeights GoodWeights() {
-  MoeCudaWeights w;
-  w.n_experts = 8;
-  w.dim = 256;
-  w.inter = 128;
-  w.w1 = w.w3 = w.w2 = g_buf;
-  w.w1_scale = w.w3_scale = w.w2_scale = g_buf + 64;
-  w.code_order = MoeFp4CodeOrder::kDevice;
-  return w;
-}
+MoeCudaWeights GoodWeights() { return moe_test::StandInCudaWeights(g_buf); }
 
 void ExpectInvalid(const absl::Status& s, const std::string& field) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field << ": " << s;

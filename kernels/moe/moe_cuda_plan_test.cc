@@ -83,13 +83,7 @@ TEST(MoeCudaPlanTest, PathFieldsAreValidated) {
   rp.options.top_k = 2;
   ExpectInvalid(moe_cuda_internal::ValidateMoeRouteCuda(rp, static_cast<MoeCudaPath>(-1)), "path");
 
-  MoeCudaWeights w;
-  w.n_experts = 8;
-  w.dim = 256;
-  w.inter = 128;
-  w.w1 = w.w3 = w.w2 = buf;
-  w.w1_scale = w.w3_scale = w.w2_scale = buf + 64;
-  w.code_order = MoeFp4CodeOrder::kDevice;
+  MoeCudaWeights w = moe_test::StandInCudaWeights(buf);
   MoeCudaParams p;
   p.weights = &w;
   p.options.top_k = 2;

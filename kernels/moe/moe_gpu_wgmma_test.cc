@@ -303,13 +303,7 @@ TEST(MoeGpuWgmmaTest, RsFewCtasWalkEveryItem) {
 // The chunk builder validates before it enqueues anything (so this runs without a device too).
 TEST(MoeGpuWgmmaTest, RsBuildCodeChunksValidates) {
   alignas(256) static uint8_t buf[1024];
-  MoeCudaWeights w;
-  w.n_experts = 2;
-  w.dim = 128;
-  w.inter = 256;
-  w.w1 = w.w3 = w.w2 = buf;
-  w.w1_scale = w.w3_scale = w.w2_scale = buf + 512;
-  w.code_order = MoeFp4CodeOrder::kDevice;
+  MoeCudaWeights w = moe_test::StandInCudaWeights(buf);
   const absl::Status null_out = LaunchMoeRsBuildCodeChunks(w, true, nullptr, nullptr);
   EXPECT_EQ(null_out.code(), absl::StatusCode::kInvalidArgument) << null_out;
   const absl::Status odd_out = LaunchMoeRsBuildCodeChunks(w, false, buf + 8, nullptr);

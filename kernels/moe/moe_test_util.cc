@@ -242,6 +242,17 @@ HostPermutation CountingSort(const std::vector<int32_t>& ids, const std::vector<
   return h;
 }
 
+MoeCudaWeights StandInCudaWeights(const uint8_t* buf) {
+  MoeCudaWeights w;
+  w.n_experts = 8;
+  w.dim = 256;
+  w.inter = 128;
+  w.w1 = w.w3 = w.w2 = buf;
+  w.w1_scale = w.w3_scale = w.w2_scale = buf + 64;
+  w.code_order = MoeFp4CodeOrder::kDevice;
+  return w;
+}
+
 std::vector<int32_t> TileList(const std::vector<int32_t>& offsets, int64_t tile_rows) {
   std::vector<int32_t> tiles;
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {

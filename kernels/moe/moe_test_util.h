@@ -18,6 +18,7 @@
 
 #include "kernels/gemm/prepared_linear.h"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_test_weights.h"
 
 namespace flashserve::kernels::moe_test {
@@ -99,6 +100,10 @@ struct HostPermutation {
 };
 HostPermutation CountingSort(const std::vector<int32_t>& ids, const std::vector<float>& weights,
                              int64_t m, int64_t k, int64_t n_experts);
+// Weights for validation tests (null-ness and alignment only, nothing is read): E 8, D 256, I 128,
+// every code pointer `buf`, every scale pointer buf + 64, device code order. `buf` must be
+// 16-byte aligned.
+MoeCudaWeights StandInCudaWeights(const uint8_t* buf);
 // The tile list LaunchMoePermute writes for these offsets.
 std::vector<int32_t> TileList(const std::vector<int32_t>& offsets, int64_t tile_rows);
 

@@ -1,0 +1,312 @@
+// The register-sourced wgmma expert GEMM's shared-memory plan (ring stages, barriers, the item
+// queue's place), its constants and switches, and its producer: the per-tile weight rows and the
+// copies of one K stage (slot rows, FP4 codes or their stage chunks, scale words). Split out of
+// cuda/moe_wgmma_rs_gemm.cuh (which includes it and documents the design) by responsibility;
+// device code of cuda/moe_wgmma_rs_launch.cu only (sm_90a).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/moe/cuda/moe_device.cuh"
+#include "kernels/moe/cuda/moe_gemm.cuh"
+#include "kernels/moe/moe_cuda_internal.h"
+
+namespace flashserve::kernels::moe_device {
+
+inline constexpr int kRsThreads = 384;
+inline constexpr int kRsConsumerThreads = 256;
+inline constexpr int kRsBM = 128;  // slot rows per tile (kMoeCudaWgmmaTileRows)
+inline constexpr int kRsNB = 256;  // weight rows per CTA
+inline constexpr int kRsBK = 128;  // K per stage
+inline constexpr int kRsStages = 4;
+inline constexpr uint32_t kRsKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
+inline constexpr uint32_t kRsKMajorSbo = 1024;  // 8 rows of 128 bytes
+// setmaxnreg: 256 · 224 + 128 · 56 = 64512 <= 65536 registers per SM (one CTA).
+inline constexpr uint32_t kRsConsumerRegs = 224;
+inline constexpr uint32_t kRsProducerRegs = 56;
+static_assert(kRsConsumerThreads * kRsConsumerRegs + 128 * kRsProducerRegs <= 65536);
+inline constexpr uint32_t kRsXBlock = kRsBM * 128;  // one 64-K column block of the slot rows
+inline constexpr uint32_t kRsXBytes = 2 * kRsXBlock;
+inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
+inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
+inline constexpr uint32_t kRsStageBytes = kRsXBytes + kRsCodeBytes + kRsScaleBytes;
+// The producer's per-tile table: the A row of each slot row (null: not loaded). Its weight rows
+// are in registers (RsRows).
+inline constexpr uint32_t kRsARowOff = kRsStages * kRsStageBytes;
+inline constexpr uint32_t kRsBarOff = kRsARowOff + kRsBM * 8;
+// The item queue: kRsItemSlots mbarriers (1 arrival: the producer's thread 0 wrote the entry),
+// then the entries (int32 item, -1: no more). The producer runs at most 4 steps, i.e. 2 items,
+// ahead of the consumers (every item has a K step and an epilogue step), so it rewrites entry i %
+// 4 only after the consumers have read it.
+inline constexpr int kRsItemSlots = 4;
+inline constexpr uint32_t kRsItemBarOff = kRsBarOff + 2 * kRsStages * 8;
+inline constexpr uint32_t kRsItemOff = kRsItemBarOff + kRsItemSlots * 8;
+inline constexpr uint32_t kRsEnd = kRsItemOff + kRsItemSlots * 4;
+inline constexpr int kRsSmemBytes = static_cast<int>(kRsEnd) + 1024;  // + alignment slack
+static_assert(kRsStageBytes % 1024 == 0, "stages start on swizzle atoms");
+static_assert(kRsSmemBytes <= 227 * 1024);
+// RsConsumeTile advances a stage's B descriptor by adding to its 14-bit start-address field
+// (shared address / 16): every operand's address, inside the CTA's window (+ 1 KB reserved),
+// stays below the field's 256 KB, so the add never carries out of it.
+static_assert(kRsSmemBytes + 1024 < (1 << 18));
+// More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
+// by it).
+static_assert(2 * kRsSmemBytes > 228 * 1024);
+// The up kernel's m64n32k16 path for tiles of <= 32 slot rows (half the n64 path's tensor work
+// where the expert has ~32 rows, e.g. 2,048 tokens at E 384 top-6). Built in session 52 (no
+// spills; the down kernel spilled 3 KB with it, so up only), not yet run on the H200: off until
+// the RS GPU tests (kRsNarrowCounts: tiles of 3 .. 33 rows) and bench_moe have run with it
+// (wgmma_rs_gemm.md "Session 52").
+inline constexpr bool kRsUpN32Tiles = false;
+// The consumers' stage boundary (session 51's Nsight on the copy-free skeleton: the `full` wait,
+// the proxy fence, the scale loads and the wide-scale vote, 17 % of its samples while only block
+// 3's wgmmas were queued): after decoding block 3 the consumer warp probes the next stage
+// (test_wait on every lane) and, when it has landed, takes its fence and scales then, under
+// block 2's wgmmas. Built in session 52 (no spills), not yet run on the H200: off until the RS
+// GPU tests and bench_moe have run with it (wgmma_rs_gemm.md "Session 52").
+inline constexpr bool kRsEarlyProbe = false;
+// Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
+// (kRsEpilogueBarrier + cw).
+inline constexpr uint32_t kRsProducerBarrier = 1;
+inline constexpr uint32_t kRsEpilogueBarrier = 2;
+
+template <bool kUp>
+struct RsShape {
+  static constexpr int kBN = kUp ? kRsNB / 2 : kRsNB;  // output columns per CTA
+  static constexpr int kWgCols = kBN / 2;              // output columns per consumer warpgroup
+  static constexpr int kPitch = kWgCols + 8;           // bf16 per slot row of a warpgroup's tile
+  static constexpr int kRoundSlots = kUp ? kRsBM : kRsBM / 2;  // slot rows per epilogue round
+  static constexpr uint32_t kWgTileBytes = kRoundSlots * kPitch * 2;
+  static_assert(2 * kWgTileBytes <= kRsStageBytes, "both warpgroups' tiles fit one ring slot");
+  static_assert(kWgTileBytes % 16 == 0 && (kPitch * 2) % 16 == 0, "16-byte row pieces");
+  // FP4 codes + scale bytes of one 128-K stage of one CTA.
+  static constexpr int kWeightStageBytes = static_cast<int>(kRsCodeBytes + kRsScaleBytes);
+};
+
+// Barrier kId over kCount threads; not .aligned (reached from the producer's and the consumers'
+// branches).
+template <uint32_t kId, uint32_t kCount>
+__device__ __forceinline__ void RsBarrier() {
+  asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+
+// Consumer warpgroup cw's 128 threads (its epilogue).
+__device__ __forceinline__ void RsWgBarrier(int cw) {
+  asm volatile("barrier.sync %0, 128;\n" ::"r"(kRsEpilogueBarrier + cw) : "memory");
+}
+
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed; the arrival
+// is one of the barrier's expected count (.noinc).
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// ---- producer ----------------------------------------------------------------------------------
+
+// The producer thread's weight rows of a tile, held in registers (session 43: a shared-memory
+// table of them cost a load, and its latency, ahead of every copy; only the gathered slot rows
+// keep a table). Code rows it = 0 .. 7 start at code + it · kRsCodeRowStep · K/2 bytes (inside N
+// for it < code_rows), scale rows it = 0, 1 at scale + it · kRsScaleRowStep · K/32 (inside N for
+// it < scale_rows). The steps are recomputed from g.k (constant bank): the producer has 56
+// registers.
+struct RsRows {
+  const uint8_t* code;
+  const uint8_t* scale;
+  int code_rows;
+  int scale_rows;
+};
+
+// A producer thread copies CTA weight rows p / 4 + 32·it (codes, it = 0 .. 7) and p + 128·it
+// (scales, it = 0, 1). Down, those are rows n0 + r. Up, MoeWgmmaRsUpRowOf's slabs give rows r and
+// r + step (a multiple of 16) the same w1 / w3 and columns step / 2 apart (checked below), so
+// either way a thread's rows are a base and a stride.
+constexpr bool RsUpRowsAreStrided(uint32_t step) {
+  for (uint32_t r = 0; r + step < kRsNB; ++r) {
+    const moe_cuda_internal::MoeWgmmaRsUpRow a = moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
+    const moe_cuda_internal::MoeWgmmaRsUpRow b = moe_cuda_internal::MoeWgmmaRsUpRowOf(r + step);
+    if (b.up != a.up || b.column != a.column + step / 2) return false;
+  }
+  return true;
+}
+static_assert(RsUpRowsAreStrided(32) && RsUpRowsAreStrided(128));
+
+// Where 16-byte chunk `chunk` (32-wide K block) of code row `row` sits in the stage's [256][64
+// bytes]: XOR-swizzled by row bits 1, 2 (session 44). A consumer warp reads block b of 8 rows
+// (lane / 4) at once; unswizzled, rows 2 apart (128 bytes) hit the same banks (Nsight: 39 % of the
+// shared wavefronts were replays); swizzled, the 8 rows' 16 bytes cover all 32 banks.
+__host__ __device__ constexpr int RsCodeChunk(int row, int chunk) {
+  return chunk ^ ((row >> 1) & 3);
+}
+
+// RsCodeChunk: every 8 consecutive rows (a consumer warp's lane / 4 rows) put block b's 16 bytes
+// on 8 distinct 16-byte bank groups, a row's 4 chunks take its 4 places, and the XOR is the same
+// for a thread's rows (row, row + 8, row + 64, row + 72: the consumer computes it once).
+constexpr bool RsCodeChunksSpreadBanks() {
+  for (int base = 0; base < kRsNB; base += 8) {
+    for (int b = 0; b < 4; ++b) {
+      uint32_t groups = 0, places = 0;
+      for (int q = 0; q < 8; ++q) {
+        const int row = base + q;
+        groups |= 1u << ((row * 64 + RsCodeChunk(row, b) * 16) / 16 % 8);
+        if (RsCodeChunk(row, b) != (b ^ RsCodeChunk(row, 0))) return false;
+        for (const int d : {8, 64, 72}) {
+          if (RsCodeChunk(row + d, 0) != RsCodeChunk(row, 0)) return false;
+        }
+      }
+      if (groups != 0xFFu) return false;
+      for (int c = 0; c < 4; ++c) places |= 1u << RsCodeChunk(base, c);
+      if (places != 0xFu) return false;
+    }
+  }
+  return true;
+}
+static_assert(RsCodeChunksSpreadBanks());
+// MoeRsChunkSourceOf (the optional stage chunks' layout) is the stage's: the 16 bytes at place
+// RsCodeChunk(r, c) of CTA weight row r of column block 0 come from piece c of r's row (the
+// chunks of a column block cover its rows in order).
+constexpr bool RsChunksAreTheStage(bool up) {
+  const int64_t rows = moe_cuda_internal::MoeRsChunkRows(up);
+  for (int r = 0; r < kRsNB; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      const moe_cuda_internal::MoeRsChunkSource src = moe_cuda_internal::MoeRsChunkSourceOf(
+          up, r / rows, static_cast<int>(r % rows), RsCodeChunk(r, c));
+      const moe_cuda_internal::MoeWgmmaRsUpRow want =
+          up ? moe_cuda_internal::MoeWgmmaRsUpRowOf(static_cast<uint32_t>(r))
+             : moe_cuda_internal::MoeWgmmaRsUpRow{static_cast<uint32_t>(r), false};
+      if (src.piece != c || src.up != want.up || src.column != want.column) return false;
+    }
+  }
+  return moe_cuda_internal::MoeRsChunkBytes(up) * (kRsNB / rows) == kRsCodeBytes;
+}
+static_assert(RsChunksAreTheStage(true) && RsChunksAreTheStage(false));
+
+// mbarrier.expect_tx without an arrival: the stage's bulk copies' bytes join its `full` phase,
+// whose arrivals stay the producer threads' cp.async ones.
+__device__ __forceinline__ void RsExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// One bulk copy global -> shared, completion counted in `bar`'s transaction bytes.
+__device__ __forceinline__ void RsBulkCopy(uint32_t dst, const void* src, uint32_t bytes,
+                                           uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+template <bool kUp>
+inline constexpr int64_t kRsCodeRowStep = kUp ? 32 / 2 : 32;  // output rows between it, it + 1
+template <bool kUp>
+inline constexpr int64_t kRsScaleRowStep = kUp ? 128 / 2 : 128;
+
+// The weight row (relative to the CTA's n0) and projection of CTA weight row r.
+template <bool kUp>
+__device__ __forceinline__ moe_cuda_internal::MoeWgmmaRsUpRow RsWeightRow(uint32_t r) {
+  if constexpr (kUp) return moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
+  return {r, false};
+}
+
+template <bool kUp>
+__device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0) {
+  RsRows rows;
+  if (g.code_chunks != nullptr) {
+    // The stage chunks: the CTA's first column block's chunk of stage 0, and how many of its
+    // chunks lie inside N (N is a multiple of 128, so every chunk is whole).
+    constexpr int64_t kChunk = moe_cuda_internal::MoeRsChunkBytes(kUp);
+    rows.code = g.code_chunks + (e * (g.n / 64) + n0 / 64) * (g.k / kRsBK) * kChunk;
+    constexpr int64_t kChunks = kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp);
+    rows.code_rows = static_cast<int>(min(kChunks, (g.n - n0) / 64));
+  } else {
+    const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
+    const int64_t col = n0 + c.column;
+    constexpr int64_t kStep = kRsCodeRowStep<kUp>;
+    rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
+    rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
+  }
+  const moe_cuda_internal::MoeWgmmaRsUpRow s = RsWeightRow<kUp>(static_cast<uint32_t>(p));
+  const int64_t scol = n0 + s.column;
+  constexpr int64_t kSStep = kRsScaleRowStep<kUp>;
+  rows.scale = (s.up ? g.w_up_scale : g.w_scale) + (e * g.n + scol) * (g.k / 32);
+  rows.scale_rows = scol < g.n ? static_cast<int>((g.n - scol + kSStep - 1) / kSStep) : 0;
+  return rows;
+}
+
+// The tile's slot-row table (producer thread p = 0 .. 127): the A row of slot row p (null: past
+// the expert's rows).
+__device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, int p, int64_t row0,
+                                              int64_t row_end) {
+  auto** a_rows = reinterpret_cast<const uint16_t**>(smem + kRsARowOff);
+  a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
+}
+
+// Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
+// when they have landed. Rows not inside the expert / N are not loaded: they reach only
+// accumulator rows or columns that are never stored.
+template <bool kUp>
+__device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* smem,
+                                            const RsRows& rows, uint8_t* st, int p, int64_t kt,
+                                            uint32_t full) {
+  const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
+  // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
+  // contiguous bytes of a row.
+#pragma unroll
+  for (int it = 0; it < kRsBM / 16; ++it) {
+    const int r = p / 8 + 16 * it;
+    const uint16_t* a = a_rows[r];
+    if (a != nullptr) {
+#pragma unroll
+      for (int cb = 0; cb < 2; ++cb) {
+        CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
+                  a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
+      }
+    }
+  }
+  if (g.code_chunks != nullptr) {
+    // The stage chunks: thread 0 adds their bytes to the phase (before its own cp.async arrival,
+    // so the phase cannot complete without them) and issues one bulk copy per chunk.
+    if (p == 0) {
+      constexpr uint32_t kChunk = moe_cuda_internal::MoeRsChunkBytes(kUp);
+      RsExpectTx(full, static_cast<uint32_t>(rows.code_rows) * kChunk);
+      const int64_t chunk_step = (g.k / kRsBK) * kChunk;
+#pragma unroll
+      for (int j = 0; j < kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp); ++j) {
+        if (j < rows.code_rows) {
+          RsBulkCopy(SmemAddr(st) + kRsXBytes + j * kChunk,
+                     rows.code + j * chunk_step + kt * kChunk, kChunk, full);
+        }
+      }
+    }
+  } else {
+    // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage; the
+    // chunk lands at RsCodeChunk (rows p / 4 + 32·it share bits 1, 2).
+    const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
+    const int code_at = RsCodeChunk(p / 4, p % 4) * 16;
+#pragma unroll
+    for (int it = 0; it < kRsNB / 32; ++it) {
+      const int r = p / 4 + 32 * it;
+      if (it < rows.code_rows) {
+        CpAsync16(st + kRsXBytes + r * 64 + code_at,
+                  rows.code + it * code_step + kt * (kRsBK / 2) + (p % 4) * 16, true);
+      }
+    }
+  }
+  const int64_t scale_step = kRsScaleRowStep<kUp> * (g.k / 32);
+#pragma unroll
+  for (int it = 0; it < 2; ++it) {
+    const int r = p + 128 * it;
+    if (it < rows.scale_rows) {
+      CpAsync4(st + kRsXBytes + kRsCodeBytes + r * 4,
+               rows.scale + it * scale_step + kt * (kRsBK / 32));
+    }
+  }
+  CpAsyncArriveNoinc(full);
+}
+
+}  // namespace flashserve::kernels::moe_device
