@@ -54,8 +54,8 @@
 //
 // N per tile: 128 slot rows (m64n128k16), or m64n64k16 when the tile has <= 64 rows inside the
 // expert (a branch on a __shfl_sync-broadcast flag, so ptxas sees it warp-uniform and does not
-// serialise the wgmmas); with kRsUpN32Tiles (off: not yet measured) m64n32k16 for up tiles of
-// <= 32 rows.
+// serialise the wgmmas); the switch kRsWidths (cuda/moe_wgmma_rs_stage.cuh) may add m64n32k16 and
+// m64n96k16 for tiles of <= 32 / 65 .. 96 rows (off: not yet measured on the H200).
 //
 // Epilogue (session 44): one step of the ring's sequence. After an item's K steps the producer
 // takes one more step without copies (it waits for the slot's `empty` and arrives on its `full`)
@@ -185,6 +185,8 @@ template <int kN>
 __device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (kN == 128) {
     wgmma::WgmmaM64N128K16RS(d, a, desc_b, true);
+  } else if constexpr (kN == 96) {
+    wgmma::WgmmaM64N96K16RS(d, a, desc_b, true);
   } else if constexpr (kN == 64) {
     wgmma::WgmmaM64N64K16RS(d, a, desc_b, true);
   } else {
@@ -292,13 +294,14 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
 // (gate, up) = accumulator rows lane/4, lane/4 + 8 of each slab, × the slot's weight; then the FP8
 // quantiser per 32 columns of each slot row (the tiled GEMM's StoreUp numerics). The warpgroup's
 // columns are n0 + 64·cw ..
+template <int kN = 128>  // the tile width: accumulator columns past it are never read
 __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[2][64],
                                           uint16_t* tile, int cw, int64_t n0, int64_t row0,
                                           int rows) {
   using S = RsShape<true>;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < kN / 8; ++j) {
     if (8 * j >= rows) break;  // uniform: n8 tiles past the expert's end
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -325,6 +328,7 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[
 // Down epilogue of consumer warpgroup cw (columns n0 + 128·cw ..) in rounds of 64 slot rows:
 // bf16(acc) into its tile [slot][128 columns + 8] (accumulator rows are output columns), then
 // 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
+template <int kN = 128>  // the tile width: accumulator columns past it are never read
 __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc)[2][64],
                                             uint16_t* tile, int cw, int64_t n0, int64_t row0,
                                             int rows) {
@@ -339,7 +343,7 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc
 #pragma unroll
     for (int jj = 0; jj < S::kRoundSlots / 8; ++jj) {
       const int j = s0 / 8 + jj;
-      if (8 * j >= rows) break;
+      if (j >= kN / 8 || 8 * j >= rows) break;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int slot = 8 * jj + 2 * tig + h;  // in the round
@@ -364,6 +368,58 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc
           *reinterpret_cast<const uint4*>(tile + rl * S::kPitch + 8 * ch);
     }
   }
+}
+
+// One item of the consumer warpgroup cw at tile width kN: its K steps from step c, then the
+// epilogue step (c + kt_count). Its own accumulators, so that nothing but c is live where the
+// widths' paths meet (with three widths and the accumulators shared, the down kernel spilled
+// ~3 KB).
+template <bool kUp, int kN>
+__device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, uint32_t base,
+                                              const RsThread& t, uint32_t kt_count, uint32_t c,
+                                              int cw, int64_t n0, int64_t row0, int rows) {
+  using S = RsShape<kUp>;
+  float acc[2][64];
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
+  }
+  RsConsumeTile<kN>(smem, base, t, kt_count, c, acc);
+  c += kt_count;
+  const uint32_t full_bars = base + kRsBarOff;
+  const int slot = static_cast<int>(c % kRsStages);
+  wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
+  uint16_t* tile_smem =
+      reinterpret_cast<uint16_t*>(smem + slot * kRsStageBytes + cw * S::kWgTileBytes);
+  if constexpr (kUp) {
+    RsStoreUp<kN>(g, acc, tile_smem, cw, n0, row0, rows);
+  } else {
+    RsStoreDown<kN>(g, acc, tile_smem, cw, n0, row0, rows);
+  }
+  if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
+  RsRelease(full_bars + kRsStages * 8, c, t.lane);
+}
+
+// RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
+// code only for the set's widths.
+template <bool kUp, uint32_t kWidths>
+__device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
+                                       const RsThread& t, uint32_t kt_count, uint32_t c, int cw,
+                                       int64_t n0, int64_t row0, int rows) {
+  if constexpr ((kWidths & kRsN32) != 0) {
+    if (width == 32)
+      return RsItemOfWidth<kUp, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  if constexpr ((kWidths & kRsN64) != 0) {
+    if (width == 64)
+      return RsItemOfWidth<kUp, 64>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  if constexpr ((kWidths & kRsN96) != 0) {
+    if (width == 96)
+      return RsItemOfWidth<kUp, 96>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  RsItemOfWidth<kUp, 128>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
 }
 
 // ---- the item queue ----------------------------------------------------------------------------
@@ -485,28 +541,25 @@ __global__ void __launch_bounds__(kRsThreads, 1)
     const int64_t row0 = g.tiles[2 * tile + 1];
     const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
     const int rows = static_cast<int>(row_end - row0);
+    // Another width set (kRsWidths) runs each width's item whole (RsItem); the landed {64, 128}
+    // below is kept as measured (its cubin unchanged) until the sets have run on the H200.
+    if constexpr (kRsWidths<kUp> != kRsN64) {
+      const int width = __shfl_sync(0xFFFFFFFFu, RsTileWidth(kRsWidths<kUp>, rows), 0);
+      RsItem<kUp, kRsWidths<kUp>>(width, g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+      c += kt_count + 1;
+      continue;
+    }
     float acc[2][64];
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
       for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
     }
-    if constexpr (kUp && kRsUpN32Tiles) {
-      const int width = __shfl_sync(0xFFFFFFFFu, rows <= 32 ? 32 : rows <= 64 ? 64 : 128, 0);
-      if (width == 32) {
-        RsConsumeTile<32>(smem, base, t, kt_count, c, acc);
-      } else if (width == 64) {
-        RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
-      } else {
-        RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
-      }
+    const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
+    if (narrow) {
+      RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
     } else {
-      const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
-      if (narrow) {
-        RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
-      } else {
-        RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
-      }
+      RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
     }
     c += kt_count;
     // The epilogue step: its slot holds both warpgroups' tiles (no proxy fence: generic accesses

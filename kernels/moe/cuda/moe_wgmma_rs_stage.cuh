@@ -56,12 +56,34 @@ static_assert(kRsSmemBytes + 1024 < (1 << 18));
 // More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
 // by it).
 static_assert(2 * kRsSmemBytes > 228 * 1024);
-// The up kernel's m64n32k16 path for tiles of <= 32 slot rows (half the n64 path's tensor work
-// where the expert has ~32 rows, e.g. 2,048 tokens at E 384 top-6). Built in session 52 (no
-// spills; the down kernel spilled 3 KB with it, so up only), not yet run on the H200: off until
-// the RS GPU tests (kRsNarrowCounts: tiles of 3 .. 33 rows) and bench_moe have run with it
-// (wgmma_rs_gemm.md "Session 52").
-inline constexpr bool kRsUpN32Tiles = false;
+// The tile widths (slot rows a consumer's wgmmas cover: m64nWk16) a kernel may pick per tile, as
+// bits: the smallest width of the set that holds the tile's rows, 128 (always in the set)
+// otherwise. Landed: {64, 128} both ways. A tile pays its width's tensor work whatever its rows,
+// so narrower widths where experts have ~20–90 rows (E 384 top-6: 1,280–4,096 tokens; ~half of
+// the up tiles at 2,048 have <= 32 rows) cut the padding: kRsN32 (m64n32k16), kRsN96 (m64n96k16:
+// 65–96 rows, half the tiles at 4,096). Session 52 built n32 for up (no spills; the down kernel
+// spilled 3 KB with three widths); session 53 made the set a per-projection switch and added n96.
+// None of the other sets has run on the H200 yet: set one here, run `kernels_moe_gpu_test
+// --gtest_filter='MoeGpuWgmmaTest.Rs*'` (kRsNarrowCounts: tiles of 3 .. 33 rows; RsWidePartial*:
+// 65 .. 127) and bench_moe against the landed set (wgmma_rs_gemm.md "Session 53").
+inline constexpr uint32_t kRsN32 = 1u, kRsN64 = 2u, kRsN96 = 4u;
+inline constexpr uint32_t kRsUpWidths = kRsN64;
+inline constexpr uint32_t kRsDownWidths = kRsN64;
+template <bool kUp>
+inline constexpr uint32_t kRsWidths = kUp ? kRsUpWidths : kRsDownWidths;
+
+// The width of a tile of `rows` slot rows (1 .. 128) from the set `widths`.
+__host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
+  if ((widths & kRsN32) != 0 && rows <= 32) return 32;
+  if ((widths & kRsN64) != 0 && rows <= 64) return 64;
+  if ((widths & kRsN96) != 0 && rows <= 96) return 96;
+  return 128;
+}
+static_assert(RsTileWidth(kRsN64, 1) == 64 && RsTileWidth(kRsN64, 65) == 128);
+static_assert(RsTileWidth(kRsN32 | kRsN96, 33) == 96 && RsTileWidth(kRsN32 | kRsN96, 97) == 128);
+static_assert(RsTileWidth(kRsN32 | kRsN64 | kRsN96, 32) == 32 &&
+              RsTileWidth(kRsN32 | kRsN64 | kRsN96, 64) == 64 &&
+              RsTileWidth(kRsN32 | kRsN64 | kRsN96, 96) == 96);
 // The consumers' stage boundary (session 51's Nsight on the copy-free skeleton: the `full` wait,
 // the proxy fence, the scale loads and the wide-scale vote, 17 % of its samples while only block
 // 3's wgmmas were queued): after decoding block 3 the consumer warp probes the next stage
