@@ -256,6 +256,18 @@ __device__ __forceinline__ void WgmmaM64N32K16RS(float* d, const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// D (64 x 16 fp32) (+)= A·B: as WgmmaM64N64K16RS with B 16 x 16; only d[0 .. 7] are touched.
+__device__ __forceinline__ void WgmmaM64N16K16RS(float* d, const uint32_t (&a)[4], uint64_t desc_b,
+                                                 bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // D (64 x 256 fp32) (+)= A·B, A (64 x 16 bf16) from registers in the layout above, B from shared
 // memory MN-major (imm-trans-b = 1: the tile's rows are K, 128-byte rows hold N).
 __device__ __forceinline__ void WgmmaM64N256K16RSTransB(float (&d)[128], const uint32_t (&a)[4],

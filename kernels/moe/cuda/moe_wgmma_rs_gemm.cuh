@@ -54,8 +54,9 @@
 //
 // N per tile: 128 slot rows (m64n128k16), or m64n64k16 when the tile has <= 64 rows inside the
 // expert (a branch on a __shfl_sync-broadcast flag, so ptxas sees it warp-uniform and does not
-// serialise the wgmmas); the switch kRsWidths (cuda/moe_wgmma_rs_stage.cuh) may add m64n32k16 and
-// m64n96k16 for tiles of <= 32 / 65 .. 96 rows (off: not yet measured on the H200).
+// serialise the wgmmas); the switch kRsWidths (cuda/moe_wgmma_rs_stage.cuh) may add m64n16k16,
+// m64n32k16 and m64n96k16 for tiles of <= 16 / <= 32 / 65 .. 96 rows (off: not yet measured on
+// the H200).
 //
 // Epilogue (session 44): one step of the ring's sequence. After an item's K steps the producer
 // takes one more step without copies (it waits for the slot's `empty` and arrives on its `full`)
@@ -185,6 +186,8 @@ template <int kN>
 __device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (kN == 128) {
     wgmma::WgmmaM64N128K16RS(d, a, desc_b, true);
+  } else if constexpr (kN == 16) {
+    wgmma::WgmmaM64N16K16RS(d, a, desc_b, true);
   } else if constexpr (kN == 96) {
     wgmma::WgmmaM64N96K16RS(d, a, desc_b, true);
   } else if constexpr (kN == 64) {
@@ -407,6 +410,10 @@ template <bool kUp, uint32_t kWidths>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
                                        const RsThread& t, uint32_t kt_count, uint32_t c, int cw,
                                        int64_t n0, int64_t row0, int rows) {
+  if constexpr ((kWidths & kRsN16) != 0) {
+    if (width == 16)
+      return RsItemOfWidth<kUp, 16>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
   if constexpr ((kWidths & kRsN32) != 0) {
     if (width == 32)
       return RsItemOfWidth<kUp, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);

@@ -60,13 +60,15 @@ static_assert(2 * kRsSmemBytes > 228 * 1024);
 // bits: the smallest width of the set that holds the tile's rows, 128 (always in the set)
 // otherwise. Landed: {64, 128} both ways. A tile pays its width's tensor work whatever its rows,
 // so narrower widths where experts have ~20–90 rows (E 384 top-6: 1,280–4,096 tokens; ~half of
-// the up tiles at 2,048 have <= 32 rows) cut the padding: kRsN32 (m64n32k16), kRsN96 (m64n96k16:
-// 65–96 rows, half the tiles at 4,096). Session 52 built n32 for up (no spills; the down kernel
-// spilled 3 KB with three widths); session 53 made the set a per-projection switch and added n96.
-// None of the other sets has run on the H200 yet: set one here, run `kernels_moe_gpu_test
+// the up tiles at 2,048 have <= 32 rows) cut the padding: kRsN16 / kRsN32 (m64n16k16 / m64n32k16),
+// kRsN96 (m64n96k16: 65–96 rows, half the tiles at 4,096); n16 may also let the RS GEMM take
+// batches below kAuto's 1,280 tokens (~12 rows per expert at 768). Session 52 built n32 for up (no
+// spills; the down kernel spilled 3 KB with three widths); session 53 made the set a per-projection
+// switch and added n96. None of the other sets has run on the H200 yet: set one here, run
+// `kernels_moe_gpu_test
 // --gtest_filter='MoeGpuWgmmaTest.Rs*'` (kRsNarrowCounts: tiles of 3 .. 33 rows; RsWidePartial*:
 // 65 .. 127) and bench_moe against the landed set (wgmma_rs_gemm.md "Session 53").
-inline constexpr uint32_t kRsN32 = 1u, kRsN64 = 2u, kRsN96 = 4u;
+inline constexpr uint32_t kRsN16 = 8u, kRsN32 = 1u, kRsN64 = 2u, kRsN96 = 4u;
 inline constexpr uint32_t kRsUpWidths = kRsN64;
 inline constexpr uint32_t kRsDownWidths = kRsN64;
 template <bool kUp>
@@ -74,6 +76,7 @@ inline constexpr uint32_t kRsWidths = kUp ? kRsUpWidths : kRsDownWidths;
 
 // The width of a tile of `rows` slot rows (1 .. 128) from the set `widths`.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
+  if ((widths & kRsN16) != 0 && rows <= 16) return 16;
   if ((widths & kRsN32) != 0 && rows <= 32) return 32;
   if ((widths & kRsN64) != 0 && rows <= 64) return 64;
   if ((widths & kRsN96) != 0 && rows <= 96) return 96;
@@ -81,6 +84,7 @@ __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
 }
 static_assert(RsTileWidth(kRsN64, 1) == 64 && RsTileWidth(kRsN64, 65) == 128);
 static_assert(RsTileWidth(kRsN32 | kRsN96, 33) == 96 && RsTileWidth(kRsN32 | kRsN96, 97) == 128);
+static_assert(RsTileWidth(kRsN16 | kRsN64, 16) == 16 && RsTileWidth(kRsN16 | kRsN64, 17) == 64);
 static_assert(RsTileWidth(kRsN32 | kRsN64 | kRsN96, 32) == 32 &&
               RsTileWidth(kRsN32 | kRsN64 | kRsN96, 64) == 64 &&
               RsTileWidth(kRsN32 | kRsN64 | kRsN96, 96) == 96);
