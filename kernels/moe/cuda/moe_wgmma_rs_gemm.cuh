@@ -509,7 +509,14 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);
         wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
-        RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
+        const int next = static_cast<int>((c + 1) % kRsStages);
+        if (kRsPairedCodes && g.code_chunks == nullptr && kt % 2 == 0 && kt + 1 < kt_count) {
+          // This step's copies write the next slot's codes too.
+          wgmma_ws::BarWait(empty_bars + next * 8,
+                            static_cast<uint32_t>((((c + 1) / kRsStages) & 1) ^ 1));
+        }
+        RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, smem + next * kRsStageBytes, p,
+                         kt, full_bars + slot * 8);
       }
       // The epilogue step: no copies; its `full` phase hands the free slot to the consumers.
       const int slot = static_cast<int>(c % kRsStages);

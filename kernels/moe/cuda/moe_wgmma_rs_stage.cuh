@@ -95,6 +95,14 @@ static_assert(RsTileWidth(kRsN32 | kRsN64 | kRsN96, 32) == 32 &&
 // block 2's wgmmas. Built in session 52 (no spills), not yet run on the H200: off until the RS
 // GPU tests and bench_moe have run with it (wgmma_rs_gemm.md "Session 52").
 inline constexpr bool kRsEarlyProbe = false;
+// The code rows of two K stages in one pass (session 53, not yet run on the H200): at an even K
+// step the producer waits for the next slot too and copies each row's 128 bytes of both stages
+// (8 threads a row: whole 128-byte lines, where a stage alone reads half lines, the other half a
+// stage later); the odd step copies no codes. Session 52's stage chunks (contiguous 8 KB per
+// chunk) took the up stage at 2,048 tokens to session 51's "no code copies" level but are a
+// second copy of the codes; this asks how much of that the DRAM lines alone give, at no memory
+// cost. The consumers are unchanged; the chunks path ignores it (wgmma_rs_gemm.md "Session 53").
+inline constexpr bool kRsPairedCodes = false;
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
@@ -158,7 +166,7 @@ constexpr bool RsUpRowsAreStrided(uint32_t step) {
   }
   return true;
 }
-static_assert(RsUpRowsAreStrided(32) && RsUpRowsAreStrided(128));
+static_assert(RsUpRowsAreStrided(16) && RsUpRowsAreStrided(32) && RsUpRowsAreStrided(128));
 
 // Where 16-byte chunk `chunk` (32-wide K block) of code row `row` sits in the stage's [256][64
 // bytes]: XOR-swizzled by row bits 1, 2 (session 44). A consumer warp reads block b of 8 rows
@@ -250,9 +258,12 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
     constexpr int64_t kChunks = kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp);
     rows.code_rows = static_cast<int>(min(kChunks, (g.n - n0) / 64));
   } else {
-    const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
+    // Code rows p / 4 + 32·it (kRsPairedCodes: p / 8 + 16·it).
+    constexpr int kPerRow = kRsPairedCodes ? 8 : 4;
+    const moe_cuda_internal::MoeWgmmaRsUpRow c =
+        RsWeightRow<kUp>(static_cast<uint32_t>(p / kPerRow));
     const int64_t col = n0 + c.column;
-    constexpr int64_t kStep = kRsCodeRowStep<kUp>;
+    constexpr int64_t kStep = kRsCodeRowStep<kUp> * 4 / kPerRow;
     rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
     rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
   }
@@ -272,13 +283,13 @@ __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, 
   a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
 }
 
-// Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
-// when they have landed. Rows not inside the expert / N are not loaded: they reach only
-// accumulator rows or columns that are never stored.
+// Issues the copies of K step kt into stage slot `st` (producer thread p; `st_next`: the next
+// step's slot, for kRsPairedCodes) and arrives on `full` when they have landed. Rows not inside the
+// expert / N are not loaded: they reach only accumulator rows or columns that are never stored.
 template <bool kUp>
 __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* smem,
-                                            const RsRows& rows, uint8_t* st, int p, int64_t kt,
-                                            uint32_t full) {
+                                            const RsRows& rows, uint8_t* st, uint8_t* st_next,
+                                            int p, int64_t kt, uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
   // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
   // contiguous bytes of a row.
@@ -307,6 +318,22 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
           RsBulkCopy(SmemAddr(st) + kRsXBytes + j * kChunk,
                      rows.code + j * chunk_step + kt * kChunk, kChunk, full);
         }
+      }
+    }
+  } else if constexpr (kRsPairedCodes) {
+    // Code rows p / 8 + 16·it, piece p % 8 of the row's 128 bytes of steps kt, kt + 1 (kt even;
+    // the odd step copies none): pieces 0 .. 3 are this stage's chunks, 4 .. 7 the next stage's
+    // (at `st_next`; none past the item's last step), each at RsCodeChunk (rows p / 8 + 16·it
+    // share bits 1, 2).
+    const int piece = p % 8;
+    if (kt % 2 == 0 && (piece < 4 || kt + 1 < g.k / kRsBK)) {
+      const int64_t code_step = kRsCodeRowStep<kUp> / 2 * (g.k / 2);
+      uint8_t* dst = (piece < 4 ? st : st_next) + kRsXBytes + RsCodeChunk(p / 8, piece % 4) * 16;
+      const uint8_t* src = rows.code + kt * (kRsBK / 2) + piece * 16;
+#pragma unroll
+      for (int it = 0; it < kRsNB / 16; ++it) {
+        if (it < rows.code_rows)
+          CpAsync16(dst + (p / 8 + 16 * it) * 64, src + it * code_step, true);
       }
     }
   } else {
