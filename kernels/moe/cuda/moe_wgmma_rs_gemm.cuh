@@ -560,36 +560,36 @@ __global__ void __launch_bounds__(kRsThreads, 1)
     if constexpr (kRsWidths<kUp> != kRsN64) {
       const int width = __shfl_sync(0xFFFFFFFFu, RsTileWidth(kRsWidths<kUp>, rows), 0);
       RsItem<kUp, kRsWidths<kUp>>(width, g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-      c += kt_count + 1;
-      continue;
-    }
-    float acc[2][64];
-#pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
-#pragma unroll
-      for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
-    }
-    const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
-    if (narrow) {
-      RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
+      c += kt_count;
     } else {
-      RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
+      float acc[2][64];
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+        for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
+      }
+      const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
+      if (narrow) {
+        RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
+      } else {
+        RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
+      }
+      c += kt_count;
+      // The epilogue step: its slot holds both warpgroups' tiles (no proxy fence: generic accesses
+      // only; the slot's last wgmma reads finished before its release).
+      const int slot = static_cast<int>(c % kRsStages);
+      wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
+      uint16_t* tile_smem =
+          reinterpret_cast<uint16_t*>(smem + slot * kRsStageBytes + cw * S::kWgTileBytes);
+      if constexpr (kUp) {
+        RsStoreUp(g, acc, tile_smem, cw, n0, row0, rows);
+      } else {
+        RsStoreDown(g, acc, tile_smem, cw, n0, row0, rows);
+      }
+      // The slot's next bulk copies write through the async proxy over these generic writes.
+      if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
+      RsRelease(empty_bars, c, t.lane);
     }
-    c += kt_count;
-    // The epilogue step: its slot holds both warpgroups' tiles (no proxy fence: generic accesses
-    // only; the slot's last wgmma reads finished before its release).
-    const int slot = static_cast<int>(c % kRsStages);
-    wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
-    uint16_t* tile_smem =
-        reinterpret_cast<uint16_t*>(smem + slot * kRsStageBytes + cw * S::kWgTileBytes);
-    if constexpr (kUp) {
-      RsStoreUp(g, acc, tile_smem, cw, n0, row0, rows);
-    } else {
-      RsStoreDown(g, acc, tile_smem, cw, n0, row0, rows);
-    }
-    // The slot's next bulk copies write through the async proxy over these generic writes.
-    if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
-    RsRelease(empty_bars, c, t.lane);
     ++c;
   }
 }
