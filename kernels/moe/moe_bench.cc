@@ -383,7 +383,7 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
 }
 
 // How the register-sourced GEMM's tiles (kMoeCudaWgmmaTileRows slot rows of one expert) of a
-// call with `ids` fall into its widths (cuda/moe_wgmma_rs_stage.cuh, kRsWidths): the tiles of
+// call with `ids` fall into its widths (cuda/moe_wgmma_rs_stage.cuh, kRsWidthSets): the tiles of
 // <= 16, 17–32, 33–64, 65–96 and 97–128 slot rows, one line for `report`. A tile costs its
 // width's tensor work whatever its rows (wgmma_rs_gemm.md "Session 53").
 std::string TileRowsLine(int64_t m, const std::vector<int32_t>& ids) {

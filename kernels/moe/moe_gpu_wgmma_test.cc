@@ -36,10 +36,10 @@ const std::vector<int32_t> kCounts = {0, 1, 64, 65, 128, 130, 0, 200};
 // The small first case: a single row, 8 rows (one n8 tile; both the RS kernel's n64 path) and 100
 // rows (its n128 path, 28 rows past the expert's end).
 const std::vector<int32_t> kSmallCounts = {1, 8, 100};
-// More tile heights for the register-sourced kernel (its tile widths: n64 / n128 landed, n32 /
-// n96 by the kRsWidths switch): tiles of 3, 8, 9, 16, 17, 32, 33, 96 and 97 rows, and second
-// tiles of 8 and 22 rows after a full one (kCounts and kSmallCounts add tiles of 64, 65, 72 and
-// 100 rows).
+// More tile heights for the register-sourced kernel (its tile widths: n64 / n128 landed, n16 /
+// n32 / n96 by the kRsWidthSets switch): tiles of 3, 8, 9, 16, 17, 32, 33, 96 and 97 rows, and
+// second tiles of 8 and 22 rows after a full one (kCounts and kSmallCounts add tiles of 64, 65, 72
+// and 100 rows).
 const std::vector<int32_t> kRsNarrowCounts = {3, 8, 9, 16, 17, 0, 32, 33, 136, 150, 96, 97};
 
 struct HandSlots {

@@ -309,7 +309,7 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
       if (p.wgmma_rs) {
         return moe_device::LaunchWgmmaRs(g, true,
                                          MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows),
-                                         p.wgmma_rs_ctas, stream);
+                                         p.wgmma_rs_ctas, p.slots, stream);
       }
       return LaunchWgmma<true>(g, p.slots, w.n_experts, stream);
     case 16:
@@ -361,7 +361,7 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
       if (p.wgmma_rs) {
         return moe_device::LaunchWgmmaRs(g, false,
                                          MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows),
-                                         p.wgmma_rs_ctas, stream);
+                                         p.wgmma_rs_ctas, p.slots, stream);
       }
       return LaunchWgmma<false>(g, p.slots, w.n_experts, stream);
     case 16:

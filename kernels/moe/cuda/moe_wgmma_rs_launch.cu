@@ -16,10 +16,10 @@
 namespace flashserve::kernels::moe_device {
 namespace {
 
-template <bool kUp>
+template <bool kUp, uint32_t kWidths = kRsLandedWidths>
 auto* RsKernel() {
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = MoeExpertWgmmaRsKernel<kUp>;
+  auto* kernel = MoeExpertWgmmaRsKernel<kUp, kWidths>;
   EnsureSmemLimit(kernel, kRsSmemBytes, smem_set);
   return kernel;
 }
@@ -34,11 +34,30 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
-template <bool kUp>
-void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream_t stream) {
-  auto* kernel = RsKernel<kUp>();
+template <bool kUp, uint32_t kWidths>
+void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream_t stream) {
+  auto* kernel = RsKernel<kUp, kWidths>();
   kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(g);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The landed width set, or (kRsWidthSets) RsWidthSetFor's for `slots` rows of the experts.
+template <bool kUp>
+void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
+            cudaStream_t stream) {
+  if constexpr (kRsWidthSets) {
+    switch (RsWidthSetFor(slots, g.n_experts)) {
+      case kRsN16 | kRsN32:
+        return LaunchWidths<kUp, kRsN16 | kRsN32>(g, max_tiles, ctas, stream);
+      case kRsN32 | kRsN64:
+        return LaunchWidths<kUp, kRsN32 | kRsN64>(g, max_tiles, ctas, stream);
+      default:
+        return LaunchWidths<kUp, kRsN64 | kRsN96>(g, max_tiles, ctas, stream);
+    }
+  } else {
+    (void)slots;
+    LaunchWidths<kUp, kRsLandedWidths>(g, max_tiles, ctas, stream);
+  }
 }
 
 template <bool kUp>
@@ -84,10 +103,10 @@ __global__ void MoeRsBuildChunksKernel(const uint8_t* w, const uint8_t* w_up, in
 
 }  // namespace
 
-void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas,
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas, int64_t slots,
                    cudaStream_t stream) {
-  if (up) return Launch<true>(g, max_tiles, ctas, stream);
-  Launch<false>(g, max_tiles, ctas, stream);
+  if (up) return Launch<true>(g, max_tiles, ctas, slots, stream);
+  Launch<false>(g, max_tiles, ctas, slots, stream);
 }
 
 MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles) {

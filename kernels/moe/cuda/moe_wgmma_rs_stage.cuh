@@ -57,22 +57,35 @@ static_assert(kRsSmemBytes + 1024 < (1 << 18));
 // by it).
 static_assert(2 * kRsSmemBytes > 228 * 1024);
 // The tile widths (slot rows a consumer's wgmmas cover: m64nWk16) a kernel may pick per tile, as
-// bits: the smallest width of the set that holds the tile's rows, 128 (always in the set)
-// otherwise. Landed: {64, 128} both ways. A tile pays its width's tensor work whatever its rows,
-// so narrower widths where experts have ~20–90 rows (E 384 top-6: 1,280–4,096 tokens; ~half of
-// the up tiles at 2,048 have <= 32 rows) cut the padding: kRsN16 / kRsN32 (m64n16k16 / m64n32k16),
-// kRsN96 (m64n96k16: 65–96 rows, half the tiles at 4,096); n16 may also let the RS GEMM take
-// batches below kAuto's 1,280 tokens (~12 rows per expert at 768). Session 52 built n32 for up (no
-// spills; the down kernel spilled 3 KB with three widths); session 53 made the set a per-projection
-// switch and added n96. None of the other sets has run on the H200 yet: set one here, run
-// `kernels_moe_gpu_test
-// --gtest_filter='MoeGpuWgmmaTest.Rs*'` (kRsNarrowCounts: tiles of 3 .. 33 rows; RsWidePartial*:
-// 65 .. 127) and bench_moe against the landed set (wgmma_rs_gemm.md "Session 53").
+// bits: the smallest width of its set that holds the tile's rows, 128 (always in a set)
+// otherwise. A tile pays its width's tensor work whatever its rows, so narrower widths where
+// experts have ~20–90 rows (E 384 top-6: 1,280–4,096 tokens; ~half of the tiles at 2,048 have
+// <= 32 rows and run n64) cut the padding: kRsN16 / kRsN32 (m64n16k16 / m64n32k16), kRsN96
+// (m64n96k16: 65–96 rows, half the tiles at 4,096); n16 may also let the RS GEMM take batches
+// below kAuto's 1,280 tokens (~12 rows per expert at 768).
 inline constexpr uint32_t kRsN16 = 8u, kRsN32 = 1u, kRsN64 = 2u, kRsN96 = 4u;
-inline constexpr uint32_t kRsUpWidths = kRsN64;
-inline constexpr uint32_t kRsDownWidths = kRsN64;
-template <bool kUp>
-inline constexpr uint32_t kRsWidths = kUp ? kRsUpWidths : kRsDownWidths;
+// The landed set: {64, 128}, both projections.
+inline constexpr uint32_t kRsLandedWidths = kRsN64;
+// Per-launch width sets (session 53; not yet run on the H200, so off: every launch runs the
+// landed set). On, the launcher runs the kernel instantiated for RsWidthSetFor(slots, experts).
+// A kernel holds at most two narrow widths: with three (every width's item whole, no spills),
+// ptxas serialises the wgmmas for lack of registers (C7512); session 52's shared-accumulator form
+// spilled 3 KB in the down kernel instead. To measure: set it true, run `kernels_moe_gpu_test
+// --gtest_filter='MoeGpuWgmmaTest.Rs*'` and bench_moe against the landed set
+// (wgmma_rs_gemm.md "Session 53").
+inline constexpr bool kRsWidthSets = false;
+
+// The width set for a launch over `slots` slot rows of `experts` experts: the two narrow widths
+// that bracket the mean rows per expert (20 at 1,280 tokens, 32 at 2,048, 64 at 4,096 for E 384
+// top-6; binomial spread ~4–8 rows).
+__host__ __device__ constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts) {
+  if (slots <= 20 * experts) return kRsN16 | kRsN32;
+  if (slots <= 40 * experts) return kRsN32 | kRsN64;
+  return kRsN64 | kRsN96;
+}
+static_assert(RsWidthSetFor(1280 * 6, 384) == (kRsN16 | kRsN32) &&
+              RsWidthSetFor(2048 * 6, 384) == (kRsN32 | kRsN64) &&
+              RsWidthSetFor(4096 * 6, 384) == (kRsN64 | kRsN96));
 
 // The width of a tile of `rows` slot rows (1 .. 128) from the set `widths`.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
@@ -103,6 +116,14 @@ inline constexpr bool kRsEarlyProbe = false;
 // second copy of the codes; this asks how much of that the DRAM lines alone give, at no memory
 // cost. The consumers are unchanged; the chunks path ignores it (wgmma_rs_gemm.md "Session 53").
 inline constexpr bool kRsPairedCodes = false;
+// Four A fragment sets instead of two (session 53, not yet run on the H200): a consumer
+// warpgroup waits with two wgmma groups in flight (wait_group 2) instead of one before decoding
+// the next block, so the decode starts a block earlier and the tensor pipe keeps two of each
+// warpgroup's groups queued; it releases the previous stage one block later. 16 more
+// registers per consumer thread (A sets of 16), so tiles of width <= 64 only (RsConsumeTile): at
+// n96 / n128, and with the width sets, ptxas serialises the wgmmas for lack of registers (C7512).
+inline constexpr bool kRsDeepA = false;
+static_assert(!(kRsDeepA && kRsWidthSets), "ptxas serialises the wgmmas (C7512)");
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
