@@ -116,6 +116,27 @@ constexpr uint32_t MoeWgmmaRsFragmentColumn(uint32_t s, uint32_t i, uint32_t tig
   return 8 * tig + 2 * s + i / 2 + 4 * e;
 }
 
+// The register-sourced GEMM's tile widths (cuda/moe_wgmma_rs_stage.cuh, kRsWidthSets): sets of
+// narrow widths as bits (128 is in every set). A tile of `rows` slot rows (1 .. 128) runs the
+// smallest width of its kernel's set that holds them, 128 otherwise.
+inline constexpr uint32_t kMoeRsN16 = 8u, kMoeRsN32 = 1u, kMoeRsN64 = 2u, kMoeRsN96 = 4u;
+constexpr int MoeRsTileWidth(uint32_t widths, int rows) {
+  if ((widths & kMoeRsN16) != 0 && rows <= 16) return 16;
+  if ((widths & kMoeRsN32) != 0 && rows <= 32) return 32;
+  if ((widths & kMoeRsN64) != 0 && rows <= 64) return 64;
+  if ((widths & kMoeRsN96) != 0 && rows <= 96) return 96;
+  return 128;
+}
+// The set a launch over `slots` slot rows of `experts` experts runs: the two narrow widths that
+// bracket the mean rows per expert (20 at 1,280 tokens, 32 at 2,048, 64 at 4,096 for E 384
+// top-6; binomial spread ~4–8 rows). Two, because with three narrow widths in one kernel ptxas
+// serialised the wgmmas (C7512).
+constexpr uint32_t MoeRsWidthSetFor(int64_t slots, int64_t experts) {
+  if (slots <= 20 * experts) return kMoeRsN16 | kMoeRsN32;
+  if (slots <= 40 * experts) return kMoeRsN32 | kMoeRsN64;
+  return kMoeRsN64 | kMoeRsN96;
+}
+
 // S = max_tokens · top_k. shared_bytes: MoeSharedExpertWorkspaceBytes for max_tokens, or 0
 // when the shared expert is not run by MoeCuda.
 MoeCudaLayout ComputeMoeCudaLayout(int64_t n_experts, int64_t dim, int64_t inter,

@@ -1,7 +1,8 @@
 // The CUDA kernels' data layouts, checked on the host (no GPU): the operand column orders of the
 // slot rows (MoeOperandColumn, MoeRsOperandColumn), the streaming GEMM's activation chunks and
-// swizzle, the wgmma GEMMs' raw-code layout, and the register-sourced GEMM's row order and A
-// fragments (moe_cuda_internal.h). The kernels index shared memory and registers by these maps.
+// swizzle, the wgmma GEMMs' raw-code layout, and the register-sourced GEMM's row order, A
+// fragments and tile widths (moe_cuda_internal.h). The kernels index shared memory and registers by
+// these maps.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -175,6 +176,46 @@ TEST(MoeCudaLayoutTest, WgmmaRsFragmentsMatchTheOperandOrder) {
     }
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+}
+
+// Every tile runs the narrowest width of its set that holds its rows; 128 takes the rest.
+TEST(MoeCudaLayoutTest, RsTileWidthIsTheNarrowestThatHoldsTheRows) {
+  using moe_cuda_internal::MoeRsTileWidth;
+  const uint32_t sets[] = {moe_cuda_internal::kMoeRsN64,
+                           moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32,
+                           moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64,
+                           moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96};
+  const int widths[] = {16, 32, 64, 96};
+  const uint32_t bits[] = {moe_cuda_internal::kMoeRsN16, moe_cuda_internal::kMoeRsN32,
+                           moe_cuda_internal::kMoeRsN64, moe_cuda_internal::kMoeRsN96};
+  for (const uint32_t set : sets) {
+    for (int rows = 1; rows <= 128; ++rows) {
+      int want = 128;
+      for (int i = 3; i >= 0; --i) {
+        if ((set & bits[i]) != 0 && rows <= widths[i]) want = widths[i];
+      }
+      EXPECT_EQ(MoeRsTileWidth(set, rows), want) << "set " << set << ", rows " << rows;
+      EXPECT_GE(MoeRsTileWidth(set, rows), rows);
+    }
+  }
+  EXPECT_EQ(MoeRsTileWidth(moe_cuda_internal::kMoeRsN64, 64), 64);
+  EXPECT_EQ(MoeRsTileWidth(moe_cuda_internal::kMoeRsN64, 65), 128);
+  EXPECT_EQ(MoeRsTileWidth(moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64, 33), 64);
+}
+
+// The launch's set brackets the mean rows per expert: E 384 top-6 at 768 .. 1,280 tokens (mean
+// 12 .. 20) {16, 32}, 1,536 .. 2,560 (24 .. 40) {32, 64}, above {64, 96}.
+TEST(MoeCudaLayoutTest, RsWidthSetBracketsTheMeanRows) {
+  using moe_cuda_internal::MoeRsWidthSetFor;
+  const uint32_t small = moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32;
+  const uint32_t mid = moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64;
+  const uint32_t large = moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96;
+  for (const int64_t tokens : {1, 768, 1024, 1280})
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), small);
+  for (const int64_t tokens : {1281, 1536, 2048, 2560})
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), mid);
+  for (const int64_t tokens : {2561, 4096, 16384})
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), large);
 }
 
 }  // namespace

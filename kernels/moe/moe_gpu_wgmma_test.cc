@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/gpu_test_util.h"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_internal.h"
 #include "kernels/moe/moe_gpu_test_util.h"
 #include "kernels/moe/moe_test_util.h"
 
@@ -41,6 +42,13 @@ const std::vector<int32_t> kSmallCounts = {1, 8, 100};
 // second tiles of 8 and 22 rows after a full one (kCounts and kSmallCounts add tiles of 64, 65, 72
 // and 100 rows).
 const std::vector<int32_t> kRsNarrowCounts = {3, 8, 9, 16, 17, 0, 32, 33, 136, 150, 96, 97};
+
+// Slot counts whose mean rows per expert select each width set of the register-sourced GEMM
+// (kRsWidthSets; MoeRsWidthSetFor), each with tiles on both sides of its set's widths: {16, 32}
+// (mean 17: tiles of 3 .. 33 rows), {32, 64} (mean 33.75: 3 .. 65) and {64, 96} (kRsNarrowCounts,
+// mean 49.75: 3 .. 97 and second tiles). With the switch off they run the landed {64, 128}.
+const std::vector<int32_t> kRsSetSmallCounts = {3, 8, 16, 17, 0, 32, 33, 20, 24};
+const std::vector<int32_t> kRsSetMidCounts = {3, 16, 17, 32, 33, 64, 65, 40};
 
 struct HandSlots {
   std::vector<int32_t> offsets, tiles;
@@ -328,6 +336,31 @@ TEST(MoeGpuWgmmaTest, RsCodeChunksAreBitExact) {
     SCOPED_TRACE(testing::Message() << ctas << " CTAs");
     CheckUpHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, true, true);
     CheckDownHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true, ctas, false, true);
+  }
+}
+
+// The counts above select the sets they are named for (host only: runs without a device).
+TEST(MoeGpuWgmmaTest, RsWidthSetCountsSelectEachSet) {
+  const auto set_of = [](const std::vector<int32_t>& counts) {
+    return moe_cuda_internal::MoeRsWidthSetFor(
+        std::accumulate(counts.begin(), counts.end(), int64_t{0}),
+        static_cast<int64_t>(counts.size()));
+  };
+  EXPECT_EQ(set_of(kRsSetSmallCounts), moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32);
+  EXPECT_EQ(set_of(kRsSetMidCounts), moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64);
+  EXPECT_EQ(set_of(kRsNarrowCounts), moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96);
+}
+
+// Each width set's kernel (kRsWidthSets: the launcher picks it from the call's mean rows per
+// expert) bit for bit, one and three CTAs; kRsNarrowCounts (the {64, 96} set) runs above.
+TEST(MoeGpuWgmmaTest, RsWidthSetsAreBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  for (const auto* counts : {&kRsSetSmallCounts, &kRsSetMidCounts}) {
+    SCOPED_TRACE(testing::Message() << counts->size() << " experts");
+    CheckUpHandBuilt(*counts, kSmallDims, std::size(kSmallDims), true);
+    CheckDownHandBuilt(*counts, kSmallDims, std::size(kSmallDims), true);
+    CheckUpHandBuilt(*counts, kDims, std::size(kDims), true, 3);
+    CheckDownHandBuilt(*counts, kDims, std::size(kDims), true, 1);
   }
 }
 

@@ -63,7 +63,10 @@ static_assert(2 * kRsSmemBytes > 228 * 1024);
 // <= 32 rows and run n64) cut the padding: kRsN16 / kRsN32 (m64n16k16 / m64n32k16), kRsN96
 // (m64n96k16: 65–96 rows, half the tiles at 4,096); n16 may also let the RS GEMM take batches
 // below kAuto's 1,280 tokens (~12 rows per expert at 768).
-inline constexpr uint32_t kRsN16 = 8u, kRsN32 = 1u, kRsN64 = 2u, kRsN96 = 4u;
+inline constexpr uint32_t kRsN16 = moe_cuda_internal::kMoeRsN16;
+inline constexpr uint32_t kRsN32 = moe_cuda_internal::kMoeRsN32;
+inline constexpr uint32_t kRsN64 = moe_cuda_internal::kMoeRsN64;
+inline constexpr uint32_t kRsN96 = moe_cuda_internal::kMoeRsN96;
 // The landed set: {64, 128}, both projections.
 inline constexpr uint32_t kRsLandedWidths = kRsN64;
 // Per-launch width sets (session 53; not yet run on the H200, so off: every launch runs the
@@ -75,32 +78,13 @@ inline constexpr uint32_t kRsLandedWidths = kRsN64;
 // (wgmma_rs_gemm.md "Session 53").
 inline constexpr bool kRsWidthSets = false;
 
-// The width set for a launch over `slots` slot rows of `experts` experts: the two narrow widths
-// that bracket the mean rows per expert (20 at 1,280 tokens, 32 at 2,048, 64 at 4,096 for E 384
-// top-6; binomial spread ~4–8 rows).
-__host__ __device__ constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts) {
-  if (slots <= 20 * experts) return kRsN16 | kRsN32;
-  if (slots <= 40 * experts) return kRsN32 | kRsN64;
-  return kRsN64 | kRsN96;
-}
-static_assert(RsWidthSetFor(1280 * 6, 384) == (kRsN16 | kRsN32) &&
-              RsWidthSetFor(2048 * 6, 384) == (kRsN32 | kRsN64) &&
-              RsWidthSetFor(4096 * 6, 384) == (kRsN64 | kRsN96));
-
-// The width of a tile of `rows` slot rows (1 .. 128) from the set `widths`.
+// moe_cuda_internal.h (host-tested): the width of a tile, the set of a launch.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
-  if ((widths & kRsN16) != 0 && rows <= 16) return 16;
-  if ((widths & kRsN32) != 0 && rows <= 32) return 32;
-  if ((widths & kRsN64) != 0 && rows <= 64) return 64;
-  if ((widths & kRsN96) != 0 && rows <= 96) return 96;
-  return 128;
+  return moe_cuda_internal::MoeRsTileWidth(widths, rows);
 }
-static_assert(RsTileWidth(kRsN64, 1) == 64 && RsTileWidth(kRsN64, 65) == 128);
-static_assert(RsTileWidth(kRsN32 | kRsN96, 33) == 96 && RsTileWidth(kRsN32 | kRsN96, 97) == 128);
-static_assert(RsTileWidth(kRsN16 | kRsN64, 16) == 16 && RsTileWidth(kRsN16 | kRsN64, 17) == 64);
-static_assert(RsTileWidth(kRsN32 | kRsN64 | kRsN96, 32) == 32 &&
-              RsTileWidth(kRsN32 | kRsN64 | kRsN96, 64) == 64 &&
-              RsTileWidth(kRsN32 | kRsN64 | kRsN96, 96) == 96);
+constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts) {
+  return moe_cuda_internal::MoeRsWidthSetFor(slots, experts);
+}
 // The consumers' stage boundary (session 51's Nsight on the copy-free skeleton: the `full` wait,
 // the proxy fence, the scale loads and the wide-scale vote, 17 % of its samples while only block
 // 3's wgmmas were queued): after decoding block 3 the consumer warp probes the next stage
