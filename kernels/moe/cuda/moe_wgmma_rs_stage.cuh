@@ -222,6 +222,32 @@ constexpr bool RsChunksAreTheStage(bool up) {
   return moe_cuda_internal::MoeRsChunkBytes(up) * (kRsNB / rows) == kRsCodeBytes;
 }
 static_assert(RsChunksAreTheStage(true) && RsChunksAreTheStage(false));
+// kRsPairedCodes' copies (RsLoadStage): producer thread p copies piece p % 8 of the 128 bytes of
+// code rows p / 8 + 16·it (it < 16), pieces 0 .. 3 into this stage and 4 .. 7 into the next, at
+// place RsCodeChunk(row, piece % 4). Every (stage, row, place) of both stages gets exactly one
+// copy, and it is the piece the single-stage copies put there (place RsCodeChunk(r, c) holds
+// piece c of r's 64 bytes of the stage).
+constexpr bool RsPairedCopiesCoverBothStages() {
+  bool seen[2][kRsNB][4] = {};
+  for (int p = 0; p < 128; ++p) {
+    for (int it = 0; it < kRsNB / 16; ++it) {
+      const int row = p / 8 + 16 * it, piece = p % 8;
+      const int place = RsCodeChunk(p / 8, piece % 4);
+      if (place != RsCodeChunk(row, piece % 4)) return false;  // the XOR is the row's
+      if (seen[piece / 4][row][place]) return false;
+      seen[piece / 4][row][place] = true;
+    }
+  }
+  for (int st = 0; st < 2; ++st) {
+    for (int r = 0; r < kRsNB; ++r) {
+      for (int c = 0; c < 4; ++c) {
+        if (!seen[st][r][c]) return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(RsPairedCopiesCoverBothStages());
 
 // mbarrier.expect_tx without an arrival: the stage's bulk copies' bytes join its `full` phase,
 // whose arrivals stay the producer threads' cp.async ones.
