@@ -11,7 +11,8 @@ namespace flashserve::kernels::moe_bench {
 
 struct WgmmaRateCase {
   bool register_a = true;  // RS (A from registers) or SS (A from shared memory)
-  int n = 128;             // wgmma N: 64 or 128 (RS), 32, 64 or 256 (SS)
+  int n = 128;             // wgmma N: 16, 32, 64, 96 or 128 (RS; 16 / 32 / 96 at 4 per group),
+                           // 32, 64 or 256 (SS)
   int per_group = 4;       // wgmmas per commit group: 4 (one 32-K block of 2 m-blocks) or 8
   bool touch_a = false;    // RS: after each wait, one XOR per register of the next A set
 };

@@ -43,6 +43,14 @@ int Run(int groups, int iters) {
       {true, 128, 4, false},
       {true, 128, 4, true},
       {true, 128, 8, true},
+      // The RS GEMM's narrow tile widths (session 53, kRsWidthSets): does a tile of N slot rows
+      // cost N / 128 of the n128 cycles?
+      {true, 16, 4, false},
+      {true, 16, 4, true},
+      {true, 32, 4, false},
+      {true, 32, 4, true},
+      {true, 96, 4, false},
+      {true, 96, 4, true},
   };
   std::printf("%-4s %5s %9s %7s %10s %12s %9s %9s %9s\n", "form", "N", "per_group", "touch_a",
               "median_us", "cyc/wgmma", "TFLOP/s", "vs_n256", "vs_cublas");

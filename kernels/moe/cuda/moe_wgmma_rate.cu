@@ -17,11 +17,11 @@
 namespace flashserve::kernels::moe_bench {
 namespace {
 
-constexpr int kThreads = 256;        // two warpgroups
-constexpr uint32_t kLbo = 16;        // unused by K-major swizzled layouts
-constexpr uint32_t kSbo = 1024;      // 8 rows of 128 bytes
-constexpr uint32_t kBBytes = 256 * 128;      // B: up to 256 rows × one 64-K column block
-constexpr uint32_t kABytes = 2 * 64 * 128;   // SS A: 64 rows per warpgroup
+constexpr int kThreads = 256;               // two warpgroups
+constexpr uint32_t kLbo = 16;               // unused by K-major swizzled layouts
+constexpr uint32_t kSbo = 1024;             // 8 rows of 128 bytes
+constexpr uint32_t kBBytes = 256 * 128;     // B: up to 256 rows × one 64-K column block
+constexpr uint32_t kABytes = 2 * 64 * 128;  // SS A: 64 rows per warpgroup
 constexpr int kSmemBytes = static_cast<int>(kBBytes + kABytes) + 1024;
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -34,8 +34,8 @@ __device__ __forceinline__ void Group(float (&acc)[kSets][kAcc], uint32_t (&a)[2
                                       uint32_t b_addr, uint32_t a_addr) {
 #pragma unroll
   for (int s = 0; s < kSets; ++s) wgmma::FenceOperands(acc[s]);
-  // The A set's last writes (touch_a) stay before the fence (register ops may otherwise move
-  // across it, and ptxas would inject a warpgroup.arrive: C7519).
+    // The A set's last writes (touch_a) stay before the fence (register ops may otherwise move
+    // across it, and ptxas would inject a warpgroup.arrive: C7519).
 #pragma unroll
   for (int i = 0; i < kPerGroup; ++i) {
 #pragma unroll
@@ -51,6 +51,12 @@ __device__ __forceinline__ void Group(float (&acc)[kSets][kAcc], uint32_t (&a)[2
     if constexpr (kRs) {
       if constexpr (kN == 128) {
         wgmma::WgmmaM64N128K16RS(d, a[kSet][i], db, true);
+      } else if constexpr (kN == 96) {
+        wgmma::WgmmaM64N96K16RS(d, a[kSet][i], db, true);
+      } else if constexpr (kN == 32) {
+        wgmma::WgmmaM64N32K16RS(d, a[kSet][i], db, true);
+      } else if constexpr (kN == 16) {
+        wgmma::WgmmaM64N16K16RS(d, a[kSet][i], db, true);
       } else {
         wgmma::WgmmaM64N64K16RS(d, a[kSet][i], db, true);
       }
@@ -142,8 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int kN, bool kRs, int kPerGroup, bool kTouchA>
 auto* KernelFor() {
   auto* kernel = WgmmaRateKernel<kN, kRs, kPerGroup, kTouchA>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kSmemBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   return kernel;
 }
 
@@ -157,6 +162,13 @@ RateKernel Select(const WgmmaRateCase& c) {
       }
       return KernelFor<128, true, 8, true>();  // without touch_a ptxas serialises it (C7512)
     }
+    // The RS GEMM's narrow tile widths (kRsWidthSets): 4 per group, as its blocks.
+    if (c.n == 96)
+      return c.touch_a ? KernelFor<96, true, 4, true>() : KernelFor<96, true, 4, false>();
+    if (c.n == 32)
+      return c.touch_a ? KernelFor<32, true, 4, true>() : KernelFor<32, true, 4, false>();
+    if (c.n == 16)
+      return c.touch_a ? KernelFor<16, true, 4, true>() : KernelFor<16, true, 4, false>();
     if (c.per_group == 4) {
       return c.touch_a ? KernelFor<64, true, 4, true>() : KernelFor<64, true, 4, false>();
     }
@@ -173,7 +185,10 @@ RateKernel Select(const WgmmaRateCase& c) {
 
 bool WgmmaRateCaseSupported(const WgmmaRateCase& c) {
   if (c.per_group != 4 && c.per_group != 8) return false;
-  if (c.register_a) return c.n == 64 || (c.n == 128 && (c.per_group == 4 || c.touch_a));
+  if (c.register_a) {
+    if (c.n == 16 || c.n == 32 || c.n == 96) return c.per_group == 4;
+    return c.n == 64 || (c.n == 128 && (c.per_group == 4 || c.touch_a));
+  }
   return !c.touch_a && (c.n == 32 || c.n == 64 || (c.n == 256 && c.per_group == 4));
 }
 
