@@ -56,6 +56,12 @@ static_assert(kRsSmemBytes + 1024 < (1 << 18));
 // More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
 // by it).
 static_assert(2 * kRsSmemBytes > 228 * 1024);
+// The experiment switches below (kRsWidthSets, kRsEarlyProbe, kRsPairedCodes, kRsDeepA) are off;
+// each may be set for a build by its FS_MOE_RS_* macro (= 1). kernels_moe_rs_variants_test
+// compiles this kernel in every configuration and fails on a spill in it or on any ptxas
+// performance note (C75xx), so that the switches keep compiling clean while they wait for the
+// H200 (rs_variants_check.sh).
+//
 // The tile widths (slot rows a consumer's wgmmas cover: m64nWk16) a kernel may pick per tile, as
 // bits: the smallest width of its set that holds the tile's rows, 128 (always in a set)
 // otherwise. A tile pays its width's tensor work whatever its rows, so narrower widths where
@@ -76,7 +82,10 @@ inline constexpr uint32_t kRsLandedWidths = kRsN64;
 // spilled 3 KB in the down kernel instead. To measure: set it true, run `kernels_moe_gpu_test
 // --gtest_filter='MoeGpuWgmmaTest.Rs*'` and bench_moe against the landed set
 // (wgmma_rs_gemm.md "Session 53").
-inline constexpr bool kRsWidthSets = false;
+#ifndef FS_MOE_RS_WIDTH_SETS
+#define FS_MOE_RS_WIDTH_SETS 0
+#endif
+inline constexpr bool kRsWidthSets = FS_MOE_RS_WIDTH_SETS != 0;
 
 // moe_cuda_internal.h (host-tested): the width of a tile, the set of a launch.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
@@ -91,7 +100,10 @@ constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts) {
 // (test_wait on every lane) and, when it has landed, takes its fence and scales then, under
 // block 2's wgmmas. Built in session 52 (no spills), not yet run on the H200: off until the RS
 // GPU tests and bench_moe have run with it (wgmma_rs_gemm.md "Session 52").
-inline constexpr bool kRsEarlyProbe = false;
+#ifndef FS_MOE_RS_EARLY_PROBE
+#define FS_MOE_RS_EARLY_PROBE 0
+#endif
+inline constexpr bool kRsEarlyProbe = FS_MOE_RS_EARLY_PROBE != 0;
 // The code rows of two K stages in one pass (session 53, not yet run on the H200): at an even K
 // step the producer waits for the next slot too and copies each row's 128 bytes of both stages
 // (8 threads a row: whole 128-byte lines, where a stage alone reads half lines, the other half a
@@ -99,14 +111,20 @@ inline constexpr bool kRsEarlyProbe = false;
 // chunk) took the up stage at 2,048 tokens to session 51's "no code copies" level but are a
 // second copy of the codes; this asks how much of that the DRAM lines alone give, at no memory
 // cost. The consumers are unchanged; the chunks path ignores it (wgmma_rs_gemm.md "Session 53").
-inline constexpr bool kRsPairedCodes = false;
+#ifndef FS_MOE_RS_PAIRED_CODES
+#define FS_MOE_RS_PAIRED_CODES 0
+#endif
+inline constexpr bool kRsPairedCodes = FS_MOE_RS_PAIRED_CODES != 0;
 // Four A fragment sets instead of two (session 53, not yet run on the H200): a consumer
 // warpgroup waits with two wgmma groups in flight (wait_group 2) instead of one before decoding
 // the next block, so the decode starts a block earlier and the tensor pipe keeps two of each
 // warpgroup's groups queued; it releases the previous stage one block later. 16 more
 // registers per consumer thread (A sets of 16), so tiles of width <= 64 only (RsConsumeTile): at
 // n96 / n128, and with the width sets, ptxas serialises the wgmmas for lack of registers (C7512).
-inline constexpr bool kRsDeepA = false;
+#ifndef FS_MOE_RS_DEEP_A
+#define FS_MOE_RS_DEEP_A 0
+#endif
+inline constexpr bool kRsDeepA = FS_MOE_RS_DEEP_A != 0;
 static_assert(!(kRsDeepA && kRsWidthSets), "ptxas serialises the wgmmas (C7512)");
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
