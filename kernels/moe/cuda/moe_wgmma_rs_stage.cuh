@@ -79,10 +79,9 @@ inline constexpr uint32_t kRsLandedWidths = kRsN64;
 // landed set). On, the launcher runs the kernel instantiated for RsWidthSetFor(slots, experts).
 // A kernel holds at most two narrow widths: with three (every width's item whole, no spills),
 // ptxas serialises the wgmmas for lack of registers (C7512); session 52's shared-accumulator form
-// spilled 3 KB in the down kernel instead. To measure: set FS_MOE_RS_WIDTH_SETS, run
-// `kernels_moe_gpu_test
-// --gtest_filter='MoeGpuWgmmaTest.Rs*'` and bench_moe against the landed set
-// (wgmma_rs_gemm.md "Session 53").
+// spilled 3 KB in the down kernel instead. To measure: set FS_MOE_RS_WIDTH_SETS, then run the
+// RS GPU tests (MoeGpuWgmmaTest.Rs*) and bench_moe against the landed set (wgmma_rs_gemm.md
+// "Session 53").
 #ifndef FS_MOE_RS_WIDTH_SETS
 #define FS_MOE_RS_WIDTH_SETS 0
 #endif
