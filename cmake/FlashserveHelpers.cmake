@@ -79,6 +79,18 @@ function(fs_cc_test)
   endif()
 endfunction()
 
+# fs_ptxas_test(NAME n CASES file): a test (no device, needs nvcc) that compiles the translation
+# units listed in `file` (relative to the calling directory) with `-Xptxas -v` and fails on a
+# ptxas performance note or a spill the file forbids (kernels/ptxas_check.sh). FLASHSERVE_CUDA
+# only.
+function(fs_ptxas_test)
+  cmake_parse_arguments(A "" "NAME;CASES" "" ${ARGN})
+  add_test(NAME ${A_NAME}
+    COMMAND ${PROJECT_SOURCE_DIR}/kernels/ptxas_check.sh ${CMAKE_CUDA_COMPILER}
+            ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/${A_CASES})
+  set_tests_properties(${A_NAME} PROPERTIES TIMEOUT 900 LABELS ptxas)
+endfunction()
+
 # fs_cuda_library(NAME n SRCS ... [HDRS ...] DEPS ...): CUDA sources for sm_90a. Only declared
 # when FLASHSERVE_CUDA is on; callers guard with if(FLASHSERVE_CUDA).
 function(fs_cuda_library)

@@ -60,7 +60,7 @@ static_assert(2 * kRsSmemBytes > 228 * 1024);
 // each may be set for a build by its FS_MOE_RS_* macro (= 1). kernels_moe_rs_variants_test
 // compiles this kernel in every configuration and fails on a spill in it or on any ptxas
 // performance note (C75xx), so that the switches keep compiling clean while they wait for the
-// H200 (rs_variants_check.sh).
+// H200 (kernels/ptxas_check.sh, rs_variants.ptxas).
 //
 // The tile widths (slot rows a consumer's wgmmas cover: m64nWk16) a kernel may pick per tile, as
 // bits: the smallest width of its set that holds the tile's rows, 128 (always in a set)
