@@ -61,6 +61,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -382,29 +383,6 @@ bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, i
   return all_ok;
 }
 
-// How the register-sourced GEMM's tiles (kMoeCudaWgmmaTileRows slot rows of one expert) of a
-// call with `ids` fall into its widths (cuda/moe_wgmma_rs_stage.cuh, kRsWidthSets): the tiles of
-// <= 16, 17–32, 33–64, 65–96 and 97–128 slot rows, one line for `report`. A tile costs its
-// width's tensor work whatever its rows (wgmma_rs_gemm.md "Session 53").
-std::string TileRowsLine(int64_t m, const std::vector<int32_t>& ids) {
-  std::vector<int64_t> per_expert(kE, 0);
-  for (const int32_t id : ids) ++per_expert[id];
-  int64_t bins[5] = {};
-  for (int64_t n : per_expert) {
-    for (; n > 0; n -= kMoeCudaWgmmaTileRows) {
-      const int64_t rows = std::min(n, kMoeCudaWgmmaTileRows);
-      ++bins[rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : rows <= 96 ? 3 : 4];
-    }
-  }
-  char line[200];
-  std::snprintf(line, sizeof(line),
-                "m %ld: 128-row tiles by slot rows: <=16 %ld, 17-32 %ld, 33-64 %ld, 65-96 %ld, "
-                "97-128 %ld\n",
-                static_cast<long>(m), static_cast<long>(bins[0]), static_cast<long>(bins[1]),
-                static_cast<long>(bins[2]), static_cast<long>(bins[3]), static_cast<long>(bins[4]));
-  return line;
-}
-
 // The layer's y and ids with the small and with the large route / sort shapes forced, and with
 // the fused front (route + permute in one block; kAuto paths, MoeCudaFrontFits) when
 // it applies (the GEMM settings of `o`): they must be byte-identical. Appends one line to
@@ -656,7 +634,17 @@ int Main(int argc, char** argv) {
       std::vector<bool> used(kE, false);
       const std::vector<int32_t> host_ids = ToHost<int32_t>(ids, m * kK);
       for (int32_t id : host_ids) used[id] = true;
-      if (s == 0) tile_report += TileRowsLine(m, host_ids);
+      if (s == 0) {
+        // How the RS GEMM's tiles fall into its widths (wgmma_rs_gemm.md "Session 53").
+        const std::array<int64_t, 5> b = moe_test::RsTilesByWidth(host_ids, kE);
+        char line[160];
+        std::snprintf(line, sizeof(line),
+                      "m %ld: 128-row tiles by slot rows: <=16 %ld, 17-32 %ld, 33-64 %ld, 65-96 "
+                      "%ld, 97-128 %ld\n",
+                      static_cast<long>(m), static_cast<long>(b[0]), static_cast<long>(b[1]),
+                      static_cast<long>(b[2]), static_cast<long>(b[3]), static_cast<long>(b[4]));
+        tile_report += line;
+      }
       calls.back().touched = std::count(used.begin(), used.end(), true);
       touched += static_cast<double>(calls.back().touched) / o.sets;
     }

@@ -4,12 +4,14 @@
 // fragments and tile widths (moe_cuda_internal.h). The kernels index shared memory and registers by
 // these maps.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_internal.h"
+#include "kernels/moe/moe_test_util.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -216,6 +218,17 @@ TEST(MoeCudaLayoutTest, RsWidthSetBracketsTheMeanRows) {
     EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), mid);
   for (const int64_t tokens : {2561, 4096, 16384})
     EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), large);
+}
+
+// bench_moe's count of the RS tiles by width: experts of 3, 17, 40, 70, 100 and 200 slot rows give
+// tiles of 3, 17, 40, 70, 100, 128 and 72 rows.
+TEST(MoeCudaLayoutTest, RsTilesByWidthCountsEveryTile) {
+  std::vector<int32_t> ids;
+  const int counts[] = {3, 17, 40, 70, 100, 0, 200};
+  for (int e = 0; e < 7; ++e) ids.insert(ids.end(), counts[e], e);
+  const std::array<int64_t, 5> want = {1, 1, 1, 2, 2};
+  EXPECT_EQ(moe_test::RsTilesByWidth(ids, 7), want);
+  EXPECT_EQ(moe_test::RsTilesByWidth({}, 7), (std::array<int64_t, 5>{}));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "common/formats/ue8m0.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_internal.h"
 
 namespace flashserve::kernels::moe_test {
 namespace {
@@ -262,6 +263,23 @@ std::vector<int32_t> TileList(const std::vector<int32_t>& offsets, int64_t tile_
     }
   }
   return tiles;
+}
+
+std::array<int64_t, 5> RsTilesByWidth(const std::vector<int32_t>& ids, int64_t n_experts) {
+  std::vector<int32_t> offsets(n_experts + 1, 0);
+  for (const int32_t id : ids) ++offsets[id + 1];
+  std::partial_sum(offsets.begin(), offsets.end(), offsets.begin());
+  const std::vector<int32_t> tiles = TileList(offsets, kMoeCudaWgmmaTileRows);
+  constexpr uint32_t kAll = moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32 |
+                            moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96;
+  std::array<int64_t, 5> bins{};
+  for (size_t i = 0; i < tiles.size(); i += 2) {
+    const int64_t row0 = tiles[i + 1], end = offsets[tiles[i] + 1];
+    const int rows = static_cast<int>(std::min<int64_t>(end - row0, kMoeCudaWgmmaTileRows));
+    const int width = moe_cuda_internal::MoeRsTileWidth(kAll, rows);
+    ++bins[width == 16 ? 0 : width == 32 ? 1 : width == 64 ? 2 : width == 96 ? 3 : 4];
+  }
+  return bins;
 }
 
 std::vector<uint16_t> ToOperandOrder(const uint16_t* row, int64_t n, bool rs) {

@@ -12,6 +12,7 @@
 // checks the premise on the actual data.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -106,6 +107,10 @@ HostPermutation CountingSort(const std::vector<int32_t>& ids, const std::vector<
 MoeCudaWeights StandInCudaWeights(const uint8_t* buf);
 // The tile list LaunchMoePermute writes for these offsets.
 std::vector<int32_t> TileList(const std::vector<int32_t>& offsets, int64_t tile_rows);
+// The register-sourced GEMM's tiles (kMoeCudaWgmmaTileRows slot rows of one expert, TileList) of
+// a call whose slots' experts are `ids`, counted by the width each would take with every narrow
+// width available (MoeRsTileWidth): [0] <= 16 rows, [1] 17–32, [2] 33–64, [3] 65–96, [4] 97–128.
+std::array<int64_t, 5> RsTilesByWidth(const std::vector<int32_t>& ids, int64_t n_experts);
 
 // Logical to operand order (MoeOperandColumn; with rs MoeRsOperandColumn, the register-sourced
 // GEMM's) of a row of n (multiple of 32) bf16 values.

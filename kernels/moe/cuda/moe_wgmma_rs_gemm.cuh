@@ -384,23 +384,15 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc
   }
 }
 
-// One item of the consumer warpgroup cw at tile width kN: its K steps from step c, then the
-// epilogue step (c + kt_count). Its own accumulators, so that nothing but c is live where the
-// widths' paths meet (with three widths and the accumulators shared, the down kernel spilled
-// ~3 KB).
+// The epilogue step c of consumer warpgroup cw (its item's K steps are done): wait for the step's
+// slot, store the accumulators through it (kN: the tile width, RsStoreUp / RsStoreDown) and release
+// it. The slot holds both warpgroups' tiles (no proxy fence before: generic accesses only; the
+// slot's last wgmma reads finished before its release).
 template <bool kUp, int kN>
-__device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, uint32_t base,
-                                              const RsThread& t, uint32_t kt_count, uint32_t c,
-                                              int cw, int64_t n0, int64_t row0, int rows) {
+__device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem, uint32_t base,
+                                               const RsThread& t, uint32_t c, int cw, int64_t n0,
+                                               int64_t row0, int rows, const float (&acc)[2][64]) {
   using S = RsShape<kUp>;
-  float acc[2][64];
-#pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
-#pragma unroll
-    for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
-  }
-  RsConsumeTile<kN>(smem, base, t, kt_count, c, acc);
-  c += kt_count;
   const uint32_t full_bars = base + kRsBarOff;
   const int slot = static_cast<int>(c % kRsStages);
   wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
@@ -411,8 +403,27 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
   } else {
     RsStoreDown<kN>(g, acc, tile_smem, cw, n0, row0, rows);
   }
+  // The slot's next bulk copies write through the async proxy over these generic writes.
   if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
   RsRelease(full_bars + kRsStages * 8, c, t.lane);
+}
+
+// One item of the consumer warpgroup cw at tile width kN: its K steps from step c, then the
+// epilogue step (c + kt_count). Its own accumulators, so that nothing but c is live where the
+// widths' paths meet (with three widths and the accumulators shared, the down kernel spilled
+// ~3 KB).
+template <bool kUp, int kN>
+__device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, uint32_t base,
+                                              const RsThread& t, uint32_t kt_count, uint32_t c,
+                                              int cw, int64_t n0, int64_t row0, int rows) {
+  float acc[2][64];
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
+  }
+  RsConsumeTile<kN>(smem, base, t, kt_count, c, acc);
+  RsEpilogueStep<kUp, kN>(g, smem, base, t, c + kt_count, cw, n0, row0, rows, acc);
 }
 
 // RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
@@ -587,20 +598,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
         RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
       }
       c += kt_count;
-      // The epilogue step: its slot holds both warpgroups' tiles (no proxy fence: generic accesses
-      // only; the slot's last wgmma reads finished before its release).
-      const int slot = static_cast<int>(c % kRsStages);
-      wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
-      uint16_t* tile_smem =
-          reinterpret_cast<uint16_t*>(smem + slot * kRsStageBytes + cw * S::kWgTileBytes);
-      if constexpr (kUp) {
-        RsStoreUp(g, acc, tile_smem, cw, n0, row0, rows);
-      } else {
-        RsStoreDown(g, acc, tile_smem, cw, n0, row0, rows);
-      }
-      // The slot's next bulk copies write through the async proxy over these generic writes.
-      if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
-      RsRelease(empty_bars, c, t.lane);
+      RsEpilogueStep<kUp, 128>(g, smem, base, t, c, cw, n0, row0, rows, acc);
     }
     ++c;
   }
