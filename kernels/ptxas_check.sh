@@ -4,7 +4,7 @@
 # serialised for lack of registers or under a branch ptxas cannot prove uniform, a wait injected)
 # unless the case allows it, and no spill in the kernels the case names. A serialised wgmma
 # costs a kernel much of its speed and shows nowhere else (kernels/moe/wgmma_rs_gemm.md
-# "Session 53"). Used by ctest: kernels_wgmma_notes_test, kernels_moe_rs_variants_test.
+# "Session 53"). Used by ctest: kernels_wgmma_notes_test, kernels_moe_rs_ptxas_test.
 #
 # Usage: ptxas_check.sh NVCC SOURCE_DIR BINARY_DIR CASES_FILE
 # CASES_FILE: one case a line, fields separated by '|' (blanks around them ignored): a name, the

@@ -116,7 +116,7 @@ constexpr uint32_t MoeWgmmaRsFragmentColumn(uint32_t s, uint32_t i, uint32_t tig
   return 8 * tig + 2 * s + i / 2 + 4 * e;
 }
 
-// The register-sourced GEMM's tile widths (cuda/moe_wgmma_rs_stage.cuh, kRsWidthSets): sets of
+// The register-sourced GEMM's tile widths (cuda/moe_wgmma_rs_stage.cuh): sets of
 // narrow widths as bits (128 is in every set). A tile of `rows` slot rows (1 .. 128) runs the
 // smallest width of its kernel's set that holds them, 128 otherwise.
 inline constexpr uint32_t kMoeRsN16 = 8u, kMoeRsN32 = 1u, kMoeRsN64 = 2u, kMoeRsN96 = 4u;
@@ -130,9 +130,13 @@ constexpr int MoeRsTileWidth(uint32_t widths, int rows) {
 // The set a launch over `slots` slot rows of `experts` experts runs: the two narrow widths that
 // bracket the mean rows per expert (20 at 1,280 tokens, 32 at 2,048, 64 at 4,096 for E 384
 // top-6; binomial spread ~4–8 rows). Two, because with three narrow widths in one kernel ptxas
-// serialised the wgmmas (C7512).
-constexpr uint32_t MoeRsWidthSetFor(int64_t slots, int64_t experts) {
+// serialised the wgmmas (C7512). The up GEMM (`up`) keeps {64, 128} above a mean of 20 rows:
+// there its {32, 64} and {64, 96} kernels measured 12–18 % slower on the H200 than {64, 128}
+// (session 54), while the down GEMM's sets gained 7–21 % (kernels/moe/wgmma_rs_gemm.md
+// "Session 54").
+constexpr uint32_t MoeRsWidthSetFor(int64_t slots, int64_t experts, bool up) {
   if (slots <= 20 * experts) return kMoeRsN16 | kMoeRsN32;
+  if (up) return kMoeRsN64;
   if (slots <= 40 * experts) return kMoeRsN32 | kMoeRsN64;
   return kMoeRsN64 | kMoeRsN96;
 }

@@ -206,18 +206,26 @@ TEST(MoeCudaLayoutTest, RsTileWidthIsTheNarrowestThatHoldsTheRows) {
 }
 
 // The launch's set brackets the mean rows per expert: E 384 top-6 at 768 .. 1,280 tokens (mean
-// 12 .. 20) {16, 32}, 1,536 .. 2,560 (24 .. 40) {32, 64}, above {64, 96}.
+// 12 .. 20) {16, 32}, 1,536 .. 2,560 (24 .. 40) {32, 64}, above {64, 96}; the up GEMM keeps
+// {64, 128} above a mean of 20 (its narrower sets measured slower there, session 54).
 TEST(MoeCudaLayoutTest, RsWidthSetBracketsTheMeanRows) {
   using moe_cuda_internal::MoeRsWidthSetFor;
   const uint32_t small = moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32;
   const uint32_t mid = moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64;
   const uint32_t large = moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96;
-  for (const int64_t tokens : {1, 768, 1024, 1280})
-    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), small);
-  for (const int64_t tokens : {1281, 1536, 2048, 2560})
-    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), mid);
-  for (const int64_t tokens : {2561, 4096, 16384})
-    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384), large);
+  const uint32_t landed = moe_cuda_internal::kMoeRsN64;
+  for (const int64_t tokens : {1, 768, 1024, 1280}) {
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384, false), small);
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384, true), small);
+  }
+  for (const int64_t tokens : {1281, 1536, 2048, 2560}) {
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384, false), mid);
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384, true), landed);
+  }
+  for (const int64_t tokens : {2561, 4096, 16384}) {
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384, false), large);
+    EXPECT_EQ(MoeRsWidthSetFor(6 * tokens, 384, true), landed);
+  }
 }
 
 // bench_moe's count of the RS tiles by width: experts of 3, 17, 40, 70, 100 and 200 slot rows give

@@ -37,16 +37,16 @@ const std::vector<int32_t> kCounts = {0, 1, 64, 65, 128, 130, 0, 200};
 // The small first case: a single row, 8 rows (one n8 tile; both the RS kernel's n64 path) and 100
 // rows (its n128 path, 28 rows past the expert's end).
 const std::vector<int32_t> kSmallCounts = {1, 8, 100};
-// More tile heights for the register-sourced kernel (its tile widths: n64 / n128 landed, n16 /
-// n32 / n96 by the kRsWidthSets switch): tiles of 3, 8, 9, 16, 17, 32, 33, 96 and 97 rows, and
+// More tile heights for the register-sourced kernel (its tile widths: n64 / n128, n16 / n32 / n96
+// in the width sets): tiles of 3, 8, 9, 16, 17, 32, 33, 96 and 97 rows, and
 // second tiles of 8 and 22 rows after a full one (kCounts and kSmallCounts add tiles of 64, 65, 72
 // and 100 rows).
 const std::vector<int32_t> kRsNarrowCounts = {3, 8, 9, 16, 17, 0, 32, 33, 136, 150, 96, 97};
 
 // Slot counts whose mean rows per expert select each width set of the register-sourced GEMM
-// (kRsWidthSets; MoeRsWidthSetFor), each with tiles on both sides of its set's widths: {16, 32}
+// (MoeRsWidthSetFor), each with tiles on both sides of its set's widths: {16, 32}
 // (mean 17: tiles of 3 .. 33 rows), {32, 64} (mean 33.75: 3 .. 65) and {64, 96} (kRsNarrowCounts,
-// mean 49.75: 3 .. 97 and second tiles). With the switch off they run the landed {64, 128}.
+// mean 49.75: 3 .. 97 and second tiles); the up GEMM runs {64, 128} on the last two.
 const std::vector<int32_t> kRsSetSmallCounts = {3, 8, 16, 17, 0, 32, 33, 20, 24};
 const std::vector<int32_t> kRsSetMidCounts = {3, 16, 17, 32, 33, 64, 65, 40};
 
@@ -339,20 +339,27 @@ TEST(MoeGpuWgmmaTest, RsCodeChunksAreBitExact) {
   }
 }
 
-// The counts above select the sets they are named for (host only: runs without a device).
+// The counts above select the sets they are named for (host only: runs without a device); the up
+// GEMM runs {64, 128} above a mean of 20 rows.
 TEST(MoeGpuWgmmaTest, RsWidthSetCountsSelectEachSet) {
-  const auto set_of = [](const std::vector<int32_t>& counts) {
+  const auto set_of = [](const std::vector<int32_t>& counts, bool up) {
     return moe_cuda_internal::MoeRsWidthSetFor(
         std::accumulate(counts.begin(), counts.end(), int64_t{0}),
-        static_cast<int64_t>(counts.size()));
+        static_cast<int64_t>(counts.size()), up);
   };
-  EXPECT_EQ(set_of(kRsSetSmallCounts), moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32);
-  EXPECT_EQ(set_of(kRsSetMidCounts), moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64);
-  EXPECT_EQ(set_of(kRsNarrowCounts), moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96);
+  const uint32_t small = moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32;
+  EXPECT_EQ(set_of(kRsSetSmallCounts, false), small);
+  EXPECT_EQ(set_of(kRsSetSmallCounts, true), small);
+  EXPECT_EQ(set_of(kRsSetMidCounts, false),
+            moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64);
+  EXPECT_EQ(set_of(kRsNarrowCounts, false),
+            moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96);
+  EXPECT_EQ(set_of(kRsSetMidCounts, true), moe_cuda_internal::kMoeRsN64);
+  EXPECT_EQ(set_of(kRsNarrowCounts, true), moe_cuda_internal::kMoeRsN64);
 }
 
-// Each width set's kernel (kRsWidthSets: the launcher picks it from the call's mean rows per
-// expert) bit for bit, one and three CTAs; kRsNarrowCounts (the {64, 96} set) runs above.
+// Each width set's kernel (the launcher picks it from the call's mean rows per expert) bit for
+// bit, one and three CTAs; kRsNarrowCounts (the down GEMM's {64, 96} set) runs above.
 TEST(MoeGpuWgmmaTest, RsWidthSetsAreBitExact) {
   FS_SKIP_WITHOUT_GPU();
   for (const auto* counts : {&kRsSetSmallCounts, &kRsSetMidCounts}) {

@@ -43,7 +43,7 @@ int Run(int groups, int iters) {
       {true, 128, 4, false},
       {true, 128, 4, true},
       {true, 128, 8, true},
-      // The RS GEMM's narrow tile widths (session 53, kRsWidthSets): does a tile of N slot rows
+      // The RS GEMM's narrow tile widths (session 53, its width sets): does a tile of N slot rows
       // cost N / 128 of the n128 cycles?
       {true, 16, 4, false},
       {true, 16, 4, true},

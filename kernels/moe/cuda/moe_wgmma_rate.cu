@@ -162,7 +162,7 @@ RateKernel Select(const WgmmaRateCase& c) {
       }
       return KernelFor<128, true, 8, true>();  // without touch_a ptxas serialises it (C7512)
     }
-    // The RS GEMM's narrow tile widths (kRsWidthSets): 4 per group, as its blocks.
+    // The RS GEMM's narrow tile widths (its width sets): 4 per group, as its blocks.
     if (c.n == 96)
       return c.touch_a ? KernelFor<96, true, 4, true>() : KernelFor<96, true, 4, false>();
     if (c.n == 32)

@@ -54,9 +54,9 @@
 //
 // N per tile: 128 slot rows (m64n128k16), or m64n64k16 when the tile has <= 64 rows inside the
 // expert (a branch on a __shfl_sync-broadcast flag, so ptxas sees it warp-uniform and does not
-// serialise the wgmmas); with kRsWidthSets (cuda/moe_wgmma_rs_stage.cuh; off: not yet measured on
-// the H200) the launcher picks a kernel whose set (kWidths) has two of m64n16k16, m64n32k16,
-// m64n64k16 and m64n96k16 for the narrow tiles.
+// serialise the wgmmas); the launcher picks per launch a kernel whose set (kWidths) has two of
+// m64n16k16, m64n32k16, m64n64k16 and m64n96k16 for the narrow tiles (RsWidthSetFor; the up GEMM
+// keeps {64, 128} above a mean of 20 rows per expert, session 54).
 //
 // Epilogue (session 44): one step of the ring's sequence. After an item's K steps the producer
 // takes one more step without copies (it waits for the slot's `empty` and arrives on its `full`)
@@ -226,17 +226,12 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
                                               uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
   const uint32_t full_bars = base + kRsBarOff;
   const uint32_t empty_bars = full_bars + kRsStages * 8;
-  // A sets: block b of a stage in set b % kSets. kRsDeepA only up to n64: at n96 / n128 the
-  // accumulators leave no room (ptxas serialised the wgmmas, C7512).
-  constexpr bool kDeep = kRsDeepA && kN <= 64;
-  constexpr int kSets = kDeep ? 4 : 2;
-  uint32_t a[kSets][2][2][4];  // [set][m-block][k16 step][register]
+  uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
   uint32_t sw[2][2];
   RsWaitFull(full_bars, c);
   const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
   bool wide = RsLoadScales(st, t, sw);
   RsDecodeBlock(st, t, sw, wide, 0, a[0]);
-  bool probed = false;  // kRsEarlyProbe: the next stage's fence and scales already taken
   for (uint32_t kt = 0; kt < kt_count; ++kt) {
     const uint32_t cs = c + kt;
     const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
@@ -252,47 +247,20 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           const uint32_t offset = (b / 2) * kRsXBlock + (b % 2) * 64 + s * 32;
-          RsWgmma<kN>(acc[mb], a[b % kSets][mb][s], x_desc + (offset >> 4));
+          RsWgmma<kN>(acc[mb], a[b % 2][mb][s], x_desc + (offset >> 4));
         }
       }
       wgmma::CommitGroup();
       RsFenceAcc<kN>(acc);
       // The group of block 4kt + b - 1 (A set (b + 1) % 2) has finished.
-      // kRsDeepA: groups of blocks up to 4kt + b - 2 have finished (two in flight); the
-      // previous stage's last block (4kt - 1) then only at b = 1.
-      if constexpr (kDeep) {
-        wgmma::WaitGroup<2>();
-        if (b == 1 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
-      } else {
-        wgmma::WaitGroup<1>();
-        if (b == 0 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
-      }
+      wgmma::WaitGroup<1>();
+      if (b == 0 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
       if (b < 3) {
-        RsDecodeBlock(st, t, sw, wide, b + 1, a[(b + 1) % kSets]);
-        if constexpr (kRsEarlyProbe) {
-          // Block 3 is decoded: this stage's scales and codes are no longer read here. When the
-          // next stage has already landed (every lane sees it), take its fence and scales now,
-          // under block 2's wgmmas, instead of at block 3's boundary.
-          if (b == 2 && kt + 1 < kt_count) {
-            const uint32_t c1 = cs + 1;
-            probed = __all_sync(
-                0xFFFFFFFFu,
-                wgmma_ws::BarTestWait(full_bars + static_cast<uint32_t>(c1 % kRsStages) * 8,
-                                      static_cast<uint32_t>((c1 / kRsStages) & 1)));
-            if (probed) {
-              wgmma::FenceProxyAsyncShared();
-              st = smem + (c1 % kRsStages) * kRsStageBytes;
-              wide = RsLoadScales(st, t, sw);
-            }
-          }
-        }
+        RsDecodeBlock(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
       } else if (kt + 1 < kt_count) {
-        if (!probed) {
-          RsWaitFull(full_bars, cs + 1);
-          st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
-          wide = RsLoadScales(st, t, sw);
-        }
-        probed = false;
+        RsWaitFull(full_bars, cs + 1);
+        st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
+        wide = RsLoadScales(st, t, sw);
         RsDecodeBlock(st, t, sw, wide, 0, a[0]);
       }
     }
@@ -480,7 +448,7 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
-// kWidths: the tile widths' set (kRsLandedWidths, or RsWidthSetFor's where kRsWidthSets).
+// kWidths: the tile widths' set (RsWidthSetFor's).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths>
 __global__ void __launch_bounds__(kRsThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g) {
@@ -532,14 +500,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);
         wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
-        const int next = static_cast<int>((c + 1) % kRsStages);
-        if (kRsPairedCodes && g.code_chunks == nullptr && kt % 2 == 0 && kt + 1 < kt_count) {
-          // This step's copies write the next slot's codes too.
-          wgmma_ws::BarWait(empty_bars + next * 8,
-                            static_cast<uint32_t>((((c + 1) / kRsStages) & 1) ^ 1));
-        }
-        RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, smem + next * kRsStageBytes, p,
-                         kt, full_bars + slot * 8);
+        RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
       }
       // The epilogue step: no copies; its `full` phase hands the free slot to the consumers.
       const int slot = static_cast<int>(c % kRsStages);
@@ -578,8 +539,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
     const int64_t row0 = g.tiles[2 * tile + 1];
     const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
     const int rows = static_cast<int>(row_end - row0);
-    // Another width set runs each width's item whole (RsItem); the landed {64, 128} below is
-    // kept as measured (its cubin unchanged) until the sets have run on the H200.
+    // Another width set runs each width's item whole (RsItem); {64, 128} (the up GEMM above a
+    // mean of 20 rows) one accumulator and one epilogue, as measured since session 44.
     if constexpr (kWidths != kRsLandedWidths) {
       const int width = __shfl_sync(0xFFFFFFFFu, RsTileWidth(kWidths, rows), 0);
       RsItem<kUp, kWidths>(width, g, smem, base, t, kt_count, c, cw, n0, row0, rows);

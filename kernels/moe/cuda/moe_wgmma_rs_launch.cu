@@ -41,23 +41,24 @@ void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The landed width set, or (kRsWidthSets) RsWidthSetFor's for `slots` rows of the experts.
+// The width set RsWidthSetFor picks for `slots` rows of the experts. The up GEMM has no {32, 64}
+// or {64, 96} kernel: it runs {64, 128} there.
 template <bool kUp>
 void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
             cudaStream_t stream) {
-  if constexpr (kRsWidthSets) {
-    switch (RsWidthSetFor(slots, g.n_experts)) {
-      case kRsN16 | kRsN32:
-        return LaunchWidths<kUp, kRsN16 | kRsN32>(g, max_tiles, ctas, stream);
-      case kRsN32 | kRsN64:
-        return LaunchWidths<kUp, kRsN32 | kRsN64>(g, max_tiles, ctas, stream);
-      default:
-        return LaunchWidths<kUp, kRsN64 | kRsN96>(g, max_tiles, ctas, stream);
-    }
-  } else {
-    (void)slots;
-    LaunchWidths<kUp, kRsLandedWidths>(g, max_tiles, ctas, stream);
+  switch (RsWidthSetFor(slots, g.n_experts, kUp)) {
+    case kRsN16 | kRsN32:
+      return LaunchWidths<kUp, kRsN16 | kRsN32>(g, max_tiles, ctas, stream);
+    case kRsN32 | kRsN64:
+      if constexpr (!kUp) return LaunchWidths<kUp, kRsN32 | kRsN64>(g, max_tiles, ctas, stream);
+      break;
+    case kRsN64 | kRsN96:
+      if constexpr (!kUp) return LaunchWidths<kUp, kRsN64 | kRsN96>(g, max_tiles, ctas, stream);
+      break;
+    default:
+      break;
   }
+  LaunchWidths<kUp, kRsLandedWidths>(g, max_tiles, ctas, stream);
 }
 
 template <bool kUp>

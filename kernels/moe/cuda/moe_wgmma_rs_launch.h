@@ -15,7 +15,7 @@ namespace flashserve::kernels::moe_device {
 // Enqueues the up (w1/w3 + SwiGLU + quantiser) or down (w2) GEMM over the tile list of `g`
 // (tile_rows 128) on `stream`: persistent CTAs (one per SM, or `ctas` where positive) walking the
 // items (256 weight rows × a tile; at most max_tiles tiles) grid-stride. `slots`: the call's
-// slot rows (with kRsWidthSets they choose the tile widths' set). Opts the kernel into its shared
+// slot rows (they choose the tile widths' set, RsWidthSetFor). Opts the kernel into its shared
 // memory once per device. Launch failures abort.
 void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas, int64_t slots,
                    cudaStream_t stream);

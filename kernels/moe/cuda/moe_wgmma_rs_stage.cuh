@@ -56,76 +56,31 @@ static_assert(kRsSmemBytes + 1024 < (1 << 18));
 // More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
 // by it).
 static_assert(2 * kRsSmemBytes > 228 * 1024);
-// The experiment switches below (kRsWidthSets, kRsEarlyProbe, kRsPairedCodes, kRsDeepA) are off;
-// each may be set for a build by its FS_MOE_RS_* macro (= 1). kernels_moe_rs_variants_test
-// compiles this kernel in every configuration and fails on a spill in it or on any ptxas
-// performance note (C75xx), so that the switches keep compiling clean while they wait for the
-// H200 (kernels/ptxas_check.sh, rs_variants.ptxas).
-//
 // The tile widths (slot rows a consumer's wgmmas cover: m64nWk16) a kernel may pick per tile, as
 // bits: the smallest width of its set that holds the tile's rows, 128 (always in a set)
 // otherwise. A tile pays its width's tensor work whatever its rows, so narrower widths where
-// experts have ~20–90 rows (E 384 top-6: 1,280–4,096 tokens; ~half of the tiles at 2,048 have
-// <= 32 rows and run n64) cut the padding: kRsN16 / kRsN32 (m64n16k16 / m64n32k16), kRsN96
-// (m64n96k16: 65–96 rows, half the tiles at 4,096); n16 may also let the RS GEMM take batches
-// below kAuto's 1,280 tokens (~12 rows per expert at 768).
+// experts have ~20–90 rows (E 384 top-6: 1,280–4,096 tokens) cut the padding: kRsN16 / kRsN32
+// (m64n16k16 / m64n32k16), kRsN96 (m64n96k16).
 inline constexpr uint32_t kRsN16 = moe_cuda_internal::kMoeRsN16;
 inline constexpr uint32_t kRsN32 = moe_cuda_internal::kMoeRsN32;
 inline constexpr uint32_t kRsN64 = moe_cuda_internal::kMoeRsN64;
 inline constexpr uint32_t kRsN96 = moe_cuda_internal::kMoeRsN96;
-// The landed set: {64, 128}, both projections.
+// {64, 128}: the up GEMM's set above a mean of 20 rows per expert, one accumulator and one
+// epilogue for both widths (MoeExpertWgmmaRsKernel). Every other set runs each width's item
+// whole (RsItem). The launcher picks a set per launch (RsWidthSetFor: session 54 measured the
+// sets on the H200, kernels/moe/wgmma_rs_gemm.md "Session 54"). A kernel holds at most two narrow
+// widths: with three (every width's item whole, no spills) ptxas serialises the wgmmas for lack
+// of registers (C7512); one accumulator shared by the narrow widths spilled (session 52: 3 KB in
+// the down kernel) or serialised them (session 54: C7511 in every up set).
 inline constexpr uint32_t kRsLandedWidths = kRsN64;
-// Per-launch width sets (session 53; not yet run on the H200, so off: every launch runs the
-// landed set). On, the launcher runs the kernel instantiated for RsWidthSetFor(slots, experts).
-// A kernel holds at most two narrow widths: with three (every width's item whole, no spills),
-// ptxas serialises the wgmmas for lack of registers (C7512); session 52's shared-accumulator form
-// spilled 3 KB in the down kernel instead. To measure: set FS_MOE_RS_WIDTH_SETS, then run the
-// RS GPU tests (MoeGpuWgmmaTest.Rs*) and bench_moe against the landed set (wgmma_rs_gemm.md
-// "Session 53").
-#ifndef FS_MOE_RS_WIDTH_SETS
-#define FS_MOE_RS_WIDTH_SETS 0
-#endif
-inline constexpr bool kRsWidthSets = FS_MOE_RS_WIDTH_SETS != 0;
 
 // moe_cuda_internal.h (host-tested): the width of a tile, the set of a launch.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
   return moe_cuda_internal::MoeRsTileWidth(widths, rows);
 }
-constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts) {
-  return moe_cuda_internal::MoeRsWidthSetFor(slots, experts);
+constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts, bool up) {
+  return moe_cuda_internal::MoeRsWidthSetFor(slots, experts, up);
 }
-// The consumers' stage boundary (session 51's Nsight on the copy-free skeleton: the `full` wait,
-// the proxy fence, the scale loads and the wide-scale vote, 17 % of its samples while only block
-// 3's wgmmas were queued): after decoding block 3 the consumer warp probes the next stage
-// (test_wait on every lane) and, when it has landed, takes its fence and scales then, under
-// block 2's wgmmas. Built in session 52 (no spills), not yet run on the H200: off until the RS
-// GPU tests and bench_moe have run with it (wgmma_rs_gemm.md "Session 52").
-#ifndef FS_MOE_RS_EARLY_PROBE
-#define FS_MOE_RS_EARLY_PROBE 0
-#endif
-inline constexpr bool kRsEarlyProbe = FS_MOE_RS_EARLY_PROBE != 0;
-// The code rows of two K stages in one pass (session 53, not yet run on the H200): at an even K
-// step the producer waits for the next slot too and copies each row's 128 bytes of both stages
-// (8 threads a row: whole 128-byte lines, where a stage alone reads half lines, the other half a
-// stage later); the odd step copies no codes. Session 52's stage chunks (contiguous 8 KB per
-// chunk) took the up stage at 2,048 tokens to session 51's "no code copies" level but are a
-// second copy of the codes; this asks how much of that the DRAM lines alone give, at no memory
-// cost. The consumers are unchanged; the chunks path ignores it (wgmma_rs_gemm.md "Session 53").
-#ifndef FS_MOE_RS_PAIRED_CODES
-#define FS_MOE_RS_PAIRED_CODES 0
-#endif
-inline constexpr bool kRsPairedCodes = FS_MOE_RS_PAIRED_CODES != 0;
-// Four A fragment sets instead of two (session 53, not yet run on the H200): a consumer
-// warpgroup waits with two wgmma groups in flight (wait_group 2) instead of one before decoding
-// the next block, so the decode starts a block earlier and the tensor pipe keeps two of each
-// warpgroup's groups queued; it releases the previous stage one block later. 16 more
-// registers per consumer thread (A sets of 16), so tiles of width <= 64 only (RsConsumeTile): at
-// n96 / n128, and with the width sets, ptxas serialises the wgmmas for lack of registers (C7512).
-#ifndef FS_MOE_RS_DEEP_A
-#define FS_MOE_RS_DEEP_A 0
-#endif
-inline constexpr bool kRsDeepA = FS_MOE_RS_DEEP_A != 0;
-static_assert(!(kRsDeepA && kRsWidthSets), "ptxas serialises the wgmmas (C7512)");
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
@@ -240,33 +195,6 @@ constexpr bool RsChunksAreTheStage(bool up) {
   return moe_cuda_internal::MoeRsChunkBytes(up) * (kRsNB / rows) == kRsCodeBytes;
 }
 static_assert(RsChunksAreTheStage(true) && RsChunksAreTheStage(false));
-// kRsPairedCodes' copies (RsLoadStage): producer thread p copies piece p % 8 of the 128 bytes of
-// code rows p / 8 + 16·it (it < 16), pieces 0 .. 3 into this stage and 4 .. 7 into the next, at
-// place RsCodeChunk(row, piece % 4). Every (stage, row, place) of both stages gets exactly one
-// copy, and it is the piece the single-stage copies put there (place RsCodeChunk(r, c) holds
-// piece c of r's 64 bytes of the stage).
-constexpr bool RsPairedCopiesCoverBothStages() {
-  bool seen[2][kRsNB][4] = {};
-  for (int p = 0; p < 128; ++p) {
-    for (int it = 0; it < kRsNB / 16; ++it) {
-      const int row = p / 8 + 16 * it, piece = p % 8;
-      const int place = RsCodeChunk(p / 8, piece % 4);
-      if (place != RsCodeChunk(row, piece % 4)) return false;  // the XOR is the row's
-      if (seen[piece / 4][row][place]) return false;
-      seen[piece / 4][row][place] = true;
-    }
-  }
-  for (int st = 0; st < 2; ++st) {
-    for (int r = 0; r < kRsNB; ++r) {
-      for (int c = 0; c < 4; ++c) {
-        if (!seen[st][r][c]) return false;
-      }
-    }
-  }
-  return true;
-}
-static_assert(RsPairedCopiesCoverBothStages());
-
 // mbarrier.expect_tx without an arrival: the stage's bulk copies' bytes join its `full` phase,
 // whose arrivals stay the producer threads' cp.async ones.
 __device__ __forceinline__ void RsExpectTx(uint32_t bar, uint32_t bytes) {
@@ -307,12 +235,10 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
     constexpr int64_t kChunks = kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp);
     rows.code_rows = static_cast<int>(min(kChunks, (g.n - n0) / 64));
   } else {
-    // Code rows p / 4 + 32·it (kRsPairedCodes: p / 8 + 16·it).
-    constexpr int kPerRow = kRsPairedCodes ? 8 : 4;
-    const moe_cuda_internal::MoeWgmmaRsUpRow c =
-        RsWeightRow<kUp>(static_cast<uint32_t>(p / kPerRow));
+    // Code rows p / 4 + 32·it.
+    const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
     const int64_t col = n0 + c.column;
-    constexpr int64_t kStep = kRsCodeRowStep<kUp> * 4 / kPerRow;
+    constexpr int64_t kStep = kRsCodeRowStep<kUp>;
     rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
     rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
   }
@@ -332,13 +258,13 @@ __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, 
   a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
 }
 
-// Issues the copies of K step kt into stage slot `st` (producer thread p; `st_next`: the next
-// step's slot, for kRsPairedCodes) and arrives on `full` when they have landed. Rows not inside the
+// Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
+// when they have landed. Rows not inside the
 // expert / N are not loaded: they reach only accumulator rows or columns that are never stored.
 template <bool kUp>
 __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* smem,
-                                            const RsRows& rows, uint8_t* st, uint8_t* st_next,
-                                            int p, int64_t kt, uint32_t full) {
+                                            const RsRows& rows, uint8_t* st, int p, int64_t kt,
+                                            uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
   // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
   // contiguous bytes of a row.
@@ -367,22 +293,6 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
           RsBulkCopy(SmemAddr(st) + kRsXBytes + j * kChunk,
                      rows.code + j * chunk_step + kt * kChunk, kChunk, full);
         }
-      }
-    }
-  } else if constexpr (kRsPairedCodes) {
-    // Code rows p / 8 + 16·it, piece p % 8 of the row's 128 bytes of steps kt, kt + 1 (kt even;
-    // the odd step copies none): pieces 0 .. 3 are this stage's chunks, 4 .. 7 the next stage's
-    // (at `st_next`; none past the item's last step), each at RsCodeChunk (rows p / 8 + 16·it
-    // share bits 1, 2).
-    const int piece = p % 8;
-    if (kt % 2 == 0 && (piece < 4 || kt + 1 < g.k / kRsBK)) {
-      const int64_t code_step = kRsCodeRowStep<kUp> / 2 * (g.k / 2);
-      uint8_t* dst = (piece < 4 ? st : st_next) + kRsXBytes + RsCodeChunk(p / 8, piece % 4) * 16;
-      const uint8_t* src = rows.code + kt * (kRsBK / 2) + piece * 16;
-#pragma unroll
-      for (int it = 0; it < kRsNB / 16; ++it) {
-        if (it < rows.code_rows)
-          CpAsync16(dst + (p / 8 + 16 * it) * 64, src + it * code_step, true);
       }
     }
   } else {
