@@ -85,4 +85,23 @@ bool MakeTmaOperand(TmaOperand* op, const void* base, int elem_bytes, int64_t k,
   return r == CUDA_SUCCESS;
 }
 
+bool MakeTmaRows(CUtensorMap* map, const void* base, int64_t k_bytes, int64_t rows, uint32_t box_k,
+                 uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  if (base == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  if (k_bytes <= 0 || k_bytes % 16 != 0 || rows <= 0) return false;
+  if (static_cast<uint64_t>(k_bytes) >= kMaxStride || static_cast<uint64_t>(rows) >= kMaxDim) {
+    return false;
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k_bytes), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k_bytes)};
+  const cuuint32_t box[2] = {box_k, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
+  if (encode == nullptr) return false;
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
+                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace flashserve::kernels::wgmma_ws

@@ -30,4 +30,13 @@ bool MakeTmaOperand(TmaOperand* op, const void* base, int elem_bytes, int64_t k,
                     int64_t row_stride, int64_t groups, int64_t group_stride, uint32_t box_k,
                     uint32_t box_rows, bool swizzle128);
 
+// A 2-D tensor map of bytes: row r < rows at base + r·k_bytes, read in boxes of box_k bytes ×
+// box_rows rows laid out in shared memory with `swizzle` (e.g. CU_TENSOR_MAP_SWIZZLE_64B: 16-byte
+// chunk c of box row i lands at chunk c ^ ((i >> 1) & 3) of a 64-byte row, from a 512-byte
+// aligned destination), zero-filled past the last row. Returns false where TMA cannot describe
+// it (base or k_bytes not 16-byte multiples, a dimension too large) or the driver refuses.
+// Thread-safe; one driver call (host only, no GPU work).
+bool MakeTmaRows(CUtensorMap* map, const void* base, int64_t k_bytes, int64_t rows, uint32_t box_k,
+                 uint32_t box_rows, CUtensorMapSwizzle swizzle);
+
 }  // namespace flashserve::kernels::wgmma_ws

@@ -449,9 +449,11 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 
 // ---- the kernel --------------------------------------------------------------------------------
 // kWidths: the tile widths' set (RsWidthSetFor's).
+// maps: the codes' tensor maps (unused with g.code_chunks).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths>
 __global__ void __launch_bounds__(kRsThreads, 1)
-    MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g) {
+    MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
+                           const __grid_constant__ RsCodeMaps maps) {
   using S = RsShape<kUp>;
   extern __shared__ uint8_t moe_wgmma_rs_smem_raw[];
   const uint32_t raw_addr = SmemAddr(moe_wgmma_rs_smem_raw);
@@ -500,7 +502,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);
         wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
-        RsLoadStage<kUp>(g, smem, rows, smem + slot * kRsStageBytes, p, kt, full_bars + slot * 8);
+        RsLoadStage<kUp>(g, maps, smem, rows, smem + slot * kRsStageBytes, p, kt,
+                         full_bars + slot * 8);
       }
       // The epilogue step: no copies; its `full` phase hands the free slot to the consumers.
       const int slot = static_cast<int>(c % kRsStages);

@@ -8,6 +8,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/per_device_cache.h"
+#include "kernels/gemm/cuda/tma_map.h"
 #include "kernels/moe/cuda/moe_wgmma_rs_gemm.cuh"
 #include "kernels/moe/cuda/moe_wgmma_rs_launch.h"
 #include "kernels/moe/moe_cuda.h"
@@ -34,10 +35,26 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
+// The down GEMM's TMA map of its codes (RsCodeMaps), without stage chunks. MoeCuda's checks
+// (16-byte aligned codes, K a multiple of 128) make it describable, so a refusal is a broken
+// invariant.
+template <bool kUp>
+RsCodeMaps MakeCodeMaps(const GemmArgs& g) {
+  RsCodeMaps maps{};
+  if (kUp || g.code_chunks != nullptr) return maps;
+  const int64_t rows = g.n_experts * g.n;
+  CHECK(wgmma_ws::MakeTmaRows(&maps.w, g.w, g.k / 2, rows, kRsBK / 2, kRsCodeBoxRows,
+                              CU_TENSOR_MAP_SWIZZLE_64B))
+      << "MoE RS GEMM: no TMA map for the down codes at " << static_cast<const void*>(g.w) << " (K "
+      << g.k << ", " << rows << " rows)";
+  return maps;
+}
+
 template <bool kUp, uint32_t kWidths>
 void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream_t stream) {
   auto* kernel = RsKernel<kUp, kWidths>();
-  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(g);
+  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(
+      g, MakeCodeMaps<kUp>(g));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,6 +5,7 @@
 // device code of cuda/moe_wgmma_rs_launch.cu only (sm_90a).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -121,18 +122,33 @@ __device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
 
 // The producer thread's weight rows of a tile, held in registers (session 43: a shared-memory
 // table of them cost a load, and its latency, ahead of every copy; only the gathered slot rows
-// keep a table). Code rows it = 0 .. 7 start at code + it · kRsCodeRowStep · K/2 bytes (inside N
-// for it < code_rows), scale rows it = 0, 1 at scale + it · kRsScaleRowStep · K/32 (inside N for
-// it < scale_rows). The steps are recomputed from g.k (constant bank): the producer has 56
-// registers.
+// keep a table). Code rows it = 0 .. 7 (up) start at code + it · kRsCodeRowStep · K/2 bytes
+// (inside N for it < code_rows), scale rows it = 0, 1 at scale + it · kRsScaleRowStep · K/32
+// (inside N for it < scale_rows). The steps are recomputed from g.k (constant bank): the producer
+// has 56 registers. Down, the codes' first row for the TMA box; with the stage chunks, their
+// start and count.
 struct RsRows {
-  const uint8_t* code;
+  const uint8_t* code;  // up, or the stage chunks
   const uint8_t* scale;
-  int code_rows;
+  int code_rows;  // up, or the stage chunks
   int scale_rows;
+  int32_t code_row0;  // down: row e·N + n0 of the [E·N][K/2] codes (the TMA box)
 };
 
-// A producer thread copies CTA weight rows p / 4 + 32·it (codes, it = 0 .. 7) and p + 128·it
+// The down GEMM's codes of a stage by TMA from their [E·N][K/2] rows (session 54; the stage
+// chunks' bulk copy without their second copy of the codes): a 2-D tensor map made per launch by
+// the launcher (wgmma_ws::MakeTmaRows), one box of 64 bytes (the stage's K) × the CTA's 256 rows
+// with the 64-byte swizzle, which puts 16-byte chunk c of the box's row i at c ^ ((i >> 1) & 3):
+// RsCodeChunk's place (the box lands on the stage's 1024-byte boundary). The down GEMM 5–14 %
+// faster than with the producer's cp.async. The up GEMM's rows interleave w1 and w3 per 8
+// (MoeWgmmaRsUpRowOf), i.e. 32 boxes of 8 rows a stage: measured 44 % slower than its cp.async
+// copies (small boxes), so it keeps them (kernels/moe/wgmma_rs_gemm.md "Session 54").
+struct RsCodeMaps {
+  CUtensorMap w;  // w2 (down); unused by the up GEMM and with the stage chunks
+};
+inline constexpr uint32_t kRsCodeBoxRows = kRsNB;
+
+// A producer thread copies CTA weight rows p / 4 + 32·it (up codes, it = 0 .. 7) and p + 128·it
 // (scales, it = 0, 1). Down, those are rows n0 + r. Up, MoeWgmmaRsUpRowOf's slabs give rows r and
 // r + step (a multiple of 16) the same w1 / w3 and columns step / 2 apart (checked below), so
 // either way a thread's rows are a base and a stride.
@@ -177,6 +193,23 @@ constexpr bool RsCodeChunksSpreadBanks() {
   return true;
 }
 static_assert(RsCodeChunksSpreadBanks());
+// The 64-byte TMA swizzle (chunk bits 4, 5 of the shared address XOR its bits 7, 8) of every
+// box of `box_rows` rows, at its destination row, is RsCodeChunk's place for that stage row
+// (boxes of 8 rows, the up GEMM's, land right too; measured slower, see RsCodeMaps).
+constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
+  for (uint32_t row0 = 0; row0 < kRsNB; row0 += box_rows) {
+    for (uint32_t i = 0; i < box_rows; ++i) {
+      for (int c = 0; c < 4; ++c) {
+        const uint32_t at = (row0 + i) * 64 + 16 * c;  // the stage's codes are 1024-aligned
+        const uint32_t swizzled = (at & ~0x30u) | ((((at >> 4) & 3) ^ ((at >> 7) & 3)) << 4);
+        if (swizzled != (row0 + i) * 64 + 16 * RsCodeChunk(static_cast<int>(row0 + i), c))
+          return false;
+      }
+    }
+  }
+  return (kRsXBytes % 1024 == 0) && (box_rows * 64) % 512 == 0;
+}
+static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows));
 // MoeRsChunkSourceOf (the optional stage chunks' layout) is the stage's: the 16 bytes at place
 // RsCodeChunk(r, c) of CTA weight row r of column block 0 come from piece c of r's row (the
 // chunks of a column block cover its rows in order).
@@ -212,6 +245,17 @@ __device__ __forceinline__ void RsBulkCopy(uint32_t dst, const void* src, uint32
       : "memory");
 }
 
+// One box of a 2-D tensor map (RsCodeMaps) at (byte k0, row row0) into shared `dst`; its bytes
+// complete on `bar`.
+__device__ __forceinline__ void RsTmaRows(const CUtensorMap* map, uint32_t dst, uint32_t bar,
+                                          int32_t k0, int32_t row0) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
+      : "memory");
+}
+
 template <bool kUp>
 inline constexpr int64_t kRsCodeRowStep = kUp ? 32 / 2 : 32;  // output rows between it, it + 1
 template <bool kUp>
@@ -234,13 +278,15 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
     rows.code = g.code_chunks + (e * (g.n / 64) + n0 / 64) * (g.k / kRsBK) * kChunk;
     constexpr int64_t kChunks = kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp);
     rows.code_rows = static_cast<int>(min(kChunks, (g.n - n0) / 64));
-  } else {
+  } else if constexpr (kUp) {
     // Code rows p / 4 + 32·it.
     const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
     const int64_t col = n0 + c.column;
     constexpr int64_t kStep = kRsCodeRowStep<kUp>;
     rows.code = (c.up ? g.w_up : g.w) + (e * g.n + col) * (g.k / 2);
     rows.code_rows = col < g.n ? static_cast<int>((g.n - col + kStep - 1) / kStep) : 0;
+  } else {
+    rows.code_row0 = static_cast<int32_t>(e * g.n + n0);
   }
   const moe_cuda_internal::MoeWgmmaRsUpRow s = RsWeightRow<kUp>(static_cast<uint32_t>(p));
   const int64_t scol = n0 + s.column;
@@ -262,9 +308,9 @@ __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, 
 // when they have landed. Rows not inside the
 // expert / N are not loaded: they reach only accumulator rows or columns that are never stored.
 template <bool kUp>
-__device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* smem,
-                                            const RsRows& rows, uint8_t* st, int p, int64_t kt,
-                                            uint32_t full) {
+__device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsCodeMaps& maps,
+                                            const uint8_t* smem, const RsRows& rows, uint8_t* st,
+                                            int p, int64_t kt, uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
   // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
   // contiguous bytes of a row.
@@ -295,7 +341,7 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
         }
       }
     }
-  } else {
+  } else if constexpr (kUp) {
     // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage; the
     // chunk lands at RsCodeChunk (rows p / 4 + 32·it share bits 1, 2).
     const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
@@ -308,6 +354,15 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const uint8_t* sm
                   rows.code + it * code_step + kt * (kRsBK / 2) + (p % 4) * 16, true);
       }
     }
+  } else if (p < 32) {
+    // The TMA box (RsCodeMaps), issued by the producer's first warp: thread 0 adds the stage's
+    // code bytes to the phase first (before its own cp.async arrival, so the phase cannot
+    // complete without them), then the box.
+    if (p == 0) RsExpectTx(full, kRsCodeBytes);
+    __syncwarp();
+    const uint32_t codes = SmemAddr(st) + kRsXBytes;
+    const int32_t k0 = static_cast<int32_t>(kt * (kRsBK / 2));
+    if (p == 0) RsTmaRows(&maps.w, codes, full, k0, rows.code_row0);
   }
   const int64_t scale_step = kRsScaleRowStep<kUp> * (g.k / 32);
 #pragma unroll
