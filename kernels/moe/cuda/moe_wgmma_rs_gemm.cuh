@@ -88,7 +88,7 @@ namespace flashserve::kernels::moe_device {
 
 // The thread's part of a consumer warpgroup: rows of its two m64 blocks, quad lane.
 struct RsThread {
-  int row[2];  // CTA weight row lane/4 of m-block mb's slab (the other row is + 8)
+  int row[2];  // stage row of m-block mb's slab row lane/4 (RsConsumerRow; the other + kHalf)
   int tig;     // quad lane: decodes code word tig of every 32-wide block of its rows
   int lane;
   int code_swz;  // RsCodeChunk's XOR for the thread's rows (row bits 1, 2 = lane bits 3, 4)
@@ -97,6 +97,7 @@ struct RsThread {
 // The scale words of the thread's 4 weight rows for the stage at `st`, and whether any byte of
 // the warp's rows is above 128 (warp-uniform). Where none is, each word comes back with 126 added
 // to every byte (no carry: bytes <= 128), ScaleMultiplier's operand.
+template <int kHalf>
 __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& t,
                                              uint32_t (&sw)[2][2]) {
   bool wide = false;
@@ -104,7 +105,7 @@ __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& 
   for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      sw[mb][h] = LoadShared4(st + kRsXBytes + kRsCodeBytes + (t.row[mb] + 8 * h) * 4);
+      sw[mb][h] = LoadShared4(st + kRsXBytes + kRsCodeBytes + (t.row[mb] + kHalf * h) * 4);
       wide = wide || HasWideScale(sw[mb][h]);
     }
   }
@@ -121,7 +122,7 @@ __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& 
 
 // Decodes 32-wide block b of the stage at `st` into the A set a[mb][k16 step][register]; `sw` as
 // RsLoadScales left it.
-template <bool kWide>
+template <bool kWide, int kHalf>
 __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThread& t,
                                                 const uint32_t (&sw)[2][2], int b,
                                                 uint32_t (&a)[2][2][4]) {
@@ -132,7 +133,7 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
       // Word tig of the row's block: its pair j is element pair (8·tig + j, 8·tig + j + 4), which
       // the B rows (MoeRsOperandColumn order) hold at k 8j + 2·tig + {0, 1}: k16 step j / 2,
       // register half j % 2.
-      const uint32_t w = LoadShared4(st + kRsXBytes + (t.row[mb] + 8 * h) * 64 +
+      const uint32_t w = LoadShared4(st + kRsXBytes + (t.row[mb] + kHalf * h) * 64 +
                                      16 * (b ^ t.code_swz) + 4 * t.tig);
       uint32_t m1;
       if constexpr (kWide) {
@@ -172,13 +173,14 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
 }
 
 // RsDecodeBlockAs for the stage's `wide` (warp-uniform: RsLoadScales).
+template <int kHalf>
 __device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread& t,
                                               const uint32_t (&sw)[2][2], bool wide, int b,
                                               uint32_t (&a)[2][2][4]) {
   if (wide) {
-    RsDecodeBlockAs<true>(st, t, sw, b, a);
+    RsDecodeBlockAs<true, kHalf>(st, t, sw, b, a);
   } else {
-    RsDecodeBlockAs<false>(st, t, sw, b, a);
+    RsDecodeBlockAs<false, kHalf>(st, t, sw, b, a);
   }
 }
 
@@ -221,7 +223,8 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int l
 }
 
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
-template <int kN>
+// kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows).
+template <int kN, int kHalf>
 __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
                                               uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
   const uint32_t full_bars = base + kRsBarOff;
@@ -230,8 +233,8 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   uint32_t sw[2][2];
   RsWaitFull(full_bars, c);
   const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
-  bool wide = RsLoadScales(st, t, sw);
-  RsDecodeBlock(st, t, sw, wide, 0, a[0]);
+  bool wide = RsLoadScales<kHalf>(st, t, sw);
+  RsDecodeBlock<kHalf>(st, t, sw, wide, 0, a[0]);
   for (uint32_t kt = 0; kt < kt_count; ++kt) {
     const uint32_t cs = c + kt;
     const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
@@ -256,12 +259,12 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
       wgmma::WaitGroup<1>();
       if (b == 0 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
       if (b < 3) {
-        RsDecodeBlock(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
+        RsDecodeBlock<kHalf>(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
       } else if (kt + 1 < kt_count) {
         RsWaitFull(full_bars, cs + 1);
         st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
-        wide = RsLoadScales(st, t, sw);
-        RsDecodeBlock(st, t, sw, wide, 0, a[0]);
+        wide = RsLoadScales<kHalf>(st, t, sw);
+        RsDecodeBlock<kHalf>(st, t, sw, wide, 0, a[0]);
       }
     }
   }
@@ -390,7 +393,7 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 #pragma unroll
     for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
   }
-  RsConsumeTile<kN>(smem, base, t, kt_count, c, acc);
+  RsConsumeTile<kN, kRsHalfRows<kUp>>(smem, base, t, kt_count, c, acc);
   RsEpilogueStep<kUp, kN>(g, smem, base, t, c + kt_count, cw, n0, row0, rows, acc);
 }
 
@@ -527,8 +530,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   t.lane = static_cast<int>(threadIdx.x) % 32;
   t.tig = t.lane % 4;
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) t.row[mb] = 16 * (8 * cw + 4 * mb + warp) + t.lane / 4;
-  t.code_swz = RsCodeChunk(t.row[0], 0);  // the same for row[1] and the + 8 rows
+  for (int mb = 0; mb < 2; ++mb) t.row[mb] = RsConsumerRow<kUp>(8 * cw + 4 * mb + warp, t.lane / 4);
+  t.code_swz = RsCodeChunk(t.row[0], 0);  // the same for row[1] and the + kHalf rows
   for (uint32_t i = 0;; ++i) {
     // A plain spin, no watchdog (BarWait's costs the consumers 136 bytes of spills here): the
     // producer's thread 0 arrives unless it is stuck in a wait of its own, which traps.
@@ -557,9 +560,9 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       }
       const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
       if (narrow) {
-        RsConsumeTile<64>(smem, base, t, kt_count, c, acc);
+        RsConsumeTile<64, kRsHalfRows<kUp>>(smem, base, t, kt_count, c, acc);
       } else {
-        RsConsumeTile<128>(smem, base, t, kt_count, c, acc);
+        RsConsumeTile<128, kRsHalfRows<kUp>>(smem, base, t, kt_count, c, acc);
       }
       c += kt_count;
       RsEpilogueStep<kUp, 128>(g, smem, base, t, c, cw, n0, row0, rows, acc);

@@ -35,26 +35,31 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
-// The down GEMM's TMA map of its codes (RsCodeMaps), without stage chunks. MoeCuda's checks
-// (16-byte aligned codes, K a multiple of 128) make it describable, so a refusal is a broken
-// invariant.
+// The TMA maps of the codes (RsCodeMaps): the down GEMM's, and the up GEMM's with kRsUpTma;
+// none with the stage chunks. MoeCuda's checks (16-byte aligned codes, K a multiple of 128) make
+// them describable, so a refusal is a broken invariant.
 template <bool kUp>
 RsCodeMaps MakeCodeMaps(const GemmArgs& g) {
   RsCodeMaps maps{};
-  if (kUp || g.code_chunks != nullptr) return maps;
+  if ((kUp && !kRsUpTma) || g.code_chunks != nullptr) return maps;
   const int64_t rows = g.n_experts * g.n;
-  CHECK(wgmma_ws::MakeTmaRows(&maps.w, g.w, g.k / 2, rows, kRsBK / 2, kRsCodeBoxRows,
-                              CU_TENSOR_MAP_SWIZZLE_64B))
-      << "MoE RS GEMM: no TMA map for the down codes at " << static_cast<const void*>(g.w) << " (K "
-      << g.k << ", " << rows << " rows)";
+  for (int i = 0; i < (kUp ? 2 : 1); ++i) {
+    const uint8_t* codes = i == 0 ? g.w : g.w_up;
+    CHECK(wgmma_ws::MakeTmaRows(i == 0 ? &maps.w : &maps.w_up, codes, g.k / 2, rows, kRsBK / 2,
+                                kRsCodeBoxRows<kUp>, CU_TENSOR_MAP_SWIZZLE_64B))
+        << "MoE RS GEMM: no TMA map for the codes at " << static_cast<const void*>(codes) << " (K "
+        << g.k << ", " << rows << " rows)";
+  }
   return maps;
 }
 
 template <bool kUp, uint32_t kWidths>
 void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream_t stream) {
   auto* kernel = RsKernel<kUp, kWidths>();
+  GemmArgs args = g;
+  if (kUp && kRsUpTma) args.code_chunks = nullptr;  // laid out as MoeWgmmaRsUpRowOf's slabs
   kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(
-      g, MakeCodeMaps<kUp>(g));
+      args, MakeCodeMaps<kUp>(args));
   CUDA_CHECK(cudaGetLastError());
 }
 

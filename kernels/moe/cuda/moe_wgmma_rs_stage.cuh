@@ -82,6 +82,50 @@ __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
 constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts, bool up) {
   return moe_cuda_internal::MoeRsWidthSetFor(slots, experts, up);
 }
+// The up GEMM's codes by TMA too (session 54 experiment, off: not yet run on the H200). Its
+// stage rows then hold w1's 128 columns, then w3's (two boxes of 128 rows, RsCodeMaps), instead
+// of MoeWgmmaRsUpRowOf's slabs of 8 + 8 (32 boxes of 8 rows measured 44 % slower than the
+// cp.async copies). The consumers read a slab row's up at + 128 stage rows instead of + 8, so
+// the A fragments' M rows, and the epilogue's SwiGLU pairs, are unchanged; the scales move with
+// the codes. The stage chunks keep the slab layout, so the up launcher ignores them.
+#ifndef FS_MOE_RS_UP_TMA
+#define FS_MOE_RS_UP_TMA 0
+#endif
+inline constexpr bool kRsUpTma = FS_MOE_RS_UP_TMA != 0;
+// Stage rows between a consumer thread's two rows of a slab (lane / 4 and lane / 4 + 8 of the
+// m16 A fragment; up: the gate and the up of one column).
+template <bool kUp>
+inline constexpr int kRsHalfRows = kUp&& kRsUpTma ? 128 : 8;
+// The stage row of row q (lane / 4) of 16-row slab s (of the CTA's 256 weight rows).
+template <bool kUp>
+__host__ __device__ constexpr int RsConsumerRow(int s, int q) {
+  return kUp && kRsUpTma ? 8 * s + q : 16 * s + q;
+}
+// The weight row (relative to the CTA's n0) and projection of stage row r.
+template <bool kUp>
+__host__ __device__ constexpr moe_cuda_internal::MoeWgmmaRsUpRow RsWeightRow(uint32_t r) {
+  if constexpr (kUp && kRsUpTma) return {r % 128, r >= 128};
+  if constexpr (kUp) return moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
+  return {r, false};
+}
+// A consumer's two rows of slab s hold the gate and the up (down: rows 16s + q, + 8) of one
+// column, on either up layout.
+template <bool kUp>
+constexpr bool RsConsumerRowsPairTheColumn() {
+  for (int s = 0; s < kRsNB / 16; ++s) {
+    for (int q = 0; q < 8; ++q) {
+      const auto g = RsWeightRow<kUp>(static_cast<uint32_t>(RsConsumerRow<kUp>(s, q)));
+      const auto u =
+          RsWeightRow<kUp>(static_cast<uint32_t>(RsConsumerRow<kUp>(s, q) + kRsHalfRows<kUp>));
+      if (kUp && (g.up || !u.up || g.column != u.column || g.column != uint32_t(8 * s + q)))
+        return false;
+      if (!kUp && (g.column != uint32_t(16 * s + q) || u.column != g.column + 8)) return false;
+    }
+  }
+  return true;
+}
+static_assert(RsConsumerRowsPairTheColumn<true>() && RsConsumerRowsPairTheColumn<false>());
+
 // Named barriers (0 is __syncthreads): the producer warpgroup; consumer warpgroup cw's epilogue
 // (kRsEpilogueBarrier + cw).
 inline constexpr uint32_t kRsProducerBarrier = 1;
@@ -144,9 +188,11 @@ struct RsRows {
 // (MoeWgmmaRsUpRowOf), i.e. 32 boxes of 8 rows a stage: measured 44 % slower than its cp.async
 // copies (small boxes), so it keeps them (kernels/moe/wgmma_rs_gemm.md "Session 54").
 struct RsCodeMaps {
-  CUtensorMap w;  // w2 (down); unused by the up GEMM and with the stage chunks
+  CUtensorMap w;     // w2 (down), w1 (up with kRsUpTma); unused with the stage chunks
+  CUtensorMap w_up;  // w3 (up with kRsUpTma)
 };
-inline constexpr uint32_t kRsCodeBoxRows = kRsNB;
+template <bool kUp>
+inline constexpr uint32_t kRsCodeBoxRows = kUp ? kRsNB / 2 : kRsNB;
 
 // A producer thread copies CTA weight rows p / 4 + 32·it (up codes, it = 0 .. 7) and p + 128·it
 // (scales, it = 0, 1). Down, those are rows n0 + r. Up, MoeWgmmaRsUpRowOf's slabs give rows r and
@@ -209,7 +255,8 @@ constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
   }
   return (kRsXBytes % 1024 == 0) && (box_rows * 64) % 512 == 0;
 }
-static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows));
+static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<false>) &&
+              RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<true>));
 // MoeRsChunkSourceOf (the optional stage chunks' layout) is the stage's: the 16 bytes at place
 // RsCodeChunk(r, c) of CTA weight row r of column block 0 come from piece c of r's row (the
 // chunks of a column block cover its rows in order).
@@ -261,13 +308,6 @@ inline constexpr int64_t kRsCodeRowStep = kUp ? 32 / 2 : 32;  // output rows bet
 template <bool kUp>
 inline constexpr int64_t kRsScaleRowStep = kUp ? 128 / 2 : 128;
 
-// The weight row (relative to the CTA's n0) and projection of CTA weight row r.
-template <bool kUp>
-__device__ __forceinline__ moe_cuda_internal::MoeWgmmaRsUpRow RsWeightRow(uint32_t r) {
-  if constexpr (kUp) return moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
-  return {r, false};
-}
-
 template <bool kUp>
 __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0) {
   RsRows rows;
@@ -278,7 +318,7 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
     rows.code = g.code_chunks + (e * (g.n / 64) + n0 / 64) * (g.k / kRsBK) * kChunk;
     constexpr int64_t kChunks = kRsNB / moe_cuda_internal::MoeRsChunkRows(kUp);
     rows.code_rows = static_cast<int>(min(kChunks, (g.n - n0) / 64));
-  } else if constexpr (kUp) {
+  } else if constexpr (kUp && !kRsUpTma) {
     // Code rows p / 4 + 32·it.
     const moe_cuda_internal::MoeWgmmaRsUpRow c = RsWeightRow<kUp>(static_cast<uint32_t>(p / 4));
     const int64_t col = n0 + c.column;
@@ -293,6 +333,7 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
   constexpr int64_t kSStep = kRsScaleRowStep<kUp>;
   rows.scale = (s.up ? g.w_up_scale : g.w_scale) + (e * g.n + scol) * (g.k / 32);
   rows.scale_rows = scol < g.n ? static_cast<int>((g.n - scol + kSStep - 1) / kSStep) : 0;
+  if constexpr (kUp && kRsUpTma) rows.scale_rows = scol < g.n ? 2 : 0;  // w1's, then w3's
   return rows;
 }
 
@@ -341,7 +382,7 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsCodeMaps&
         }
       }
     }
-  } else if constexpr (kUp) {
+  } else if constexpr (kUp && !kRsUpTma) {
     // Code rows p / 4 + 32·it, chunk p % 4: 4 threads read a row's 64 bytes of the stage; the
     // chunk lands at RsCodeChunk (rows p / 4 + 32·it share bits 1, 2).
     const int64_t code_step = kRsCodeRowStep<kUp> * (g.k / 2);
@@ -363,14 +404,20 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsCodeMaps&
     const uint32_t codes = SmemAddr(st) + kRsXBytes;
     const int32_t k0 = static_cast<int32_t>(kt * (kRsBK / 2));
     if (p == 0) RsTmaRows(&maps.w, codes, full, k0, rows.code_row0);
+    if constexpr (kUp) {
+      if (p == 1) RsTmaRows(&maps.w_up, codes + kRsNB / 2 * 64, full, k0, rows.code_row0);
+    }
   }
   const int64_t scale_step = kRsScaleRowStep<kUp> * (g.k / 32);
 #pragma unroll
   for (int it = 0; it < 2; ++it) {
     const int r = p + 128 * it;
     if (it < rows.scale_rows) {
-      CpAsync4(st + kRsXBytes + kRsCodeBytes + r * 4,
-               rows.scale + it * scale_step + kt * (kRsBK / 32));
+      const uint8_t* src = rows.scale + it * scale_step;
+      // kRsUpTma: stage row p + 128 is w3's row of the same column (RsWeightRow).
+      if constexpr (kUp && kRsUpTma)
+        src = it == 0 ? rows.scale : g.w_up_scale + (rows.scale - g.w_scale);
+      CpAsync4(st + kRsXBytes + kRsCodeBytes + r * 4, src + kt * (kRsBK / 32));
     }
   }
   CpAsyncArriveNoinc(full);
