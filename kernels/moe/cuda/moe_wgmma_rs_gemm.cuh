@@ -456,7 +456,7 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 template <bool kUp, uint32_t kWidths = kRsLandedWidths>
 __global__ void __launch_bounds__(kRsThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
-                           const __grid_constant__ RsCodeMaps maps) {
+                           const __grid_constant__ RsTmaMaps maps) {
   using S = RsShape<kUp>;
   extern __shared__ uint8_t moe_wgmma_rs_smem_raw[];
   const uint32_t raw_addr = SmemAddr(moe_wgmma_rs_smem_raw);
@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       const int64_t row0 = g.tiles[2 * tile + 1];
       const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
       RsWriteTables(g, smem, p, row0, row_end);
-      const RsRows rows = RsMakeRows<kUp>(g, p, e, n0);
+      const RsRows rows = RsMakeRows<kUp>(g, p, e, n0, row0);
       RsBarrier<kRsProducerBarrier, 128>();
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);

@@ -35,12 +35,19 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
-// The TMA maps of the codes (RsCodeMaps): the down GEMM's, and the up GEMM's with kRsUpTma;
-// none with the stage chunks. MoeCuda's checks (16-byte aligned codes, K a multiple of 128) make
-// them describable, so a refusal is a broken invariant.
+// The kernel's TMA maps (RsTmaMaps): the down GEMM's codes, the up GEMM's with kRsUpTma (none
+// with the stage chunks), the down GEMM's slot rows with kRsDownATma. MoeCuda's checks (16-byte
+// aligned codes and ag, K a multiple of 128) make them describable, so a refusal is a broken
+// invariant.
 template <bool kUp>
-RsCodeMaps MakeCodeMaps(const GemmArgs& g) {
-  RsCodeMaps maps{};
+RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
+  RsTmaMaps maps{};
+  if (!kUp && kRsDownATma) {
+    CHECK(
+        wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsBM, CU_TENSOR_MAP_SWIZZLE_128B))
+        << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)
+        << " (K " << g.k << ", " << slots << " rows)";
+  }
   if ((kUp && !kRsUpTma) || g.code_chunks != nullptr) return maps;
   const int64_t rows = g.n_experts * g.n;
   for (int i = 0; i < (kUp ? 2 : 1); ++i) {
@@ -54,12 +61,13 @@ RsCodeMaps MakeCodeMaps(const GemmArgs& g) {
 }
 
 template <bool kUp, uint32_t kWidths>
-void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, cudaStream_t stream) {
+void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
+                  cudaStream_t stream) {
   auto* kernel = RsKernel<kUp, kWidths>();
   GemmArgs args = g;
   if (kUp && kRsUpTma) args.code_chunks = nullptr;  // laid out as MoeWgmmaRsUpRowOf's slabs
   kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(
-      args, MakeCodeMaps<kUp>(args));
+      args, MakeMaps<kUp>(args, slots));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -70,17 +78,19 @@ void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
             cudaStream_t stream) {
   switch (RsWidthSetFor(slots, g.n_experts, kUp)) {
     case kRsN16 | kRsN32:
-      return LaunchWidths<kUp, kRsN16 | kRsN32>(g, max_tiles, ctas, stream);
+      return LaunchWidths<kUp, kRsN16 | kRsN32>(g, max_tiles, ctas, slots, stream);
     case kRsN32 | kRsN64:
-      if constexpr (!kUp) return LaunchWidths<kUp, kRsN32 | kRsN64>(g, max_tiles, ctas, stream);
+      if constexpr (!kUp)
+        return LaunchWidths<kUp, kRsN32 | kRsN64>(g, max_tiles, ctas, slots, stream);
       break;
     case kRsN64 | kRsN96:
-      if constexpr (!kUp) return LaunchWidths<kUp, kRsN64 | kRsN96>(g, max_tiles, ctas, stream);
+      if constexpr (!kUp)
+        return LaunchWidths<kUp, kRsN64 | kRsN96>(g, max_tiles, ctas, slots, stream);
       break;
     default:
       break;
   }
-  LaunchWidths<kUp, kRsLandedWidths>(g, max_tiles, ctas, stream);
+  LaunchWidths<kUp, kRsLandedWidths>(g, max_tiles, ctas, slots, stream);
 }
 
 template <bool kUp>

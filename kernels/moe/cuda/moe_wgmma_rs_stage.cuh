@@ -83,7 +83,7 @@ constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts, bool up) {
   return moe_cuda_internal::MoeRsWidthSetFor(slots, experts, up);
 }
 // The up GEMM's codes by TMA too (session 54 experiment, off: not yet run on the H200). Its
-// stage rows then hold w1's 128 columns, then w3's (two boxes of 128 rows, RsCodeMaps), instead
+// stage rows then hold w1's 128 columns, then w3's (two boxes of 128 rows, RsTmaMaps), instead
 // of MoeWgmmaRsUpRowOf's slabs of 8 + 8 (32 boxes of 8 rows measured 44 % slower than the
 // cp.async copies). The consumers read a slab row's up at + 128 stage rows instead of + 8, so
 // the A fragments' M rows, and the epilogue's SwiGLU pairs, are unchanged; the scales move with
@@ -92,6 +92,16 @@ constexpr uint32_t RsWidthSetFor(int64_t slots, int64_t experts, bool up) {
 #define FS_MOE_RS_UP_TMA 0
 #endif
 inline constexpr bool kRsUpTma = FS_MOE_RS_UP_TMA != 0;
+// The down GEMM's slot rows by TMA too (session 54 experiment, off: not yet run on the H200). Its
+// A operand (ag) is in slot order, so a tile's 128 slot rows are contiguous: two boxes a stage
+// (one per 64-K column block: 128 bytes × 128 rows, the 128-byte swizzle = wgmma::Sw128Offset)
+// from one producer thread, instead of 16 cp.async per producer thread. Rows past the tile's
+// expert load the next slots (or zeros past the last), which reach only output columns that are
+// never stored. The up GEMM gathers its rows per token (a_row) and keeps its copies.
+#ifndef FS_MOE_RS_DOWN_A_TMA
+#define FS_MOE_RS_DOWN_A_TMA 0
+#endif
+inline constexpr bool kRsDownATma = FS_MOE_RS_DOWN_A_TMA != 0;
 // Stage rows between a consumer thread's two rows of a slab (lane / 4 and lane / 4 + 8 of the
 // m16 A fragment; up: the gate and the up of one column).
 template <bool kUp>
@@ -177,6 +187,7 @@ struct RsRows {
   int code_rows;  // up, or the stage chunks
   int scale_rows;
   int32_t code_row0;  // down: row e·N + n0 of the [E·N][K/2] codes (the TMA box)
+  int32_t a_row0;     // the tile's first slot row (kRsDownATma)
 };
 
 // The down GEMM's codes of a stage by TMA from their [E·N][K/2] rows (session 54; the stage
@@ -187,9 +198,10 @@ struct RsRows {
 // faster than with the producer's cp.async. The up GEMM's rows interleave w1 and w3 per 8
 // (MoeWgmmaRsUpRowOf), i.e. 32 boxes of 8 rows a stage: measured 44 % slower than its cp.async
 // copies (small boxes), so it keeps them (kernels/moe/wgmma_rs_gemm.md "Session 54").
-struct RsCodeMaps {
+struct RsTmaMaps {
   CUtensorMap w;     // w2 (down), w1 (up with kRsUpTma); unused with the stage chunks
   CUtensorMap w_up;  // w3 (up with kRsUpTma)
+  CUtensorMap a;     // the down GEMM's slot rows (ag) with kRsDownATma
 };
 template <bool kUp>
 inline constexpr uint32_t kRsCodeBoxRows = kUp ? kRsNB / 2 : kRsNB;
@@ -241,7 +253,7 @@ constexpr bool RsCodeChunksSpreadBanks() {
 static_assert(RsCodeChunksSpreadBanks());
 // The 64-byte TMA swizzle (chunk bits 4, 5 of the shared address XOR its bits 7, 8) of every
 // box of `box_rows` rows, at its destination row, is RsCodeChunk's place for that stage row
-// (boxes of 8 rows, the up GEMM's, land right too; measured slower, see RsCodeMaps).
+// (boxes of 8 rows, the up GEMM's, land right too; measured slower, see RsTmaMaps).
 constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
   for (uint32_t row0 = 0; row0 < kRsNB; row0 += box_rows) {
     for (uint32_t i = 0; i < box_rows; ++i) {
@@ -292,7 +304,7 @@ __device__ __forceinline__ void RsBulkCopy(uint32_t dst, const void* src, uint32
       : "memory");
 }
 
-// One box of a 2-D tensor map (RsCodeMaps) at (byte k0, row row0) into shared `dst`; its bytes
+// One box of a 2-D tensor map (RsTmaMaps) at (byte k0, row row0) into shared `dst`; its bytes
 // complete on `bar`.
 __device__ __forceinline__ void RsTmaRows(const CUtensorMap* map, uint32_t dst, uint32_t bar,
                                           int32_t k0, int32_t row0) {
@@ -309,8 +321,10 @@ template <bool kUp>
 inline constexpr int64_t kRsScaleRowStep = kUp ? 128 / 2 : 128;
 
 template <bool kUp>
-__device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0) {
+__device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0,
+                                             int64_t row0) {
   RsRows rows;
+  rows.a_row0 = static_cast<int32_t>(row0);
   if (g.code_chunks != nullptr) {
     // The stage chunks: the CTA's first column block's chunk of stage 0, and how many of its
     // chunks lie inside N (N is a multiple of 128, so every chunk is whole).
@@ -349,21 +363,34 @@ __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, 
 // when they have landed. Rows not inside the
 // expert / N are not loaded: they reach only accumulator rows or columns that are never stored.
 template <bool kUp>
-__device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsCodeMaps& maps,
+__device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& maps,
                                             const uint8_t* smem, const RsRows& rows, uint8_t* st,
                                             int p, int64_t kt, uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
   // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
   // contiguous bytes of a row.
-#pragma unroll
-  for (int it = 0; it < kRsBM / 16; ++it) {
-    const int r = p / 8 + 16 * it;
-    const uint16_t* a = a_rows[r];
-    if (a != nullptr) {
+  if constexpr (!kUp && kRsDownATma) {
+    // The tile's slot rows (RsTmaMaps::a): the second producer warp's lane 0 adds their bytes
+    // to the phase (before its own cp.async arrival) and issues both boxes.
+    if (p == 32) {
+      RsExpectTx(full, kRsXBytes);
 #pragma unroll
       for (int cb = 0; cb < 2; ++cb) {
-        CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
-                  a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
+        RsTmaRows(&maps.a, SmemAddr(st) + cb * kRsXBlock, full,
+                  static_cast<int32_t>((kt * kRsBK + cb * 64) * 2), rows.a_row0);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kRsBM / 16; ++it) {
+      const int r = p / 8 + 16 * it;
+      const uint16_t* a = a_rows[r];
+      if (a != nullptr) {
+#pragma unroll
+        for (int cb = 0; cb < 2; ++cb) {
+          CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
+                    a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
+        }
       }
     }
   }
@@ -396,7 +423,7 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsCodeMaps&
       }
     }
   } else if (p < 32) {
-    // The TMA box (RsCodeMaps), issued by the producer's first warp: thread 0 adds the stage's
+    // The TMA box (RsTmaMaps), issued by the producer's first warp: thread 0 adds the stage's
     // code bytes to the phase first (before its own cp.async arrival, so the phase cannot
     // complete without them), then the box.
     if (p == 0) RsExpectTx(full, kRsCodeBytes);
