@@ -360,15 +360,13 @@ __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, 
 }
 
 // Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
-// when they have landed. Rows not inside the
-// expert / N are not loaded: they reach only accumulator rows or columns that are never stored.
+// when they have landed. Rows outside the expert / N are not copied, or (the TMA boxes) hold the
+// next rows or zeros: either way they reach only accumulator rows or columns never stored.
 template <bool kUp>
 __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& maps,
                                             const uint8_t* smem, const RsRows& rows, uint8_t* st,
                                             int p, int64_t kt, uint32_t full) {
   const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
-  // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read 128
-  // contiguous bytes of a row.
   if constexpr (!kUp && kRsDownATma) {
     // The tile's slot rows (RsTmaMaps::a): the second producer warp's lane 0 adds their bytes
     // to the phase (before its own cp.async arrival) and issues both boxes.
@@ -381,6 +379,8 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
       }
     }
   } else {
+    // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read
+    // 128 contiguous bytes of a row.
 #pragma unroll
     for (int it = 0; it < kRsBM / 16; ++it) {
       const int r = p / 8 + 16 * it;
