@@ -125,19 +125,18 @@ constexpr bool LinearCudaStreamTmaPays(int64_t m, int64_t n, int64_t k) {
   return LinearCudaStreamPays(m) && n * k >= kLinearCudaStreamTmaMinBytes &&
          k <= kLinearCudaStreamTmaMaxK;
 }
-// The register-sourced wgmma kernel for decode batches (README "CUDA: the register-sourced wgmma
-// kernel"): forced by tile_rows = kLinearCudaRsRows (its CTA's weight rows); a CTA takes up to
-// kLinearCudaRsMaxRows x rows (m_tiles = ceil(M / 128)) and kLinearCudaRsCols weight rows, K
-// steps of kLinearCudaKStep; one CTA per SM.
+// The register-sourced wgmma kernel for decode batches (rs_kernel.md): forced by tile_rows =
+// kLinearCudaRsRows (its CTA's weight rows); a CTA takes up to kLinearCudaRsMaxRows x rows (m_tiles
+// = ceil(M / 128)) and kLinearCudaRsCols weight rows, K steps of kLinearCudaKStep; one CTA per SM.
 inline constexpr int64_t kLinearCudaRsRows = 256;
 inline constexpr int64_t kLinearCudaRsMaxRows = 128;
 inline constexpr int64_t kLinearCudaRsCols = 256;
 // Whether the automatic plan takes the register-sourced kernel (M above the stream kernel's 8):
-// measured on the H200 against the plan it replaced (README "CUDA: the register-sourced wgmma
-// kernel"): faster on every released FP8 shape from M = 17 to 768 (wq_b at M = 64 43.8 -> 29.4
-// µs, engram.wkv 162.6 -> 81.0, wo_b at M = 256 107.7 -> 60.8); at M = 9 .. 16 only on the
-// weights of >= 32 Mi codes (wq_b, wo_b, engram.wkv; the small ones lose ~0.8 µs there); at
-// M = 1024 it ties or loses to the bf16-expansion wgmma kernel.
+// measured on the H200 against the plan it replaced (rs_kernel.md): faster on every released FP8
+// shape from M = 17 to 768 (wq_b at M = 64 43.8 -> 29.4 µs, engram.wkv 162.6 -> 81.0, wo_b at M =
+// 256 107.7 -> 60.8); at M = 9 .. 16 only on the weights of >= 32 Mi codes (wq_b, wo_b, engram.wkv;
+// the small ones lose ~0.8 µs there); at M = 1024 it ties or loses to the bf16-expansion wgmma
+// kernel.
 inline constexpr int64_t kLinearCudaRsMaxM = 768;
 constexpr bool LinearCudaRsPays(int64_t m, int64_t n, int64_t k) {
   return m > 8 && m <= kLinearCudaRsMaxM && (m > 16 || n * k >= (int64_t{1} << 25));
