@@ -42,14 +42,11 @@
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
 // ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
 // TMA ring's static / dynamic cut at every token count (MoeCudaParams::ring_cut; default 0: kAuto,
-// dynamic from 1 slot per expert), for the layer and the up / down stage times. --rs-chunks 1:
-// the register-sourced GEMM reads its codes from their stage chunks (MoeCudaWeights::rs_up_chunks
-// / rs_down_chunks, built once before timing; their bytes and build time are printed), for the
-// layer and the up / down stage times wherever that GEMM runs. Per
-// token count the layer also runs once with both small and once with both large shapes forced: y
-// and the ids must be byte-identical (one line each after the table; a difference makes the exit
-// code 1). Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host
-// wall time of one call + synchronize, and the replay of a CUDA graph of one call. Shared expert
+// dynamic from 1 slot per expert), for the layer and the up / down stage times. Per token count the
+// layer also runs once with both small and once with both large shapes forced: y and the ids must
+// be byte-identical (one line each after the table; a difference makes the exit code 1). Batch-1
+// latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time of one
+// call + synchronize, and the replay of a CUDA graph of one call. Shared expert
 // (--shared 1, the default): a second table times, per token count, MoeCuda with the FP8 shared
 // expert run inside it (MoeCudaParams::shared, w1/w3 fused into one [2·Is, D] w13, Is = 2304) and
 // LaunchMoeSharedExpert alone (fused w13, and w1 + w3 as two GEMMs); the calls cycle through 4
@@ -105,7 +102,6 @@ struct Options {
   bool front = true;                                // MoeCudaParams::fused_front
   bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;  // MoeCudaParams::ring_cut
-  bool rs_chunks = false;  // MoeCudaWeights::rs_up_chunks / rs_down_chunks (experiment)
 };
 
 double MedianMicros(const Options& o, cudaStream_t stream, const std::function<void(int)>& launch) {
@@ -429,8 +425,7 @@ int Main(int argc, char** argv) {
           "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
-          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--rs-chunks "
-          "0|1]\n",
+          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2]\n",
           argv[0]);
       return 2;
     }
@@ -481,12 +476,6 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.ring_cut = static_cast<MoeCudaRingCut>(cut);
-    } else if (a == "--rs-chunks") {
-      if (v != "0" && v != "1") {
-        std::fprintf(stderr, "--rs-chunks must be 0 or 1\n");
-        return 2;
-      }
-      o.rs_chunks = v == "1";
     } else if (a == "--front") {
       o.front = v != "0";
     } else if (a == "--hoist") {
@@ -527,34 +516,7 @@ int Main(int argc, char** argv) {
 
   const moe_test::LayerSpec spec{kE, kD, kI, 2024, moe_test::WeightKind::kRealistic};
   const auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
-  MoeCudaWeights w = dev->view;
-  // --rs-chunks 1: the register-sourced GEMM reads its codes from the stage chunks.
-  DeviceBuffer rs_up_chunks, rs_down_chunks;
-  if (o.rs_chunks) {
-    rs_up_chunks = DeviceBuffer(MoeRsCodeChunkBytes(w, true));
-    rs_down_chunks = DeviceBuffer(MoeRsCodeChunkBytes(w, false));
-    // The build is a one-time upload cost; its time (one call, events) says what it adds to a
-    // layer's upload.
-    cudaEvent_t t0, t1;
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
-    CUDA_CHECK(cudaEventRecord(t0, stream));
-    CHECK_OK(LaunchMoeRsBuildCodeChunks(w, true, rs_up_chunks.get<uint8_t>(), stream));
-    CHECK_OK(LaunchMoeRsBuildCodeChunks(w, false, rs_down_chunks.get<uint8_t>(), stream));
-    CUDA_CHECK(cudaEventRecord(t1, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    float build_ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&build_ms, t0, t1));
-    CUDA_CHECK(cudaEventDestroy(t0));
-    CUDA_CHECK(cudaEventDestroy(t1));
-    w.rs_up_chunks = rs_up_chunks.get<uint8_t>();
-    w.rs_down_chunks = rs_down_chunks.get<uint8_t>();
-    std::printf(
-        "register-sourced GEMM: codes from the stage chunks (--rs-chunks 1), a second copy of "
-        "%.2f GB (the experts' codes and scales: %.2f GB), built in %.1f ms\n",
-        static_cast<double>(rs_up_chunks.bytes() + rs_down_chunks.bytes()) / 1e9,
-        3.0 * kE * kI * kD * (0.5 + 1.0 / 32) / 1e9, build_ms);
-  }
+  const MoeCudaWeights w = dev->view;
   const double expert_bytes = 3.0 * kI * kD * (0.5 + 1.0 / 32);
 
   // Roofs.

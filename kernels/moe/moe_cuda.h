@@ -102,27 +102,9 @@ struct MoeCudaWeights {
   const float* gate_bias = nullptr;     // [E] or null (= 0)
   const float* gate_bias_vl = nullptr;  // [E]; required when is_image is given
   MoeFp4CodeOrder code_order = MoeFp4CodeOrder::kCheckpoint;  // of w1 / w3 / w2: must be kDevice
-  // Optional, 16-byte aligned: a second copy of the codes in the register-sourced GEMM's stage
-  // chunks (LaunchMoeRsBuildCodeChunks). With them that GEMM (kAuto's from
-  // kMoeCudaWgmmaMinSlotsPerExpert on) loads a stage's codes with 2 (up) or 4 (down)
-  // cp.async.bulk copies from one thread instead of 1,024 16-byte cp.async from 128 threads: the
-  // layer is 8-11 % faster at 1,280 to 4,096 tokens (README.md "CUDA: the register-sourced wgmma
-  // GEMM"), for 94 % more device memory for the experts (the codes again; scales are not copied).
-  // The other GEMMs read w1 / w3 / w2; each chunk array is read by its own stage when given.
-  const uint8_t* rs_up_chunks = nullptr;    // MoeRsCodeChunkBytes(*this, true) bytes
-  const uint8_t* rs_down_chunks = nullptr;  // MoeRsCodeChunkBytes(*this, false) bytes
 };
 // Code pointers must be 16-byte aligned, scale pointers 4-byte aligned, the codes in device order.
 absl::Status Validate(const MoeCudaWeights& w);
-
-// The register-sourced GEMM's stage chunks of the up (w1 / w3) or down (w2) codes
-// (moe_cuda_internal.h MoeRsChunkSourceOf: chunk (expert, 64-column block, 128-K stage) is the
-// shared-memory image of that stage's code rows, so one cp.async.bulk loads it): their size, and
-// a launch that writes them from w's device-order codes into `out` (16-byte aligned) on `stream`.
-// Validates w first; MoeCudaWeights::rs_up_chunks says when they pay.
-int64_t MoeRsCodeChunkBytes(const MoeCudaWeights& w, bool up);
-absl::Status LaunchMoeRsBuildCodeChunks(const MoeCudaWeights& w, bool up, uint8_t* out,
-                                        CUstream_st* stream);
 
 // ---- Stages (what MoeCuda enqueues; public for tests, benches and other schedules) ----------
 

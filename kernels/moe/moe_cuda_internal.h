@@ -66,43 +66,15 @@ constexpr uint32_t MoeWgmmaRawOffset(uint32_t r, uint32_t c) {
 }
 
 // The register-sourced wgmma GEMM (cuda/moe_wgmma_rs_gemm.cuh), up projection: CTA-local weight
-// row r (0 .. 255) is row n0 + column of w3 (`up`) or w1. Each 16-row slab (one warp's m16 rows of
-// an m64 wgmma) holds 8 gate rows and then the same 8 columns' up rows, so a thread's accumulator
-// rows lane/4 and lane/4 + 8 are the gate and up of one output column (tested on the host).
+// row r (0 .. 255) of a stage is row n0 + column of w3 (`up`) or w1: w1's 128 columns, then
+// w3's (session 55: two TMA boxes a stage). A consumer thread's slab rows lane/4 and lane/4 + 8
+// read rows r and r + 128, the gate and up of one output column (tested on the host and by a
+// static_assert in cuda/moe_wgmma_rs_stage.cuh).
 struct MoeWgmmaRsUpRow {
   uint32_t column = 0;  // 0 .. 127, relative to the CTA's first output column
   bool up = false;      // w3 (else w1)
 };
-constexpr MoeWgmmaRsUpRow MoeWgmmaRsUpRowOf(uint32_t r) {
-  return {8 * (r / 16) + r % 8, r % 16 >= 8};
-}
-
-// The same kernel's optional stage chunks of the codes (MoeCudaWeights::rs_up_chunks /
-// rs_down_chunks; session 52). Chunk (e, cb, kt) of a projection pair (up: w1 and w3; down: w2)
-// at byte ((e · N/64 + cb) · K/128 + kt) · MoeRsChunkBytes holds the 128-K stage kt of the code
-// rows of output columns 64·cb .. 64·cb + 63 exactly as the kernel's stage holds them: up, 128
-// rows = CTA weight rows 128·(cb % 2) .. + 127 of column block cb / 2 (MoeWgmmaRsUpRowOf: w1 and
-// w3 interleaved per 8 columns); down, 64 rows = columns 64·cb ..; each row's 64 bytes as four
-// 16-byte pieces, piece c at place c ^ ((row >> 1) & 3) (RsCodeChunk in
-// cuda/moe_wgmma_rs_stage.cuh, which checks that it is the same XOR). The scales stay where they
-// are (with them in the chunks, 2 more bulk copies per chunk, the layer measured slower: the
-// down stage's 256-byte copies).
-inline constexpr int64_t kMoeRsChunkK = 128;  // K of a stage (the kernel's kRsBK)
-constexpr int64_t MoeRsChunkRows(bool up) { return up ? 128 : 64; }
-constexpr int64_t MoeRsChunkBytes(bool up) { return MoeRsChunkRows(up) * 64; }
-struct MoeRsChunkSource {
-  bool up = false;     // w3 (else w1 / w2)
-  int64_t column = 0;  // output column (row of the projection's [N, K/2] codes)
-  int piece = 0;       // 16-byte piece of the stage's 64 bytes of that row
-};
-// The source of the 16 bytes at place `place` (0 .. 3) of code row `row` of chunk column block
-// cb.
-constexpr MoeRsChunkSource MoeRsChunkSourceOf(bool up, int64_t cb, int row, int place) {
-  const int piece = place ^ ((row >> 1) & 3);
-  if (!up) return {false, 64 * cb + row, piece};
-  const MoeWgmmaRsUpRow r = MoeWgmmaRsUpRowOf(static_cast<uint32_t>(128 * (cb % 2) + row));
-  return {r.up, 128 * (cb / 2) + r.column, piece};
-}
+constexpr MoeWgmmaRsUpRow MoeWgmmaRsUpRowOf(uint32_t r) { return {r % 128, r >= 128}; }
 
 // The same kernel's A fragments: in register a[i] (i < 4, the m16n8k16 A layout: a[0], a[1] hold
 // k 2·tig + {0, 1} of rows lane/4 and lane/4 + 8, a[2], a[3] k 8 + 2·tig + {0, 1}) of k16 step s

@@ -135,21 +135,22 @@ TEST(MoeCudaLayoutTest, WgmmaRawLayoutIsABijectionWithoutBankConflicts) {
   }
 }
 
-// The register-sourced wgmma GEMM's up-projection row order: the 256 CTA rows are the w1 and w3
-// rows of 128 columns, each exactly once, and in every 16-row slab (a warp's m16 rows) row i and
-// row i + 8 (a thread's accumulator rows lane/4, lane/4 + 8) are the gate and up of one column.
+// The register-sourced wgmma GEMM's up-projection row order: the 256 CTA rows of a stage are
+// the w1 and w3 rows of 128 columns, each exactly once, w1's first (one TMA box each), and rows r
+// and r + 128 (the stage rows of a consumer thread's accumulator rows lane/4, lane/4 + 8 of slab
+// r / 8: RsConsumerRow) are the gate and up of column r, the epilogue's column 8 · slab + lane/4.
 TEST(MoeCudaLayoutTest, WgmmaRsUpRowsPairGateAndUpInOneThread) {
   std::vector<int> seen(2 * 128, 0);
   for (uint32_t r = 0; r < 256; ++r) {
     const moe_cuda_internal::MoeWgmmaRsUpRow m = moe_cuda_internal::MoeWgmmaRsUpRowOf(r);
     ASSERT_LT(m.column, 128u) << r;
     ++seen[2 * m.column + (m.up ? 1 : 0)];
-    if (r % 16 < 8) {
-      const moe_cuda_internal::MoeWgmmaRsUpRow u = moe_cuda_internal::MoeWgmmaRsUpRowOf(r + 8);
+    if (r < 128) {
+      const moe_cuda_internal::MoeWgmmaRsUpRow u = moe_cuda_internal::MoeWgmmaRsUpRowOf(r + 128);
       EXPECT_FALSE(m.up) << r;
       EXPECT_TRUE(u.up) << r;
       EXPECT_EQ(u.column, m.column) << r;
-      EXPECT_EQ(m.column, 8 * (r / 16) + r % 8) << r;  // the epilogue's column of slab r / 16
+      EXPECT_EQ(m.column, 8 * (r / 8) + r % 8) << r;  // slab r / 8, row lane/4 = r % 8
     }
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));

@@ -235,12 +235,6 @@ MoeCudaSortPlan MoeCudaPlanSort(int64_t slots, MoeCudaPath path, bool has_scratc
   return plan;
 }
 
-int64_t MoeRsCodeChunkBytes(const MoeCudaWeights& w, bool up) {
-  const int64_t n = up ? w.inter : w.dim, k = up ? w.dim : w.inter;
-  return w.n_experts * (n / 64) * (k / moe_cuda_internal::kMoeRsChunkK) *
-         moe_cuda_internal::MoeRsChunkBytes(up);
-}
-
 absl::Status Validate(const MoeCudaWeights& w) {
   constexpr const char* kOp = "MoeCudaWeights";
   if (w.n_experts < 1 || w.n_experts > kMoeCudaMaxExperts) {
@@ -255,11 +249,8 @@ absl::Status Validate(const MoeCudaWeights& w) {
                                      {"w3_scale", w.w3_scale},
                                      {"w2", w.w2},
                                      {"w2_scale", w.w2_scale}}));
-  for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"w1", w.w1},
-                                  {"w3", w.w3},
-                                  {"w2", w.w2},
-                                  {"rs_up_chunks", w.rs_up_chunks},
-                                  {"rs_down_chunks", w.rs_down_chunks}}) {
+  for (const auto& [name, ptr] :
+       {std::pair<const char*, const void*>{"w1", w.w1}, {"w3", w.w3}, {"w2", w.w2}}) {
     RETURN_IF_ERROR(CheckAligned(kOp, name, ptr, 16));
   }
   for (const auto& [name, ptr] : {std::pair<const char*, const void*>{"w1_scale", w.w1_scale},

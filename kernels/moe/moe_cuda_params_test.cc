@@ -56,25 +56,6 @@ TEST(MoeCudaParamsTest, WeightsValidation) {
   w = GoodWeights();
   w.code_order = MoeFp4CodeOrder::kCheckpoint;  // the default: uploaded but not converted
   ExpectInvalid(Validate(w), "code_order must be kDevice");
-  w = GoodWeights();
-  w.rs_up_chunks = g_buf + 256;
-  w.rs_down_chunks = g_buf + 512;
-  EXPECT_TRUE(Validate(w).ok());
-  w.rs_down_chunks = g_buf + 520;
-  ExpectInvalid(Validate(w), "rs_down_chunks must be 16-byte aligned");
-}
-
-// The register-sourced GEMM's stage chunks: a 128-K stage of 64 output columns per chunk, 64
-// bytes of codes a row; up holds w1 and w3, so twice the rows.
-TEST(MoeCudaParamsTest, RsCodeChunkBytes) {
-  const MoeCudaWeights w = GoodWeights();  // E 8, D 256, I 128
-  // Up: 8 experts x 2 column blocks x 2 K stages x 128 rows x 64 bytes.
-  EXPECT_EQ(MoeRsCodeChunkBytes(w, true), 8 * 2 * 2 * 128 * 64);
-  // Down: 8 experts x 4 column blocks x 1 K stage x 64 rows x 64 bytes.
-  EXPECT_EQ(MoeRsCodeChunkBytes(w, false), 8 * 4 * 1 * 64 * 64);
-  // Both: exactly the codes of the projections they hold.
-  EXPECT_EQ(MoeRsCodeChunkBytes(w, true), 2 * w.n_experts * w.inter * w.dim / 2);
-  EXPECT_EQ(MoeRsCodeChunkBytes(w, false), w.n_experts * w.dim * w.inter / 2);
 }
 
 MoeCudaParams GoodLayer(const MoeCudaWeights* w) {

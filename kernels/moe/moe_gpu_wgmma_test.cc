@@ -127,19 +127,9 @@ const Dims kDims[] = {{256, 128}, {640, 384}, {1024, 1280}};
 // down one.
 const Dims kSmallDims[] = {{128, 128}};
 
-// With `on`, builds w's register-sourced stage chunks of the up / down codes and points w at them
-// (the buffer must outlive the launch).
-DeviceBuffer WithChunks(MoeCudaWeights& w, bool up, bool on) {
-  if (!on) return DeviceBuffer();
-  DeviceBuffer chunks(MoeRsCodeChunkBytes(w, up));
-  EXPECT_TRUE(LaunchMoeRsBuildCodeChunks(w, up, chunks.get<uint8_t>(), nullptr).ok());
-  (up ? w.rs_up_chunks : w.rs_down_chunks) = chunks.get<uint8_t>();
-  return chunks;
-}
-
 // Up stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
 void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims, bool rs,
-                      int64_t rs_ctas = 0, bool rs_counters = true, bool rs_chunks = false) {
+                      int64_t rs_ctas = 0, bool rs_counters = true) {
   const int64_t n_experts = static_cast<int64_t>(counts.size());
   for (size_t di = 0; di < n_dims; ++di) {
     const Dims& dm = dims[di];
@@ -158,7 +148,6 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
     DeviceBuffer d_xg = ToDevice(xg), ag = Poisoned<uint16_t>(s.slots * dm.inter),
                  act = Poisoned<uint16_t>(s.slots * dm.inter);
     MoeCudaWeights w = dev->view;
-    DeviceBuffer chunks = WithChunks(w, true, rs_chunks);
     MoeExpertUpParams p;
     p.weights = &w;
     p.swiglu_limit = 10.f;
@@ -206,8 +195,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
 
 // Down stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
 void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims,
-                        bool rs, int64_t rs_ctas = 0, bool rs_counters = true,
-                        bool rs_chunks = false) {
+                        bool rs, int64_t rs_ctas = 0, bool rs_counters = true) {
   const int64_t n_experts = static_cast<int64_t>(counts.size());
   for (size_t di = 0; di < n_dims; ++di) {
     const Dims& dm = dims[di];
@@ -224,7 +212,6 @@ void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, si
     }
     DeviceBuffer d_ag = ToDevice(ag), ye = Poisoned<uint16_t>(s.slots * dm.dim);
     MoeCudaWeights w = dev->view;
-    DeviceBuffer chunks = WithChunks(w, false, rs_chunks);
     MoeExpertDownParams p;
     p.weights = &w;
     p.slots = s.slots;
@@ -307,36 +294,6 @@ TEST(MoeGpuWgmmaTest, RsFewCtasWalkEveryItem) {
   }
   CheckUpHandBuilt(kCounts, kDims, std::size(kDims), true, 3);
   CheckDownHandBuilt(kCounts, kDims, std::size(kDims), true, 2, false);
-}
-
-// The chunk builder validates before it enqueues anything (so this runs without a device too).
-TEST(MoeGpuWgmmaTest, RsBuildCodeChunksValidates) {
-  alignas(256) static uint8_t buf[1024];
-  MoeCudaWeights w = moe_test::StandInCudaWeights(buf);
-  const absl::Status null_out = LaunchMoeRsBuildCodeChunks(w, true, nullptr, nullptr);
-  EXPECT_EQ(null_out.code(), absl::StatusCode::kInvalidArgument) << null_out;
-  const absl::Status odd_out = LaunchMoeRsBuildCodeChunks(w, false, buf + 8, nullptr);
-  EXPECT_EQ(odd_out.code(), absl::StatusCode::kInvalidArgument) << odd_out;
-  w.code_order = MoeFp4CodeOrder::kCheckpoint;
-  const absl::Status order = LaunchMoeRsBuildCodeChunks(w, true, buf + 256, nullptr);
-  EXPECT_EQ(order.code(), absl::StatusCode::kInvalidArgument) << order;
-  EXPECT_NE(std::string(order.message()).find("code_order"), std::string::npos) << order;
-}
-
-// The codes from the stage chunks (MoeCudaWeights::rs_up_chunks / rs_down_chunks, one
-// cp.async.bulk per chunk): the same bits on every layout above, with one and three CTAs walking
-// many items (the ring's bulk copies landing over every slot, after epilogue steps too).
-TEST(MoeGpuWgmmaTest, RsCodeChunksAreBitExact) {
-  FS_SKIP_WITHOUT_GPU();
-  CheckUpHandBuilt(kSmallCounts, kSmallDims, std::size(kSmallDims), true, 0, true, true);
-  CheckDownHandBuilt(kSmallCounts, kSmallDims, std::size(kSmallDims), true, 0, true, true);
-  CheckUpHandBuilt(kCounts, kDims, std::size(kDims), true, 0, true, true);
-  CheckDownHandBuilt(kCounts, kDims, std::size(kDims), true, 0, true, true);
-  for (const int64_t ctas : {1, 3}) {
-    SCOPED_TRACE(testing::Message() << ctas << " CTAs");
-    CheckUpHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, true, true);
-    CheckDownHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true, ctas, false, true);
-  }
 }
 
 // The counts above select the sets they are named for (host only: runs without a device); the up

@@ -78,9 +78,6 @@ struct GemmArgs {
   // The register-sourced GEMM only, optional: 2 words, zero on entry and left zero, from which
   // its persistent CTAs take items (null: each CTA walks its items grid-stride).
   int32_t* work_counters = nullptr;
-  // The register-sourced GEMM only, optional: w / w_up's codes in its stage chunks
-  // (MoeCudaWeights::rs_up_chunks / rs_down_chunks), loaded by cp.async.bulk when given.
-  const uint8_t* code_chunks = nullptr;
 };
 
 // The A operand row of slot row r: the slot's token (a_row: the per-token QDQ rows) or r.

@@ -296,7 +296,6 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.act = p.act;
   g.n_experts = w.n_experts;
   g.work_counters = p.wgmma_rs_counters;
-  g.code_chunks = w.rs_up_chunks;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       if (p.ring && moe_device::LaunchRing(g, true, p.slots, p.ring_partials,
@@ -346,7 +345,6 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
   g.out = p.ye;
   g.n_experts = w.n_experts;
   g.work_counters = p.wgmma_rs_counters;
-  g.code_chunks = w.rs_down_chunks;
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       if (p.ring &&

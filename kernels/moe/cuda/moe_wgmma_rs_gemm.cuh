@@ -12,21 +12,23 @@
 // (tile-major, column block fastest): CTA b first item b, then the next free one from
 // g.work_counters (items differ in length: tiles of <= 64 rows run half the tensor work), or
 // without counters grid-stride. The producer's thread 0 takes it and passes it to the consumers
-// through a 4-entry queue in shared memory (item_full mbarriers). Per item: up, the w1 and w3
-// rows of 128 output columns arranged so that every warp's 16-row slab is 8 gate rows + the same
-// 8 columns' up rows (MoeWgmmaRsUpRowOf: a thread's accumulator rows lane/4 and lane/4 + 8 are
-// one column's gate and up); down, 256 w2 rows (the last column block may be partial: rows past
-// N are not loaded and never stored).
+// through a 4-entry queue in shared memory (item_full mbarriers). Per item: up, the w1 rows of
+// 128 output columns, then the same columns' w3 rows (MoeWgmmaRsUpRowOf); a consumer thread reads
+// its slab row lane/4 from row 8s + lane/4 and row lane/4 + 8 from 128 rows further
+// (RsConsumerRow, kRsHalfRows), so its accumulator rows lane/4 and lane/4 + 8 are one column's
+// gate and up; down, 256 w2 rows (the last column block may be partial: rows past N are never
+// stored).
 //
 // Threads: consumer warpgroups 0, 1 (threads 0 .. 255; setmaxnreg up) each own 128 weight rows =
 // two m64 blocks, i.e. two accumulator sets of m64 × (128 or 64) fp32; producer warpgroup 2
 // (threads 256 .. 383; setmaxnreg down) only issues copies.
 // Ring: kRsStages stages of 128 K, each [128 slot rows][128 bf16] as two 64-K column blocks in
-// the 128-byte swizzle (cp.async 16-byte chunks, gathered by slot -> A row as the other GEMMs),
-// [256 weight rows][64 bytes] of raw FP4 codes and [256 rows][4 bytes] of UE8M0 scale words
-// (cp.async; the stage's 4 scale bytes of a row are one aligned word since K / 32 is a multiple
-// of 4). mbarriers: full[s] (128 arrivals: each producer thread's
-// cp.async.mbarrier.arrive.noinc, triggered when its copies of the stage have landed), empty[s]
+// the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
+// GEMMs; down: two TMA boxes), [256 weight rows][64 bytes] of raw FP4 codes (TMA boxes with the
+// 64-byte swizzle, RsTmaMaps) and [256 rows][4 bytes] of UE8M0 scale words (cp.async; the stage's
+// 4 scale bytes of a row are one aligned word since K / 32 is a multiple of 4). mbarriers:
+// full[s] (128 arrivals: each producer thread's cp.async.mbarrier.arrive.noinc, triggered when
+// its copies of the stage have landed, plus the boxes' transaction bytes), empty[s]
 // (8 arrivals: lane 0 of each consumer warp once its warpgroup's wgmmas reading the stage have
 // finished). Step counter c (per CTA over all its tiles): slot c % kRsStages, parity
 // (c / kRsStages) & 1; a 10 s watchdog traps a wait that never completes.
@@ -374,8 +376,9 @@ __device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem,
   } else {
     RsStoreDown<kN>(g, acc, tile_smem, cw, n0, row0, rows);
   }
-  // The slot's next bulk copies write through the async proxy over these generic writes.
-  if (g.code_chunks != nullptr) wgmma::FenceProxyAsyncShared();
+  // The slot's next TMA boxes write through the async proxy over these generic accesses (session
+  // 54's TMA codes, unfenced, ran bit-exact but relied on timing for it).
+  wgmma::FenceProxyAsyncShared();
   RsRelease(full_bars + kRsStages * 8, c, t.lane);
 }
 
@@ -452,7 +455,7 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 
 // ---- the kernel --------------------------------------------------------------------------------
 // kWidths: the tile widths' set (RsWidthSetFor's).
-// maps: the codes' tensor maps (unused with g.code_chunks).
+// maps: the TMA boxes' tensor maps (RsTmaMaps).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths>
 __global__ void __launch_bounds__(kRsThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
@@ -499,7 +502,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       const int64_t e = g.tiles[2 * tile];
       const int64_t row0 = g.tiles[2 * tile + 1];
       const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
-      RsWriteTables(g, smem, p, row0, row_end);
+      if constexpr (kUp) RsWriteTables(g, smem, p, row0, row_end);
       const RsRows rows = RsMakeRows<kUp>(g, p, e, n0, row0);
       RsBarrier<kRsProducerBarrier, 128>();
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {

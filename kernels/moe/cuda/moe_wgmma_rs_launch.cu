@@ -35,20 +35,18 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
-// The kernel's TMA maps (RsTmaMaps): the down GEMM's codes, the up GEMM's with kRsUpTma (none
-// with the stage chunks), the down GEMM's slot rows with kRsDownATma. MoeCuda's checks (16-byte
-// aligned codes and ag, K a multiple of 128) make them describable, so a refusal is a broken
-// invariant.
+// The kernel's TMA maps (RsTmaMaps): the codes (up: w1's and w3's), the down GEMM's slot rows.
+// MoeCuda's checks (16-byte aligned codes and ag, K a multiple of 128) make them describable, so
+// a refusal is a broken invariant.
 template <bool kUp>
 RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   RsTmaMaps maps{};
-  if (!kUp && kRsDownATma) {
+  if (!kUp) {
     CHECK(
         wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsBM, CU_TENSOR_MAP_SWIZZLE_128B))
         << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)
         << " (K " << g.k << ", " << slots << " rows)";
   }
-  if ((kUp && !kRsUpTma) || g.code_chunks != nullptr) return maps;
   const int64_t rows = g.n_experts * g.n;
   for (int i = 0; i < (kUp ? 2 : 1); ++i) {
     const uint8_t* codes = i == 0 ? g.w : g.w_up;
@@ -64,10 +62,8 @@ template <bool kUp, uint32_t kWidths>
 void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
                   cudaStream_t stream) {
   auto* kernel = RsKernel<kUp, kWidths>();
-  GemmArgs args = g;
-  if (kUp && kRsUpTma) args.code_chunks = nullptr;  // laid out as MoeWgmmaRsUpRowOf's slabs
   kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(
-      args, MakeMaps<kUp>(args, slots));
+      g, MakeMaps<kUp>(g, slots));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -114,26 +110,6 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
   return plan;
 }
 
-// One thread per 16 bytes of the chunks (MoeRsChunkSourceOf), grid-stride.
-__global__ void MoeRsBuildChunksKernel(const uint8_t* w, const uint8_t* w_up, int64_t n_experts,
-                                       int64_t n, int64_t k, bool up, uint8_t* out) {
-  const int64_t rows = moe_cuda_internal::MoeRsChunkRows(up);
-  const int64_t stages = k / kRsBK, blocks = n / 64;
-  const int64_t pieces = n_experts * blocks * stages * rows * 4;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pieces;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int place = static_cast<int>(i % 4);
-    const int row = static_cast<int>(i / 4 % rows);
-    const int64_t chunk = i / (4 * rows);
-    const int64_t kt = chunk % stages, cb = chunk / stages % blocks, e = chunk / stages / blocks;
-    const moe_cuda_internal::MoeRsChunkSource src =
-        moe_cuda_internal::MoeRsChunkSourceOf(up, cb, row, place);
-    const uint8_t* from =
-        (src.up ? w_up : w) + (e * n + src.column) * (k / 2) + kt * (kRsBK / 2) + src.piece * 16;
-    *reinterpret_cast<uint4*>(out + i * 16) = *reinterpret_cast<const uint4*>(from);
-  }
-}
-
 }  // namespace
 
 void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas, int64_t slots,
@@ -147,25 +123,3 @@ MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles) {
 }
 
 }  // namespace flashserve::kernels::moe_device
-
-namespace flashserve::kernels {
-
-static_assert(moe_device::kRsBK == moe_cuda_internal::kMoeRsChunkK);
-
-absl::Status LaunchMoeRsBuildCodeChunks(const MoeCudaWeights& w, bool up, uint8_t* out,
-                                        CUstream_st* stream) {
-  if (absl::Status st = Validate(w); !st.ok()) return st;
-  if (out == nullptr || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
-    return absl::InvalidArgumentError(
-        "LaunchMoeRsBuildCodeChunks: out must be a 16-byte aligned device pointer");
-  }
-  const int64_t n = up ? w.inter : w.dim, k = up ? w.dim : w.inter;
-  const int64_t pieces = MoeRsCodeChunkBytes(w, up) / 16;
-  const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 65536);
-  moe_device::MoeRsBuildChunksKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-      up ? w.w1 : w.w2, up ? w.w3 : nullptr, w.n_experts, n, k, up, out);
-  CUDA_CHECK(cudaGetLastError());
-  return absl::OkStatus();
-}
-
-}  // namespace flashserve::kernels
