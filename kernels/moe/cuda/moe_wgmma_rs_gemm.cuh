@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       const int64_t e = g.tiles[2 * tile];
       const int64_t row0 = g.tiles[2 * tile + 1];
       const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
-      if constexpr (kUp) RsWriteTables(g, smem, p, row0, row_end);
+      if (!RsSlotRowsByTma<kUp>(g)) RsWriteTables(g, smem, p, row0, row_end);
       const RsRows rows = RsMakeRows<kUp>(g, p, e, n0, row0);
       RsBarrier<kRsProducerBarrier, 128>();
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {

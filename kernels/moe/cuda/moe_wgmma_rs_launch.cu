@@ -41,7 +41,7 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
 template <bool kUp>
 RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   RsTmaMaps maps{};
-  if (!kUp) {
+  if (RsSlotRowsByTma<kUp>(g)) {
     CHECK(
         wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsBM, CU_TENSOR_MAP_SWIZZLE_128B))
         << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)

@@ -183,10 +183,23 @@ struct RsRows {
 struct RsTmaMaps {
   CUtensorMap w;     // w2 (down), w1 (up)
   CUtensorMap w_up;  // w3 (up)
-  CUtensorMap a;     // down: the slot rows (ag)
+  CUtensorMap a;     // the slot rows (down: ag; up with kRsUpATma, slot order: xg)
 };
 template <bool kUp>
 inline constexpr uint32_t kRsCodeBoxRows = kUp ? kRsNB / 2 : kRsNB;
+// The up GEMM's slot rows by TMA too where they are in slot order (MoeCudaParams::
+// gather_slot_rows: the permute writes top_k copies of each token's row, g.a_row is null), as the
+// down GEMM's (session 55 experiment, off: not yet run on the H200). By default (rows by token)
+// the up GEMM gathers them with cp.async either way.
+#ifndef FS_MOE_RS_UP_A_TMA
+#define FS_MOE_RS_UP_A_TMA 0
+#endif
+inline constexpr bool kRsUpATma = FS_MOE_RS_UP_A_TMA != 0;
+// Whether this launch's slot rows come by TMA (RsTmaMaps::a; uniform over the launch).
+template <bool kUp>
+__host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs& g) {
+  return !kUp || (kRsUpATma && g.a_row == nullptr);
+}
 
 // Where 16-byte chunk `chunk` (32-wide K block) of code row `row` sits in the stage's [256][64
 // bytes]: XOR-swizzled by row bits 1, 2 (session 44). A consumer warp reads block b of 8 rows
@@ -273,8 +286,8 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
   return rows;
 }
 
-// The up tile's slot-row table (producer thread p = 0 .. 127): the A row of slot row p (null:
-// past the expert's rows).
+// The up tile's slot-row table where the rows are gathered (producer thread p = 0 .. 127): the A
+// row of slot row p (null: past the expert's rows).
 __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, int p, int64_t row0,
                                               int64_t row_end) {
   auto** a_rows = reinterpret_cast<const uint16_t**>(smem + kRsARowOff);
@@ -288,7 +301,7 @@ template <bool kUp>
 __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& maps,
                                             const uint8_t* smem, const RsRows& rows, uint8_t* st,
                                             int p, int64_t kt, uint32_t full) {
-  if constexpr (kUp) {
+  if (!RsSlotRowsByTma<kUp>(g)) {
     // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read
     // 128 contiguous bytes of a row.
     const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
