@@ -4,7 +4,7 @@
 //   bench_moe [--iters N] [--warmup N] [--tokens 1,16,128,512,1024,4096] [--sets S]
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
-//             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2]
+//             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -42,7 +42,10 @@
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
 // ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
 // TMA ring's static / dynamic cut at every token count (MoeCudaParams::ring_cut; default 0: kAuto,
-// dynamic from 1 slot per expert), for the layer and the up / down stage times. Per token count the
+// dynamic from 1 slot per expert), for the layer and the up / down stage times. --down-gemm 4:
+// the register-sourced GEMM for the down projection after another up GEMM
+// (MoeCudaParams::down_gemm; the paths column's GEMM letter gets "+R", and down_us includes the
+// tile regroup and the reorder of ag between the stages). Per token count the
 // layer also runs once with both small and once with both large shapes forced: y and the ids must
 // be byte-identical (one line each after the table; a difference makes the exit code 1). Batch-1
 // latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time of one
@@ -98,6 +101,7 @@ struct Options {
   bool hoist = kMoeCudaGemmHoistedAddresses;
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
   bool gather_slots = false;                        // MoeCudaParams::gather_slot_rows
+  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;       // MoeCudaParams::down_gemm
   int stream_rt = 0;                                // MoeCudaParams::gemm_stream_row_tiles
   bool front = true;                                // MoeCudaParams::fused_front
   bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
@@ -131,7 +135,7 @@ struct Call {
   int64_t m = 0;
   DeviceBuffer logits, x, y, ws;
   DeviceBuffer counts, ids, wts, offsets, slot_token, slot_weight, token_slot, tiles, num_tiles, xg,
-      ag, ye, sort_scratch, ring;
+      ag, ye, sort_scratch, ring, tiles_rs, num_tiles_rs;
   int64_t touched = 0;
 };
 
@@ -156,6 +160,8 @@ Call MakeCall(int64_t m, uint64_t seed) {
   c.token_slot = DeviceBuffer(s * 4);
   c.tiles = DeviceBuffer(2 * s * 4);
   c.num_tiles = DeviceBuffer(4);
+  c.tiles_rs = DeviceBuffer(2 * s * 4);
+  c.num_tiles_rs = DeviceBuffer(4);
   c.xg = DeviceBuffer(s * kD * 2);
   c.ag = DeviceBuffer(s * kI * 2);
   c.ye = DeviceBuffer(s * kD * 2);
@@ -181,6 +187,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm_hoisted_addresses = o.hoist;
   p.gemm_stream_row_tiles = o.stream_rt;
   p.gemm = o.gemm;
+  p.down_gemm = o.down_gemm;
   p.gather_slot_rows = o.gather_slots;
   p.ring_fused_combine = o.ring_combine;
   p.ring_cut = o.ring_cut;
@@ -208,6 +215,10 @@ struct Stages {
   MoeExpertUpParams up;
   MoeExpertDownParams down;
   MoeCombineParams combine;
+  // --down-gemm 4 after another up GEMM (MoeCudaDownRsAfterOtherUp): the down stage time includes
+  // the regroup (into the call's own 128-row list) and the reorder of ag, as in MoeCuda.
+  bool rs_down_after = false;
+  MoeRegroupTilesParams regroup;
 };
 
 Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
@@ -288,6 +299,24 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
     s.down.wgmma_rs_counters = s.up.wgmma_rs_counters + 2;
   }
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
+  s.rs_down_after = MoeCudaDownRsAfterOtherUp(c.m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI));
+  if (s.rs_down_after) {
+    s.regroup = MoeRegroupTilesParams{kE,
+                                      c.m * kK,
+                                      tile_rows,
+                                      p.offsets,
+                                      p.tiles,
+                                      p.num_tiles,
+                                      c.tiles_rs.get<int32_t>(),
+                                      c.num_tiles_rs.get<int32_t>()};
+    s.down.tile_rows = kMoeCudaWgmmaTileRows;
+    s.down.tiles = s.regroup.tiles_out;
+    s.down.num_tiles = s.regroup.num_tiles_out;
+    s.down.wgmma_rs = true;
+    s.down.stream = false;
+    s.down.ring = false;
+    s.down.wgmma_rs_counters = reinterpret_cast<int32_t*>(c.ring.get<float>()) + 2;
+  }
   s.combine = MoeCombineParams{c.m,       kK,      kD, p.expert_ids,        p.token_slot,
                                s.down.ye, nullptr, 0,  c.y.get<uint16_t>(), kD};
   return s;
@@ -425,7 +454,8 @@ int Main(int argc, char** argv) {
           "usage: %s [--iters N] [--warmup N] [--sets S] [--tokens a,b,...] "
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
-          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2]\n",
+          "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
+          "0|4]\n",
           argv[0]);
       return 2;
     }
@@ -459,6 +489,12 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.gemm = static_cast<MoeCudaGemm>(gemm);
+    } else if (a == "--down-gemm") {
+      if (v != "0" && v != "4") {
+        std::fprintf(stderr, "--down-gemm must be 0 (the layer's GEMM) or 4 (wgmma RS)\n");
+        return 2;
+      }
+      o.down_gemm = v == "4" ? MoeCudaGemm::kWgmmaRs : MoeCudaGemm::kAuto;
     } else if (a == "--gather-slots") {
       o.gather_slots = v != "0";
     } else if (a == "--stream-rt") {
@@ -633,8 +669,13 @@ int Main(int argc, char** argv) {
                                                 : 0.0;
     const double up_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertUp(s.up, stream)); });
-    const double down_us =
-        stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeExpertDown(s.down, stream)); });
+    const double down_us = stage_us([&](Stages& s, Call& c) {
+      if (s.rs_down_after) {
+        CHECK_OK(LaunchMoeRegroupTiles(s.regroup, stream));
+        CHECK_OK(LaunchMoeToRsOperandOrder(c.ag.get<uint16_t>(), c.m * kK, kI, stream));
+      }
+      CHECK_OK(LaunchMoeExpertDown(s.down, stream));
+    });
     const double comb_us =
         stage_us([&](Stages& s, Call&) { CHECK_OK(LaunchMoeCombine(s.combine, stream)); });
     const double bytes = touched * expert_bytes + 4.0 * m * kD + 4.0 * m * kE;
@@ -644,13 +685,14 @@ int Main(int argc, char** argv) {
     const double down_bytes = touched * expert_bytes / 3.0;
     std::printf(
         "%6ld %7.1f %10.1f %9.1f %9.1f %8.1f %7.0f %10.1f %6.3f | %8.1f %8.1f %8.1f %8.1f %8.1f "
-        "%8.1f | %8.0f %8.0f %4s/%s/%s\n",
+        "%8.1f | %8.0f %8.0f %4s/%s/%s%s\n",
         static_cast<long>(m), touched, us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
         bytes / us / 1e3, roof, roof / us, route_us, perm_us, front_us, up_us, down_us, comb_us,
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
         MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",
-        GemmLetter(MoeCudaChooseGemm(m, kK, kE, o.gemm, std::max(kD, kI))));
+        GemmLetter(MoeCudaChooseGemm(m, kK, kE, o.gemm, std::max(kD, kI))),
+        MoeCudaDownRsAfterOtherUp(m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI)) ? "+R" : "");
   }
 
   std::printf("\n%s", shape_report.c_str());

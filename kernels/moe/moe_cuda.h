@@ -346,6 +346,12 @@ inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 20;
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
                               MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
+// Whether MoeCuda runs the register-sourced GEMM for the down projection after another GEMM for
+// the up projection (MoeCudaParams::down_gemm kWgmmaRs, the up GEMM neither kWgmmaRs nor the TMA
+// ring, i.e. not MoeCudaChooseGemm's kStreamRing at <= MoeCudaRingMaxSlots(E) slots). Pure.
+bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                               MoeCudaGemm down_gemm, int64_t max_k = 0);
+
 // A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
 // 16-row", "streaming 32-row", "wgmma", "wgmma RS"; "auto" for kAuto, "unknown" otherwise).
 const char* MoeCudaGemmName(MoeCudaGemm gemm);
@@ -461,6 +467,31 @@ struct MoeExpertDownParams {
 absl::Status Validate(const MoeExpertDownParams& p);
 absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stream);
 
+// Between stages 3 and 4 when the register-sourced GEMM runs the down projection after another
+// GEMM ran the up projection (MoeCudaParams::down_gemm; session 55 experiment):
+// 1. the register-sourced GEMM's tile list from the permute's list at tile_rows 8 .. 128: the
+//    tiles that start a 128-row block of their expert (row0 - offsets[e] a multiple of 128), in
+//    order — the list LaunchMoePermute writes at tile_rows 128. One block; `tiles_out` /
+//    `num_tiles_out` may be `tiles` / `num_tiles` (in place: it only moves entries down).
+struct MoeRegroupTilesParams {
+  int64_t n_experts = 0;               // E
+  int64_t slots = 0;                   // m·top_k (bounds the tile count)
+  int64_t tile_rows = 0;               // of the list in: 8, 16, 32, 64 or 128
+  const int32_t* offsets = nullptr;    // [E + 1] (LaunchMoePermute's)
+  const int32_t* tiles = nullptr;      // [2·tiles]: (expert, first slot row)
+  const int32_t* num_tiles = nullptr;  // [1]
+  int32_t* tiles_out = nullptr;        // [2·tiles]
+  int32_t* num_tiles_out = nullptr;    // [1]
+};
+absl::Status Validate(const MoeRegroupTilesParams& p);
+absl::Status LaunchMoeRegroupTiles(const MoeRegroupTilesParams& p, CUstream_st* stream);
+// 2. rows [n_rows, cols] bf16 (16-byte aligned, cols a multiple of 32: the up stage's ag) from
+//    the operand order (MoeOperandColumn) to the register-sourced GEMM's (MoeRsOperandColumn: the
+//    16 words of every 32-column block as a 4 × 4 matrix transposed, StoreQdqBlock's rs_order),
+//    in place.
+absl::Status LaunchMoeToRsOperandOrder(uint16_t* rows, int64_t n_rows, int64_t cols,
+                                       CUstream_st* stream);
+
 // Stage 5: y[t] = bf16(Σ_{experts of t, ascending id} ye[slot] (+ shared_y[t])), fp32 from 0.
 struct MoeCombineParams {
   int64_t m = 0;
@@ -534,6 +565,15 @@ struct MoeCudaParams {
   MoeCudaPath route_path = MoeCudaPath::kAuto;  // LaunchMoeRoute's shape (output bits unchanged)
   MoeCudaPath sort_path = MoeCudaPath::kAuto;   // LaunchMoePermute's shape (output bits unchanged)
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaChooseGemm)
+  // The down projection's GEMM: kAuto (default) = `gemm`'s; kWgmmaRs = the register-sourced GEMM
+  // whatever runs the up projection (session 55 experiment, bench_moe --down-gemm 4: at 768–1,024
+  // tokens session 54 measured that GEMM faster on the down projection alone, where kAuto runs
+  // the 16-row streaming GEMM for both). Where the up projection runs another GEMM but the TMA
+  // ring (MoeCudaDownRsAfterOtherUp), the tile list is regrouped into 128-row tiles and ag put in
+  // the RS operand order between the stages (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder);
+  // elsewhere it changes nothing. The same bits on exact-arithmetic inputs (only the fp32
+  // summation order differs between GEMMs).
+  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the
   // round-3 gather, kept for A/B). Output bits unchanged (the same values reach the GEMM).

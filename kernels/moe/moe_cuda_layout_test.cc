@@ -150,7 +150,7 @@ TEST(MoeCudaLayoutTest, WgmmaRsUpRowsPairGateAndUpInOneThread) {
       EXPECT_FALSE(m.up) << r;
       EXPECT_TRUE(u.up) << r;
       EXPECT_EQ(u.column, m.column) << r;
-      EXPECT_EQ(m.column, 8 * (r / 8) + r % 8) << r;  // slab r / 8, row lane/4 = r % 8
+      EXPECT_EQ(m.column, r) << r;  // the epilogue's column of slab r / 8, row lane/4 = r % 8
     }
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));

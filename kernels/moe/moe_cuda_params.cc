@@ -382,6 +382,29 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   return MoeCudaGemm::kTiled;
 }
 
+bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
+                               MoeCudaGemm down_gemm, int64_t max_k) {
+  if (down_gemm != MoeCudaGemm::kWgmmaRs) return false;
+  const MoeCudaGemm up = MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k);
+  if (up == MoeCudaGemm::kWgmmaRs) return false;
+  return up != MoeCudaGemm::kStreamRing || m * top_k > MoeCudaRingMaxSlots(n_experts);
+}
+
+absl::Status Validate(const MoeRegroupTilesParams& p) {
+  constexpr const char* kOp = "LaunchMoeRegroupTiles";
+  if (p.n_experts < 1 || p.n_experts > kMoeCudaMaxExperts) {
+    return Invalid(kOp, "n_experts",
+                   absl::StrFormat("is %d, must be in [1, %d]", p.n_experts, kMoeCudaMaxExperts));
+  }
+  if (p.slots < 0) return Invalid(kOp, "slots", absl::StrFormat("is %d, must be >= 0", p.slots));
+  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows));
+  return CheckNonNull(kOp, {{"offsets", p.offsets},
+                            {"tiles", p.tiles},
+                            {"num_tiles", p.num_tiles},
+                            {"tiles_out", p.tiles_out},
+                            {"num_tiles_out", p.num_tiles_out}});
+}
+
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                         int64_t max_k) {
   switch (MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k)) {
@@ -546,6 +569,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   RETURN_IF_ERROR(CheckPath(kOp, "route_path", p.route_path));
   RETURN_IF_ERROR(CheckPath(kOp, "sort_path", p.sort_path));
   RETURN_IF_ERROR(CheckGemmKind(kOp, "gemm", p.gemm));
+  if (p.down_gemm != MoeCudaGemm::kAuto && p.down_gemm != MoeCudaGemm::kWgmmaRs) {
+    return Invalid(
+        kOp, "down_gemm",
+        absl::StrFormat("is %d, must be kAuto (0) or kWgmmaRs (4)", static_cast<int>(p.down_gemm)));
+  }
   if ((p.gemm == MoeCudaGemm::kStream || p.gemm == MoeCudaGemm::kStreamRing) &&
       std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {
     return Invalid(kOp, "gemm",

@@ -185,6 +185,30 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p = GoodLayer(&w);
   p.weights = nullptr;
   ExpectInvalid(Validate(p), "weights");
+  p = GoodLayer(&w);
+  p.down_gemm = MoeCudaGemm::kStream16;  // only kAuto or kWgmmaRs
+  ExpectInvalid(Validate(p), "down_gemm");
+  p.down_gemm = MoeCudaGemm::kWgmmaRs;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+}
+
+// down_gemm kWgmmaRs changes the down GEMM only where another GEMM, not the TMA ring, runs the
+// up projection (E 384 top-6: the ring up to 256 tokens, RS from 1,280).
+TEST(MoeCudaParamsTest, DownRsAfterOtherUp) {
+  constexpr MoeCudaGemm kRs = MoeCudaGemm::kWgmmaRs, kAuto = MoeCudaGemm::kAuto;
+  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, kAuto, kRs));  // kStream16 up
+  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(384, 6, 384, kAuto, kRs));   // kStream up
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, kAuto, kAuto));
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(1280, 6, 384, kAuto, kRs));  // RS up already
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(256, 6, 384, kAuto, kRs));   // the TMA ring
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, kRs, kRs));
+  // Forced: the ring past its slots streams (kStream), so it takes RS down; the others do.
+  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, MoeCudaGemm::kStreamRing, kRs));
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(64, 6, 384, MoeCudaGemm::kStreamRing, kRs));
+  for (const MoeCudaGemm g : {MoeCudaGemm::kTiled, MoeCudaGemm::kStream, MoeCudaGemm::kStream16,
+                              MoeCudaGemm::kStream32, MoeCudaGemm::kWgmma}) {
+    EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(64, 6, 384, g, kRs)) << static_cast<int>(g);
+  }
 }
 
 TEST(MoeCudaParamsTest, StageValidation) {

@@ -15,7 +15,8 @@
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
 // Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
 // with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
-// bytes.
+// bytes; with every other GEMM also with the register-sourced GEMM for the down projection
+// (MoeCudaParams::down_gemm).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -54,7 +55,8 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
                   const std::vector<uint16_t>& shared_y, int64_t m,
                   const MoeSharedExpertWeights* shared = nullptr,
                   MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true,
-                  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto) {
+                  MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto,
+                  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -83,6 +85,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.gemm = gemm;
   p.ring_fused_combine = ring_fused_combine;
   p.ring_cut = ring_cut;
+  p.down_gemm = down_gemm;
   CHECK_OK(MoeCuda(p, nullptr));
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
@@ -214,6 +217,16 @@ void RunCase(const LayerCase& c) {
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                   dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
     ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
+    if (gemm != MoeCudaGemm::kWgmmaRs) {
+      // The register-sourced GEMM for the down projection after this up GEMM (down_gemm: the
+      // tile list regrouped into 128-row tiles, ag reordered; nothing changes where the TMA ring
+      // runs).
+      const std::string rs_name = name + " + down RS";
+      const GpuRun rs_down = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                                        dev_shared != nullptr ? &dev_shared->view : nullptr, gemm,
+                                        true, MoeCudaRingCut::kAuto, MoeCudaGemm::kWgmmaRs);
+      ExpectClose(rs_name.c_str(), rs_down, cpu, c.dim, c.top_k, {});
+    }
     if (gemm == MoeCudaGemm::kStreamRing) {
       // The combine summing the down ring's partials (the default) against the down epilogue +
       // the combine: the same bytes.

@@ -121,7 +121,7 @@ struct Dims {
   int64_t dim, inter;
 };
 // D 640: the down projection's last CTA holds 128 of its 256 weight rows. D 1024 / I 1280: K
-// loops of 16 and 20 stages (the 6-deep ring wraps).
+// loops of 16 and 20 stages (the 4-deep ring wraps).
 const Dims kDims[] = {{256, 128}, {640, 384}, {1024, 1280}};
 // The small first case: one 128-K stage for both projections, one up CTA column block, half a
 // down one.

@@ -556,6 +556,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // The workspace holds the ring's partials up to MoeCudaRingMaxSlots(E); larger calls stream
   // (kStream).
   const bool ring = gemm == MoeCudaGemm::kStreamRing && slots <= MoeCudaRingMaxSlots(e);
+  // The register-sourced GEMM for the down projection after another up GEMM (down_gemm).
+  const bool rs_down_after =
+      MoeCudaDownRsAfterOtherUp(m, k, e, p.gemm, p.down_gemm, std::max(w.dim, w.inter));
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;
@@ -581,7 +584,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // counters, cleared here rather than by a memset node of their own (each GEMM leaves its own
   // zero too).
   int32_t* counters = moe_device::RingCounterWords(ring_partials);
-  pp.ring_counters = ring || rs ? counters : nullptr;
+  pp.ring_counters = ring || rs || rs_down_after ? counters : nullptr;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {
@@ -622,10 +625,26 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ring_cut = p.ring_cut;
   EnqueueUp(up, stream);
 
+  if (rs_down_after) {
+    // The up GEMM read the tile list; the down GEMM takes its 128-row tiles (in place) and ag in
+    // its operand order. Validated parts of the call: an error is a broken invariant.
+    MoeRegroupTilesParams rg;
+    rg.n_experts = e;
+    rg.slots = slots;
+    rg.tile_rows = tile_rows;
+    rg.offsets = offsets;
+    rg.tiles = tiles;
+    rg.num_tiles = num_tiles;
+    rg.tiles_out = tiles;
+    rg.num_tiles_out = num_tiles;
+    CHECK_OK(LaunchMoeRegroupTiles(rg, stream));
+    CHECK_OK(LaunchMoeToRsOperandOrder(ag, slots, w.inter, stream));
+  }
+  const bool down_rs = rs || rs_down_after;
   MoeExpertDownParams down;
   down.weights = &w;
   down.slots = slots;
-  down.tile_rows = tile_rows;
+  down.tile_rows = rs_down_after ? kMoeCudaWgmmaTileRows : tile_rows;
   down.offsets = offsets;
   down.tiles = tiles;
   down.num_tiles = num_tiles;
@@ -634,9 +653,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   down.k_step = p.gemm_k_step;
   down.hoisted_addresses = p.gemm_hoisted_addresses;
   down.stream_row_tiles = p.gemm_stream_row_tiles;
-  down.wgmma_rs = rs;
-  down.wgmma_rs_counters = rs ? counters + 2 : nullptr;
-  down.stream = wide_stream;
+  down.wgmma_rs = down_rs;
+  down.wgmma_rs_counters = down_rs ? counters + 2 : nullptr;
+  down.stream = wide_stream && !rs_down_after;
   down.ring = ring;
   down.ring_partials = ring_partials;
   down.ring_partials_bytes = MoeCudaRingPartialBytes(slots, w.dim);

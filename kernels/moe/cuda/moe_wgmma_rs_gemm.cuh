@@ -24,14 +24,15 @@
 // (threads 256 .. 383; setmaxnreg down) only issues copies.
 // Ring: kRsStages stages of 128 K, each [128 slot rows][128 bf16] as two 64-K column blocks in
 // the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
-// GEMMs; down: two TMA boxes), [256 weight rows][64 bytes] of raw FP4 codes (TMA boxes with the
-// 64-byte swizzle, RsTmaMaps) and [256 rows][4 bytes] of UE8M0 scale words (cp.async; the stage's
-// 4 scale bytes of a row are one aligned word since K / 32 is a multiple of 4). mbarriers:
-// full[s] (128 arrivals: each producer thread's cp.async.mbarrier.arrive.noinc, triggered when
-// its copies of the stage have landed, plus the boxes' transaction bytes), empty[s]
-// (8 arrivals: lane 0 of each consumer warp once its warpgroup's wgmmas reading the stage have
-// finished). Step counter c (per CTA over all its tiles): slot c % kRsStages, parity
-// (c / kRsStages) & 1; a 10 s watchdog traps a wait that never completes.
+// GEMMs; down, and up with kRsUpATma where the rows are in slot order: TMA boxes), [256 weight
+// rows][64 bytes] of raw FP4 codes (TMA boxes with the 64-byte swizzle, RsTmaMaps) and [256 rows][4
+// bytes] of UE8M0 scale words (cp.async; the stage's 4 scale bytes of a row are one aligned word
+// since K / 32 is a multiple of 4). mbarriers: full[s] (128 arrivals: each producer thread's
+// cp.async.mbarrier.arrive.noinc, triggered when its copies of the stage have landed, plus the
+// boxes' transaction bytes), empty[s] (8 arrivals: lane 0 of each consumer warp once its
+// warpgroup's wgmmas reading the stage have finished). Step counter c (per CTA over all its tiles):
+// slot c % kRsStages, parity (c / kRsStages) & 1; a 10 s watchdog traps a wait that never
+// completes.
 //
 // Consumer K loop, per 32-wide block q of K (4 per stage), A fragments double-buffered in
 // registers (set q % 2: 2 m64 blocks × 2 k16 steps × 4 registers):
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       const int64_t row0 = g.tiles[2 * tile + 1];
       const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
       if (!RsSlotRowsByTma<kUp>(g)) RsWriteTables(g, smem, p, row0, row_end);
-      const RsRows rows = RsMakeRows<kUp>(g, p, e, n0, row0);
+      const RsRows rows = RsMakeRows<kUp>(g, p, e, n0, row0, row_end);
       RsBarrier<kRsProducerBarrier, 128>();
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
         const int slot = static_cast<int>(c % kRsStages);

@@ -35,15 +35,16 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(items, want))));
 }
 
-// The kernel's TMA maps (RsTmaMaps): the codes (up: w1's and w3's), the down GEMM's slot rows.
+// The kernel's TMA maps (RsTmaMaps): the codes (up: w1's and w3's), the slot rows where they
+// come by TMA (RsSlotRowsByTma).
 // MoeCuda's checks (16-byte aligned codes and ag, K a multiple of 128) make them describable, so
 // a refusal is a broken invariant.
 template <bool kUp>
 RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   RsTmaMaps maps{};
   if (RsSlotRowsByTma<kUp>(g)) {
-    CHECK(
-        wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsBM, CU_TENSOR_MAP_SWIZZLE_128B))
+    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsABoxRows,
+                                CU_TENSOR_MAP_SWIZZLE_128B))
         << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)
         << " (K " << g.k << ", " << slots << " rows)";
   }

@@ -35,8 +35,8 @@ inline constexpr uint32_t kRsXBytes = 2 * kRsXBlock;
 inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
 inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 inline constexpr uint32_t kRsStageBytes = kRsXBytes + kRsCodeBytes + kRsScaleBytes;
-// The up producer's per-tile table: the A row of each slot row (null: not loaded). Its other
-// rows are in registers (RsRows).
+// The producer's per-tile table where the up GEMM gathers its slot rows: the A row of each slot
+// row (null: not loaded). Its other rows are in registers (RsRows).
 inline constexpr uint32_t kRsARowOff = kRsStages * kRsStageBytes;
 inline constexpr uint32_t kRsBarOff = kRsARowOff + kRsBM * 8;
 // The item queue: kRsItemSlots mbarriers (1 arrival: the producer's thread 0 wrote the entry),
@@ -159,12 +159,13 @@ __device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
 // them cost a load, and its latency, ahead of every copy; only the up GEMM's gathered slot rows
 // keep a table). Scale rows it = 0, 1 (RsMakeRows) start at element scale_off of the
 // [E·N][K/32] scales (down: + it · 128 rows; up: w1's, then w3's) and are inside N for it <
-// scale_rows. The codes' and (down) the slot rows' first rows for the TMA boxes.
+// scale_rows. The codes' and (slot rows by TMA) the slot rows' first rows for the TMA boxes.
 struct RsRows {
   int64_t scale_off;
   int scale_rows;
   int32_t code_row0;  // row e·N + n0 of the [E·N][K/2] codes
-  int32_t a_row0;     // down: the tile's first slot row
+  int32_t a_row0;     // the tile's first slot row (RsSlotRowsByTma)
+  int a_boxes;        // its slot-row boxes per 64-K column block (kRsARowBoxes; else 1)
 };
 
 // The tensor maps of the stage's TMA boxes (session 54 / 55), made per launch by the launcher
@@ -179,7 +180,7 @@ struct RsRows {
 //   wgmma::Sw128Offset), instead of 16 cp.async per producer thread (1.5–4 % off the down
 //   GEMM). Rows past the tile's expert load the next slots (or zeros past the last), which reach
 //   only output columns that are never stored. The up GEMM gathers its rows per token (the
-//   kRsARowOff table) with cp.async.
+//   kRsARowOff table) with cp.async (kRsUpATma: by TMA where they are in slot order).
 struct RsTmaMaps {
   CUtensorMap w;     // w2 (down), w1 (up)
   CUtensorMap w_up;  // w3 (up)
@@ -195,6 +196,16 @@ inline constexpr uint32_t kRsCodeBoxRows = kUp ? kRsNB / 2 : kRsNB;
 #define FS_MOE_RS_UP_A_TMA 0
 #endif
 inline constexpr bool kRsUpATma = FS_MOE_RS_UP_A_TMA != 0;
+// The slot-row boxes in 32-row pieces, only as many as the tile has rows (session 55
+// experiment, off: not yet run on the H200; the reviewer's note that the 128-row boxes bring
+// 32 KB a stage where a 20-row tile of the {16, 32} set reads 5 KB). Each piece lands 4 KB
+// further (1024-aligned, so the 128-byte swizzle is Sw128Offset's for its rows).
+#ifndef FS_MOE_RS_A_ROW_BOXES
+#define FS_MOE_RS_A_ROW_BOXES 0
+#endif
+inline constexpr bool kRsARowBoxes = FS_MOE_RS_A_ROW_BOXES != 0;
+inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kRsBM;
+static_assert(kRsBM % kRsABoxRows == 0 && (kRsABoxRows * 128) % 1024 == 0);
 // Whether this launch's slot rows come by TMA (RsTmaMaps::a; uniform over the launch).
 template <bool kUp>
 __host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs& g) {
@@ -268,13 +279,16 @@ __device__ __forceinline__ void RsTmaRows(const CUtensorMap* map, uint32_t dst, 
       : "memory");
 }
 
-// Producer thread p's rows of the tile at slot row0 of expert e, CTA columns n0 ..: scale rows
-// p and p + 128 (down: w2 rows n0 + p, + 128; up: column n0 + p of w1, then of w3).
+// Producer thread p's rows of the tile at slot rows [row0, row_end) of expert e, CTA columns n0
+// ..: scale rows p and p + 128 (down: w2 rows n0 + p, + 128; up: column n0 + p of w1, then of
+// w3).
 template <bool kUp>
 __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0,
-                                             int64_t row0) {
+                                             int64_t row0, int64_t row_end) {
   RsRows rows;
   rows.a_row0 = static_cast<int32_t>(row0);
+  rows.a_boxes =
+      kRsARowBoxes ? static_cast<int>((row_end - row0 + kRsABoxRows - 1) / kRsABoxRows) : 1;
   rows.code_row0 = static_cast<int32_t>(e * g.n + n0);
   const int64_t col = n0 + p;
   rows.scale_off = (e * g.n + col) * (g.k / 32);
@@ -320,12 +334,19 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
   } else if (p == 32) {
     // The tile's slot rows (RsTmaMaps::a): the second producer warp's lane 0 adds their bytes
     // to the phase (before its own cp.async arrival, so the phase cannot complete without them)
-    // and issues both boxes.
-    RsExpectTx(full, kRsXBytes);
+    // and issues the boxes of both column blocks.
+    constexpr uint32_t kBoxBytes = kRsABoxRows * 128;
+    RsExpectTx(full, 2 * static_cast<uint32_t>(rows.a_boxes) * kBoxBytes);
 #pragma unroll
     for (int cb = 0; cb < 2; ++cb) {
-      RsTmaRows(&maps.a, SmemAddr(st) + cb * kRsXBlock, full,
-                static_cast<int32_t>((kt * kRsBK + cb * 64) * 2), rows.a_row0);
+#pragma unroll
+      for (int i = 0; i < kRsBM / kRsABoxRows; ++i) {
+        if (i < rows.a_boxes) {
+          RsTmaRows(&maps.a, SmemAddr(st) + cb * kRsXBlock + i * kBoxBytes, full,
+                    static_cast<int32_t>((kt * kRsBK + cb * 64) * 2),
+                    rows.a_row0 + i * kRsABoxRows);
+        }
+      }
     }
   }
   if (p < 32) {
