@@ -472,7 +472,8 @@ absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stre
 // 1. the register-sourced GEMM's tile list from the permute's list at tile_rows 8 .. 128: the
 //    tiles that start a 128-row block of their expert (row0 - offsets[e] a multiple of 128), in
 //    order — the list LaunchMoePermute writes at tile_rows 128. One block; `tiles_out` /
-//    `num_tiles_out` may be `tiles` / `num_tiles` (in place: it only moves entries down).
+//    `num_tiles_out` may be `tiles` / `num_tiles` (in place: it only moves entries down). With
+//    slots 0 nothing is enqueued (num_tiles_out is not written).
 struct MoeRegroupTilesParams {
   int64_t n_experts = 0;               // E
   int64_t slots = 0;                   // m·top_k (bounds the tile count)
@@ -568,11 +569,11 @@ struct MoeCudaParams {
   // The down projection's GEMM: kAuto (default) = `gemm`'s; kWgmmaRs = the register-sourced GEMM
   // whatever runs the up projection (session 55 experiment, bench_moe --down-gemm 4: at 768–1,024
   // tokens session 54 measured that GEMM faster on the down projection alone, where kAuto runs
-  // the 16-row streaming GEMM for both). Where the up projection runs another GEMM but the TMA
-  // ring (MoeCudaDownRsAfterOtherUp), the tile list is regrouped into 128-row tiles and ag put in
-  // the RS operand order between the stages (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder);
-  // elsewhere it changes nothing. The same bits on exact-arithmetic inputs (only the fp32
-  // summation order differs between GEMMs).
+  // the 16-row streaming GEMM for both). Where the up GEMM is neither the RS GEMM nor the TMA
+  // ring MoeCudaChooseGemm picks up to MoeCudaRingMaxSlots (MoeCudaDownRsAfterOtherUp), the tile
+  // list is regrouped into 128-row tiles and ag put in the RS operand order between the stages
+  // (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder); elsewhere it changes nothing. The same
+  // bits on exact-arithmetic inputs (only the fp32 summation order differs between GEMMs).
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the

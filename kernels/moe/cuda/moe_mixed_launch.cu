@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kRegroupThreads)
     kept += chunk_kept;
     __syncthreads();  // warp_base and chunk_kept are rewritten by the next chunk
   }
+  __syncthreads();  // every thread has read *num_tiles before it is rewritten (in place)
   if (threadIdx.x == 0) *num_tiles_out = kept;
 }
 
