@@ -212,11 +212,17 @@ __device__ __forceinline__ void RsFenceAcc(float (&acc)[2][64]) {
   }
 }
 
-// Waits for stage c's copies and makes them visible to the async proxy.
+// Waits for stage c's copies and (kFence) makes them visible to the async proxy: the up GEMM's
+// cp.async slot rows are generic-proxy writes that wgmma reads through the async proxy. The down
+// GEMM's slot rows come by TMA (async proxy), its codes and scales are read by ld.shared, so
+// it needs no fence (kRsDownNoProxyFence, moe_wgmma_rs_stage.cuh).
+template <bool kUp>
+inline constexpr bool kRsWaitFence = kUp || !kRsDownNoProxyFence;
+template <bool kFence>
 __device__ __forceinline__ void RsWaitFull(uint32_t full_bars, uint32_t c) {
   wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(c % kRsStages) * 8,
                     static_cast<uint32_t>((c / kRsStages) & 1));
-  wgmma::FenceProxyAsyncShared();
+  if constexpr (kFence) wgmma::FenceProxyAsyncShared();
 }
 
 // This warp's wgmmas reading stage c have finished (and its decode reads are done): release it.
@@ -226,15 +232,15 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int l
 }
 
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
-// kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows).
-template <int kN, int kHalf>
+// kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows); kFence: RsWaitFull's.
+template <int kN, int kHalf, bool kFence>
 __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
                                               uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
   const uint32_t full_bars = base + kRsBarOff;
   const uint32_t empty_bars = full_bars + kRsStages * 8;
   uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
   uint32_t sw[2][2];
-  RsWaitFull(full_bars, c);
+  RsWaitFull<kFence>(full_bars, c);
   const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
   bool wide = RsLoadScales<kHalf>(st, t, sw);
   RsDecodeBlock<kHalf>(st, t, sw, wide, 0, a[0]);
@@ -264,7 +270,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
       if (b < 3) {
         RsDecodeBlock<kHalf>(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
       } else if (kt + 1 < kt_count) {
-        RsWaitFull(full_bars, cs + 1);
+        RsWaitFull<kFence>(full_bars, cs + 1);
         st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
         wide = RsLoadScales<kHalf>(st, t, sw);
         RsDecodeBlock<kHalf>(st, t, sw, wide, 0, a[0]);
@@ -397,7 +403,7 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 #pragma unroll
     for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
   }
-  RsConsumeTile<kN, kRsHalfRows<kUp>>(smem, base, t, kt_count, c, acc);
+  RsConsumeTile<kN, kRsHalfRows<kUp>, kRsWaitFence<kUp>>(smem, base, t, kt_count, c, acc);
   RsEpilogueStep<kUp, kN>(g, smem, base, t, c + kt_count, cw, n0, row0, rows, acc);
 }
 
@@ -564,9 +570,9 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       }
       const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
       if (narrow) {
-        RsConsumeTile<64, kRsHalfRows<kUp>>(smem, base, t, kt_count, c, acc);
+        RsConsumeTile<64, kRsHalfRows<kUp>, kRsWaitFence<kUp>>(smem, base, t, kt_count, c, acc);
       } else {
-        RsConsumeTile<128, kRsHalfRows<kUp>>(smem, base, t, kt_count, c, acc);
+        RsConsumeTile<128, kRsHalfRows<kUp>, kRsWaitFence<kUp>>(smem, base, t, kt_count, c, acc);
       }
       c += kt_count;
       RsEpilogueStep<kUp, 128>(g, smem, base, t, c, cw, n0, row0, rows, acc);

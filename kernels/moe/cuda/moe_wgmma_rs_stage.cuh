@@ -206,6 +206,14 @@ inline constexpr bool kRsUpATma = FS_MOE_RS_UP_A_TMA != 0;
 inline constexpr bool kRsARowBoxes = FS_MOE_RS_A_ROW_BOXES != 0;
 inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kRsBM;
 static_assert(kRsBM % kRsABoxRows == 0 && (kRsABoxRows * 128) % 1024 == 0);
+// The down GEMM's consumers without the fence.proxy.async after each stage's `full` wait
+// (session 55 experiment, off: not yet run on the H200). The fence makes the up GEMM's cp.async
+// slot rows (generic-proxy writes) visible to wgmma (async proxy); the down GEMM's slot rows
+// come by TMA and its codes and scales are read by ld.shared, so it has nothing to order.
+#ifndef FS_MOE_RS_DOWN_NO_PROXY_FENCE
+#define FS_MOE_RS_DOWN_NO_PROXY_FENCE 0
+#endif
+inline constexpr bool kRsDownNoProxyFence = FS_MOE_RS_DOWN_NO_PROXY_FENCE != 0;
 // Whether this launch's slot rows come by TMA (RsTmaMaps::a; uniform over the launch).
 template <bool kUp>
 __host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs& g) {
