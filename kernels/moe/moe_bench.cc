@@ -78,6 +78,7 @@
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/moe_bench_check.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_gpu_test_util.h"
 #include "kernels/moe/moe_shared_cuda.h"
@@ -342,82 +343,6 @@ const char* GemmLetter(MoeCudaGemm gemm) {
   }
 }
 
-// Checks MoeCuda against MoeCpu for m tokens (gate-derived logits without near ties), with the
-// shared expert when `shared` is given (host weights for MoeCpu, `dev_shared` for MoeCuda).
-// Returns true when within the GPU test's tolerances.
-bool CheckAgainstCpu(const moe_test::LayerSpec& spec, const MoeCudaWeights& w, int64_t m,
-                     const moe_test::SharedExpert* shared = nullptr,
-                     const MoeSharedExpertWeights* dev_shared = nullptr) {
-  const MoeOptions o = Opts();
-  const auto gate = moe_test::RandomGate(kE, kD, 99 + m);
-  std::vector<uint16_t> x;
-  const auto logits =
-      moe_test::ClearRoutingActivations(*gate, nullptr, nullptr, nullptr, o, m, kD, 5 + m, &x);
-  std::vector<int32_t> ids(m * kK);
-  std::vector<float> wts(m * kK);
-  MoeRouteParams rp{o, m, kE, logits.data(), nullptr, nullptr, nullptr, ids.data(), wts.data()};
-  CHECK_OK(MoeRouteCpu(rp, nullptr));
-  std::vector<bool> used(kE, false);
-  for (int32_t id : ids) used[id] = true;
-  const auto experts = moe_test::BuildCpuExperts(spec, used);
-  const MoeWeights cw{kE,
-                      gate.get(),
-                      nullptr,
-                      nullptr,
-                      experts->w(moe_test::kW1),
-                      experts->w(moe_test::kW3),
-                      experts->w(moe_test::kW2),
-                      shared != nullptr ? shared->w1.get() : nullptr,
-                      shared != nullptr ? shared->w3.get() : nullptr,
-                      shared != nullptr ? shared->w2.get() : nullptr};
-  const auto cpu = moe_test::RunMoeCpu(cw, o, x, m, nullptr);
-  DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), y(m * kD * 2), d_ids(m * kK * 4);
-  DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
-  bool all_ok = true;
-  // The expert GEMMs against the same CPU run, and the 16-row streaming up GEMM with the RS down
-  // GEMM after it (MoeCudaParams::down_gemm).
-  struct Gemms {
-    MoeCudaGemm gemm, down;
-  };
-  constexpr MoeCudaGemm kAuto = MoeCudaGemm::kAuto;
-  for (const Gemms gg : {Gemms{MoeCudaGemm::kTiled, kAuto}, Gemms{MoeCudaGemm::kStream, kAuto},
-                         Gemms{MoeCudaGemm::kWgmma, kAuto}, Gemms{MoeCudaGemm::kWgmmaRs, kAuto},
-                         Gemms{MoeCudaGemm::kStreamRing, kAuto},
-                         Gemms{MoeCudaGemm::kStream16, MoeCudaGemm::kWgmmaRs}}) {
-    const MoeCudaGemm gemm = gg.gemm;
-    MoeCudaParams p;
-    p.weights = &w;
-    p.options = o;
-    p.m = m;
-    p.logits = d_logits.get<float>();
-    p.x = d_x.get<uint16_t>();
-    p.x_stride = kD;
-    p.y = y.get<uint16_t>();
-    p.y_stride = kD;
-    p.expert_ids = d_ids.get<int32_t>();
-    p.shared = dev_shared;
-    p.workspace = ws.get();
-    p.workspace_bytes = ws.bytes();
-    p.gemm = gemm;
-    p.down_gemm = gg.down;
-    CHECK_OK(MoeCuda(p, nullptr));
-    const auto g_y = ToHost<uint16_t>(y, m * kD);
-    const bool ids_ok = ToHost<int32_t>(d_ids, m * kK) == cpu.ids;
-    const moe_test::Diff d = moe_test::Compare(g_y, cpu.y);
-    const bool ok = ids_ok && d.rel_rms <= 0x1.0p-8 && d.max_abs <= 0x1.0p-5 * d.max_ref &&
-                    d.within_ulp >= 0.95 * d.n;
-    std::printf(
-        "check m %ld%s, %s GEMM%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max "
-        "|y| %.3g), %.3f %% within 1 ulp -> %s\n",
-        static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
-        MoeCudaGemmName(gemm), gg.down == MoeCudaGemm::kWgmmaRs ? " + RS down" : "",
-        ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref,
-        100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
-    all_ok = all_ok && ok;
-  }
-  return all_ok;
-}
-
 // The layer's y and ids with the small and with the large route / sort shapes forced, and with
 // the fused front (route + permute in one block; kAuto paths, MoeCudaFrontFits) when
 // it applies (the GEMM settings of `o`): they must be byte-identical. Appends one line to
@@ -580,8 +505,8 @@ int Main(int argc, char** argv) {
       "mma.sync %.0f)\n",
       copy_gbps, tc_tflops, rates.cublas, rates.cublas_source.c_str(), rates.mma);
 
-  bool ok = CheckAgainstCpu(spec, w, 1);
-  ok = CheckAgainstCpu(spec, w, 4) && ok;
+  bool ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 1);
+  ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 4) && ok;
   // The shared expert: one host copy (MoeCpu), kSharedCopies device copies of each form (fused
   // w13, separate w1 / w3), all from the same bytes.
   moe_test::SharedExpert shared;
@@ -592,9 +517,9 @@ int Main(int argc, char** argv) {
       dev_shared.push_back(moe_test::UploadSharedExpert(shared, true));
       dev_shared_sep.push_back(moe_test::UploadSharedExpert(shared, false));
     }
-    ok = CheckAgainstCpu(spec, w, 1, &shared, &dev_shared[0]->view) && ok;
-    ok = CheckAgainstCpu(spec, w, 4, &shared, &dev_shared[0]->view) && ok;
-    ok = CheckAgainstCpu(spec, w, 4, &shared, &dev_shared_sep[0]->view) && ok;
+    ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 1, &shared, &dev_shared[0]->view) && ok;
+    ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 4, &shared, &dev_shared[0]->view) && ok;
+    ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 4, &shared, &dev_shared_sep[0]->view) && ok;
   }
   std::vector<double> routed_us;
 
