@@ -556,9 +556,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // The workspace holds the ring's partials up to MoeCudaRingMaxSlots(E); larger calls stream
   // (kStream).
   const bool ring = gemm == MoeCudaGemm::kStreamRing && slots <= MoeCudaRingMaxSlots(e);
-  // The register-sourced GEMM for the down projection after another up GEMM (down_gemm).
-  const bool rs_down_after =
-      MoeCudaDownRsAfterOtherUp(m, k, e, p.gemm, p.down_gemm, std::max(w.dim, w.inter));
+  // The register-sourced GEMM for the down projection after another up GEMM (down_gemm; from the
+  // choice above, what MoeCudaDownRsAfterOtherUp says).
+  const bool rs_down_after = p.down_gemm == MoeCudaGemm::kWgmmaRs && !rs && !ring;
   MoePermuteParams pp;
   pp.m = m;
   pp.n_experts = e;
