@@ -82,6 +82,25 @@ FS_MOE_FP4_HD int MoeFp4DeviceBit(int b) {
   }
 }
 
+// The scale side of that multiply. A row's stage scale word s (UE8M0 bytes s_b of its 32-wide
+// blocks b = 0..3, every byte <= 128) as two bf16x2 words whose halves are the multipliers
+// 2^126 · 2^(s_b - 127) = 2^(s_b - 1), bf16 bits (s_b + 126) << 7: `even` holds blocks 0 (low half)
+// and 2, `odd` blocks 1 and 3. The decode of block b multiplies by half b / 2 of word b % 2
+// broadcast to both lanes (mul.bf16x2 with a .H0_H0 / .H1_H1 operand, no instruction of its own),
+// so a stage's four blocks cost these 5 instructions per row instead of a byte_perm and a shift
+// per block (kernels/moe/wgmma_rs_gemm.md "Session 56").
+struct MoeFp4ScalePairs {
+  uint32_t even, odd;
+};
+FS_MOE_FP4_HD MoeFp4ScalePairs MoeFp4ScaleMultiplierPairs(uint32_t s) {
+  const uint32_t s126 = s + 0x7E7E7E7Eu;  // no carry between bytes: each is <= 128
+  return {(s126 & 0x00FF00FFu) << 7, (s126 & 0xFF00FF00u) >> 1};
+}
+// The multiplier of block b (0..3) as one bf16: half b / 2 of word b % 2.
+FS_MOE_FP4_HD uint32_t MoeFp4ScaleMultiplierOf(const MoeFp4ScalePairs& p, int b) {
+  return ((b % 2 == 0 ? p.even : p.odd) >> (16 * (b / 2))) & 0xFFFFu;
+}
+
 // A checkpoint word in device order, and back (bit loops: for tests and the upload kernel, where
 // the compiler folds the positions; bulk host conversion: MoeFp4CodesToDeviceOrder in moe_cuda.h).
 FS_MOE_FP4_HD uint32_t MoeFp4ToDeviceOrder(uint32_t w) {

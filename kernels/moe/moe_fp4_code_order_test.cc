@@ -126,6 +126,27 @@ TEST(MoeFp4CodeOrderTest, PairBitsTimesTwoTo126AreTheE2m1Values) {
   }
 }
 
+TEST(MoeFp4CodeOrderTest, ScaleMultiplierPairsHoldEachBlocksPowerOfTwo) {
+  // Every byte the narrow decode takes (0..128) in every block position, the other blocks'
+  // bytes random: block b's half is the bf16 2^(s_b - 1) (bits (s_b + 126) << 7) whatever its
+  // neighbours hold, so PairBits (value · 2^-126) times it is the value · 2^(s_b - 127).
+  std::mt19937 rng(11);
+  for (uint32_t sb = 0; sb <= 128; ++sb) {
+    for (int b = 0; b < 4; ++b) {
+      for (int trial = 0; trial < 64; ++trial) {
+        uint32_t s = 0;
+        for (int o = 0; o < 4; ++o) s |= (o == b ? sb : rng() % 129u) << (8 * o);
+        const uint32_t half = MoeFp4ScaleMultiplierOf(MoeFp4ScaleMultiplierPairs(s), b);
+        ASSERT_EQ(half, (sb + 126u) << 7) << "byte " << sb << " block " << b;
+        float f;
+        const uint32_t f32 = half << 16;
+        std::memcpy(&f, &f32, 4);
+        ASSERT_EQ(f, std::ldexp(1.0f, static_cast<int>(sb) - 1)) << "byte " << sb;
+      }
+    }
+  }
+}
+
 TEST(MoeFp4CodeOrderTest, BulkHostConversionIsTheWordFunction) {
   std::mt19937 rng(3);
   std::vector<uint8_t> bytes(4 * 4099);

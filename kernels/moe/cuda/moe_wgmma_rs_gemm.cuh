@@ -98,36 +98,45 @@ struct RsThread {
 };
 
 // The scale words of the thread's 4 weight rows for the stage at `st`, and whether any byte of
-// the warp's rows is above 128 (warp-uniform). Where none is, each word comes back with 126 added
-// to every byte (no carry: bytes <= 128), ScaleMultiplier's operand.
+// the warp's rows is 128 or above (warp-uniform): those stages take the wide decode, exact for
+// every byte. Byte 128 (scale 2) would fit the narrow one, but testing the top bits of the OR of
+// the words is 3 instructions where HasWideScale's exact test of each word was ~13 (session 56),
+// and FP4 weight blocks with scales of 2 or more (values up to 12) are as rare as the wider ones.
+// Otherwise sw / so come back as each word's MoeFp4ScaleMultiplierPairs (even / odd blocks'
+// multipliers); in the wide case sw holds the raw words.
 template <int kHalf>
 __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& t,
-                                             uint32_t (&sw)[2][2]) {
-  bool wide = false;
+                                             uint32_t (&sw)[2][2], uint32_t (&so)[2][2]) {
+  uint32_t any = 0;
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       sw[mb][h] = LoadShared4(st + kRsXBytes + kRsCodeBytes + (t.row[mb] + kHalf * h) * 4);
-      wide = wide || HasWideScale(sw[mb][h]);
+      any |= sw[mb][h];
     }
   }
-  wide = __any_sync(0xFFFFFFFFu, wide);
+  const bool wide = __any_sync(0xFFFFFFFFu, (any & 0x80808080u) != 0u);
   if (!wide) {
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) sw[mb][h] += 0x7E7E7E7Eu;
+      for (int h = 0; h < 2; ++h) {
+        const MoeFp4ScalePairs p = MoeFp4ScaleMultiplierPairs(sw[mb][h]);
+        sw[mb][h] = p.even;
+        so[mb][h] = p.odd;
+      }
     }
   }
   return wide;
 }
 
-// Decodes 32-wide block b of the stage at `st` into the A set a[mb][k16 step][register]; `sw` as
-// RsLoadScales left it.
+// Decodes 32-wide block b of the stage at `st` into the A set a[mb][k16 step][register]; `sw`,
+// `so` as RsLoadScales left them.
 template <bool kWide, int kHalf>
 __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThread& t,
-                                                const uint32_t (&sw)[2][2], int b,
+                                                const uint32_t (&sw)[2][2],
+                                                const uint32_t (&so)[2][2], int b,
                                                 uint32_t (&a)[2][2][4]) {
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb) {
@@ -138,18 +147,20 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
       // register half j % 2.
       const uint32_t w = LoadShared4(st + kRsXBytes + (t.row[mb] + kHalf * h) * 64 +
                                      16 * (b ^ t.code_swz) + 4 * t.tig);
-      uint32_t m1;
+      uint32_t p[4];
       if constexpr (kWide) {
         const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
-        m1 = sb <= 128u ? ((sb + 126u) << 7) * 0x10001u : 0x7E807E80u;
+        DecodeFp4x8(w, sb <= 128u ? ((sb + 126u) << 7) * 0x10001u : 0x7E807E80u, p);
       } else {
-        // One byte_perm and a shift (the bytes already carry the + 126) instead of the extract,
-        // multiply, add and clamp: session 43, Nsight counted ~6 instructions per wgmma on the
-        // scale path of this loop at 2,048 tokens.
-        m1 = ScaleMultiplier(sw[mb][h], b);
+        // The multiplier is half b / 2 of the block parity's pair word, an operand of the HMUL2s
+        // (session 56: a byte_perm and a shift per row and block before; b is a constant here).
+        const uint32_t m = b % 2 == 0 ? sw[mb][h] : so[mb][h];
+        if (b < 2) {
+          DecodeFp4x8ByHalf<0>(w, m, p);
+        } else {
+          DecodeFp4x8ByHalf<1>(w, m, p);
+        }
       }
-      uint32_t p[4];
-      DecodeFp4x8(w, m1, p);
       a[mb][0][h] = p[0];
       a[mb][0][h + 2] = p[1];
       a[mb][1][h] = p[2];
@@ -178,12 +189,13 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
 // RsDecodeBlockAs for the stage's `wide` (warp-uniform: RsLoadScales).
 template <int kHalf>
 __device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread& t,
-                                              const uint32_t (&sw)[2][2], bool wide, int b,
+                                              const uint32_t (&sw)[2][2],
+                                              const uint32_t (&so)[2][2], bool wide, int b,
                                               uint32_t (&a)[2][2][4]) {
   if (wide) {
-    RsDecodeBlockAs<true, kHalf>(st, t, sw, b, a);
+    RsDecodeBlockAs<true, kHalf>(st, t, sw, so, b, a);
   } else {
-    RsDecodeBlockAs<false, kHalf>(st, t, sw, b, a);
+    RsDecodeBlockAs<false, kHalf>(st, t, sw, so, b, a);
   }
 }
 
@@ -239,11 +251,11 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   const uint32_t full_bars = base + kRsBarOff;
   const uint32_t empty_bars = full_bars + kRsStages * 8;
   uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
-  uint32_t sw[2][2];
+  uint32_t sw[2][2], so[2][2];
   RsWaitFull<kFence>(full_bars, c);
   const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
-  bool wide = RsLoadScales<kHalf>(st, t, sw);
-  RsDecodeBlock<kHalf>(st, t, sw, wide, 0, a[0]);
+  bool wide = RsLoadScales<kHalf>(st, t, sw, so);
+  RsDecodeBlock<kHalf>(st, t, sw, so, wide, 0, a[0]);
   for (uint32_t kt = 0; kt < kt_count; ++kt) {
     const uint32_t cs = c + kt;
     const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
@@ -268,12 +280,12 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
       wgmma::WaitGroup<1>();
       if (b == 0 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
       if (b < 3) {
-        RsDecodeBlock<kHalf>(st, t, sw, wide, b + 1, a[(b + 1) % 2]);
+        RsDecodeBlock<kHalf>(st, t, sw, so, wide, b + 1, a[(b + 1) % 2]);
       } else if (kt + 1 < kt_count) {
         RsWaitFull<kFence>(full_bars, cs + 1);
         st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
-        wide = RsLoadScales<kHalf>(st, t, sw);
-        RsDecodeBlock<kHalf>(st, t, sw, wide, 0, a[0]);
+        wide = RsLoadScales<kHalf>(st, t, sw, so);
+        RsDecodeBlock<kHalf>(st, t, sw, so, wide, 0, a[0]);
       }
     }
   }
