@@ -15,7 +15,8 @@
 //   m16n8k16 on the bf16 tensor cores. Only the fp32 summation order differs from LinearCpu (as
 //   in its fast mode), so g, u and the expert outputs can differ by one bf16 rounding.
 // - SwiGLU: MoeSwiGluRow's operations in its order, exp correctly rounded (glibc's expf is not on
-//   one bf16 input, -0x1.9cp-4).
+//   one bf16 input, -0x1.9cp-4); the gate factor g / (1 + exp(-g)) of a bf16 g comes from a table
+//   of those correctly rounded values (moe_swiglu_table.h).
 // - Combine: per token an fp32 sum from 0 of its routed bf16 outputs in ascending expert id, then
 //   the shared expert's bf16 output, one RNE cast: the CPU's operations, bit for bit.
 // - Shared expert: either run here (MoeCudaParams::shared: the FP8 dense SwiGLU of
