@@ -10,7 +10,9 @@
 
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/moe/moe_fp4_code_order.h"
+#include "kernels/moe/moe_fp8_block.h"
 #include "kernels/moe/moe_swiglu_table.h"
+#include "kernels/quant/cuda/quant_fast.cuh"
 #include "kernels/quant/cuda/quant_math.h"
 
 namespace flashserve::kernels::moe_device {
@@ -57,8 +59,20 @@ __device__ __forceinline__ uint32_t SwiGluBf16(float g_sum, float u_sum, float l
 // scale byte, the 32 E4M3 codes (codes[i] holds elements 4i..4i+3, lowest in the low byte) and
 // the 32 QDQ values as bf16 in operand order (MoeOperandColumn): qdq[4t + j] holds logical
 // elements 8t + j (low half) and 8t + j + 4 (high half).
+// Blocks without Inf or NaN take MoeQuantizeBlock32Fast on the hardware conversions (the same
+// bytes, moe_fp8_block.h; session 56), the others the software encoders below.
+struct MoeHardwareConversions {
+  static __device__ __forceinline__ uint32_t E4m3x2(float hi, float lo) {
+    return quant::device::E4m3x2(hi, lo);
+  }
+  static __device__ __forceinline__ uint32_t Bf16x2(float hi, float lo) {
+    return quant::device::Bf16x2(hi, lo);
+  }
+};
+
 __device__ __forceinline__ void QuantizeBlock32(const uint32_t (&x)[16], uint32_t* scale_byte,
                                                 uint32_t (&codes)[8], uint32_t (&qdq)[16]) {
+  if (MoeQuantizeBlock32Fast<MoeHardwareConversions>(x, scale_byte, codes, qdq)) return;
   uint32_t amax = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) amax = qm::AmaxOfPair(x[i], amax);

@@ -1,0 +1,105 @@
+// The FP8 E4M3 / UE8M0 quantiser of one 32-value block (LinearCpu's activation rule) on the
+// kernels' fast path: the hardware conversions of kernels/quant's fast quantisers (quant_fast.cuh:
+// cvt.rn.satfinite.e4m3x2.f32 for the codes, cvt.rn.bf16x2.f32 for the QDQ values), each of which
+// kernels/quant's exhaustive GPU tests hold equal to the software encoders for every input. For
+// blocks without Inf or NaN; the MoE's QuantizeBlock32 (cuda/moe_device.cuh) keeps its software
+// path for the others. ~300 instructions a block instead of ~1,200 (session 56). Host and device
+// code: `Ops` supplies the two conversions (the hardware on the device, quant_math's software
+// encoders in moe_fp8_block_test.cc, which checks the plumbing against formats' quantiser).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/quant/cuda/quant_math.h"
+
+#if defined(__CUDACC__)
+#define FS_MOE_FP8_HD __host__ __device__ __forceinline__
+#define FS_MOE_FP8_UNROLL _Pragma("unroll")
+#else
+#define FS_MOE_FP8_HD inline
+#define FS_MOE_FP8_UNROLL
+#endif
+
+namespace flashserve::kernels {
+
+// bytes i, j of (a, b) as one word's low 16 bits (byte i low): __byte_perm(a, b, i | j << 4) with
+// j >= 4 naming b's byte j - 4.
+FS_MOE_FP8_HD uint32_t MoeBytePair(uint32_t a, uint32_t b, int i, int j) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, static_cast<uint32_t>(i | (j << 4)));
+#else
+  const uint64_t ab = (static_cast<uint64_t>(b) << 32) | a;
+  return static_cast<uint32_t>((ab >> (8 * i)) & 0xFFu) |
+         (static_cast<uint32_t>((ab >> (8 * j)) & 0xFFu) << 8);
+#endif
+}
+
+// The lane-wise unsigned maximum of two pairs of 16-bit values.
+FS_MOE_FP8_HD uint32_t MoeMaxU16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+  return lo | (hi << 16);
+#endif
+}
+
+// The sign bits of elements 4i .. 4i + 3 (words a, b as in MoeQuantizeBlock32Fast) at bit 7 of
+// bytes 0 .. 3.
+FS_MOE_FP8_HD uint32_t MoeSignBytes(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, 0x7531u) & 0x80808080u;
+#else
+  return ((a >> 8) & 0x80u) | ((a >> 16) & 0x8000u) | ((b << 8) & 0x800000u) | (b & 0x80000000u);
+#endif
+}
+
+// x: the block's 32 bf16 values, two per word (element 2i in the low half of x[i]). When no value
+// is Inf or NaN: writes the scale byte, the 32 E4M3 codes (codes[i] holds elements 4i..4i+3,
+// lowest in the low byte) and the 32 QDQ values as bf16 in operand order (qdq[4t + j] holds
+// logical elements 8t + j (low half) and 8t + j + 4 (high half)), and returns true; otherwise
+// writes nothing and returns false.
+// Ops::E4m3x2(hi, lo): the E4M3 codes of two floats (lo in bits 0-7), RNE, saturating at ±448;
+// Ops::Bf16x2(hi, lo): two non-NaN floats to bf16 (lo in bits 0-15), RNE.
+template <class Ops>
+FS_MOE_FP8_HD bool MoeQuantizeBlock32Fast(const uint32_t (&x)[16], uint32_t* scale_byte,
+                                          uint32_t (&codes)[8], uint32_t (&qdq)[16]) {
+  namespace qm = ::flashserve::kernels::quant::math;
+  uint32_t m = 0;  // per 16-bit lane, the largest magnitude's bits
+  FS_MOE_FP8_UNROLL
+  for (int i = 0; i < 16; ++i) m = MoeMaxU16x2(m, x[i] & 0x7FFF7FFFu);
+  const uint32_t amax =
+      (m >> 16) > (m & 0xFFFFu) ? (m >> 16) : (m & 0xFFFFu);  // >= 0x7F80: Inf/NaN
+  if (amax >= 0x7F80u) return false;
+  const uint32_t sb = qm::Fp8ScaleByte(amax);
+  const float recip = qm::Ue8m0Reciprocal(sb);
+  const float scale = qm::Ue8m0ToF32(sb);
+  FS_MOE_FP8_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    // Elements 4i .. 4i + 3: the low and high halves of x[2i], then of x[2i + 1]. The sign is
+    // OR-ed in from the input, so a zero or an underflow keeps it whatever the conversion does.
+    const uint32_t a = x[2 * i], b = x[2 * i + 1];
+    const uint32_t c =
+        Ops::E4m3x2(qm::MulRn(qm::F32(a & 0xFFFF0000u), recip),
+                    qm::MulRn(qm::F32(a << 16), recip)) |
+        (Ops::E4m3x2(qm::MulRn(qm::F32(b & 0xFFFF0000u), recip), qm::MulRn(qm::F32(b << 16), recip))
+         << 16);
+    codes[i] = c | MoeSignBytes(a, b);
+  }
+  // QDQ: code value × the power-of-two scale, exact in fp32 and in bf16 (<= 4 significant bits,
+  // at most twice the block's amax); E4m3ToF32ByShift is exact for every non-NaN code.
+  FS_MOE_FP8_UNROLL
+  for (int t = 0; t < 4; ++t) {
+    FS_MOE_FP8_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t pair = MoeBytePair(codes[2 * t], codes[2 * t + 1], j, j + 4);
+      qdq[4 * t + j] = Ops::Bf16x2(qm::MulRn(qm::E4m3ToF32ByShift(pair >> 8), scale),
+                                   qm::MulRn(qm::E4m3ToF32ByShift(pair & 0xFFu), scale));
+    }
+  }
+  *scale_byte = sb;
+  return true;
+}
+
+}  // namespace flashserve::kernels

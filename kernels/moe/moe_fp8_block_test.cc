@@ -1,0 +1,81 @@
+// MoeQuantizeBlock32Fast's plumbing (element order, signs, operand order of the QDQ values) with
+// quant_math's software encoders standing in for the hardware conversions, against formats'
+// quantiser and dequantiser; kernels/quant's exhaustive GPU tests hold the hardware conversions
+// equal to those encoders.
+#include "kernels/moe/moe_fp8_block.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "common/formats/bf16.h"
+#include "common/formats/block_quant.h"
+#include "gtest/gtest.h"
+
+namespace flashserve::kernels {
+namespace {
+
+namespace qm = quant::math;
+
+struct SoftwareOps {
+  static uint32_t E4m3x2(float hi, float lo) {
+    return qm::F32ToE4m3(lo) | (qm::F32ToE4m3(hi) << 8);
+  }
+  static uint32_t Bf16x2(float hi, float lo) {
+    return qm::F32ToBf16(lo) | (qm::F32ToBf16(hi) << 16);
+  }
+};
+
+// One block through MoeQuantizeBlock32Fast and through formats; true when it took the fast path.
+bool CheckBlock(const std::vector<uint16_t>& v) {
+  uint32_t x[16];
+  for (int i = 0; i < 16; ++i) x[i] = v[2 * i] | (static_cast<uint32_t>(v[2 * i + 1]) << 16);
+  uint32_t sb = 0, codes[8], qdq[16];
+  if (!MoeQuantizeBlock32Fast<SoftwareOps>(x, &sb, codes, qdq)) return false;
+  std::vector<uint8_t> want_codes(32), want_sb(1);
+  EXPECT_TRUE(formats::QuantizeFp8Ue8m0B32(v, want_codes, want_sb).ok());
+  std::vector<uint16_t> want_qdq(32);
+  EXPECT_TRUE(formats::DequantizeFp8Ue8m0B32(want_codes, want_sb, want_qdq).ok());
+  EXPECT_EQ(sb, want_sb[0]);
+  for (int e = 0; e < 32; ++e) {
+    EXPECT_EQ((codes[e / 4] >> (8 * (e % 4))) & 0xFFu, want_codes[e]) << "element " << e;
+    // Operand order: logical element 8t + j in the low half of qdq[4t + j], 8t + j + 4 high.
+    const int t = e / 8, j = e % 4, half = (e % 8) / 4;
+    EXPECT_EQ((qdq[4 * t + j] >> (16 * half)) & 0xFFFFu, want_qdq[e]) << "element " << e;
+  }
+  return true;
+}
+
+TEST(MoeFp8BlockTest, FastQuantiserIsFormatsQuantiser) {
+  std::mt19937 rng(5);
+  int fast = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    std::vector<uint16_t> v(32);
+    const int kind = trial % 5;
+    const int exp_center = static_cast<int>(rng() % 200) + 20;  // bf16 exponent field
+    for (auto& b : v) {
+      uint32_t e = static_cast<uint32_t>(std::max(0, exp_center + static_cast<int>(rng() % 9) - 4));
+      if (kind == 1) e = rng() % 3;            // zeros and subnormals
+      if (kind == 2) e = 254 - rng() % 2;      // up to the largest finite bf16
+      if (kind == 3 && rng() % 4 == 0) e = 0;  // sparse
+      b = static_cast<uint16_t>(((rng() & 1u) << 15) | (std::min(e, 254u) << 7) | (rng() & 0x7Fu));
+      if (kind == 4 && rng() % 8 == 0) b = static_cast<uint16_t>(b & 0x8000u);  // ±0
+    }
+    fast += CheckBlock(v) ? 1 : 0;
+  }
+  EXPECT_EQ(fast, 4000);
+}
+
+TEST(MoeFp8BlockTest, InfOrNanTakesTheExactPath) {
+  for (uint16_t special :
+       {uint16_t{0x7F80u}, uint16_t{0xFF80u}, uint16_t{0x7FC0u}, uint16_t{0xFFC1u}}) {
+    std::vector<uint16_t> v(32, 0x3F80u);
+    v[17] = special;
+    EXPECT_FALSE(CheckBlock(v)) << std::hex << special;
+  }
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
