@@ -15,6 +15,10 @@ source changed its SASS the way it meant to (kernels/moe/wgmma_rs_gemm.md "Sessi
                                       instruction mix; -b also prints the loop's basic blocks.
                                       Instructions nvdisasm 11.8 cannot decode (CUDA 12+ forms,
                                       e.g. VIADD) count as '?OPC', OPC the encoding's low 12 bits
+  sass.py stalls CUBIN CSV[.xz] [-k RE]
+                                      Nsight's stall samples per basic block and loop, from an
+                                      `ncu --page source --csv --print-source sass` export of a
+                                      run of the same build (one section per profiled kernel)
 
 Cache: $FS_SASS_CACHE or ~/.cache/flashserve/sass. No network except `fetch` (apt, Debian's
 mirror as configured; the non-free component is added for this download only).
@@ -158,33 +162,126 @@ def mix(body, top=16):
     return ", ".join("%s %d" % kv for kv in c.most_common(top))
 
 
-def loops(cubin_path, kernel_re, blocks):
+def basic_blocks(ins, labels, lo=0, hi=1 << 62):
+    """The function's basic blocks within [lo, hi]: split at labels and after branches / exits."""
+    starts = {v for v in labels.values() if lo <= v <= hi} | {lo}
+    out, cur = [], []
+    for x in ins:
+        if not lo <= x[0] <= hi:
+            continue
+        if x[0] in starts and cur:
+            out.append(cur)
+            cur = []
+        cur.append(x)
+        if "BRA" in x[1] or "EXIT" in x[1] or "BRX" in x[1]:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def loop_ranges(ins, labels):
+    """(top, bottom) of every backward branch."""
+    out = []
+    for a, t in ins:
+        m = re.search(r"BRA.*`\((\.L_x_\d+)\)", t)
+        if m and labels.get(m.group(1), a + 1) <= a:
+            out.append((labels[m.group(1)], a))
+    return out
+
+
+def functions(cubin_path):
     funcs = parse(disasm(cubin_path))
     fill_gaps(funcs, text_sections(cubin_path))
-    for fn, (ins, labels) in funcs.items():
+    return funcs
+
+
+def loops(cubin_path, kernel_re, blocks):
+    for fn, (ins, labels) in functions(cubin_path).items():
         if kernel_re and not re.search(kernel_re, fn):
             continue
         print("%s: %d instructions" % (fn, len(ins)))
-        for a, t in ins:
-            m = re.search(r"BRA.*`\((\.L_x_\d+)\)", t)
-            if not m or labels.get(m.group(1), a + 1) > a:
-                continue
-            top = labels[m.group(1)]
-            body = [x for x in ins if top <= x[0] <= a]
-            print("  loop %#x-%#x: %d instructions: %s" % (top, a, len(body), mix(body)))
+        for top, bottom in loop_ranges(ins, labels):
+            body = [x for x in ins if top <= x[0] <= bottom]
+            print("  loop %#x-%#x: %d instructions: %s" % (top, bottom, len(body), mix(body)))
             if blocks:
-                starts = {top} | {v for v in labels.values() if top < v <= a}
-                cur = []
-                for x in body:
-                    if x[0] in starts and cur:
-                        print("    block %#x: %d: %s" % (cur[0][0], len(cur), mix(cur, 10)))
-                        cur = []
-                    cur.append(x)
-                    if "BRA" in x[1] or "EXIT" in x[1]:
-                        print("    block %#x: %d: %s" % (cur[0][0], len(cur), mix(cur, 10)))
-                        cur = []
-                if cur:
-                    print("    block %#x: %d: %s" % (cur[0][0], len(cur), mix(cur, 10)))
+                for b in basic_blocks(ins, labels, top, bottom):
+                    print("    block %#x: %d: %s" % (b[0][0], len(b), mix(b, 10)))
+
+
+def read_source_csv(path):
+    """Sections of an `ncu --page source --csv --print-source sass` export: a list of row lists,
+    each row {"addr": int, "sass": str, "samples": float, "executed": float}. A new section
+    starts at each header row (one per profiled kernel)."""
+    import csv
+    sections, cols = [], None
+    opener = open
+    if path.endswith(".xz"):
+        import lzma
+        opener = lzma.open
+    with opener(path, "rt", newline="") as f:
+        for row in csv.reader(f):
+            if any("Address" in c for c in row) and any("Sampl" in c for c in row):
+                find = lambda key: next((i for i, c in enumerate(row) if key in c), None)
+                cols = {"addr": find("Address"), "sass": find("Source"),
+                        "samples": find("Warp Stall Sampling (All"),
+                        "executed": find("Instructions Executed")}
+                if cols["samples"] is None:
+                    cols["samples"] = find("Sampl")
+                sections.append([])
+                continue
+            if cols is None or len(row) <= max(v for v in cols.values() if v is not None):
+                continue
+            try:
+                addr = int(row[cols["addr"]], 0)
+            except ValueError:
+                continue
+            num = lambda k: float(row[cols[k]].replace(",", "") or 0) if cols[k] is not None else 0.0
+            sections[-1].append({"addr": addr, "sass": row[cols["sass"]] if cols["sass"] is not None
+                                 else "", "samples": num("samples"), "executed": num("executed")})
+    return sections
+
+
+def stalls(cubin_path, csv_path, kernel_re, top_n=25):
+    """Stall samples per basic block and loop: each CSV section matched to the cubin function
+    whose opcodes agree at the most addresses (the same build must have been profiled)."""
+    funcs = functions(cubin_path)
+    for si, rows in enumerate(read_source_csv(csv_path)):
+        if not rows:
+            continue
+        base = min(r["addr"] for r in rows)
+        for r in rows:
+            r["off"] = r["addr"] - base if base > 1 << 20 else r["addr"]
+        best, best_score = None, -1
+        for fn, (ins, labels) in funcs.items():
+            if kernel_re and not re.search(kernel_re, fn):
+                continue
+            at = dict(ins)
+            score = sum(1 for r in rows if r["sass"] and r["off"] in at and
+                        opcode(at[r["off"]]) == opcode(r["sass"] + " "))
+            if score > best_score:
+                best, best_score = fn, score
+        if best is None:
+            continue
+        ins, labels = funcs[best]
+        samples = collections.defaultdict(float)
+        for r in rows:
+            samples[r["off"]] += r["samples"]
+        total = sum(samples.values()) or 1.0
+        print("section %d: %s (%d of %d rows matched), %d samples" %
+              (si, best, best_score, len(rows), total))
+        blocks = basic_blocks(ins, labels)
+        ranked = sorted(blocks, key=lambda b: -sum(samples[a] for a, _ in b))
+        for b in ranked[:top_n]:
+            n = sum(samples[a] for a, _ in b)
+            hot = max(b, key=lambda x: samples[x[0]])
+            print("  block %#x: %d instr, %5.1f %% of samples; hottest %#x %s: %s" %
+                  (b[0][0], len(b), 100 * n / total, hot[0], hot[1][:40], mix(b, 8)))
+        for top, bottom in loop_ranges(ins, labels):
+            n = sum(v for a, v in samples.items() if top <= a <= bottom)
+            if n >= 0.02 * total:
+                print("  loop %#x-%#x: %5.1f %% of samples" % (top, bottom, 100 * n / total))
 
 
 def main(argv):
@@ -204,6 +301,9 @@ def main(argv):
     elif cmd == "loops" and args:
         kernel_re = args[args.index("-k") + 1] if "-k" in args else None
         loops(args[0], kernel_re, "-b" in args)
+    elif cmd == "stalls" and len(args) >= 2:
+        kernel_re = args[args.index("-k") + 1] if "-k" in args else None
+        stalls(args[0], args[1], kernel_re)
     else:
         die(__doc__)
 
