@@ -288,6 +288,8 @@ def main(argv):
     if len(argv) < 2:
         die(__doc__)
     cmd, args = argv[1], argv[2:]
+    if "-k" in args and args.index("-k") + 1 >= len(args):
+        die("-k needs a regular expression")
     if cmd == "fetch":
         fetch()
     elif cmd == "cubin" and len(args) >= 2:

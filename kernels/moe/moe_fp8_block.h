@@ -3,7 +3,7 @@
 // cvt.rn.satfinite.e4m3x2.f32 for the codes, cvt.rn.bf16x2.f32 for the QDQ values), each of which
 // kernels/quant's exhaustive GPU tests hold equal to the software encoders for every input. For
 // blocks without Inf or NaN; the MoE's QuantizeBlock32 (cuda/moe_device.cuh) keeps its software
-// path for the others. ~300 instructions a block instead of ~1,200 (session 56). Host and device
+// path for the others. ~360 instructions a block instead of ~1,500 (session 56). Host and device
 // code: `Ops` supplies the two conversions (the hardware on the device, quant_math's software
 // encoders in moe_fp8_block_test.cc, which checks the plumbing against formats' quantiser).
 #pragma once
@@ -22,8 +22,9 @@
 
 namespace flashserve::kernels {
 
-// bytes i, j of (a, b) as one word's low 16 bits (byte i low): __byte_perm(a, b, i | j << 4) with
-// j >= 4 naming b's byte j - 4.
+// Bytes i, j of (a, b) in the low 16 bits (byte i low): __byte_perm(a, b, i | j << 4), j >= 4
+// naming b's byte j - 4. The upper 16 bits are unspecified (the device repeats a's byte 0 there,
+// the host leaves zeros); callers read only the low two bytes.
 FS_MOE_FP8_HD uint32_t MoeBytePair(uint32_t a, uint32_t b, int i, int j) {
 #if defined(__CUDA_ARCH__)
   return __byte_perm(a, b, static_cast<uint32_t>(i | (j << 4)));

@@ -4,13 +4,13 @@
 // equal to those encoders.
 #include "kernels/moe/moe_fp8_block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
 
-#include "common/formats/bf16.h"
 #include "common/formats/block_quant.h"
 #include "gtest/gtest.h"
 
@@ -66,6 +66,15 @@ TEST(MoeFp8BlockTest, FastQuantiserIsFormatsQuantiser) {
     fast += CheckBlock(v) ? 1 : 0;
   }
   EXPECT_EQ(fast, 4000);
+}
+
+TEST(MoeFp8BlockTest, ZeroAndTinyBlocksTakeTheScaleFloor) {
+  // amax below 1e-4: the scale comes from the floor (formats' Fp8Ue8m0ScaleByte).
+  EXPECT_TRUE(CheckBlock(std::vector<uint16_t>(32, 0u)));
+  EXPECT_TRUE(CheckBlock(std::vector<uint16_t>(32, 0x8000u)));
+  std::vector<uint16_t> tiny(32);
+  for (int i = 0; i < 32; ++i) tiny[i] = static_cast<uint16_t>((i % 2 ? 0x8000u : 0u) | (i + 1));
+  EXPECT_TRUE(CheckBlock(tiny));
 }
 
 TEST(MoeFp8BlockTest, InfOrNanTakesTheExactPath) {

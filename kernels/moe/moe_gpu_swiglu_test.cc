@@ -26,7 +26,10 @@ TEST(MoeGpuSwiGluTest, GateFactorIsTheFormulaForEveryBf16AndOtherLimits) {
     g.push_back(f);
   }
   // Clamp limits that are not bf16 values take the formula inside SwiGluGateFactor.
-  for (float v : {7.0001f, 10.3f, 0.123456f, 1e-30f, 88.5f, -3.3f}) g.push_back(v);
+  for (float v : {7.0001f, 10.3f, 0.123456f, 1e-30f, 88.51f, -3.3f}) {
+    ASSERT_NE(Bits(v) & 0xFFFFu, 0u) << v << " is a bf16 value";
+    g.push_back(v);
+  }
   std::vector<float> kernel(g.size()), formula(g.size());
   moe_test::SwiGluGateFactorsOnDevice(g.data(), static_cast<int64_t>(g.size()), kernel.data(),
                                       formula.data());

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/quant/cuda/quant_math.h"
+
 #if defined(__CUDACC__)
 #define FS_MOE_SIG_HD __host__ __device__ __forceinline__
 #else
@@ -51,7 +53,10 @@ FS_MOE_SIG_HD float MoeSigFactorOf(uint32_t g16, float gv, const uint32_t* table
   const uint32_t e = (g16 >> 7) & 0xFFu;
   const bool in_table = e - kMoeSigExpLo <= kMoeSigExpHi - kMoeSigExpLo;  // unsigned: e in range
   const uint32_t t = table[in_table ? MoeSigTableIndex(g16) : 0];
-  const float other = e < kMoeSigExpLo ? gv * 0.5f : ((g16 & 0x8000u) != 0u ? -0.f : gv);
+  // MulRn: an explicit mul.rn.f32 on the device, so no -ftz / fast-math flag could flush g / 2
+  // of a subnormal g (exponent fields 0 and 1) to zero.
+  const float other =
+      e < kMoeSigExpLo ? quant::math::MulRn(gv, 0.5f) : ((g16 & 0x8000u) != 0u ? -0.f : gv);
   float tf;
 #if defined(__CUDA_ARCH__)
   tf = __uint_as_float(t);

@@ -12,7 +12,7 @@ namespace flashserve::kernels {
 
 struct MoeSigReference {
   float s;            // RN(g / RN(1 + RN(exp(-g))))
-  double exp_margin;  // |exp(-g) - nearest fp32 rounding midpoint| / exp(-g) (1 where exact)
+  double exp_margin;  // |exp(-g) - nearest fp32 rounding midpoint or threshold| (relative)
 };
 
 inline MoeSigReference MoeSigFactorReference(uint32_t g_bf16) {
@@ -22,7 +22,15 @@ inline MoeSigReference MoeSigFactorReference(uint32_t g_bf16) {
   const long double e = std::exp(-static_cast<long double>(g));
   const float ef = static_cast<float>(e);  // one rounding from 64 significant bits
   double margin = 1.0;
-  if (std::isfinite(ef) && ef != 0.f && e > 0.L) {
+  if (ef == 0.f && e > 0.L) {
+    // Rounded to 0: the distance to the midpoint between 0 and the smallest subnormal.
+    const long double t = std::ldexp(1.0L, -150);
+    margin = static_cast<double>(std::fabs(e - t) / t);
+  } else if (std::isinf(ef)) {
+    // Overflowed: the distance to the overflow threshold FLT_MAX + half an ulp.
+    const long double t = std::ldexp(1.0L, 128) - std::ldexp(1.0L, 103);
+    margin = static_cast<double>(std::fabs(e - t) / t);
+  } else if (std::isfinite(ef) && e > 0.L) {
     // The rounding midpoints around ef: halfway to each neighbour.
     const long double lo =
         (static_cast<long double>(ef) + static_cast<long double>(std::nextafterf(ef, 0.f))) / 2;
