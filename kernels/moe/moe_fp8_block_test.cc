@@ -77,6 +77,33 @@ TEST(MoeFp8BlockTest, ZeroAndTinyBlocksTakeTheScaleFloor) {
   EXPECT_TRUE(CheckBlock(tiny));
 }
 
+// PTX prmt.b32 (default mode), what __byte_perm does on the device: byte k of the result is byte
+// (selector nibble k & 7) of the 8-byte value b:a.
+uint32_t BytePerm(uint32_t a, uint32_t b, uint32_t sel) {
+  const uint64_t ab = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t r = 0;
+  for (int k = 0; k < 4; ++k) {
+    r |= static_cast<uint32_t>((ab >> (8 * ((sel >> (4 * k)) & 7u))) & 0xFFu) << (8 * k);
+  }
+  return r;
+}
+
+TEST(MoeFp8BlockTest, DeviceFormsOfTheByteHelpersAgreeWithTheHostForms) {
+  // The device branches of MoeBytePair / MoeSignBytes / MoeMaxU16x2 (__byte_perm with the same
+  // selectors, __vmaxu2) against their host forms, on the bits the callers read.
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 100000; ++trial) {
+    const uint32_t a = rng(), b = rng();
+    for (int j = 0; j < 4; ++j) {
+      ASSERT_EQ(BytePerm(a, b, static_cast<uint32_t>(j | ((j + 4) << 4))) & 0xFFFFu,
+                MoeBytePair(a, b, j, j + 4) & 0xFFFFu);
+    }
+    ASSERT_EQ(BytePerm(a, b, 0x7531u) & 0x80808080u, MoeSignBytes(a, b));
+    const uint32_t lo = std::max(a & 0xFFFFu, b & 0xFFFFu), hi = std::max(a >> 16, b >> 16);
+    ASSERT_EQ(MoeMaxU16x2(a, b), lo | (hi << 16));
+  }
+}
+
 TEST(MoeFp8BlockTest, InfOrNanTakesTheExactPath) {
   for (uint16_t special :
        {uint16_t{0x7F80u}, uint16_t{0xFF80u}, uint16_t{0x7FC0u}, uint16_t{0xFFC1u}}) {
