@@ -166,6 +166,7 @@ struct RsRows {
   int32_t code_row0;  // row e·N + n0 of the [E·N][K/2] codes
   int32_t a_row0;     // the tile's first slot row (RsSlotRowsByTma)
   int a_boxes;        // its slot-row boxes per 64-K column block (kRsARowBoxes; else 1)
+  int a_count;        // its slot rows inside the expert (row_end - row0): the table's non-null
 };
 
 // The tensor maps of the stage's TMA boxes (session 54 / 55), made per launch by the launcher
@@ -295,6 +296,7 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
                                              int64_t row0, int64_t row_end) {
   RsRows rows;
   rows.a_row0 = static_cast<int32_t>(row0);
+  rows.a_count = static_cast<int>(row_end - row0);
   rows.a_boxes =
       kRsARowBoxes ? static_cast<int>((row_end - row0 + kRsABoxRows - 1) / kRsABoxRows) : 1;
   rows.code_row0 = static_cast<int32_t>(e * g.n + n0);
@@ -325,18 +327,19 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
                                             int p, int64_t kt, uint32_t full) {
   if (!RsSlotRowsByTma<kUp>(g)) {
     // Slot rows p / 8 + 16·it, 16-byte chunk p % 8 of both 64-K column blocks: 8 threads read
-    // 128 contiguous bytes of a row.
+    // 128 contiguous bytes of a row. Rows past the expert (null in the table) are known from
+    // the count, so their table loads are skipped too (session 56: a tile of 20 rows read all
+    // 8 pointers per thread and stage, 64-bit null tests behind each load's latency).
     const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
 #pragma unroll
     for (int it = 0; it < kRsBM / 16; ++it) {
       const int r = p / 8 + 16 * it;
+      if (r >= rows.a_count) break;
       const uint16_t* a = a_rows[r];
-      if (a != nullptr) {
 #pragma unroll
-        for (int cb = 0; cb < 2; ++cb) {
-          CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
-                    a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
-        }
+      for (int cb = 0; cb < 2; ++cb) {
+        CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
+                  a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
       }
     }
   } else if (p == 32) {
