@@ -104,6 +104,17 @@ TEST(MoeFp8BlockTest, DeviceFormsOfTheByteHelpersAgreeWithTheHostForms) {
   }
 }
 
+TEST(MoeFp8BlockTest, AnyNan8FindsEveryNanAndNoInf) {
+  for (int pos = 0; pos < 8; ++pos) {
+    for (uint32_t special : {0x7FC0u, 0xFF81u, 0x7F80u, 0xFF80u, 0x7F7Fu}) {
+      uint32_t x[4] = {0x3F803F80u, 0xBF80BF80u, 0x00010001u, 0x40004000u};
+      x[pos / 2] = (x[pos / 2] & ~(0xFFFFu << (16 * (pos % 2)))) | (special << (16 * (pos % 2)));
+      const bool nan = (special & 0x7FFFu) > 0x7F80u;
+      EXPECT_EQ(MoeAnyNan8(x), nan) << "position " << pos << " value " << std::hex << special;
+    }
+  }
+}
+
 TEST(MoeFp8BlockTest, InfOrNanTakesTheExactPath) {
   for (uint16_t special :
        {uint16_t{0x7F80u}, uint16_t{0xFF80u}, uint16_t{0x7FC0u}, uint16_t{0xFFC1u}}) {

@@ -60,25 +60,31 @@ __device__ __forceinline__ void QuantGatherBlockQuad(const MoePermuteParams& p, 
   const uint32_t sb = qm::Fp8ScaleByte(amax);
   const float recip = qm::Ue8m0Reciprocal(sb);
   const float scale = qm::Ue8m0ToF32(sb);
-  uint32_t c[8], v[8];
+  uint32_t codes[2], w[4];  // w[j]: qdq word 4·sub + j
+  if (sb != 255u && !MoeAnyNan8(x)) {
+    // The hardware conversions (moe_fp8_block.h; session 56): the same bytes.
+    MoeQuantize8Fast<MoeHardwareConversions>(x, recip, scale, codes, w);
+  } else {
+    uint32_t c[8], v[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t e = (x[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
-    c[i] = sb == 255u ? qm::EncodeNanScale(e, 0x7Fu, 0x80u) : qm::EncodeFp8(e, recip);
-    v[i] = exact::F32ToBf16(exact::MulRn(qm::E4m3ToF32(c[i]), scale));
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t e = (x[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+      c[i] = sb == 255u ? qm::EncodeNanScale(e, 0x7Fu, 0x80u) : qm::EncodeFp8(e, recip);
+      v[i] = exact::F32ToBf16(exact::MulRn(qm::E4m3ToF32(c[i]), scale));
+    }
+    codes[0] = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
+    codes[1] = c[4] | (c[5] << 8) | (c[6] << 16) | (c[7] << 24);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = v[j] | (v[j + 4] << 16);
   }
   if (!active) return;
   if (p.x_codes != nullptr) {
     *reinterpret_cast<uint2*>(p.x_codes + t * p.dim + blk * 32 + 8 * sub) =
-        make_uint2(c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24),
-                   c[4] | (c[5] << 8) | (c[6] << 16) | (c[7] << 24));
+        make_uint2(codes[0], codes[1]);
   }
   if (p.x_scales != nullptr && sub == 0) {
     p.x_scales[t * (p.dim / 32) + blk] = static_cast<uint8_t>(sb);
   }
-  uint32_t w[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) w[j] = v[j] | (v[j + 4] << 16);  // qdq word 4·sub + j
   const int64_t copies = p.xg_by_token ? 1 : p.top_k;
   for (int64_t j = 0; j < copies; ++j) {
     const int64_t row = p.xg_by_token ? t : slot_pos[t * p.top_k + j];
