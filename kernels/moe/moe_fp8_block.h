@@ -56,37 +56,45 @@ FS_MOE_FP8_HD uint32_t MoeSignBytes(uint32_t a, uint32_t b) {
 #endif
 }
 
+// The E4M3 codes of the 4 bf16 values of words a, b (a's low half first, lowest code in the low
+// byte) under the block's finite scale (`recip` = Ue8m0Reciprocal of its byte), no NaN among them.
+// The sign is OR-ed in from the input, so a zero or an underflow keeps it whatever the conversion
+// does. Ops::E4m3x2(hi, lo): the E4M3 codes of two floats (lo in bits 0-7), RNE, saturating at
+// ±448.
+template <class Ops>
+FS_MOE_FP8_HD uint32_t MoeEncode4Fast(uint32_t a, uint32_t b, float recip) {
+  namespace qm = ::flashserve::kernels::quant::math;
+  const uint32_t c =
+      Ops::E4m3x2(qm::MulRn(qm::F32(a & 0xFFFF0000u), recip), qm::MulRn(qm::F32(a << 16), recip)) |
+      (Ops::E4m3x2(qm::MulRn(qm::F32(b & 0xFFFF0000u), recip), qm::MulRn(qm::F32(b << 16), recip))
+       << 16);
+  return c | MoeSignBytes(a, b);
+}
+
+// The QDQ word j of 8 values whose codes are c0 (values 0..3) and c1 (4..7): bf16 of value j (low
+// half) and value j + 4 (high half) times `scale` (Ue8m0ToF32 of the block's byte). Code value ×
+// the power-of-two scale is exact in fp32 and in bf16 (<= 4 significant bits, at most twice the
+// block's amax); E4m3ToF32ByShift is exact for every non-NaN code. Ops::Bf16x2(hi, lo): two
+// non-NaN floats to bf16 (lo in bits 0-15), RNE.
+template <class Ops>
+FS_MOE_FP8_HD uint32_t MoeQdqWordFast(uint32_t c0, uint32_t c1, int j, float scale) {
+  namespace qm = ::flashserve::kernels::quant::math;
+  const uint32_t pair = MoeBytePair(c0, c1, j, j + 4);
+  return Ops::Bf16x2(qm::MulRn(qm::E4m3ToF32ByShift(pair >> 8), scale),
+                     qm::MulRn(qm::E4m3ToF32ByShift(pair & 0xFFu), scale));
+}
+
 // Eight values of a block (elements 8t .. 8t + 7: x[0..3], element 2i in the low half of x[i])
-// without NaN, under the block's finite scale (`recip` = Ue8m0Reciprocal, `scale` = Ue8m0ToF32 of
-// its byte): their E4M3 codes (codes[0] elements 8t .. 8t + 3, codes[1] the next four, lowest in
-// the low byte) and their QDQ values in operand order (w[j] = element 8t + j (low half), 8t + j + 4
-// (high half)). The block quantiser below and the MoE front's quads (cuda/moe_front.cuh) run it.
-// Ops::E4m3x2(hi, lo): the E4M3 codes of two floats (lo in bits 0-7), RNE, saturating at ±448;
-// Ops::Bf16x2(hi, lo): two non-NaN floats to bf16 (lo in bits 0-15), RNE.
+// without NaN, under the block's finite scale: their codes (codes[0] elements 8t .. 8t + 3,
+// codes[1] the next four) and their QDQ values in operand order (w[j] = element 8t + j (low
+// half), 8t + j + 4 (high half)). The MoE front's quads (cuda/moe_front.cuh) run it.
 template <class Ops>
 FS_MOE_FP8_HD void MoeQuantize8Fast(const uint32_t (&x)[4], float recip, float scale,
                                     uint32_t (&codes)[2], uint32_t (&w)[4]) {
-  namespace qm = ::flashserve::kernels::quant::math;
+  codes[0] = MoeEncode4Fast<Ops>(x[0], x[1], recip);
+  codes[1] = MoeEncode4Fast<Ops>(x[2], x[3], recip);
   FS_MOE_FP8_UNROLL
-  for (int i = 0; i < 2; ++i) {
-    // Elements 4i .. 4i + 3: the low and high halves of x[2i], then of x[2i + 1]. The sign is
-    // OR-ed in from the input, so a zero or an underflow keeps it whatever the conversion does.
-    const uint32_t a = x[2 * i], b = x[2 * i + 1];
-    const uint32_t c =
-        Ops::E4m3x2(qm::MulRn(qm::F32(a & 0xFFFF0000u), recip),
-                    qm::MulRn(qm::F32(a << 16), recip)) |
-        (Ops::E4m3x2(qm::MulRn(qm::F32(b & 0xFFFF0000u), recip), qm::MulRn(qm::F32(b << 16), recip))
-         << 16);
-    codes[i] = c | MoeSignBytes(a, b);
-  }
-  // QDQ: code value × the power-of-two scale, exact in fp32 and in bf16 (<= 4 significant bits,
-  // at most twice the block's amax); E4m3ToF32ByShift is exact for every non-NaN code.
-  FS_MOE_FP8_UNROLL
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t pair = MoeBytePair(codes[0], codes[1], j, j + 4);
-    w[j] = Ops::Bf16x2(qm::MulRn(qm::E4m3ToF32ByShift(pair >> 8), scale),
-                       qm::MulRn(qm::E4m3ToF32ByShift(pair & 0xFFu), scale));
-  }
+  for (int j = 0; j < 4; ++j) w[j] = MoeQdqWordFast<Ops>(codes[0], codes[1], j, scale);
 }
 
 // True when one of the 8 values of x[0..3] is NaN.
@@ -101,7 +109,10 @@ FS_MOE_FP8_HD bool MoeAnyNan8(const uint32_t (&x)[4]) {
 // is Inf or NaN: writes the scale byte, the 32 E4M3 codes (codes[i] holds elements 4i..4i+3,
 // lowest in the low byte) and the 32 QDQ values as bf16 in operand order (qdq[4t + j] holds
 // logical elements 8t + j (low half) and 8t + j + 4 (high half)), and returns true; otherwise
-// writes nothing and returns false. Ops as for MoeQuantize8Fast.
+// writes nothing and returns false.
+// Ops as for MoeEncode4Fast / MoeQdqWordFast. The same steps as four MoeQuantize8Fast calls, in
+// another order: all codes, then the QDQ values. Interleaved per 8 values, the RS up kernel's
+// epilogue spilled (164 bytes at the 128-row width set: kernels_moe_rs_ptxas_test, session 56).
 template <class Ops>
 FS_MOE_FP8_HD bool MoeQuantizeBlock32Fast(const uint32_t (&x)[16], uint32_t* scale_byte,
                                           uint32_t (&codes)[8], uint32_t (&qdq)[16]) {
@@ -115,15 +126,15 @@ FS_MOE_FP8_HD bool MoeQuantizeBlock32Fast(const uint32_t (&x)[16], uint32_t* sca
   const uint32_t sb = qm::Fp8ScaleByte(amax);
   const float recip = qm::Ue8m0Reciprocal(sb);
   const float scale = qm::Ue8m0ToF32(sb);
+  // All codes first, then the QDQ values (see above).
+  FS_MOE_FP8_UNROLL
+  for (int i = 0; i < 8; ++i) codes[i] = MoeEncode4Fast<Ops>(x[2 * i], x[2 * i + 1], recip);
   FS_MOE_FP8_UNROLL
   for (int t = 0; t < 4; ++t) {
-    const uint32_t xt[4] = {x[4 * t], x[4 * t + 1], x[4 * t + 2], x[4 * t + 3]};
-    uint32_t c[2], w[4];
-    MoeQuantize8Fast<Ops>(xt, recip, scale, c, w);
-    codes[2 * t] = c[0];
-    codes[2 * t + 1] = c[1];
     FS_MOE_FP8_UNROLL
-    for (int j = 0; j < 4; ++j) qdq[4 * t + j] = w[j];
+    for (int j = 0; j < 4; ++j) {
+      qdq[4 * t + j] = MoeQdqWordFast<Ops>(codes[2 * t], codes[2 * t + 1], j, scale);
+    }
   }
   *scale_byte = sb;
   return true;
