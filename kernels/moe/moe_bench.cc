@@ -5,6 +5,7 @@
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
+//             [--rs-tile-rows 0|32|128]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -45,11 +46,13 @@
 // dynamic from 1 slot per expert), for the layer and the up / down stage times. --down-gemm 4:
 // the register-sourced GEMM for the down projection after another up GEMM
 // (MoeCudaParams::down_gemm; the paths column's GEMM letter gets "+R", and down_us includes the
-// tile regroup and the reorder of ag between the stages). Per token count the
-// layer also runs once with both small and once with both large shapes forced: y and the ids must
-// be byte-identical (one line each after the table; a difference makes the exit code 1). Batch-1
-// latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time of one
-// call + synchronize, and the replay of a CUDA graph of one call. Shared expert
+// tile regroup and the reorder of ag between the stages). --rs-tile-rows 32: the register-sourced
+// GEMM on 32-row tiles with 8 ring stages where its {16, 32} kernels run (MoeCudaParams::
+// rs_tile_rows, MoeCudaRsTileRows; the launch table's rows = 32), to A/B on one build. Per token
+// count the layer also runs once with both small and once with both large shapes forced: y and the
+// ids must be byte-identical (one line each after the table; a difference makes the exit code 1).
+// Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
+// of one call + synchronize, and the replay of a CUDA graph of one call. Shared expert
 // (--shared 1, the default): a second table times, per token count, MoeCuda with the FP8 shared
 // expert run inside it (MoeCudaParams::shared, w1/w3 fused into one [2·Is, D] w13, Is = 2304) and
 // LaunchMoeSharedExpert alone (fused w13, and w1 + w3 as two GEMMs); the calls cycle through 4
@@ -103,6 +106,7 @@ struct Options {
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;
   bool gather_slots = false;                        // MoeCudaParams::gather_slot_rows
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;       // MoeCudaParams::down_gemm
+  int64_t rs_tile_rows = 0;                         // MoeCudaParams::rs_tile_rows
   int stream_rt = 0;                                // MoeCudaParams::gemm_stream_row_tiles
   bool front = true;                                // MoeCudaParams::fused_front
   bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
@@ -189,6 +193,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm_stream_row_tiles = o.stream_rt;
   p.gemm = o.gemm;
   p.down_gemm = o.down_gemm;
+  p.rs_tile_rows = o.rs_tile_rows;
   p.gather_slot_rows = o.gather_slots;
   p.ring_fused_combine = o.ring_combine;
   p.ring_cut = o.ring_cut;
@@ -226,7 +231,9 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   const int64_t k_step = o.k_step;
   // As MoeCuda: the GEMM once, its tile rows and stage flags from it.
   const MoeCudaGemm gemm = MoeCudaChooseGemm(c.m, kK, kE, o.gemm, std::max(kD, kI));
-  const int64_t tile_rows = MoeCudaTileRows(c.m, kK, kE, gemm);
+  const int64_t tile_rows = gemm == MoeCudaGemm::kWgmmaRs
+                                ? MoeCudaRsTileRows(c.m * kK, kE, o.rs_tile_rows)
+                                : MoeCudaTileRows(c.m, kK, kE, gemm);
   Stages s;
   s.route = MoeRouteParams{Opts(),
                            c.m,
@@ -390,7 +397,7 @@ int Main(int argc, char** argv) {
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
           "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
-          "0|4]\n",
+          "0|4] [--rs-tile-rows 0|32|128]\n",
           argv[0]);
       return 2;
     }
@@ -430,6 +437,12 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.down_gemm = v == "4" ? MoeCudaGemm::kWgmmaRs : MoeCudaGemm::kAuto;
+    } else if (a == "--rs-tile-rows") {
+      if (v != "0" && v != "32" && v != "128") {
+        std::fprintf(stderr, "--rs-tile-rows must be 0, 32 or 128\n");
+        return 2;
+      }
+      o.rs_tile_rows = std::atoi(v.c_str());
     } else if (a == "--gather-slots") {
       o.gather_slots = v != "0";
     } else if (a == "--stream-rt") {
@@ -542,7 +555,8 @@ int Main(int argc, char** argv) {
   std::string shape_report, tile_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
-      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.ring_cut);
+      const MoeCudaGemmPlan g =
+          *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.ring_cut, o.rs_tile_rows);
       // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
       // slots, of which about num_tiles do work) and the weight bytes they have in flight.
       const double resident = std::min<double>(

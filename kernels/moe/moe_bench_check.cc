@@ -41,14 +41,17 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), y(m * kD * 2), d_ids(m * kK * 4);
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   bool all_ok = true;
-  // The expert GEMMs against the same CPU run, and the 16-row streaming up GEMM with the RS down
-  // GEMM after it (MoeCudaParams::down_gemm).
+  // The expert GEMMs against the same CPU run, the RS GEMM also on 32-row tiles
+  // (MoeCudaParams::rs_tile_rows), and the 16-row streaming up GEMM with the RS down GEMM after it
+  // (MoeCudaParams::down_gemm).
   struct Gemms {
     MoeCudaGemm gemm, down;
+    int64_t rs_tile_rows = 0;
   };
   constexpr MoeCudaGemm kAuto = MoeCudaGemm::kAuto;
   for (const Gemms gg : {Gemms{MoeCudaGemm::kTiled, kAuto}, Gemms{MoeCudaGemm::kStream, kAuto},
                          Gemms{MoeCudaGemm::kWgmma, kAuto}, Gemms{MoeCudaGemm::kWgmmaRs, kAuto},
+                         Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsNarrowTileRows},
                          Gemms{MoeCudaGemm::kStreamRing, kAuto},
                          Gemms{MoeCudaGemm::kStream16, MoeCudaGemm::kWgmmaRs}}) {
     const MoeCudaGemm gemm = gg.gemm;
@@ -67,6 +70,7 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
     p.workspace_bytes = ws.bytes();
     p.gemm = gemm;
     p.down_gemm = gg.down;
+    p.rs_tile_rows = gg.rs_tile_rows;
     CHECK_OK(MoeCuda(p, nullptr));
     const auto g_y = ToHost<uint16_t>(y, m * kD);
     const bool ids_ok = ToHost<int32_t>(d_ids, m * kK) == cpu.ids;
@@ -74,12 +78,12 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
     const bool ok = ids_ok && d.rel_rms <= 0x1.0p-8 && d.max_abs <= 0x1.0p-5 * d.max_ref &&
                     d.within_ulp >= 0.95 * d.n;
     std::printf(
-        "check m %ld%s, %s GEMM%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max "
+        "check m %ld%s, %s GEMM%s%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max "
         "|y| %.3g), %.3f %% within 1 ulp -> %s\n",
         static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
-        MoeCudaGemmName(gemm), gg.down == MoeCudaGemm::kWgmmaRs ? " + RS down" : "",
-        ids_ok ? "identical" : "DIFFER", d.rel_rms, d.max_abs, d.max_ref,
-        100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
+        MoeCudaGemmName(gemm), gg.rs_tile_rows != 0 ? " (32-row tiles)" : "",
+        gg.down == MoeCudaGemm::kWgmmaRs ? " + RS down" : "", ids_ok ? "identical" : "DIFFER",
+        d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
     all_ok = all_ok && ok;
   }
   return all_ok;

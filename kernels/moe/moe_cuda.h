@@ -353,6 +353,17 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
 bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                                MoeCudaGemm down_gemm, int64_t max_k = 0);
 
+// The register-sourced GEMM's tile rows for `slots` slot rows of n_experts experts
+// (MoeCudaParams::rs_tile_rows; session 57 experiment): kMoeCudaRsNarrowTileRows (32) where
+// rs_tile_rows asks for it and its {16, 32} kernels run (<= kMoeCudaRsNarrowMaxSlotsPerExpert
+// slot rows per expert on average: RsWidthSetFor's set for both projections), whose 32-row ring
+// stages leave room for 8 of them instead of 4 (more of the weights' bytes in flight per SM;
+// an expert with more than 32 rows takes several tiles, each reading its weights); otherwise
+// kMoeCudaWgmmaTileRows (128). Pure.
+inline constexpr int64_t kMoeCudaRsNarrowTileRows = 32;
+inline constexpr int64_t kMoeCudaRsNarrowMaxSlotsPerExpert = 20;
+int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows);
+
 // A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
 // 16-row", "streaming 32-row", "wgmma", "wgmma RS"; "auto" for kAuto, "unknown" otherwise).
 const char* MoeCudaGemmName(MoeCudaGemm gemm);
@@ -530,10 +541,12 @@ struct MoeCudaGemmPlan {
 // Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16
 // with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
 // driver call; not for the hot path). ring_cut: the ring kernel's instantiation (each cut has its
-// own).
-absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(
-    const MoeCudaWeights& weights, int64_t m, int64_t top_k, int64_t k_step, bool up,
-    MoeCudaGemm gemm = MoeCudaGemm::kAuto, MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto);
+// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles).
+absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
+                                                    int64_t top_k, int64_t k_step, bool up,
+                                                    MoeCudaGemm gemm = MoeCudaGemm::kAuto,
+                                                    MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto,
+                                                    int64_t rs_tile_rows = 0);
 
 // ---- The whole layer (routed experts + the shared expert) -------------------------------------
 
@@ -576,6 +589,11 @@ struct MoeCudaParams {
   // (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder); elsewhere it changes nothing. The same
   // bits on exact-arithmetic inputs (only the fp32 summation order differs between GEMMs).
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
+  // The register-sourced GEMM's tile rows where it runs both projections: 0 or 128 (default) =
+  // 128-row tiles (4 ring stages); 32 = MoeCudaRsTileRows (32-row tiles and 8 stages where its
+  // {16, 32} kernels run; session 57 experiment, bench_moe --rs-tile-rows 32). Output bits
+  // unchanged (the same per-row operations; a row's tile does not change its numerics).
+  int64_t rs_tile_rows = 0;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the
   // round-3 gather, kept for A/B). Output bits unchanged (the same values reach the GEMM).

@@ -158,19 +158,24 @@ absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t ti
   return absl::OkStatus();
 }
 
-// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles.
-absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows, int64_t ctas) {
+// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32-row tiles
+// where its {16, 32} kernels run (MoeCudaRsTileRows).
+absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows, int64_t ctas,
+                          int64_t slots, int64_t n_experts) {
   if (ctas < 0) {
     return Invalid(op, "wgmma_rs_ctas",
                    absl::StrFormat("is %d (0 = one per SM, or positive)", ctas));
   }
-  if (wgmma_rs && tile_rows != kMoeCudaWgmmaTileRows) {
-    return Invalid(op, "wgmma_rs",
-                   absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM "
-                                   "takes tile_rows %d)",
-                                   tile_rows, kMoeCudaWgmmaTileRows));
+  if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
+  if (tile_rows == kMoeCudaRsNarrowTileRows &&
+      MoeCudaRsTileRows(slots, n_experts, kMoeCudaRsNarrowTileRows) == tile_rows) {
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return Invalid(op, "wgmma_rs",
+                 absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM "
+                                 "takes tile_rows %d, or %d at <= %d slot rows per expert)",
+                                 tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
+                                 kMoeCudaRsNarrowMaxSlotsPerExpert));
 }
 
 absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t slots,
@@ -405,6 +410,14 @@ absl::Status Validate(const MoeRegroupTilesParams& p) {
                             {"num_tiles_out", p.num_tiles_out}});
 }
 
+int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows) {
+  if (rs_tile_rows == kMoeCudaRsNarrowTileRows &&
+      slots <= kMoeCudaRsNarrowMaxSlotsPerExpert * n_experts) {
+    return kMoeCudaRsNarrowTileRows;
+  }
+  return kMoeCudaWgmmaTileRows;
+}
+
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                         int64_t max_k) {
   switch (MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k)) {
@@ -456,7 +469,8 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
   RETURN_IF_ERROR(CheckStream(kOp, "weights.dim", p.tile_rows, p.stream, p.weights->dim));
-  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas));
+  RETURN_IF_ERROR(
+      CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas, p.slots, p.weights->n_experts));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, 2 * p.weights->inter));
@@ -473,7 +487,8 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
   RETURN_IF_ERROR(CheckStream(kOp, "weights.inter", p.tile_rows, p.stream, p.weights->inter));
-  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas));
+  RETURN_IF_ERROR(
+      CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas, p.slots, p.weights->n_experts));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, p.weights->dim));
@@ -573,6 +588,12 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
     return Invalid(
         kOp, "down_gemm",
         absl::StrFormat("is %d, must be kAuto (0) or kWgmmaRs (4)", static_cast<int>(p.down_gemm)));
+  }
+  if (p.rs_tile_rows != 0 && p.rs_tile_rows != kMoeCudaWgmmaTileRows &&
+      p.rs_tile_rows != kMoeCudaRsNarrowTileRows) {
+    return Invalid(kOp, "rs_tile_rows",
+                   absl::StrFormat("is %d, must be 0, %d or %d", p.rs_tile_rows,
+                                   kMoeCudaRsNarrowTileRows, kMoeCudaWgmmaTileRows));
   }
   if ((p.gemm == MoeCudaGemm::kStream || p.gemm == MoeCudaGemm::kStreamRing) &&
       std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {

@@ -190,6 +190,15 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   ExpectInvalid(Validate(p), "down_gemm");
   p.down_gemm = MoeCudaGemm::kWgmmaRs;
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p = GoodLayer(&w);
+  for (const int64_t rows : {0, 32, 128}) {
+    p.rs_tile_rows = rows;
+    EXPECT_TRUE(Validate(p).ok()) << rows << ": " << Validate(p);
+  }
+  for (const int64_t rows : {-1, 16, 64, 256}) {
+    p.rs_tile_rows = rows;
+    ExpectInvalid(Validate(p), "rs_tile_rows");
+  }
 }
 
 // down_gemm kWgmmaRs changes the down GEMM only where another GEMM, not the TMA ring, runs the
@@ -551,6 +560,12 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   down.wgmma_rs_ctas = 0;
   down.tile_rows = 64;
   ExpectInvalid(Validate(down), "wgmma_rs");
+  // 32-row tiles where the {16, 32} kernels run (MoeCudaRsTileRows: <= 20 slot rows per expert).
+  down.tile_rows = kMoeCudaRsNarrowTileRows;
+  EXPECT_TRUE(Validate(down).ok()) << Validate(down);
+  down.slots = kMoeCudaRsNarrowMaxSlotsPerExpert * w.n_experts + 1;
+  ExpectInvalid(Validate(down), "wgmma_rs");
+  down.slots = 4;
   down.wgmma_rs = false;
   down.tile_rows = kMoeCudaStreamTileRows;
   down.stream_row_tiles = 2;

@@ -15,8 +15,9 @@
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
 // Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
 // with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
-// bytes; with every other GEMM also with the register-sourced GEMM for the down projection
-// (MoeCudaParams::down_gemm).
+// bytes; with the register-sourced GEMM also on 32-row tiles (MoeCudaParams::rs_tile_rows), whose
+// y must be the same bytes; with every other GEMM also with the register-sourced GEMM for the
+// down projection (MoeCudaParams::down_gemm).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -56,7 +57,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
                   const MoeSharedExpertWeights* shared = nullptr,
                   MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true,
                   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto,
-                  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto) {
+                  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto, int64_t rs_tile_rows = 0) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -86,6 +87,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.ring_fused_combine = ring_fused_combine;
   p.ring_cut = ring_cut;
   p.down_gemm = down_gemm;
+  p.rs_tile_rows = rs_tile_rows;
   CHECK_OK(MoeCuda(p, nullptr));
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
@@ -217,7 +219,16 @@ void RunCase(const LayerCase& c) {
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                   dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
     ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
-    if (gemm != MoeCudaGemm::kWgmmaRs) {
+    if (gemm == MoeCudaGemm::kWgmmaRs) {
+      // 32-row tiles (rs_tile_rows; where the {16, 32} kernels run, else the same launch): the
+      // same bytes as the 128-row tiles (a row's tile does not change its numerics).
+      const GpuRun r32 =
+          RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                     dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
+                     MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, kMoeCudaRsNarrowTileRows);
+      EXPECT_EQ(gpu.y, r32.y) << name << ": 32-row tiles vs 128-row tiles";
+      EXPECT_EQ(gpu.ids, r32.ids);
+    } else {
       // The register-sourced GEMM for the down projection after this up GEMM (down_gemm: the
       // tile list regrouped into 128-row tiles, ag reordered; nothing changes where the TMA ring
       // runs).

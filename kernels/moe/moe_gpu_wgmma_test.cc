@@ -57,12 +57,13 @@ struct HandSlots {
   int64_t slots = 0;
 };
 
-HandSlots MakeHandSlots(const std::vector<int32_t>& counts, uint32_t seed) {
+HandSlots MakeHandSlots(const std::vector<int32_t>& counts, uint32_t seed,
+                        int64_t tile_rows = kMoeCudaWgmmaTileRows) {
   HandSlots s;
   s.offsets.assign(counts.size() + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), s.offsets.begin() + 1);
   s.slots = s.offsets.back();
-  s.tiles = moe_test::TileList(s.offsets, kMoeCudaWgmmaTileRows);
+  s.tiles = moe_test::TileList(s.offsets, tile_rows);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(0.25f, 1.75f);
   s.slot_weight.resize(s.slots);
@@ -127,9 +128,11 @@ const Dims kDims[] = {{256, 128}, {640, 384}, {1024, 1280}};
 // down one.
 const Dims kSmallDims[] = {{128, 128}};
 
-// Up stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
+// Up stage on `counts` (the GEMM by `rs`; its tiles of tile_rows), bit for bit; the first
+// mismatches reported.
 void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims, bool rs,
-                      int64_t rs_ctas = 0, bool rs_counters = true) {
+                      int64_t rs_ctas = 0, bool rs_counters = true,
+                      int64_t tile_rows = kMoeCudaWgmmaTileRows) {
   const int64_t n_experts = static_cast<int64_t>(counts.size());
   for (size_t di = 0; di < n_dims; ++di) {
     const Dims& dm = dims[di];
@@ -137,7 +140,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
     LayerSpec spec{n_experts, dm.dim, dm.inter, 11, moe_test::WeightKind::kExactArith};
     auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
     auto cpu = moe_test::BuildCpuExperts(spec, {});
-    HandSlots s = MakeHandSlots(counts, 5);
+    HandSlots s = MakeHandSlots(counts, 5, tile_rows);
     // One distinct activation row per slot row (the up stage reads xg by slot).
     const auto x = moe_test::SmallIntActivations(s.slots, dm.dim, 16, 12);
     std::vector<uint16_t> xg(s.slots * dm.dim);
@@ -152,7 +155,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
     p.weights = &w;
     p.swiglu_limit = 10.f;
     p.slots = s.slots;
-    p.tile_rows = kMoeCudaWgmmaTileRows;
+    p.tile_rows = tile_rows;
     p.offsets = s.d_offsets.get<int32_t>();
     p.tiles = s.d_tiles.get<int32_t>();
     p.num_tiles = s.d_num.get<int32_t>();
@@ -193,9 +196,11 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
   }
 }
 
-// Down stage on `counts` (the GEMM by `rs`), bit for bit; the first mismatches reported.
+// Down stage on `counts` (the GEMM by `rs`; its tiles of tile_rows), bit for bit; the first
+// mismatches reported.
 void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size_t n_dims,
-                        bool rs, int64_t rs_ctas = 0, bool rs_counters = true) {
+                        bool rs, int64_t rs_ctas = 0, bool rs_counters = true,
+                        int64_t tile_rows = kMoeCudaWgmmaTileRows) {
   const int64_t n_experts = static_cast<int64_t>(counts.size());
   for (size_t di = 0; di < n_dims; ++di) {
     const Dims& dm = dims[di];
@@ -203,7 +208,7 @@ void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, si
     LayerSpec spec{n_experts, dm.dim, dm.inter, 13, moe_test::WeightKind::kExactArith};
     auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
     auto cpu = moe_test::BuildCpuExperts(spec, {});
-    HandSlots s = MakeHandSlots(counts, 6);
+    HandSlots s = MakeHandSlots(counts, 6, tile_rows);
     const auto a = moe_test::SmallIntActivations(s.slots, dm.inter, 8, 14);
     std::vector<uint16_t> ag(s.slots * dm.inter);
     for (int64_t r = 0; r < s.slots; ++r) {
@@ -215,7 +220,7 @@ void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, si
     MoeExpertDownParams p;
     p.weights = &w;
     p.slots = s.slots;
-    p.tile_rows = kMoeCudaWgmmaTileRows;
+    p.tile_rows = tile_rows;
     p.offsets = s.d_offsets.get<int32_t>();
     p.tiles = s.d_tiles.get<int32_t>();
     p.num_tiles = s.d_num.get<int32_t>();
@@ -325,6 +330,46 @@ TEST(MoeGpuWgmmaTest, RsWidthSetsAreBitExact) {
     CheckDownHandBuilt(*counts, kSmallDims, std::size(kSmallDims), true);
     CheckUpHandBuilt(*counts, kDims, std::size(kDims), true, 3);
     CheckDownHandBuilt(*counts, kDims, std::size(kDims), true, 1);
+  }
+}
+
+// 32-row tiles (MoeCudaParams::rs_tile_rows, session 57): the {16, 32} kernels on the 8-stage ring
+// of 32-row stages, where experts of 33 rows take a second tile of one row; one stage (the small
+// dims) and K loops of 2–10 stages (the ring wraps on the larger), one to three CTAs with and
+// without the work counters, so that a CTA's items cross the ring's and the 8-entry item queue's
+// wrap. Bit for bit against the same host reference as the 128-row tiles.
+TEST(MoeGpuWgmmaTest, RsThirtyTwoRowTilesAreBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = kMoeCudaRsNarrowTileRows;
+  for (const int64_t ctas : {0, 1, 3}) {
+    for (const bool counters : {true, false}) {
+      SCOPED_TRACE(testing::Message() << ctas << " CTAs, counters " << counters);
+      CheckUpHandBuilt(kRsSetSmallCounts, kSmallDims, std::size(kSmallDims), true, ctas, counters,
+                       kRows);
+      CheckDownHandBuilt(kRsSetSmallCounts, kSmallDims, std::size(kSmallDims), true, ctas, counters,
+                         kRows);
+    }
+  }
+  CheckUpHandBuilt(kRsSetSmallCounts, kDims, std::size(kDims), true, 0, true, kRows);
+  CheckDownHandBuilt(kRsSetSmallCounts, kDims, std::size(kDims), true, 0, true, kRows);
+  CheckUpHandBuilt(kRsSetSmallCounts, kDims, std::size(kDims), true, 2, false, kRows);
+  CheckDownHandBuilt(kRsSetSmallCounts, kDims, std::size(kDims), true, 3, true, kRows);
+}
+
+// Which tile rows the launch takes (host only): 32 only where asked for and the {16, 32} set runs
+// both projections; the stage params accept 32-row tiles for the RS GEMM only there.
+TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
+  constexpr int64_t kE = 384;
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 0), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 128), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 32), 32);
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 32), kMoeCudaWgmmaTileRows);
+  for (const int64_t slots : {int64_t{1}, 6 * kE, 20 * kE}) {
+    for (const bool up : {true, false}) {
+      EXPECT_EQ(moe_cuda_internal::MoeRsWidthSetFor(slots, kE, up),
+                moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32)
+          << slots << " slots: the 32-row kernels are the {16, 32} set's";
+    }
   }
 }
 

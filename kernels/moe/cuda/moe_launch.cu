@@ -296,6 +296,11 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
   g.act = p.act;
   g.n_experts = w.n_experts;
   g.work_counters = p.wgmma_rs_counters;
+  if (p.wgmma_rs) {
+    return moe_device::LaunchWgmmaRs(g, true, p.tile_rows,
+                                     MaxTiles(p.slots, w.n_experts, p.tile_rows), p.wgmma_rs_ctas,
+                                     p.slots, stream);
+  }
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       if (p.ring && moe_device::LaunchRing(g, true, p.slots, p.ring_partials,
@@ -305,11 +310,6 @@ void EnqueueUp(const MoeExpertUpParams& p, cudaStream_t stream) {
       return LaunchStreamTiles(g, true, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
                                stream);
     case kMoeCudaWgmmaTileRows:
-      if (p.wgmma_rs) {
-        return moe_device::LaunchWgmmaRs(g, true,
-                                         MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows),
-                                         p.wgmma_rs_ctas, p.slots, stream);
-      }
       return LaunchWgmma<true>(g, p.slots, w.n_experts, stream);
     case 16:
       if (p.stream) {
@@ -345,6 +345,11 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
   g.out = p.ye;
   g.n_experts = w.n_experts;
   g.work_counters = p.wgmma_rs_counters;
+  if (p.wgmma_rs) {
+    return moe_device::LaunchWgmmaRs(g, false, p.tile_rows,
+                                     MaxTiles(p.slots, w.n_experts, p.tile_rows), p.wgmma_rs_ctas,
+                                     p.slots, stream);
+  }
   switch (p.tile_rows) {
     case kMoeCudaStreamTileRows:
       if (p.ring &&
@@ -356,11 +361,6 @@ void EnqueueDown(const MoeExpertDownParams& p, cudaStream_t stream, bool* fused_
       return LaunchStreamTiles(g, false, p.tile_rows, p.stream_row_tiles, p.slots, w.n_experts,
                                stream);
     case kMoeCudaWgmmaTileRows:
-      if (p.wgmma_rs) {
-        return moe_device::LaunchWgmmaRs(g, false,
-                                         MaxTiles(p.slots, w.n_experts, kMoeCudaWgmmaTileRows),
-                                         p.wgmma_rs_ctas, p.slots, stream);
-      }
       return LaunchWgmma<false>(g, p.slots, w.n_experts, stream);
     case 16:
       if (p.stream) {
@@ -393,7 +393,8 @@ void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
 
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
-                                                    MoeCudaGemm gemm, MoeCudaRingCut ring_cut) {
+                                                    MoeCudaGemm gemm, MoeCudaRingCut ring_cut,
+                                                    int64_t rs_tile_rows) {
   RETURN_IF_ERROR(Validate(weights));
   if (static_cast<int>(ring_cut) < 0 ||
       static_cast<int>(ring_cut) > static_cast<int>(MoeCudaRingCut::kDynamic)) {
@@ -431,7 +432,8 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
                                       Blocks(MaxTiles(slots, e, tile_rows), kMaxGridY));
   }
   if (chosen == MoeCudaGemm::kWgmmaRs) {
-    return moe_device::DescribeWgmmaRs(up, n, MaxTiles(slots, e, kMoeCudaWgmmaTileRows));
+    const int64_t rows = MoeCudaRsTileRows(slots, e, rs_tile_rows);
+    return moe_device::DescribeWgmmaRs(up, rows, n, MaxTiles(slots, e, rows));
   }
   if (tile_rows == kMoeCudaWgmmaTileRows) {
     return up ? DescribeWgmma<true>(n, slots, e) : DescribeWgmma<false>(n, slots, e);
@@ -550,8 +552,9 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
                      p.sort_path == MoeCudaPath::kAuto;
   if (!front) EnqueueRoute(rp, nullptr, p.route_path, stream);
   const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter));
-  const int64_t tile_rows = MoeCudaTileRows(m, k, e, gemm);
   const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
+  const int64_t tile_rows =
+      rs ? MoeCudaRsTileRows(slots, e, p.rs_tile_rows) : MoeCudaTileRows(m, k, e, gemm);
   const bool wide_stream = gemm == MoeCudaGemm::kStream16 || gemm == MoeCudaGemm::kStream32;
   // The workspace holds the ring's partials up to MoeCudaRingMaxSlots(E); larger calls stream
   // (kStream).

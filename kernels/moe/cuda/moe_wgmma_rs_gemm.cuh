@@ -22,7 +22,8 @@
 // Threads: consumer warpgroups 0, 1 (threads 0 .. 255; setmaxnreg up) each own 128 weight rows =
 // two m64 blocks, i.e. two accumulator sets of m64 × (128 or 64) fp32; producer warpgroup 2
 // (threads 256 .. 383; setmaxnreg down) only issues copies.
-// Ring: kRsStages stages of 128 K, each [128 slot rows][128 bf16] as two 64-K column blocks in
+// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at the default 128 tile rows, 8 at 32), each [kBM
+// slot rows][128 bf16] as two 64-K column blocks in
 // the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
 // GEMMs; down, and up with kRsUpATma where the rows are in slot order: TMA boxes), [256 weight
 // rows][64 bytes] of raw FP4 codes (TMA boxes with the 64-byte swizzle, RsTmaMaps) and [256 rows][4
@@ -31,7 +32,7 @@
 // cp.async.mbarrier.arrive.noinc, triggered when its copies of the stage have landed, plus the
 // boxes' transaction bytes), empty[s] (8 arrivals: lane 0 of each consumer warp once its
 // warpgroup's wgmmas reading the stage have finished). Step counter c (per CTA over all its tiles):
-// slot c % kRsStages, parity (c / kRsStages) & 1; a 10 s watchdog traps a wait that never
+// slot c % kStages, parity (c / kStages) & 1; a 10 s watchdog traps a wait that never
 // completes.
 //
 // Consumer K loop, per 32-wide block q of K (4 per stage), A fragments double-buffered in
@@ -104,7 +105,7 @@ struct RsThread {
 // and FP4 weight blocks with scales of 2 or more (values up to 12) are as rare as the wider ones.
 // Otherwise sw / so come back as each word's MoeFp4ScaleMultiplierPairs (even / odd blocks'
 // multipliers); in the wide case sw holds the raw words.
-template <int kHalf>
+template <int kHalf, int kBM>
 __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& t,
                                              uint32_t (&sw)[2][2], uint32_t (&so)[2][2]) {
   uint32_t any = 0;
@@ -112,7 +113,8 @@ __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& 
   for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      sw[mb][h] = LoadShared4(st + kRsXBytes + kRsCodeBytes + (t.row[mb] + kHalf * h) * 4);
+      sw[mb][h] =
+          LoadShared4(st + RsPlan<kBM>::kXBytes + kRsCodeBytes + (t.row[mb] + kHalf * h) * 4);
       any |= sw[mb][h];
     }
   }
@@ -133,7 +135,7 @@ __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& 
 
 // Decodes 32-wide block b of the stage at `st` into the A set a[mb][k16 step][register]; `sw`,
 // `so` as RsLoadScales left them.
-template <bool kWide, int kHalf>
+template <bool kWide, int kHalf, int kBM>
 __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThread& t,
                                                 const uint32_t (&sw)[2][2],
                                                 const uint32_t (&so)[2][2], int b,
@@ -145,7 +147,7 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
       // Word tig of the row's block: its pair j is element pair (8·tig + j, 8·tig + j + 4), which
       // the B rows (MoeRsOperandColumn order) hold at k 8j + 2·tig + {0, 1}: k16 step j / 2,
       // register half j % 2.
-      const uint32_t w = LoadShared4(st + kRsXBytes + (t.row[mb] + kHalf * h) * 64 +
+      const uint32_t w = LoadShared4(st + RsPlan<kBM>::kXBytes + (t.row[mb] + kHalf * h) * 64 +
                                      16 * (b ^ t.code_swz) + 4 * t.tig);
       uint32_t p[4];
       if constexpr (kWide) {
@@ -187,15 +189,15 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
 }
 
 // RsDecodeBlockAs for the stage's `wide` (warp-uniform: RsLoadScales).
-template <int kHalf>
+template <int kHalf, int kBM>
 __device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread& t,
                                               const uint32_t (&sw)[2][2],
                                               const uint32_t (&so)[2][2], bool wide, int b,
                                               uint32_t (&a)[2][2][4]) {
   if (wide) {
-    RsDecodeBlockAs<true, kHalf>(st, t, sw, so, b, a);
+    RsDecodeBlockAs<true, kHalf, kBM>(st, t, sw, so, b, a);
   } else {
-    RsDecodeBlockAs<false, kHalf>(st, t, sw, so, b, a);
+    RsDecodeBlockAs<false, kHalf, kBM>(st, t, sw, so, b, a);
   }
 }
 
@@ -230,17 +232,18 @@ __device__ __forceinline__ void RsFenceAcc(float (&acc)[2][64]) {
 // it needs no fence (kRsDownNoProxyFence, moe_wgmma_rs_stage.cuh).
 template <bool kUp>
 inline constexpr bool kRsWaitFence = kUp || !kRsDownNoProxyFence;
-template <bool kFence>
+template <bool kFence, int kBM>
 __device__ __forceinline__ void RsWaitFull(uint32_t full_bars, uint32_t c) {
-  wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(c % kRsStages) * 8,
-                    static_cast<uint32_t>((c / kRsStages) & 1));
+  constexpr uint32_t kStages = RsPlan<kBM>::kStages;
+  wgmma_ws::BarWait(full_bars + (c % kStages) * 8, (c / kStages) & 1);
   if constexpr (kFence) wgmma::FenceProxyAsyncShared();
 }
 
 // This warp's wgmmas reading stage c have finished (and its decode reads are done): release it.
+template <int kBM>
 __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int lane) {
   __syncwarp();
-  if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(c % kRsStages) * 8);
+  if (lane == 0) wgmma_ws::BarArrive(empty_bars + (c % uint32_t{RsPlan<kBM>::kStages}) * 8);
 }
 
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
@@ -250,25 +253,27 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int l
 // set block q + 1 then overwrites: one group in flight during a decode. With 4 (kRsASets, the
 // session-57 experiment) it waits for block q - 2's: two in flight. Stage cs - 1 is released once
 // its last block's group (4cs - 1) has finished: at block kInFlight - 2 of stage cs.
-template <int kN, int kHalf, bool kFence, int kSets = 2>
+template <int kN, int kHalf, bool kFence, int kBM, int kSets = 2>
 __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
                                               uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
   static_assert(kSets == 2 || kSets == 4);
   constexpr int kInFlight = kSets == 2 ? 2 : 3;  // groups pending right after an issue
-  const uint32_t full_bars = base + kRsBarOff;
-  const uint32_t empty_bars = full_bars + kRsStages * 8;
+  using P = RsPlan<kBM>;
+  constexpr uint32_t kStages = P::kStages;
+  const uint32_t full_bars = base + P::kBarOff;
+  const uint32_t empty_bars = full_bars + kStages * 8;
   // [set][m-block][k16 step][register]: block b of a stage in set b % kSets.
   uint32_t a[kSets][2][2][4];
   uint32_t sw[2][2], so[2][2];
-  RsWaitFull<kFence>(full_bars, c);
-  const uint8_t* st = smem + (c % kRsStages) * kRsStageBytes;
-  bool wide = RsLoadScales<kHalf>(st, t, sw, so);
-  RsDecodeBlock<kHalf>(st, t, sw, so, wide, 0, a[0]);
+  RsWaitFull<kFence, kBM>(full_bars, c);
+  const uint8_t* st = smem + (c % kStages) * P::kStageBytes;
+  bool wide = RsLoadScales<kHalf, kBM>(st, t, sw, so);
+  RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, 0, a[0]);
   for (uint32_t kt = 0; kt < kt_count; ++kt) {
     const uint32_t cs = c + kt;
-    const uint32_t x_addr = base + static_cast<uint32_t>(cs % kRsStages) * kRsStageBytes;
+    const uint32_t x_addr = base + (cs % kStages) * P::kStageBytes;
     // The stage's B descriptor, advanced per (block, k16 step) by adding the offset's 16-byte
-    // units to its start-address field (no carry out of it: the static_assert by kRsSmemBytes).
+    // units to its start-address field (no carry out of it: RsPlan's static_assert).
     const uint64_t x_desc = wgmma::MakeSw128Desc(x_addr, kRsKMajorLbo, kRsKMajorSbo);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
@@ -278,7 +283,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
       for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-          const uint32_t offset = (b / 2) * kRsXBlock + (b % 2) * 64 + s * 32;
+          const uint32_t offset = (b / 2) * P::kXBlock + (b % 2) * 64 + s * 32;
           RsWgmma<kN>(acc[mb], a[b % kSets][mb][s], x_desc + (offset >> 4));
         }
       }
@@ -286,14 +291,14 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
       RsFenceAcc<kN>(acc);
       // The group of block 4kt + b - kInFlight + 1 has finished: A set (b + 1) % kSets is free.
       wgmma::WaitGroup<kInFlight - 1>();
-      if (b == kInFlight - 2 && kt > 0) RsRelease(empty_bars, cs - 1, t.lane);
+      if (b == kInFlight - 2 && kt > 0) RsRelease<kBM>(empty_bars, cs - 1, t.lane);
       if (b < 3) {
-        RsDecodeBlock<kHalf>(st, t, sw, so, wide, b + 1, a[(b + 1) % kSets]);
+        RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, b + 1, a[(b + 1) % kSets]);
       } else if (kt + 1 < kt_count) {
-        RsWaitFull<kFence>(full_bars, cs + 1);
-        st = smem + ((cs + 1) % kRsStages) * kRsStageBytes;
-        wide = RsLoadScales<kHalf>(st, t, sw, so);
-        RsDecodeBlock<kHalf>(st, t, sw, so, wide, 0, a[0]);
+        RsWaitFull<kFence, kBM>(full_bars, cs + 1);
+        st = smem + ((cs + 1) % kStages) * P::kStageBytes;
+        wide = RsLoadScales<kHalf, kBM>(st, t, sw, so);
+        RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, 0, a[0]);
       }
     }
   }
@@ -301,7 +306,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   // injects no wait of its own (C7517).
   wgmma::WaitGroup<0>();
   RsFenceAcc<kN>(acc);
-  RsRelease(empty_bars, c + kt_count - 1, t.lane);
+  RsRelease<kBM>(empty_bars, c + kt_count - 1, t.lane);
 }
 
 // Up epilogue of consumer warpgroup cw into its tile `tile` [slot][64 columns + 8]: SwiGLU of
@@ -342,15 +347,16 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[
 // Down epilogue of consumer warpgroup cw (columns n0 + 128·cw ..) in rounds of 64 slot rows:
 // bf16(acc) into its tile [slot][128 columns + 8] (accumulator rows are output columns), then
 // 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
-template <int kN = 128>  // the tile width: accumulator columns past it are never read
+// kN: the tile width (accumulator columns past it are never read); kBM: the tile's rows.
+template <int kN, int kBM>
 __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc)[2][64],
                                             uint16_t* tile, int cw, int64_t n0, int64_t row0,
                                             int rows) {
-  using S = RsShape<false>;
+  using S = RsShape<false, kBM>;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
   const int64_t c0 = n0 + S::kWgCols * cw;
 #pragma unroll
-  for (int round = 0; round < kRsBM / S::kRoundSlots; ++round) {
+  for (int round = 0; round < kBM / S::kRoundSlots; ++round) {
     const int s0 = round * S::kRoundSlots;
     if (s0 >= rows) break;           // uniform
     if (round > 0) RsWgBarrier(cw);  // the previous round's stores have read the tile
@@ -388,32 +394,33 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc
 // slot, store the accumulators through it (kN: the tile width, RsStoreUp / RsStoreDown) and release
 // it. The slot holds both warpgroups' tiles (no proxy fence before: generic accesses only; the
 // slot's last wgmma reads finished before its release).
-template <bool kUp, int kN>
+template <bool kUp, int kN, int kBM>
 __device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem, uint32_t base,
                                                const RsThread& t, uint32_t c, int cw, int64_t n0,
                                                int64_t row0, int rows, const float (&acc)[2][64]) {
-  using S = RsShape<kUp>;
-  const uint32_t full_bars = base + kRsBarOff;
-  const int slot = static_cast<int>(c % kRsStages);
-  wgmma_ws::BarWait(full_bars + slot * 8, static_cast<uint32_t>((c / kRsStages) & 1));
+  using S = RsShape<kUp, kBM>;
+  using P = RsPlan<kBM>;
+  const uint32_t full_bars = base + P::kBarOff;
+  const uint32_t slot = c % uint32_t{P::kStages};
+  wgmma_ws::BarWait(full_bars + slot * 8, (c / uint32_t{P::kStages}) & 1);
   uint16_t* tile_smem =
-      reinterpret_cast<uint16_t*>(smem + slot * kRsStageBytes + cw * S::kWgTileBytes);
+      reinterpret_cast<uint16_t*>(smem + slot * P::kStageBytes + cw * S::kWgTileBytes);
   if constexpr (kUp) {
     RsStoreUp<kN>(g, acc, tile_smem, cw, n0, row0, rows);
   } else {
-    RsStoreDown<kN>(g, acc, tile_smem, cw, n0, row0, rows);
+    RsStoreDown<kN, kBM>(g, acc, tile_smem, cw, n0, row0, rows);
   }
   // The slot's next TMA boxes write through the async proxy over these generic accesses (session
   // 54's TMA codes, unfenced, ran bit-exact but relied on timing for it).
   wgmma::FenceProxyAsyncShared();
-  RsRelease(full_bars + kRsStages * 8, c, t.lane);
+  RsRelease<kBM>(full_bars + P::kStages * 8, c, t.lane);
 }
 
 // One item of the consumer warpgroup cw at tile width kN: its K steps from step c, then the
 // epilogue step (c + kt_count). Its own accumulators, so that nothing but c is live where the
 // widths' paths meet (with three widths and the accumulators shared, the down kernel spilled
 // ~3 KB).
-template <bool kUp, int kN>
+template <bool kUp, int kN, int kBM>
 __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, uint32_t base,
                                               const RsThread& t, uint32_t kt_count, uint32_t c,
                                               int cw, int64_t n0, int64_t row0, int rows) {
@@ -423,42 +430,52 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 #pragma unroll
     for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
   }
-  RsConsumeTile<kN, kRsHalfRows<kUp>, kRsWaitFence<kUp>>(smem, base, t, kt_count, c, acc);
-  RsEpilogueStep<kUp, kN>(g, smem, base, t, c + kt_count, cw, n0, row0, rows, acc);
+  RsConsumeTile<kN, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c, acc);
+  RsEpilogueStep<kUp, kN, kBM>(g, smem, base, t, c + kt_count, cw, n0, row0, rows, acc);
 }
 
 // RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
-// code only for the set's widths.
-template <bool kUp, uint32_t kWidths>
+// code only for the set's widths. Tiles of kBM = 32 rows (the {16, 32} set only) never need more
+// than 32.
+template <bool kUp, uint32_t kWidths, int kBM>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
                                        const RsThread& t, uint32_t kt_count, uint32_t c, int cw,
                                        int64_t n0, int64_t row0, int rows) {
-  if constexpr ((kWidths & kRsN16) != 0) {
+  if constexpr (kBM == 32) {
+    static_assert(kWidths == (kRsN16 | kRsN32), "32-row tiles run the {16, 32} set");
     if (width == 16)
-      return RsItemOfWidth<kUp, 16>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+      return RsItemOfWidth<kUp, 16, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+    return RsItemOfWidth<kUp, 32, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  } else {
+    if constexpr ((kWidths & kRsN16) != 0) {
+      if (width == 16)
+        return RsItemOfWidth<kUp, 16, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+    }
+    if constexpr ((kWidths & kRsN32) != 0) {
+      if (width == 32)
+        return RsItemOfWidth<kUp, 32, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+    }
+    if constexpr ((kWidths & kRsN64) != 0) {
+      if (width == 64)
+        return RsItemOfWidth<kUp, 64, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+    }
+    if constexpr ((kWidths & kRsN96) != 0) {
+      if (width == 96)
+        return RsItemOfWidth<kUp, 96, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+    }
+    RsItemOfWidth<kUp, 128, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
   }
-  if constexpr ((kWidths & kRsN32) != 0) {
-    if (width == 32)
-      return RsItemOfWidth<kUp, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-  }
-  if constexpr ((kWidths & kRsN64) != 0) {
-    if (width == 64)
-      return RsItemOfWidth<kUp, 64>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-  }
-  if constexpr ((kWidths & kRsN96) != 0) {
-    if (width == 96)
-      return RsItemOfWidth<kUp, 96>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-  }
-  RsItemOfWidth<kUp, 128>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
 }
 
 // ---- the item queue ----------------------------------------------------------------------------
 
 // The producer's thread 0: the CTA's item i (the first: blockIdx.x; then the next free one from
-// g.work_counters[0], or grid-stride) into queue entry i % kRsItemSlots, -1 past the last, and
+// g.work_counters[0], or grid-stride) into queue entry i % kSlots (RsPlan::kItemSlots), -1 past
+// the last, and
 // the entry's arrival. Once a CTA has drawn past the end it counts itself in work_counters[1]; the
 // last CTA to do so (every draw of the launch is then done) zeroes both words for the next
 // launch.
+template <uint32_t kSlots>
 __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_t i,
                                            int32_t* item_q, uint32_t item_bars) {
   int item = static_cast<int>(blockIdx.x);
@@ -476,30 +493,35 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
       }
     }
   }
-  item_q[i % kRsItemSlots] = item;
-  wgmma_ws::BarArrive(item_bars + static_cast<uint32_t>(i % kRsItemSlots) * 8);
+  item_q[i % kSlots] = item;
+  wgmma_ws::BarArrive(item_bars + (i % kSlots) * 8);
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
-// kWidths: the tile widths' set (RsWidthSetFor's).
+// kWidths: the tile widths' set (RsWidthSetFor's); kBM: the tile list's rows per tile (128, or 32
+// for the {16, 32} set: RsPlan).
 // maps: the TMA boxes' tensor maps (RsTmaMaps).
-template <bool kUp, uint32_t kWidths = kRsLandedWidths>
+template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
 __global__ void __launch_bounds__(kRsThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
                            const __grid_constant__ RsTmaMaps maps) {
-  using S = RsShape<kUp>;
+  static_assert(kBM == kRsBM || kWidths == (kRsN16 | kRsN32), "32-row tiles: the {16, 32} set");
+  using S = RsShape<kUp, kBM>;
+  using P = RsPlan<kBM>;
+  constexpr uint32_t kStages = P::kStages;
+  constexpr uint32_t kSlots = P::kItemSlots;
   extern __shared__ uint8_t moe_wgmma_rs_smem_raw[];
   const uint32_t raw_addr = SmemAddr(moe_wgmma_rs_smem_raw);
   uint8_t* smem = moe_wgmma_rs_smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
   const uint32_t base = SmemAddr(smem);
-  const uint32_t full_bars = base + kRsBarOff;
-  const uint32_t empty_bars = full_bars + kRsStages * 8;
+  const uint32_t full_bars = base + P::kBarOff;
+  const uint32_t empty_bars = full_bars + kStages * 8;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kRsStages; ++s) {
+    for (uint32_t s = 0; s < kStages; ++s) {
       wgmma_ws::BarInit(full_bars + s * 8, 128);
       wgmma_ws::BarInit(empty_bars + s * 8, kRsConsumerThreads / 32);
     }
-    for (int s = 0; s < kRsItemSlots; ++s) wgmma_ws::BarInit(base + kRsItemBarOff + s * 8, 1);
+    for (uint32_t s = 0; s < kSlots; ++s) wgmma_ws::BarInit(base + P::kItemBarOff + s * 8, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -507,8 +529,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   const int n_blocks = static_cast<int>((g.n + S::kBN - 1) / S::kBN);
   const int items = n_blocks * *g.num_tiles;
   const uint32_t kt_count = static_cast<uint32_t>(g.k / kRsBK);  // K is a multiple of 128
-  const uint32_t item_bars = base + kRsItemBarOff;
-  auto* item_q = reinterpret_cast<int32_t*>(smem + kRsItemOff);
+  const uint32_t item_bars = base + P::kItemBarOff;
+  auto* item_q = reinterpret_cast<int32_t*>(smem + P::kItemOff);
   // Broadcast from lane 0 so that ptxas sees a warp-uniform value (a wgmma under a condition it
   // cannot prove uniform is serialised: C7518).
   const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
@@ -520,35 +542,35 @@ __global__ void __launch_bounds__(kRsThreads, 1)
     for (uint32_t i = 0;; ++i) {
       // Every producer thread has issued the previous item's copies (read the table and entry).
       RsBarrier<kRsProducerBarrier, 128>();
-      if (p == 0) RsNextItem(g, items, i, item_q, item_bars);
+      if (p == 0) RsNextItem<kSlots>(g, items, i, item_q, item_bars);
       RsBarrier<kRsProducerBarrier, 128>();
-      const int item = item_q[i % kRsItemSlots];
+      const int item = item_q[i % kSlots];
       if (item < 0) break;
       const int tile = item / n_blocks;
       const int64_t n0 = int64_t{item % n_blocks} * S::kBN;
       const int64_t e = g.tiles[2 * tile];
       const int64_t row0 = g.tiles[2 * tile + 1];
-      const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
-      if (!RsSlotRowsByTma<kUp>(g)) RsWriteTables(g, smem, p, row0, row_end);
-      const RsRows rows = RsMakeRows<kUp>(g, p, e, n0, row0, row_end);
+      const int64_t row_end = min(row0 + kBM, int64_t{g.offsets[e + 1]});
+      if (!RsSlotRowsByTma<kUp>(g)) RsWriteTables<kBM>(g, smem, p, row0, row_end);
+      const RsRows rows = RsMakeRows<kUp, kBM>(g, p, e, n0, row0, row_end);
       RsBarrier<kRsProducerBarrier, 128>();
       for (uint32_t kt = 0; kt < kt_count; ++kt, ++c) {
-        const int slot = static_cast<int>(c % kRsStages);
-        wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
-        RsLoadStage<kUp>(g, maps, smem, rows, smem + slot * kRsStageBytes, p, kt,
-                         full_bars + slot * 8);
+        const uint32_t slot = c % kStages;
+        wgmma_ws::BarWait(empty_bars + slot * 8, ((c / kStages) & 1) ^ 1);
+        RsLoadStage<kUp, kBM>(g, maps, smem, rows, smem + slot * P::kStageBytes, p, kt,
+                              full_bars + slot * 8);
       }
       // The epilogue step: no copies; its `full` phase hands the free slot to the consumers.
-      const int slot = static_cast<int>(c % kRsStages);
-      wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
+      const uint32_t slot = c % kStages;
+      wgmma_ws::BarWait(empty_bars + slot * 8, ((c / kStages) & 1) ^ 1);
       wgmma_ws::BarArrive(full_bars + slot * 8);
       ++c;
     }
     // Stay until the consumers have released every slot: all copies landed (each one's
     // cp.async arrival done) before the producer's threads exit.
-    for (int i = 0; i < kRsStages; ++i, ++c) {
-      const int slot = static_cast<int>(c % kRsStages);
-      wgmma_ws::BarWait(empty_bars + slot * 8, static_cast<uint32_t>(((c / kRsStages) & 1) ^ 1));
+    for (uint32_t i = 0; i < kStages; ++i, ++c) {
+      const uint32_t slot = c % kStages;
+      wgmma_ws::BarWait(empty_bars + slot * 8, ((c / kStages) & 1) ^ 1);
     }
     return;
   }
@@ -565,21 +587,21 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   for (uint32_t i = 0;; ++i) {
     // A plain spin, no watchdog (BarWait's costs the consumers 136 bytes of spills here): the
     // producer's thread 0 arrives unless it is stuck in a wait of its own, which traps.
-    while (!wgmma_ws::BarTryWait(item_bars + (i % kRsItemSlots) * 8, (i / kRsItemSlots) & 1)) {
+    while (!wgmma_ws::BarTryWait(item_bars + (i % kSlots) * 8, (i / kSlots) & 1)) {
     }
-    const int item = item_q[i % kRsItemSlots];
+    const int item = item_q[i % kSlots];
     if (item < 0) break;
     const int tile = item / n_blocks;
     const int64_t n0 = int64_t{item % n_blocks} * S::kBN;
     const int64_t e = g.tiles[2 * tile];
     const int64_t row0 = g.tiles[2 * tile + 1];
-    const int64_t row_end = min(row0 + kRsBM, int64_t{g.offsets[e + 1]});
+    const int64_t row_end = min(row0 + kBM, int64_t{g.offsets[e + 1]});
     const int rows = static_cast<int>(row_end - row0);
     // Another width set runs each width's item whole (RsItem); {64, 128} (the up GEMM above a
     // mean of 20 rows) one accumulator and one epilogue, as measured since session 44.
     if constexpr (kWidths != kRsLandedWidths) {
       const int width = __shfl_sync(0xFFFFFFFFu, RsTileWidth(kWidths, rows), 0);
-      RsItem<kUp, kWidths>(width, g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+      RsItem<kUp, kWidths, kBM>(width, g, smem, base, t, kt_count, c, cw, n0, row0, rows);
       c += kt_count;
     } else {
       float acc[2][64];
@@ -590,13 +612,14 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       }
       const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
       if (narrow) {
-        RsConsumeTile<64, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kRsASets>(smem, base, t, kt_count, c,
-                                                                         acc);
+        RsConsumeTile<64, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM, kRsASets>(smem, base, t,
+                                                                              kt_count, c, acc);
       } else {
-        RsConsumeTile<128, kRsHalfRows<kUp>, kRsWaitFence<kUp>>(smem, base, t, kt_count, c, acc);
+        RsConsumeTile<128, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c,
+                                                                     acc);
       }
       c += kt_count;
-      RsEpilogueStep<kUp, 128>(g, smem, base, t, c, cw, n0, row0, rows, acc);
+      RsEpilogueStep<kUp, 128, kBM>(g, smem, base, t, c, cw, n0, row0, rows, acc);
     }
     ++c;
   }

@@ -17,15 +17,16 @@
 namespace flashserve::kernels::moe_device {
 namespace {
 
-template <bool kUp, uint32_t kWidths = kRsLandedWidths>
+template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
 auto* RsKernel() {
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = MoeExpertWgmmaRsKernel<kUp, kWidths>;
-  EnsureSmemLimit(kernel, kRsSmemBytes, smem_set);
+  auto* kernel = MoeExpertWgmmaRsKernel<kUp, kWidths, kBM>;
+  EnsureSmemLimit(kernel, RsPlan<kBM>::kSmemBytes, smem_set);
   return kernel;
 }
 
-// Persistent CTAs, one per SM (kRsSmemBytes allows no second), or `ctas` where positive; never
+// Persistent CTAs, one per SM (RsPlan's shared memory allows no second), or `ctas` where positive;
+// never
 // more than the items (column blocks × the tile bound).
 template <bool kUp>
 dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
@@ -39,11 +40,11 @@ dim3 RsGrid(int64_t n, int64_t max_tiles, int64_t ctas) {
 // come by TMA (RsSlotRowsByTma).
 // MoeCuda's checks (16-byte aligned codes and ag, K a multiple of 128) make them describable, so
 // a refusal is a broken invariant.
-template <bool kUp>
+template <bool kUp, int kBM>
 RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   RsTmaMaps maps{};
   if (RsSlotRowsByTma<kUp>(g)) {
-    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsABoxRows,
+    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsABoxRows<kBM>,
                                 CU_TENSOR_MAP_SWIZZLE_128B))
         << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)
         << " (K " << g.k << ", " << slots << " rows)";
@@ -59,20 +60,28 @@ RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   return maps;
 }
 
-template <bool kUp, uint32_t kWidths>
+template <bool kUp, uint32_t kWidths, int kBM = kRsBM>
 void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
                   cudaStream_t stream) {
-  auto* kernel = RsKernel<kUp, kWidths>();
-  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, kRsSmemBytes, stream>>>(
-      g, MakeMaps<kUp>(g, slots));
+  auto* kernel = RsKernel<kUp, kWidths, kBM>();
+  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, RsPlan<kBM>::kSmemBytes, stream>>>(
+      g, MakeMaps<kUp, kBM>(g, slots));
   CUDA_CHECK(cudaGetLastError());
 }
 
 // The width set RsWidthSetFor picks for `slots` rows of the experts. The up GEMM has no {32, 64}
-// or {64, 96} kernel: it runs {64, 128} there.
+// or {64, 96} kernel: it runs {64, 128} there. Tiles of 32 rows run the {16, 32} kernel of 32-row
+// stages (MoeCudaRsTileRows only picks them where the set is {16, 32}).
 template <bool kUp>
-void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
+void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t ctas, int64_t slots,
             cudaStream_t stream) {
+  if (tile_rows == 32) {
+    CHECK(RsWidthSetFor(slots, g.n_experts, kUp) == (kRsN16 | kRsN32))
+        << "MoE RS GEMM: 32-row tiles for " << slots << " slot rows of " << g.n_experts
+        << " experts, where the {16, 32} set does not run";
+    return LaunchWidths<kUp, kRsN16 | kRsN32, 32>(g, max_tiles, ctas, slots, stream);
+  }
+  CHECK_EQ(tile_rows, kRsBM) << "MoE RS GEMM: tile_rows";
   switch (RsWidthSetFor(slots, g.n_experts, kUp)) {
     case kRsN16 | kRsN32:
       return LaunchWidths<kUp, kRsN16 | kRsN32>(g, max_tiles, ctas, slots, stream);
@@ -90,20 +99,22 @@ void Launch(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
   LaunchWidths<kUp, kRsLandedWidths>(g, max_tiles, ctas, slots, stream);
 }
 
-template <bool kUp>
+template <bool kUp, int kBM>
 MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
+  using P = RsPlan<kBM>;
   int ctas = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, RsKernel<kUp>(), kRsThreads,
-                                                           kRsSmemBytes));
+  auto* kernel = kBM == kRsBM ? RsKernel<kUp>() : RsKernel<kUp, kRsN16 | kRsN32, kBM>();
+  CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRsThreads, P::kSmemBytes));
   const dim3 grid = RsGrid<kUp>(n, max_tiles, 0);
   MoeCudaGemmPlan plan;
   plan.wgmma = true;
   plan.wgmma_rs = true;
-  plan.tile_rows = kMoeCudaWgmmaTileRows;
+  plan.tile_rows = kBM;
   plan.weight_rows = kRsNB;
   plan.k_step = kRsBK;
-  plan.stages = kRsStages;
-  plan.smem_bytes = kRsSmemBytes;
+  plan.stages = P::kStages;
+  plan.smem_bytes = P::kSmemBytes;
   plan.grid_x = grid.x;
   plan.grid_y = grid.y;
   plan.ctas_per_sm = ctas;
@@ -113,14 +124,17 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
 
 }  // namespace
 
-void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas, int64_t slots,
-                   cudaStream_t stream) {
-  if (up) return Launch<true>(g, max_tiles, ctas, slots, stream);
-  Launch<false>(g, max_tiles, ctas, slots, stream);
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t tile_rows, int64_t max_tiles, int64_t ctas,
+                   int64_t slots, cudaStream_t stream) {
+  if (up) return Launch<true>(g, tile_rows, max_tiles, ctas, slots, stream);
+  Launch<false>(g, tile_rows, max_tiles, ctas, slots, stream);
 }
 
-MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles) {
-  return up ? Describe<true>(n, max_tiles) : Describe<false>(n, max_tiles);
+MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t tile_rows, int64_t n, int64_t max_tiles) {
+  if (tile_rows == 32) {
+    return up ? Describe<true, 32>(n, max_tiles) : Describe<false, 32>(n, max_tiles);
+  }
+  return up ? Describe<true, kRsBM>(n, max_tiles) : Describe<false, kRsBM>(n, max_tiles);
 }
 
 }  // namespace flashserve::kernels::moe_device

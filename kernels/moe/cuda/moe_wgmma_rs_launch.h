@@ -13,15 +13,16 @@
 namespace flashserve::kernels::moe_device {
 
 // Enqueues the up (w1/w3 + SwiGLU + quantiser) or down (w2) GEMM over the tile list of `g`
-// (tile_rows 128) on `stream`: persistent CTAs (one per SM, or `ctas` where positive) walking the
-// items (256 weight rows × a tile; at most max_tiles tiles) grid-stride. `slots`: the call's
-// slot rows (they choose the tile widths' set, RsWidthSetFor). Opts the kernel into its shared
-// memory once per device. Launch failures abort.
-void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t max_tiles, int64_t ctas, int64_t slots,
-                   cudaStream_t stream);
+// (tile_rows 128, or 32 where the {16, 32} set runs: MoeCudaRsTileRows) on `stream`: persistent
+// CTAs (one per SM, or `ctas` where positive) walking the items (256 weight rows × a tile; at
+// most max_tiles tiles) grid-stride. `slots`: the call's slot rows (they choose the tile widths'
+// set, RsWidthSetFor). Opts the kernel into its shared memory once per device. Launch failures
+// abort.
+void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t tile_rows, int64_t max_tiles, int64_t ctas,
+                   int64_t slots, cudaStream_t stream);
 
-// The launch LaunchWgmmaRs makes for N = n (I up, D down), max_tiles and ctas 0, with its
-// occupancy on the current device (a driver call): grid_x CTAs, grid_y 1.
-MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t n, int64_t max_tiles);
+// The launch LaunchWgmmaRs makes for N = n (I up, D down) at tile_rows, max_tiles and ctas 0,
+// with its occupancy on the current device (a driver call): grid_x CTAs, grid_y 1.
+MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t tile_rows, int64_t n, int64_t max_tiles);
 
 }  // namespace flashserve::kernels::moe_device

@@ -20,43 +20,55 @@ namespace flashserve::kernels::moe_device {
 
 inline constexpr int kRsThreads = 384;
 inline constexpr int kRsConsumerThreads = 256;
-inline constexpr int kRsBM = 128;  // slot rows per tile (kMoeCudaWgmmaTileRows)
+inline constexpr int kRsBM = 128;  // slot rows per tile (kMoeCudaWgmmaTileRows) by default
 inline constexpr int kRsNB = 256;  // weight rows per CTA
 inline constexpr int kRsBK = 128;  // K per stage
-inline constexpr int kRsStages = 4;
 inline constexpr uint32_t kRsKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
 inline constexpr uint32_t kRsKMajorSbo = 1024;  // 8 rows of 128 bytes
 // setmaxnreg: 256 · 224 + 128 · 56 = 64512 <= 65536 registers per SM (one CTA).
 inline constexpr uint32_t kRsConsumerRegs = 224;
 inline constexpr uint32_t kRsProducerRegs = 56;
 static_assert(kRsConsumerThreads * kRsConsumerRegs + 128 * kRsProducerRegs <= 65536);
-inline constexpr uint32_t kRsXBlock = kRsBM * 128;  // one 64-K column block of the slot rows
-inline constexpr uint32_t kRsXBytes = 2 * kRsXBlock;
 inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
 inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
-inline constexpr uint32_t kRsStageBytes = kRsXBytes + kRsCodeBytes + kRsScaleBytes;
-// The producer's per-tile table where the up GEMM gathers its slot rows: the A row of each slot
-// row (null: not loaded). Its other rows are in registers (RsRows).
-inline constexpr uint32_t kRsARowOff = kRsStages * kRsStageBytes;
-inline constexpr uint32_t kRsBarOff = kRsARowOff + kRsBM * 8;
-// The item queue: kRsItemSlots mbarriers (1 arrival: the producer's thread 0 wrote the entry),
-// then the entries (int32 item, -1: no more). The producer runs at most 4 steps, i.e. 2 items,
-// ahead of the consumers (every item has a K step and an epilogue step), so it rewrites entry i %
-// 4 only after the consumers have read it.
-inline constexpr int kRsItemSlots = 4;
-inline constexpr uint32_t kRsItemBarOff = kRsBarOff + 2 * kRsStages * 8;
-inline constexpr uint32_t kRsItemOff = kRsItemBarOff + kRsItemSlots * 8;
-inline constexpr uint32_t kRsEnd = kRsItemOff + kRsItemSlots * 4;
-inline constexpr int kRsSmemBytes = static_cast<int>(kRsEnd) + 1024;  // + alignment slack
-static_assert(kRsStageBytes % 1024 == 0, "stages start on swizzle atoms");
-static_assert(kRsSmemBytes <= 227 * 1024);
-// RsConsumeTile advances a stage's B descriptor by adding to its 14-bit start-address field
-// (shared address / 16): every operand's address, inside the CTA's window (+ 1 KB reserved),
-// stays below the field's 256 KB, so the add never carries out of it.
-static_assert(kRsSmemBytes + 1024 < (1 << 18));
-// More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
-// by it).
-static_assert(2 * kRsSmemBytes > 228 * 1024);
+
+// The shared-memory plan of a kernel whose tiles hold up to kBM slot rows (the permute's
+// tile_rows: 128, or 32 for the {16, 32} kernels with MoeCudaParams::rs_tile_rows, session 57):
+// kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column blocks), the codes and the
+// scale words; a smaller kBM leaves room for more stages, i.e. more of the weights' bytes in
+// flight per SM (4 stages at 128 rows, 8 at 32).
+template <int kBM>
+struct RsPlan {
+  static_assert(kBM == 128 || kBM == 32);
+  static constexpr int kStages = kBM == 128 ? 4 : 8;
+  static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of the slot rows
+  static constexpr uint32_t kXBytes = 2 * kXBlock;
+  static constexpr uint32_t kStageBytes = kXBytes + kRsCodeBytes + kRsScaleBytes;
+  // The producer's per-tile table where the up GEMM gathers its slot rows: the A row of each
+  // slot row (null: not loaded). Its other rows are in registers (RsRows).
+  static constexpr uint32_t kARowOff = kStages * kStageBytes;
+  static constexpr uint32_t kBarOff = kARowOff + kBM * 8;
+  // The item queue: kItemSlots mbarriers (1 arrival: the producer's thread 0 wrote the entry),
+  // then the entries (int32 item, -1: no more). The producer runs at most kStages steps, i.e.
+  // kStages / 2 items, ahead of the consumers (every item has a K step and an epilogue step), so
+  // with kStages entries it rewrites entry i % kStages only after the consumers have read it.
+  static constexpr int kItemSlots = kStages;
+  static constexpr uint32_t kItemBarOff = kBarOff + 2 * kStages * 8;
+  static constexpr uint32_t kItemOff = kItemBarOff + kItemSlots * 8;
+  static constexpr uint32_t kEnd = kItemOff + kItemSlots * 4;
+  static constexpr int kSmemBytes = static_cast<int>(kEnd) + 1024;  // + alignment slack
+  static_assert(kStageBytes % 1024 == 0, "stages start on swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024);
+  // RsConsumeTile advances a stage's B descriptor by adding to its 14-bit start-address field
+  // (shared address / 16): every operand's address, inside the CTA's window (+ 1 KB reserved),
+  // stays below the field's 256 KB, so the add never carries out of it.
+  static_assert(kSmemBytes + 1024 < (1 << 18));
+  // More than half an SM's shared memory: one CTA per SM (the launcher sizes its persistent grid
+  // by it).
+  static_assert(2 * kSmemBytes > 228 * 1024);
+};
+// The default plan's stage count (MoeCudaGemmPlan::stages).
+inline constexpr int kRsStages = RsPlan<kRsBM>::kStages;
 // The tile widths (slot rows a consumer's wgmmas cover: m64nWk16) a kernel may pick per tile, as
 // bits: the smallest width of its set that holds the tile's rows, 128 (always in a set)
 // otherwise. A tile pays its width's tensor work whatever its rows, so narrower widths where
@@ -122,18 +134,24 @@ static_assert(RsConsumerRowsPairTheColumn<true>() && RsConsumerRowsPairTheColumn
 inline constexpr uint32_t kRsProducerBarrier = 1;
 inline constexpr uint32_t kRsEpilogueBarrier = 2;
 
-template <bool kUp>
+template <bool kUp, int kBM = kRsBM>
 struct RsShape {
   static constexpr int kBN = kUp ? kRsNB / 2 : kRsNB;  // output columns per CTA
   static constexpr int kWgCols = kBN / 2;              // output columns per consumer warpgroup
   static constexpr int kPitch = kWgCols + 8;           // bf16 per slot row of a warpgroup's tile
-  static constexpr int kRoundSlots = kUp ? kRsBM : kRsBM / 2;  // slot rows per epilogue round
+  // Slot rows per epilogue round: the whole tile where both warpgroups' tiles fit one ring slot
+  // (up; down at 32 rows), else half of it (down at 128 rows: two rounds of 64).
+  static constexpr int kRoundSlots =
+      2 * kBM * kPitch * 2 <= static_cast<int>(RsPlan<kBM>::kStageBytes) ? kBM : kBM / 2;
   static constexpr uint32_t kWgTileBytes = kRoundSlots * kPitch * 2;
-  static_assert(2 * kWgTileBytes <= kRsStageBytes, "both warpgroups' tiles fit one ring slot");
+  static_assert(2 * kWgTileBytes <= RsPlan<kBM>::kStageBytes,
+                "both warpgroups' tiles fit one ring slot");
   static_assert(kWgTileBytes % 16 == 0 && (kPitch * 2) % 16 == 0, "16-byte row pieces");
   // FP4 codes + scale bytes of one 128-K stage of one CTA.
   static constexpr int kWeightStageBytes = static_cast<int>(kRsCodeBytes + kRsScaleBytes);
 };
+static_assert(RsShape<true>::kRoundSlots == 128 && RsShape<false>::kRoundSlots == 64,
+              "the 128-row plan's epilogue rounds (session 44)");
 
 // Barrier kId over kCount threads; not .aligned (reached from the producer's and the consumers'
 // branches).
@@ -205,8 +223,10 @@ inline constexpr bool kRsUpATma = FS_MOE_RS_UP_A_TMA != 0;
 #define FS_MOE_RS_A_ROW_BOXES 0
 #endif
 inline constexpr bool kRsARowBoxes = FS_MOE_RS_A_ROW_BOXES != 0;
-inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kRsBM;
-static_assert(kRsBM % kRsABoxRows == 0 && (kRsABoxRows * 128) % 1024 == 0);
+template <int kBM>
+inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kBM;
+static_assert(kRsBM % kRsABoxRows<kRsBM> == 0 && (kRsABoxRows<kRsBM> * 128) % 1024 == 0);
+static_assert((kRsABoxRows<32> * 128) % 1024 == 0);
 // The down GEMM's consumers without the fence.proxy.async after each stage's `full` wait
 // (session 55 experiment, off: not yet run on the H200). The fence makes the up GEMM's cp.async
 // slot rows (generic-proxy writes) visible to wgmma (async proxy); the down GEMM's slot rows
@@ -277,7 +297,8 @@ constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
       }
     }
   }
-  return (kRsXBytes % 1024 == 0) && (box_rows * 64) % 512 == 0;
+  return (RsPlan<kRsBM>::kXBytes % 1024 == 0) && (RsPlan<32>::kXBytes % 1024 == 0) &&
+         (box_rows * 64) % 512 == 0;
 }
 static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<false>) &&
               RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<true>));
@@ -302,14 +323,15 @@ __device__ __forceinline__ void RsTmaRows(const CUtensorMap* map, uint32_t dst, 
 // Producer thread p's rows of the tile at slot rows [row0, row_end) of expert e, CTA columns n0
 // ..: scale rows p and p + 128 (down: w2 rows n0 + p, + 128; up: column n0 + p of w1, then of
 // w3).
-template <bool kUp>
+template <bool kUp, int kBM>
 __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e, int64_t n0,
                                              int64_t row0, int64_t row_end) {
   RsRows rows;
   rows.a_row0 = static_cast<int32_t>(row0);
   rows.a_count = static_cast<int>(row_end - row0);
-  rows.a_boxes =
-      kRsARowBoxes ? static_cast<int>((row_end - row0 + kRsABoxRows - 1) / kRsABoxRows) : 1;
+  rows.a_boxes = kRsARowBoxes
+                     ? static_cast<int>((row_end - row0 + kRsABoxRows<kBM> - 1) / kRsABoxRows<kBM>)
+                     : 1;
   rows.code_row0 = static_cast<int32_t>(e * g.n + n0);
   const int64_t col = n0 + p;
   rows.scale_off = (e * g.n + col) * (g.k / 32);
@@ -323,16 +345,17 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
 
 // The up tile's slot-row table where the rows are gathered (producer thread p = 0 .. 127): the A
 // row of slot row p (null: past the expert's rows).
+template <int kBM>
 __device__ __forceinline__ void RsWriteTables(const GemmArgs& g, uint8_t* smem, int p, int64_t row0,
                                               int64_t row_end) {
-  auto** a_rows = reinterpret_cast<const uint16_t**>(smem + kRsARowOff);
-  a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
+  auto** a_rows = reinterpret_cast<const uint16_t**>(smem + RsPlan<kBM>::kARowOff);
+  if (kBM == 128 || p < kBM) a_rows[p] = row0 + p < row_end ? ARow(g, row0 + p) : nullptr;
 }
 
 // Issues the copies of K step kt into stage slot `st` (producer thread p) and arrives on `full`
 // when they have landed. Rows outside the expert / N are not copied, or (the TMA boxes) hold the
 // next rows or zeros: either way they reach only accumulator rows or columns never stored.
-template <bool kUp>
+template <bool kUp, int kBM>
 __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& maps,
                                             const uint8_t* smem, const RsRows& rows, uint8_t* st,
                                             int p, int64_t kt, uint32_t full) {
@@ -341,15 +364,16 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
     // 128 contiguous bytes of a row. Rows past the expert (null in the table) are known from
     // the count, so their table loads are skipped too (session 56: a tile of 20 rows read all
     // 8 pointers per thread and stage, 64-bit null tests behind each load's latency).
-    const auto* const* a_rows = reinterpret_cast<const uint16_t* const*>(smem + kRsARowOff);
+    const auto* const* a_rows =
+        reinterpret_cast<const uint16_t* const*>(smem + RsPlan<kBM>::kARowOff);
 #pragma unroll
-    for (int it = 0; it < kRsBM / 16; ++it) {
+    for (int it = 0; it < kBM / 16; ++it) {
       const int r = p / 8 + 16 * it;
       if (r >= rows.a_count) break;
       const uint16_t* a = a_rows[r];
 #pragma unroll
       for (int cb = 0; cb < 2; ++cb) {
-        CpAsync16(st + cb * kRsXBlock + wgmma::Sw128Offset(r, p % 8),
+        CpAsync16(st + cb * RsPlan<kBM>::kXBlock + wgmma::Sw128Offset(r, p % 8),
                   a + kt * kRsBK + cb * 64 + (p % 8) * 8, true);
       }
     }
@@ -357,16 +381,16 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
     // The tile's slot rows (RsTmaMaps::a): the second producer warp's lane 0 adds their bytes
     // to the phase (before its own cp.async arrival, so the phase cannot complete without them)
     // and issues the boxes of both column blocks.
-    constexpr uint32_t kBoxBytes = kRsABoxRows * 128;
+    constexpr uint32_t kBoxBytes = kRsABoxRows<kBM> * 128;
     RsExpectTx(full, 2 * static_cast<uint32_t>(rows.a_boxes) * kBoxBytes);
 #pragma unroll
     for (int cb = 0; cb < 2; ++cb) {
 #pragma unroll
-      for (int i = 0; i < kRsBM / kRsABoxRows; ++i) {
+      for (int i = 0; i < kBM / kRsABoxRows<kBM>; ++i) {
         if (i < rows.a_boxes) {
-          RsTmaRows(&maps.a, SmemAddr(st) + cb * kRsXBlock + i * kBoxBytes, full,
+          RsTmaRows(&maps.a, SmemAddr(st) + cb * RsPlan<kBM>::kXBlock + i * kBoxBytes, full,
                     static_cast<int32_t>((kt * kRsBK + cb * 64) * 2),
-                    rows.a_row0 + i * kRsABoxRows);
+                    rows.a_row0 + i * kRsABoxRows<kBM>);
         }
       }
     }
@@ -377,7 +401,7 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
     // thread 1 w3's).
     if (p == 0) RsExpectTx(full, kRsCodeBytes);
     __syncwarp();
-    const uint32_t codes = SmemAddr(st) + kRsXBytes;
+    const uint32_t codes = SmemAddr(st) + RsPlan<kBM>::kXBytes;
     const int32_t k0 = static_cast<int32_t>(kt * (kRsBK / 2));
     if (p == 0) RsTmaRows(&maps.w, codes, full, k0, rows.code_row0);
     if constexpr (kUp) {
@@ -389,7 +413,8 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
     if (it < rows.scale_rows) {
       const uint8_t* src = kUp ? (it == 0 ? g.w_scale : g.w_up_scale) + rows.scale_off
                                : g.w_scale + rows.scale_off + it * 128 * (g.k / 32);
-      CpAsync4(st + kRsXBytes + kRsCodeBytes + (p + 128 * it) * 4, src + kt * (kRsBK / 32));
+      CpAsync4(st + RsPlan<kBM>::kXBytes + kRsCodeBytes + (p + 128 * it) * 4,
+               src + kt * (kRsBK / 32));
     }
   }
   CpAsyncArriveNoinc(full);
