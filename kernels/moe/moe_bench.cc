@@ -5,7 +5,7 @@
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
-//             [--rs-tile-rows 0|32|128]
+//             [--rs-tile-rows 0|32|64|128]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -46,9 +46,10 @@
 // dynamic from 1 slot per expert), for the layer and the up / down stage times. --down-gemm 4:
 // the register-sourced GEMM for the down projection after another up GEMM
 // (MoeCudaParams::down_gemm; the paths column's GEMM letter gets "+R", and down_us includes the
-// tile regroup and the reorder of ag between the stages). --rs-tile-rows 32: the register-sourced
-// GEMM on 32-row tiles with 8 ring stages where its {16, 32} kernels run (MoeCudaParams::
-// rs_tile_rows, MoeCudaRsTileRows; the launch table's rows = 32), to A/B on one build. Per token
+// tile regroup and the reorder of ag between the stages). --rs-tile-rows 32 / 64: the
+// register-sourced GEMM on 32-row tiles with 8 ring stages (<= 20 slot rows per expert) / 64-row
+// tiles with 6 (<= 40) (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows; the launch table's rows =
+// 32 / 64), to A/B on one build. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the
 // ids must be byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -397,7 +398,7 @@ int Main(int argc, char** argv) {
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
           "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
-          "0|4] [--rs-tile-rows 0|32|128]\n",
+          "0|4] [--rs-tile-rows 0|32|64|128]\n",
           argv[0]);
       return 2;
     }
@@ -438,8 +439,8 @@ int Main(int argc, char** argv) {
       }
       o.down_gemm = v == "4" ? MoeCudaGemm::kWgmmaRs : MoeCudaGemm::kAuto;
     } else if (a == "--rs-tile-rows") {
-      if (v != "0" && v != "32" && v != "128") {
-        std::fprintf(stderr, "--rs-tile-rows must be 0, 32 or 128\n");
+      if (v != "0" && v != "32" && v != "64" && v != "128") {
+        std::fprintf(stderr, "--rs-tile-rows must be 0, 32, 64 or 128\n");
         return 2;
       }
       o.rs_tile_rows = std::atoi(v.c_str());

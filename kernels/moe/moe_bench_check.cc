@@ -52,6 +52,7 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
   for (const Gemms gg : {Gemms{MoeCudaGemm::kTiled, kAuto}, Gemms{MoeCudaGemm::kStream, kAuto},
                          Gemms{MoeCudaGemm::kWgmma, kAuto}, Gemms{MoeCudaGemm::kWgmmaRs, kAuto},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsNarrowTileRows},
+                         Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsMidTileRows},
                          Gemms{MoeCudaGemm::kStreamRing, kAuto},
                          Gemms{MoeCudaGemm::kStream16, MoeCudaGemm::kWgmmaRs}}) {
     const MoeCudaGemm gemm = gg.gemm;
@@ -81,7 +82,8 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
         "check m %ld%s, %s GEMM%s%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max "
         "|y| %.3g), %.3f %% within 1 ulp -> %s\n",
         static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
-        MoeCudaGemmName(gemm), gg.rs_tile_rows != 0 ? " (32-row tiles)" : "",
+        MoeCudaGemmName(gemm),
+        gg.rs_tile_rows == 0 ? "" : (gg.rs_tile_rows == 32 ? " (32-row tiles)" : " (64-row tiles)"),
         gg.down == MoeCudaGemm::kWgmmaRs ? " + RS down" : "", ids_ok ? "identical" : "DIFFER",
         d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
     all_ok = all_ok && ok;

@@ -355,13 +355,17 @@ bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeC
 
 // The register-sourced GEMM's tile rows for `slots` slot rows of n_experts experts
 // (MoeCudaParams::rs_tile_rows; session 57 experiment): kMoeCudaRsNarrowTileRows (32) where
-// rs_tile_rows asks for it and its {16, 32} kernels run (<= kMoeCudaRsNarrowMaxSlotsPerExpert
-// slot rows per expert on average: RsWidthSetFor's set for both projections), whose 32-row ring
-// stages leave room for 8 of them instead of 4 (more of the weights' bytes in flight per SM;
-// an expert with more than 32 rows takes several tiles, each reading its weights); otherwise
-// kMoeCudaWgmmaTileRows (128). Pure.
+// rs_tile_rows asks for it and <= kMoeCudaRsNarrowMaxSlotsPerExpert slot rows per expert on
+// average (its {16, 32} kernels: RsWidthSetFor's set there for both projections), whose 32-row
+// ring stages leave room for 8 of them instead of 4; kMoeCudaRsMidTileRows (64) where asked for
+// at <= kMoeCudaRsMidMaxSlotsPerExpert (the {32, 64} kernels for both projections, 6 stages of
+// 64 rows); otherwise kMoeCudaWgmmaTileRows (128). More stages put more of the weights' bytes in
+// flight per SM; an expert with more rows than a tile takes several tiles, each reading its
+// weights. Pure.
 inline constexpr int64_t kMoeCudaRsNarrowTileRows = 32;
 inline constexpr int64_t kMoeCudaRsNarrowMaxSlotsPerExpert = 20;
+inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
+inline constexpr int64_t kMoeCudaRsMidMaxSlotsPerExpert = 40;
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows);
 
 // A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
@@ -590,9 +594,10 @@ struct MoeCudaParams {
   // bits on exact-arithmetic inputs (only the fp32 summation order differs between GEMMs).
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
   // The register-sourced GEMM's tile rows where it runs both projections: 0 or 128 (default) =
-  // 128-row tiles (4 ring stages); 32 = MoeCudaRsTileRows (32-row tiles and 8 stages where its
-  // {16, 32} kernels run; session 57 experiment, bench_moe --rs-tile-rows 32). Output bits
-  // unchanged (the same per-row operations; a row's tile does not change its numerics).
+  // 128-row tiles (4 ring stages); 32 / 64 = MoeCudaRsTileRows (32-row tiles and 8 stages at <= 20
+  // slot rows per expert, 64-row tiles and 6 stages at <= 40; session 57 experiment, bench_moe
+  // --rs-tile-rows). Output bits unchanged (the same per-row operations; a row's tile does not
+  // change its numerics).
   int64_t rs_tile_rows = 0;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the

@@ -158,8 +158,8 @@ absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t ti
   return absl::OkStatus();
 }
 
-// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32-row tiles
-// where its {16, 32} kernels run (MoeCudaRsTileRows).
+// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32- / 64-row
+// tiles where MoeCudaRsTileRows gives them.
 absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows, int64_t ctas,
                           int64_t slots, int64_t n_experts) {
   if (ctas < 0) {
@@ -167,15 +167,17 @@ absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows, int6
                    absl::StrFormat("is %d (0 = one per SM, or positive)", ctas));
   }
   if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
-  if (tile_rows == kMoeCudaRsNarrowTileRows &&
-      MoeCudaRsTileRows(slots, n_experts, kMoeCudaRsNarrowTileRows) == tile_rows) {
+  if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows) &&
+      MoeCudaRsTileRows(slots, n_experts, tile_rows) == tile_rows) {
     return absl::OkStatus();
   }
-  return Invalid(op, "wgmma_rs",
-                 absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM "
-                                 "takes tile_rows %d, or %d at <= %d slot rows per expert)",
-                                 tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
-                                 kMoeCudaRsNarrowMaxSlotsPerExpert));
+  return Invalid(
+      op, "wgmma_rs",
+      absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM takes tile_rows "
+                      "%d, %d at <= %d slot rows per expert or %d at <= %d)",
+                      tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
+                      kMoeCudaRsNarrowMaxSlotsPerExpert, kMoeCudaRsMidTileRows,
+                      kMoeCudaRsMidMaxSlotsPerExpert));
 }
 
 absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t slots,
@@ -415,6 +417,10 @@ int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows
       slots <= kMoeCudaRsNarrowMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsNarrowTileRows;
   }
+  if (rs_tile_rows == kMoeCudaRsMidTileRows &&
+      slots <= kMoeCudaRsMidMaxSlotsPerExpert * n_experts) {
+    return kMoeCudaRsMidTileRows;
+  }
   return kMoeCudaWgmmaTileRows;
 }
 
@@ -590,10 +596,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
         absl::StrFormat("is %d, must be kAuto (0) or kWgmmaRs (4)", static_cast<int>(p.down_gemm)));
   }
   if (p.rs_tile_rows != 0 && p.rs_tile_rows != kMoeCudaWgmmaTileRows &&
-      p.rs_tile_rows != kMoeCudaRsNarrowTileRows) {
-    return Invalid(kOp, "rs_tile_rows",
-                   absl::StrFormat("is %d, must be 0, %d or %d", p.rs_tile_rows,
-                                   kMoeCudaRsNarrowTileRows, kMoeCudaWgmmaTileRows));
+      p.rs_tile_rows != kMoeCudaRsNarrowTileRows && p.rs_tile_rows != kMoeCudaRsMidTileRows) {
+    return Invalid(
+        kOp, "rs_tile_rows",
+        absl::StrFormat("is %d, must be 0, %d, %d or %d", p.rs_tile_rows, kMoeCudaRsNarrowTileRows,
+                        kMoeCudaRsMidTileRows, kMoeCudaWgmmaTileRows));
   }
   if ((p.gemm == MoeCudaGemm::kStream || p.gemm == MoeCudaGemm::kStreamRing) &&
       std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {

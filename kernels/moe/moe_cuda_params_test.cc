@@ -191,11 +191,11 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.down_gemm = MoeCudaGemm::kWgmmaRs;
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
   p = GoodLayer(&w);
-  for (const int64_t rows : {0, 32, 128}) {
+  for (const int64_t rows : {0, 32, 64, 128}) {
     p.rs_tile_rows = rows;
     EXPECT_TRUE(Validate(p).ok()) << rows << ": " << Validate(p);
   }
-  for (const int64_t rows : {-1, 16, 64, 256}) {
+  for (const int64_t rows : {-1, 16, 96, 256}) {
     p.rs_tile_rows = rows;
     ExpectInvalid(Validate(p), "rs_tile_rows");
   }
@@ -558,12 +558,16 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   down.wgmma_rs_ctas = -1;
   ExpectInvalid(Validate(down), "wgmma_rs_ctas");
   down.wgmma_rs_ctas = 0;
-  down.tile_rows = 64;
+  down.tile_rows = 16;
   ExpectInvalid(Validate(down), "wgmma_rs");
   // 32-row tiles where the {16, 32} kernels run (MoeCudaRsTileRows: <= 20 slot rows per expert).
   down.tile_rows = kMoeCudaRsNarrowTileRows;
   EXPECT_TRUE(Validate(down).ok()) << Validate(down);
   down.slots = kMoeCudaRsNarrowMaxSlotsPerExpert * w.n_experts + 1;
+  ExpectInvalid(Validate(down), "wgmma_rs");
+  down.tile_rows = kMoeCudaRsMidTileRows;  // 64-row tiles up to 40 slot rows per expert
+  EXPECT_TRUE(Validate(down).ok()) << Validate(down);
+  down.slots = kMoeCudaRsMidMaxSlotsPerExpert * w.n_experts + 1;
   ExpectInvalid(Validate(down), "wgmma_rs");
   down.slots = 4;
   down.wgmma_rs = false;

@@ -15,9 +15,9 @@
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
 // Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
 // with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
-// bytes; with the register-sourced GEMM also on 32-row tiles (MoeCudaParams::rs_tile_rows), whose
-// y must be the same bytes; with every other GEMM also with the register-sourced GEMM for the
-// down projection (MoeCudaParams::down_gemm).
+// bytes; with the register-sourced GEMM also on 32- and 64-row tiles (MoeCudaParams::
+// rs_tile_rows), whose y must be the same bytes; with every other GEMM also with the
+// register-sourced GEMM for the down projection (MoeCudaParams::down_gemm).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -220,14 +220,15 @@ void RunCase(const LayerCase& c) {
                                   dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
     ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
     if (gemm == MoeCudaGemm::kWgmmaRs) {
-      // 32-row tiles (rs_tile_rows; where the {16, 32} kernels run, else the same launch): the
-      // same bytes as the 128-row tiles (a row's tile does not change its numerics).
-      const GpuRun r32 =
-          RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
-                     dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
-                     MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, kMoeCudaRsNarrowTileRows);
-      EXPECT_EQ(gpu.y, r32.y) << name << ": 32-row tiles vs 128-row tiles";
-      EXPECT_EQ(gpu.ids, r32.ids);
+      // 32- / 64-row tiles (rs_tile_rows; where MoeCudaRsTileRows gives them, else the same
+      // launch): the same bytes as the 128-row tiles (a row's tile does not change its numerics).
+      for (const int64_t rows : {kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows}) {
+        const GpuRun r = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
+                                    dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
+                                    MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, rows);
+        EXPECT_EQ(gpu.y, r.y) << name << ": " << rows << "-row tiles vs 128-row tiles";
+        EXPECT_EQ(gpu.ids, r.ids);
+      }
     } else {
       // The register-sourced GEMM for the down projection after this up GEMM (down_gemm: the
       // tile list regrouped into 128-row tiles, ag reordered; nothing changes where the TMA ring

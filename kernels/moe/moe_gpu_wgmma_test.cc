@@ -356,14 +356,38 @@ TEST(MoeGpuWgmmaTest, RsThirtyTwoRowTilesAreBitExact) {
   CheckDownHandBuilt(kRsSetSmallCounts, kDims, std::size(kDims), true, 3, true, kRows);
 }
 
-// Which tile rows the launch takes (host only): 32 only where asked for and the {16, 32} set runs
-// both projections; the stage params accept 32-row tiles for the RS GEMM only there.
+// 64-row tiles (rs_tile_rows 64): the {32, 64} kernels, both projections, on the 6-stage ring of
+// 64-row stages (c % 6 slots: the ring's wrap is not a power of two), experts of 65 rows taking a
+// second tile of one row.
+TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = kMoeCudaRsMidTileRows;
+  for (const int64_t ctas : {0, 1, 3}) {
+    SCOPED_TRACE(testing::Message() << ctas << " CTAs");
+    CheckUpHandBuilt(kRsSetMidCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1,
+                     kRows);
+    CheckDownHandBuilt(kRsSetMidCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3,
+                       kRows);
+  }
+  CheckUpHandBuilt(kRsSetMidCounts, kDims, std::size(kDims), true, 0, true, kRows);
+  CheckDownHandBuilt(kRsSetMidCounts, kDims, std::size(kDims), true, 2, false, kRows);
+}
+
+// Which tile rows the launch takes (host only): 32 / 64 only where asked for and at <= 20 / 40
+// slot rows per expert; the stage params accept them for the RS GEMM only there.
 TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   constexpr int64_t kE = 384;
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 0), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 32), 32);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 32), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 64), 64);
+  EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 64), 64);
+  EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 64), kMoeCudaWgmmaTileRows);
+  EXPECT_LE(std::accumulate(kRsSetMidCounts.begin(), kRsSetMidCounts.end(), int64_t{0}),
+            kMoeCudaRsMidMaxSlotsPerExpert * static_cast<int64_t>(kRsSetMidCounts.size()));
+  EXPECT_LE(std::accumulate(kRsSetSmallCounts.begin(), kRsSetSmallCounts.end(), int64_t{0}),
+            kMoeCudaRsNarrowMaxSlotsPerExpert * static_cast<int64_t>(kRsSetSmallCounts.size()));
   for (const int64_t slots : {int64_t{1}, 6 * kE, 20 * kE}) {
     for (const bool up : {true, false}) {
       EXPECT_EQ(moe_cuda_internal::MoeRsWidthSetFor(slots, kE, up),

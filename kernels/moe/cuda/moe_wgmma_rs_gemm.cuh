@@ -435,8 +435,8 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 }
 
 // RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
-// code only for the set's widths. Tiles of kBM = 32 rows (the {16, 32} set only) never need more
-// than 32.
+// code only for the set's widths. Tiles of kBM = 32 / 64 rows (the {16, 32} / {32, 64} set only)
+// never need more than kBM.
 template <bool kUp, uint32_t kWidths, int kBM>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
                                        const RsThread& t, uint32_t kt_count, uint32_t c, int cw,
@@ -446,6 +446,11 @@ __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* sm
     if (width == 16)
       return RsItemOfWidth<kUp, 16, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
     return RsItemOfWidth<kUp, 32, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  } else if constexpr (kBM == 64) {
+    static_assert(kWidths == (kRsN32 | kRsN64), "64-row tiles run the {32, 64} set");
+    if (width == 32)
+      return RsItemOfWidth<kUp, 32, 64>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+    return RsItemOfWidth<kUp, 64, 64>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
   } else {
     if constexpr ((kWidths & kRsN16) != 0) {
       if (width == 16)
@@ -499,13 +504,15 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 
 // ---- the kernel --------------------------------------------------------------------------------
 // kWidths: the tile widths' set (RsWidthSetFor's); kBM: the tile list's rows per tile (128, or 32
-// for the {16, 32} set: RsPlan).
+// / 64 for the {16, 32} / {32, 64} set: RsPlan).
 // maps: the TMA boxes' tensor maps (RsTmaMaps).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
 __global__ void __launch_bounds__(kRsThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
                            const __grid_constant__ RsTmaMaps maps) {
-  static_assert(kBM == kRsBM || kWidths == (kRsN16 | kRsN32), "32-row tiles: the {16, 32} set");
+  static_assert(kBM == kRsBM || (kBM == 32 && kWidths == (kRsN16 | kRsN32)) ||
+                    (kBM == 64 && kWidths == (kRsN32 | kRsN64)),
+                "32- / 64-row tiles: the {16, 32} / {32, 64} set");
   using S = RsShape<kUp, kBM>;
   using P = RsPlan<kBM>;
   constexpr uint32_t kStages = P::kStages;

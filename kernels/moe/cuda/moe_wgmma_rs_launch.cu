@@ -70,15 +70,18 @@ void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t sl
 }
 
 // The width set RsWidthSetFor picks for `slots` rows of the experts. The up GEMM has no {32, 64}
-// or {64, 96} kernel: it runs {64, 128} there. Tiles of 32 rows run the {16, 32} kernel of 32-row
-// stages (MoeCudaRsTileRows only picks them where the set is {16, 32}).
+// or {64, 96} kernel: it runs {64, 128} there. Tiles of 32 / 64 rows (MoeCudaRsTileRows, which
+// the stage params' validation holds them to) run the {16, 32} / {32, 64} kernel of 32- / 64-row
+// stages, both projections.
 template <bool kUp>
 void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t ctas, int64_t slots,
             cudaStream_t stream) {
-  if (tile_rows == 32) {
-    CHECK(RsWidthSetFor(slots, g.n_experts, kUp) == (kRsN16 | kRsN32))
-        << "MoE RS GEMM: 32-row tiles for " << slots << " slot rows of " << g.n_experts
-        << " experts, where the {16, 32} set does not run";
+  if (tile_rows != kRsBM) {
+    CHECK_EQ(MoeCudaRsTileRows(slots, g.n_experts, tile_rows), tile_rows)
+        << "MoE RS GEMM: tile_rows for " << slots << " slot rows of " << g.n_experts << " experts";
+    if (tile_rows == 64) {
+      return LaunchWidths<kUp, kRsN32 | kRsN64, 64>(g, max_tiles, ctas, slots, stream);
+    }
     return LaunchWidths<kUp, kRsN16 | kRsN32, 32>(g, max_tiles, ctas, slots, stream);
   }
   CHECK_EQ(tile_rows, kRsBM) << "MoE RS GEMM: tile_rows";
@@ -103,7 +106,9 @@ template <bool kUp, int kBM>
 MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
   using P = RsPlan<kBM>;
   int ctas = 0;
-  auto* kernel = kBM == kRsBM ? RsKernel<kUp>() : RsKernel<kUp, kRsN16 | kRsN32, kBM>();
+  constexpr uint32_t kWidths =
+      kBM == kRsBM ? kRsLandedWidths : (kBM == 64 ? kRsN32 | kRsN64 : kRsN16 | kRsN32);
+  auto* kernel = RsKernel<kUp, kWidths, kBM>();
   CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRsThreads, P::kSmemBytes));
   const dim3 grid = RsGrid<kUp>(n, max_tiles, 0);
@@ -133,6 +138,9 @@ void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t tile_rows, int64_t max_ti
 MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t tile_rows, int64_t n, int64_t max_tiles) {
   if (tile_rows == 32) {
     return up ? Describe<true, 32>(n, max_tiles) : Describe<false, 32>(n, max_tiles);
+  }
+  if (tile_rows == 64) {
+    return up ? Describe<true, 64>(n, max_tiles) : Describe<false, 64>(n, max_tiles);
   }
   return up ? Describe<true, kRsBM>(n, max_tiles) : Describe<false, kRsBM>(n, max_tiles);
 }

@@ -33,14 +33,14 @@ inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
 inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 
 // The shared-memory plan of a kernel whose tiles hold up to kBM slot rows (the permute's
-// tile_rows: 128, or 32 for the {16, 32} kernels with MoeCudaParams::rs_tile_rows, session 57):
-// kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column blocks), the codes and the
-// scale words; a smaller kBM leaves room for more stages, i.e. more of the weights' bytes in
-// flight per SM (4 stages at 128 rows, 8 at 32).
+// tile_rows: 128, or with MoeCudaParams::rs_tile_rows 32 for the {16, 32} kernels / 64 for the
+// {32, 64} ones, session 57): kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column
+// blocks), the codes and the scale words; a smaller kBM leaves room for more stages, i.e. more of
+// the weights' bytes in flight per SM (4 stages at 128 rows, 6 at 64, 8 at 32).
 template <int kBM>
 struct RsPlan {
-  static_assert(kBM == 128 || kBM == 32);
-  static constexpr int kStages = kBM == 128 ? 4 : 8;
+  static_assert(kBM == 128 || kBM == 64 || kBM == 32);
+  static constexpr int kStages = kBM == 128 ? 4 : (kBM == 64 ? 6 : 8);
   static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of the slot rows
   static constexpr uint32_t kXBytes = 2 * kXBlock;
   static constexpr uint32_t kStageBytes = kXBytes + kRsCodeBytes + kRsScaleBytes;
@@ -226,7 +226,7 @@ inline constexpr bool kRsARowBoxes = FS_MOE_RS_A_ROW_BOXES != 0;
 template <int kBM>
 inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kBM;
 static_assert(kRsBM % kRsABoxRows<kRsBM> == 0 && (kRsABoxRows<kRsBM> * 128) % 1024 == 0);
-static_assert((kRsABoxRows<32> * 128) % 1024 == 0);
+static_assert((kRsABoxRows<32> * 128) % 1024 == 0 && (kRsABoxRows<64> * 128) % 1024 == 0);
 // The down GEMM's consumers without the fence.proxy.async after each stage's `full` wait
 // (session 55 experiment, off: not yet run on the H200). The fence makes the up GEMM's cp.async
 // slot rows (generic-proxy writes) visible to wgmma (async proxy); the down GEMM's slot rows
@@ -297,8 +297,8 @@ constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
       }
     }
   }
-  return (RsPlan<kRsBM>::kXBytes % 1024 == 0) && (RsPlan<32>::kXBytes % 1024 == 0) &&
-         (box_rows * 64) % 512 == 0;
+  return (RsPlan<kRsBM>::kXBytes % 1024 == 0) && (RsPlan<64>::kXBytes % 1024 == 0) &&
+         (RsPlan<32>::kXBytes % 1024 == 0) && (box_rows * 64) % 512 == 0;
 }
 static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<false>) &&
               RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<true>));
