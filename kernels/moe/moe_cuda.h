@@ -545,7 +545,8 @@ struct MoeCudaGemmPlan {
 // Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16
 // with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
 // driver call; not for the hot path). ring_cut: the ring kernel's instantiation (each cut has its
-// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles).
+// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles; 0, 32, 64
+// or 128, else InvalidArgumentError).
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
                                                     MoeCudaGemm gemm = MoeCudaGemm::kAuto,

@@ -160,11 +160,14 @@ absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t ti
 
 // The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32- / 64-row
 // tiles where MoeCudaRsTileRows gives them.
-absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, int64_t tile_rows, int64_t ctas,
-                          int64_t slots, int64_t n_experts) {
+absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t tile_rows,
+                          int64_t ctas, int64_t slots, int64_t n_experts) {
   if (ctas < 0) {
     return Invalid(op, "wgmma_rs_ctas",
                    absl::StrFormat("is %d (0 = one per SM, or positive)", ctas));
+  }
+  if (wgmma_rs && stream) {
+    return Invalid(op, "wgmma_rs", "and stream are both set (one GEMM runs a stage)");
   }
   if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
   if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows) &&
@@ -475,8 +478,8 @@ absl::Status Validate(const MoeExpertUpParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->dim));
   RETURN_IF_ERROR(CheckStream(kOp, "weights.dim", p.tile_rows, p.stream, p.weights->dim));
-  RETURN_IF_ERROR(
-      CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas, p.slots, p.weights->n_experts));
+  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.stream, p.tile_rows, p.wgmma_rs_ctas, p.slots,
+                               p.weights->n_experts));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, 2 * p.weights->inter));
@@ -493,8 +496,8 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   if (p.slots == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckKStep(kOp, "k_step", p.k_step, p.weights->inter));
   RETURN_IF_ERROR(CheckStream(kOp, "weights.inter", p.tile_rows, p.stream, p.weights->inter));
-  RETURN_IF_ERROR(
-      CheckWgmmaRs(kOp, p.wgmma_rs, p.tile_rows, p.wgmma_rs_ctas, p.slots, p.weights->n_experts));
+  RETURN_IF_ERROR(CheckWgmmaRs(kOp, p.wgmma_rs, p.stream, p.tile_rows, p.wgmma_rs_ctas, p.slots,
+                               p.weights->n_experts));
   RETURN_IF_ERROR(CheckStreamRowTiles(kOp, p.stream_row_tiles));
   RETURN_IF_ERROR(CheckRing(kOp, p.ring, p.ring_cut, p.tile_rows, p.slots, p.ring_partials,
                             p.ring_partials_bytes, p.weights->dim));

@@ -563,10 +563,14 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   // 32-row tiles where the {16, 32} kernels run (MoeCudaRsTileRows: <= 20 slot rows per expert).
   down.tile_rows = kMoeCudaRsNarrowTileRows;
   EXPECT_TRUE(Validate(down).ok()) << Validate(down);
+  down.stream = true;  // one GEMM runs a stage
+  ExpectInvalid(Validate(down), "wgmma_rs");
+  down.stream = false;
   down.slots = kMoeCudaRsNarrowMaxSlotsPerExpert * w.n_experts + 1;
   ExpectInvalid(Validate(down), "wgmma_rs");
   down.tile_rows = kMoeCudaRsMidTileRows;  // 64-row tiles up to 40 slot rows per expert
   EXPECT_TRUE(Validate(down).ok()) << Validate(down);
+
   down.slots = kMoeCudaRsMidMaxSlotsPerExpert * w.n_experts + 1;
   ExpectInvalid(Validate(down), "wgmma_rs");
   down.slots = 4;
