@@ -248,22 +248,14 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int l
 
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
 // kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows); kFence: RsWaitFull's.
-// kSets: the A fragment sets block q (4 per stage) decodes into, set q % kSets (a constant per
-// unrolled block). With 2, after issuing block q the consumer waits for block q - 1's group, whose
-// set block q + 1 then overwrites: one group in flight during a decode. With 4 (kRsASets, the
-// session-57 experiment) it waits for block q - 2's: two in flight. Stage cs - 1 is released once
-// its last block's group (4cs - 1) has finished: at block kInFlight - 2 of stage cs.
-template <int kN, int kHalf, bool kFence, int kBM, int kSets = 2>
+template <int kN, int kHalf, bool kFence, int kBM>
 __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
                                               uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
-  static_assert(kSets == 2 || kSets == 4);
-  constexpr int kInFlight = kSets == 2 ? 2 : 3;  // groups pending right after an issue
   using P = RsPlan<kBM>;
   constexpr uint32_t kStages = P::kStages;
   const uint32_t full_bars = base + P::kBarOff;
   const uint32_t empty_bars = full_bars + kStages * 8;
-  // [set][m-block][k16 step][register]: block b of a stage in set b % kSets.
-  uint32_t a[kSets][2][2][4];
+  uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
   uint32_t sw[2][2], so[2][2];
   RsWaitFull<kFence, kBM>(full_bars, c);
   const uint8_t* st = smem + (c % kStages) * P::kStageBytes;
@@ -284,16 +276,16 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           const uint32_t offset = (b / 2) * P::kXBlock + (b % 2) * 64 + s * 32;
-          RsWgmma<kN>(acc[mb], a[b % kSets][mb][s], x_desc + (offset >> 4));
+          RsWgmma<kN>(acc[mb], a[b % 2][mb][s], x_desc + (offset >> 4));
         }
       }
       wgmma::CommitGroup();
       RsFenceAcc<kN>(acc);
-      // The group of block 4kt + b - kInFlight + 1 has finished: A set (b + 1) % kSets is free.
-      wgmma::WaitGroup<kInFlight - 1>();
-      if (b == kInFlight - 2 && kt > 0) RsRelease<kBM>(empty_bars, cs - 1, t.lane);
+      // The group of block 4kt + b - 1 (A set (b + 1) % 2) has finished.
+      wgmma::WaitGroup<1>();
+      if (b == 0 && kt > 0) RsRelease<kBM>(empty_bars, cs - 1, t.lane);
       if (b < 3) {
-        RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, b + 1, a[(b + 1) % kSets]);
+        RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, b + 1, a[(b + 1) % 2]);
       } else if (kt + 1 < kt_count) {
         RsWaitFull<kFence, kBM>(full_bars, cs + 1);
         st = smem + ((cs + 1) % kStages) * P::kStageBytes;
@@ -619,8 +611,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       }
       const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
       if (narrow) {
-        RsConsumeTile<64, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM, kRsASets>(smem, base, t,
-                                                                              kt_count, c, acc);
+        RsConsumeTile<64, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c,
+                                                                    acc);
       } else {
         RsConsumeTile<128, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c,
                                                                      acc);

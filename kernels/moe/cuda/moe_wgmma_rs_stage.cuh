@@ -235,17 +235,6 @@ static_assert((kRsABoxRows<32> * 128) % 1024 == 0 && (kRsABoxRows<64> * 128) % 1
 #define FS_MOE_RS_DOWN_NO_PROXY_FENCE 0
 #endif
 inline constexpr bool kRsDownNoProxyFence = FS_MOE_RS_DOWN_NO_PROXY_FENCE != 0;
-// The consumers' A fragment sets for the {64, 128} kernel's 64-wide tiles (session 57 experiment,
-// default 2: not yet run on the H200). With 4, a consumer keeps two blocks' wgmma groups in flight
-// while it decodes the next block (wait_group 2 instead of 1) against the chain of decode, issue
-// and wait that session 51 found under-feeding the tensor pipe (RsConsumeTile). Only there: in
-// the width-set kernels ptxas serialised the wgmmas (C7512) with 4 sets at any width, and with
-// three groups in flight (wait_group 3) in every kernel.
-#ifndef FS_MOE_RS_A_SETS
-#define FS_MOE_RS_A_SETS 2
-#endif
-inline constexpr int kRsASets = FS_MOE_RS_A_SETS;
-static_assert(kRsASets == 2 || kRsASets == 4);
 // Whether this launch's slot rows come by TMA (RsTmaMaps::a; uniform over the launch).
 template <bool kUp>
 __host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs& g) {
