@@ -427,41 +427,29 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 }
 
 // RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
-// code only for the set's widths. Tiles of kBM = 32 / 64 rows (the {16, 32} / {32, 64} set only)
-// never need more than kBM.
+// code only for the set's widths below kBM and for kBM itself, the widest a tile of kBM rows needs
+// (128; 32 / 64 for the {16, 32} / {32, 64} kernels of 32- / 64-row tiles).
 template <bool kUp, uint32_t kWidths, int kBM>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
                                        const RsThread& t, uint32_t kt_count, uint32_t c, int cw,
                                        int64_t n0, int64_t row0, int rows) {
-  if constexpr (kBM == 32) {
-    static_assert(kWidths == (kRsN16 | kRsN32), "32-row tiles run the {16, 32} set");
+  if constexpr ((kWidths & kRsN16) != 0 && 16 < kBM) {
     if (width == 16)
-      return RsItemOfWidth<kUp, 16, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-    return RsItemOfWidth<kUp, 32, 32>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-  } else if constexpr (kBM == 64) {
-    static_assert(kWidths == (kRsN32 | kRsN64), "64-row tiles run the {32, 64} set");
-    if (width == 32)
-      return RsItemOfWidth<kUp, 32, 64>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-    return RsItemOfWidth<kUp, 64, 64>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-  } else {
-    if constexpr ((kWidths & kRsN16) != 0) {
-      if (width == 16)
-        return RsItemOfWidth<kUp, 16, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-    }
-    if constexpr ((kWidths & kRsN32) != 0) {
-      if (width == 32)
-        return RsItemOfWidth<kUp, 32, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-    }
-    if constexpr ((kWidths & kRsN64) != 0) {
-      if (width == 64)
-        return RsItemOfWidth<kUp, 64, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-    }
-    if constexpr ((kWidths & kRsN96) != 0) {
-      if (width == 96)
-        return RsItemOfWidth<kUp, 96, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
-    }
-    RsItemOfWidth<kUp, 128, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+      return RsItemOfWidth<kUp, 16, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
   }
+  if constexpr ((kWidths & kRsN32) != 0 && 32 < kBM) {
+    if (width == 32)
+      return RsItemOfWidth<kUp, 32, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  if constexpr ((kWidths & kRsN64) != 0 && 64 < kBM) {
+    if (width == 64)
+      return RsItemOfWidth<kUp, 64, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  if constexpr ((kWidths & kRsN96) != 0 && 96 < kBM) {
+    if (width == 96)
+      return RsItemOfWidth<kUp, 96, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  RsItemOfWidth<kUp, kBM, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
 }
 
 // ---- the item queue ----------------------------------------------------------------------------
