@@ -91,9 +91,10 @@ namespace flashserve::kernels::moe_device {
 // ---- consumers ---------------------------------------------------------------------------------
 
 // The thread's part of a consumer warpgroup: rows of its two m64 blocks, quad lane.
+template <int kMb>  // m64 blocks of the warpgroup (RsPlan::kMb)
 struct RsThread {
-  int row[2];  // stage row of m-block mb's slab row lane/4 (RsConsumerRow; the other + kHalf)
-  int tig;     // quad lane: decodes code word tig of every 32-wide block of its rows
+  int row[kMb];  // stage row of m-block mb's slab row lane/4 (RsConsumerRow; the other + kHalf)
+  int tig;       // quad lane: decodes code word tig of every 32-wide block of its rows
   int lane;
   int code_swz;  // RsCodeChunk's XOR for the thread's rows (row bits 1, 2 = lane bits 3, 4)
 };
@@ -106,11 +107,12 @@ struct RsThread {
 // Otherwise sw / so come back as each word's MoeFp4ScaleMultiplierPairs (even / odd blocks'
 // multipliers); in the wide case sw holds the raw words.
 template <int kHalf, int kBM>
-__device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& t,
-                                             uint32_t (&sw)[2][2], uint32_t (&so)[2][2]) {
+__device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread<RsPlan<kBM>::kMb>& t,
+                                             uint32_t (&sw)[RsPlan<kBM>::kMb][2],
+                                             uint32_t (&so)[RsPlan<kBM>::kMb][2]) {
   uint32_t any = 0;
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
+  for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       sw[mb][h] =
@@ -121,7 +123,7 @@ __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& 
   const bool wide = __any_sync(0xFFFFFFFFu, (any & 0x80808080u) != 0u);
   if (!wide) {
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
+    for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const MoeFp4ScalePairs p = MoeFp4ScaleMultiplierPairs(sw[mb][h]);
@@ -136,12 +138,13 @@ __device__ __forceinline__ bool RsLoadScales(const uint8_t* st, const RsThread& 
 // Decodes 32-wide block b of the stage at `st` into the A set a[mb][k16 step][register]; `sw`,
 // `so` as RsLoadScales left them.
 template <bool kWide, int kHalf, int kBM>
-__device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThread& t,
-                                                const uint32_t (&sw)[2][2],
-                                                const uint32_t (&so)[2][2], int b,
-                                                uint32_t (&a)[2][2][4]) {
+__device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st,
+                                                const RsThread<RsPlan<kBM>::kMb>& t,
+                                                const uint32_t (&sw)[RsPlan<kBM>::kMb][2],
+                                                const uint32_t (&so)[RsPlan<kBM>::kMb][2], int b,
+                                                uint32_t (&a)[RsPlan<kBM>::kMb][2][4]) {
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
+  for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Word tig of the row's block: its pair j is element pair (8·tig + j, 8·tig + j + 4), which
@@ -171,7 +174,7 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
   }
   if constexpr (kWide) {
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
+    for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t sb = (sw[mb][h] >> (8 * b)) & 0xFFu;
@@ -190,10 +193,11 @@ __device__ __forceinline__ void RsDecodeBlockAs(const uint8_t* st, const RsThrea
 
 // RsDecodeBlockAs for the stage's `wide` (warp-uniform: RsLoadScales).
 template <int kHalf, int kBM>
-__device__ __forceinline__ void RsDecodeBlock(const uint8_t* st, const RsThread& t,
-                                              const uint32_t (&sw)[2][2],
-                                              const uint32_t (&so)[2][2], bool wide, int b,
-                                              uint32_t (&a)[2][2][4]) {
+__device__ __forceinline__ void RsDecodeBlock(const uint8_t* st,
+                                              const RsThread<RsPlan<kBM>::kMb>& t,
+                                              const uint32_t (&sw)[RsPlan<kBM>::kMb][2],
+                                              const uint32_t (&so)[RsPlan<kBM>::kMb][2], bool wide,
+                                              int b, uint32_t (&a)[RsPlan<kBM>::kMb][2][4]) {
   if (wide) {
     RsDecodeBlockAs<true, kHalf, kBM>(st, t, sw, so, b, a);
   } else {
@@ -217,10 +221,10 @@ __device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64
   }
 }
 
-template <int kN>
-__device__ __forceinline__ void RsFenceAcc(float (&acc)[2][64]) {
+template <int kN, int kMb>
+__device__ __forceinline__ void RsFenceAcc(float (&acc)[kMb][64]) {
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
+  for (int mb = 0; mb < kMb; ++mb) {
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) wgmma::FenceOperand(acc[mb][i]);
   }
@@ -249,14 +253,17 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int l
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
 // kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows); kFence: RsWaitFull's.
 template <int kN, int kHalf, bool kFence, int kBM>
-__device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, const RsThread& t,
-                                              uint32_t kt_count, uint32_t c, float (&acc)[2][64]) {
+__device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base,
+                                              const RsThread<RsPlan<kBM>::kMb>& t,
+                                              uint32_t kt_count, uint32_t c,
+                                              float (&acc)[RsPlan<kBM>::kMb][64]) {
   using P = RsPlan<kBM>;
   constexpr uint32_t kStages = P::kStages;
   const uint32_t full_bars = base + P::kBarOff;
   const uint32_t empty_bars = full_bars + kStages * 8;
-  uint32_t a[2][2][2][4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
-  uint32_t sw[2][2], so[2][2];
+  uint32_t a[2][RsPlan<kBM>::kMb][2]
+            [4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
+  uint32_t sw[RsPlan<kBM>::kMb][2], so[RsPlan<kBM>::kMb][2];
   RsWaitFull<kFence, kBM>(full_bars, c);
   const uint8_t* st = smem + (c % kStages) * P::kStageBytes;
   bool wide = RsLoadScales<kHalf, kBM>(st, t, sw, so);
@@ -269,10 +276,10 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
     const uint64_t x_desc = wgmma::MakeSw128Desc(x_addr, kRsKMajorLbo, kRsKMajorSbo);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      RsFenceAcc<kN>(acc);
+      RsFenceAcc<kN, RsPlan<kBM>::kMb>(acc);
       wgmma::Fence();
 #pragma unroll
-      for (int mb = 0; mb < 2; ++mb) {
+      for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           const uint32_t offset = (b / 2) * P::kXBlock + (b % 2) * 64 + s * 32;
@@ -280,7 +287,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
         }
       }
       wgmma::CommitGroup();
-      RsFenceAcc<kN>(acc);
+      RsFenceAcc<kN, RsPlan<kBM>::kMb>(acc);
       // The group of block 4kt + b - 1 (A set (b + 1) % 2) has finished.
       wgmma::WaitGroup<1>();
       if (b == 0 && kt > 0) RsRelease<kBM>(empty_bars, cs - 1, t.lane);
@@ -297,19 +304,20 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base, cons
   // Unconditional: on every path to the epilogue the accumulators are complete, so ptxas
   // injects no wait of its own (C7517).
   wgmma::WaitGroup<0>();
-  RsFenceAcc<kN>(acc);
+  RsFenceAcc<kN, RsPlan<kBM>::kMb>(acc);
   RsRelease<kBM>(empty_bars, c + kt_count - 1, t.lane);
 }
 
 // Up epilogue of consumer warpgroup cw into its tile `tile` [slot][64 columns + 8]: SwiGLU of
 // (gate, up) = accumulator rows lane/4, lane/4 + 8 of each slab, × the slot's weight; then the FP8
 // quantiser per 32 columns of each slot row (the tiled GEMM's StoreUp numerics). The warpgroup's
-// columns are n0 + 64·cw ..
-template <int kN = 128>  // the tile width: accumulator columns past it are never read
-__device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[2][64],
-                                          uint16_t* tile, int cw, int64_t n0, int64_t row0,
-                                          int rows) {
-  using S = RsShape<true>;
+// columns are n0 + S::kWgCols·cw ..
+// kN: the tile width (accumulator columns past it are never read); kBM: the tile's rows.
+template <int kN, int kBM>
+__device__ __forceinline__ void RsStoreUp(const GemmArgs& g,
+                                          const float (&acc)[RsPlan<kBM>::kMb][64], uint16_t* tile,
+                                          int cw, int64_t n0, int64_t row0, int rows) {
+  using S = RsShape<true, kBM>;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, tig = lane % 4;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
@@ -319,7 +327,7 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[
       const int slot = 8 * j + 2 * tig + h;
       const float w = slot < rows ? g.slot_weight[row0 + slot] : 0.f;
 #pragma unroll
-      for (int mb = 0; mb < 2; ++mb) {
+      for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
         const int col = 8 * (4 * mb + warp) + lane / 4;
         const uint32_t v =
             SwiGluBf16(acc[mb][4 * j + h], acc[mb][4 * j + 2 + h], g.swiglu_limit, w, true);
@@ -341,7 +349,8 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g, const float (&acc)[
 // 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
 // kN: the tile width (accumulator columns past it are never read); kBM: the tile's rows.
 template <int kN, int kBM>
-__device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc)[2][64],
+__device__ __forceinline__ void RsStoreDown(const GemmArgs& g,
+                                            const float (&acc)[RsPlan<kBM>::kMb][64],
                                             uint16_t* tile, int cw, int64_t n0, int64_t row0,
                                             int rows) {
   using S = RsShape<false, kBM>;
@@ -360,7 +369,7 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc
       for (int h = 0; h < 2; ++h) {
         const int slot = 8 * jj + 2 * tig + h;  // in the round
 #pragma unroll
-        for (int mb = 0; mb < 2; ++mb) {
+        for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int col = 16 * (4 * mb + warp) + lane / 4 + 8 * hr;
@@ -388,8 +397,9 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g, const float (&acc
 // slot's last wgmma reads finished before its release).
 template <bool kUp, int kN, int kBM>
 __device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem, uint32_t base,
-                                               const RsThread& t, uint32_t c, int cw, int64_t n0,
-                                               int64_t row0, int rows, const float (&acc)[2][64]) {
+                                               const RsThread<RsPlan<kBM>::kMb>& t, uint32_t c,
+                                               int cw, int64_t n0, int64_t row0, int rows,
+                                               const float (&acc)[RsPlan<kBM>::kMb][64]) {
   using S = RsShape<kUp, kBM>;
   using P = RsPlan<kBM>;
   const uint32_t full_bars = base + P::kBarOff;
@@ -398,7 +408,7 @@ __device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem,
   uint16_t* tile_smem =
       reinterpret_cast<uint16_t*>(smem + slot * P::kStageBytes + cw * S::kWgTileBytes);
   if constexpr (kUp) {
-    RsStoreUp<kN>(g, acc, tile_smem, cw, n0, row0, rows);
+    RsStoreUp<kN, kBM>(g, acc, tile_smem, cw, n0, row0, rows);
   } else {
     RsStoreDown<kN, kBM>(g, acc, tile_smem, cw, n0, row0, rows);
   }
@@ -414,11 +424,12 @@ __device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem,
 // ~3 KB).
 template <bool kUp, int kN, int kBM>
 __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, uint32_t base,
-                                              const RsThread& t, uint32_t kt_count, uint32_t c,
-                                              int cw, int64_t n0, int64_t row0, int rows) {
-  float acc[2][64];
+                                              const RsThread<RsPlan<kBM>::kMb>& t,
+                                              uint32_t kt_count, uint32_t c, int cw, int64_t n0,
+                                              int64_t row0, int rows) {
+  float acc[RsPlan<kBM>::kMb][64];
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) {
+  for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
     for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
   }
@@ -431,8 +442,8 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 // (128; 32 / 64 for the {16, 32} / {32, 64} kernels of 32- / 64-row tiles).
 template <bool kUp, uint32_t kWidths, int kBM>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
-                                       const RsThread& t, uint32_t kt_count, uint32_t c, int cw,
-                                       int64_t n0, int64_t row0, int rows) {
+                                       const RsThread<RsPlan<kBM>::kMb>& t, uint32_t kt_count,
+                                       uint32_t c, int cw, int64_t n0, int64_t row0, int rows) {
   if constexpr ((kWidths & kRsN16) != 0 && 16 < kBM) {
     if (width == 16)
       return RsItemOfWidth<kUp, 16, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
@@ -487,7 +498,7 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 // / 64 for the {16, 32} / {32, 64} set: RsPlan).
 // maps: the TMA boxes' tensor maps (RsTmaMaps).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
-__global__ void __launch_bounds__(kRsThreads, 1)
+__global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
                            const __grid_constant__ RsTmaMaps maps) {
   static_assert(kBM == kRsBM || (kBM == 32 && kWidths == (kRsN16 | kRsN32)) ||
@@ -506,7 +517,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < kStages; ++s) {
       wgmma_ws::BarInit(full_bars + s * 8, 128);
-      wgmma_ws::BarInit(empty_bars + s * 8, kRsConsumerThreads / 32);
+      wgmma_ws::BarInit(empty_bars + s * 8, P::kConsumerThreads / 32);
     }
     for (uint32_t s = 0; s < kSlots; ++s) wgmma_ws::BarInit(base + P::kItemBarOff + s * 8, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -523,9 +534,9 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
   uint32_t c = 0;  // step counter over the CTA's items, K steps and epilogue steps alike
 
-  if (wg == 2) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRsProducerRegs));
-    const int p = static_cast<int>(threadIdx.x) - kRsConsumerThreads;
+  if (wg == P::kWgs) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(P::kProducerRegs));
+    const int p = static_cast<int>(threadIdx.x) - P::kConsumerThreads;
     for (uint32_t i = 0;; ++i) {
       // Every producer thread has issued the previous item's copies (read the table and entry).
       RsBarrier<kRsProducerBarrier, 128>();
@@ -562,14 +573,15 @@ __global__ void __launch_bounds__(kRsThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRsConsumerRegs));
-  const int cw = wg;  // consumer warpgroup 0 or 1
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(P::kConsumerRegs));
+  const int cw = wg;  // consumer warpgroup 0 .. P::kWgs - 1
   const int warp = (threadIdx.x / 32) % 4;
-  RsThread t;
+  RsThread<P::kMb> t;
   t.lane = static_cast<int>(threadIdx.x) % 32;
   t.tig = t.lane % 4;
 #pragma unroll
-  for (int mb = 0; mb < 2; ++mb) t.row[mb] = RsConsumerRow<kUp>(8 * cw + 4 * mb + warp, t.lane / 4);
+  for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb)
+    t.row[mb] = RsConsumerRow<kUp>(4 * RsPlan<kBM>::kMb * cw + 4 * mb + warp, t.lane / 4);
   t.code_swz = RsCodeChunk(t.row[0], 0);  // the same for row[1] and the + kHalf rows
   for (uint32_t i = 0;; ++i) {
     // A plain spin, no watchdog (BarWait's costs the consumers 136 bytes of spills here): the
@@ -591,9 +603,9 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       RsItem<kUp, kWidths, kBM>(width, g, smem, base, t, kt_count, c, cw, n0, row0, rows);
       c += kt_count;
     } else {
-      float acc[2][64];
+      float acc[RsPlan<kBM>::kMb][64];
 #pragma unroll
-      for (int mb = 0; mb < 2; ++mb) {
+      for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb) {
 #pragma unroll
         for (int j = 0; j < 64; ++j) acc[mb][j] = 0.f;
       }

@@ -64,8 +64,8 @@ template <bool kUp, uint32_t kWidths, int kBM = kRsBM>
 void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t slots,
                   cudaStream_t stream) {
   auto* kernel = RsKernel<kUp, kWidths, kBM>();
-  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), kRsThreads, RsPlan<kBM>::kSmemBytes, stream>>>(
-      g, MakeMaps<kUp, kBM>(g, slots));
+  kernel<<<RsGrid<kUp>(g.n, max_tiles, ctas), RsPlan<kBM>::kThreads, RsPlan<kBM>::kSmemBytes,
+           stream>>>(g, MakeMaps<kUp, kBM>(g, slots));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -110,7 +110,7 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
       kBM == kRsBM ? kRsLandedWidths : (kBM == 64 ? kRsN32 | kRsN64 : kRsN16 | kRsN32);
   auto* kernel = RsKernel<kUp, kWidths, kBM>();
   CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kRsThreads, P::kSmemBytes));
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, P::kThreads, P::kSmemBytes));
   const dim3 grid = RsGrid<kUp>(n, max_tiles, 0);
   MoeCudaGemmPlan plan;
   plan.wgmma = true;

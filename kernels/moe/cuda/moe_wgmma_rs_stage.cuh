@@ -18,17 +18,11 @@
 
 namespace flashserve::kernels::moe_device {
 
-inline constexpr int kRsThreads = 384;
-inline constexpr int kRsConsumerThreads = 256;
 inline constexpr int kRsBM = 128;  // slot rows per tile (kMoeCudaWgmmaTileRows) by default
 inline constexpr int kRsNB = 256;  // weight rows per CTA
 inline constexpr int kRsBK = 128;  // K per stage
 inline constexpr uint32_t kRsKMajorLbo = 16;    // unused by K-major swizzled layouts (encodes 1)
 inline constexpr uint32_t kRsKMajorSbo = 1024;  // 8 rows of 128 bytes
-// setmaxnreg: 256 · 224 + 128 · 56 = 64512 <= 65536 registers per SM (one CTA).
-inline constexpr uint32_t kRsConsumerRegs = 224;
-inline constexpr uint32_t kRsProducerRegs = 56;
-static_assert(kRsConsumerThreads * kRsConsumerRegs + 128 * kRsProducerRegs <= 65536);
 inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
 inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 
@@ -37,9 +31,33 @@ inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 // {32, 64} ones, session 57): kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column
 // blocks), the codes and the scale words; a smaller kBM leaves room for more stages, i.e. more of
 // the weights' bytes in flight per SM (4 stages at 128 rows, 6 at 64, 8 at 32).
+// Consumer warpgroups of the 32- / 64-row tile kernels (FS_MOE_RS_NARROW_WGS, session 58
+// experiment; 2 by default, as the 128-row kernels always): 2 own 128 of the CTA's 256 weight rows
+// each as two m64 blocks (two accumulator sets); 4 own 64 each as one, i.e. twice the consumer
+// warps per scheduler for the same work (Nsight at 1,280 tokens: 3.0 warps active and 0.75
+// eligible per scheduler, 0.49 issued per cycle: latency-bound chains) at half the accumulators
+// and A fragments a thread. The 128-row kernels' n128 path (64 accumulators a thread) does not fit
+// four warpgroups' registers (ptxas serialises its wgmmas, C7512).
+#ifndef FS_MOE_RS_NARROW_WGS
+#define FS_MOE_RS_NARROW_WGS 2
+#endif
+static_assert(FS_MOE_RS_NARROW_WGS == 2 || FS_MOE_RS_NARROW_WGS == 4);
+
 template <int kBM>
 struct RsPlan {
   static_assert(kBM == 128 || kBM == 64 || kBM == 32);
+  static constexpr int kWgs = kBM == 128 ? 2 : FS_MOE_RS_NARROW_WGS;  // consumer warpgroups
+  static constexpr int kMb = 4 / kWgs;  // m64 blocks (accumulator sets) per consumer warpgroup
+  static constexpr int kConsumerThreads = 128 * kWgs;
+  static constexpr int kThreads = kConsumerThreads + 128;  // + the producer warpgroup
+  // setmaxnreg redistributes the CTA's registers at launch (__launch_bounds__(kThreads, 1): the
+  // largest multiple of 8 a thread within 65,536): 384 · 168 = 256 · 224 + 128 · 56; with four
+  // consumer warpgroups 640 · 96 = 512 · 104 + 128 · 64. The sum may not exceed the launch's, or
+  // setmaxnreg.inc would wait for registers no warp gives back.
+  static constexpr uint32_t kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr uint32_t kConsumerRegs = kWgs == 2 ? 224 : 104;
+  static constexpr uint32_t kProducerRegs = kWgs == 2 ? 56 : 64;
+  static_assert(kConsumerThreads * kConsumerRegs + 128 * kProducerRegs <= kThreads * kLaunchRegs);
   static constexpr int kStages = kBM == 128 ? 4 : (kBM == 64 ? 6 : 8);
   static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of the slot rows
   static constexpr uint32_t kXBytes = 2 * kXBlock;
@@ -136,16 +154,17 @@ inline constexpr uint32_t kRsEpilogueBarrier = 2;
 
 template <bool kUp, int kBM = kRsBM>
 struct RsShape {
-  static constexpr int kBN = kUp ? kRsNB / 2 : kRsNB;  // output columns per CTA
-  static constexpr int kWgCols = kBN / 2;              // output columns per consumer warpgroup
-  static constexpr int kPitch = kWgCols + 8;           // bf16 per slot row of a warpgroup's tile
-  // Slot rows per epilogue round: the whole tile where both warpgroups' tiles fit one ring slot
+  static constexpr int kBN = kUp ? kRsNB / 2 : kRsNB;      // output columns per CTA
+  static constexpr int kWgCols = kBN / RsPlan<kBM>::kWgs;  // output columns per consumer warpgroup
+  static constexpr int kPitch = kWgCols + 8;  // bf16 per slot row of a warpgroup's tile
+  // Slot rows per epilogue round: the whole tile where every warpgroup's tile fits one ring slot
   // (up; down at 32 rows), else half of it (down at 128 rows: two rounds of 64).
   static constexpr int kRoundSlots =
-      2 * kBM * kPitch * 2 <= static_cast<int>(RsPlan<kBM>::kStageBytes) ? kBM : kBM / 2;
+      RsPlan<kBM>::kWgs * kBM * kPitch * 2 <= static_cast<int>(RsPlan<kBM>::kStageBytes) ? kBM
+                                                                                         : kBM / 2;
   static constexpr uint32_t kWgTileBytes = kRoundSlots * kPitch * 2;
-  static_assert(2 * kWgTileBytes <= RsPlan<kBM>::kStageBytes,
-                "both warpgroups' tiles fit one ring slot");
+  static_assert(RsPlan<kBM>::kWgs * kWgTileBytes <= RsPlan<kBM>::kStageBytes,
+                "every warpgroup's tile fits one ring slot");
   static_assert(kWgTileBytes % 16 == 0 && (kPitch * 2) % 16 == 0, "16-byte row pieces");
   // FP4 codes + scale bytes of one 128-K stage of one CTA.
   static constexpr int kWeightStageBytes = static_cast<int>(kRsCodeBytes + kRsScaleBytes);
