@@ -19,9 +19,11 @@
 // gate and up; down, 256 w2 rows (the last column block may be partial: rows past N are never
 // stored).
 //
-// Threads: consumer warpgroups 0, 1 (threads 0 .. 255; setmaxnreg up) each own 128 weight rows =
-// two m64 blocks, i.e. two accumulator sets of m64 × (128 or 64) fp32; producer warpgroup 2
-// (threads 256 .. 383; setmaxnreg down) only issues copies.
+// Threads (RsPlan<kBM>: kWgs, kMb): consumer warpgroups 0, 1 (threads 0 .. 255; setmaxnreg up)
+// each own 128 weight rows = two m64 blocks, i.e. two accumulator sets of m64 × (128 or 64) fp32;
+// producer warpgroup 2 (threads 256 .. 383; setmaxnreg down) only issues copies. With
+// FS_MOE_RS_NARROW_WGS=4 (session 58 experiment) the 32- / 64-row tile kernels run four consumer
+// warpgroups of one m64 block (64 weight rows) each and the producer as warpgroup 4.
 // Ring: RsPlan<kBM>::kStages stages of 128 K (4 at the default 128 tile rows, 8 at 32), each [kBM
 // slot rows][128 bf16] as two 64-K column blocks in
 // the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
@@ -30,14 +32,14 @@
 // bytes] of UE8M0 scale words (cp.async; the stage's 4 scale bytes of a row are one aligned word
 // since K / 32 is a multiple of 4). mbarriers: full[s] (128 arrivals: each producer thread's
 // cp.async.mbarrier.arrive.noinc, triggered when its copies of the stage have landed, plus the
-// boxes' transaction bytes), empty[s] (8 arrivals: lane 0 of each consumer warp once its
+// boxes' transaction bytes), empty[s] (one arrival per consumer warp: its lane 0 once its
 // warpgroup's wgmmas reading the stage have finished). Step counter c (per CTA over all its tiles):
 // slot c % kStages, parity (c / kStages) & 1; a 10 s watchdog traps a wait that never
 // completes.
 //
 // Consumer K loop, per 32-wide block q of K (4 per stage), A fragments double-buffered in
-// registers (set q % 2: 2 m64 blocks × 2 k16 steps × 4 registers):
-//   wgmma.fence; 2 × 2 wgmma (m-block, k16 step) from set q % 2; commit; wait_group 1 (the group
+// registers (set q % 2: kMb m64 blocks × 2 k16 steps × 4 registers):
+//   wgmma.fence; kMb × 2 wgmma (m-block, k16 step) from set q % 2; commit; wait_group 1 (the group
 //   of block q - 1, which read set (q + 1) % 2, has finished; at a stage's first block the
 //   previous stage is released); decode block q + 1 into set (q + 1) % 2 (at a stage boundary
 //   after waiting for its full barrier and fence.proxy.async: the cp.async writes are generic-
@@ -65,13 +67,13 @@
 // Epilogue (session 44): one step of the ring's sequence. After an item's K steps the producer
 // takes one more step without copies (it waits for the slot's `empty` and arrives on its `full`)
 // and goes on to the next item's loads; the consumers wait for that step's `full`, use its slot
-// as two bf16 tiles [slots][columns], one per consumer warpgroup (each warpgroup owns its own
+// as bf16 tiles [slots][columns], one per consumer warpgroup (each warpgroup owns its own
 // output columns, so it synchronises only itself: named barrier kRsEpilogueBarrier + cw), and
 // release it on `empty` as any other step. So the next item's first stages load while the
 // epilogue runs. Up, SwiGLU × slot weight (SwiGluBf16) per (column, slot) into the tile, then
 // QuantizeBlock32 per 32 columns of each slot row, ag in operand order (as WgStoreUp); down,
 // bf16(acc) into the tile, then 16-byte coalesced stores of ye rows, in two rounds of 64 slots
-// (the two warpgroups' 128 columns × 128 slots would not fit one stage).
+// where the warpgroups' tiles of the whole tile would not fit one stage (RsShape::kRoundSlots).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -90,7 +92,7 @@ namespace flashserve::kernels::moe_device {
 
 // ---- consumers ---------------------------------------------------------------------------------
 
-// The thread's part of a consumer warpgroup: rows of its two m64 blocks, quad lane.
+// The thread's part of a consumer warpgroup: rows of its kMb m64 blocks, quad lane.
 template <int kMb>  // m64 blocks of the warpgroup (RsPlan::kMb)
 struct RsThread {
   int row[kMb];  // stage row of m-block mb's slab row lane/4 (RsConsumerRow; the other + kHalf)
@@ -99,8 +101,8 @@ struct RsThread {
   int code_swz;  // RsCodeChunk's XOR for the thread's rows (row bits 1, 2 = lane bits 3, 4)
 };
 
-// The scale words of the thread's 4 weight rows for the stage at `st`, and whether any byte of
-// the warp's rows is 128 or above (warp-uniform): those stages take the wide decode, exact for
+// The scale words of the thread's 2 · kMb weight rows for the stage at `st`, and whether any byte
+// of the warp's rows is 128 or above (warp-uniform): those stages take the wide decode, exact for
 // every byte. Byte 128 (scale 2) would fit the narrow one, but testing the top bits of the OR of
 // the words is 3 instructions where HasWideScale's exact test of each word was ~13 (session 56),
 // and FP4 weight blocks with scales of 2 or more (values up to 12) are as rare as the wider ones.
@@ -308,7 +310,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base,
   RsRelease<kBM>(empty_bars, c + kt_count - 1, t.lane);
 }
 
-// Up epilogue of consumer warpgroup cw into its tile `tile` [slot][64 columns + 8]: SwiGLU of
+// Up epilogue of consumer warpgroup cw into its tile `tile` [slot][kWgCols + 8]: SwiGLU of
 // (gate, up) = accumulator rows lane/4, lane/4 + 8 of each slab, × the slot's weight; then the FP8
 // quantiser per 32 columns of each slot row (the tiled GEMM's StoreUp numerics). The warpgroup's
 // columns are n0 + S::kWgCols·cw ..
@@ -344,9 +346,9 @@ __device__ __forceinline__ void RsStoreUp(const GemmArgs& g,
   }
 }
 
-// Down epilogue of consumer warpgroup cw (columns n0 + 128·cw ..) in rounds of 64 slot rows:
-// bf16(acc) into its tile [slot][128 columns + 8] (accumulator rows are output columns), then
-// 16-byte stores of each slot row's columns (a warp writes 512 contiguous bytes).
+// Down epilogue of consumer warpgroup cw (columns n0 + kWgCols·cw ..) in rounds of kRoundSlots:
+// bf16(acc) into its tile [slot][kWgCols + 8] (accumulator rows are output columns), then
+// 16-byte stores of each slot row's columns (a warp writes 512 or 256 contiguous bytes).
 // kN: the tile width (accumulator columns past it are never read); kBM: the tile's rows.
 template <int kN, int kBM>
 __device__ __forceinline__ void RsStoreDown(const GemmArgs& g,
@@ -393,7 +395,7 @@ __device__ __forceinline__ void RsStoreDown(const GemmArgs& g,
 
 // The epilogue step c of consumer warpgroup cw (its item's K steps are done): wait for the step's
 // slot, store the accumulators through it (kN: the tile width, RsStoreUp / RsStoreDown) and release
-// it. The slot holds both warpgroups' tiles (no proxy fence before: generic accesses only; the
+// it. The slot holds every warpgroup's tile (no proxy fence before: generic accesses only; the
 // slot's last wgmma reads finished before its release).
 template <bool kUp, int kN, int kBM>
 __device__ __forceinline__ void RsEpilogueStep(const GemmArgs& g, uint8_t* smem, uint32_t base,
@@ -582,7 +584,7 @@ __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
 #pragma unroll
   for (int mb = 0; mb < RsPlan<kBM>::kMb; ++mb)
     t.row[mb] = RsConsumerRow<kUp>(4 * RsPlan<kBM>::kMb * cw + 4 * mb + warp, t.lane / 4);
-  t.code_swz = RsCodeChunk(t.row[0], 0);  // the same for row[1] and the + kHalf rows
+  t.code_swz = RsCodeChunk(t.row[0], 0);  // the same for the other m-block and the + kHalf rows
   for (uint32_t i = 0;; ++i) {
     // A plain spin, no watchdog (BarWait's costs the consumers 136 bytes of spills here): the
     // producer's thread 0 arrives unless it is stuck in a wait of its own, which traps.

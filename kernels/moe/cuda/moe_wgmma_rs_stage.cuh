@@ -166,6 +166,7 @@ struct RsShape {
   static_assert(RsPlan<kBM>::kWgs * kWgTileBytes <= RsPlan<kBM>::kStageBytes,
                 "every warpgroup's tile fits one ring slot");
   static_assert(kWgTileBytes % 16 == 0 && (kPitch * 2) % 16 == 0, "16-byte row pieces");
+  static_assert(!kUp || kRoundSlots == kBM, "RsStoreUp stores the whole tile in one round");
   // FP4 codes + scale bytes of one 128-K stage of one CTA.
   static constexpr int kWeightStageBytes = static_cast<int>(kRsCodeBytes + kRsScaleBytes);
 };
