@@ -10,6 +10,23 @@
 #include "kernels/moe/moe_gpu_test_util.h"
 
 namespace flashserve::kernels {
+namespace {
+
+// The check line's note of the RS GEMM's tile rows (MoeCudaParams::rs_tile_rows).
+const char* RsTilesTag(int64_t rs_tile_rows) {
+  switch (rs_tile_rows) {
+    case kMoeCudaRsNarrowTileRows:
+      return " (32-row tiles)";
+    case kMoeCudaRsMidTileRows:
+      return " (64-row tiles)";
+    case kMoeCudaWgmmaTileRows:
+      return " (128-row tiles)";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
 
 bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o,
                             const MoeCudaWeights& w, int64_t m,
@@ -41,9 +58,9 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), y(m * kD * 2), d_ids(m * kK * 4);
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   bool all_ok = true;
-  // The expert GEMMs against the same CPU run, the RS GEMM also on 32-row tiles
-  // (MoeCudaParams::rs_tile_rows), and the 16-row streaming up GEMM with the RS down GEMM after it
-  // (MoeCudaParams::down_gemm).
+  // The expert GEMMs against the same CPU run, the RS GEMM also on 128- / 32- / 64-row tiles
+  // (MoeCudaParams::rs_tile_rows; 0 = by the slot rows per expert), and the 16-row streaming up
+  // GEMM with the RS down GEMM after it (MoeCudaParams::down_gemm).
   struct Gemms {
     MoeCudaGemm gemm, down;
     int64_t rs_tile_rows = 0;
@@ -51,6 +68,7 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
   constexpr MoeCudaGemm kAuto = MoeCudaGemm::kAuto;
   for (const Gemms gg : {Gemms{MoeCudaGemm::kTiled, kAuto}, Gemms{MoeCudaGemm::kStream, kAuto},
                          Gemms{MoeCudaGemm::kWgmma, kAuto}, Gemms{MoeCudaGemm::kWgmmaRs, kAuto},
+                         Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaWgmmaTileRows},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsNarrowTileRows},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsMidTileRows},
                          Gemms{MoeCudaGemm::kStreamRing, kAuto},
@@ -82,8 +100,7 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
         "check m %ld%s, %s GEMM%s%s vs MoeCpu (exact): ids %s, rel-RMS %.2e, max abs %.3g (max "
         "|y| %.3g), %.3f %% within 1 ulp -> %s\n",
         static_cast<long>(m), dev_shared != nullptr ? " + shared expert" : "",
-        MoeCudaGemmName(gemm),
-        gg.rs_tile_rows == 0 ? "" : (gg.rs_tile_rows == 32 ? " (32-row tiles)" : " (64-row tiles)"),
+        MoeCudaGemmName(gemm), RsTilesTag(gg.rs_tile_rows),
         gg.down == MoeCudaGemm::kWgmmaRs ? " + RS down" : "", ids_ok ? "identical" : "DIFFER",
         d.rel_rms, d.max_abs, d.max_ref, 100.0 * d.within_ulp / d.n, ok ? "OK" : "MISMATCH");
     all_ok = all_ok && ok;

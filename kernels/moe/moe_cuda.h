@@ -354,14 +354,17 @@ bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeC
                                MoeCudaGemm down_gemm, int64_t max_k = 0);
 
 // The register-sourced GEMM's tile rows for `slots` slot rows of n_experts experts
-// (MoeCudaParams::rs_tile_rows; session 57 experiment): kMoeCudaRsNarrowTileRows (32) where
-// rs_tile_rows asks for it and <= kMoeCudaRsNarrowMaxSlotsPerExpert slot rows per expert on
-// average (its {16, 32} kernels: RsWidthSetFor's set there for both projections), whose 32-row
-// ring stages leave room for 8 of them instead of 4; kMoeCudaRsMidTileRows (64) where asked for
-// at <= kMoeCudaRsMidMaxSlotsPerExpert (the {32, 64} kernels for both projections, 6 stages of
-// 64 rows); otherwise kMoeCudaWgmmaTileRows (128). More stages put more of the weights' bytes in
-// flight per SM; an expert with more rows than a tile takes several tiles, each reading its
-// weights. Pure.
+// (MoeCudaParams::rs_tile_rows): kMoeCudaRsNarrowTileRows (32) at <=
+// kMoeCudaRsNarrowMaxSlotsPerExpert slot rows per expert on average (its {16, 32} kernels:
+// RsWidthSetFor's set there for both projections), whose 32-row ring stages leave room for 8 of
+// them instead of 4; kMoeCudaRsMidTileRows (64) at <= kMoeCudaRsMidMaxSlotsPerExpert (the {32, 64}
+// kernels for both projections, 6 stages of 64 rows); otherwise kMoeCudaWgmmaTileRows (128).
+// rs_tile_rows 0 (auto) takes the tallest of these that applies, 32 or 64 only that one where it
+// applies (else 128), 128 always 128 (A/B). The narrow kernels run four consumer warpgroups
+// (FS_MOE_RS_NARROW_WGS) on more ring stages; an expert with more rows than a tile takes several
+// tiles, each decoding its weights. Measured on an H100 (session 59, `bench_moe --shared 0`, the
+// layer): 32-row tiles 3,102 us at 1,280 tokens against 3,304 at 128 rows, 64-row tiles 3,459 at
+// 2,048 against 3,669. Pure.
 inline constexpr int64_t kMoeCudaRsNarrowTileRows = 32;
 inline constexpr int64_t kMoeCudaRsNarrowMaxSlotsPerExpert = 20;
 inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
@@ -594,11 +597,11 @@ struct MoeCudaParams {
   // (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder); elsewhere it changes nothing. The same
   // bits on exact-arithmetic inputs (only the fp32 summation order differs between GEMMs).
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
-  // The register-sourced GEMM's tile rows where it runs both projections: 0 or 128 (default) =
-  // 128-row tiles (4 ring stages); 32 / 64 = MoeCudaRsTileRows (32-row tiles and 8 stages at <= 20
-  // slot rows per expert, 64-row tiles and 6 stages at <= 40; session 57 experiment, bench_moe
-  // --rs-tile-rows). Output bits unchanged (the same per-row operations; a row's tile does not
-  // change its numerics).
+  // The register-sourced GEMM's tile rows where it runs both projections (MoeCudaRsTileRows):
+  // 0 (default) = by the mean slot rows per expert, 32-row tiles and 8 ring stages at <= 20,
+  // 64-row tiles and 6 stages at <= 40, else 128-row tiles and 4 stages; 32 / 64 = those tiles
+  // only where they apply, else 128; 128 = always 128 (A/B; bench_moe --rs-tile-rows). Output
+  // bits unchanged (the same per-row operations; a row's tile does not change its numerics).
   int64_t rs_tile_rows = 0;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the

@@ -416,11 +416,12 @@ absl::Status Validate(const MoeRegroupTilesParams& p) {
 }
 
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows) {
-  if (rs_tile_rows == kMoeCudaRsNarrowTileRows &&
+  const bool any = rs_tile_rows == 0;
+  if ((any || rs_tile_rows == kMoeCudaRsNarrowTileRows) &&
       slots <= kMoeCudaRsNarrowMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsNarrowTileRows;
   }
-  if (rs_tile_rows == kMoeCudaRsMidTileRows &&
+  if ((any || rs_tile_rows == kMoeCudaRsMidTileRows) &&
       slots <= kMoeCudaRsMidMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsMidTileRows;
   }

@@ -216,13 +216,17 @@ void RunCase(const LayerCase& c) {
         MoeCudaGemm::kWgmma, MoeCudaGemm::kWgmmaRs, MoeCudaGemm::kStreamRing}) {
     const std::string name = std::string(c.name) + GemmTag(gemm);
     SCOPED_TRACE(name);
+    // The RS GEMM on 128-row tiles first (rs_tile_rows 128), the others' tile rows their own.
+    const int64_t rs_rows = gemm == MoeCudaGemm::kWgmmaRs ? kMoeCudaWgmmaTileRows : 0;
     const GpuRun gpu = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
-                                  dev_shared != nullptr ? &dev_shared->view : nullptr, gemm);
+                                  dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
+                                  MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, rs_rows);
     ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
     if (gemm == MoeCudaGemm::kWgmmaRs) {
-      // 32- / 64-row tiles (rs_tile_rows; where MoeCudaRsTileRows gives them, else the same
-      // launch): the same bytes as the 128-row tiles (a row's tile does not change its numerics).
-      for (const int64_t rows : {kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows}) {
+      // The tiles by the slot rows per expert (0, the default) and 32- / 64-row tiles
+      // (rs_tile_rows; where MoeCudaRsTileRows gives them, else the same launch): the same bytes
+      // as the 128-row tiles (a row's tile does not change its numerics).
+      for (const int64_t rows : {int64_t{0}, kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows}) {
         const GpuRun r = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                     dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
                                     MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, rows);

@@ -373,11 +373,17 @@ TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
   CheckDownHandBuilt(kRsSetMidCounts, kDims, std::size(kDims), true, 2, false, kRows);
 }
 
-// Which tile rows the launch takes (host only): 32 / 64 only where asked for and at <= 20 / 40
-// slot rows per expert; the stage params accept them for the RS GEMM only there.
+// Which tile rows the launch takes (host only): 32 / 64 at <= 20 / 40 slot rows per expert, by
+// default (0) the tallest that applies, asked for only that one; the stage params accept them for
+// the RS GEMM only there.
 TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   constexpr int64_t kE = 384;
-  EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 0), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(1, kE, 0), kMoeCudaRsNarrowTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 0), kMoeCudaRsNarrowTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 0), kMoeCudaRsMidTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 0), kMoeCudaRsMidTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 0), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(1, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 32), 32);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 32), kMoeCudaWgmmaTileRows);

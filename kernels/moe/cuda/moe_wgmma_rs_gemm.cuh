@@ -21,9 +21,10 @@
 //
 // Threads (RsPlan<kBM>: kWgs, kMb): consumer warpgroups 0, 1 (threads 0 .. 255; setmaxnreg up)
 // each own 128 weight rows = two m64 blocks, i.e. two accumulator sets of m64 × (128 or 64) fp32;
-// producer warpgroup 2 (threads 256 .. 383; setmaxnreg down) only issues copies. With
-// FS_MOE_RS_NARROW_WGS=4 (session 58 experiment) the 32- / 64-row tile kernels run four consumer
-// warpgroups of one m64 block (64 weight rows) each and the producer as warpgroup 4.
+// producer warpgroup 2 (threads 256 .. 383; setmaxnreg down) only issues copies. The 32- / 64-row
+// tile kernels run four consumer warpgroups of one m64 block (64 weight rows) each and the
+// producer as warpgroup 4 (FS_MOE_RS_NARROW_WGS, default 4 since session 59; 2 = the 128-row
+// kernels' layout, for A/B).
 // Ring: RsPlan<kBM>::kStages stages of 128 K (4 at the default 128 tile rows, 8 at 32), each [kBM
 // slot rows][128 bf16] as two 64-K column blocks in
 // the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
