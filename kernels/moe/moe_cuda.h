@@ -230,16 +230,14 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // (kWgmmaRs: weights as the wgmma A operand decoded by the consumer warpgroups straight into
 // registers, the slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
-// kAuto (MoeCudaChooseGemm): streaming for few slots per expert (m·top_k <= 6·E, i.e. up to 384
-// tokens at E 384 top-6; 8·E where 16-row tiles do not fit; measured on the H200: at 512 tokens
-// streaming 3.39 ms vs tiled 4.29 ms), in its TMA-ring form (kStreamRing) up to
-// MoeCudaRingMaxSlots(E) slots (4 per expert) when D and I are at most kMoeCudaStreamMaxK; the
-// 16-row streaming GEMM above that up to
-// kMoeCudaStream16MaxSlotsPerExpert while D and I are at most kMoeCudaStream16MaxK, the 32-row one
-// (its activations staged in K chunks) beyond; the register-sourced wgmma GEMM from
-// kMoeCudaWgmmaMinSlotsPerExpert slots per expert on average; else tiled. kWgmma (the
-// shared-memory-decoding wgmma GEMM) is slower than kWgmmaRs at every measured count and stays for
-// A/B only.
+// kAuto (MoeCudaChooseGemm): the register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert
+// (8) slots per expert on average (512 tokens at E 384 top-6), on 32- / 64- / 128-row tiles
+// (MoeCudaRsTileRows); below it streaming where D and I are at most kMoeCudaStreamMaxK: the
+// TMA-ring form (kStreamRing) up to MoeCudaRingMaxSlots(E) slots (4 per expert), 8-row tiles
+// (kStream) up to 6 per expert (and above it where 16-row tiles do not fit, D or I above
+// kMoeCudaStream16MaxK), 16-row tiles (kStream16) above; else tiled. kStream32 and kWgmma (the
+// shared-memory-decoding wgmma GEMM, slower than kWgmmaRs at every measured count) stay for A/B
+// only.
 enum class MoeCudaGemm : int {
   kAuto = 0,
   kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
@@ -311,34 +309,24 @@ constexpr int64_t MoeCudaRingPartialBytes(int64_t slots, int64_t cols) {
 // tiles stage them a K chunk at a time.
 inline constexpr int64_t kMoeCudaStreamMaxK = 8192;
 inline constexpr int64_t kMoeCudaStream16MaxK = 7168;
-// kAuto streams 8-row tiles up to this many slots per expert on average ...
-inline constexpr int64_t kMoeCudaStreamMaxSlotsPerExpert = 8;
-// ... or, where 16-row tiles fit (max(D, I) <= kMoeCudaStream16MaxK), only up to this many: above
-// it the 16-row streaming GEMM's 16 warps per CTA beat the second 8-row tiles that ~a fifth of the
-// experts need. Measured on the H200 (session 43, bench_moe --iters 15 --warmup 3 --shared 0,
-// the routed layer at E 384 top-6, median µs, kStream / kStream16): 384 tokens (6 per expert)
-// 2,566-2,576 / 2,568-2,570, 448: 2,843-2,888 / 2,615-2,617, 512: 2,991-3,026 / 2,649-2,654,
-// 576: 3,254-3,510 / 2,708-2,711; 320: 2,443-2,524 / 2,534.
+// kAuto streams 8-row tiles up to this many slots per expert on average where 16-row tiles fit
+// (max(D, I) <= kMoeCudaStream16MaxK): above it the 16-row streaming GEMM's 16 warps per CTA beat
+// the second 8-row tiles that ~a fifth of the experts need. Measured on the H200 (session 43,
+// bench_moe --iters 15 --warmup 3 --shared 0, the routed layer at E 384 top-6, median µs, kStream
+// / kStream16): 384 tokens (6 per expert) 2,566-2,576 / 2,568-2,570, 448: 2,843-2,888 /
+// 2,615-2,617, 512: 2,991-3,026 / 2,649-2,654, 576: 3,254-3,510 / 2,708-2,711; 320: 2,443-2,524 /
+// 2,534.
 inline constexpr int64_t kMoeCudaStream8MaxSlotsPerExpert = 6;
 inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
-// kAuto takes the streaming GEMM with 16-row tiles (kStream16) above
-// kMoeCudaStreamMaxSlotsPerExpert up to this many slots per expert on average (1,152 tokens at E
-// 384 top-6), then 32-row tiles (kStream32), and the register-sourced wgmma GEMM (kWgmmaRs) from
-// kMoeCudaWgmmaMinSlotsPerExpert (1,280 tokens). Measured on the H200 (bench_moe --iters 10
-// --warmup 2 --shared 0, the layer without the shared expert; 2026-11-30; kStream16 / kStream32 /
-// kWgmmaRs): 768 tokens 2.91 / 3.88 / — ms (the tiled GEMM, the choice before: 4.87), 1,024: 3.60
-// / 4.02 / 4.96, 1,280: 4.54 / — / 4.96, 1,536: 5.02 / 4.44 / 5.01, 2,048: 6.25 / 5.87 / 5.12
-// (README.md "16-row tiles", "32-row tiles"); the thresholds between measured counts are
-// interpolated. Session 44 (RS ~10 % faster since; `--gemm 6` vs `--gemm 4 --tokens
-// 1280,1536,1664,1792,2048`, twice): kStream32 4,155-4,156 / 4,416-4,419 / 4,627-4,630 /
-// 4,998-5,001 / 5,827-5,828 us, RS 4,357-4,560 / 4,388-4,620 / 4,415-4,645 / 4,442-4,666 /
-// 4,503-4,716: RS from 26 slots per expert (was 28). Then RS's persistent CTAs (same session;
-// `--gemm 5 | 6 | 4 --tokens 1024,1152,1280,1408,1536`, twice): kStream16 3,624-3,626 /
-// 4,025-4,080 / 4,399-4,530 / — / —, kStream32 4,022-4,027 / 4,088-4,094 / 4,196-4,198 /
-// 4,281-4,295 / 4,449-4,460, RS 4,125-4,207 / 4,142-4,333 / 4,169-4,194 / 4,199-4,210 /
-// 4,220-4,434: RS from 20 (1,280 tokens; level with kStream32 there, ahead from 1,408).
-inline constexpr int64_t kMoeCudaStream16MaxSlotsPerExpert = 18;
-inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 20;
+// kAuto takes the register-sourced wgmma GEMM (kWgmmaRs) from this many slots per expert on
+// average. Measured on the H200 (session 59, after its 32- / 64-row tiles on four consumer
+// warpgroups became the default; bench_moe --iters 10 --warmup 2 --shared 0, the layer without
+// the shared expert, µs, kAuto's streaming GEMM then / kWgmmaRs): 128 tokens (2 per expert) 1,662
+// / 2,198, 192: 1,887 / 2,428, 256: 2,016 / 2,475, 384: 2,545 / 2,548, 512: 2,631 / 2,577, 640:
+// 2,744 / 2,608, 768: 2,921 / 2,658, 1,024: 3,606 / 2,756 (kernels/moe/wgmma_rs_gemm.md "Session
+// 59"). From session 44 to 58 it was 20 (1,280 tokens), where RS on 128-row tiles drew level with
+// the 32-row streaming GEMM (README.md "32-row tiles").
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 8;
 
 // The GEMM a call with these arguments runs (never kAuto): a forced `gemm` as given; kAuto by
 // the mean slots per expert (see MoeCudaGemm), the streaming GEMMs only where `max_k` = max(D, I)
@@ -376,8 +364,8 @@ int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows
 const char* MoeCudaGemmName(MoeCudaGemm gemm);
 
 // Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 32
-// (kStream32), 128 (kWgmma, kWgmmaRs), and for kTiled 16 (a few tokens per expert), 32 or 64 from
-// the mean number of slots per expert. Pure.
+// (kStream32), 128 (kWgmma), MoeCudaRsTileRows's default (kWgmmaRs: 32, 64 or 128), and for kTiled
+// 16 (a few tokens per expert), 32 or 64 from the mean number of slots per expert. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
                         MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 

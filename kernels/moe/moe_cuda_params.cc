@@ -366,29 +366,23 @@ absl::Status ValidateMoeRoutePermute(const MoeRouteParams& route, const MoePermu
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
                               int64_t max_k) {
   if (gemm != MoeCudaGemm::kAuto) return gemm;
-  // Rows per touched expert on average; a tile taller than most experts' row counts wastes
-  // tensor-core work, a shorter one re-reads the weights per tile (mostly from L2).
   const int64_t slots = m * top_k;
-  // Streaming: an n8 tile per expert at up to ~6 slots on average, ~8 where 16-row tiles do not
-  // fit (at 8, about a third of the experts need a second tile, which re-reads their weights,
-  // mostly from L2; still faster than the tiled GEMM on the H200 at 512 tokens, 3.39 vs 4.29 ms).
-  if (slots <= kMoeCudaStreamMaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStreamMaxK) {
+  // The register-sourced wgmma GEMM from 8 slot rows per expert on average, on tiles of 32, 64 or
+  // 128 rows by that mean (MoeCudaRsTileRows).
+  if (slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) return MoeCudaGemm::kWgmmaRs;
+  // Below it the weights stream, where max(D, I) fits the streaming GEMM's shared memory.
+  if (max_k <= kMoeCudaStreamMaxK) {
     // Its TMA-ring form, from one token up to 4 slots per expert (MoeCudaRingMaxSlots; the
     // workspace holds its partials there).
     if (slots <= MoeCudaRingMaxSlots(n_experts)) return MoeCudaGemm::kStreamRing;
-    // Where 16-row tiles fit, they take over above ~6 slots per expert (kStream16 below).
+    // An n8 tile per expert up to ~6 slots on average; then two n8 slot tiles per decoded weight
+    // where 16-row tiles fit (at 8, about a third of the experts need a second 8-row tile, which
+    // re-reads their weights).
     if (slots <= kMoeCudaStream8MaxSlotsPerExpert * n_experts || max_k > kMoeCudaStream16MaxK) {
       return MoeCudaGemm::kStream;
     }
-  }
-  // wgmma (register-sourced): at many slots per expert its tensor rate outweighs the rows a
-  // 128-row tile wastes on each expert's last tile (a tile of <= 64 rows takes the n64 path).
-  if (slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) return MoeCudaGemm::kWgmmaRs;
-  // Between: the streaming GEMM with two, then four n8 slot tiles per decoded weight.
-  if (slots <= kMoeCudaStream16MaxSlotsPerExpert * n_experts && max_k <= kMoeCudaStream16MaxK) {
     return MoeCudaGemm::kStream16;
   }
-  if (max_k <= kMoeCudaStreamMaxK) return MoeCudaGemm::kStream32;
   return MoeCudaGemm::kTiled;
 }
 
@@ -439,8 +433,9 @@ int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm
     case MoeCudaGemm::kStream32:
       return kMoeCudaStream32TileRows;
     case MoeCudaGemm::kWgmma:
-    case MoeCudaGemm::kWgmmaRs:
       return kMoeCudaWgmmaTileRows;
+    case MoeCudaGemm::kWgmmaRs:
+      return MoeCudaRsTileRows(m * top_k, n_experts, 0);
     default:
       break;
   }

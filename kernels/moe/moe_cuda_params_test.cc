@@ -202,12 +202,13 @@ TEST(MoeCudaParamsTest, LayerValidation) {
 }
 
 // down_gemm kWgmmaRs changes the down GEMM only where another GEMM, not the TMA ring, runs the
-// up projection (E 384 top-6: the ring up to 256 tokens, RS from 1,280).
+// up projection (E 384 top-6: the ring up to 256 tokens, RS from 512).
 TEST(MoeCudaParamsTest, DownRsAfterOtherUp) {
   constexpr MoeCudaGemm kRs = MoeCudaGemm::kWgmmaRs, kAuto = MoeCudaGemm::kAuto;
-  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, kAuto, kRs));  // kStream16 up
-  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(384, 6, 384, kAuto, kRs));   // kStream up
-  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, kAuto, kAuto));
+  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(511, 6, 384, kAuto, kRs));  // kStream16 up
+  EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(384, 6, 384, kAuto, kRs));  // kStream up
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(511, 6, 384, kAuto, kAuto));
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(512, 6, 384, kAuto, kRs));   // RS up already
   EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(1280, 6, 384, kAuto, kRs));  // RS up already
   EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(256, 6, 384, kAuto, kRs));   // the TMA ring
   EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(1024, 6, 384, kRs, kRs));
@@ -293,13 +294,12 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   }
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, -1, 2).ok());
   EXPECT_FALSE(MoeCudaWorkspaceBytes(w, 1, 0).ok());
-  // kAuto: the streaming GEMM up to 6 slots per expert on average (384 tokens at E 384 top-6)
-  // when max(D, I) fits its shared memory; then the 16-row streaming GEMM (or where max(D, I)
-  // does not fit 16-row tiles, 8-row ones up to 8 slots per expert), or where max(D, I) does not
-  // fit the streaming GEMM the tiled GEMM's 16 / 32 / 64.
+  // kAuto: the register-sourced GEMM from 8 slots per expert on average (512 tokens at E 384
+  // top-6), whatever max(D, I); below it, where max(D, I) fits the streaming GEMM, its TMA-ring
+  // form up to 4 slots per expert, 8-row tiles up to 6 (or where 16-row tiles do not fit), 16-row
+  // tiles above; where it does not fit, the tiled GEMM's 16 / 32 / 64.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
-  // In its TMA-ring form from one token up to 4 slots per expert (MoeCudaRingMaxSlots: 1,536 at
-  // E 384), where max(D, I) fits the streaming GEMM (its fallback).
+  // The TMA ring from one token up to 4 slots per expert (MoeCudaRingMaxSlots: 1,536 at E 384).
   EXPECT_EQ(MoeCudaRingMaxSlots(384), 1536);
   EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384), MoeCudaGemm::kStreamRing);
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384), MoeCudaGemm::kStreamRing);
@@ -313,7 +313,6 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             MoeCudaGemm::kTiled);
   EXPECT_EQ(MoeCudaChooseGemm(2, 6, 384, MoeCudaGemm::kStream), MoeCudaGemm::kStream);
-  EXPECT_EQ(MoeCudaTileRows(256, 6, 384), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), 8);
   EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
   EXPECT_EQ(MoeCudaChooseGemm(256, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
@@ -322,51 +321,37 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaChooseGemm(384, 6, 384), MoeCudaGemm::kStream);
   EXPECT_EQ(MoeCudaTileRows(385, 6, 384), 16);
   EXPECT_EQ(MoeCudaChooseGemm(385, 6, 384), MoeCudaGemm::kStream16);
-  EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384), MoeCudaGemm::kStream16);
-  EXPECT_EQ(MoeCudaTileRows(513, 6, 384), 16);
-  EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384), MoeCudaGemm::kStream16);
-  // Where 16-row tiles do not fit, 8-row ones stream up to 8 slots per expert.
-  EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(511, 6, 384, MoeCudaGemm::kAuto, 5120)));
+  EXPECT_EQ(MoeCudaChooseGemm(511, 6, 384), MoeCudaGemm::kStream16);
+  // Where 16-row tiles do not fit, 8-row ones stream up to the RS GEMM's threshold.
+  EXPECT_EQ(MoeCudaChooseGemm(511, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
             MoeCudaGemm::kStream);
-  EXPECT_EQ(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
-            MoeCudaGemm::kStream32);
-  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kAuto, 5120)));
-  EXPECT_TRUE(
-      IsWideStream(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK)));
-  EXPECT_FALSE(
-      IsWideStream(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128)));
-  EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(384, 6, 384, MoeCudaGemm::kAuto)));
-  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto)));
-  EXPECT_FALSE(IsWideStream(MoeCudaChooseGemm(513, 6, 384, MoeCudaGemm::kTiled)));
-  EXPECT_TRUE(IsWideStream(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kStream16)));
-  // 16-row tiles up to kMoeCudaStream16MaxSlotsPerExpert (18) slots per expert (1,152 tokens at
-  // top-6) while max(D, I) fits them, then 32-row tiles, the register-sourced wgmma GEMM from
-  // kMoeCudaWgmmaMinSlotsPerExpert (20): 1,280 tokens.
-  EXPECT_EQ(MoeCudaTileRows(768, 6, 384), 16);
-  EXPECT_EQ(MoeCudaTileRows(1152, 6, 384), 16);
-  EXPECT_EQ(MoeCudaChooseGemm(1153, 6, 384), MoeCudaGemm::kStream32);
-  EXPECT_EQ(MoeCudaTileRows(1153, 6, 384), 32);
-  EXPECT_EQ(MoeCudaChooseGemm(1024, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
-            MoeCudaGemm::kStream32);
-  EXPECT_EQ(MoeCudaChooseGemm(1279, 6, 384), MoeCudaGemm::kStream32);
-  EXPECT_EQ(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
+  EXPECT_EQ(MoeCudaChooseGemm(511, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             MoeCudaGemm::kTiled);
-  EXPECT_EQ(MoeCudaTileRows(1279, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 32);
-  EXPECT_EQ(MoeCudaTileRows(1280, 6, 384), kMoeCudaWgmmaTileRows);
-  EXPECT_EQ(MoeCudaTileRows(3072, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(511, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
+  // The RS GEMM from 8 slots per expert, whatever max(D, I), on 32-row tiles up to 20 slots per
+  // expert (1,280 tokens), 64-row ones up to 40 (2,560), then 128-row tiles.
+  for (const int64_t max_k : {int64_t{0}, int64_t{5120}, kMoeCudaStreamMaxK + 128}) {
+    EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto, max_k), MoeCudaGemm::kWgmmaRs)
+        << max_k;
+    EXPECT_EQ(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kAuto, max_k), MoeCudaGemm::kWgmmaRs)
+        << max_k;
+  }
+  EXPECT_EQ(MoeCudaChooseGemm(1024, 6, 384), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaTileRows(512, 6, 384), kMoeCudaRsNarrowTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1280, 6, 384), kMoeCudaRsNarrowTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1281, 6, 384), kMoeCudaRsMidTileRows);
+  EXPECT_EQ(MoeCudaTileRows(2560, 6, 384), kMoeCudaRsMidTileRows);
+  EXPECT_EQ(MoeCudaTileRows(2561, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
             kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
-  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
-  // kAuto's 128-row tiles run the register-sourced GEMM; kWgmma forces the other one.
-  EXPECT_EQ(MoeCudaChooseGemm(1280, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
-  EXPECT_NE(MoeCudaChooseGemm(1279, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
-  EXPECT_EQ(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kAuto, 5120), MoeCudaGemm::kWgmmaRs);
-  EXPECT_NE(MoeCudaChooseGemm(831, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
-            MoeCudaGemm::kWgmmaRs);
+  // kWgmma forces the shared-memory-decoding GEMM, kTiled the tiled one.
+  EXPECT_NE(MoeCudaChooseGemm(511, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
   EXPECT_NE(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kWgmma), MoeCudaGemm::kWgmmaRs);
   EXPECT_NE(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kTiled), MoeCudaGemm::kWgmmaRs);
   EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kWgmmaRs), MoeCudaGemm::kWgmmaRs);
