@@ -80,34 +80,42 @@ int64_t ExpertOf(const std::vector<int32_t>& offsets, int64_t r) {
          offsets.begin() - 1;
 }
 
-// Where output (slot row, column) sits in the register-sourced kernel: the CTA column block, the
-// consumer warpgroup, m-block, warp and lane of its accumulator (cuda/moe_wgmma_rs_gemm.cuh).
-std::string RsOwner(int64_t in_expert, int64_t c, bool up) {
-  // Up: 128 columns per CTA, slab s = column / 8 (gate row lane/4); down: 256, slab = column / 16.
+// Where output (slot row, column) sits in the register-sourced kernel of `tile_rows`-row tiles:
+// the CTA column block, the consumer warpgroup, m-block, warp and lane of its accumulator
+// (cuda/moe_wgmma_rs_gemm.cuh; RsPlan: two consumer warpgroups of two m64 blocks at 128 rows, four
+// of one at 32 / 64, FS_MOE_RS_NARROW_WGS's default), and the tile's n8 column of the row.
+std::string RsOwner(int64_t in_expert, int64_t c, bool up, int64_t tile_rows) {
+  // Up: 128 columns per CTA, slab = column / 8 (gate row lane/4); down: 256, slab = column / 16;
+  // slab = 4 · m-blocks per warpgroup · warpgroup + 4 · m-block + warp.
   const int64_t cols = up ? 128 : 256, local = c % cols;
   const int64_t slab = up ? local / 8 : local / 16;
+  const int64_t mbs = tile_rows == kMoeCudaWgmmaTileRows ? 2 : 1;
   const int64_t lane = 4 * (local % 8) + (in_expert % 8) / 2;  // row lane/4 (+ 8 for up / hr 1)
   return (testing::Message() << "; RS: CTA column block " << c / cols << ", consumer warpgroup "
-                             << slab / 8 << ", m-block " << (slab % 8) / 4 << ", warp " << slab % 4
-                             << ", lane " << lane << ", n8 tile " << (in_expert % 128) / 8)
+                             << slab / (4 * mbs) << ", m-block " << (slab % (4 * mbs)) / 4
+                             << ", warp " << slab % 4 << ", lane " << lane << ", n8 tile "
+                             << (in_expert % tile_rows) / 8)
       .GetString();
 }
 
 // Reports the first few mismatching (row, column) pairs with where they sit in the tiling.
 class MismatchLog {
  public:
-  MismatchLog(const std::vector<int32_t>& offsets, bool rs, bool up)
-      : offsets_(offsets), rs_(rs), up_(up) {}
+  MismatchLog(const std::vector<int32_t>& offsets, bool rs, bool up, int64_t tile_rows)
+      : offsets_(offsets), rs_(rs), up_(up), tile_rows_(tile_rows) {}
   void Check(int64_t r, int64_t c, uint16_t got, uint16_t want) {
     if (got == want) return;
     if (bad_++ < 8) {
       const int64_t e = ExpertOf(offsets_, r);
       const int64_t in_expert = r - offsets_[e];
       ADD_FAILURE() << "row " << r << " (expert " << e << ", row " << in_expert << " of "
-                    << offsets_[e + 1] - offsets_[e] << ": tile " << in_expert / 128
-                    << ", warpgroup " << (in_expert % 128) / 64 << ") column " << c << ": got 0x"
-                    << std::hex << got << ", want 0x" << want << std::dec
-                    << (rs_ ? RsOwner(in_expert, c, up_) : std::string());
+                    << offsets_[e + 1] - offsets_[e] << ": tile " << in_expert / tile_rows_
+                    << ") column " << c << ": got 0x" << std::hex << got << ", want 0x" << want
+                    << std::dec
+                    << (rs_ ? RsOwner(in_expert, c, up_, tile_rows_)
+                            : (testing::Message()
+                               << "; wgmma: warpgroup " << (in_expert % 128) / 64)
+                                  .GetString());
     }
   }
   int64_t bad() const { return bad_; }
@@ -115,6 +123,7 @@ class MismatchLog {
  private:
   const std::vector<int32_t>& offsets_;
   bool rs_, up_;
+  int64_t tile_rows_;
   int64_t bad_ = 0;
 };
 
@@ -171,7 +180,7 @@ void CheckUpHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, size
     const auto g_ag = ToHost<uint16_t>(ag, s.slots * dm.inter);
     EXPECT_EQ(ToHost<int32_t>(counters, 2), (std::vector<int32_t>{0, 0})) << "left zero";
     const auto g_act = ToHost<uint16_t>(act, s.slots * dm.inter);
-    MismatchLog act_log(s.offsets, rs, true), ag_log(s.offsets, rs, true);
+    MismatchLog act_log(s.offsets, rs, true, tile_rows), ag_log(s.offsets, rs, true, tile_rows);
     for (int64_t r = 0; r < s.slots; ++r) {
       const int64_t e = ExpertOf(s.offsets, r);
       const uint16_t* xr = x.data() + r * dm.dim;
@@ -233,7 +242,7 @@ void CheckDownHandBuilt(const std::vector<int32_t>& counts, const Dims* dims, si
     ASSERT_TRUE(LaunchMoeExpertDown(p, nullptr).ok());
     const auto g_ye = ToHost<uint16_t>(ye, s.slots * dm.dim);
     EXPECT_EQ(ToHost<int32_t>(counters, 2), (std::vector<int32_t>{0, 0})) << "left zero";
-    MismatchLog log(s.offsets, rs, false);
+    MismatchLog log(s.offsets, rs, false, tile_rows);
     for (int64_t r = 0; r < s.slots; ++r) {
       const int64_t e = ExpertOf(s.offsets, r);
       const uint16_t* ar = a.data() + r * dm.inter;
