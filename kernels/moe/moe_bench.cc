@@ -35,10 +35,11 @@
 // 6 = weight-streaming with 16- / 32-row tiles, 7 = weight-streaming through the TMA ring), for
 // the layer and the up / down stage times; the "paths" column's third letter says which ran (T
 // tiled, S streaming, 2 / 4 streaming 16- / 32-row, W wgmma, R register-sourced wgmma, G TMA
-// ring), and the launch table's rows = 8 / 128 mark the
-// streaming / wgmma GEMMs. --gather-slots 1: the permute writes top_k copies of each token's QDQ
-// row (MoeCudaParams::gather_slot_rows, the round-3 gather; default 0: once per token, the up GEMM
-// reading by slot_token), for the layer and the perm / up stage times, to A/B on one build.
+// ring), and the launch table's rows = 8 / 16 / 32 mark the streaming GEMMs, 32 / 64 / 128 the
+// register-sourced one's tiles and 128 the wgmma GEMM's. --gather-slots 1: the permute writes top_k
+// copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the round-3 gather; default 0:
+// once per token, the up GEMM reading by slot_token), for the layer and the perm / up stage times,
+// to A/B on one build.
 // --ring-combine 0: with the TMA-ring GEMM, the down epilogue kernel writes the expert outputs and
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
 // ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
@@ -46,10 +47,11 @@
 // dynamic from 1 slot per expert), for the layer and the up / down stage times. --down-gemm 4:
 // the register-sourced GEMM for the down projection after another up GEMM
 // (MoeCudaParams::down_gemm; the paths column's GEMM letter gets "+R", and down_us includes the
-// tile regroup and the reorder of ag between the stages). --rs-tile-rows 32 / 64: the
-// register-sourced GEMM on 32-row tiles with 8 ring stages (<= 20 slot rows per expert) / 64-row
-// tiles with 6 (<= 40) (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows; the launch table's rows =
-// 32 / 64), to A/B on one build. Per token
+// tile regroup and the reorder of ag between the stages). --rs-tile-rows: the register-sourced
+// GEMM's tiles (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows): 0 (default) by the slot rows per
+// expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, else 128-row
+// tiles with 4), 32 / 64 only that height where it applies, 128 always 128-row tiles, to A/B on
+// one build. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the
 // ids must be byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -587,7 +589,8 @@ int Main(int argc, char** argv) {
         const std::array<int64_t, 5> b = moe_test::RsTilesByWidth(host_ids, kE);
         char line[160];
         std::snprintf(line, sizeof(line),
-                      "m %ld: 128-row tiles by slot rows: <=16 %ld, 17-32 %ld, 33-64 %ld, 65-96 "
+                      "m %ld: 128-row tiles (rs_tile_rows 128) by slot rows: <=16 %ld, 17-32 %ld, "
+                      "33-64 %ld, 65-96 "
                       "%ld, 97-128 %ld\n",
                       static_cast<long>(m), static_cast<long>(b[0]), static_cast<long>(b[1]),
                       static_cast<long>(b[2]), static_cast<long>(b[3]), static_cast<long>(b[4]));

@@ -12,7 +12,8 @@
 namespace flashserve::kernels {
 namespace {
 
-// The check line's note of the RS GEMM's tile rows (MoeCudaParams::rs_tile_rows).
+// The check line's note of the RS GEMM's tile rows asked for (MoeCudaParams::rs_tile_rows; 32 / 64
+// run only where MoeCudaRsTileRows gives them, else 128; none: by the slot rows per expert).
 const char* RsTilesTag(int64_t rs_tile_rows) {
   switch (rs_tile_rows) {
     case kMoeCudaRsNarrowTileRows:

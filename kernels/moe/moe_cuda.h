@@ -226,9 +226,10 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // the same GEMM with two / four n8 slot tiles per decoded weight (kStream16 / kStream32), 16 / 32
 // / 64 without it the tiled GEMM (slot rows as A, a cp.async ring of weights, mma.sync), 128 the
 // wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights decoded into 128-byte-swizzled bf16 shared
-// memory, wgmma.mma_async m64n256k16) or, with the same tiles, the register-sourced wgmma GEMM
-// (kWgmmaRs: weights as the wgmma A operand decoded by the consumer warpgroups straight into
-// registers, the slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
+// memory, wgmma.mma_async m64n256k16) or, with the stage params' `wgmma_rs`, on 128-row tiles or
+// the 32- / 64-row tiles MoeCudaRsTileRows gives, the register-sourced wgmma GEMM (kWgmmaRs:
+// weights as the wgmma A operand decoded by the consumer warpgroups straight into registers, the
+// slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): the register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert
 // (8) slots per expert on average (512 tokens at E 384 top-6), on 32- / 64- / 128-row tiles
@@ -243,7 +244,7 @@ enum class MoeCudaGemm : int {
   kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
   kStream = 2,    // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
   kWgmma = 3,     // tile_rows 128
-  kWgmmaRs = 4,   // tile_rows 128, the stage params' wgmma_rs (kAuto's choice at tile_rows 128)
+  kWgmmaRs = 4,   // tile_rows 32, 64 or 128 (MoeCudaRsTileRows), the stage params' wgmma_rs
   kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
   // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
@@ -404,8 +405,9 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;      // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
-                              // operand rows in MoeRsOperandColumn order
+  bool wgmma_rs = false;      // tile_rows 128, or 32 / 64 where MoeCudaRsTileRows gives them: the
+                              // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
+                              // MoeRsOperandColumn order
   int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
                               // fewer, so that each CTA walks many tiles)
   // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
@@ -449,8 +451,9 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;      // tile_rows 128 only: the register-sourced wgmma GEMM (kWgmmaRs); its
-                              // operand rows in MoeRsOperandColumn order
+  bool wgmma_rs = false;      // tile_rows 128, or 32 / 64 where MoeCudaRsTileRows gives them: the
+                              // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
+                              // MoeRsOperandColumn order
   int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
                               // fewer, so that each CTA walks many tiles)
   // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
@@ -520,7 +523,7 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
   bool stream = false;      // the streaming GEMM (tile_rows 8, 16 or 32)
-  bool wgmma = false;       // a wgmma GEMM (tile_rows 128)
+  bool wgmma = false;       // a wgmma GEMM (tile_rows 128; the RS GEMM's also 32 / 64)
   bool wgmma_rs = false;    // the register-sourced one (kWgmmaRs)
   bool ring = false;        // the TMA-ring streaming GEMM (kStreamRing)
   int64_t tile_rows = 0;    // slot rows per tile (MoeCudaTileRows)
@@ -578,12 +581,14 @@ struct MoeCudaParams {
   MoeCudaGemm gemm = MoeCudaGemm::kAuto;        // the expert GEMM (MoeCudaChooseGemm)
   // The down projection's GEMM: kAuto (default) = `gemm`'s; kWgmmaRs = the register-sourced GEMM
   // whatever runs the up projection (session 55 experiment, bench_moe --down-gemm 4: at 768–1,024
-  // tokens session 54 measured that GEMM faster on the down projection alone, where kAuto runs
-  // the 16-row streaming GEMM for both). Where the up GEMM is neither the RS GEMM nor the TMA
-  // ring MoeCudaChooseGemm picks up to MoeCudaRingMaxSlots (MoeCudaDownRsAfterOtherUp), the tile
-  // list is regrouped into 128-row tiles and ag put in the RS operand order between the stages
-  // (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder); elsewhere it changes nothing. The same
-  // bits on exact-arithmetic inputs (only the fp32 summation order differs between GEMMs).
+  // tokens session 54 measured that GEMM faster on the down projection alone, where kAuto then ran
+  // the 16-row streaming GEMM for both; since session 59 kAuto runs the RS GEMM for both from 512
+  // tokens, so at E 384 top-6 this acts at 257–511 tokens or after a forced up GEMM). Where the up
+  // GEMM is neither the RS GEMM nor the TMA ring MoeCudaChooseGemm picks up to MoeCudaRingMaxSlots
+  // (MoeCudaDownRsAfterOtherUp), the tile list is regrouped into 128-row tiles and ag put in the RS
+  // operand order between the stages (LaunchMoeRegroupTiles, LaunchMoeToRsOperandOrder); elsewhere
+  // it changes nothing. The same bits on exact-arithmetic inputs (only the fp32 summation order
+  // differs between GEMMs).
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
   // The register-sourced GEMM's tile rows where it runs both projections (MoeCudaRsTileRows):
   // 0 (default) = by the mean slot rows per expert, 32-row tiles and 8 ring stages at <= 20,

@@ -297,7 +297,7 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   // kAuto: the register-sourced GEMM from 8 slots per expert on average (512 tokens at E 384
   // top-6), whatever max(D, I); below it, where max(D, I) fits the streaming GEMM, its TMA-ring
   // form up to 4 slots per expert, 8-row tiles up to 6 (or where 16-row tiles do not fit), 16-row
-  // tiles above; where it does not fit, the tiled GEMM's 16 / 32 / 64.
+  // tiles above; where it does not fit, the tiled GEMM (16-row tiles below 8 slots per expert).
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384), 8);
   // The TMA ring from one token up to 4 slots per expert (MoeCudaRingMaxSlots: 1,536 at E 384).
   EXPECT_EQ(MoeCudaRingMaxSlots(384), 1536);
@@ -331,7 +331,8 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(511, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
   // The RS GEMM from 8 slots per expert, whatever max(D, I), on 32-row tiles up to 20 slots per
   // expert (1,280 tokens), 64-row ones up to 40 (2,560), then 128-row tiles.
-  for (const int64_t max_k : {int64_t{0}, int64_t{5120}, kMoeCudaStreamMaxK + 128}) {
+  for (const int64_t max_k :
+       {int64_t{0}, int64_t{5120}, kMoeCudaStream16MaxK + 128, kMoeCudaStreamMaxK + 128}) {
     EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto, max_k), MoeCudaGemm::kWgmmaRs)
         << max_k;
     EXPECT_EQ(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kAuto, max_k), MoeCudaGemm::kWgmmaRs)
@@ -350,10 +351,11 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
-  // kWgmma forces the shared-memory-decoding GEMM, kTiled the tiled one.
-  EXPECT_NE(MoeCudaChooseGemm(511, 6, 384, MoeCudaGemm::kAuto), MoeCudaGemm::kWgmmaRs);
-  EXPECT_NE(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kWgmma), MoeCudaGemm::kWgmmaRs);
-  EXPECT_NE(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kTiled), MoeCudaGemm::kWgmmaRs);
+  // The same threshold at other expert counts: E 8 top-2 from 32 tokens.
+  EXPECT_EQ(MoeCudaChooseGemm(32, 2, 8), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaChooseGemm(31, 2, 8), MoeCudaGemm::kStream16);
+  EXPECT_EQ(MoeCudaChooseGemm(32, 2, 8, MoeCudaGemm::kAuto, kMoeCudaStream16MaxK + 128),
+            MoeCudaGemm::kWgmmaRs);
   EXPECT_EQ(MoeCudaChooseGemm(1, 6, 384, MoeCudaGemm::kWgmmaRs), MoeCudaGemm::kWgmmaRs);
   // Forced: the tiled GEMM keeps its own rule, the streaming GEMM is 8 at any size.
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kTiled), 16);
@@ -533,7 +535,7 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   ExpectInvalid(Validate(down), "ag");
   down.tile_rows = 256;
   ExpectInvalid(Validate(down), "tile_rows");
-  // The register-sourced wgmma GEMM: tile_rows 128 only.
+  // The register-sourced wgmma GEMM: tile_rows 128, or 32 / 64 where MoeCudaRsTileRows gives them.
   down.ag = down.ye = reinterpret_cast<uint16_t*>(0x1000);
   down.tile_rows = kMoeCudaWgmmaTileRows;
   down.wgmma_rs = true;

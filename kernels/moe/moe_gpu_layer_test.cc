@@ -15,8 +15,9 @@
 // Any indexing, layout or scale bug moves whole rows by O(|y|), far outside these bounds.
 // Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
 // with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
-// bytes; with the register-sourced GEMM also on 32- and 64-row tiles (MoeCudaParams::
-// rs_tile_rows), whose y must be the same bytes; with every other GEMM also with the
+// bytes; with the register-sourced GEMM on 128-row tiles first, then on the tiles by slot rows
+// per expert (the default) and on 32- and 64-row tiles (MoeCudaParams::rs_tile_rows), whose y must
+// be the same bytes; with every other GEMM also with the
 // register-sourced GEMM for the down projection (MoeCudaParams::down_gemm).
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,5 @@
-// The register-sourced wgmma expert GEMM (tile_rows 128, MoeCudaGemm::kWgmmaRs): the weights are
+// The register-sourced wgmma expert GEMM (tile_rows 128, 64 or 32: MoeCudaRsTileRows;
+// MoeCudaGemm::kWgmmaRs): the weights are
 // the wgmma A operand, decoded from FP4 by the consumer threads straight into their A fragments
 // (wgmma.mma_async ... RS form), so decoded weights never touch shared memory. Device code of
 // cuda/moe_wgmma_rs_launch.cu only (sm_90a). README.md "CUDA: the register-sourced wgmma GEMM"
@@ -7,14 +8,14 @@
 //
 // Roles (swapped against cuda/moe_wgmma_gemm.cuh): M = weight rows (m64 per wgmma), N = the tile's
 // slot rows (the activations, B, K-major 128-byte swizzle in shared memory), K = D (up) or I
-// (down). A work item is one tile of up to 128 slot rows of one expert (the permute stage's tile
+// (down). A work item is one tile of up to kBM slot rows of one expert (the permute stage's tile
 // list) × 256 weight rows (a column block); persistent CTAs (one per SM) take the items
 // (tile-major, column block fastest): CTA b first item b, then the next free one from
 // g.work_counters (items differ in length: tiles of <= 64 rows run half the tensor work), or
 // without counters grid-stride. The producer's thread 0 takes it and passes it to the consumers
-// through a 4-entry queue in shared memory (item_full mbarriers). Per item: up, the w1 rows of
-// 128 output columns, then the same columns' w3 rows (MoeWgmmaRsUpRowOf); a consumer thread reads
-// its slab row lane/4 from row 8s + lane/4 and row lane/4 + 8 from 128 rows further
+// through a kStages-entry queue in shared memory (item_full mbarriers). Per item: up, the w1 rows
+// of 128 output columns, then the same columns' w3 rows (MoeWgmmaRsUpRowOf); a consumer thread
+// reads its slab row lane/4 from row 8s + lane/4 and row lane/4 + 8 from 128 rows further
 // (RsConsumerRow, kRsHalfRows), so its accumulator rows lane/4 and lane/4 + 8 are one column's
 // gate and up; down, 256 w2 rows (the last column block may be partial: rows past N are never
 // stored).
@@ -25,7 +26,7 @@
 // tile kernels run four consumer warpgroups of one m64 block (64 weight rows) each and the
 // producer as warpgroup 4 (FS_MOE_RS_NARROW_WGS, default 4 since session 59; 2 = the 128-row
 // kernels' layout, for A/B).
-// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at the default 128 tile rows, 8 at 32), each [kBM
+// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at 128 tile rows, 6 at 64, 8 at 32), each [kBM
 // slot rows][128 bf16] as two 64-K column blocks in
 // the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
 // GEMMs; down, and up with kRsUpATma where the rows are in slot order: TMA boxes), [256 weight

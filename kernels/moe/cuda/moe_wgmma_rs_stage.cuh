@@ -27,8 +27,9 @@ inline constexpr uint32_t kRsCodeBytes = kRsNB * kRsBK / 2;
 inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 
 // The shared-memory plan of a kernel whose tiles hold up to kBM slot rows (the permute's
-// tile_rows: 128, or with MoeCudaParams::rs_tile_rows 32 for the {16, 32} kernels / 64 for the
-// {32, 64} ones, session 57): kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column
+// tile_rows: 32 for the {16, 32} kernels / 64 for the {32, 64} ones where MoeCudaRsTileRows
+// gives them (by default at <= 20 / 40 slot rows per expert; session 57, the default since 59),
+// else 128): kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column
 // blocks), the codes and the scale words; a smaller kBM leaves room for more stages, i.e. more of
 // the weights' bytes in flight per SM (4 stages at 128 rows, 6 at 64, 8 at 32).
 // Consumer warpgroups of the 32- / 64-row tile kernels (FS_MOE_RS_NARROW_WGS; 4 by default since
