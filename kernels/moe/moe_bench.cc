@@ -50,8 +50,8 @@
 // tile regroup and the reorder of ag between the stages). --rs-tile-rows: the register-sourced
 // GEMM's tiles (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows): 0 (default) by the slot rows per
 // expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, else 128-row
-// tiles with 4), 32 / 64 only that height where it applies, 128 always 128-row tiles, to A/B on
-// one build. Per token
+// tiles with 4), 32 / 64 / 96 only that height where it applies (96: 5 stages at <= 80; session
+// 59 experiment), 128 always 128-row tiles, to A/B on one build. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the
 // ids must be byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -441,8 +441,8 @@ int Main(int argc, char** argv) {
       }
       o.down_gemm = v == "4" ? MoeCudaGemm::kWgmmaRs : MoeCudaGemm::kAuto;
     } else if (a == "--rs-tile-rows") {
-      if (v != "0" && v != "32" && v != "64" && v != "128") {
-        std::fprintf(stderr, "--rs-tile-rows must be 0, 32, 64 or 128\n");
+      if (v != "0" && v != "32" && v != "64" && v != "96" && v != "128") {
+        std::fprintf(stderr, "--rs-tile-rows must be 0, 32, 64, 96 or 128\n");
         return 2;
       }
       o.rs_tile_rows = std::atoi(v.c_str());

@@ -20,6 +20,8 @@ const char* RsTilesTag(int64_t rs_tile_rows) {
       return " (32-row tiles)";
     case kMoeCudaRsMidTileRows:
       return " (64-row tiles)";
+    case kMoeCudaRsWideTileRows:
+      return " (96-row tiles)";
     case kMoeCudaWgmmaTileRows:
       return " (128-row tiles)";
     default:
@@ -72,6 +74,7 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaWgmmaTileRows},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsNarrowTileRows},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsMidTileRows},
+                         Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsWideTileRows},
                          Gemms{MoeCudaGemm::kStreamRing, kAuto},
                          Gemms{MoeCudaGemm::kStream16, MoeCudaGemm::kWgmmaRs}}) {
     const MoeCudaGemm gemm = gg.gemm;

@@ -244,7 +244,7 @@ enum class MoeCudaGemm : int {
   kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
   kStream = 2,    // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
   kWgmma = 3,     // tile_rows 128
-  kWgmmaRs = 4,   // tile_rows 32, 64 or 128 (MoeCudaRsTileRows), the stage params' wgmma_rs
+  kWgmmaRs = 4,   // tile_rows 32, 64, 96 or 128 (MoeCudaRsTileRows), the stage params' wgmma_rs
   kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
   // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
@@ -353,12 +353,24 @@ bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeC
 // (FS_MOE_RS_NARROW_WGS) on more ring stages; an expert with more rows than a tile takes several
 // tiles, each decoding its weights. Measured on an H100 (session 59, `bench_moe --shared 0`, the
 // layer): 32-row tiles 3,102 us at 1,280 tokens against 3,304 at 128 rows, 64-row tiles 3,459 at
-// 2,048 against 3,669. Pure.
+// 2,048 against 3,669. kMoeCudaRsWideTileRows (96; session 59 experiment, only where asked for)
+// at <= kMoeCudaRsWideMaxSlotsPerExpert: the {64, 96} kernels, four consumer warpgroups, 5 stages
+// of 96 rows — so that at 41–80 rows per expert on average (2,561–5,120 tokens at E 384 top-6)
+// an expert still takes one tile (one decode of its weights) while the widths pad less than the
+// 128-row kernels' n128 (the up GEMM's {64, 128}). Pure.
 inline constexpr int64_t kMoeCudaRsNarrowTileRows = 32;
 inline constexpr int64_t kMoeCudaRsNarrowMaxSlotsPerExpert = 20;
 inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
 inline constexpr int64_t kMoeCudaRsMidMaxSlotsPerExpert = 40;
+inline constexpr int64_t kMoeCudaRsWideTileRows = 96;
+inline constexpr int64_t kMoeCudaRsWideMaxSlotsPerExpert = 80;
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows);
+// Whether rs_tile_rows is one MoeCudaParams takes: 0, 32, 64, 96 or 128.
+constexpr bool MoeCudaIsRsTileRowsChoice(int64_t rs_tile_rows) {
+  return rs_tile_rows == 0 || rs_tile_rows == kMoeCudaRsNarrowTileRows ||
+         rs_tile_rows == kMoeCudaRsMidTileRows || rs_tile_rows == kMoeCudaRsWideTileRows ||
+         rs_tile_rows == kMoeCudaWgmmaTileRows;
+}
 
 // A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
 // 16-row", "streaming 32-row", "wgmma", "wgmma RS"; "auto" for kAuto, "unknown" otherwise).
@@ -487,7 +499,7 @@ absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stre
 struct MoeRegroupTilesParams {
   int64_t n_experts = 0;               // E
   int64_t slots = 0;                   // m·top_k (bounds the tile count)
-  int64_t tile_rows = 0;               // of the list in: 8, 16, 32, 64 or 128
+  int64_t tile_rows = 0;               // of the list in: 8, 16, 32, 64, 96 or 128
   const int32_t* offsets = nullptr;    // [E + 1] (LaunchMoePermute's)
   const int32_t* tiles = nullptr;      // [2·tiles]: (expert, first slot row)
   const int32_t* num_tiles = nullptr;  // [1]
@@ -539,8 +551,8 @@ struct MoeCudaGemmPlan {
 // Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16
 // with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
 // driver call; not for the hot path). ring_cut: the ring kernel's instantiation (each cut has its
-// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles; 0, 32, 64
-// or 128, else InvalidArgumentError).
+// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles; 0, 32, 64,
+// 96 or 128, else InvalidArgumentError).
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
                                                     MoeCudaGemm gemm = MoeCudaGemm::kAuto,
@@ -593,7 +605,9 @@ struct MoeCudaParams {
   // The register-sourced GEMM's tile rows where it runs both projections (MoeCudaRsTileRows):
   // 0 (default) = by the mean slot rows per expert, 32-row tiles and 8 ring stages at <= 20,
   // 64-row tiles and 6 stages at <= 40, else 128-row tiles and 4 stages; 32 / 64 = those tiles
-  // only where they apply, else 128; 128 = always 128 (A/B; bench_moe --rs-tile-rows). Output
+  // only where they apply, else 128; 96 = 96-row tiles and 5 stages at <= 80 (session 59
+  // experiment, only where asked for), else 128; 128 = always 128 (A/B; bench_moe
+  // --rs-tile-rows). Output
   // bits unchanged (the same per-row operations; a row's tile does not change its numerics).
   int64_t rs_tile_rows = 0;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads

@@ -83,9 +83,10 @@ absl::Status CheckSlots(const char* op, const char* field, int64_t m, int64_t to
 
 absl::Status CheckTileRows(const char* op, int64_t tile_rows) {
   if (tile_rows != kMoeCudaStreamTileRows && tile_rows != 16 && tile_rows != 32 &&
-      tile_rows != 64 && tile_rows != kMoeCudaWgmmaTileRows) {
+      tile_rows != 64 && tile_rows != kMoeCudaRsWideTileRows &&
+      tile_rows != kMoeCudaWgmmaTileRows) {
     return Invalid(op, "tile_rows",
-                   absl::StrFormat("is %d, must be 8, 16, 32, 64 or 128", tile_rows));
+                   absl::StrFormat("is %d, must be 8, 16, 32, 64, 96 or 128", tile_rows));
   }
   return absl::OkStatus();
 }
@@ -170,17 +171,19 @@ absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t ti
     return Invalid(op, "wgmma_rs", "and stream are both set (one GEMM runs a stage)");
   }
   if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
-  if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows) &&
+  if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows ||
+       tile_rows == kMoeCudaRsWideTileRows) &&
       MoeCudaRsTileRows(slots, n_experts, tile_rows) == tile_rows) {
     return absl::OkStatus();
   }
   return Invalid(
       op, "wgmma_rs",
       absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM takes tile_rows "
-                      "%d, %d at <= %d slot rows per expert or %d at <= %d)",
+                      "%d, %d at <= %d slot rows per expert, %d at <= %d or %d at <= %d)",
                       tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
                       kMoeCudaRsNarrowMaxSlotsPerExpert, kMoeCudaRsMidTileRows,
-                      kMoeCudaRsMidMaxSlotsPerExpert));
+                      kMoeCudaRsMidMaxSlotsPerExpert, kMoeCudaRsWideTileRows,
+                      kMoeCudaRsWideMaxSlotsPerExpert));
 }
 
 absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t slots,
@@ -419,6 +422,10 @@ int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows
       slots <= kMoeCudaRsMidMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsMidTileRows;
   }
+  if (rs_tile_rows == kMoeCudaRsWideTileRows &&
+      slots <= kMoeCudaRsWideMaxSlotsPerExpert * n_experts) {
+    return kMoeCudaRsWideTileRows;
+  }
   return kMoeCudaWgmmaTileRows;
 }
 
@@ -594,12 +601,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
         kOp, "down_gemm",
         absl::StrFormat("is %d, must be kAuto (0) or kWgmmaRs (4)", static_cast<int>(p.down_gemm)));
   }
-  if (p.rs_tile_rows != 0 && p.rs_tile_rows != kMoeCudaWgmmaTileRows &&
-      p.rs_tile_rows != kMoeCudaRsNarrowTileRows && p.rs_tile_rows != kMoeCudaRsMidTileRows) {
-    return Invalid(
-        kOp, "rs_tile_rows",
-        absl::StrFormat("is %d, must be 0, %d, %d or %d", p.rs_tile_rows, kMoeCudaRsNarrowTileRows,
-                        kMoeCudaRsMidTileRows, kMoeCudaWgmmaTileRows));
+  if (!MoeCudaIsRsTileRowsChoice(p.rs_tile_rows)) {
+    return Invalid(kOp, "rs_tile_rows",
+                   absl::StrFormat("is %d, must be 0, %d, %d, %d or %d", p.rs_tile_rows,
+                                   kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows,
+                                   kMoeCudaRsWideTileRows, kMoeCudaWgmmaTileRows));
   }
   if ((p.gemm == MoeCudaGemm::kStream || p.gemm == MoeCudaGemm::kStreamRing) &&
       std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {

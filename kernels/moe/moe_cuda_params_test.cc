@@ -191,11 +191,11 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.down_gemm = MoeCudaGemm::kWgmmaRs;
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
   p = GoodLayer(&w);
-  for (const int64_t rows : {0, 32, 64, 128}) {
+  for (const int64_t rows : {0, 32, 64, 96, 128}) {
     p.rs_tile_rows = rows;
     EXPECT_TRUE(Validate(p).ok()) << rows << ": " << Validate(p);
   }
-  for (const int64_t rows : {-1, 16, 96, 256}) {
+  for (const int64_t rows : {-1, 16, 48, 112, 256}) {
     p.rs_tile_rows = rows;
     ExpectInvalid(Validate(p), "rs_tile_rows");
   }
@@ -560,6 +560,13 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
 
   down.slots = kMoeCudaRsMidMaxSlotsPerExpert * w.n_experts + 1;
   ExpectInvalid(Validate(down), "wgmma_rs");
+  down.tile_rows = kMoeCudaRsWideTileRows;  // 96-row tiles up to 80 slot rows per expert
+  EXPECT_TRUE(Validate(down).ok()) << Validate(down);
+  down.slots = kMoeCudaRsWideMaxSlotsPerExpert * w.n_experts + 1;
+  ExpectInvalid(Validate(down), "wgmma_rs");
+  down.tile_rows = 48;
+  down.slots = 4;
+  ExpectInvalid(Validate(down), "tile_rows");
   down.slots = 4;
   down.wgmma_rs = false;
   down.tile_rows = kMoeCudaStreamTileRows;

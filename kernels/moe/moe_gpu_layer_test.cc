@@ -16,8 +16,8 @@
 // Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
 // with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
 // bytes; with the register-sourced GEMM on 128-row tiles first, then on the tiles by slot rows
-// per expert (the default) and on 32- and 64-row tiles (MoeCudaParams::rs_tile_rows), whose y must
-// be the same bytes; with every other GEMM also with the
+// per expert (the default) and on 32-, 64- and 96-row tiles (MoeCudaParams::rs_tile_rows), whose y
+// must be the same bytes; with every other GEMM also with the
 // register-sourced GEMM for the down projection (MoeCudaParams::down_gemm).
 #include <algorithm>
 #include <cmath>
@@ -227,7 +227,8 @@ void RunCase(const LayerCase& c) {
       // The tiles by the slot rows per expert (0, the default) and 32- / 64-row tiles
       // (rs_tile_rows; where MoeCudaRsTileRows gives them, else the same launch): the same bytes
       // as the 128-row tiles (a row's tile does not change its numerics).
-      for (const int64_t rows : {int64_t{0}, kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows}) {
+      for (const int64_t rows :
+           {int64_t{0}, kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows, kMoeCudaRsWideTileRows}) {
         const GpuRun r = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                     dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
                                     MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, rows);

@@ -382,6 +382,23 @@ TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
   CheckDownHandBuilt(kRsSetMidCounts, kDims, std::size(kDims), true, 2, false, kRows);
 }
 
+// 96-row tiles (rs_tile_rows 96, session 59 experiment): the {64, 96} kernels, both projections,
+// on the 5-stage ring of 96-row stages, tiles of 3 .. 97 rows and experts of 97, 136 and 150 rows
+// taking a second tile (of 1, 40 and 54 rows).
+TEST(MoeGpuWgmmaTest, RsNinetySixRowTilesAreBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = kMoeCudaRsWideTileRows;
+  for (const int64_t ctas : {0, 1, 3}) {
+    SCOPED_TRACE(testing::Message() << ctas << " CTAs");
+    CheckUpHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1,
+                     kRows);
+    CheckDownHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3,
+                       kRows);
+  }
+  CheckUpHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true, 0, true, kRows);
+  CheckDownHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true, 2, false, kRows);
+}
+
 // Which tile rows the launch takes (host only): 32 / 64 at <= 20 / 40 slot rows per expert, by
 // default (0) the tallest that applies, asked for only that one; the stage params accept them for
 // the RS GEMM only there.
@@ -392,6 +409,11 @@ TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 0), kMoeCudaRsMidTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 0), kMoeCudaRsMidTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 0), kMoeCudaWgmmaTileRows);
+  // 96-row tiles only where asked for, up to 80 slot rows per expert.
+  EXPECT_EQ(MoeCudaRsTileRows(1, kE, 96), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(80 * kE, kE, 96), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(80 * kE + 1, kE, 96), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(80 * kE, kE, 0), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 32), 32);

@@ -419,9 +419,9 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   if (k_step != kMoeCudaKStepAuto && k_step != 128 && k_step != 256) {
     return absl::InvalidArgumentError("MoeCudaDescribeGemm: k_step must be 0, 128 or 256");
   }
-  if (rs_tile_rows != 0 && rs_tile_rows != kMoeCudaRsNarrowTileRows &&
-      rs_tile_rows != kMoeCudaRsMidTileRows && rs_tile_rows != kMoeCudaWgmmaTileRows) {
-    return absl::InvalidArgumentError("MoeCudaDescribeGemm: rs_tile_rows must be 0, 32, 64 or 128");
+  if (!MoeCudaIsRsTileRowsChoice(rs_tile_rows)) {
+    return absl::InvalidArgumentError(
+        "MoeCudaDescribeGemm: rs_tile_rows must be 0, 32, 64, 96 or 128");
   }
   const MoeCudaGemm chosen = MoeCudaChooseGemm(m, top_k, weights.n_experts, gemm, max_k);
   const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);

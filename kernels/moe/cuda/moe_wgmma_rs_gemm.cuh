@@ -26,18 +26,17 @@
 // tile kernels run four consumer warpgroups of one m64 block (64 weight rows) each and the
 // producer as warpgroup 4 (FS_MOE_RS_NARROW_WGS, default 4 since session 59; 2 = the 128-row
 // kernels' layout, for A/B).
-// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at 128 tile rows, 6 at 64, 8 at 32), each [kBM
-// slot rows][128 bf16] as two 64-K column blocks in
-// the 128-byte swizzle (up: cp.async 16-byte chunks, gathered by slot -> A row as the other
-// GEMMs; down, and up with kRsUpATma where the rows are in slot order: TMA boxes), [256 weight
-// rows][64 bytes] of raw FP4 codes (TMA boxes with the 64-byte swizzle, RsTmaMaps) and [256 rows][4
-// bytes] of UE8M0 scale words (cp.async; the stage's 4 scale bytes of a row are one aligned word
-// since K / 32 is a multiple of 4). mbarriers: full[s] (128 arrivals: each producer thread's
-// cp.async.mbarrier.arrive.noinc, triggered when its copies of the stage have landed, plus the
-// boxes' transaction bytes), empty[s] (one arrival per consumer warp: its lane 0 once its
-// warpgroup's wgmmas reading the stage have finished). Step counter c (per CTA over all its tiles):
-// slot c % kStages, parity (c / kStages) & 1; a 10 s watchdog traps a wait that never
-// completes.
+// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at 128 tile rows, 5 at 96, 6 at 64, 8 at 32), each
+// [kBM slot rows][128 bf16] as two 64-K column blocks in the 128-byte swizzle (up: cp.async 16-byte
+// chunks, gathered by slot -> A row as the other GEMMs; down, and up with kRsUpATma where the rows
+// are in slot order: TMA boxes), [256 weight rows][64 bytes] of raw FP4 codes (TMA boxes with the
+// 64-byte swizzle, RsTmaMaps) and [256 rows][4 bytes] of UE8M0 scale words (cp.async; the stage's 4
+// scale bytes of a row are one aligned word since K / 32 is a multiple of 4). mbarriers: full[s]
+// (128 arrivals: each producer thread's cp.async.mbarrier.arrive.noinc, triggered when its copies
+// of the stage have landed, plus the boxes' transaction bytes), empty[s] (one arrival per consumer
+// warp: its lane 0 once its warpgroup's wgmmas reading the stage have finished). Step counter c
+// (per CTA over all its tiles): slot c % kStages, parity (c / kStages) & 1; a 10 s watchdog traps a
+// wait that never completes.
 //
 // Consumer K loop, per 32-wide block q of K (4 per stage), A fragments double-buffered in
 // registers (set q % 2: kMb m64 blocks × 2 k16 steps × 4 registers):
@@ -506,8 +505,9 @@ __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
                            const __grid_constant__ RsTmaMaps maps) {
   static_assert(kBM == kRsBM || (kBM == 32 && kWidths == (kRsN16 | kRsN32)) ||
-                    (kBM == 64 && kWidths == (kRsN32 | kRsN64)),
-                "32- / 64-row tiles: the {16, 32} / {32, 64} set");
+                    (kBM == 64 && kWidths == (kRsN32 | kRsN64)) ||
+                    (kBM == 96 && kWidths == (kRsN64 | kRsN96)),
+                "32- / 64- / 96-row tiles: the {16, 32} / {32, 64} / {64, 96} set");
   using S = RsShape<kUp, kBM>;
   using P = RsPlan<kBM>;
   constexpr uint32_t kStages = P::kStages;

@@ -70,9 +70,9 @@ void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t sl
 }
 
 // The width set RsWidthSetFor picks for `slots` rows of the experts. The up GEMM has no {32, 64}
-// or {64, 96} kernel: it runs {64, 128} there. Tiles of 32 / 64 rows (MoeCudaRsTileRows, which
-// the stage params' validation holds them to) run the {16, 32} / {32, 64} kernel of 32- / 64-row
-// stages, both projections.
+// or {64, 96} kernel of 128-row tiles: it runs {64, 128} there. Tiles of 32 / 64 / 96 rows
+// (MoeCudaRsTileRows, which the stage params' validation holds them to) run the {16, 32} /
+// {32, 64} / {64, 96} kernel of 32- / 64- / 96-row stages, both projections.
 template <bool kUp>
 void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t ctas, int64_t slots,
             cudaStream_t stream) {
@@ -81,6 +81,9 @@ void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t cta
         << "MoE RS GEMM: tile_rows for " << slots << " slot rows of " << g.n_experts << " experts";
     if (tile_rows == 64) {
       return LaunchWidths<kUp, kRsN32 | kRsN64, 64>(g, max_tiles, ctas, slots, stream);
+    }
+    if (tile_rows == 96) {
+      return LaunchWidths<kUp, kRsN64 | kRsN96, 96>(g, max_tiles, ctas, slots, stream);
     }
     return LaunchWidths<kUp, kRsN16 | kRsN32, 32>(g, max_tiles, ctas, slots, stream);
   }
@@ -107,7 +110,9 @@ MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
   using P = RsPlan<kBM>;
   int ctas = 0;
   constexpr uint32_t kWidths =
-      kBM == kRsBM ? kRsLandedWidths : (kBM == 64 ? kRsN32 | kRsN64 : kRsN16 | kRsN32);
+      kBM == kRsBM
+          ? kRsLandedWidths
+          : (kBM == 96 ? kRsN64 | kRsN96 : (kBM == 64 ? kRsN32 | kRsN64 : kRsN16 | kRsN32));
   auto* kernel = RsKernel<kUp, kWidths, kBM>();
   CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, P::kThreads, P::kSmemBytes));
@@ -141,6 +146,9 @@ MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t tile_rows, int64_t n, int64_t m
   }
   if (tile_rows == 64) {
     return up ? Describe<true, 64>(n, max_tiles) : Describe<false, 64>(n, max_tiles);
+  }
+  if (tile_rows == 96) {
+    return up ? Describe<true, 96>(n, max_tiles) : Describe<false, 96>(n, max_tiles);
   }
   return up ? Describe<true, kRsBM>(n, max_tiles) : Describe<false, kRsBM>(n, max_tiles);
 }

@@ -29,12 +29,13 @@ inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 // The shared-memory plan of a kernel whose tiles hold up to kBM slot rows (the permute's
 // tile_rows: 32 for the {16, 32} kernels / 64 for the {32, 64} ones where MoeCudaRsTileRows
 // gives them (by default at <= 20 / 40 slot rows per expert; session 57, the default since 59),
-// else 128): kStages ring stages of [kBM slot rows][128 bf16] (two 64-K column
-// blocks), the codes and the scale words; a smaller kBM leaves room for more stages, i.e. more of
-// the weights' bytes in flight per SM (4 stages at 128 rows, 6 at 64, 8 at 32).
-// Consumer warpgroups of the 32- / 64-row tile kernels (FS_MOE_RS_NARROW_WGS; 4 by default since
-// session 59, 2 as the 128-row kernels always for A/B): 2 own 128 of the CTA's 256 weight rows
-// each as two m64 blocks (two accumulator sets); 4 own 64 each as one, i.e. twice the consumer
+// 96 for the {64, 96} ones where asked for (session 59 experiment), else 128): kStages ring
+// stages of [kBM slot rows][128 bf16] (two 64-K column blocks), the codes and the scale words; a
+// smaller kBM leaves room for more stages, i.e. more of the weights' bytes in flight per SM (4
+// stages at 128 rows, 5 at 96, 6 at 64, 8 at 32).
+// Consumer warpgroups of the 32- / 64- / 96-row tile kernels (FS_MOE_RS_NARROW_WGS; 4 by default
+// since session 59, 2 as the 128-row kernels always for A/B): 2 own 128 of the CTA's 256 weight
+// rows each as two m64 blocks (two accumulator sets); 4 own 64 each as one, i.e. twice the consumer
 // warps per scheduler for the same work (Nsight at 1,280 tokens: 3.0 warps active and 0.75
 // eligible per scheduler, 0.49 issued per cycle: latency-bound chains) at half the accumulators
 // and A fragments a thread. Measured on an H100 (session 59): 2.2–3.7 % faster layers at 32-row
@@ -47,7 +48,7 @@ static_assert(FS_MOE_RS_NARROW_WGS == 2 || FS_MOE_RS_NARROW_WGS == 4);
 
 template <int kBM>
 struct RsPlan {
-  static_assert(kBM == 128 || kBM == 64 || kBM == 32);
+  static_assert(kBM == 128 || kBM == 96 || kBM == 64 || kBM == 32);
   static constexpr int kWgs = kBM == 128 ? 2 : FS_MOE_RS_NARROW_WGS;  // consumer warpgroups
   static constexpr int kMb = 4 / kWgs;  // m64 blocks (accumulator sets) per consumer warpgroup
   static constexpr int kConsumerThreads = 128 * kWgs;
@@ -60,7 +61,7 @@ struct RsPlan {
   static constexpr uint32_t kConsumerRegs = kWgs == 2 ? 224 : 104;
   static constexpr uint32_t kProducerRegs = kWgs == 2 ? 56 : 64;
   static_assert(kConsumerThreads * kConsumerRegs + 128 * kProducerRegs <= kThreads * kLaunchRegs);
-  static constexpr int kStages = kBM == 128 ? 4 : (kBM == 64 ? 6 : 8);
+  static constexpr int kStages = kBM == 128 ? 4 : (kBM == 96 ? 5 : (kBM == 64 ? 6 : 8));
   static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of the slot rows
   static constexpr uint32_t kXBytes = 2 * kXBlock;
   static constexpr uint32_t kStageBytes = kXBytes + kRsCodeBytes + kRsScaleBytes;
