@@ -417,9 +417,9 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;      // tile_rows 128, or 32 / 64 where MoeCudaRsTileRows gives them: the
-                              // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
-                              // MoeRsOperandColumn order
+  bool wgmma_rs = false;  // tile_rows 128, or 32 / 64 / 96 where MoeCudaRsTileRows gives them: the
+                          // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
+                          // MoeRsOperandColumn order
   int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
                               // fewer, so that each CTA walks many tiles)
   // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
@@ -463,9 +463,9 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;      // tile_rows 128, or 32 / 64 where MoeCudaRsTileRows gives them: the
-                              // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
-                              // MoeRsOperandColumn order
+  bool wgmma_rs = false;  // tile_rows 128, or 32 / 64 / 96 where MoeCudaRsTileRows gives them: the
+                          // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
+                          // MoeRsOperandColumn order
   int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
                               // fewer, so that each CTA walks many tiles)
   // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
@@ -499,7 +499,7 @@ absl::Status LaunchMoeExpertDown(const MoeExpertDownParams& p, CUstream_st* stre
 struct MoeRegroupTilesParams {
   int64_t n_experts = 0;               // E
   int64_t slots = 0;                   // m·top_k (bounds the tile count)
-  int64_t tile_rows = 0;               // of the list in: 8, 16, 32, 64, 96 or 128
+  int64_t tile_rows = 0;               // of the list in: 8, 16, 32, 64 or 128
   const int32_t* offsets = nullptr;    // [E + 1] (LaunchMoePermute's)
   const int32_t* tiles = nullptr;      // [2·tiles]: (expert, first slot row)
   const int32_t* num_tiles = nullptr;  // [1]
@@ -535,7 +535,7 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
   bool stream = false;      // the streaming GEMM (tile_rows 8, 16 or 32)
-  bool wgmma = false;       // a wgmma GEMM (tile_rows 128; the RS GEMM's also 32 / 64)
+  bool wgmma = false;       // a wgmma GEMM (tile_rows 128; the RS GEMM's also 32 / 64 / 96)
   bool wgmma_rs = false;    // the register-sourced one (kWgmmaRs)
   bool ring = false;        // the TMA-ring streaming GEMM (kStreamRing)
   int64_t tile_rows = 0;    // slot rows per tile (MoeCudaTileRows)

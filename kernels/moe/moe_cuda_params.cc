@@ -81,12 +81,16 @@ absl::Status CheckSlots(const char* op, const char* field, int64_t m, int64_t to
   return absl::OkStatus();
 }
 
-absl::Status CheckTileRows(const char* op, int64_t tile_rows) {
+// with_96: the list's or stage's tiles may be the register-sourced GEMM's 96-row ones (the
+// permute writes them; a stage runs them only with wgmma_rs, CheckWgmmaRs). The other GEMMs and
+// the regroup into 128-row tiles need tile rows that divide 128.
+absl::Status CheckTileRows(const char* op, int64_t tile_rows, bool with_96) {
   if (tile_rows != kMoeCudaStreamTileRows && tile_rows != 16 && tile_rows != 32 &&
-      tile_rows != 64 && tile_rows != kMoeCudaRsWideTileRows &&
-      tile_rows != kMoeCudaWgmmaTileRows) {
+      tile_rows != 64 && tile_rows != kMoeCudaWgmmaTileRows &&
+      !(with_96 && tile_rows == kMoeCudaRsWideTileRows)) {
     return Invalid(op, "tile_rows",
-                   absl::StrFormat("is %d, must be 8, 16, 32, 64, 96 or 128", tile_rows));
+                   with_96 ? absl::StrFormat("is %d, must be 8, 16, 32, 64, 96 or 128", tile_rows)
+                           : absl::StrFormat("is %d, must be 8, 16, 32, 64 or 128", tile_rows));
   }
   return absl::OkStatus();
 }
@@ -159,7 +163,7 @@ absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t ti
   return absl::OkStatus();
 }
 
-// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32- / 64-row
+// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32- / 64- / 96-row
 // tiles where MoeCudaRsTileRows gives them.
 absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t tile_rows,
                           int64_t ctas, int64_t slots, int64_t n_experts) {
@@ -169,6 +173,11 @@ absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t ti
   }
   if (wgmma_rs && stream) {
     return Invalid(op, "wgmma_rs", "and stream are both set (one GEMM runs a stage)");
+  }
+  if (!wgmma_rs && tile_rows == kMoeCudaRsWideTileRows) {
+    return Invalid(
+        op, "tile_rows",
+        absl::StrFormat("is %d, which only the register-sourced GEMM (wgmma_rs) runs", tile_rows));
   }
   if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
   if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows ||
@@ -192,7 +201,7 @@ absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t sl
   if (w == nullptr) return Invalid(op, "weights", "is null");
   RETURN_IF_ERROR(Validate(*w)) << op;
   if (slots < 0 || slots > kMaxSlots) return Invalid(op, "slots", "must be in [0, 2^31)");
-  RETURN_IF_ERROR(CheckTileRows(op, tile_rows));
+  RETURN_IF_ERROR(CheckTileRows(op, tile_rows, /*with_96=*/true));
   if (slots == 0) return absl::OkStatus();
   return CheckNonNull(op, {{"offsets", offsets}, {"tiles", tiles}, {"num_tiles", num_tiles}});
 }
@@ -314,7 +323,7 @@ absl::Status Validate(const MoePermuteParams& p) {
   RETURN_IF_ERROR(CheckExpertsTopK(kOp, p.n_experts, p.top_k));
   RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.top_k));
   RETURN_IF_ERROR(CheckDim(kOp, "dim", p.dim));
-  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows));
+  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows, /*with_96=*/true));
   RETURN_IF_ERROR(CheckPath(kOp, "path", p.path));
   if (p.path == MoeCudaPath::kLarge && p.sort_scratch == nullptr) {
     return Invalid(kOp, "sort_scratch", "is null but path is kLarge (the multi-block sort)");
@@ -404,7 +413,8 @@ absl::Status Validate(const MoeRegroupTilesParams& p) {
                    absl::StrFormat("is %d, must be in [1, %d]", p.n_experts, kMoeCudaMaxExperts));
   }
   if (p.slots < 0) return Invalid(kOp, "slots", absl::StrFormat("is %d, must be >= 0", p.slots));
-  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows));
+  // Regrouping keeps the tiles that start a 128-row block: the list's rows must divide 128.
+  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows, /*with_96=*/false));
   return CheckNonNull(kOp, {{"offsets", p.offsets},
                             {"tiles", p.tiles},
                             {"num_tiles", p.num_tiles},

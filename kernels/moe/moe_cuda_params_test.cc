@@ -567,8 +567,10 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   down.tile_rows = 48;
   down.slots = 4;
   ExpectInvalid(Validate(down), "tile_rows");
-  down.slots = 4;
+  // 96-row tiles only for the register-sourced GEMM (the others' tiles hold <= 64 or 128 rows).
+  down.tile_rows = kMoeCudaRsWideTileRows;
   down.wgmma_rs = false;
+  ExpectInvalid(Validate(down), "tile_rows");
   down.tile_rows = kMoeCudaStreamTileRows;
   down.stream_row_tiles = 2;
   EXPECT_TRUE(Validate(down).ok());

@@ -115,6 +115,8 @@ TEST(MoeGpuMixedTest, RegroupTilesValidates) {
   MoeRegroupTilesParams bad = p;
   bad.tile_rows = 24;
   EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad.tile_rows = kMoeCudaRsWideTileRows;  // 96 does not divide the 128-row blocks it keeps
+  EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
   bad = p;
   bad.tiles_out = nullptr;
   EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);

@@ -383,20 +383,22 @@ TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
 }
 
 // 96-row tiles (rs_tile_rows 96, session 59 experiment): the {64, 96} kernels, both projections,
-// on the 5-stage ring of 96-row stages, tiles of 3 .. 97 rows and experts of 97, 136 and 150 rows
-// taking a second tile (of 1, 40 and 54 rows).
+// on the 5-stage ring of 96-row stages: tiles of 1 .. 96 rows, among them 65, 72 and 90 (a partial
+// n96 tile: the up store's early break, the down store's partial second round), and experts of
+// 97, 136 and 150 rows taking a second tile (of 1, 40 and 54 rows).
+const std::vector<int32_t> kRsWideCounts = {3, 8, 33, 64, 65, 72, 90, 96, 97, 136, 150, 0};
 TEST(MoeGpuWgmmaTest, RsNinetySixRowTilesAreBitExact) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kRows = kMoeCudaRsWideTileRows;
   for (const int64_t ctas : {0, 1, 3}) {
     SCOPED_TRACE(testing::Message() << ctas << " CTAs");
-    CheckUpHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1,
+    CheckUpHandBuilt(kRsWideCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1,
                      kRows);
-    CheckDownHandBuilt(kRsNarrowCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3,
+    CheckDownHandBuilt(kRsWideCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3,
                        kRows);
   }
-  CheckUpHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true, 0, true, kRows);
-  CheckDownHandBuilt(kRsNarrowCounts, kDims, std::size(kDims), true, 2, false, kRows);
+  CheckUpHandBuilt(kRsWideCounts, kDims, std::size(kDims), true, 0, true, kRows);
+  CheckDownHandBuilt(kRsWideCounts, kDims, std::size(kDims), true, 2, false, kRows);
 }
 
 // Which tile rows the launch takes (host only): 32 / 64 at <= 20 / 40 slot rows per expert, by

@@ -1,4 +1,4 @@
-// The register-sourced wgmma expert GEMM (tile_rows 128, 64 or 32: MoeCudaRsTileRows;
+// The register-sourced wgmma expert GEMM (tile_rows 128, 96, 64 or 32: MoeCudaRsTileRows;
 // MoeCudaGemm::kWgmmaRs): the weights are
 // the wgmma A operand, decoded from FP4 by the consumer threads straight into their A fragments
 // (wgmma.mma_async ... RS form), so decoded weights never touch shared memory. Device code of
@@ -442,7 +442,7 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 
 // RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
 // code only for the set's widths below kBM and for kBM itself, the widest a tile of kBM rows needs
-// (128; 32 / 64 for the {16, 32} / {32, 64} kernels of 32- / 64-row tiles).
+// (128; 32 / 64 / 96 for the {16, 32} / {32, 64} / {64, 96} kernels of 32- / 64- / 96-row tiles).
 template <bool kUp, uint32_t kWidths, int kBM>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
                                        const RsThread<RsPlan<kBM>::kMb>& t, uint32_t kt_count,
@@ -498,7 +498,7 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 
 // ---- the kernel --------------------------------------------------------------------------------
 // kWidths: the tile widths' set (RsWidthSetFor's); kBM: the tile list's rows per tile (128, or 32
-// / 64 for the {16, 32} / {32, 64} set: RsPlan).
+// / 64 / 96 for the {16, 32} / {32, 64} / {64, 96} set: RsPlan).
 // maps: the TMA boxes' tensor maps (RsTmaMaps).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
 __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)

@@ -161,7 +161,8 @@ struct RsShape {
   static constexpr int kWgCols = kBN / RsPlan<kBM>::kWgs;  // output columns per consumer warpgroup
   static constexpr int kPitch = kWgCols + 8;  // bf16 per slot row of a warpgroup's tile
   // Slot rows per epilogue round: the whole tile where every warpgroup's tile fits one ring slot
-  // (up; down at 32 rows), else half of it (down at 128 rows: two rounds of 64).
+  // (up; down at 32 rows), else half of it (down at 128 / 96 / 64 rows: two rounds of 64 / 48 /
+  // 32).
   static constexpr int kRoundSlots =
       RsPlan<kBM>::kWgs * kBM * kPitch * 2 <= static_cast<int>(RsPlan<kBM>::kStageBytes) ? kBM
                                                                                          : kBM / 2;
@@ -249,7 +250,8 @@ inline constexpr bool kRsARowBoxes = FS_MOE_RS_A_ROW_BOXES != 0;
 template <int kBM>
 inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kBM;
 static_assert(kRsBM % kRsABoxRows<kRsBM> == 0 && (kRsABoxRows<kRsBM> * 128) % 1024 == 0);
-static_assert((kRsABoxRows<32> * 128) % 1024 == 0 && (kRsABoxRows<64> * 128) % 1024 == 0);
+static_assert((kRsABoxRows<32> * 128) % 1024 == 0 && (kRsABoxRows<64> * 128) % 1024 == 0 &&
+              (kRsABoxRows<96> * 128) % 1024 == 0 && 96 % kRsABoxRows<96> == 0);
 // The down GEMM's consumers without the fence.proxy.async after each stage's `full` wait
 // (session 55 experiment, off: not yet run on the H200). The fence makes the up GEMM's cp.async
 // slot rows (generic-proxy writes) visible to wgmma (async proxy); the down GEMM's slot rows
@@ -309,8 +311,9 @@ constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
       }
     }
   }
-  return (RsPlan<kRsBM>::kXBytes % 1024 == 0) && (RsPlan<64>::kXBytes % 1024 == 0) &&
-         (RsPlan<32>::kXBytes % 1024 == 0) && (box_rows * 64) % 512 == 0;
+  return (RsPlan<kRsBM>::kXBytes % 1024 == 0) && (RsPlan<96>::kXBytes % 1024 == 0) &&
+         (RsPlan<64>::kXBytes % 1024 == 0) && (RsPlan<32>::kXBytes % 1024 == 0) &&
+         (box_rows * 64) % 512 == 0;
 }
 static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<false>) &&
               RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<true>));
