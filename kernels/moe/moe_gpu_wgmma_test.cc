@@ -365,21 +365,24 @@ TEST(MoeGpuWgmmaTest, RsThirtyTwoRowTilesAreBitExact) {
   CheckDownHandBuilt(kRsSetSmallCounts, kDims, std::size(kDims), true, 3, true, kRows);
 }
 
+// Both projections on `counts` in tiles of `rows`: the small dims on 0, 1 and 3 CTAs (with and
+// without the work counters), then the larger dims.
+void CheckRsTiles(const std::vector<int32_t>& counts, int64_t rows) {
+  for (const int64_t ctas : {0, 1, 3}) {
+    SCOPED_TRACE(testing::Message() << ctas << " CTAs");
+    CheckUpHandBuilt(counts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1, rows);
+    CheckDownHandBuilt(counts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3, rows);
+  }
+  CheckUpHandBuilt(counts, kDims, std::size(kDims), true, 0, true, rows);
+  CheckDownHandBuilt(counts, kDims, std::size(kDims), true, 2, false, rows);
+}
+
 // 64-row tiles (rs_tile_rows 64): the {32, 64} kernels, both projections, on the 6-stage ring of
 // 64-row stages (c % 6 slots: the ring's wrap is not a power of two), experts of 65 rows taking a
 // second tile of one row.
 TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
   FS_SKIP_WITHOUT_GPU();
-  constexpr int64_t kRows = kMoeCudaRsMidTileRows;
-  for (const int64_t ctas : {0, 1, 3}) {
-    SCOPED_TRACE(testing::Message() << ctas << " CTAs");
-    CheckUpHandBuilt(kRsSetMidCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1,
-                     kRows);
-    CheckDownHandBuilt(kRsSetMidCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3,
-                       kRows);
-  }
-  CheckUpHandBuilt(kRsSetMidCounts, kDims, std::size(kDims), true, 0, true, kRows);
-  CheckDownHandBuilt(kRsSetMidCounts, kDims, std::size(kDims), true, 2, false, kRows);
+  CheckRsTiles(kRsSetMidCounts, kMoeCudaRsMidTileRows);
 }
 
 // 96-row tiles (rs_tile_rows 96, session 59 experiment): the {64, 96} kernels, both projections,
@@ -389,16 +392,7 @@ TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
 const std::vector<int32_t> kRsWideCounts = {3, 8, 33, 64, 65, 72, 90, 96, 97, 136, 150, 0};
 TEST(MoeGpuWgmmaTest, RsNinetySixRowTilesAreBitExact) {
   FS_SKIP_WITHOUT_GPU();
-  constexpr int64_t kRows = kMoeCudaRsWideTileRows;
-  for (const int64_t ctas : {0, 1, 3}) {
-    SCOPED_TRACE(testing::Message() << ctas << " CTAs");
-    CheckUpHandBuilt(kRsWideCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 1,
-                     kRows);
-    CheckDownHandBuilt(kRsWideCounts, kSmallDims, std::size(kSmallDims), true, ctas, ctas != 3,
-                       kRows);
-  }
-  CheckUpHandBuilt(kRsWideCounts, kDims, std::size(kDims), true, 0, true, kRows);
-  CheckDownHandBuilt(kRsWideCounts, kDims, std::size(kDims), true, 2, false, kRows);
+  CheckRsTiles(kRsWideCounts, kMoeCudaRsWideTileRows);
 }
 
 // Which tile rows the launch takes (host only): 32 / 64 at <= 20 / 40 slot rows per expert, by
