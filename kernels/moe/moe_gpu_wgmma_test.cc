@@ -83,7 +83,7 @@ int64_t ExpertOf(const std::vector<int32_t>& offsets, int64_t r) {
 // Where output (slot row, column) sits in the register-sourced kernel of `tile_rows`-row tiles:
 // the CTA column block, the consumer warpgroup, m-block, warp and lane of its accumulator
 // (cuda/moe_wgmma_rs_gemm.cuh; RsPlan: two consumer warpgroups of two m64 blocks at 128 rows, four
-// of one at 32 / 64, FS_MOE_RS_NARROW_WGS's default), and the tile's n8 column of the row.
+// of one at 32 / 64 / 96, FS_MOE_RS_NARROW_WGS's default), and the tile's n8 column of the row.
 std::string RsOwner(int64_t in_expert, int64_t c, bool up, int64_t tile_rows) {
   // Up: 128 columns per CTA, slab = column / 8 (gate row lane/4); down: 256, slab = column / 16;
   // slab = 4 · m-blocks per warpgroup · warpgroup + 4 · m-block + warp.

@@ -504,9 +504,7 @@ template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
 __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
                            const __grid_constant__ RsTmaMaps maps) {
-  static_assert(kBM == kRsBM || (kBM == 32 && kWidths == (kRsN16 | kRsN32)) ||
-                    (kBM == 64 && kWidths == (kRsN32 | kRsN64)) ||
-                    (kBM == 96 && kWidths == (kRsN64 | kRsN96)),
+  static_assert(kBM == kRsBM || kWidths == kRsNarrowTileWidths<kBM>,
                 "32- / 64- / 96-row tiles: the {16, 32} / {32, 64} / {64, 96} set");
   using S = RsShape<kUp, kBM>;
   using P = RsPlan<kBM>;

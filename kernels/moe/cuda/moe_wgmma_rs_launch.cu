@@ -80,12 +80,12 @@ void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t cta
     CHECK_EQ(MoeCudaRsTileRows(slots, g.n_experts, tile_rows), tile_rows)
         << "MoE RS GEMM: tile_rows for " << slots << " slot rows of " << g.n_experts << " experts";
     if (tile_rows == 64) {
-      return LaunchWidths<kUp, kRsN32 | kRsN64, 64>(g, max_tiles, ctas, slots, stream);
+      return LaunchWidths<kUp, kRsNarrowTileWidths<64>, 64>(g, max_tiles, ctas, slots, stream);
     }
     if (tile_rows == 96) {
-      return LaunchWidths<kUp, kRsN64 | kRsN96, 96>(g, max_tiles, ctas, slots, stream);
+      return LaunchWidths<kUp, kRsNarrowTileWidths<96>, 96>(g, max_tiles, ctas, slots, stream);
     }
-    return LaunchWidths<kUp, kRsN16 | kRsN32, 32>(g, max_tiles, ctas, slots, stream);
+    return LaunchWidths<kUp, kRsNarrowTileWidths<32>, 32>(g, max_tiles, ctas, slots, stream);
   }
   CHECK_EQ(tile_rows, kRsBM) << "MoE RS GEMM: tile_rows";
   switch (RsWidthSetFor(slots, g.n_experts, kUp)) {
@@ -109,10 +109,7 @@ template <bool kUp, int kBM>
 MoeCudaGemmPlan Describe(int64_t n, int64_t max_tiles) {
   using P = RsPlan<kBM>;
   int ctas = 0;
-  constexpr uint32_t kWidths =
-      kBM == kRsBM
-          ? kRsLandedWidths
-          : (kBM == 96 ? kRsN64 | kRsN96 : (kBM == 64 ? kRsN32 | kRsN64 : kRsN16 | kRsN32));
+  constexpr uint32_t kWidths = kBM == kRsBM ? kRsLandedWidths : kRsNarrowTileWidths<kBM>;
   auto* kernel = RsKernel<kUp, kWidths, kBM>();
   CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, P::kThreads, P::kSmemBytes));

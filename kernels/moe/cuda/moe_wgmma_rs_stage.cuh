@@ -107,6 +107,12 @@ inline constexpr uint32_t kRsN96 = moe_cuda_internal::kMoeRsN96;
 // of registers (C7512); one accumulator shared by the narrow widths spilled (session 52: 3 KB in
 // the down kernel) or serialised them (session 54: C7511 in every up set).
 inline constexpr uint32_t kRsLandedWidths = kRsN64;
+// The set of the kernels of kBM-row tiles below 128 (MoeCudaRsTileRows): the two widths up to
+// kBM, both projections. The 128-row kernels take RsWidthSetFor's set per launch.
+template <int kBM>
+inline constexpr uint32_t kRsNarrowTileWidths = kBM == 32 ? (kRsN16 | kRsN32)
+                                                          : (kBM == 64 ? (kRsN32 | kRsN64)
+                                                                       : (kRsN64 | kRsN96));
 
 // moe_cuda_internal.h (host-tested): the width of a tile, the set of a launch.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
