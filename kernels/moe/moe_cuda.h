@@ -227,12 +227,12 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // / 64 without it the tiled GEMM (slot rows as A, a cp.async ring of weights, mma.sync), 128 the
 // wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights decoded into 128-byte-swizzled bf16 shared
 // memory, wgmma.mma_async m64n256k16) or, with the stage params' `wgmma_rs`, on 128-row tiles or
-// the 32- / 64-row tiles MoeCudaRsTileRows gives, the register-sourced wgmma GEMM (kWgmmaRs:
+// the 32- / 64- / 96-row tiles MoeCudaRsTileRows gives, the register-sourced wgmma GEMM (kWgmmaRs:
 // weights as the wgmma A operand decoded by the consumer warpgroups straight into registers, the
 // slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): the register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert
-// (8) slots per expert on average (512 tokens at E 384 top-6), on 32- / 64- / 128-row tiles
+// (8) slots per expert on average (512 tokens at E 384 top-6), on 32- / 64- / 96- / 128-row tiles
 // (MoeCudaRsTileRows); below it streaming where D and I are at most kMoeCudaStreamMaxK: the
 // TMA-ring form (kStreamRing) up to MoeCudaRingMaxSlots(E) slots (4 per expert), 8-row tiles
 // (kStream) up to 6 per expert (and above it where 16-row tiles do not fit, D or I above
@@ -347,17 +347,18 @@ bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeC
 // kMoeCudaRsNarrowMaxSlotsPerExpert slot rows per expert on average (its {16, 32} kernels:
 // RsWidthSetFor's set there for both projections), whose 32-row ring stages leave room for 8 of
 // them instead of 4; kMoeCudaRsMidTileRows (64) at <= kMoeCudaRsMidMaxSlotsPerExpert (the {32, 64}
-// kernels for both projections, 6 stages of 64 rows); otherwise kMoeCudaWgmmaTileRows (128).
-// rs_tile_rows 0 (auto) takes the tallest of these that applies, 32 or 64 only that one where it
-// applies (else 128), 128 always 128 (A/B). The narrow kernels run four consumer warpgroups
-// (FS_MOE_RS_NARROW_WGS) on more ring stages; an expert with more rows than a tile takes several
-// tiles, each decoding its weights. Measured on an H100 (session 59, `bench_moe --shared 0`, the
-// layer): 32-row tiles 3,102 us at 1,280 tokens against 3,304 at 128 rows, 64-row tiles 3,459 at
-// 2,048 against 3,669. kMoeCudaRsWideTileRows (96; session 59 experiment, only where asked for)
-// at <= kMoeCudaRsWideMaxSlotsPerExpert: the {64, 96} kernels, four consumer warpgroups, 5 stages
-// of 96 rows — so that at 41–80 rows per expert on average (2,561–5,120 tokens at E 384 top-6)
-// an expert still takes one tile (one decode of its weights) while the widths pad less than the
-// 128-row kernels' n128 (the up GEMM's {64, 128}). Pure.
+// kernels for both projections, 6 stages of 64 rows); kMoeCudaRsWideTileRows (96) at <=
+// kMoeCudaRsWideMaxSlotsPerExpert (the {64, 96} kernels, 5 stages of 96 rows: at 41–80 rows per
+// expert on average, 2,561–5,120 tokens at E 384 top-6, an expert still takes one tile, one decode
+// of its weights, while the widths pad less than the 128-row kernels' n128); otherwise
+// kMoeCudaWgmmaTileRows (128). rs_tile_rows 0 (auto) takes the first of 32, 64, 96 that applies
+// (else 128); 32, 64 or 96 asked for takes only that one where it applies (else 128); 128 always
+// 128 (A/B). The narrow and wide kernels run four consumer warpgroups (FS_MOE_RS_NARROW_WGS); an
+// expert with more rows than a tile takes several tiles, each decoding its weights. Measured on
+// an H100 (`bench_moe --shared 0`, the layer): 32-row tiles 3,102 us at 1,280 tokens against 3,304
+// at 128 rows, 64-row tiles 3,459 at 2,048 against 3,669 (session 59); 96-row tiles 3,918 / 3,907
+// at 3,072 against 3,946 / 4,000, 4,353 / 4,347 at 4,096 against 4,688 / 4,523, 4,723 / 4,690 at
+// 5,120 against 5,472 / 5,465 at 128 rows (session 60; at 2,560 level with 64-row tiles). Pure.
 inline constexpr int64_t kMoeCudaRsNarrowTileRows = 32;
 inline constexpr int64_t kMoeCudaRsNarrowMaxSlotsPerExpert = 20;
 inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
@@ -377,8 +378,8 @@ constexpr bool MoeCudaIsRsTileRowsChoice(int64_t rs_tile_rows) {
 const char* MoeCudaGemmName(MoeCudaGemm gemm);
 
 // Rows per GEMM tile of the GEMM MoeCudaChooseGemm picks: 8 (kStream), 16 (kStream16), 32
-// (kStream32), 128 (kWgmma), MoeCudaRsTileRows's default (kWgmmaRs: 32, 64 or 128), and for kTiled
-// 16 (a few tokens per expert), 32 or 64 from the mean number of slots per expert. Pure.
+// (kStream32), 128 (kWgmma), MoeCudaRsTileRows's default (kWgmmaRs: 32, 64, 96 or 128), and for
+// kTiled 16 (a few tokens per expert), 32 or 64 from the mean number of slots per expert. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
                         MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
 
@@ -604,11 +605,10 @@ struct MoeCudaParams {
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
   // The register-sourced GEMM's tile rows where it runs both projections (MoeCudaRsTileRows):
   // 0 (default) = by the mean slot rows per expert, 32-row tiles and 8 ring stages at <= 20,
-  // 64-row tiles and 6 stages at <= 40, else 128-row tiles and 4 stages; 32 / 64 = those tiles
-  // only where they apply, else 128; 96 = 96-row tiles and 5 stages at <= 80 (session 59
-  // experiment, only where asked for), else 128; 128 = always 128 (A/B; bench_moe
-  // --rs-tile-rows). Output
-  // bits unchanged (the same per-row operations; a row's tile does not change its numerics).
+  // 64-row tiles and 6 stages at <= 40, 96-row tiles and 5 stages at <= 80 (since session 60),
+  // else 128-row tiles and 4 stages; 32 / 64 / 96 = those tiles only where they apply, else 128;
+  // 128 = always 128 (A/B; bench_moe --rs-tile-rows). Output bits unchanged (the same per-row
+  // operations; a row's tile does not change its numerics).
   int64_t rs_tile_rows = 0;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the

@@ -432,7 +432,7 @@ int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows
       slots <= kMoeCudaRsMidMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsMidTileRows;
   }
-  if (rs_tile_rows == kMoeCudaRsWideTileRows &&
+  if ((any || rs_tile_rows == kMoeCudaRsWideTileRows) &&
       slots <= kMoeCudaRsWideMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsWideTileRows;
   }

@@ -343,14 +343,17 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1280, 6, 384), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaTileRows(1281, 6, 384), kMoeCudaRsMidTileRows);
   EXPECT_EQ(MoeCudaTileRows(2560, 6, 384), kMoeCudaRsMidTileRows);
-  EXPECT_EQ(MoeCudaTileRows(2561, 6, 384), kMoeCudaWgmmaTileRows);
-  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(2561, 6, 384), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaTileRows(5120, 6, 384), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaTileRows(5121, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
-            kMoeCudaWgmmaTileRows);
+            kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsNarrowTileRows);
-  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaTileRows(8192, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   // The same threshold at other expert counts: E 8 top-2 from 32 tokens.
   EXPECT_EQ(MoeCudaChooseGemm(32, 2, 8), MoeCudaGemm::kWgmmaRs);
   EXPECT_EQ(MoeCudaChooseGemm(31, 2, 8), MoeCudaGemm::kStream16);

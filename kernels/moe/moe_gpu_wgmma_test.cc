@@ -395,21 +395,22 @@ TEST(MoeGpuWgmmaTest, RsNinetySixRowTilesAreBitExact) {
   CheckRsTiles(kRsWideCounts, kMoeCudaRsWideTileRows);
 }
 
-// Which tile rows the launch takes (host only): 32 / 64 at <= 20 / 40 slot rows per expert, by
-// default (0) the tallest that applies, asked for only that one; the stage params accept them for
-// the RS GEMM only there.
+// Which tile rows the launch takes (host only): 32 / 64 / 96 at <= 20 / 40 / 80 slot rows per
+// expert, by default (0) the smallest that applies, asked for only that one; the stage params
+// accept them for the RS GEMM only there.
 TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   constexpr int64_t kE = 384;
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 0), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 0), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 0), kMoeCudaRsMidTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 0), kMoeCudaRsMidTileRows);
-  EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 0), kMoeCudaWgmmaTileRows);
-  // 96-row tiles only where asked for, up to 80 slot rows per expert.
+  EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 0), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(80 * kE, kE, 0), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(80 * kE + 1, kE, 0), kMoeCudaWgmmaTileRows);
+  // 96-row tiles asked for: up to 80 slot rows per expert.
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 96), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(80 * kE, kE, 96), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(80 * kE + 1, kE, 96), kMoeCudaWgmmaTileRows);
-  EXPECT_EQ(MoeCudaRsTileRows(80 * kE, kE, 0), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 128), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 32), 32);

@@ -233,17 +233,15 @@ __device__ __forceinline__ void RsFenceAcc(float (&acc)[kMb][64]) {
   }
 }
 
-// Waits for stage c's copies and (kFence) makes them visible to the async proxy: the up GEMM's
-// cp.async slot rows are generic-proxy writes that wgmma reads through the async proxy. The down
-// GEMM's slot rows come by TMA (async proxy), its codes and scales are read by ld.shared, so
-// it needs no fence (kRsDownNoProxyFence, moe_wgmma_rs_stage.cuh).
-template <bool kUp>
-inline constexpr bool kRsWaitFence = kUp || !kRsDownNoProxyFence;
-template <bool kFence, int kBM>
+// Waits for stage c's copies and makes them visible to the async proxy: the up GEMM's cp.async
+// slot rows are generic-proxy writes that wgmma reads through the async proxy. (The down GEMM's
+// slot rows come by TMA, so it would need no fence; without it the down GEMM measured level,
+// session 60, so both projections keep it.)
+template <int kBM>
 __device__ __forceinline__ void RsWaitFull(uint32_t full_bars, uint32_t c) {
   constexpr uint32_t kStages = RsPlan<kBM>::kStages;
   wgmma_ws::BarWait(full_bars + (c % kStages) * 8, (c / kStages) & 1);
-  if constexpr (kFence) wgmma::FenceProxyAsyncShared();
+  wgmma::FenceProxyAsyncShared();
 }
 
 // This warp's wgmmas reading stage c have finished (and its decode reads are done): release it.
@@ -254,8 +252,8 @@ __device__ __forceinline__ void RsRelease(uint32_t empty_bars, uint32_t c, int l
 }
 
 // The K loop of one tile (steps c .. c + kt_count - 1) for N = kN slot rows.
-// kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows); kFence: RsWaitFull's.
-template <int kN, int kHalf, bool kFence, int kBM>
+// kHalf: the stage rows between a thread's two rows of a slab (kRsHalfRows).
+template <int kN, int kHalf, int kBM>
 __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base,
                                               const RsThread<RsPlan<kBM>::kMb>& t,
                                               uint32_t kt_count, uint32_t c,
@@ -267,7 +265,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base,
   uint32_t a[2][RsPlan<kBM>::kMb][2]
             [4];  // [set][m-block][k16 step][register]: block b of a stage in set b % 2
   uint32_t sw[RsPlan<kBM>::kMb][2], so[RsPlan<kBM>::kMb][2];
-  RsWaitFull<kFence, kBM>(full_bars, c);
+  RsWaitFull<kBM>(full_bars, c);
   const uint8_t* st = smem + (c % kStages) * P::kStageBytes;
   bool wide = RsLoadScales<kHalf, kBM>(st, t, sw, so);
   RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, 0, a[0]);
@@ -297,7 +295,7 @@ __device__ __forceinline__ void RsConsumeTile(uint8_t* smem, uint32_t base,
       if (b < 3) {
         RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, b + 1, a[(b + 1) % 2]);
       } else if (kt + 1 < kt_count) {
-        RsWaitFull<kFence, kBM>(full_bars, cs + 1);
+        RsWaitFull<kBM>(full_bars, cs + 1);
         st = smem + ((cs + 1) % kStages) * P::kStageBytes;
         wide = RsLoadScales<kHalf, kBM>(st, t, sw, so);
         RsDecodeBlock<kHalf, kBM>(st, t, sw, so, wide, 0, a[0]);
@@ -436,7 +434,7 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 #pragma unroll
     for (int j = 0; j < kN / 2; ++j) acc[mb][j] = 0.f;
   }
-  RsConsumeTile<kN, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c, acc);
+  RsConsumeTile<kN, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c, acc);
   RsEpilogueStep<kUp, kN, kBM>(g, smem, base, t, c + kt_count, cw, n0, row0, rows, acc);
 }
 
@@ -613,10 +611,10 @@ __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
       }
       const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
       if (narrow) {
-        RsConsumeTile<64, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c,
+        RsConsumeTile<64, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c,
                                                                     acc);
       } else {
-        RsConsumeTile<128, kRsHalfRows<kUp>, kRsWaitFence<kUp>, kBM>(smem, base, t, kt_count, c,
+        RsConsumeTile<128, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c,
                                                                      acc);
       }
       c += kt_count;

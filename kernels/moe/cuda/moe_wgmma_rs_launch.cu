@@ -44,7 +44,7 @@ template <bool kUp, int kBM>
 RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   RsTmaMaps maps{};
   if (RsSlotRowsByTma<kUp>(g)) {
-    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kRsABoxRows<kBM>,
+    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kBM,
                                 CU_TENSOR_MAP_SWIZZLE_128B))
         << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)
         << " (K " << g.k << ", " << slots << " rows)";

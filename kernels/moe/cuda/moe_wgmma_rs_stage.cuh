@@ -29,7 +29,7 @@ inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 // The shared-memory plan of a kernel whose tiles hold up to kBM slot rows (the permute's
 // tile_rows: 32 for the {16, 32} kernels / 64 for the {32, 64} ones where MoeCudaRsTileRows
 // gives them (by default at <= 20 / 40 slot rows per expert; session 57, the default since 59),
-// 96 for the {64, 96} ones where asked for (session 59 experiment), else 128): kStages ring
+// 96 for the {64, 96} ones (at <= 80; session 59, the default since 60), else 128): kStages ring
 // stages of [kBM slot rows][128 bf16] (two 64-K column blocks), the codes and the scale words; a
 // smaller kBM leaves room for more stages, i.e. more of the weights' bytes in flight per SM (4
 // stages at 128 rows, 5 at 96, 6 at 64, 8 at 32).
@@ -213,7 +213,6 @@ struct RsRows {
   int scale_rows;
   int32_t code_row0;  // row e·N + n0 of the [E·N][K/2] codes
   int32_t a_row0;     // the tile's first slot row (RsSlotRowsByTma)
-  int a_boxes;        // its slot-row boxes per 64-K column block (kRsARowBoxes; else 1)
   int a_count;        // its slot rows inside the expert (row_end - row0): the table's non-null
 };
 
@@ -245,27 +244,6 @@ inline constexpr uint32_t kRsCodeBoxRows = kUp ? kRsNB / 2 : kRsNB;
 #define FS_MOE_RS_UP_A_TMA 0
 #endif
 inline constexpr bool kRsUpATma = FS_MOE_RS_UP_A_TMA != 0;
-// The slot-row boxes in 32-row pieces, only as many as the tile has rows (session 55
-// experiment, off: not yet run on the H200; the reviewer's note that the 128-row boxes bring
-// 32 KB a stage where a 20-row tile of the {16, 32} set reads 5 KB). Each piece lands 4 KB
-// further (1024-aligned, so the 128-byte swizzle is Sw128Offset's for its rows).
-#ifndef FS_MOE_RS_A_ROW_BOXES
-#define FS_MOE_RS_A_ROW_BOXES 0
-#endif
-inline constexpr bool kRsARowBoxes = FS_MOE_RS_A_ROW_BOXES != 0;
-template <int kBM>
-inline constexpr int kRsABoxRows = kRsARowBoxes ? 32 : kBM;
-static_assert(kRsBM % kRsABoxRows<kRsBM> == 0 && (kRsABoxRows<kRsBM> * 128) % 1024 == 0);
-static_assert((kRsABoxRows<32> * 128) % 1024 == 0 && (kRsABoxRows<64> * 128) % 1024 == 0 &&
-              (kRsABoxRows<96> * 128) % 1024 == 0 && 96 % kRsABoxRows<96> == 0);
-// The down GEMM's consumers without the fence.proxy.async after each stage's `full` wait
-// (session 55 experiment, off: not yet run on the H200). The fence makes the up GEMM's cp.async
-// slot rows (generic-proxy writes) visible to wgmma (async proxy); the down GEMM's slot rows
-// come by TMA and its codes and scales are read by ld.shared, so it has nothing to order.
-#ifndef FS_MOE_RS_DOWN_NO_PROXY_FENCE
-#define FS_MOE_RS_DOWN_NO_PROXY_FENCE 0
-#endif
-inline constexpr bool kRsDownNoProxyFence = FS_MOE_RS_DOWN_NO_PROXY_FENCE != 0;
 // Whether this launch's slot rows come by TMA (RsTmaMaps::a; uniform over the launch).
 template <bool kUp>
 __host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs& g) {
@@ -350,9 +328,6 @@ __device__ __forceinline__ RsRows RsMakeRows(const GemmArgs& g, int p, int64_t e
   RsRows rows;
   rows.a_row0 = static_cast<int32_t>(row0);
   rows.a_count = static_cast<int>(row_end - row0);
-  rows.a_boxes = kRsARowBoxes
-                     ? static_cast<int>((row_end - row0 + kRsABoxRows<kBM> - 1) / kRsABoxRows<kBM>)
-                     : 1;
   rows.code_row0 = static_cast<int32_t>(e * g.n + n0);
   const int64_t col = n0 + p;
   rows.scale_off = (e * g.n + col) * (g.k / 32);
@@ -402,18 +377,12 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
     // The tile's slot rows (RsTmaMaps::a): the second producer warp's lane 0 adds their bytes
     // to the phase (before its own cp.async arrival, so the phase cannot complete without them)
     // and issues the boxes of both column blocks.
-    constexpr uint32_t kBoxBytes = kRsABoxRows<kBM> * 128;
-    RsExpectTx(full, 2 * static_cast<uint32_t>(rows.a_boxes) * kBoxBytes);
+    constexpr uint32_t kBoxBytes = kBM * 128;
+    RsExpectTx(full, 2 * kBoxBytes);
 #pragma unroll
     for (int cb = 0; cb < 2; ++cb) {
-#pragma unroll
-      for (int i = 0; i < kBM / kRsABoxRows<kBM>; ++i) {
-        if (i < rows.a_boxes) {
-          RsTmaRows(&maps.a, SmemAddr(st) + cb * RsPlan<kBM>::kXBlock + i * kBoxBytes, full,
-                    static_cast<int32_t>((kt * kRsBK + cb * 64) * 2),
-                    rows.a_row0 + i * kRsABoxRows<kBM>);
-        }
-      }
+      RsTmaRows(&maps.a, SmemAddr(st) + cb * RsPlan<kBM>::kXBlock, full,
+                static_cast<int32_t>((kt * kRsBK + cb * 64) * 2), rows.a_row0);
     }
   }
   if (p < 32) {
