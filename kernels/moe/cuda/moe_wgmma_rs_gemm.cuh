@@ -611,11 +611,9 @@ __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
       }
       const bool narrow = __shfl_sync(0xFFFFFFFFu, rows <= 64 ? 1 : 0, 0) != 0;
       if (narrow) {
-        RsConsumeTile<64, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c,
-                                                                    acc);
+        RsConsumeTile<64, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c, acc);
       } else {
-        RsConsumeTile<128, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c,
-                                                                     acc);
+        RsConsumeTile<128, kRsHalfRows<kUp>, kBM>(smem, base, t, kt_count, c, acc);
       }
       c += kt_count;
       RsEpilogueStep<kUp, 128, kBM>(g, smem, base, t, c, cw, n0, row0, rows, acc);
