@@ -228,26 +228,19 @@ struct RsRows {
 //   wgmma::Sw128Offset), instead of 16 cp.async per producer thread (1.5–4 % off the down
 //   GEMM). Rows past the tile's expert load the next slots (or zeros past the last), which reach
 //   only output columns that are never stored. The up GEMM gathers its rows per token (the
-//   kRsARowOff table) with cp.async (kRsUpATma: by TMA where they are in slot order).
+//   kRsARowOff table) with cp.async, also where they are in slot order (gather_slot_rows: TMA
+//   boxes there with the permute's top_k row copies measured level, session 60).
 struct RsTmaMaps {
   CUtensorMap w;     // w2 (down), w1 (up)
   CUtensorMap w_up;  // w3 (up)
-  CUtensorMap a;     // the slot rows (down: ag; up with kRsUpATma, slot order: xg)
+  CUtensorMap a;     // the slot rows (down: ag)
 };
 template <bool kUp>
 inline constexpr uint32_t kRsCodeBoxRows = kUp ? kRsNB / 2 : kRsNB;
-// The up GEMM's slot rows by TMA too where they are in slot order (MoeCudaParams::
-// gather_slot_rows: the permute writes top_k copies of each token's row, g.a_row is null), as the
-// down GEMM's (session 55 experiment, off: not yet run on the H200). By default (rows by token)
-// the up GEMM gathers them with cp.async either way.
-#ifndef FS_MOE_RS_UP_A_TMA
-#define FS_MOE_RS_UP_A_TMA 0
-#endif
-inline constexpr bool kRsUpATma = FS_MOE_RS_UP_A_TMA != 0;
 // Whether this launch's slot rows come by TMA (RsTmaMaps::a; uniform over the launch).
 template <bool kUp>
-__host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs& g) {
-  return !kUp || (kRsUpATma && g.a_row == nullptr);
+__host__ __device__ constexpr bool RsSlotRowsByTma(const GemmArgs&) {
+  return !kUp;
 }
 
 // Where 16-byte chunk `chunk` (32-wide K block) of code row `row` sits in the stage's [256][64
