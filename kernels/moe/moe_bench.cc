@@ -5,7 +5,7 @@
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
-//             [--rs-tile-rows 0|32|64|128]
+//             [--rs-tile-rows 0|32|64|96|128]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -49,9 +49,9 @@
 // (MoeCudaParams::down_gemm; the paths column's GEMM letter gets "+R", and down_us includes the
 // tile regroup and the reorder of ag between the stages). --rs-tile-rows: the register-sourced
 // GEMM's tiles (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows): 0 (default) by the slot rows per
-// expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, else 128-row
-// tiles with 4), 32 / 64 / 96 only that height where it applies (96: 5 stages at <= 80; session
-// 59 experiment), 128 always 128-row tiles, to A/B on one build. Per token
+// expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, 96-row tiles
+// with 5 at <= 80, else 128-row tiles with 4), 32 / 64 / 96 only that height where it applies,
+// 128 always 128-row tiles, to A/B on one build. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the
 // ids must be byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -400,7 +400,7 @@ int Main(int argc, char** argv) {
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
           "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
-          "0|4] [--rs-tile-rows 0|32|64|128]\n",
+          "0|4] [--rs-tile-rows 0|32|64|96|128]\n",
           argv[0]);
       return 2;
     }
