@@ -5,7 +5,7 @@
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
-//             [--rs-tile-rows 0|32|64|96|128]
+//             [--rs-tile-rows 0|32|64|96|128] [--rs-min-slots 0|N]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -51,7 +51,9 @@
 // GEMM's tiles (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows): 0 (default) by the slot rows per
 // expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, 96-row tiles
 // with 5 at <= 80, else 128-row tiles with 4), 32 / 64 / 96 only that height where it applies,
-// 128 always 128-row tiles, to A/B on one build. Per token
+// 128 always 128-row tiles, to A/B on one build. --rs-min-slots: kAuto's RS threshold
+// (MoeCudaParams::rs_min_slots_per_expert): 0 (default) the device's (MoeCudaRsMinSlotsPerExpert:
+// 8 slot rows per expert on the H200, 4 on the H100), N from N per expert. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the
 // ids must be byte-identical (one line each after the table; a difference makes the exit code 1).
 // Batch-1 latency: the m = 1 median by events (GPU time of back-to-back calls), the host wall time
@@ -110,6 +112,7 @@ struct Options {
   bool gather_slots = false;                        // MoeCudaParams::gather_slot_rows
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;       // MoeCudaParams::down_gemm
   int64_t rs_tile_rows = 0;                         // MoeCudaParams::rs_tile_rows
+  int64_t rs_min_slots = 0;                         // MoeCudaParams::rs_min_slots_per_expert
   int stream_rt = 0;                                // MoeCudaParams::gemm_stream_row_tiles
   bool front = true;                                // MoeCudaParams::fused_front
   bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
@@ -197,6 +200,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.gemm = o.gemm;
   p.down_gemm = o.down_gemm;
   p.rs_tile_rows = o.rs_tile_rows;
+  p.rs_min_slots_per_expert = o.rs_min_slots;
   p.gather_slot_rows = o.gather_slots;
   p.ring_fused_combine = o.ring_combine;
   p.ring_cut = o.ring_cut;
@@ -233,7 +237,8 @@ struct Stages {
 Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   const int64_t k_step = o.k_step;
   // As MoeCuda: the GEMM once, its tile rows and stage flags from it.
-  const MoeCudaGemm gemm = MoeCudaChooseGemm(c.m, kK, kE, o.gemm, std::max(kD, kI));
+  const MoeCudaGemm gemm = MoeCudaChooseGemm(c.m, kK, kE, o.gemm, std::max(kD, kI),
+                                             MoeCudaRsMinSlotsPerExpert(o.rs_min_slots));
   const int64_t tile_rows = gemm == MoeCudaGemm::kWgmmaRs
                                 ? MoeCudaRsTileRows(c.m * kK, kE, o.rs_tile_rows)
                                 : MoeCudaTileRows(c.m, kK, kE, gemm);
@@ -310,7 +315,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
     s.down.wgmma_rs_counters = s.up.wgmma_rs_counters + 2;
   }
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
-  s.rs_down_after = MoeCudaDownRsAfterOtherUp(c.m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI));
+  s.rs_down_after = MoeCudaDownRsAfterOtherUp(c.m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI),
+                                              MoeCudaRsMinSlotsPerExpert(o.rs_min_slots));
   if (s.rs_down_after) {
     s.regroup = MoeRegroupTilesParams{kE,
                                       c.m * kK,
@@ -400,7 +406,7 @@ int Main(int argc, char** argv) {
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
           "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
-          "0|4] [--rs-tile-rows 0|32|64|96|128]\n",
+          "0|4] [--rs-tile-rows 0|32|64|96|128] [--rs-min-slots 0|N]\n",
           argv[0]);
       return 2;
     }
@@ -446,6 +452,12 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.rs_tile_rows = std::atoi(v.c_str());
+    } else if (a == "--rs-min-slots") {
+      o.rs_min_slots = std::atoll(v.c_str());
+      if (o.rs_min_slots < 0) {
+        std::fprintf(stderr, "--rs-min-slots must be 0 (the device's) or positive\n");
+        return 2;
+      }
     } else if (a == "--gather-slots") {
       o.gather_slots = v != "0";
     } else if (a == "--stream-rt") {
@@ -520,6 +532,11 @@ int Main(int argc, char** argv) {
       "roofs: d2d copy %.0f GB/s (read + write), bf16 tensor %.0f TFLOP/s (cuBLAS %.0f: %s; "
       "mma.sync %.0f)\n",
       copy_gbps, tc_tflops, rates.cublas, rates.cublas_source.c_str(), rates.mma);
+  // kAuto's RS threshold on this device (MoeCudaRsMinSlotsPerExpert: 8 slot rows per expert on
+  // the H200, 4 on the H100) or as asked (--rs-min-slots).
+  const int64_t rs_min = MoeCudaRsMinSlotsPerExpert(o.rs_min_slots);
+  std::printf("kAuto's RS GEMM from %ld slot rows per expert (%s)\n", static_cast<long>(rs_min),
+              o.rs_min_slots > 0 ? "--rs-min-slots" : "the device's");
 
   bool ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 1);
   ok = CheckMoeCudaAgainstCpu(spec, Opts(), w, 4) && ok;
@@ -558,8 +575,8 @@ int Main(int argc, char** argv) {
   std::string shape_report, tile_report;
   for (int64_t m : o.tokens) {
     for (bool up : {true, false}) {
-      const MoeCudaGemmPlan g =
-          *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.ring_cut, o.rs_tile_rows);
+      const MoeCudaGemmPlan g = *MoeCudaDescribeGemm(w, m, kK, o.k_step, up, o.gemm, o.ring_cut,
+                                                     o.rs_tile_rows, o.rs_min_slots);
       // Resident CTAs per SM at the start of the call (the grid's first wave; y counts tile
       // slots, of which about num_tiles do work) and the weight bytes they have in flight.
       const double resident = std::min<double>(
@@ -646,8 +663,9 @@ int Main(int argc, char** argv) {
         up_bytes / up_us / 1e3, down_bytes / down_us / 1e3,
         MoeCudaRoutePath(m, o.route_path) == MoeCudaPath::kLarge ? "L" : "s",
         MoeCudaPlanSort(m * kK, o.sort_path, true).path == MoeCudaPath::kLarge ? "L" : "s",
-        GemmLetter(MoeCudaChooseGemm(m, kK, kE, o.gemm, std::max(kD, kI))),
-        MoeCudaDownRsAfterOtherUp(m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI)) ? "+R" : "");
+        GemmLetter(MoeCudaChooseGemm(m, kK, kE, o.gemm, std::max(kD, kI), rs_min)),
+        MoeCudaDownRsAfterOtherUp(m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI), rs_min) ? "+R"
+                                                                                            : "");
   }
 
   std::printf("\n%s", shape_report.c_str());

@@ -232,13 +232,14 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): the register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert
-// (8) slots per expert on average (512 tokens at E 384 top-6), on 32- / 64- / 96- / 128-row tiles
-// (MoeCudaRsTileRows); below it streaming where D and I are at most kMoeCudaStreamMaxK: the
-// TMA-ring form (kStreamRing) up to MoeCudaRingMaxSlots(E) slots (4 per expert), 8-row tiles
-// (kStream) up to 6 per expert (and above it where 16-row tiles do not fit, D or I above
-// kMoeCudaStream16MaxK), 16-row tiles (kStream16) above; else tiled. kStream32 and kWgmma (the
-// shared-memory-decoding wgmma GEMM, slower than kWgmmaRs at every measured count) stay for A/B
-// only.
+// (8) slots per expert on average (512 tokens at E 384 top-6; 4, i.e. 256 tokens, on a device of
+// less DRAM bandwidth per SM-cycle such as the H100: MoeCudaRsMinSlotsPerExpert), on 32- / 64- /
+// 96- / 128-row tiles (MoeCudaRsTileRows); below it streaming where D and I are at most
+// kMoeCudaStreamMaxK: the TMA-ring form (kStreamRing) up to MoeCudaRingMaxSlots(E) slots (4 per
+// expert), 8-row tiles (kStream) up to 6 per expert (and above it where 16-row tiles do not fit, D
+// or I above kMoeCudaStream16MaxK), 16-row tiles (kStream16) above; else tiled. kStream32 and
+// kWgmma (the shared-memory-decoding wgmma GEMM, slower than kWgmmaRs at every measured count) stay
+// for A/B only.
 enum class MoeCudaGemm : int {
   kAuto = 0,
   kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
@@ -328,19 +329,44 @@ inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // 59"). From session 44 to 58 it was 20 (1,280 tokens), where RS on 128-row tiles drew level with
 // the 32-row streaming GEMM (README.md "32-row tiles").
 inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 8;
+// The same threshold on a device with less DRAM bandwidth per SM-cycle (session 60). The RS GEMM
+// is bound by its consumers' issue (it scales with SMs × clock), the streaming GEMMs below it by
+// the DRAM bandwidth, so the crossover moves with the bytes a device's DRAM delivers per SM-cycle:
+// the H200 (4.8 TB/s, 132 SMs at 1.98 GHz: 18.4 B per SM-cycle) takes the RS GEMM from 8 slot rows
+// per expert (above), a device below kMoeCudaRsLowBandwidthBytesPerSmCycle — the H100 SXM (3.35
+// TB/s: 12.8), the H100 PCIe (2.0 TB/s, 114 SMs: ~10) — from 4. Measured on an H100 SXM (session
+// 59, kit s58c, `bench_moe --iters 10 --warmup 2 --shared 0`, the layer in µs, the streaming GEMM
+// kAuto then ran / the RS GEMM on 32-row tiles): 192 tokens (3 per expert) 2,653 / 2,612, 256 (4)
+// 2,810 / 2,666, 384 (6) 3,403 / 2,738, 512 (8) 3,438 / 2,778 (kernels/moe/wgmma_rs_gemm.md
+// "Session 59").
+inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth = 4;
+inline constexpr double kMoeCudaRsLowBandwidthBytesPerSmCycle = 15.5;
+// kAuto's RS threshold for a device whose DRAM delivers `dram_bytes_per_sm_cycle` (its peak
+// bandwidth / (SMs × SM clock)): kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth below
+// kMoeCudaRsLowBandwidthBytesPerSmCycle, else kMoeCudaWgmmaMinSlotsPerExpert (also for 0 or less:
+// unknown). Pure.
+int64_t MoeCudaRsMinSlotsPerExpertFor(double dram_bytes_per_sm_cycle);
+// The threshold MoeCuda applies: `requested` (MoeCudaParams::rs_min_slots_per_expert) where > 0,
+// else the current CUDA device's by MoeCudaRsMinSlotsPerExpertFor (its attributes read once per
+// device, then cached; kMoeCudaWgmmaMinSlotsPerExpert where no device answers). Host code,
+// thread-safe; defined with the CUDA launchers (FLASHSERVE_CUDA builds only).
+int64_t MoeCudaRsMinSlotsPerExpert(int64_t requested = 0);
 
 // The GEMM a call with these arguments runs (never kAuto): a forced `gemm` as given; kAuto by
-// the mean slots per expert (see MoeCudaGemm), the streaming GEMMs only where `max_k` = max(D, I)
-// fits their shared memory (0 = unknown, taken as fitting). Any choice is correct; this is the
+// the mean slots per expert (see MoeCudaGemm; the RS GEMM from `rs_min_slots_per_expert`, which
+// MoeCuda takes from MoeCudaRsMinSlotsPerExpert), the streaming GEMMs only where `max_k` = max(D,
+// I) fits their shared memory (0 = unknown, taken as fitting). Any choice is correct; this is the
 // fastest guess. Pure.
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
-                              MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
+                              MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0,
+                              int64_t rs_min_slots_per_expert = kMoeCudaWgmmaMinSlotsPerExpert);
 
 // Whether MoeCuda runs the register-sourced GEMM for the down projection after another GEMM for
 // the up projection (MoeCudaParams::down_gemm kWgmmaRs, the up GEMM neither kWgmmaRs nor the TMA
 // ring, i.e. not MoeCudaChooseGemm's kStreamRing at <= MoeCudaRingMaxSlots(E) slots). Pure.
 bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                               MoeCudaGemm down_gemm, int64_t max_k = 0);
+                               MoeCudaGemm down_gemm, int64_t max_k = 0,
+                               int64_t rs_min_slots_per_expert = kMoeCudaWgmmaMinSlotsPerExpert);
 
 // The register-sourced GEMM's tile rows for `slots` slot rows of n_experts experts
 // (MoeCudaParams::rs_tile_rows): kMoeCudaRsNarrowTileRows (32) at <=
@@ -381,7 +407,8 @@ const char* MoeCudaGemmName(MoeCudaGemm gemm);
 // (kStream32), 128 (kWgmma), MoeCudaRsTileRows's default (kWgmmaRs: 32, 64, 96 or 128), and for
 // kTiled 16 (a few tokens per expert), 32 or 64 from the mean number of slots per expert. Pure.
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts,
-                        MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0);
+                        MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0,
+                        int64_t rs_min_slots_per_expert = kMoeCudaWgmmaMinSlotsPerExpert);
 
 // K per pipeline stage of the GEMMs (`k_step` of the GEMM params, `gemm_k_step` of MoeCudaParams):
 // 0 = automatic (256 for 16- and 32-row tiles when K is a multiple of 256, else 128), or 128 (the
@@ -553,12 +580,14 @@ struct MoeCudaGemmPlan {
 // with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
 // driver call; not for the hot path). ring_cut: the ring kernel's instantiation (each cut has its
 // own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles; 0, 32, 64,
-// 96 or 128, else InvalidArgumentError).
+// 96 or 128, else InvalidArgumentError). rs_min_slots_per_expert: MoeCudaParams's (0 = the
+// device's, MoeCudaRsMinSlotsPerExpert; negative: InvalidArgumentError).
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
                                                     MoeCudaGemm gemm = MoeCudaGemm::kAuto,
                                                     MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto,
-                                                    int64_t rs_tile_rows = 0);
+                                                    int64_t rs_tile_rows = 0,
+                                                    int64_t rs_min_slots_per_expert = 0);
 
 // ---- The whole layer (routed experts + the shared expert) -------------------------------------
 
@@ -610,6 +639,10 @@ struct MoeCudaParams {
   // 128 = always 128 (A/B; bench_moe --rs-tile-rows). Output bits unchanged (the same per-row
   // operations; a row's tile does not change its numerics).
   int64_t rs_tile_rows = 0;
+  // kAuto's register-sourced GEMM threshold in slot rows per expert on average: 0 (default) = the
+  // device's (MoeCudaRsMinSlotsPerExpert: 8 on the H200, 4 on the H100), > 0 = that many (A/B;
+  // bench_moe --rs-min-slots). Only kAuto reads it; each GEMM is correct at every size.
+  int64_t rs_min_slots_per_expert = 0;
   // false (default): the permute writes each token's QDQ row once ([m, D]) and the up GEMM reads
   // the slot rows through slot_token; true: top_k copies, one per slot row ([m·k, D]; the
   // round-3 gather, kept for A/B). Output bits unchanged (the same values reach the GEMM).

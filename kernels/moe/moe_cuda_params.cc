@@ -375,13 +375,20 @@ absl::Status ValidateMoeRoutePermute(const MoeRouteParams& route, const MoePermu
   return absl::OkStatus();
 }
 
+int64_t MoeCudaRsMinSlotsPerExpertFor(double dram_bytes_per_sm_cycle) {
+  return dram_bytes_per_sm_cycle > 0 &&
+                 dram_bytes_per_sm_cycle < kMoeCudaRsLowBandwidthBytesPerSmCycle
+             ? kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth
+             : kMoeCudaWgmmaMinSlotsPerExpert;
+}
+
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                              int64_t max_k) {
+                              int64_t max_k, int64_t rs_min_slots_per_expert) {
   if (gemm != MoeCudaGemm::kAuto) return gemm;
   const int64_t slots = m * top_k;
-  // The register-sourced wgmma GEMM from 8 slot rows per expert on average, on tiles of 32, 64 or
-  // 128 rows by that mean (MoeCudaRsTileRows).
-  if (slots >= kMoeCudaWgmmaMinSlotsPerExpert * n_experts) return MoeCudaGemm::kWgmmaRs;
+  // The register-sourced wgmma GEMM from 8 (the H200) or 4 (the H100) slot rows per expert on
+  // average, on tiles of 32, 64, 96 or 128 rows by that mean (MoeCudaRsTileRows).
+  if (slots >= rs_min_slots_per_expert * n_experts) return MoeCudaGemm::kWgmmaRs;
   // Below it the weights stream, where max(D, I) fits the streaming GEMM's shared memory.
   if (max_k <= kMoeCudaStreamMaxK) {
     // Its TMA-ring form, from one token up to 4 slots per expert (MoeCudaRingMaxSlots; the
@@ -399,9 +406,11 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
 }
 
 bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                               MoeCudaGemm down_gemm, int64_t max_k) {
+                               MoeCudaGemm down_gemm, int64_t max_k,
+                               int64_t rs_min_slots_per_expert) {
   if (down_gemm != MoeCudaGemm::kWgmmaRs) return false;
-  const MoeCudaGemm up = MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k);
+  const MoeCudaGemm up =
+      MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k, rs_min_slots_per_expert);
   if (up == MoeCudaGemm::kWgmmaRs) return false;
   return up != MoeCudaGemm::kStreamRing || m * top_k > MoeCudaRingMaxSlots(n_experts);
 }
@@ -440,8 +449,8 @@ int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows
 }
 
 int64_t MoeCudaTileRows(int64_t m, int64_t top_k, int64_t n_experts, MoeCudaGemm gemm,
-                        int64_t max_k) {
-  switch (MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k)) {
+                        int64_t max_k, int64_t rs_min_slots_per_expert) {
+  switch (MoeCudaChooseGemm(m, top_k, n_experts, gemm, max_k, rs_min_slots_per_expert)) {
     case MoeCudaGemm::kStream:
     case MoeCudaGemm::kStreamRing:
       return kMoeCudaStreamTileRows;
@@ -610,6 +619,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
     return Invalid(
         kOp, "down_gemm",
         absl::StrFormat("is %d, must be kAuto (0) or kWgmmaRs (4)", static_cast<int>(p.down_gemm)));
+  }
+  if (p.rs_min_slots_per_expert < 0) {
+    return Invalid(
+        kOp, "rs_min_slots_per_expert",
+        absl::StrFormat("is %d, must be 0 (the device's) or positive", p.rs_min_slots_per_expert));
   }
   if (!MoeCudaIsRsTileRowsChoice(p.rs_tile_rows)) {
     return Invalid(kOp, "rs_tile_rows",

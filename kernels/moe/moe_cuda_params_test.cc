@@ -199,6 +199,13 @@ TEST(MoeCudaParamsTest, LayerValidation) {
     p.rs_tile_rows = rows;
     ExpectInvalid(Validate(p), "rs_tile_rows");
   }
+  p = GoodLayer(&w);
+  for (const int64_t slots : {0, 1, 4, 8, 100}) {
+    p.rs_min_slots_per_expert = slots;
+    EXPECT_TRUE(Validate(p).ok()) << slots << ": " << Validate(p);
+  }
+  p.rs_min_slots_per_expert = -1;
+  ExpectInvalid(Validate(p), "rs_min_slots_per_expert");
 }
 
 // down_gemm kWgmmaRs changes the down GEMM only where another GEMM, not the TMA ring, runs the
@@ -354,6 +361,32 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaTileRows(8192, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
+  // On a device of less DRAM bandwidth per SM-cycle (the H100: 12.8 B against the H200's 18.4)
+  // from 4 slot rows per expert (256 tokens), the TMA ring below.
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(12.8), kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth);
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(10.0), kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth);
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(18.4), kMoeCudaWgmmaMinSlotsPerExpert);
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(kMoeCudaRsLowBandwidthBytesPerSmCycle),
+            kMoeCudaWgmmaMinSlotsPerExpert);
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(0.0), kMoeCudaWgmmaMinSlotsPerExpert);  // unknown
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(-1.0), kMoeCudaWgmmaMinSlotsPerExpert);
+  constexpr int64_t kLow = kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth;
+  EXPECT_EQ(MoeCudaChooseGemm(256, 6, 384, MoeCudaGemm::kAuto, 5120, kLow), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaChooseGemm(255, 6, 384, MoeCudaGemm::kAuto, 5120, kLow),
+            MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(256, 6, 384, MoeCudaGemm::kAuto, 5120), MoeCudaGemm::kStreamRing);
+  EXPECT_EQ(MoeCudaChooseGemm(384, 6, 384, MoeCudaGemm::kAuto, 5120), MoeCudaGemm::kStream);
+  EXPECT_EQ(MoeCudaChooseGemm(384, 6, 384, MoeCudaGemm::kAuto, 5120, kLow), MoeCudaGemm::kWgmmaRs);
+  EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120, kLow), kMoeCudaRsNarrowTileRows);
+  EXPECT_EQ(MoeCudaTileRows(256, 6, 384, MoeCudaGemm::kAuto, 5120), kMoeCudaStreamTileRows);
+  // Forced GEMMs ignore it.
+  EXPECT_EQ(MoeCudaChooseGemm(4096, 6, 384, MoeCudaGemm::kStream16, 5120, kLow),
+            MoeCudaGemm::kStream16);
+  // The down GEMM after another up GEMM follows the up GEMM's choice.
+  EXPECT_TRUE(
+      MoeCudaDownRsAfterOtherUp(384, 6, 384, MoeCudaGemm::kAuto, MoeCudaGemm::kWgmmaRs, 5120));
+  EXPECT_FALSE(MoeCudaDownRsAfterOtherUp(384, 6, 384, MoeCudaGemm::kAuto, MoeCudaGemm::kWgmmaRs,
+                                         5120, kLow));
   // The same threshold at other expert counts: E 8 top-2 from 32 tokens.
   EXPECT_EQ(MoeCudaChooseGemm(32, 2, 8), MoeCudaGemm::kWgmmaRs);
   EXPECT_EQ(MoeCudaChooseGemm(31, 2, 8), MoeCudaGemm::kStream16);

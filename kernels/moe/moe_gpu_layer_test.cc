@@ -58,7 +58,8 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
                   const MoeSharedExpertWeights* shared = nullptr,
                   MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true,
                   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto,
-                  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto, int64_t rs_tile_rows = 0) {
+                  MoeCudaGemm down_gemm = MoeCudaGemm::kAuto, int64_t rs_tile_rows = 0,
+                  int64_t rs_min_slots_per_expert = 0) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -89,6 +90,7 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.ring_cut = ring_cut;
   p.down_gemm = down_gemm;
   p.rs_tile_rows = rs_tile_rows;
+  p.rs_min_slots_per_expert = rs_min_slots_per_expert;
   CHECK_OK(MoeCuda(p, nullptr));
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
@@ -343,6 +345,56 @@ TEST(MoeGpuLayerTest, ReleasedDimsPrefillMatchesMoeCpu) {
        1.f, true},
   };
   for (const LayerCase& c : cases) RunCase(c);
+}
+
+// kAuto's RS threshold: the device's (MoeCudaRsMinSlotsPerExpert, from its DRAM bandwidth per
+// SM-cycle, recomputed here from the same attributes) or as asked (rs_min_slots_per_expert); at 5
+// slot rows per expert kAuto then runs the RS GEMM (threshold 4: the same bytes as the forced RS
+// GEMM) or the streaming GEMM MoeCudaChooseGemm names (threshold 8: the same bytes as that GEMM
+// forced).
+TEST(MoeGpuLayerTest, RsThresholdFollowsTheDevice) {
+  FS_SKIP_WITHOUT_GPU();
+  int device = 0, mem_khz = 0, bus_bits = 0, sms = 0, sm_khz = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
+  const double per_sm_cycle =
+      (2.0 * mem_khz * bus_bits / 8.0) / (static_cast<double>(sm_khz) * sms);
+  const int64_t device_min = MoeCudaRsMinSlotsPerExpert(0);
+  std::printf(
+      "device DRAM %.0f GB/s, %d SMs at %.0f MHz: %.1f B per SM-cycle -> kAuto's RS GEMM "
+      "from %ld slot rows per expert\n",
+      2.0 * mem_khz * bus_bits / 8.0 / 1e6, sms, sm_khz / 1e3, per_sm_cycle,
+      static_cast<long>(device_min));
+  EXPECT_EQ(device_min, MoeCudaRsMinSlotsPerExpertFor(per_sm_cycle));
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpert(0), device_min);  // cached
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpert(5), 5);
+
+  constexpr int64_t kE = 16, kD = 256, kI = 128, kK = 2, kM = 40;  // 5 slot rows per expert
+  const moe_test::LayerSpec spec{kE, kD, kI, 61, moe_test::WeightKind::kRealistic};
+  const auto dev = moe_test::GenerateDeviceExperts(spec, {}, {});
+  MoeOptions o;
+  o.top_k = kK;
+  const auto gate = moe_test::RandomGate(kE, kD, 62);
+  std::vector<uint16_t> x;
+  const auto logits =
+      moe_test::ClearRoutingActivations(*gate, nullptr, nullptr, nullptr, o, kM, kD, 63, &x);
+  const auto run = [&](MoeCudaGemm gemm, int64_t rs_min) {
+    return RunMoeCuda(dev->view, o, logits, x, {}, {}, kM, nullptr, gemm, true,
+                      MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, 0, rs_min);
+  };
+  for (const int64_t rs_min : {int64_t{4}, int64_t{8}}) {
+    const MoeCudaGemm chosen =
+        MoeCudaChooseGemm(kM, kK, kE, MoeCudaGemm::kAuto, std::max(kD, kI), rs_min);
+    EXPECT_EQ(chosen == MoeCudaGemm::kWgmmaRs, rs_min == 4) << rs_min;
+    const GpuRun automatic = run(MoeCudaGemm::kAuto, rs_min);
+    const GpuRun forced = run(chosen, 0);
+    EXPECT_EQ(automatic.y, forced.y)
+        << "threshold " << rs_min << ": kAuto vs " << MoeCudaGemmName(chosen) << " forced";
+    EXPECT_EQ(automatic.ids, forced.ids);
+  }
 }
 
 TEST(MoeGpuLayerTest, ZeroTokensIsANoOp) {

@@ -391,10 +391,36 @@ void EnqueueCombine(const MoeCombineParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+int64_t MoeCudaRsMinSlotsPerExpert(int64_t requested) {
+  if (requested > 0) return requested;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // no device: the H200's threshold (any choice is correct)
+    return kMoeCudaWgmmaMinSlotsPerExpert;
+  }
+  static PerDeviceInt cache;
+  return cache.Get(device, [device] {
+    int mem_khz = 0, bus_bits = 0, sms = 0, sm_khz = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess || sms <= 0 ||
+        sm_khz <= 0) {
+      (void)cudaGetLastError();
+      return static_cast<int>(kMoeCudaWgmmaMinSlotsPerExpert);
+    }
+    // Peak DRAM bytes per second (two transfers per memory clock) over SM-cycles per second.
+    const double bytes_per_s = 2.0 * 1e3 * mem_khz * (bus_bits / 8.0);
+    const double sm_cycles_per_s = 1e3 * static_cast<double>(sm_khz) * sms;
+    return static_cast<int>(MoeCudaRsMinSlotsPerExpertFor(bytes_per_s / sm_cycles_per_s));
+  });
+}
+
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,
                                                     MoeCudaGemm gemm, MoeCudaRingCut ring_cut,
-                                                    int64_t rs_tile_rows) {
+                                                    int64_t rs_tile_rows,
+                                                    int64_t rs_min_slots_per_expert) {
   RETURN_IF_ERROR(Validate(weights));
   if (static_cast<int>(ring_cut) < 0 ||
       static_cast<int>(ring_cut) > static_cast<int>(MoeCudaRingCut::kDynamic)) {
@@ -423,8 +449,13 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
     return absl::InvalidArgumentError(
         "MoeCudaDescribeGemm: rs_tile_rows must be 0, 32, 64, 96 or 128");
   }
-  const MoeCudaGemm chosen = MoeCudaChooseGemm(m, top_k, weights.n_experts, gemm, max_k);
-  const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k);
+  if (rs_min_slots_per_expert < 0) {
+    return absl::InvalidArgumentError(
+        "MoeCudaDescribeGemm: rs_min_slots_per_expert must be 0 (the device's) or positive");
+  }
+  const int64_t rs_min = MoeCudaRsMinSlotsPerExpert(rs_min_slots_per_expert);
+  const MoeCudaGemm chosen = MoeCudaChooseGemm(m, top_k, weights.n_experts, gemm, max_k, rs_min);
+  const int64_t tile_rows = MoeCudaTileRows(m, top_k, weights.n_experts, gemm, max_k, rs_min);
   const int64_t n = up ? weights.inter : weights.dim, k = up ? weights.dim : weights.inter;
   const int64_t slots = m * top_k, e = weights.n_experts;
   if (chosen == MoeCudaGemm::kStreamRing && slots <= MoeCudaRingMaxSlots(e) && k % 256 == 0) {
@@ -555,7 +586,8 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   const bool front = p.fused_front && MoeCudaFrontFits(m) && p.route_path == MoeCudaPath::kAuto &&
                      p.sort_path == MoeCudaPath::kAuto;
   if (!front) EnqueueRoute(rp, nullptr, p.route_path, stream);
-  const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter));
+  const MoeCudaGemm gemm = MoeCudaChooseGemm(m, k, e, p.gemm, std::max(w.dim, w.inter),
+                                             MoeCudaRsMinSlotsPerExpert(p.rs_min_slots_per_expert));
   const bool rs = gemm == MoeCudaGemm::kWgmmaRs;
   const int64_t tile_rows =
       rs ? MoeCudaRsTileRows(slots, e, p.rs_tile_rows) : MoeCudaTileRows(m, k, e, gemm);
