@@ -35,11 +35,11 @@
 // 6 = weight-streaming with 16- / 32-row tiles, 7 = weight-streaming through the TMA ring), for
 // the layer and the up / down stage times; the "paths" column's third letter says which ran (T
 // tiled, S streaming, 2 / 4 streaming 16- / 32-row, W wgmma, R register-sourced wgmma, G TMA
-// ring), and the launch table's rows = 8 / 16 / 32 mark the streaming GEMMs, 32 / 64 / 128 the
-// register-sourced one's tiles and 128 the wgmma GEMM's. --gather-slots 1: the permute writes top_k
-// copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the round-3 gather; default 0:
-// once per token, the up GEMM reading by slot_token), for the layer and the perm / up stage times,
-// to A/B on one build.
+// ring), and the launch table's rows = 8 / 16 / 32 mark the streaming GEMMs, 32 / 64 / 96 / 128
+// the register-sourced one's tiles and 128 the wgmma GEMM's. --gather-slots 1: the permute writes
+// top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the round-3 gather;
+// default 0: once per token, the up GEMM reading by slot_token), for the layer and the perm / up
+// stage times, to A/B on one build.
 // --ring-combine 0: with the TMA-ring GEMM, the down epilogue kernel writes the expert outputs and
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
 // ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
@@ -453,9 +453,12 @@ int Main(int argc, char** argv) {
       }
       o.rs_tile_rows = std::atoi(v.c_str());
     } else if (a == "--rs-min-slots") {
-      o.rs_min_slots = std::atoll(v.c_str());
+      const bool digits =
+          !v.empty() && v.size() <= 6 &&
+          std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      o.rs_min_slots = digits ? std::atoll(v.c_str()) : -1;
       if (o.rs_min_slots < 0) {
-        std::fprintf(stderr, "--rs-min-slots must be 0 (the device's) or positive\n");
+        std::fprintf(stderr, "--rs-min-slots must be 0 (the device's) or a positive count\n");
         return 2;
       }
     } else if (a == "--gather-slots") {

@@ -332,13 +332,16 @@ inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 8;
 // The same threshold on a device with less DRAM bandwidth per SM-cycle (session 60). The RS GEMM
 // is bound by its consumers' issue (it scales with SMs × clock), the streaming GEMMs below it by
 // the DRAM bandwidth, so the crossover moves with the bytes a device's DRAM delivers per SM-cycle:
-// the H200 (4.8 TB/s, 132 SMs at 1.98 GHz: 18.4 B per SM-cycle) takes the RS GEMM from 8 slot rows
-// per expert (above), a device below kMoeCudaRsLowBandwidthBytesPerSmCycle — the H100 SXM (3.35
-// TB/s: 12.8), the H100 PCIe (2.0 TB/s, 114 SMs: ~10) — from 4. Measured on an H100 SXM (session
-// 59, kit s58c, `bench_moe --iters 10 --warmup 2 --shared 0`, the layer in µs, the streaming GEMM
-// kAuto then ran / the RS GEMM on 32-row tiles): 192 tokens (3 per expert) 2,653 / 2,612, 256 (4)
-// 2,810 / 2,666, 384 (6) 3,403 / 2,738, 512 (8) 3,438 / 2,778 (kernels/moe/wgmma_rs_gemm.md
-// "Session 59").
+// the H200 (its attributes: 2 × 3,201 MHz × 768 B = 4.9 TB/s, 132 SMs at 1.98 GHz: 18.8 B per
+// SM-cycle) takes the RS GEMM from 8 slot rows per expert (above), a device below
+// kMoeCudaRsLowBandwidthBytesPerSmCycle — the H100 SXM (2 × 2,619 MHz × 640 B = 3.35 TB/s: 12.8),
+// the H100 PCIe (~10) — from 4. Unmeasured devices fall by the same rule: a GH200 with 96 GB of
+// HBM3 (4.0 TB/s: ~15.4) takes 4; under MIG the SM count is the slice's while the memory
+// attributes are likely the whole device's, so an H100 slice would take 8. Measured on an H100 SXM
+// (session 59, kit s58c, `bench_moe --iters 10 --warmup 2 --shared 0`, the layer in µs, the
+// streaming GEMM kAuto then ran / the RS GEMM on 32-row tiles): 192 tokens (3 per expert) 2,653 /
+// 2,612, 256 (4) 2,810 / 2,666, 384 (6) 3,403 / 2,738, 512 (8) 3,438 / 2,778
+// (kernels/moe/wgmma_rs_gemm.md "Session 59").
 inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth = 4;
 inline constexpr double kMoeCudaRsLowBandwidthBytesPerSmCycle = 15.5;
 // kAuto's RS threshold for a device whose DRAM delivers `dram_bytes_per_sm_cycle` (its peak
@@ -356,7 +359,9 @@ int64_t MoeCudaRsMinSlotsPerExpert(int64_t requested = 0);
 // the mean slots per expert (see MoeCudaGemm; the RS GEMM from `rs_min_slots_per_expert`, which
 // MoeCuda takes from MoeCudaRsMinSlotsPerExpert), the streaming GEMMs only where `max_k` = max(D,
 // I) fits their shared memory (0 = unknown, taken as fitting). Any choice is correct; this is the
-// fastest guess. Pure.
+// fastest guess. Pure. The default rs_min_slots_per_expert is the H200's threshold: to predict
+// what MoeCuda runs on the current device pass MoeCudaRsMinSlotsPerExpert(its params' value) (as
+// MoeCudaDescribeGemm and bench_moe do); the same holds for the two functions below.
 MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts,
                               MoeCudaGemm gemm = MoeCudaGemm::kAuto, int64_t max_k = 0,
                               int64_t rs_min_slots_per_expert = kMoeCudaWgmmaMinSlotsPerExpert);

@@ -361,11 +361,11 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaTileRows(8192, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
-  // On a device of less DRAM bandwidth per SM-cycle (the H100: 12.8 B against the H200's 18.4)
+  // On a device of less DRAM bandwidth per SM-cycle (the H100: 12.8 B against the H200's 18.8)
   // from 4 slot rows per expert (256 tokens), the TMA ring below.
   EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(12.8), kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth);
   EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(10.0), kMoeCudaWgmmaMinSlotsPerExpertLowBandwidth);
-  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(18.4), kMoeCudaWgmmaMinSlotsPerExpert);
+  EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(18.8), kMoeCudaWgmmaMinSlotsPerExpert);
   EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(kMoeCudaRsLowBandwidthBytesPerSmCycle),
             kMoeCudaWgmmaMinSlotsPerExpert);
   EXPECT_EQ(MoeCudaRsMinSlotsPerExpertFor(0.0), kMoeCudaWgmmaMinSlotsPerExpert);  // unknown

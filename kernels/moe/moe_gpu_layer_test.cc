@@ -385,6 +385,13 @@ TEST(MoeGpuLayerTest, RsThresholdFollowsTheDevice) {
     return RunMoeCuda(dev->view, o, logits, x, {}, {}, kM, nullptr, gemm, true,
                       MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, 0, rs_min);
   };
+  // The two GEMMs the thresholds pick here must give different bytes on this input (their fp32
+  // summation orders differ), or the comparisons below could not tell which one kAuto ran.
+  const GpuRun rs = run(MoeCudaGemm::kWgmmaRs, 0);
+  const GpuRun streaming = run(MoeCudaChooseGemm(kM, kK, kE, MoeCudaGemm::kAuto, std::max(kD, kI),
+                                                 kMoeCudaWgmmaMinSlotsPerExpert),
+                               0);
+  ASSERT_NE(rs.y, streaming.y) << "pick another seed: the RS and streaming GEMMs agree bit for bit";
   for (const int64_t rs_min : {int64_t{4}, int64_t{8}}) {
     const MoeCudaGemm chosen =
         MoeCudaChooseGemm(kM, kK, kE, MoeCudaGemm::kAuto, std::max(kD, kI), rs_min);

@@ -385,7 +385,8 @@ TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
   CheckRsTiles(kRsSetMidCounts, kMoeCudaRsMidTileRows);
 }
 
-// 96-row tiles (rs_tile_rows 96, session 59 experiment): the {64, 96} kernels, both projections,
+// 96-row tiles (rs_tile_rows 96; kAuto's at 41–80 slot rows per expert since session 60): the
+// {64, 96} kernels, both projections,
 // on the 5-stage ring of 96-row stages: tiles of 1 .. 96 rows, among them 65, 72 and 90 (a partial
 // n96 tile: the up store's early break, the down store's partial second round), and experts of
 // 97, 136 and 150 rows taking a second tile (of 1, 40 and 54 rows).
