@@ -5,7 +5,7 @@
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
-//             [--rs-tile-rows 0|32|64|96|128] [--rs-min-slots 0|N]
+//             [--rs-tile-rows 0|32|48|64|80|96|128] [--rs-min-slots 0|N]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
 // (token, expert), no bias: uniform random routing. S (default 8) different routings are cycled
@@ -51,7 +51,8 @@
 // GEMM's tiles (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows): 0 (default) by the slot rows per
 // expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, 96-row tiles
 // with 5 at <= 80, else 128-row tiles with 4), 32 / 64 / 96 only that height where it applies,
-// 128 always 128-row tiles, to A/B on one build. --rs-min-slots: kAuto's RS threshold
+// 48 / 80 the session-60 experiment's tiles (at <= 32 / 64), 128 always 128-row tiles, to A/B on
+// one build. --rs-min-slots: kAuto's RS threshold
 // (MoeCudaParams::rs_min_slots_per_expert): 0 (default) the device's (MoeCudaRsMinSlotsPerExpert:
 // 8 slot rows per expert on the H200, 4 on the H100), N from N per expert. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the
@@ -406,7 +407,7 @@ int Main(int argc, char** argv) {
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
           "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
-          "0|4] [--rs-tile-rows 0|32|64|96|128] [--rs-min-slots 0|N]\n",
+          "0|4] [--rs-tile-rows 0|32|48|64|80|96|128] [--rs-min-slots 0|N]\n",
           argv[0]);
       return 2;
     }
@@ -447,8 +448,8 @@ int Main(int argc, char** argv) {
       }
       o.down_gemm = v == "4" ? MoeCudaGemm::kWgmmaRs : MoeCudaGemm::kAuto;
     } else if (a == "--rs-tile-rows") {
-      if (v != "0" && v != "32" && v != "64" && v != "96" && v != "128") {
-        std::fprintf(stderr, "--rs-tile-rows must be 0, 32, 64, 96 or 128\n");
+      if (v != "0" && v != "32" && v != "48" && v != "64" && v != "80" && v != "96" && v != "128") {
+        std::fprintf(stderr, "--rs-tile-rows must be 0, 32, 48, 64, 80, 96 or 128\n");
         return 2;
       }
       o.rs_tile_rows = std::atoi(v.c_str());

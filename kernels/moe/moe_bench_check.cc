@@ -22,6 +22,10 @@ const char* RsTilesTag(int64_t rs_tile_rows) {
       return " (64-row tiles)";
     case kMoeCudaRsWideTileRows:
       return " (96-row tiles)";
+    case kMoeCudaRs48TileRows:
+      return " (48-row tiles)";
+    case kMoeCudaRs80TileRows:
+      return " (80-row tiles)";
     case kMoeCudaWgmmaTileRows:
       return " (128-row tiles)";
     default:
@@ -75,6 +79,8 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsNarrowTileRows},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsMidTileRows},
                          Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRsWideTileRows},
+                         Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRs48TileRows},
+                         Gemms{MoeCudaGemm::kWgmmaRs, kAuto, kMoeCudaRs80TileRows},
                          Gemms{MoeCudaGemm::kStreamRing, kAuto},
                          Gemms{MoeCudaGemm::kStream16, MoeCudaGemm::kWgmmaRs}}) {
     const MoeCudaGemm gemm = gg.gemm;

@@ -396,12 +396,29 @@ inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
 inline constexpr int64_t kMoeCudaRsMidMaxSlotsPerExpert = 40;
 inline constexpr int64_t kMoeCudaRsWideTileRows = 96;
 inline constexpr int64_t kMoeCudaRsWideMaxSlotsPerExpert = 80;
+// Session 60 experiment, only where asked for (rs_tile_rows 48 / 80; kAuto unchanged, not yet run
+// on a device): 48-row tiles with the {32, 48} widths at <= 32 slot rows per expert (2,048 tokens
+// at E 384 top-6: the {32, 64} set pads half the experts to n64) and 80-row tiles with {64, 80} at
+// <= 64 (4,096 tokens: {64, 96} pads the experts of 65–80 rows to n96), both on four consumer
+// warpgroups (7 / 6 ring stages). The up GEMM's time grew by ~18 µs per padded row per expert on
+// the H100 (kernels/moe/wgmma_rs_gemm.md "Session 60").
+inline constexpr int64_t kMoeCudaRs48TileRows = 48;
+inline constexpr int64_t kMoeCudaRs48MaxSlotsPerExpert = 32;
+inline constexpr int64_t kMoeCudaRs80TileRows = 80;
+inline constexpr int64_t kMoeCudaRs80MaxSlotsPerExpert = 64;
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows);
-// Whether rs_tile_rows is one MoeCudaParams takes: 0, 32, 64, 96 or 128.
+// Whether rs_tile_rows is one MoeCudaParams takes: 0, 32, 48, 64, 80, 96 or 128.
 constexpr bool MoeCudaIsRsTileRowsChoice(int64_t rs_tile_rows) {
   return rs_tile_rows == 0 || rs_tile_rows == kMoeCudaRsNarrowTileRows ||
-         rs_tile_rows == kMoeCudaRsMidTileRows || rs_tile_rows == kMoeCudaRsWideTileRows ||
+         rs_tile_rows == kMoeCudaRs48TileRows || rs_tile_rows == kMoeCudaRsMidTileRows ||
+         rs_tile_rows == kMoeCudaRs80TileRows || rs_tile_rows == kMoeCudaRsWideTileRows ||
          rs_tile_rows == kMoeCudaWgmmaTileRows;
+}
+// Tile rows only the register-sourced GEMM runs (the permute writes them; the other GEMMs' tiles
+// and the regroup's 128-row blocks need heights that divide 128): 48, 80 and 96.
+constexpr bool MoeCudaIsRsOnlyTileRows(int64_t tile_rows) {
+  return tile_rows == kMoeCudaRs48TileRows || tile_rows == kMoeCudaRs80TileRows ||
+         tile_rows == kMoeCudaRsWideTileRows;
 }
 
 // A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
@@ -641,7 +658,8 @@ struct MoeCudaParams {
   // 0 (default) = by the mean slot rows per expert, 32-row tiles and 8 ring stages at <= 20,
   // 64-row tiles and 6 stages at <= 40, 96-row tiles and 5 stages at <= 80 (since session 60),
   // else 128-row tiles and 4 stages; 32 / 64 / 96 = those tiles only where they apply, else 128;
-  // 128 = always 128 (A/B; bench_moe --rs-tile-rows). Output bits unchanged (the same per-row
+  // 48 / 80 = the session-60 experiment's tiles (at <= 32 / 64; kMoeCudaRs48TileRows); 128 =
+  // always 128 (A/B; bench_moe --rs-tile-rows). Output bits unchanged (the same per-row
   // operations; a row's tile does not change its numerics).
   int64_t rs_tile_rows = 0;
   // kAuto's register-sourced GEMM threshold in slot rows per expert on average: 0 (default) = the

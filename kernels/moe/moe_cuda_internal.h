@@ -92,10 +92,13 @@ constexpr uint32_t MoeWgmmaRsFragmentColumn(uint32_t s, uint32_t i, uint32_t tig
 // narrow widths as bits (128 is in every set). A tile of `rows` slot rows (1 .. 128) runs the
 // smallest width of its kernel's set that holds them, 128 otherwise.
 inline constexpr uint32_t kMoeRsN16 = 8u, kMoeRsN32 = 1u, kMoeRsN64 = 2u, kMoeRsN96 = 4u;
+inline constexpr uint32_t kMoeRsN48 = 16u, kMoeRsN80 = 32u;  // session 60's 48- / 80-row tiles
 constexpr int MoeRsTileWidth(uint32_t widths, int rows) {
   if ((widths & kMoeRsN16) != 0 && rows <= 16) return 16;
   if ((widths & kMoeRsN32) != 0 && rows <= 32) return 32;
+  if ((widths & kMoeRsN48) != 0 && rows <= 48) return 48;
   if ((widths & kMoeRsN64) != 0 && rows <= 64) return 64;
+  if ((widths & kMoeRsN80) != 0 && rows <= 80) return 80;
   if ((widths & kMoeRsN96) != 0 && rows <= 96) return 96;
   return 128;
 }

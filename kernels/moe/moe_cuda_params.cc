@@ -81,16 +81,17 @@ absl::Status CheckSlots(const char* op, const char* field, int64_t m, int64_t to
   return absl::OkStatus();
 }
 
-// with_96: the list's or stage's tiles may be the register-sourced GEMM's 96-row ones (the
-// permute writes them; a stage runs them only with wgmma_rs, CheckWgmmaRs). The other GEMMs and
-// the regroup into 128-row tiles need tile rows that divide 128.
-absl::Status CheckTileRows(const char* op, int64_t tile_rows, bool with_96) {
+// with_rs: the list's or stage's tiles may be the register-sourced GEMM's 48- / 80- / 96-row
+// ones (MoeCudaIsRsOnlyTileRows; the permute writes them, a stage runs them only with wgmma_rs,
+// CheckWgmmaRs). The other GEMMs and the regroup into 128-row tiles need tile rows that divide 128.
+absl::Status CheckTileRows(const char* op, int64_t tile_rows, bool with_rs) {
   if (tile_rows != kMoeCudaStreamTileRows && tile_rows != 16 && tile_rows != 32 &&
       tile_rows != 64 && tile_rows != kMoeCudaWgmmaTileRows &&
-      !(with_96 && tile_rows == kMoeCudaRsWideTileRows)) {
-    return Invalid(op, "tile_rows",
-                   with_96 ? absl::StrFormat("is %d, must be 8, 16, 32, 64, 96 or 128", tile_rows)
-                           : absl::StrFormat("is %d, must be 8, 16, 32, 64 or 128", tile_rows));
+      !(with_rs && MoeCudaIsRsOnlyTileRows(tile_rows))) {
+    return Invalid(
+        op, "tile_rows",
+        with_rs ? absl::StrFormat("is %d, must be 8, 16, 32, 48, 64, 80, 96 or 128", tile_rows)
+                : absl::StrFormat("is %d, must be 8, 16, 32, 64 or 128", tile_rows));
   }
   return absl::OkStatus();
 }
@@ -163,8 +164,8 @@ absl::Status CheckRing(const char* op, bool ring, MoeCudaRingCut cut, int64_t ti
   return absl::OkStatus();
 }
 
-// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32- / 64- / 96-row
-// tiles where MoeCudaRsTileRows gives them.
+// The register-sourced wgmma GEMM runs on the wgmma GEMM's 128-row tiles, or on 32- / 48- / 64- /
+// 80- / 96-row tiles where MoeCudaRsTileRows gives them.
 absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t tile_rows,
                           int64_t ctas, int64_t slots, int64_t n_experts) {
   if (ctas < 0) {
@@ -174,25 +175,27 @@ absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t ti
   if (wgmma_rs && stream) {
     return Invalid(op, "wgmma_rs", "and stream are both set (one GEMM runs a stage)");
   }
-  if (!wgmma_rs && tile_rows == kMoeCudaRsWideTileRows) {
+  if (!wgmma_rs && MoeCudaIsRsOnlyTileRows(tile_rows)) {
     return Invalid(
         op, "tile_rows",
         absl::StrFormat("is %d, which only the register-sourced GEMM (wgmma_rs) runs", tile_rows));
   }
   if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
   if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows ||
-       tile_rows == kMoeCudaRsWideTileRows) &&
+       MoeCudaIsRsOnlyTileRows(tile_rows)) &&
       MoeCudaRsTileRows(slots, n_experts, tile_rows) == tile_rows) {
     return absl::OkStatus();
   }
   return Invalid(
       op, "wgmma_rs",
-      absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM takes tile_rows "
-                      "%d, %d at <= %d slot rows per expert, %d at <= %d or %d at <= %d)",
-                      tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
-                      kMoeCudaRsNarrowMaxSlotsPerExpert, kMoeCudaRsMidTileRows,
-                      kMoeCudaRsMidMaxSlotsPerExpert, kMoeCudaRsWideTileRows,
-                      kMoeCudaRsWideMaxSlotsPerExpert));
+      absl::StrFormat(
+          "is set but tile_rows is %d (the register-sourced wgmma GEMM takes tile_rows "
+          "%d, %d at <= %d slot rows per expert, %d at <= %d, %d at <= %d, %d at <= %d "
+          "or %d at <= %d)",
+          tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
+          kMoeCudaRsNarrowMaxSlotsPerExpert, kMoeCudaRs48TileRows, kMoeCudaRs48MaxSlotsPerExpert,
+          kMoeCudaRsMidTileRows, kMoeCudaRsMidMaxSlotsPerExpert, kMoeCudaRs80TileRows,
+          kMoeCudaRs80MaxSlotsPerExpert, kMoeCudaRsWideTileRows, kMoeCudaRsWideMaxSlotsPerExpert));
 }
 
 absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t slots,
@@ -201,7 +204,7 @@ absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t sl
   if (w == nullptr) return Invalid(op, "weights", "is null");
   RETURN_IF_ERROR(Validate(*w)) << op;
   if (slots < 0 || slots > kMaxSlots) return Invalid(op, "slots", "must be in [0, 2^31)");
-  RETURN_IF_ERROR(CheckTileRows(op, tile_rows, /*with_96=*/true));
+  RETURN_IF_ERROR(CheckTileRows(op, tile_rows, /*with_rs=*/true));
   if (slots == 0) return absl::OkStatus();
   return CheckNonNull(op, {{"offsets", offsets}, {"tiles", tiles}, {"num_tiles", num_tiles}});
 }
@@ -323,7 +326,7 @@ absl::Status Validate(const MoePermuteParams& p) {
   RETURN_IF_ERROR(CheckExpertsTopK(kOp, p.n_experts, p.top_k));
   RETURN_IF_ERROR(CheckSlots(kOp, "m", p.m, p.top_k));
   RETURN_IF_ERROR(CheckDim(kOp, "dim", p.dim));
-  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows, /*with_96=*/true));
+  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows, /*with_rs=*/true));
   RETURN_IF_ERROR(CheckPath(kOp, "path", p.path));
   if (p.path == MoeCudaPath::kLarge && p.sort_scratch == nullptr) {
     return Invalid(kOp, "sort_scratch", "is null but path is kLarge (the multi-block sort)");
@@ -424,7 +427,7 @@ absl::Status Validate(const MoeRegroupTilesParams& p) {
   }
   if (p.slots < 0) return Invalid(kOp, "slots", absl::StrFormat("is %d, must be >= 0", p.slots));
   // Regrouping keeps the tiles that start a 128-row block: the list's rows must divide 128.
-  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows, /*with_96=*/false));
+  RETURN_IF_ERROR(CheckTileRows(kOp, p.tile_rows, /*with_rs=*/false));
   return CheckNonNull(kOp, {{"offsets", p.offsets},
                             {"tiles", p.tiles},
                             {"num_tiles", p.num_tiles},
@@ -445,6 +448,13 @@ int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows
   if ((any || rs_tile_rows == kMoeCudaRsWideTileRows) &&
       slots <= kMoeCudaRsWideMaxSlotsPerExpert * n_experts) {
     return kMoeCudaRsWideTileRows;
+  }
+  // The session-60 experiment's heights: only where asked for.
+  if (rs_tile_rows == kMoeCudaRs48TileRows && slots <= kMoeCudaRs48MaxSlotsPerExpert * n_experts) {
+    return kMoeCudaRs48TileRows;
+  }
+  if (rs_tile_rows == kMoeCudaRs80TileRows && slots <= kMoeCudaRs80MaxSlotsPerExpert * n_experts) {
+    return kMoeCudaRs80TileRows;
   }
   return kMoeCudaWgmmaTileRows;
 }
@@ -627,10 +637,11 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
         absl::StrFormat("is %d, must be 0 (the device's) or positive", p.rs_min_slots_per_expert));
   }
   if (!MoeCudaIsRsTileRowsChoice(p.rs_tile_rows)) {
-    return Invalid(kOp, "rs_tile_rows",
-                   absl::StrFormat("is %d, must be 0, %d, %d, %d or %d", p.rs_tile_rows,
-                                   kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows,
-                                   kMoeCudaRsWideTileRows, kMoeCudaWgmmaTileRows));
+    return Invalid(
+        kOp, "rs_tile_rows",
+        absl::StrFormat("is %d, must be 0, %d, %d, %d, %d, %d or %d", p.rs_tile_rows,
+                        kMoeCudaRsNarrowTileRows, kMoeCudaRs48TileRows, kMoeCudaRsMidTileRows,
+                        kMoeCudaRs80TileRows, kMoeCudaRsWideTileRows, kMoeCudaWgmmaTileRows));
   }
   if ((p.gemm == MoeCudaGemm::kStream || p.gemm == MoeCudaGemm::kStreamRing) &&
       std::max(w.dim, w.inter) > kMoeCudaStreamMaxK) {

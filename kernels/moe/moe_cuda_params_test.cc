@@ -191,11 +191,11 @@ TEST(MoeCudaParamsTest, LayerValidation) {
   p.down_gemm = MoeCudaGemm::kWgmmaRs;
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
   p = GoodLayer(&w);
-  for (const int64_t rows : {0, 32, 64, 96, 128}) {
+  for (const int64_t rows : {0, 32, 48, 64, 80, 96, 128}) {
     p.rs_tile_rows = rows;
     EXPECT_TRUE(Validate(p).ok()) << rows << ": " << Validate(p);
   }
-  for (const int64_t rows : {-1, 16, 48, 112, 256}) {
+  for (const int64_t rows : {-1, 16, 40, 112, 256}) {
     p.rs_tile_rows = rows;
     ExpectInvalid(Validate(p), "rs_tile_rows");
   }
@@ -600,13 +600,28 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   EXPECT_TRUE(Validate(down).ok()) << Validate(down);
   down.slots = kMoeCudaRsWideMaxSlotsPerExpert * w.n_experts + 1;
   ExpectInvalid(Validate(down), "wgmma_rs");
-  down.tile_rows = 48;
+  down.tile_rows = 40;  // no GEMM's height
   down.slots = 4;
   ExpectInvalid(Validate(down), "tile_rows");
   // 96-row tiles only for the register-sourced GEMM (the others' tiles hold <= 64 or 128 rows).
   down.tile_rows = kMoeCudaRsWideTileRows;
   down.wgmma_rs = false;
   ExpectInvalid(Validate(down), "tile_rows");
+  // So are 48- and 80-row tiles, which it takes at <= 32 / 64 slot rows per expert.
+  for (const int64_t rows : {kMoeCudaRs48TileRows, kMoeCudaRs80TileRows}) {
+    down.tile_rows = rows;
+    down.wgmma_rs = false;
+    ExpectInvalid(Validate(down), "tile_rows");
+    down.wgmma_rs = true;
+    down.slots = (rows == kMoeCudaRs48TileRows ? kMoeCudaRs48MaxSlotsPerExpert
+                                               : kMoeCudaRs80MaxSlotsPerExpert) *
+                 w.n_experts;
+    EXPECT_TRUE(Validate(down).ok()) << rows << ": " << Validate(down);
+    ++down.slots;
+    ExpectInvalid(Validate(down), "wgmma_rs");
+  }
+  down.wgmma_rs = false;
+  down.slots = 4;
   down.tile_rows = kMoeCudaStreamTileRows;
   down.stream_row_tiles = 2;
   EXPECT_TRUE(Validate(down).ok());

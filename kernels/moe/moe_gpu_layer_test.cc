@@ -226,11 +226,12 @@ void RunCase(const LayerCase& c) {
                                   MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, rs_rows);
     ExpectClose(name.c_str(), gpu, cpu, c.dim, c.top_k, {});
     if (gemm == MoeCudaGemm::kWgmmaRs) {
-      // The tiles by the slot rows per expert (0, the default) and 32- / 64-row tiles
-      // (rs_tile_rows; where MoeCudaRsTileRows gives them, else the same launch): the same bytes
-      // as the 128-row tiles (a row's tile does not change its numerics).
+      // The tiles by the slot rows per expert (0, the default) and 32- / 48- / 64- / 80- / 96-row
+      // tiles (rs_tile_rows; where MoeCudaRsTileRows gives them, else the same launch): the same
+      // bytes as the 128-row tiles (a row's tile does not change its numerics).
       for (const int64_t rows :
-           {int64_t{0}, kMoeCudaRsNarrowTileRows, kMoeCudaRsMidTileRows, kMoeCudaRsWideTileRows}) {
+           {int64_t{0}, kMoeCudaRsNarrowTileRows, kMoeCudaRs48TileRows, kMoeCudaRsMidTileRows,
+            kMoeCudaRs80TileRows, kMoeCudaRsWideTileRows}) {
         const GpuRun r = RunMoeCuda(dev->view, o, logits, x, image, shared_y, c.m,
                                     dev_shared != nullptr ? &dev_shared->view : nullptr, gemm, true,
                                     MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, rows);

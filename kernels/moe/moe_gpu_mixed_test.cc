@@ -115,8 +115,11 @@ TEST(MoeGpuMixedTest, RegroupTilesValidates) {
   MoeRegroupTilesParams bad = p;
   bad.tile_rows = 24;
   EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  bad.tile_rows = kMoeCudaRsWideTileRows;  // 96 does not divide the 128-row blocks it keeps
-  EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // 48 / 80 / 96 do not divide the 128-row blocks it keeps.
+  for (const int64_t rows : {kMoeCudaRs48TileRows, kMoeCudaRs80TileRows, kMoeCudaRsWideTileRows}) {
+    bad.tile_rows = rows;
+    EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  }
   bad = p;
   bad.tiles_out = nullptr;
   EXPECT_EQ(LaunchMoeRegroupTiles(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);

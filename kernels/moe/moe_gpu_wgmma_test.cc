@@ -396,6 +396,23 @@ TEST(MoeGpuWgmmaTest, RsNinetySixRowTilesAreBitExact) {
   CheckRsTiles(kRsWideCounts, kMoeCudaRsWideTileRows);
 }
 
+// 48- and 80-row tiles (rs_tile_rows 48 / 80; session 60 experiment, only where asked for): the
+// {32, 48} kernels on 7 ring stages of 48 rows and the {64, 80} kernels on 6 of 80, both
+// projections: tiles of every width's boundary (31 / 32 / 33, 47 / 48 partial and full n48
+// tiles; 63 / 64 / 65, 72, 79 / 80 n80 ones), experts taking a second (49, 81, 130 rows) and a
+// third tile (97 rows at 48: 48 + 48 + 1), empty experts; the means stay within the heights'
+// limits (<= 32 / 64 slot rows per expert).
+const std::vector<int32_t> kRs48Counts = {3, 16, 31, 32, 33, 40, 47, 48, 49, 0, 1, 97, 5, 2};
+const std::vector<int32_t> kRs80Counts = {3, 8, 33, 63, 64, 65, 72, 79, 80, 81, 130, 0, 1};
+TEST(MoeGpuWgmmaTest, RsFortyEightRowTilesAreBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckRsTiles(kRs48Counts, kMoeCudaRs48TileRows);
+}
+TEST(MoeGpuWgmmaTest, RsEightyRowTilesAreBitExact) {
+  FS_SKIP_WITHOUT_GPU();
+  CheckRsTiles(kRs80Counts, kMoeCudaRs80TileRows);
+}
+
 // Which tile rows the launch takes (host only): 32 / 64 / 96 at <= 20 / 40 / 80 slot rows per
 // expert, by default (0) the smallest that applies, asked for only that one; the stage params
 // accept them for the RS GEMM only there.
@@ -419,6 +436,34 @@ TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 64), 64);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 64), 64);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 64), kMoeCudaWgmmaTileRows);
+  // 48 / 80 only where asked for, up to 32 / 64 slot rows per expert.
+  EXPECT_EQ(MoeCudaRsTileRows(1, kE, 48), kMoeCudaRs48TileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(32 * kE, kE, 48), kMoeCudaRs48TileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(32 * kE + 1, kE, 48), kMoeCudaWgmmaTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(1, kE, 80), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(64 * kE, kE, 80), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(64 * kE + 1, kE, 80), kMoeCudaWgmmaTileRows);
+  for (const int64_t slots : {int64_t{1}, 32 * kE, 64 * kE}) {
+    const int64_t rows = MoeCudaRsTileRows(slots, kE, 0);
+    EXPECT_NE(rows, kMoeCudaRs48TileRows);
+    EXPECT_NE(rows, kMoeCudaRs80TileRows);
+  }
+  for (const auto* counts : {&kRs48Counts, &kRs80Counts}) {
+    const int64_t rows = counts == &kRs48Counts ? kMoeCudaRs48TileRows : kMoeCudaRs80TileRows;
+    const int64_t slots = std::accumulate(counts->begin(), counts->end(), int64_t{0});
+    EXPECT_EQ(MoeCudaRsTileRows(slots, static_cast<int64_t>(counts->size()), rows), rows);
+  }
+  // The widths a tile of each count runs in the 48- / 80-row kernels.
+  constexpr uint32_t k48 = moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN48;
+  constexpr uint32_t k80 = moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN80;
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 1), 32);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 32), 32);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 33), 48);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 48), 48);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 1), 64);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 64), 64);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 65), 80);
+  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 80), 80);
   EXPECT_LE(std::accumulate(kRsSetMidCounts.begin(), kRsSetMidCounts.end(), int64_t{0}),
             kMoeCudaRsMidMaxSlotsPerExpert * static_cast<int64_t>(kRsSetMidCounts.size()));
   EXPECT_LE(std::accumulate(kRsSetSmallCounts.begin(), kRsSetSmallCounts.end(), int64_t{0}),

@@ -447,7 +447,7 @@ absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weight
   }
   if (!MoeCudaIsRsTileRowsChoice(rs_tile_rows)) {
     return absl::InvalidArgumentError(
-        "MoeCudaDescribeGemm: rs_tile_rows must be 0, 32, 64, 96 or 128");
+        "MoeCudaDescribeGemm: rs_tile_rows must be 0, 32, 48, 64, 80, 96 or 128");
   }
   if (rs_min_slots_per_expert < 0) {
     return absl::InvalidArgumentError(

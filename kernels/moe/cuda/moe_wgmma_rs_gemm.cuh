@@ -216,6 +216,10 @@ __device__ __forceinline__ void RsWgmma(float* d, const uint32_t (&a)[4], uint64
     wgmma::WgmmaM64N16K16RS(d, a, desc_b, true);
   } else if constexpr (kN == 96) {
     wgmma::WgmmaM64N96K16RS(d, a, desc_b, true);
+  } else if constexpr (kN == 80) {
+    wgmma::WgmmaM64N80K16RS(d, a, desc_b, true);
+  } else if constexpr (kN == 48) {
+    wgmma::WgmmaM64N48K16RS(d, a, desc_b, true);
   } else if constexpr (kN == 64) {
     wgmma::WgmmaM64N64K16RS(d, a, desc_b, true);
   } else {
@@ -440,7 +444,8 @@ __device__ __forceinline__ void RsItemOfWidth(const GemmArgs& g, uint8_t* smem, 
 
 // RsItemOfWidth at `width` (RsTileWidth of the set kWidths; warp-uniform, from a shuffle), with
 // code only for the set's widths below kBM and for kBM itself, the widest a tile of kBM rows needs
-// (128; 32 / 64 / 96 for the {16, 32} / {32, 64} / {64, 96} kernels of 32- / 64- / 96-row tiles).
+// (128; 32 / 48 / 64 / 80 / 96 for the {16, 32} / {32, 48} / {32, 64} / {64, 80} / {64, 96}
+// kernels of 32- / 48- / 64- / 80- / 96-row tiles).
 template <bool kUp, uint32_t kWidths, int kBM>
 __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* smem, uint32_t base,
                                        const RsThread<RsPlan<kBM>::kMb>& t, uint32_t kt_count,
@@ -453,9 +458,17 @@ __device__ __forceinline__ void RsItem(int width, const GemmArgs& g, uint8_t* sm
     if (width == 32)
       return RsItemOfWidth<kUp, 32, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
   }
+  if constexpr ((kWidths & kRsN48) != 0 && 48 < kBM) {
+    if (width == 48)
+      return RsItemOfWidth<kUp, 48, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
   if constexpr ((kWidths & kRsN64) != 0 && 64 < kBM) {
     if (width == 64)
       return RsItemOfWidth<kUp, 64, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
+  }
+  if constexpr ((kWidths & kRsN80) != 0 && 80 < kBM) {
+    if (width == 80)
+      return RsItemOfWidth<kUp, 80, kBM>(g, smem, base, t, kt_count, c, cw, n0, row0, rows);
   }
   if constexpr ((kWidths & kRsN96) != 0 && 96 < kBM) {
     if (width == 96)
@@ -496,14 +509,14 @@ __device__ __forceinline__ void RsNextItem(const GemmArgs& g, int items, uint32_
 
 // ---- the kernel --------------------------------------------------------------------------------
 // kWidths: the tile widths' set (RsWidthSetFor's); kBM: the tile list's rows per tile (128, or 32
-// / 64 / 96 for the {16, 32} / {32, 64} / {64, 96} set: RsPlan).
+// / 48 / 64 / 80 / 96 for the kRsNarrowTileWidths set: RsPlan).
 // maps: the TMA boxes' tensor maps (RsTmaMaps).
 template <bool kUp, uint32_t kWidths = kRsLandedWidths, int kBM = kRsBM>
 __global__ void __launch_bounds__(RsPlan<kBM>::kThreads, 1)
     MoeExpertWgmmaRsKernel(const __grid_constant__ GemmArgs g,
                            const __grid_constant__ RsTmaMaps maps) {
   static_assert(kBM == kRsBM || kWidths == kRsNarrowTileWidths<kBM>,
-                "32- / 64- / 96-row tiles: the {16, 32} / {32, 64} / {64, 96} set");
+                "tiles below 128 rows: their kRsNarrowTileWidths set");
   using S = RsShape<kUp, kBM>;
   using P = RsPlan<kBM>;
   constexpr uint32_t kStages = P::kStages;

@@ -44,8 +44,7 @@ template <bool kUp, int kBM>
 RsTmaMaps MakeMaps(const GemmArgs& g, int64_t slots) {
   RsTmaMaps maps{};
   if (RsSlotRowsByTma<kUp>(g)) {
-    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kBM,
-                                CU_TENSOR_MAP_SWIZZLE_128B))
+    CHECK(wgmma_ws::MakeTmaRows(&maps.a, g.a, 2 * g.k, slots, 128, kBM, CU_TENSOR_MAP_SWIZZLE_128B))
         << "MoE RS GEMM: no TMA map for the slot rows at " << static_cast<const void*>(g.a)
         << " (K " << g.k << ", " << slots << " rows)";
   }
@@ -70,9 +69,9 @@ void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t sl
 }
 
 // The width set RsWidthSetFor picks for `slots` rows of the experts. The up GEMM has no {32, 64}
-// or {64, 96} kernel of 128-row tiles: it runs {64, 128} there. Tiles of 32 / 64 / 96 rows
-// (MoeCudaRsTileRows, which the stage params' validation holds them to) run the {16, 32} /
-// {32, 64} / {64, 96} kernel of 32- / 64- / 96-row stages, both projections.
+// or {64, 96} kernel of 128-row tiles: it runs {64, 128} there. Tiles of 32 / 48 / 64 / 80 / 96
+// rows (MoeCudaRsTileRows, which the stage params' validation holds them to) run the {16, 32} /
+// {32, 48} / {32, 64} / {64, 80} / {64, 96} kernel of stages of that many rows, both projections.
 template <bool kUp>
 void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t ctas, int64_t slots,
             cudaStream_t stream) {
@@ -84,6 +83,12 @@ void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t cta
     }
     if (tile_rows == 96) {
       return LaunchWidths<kUp, kRsNarrowTileWidths<96>, 96>(g, max_tiles, ctas, slots, stream);
+    }
+    if (tile_rows == 48) {
+      return LaunchWidths<kUp, kRsNarrowTileWidths<48>, 48>(g, max_tiles, ctas, slots, stream);
+    }
+    if (tile_rows == 80) {
+      return LaunchWidths<kUp, kRsNarrowTileWidths<80>, 80>(g, max_tiles, ctas, slots, stream);
     }
     return LaunchWidths<kUp, kRsNarrowTileWidths<32>, 32>(g, max_tiles, ctas, slots, stream);
   }
@@ -146,6 +151,12 @@ MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t tile_rows, int64_t n, int64_t m
   }
   if (tile_rows == 96) {
     return up ? Describe<true, 96>(n, max_tiles) : Describe<false, 96>(n, max_tiles);
+  }
+  if (tile_rows == 48) {
+    return up ? Describe<true, 48>(n, max_tiles) : Describe<false, 48>(n, max_tiles);
+  }
+  if (tile_rows == 80) {
+    return up ? Describe<true, 80>(n, max_tiles) : Describe<false, 80>(n, max_tiles);
   }
   return up ? Describe<true, kRsBM>(n, max_tiles) : Describe<false, kRsBM>(n, max_tiles);
 }

@@ -48,7 +48,7 @@ static_assert(FS_MOE_RS_NARROW_WGS == 2 || FS_MOE_RS_NARROW_WGS == 4);
 
 template <int kBM>
 struct RsPlan {
-  static_assert(kBM == 128 || kBM == 96 || kBM == 64 || kBM == 32);
+  static_assert(kBM == 128 || kBM == 96 || kBM == 80 || kBM == 64 || kBM == 48 || kBM == 32);
   static constexpr int kWgs = kBM == 128 ? 2 : FS_MOE_RS_NARROW_WGS;  // consumer warpgroups
   static constexpr int kMb = 4 / kWgs;  // m64 blocks (accumulator sets) per consumer warpgroup
   static constexpr int kConsumerThreads = 128 * kWgs;
@@ -61,7 +61,9 @@ struct RsPlan {
   static constexpr uint32_t kConsumerRegs = kWgs == 2 ? 224 : 104;
   static constexpr uint32_t kProducerRegs = kWgs == 2 ? 56 : 64;
   static_assert(kConsumerThreads * kConsumerRegs + 128 * kProducerRegs <= kThreads * kLaunchRegs);
-  static constexpr int kStages = kBM == 128 ? 4 : (kBM == 96 ? 5 : (kBM == 64 ? 6 : 8));
+  // As many 128-K stages as fit the shared memory: 29 KB at 48 rows (7), 37 KB at 80 (6).
+  static constexpr int kStages =
+      kBM == 128 ? 4 : (kBM == 96 ? 5 : (kBM == 80 || kBM == 64 ? 6 : (kBM == 48 ? 7 : 8)));
   static constexpr uint32_t kXBlock = kBM * 128;  // one 64-K column block of the slot rows
   static constexpr uint32_t kXBytes = 2 * kXBlock;
   static constexpr uint32_t kStageBytes = kXBytes + kRsCodeBytes + kRsScaleBytes;
@@ -99,6 +101,8 @@ inline constexpr uint32_t kRsN16 = moe_cuda_internal::kMoeRsN16;
 inline constexpr uint32_t kRsN32 = moe_cuda_internal::kMoeRsN32;
 inline constexpr uint32_t kRsN64 = moe_cuda_internal::kMoeRsN64;
 inline constexpr uint32_t kRsN96 = moe_cuda_internal::kMoeRsN96;
+inline constexpr uint32_t kRsN48 = moe_cuda_internal::kMoeRsN48;  // session 60's 48-row tiles
+inline constexpr uint32_t kRsN80 = moe_cuda_internal::kMoeRsN80;  // and 80-row tiles
 // {64, 128}: the up GEMM's set above a mean of 20 rows per expert, one accumulator and one
 // epilogue for both widths (MoeExpertWgmmaRsKernel). Every other set runs each width's item
 // whole (RsItem). The launcher picks a set per launch (RsWidthSetFor: session 54 measured the
@@ -110,9 +114,11 @@ inline constexpr uint32_t kRsLandedWidths = kRsN64;
 // The set of the kernels of kBM-row tiles below 128 (MoeCudaRsTileRows): the two widths up to
 // kBM, both projections. The 128-row kernels take RsWidthSetFor's set per launch.
 template <int kBM>
-inline constexpr uint32_t kRsNarrowTileWidths = kBM == 32 ? (kRsN16 | kRsN32)
-                                                          : (kBM == 64 ? (kRsN32 | kRsN64)
-                                                                       : (kRsN64 | kRsN96));
+inline constexpr uint32_t kRsNarrowTileWidths =
+    kBM == 32 ? (kRsN16 | kRsN32)
+              : (kBM == 48 ? (kRsN32 | kRsN48)
+                           : (kBM == 64 ? (kRsN32 | kRsN64)
+                                        : (kBM == 80 ? (kRsN64 | kRsN80) : (kRsN64 | kRsN96))));
 
 // moe_cuda_internal.h (host-tested): the width of a tile, the set of a launch.
 __host__ __device__ constexpr int RsTileWidth(uint32_t widths, int rows) {
