@@ -35,9 +35,9 @@
 // 6 = weight-streaming with 16- / 32-row tiles, 7 = weight-streaming through the TMA ring), for
 // the layer and the up / down stage times; the "paths" column's third letter says which ran (T
 // tiled, S streaming, 2 / 4 streaming 16- / 32-row, W wgmma, R register-sourced wgmma, G TMA
-// ring), and the launch table's rows = 8 / 16 / 32 mark the streaming GEMMs, 32 / 64 / 96 / 128
-// the register-sourced one's tiles and 128 the wgmma GEMM's. --gather-slots 1: the permute writes
-// top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the round-3 gather;
+// ring), and the launch table's rows = 8 / 16 / 32 mark the streaming GEMMs, 32 / 48 / 64 / 80 / 96
+// / 128 the register-sourced one's tiles and 128 the wgmma GEMM's. --gather-slots 1: the permute
+// writes top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the round-3 gather;
 // default 0: once per token, the up GEMM reading by slot_token), for the layer and the perm / up
 // stage times, to A/B on one build.
 // --ring-combine 0: with the TMA-ring GEMM, the down epilogue kernel writes the expert outputs and

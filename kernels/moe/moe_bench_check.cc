@@ -12,8 +12,9 @@
 namespace flashserve::kernels {
 namespace {
 
-// The check line's note of the RS GEMM's tile rows asked for (MoeCudaParams::rs_tile_rows; 32 / 64
-// run only where MoeCudaRsTileRows gives them, else 128; none: by the slot rows per expert).
+// The check line's note of the RS GEMM's tile rows asked for (MoeCudaParams::rs_tile_rows; 32 / 48
+// / 64 / 80 / 96 run only where MoeCudaRsTileRows gives them, else 128; none: by the slot rows per
+// expert).
 const char* RsTilesTag(int64_t rs_tile_rows) {
   switch (rs_tile_rows) {
     case kMoeCudaRsNarrowTileRows:
@@ -65,7 +66,8 @@ bool CheckMoeCudaAgainstCpu(const moe_test::LayerSpec& spec, const MoeOptions& o
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), y(m * kD * 2), d_ids(m * kK * 4);
   DeviceBuffer ws(*MoeCudaWorkspaceBytes(w, m, kK, dev_shared));
   bool all_ok = true;
-  // The expert GEMMs against the same CPU run, the RS GEMM also on 128- / 32- / 64-row tiles
+  // The expert GEMMs against the same CPU run, the RS GEMM also on 128- / 32- / 64- / 96- / 48- /
+  // 80-row tiles
   // (MoeCudaParams::rs_tile_rows; 0 = by the slot rows per expert), and the 16-row streaming up
   // GEMM with the RS down GEMM after it (MoeCudaParams::down_gemm).
   struct Gemms {

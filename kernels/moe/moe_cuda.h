@@ -227,9 +227,9 @@ absl::Status LaunchMoeRoutePermute(const MoeRouteParams& route, const MoePermute
 // / 64 without it the tiled GEMM (slot rows as A, a cp.async ring of weights, mma.sync), 128 the
 // wgmma GEMM (two warpgroups × 64 slot rows, FP4 weights decoded into 128-byte-swizzled bf16 shared
 // memory, wgmma.mma_async m64n256k16) or, with the stage params' `wgmma_rs`, on 128-row tiles or
-// the 32- / 64- / 96-row tiles MoeCudaRsTileRows gives, the register-sourced wgmma GEMM (kWgmmaRs:
-// weights as the wgmma A operand decoded by the consumer warpgroups straight into registers, the
-// slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
+// the 32- / 48- / 64- / 80- / 96-row tiles MoeCudaRsTileRows gives, the register-sourced wgmma GEMM
+// (kWgmmaRs: weights as the wgmma A operand decoded by the consumer warpgroups straight into
+// registers, the slot rows as B in shared memory, a producer warpgroup filling an mbarrier ring).
 // All give the same bits on exact-arithmetic inputs (only the fp32 summation order can differ).
 // kAuto (MoeCudaChooseGemm): the register-sourced wgmma GEMM from kMoeCudaWgmmaMinSlotsPerExpert
 // (8) slots per expert on average (512 tokens at E 384 top-6; 4, i.e. 256 tokens, on a device of
@@ -245,7 +245,7 @@ enum class MoeCudaGemm : int {
   kTiled = 1,     // tile_rows 16, 32 or 64 (the mean slots per expert)
   kStream = 2,    // tile_rows 8 (D and I must be <= kMoeCudaStreamMaxK)
   kWgmma = 3,     // tile_rows 128
-  kWgmmaRs = 4,   // tile_rows 32, 64, 96 or 128 (MoeCudaRsTileRows), the stage params' wgmma_rs
+  kWgmmaRs = 4,   // tile_rows 32 .. 128 (MoeCudaRsTileRows), the stage params' wgmma_rs
   kStream16 = 5,  // tile_rows 16, the stage params' `stream` (D and I <= kMoeCudaStream16MaxK)
   kStream32 = 6,  // tile_rows 32, the stage params' `stream` (D and I <= kMoeCudaStreamMaxK)
   // tile_rows 8, the stage params' `ring`: the streaming GEMM's numerics with the weights, scales
@@ -467,9 +467,9 @@ struct MoeExpertUpParams {
   uint16_t* act = nullptr;              // optional out bf16 [slots, I]: a before the quantiser
   int64_t k_step = kMoeCudaKStepAuto;   // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;       // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;  // tile_rows 128, or 32 / 64 / 96 where MoeCudaRsTileRows gives them: the
-                          // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
-                          // MoeRsOperandColumn order
+  bool wgmma_rs = false;      // tile_rows 128, or 32 .. 96 where MoeCudaRsTileRows gives them: the
+                              // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
+                              // MoeRsOperandColumn order
   int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
                               // fewer, so that each CTA walks many tiles)
   // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
@@ -513,9 +513,9 @@ struct MoeExpertDownParams {
   uint16_t* ye = nullptr;              // out bf16 [slots, D]
   int64_t k_step = kMoeCudaKStepAuto;  // 0, 128 or 256 (see kMoeCudaKStepAuto)
   bool hoisted_addresses = false;      // see kMoeCudaGemmHoistedAddresses
-  bool wgmma_rs = false;  // tile_rows 128, or 32 / 64 / 96 where MoeCudaRsTileRows gives them: the
-                          // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
-                          // MoeRsOperandColumn order
+  bool wgmma_rs = false;      // tile_rows 128, or 32 .. 96 where MoeCudaRsTileRows gives them: the
+                              // register-sourced wgmma GEMM (kWgmmaRs); its operand rows in
+                              // MoeRsOperandColumn order
   int64_t wgmma_rs_ctas = 0;  // with wgmma_rs: its persistent CTAs, 0 = one per SM (tests take
                               // fewer, so that each CTA walks many tiles)
   // With wgmma_rs, optional: 2 int32 words, zero on entry (the call leaves them zero), from which
@@ -585,7 +585,7 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
 // the instantiation the launcher picks for (m, top_k, k_step) and its occupancy.
 struct MoeCudaGemmPlan {
   bool stream = false;      // the streaming GEMM (tile_rows 8, 16 or 32)
-  bool wgmma = false;       // a wgmma GEMM (tile_rows 128; the RS GEMM's also 32 / 64 / 96)
+  bool wgmma = false;       // a wgmma GEMM (tile_rows 128; the RS GEMM's also 32 .. 96)
   bool wgmma_rs = false;    // the register-sourced one (kWgmmaRs)
   bool ring = false;        // the TMA-ring streaming GEMM (kStreamRing)
   int64_t tile_rows = 0;    // slot rows per tile (MoeCudaTileRows)
@@ -601,8 +601,8 @@ struct MoeCudaGemmPlan {
 // Errors: InvalidArgumentError for invalid weights, m, top_k, k_step or gemm (kStream / kStream16
 // with D or I above kMoeCudaStreamMaxK / kMoeCudaStream16MaxK). Queries the device's occupancy (a
 // driver call; not for the hot path). ring_cut: the ring kernel's instantiation (each cut has its
-// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles; 0, 32, 64,
-// 96 or 128, else InvalidArgumentError). rs_min_slots_per_expert: MoeCudaParams's (0 = the
+// own). rs_tile_rows: MoeCudaParams::rs_tile_rows (the register-sourced GEMM's tiles; 0, 32, 48,
+// 64, 80, 96 or 128, else InvalidArgumentError). rs_min_slots_per_expert: MoeCudaParams's (0 = the
 // device's, MoeCudaRsMinSlotsPerExpert; negative: InvalidArgumentError).
 absl::StatusOr<MoeCudaGemmPlan> MoeCudaDescribeGemm(const MoeCudaWeights& weights, int64_t m,
                                                     int64_t top_k, int64_t k_step, bool up,

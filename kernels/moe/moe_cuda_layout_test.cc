@@ -186,15 +186,18 @@ TEST(MoeCudaLayoutTest, RsTileWidthIsTheNarrowestThatHoldsTheRows) {
   using moe_cuda_internal::MoeRsTileWidth;
   const uint32_t sets[] = {moe_cuda_internal::kMoeRsN64,
                            moe_cuda_internal::kMoeRsN16 | moe_cuda_internal::kMoeRsN32,
+                           moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN48,
                            moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN64,
+                           moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN80,
                            moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN96};
-  const int widths[] = {16, 32, 64, 96};
+  const int widths[] = {16, 32, 48, 64, 80, 96};
   const uint32_t bits[] = {moe_cuda_internal::kMoeRsN16, moe_cuda_internal::kMoeRsN32,
-                           moe_cuda_internal::kMoeRsN64, moe_cuda_internal::kMoeRsN96};
+                           moe_cuda_internal::kMoeRsN48, moe_cuda_internal::kMoeRsN64,
+                           moe_cuda_internal::kMoeRsN80, moe_cuda_internal::kMoeRsN96};
   for (const uint32_t set : sets) {
     for (int rows = 1; rows <= 128; ++rows) {
       int want = 128;
-      for (int i = 3; i >= 0; --i) {
+      for (int i = 5; i >= 0; --i) {
         if ((set & bits[i]) != 0 && rows <= widths[i]) want = widths[i];
       }
       EXPECT_EQ(MoeRsTileWidth(set, rows), want) << "set " << set << ", rows " << rows;

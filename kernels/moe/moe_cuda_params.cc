@@ -390,8 +390,8 @@ MoeCudaGemm MoeCudaChooseGemm(int64_t m, int64_t top_k, int64_t n_experts, MoeCu
   if (gemm != MoeCudaGemm::kAuto) return gemm;
   const int64_t slots = m * top_k;
   // The register-sourced wgmma GEMM from 8 (the H200) or 4 (the H100) slot rows per expert on
-  // average, on tiles of 32, 64, 96 or 128 rows by that mean (MoeCudaRsTileRows).
-  // slots >= rs_min · E, without the product (rs_min may be any positive value).
+  // average, on tiles of 32, 64, 96 or 128 rows by that mean (MoeCudaRsTileRows; 48 / 80 asked
+  // for). slots >= rs_min · E, without the product (rs_min may be any positive value).
   if (slots / n_experts >= rs_min_slots_per_expert) return MoeCudaGemm::kWgmmaRs;
   // Below it the weights stream, where max(D, I) fits the streaming GEMM's shared memory.
   if (max_k <= kMoeCudaStreamMaxK) {

@@ -611,14 +611,14 @@ TEST(MoeCudaParamsTest, WgmmaGemmTileRowsAccepted) {
   for (const int64_t rows : {kMoeCudaRs48TileRows, kMoeCudaRs80TileRows}) {
     down.tile_rows = rows;
     down.wgmma_rs = false;
-    ExpectInvalid(Validate(down), "tile_rows");
+    ExpectInvalid(Validate(down), ": tile_rows ");  // the field after Invalid's op prefix
     down.wgmma_rs = true;
     down.slots = (rows == kMoeCudaRs48TileRows ? kMoeCudaRs48MaxSlotsPerExpert
                                                : kMoeCudaRs80MaxSlotsPerExpert) *
                  w.n_experts;
     EXPECT_TRUE(Validate(down).ok()) << rows << ": " << Validate(down);
     ++down.slots;
-    ExpectInvalid(Validate(down), "wgmma_rs");
+    ExpectInvalid(Validate(down), ": wgmma_rs ");
   }
   down.wgmma_rs = false;
   down.slots = 4;

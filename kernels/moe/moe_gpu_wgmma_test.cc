@@ -83,7 +83,7 @@ int64_t ExpertOf(const std::vector<int32_t>& offsets, int64_t r) {
 // Where output (slot row, column) sits in the register-sourced kernel of `tile_rows`-row tiles:
 // the CTA column block, the consumer warpgroup, m-block, warp and lane of its accumulator
 // (cuda/moe_wgmma_rs_gemm.cuh; RsPlan: two consumer warpgroups of two m64 blocks at 128 rows, four
-// of one at 32 / 64 / 96, FS_MOE_RS_NARROW_WGS's default), and the tile's n8 column of the row.
+// of one below 128, FS_MOE_RS_NARROW_WGS's default), and the tile's n8 column of the row.
 std::string RsOwner(int64_t in_expert, int64_t c, bool up, int64_t tile_rows) {
   // Up: 128 columns per CTA, slab = column / 8 (gate row lane/4); down: 256, slab = column / 16;
   // slab = 4 · m-blocks per warpgroup · warpgroup + 4 · m-block + warp.
@@ -414,8 +414,8 @@ TEST(MoeGpuWgmmaTest, RsEightyRowTilesAreBitExact) {
 }
 
 // Which tile rows the launch takes (host only): 32 / 64 / 96 at <= 20 / 40 / 80 slot rows per
-// expert, by default (0) the smallest that applies, asked for only that one; the stage params
-// accept them for the RS GEMM only there.
+// expert, by default (0) the smallest that applies, asked for only that one; 48 / 80 only asked
+// for (<= 32 / 64); the stage params accept them for the RS GEMM only there.
 TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   constexpr int64_t kE = 384;
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 0), kMoeCudaRsNarrowTileRows);

@@ -26,10 +26,10 @@
 // tile kernels run four consumer warpgroups of one m64 block (64 weight rows) each and the
 // producer as warpgroup 4 (FS_MOE_RS_NARROW_WGS, default 4 since session 59; 2 = the 128-row
 // kernels' layout, for A/B).
-// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at 128 tile rows, 5 at 96, 6 at 64, 8 at 32), each
-// [kBM slot rows][128 bf16] as two 64-K column blocks in the 128-byte swizzle (up: cp.async 16-byte
-// chunks, gathered by slot -> A row as the other GEMMs; down, where the rows are in slot order: TMA
-// boxes), [256 weight rows][64 bytes] of raw FP4 codes (TMA boxes with the
+// Ring: RsPlan<kBM>::kStages stages of 128 K (4 at 128 tile rows, 5 at 96, 6 at 80 / 64, 7 at 48, 8
+// at 32), each [kBM slot rows][128 bf16] as two 64-K column blocks in the 128-byte swizzle (up:
+// cp.async 16-byte chunks, gathered by slot -> A row as the other GEMMs; down, where the rows are
+// in slot order: TMA boxes), [256 weight rows][64 bytes] of raw FP4 codes (TMA boxes with the
 // 64-byte swizzle, RsTmaMaps) and [256 rows][4 bytes] of UE8M0 scale words (cp.async; the stage's 4
 // scale bytes of a row are one aligned word since K / 32 is a multiple of 4). mbarriers: full[s]
 // (128 arrivals: each producer thread's cp.async.mbarrier.arrive.noinc, triggered when its copies

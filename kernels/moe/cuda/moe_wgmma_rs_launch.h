@@ -13,11 +13,11 @@
 namespace flashserve::kernels::moe_device {
 
 // Enqueues the up (w1/w3 + SwiGLU + quantiser) or down (w2) GEMM over the tile list of `g`
-// (tile_rows 128, or 32 / 64 / 96 where MoeCudaRsTileRows gives them) on `stream`: persistent
-// CTAs (one per SM, or `ctas` where positive) walking the items (256 weight rows × a tile; at
-// most max_tiles tiles) grid-stride. `slots`: the call's slot rows (they choose the tile widths'
-// set, RsWidthSetFor). Opts the kernel into its shared memory once per device. Launch failures
-// abort.
+// (tile_rows 128, or 32 / 48 / 64 / 80 / 96 where MoeCudaRsTileRows gives them) on `stream`:
+// persistent CTAs (one per SM, or `ctas` where positive) walking the items (256 weight rows × a
+// tile; at most max_tiles tiles) grid-stride. `slots`: the call's slot rows (they choose the tile
+// widths' set, RsWidthSetFor). Opts the kernel into its shared memory once per device. Launch
+// failures abort.
 void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t tile_rows, int64_t max_tiles, int64_t ctas,
                    int64_t slots, cudaStream_t stream);
 

@@ -33,7 +33,7 @@ inline constexpr uint32_t kRsScaleBytes = kRsNB * 4;
 // stages of [kBM slot rows][128 bf16] (two 64-K column blocks), the codes and the scale words; a
 // smaller kBM leaves room for more stages, i.e. more of the weights' bytes in flight per SM (4
 // stages at 128 rows, 5 at 96, 6 at 64, 8 at 32).
-// Consumer warpgroups of the 32- / 64- / 96-row tile kernels (FS_MOE_RS_NARROW_WGS; 4 by default
+// Consumer warpgroups of the tile kernels below 128 rows (FS_MOE_RS_NARROW_WGS; 4 by default
 // since session 59, 2 as the 128-row kernels always for A/B): 2 own 128 of the CTA's 256 weight
 // rows each as two m64 blocks (two accumulator sets); 4 own 64 each as one, i.e. twice the consumer
 // warps per scheduler for the same work (Nsight at 1,280 tokens: 3.0 warps active and 0.75
@@ -295,7 +295,8 @@ constexpr bool RsCodeBoxesLandAsTheStage(uint32_t box_rows) {
     }
   }
   return (RsPlan<kRsBM>::kXBytes % 1024 == 0) && (RsPlan<96>::kXBytes % 1024 == 0) &&
-         (RsPlan<64>::kXBytes % 1024 == 0) && (RsPlan<32>::kXBytes % 1024 == 0) &&
+         (RsPlan<80>::kXBytes % 1024 == 0) && (RsPlan<64>::kXBytes % 1024 == 0) &&
+         (RsPlan<48>::kXBytes % 1024 == 0) && (RsPlan<32>::kXBytes % 1024 == 0) &&
          (box_rows * 64) % 512 == 0;
 }
 static_assert(RsCodeBoxesLandAsTheStage(kRsCodeBoxRows<false>) &&
