@@ -238,8 +238,8 @@ struct Stages {
 Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
   const int64_t k_step = o.k_step;
   // As MoeCuda: the GEMM once, its tile rows and stage flags from it.
-  const MoeCudaGemm gemm = MoeCudaChooseGemm(c.m, kK, kE, o.gemm, std::max(kD, kI),
-                                             MoeCudaRsMinSlotsPerExpert(o.rs_min_slots));
+  const int64_t rs_min = MoeCudaRsMinSlotsPerExpert(o.rs_min_slots);
+  const MoeCudaGemm gemm = MoeCudaChooseGemm(c.m, kK, kE, o.gemm, std::max(kD, kI), rs_min);
   const int64_t tile_rows = gemm == MoeCudaGemm::kWgmmaRs
                                 ? MoeCudaRsTileRows(c.m * kK, kE, o.rs_tile_rows)
                                 : MoeCudaTileRows(c.m, kK, kE, gemm);
@@ -316,8 +316,8 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
     s.down.wgmma_rs_counters = s.up.wgmma_rs_counters + 2;
   }
   p.wgmma_rs_order = s.up.wgmma_rs;  // as MoeCuda: xg in the order of the GEMM that reads it
-  s.rs_down_after = MoeCudaDownRsAfterOtherUp(c.m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI),
-                                              MoeCudaRsMinSlotsPerExpert(o.rs_min_slots));
+  s.rs_down_after =
+      MoeCudaDownRsAfterOtherUp(c.m, kK, kE, o.gemm, o.down_gemm, std::max(kD, kI), rs_min);
   if (s.rs_down_after) {
     s.regroup = MoeRegroupTilesParams{kE,
                                       c.m * kK,

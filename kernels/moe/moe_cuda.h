@@ -406,20 +406,42 @@ inline constexpr int64_t kMoeCudaRs48TileRows = 48;
 inline constexpr int64_t kMoeCudaRs48MaxSlotsPerExpert = 32;
 inline constexpr int64_t kMoeCudaRs80TileRows = 80;
 inline constexpr int64_t kMoeCudaRs80MaxSlotsPerExpert = 64;
+// The heights above in one table, ascending: rows, the most slot rows per expert on average a
+// launch takes them at, and whether rs_tile_rows 0 (kAuto) takes them. MoeCudaRsTileRows, the
+// stage params' validation and the RS launcher all read it.
+struct MoeCudaRsTileHeight {
+  int64_t rows;
+  int64_t max_slots_per_expert;
+  bool automatic;
+};
+inline constexpr MoeCudaRsTileHeight kMoeCudaRsTileHeights[] = {
+    {kMoeCudaRsNarrowTileRows, kMoeCudaRsNarrowMaxSlotsPerExpert, true},
+    {kMoeCudaRs48TileRows, kMoeCudaRs48MaxSlotsPerExpert, false},
+    {kMoeCudaRsMidTileRows, kMoeCudaRsMidMaxSlotsPerExpert, true},
+    {kMoeCudaRs80TileRows, kMoeCudaRs80MaxSlotsPerExpert, false},
+    {kMoeCudaRsWideTileRows, kMoeCudaRsWideMaxSlotsPerExpert, true},
+};
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows);
-// Whether rs_tile_rows is one MoeCudaParams takes: 0, 32, 48, 64, 80, 96 or 128.
+// Whether `rows` is one of kMoeCudaRsTileHeights.
+constexpr bool MoeCudaIsRsTileHeight(int64_t rows) {
+  for (const MoeCudaRsTileHeight& h : kMoeCudaRsTileHeights) {
+    if (h.rows == rows) return true;
+  }
+  return false;
+}
+// Whether rs_tile_rows is one MoeCudaParams takes: 0, a table height or 128.
 constexpr bool MoeCudaIsRsTileRowsChoice(int64_t rs_tile_rows) {
-  return rs_tile_rows == 0 || rs_tile_rows == kMoeCudaRsNarrowTileRows ||
-         rs_tile_rows == kMoeCudaRs48TileRows || rs_tile_rows == kMoeCudaRsMidTileRows ||
-         rs_tile_rows == kMoeCudaRs80TileRows || rs_tile_rows == kMoeCudaRsWideTileRows ||
-         rs_tile_rows == kMoeCudaWgmmaTileRows;
+  return rs_tile_rows == 0 || rs_tile_rows == kMoeCudaWgmmaTileRows ||
+         MoeCudaIsRsTileHeight(rs_tile_rows);
 }
 // Tile rows only the register-sourced GEMM runs (the permute writes them; the other GEMMs' tiles
 // and the regroup's 128-row blocks need heights that divide 128): 48, 80 and 96.
 constexpr bool MoeCudaIsRsOnlyTileRows(int64_t tile_rows) {
-  return tile_rows == kMoeCudaRs48TileRows || tile_rows == kMoeCudaRs80TileRows ||
-         tile_rows == kMoeCudaRsWideTileRows;
+  return MoeCudaIsRsTileHeight(tile_rows) && kMoeCudaWgmmaTileRows % tile_rows != 0;
 }
+static_assert(MoeCudaIsRsOnlyTileRows(48) && MoeCudaIsRsOnlyTileRows(80) &&
+              MoeCudaIsRsOnlyTileRows(96) && !MoeCudaIsRsOnlyTileRows(32) &&
+              !MoeCudaIsRsOnlyTileRows(64) && !MoeCudaIsRsOnlyTileRows(128));
 
 // A short name of the GEMM for benches and test messages ("tiled", "streaming", "streaming
 // 16-row", "streaming 32-row", "wgmma", "wgmma RS"; "auto" for kAuto, "unknown" otherwise).

@@ -181,21 +181,16 @@ absl::Status CheckWgmmaRs(const char* op, bool wgmma_rs, bool stream, int64_t ti
         absl::StrFormat("is %d, which only the register-sourced GEMM (wgmma_rs) runs", tile_rows));
   }
   if (!wgmma_rs || tile_rows == kMoeCudaWgmmaTileRows) return absl::OkStatus();
-  if ((tile_rows == kMoeCudaRsNarrowTileRows || tile_rows == kMoeCudaRsMidTileRows ||
-       MoeCudaIsRsOnlyTileRows(tile_rows)) &&
-      MoeCudaRsTileRows(slots, n_experts, tile_rows) == tile_rows) {
-    return absl::OkStatus();
+  // A table height where MoeCudaRsTileRows gives it (any other value gives 128 or another height).
+  if (MoeCudaRsTileRows(slots, n_experts, tile_rows) == tile_rows) return absl::OkStatus();
+  std::string takes = absl::StrFormat("%d", kMoeCudaWgmmaTileRows);
+  for (const MoeCudaRsTileHeight& h : kMoeCudaRsTileHeights) {
+    absl::StrAppendFormat(&takes, ", %d at <= %d", h.rows, h.max_slots_per_expert);
   }
-  return Invalid(
-      op, "wgmma_rs",
-      absl::StrFormat(
-          "is set but tile_rows is %d (the register-sourced wgmma GEMM takes tile_rows "
-          "%d, %d at <= %d slot rows per expert, %d at <= %d, %d at <= %d, %d at <= %d "
-          "or %d at <= %d)",
-          tile_rows, kMoeCudaWgmmaTileRows, kMoeCudaRsNarrowTileRows,
-          kMoeCudaRsNarrowMaxSlotsPerExpert, kMoeCudaRs48TileRows, kMoeCudaRs48MaxSlotsPerExpert,
-          kMoeCudaRsMidTileRows, kMoeCudaRsMidMaxSlotsPerExpert, kMoeCudaRs80TileRows,
-          kMoeCudaRs80MaxSlotsPerExpert, kMoeCudaRsWideTileRows, kMoeCudaRsWideMaxSlotsPerExpert));
+  return Invalid(op, "wgmma_rs",
+                 absl::StrFormat("is set but tile_rows is %d (the register-sourced wgmma GEMM "
+                                 "takes tile_rows %s slot rows per expert)",
+                                 tile_rows, takes));
 }
 
 absl::Status CheckGemmCommon(const char* op, const MoeCudaWeights* w, int64_t slots,
@@ -436,25 +431,12 @@ absl::Status Validate(const MoeRegroupTilesParams& p) {
 }
 
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows) {
-  const bool any = rs_tile_rows == 0;
-  if ((any || rs_tile_rows == kMoeCudaRsNarrowTileRows) &&
-      slots <= kMoeCudaRsNarrowMaxSlotsPerExpert * n_experts) {
-    return kMoeCudaRsNarrowTileRows;
-  }
-  if ((any || rs_tile_rows == kMoeCudaRsMidTileRows) &&
-      slots <= kMoeCudaRsMidMaxSlotsPerExpert * n_experts) {
-    return kMoeCudaRsMidTileRows;
-  }
-  if ((any || rs_tile_rows == kMoeCudaRsWideTileRows) &&
-      slots <= kMoeCudaRsWideMaxSlotsPerExpert * n_experts) {
-    return kMoeCudaRsWideTileRows;
-  }
-  // The session-60 experiment's heights: only where asked for.
-  if (rs_tile_rows == kMoeCudaRs48TileRows && slots <= kMoeCudaRs48MaxSlotsPerExpert * n_experts) {
-    return kMoeCudaRs48TileRows;
-  }
-  if (rs_tile_rows == kMoeCudaRs80TileRows && slots <= kMoeCudaRs80MaxSlotsPerExpert * n_experts) {
-    return kMoeCudaRs80TileRows;
+  // 0: the first automatic height that applies; a height asked for: that one where it applies.
+  for (const MoeCudaRsTileHeight& h : kMoeCudaRsTileHeights) {
+    if ((rs_tile_rows == 0 ? h.automatic : rs_tile_rows == h.rows) &&
+        slots <= h.max_slots_per_expert * n_experts) {
+      return h.rows;
+    }
   }
   return kMoeCudaWgmmaTileRows;
 }

@@ -453,17 +453,7 @@ TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
     const int64_t slots = std::accumulate(counts->begin(), counts->end(), int64_t{0});
     EXPECT_EQ(MoeCudaRsTileRows(slots, static_cast<int64_t>(counts->size()), rows), rows);
   }
-  // The widths a tile of each count runs in the 48- / 80-row kernels.
-  constexpr uint32_t k48 = moe_cuda_internal::kMoeRsN32 | moe_cuda_internal::kMoeRsN48;
-  constexpr uint32_t k80 = moe_cuda_internal::kMoeRsN64 | moe_cuda_internal::kMoeRsN80;
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 1), 32);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 32), 32);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 33), 48);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k48, 48), 48);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 1), 64);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 64), 64);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 65), 80);
-  EXPECT_EQ(moe_cuda_internal::MoeRsTileWidth(k80, 80), 80);
+  // Their widths per tile: MoeCudaLayoutTest.RsTileWidthIsTheNarrowestThatHoldsTheRows.
   EXPECT_LE(std::accumulate(kRsSetMidCounts.begin(), kRsSetMidCounts.end(), int64_t{0}),
             kMoeCudaRsMidMaxSlotsPerExpert * static_cast<int64_t>(kRsSetMidCounts.size()));
   EXPECT_LE(std::accumulate(kRsSetSmallCounts.begin(), kRsSetSmallCounts.end(), int64_t{0}),

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
+#include <type_traits>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/per_device_cache.h"
@@ -68,6 +70,29 @@ void LaunchWidths(const GemmArgs& g, int64_t max_tiles, int64_t ctas, int64_t sl
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The heights below 128 the launcher has kernels for (their kRsNarrowTileWidths sets): exactly
+// kMoeCudaRsTileHeights' rows, ascending.
+template <int... kHeights>
+struct RsHeights {};
+using RsNarrowHeights = RsHeights<32, 48, 64, 80, 96>;
+template <int... kHeights>
+constexpr bool SameAsTheTable(RsHeights<kHeights...>) {
+  constexpr int64_t kRows[] = {kHeights...};
+  if (std::size(kRows) != std::size(kMoeCudaRsTileHeights)) return false;
+  for (size_t i = 0; i < std::size(kRows); ++i) {
+    if (kRows[i] != kMoeCudaRsTileHeights[i].rows) return false;
+  }
+  return true;
+}
+static_assert(SameAsTheTable(RsNarrowHeights{}), "a kernel for every MoeCudaRsTileHeight");
+
+// Calls fn(std::integral_constant<int, kBM>) for the height kBM == tile_rows; false if none is.
+template <typename Fn, int... kHeights>
+bool ForHeight(int64_t tile_rows, Fn&& fn, RsHeights<kHeights...>) {
+  return ((tile_rows == kHeights ? (fn(std::integral_constant<int, kHeights>{}), true) : false) ||
+          ...);
+}
+
 // The width set RsWidthSetFor picks for `slots` rows of the experts. The up GEMM has no {32, 64}
 // or {64, 96} kernel of 128-row tiles: it runs {64, 128} there. Tiles of 32 / 48 / 64 / 80 / 96
 // rows (MoeCudaRsTileRows, which the stage params' validation holds them to) run the {16, 32} /
@@ -78,19 +103,15 @@ void Launch(const GemmArgs& g, int64_t tile_rows, int64_t max_tiles, int64_t cta
   if (tile_rows != kRsBM) {
     CHECK_EQ(MoeCudaRsTileRows(slots, g.n_experts, tile_rows), tile_rows)
         << "MoE RS GEMM: tile_rows for " << slots << " slot rows of " << g.n_experts << " experts";
-    if (tile_rows == 64) {
-      return LaunchWidths<kUp, kRsNarrowTileWidths<64>, 64>(g, max_tiles, ctas, slots, stream);
-    }
-    if (tile_rows == 96) {
-      return LaunchWidths<kUp, kRsNarrowTileWidths<96>, 96>(g, max_tiles, ctas, slots, stream);
-    }
-    if (tile_rows == 48) {
-      return LaunchWidths<kUp, kRsNarrowTileWidths<48>, 48>(g, max_tiles, ctas, slots, stream);
-    }
-    if (tile_rows == 80) {
-      return LaunchWidths<kUp, kRsNarrowTileWidths<80>, 80>(g, max_tiles, ctas, slots, stream);
-    }
-    return LaunchWidths<kUp, kRsNarrowTileWidths<32>, 32>(g, max_tiles, ctas, slots, stream);
+    const bool launched = ForHeight(
+        tile_rows,
+        [&](auto bm) {
+          constexpr int kBM = decltype(bm)::value;
+          LaunchWidths<kUp, kRsNarrowTileWidths<kBM>, kBM>(g, max_tiles, ctas, slots, stream);
+        },
+        RsNarrowHeights{});
+    CHECK(launched) << "MoE RS GEMM: no kernel for tile_rows " << tile_rows;
+    return;
   }
   CHECK_EQ(tile_rows, kRsBM) << "MoE RS GEMM: tile_rows";
   switch (RsWidthSetFor(slots, g.n_experts, kUp)) {
@@ -143,22 +164,15 @@ void LaunchWgmmaRs(const GemmArgs& g, bool up, int64_t tile_rows, int64_t max_ti
 }
 
 MoeCudaGemmPlan DescribeWgmmaRs(bool up, int64_t tile_rows, int64_t n, int64_t max_tiles) {
-  if (tile_rows == 32) {
-    return up ? Describe<true, 32>(n, max_tiles) : Describe<false, 32>(n, max_tiles);
+  MoeCudaGemmPlan plan;
+  const auto describe = [&](auto bm) {
+    constexpr int kBM = decltype(bm)::value;
+    plan = up ? Describe<true, kBM>(n, max_tiles) : Describe<false, kBM>(n, max_tiles);
+  };
+  if (!ForHeight(tile_rows, describe, RsNarrowHeights{})) {
+    describe(std::integral_constant<int, kRsBM>{});
   }
-  if (tile_rows == 64) {
-    return up ? Describe<true, 64>(n, max_tiles) : Describe<false, 64>(n, max_tiles);
-  }
-  if (tile_rows == 96) {
-    return up ? Describe<true, 96>(n, max_tiles) : Describe<false, 96>(n, max_tiles);
-  }
-  if (tile_rows == 48) {
-    return up ? Describe<true, 48>(n, max_tiles) : Describe<false, 48>(n, max_tiles);
-  }
-  if (tile_rows == 80) {
-    return up ? Describe<true, 80>(n, max_tiles) : Describe<false, 80>(n, max_tiles);
-  }
-  return up ? Describe<true, kRsBM>(n, max_tiles) : Describe<false, kRsBM>(n, max_tiles);
+  return plan;
 }
 
 }  // namespace flashserve::kernels::moe_device
