@@ -49,10 +49,10 @@
 // (MoeCudaParams::down_gemm; the paths column's GEMM letter gets "+R", and down_us includes the
 // tile regroup and the reorder of ag between the stages). --rs-tile-rows: the register-sourced
 // GEMM's tiles (MoeCudaParams::rs_tile_rows, MoeCudaRsTileRows): 0 (default) by the slot rows per
-// expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, 96-row tiles
-// with 5 at <= 80, else 128-row tiles with 4), 32 / 64 / 96 only that height where it applies,
-// 48 / 80 the session-60 experiment's tiles (at <= 32 / 64), 128 always 128-row tiles, to A/B on
-// one build. --rs-min-slots: kAuto's RS threshold
+// expert (32-row tiles with 8 ring stages at <= 20, 64-row tiles with 6 at <= 40, 80-row tiles
+// with 6 at <= 64, 96-row tiles with 5 at <= 80, else 128-row tiles with 4), 32 / 48 / 64 / 80 /
+// 96 only that height where it applies (48: at <= 32, never the default's), 128 always 128-row
+// tiles, to A/B on one build. --rs-min-slots: kAuto's RS threshold
 // (MoeCudaParams::rs_min_slots_per_expert): 0 (default) the device's (MoeCudaRsMinSlotsPerExpert:
 // 8 slot rows per expert on the H200, 4 on the H100), N from N per expert. Per token
 // count the layer also runs once with both small and once with both large shapes forced: y and the

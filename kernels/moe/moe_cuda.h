@@ -381,27 +381,30 @@ bool MoeCudaDownRsAfterOtherUp(int64_t m, int64_t top_k, int64_t n_experts, MoeC
 // kernels for both projections, 6 stages of 64 rows); kMoeCudaRsWideTileRows (96) at <=
 // kMoeCudaRsWideMaxSlotsPerExpert (the {64, 96} kernels, 5 stages of 96 rows: at 41–80 rows per
 // expert on average, 2,561–5,120 tokens at E 384 top-6, an expert still takes one tile, one decode
-// of its weights, while the widths pad less than the 128-row kernels' n128); otherwise
-// kMoeCudaWgmmaTileRows (128). rs_tile_rows 0 (auto) takes the first of 32, 64, 96 that applies
-// (else 128); 32, 64 or 96 asked for takes only that one where it applies (else 128); 128 always
-// 128 (A/B). The narrow and wide kernels run four consumer warpgroups (FS_MOE_RS_NARROW_WGS); an
-// expert with more rows than a tile takes several tiles, each decoding its weights. Measured on
-// an H100 (`bench_moe --shared 0`, the layer): 32-row tiles 3,102 us at 1,280 tokens against 3,304
-// at 128 rows, 64-row tiles 3,459 at 2,048 against 3,669 (session 59); 96-row tiles 3,918 / 3,907
-// at 3,072 against 3,946 / 4,000, 4,353 / 4,347 at 4,096 against 4,688 / 4,523, 4,723 / 4,690 at
-// 5,120 against 5,472 / 5,465 at 128 rows (session 60; at 2,560 level with 64-row tiles). Pure.
+// of its weights, while the widths pad less than the 128-row kernels' n128; kAuto's at 65–80
+// since session 61, kMoeCudaRs80TileRows below); otherwise kMoeCudaWgmmaTileRows (128).
+// rs_tile_rows 0 (auto) takes the first automatic height of kMoeCudaRsTileHeights that applies
+// (32, 64, 80, 96; else 128); a height asked for takes only that one where it applies (else 128);
+// 128 always 128 (A/B). The narrow and wide kernels run four consumer warpgroups
+// (FS_MOE_RS_NARROW_WGS); an expert with more rows than a tile takes several tiles, each decoding
+// its weights. Measured on an H100 (`bench_moe --shared 0`, the layer): 32-row tiles 3,102 us at
+// 1,280 tokens against 3,304 at 128 rows, 64-row tiles 3,459 at 2,048 against 3,669 (session 59);
+// 96-row tiles 3,918 / 3,907 at 3,072 against 3,946 / 4,000, 4,353 / 4,347 at 4,096 against 4,688 /
+// 4,523, 4,723 / 4,690 at 5,120 against 5,472 / 5,465 at 128 rows (session 60; at 2,560 level with
+// 64-row tiles). Pure.
 inline constexpr int64_t kMoeCudaRsNarrowTileRows = 32;
 inline constexpr int64_t kMoeCudaRsNarrowMaxSlotsPerExpert = 20;
 inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
 inline constexpr int64_t kMoeCudaRsMidMaxSlotsPerExpert = 40;
 inline constexpr int64_t kMoeCudaRsWideTileRows = 96;
 inline constexpr int64_t kMoeCudaRsWideMaxSlotsPerExpert = 80;
-// Session 60 experiment, only where asked for (rs_tile_rows 48 / 80; kAuto unchanged, not yet run
-// on a device): 48-row tiles with the {32, 48} widths at <= 32 slot rows per expert (2,048 tokens
-// at E 384 top-6: the {32, 64} set pads half the experts to n64) and 80-row tiles with {64, 80} at
-// <= 64 (4,096 tokens: {64, 96} pads the experts of 65–80 rows to n96), both on four consumer
-// warpgroups (7 / 6 ring stages). The up GEMM's time grew by ~18 µs per padded row per expert on
-// the H100 (kernels/moe/wgmma_rs_gemm.md "Session 60").
+// Session 60's heights (kernels/moe/wgmma_rs_gemm.md "Session 61"): 80-row tiles with the {64,
+// 80} widths on 6 ring stages, kAuto's at 41–64 slot rows per expert since session 61 (2,561–4,096
+// tokens at E 384 top-6: {64, 96} pads the experts of 65–80 rows to n96; H200, against the 96-row
+// tiles: 3,797 / 3,793 µs against 3,819 / 3,844 at 3,072 tokens, 3,902 / 3,884 against 4,122 /
+// 3,963 at 3,584, level at 4,096); 48-row tiles with {32, 48} on 7 stages at <= 32, only where
+// asked for (rs_tile_rows 48: level with the 64-row tiles at 1,536–2,048 tokens, within ±2 %).
+// Both on four consumer warpgroups.
 inline constexpr int64_t kMoeCudaRs48TileRows = 48;
 inline constexpr int64_t kMoeCudaRs48MaxSlotsPerExpert = 32;
 inline constexpr int64_t kMoeCudaRs80TileRows = 80;
@@ -418,7 +421,7 @@ inline constexpr MoeCudaRsTileHeight kMoeCudaRsTileHeights[] = {
     {kMoeCudaRsNarrowTileRows, kMoeCudaRsNarrowMaxSlotsPerExpert, true},
     {kMoeCudaRs48TileRows, kMoeCudaRs48MaxSlotsPerExpert, false},
     {kMoeCudaRsMidTileRows, kMoeCudaRsMidMaxSlotsPerExpert, true},
-    {kMoeCudaRs80TileRows, kMoeCudaRs80MaxSlotsPerExpert, false},
+    {kMoeCudaRs80TileRows, kMoeCudaRs80MaxSlotsPerExpert, true},
     {kMoeCudaRsWideTileRows, kMoeCudaRsWideMaxSlotsPerExpert, true},
 };
 int64_t MoeCudaRsTileRows(int64_t slots, int64_t n_experts, int64_t rs_tile_rows);
@@ -678,11 +681,11 @@ struct MoeCudaParams {
   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto;
   // The register-sourced GEMM's tile rows where it runs both projections (MoeCudaRsTileRows):
   // 0 (default) = by the mean slot rows per expert, 32-row tiles and 8 ring stages at <= 20,
-  // 64-row tiles and 6 stages at <= 40, 96-row tiles and 5 stages at <= 80 (since session 60),
-  // else 128-row tiles and 4 stages; 32 / 64 / 96 = those tiles only where they apply, else 128;
-  // 48 / 80 = the session-60 experiment's tiles (at <= 32 / 64; kMoeCudaRs48TileRows); 128 =
-  // always 128 (A/B; bench_moe --rs-tile-rows). Output bits unchanged (the same per-row
-  // operations; a row's tile does not change its numerics).
+  // 64-row tiles and 6 stages at <= 40, 80-row tiles and 6 stages at <= 64 (since session 61),
+  // 96-row tiles and 5 stages at <= 80 (since session 60), else 128-row tiles and 4 stages;
+  // 32 / 48 / 64 / 80 / 96 = those tiles only where they apply (48: at <= 32, never kAuto's;
+  // kMoeCudaRs48TileRows), else 128; 128 = always 128 (A/B; bench_moe --rs-tile-rows). Output bits
+  // unchanged (the same per-row operations; a row's tile does not change its numerics).
   int64_t rs_tile_rows = 0;
   // kAuto's register-sourced GEMM threshold in slot rows per expert on average: 0 (default) = the
   // device's (MoeCudaRsMinSlotsPerExpert: 8 on the H200, 4 on the H100), > 0 = that many (A/B;

@@ -337,7 +337,8 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
             MoeCudaGemm::kTiled);
   EXPECT_EQ(MoeCudaTileRows(511, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128), 16);
   // The RS GEMM from 8 slots per expert, whatever max(D, I), on 32-row tiles up to 20 slots per
-  // expert (1,280 tokens), 64-row ones up to 40 (2,560), then 128-row tiles.
+  // expert (1,280 tokens), 64-row ones up to 40 (2,560), 80-row ones up to 64 (4,096), 96-row
+  // ones up to 80 (5,120), then 128-row tiles.
   for (const int64_t max_k :
        {int64_t{0}, int64_t{5120}, kMoeCudaStream16MaxK + 128, kMoeCudaStreamMaxK + 128}) {
     EXPECT_EQ(MoeCudaChooseGemm(512, 6, 384, MoeCudaGemm::kAuto, max_k), MoeCudaGemm::kWgmmaRs)
@@ -350,16 +351,18 @@ TEST(MoeCudaParamsTest, WorkspaceAndTileRows) {
   EXPECT_EQ(MoeCudaTileRows(1280, 6, 384), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaTileRows(1281, 6, 384), kMoeCudaRsMidTileRows);
   EXPECT_EQ(MoeCudaTileRows(2560, 6, 384), kMoeCudaRsMidTileRows);
-  EXPECT_EQ(MoeCudaTileRows(2561, 6, 384), kMoeCudaRsWideTileRows);
-  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaTileRows(2561, 6, 384), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaTileRows(4097, 6, 384), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaTileRows(5120, 6, 384), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaTileRows(5121, 6, 384), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kAuto, kMoeCudaStreamMaxK + 128),
-            kMoeCudaRsWideTileRows);
+            kMoeCudaRs80TileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(512, 6, 384, MoeCudaGemm::kWgmma), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaTileRows(1, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsNarrowTileRows);
-  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaTileRows(4096, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaTileRows(5120, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaTileRows(8192, 6, 384, MoeCudaGemm::kWgmmaRs), kMoeCudaWgmmaTileRows);
   // On a device of less DRAM bandwidth per SM-cycle (the H100: 12.8 B against the H200's 18.8)
   // from 4 slot rows per expert (256 tokens), the TMA ring below.

@@ -16,7 +16,7 @@
 // Every case runs with each expert GEMM forced (MoeCudaParams::gemm; kAuto picks one of them);
 // with the TMA ring also with MoeCudaParams::ring_fused_combine off, whose y must be the same
 // bytes; with the register-sourced GEMM on 128-row tiles first, then on the tiles by slot rows
-// per expert (the default) and on 32-, 64- and 96-row tiles (MoeCudaParams::rs_tile_rows), whose y
+// per expert (the default) and on 32-, 48-, 64-, 80- and 96-row tiles (rs_tile_rows), whose y
 // must be the same bytes; with every other GEMM also with the
 // register-sourced GEMM for the down projection (MoeCudaParams::down_gemm).
 #include <algorithm>
@@ -50,8 +50,29 @@ struct GpuRun {
   std::vector<float> weights;
 };
 
+// The names of the kernels `graph` launches (its kernel nodes, in node order).
+std::vector<std::string> KernelNames(cudaGraph_t graph) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  std::vector<std::string> names;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeParams kp{};
+    CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &kp));
+    const char* name = nullptr;
+    CUDA_CHECK(cudaFuncGetName(&name, kp.func));
+    names.emplace_back(name != nullptr ? name : "?");
+  }
+  return names;
+}
+
 // MoeCuda on host inputs; y written with a padded stride (checked untouched).
-// `shared`: the GPU shared expert (then shared_y must be empty).
+// `shared`: the GPU shared expert (then shared_y must be empty). `kernels`: when set, the call is
+// captured in a CUDA graph, the names of its kernels stored there, and the graph launched.
 GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vector<float>& logits,
                   const std::vector<uint16_t>& x, const std::vector<uint8_t>& image,
                   const std::vector<uint16_t>& shared_y, int64_t m,
@@ -59,7 +80,8 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
                   MoeCudaGemm gemm = MoeCudaGemm::kAuto, bool ring_fused_combine = true,
                   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto,
                   MoeCudaGemm down_gemm = MoeCudaGemm::kAuto, int64_t rs_tile_rows = 0,
-                  int64_t rs_min_slots_per_expert = 0) {
+                  int64_t rs_min_slots_per_expert = 0,
+                  std::vector<std::string>* kernels = nullptr) {
   const int64_t d = w.dim, y_stride = d + 8, k = o.top_k;
   DeviceBuffer d_logits = ToDevice(logits), d_x = ToDevice(x), d_image = ToDevice(image),
                d_shared = ToDevice(shared_y);
@@ -91,7 +113,25 @@ GpuRun RunMoeCuda(const MoeCudaWeights& w, const MoeOptions& o, const std::vecto
   p.down_gemm = down_gemm;
   p.rs_tile_rows = rs_tile_rows;
   p.rs_min_slots_per_expert = rs_min_slots_per_expert;
-  CHECK_OK(MoeCuda(p, nullptr));
+  if (kernels == nullptr) {
+    CHECK_OK(MoeCuda(p, nullptr));
+  } else {
+    CUDA_CHECK(cudaDeviceSynchronize());  // the uploads and poisons above (legacy stream)
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CHECK_OK(MoeCuda(p, stream));
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    *kernels = KernelNames(graph);
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
   GpuRun r{std::vector<uint16_t>(m * d), ToHost<int32_t>(ids, m * k), ToHost<float>(wts, m * k)};
   const auto padded = ToHost<uint16_t>(y, m * y_stride);
   for (int64_t t = 0; t < m; ++t) {
@@ -350,9 +390,10 @@ TEST(MoeGpuLayerTest, ReleasedDimsPrefillMatchesMoeCpu) {
 
 // kAuto's RS threshold: the device's (MoeCudaRsMinSlotsPerExpert, from its DRAM bandwidth per
 // SM-cycle, recomputed here from the same attributes) or as asked (rs_min_slots_per_expert); at 5
-// slot rows per expert kAuto then runs the RS GEMM (threshold 4: the same bytes as the forced RS
-// GEMM) or the streaming GEMM MoeCudaChooseGemm names (threshold 8: the same bytes as that GEMM
-// forced).
+// slot rows per expert kAuto then runs the RS GEMM (threshold 4) or the streaming GEMM
+// MoeCudaChooseGemm names (threshold 8). Which one ran is read from the kernels of the captured
+// call (the RS GEMM's kernels are MoeExpertWgmmaRsKernel's; the two GEMMs can give the same bytes
+// here), and its bytes must be those of that GEMM forced.
 TEST(MoeGpuLayerTest, RsThresholdFollowsTheDevice) {
   FS_SKIP_WITHOUT_GPU();
   int device = 0, mem_khz = 0, bus_bits = 0, sms = 0, sm_khz = 0;
@@ -382,27 +423,36 @@ TEST(MoeGpuLayerTest, RsThresholdFollowsTheDevice) {
   std::vector<uint16_t> x;
   const auto logits =
       moe_test::ClearRoutingActivations(*gate, nullptr, nullptr, nullptr, o, kM, kD, 63, &x);
-  const auto run = [&](MoeCudaGemm gemm, int64_t rs_min) {
+  const auto run = [&](MoeCudaGemm gemm, int64_t rs_min, std::vector<std::string>* kernels) {
     return RunMoeCuda(dev->view, o, logits, x, {}, {}, kM, nullptr, gemm, true,
-                      MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, 0, rs_min);
+                      MoeCudaRingCut::kAuto, MoeCudaGemm::kAuto, 0, rs_min, kernels);
   };
-  // The two GEMMs the thresholds pick here must give different bytes on this input (their fp32
-  // summation orders differ), or the comparisons below could not tell which one kAuto ran.
-  const GpuRun rs = run(MoeCudaGemm::kWgmmaRs, 0);
-  const GpuRun streaming = run(MoeCudaChooseGemm(kM, kK, kE, MoeCudaGemm::kAuto, std::max(kD, kI),
-                                                 kMoeCudaWgmmaMinSlotsPerExpert),
-                               0);
-  ASSERT_NE(rs.y, streaming.y) << "pick another seed: the RS and streaming GEMMs agree bit for bit";
-  for (const int64_t rs_min : {int64_t{4}, int64_t{8}}) {
+  const auto rs_launches = [](const std::vector<std::string>& kernels) {
+    return std::count_if(kernels.begin(), kernels.end(), [](const std::string& name) {
+      return name.find("MoeExpertWgmmaRsKernel") != std::string::npos;
+    });
+  };
+  for (const int64_t rs_min : {int64_t{0}, int64_t{4}, int64_t{8}}) {
+    const int64_t threshold = rs_min == 0 ? device_min : rs_min;
     const MoeCudaGemm chosen =
-        MoeCudaChooseGemm(kM, kK, kE, MoeCudaGemm::kAuto, std::max(kD, kI), rs_min);
-    EXPECT_EQ(chosen == MoeCudaGemm::kWgmmaRs, rs_min == 4) << rs_min;
-    const GpuRun automatic = run(MoeCudaGemm::kAuto, rs_min);
-    const GpuRun forced = run(chosen, 0);
+        MoeCudaChooseGemm(kM, kK, kE, MoeCudaGemm::kAuto, std::max(kD, kI), threshold);
+    EXPECT_EQ(chosen == MoeCudaGemm::kWgmmaRs, threshold <= 5) << rs_min;
+    std::vector<std::string> kernels;
+    const GpuRun automatic = run(MoeCudaGemm::kAuto, rs_min, &kernels);
+    std::string names;
+    for (const std::string& k : kernels) names.append(" ").append(k, 0, 48);
+    // The up and the down GEMM: two RS launches, or none.
+    EXPECT_EQ(rs_launches(kernels), chosen == MoeCudaGemm::kWgmmaRs ? 2 : 0)
+        << "threshold " << threshold << ", kernels:" << names;
+    const GpuRun forced = run(chosen, 0, nullptr);
     EXPECT_EQ(automatic.y, forced.y)
-        << "threshold " << rs_min << ": kAuto vs " << MoeCudaGemmName(chosen) << " forced";
+        << "threshold " << threshold << ": kAuto vs " << MoeCudaGemmName(chosen) << " forced";
     EXPECT_EQ(automatic.ids, forced.ids);
   }
+  // The forced RS GEMM is seen as such.
+  std::vector<std::string> kernels;
+  run(MoeCudaGemm::kWgmmaRs, 0, &kernels);
+  EXPECT_EQ(rs_launches(kernels), 2);
 }
 
 TEST(MoeGpuLayerTest, ZeroTokensIsANoOp) {

@@ -385,7 +385,8 @@ TEST(MoeGpuWgmmaTest, RsSixtyFourRowTilesAreBitExact) {
   CheckRsTiles(kRsSetMidCounts, kMoeCudaRsMidTileRows);
 }
 
-// 96-row tiles (rs_tile_rows 96; kAuto's at 41–80 slot rows per expert since session 60): the
+// 96-row tiles (rs_tile_rows 96; kAuto's at 41–80 slot rows per expert in session 60, at 65–80
+// since session 61): the
 // {64, 96} kernels, both projections,
 // on the 5-stage ring of 96-row stages: tiles of 1 .. 96 rows, among them 65, 72 and 90 (a partial
 // n96 tile: the up store's early break, the down store's partial second round), and experts of
@@ -396,7 +397,8 @@ TEST(MoeGpuWgmmaTest, RsNinetySixRowTilesAreBitExact) {
   CheckRsTiles(kRsWideCounts, kMoeCudaRsWideTileRows);
 }
 
-// 48- and 80-row tiles (rs_tile_rows 48 / 80; session 60 experiment, only where asked for): the
+// 48- and 80-row tiles (rs_tile_rows 48 / 80; 80 kAuto's at 41–64 slot rows per expert since
+// session 61, 48 only where asked for): the
 // {32, 48} kernels on 7 ring stages of 48 rows and the {64, 80} kernels on 6 of 80, both
 // projections: tiles of every width's boundary (31 / 32 / 33, 47 / 48 partial and full n48
 // tiles; 63 / 64 / 65, 72, 79 / 80 n80 ones), experts taking a second (49, 81, 130 rows) and a
@@ -413,16 +415,18 @@ TEST(MoeGpuWgmmaTest, RsEightyRowTilesAreBitExact) {
   CheckRsTiles(kRs80Counts, kMoeCudaRs80TileRows);
 }
 
-// Which tile rows the launch takes (host only): 32 / 64 / 96 at <= 20 / 40 / 80 slot rows per
-// expert, by default (0) the smallest that applies, asked for only that one; 48 / 80 only asked
-// for (<= 32 / 64); the stage params accept them for the RS GEMM only there.
+// Which tile rows the launch takes (host only): 32 / 64 / 80 / 96 at <= 20 / 40 / 64 / 80 slot
+// rows per expert, by default (0) the smallest that applies, asked for only that one; 48 only
+// asked for (<= 32); the stage params accept them for the RS GEMM only there.
 TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   constexpr int64_t kE = 384;
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 0), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 0), kMoeCudaRsNarrowTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE + 1, kE, 0), kMoeCudaRsMidTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 0), kMoeCudaRsMidTileRows);
-  EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 0), kMoeCudaRsWideTileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 0), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(64 * kE, kE, 0), kMoeCudaRs80TileRows);
+  EXPECT_EQ(MoeCudaRsTileRows(64 * kE + 1, kE, 0), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(80 * kE, kE, 0), kMoeCudaRsWideTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(80 * kE + 1, kE, 0), kMoeCudaWgmmaTileRows);
   // 96-row tiles asked for: up to 80 slot rows per expert.
@@ -436,17 +440,15 @@ TEST(MoeGpuWgmmaTest, RsTileRowsFollowTheNarrowSet) {
   EXPECT_EQ(MoeCudaRsTileRows(20 * kE, kE, 64), 64);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE, kE, 64), 64);
   EXPECT_EQ(MoeCudaRsTileRows(40 * kE + 1, kE, 64), kMoeCudaWgmmaTileRows);
-  // 48 / 80 only where asked for, up to 32 / 64 slot rows per expert.
+  // 48 / 80 asked for: up to 32 / 64 slot rows per expert.
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 48), kMoeCudaRs48TileRows);
   EXPECT_EQ(MoeCudaRsTileRows(32 * kE, kE, 48), kMoeCudaRs48TileRows);
   EXPECT_EQ(MoeCudaRsTileRows(32 * kE + 1, kE, 48), kMoeCudaWgmmaTileRows);
   EXPECT_EQ(MoeCudaRsTileRows(1, kE, 80), kMoeCudaRs80TileRows);
   EXPECT_EQ(MoeCudaRsTileRows(64 * kE, kE, 80), kMoeCudaRs80TileRows);
   EXPECT_EQ(MoeCudaRsTileRows(64 * kE + 1, kE, 80), kMoeCudaWgmmaTileRows);
-  for (const int64_t slots : {int64_t{1}, 32 * kE, 64 * kE}) {
-    const int64_t rows = MoeCudaRsTileRows(slots, kE, 0);
-    EXPECT_NE(rows, kMoeCudaRs48TileRows);
-    EXPECT_NE(rows, kMoeCudaRs80TileRows);
+  for (const int64_t slots : {int64_t{1}, 20 * kE + 1, 32 * kE, 40 * kE}) {
+    EXPECT_NE(MoeCudaRsTileRows(slots, kE, 0), kMoeCudaRs48TileRows) << slots;
   }
   for (const auto* counts : {&kRs48Counts, &kRs80Counts}) {
     const int64_t rows = counts == &kRs48Counts ? kMoeCudaRs48TileRows : kMoeCudaRs80TileRows;
