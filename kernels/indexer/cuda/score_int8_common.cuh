@@ -21,6 +21,18 @@ inline constexpr int kMmaWarps = 4;
 // the folded fast path it spilled 32 bytes there and ran 2–4 % slower (bench_indexer batch_score 8
 // × 65,536: 57.2–57.7 µs at 3 against 55.0–55.1 at 2; 64 × 65,536: 347.6 against 341.2).
 inline constexpr int kMmaMinCtasPerSm = 2;
+// The row-group instantiations (prefill / single-row decode calls): 1 (default) = unbounded
+// (241 / 235 registers, 2 CTAs per SM by the registers). Session 61 experiment, build-time only:
+// -DFS_INDEXER_I8_MIN_CTAS=3 / 4 bounds them to 168 / 128 registers (ptxas: 176 / 324 bytes of
+// spill stores in the unmasked kernel), since Nsight on the 1-row launch at 2^20 keys (H100)
+// found 1.85 warps per scheduler, 0.64 eligible, and 38 % of the stall samples on fixed-latency
+// dependencies ("wait"), 2 % on loads: stalls more warps would hide, if the spills stay off the
+// fast path. Launches size their grids by the occupancy, so the bound is all that changes.
+#ifndef FS_INDEXER_I8_MIN_CTAS
+#define FS_INDEXER_I8_MIN_CTAS 1
+#endif
+inline constexpr int kMmaRowsMinCtasPerSm = FS_INDEXER_I8_MIN_CTAS;
+static_assert(kMmaRowsMinCtasPerSm >= 1 && kMmaRowsMinCtasPerSm <= 4, "1 .. 4 CTAs per SM");
 inline constexpr int kMmaThreads = 32 * kMmaWarps;
 inline constexpr int kMmaWarpKeys = 32;
 inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;

@@ -101,7 +101,7 @@ __device__ __forceinline__ bool AllBytesNonzero(uint64_t x) {
 //   chunks (a Reindex layer keeps <= 2,048 blocks per row: a quarter of them at 65,536 positions,
 //   1/64 at 2^20).
 template <bool kBatch, bool kMask>
-__global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : 1)
+__global__ void __launch_bounds__(kMmaThreads, kBatch ? kMmaMinCtasPerSm : kMmaRowsMinCtasPerSm)
     IndexerScoreInt8Kernel(IndexerScoreParams p, BatchRows rows, int chunk_blocks) {
   constexpr int kRows = kBatch ? 1 : kMmaRows;
   extern __shared__ __align__(16) unsigned char smem[];
