@@ -81,6 +81,10 @@ struct IndexerScoreParams {
   // cuda_exact_only: always the exact CUDA-core scorer (A/B comparisons; disables the int8
   // k_rows scorer).
   bool cuda_exact_only = false;
+  // cuda_i8_lean: the int8 scorer's lean kernel where it applies (k_rows without a candidate mask;
+  // session 61 experiment, for A/B): the common tiles inline on fewer registers (more resident
+  // warps), the others out of line. The same bits and fallback count.
+  bool cuda_i8_lean = false;
   // Optional device counter (debug / bench), not reset by the call: the number of
   // (row, head, position) dot products the int8 k_rows scorer recomputed exactly on the CUDA cores
   // because its exactness condition failed ("fallbacks"). Other scorers leave it untouched.

@@ -26,8 +26,9 @@
 // bf16 keys (the exact CUDA-core one); "score_rows" the default scorer on the same keys as 68-byte
 // FP4 rows (k_rows: the int8 tensor-core scorer; keys W × 68 B), its fallback column the fraction
 // of (row, head, position) dot products it recomputed exactly (cuda_rechecks over one call);
-// "score_rows_exact" k_rows through the exact CUDA-core scorer (cuda_exact_only). Each is checked
-// against the CPU the same way.
+// "score_rows_exact" k_rows through the exact CUDA-core scorer (cuda_exact_only); "score_rows_lean"
+// the int8 scorer's lean kernel and its patch (cuda_i8_lean, session 61). Each is checked against
+// the CPU the same way.
 //
 // Batched decode (indexer.h "Batched decode"), 8 and 64 sequences × 65,536 keys each, every
 // sequence its own slice of one FP4-row pool (the 2^20 rows above, repeated: distinct addresses,
@@ -179,8 +180,23 @@ class Bench {
     rows_p.k_row_stride = formats::IndexKRowBytes(kDim);
     IndexerScoreParams rows_exact = rows_p;
     rows_exact.cuda_exact_only = true;
+    IndexerScoreParams rows_lean = rows_p;
+    rows_lean.cuda_i8_lean = true;
+    CHECK_OK(LaunchIndexerScore(rows_lean, nullptr));
+    Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "int8 lean scorer, k_rows");
+    std::vector<uint16_t> lean_scores(static_cast<size_t>(rows * width));
+    dscores.CopyToHost(lean_scores.data(), lean_scores.size() * 2);
     const double rows_rate = CountedScore(rows_p, rows);
     Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "int8 scorer, k_rows");
+    {  // every score of the lean kernel and its patch against the default launch's
+      std::vector<uint16_t> scores(lean_scores.size());
+      dscores.CopyToHost(scores.data(), scores.size() * 2);
+      int64_t differ = 0;
+      for (size_t i = 0; i < scores.size(); ++i) differ += scores[i] != lean_scores[i];
+      std::printf("rows %ld: %ld of %zu lean scores differ from the default launch's\n",
+                  static_cast<long>(rows), static_cast<long>(differ), scores.size());
+      if (differ > 0) ++failures_;
+    }
     CHECK_OK(LaunchIndexerScore(rows_exact, nullptr));
     Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "exact scorer, k_rows");
     CHECK_OK(LaunchIndexerScore(sp, nullptr));
@@ -204,6 +220,9 @@ class Bench {
     rows_.back().fallback = rows_rate;
     Add("score_rows_exact", rows, row_bytes + score_bytes + qw_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScore(rows_exact, nullptr)); });
+    Add(
+        "score_rows_lean", rows, row_bytes + score_bytes + qw_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScore(rows_lean, nullptr)); }, kInt8);
     Add("topk512", rows, score_bytes + index_bytes, 0,
         [&] { CHECK_OK(LaunchIndexerTopk(tp, nullptr)); });
     Add("score+topk512", rows, key_bytes + qw_bytes + index_bytes, flops, [&] {

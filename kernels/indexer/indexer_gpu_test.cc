@@ -159,7 +159,8 @@ std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadc
 // rows_override gives the rows; row_pad bytes of padding per row) and q FP4-QDQ'd per 32 values
 // (qdq) or raw: the CPU body (which decodes the rows) against the default launch (the int8
 // tensor-core scorer at 32 x 128 with 4-byte aligned rows) and cuda_exact_only (the tiled scorer
-// decoding rows while staging). Returns the default launch's fallback count.
+// decoding rows while staging); cuda_i8_lean byte for byte against the default launch. Returns the
+// default launch's fallback count.
 int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broadcast,
                        std::vector<uint8_t>* rows_override) {
   SCOPED_TRACE(absl::StrFormat(
@@ -224,6 +225,21 @@ int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broad
   gpu_exact.cuda_rechecks = nullptr;
   EXPECT_TRUE(LaunchIndexerScore(gpu_exact, nullptr).ok());
   const std::vector<uint16_t> got_exact = ToHost<uint16_t>(ds_exact, want.size());
+  // The lean kernel and its patch (cuda_i8_lean; without a mask, else the default launch): the
+  // default launch's bytes everywhere, poisoned padding included, and its fallback count.
+  DeviceBuffer ds_lean = ToDevice(std::vector<uint16_t>(want.size(), kPoison16));
+  DeviceBuffer dcount_lean = ToDevice(std::vector<unsigned long long>{0});
+  IndexerScoreParams gpu_lean = gpu;
+  gpu_lean.scores = ds_lean.get<uint16_t>();
+  gpu_lean.cuda_i8_lean = true;
+  gpu_lean.cuda_rechecks = dcount_lean.get<unsigned long long>();
+  EXPECT_TRUE(LaunchIndexerScore(gpu_lean, nullptr).ok());
+  const std::vector<uint16_t> got_lean = ToHost<uint16_t>(ds_lean, want.size());
+  int64_t lean_differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) lean_differ += got_lean[i] != got[i];
+  EXPECT_EQ(lean_differ, 0) << "cuda_i8_lean against the default launch";
+  EXPECT_EQ(static_cast<int64_t>(ToHost<unsigned long long>(dcount_lean, 1)[0]),
+            static_cast<int64_t>(ToHost<unsigned long long>(dcount, 1)[0]));
   int64_t bad = 0, bad_exact = 0, visible = 0;
   // A NaN scale byte (0xFF) makes NaN scores; NaN payload and sign are not specified (the GPU
   // gives the canonical 0x7FFF, the CPU 0xFFC0), so any NaN matches any NaN.

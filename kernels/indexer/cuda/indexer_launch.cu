@@ -122,11 +122,11 @@ bool Aligned(const void* ptr, uintptr_t bytes) {
 // grid-stride, with one wave of resident CTAs in all, each staging its rows' q once for many
 // tiles. The SM count, the occupancy at each staged row count and the shared-memory attribute are
 // asked once per device (kernels/common/per_device_cache.h).
-template <bool kBatch, bool kMask>
+template <bool kBatch, bool kMask, int kMode = indexer_device::kI8Whole>
 void LaunchInt8Kernel(const IndexerScoreParams& p, indexer_device::BatchRows rows,
                       cudaStream_t stream) {
   constexpr int kRows = kBatch ? 1 : indexer_device::kMmaRows;
-  auto* kernel = indexer_device::IndexerScoreInt8Kernel<kBatch, kMask>;
+  auto* kernel = indexer_device::IndexerScoreInt8Kernel<kBatch, kMask, kMode>;
   const int rows_cap = static_cast<int>(std::min<int64_t>(p.tokens, kRows));
   const size_t smem = indexer_device::ScoreInt8SmemBytes(rows_cap);
   const int device = CurrentDevice();
@@ -170,11 +170,15 @@ void LaunchInt8Kernel(const IndexerScoreParams& p, indexer_device::BatchRows row
 }
 
 // With a candidate mask the masked instantiation (only 8-key blocks a row of the group sees are
-// scored), else the one without the mask's code.
+// scored), else the one without the mask's code; row groups with cuda_i8_lean the lean kernel,
+// then the patch kernel for the tiles it marked.
 template <bool kBatch>
 void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
   if (p.candidates != nullptr) {
     LaunchInt8Kernel<kBatch, true>(p, rows, stream);
+  } else if (!kBatch && p.cuda_i8_lean) {
+    LaunchInt8Kernel<false, false, indexer_device::kI8Lean>(p, rows, stream);
+    LaunchInt8Kernel<false, false, indexer_device::kI8Patch>(p, rows, stream);
   } else {
     LaunchInt8Kernel<kBatch, false>(p, rows, stream);
   }

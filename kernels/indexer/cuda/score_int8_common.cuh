@@ -33,6 +33,12 @@ inline constexpr int kMmaMinCtasPerSm = 2;
 #endif
 inline constexpr int kMmaRowsMinCtasPerSm = FS_INDEXER_I8_MIN_CTAS;
 static_assert(kMmaRowsMinCtasPerSm >= 1 && kMmaRowsMinCtasPerSm <= 4, "1 .. 4 CTAs per SM");
+// The lean kernel (IndexerScoreParams::cuda_i8_lean): its registers hold only the lean path, the
+// general scorer runs out of line for the other tiles.
+#ifndef FS_INDEXER_I8_LEAN_MIN_CTAS
+#define FS_INDEXER_I8_LEAN_MIN_CTAS 3
+#endif
+inline constexpr int kMmaLeanMinCtasPerSm = FS_INDEXER_I8_LEAN_MIN_CTAS;
 inline constexpr int kMmaThreads = 32 * kMmaWarps;
 inline constexpr int kMmaWarpKeys = 32;
 inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;
