@@ -83,8 +83,12 @@ struct IndexerScoreParams {
   bool cuda_exact_only = false;
   // cuda_i8_lean: the int8 scorer's lean kernel where it applies (k_rows without a candidate mask;
   // session 61 experiment, for A/B): the common tiles inline on fewer registers (more resident
-  // warps), the others out of line. The same bits and fallback count.
+  // warps), the others marked and scored by a second (patch) launch. The same bits and fallback
+  // count.
   bool cuda_i8_lean = false;
+  // Optional device counter (tests / bench), not reset by the call: the warp tiles (of 32 keys,
+  // per row group) the lean kernel left to its patch launch.
+  unsigned long long* cuda_i8_deferred = nullptr;
   // Optional device counter (debug / bench), not reset by the call: the number of
   // (row, head, position) dot products the int8 k_rows scorer recomputed exactly on the CUDA cores
   // because its exactness condition failed ("fallbacks"). Other scorers leave it untouched.

@@ -182,10 +182,23 @@ class Bench {
     rows_exact.cuda_exact_only = true;
     IndexerScoreParams rows_lean = rows_p;
     rows_lean.cuda_i8_lean = true;
-    CHECK_OK(LaunchIndexerScore(rows_lean, nullptr));
+    {  // the lean kernel's deferred warp tiles (left to its patch launch)
+      DeviceBuffer ddeferred(sizeof(unsigned long long));
+      CUDA_CHECK(cudaMemset(ddeferred.get(), 0, sizeof(unsigned long long)));
+      IndexerScoreParams counted = rows_lean;
+      counted.cuda_i8_deferred = ddeferred.get<unsigned long long>();
+      CHECK_OK(LaunchIndexerScore(counted, nullptr));
+      unsigned long long deferred = 0;
+      CUDA_CHECK(cudaDeviceSynchronize());
+      ddeferred.CopyToHost(&deferred, sizeof(deferred));
+      std::printf("rows %ld: the lean kernel deferred %llu of %ld warp tiles\n",
+                  static_cast<long>(rows), deferred,
+                  static_cast<long>((rows + 7) / 8 * ((width + 31) / 32)));
+    }
     Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "int8 lean scorer, k_rows");
     std::vector<uint16_t> lean_scores(static_cast<size_t>(rows * width));
     dscores.CopyToHost(lean_scores.data(), lean_scores.size() * 2);
+    CUDA_CHECK(cudaMemset(dscores.get(), 0xFF, lean_scores.size() * 2));  // poison: NaN
     const double rows_rate = CountedScore(rows_p, rows);
     Verify(rows, q, w, k, krows.data(), dscores, dindices, tp, "int8 scorer, k_rows");
     {  // every score of the lean kernel and its patch against the default launch's

@@ -81,7 +81,8 @@ void QuantiseForTies(ScoreCase& c, std::mt19937& rng, int64_t period) {
 // to every token (candidates_stride 0). Cases with head_dim % 32 == 0 then go through
 // CheckRowScores (k_rows), q QDQ'd and raw.
 int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broadcast = false,
-                       std::vector<uint8_t>* rows_override = nullptr);
+                       std::vector<uint8_t>* rows_override = nullptr,
+                       int64_t* lean_deferred = nullptr);
 
 std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadcast = false) {
   SCOPED_TRACE(absl::StrFormat("tokens %d heads %d dim %d width %d start %d r %d mask %d pad %d",
@@ -159,10 +160,12 @@ std::vector<uint16_t> CheckScores(const ScoreCase& c, int64_t k_pad, bool broadc
 // rows_override gives the rows; row_pad bytes of padding per row) and q FP4-QDQ'd per 32 values
 // (qdq) or raw: the CPU body (which decodes the rows) against the default launch (the int8
 // tensor-core scorer at 32 x 128 with 4-byte aligned rows) and cuda_exact_only (the tiled scorer
-// decoding rows while staging); cuda_i8_lean byte for byte against the default launch. Returns the
-// default launch's fallback count.
+// decoding rows while staging); cuda_i8_lean byte for byte against the default launch, with the
+// same fallback count, its deferred tiles in *lean_deferred (when set). Where the int8 scorer runs
+// unmasked on QDQ'd q without a fallback, the lean kernel must score some tile itself. Returns
+// the default launch's fallback count.
 int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broadcast,
-                       std::vector<uint8_t>* rows_override) {
+                       std::vector<uint8_t>* rows_override, int64_t* lean_deferred) {
   SCOPED_TRACE(absl::StrFormat(
       "k_rows: tokens %d heads %d dim %d width %d start %d r %d mask %d row pad %d qdq %d",
       c.tokens, c.heads, c.head_dim, c.width, c.start_pos, c.ratio, !c.candidates.empty(), row_pad,
@@ -228,18 +231,35 @@ int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broad
   // The lean kernel and its patch (cuda_i8_lean; without a mask, else the default launch): the
   // default launch's bytes everywhere, poisoned padding included, and its fallback count.
   DeviceBuffer ds_lean = ToDevice(std::vector<uint16_t>(want.size(), kPoison16));
-  DeviceBuffer dcount_lean = ToDevice(std::vector<unsigned long long>{0});
+  DeviceBuffer dcount_lean = ToDevice(std::vector<unsigned long long>{0, 0});
   IndexerScoreParams gpu_lean = gpu;
   gpu_lean.scores = ds_lean.get<uint16_t>();
   gpu_lean.cuda_i8_lean = true;
   gpu_lean.cuda_rechecks = dcount_lean.get<unsigned long long>();
+  gpu_lean.cuda_i8_deferred = dcount_lean.get<unsigned long long>() + 1;
   EXPECT_TRUE(LaunchIndexerScore(gpu_lean, nullptr).ok());
   const std::vector<uint16_t> got_lean = ToHost<uint16_t>(ds_lean, want.size());
+  const std::vector<unsigned long long> lean_counts = ToHost<unsigned long long>(dcount_lean, 2);
+  const auto deferred = static_cast<int64_t>(lean_counts[1]);
+  if (lean_deferred != nullptr) *lean_deferred = deferred;
   int64_t lean_differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) lean_differ += got_lean[i] != got[i];
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got_lean[i] != got[i] && lean_differ++ == 0) {
+      ADD_FAILURE() << absl::StrFormat(
+          "cuda_i8_lean differs from the default launch first at row %d pos %d: 0x%04x, default "
+          "0x%04x",
+          i / ss, i % ss, got_lean[i], got[i]);
+    }
+  }
   EXPECT_EQ(lean_differ, 0) << "cuda_i8_lean against the default launch";
-  EXPECT_EQ(static_cast<int64_t>(ToHost<unsigned long long>(dcount_lean, 1)[0]),
+  EXPECT_EQ(static_cast<int64_t>(lean_counts[0]),
             static_cast<int64_t>(ToHost<unsigned long long>(dcount, 1)[0]));
+  const bool int8_unmasked =
+      c.heads == 32 && c.head_dim == 128 && rs % 4 == 0 && c.candidates.empty();
+  const int64_t warp_tiles = ((c.tokens + 7) / 8) * ((c.width + 31) / 32);
+  if (!int8_unmasked) {
+    EXPECT_EQ(deferred, 0) << "the lean kernel runs only where the int8 one does";
+  }
   int64_t bad = 0, bad_exact = 0, visible = 0;
   // A NaN scale byte (0xFF) makes NaN scores; NaN payload and sign are not specified (the GPU
   // gives the canonical 0x7FFF, the CPU 0xFFC0), so any NaN matches any NaN.
@@ -252,13 +272,18 @@ int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broad
   }
   std::printf(
       "  k_rows%s %ldx%ld (H %ld, d %ld, stride %ld): %ld finite, %ld mismatches (exact scorer "
-      "%ld), %ld fallbacks (%.3f%% of visible dot products)\n",
+      "%ld), %ld fallbacks (%.3f%% of visible dot products), lean kernel: %ld of %ld warp tiles "
+      "deferred\n",
       qdq ? " q-QDQ" : " q-raw", static_cast<long>(c.tokens), static_cast<long>(c.width),
       static_cast<long>(c.heads), static_cast<long>(c.head_dim), static_cast<long>(rs),
       static_cast<long>(visible), static_cast<long>(bad), static_cast<long>(bad_exact),
       static_cast<long>(count),
       visible > 0 ? 100.0 * static_cast<double>(count) / static_cast<double>(visible * c.heads)
-                  : 0.0);
+                  : 0.0,
+      static_cast<long>(deferred), static_cast<long>(warp_tiles));
+  if (int8_unmasked && qdq && count == 0 && visible > 0) {
+    EXPECT_LT(deferred, warp_tiles) << "the lean kernel scored no tile itself";
+  }
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(bad_exact, 0);
   int shown = 0;
@@ -530,6 +555,31 @@ TEST(IndexerGpuTest, ScoresFromRowsFallbacks) {
       if (t % 13 == 0) row[65] = 0xFC;  // 6 · 2^125: +inf / large products
     }
     CheckRowScores(c, 0, /*qdq=*/true, false, &rows);
+  }
+}
+
+// The lean kernel's conditions (cuda_i8_lean) hold for every row of a row group at once: here
+// only row 5 of 11 (in the first group of 8 rows) breaks them — one of its heads spread over 9
+// binades (not folded), then one of its w near 2^-40 (the scaled epilogue's lower bound) — while
+// the other rows, and the second group (rows 8–10), would take the lean path. The bytes and the
+// fallback count must be the default launch's (CheckRowScores); with the unfolded head every
+// warp tile of the first group goes to the patch launch and fewer of the second's.
+TEST(IndexerGpuTest, LeanKernelConditionsCoverEveryRowOfTheGroup) {
+  FS_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(61);
+  {
+    ScoreCase c = RandomScoreCase(rng, 11, 32, 128, 3000 - 11, 1);
+    SpreadBlocks(c.q, 128, 3, 11 * 32, 5 * 32 + 3);  // row 5, head 3
+    int64_t deferred = 0;
+    CheckRowScores(c, 0, /*qdq=*/true, false, nullptr, &deferred);
+    const int64_t per_group = (c.width + 31) / 32;
+    EXPECT_GE(deferred, per_group) << "row 5's unfolded head defers the first group";
+    EXPECT_LT(deferred, 2 * per_group) << "the second group has no such row";
+  }
+  {
+    ScoreCase c = RandomScoreCase(rng, 11, 32, 128, 2000 - 11, 1);
+    c.w[5 * 32 + 7] = formats::FloatToBf16Bits(0x1.0p-40f);  // row 5, head 7
+    CheckRowScores(c, 0, /*qdq=*/true);
   }
 }
 

@@ -33,12 +33,14 @@ inline constexpr int kMmaMinCtasPerSm = 2;
 #endif
 inline constexpr int kMmaRowsMinCtasPerSm = FS_INDEXER_I8_MIN_CTAS;
 static_assert(kMmaRowsMinCtasPerSm >= 1 && kMmaRowsMinCtasPerSm <= 4, "1 .. 4 CTAs per SM");
-// The lean kernel (IndexerScoreParams::cuda_i8_lean): its registers hold only the lean path, the
-// general scorer runs out of line for the other tiles.
+// The lean kernel (IndexerScoreParams::cuda_i8_lean): its registers hold only the lean path; the
+// other tiles go to a second (patch) launch of the general kernel. 3: 168 registers, 20 bytes of
+// spills (4: 128 registers, 196 bytes of spill stores).
 #ifndef FS_INDEXER_I8_LEAN_MIN_CTAS
 #define FS_INDEXER_I8_LEAN_MIN_CTAS 3
 #endif
 inline constexpr int kMmaLeanMinCtasPerSm = FS_INDEXER_I8_LEAN_MIN_CTAS;
+static_assert(kMmaLeanMinCtasPerSm >= 1 && kMmaLeanMinCtasPerSm <= 4, "1 .. 4 CTAs per SM");
 inline constexpr int kMmaThreads = 32 * kMmaWarps;
 inline constexpr int kMmaWarpKeys = 32;
 inline constexpr int kMmaTileKeys = kMmaWarps * kMmaWarpKeys;

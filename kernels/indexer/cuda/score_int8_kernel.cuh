@@ -446,9 +446,13 @@ __device__ __forceinline__ void LoadI8Tile(const uint8_t* keys, int64_t k_row_st
                : 0u;
 }
 
-// The lean kernel's mark of a warp tile it left to the patch kernel: a NaN no scorer writes (the
-// GPU's NaN scores are 0x7FFF), in the tile's first score of the group's first row.
+// The lean kernel's mark of a warp tile it left to the patch kernel, in the tile's first score of
+// the group's first row: a signalling-NaN pattern, which no scorer writes (every score goes
+// through FloatToBf16, which sets bit 0x0040 of every NaN, or is the −inf constant).
 inline constexpr uint16_t kI8Deferred = 0x7FA5;
+static_assert((kI8Deferred & 0x7F80) == 0x7F80 && (kI8Deferred & 0x7F) != 0 &&
+                  (kI8Deferred & 0x40) == 0,
+              "a NaN without the quiet bit FloatToBf16 sets");
 enum I8Mode : int {
   kI8Whole = 0,  // every tile, the general scorer
   kI8Lean = 1,   // the lean tiles; the others marked kI8Deferred
@@ -673,6 +677,7 @@ __global__ void __launch_bounds__(kMmaThreads, kBatch             ? kMmaMinCtasP
         if (!scorer.template Score<true>(p, base, own, whole, words, scales) && lane == 0 &&
             base[0] < width) {
           p.scores[row0 * p.scores_stride + base[0]] = kI8Deferred;  // for the patch kernel
+          if (p.cuda_i8_deferred != nullptr) atomicAdd(p.cuda_i8_deferred, 1ull);
         }
       } else {
         scorer.template Score<false>(p, base, own, whole, words, scales);
