@@ -81,10 +81,10 @@ struct IndexerScoreParams {
   // cuda_exact_only: always the exact CUDA-core scorer (A/B comparisons; disables the int8
   // k_rows scorer).
   bool cuda_exact_only = false;
-  // cuda_i8_lean: the int8 scorer's lean kernel where it applies (k_rows without a candidate mask;
-  // session 61 experiment, for A/B): the common tiles inline on fewer registers (more resident
-  // warps), the others marked and scored by a second (patch) launch. The same bits and fallback
-  // count.
+  // cuda_i8_lean: the int8 scorer's lean kernel where it applies (k_rows without a candidate mask,
+  // row groups and batched decode rows; session 61 experiment, for A/B): the common tiles inline on
+  // fewer registers (more resident warps), the others marked and scored by a second (patch) launch.
+  // The same bits and fallback count.
   bool cuda_i8_lean = false;
   // Optional device counter (tests / bench), not reset by the call: the warp tiles (of 32 keys,
   // per row group) the lean kernel left to its patch launch.
@@ -171,10 +171,12 @@ struct IndexerScoreBatchParams {
   // Optional candidate masks (nonzero = candidate) [batch, max_width]; stride >= max_width.
   const uint8_t* candidates = nullptr;
   int64_t candidates_stride = 0;
-  uint16_t* scores = nullptr;                   // bf16 [batch, max_width] out
-  int64_t scores_stride = 0;                    // >= max_width
-  bool cuda_exact_only = false;                 // as IndexerScoreParams
-  unsigned long long* cuda_rechecks = nullptr;  // as IndexerScoreParams
+  uint16_t* scores = nullptr;                      // bf16 [batch, max_width] out
+  int64_t scores_stride = 0;                       // >= max_width
+  bool cuda_exact_only = false;                    // as IndexerScoreParams
+  unsigned long long* cuda_rechecks = nullptr;     // as IndexerScoreParams
+  bool cuda_i8_lean = false;                       // as IndexerScoreParams
+  unsigned long long* cuda_i8_deferred = nullptr;  // as IndexerScoreParams
 };
 
 // Top-k of a batch of decode rows of different lengths: row b ranks its first widths[b] scores

@@ -35,8 +35,9 @@
 // no cache reuse) and its own q and w: "batch_score" (LaunchIndexerScoreBatch, one launch; bytes
 // B × 65,536 × (68 + 2) + q, w) and "batch_topk512" (LaunchIndexerTopkBatch; bytes B × 65,536 × 2
 // + B × 512 × 4), against "seq_score" / "seq_topk512", the same work as one LaunchIndexerScore /
-// LaunchIndexerTopk per sequence (the layer bench's old loop). The batched outputs are compared
-// with the per-sequence ones bit for bit first (a mismatch makes the exit code 1).
+// LaunchIndexerTopk per sequence (the layer bench's old loop); "batch_score_lean" the batched
+// launch with cuda_i8_lean (session 61). The batched outputs are compared with the per-sequence
+// ones bit for bit first, the lean ones with the batched ones (a mismatch makes the exit code 1).
 // "score_rows_cand": the k_rows scores of those rows restricted to the candidate blocks of their
 // own scores (a Reindex layer's call; checked against the unmasked scores, −inf off the mask).
 // "batch_score_cand": the same batched scores with a Reindex layer's candidate mask (blocks of 8
@@ -401,6 +402,31 @@ class Bench {
         static_cast<long>(seqs), static_cast<long>(kDecodeKeys), static_cast<long>(bad_s),
         static_cast<long>(bad_i));
     if (bad_s != 0 || bad_i != 0) ++failures_;
+    // The lean kernel and its patch (cuda_i8_lean) into the poisoned buffer: the batched launch's
+    // scores (s1) byte for byte; its deferred warp tiles counted once.
+    IndexerScoreBatchParams bp_lean = bp;
+    bp_lean.cuda_i8_lean = true;
+    {
+      DeviceBuffer ddeferred(sizeof(unsigned long long));
+      CUDA_CHECK(cudaMemset(ddeferred.get(), 0, sizeof(unsigned long long)));
+      CUDA_CHECK(cudaMemset(dscores.get(), 0xFF, n_scores * 2));
+      IndexerScoreBatchParams counted = bp_lean;
+      counted.cuda_i8_deferred = ddeferred.get<unsigned long long>();
+      CHECK_OK(LaunchIndexerScoreBatch(counted, nullptr));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      unsigned long long deferred = 0;
+      ddeferred.CopyToHost(&deferred, sizeof(deferred));
+      std::vector<uint16_t> s3(n_scores);
+      dscores.CopyToHost(s3.data(), n_scores * 2);
+      int64_t bad_l = 0;
+      for (size_t i = 0; i < n_scores; ++i) bad_l += s3[i] != s1[i];
+      std::printf(
+          "batched decode, %ld sequences: %ld lean scores differ from the batched launch's; the "
+          "lean kernel deferred %llu of %ld warp tiles\n",
+          static_cast<long>(seqs), static_cast<long>(bad_l), deferred,
+          static_cast<long>(seqs * ((kDecodeKeys + 31) / 32)));
+      if (bad_l != 0) ++failures_;
+    }
 
     const double keys = static_cast<double>(pool_rows);
     const double score_bytes = keys * (rb + 2) + static_cast<double>(q.size() + w.size()) * 2;
@@ -409,6 +435,9 @@ class Bench {
     Add(
         "batch_score", seqs, score_bytes, flops,
         [&] { CHECK_OK(LaunchIndexerScoreBatch(bp, nullptr)); }, kInt8);
+    Add(
+        "batch_score_lean", seqs, score_bytes, flops,
+        [&] { CHECK_OK(LaunchIndexerScoreBatch(bp_lean, nullptr)); }, kInt8);
     Add("seq_score", seqs, score_bytes, flops, seq_scores, kInt8);
     Add("batch_topk512", seqs, topk_bytes, 0,
         [&] { CHECK_OK(LaunchIndexerTopkBatch(tb, nullptr)); });

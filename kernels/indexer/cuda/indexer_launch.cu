@@ -170,15 +170,15 @@ void LaunchInt8Kernel(const IndexerScoreParams& p, indexer_device::BatchRows row
 }
 
 // With a candidate mask the masked instantiation (only 8-key blocks a row of the group sees are
-// scored), else the one without the mask's code; row groups with cuda_i8_lean the lean kernel,
-// then the patch kernel for the tiles it marked.
+// scored), else the one without the mask's code; with cuda_i8_lean the lean kernel, then the
+// patch kernel for the tiles it marked.
 template <bool kBatch>
 void LaunchInt8(const IndexerScoreParams& p, indexer_device::BatchRows rows, cudaStream_t stream) {
   if (p.candidates != nullptr) {
     LaunchInt8Kernel<kBatch, true>(p, rows, stream);
-  } else if (!kBatch && p.cuda_i8_lean) {
-    LaunchInt8Kernel<false, false, indexer_device::kI8Lean>(p, rows, stream);
-    LaunchInt8Kernel<false, false, indexer_device::kI8Patch>(p, rows, stream);
+  } else if (p.cuda_i8_lean) {
+    LaunchInt8Kernel<kBatch, false, indexer_device::kI8Lean>(p, rows, stream);
+    LaunchInt8Kernel<kBatch, false, indexer_device::kI8Patch>(p, rows, stream);
   } else {
     LaunchInt8Kernel<kBatch, false>(p, rows, stream);
   }
@@ -281,6 +281,8 @@ absl::Status LaunchIndexerScoreBatch(const IndexerScoreBatchParams& b, CUstream_
   p.scores_stride = b.scores_stride;
   p.cuda_exact_only = b.cuda_exact_only;
   p.cuda_rechecks = b.cuda_rechecks;
+  p.cuda_i8_lean = b.cuda_i8_lean;
+  p.cuda_i8_deferred = b.cuda_i8_deferred;
   const indexer_device::BatchRows rows{b.k_row_offsets, b.widths, b.reaches};
   if (Int8Applies(p)) {
     LaunchInt8<true>(p, rows, stream);

@@ -476,18 +476,18 @@ __device__ __forceinline__ bool DeferredI8Tile(const IndexerScoreParams& p, int6
 //   get −inf at once, and the kept blocks fill the warp's tiles 4 at a time in order, across
 //   chunks (a Reindex layer keeps <= 2,048 blocks per row: a quarter of them at 65,536 positions,
 //   1/64 at 2^20).
-// kMode (unmasked row groups only, IndexerScoreParams::cuda_i8_lean; session 61): kI8Lean scores
+// kMode (unmasked calls only, IndexerScoreParams::cuda_i8_lean; session 61): kI8Lean scores
 // the tiles whose every row takes the folded mma chain, no fallback and the scaled epilogue
 // (I8TileScorer::Score<true>) and marks the others kI8Deferred, so that its registers hold only
 // that path (kMmaLeanMinCtasPerSm CTAs per SM); kI8Patch, launched after it, scores only the
 // marked tiles with the general scorer (a CTA with none in a group skips the group's q
 // preparation). Together the same bits as kI8Whole.
 template <bool kBatch, bool kMask, int kMode = kI8Whole>
-__global__ void __launch_bounds__(kMmaThreads, kBatch             ? kMmaMinCtasPerSm
-                                               : kMode == kI8Lean ? kMmaLeanMinCtasPerSm
-                                                                  : kMmaRowsMinCtasPerSm)
+__global__ void __launch_bounds__(kMmaThreads, kMode == kI8Lean ? kMmaLeanMinCtasPerSm
+                                               : kBatch         ? kMmaMinCtasPerSm
+                                                                : kMmaRowsMinCtasPerSm)
     IndexerScoreInt8Kernel(IndexerScoreParams p, BatchRows rows, int chunk_blocks) {
-  static_assert(kMode == kI8Whole || (!kBatch && !kMask), "lean / patch: unmasked row groups");
+  static_assert(kMode == kI8Whole || !kMask, "lean / patch: unmasked calls only");
   constexpr bool kLean = kMode == kI8Lean;
   constexpr int kRows = kBatch ? 1 : kMmaRows;
   extern __shared__ __align__(16) unsigned char smem[];
