@@ -31,7 +31,9 @@ namespace {
 
 using indexer_gpu_test::kPoison16;
 using indexer_gpu_test::kPoison32;
+using indexer_gpu_test::LeanRun;
 using indexer_gpu_test::Pool;
+using indexer_gpu_test::RunLean;
 
 constexpr uint16_t kNegInf = 0xFF80;
 
@@ -216,22 +218,12 @@ std::vector<uint16_t> CheckBatchScores(const BatchCase& c) {
   const int64_t bad = CountMismatches(got, want, ss, "batch vs per-row launches");
   // The lean kernel and its patch (cuda_i8_lean; the default launch where it does not apply): the
   // batched launch's bytes everywhere, poisoned padding included, and its fallback count.
-  DeviceBuffer ds_lean = ToDevice(std::vector<uint16_t>(n_scores, kPoison16));
-  DeviceBuffer dcount_lean = ToDevice(std::vector<unsigned long long>{0, 0});
-  IndexerScoreBatchParams lean = p;
-  lean.scores = ds_lean.get<uint16_t>();
-  lean.cuda_i8_lean = true;
-  lean.cuda_rechecks = dcount_lean.get<unsigned long long>();
-  lean.cuda_i8_deferred = dcount_lean.get<unsigned long long>() + 1;
-  EXPECT_TRUE(LaunchIndexerScoreBatch(lean, nullptr).ok());
-  const std::vector<unsigned long long> lean_counts = ToHost<unsigned long long>(dcount_lean, 2);
-  const int64_t bad_lean =
-      CountMismatches(ToHost<uint16_t>(ds_lean, n_scores), got, ss, "lean vs batched launch");
-  EXPECT_EQ(bad_lean, 0);
-  EXPECT_EQ(static_cast<long>(lean_counts[0]), fallbacks);
+  const LeanRun lean = RunLean(p, n_scores, LaunchIndexerScoreBatch);
+  EXPECT_EQ(CountMismatches(lean.scores, got, ss, "lean vs batched launch"), 0);
+  EXPECT_EQ(lean.fallbacks, fallbacks);
   // The lean kernel runs where the int8 scorer does without a mask; on QDQ'd q without a fallback
   // it scores some warp tile itself.
-  const auto deferred = static_cast<int64_t>(lean_counts[1]);
+  const int64_t deferred = lean.deferred;
   const bool lean_runs =
       c.heads == 32 && c.head_dim == 128 && !c.exact_only && d.row_bytes % 4 == 0 && !c.mask;
   int64_t warp_tiles = 0;
@@ -264,7 +256,7 @@ std::vector<uint16_t> CheckBatchScores(const BatchCase& c) {
       static_cast<long>(d.batch), static_cast<long>(d.max_width), static_cast<long>(c.heads),
       static_cast<long>(c.head_dim), c.mask ? ", mask" : "", c.exact_only ? ", exact only" : "",
       static_cast<long>(bad), static_cast<long>(bad_cpu), c.cpu_reference ? "" : " (not run)",
-      fallbacks, static_cast<long>(lean_counts[1]));
+      fallbacks, static_cast<long>(lean.deferred));
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(bad_cpu, 0);
   return got;

@@ -52,7 +52,9 @@ using indexer_gpu_test::CheckTopk;
 using indexer_gpu_test::kPoison16;
 using indexer_gpu_test::kPoison32;
 using indexer_gpu_test::kPoison8;
+using indexer_gpu_test::LeanRun;
 using indexer_gpu_test::Pool;
+using indexer_gpu_test::RunLean;
 
 // Values on the FP4 (e2m1) grid times 2^-2: {0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6} / 4, so that
 // scores collide often.
@@ -230,17 +232,9 @@ int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broad
   const std::vector<uint16_t> got_exact = ToHost<uint16_t>(ds_exact, want.size());
   // The lean kernel and its patch (cuda_i8_lean; without a mask, else the default launch): the
   // default launch's bytes everywhere, poisoned padding included, and its fallback count.
-  DeviceBuffer ds_lean = ToDevice(std::vector<uint16_t>(want.size(), kPoison16));
-  DeviceBuffer dcount_lean = ToDevice(std::vector<unsigned long long>{0, 0});
-  IndexerScoreParams gpu_lean = gpu;
-  gpu_lean.scores = ds_lean.get<uint16_t>();
-  gpu_lean.cuda_i8_lean = true;
-  gpu_lean.cuda_rechecks = dcount_lean.get<unsigned long long>();
-  gpu_lean.cuda_i8_deferred = dcount_lean.get<unsigned long long>() + 1;
-  EXPECT_TRUE(LaunchIndexerScore(gpu_lean, nullptr).ok());
-  const std::vector<uint16_t> got_lean = ToHost<uint16_t>(ds_lean, want.size());
-  const std::vector<unsigned long long> lean_counts = ToHost<unsigned long long>(dcount_lean, 2);
-  const auto deferred = static_cast<int64_t>(lean_counts[1]);
+  const LeanRun lean = RunLean(gpu, want.size(), LaunchIndexerScore);
+  const std::vector<uint16_t>& got_lean = lean.scores;
+  const int64_t deferred = lean.deferred;
   if (lean_deferred != nullptr) *lean_deferred = deferred;
   int64_t lean_differ = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -252,8 +246,7 @@ int64_t CheckRowScores(const ScoreCase& c, int64_t row_pad, bool qdq, bool broad
     }
   }
   EXPECT_EQ(lean_differ, 0) << "cuda_i8_lean against the default launch";
-  EXPECT_EQ(static_cast<int64_t>(lean_counts[0]),
-            static_cast<int64_t>(ToHost<unsigned long long>(dcount, 1)[0]));
+  EXPECT_EQ(lean.fallbacks, static_cast<int64_t>(ToHost<unsigned long long>(dcount, 1)[0]));
   const bool int8_unmasked =
       c.heads == 32 && c.head_dim == 128 && rs % 4 == 0 && c.candidates.empty();
   const int64_t warp_tiles = ((c.tokens + 7) / 8) * ((c.width + 31) / 32);

@@ -21,6 +21,27 @@ inline ThreadPool& Pool() {
   return *pool;
 }
 
+// A launch of `p` with cuda_i8_lean (the int8 scorer's lean kernel and its patch) into a fresh
+// buffer of n poisoned scores, through `launch` (LaunchIndexerScore or LaunchIndexerScoreBatch):
+// its scores, fallback count (cuda_rechecks) and deferred warp tiles (cuda_i8_deferred).
+struct LeanRun {
+  std::vector<uint16_t> scores;
+  int64_t fallbacks = 0, deferred = 0;
+};
+template <typename Params, typename Launch>
+LeanRun RunLean(Params p, size_t n, Launch launch) {
+  DeviceBuffer ds = ToDevice(std::vector<uint16_t>(n, kPoison16));
+  DeviceBuffer dc = ToDevice(std::vector<unsigned long long>{0, 0});
+  p.scores = ds.get<uint16_t>();
+  p.cuda_i8_lean = true;
+  p.cuda_rechecks = dc.get<unsigned long long>();
+  p.cuda_i8_deferred = dc.get<unsigned long long>() + 1;
+  EXPECT_TRUE(launch(p, nullptr).ok());
+  const std::vector<unsigned long long> counts = ToHost<unsigned long long>(dc, 2);
+  return {ToHost<uint16_t>(ds, n), static_cast<int64_t>(counts[0]),
+          static_cast<int64_t>(counts[1])};
+}
+
 // Dense rows [tokens, width] copied into rows of `stride` >= width (padding: −inf bits).
 std::vector<uint16_t> Strided(const std::vector<uint16_t>& dense, int64_t tokens, int64_t width,
                               int64_t stride);
