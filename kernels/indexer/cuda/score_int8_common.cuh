@@ -1,5 +1,6 @@
-// The int8 scorer's constants, shared-memory plan and small device helpers (score_int8_kernel.cuh
-// and score_int8_q.cuh only; not a public header). README.md "CUDA" gives the scorer's proof.
+// The int8 scorer's constants, shared-memory plan and small device helpers (score_int8_kernel.cuh,
+// score_int8_tile.cuh and score_int8_q.cuh only; not a public header). README.md "CUDA" gives the
+// scorer's proof.
 #pragma once
 
 #include <cuda_runtime.h>
