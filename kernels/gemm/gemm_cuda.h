@@ -188,6 +188,12 @@ struct LinearCudaParams {
   // false = the producer warpgroup decodes every stage's codes in place. The same bf16 weights
   // meet the same wgmma sequence: the same bits. Costs 2·N·K workspace bytes.
   bool expand_weights = true;
+  // Where the warp-specialised kernel runs on expanded bf16 weights: its tiles' output columns.
+  // 0 (default) = 256 (kLinearCudaWgmmaCols); 128, 160 or 192 force narrower tiles;
+  // kLinearCudaWsTileColsByWaves = LinearCudaWsTileCols's choice for the device's SM count.
+  // Ignored by every other kernel. Each output's wgmma K steps are the same in the same order
+  // (expected: the same bits; `ExpandedWeightsNarrowTilesBitIdentical` checks it on the GPU).
+  int64_t ws_tile_cols = 0;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
@@ -231,6 +237,17 @@ struct LinearCudaPlan {
   // n_tiles = ceil(N / 128), the splits by StreamTmaPlan's balance rule).
   bool tma_ring = false;
 };
+// LinearCudaParams::ws_tile_cols: the tile width by column-waves (session 62; opt-in until
+// measured on the device).
+inline constexpr int64_t kLinearCudaWsTileColsByWaves = -1;
+// The warp-specialised bf16 kernel's tile width for an M × N call with `splits` K splits on `sms`
+// SMs: of 256, 192, 160 and 128 columns the one with the least waves × (columns + 16) — a
+// persistent CTA's tile takes time in proportion to its columns plus a fixed share, and the last
+// wave's idle SMs count in full — ties to the wider tile. E.g. on 132 SMs at M = 4,096: N 1,280
+// (wq_a) 160 (256 tiles in 2 waves instead of 160 in 2), N 2,304 (shared w1|w3) 192 (384 in 3
+// instead of 288 in 3), N 5,120 256. Pure.
+int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms);
+
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
                               int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
                               bool expand_weights = true);

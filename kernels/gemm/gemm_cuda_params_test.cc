@@ -499,6 +499,26 @@ TEST(LinearCudaPlanTest, ExpandsWeightsOnlyForLargeMWarpSpecialisedPlans) {
   EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
 }
 
+// The warp-specialised kernel's tile width by column-waves: the least waves × (cols + 16).
+TEST(LinearCudaPlanTest, WsTileColsFillTheLastWave) {
+  struct Case {
+    int64_t m, n, splits, sms, cols;
+  };
+  for (const Case& c : {
+           Case{4096, 1280, 1, 132, 160},   // wq_a: 256 tiles in 2 waves (160 in 2 at 256)
+           Case{4096, 2304, 1, 132, 192},   // shared w1|w3: 384 in 3 (288 in 3 at 256)
+           Case{4096, 5120, 1, 132, 256},   // wo_b / shared w2: 640 tiles, 5 waves
+           Case{4096, 32768, 1, 132, 256},  // wq_b: 4,096 tiles
+           Case{2048, 1280, 1, 132, 160},   // 128 tiles in one wave (80 at 256)
+           Case{1024, 1280, 3, 132, 256},   // 120 tiles in one wave; 160 would need two
+           Case{4096, 1280, 1, 114, 192},   // 114 SMs: 224 tiles in 2 waves; 160 would take 3
+           Case{128, 64, 1, 132, 128},      // one tile: the narrowest, less of it past N
+       }) {
+    EXPECT_EQ(LinearCudaWsTileCols(c.m, c.n, c.splits, c.sms), c.cols)
+        << "m " << c.m << " n " << c.n << " splits " << c.splits << " sms " << c.sms;
+  }
+}
+
 TEST(LinearCudaParamsTest, RejectsBadFields) {
   FakeWeight f;
   const Fp8LinearDevice w = f.View(256, 512);
@@ -547,6 +567,17 @@ TEST(LinearCudaParamsTest, RejectsBadFields) {
   expect_field(p, "tile_rows");
   p.tile_rows = 512;
   expect_field(p, "tile_rows");
+  for (int64_t cols : {int64_t{-2}, int64_t{1}, int64_t{64}, int64_t{224}, int64_t{320}}) {
+    p = good();
+    p.ws_tile_cols = cols;
+    expect_field(p, "ws_tile_cols");
+  }
+  for (int64_t cols : {kLinearCudaWsTileColsByWaves, int64_t{0}, int64_t{128}, int64_t{160},
+                       int64_t{192}, int64_t{256}}) {
+    p = good();
+    p.ws_tile_cols = cols;
+    EXPECT_TRUE(ValidateLinearCudaParams(p).ok()) << cols;
+  }
   p = good();
   p.split_k = kLinearCudaMaxSplits + 1;
   expect_field(p, "split_k");

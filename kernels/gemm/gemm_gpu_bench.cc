@@ -4,7 +4,7 @@
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace]
-//                  [--peak-tflops T] [--splits 0,2,...]
+//                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,-1,128,160,192,256]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -21,7 +21,10 @@
 // first expanded to bf16 in the workspace, kernel "wgmma-bf16-ws-x"), wgmma-ws-inplace = the same
 // main loop decoding every stage's codes in place at every M (expand_weights = false); the
 // `kernel` column says which ran. --splits times each listed split_k (0 = the plan's; forced
-// counts are capped at the K steps; the `splits` column says what ran). --peak-tflops
+// counts are capped at the K steps; the `splits` column says what ran). --ws-cols times each
+// listed LinearCudaParams::ws_tile_cols where the warp-specialised kernel runs on expanded
+// weights (0 = 256-column tiles, -1 = LinearCudaWsTileCols's choice; the kernel column then
+// reads "ws-x-cN" with the width that ran; elsewhere only 0 runs). --peak-tflops
 // replaces the measured rate in the compute roof (default: the larger of cuBLAS's bf16 GEMM and
 // the mma.sync peak, both measured in the run; 893 TFLOP/s is cuBLAS's on the H200).
 //
@@ -75,7 +78,8 @@ struct Options {
   // 16 / 32 / 64 by M where it picks the register-sourced kernel),
   // wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
-  std::vector<int64_t> splits = {0};  // LinearCudaParams::split_k values (0 = automatic)
+  std::vector<int64_t> splits = {0};   // LinearCudaParams::split_k values (0 = automatic)
+  std::vector<int64_t> ws_cols = {0};  // LinearCudaParams::ws_tile_cols values
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
@@ -126,6 +130,17 @@ Options Parse(int argc, char** argv) {
                        k.c_str());
           std::exit(2);
         }
+      }
+    } else if (flag == "--ws-cols") {
+      o.ws_cols.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) {
+        const int64_t c = std::atoll(v.c_str());
+        if (c != 0 && c != kLinearCudaWsTileColsByWaves && c != 128 && c != 160 && c != 192 &&
+            c != 256) {
+          std::fprintf(stderr, "--ws-cols: %s is not 0, -1, 128, 160, 192 or 256\n", v.c_str());
+          std::exit(2);
+        }
+        o.ws_cols.push_back(c);
       }
     } else if (flag == "--splits") {
       o.splits.clear();
@@ -265,44 +280,59 @@ int Main(int argc, char** argv) {
     for (int64_t m : o.ms) {
       for (const std::string& kernel : o.kernels) {
         for (int64_t split : o.splits) {
-          const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows, m);
-          const bool bf16 = kernel != "wgmma";         // auto and mma: the default (bf16 expansion)
-          const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
-          const bool expand = kernel != "wgmma-ws-inplace";
-          const LinearCudaPlan plan =
-              PlanLinearCuda(m, s.n, s.k, tile, split, bf16, use_ws, expand);
-          const double us = MedianMicros(o, stream, [&](int i) {
-            LinearCudaParams p;
-            p.weight = &views[i % copies];
-            p.m = m;
-            p.x_bf16 = dx.get<uint16_t>();
-            p.x_stride = s.k;
-            p.y_bf16 = dy.get<uint16_t>();
-            p.y_stride = s.n;
-            p.workspace = ws.get();
-            p.workspace_bytes = ws.bytes();
-            p.tile_rows = tile;
-            p.split_k = split;
-            p.wgmma_bf16 = bf16;
-            p.wgmma_ws = use_ws;
-            p.expand_weights = expand;
-            p.stream_tma = kernel == "stream-tma";
-            const absl::Status st = LaunchLinearFp8(p, stream);
-            CHECK(st.ok()) << st;
-          });
-          const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
-          const double flops = 2.0 * m * s.n * s.k;
-          const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
-          std::printf(
-              "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
-              s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-              plan.expand_weights     ? "wgmma-bf16-ws-x"
-              : plan.warp_specialised ? "wgmma-bf16-ws"
-              : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
-                  ? "stream-tma"
-                  : LinearCudaKernelName(plan.kernel),
-              static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
-              flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
+          for (int64_t ws_cols : o.ws_cols) {
+            const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows, m);
+            const bool bf16 = kernel != "wgmma";  // auto and mma: the default (bf16 expansion)
+            const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
+            const bool expand = kernel != "wgmma-ws-inplace";
+            const LinearCudaPlan plan =
+                PlanLinearCuda(m, s.n, s.k, tile, split, bf16, use_ws, expand);
+            // The width that runs (0 = 256); other kernels take only ws_cols 0.
+            int64_t cols = 0;
+            if (plan.expand_weights && ws_cols != 0) {
+              cols = ws_cols > 0
+                         ? ws_cols
+                         : LinearCudaWsTileCols(m, s.n, plan.splits, prop.multiProcessorCount);
+            } else if (ws_cols != 0) {
+              continue;
+            }
+            char ws_name[32];
+            std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld", static_cast<long>(cols));
+            const double us = MedianMicros(o, stream, [&](int i) {
+              LinearCudaParams p;
+              p.weight = &views[i % copies];
+              p.m = m;
+              p.x_bf16 = dx.get<uint16_t>();
+              p.x_stride = s.k;
+              p.y_bf16 = dy.get<uint16_t>();
+              p.y_stride = s.n;
+              p.workspace = ws.get();
+              p.workspace_bytes = ws.bytes();
+              p.tile_rows = tile;
+              p.split_k = split;
+              p.wgmma_bf16 = bf16;
+              p.wgmma_ws = use_ws;
+              p.expand_weights = expand;
+              p.stream_tma = kernel == "stream-tma";
+              p.ws_tile_cols = ws_cols;
+              const absl::Status st = LaunchLinearFp8(p, stream);
+              CHECK(st.ok()) << st;
+            });
+            const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
+            const double flops = 2.0 * m * s.n * s.k;
+            const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
+            std::printf(
+                "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+                s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+                cols != 0               ? ws_name
+                : plan.expand_weights   ? "wgmma-bf16-ws-x"
+                : plan.warp_specialised ? "wgmma-bf16-ws"
+                : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
+                    ? "stream-tma"
+                    : LinearCudaKernelName(plan.kernel),
+                static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
+                flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
+          }
         }
       }
     }

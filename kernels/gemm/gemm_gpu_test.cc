@@ -563,6 +563,46 @@ TEST_F(GemmGpuTest, ExpandedWeightsBitIdenticalToInPlaceDecode) {
                  "expanded, every code and scale");
 }
 
+// The warp-specialised kernel's narrower tiles on expanded weights (ws_tile_cols 128 / 160 / 192
+// and the by-waves choice): every output runs the same wgmma K steps in the same order, so the
+// bits must equal the 256-column tiles' — over ragged N (a tile past the last column) and K,
+// one and several tiles per persistent CTA, M not a multiple of 128 (the edge rows' generic
+// stores), splits (fp32 partials), bias, bf16 (the staged epilogue, its 64-byte last round at
+// 160 columns) and f32 outputs.
+TEST_F(GemmGpuTest, ExpandedWeightsNarrowTilesBitIdentical) {
+  Rng rng(41);
+  struct Dims {
+    int64_t n, k;
+  };
+  int runs = 0;
+  for (const Dims& s : {Dims{1280, 512}, Dims{1000, 1312}, Dims{2304, 256}}) {
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, s.n, s.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    for (int64_t m : {int64_t{kLinearCudaExpandMinRows}, int64_t{1000}, int64_t{4096}}) {
+      ASSERT_TRUE(PlanLinearCuda(m, s.n, s.k, 128).expand_weights);
+      const std::vector<uint16_t> x = gemm_test::RandomActivations(m, s.k, s.k, rng);
+      for (int64_t split : {0, 3}) {
+        for (bool f32 : {false, true}) {
+          const GpuRunOptions wide{f32, 0, 128, split, true, true};
+          const std::vector<float> ref = gemm_test::RunLinearGpu(d.view(), x, m, s.k, wide);
+          for (int64_t cols :
+               {int64_t{128}, int64_t{160}, int64_t{192}, kLinearCudaWsTileColsByWaves}) {
+            GpuRunOptions narrow = wide;
+            narrow.ws_tile_cols = cols;
+            ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), x, m, s.k, narrow), ref, m, s.n, s.n,
+                           "ws_tile_cols " + std::to_string(cols) + " N " + std::to_string(s.n) +
+                               " K " + std::to_string(s.k) + " M " + std::to_string(m) + " split " +
+                               std::to_string(split) + (f32 ? " f32" : " bf16"));
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  std::printf("narrow ws tiles: %d runs bit-identical to the 256-column tiles\n", runs);
+}
+
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

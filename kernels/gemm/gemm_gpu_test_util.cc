@@ -119,6 +119,7 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   p.wgmma_ws = o.wgmma_ws;
   p.expand_weights = o.expand_weights;
   p.stream_tma = o.stream_tma;
+  p.ws_tile_cols = o.ws_tile_cols;
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   const absl::Status s = LaunchLinearFp8(p, nullptr);

@@ -46,6 +46,7 @@ struct GpuRunOptions {
   bool wgmma_ws = true;        // LinearCudaParams::wgmma_ws
   bool expand_weights = true;  // LinearCudaParams::expand_weights
   bool stream_tma = false;     // LinearCudaParams::stream_tma
+  int64_t ws_tile_cols = 0;    // LinearCudaParams::ws_tile_cols
 };
 // LaunchLinearFp8 on a device copy of x; y widened to float [m, y_stride]. Aborts on errors.
 std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint16_t>& x, int64_t m,

@@ -258,6 +258,22 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
   return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
 }
 
+int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) {
+  const int64_t m_tiles = CeilDiv(std::max<int64_t>(m, 1), kLinearCudaWgmmaRows);
+  const int64_t slots = std::max<int64_t>(sms, 1);
+  int64_t best = kLinearCudaWgmmaCols, best_cost = -1;
+  for (int64_t cols : {int64_t{256}, int64_t{192}, int64_t{160}, int64_t{128}}) {
+    const int64_t tiles =
+        m_tiles * CeilDiv(std::max<int64_t>(n, 1), cols) * std::max<int64_t>(splits, 1);
+    const int64_t cost = CeilDiv(tiles, slots) * (cols + 16);
+    if (best_cost < 0 || cost < best_cost) {
+      best = cols;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
                                 int64_t split_k, bool wgmma_bf16, bool wgmma_ws,
                                 bool expand_weights) {
@@ -289,6 +305,13 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
       p.tile_rows != kLinearCudaRsRows) {
     return Invalid("tile_rows",
                    absl::StrFormat("%d is not 0, 8, 16, 32, 64, 128 or 256", p.tile_rows));
+  }
+  if (p.ws_tile_cols != 0 && p.ws_tile_cols != kLinearCudaWsTileColsByWaves &&
+      p.ws_tile_cols != 128 && p.ws_tile_cols != 160 && p.ws_tile_cols != 192 &&
+      p.ws_tile_cols != 256) {
+    return Invalid(
+        "ws_tile_cols",
+        absl::StrFormat("%d is not 0, -1 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));
   }
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid("split_k",

@@ -9,8 +9,10 @@
 #   l  Nsight of the lean kernel, 1 row x 2^20 keys (lean.ncu-rep, lean_sass.csv.xz in $OUT; read
 #      with `python3 kernels/sass.py stalls CUBIN lean_sass.csv.xz`)
 #   p  Nsight of the attention row form (WgmmaRowsKernel) at 256 tokens
+#   g  the FP8 Linear's narrower warp-specialised tiles (ws_tile_cols, session 62): their GPU tests
+#      (bit-identical to 256-column tiles), then bench_gemm_gpu at 0 / -1 / 128 / 160 / 192
 # kit-target: kernels_indexer_gpu_test bench_indexer kernels_moe_gpu_test bench_moe
-# kit-target: bench_sparse_attn
+# kit-target: bench_sparse_attn kernels_gemm_gpu_test bench_gemm_gpu
 # kit-variant: bench_indexer c3 kernels/indexer/cuda/indexer_launch.cu -DFS_INDEXER_I8_MIN_CTAS=3
 # kit-variant: bench_indexer c4 kernels/indexer/cuda/indexer_launch.cu -DFS_INDEXER_I8_MIN_CTAS=4
 # kit-variant: bench_indexer l4 kernels/indexer/cuda/indexer_launch.cu -DFS_INDEXER_I8_LEAN_MIN_CTAS=4
@@ -33,6 +35,13 @@ for ((n = 0; n < ${#modes}; n++)); do
        done; rm -f $OUT/v.log ;;
     t) $K/kernels_moe_gpu_test --gtest_brief=1 > $OUT/moe_test.log 2>&1; echo "moe tests rc $?"
        grep -E "FAILED|PASSED|tests ran" $OUT/moe_test.log | head -30 ;;
+    g) $K/kernels_gemm_gpu_test --gtest_brief=1 \
+         --gtest_filter='*NarrowTiles*:*WarpSpecialised*:*ExpandedWeights*' > $OUT/gemm_test.log 2>&1
+       echo "gemm tests rc $?"; grep -E "FAILED|PASSED|tests ran|narrow ws" $OUT/gemm_test.log | head -20
+       $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
+         --shapes wq_a,wkv,shared_w13,idx_wq_b,wo_b --ws-cols 0,-1,128,160,192 > $OUT/gemm_bench$n.log 2>&1
+       echo "bench rc $?"; grep -E "^roofs" $OUT/gemm_bench$n.log
+       awk '$1 ~ /^(wq_a|wkv|shared_w13|idx_wq_b|wo_b)$/ {print $1, $4, $5, $8, $14}' $OUT/gemm_bench$n.log ;;
     l) ncu --set full --import-source yes --kernel-name-base demangled \
          -k 'regex:Int8Kernel<false, false, (\(int\))?1>' --launch-skip 2 --launch-count 1 \
          -o $OUT/lean -f $K/bench_indexer --iters 2 --warmup 1 > $OUT/ncu_lean.log 2>&1

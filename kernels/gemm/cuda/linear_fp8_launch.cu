@@ -80,20 +80,32 @@ void LaunchExpand(const GemmArgs& f, uint16_t* out, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The warp-specialised kernel's tile width on expanded weights (LinearCudaParams::ws_tile_cols).
+int64_t WsTileCols(int64_t requested, const GemmArgs& f, const LinearCudaPlan& plan) {
+  if (requested != kLinearCudaWsTileColsByWaves) {
+    return requested == 0 ? kLinearCudaWgmmaCols : requested;
+  }
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return LinearCudaWsTileCols(f.m, f.n, plan.splits, sms);
+}
+
 // The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
 // codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
-// expanded there to bf16; false (nothing enqueued) when the driver cannot make the TMA
-// descriptors.
+// expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); false (nothing
+// enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                   cudaStream_t stream) {
+                   int64_t ws_tile_cols, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
+  const int64_t cols = fp8 ? int64_t{wgmma_ws::kBN} : WsTileCols(ws_tile_cols, f, plan);
   if (!wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBM,
                                 true) ||
       !(fp8 ? wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
                                        wgmma_ws::kBN, false)
             : wgmma_ws::MakeTmaOperand(&g.b, expanded, 2, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
-                                       wgmma_ws::kBN, true))) {
+                                       static_cast<uint32_t>(cols), true))) {
     return false;
   }
   g.w_scale = f.w_scale;
@@ -111,9 +123,23 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
   g.partial = f.partial;
   if (fp8) {
     wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
-  } else {
-    LaunchExpand(f, expanded, stream);
-    wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
+    return true;
+  }
+  LaunchExpand(f, expanded, stream);
+  const int64_t n_tiles = (f.n + cols - 1) / cols;
+  switch (cols) {
+    case 128:
+      wgmma_ws::Launch<false, 128>(g, plan.m_tiles, n_tiles, stream);
+      break;
+    case 160:
+      wgmma_ws::Launch<false, 160>(g, plan.m_tiles, n_tiles, stream);
+      break;
+    case 192:
+      wgmma_ws::Launch<false, 192>(g, plan.m_tiles, n_tiles, stream);
+      break;
+    default:
+      wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
+      break;
   }
   return true;
 }
@@ -121,8 +147,8 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
 // `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                 cudaStream_t stream) {
-  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, expanded, stream)) return;
+                 int64_t ws_tile_cols, cudaStream_t stream) {
+  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, stream)) return;
   wgmma_linear::Args g;
   g.x = f.a;
   g.x_stride = f.k;
@@ -461,7 +487,7 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
         LaunchWgmma(
             g, plan,
             plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr,
-            stream);
+            p.ws_tile_cols, stream);
       }
       break;
     case 16:

@@ -180,12 +180,14 @@ __device__ __forceinline__ void DecodeStage(const uint8_t* raw, uint8_t* b, cons
 // epilogue (README "CUDA: the wgmma epilogue": split-K partials at M = 2,048 / 4,096 13-16 %
 // faster; bf16 outputs of the warp-specialised kernel go through shared memory instead,
 // wgmma_ws_gemm.cuh StoreTileStaged). kMode: 0 = bf16 y, 1 = fp32 y, 2 = fp32 split partials.
-template <int kMode, bool kBias>
-__device__ __forceinline__ void StoreInterior(const float (&acc)[128], const float* bias_cols,
+// kAcc: the accumulators per thread, kAcc / 4 n8 column chunks of a tile of 2·kAcc columns (128
+// for this kernel's kBN of 256; fewer for wgmma_ws_gemm.cuh's narrower tiles).
+template <int kMode, bool kBias, int kAcc>
+__device__ __forceinline__ void StoreInterior(const float (&acc)[kAcc], const float* bias_cols,
                                               uint16_t* yb0, uint16_t* yb1, float* yf0,
                                               float* yf1) {
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
+  for (int j = 0; j < kAcc / 4; ++j) {
     float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
     if constexpr (kBias) {
       const float b0 = __ldg(bias_cols + 8 * j), b1 = __ldg(bias_cols + 8 * j + 1);
@@ -205,29 +207,30 @@ __device__ __forceinline__ void StoreInterior(const float (&acc)[128], const flo
 }
 
 // StoreInterior with the bias when bias_cols is set (a runtime choice of two instantiations).
-template <int kMode>
-__device__ __forceinline__ void StoreInteriorBias(const float (&acc)[128], const float* bias_cols,
+template <int kMode, int kAcc>
+__device__ __forceinline__ void StoreInteriorBias(const float (&acc)[kAcc], const float* bias_cols,
                                                   uint16_t* yb0, uint16_t* yb1, float* yf0,
                                                   float* yf1) {
   if (bias_cols != nullptr) {
-    StoreInterior<kMode, true>(acc, bias_cols, yb0, yb1, yf0, yf1);
+    StoreInterior<kMode, true, kAcc>(acc, bias_cols, yb0, yb1, yf0, yf1);
   } else {
-    StoreInterior<kMode, false>(acc, nullptr, yb0, yb1, yf0, yf1);
+    StoreInterior<kMode, false, kAcc>(acc, nullptr, yb0, yb1, yf0, yf1);
   }
 }
 
-// True (and the tile stored) when StoreInterior applies to this tile.
-__device__ __forceinline__ bool StoreTileInterior(const Args& g, const float (&acc)[128],
+// True (and the tile stored) when StoreInterior applies to this tile (of 2·kAcc columns).
+template <int kAcc>
+__device__ __forceinline__ bool StoreTileInterior(const Args& g, const float (&acc)[kAcc],
                                                   int64_t group, int64_t split, int64_t row0,
                                                   int64_t n0) {
-  if (row0 + kBM > g.m || n0 + kBN > g.n) return false;
+  if (row0 + kBM > g.m || n0 + 2 * kAcc > g.n) return false;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int64_t r = row0 + 64 * wg + 16 * warp + lane / 4;
   const int64_t col = n0 + 2 * (lane % 4);
   if (g.splits > 1) {
     if (g.n % 2 != 0) return false;  // the workspace is 16-byte aligned: pairs need an even N
     float* p0 = g.partial + ((group * g.splits + split) * g.m + r) * g.n + col;
-    StoreInterior<2, false>(acc, nullptr, nullptr, nullptr, p0, p0 + 8 * g.n);
+    StoreInterior<2, false, kAcc>(acc, nullptr, nullptr, nullptr, p0, p0 + 8 * g.n);
     return true;
   }
   const float* bias_cols = g.bias != nullptr ? g.bias + col : nullptr;
@@ -246,13 +249,15 @@ __device__ __forceinline__ bool StoreTileInterior(const Args& g, const float (&a
   return true;
 }
 
-__device__ __forceinline__ void StoreTile(const Args& g, const float (&acc)[128], int64_t group,
+// A tile of 2·kAcc columns at (row0, n0), any position and output mode.
+template <int kAcc>
+__device__ __forceinline__ void StoreTile(const Args& g, const float (&acc)[kAcc], int64_t group,
                                           int64_t split, int64_t row0, int64_t n0) {
   if (StoreTileInterior(g, acc, group, split, row0, n0)) return;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const bool partial = g.splits > 1;
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
+  for (int j = 0; j < kAcc / 4; ++j) {
     const int64_t col = n0 + 8 * j + 2 * (lane % 4);
     if (col >= g.n) continue;
     const bool two = col + 1 < g.n;

@@ -9,13 +9,16 @@
 // - two consumer warpgroups (threads 0 .. 255) only wait, issue wgmma, release stages and store;
 // - persistent CTAs: grid = min(tiles, SMs); CTA b walks tiles b, b + grid, ... (m fastest, then
 //   n, then group · splits + split), so the producer fills the next tile's stages while the
-//   consumers run the epilogue.
+//   consumers run the epilogue;
+// - kBn: the tile's output columns, 256 (kBN) or, on bf16 weights only, 192 / 160 / 128 — fewer
+//   column-waves where N / 256 tiles leave the last wave's SMs idle (LinearCudaWsTileCols; each
+//   output's wgmma k16 steps are the same in the same order).
 // Included by cuda/float_linear_launch.cu and cuda/linear_fp8_launch.cu only (sm_90a). README.md
 // "CUDA: the warp-specialised wgmma main loop" documents the design.
 //
 // Shared memory (base rounded up to 1024 bytes):
 //   A     kStages × [128 rows][64 bf16], TMA 128-byte swizzle (= wgmma::Sw128Offset)
-//   B     kStages × [256 rows][64 bf16], same; FP8: the TMA puts the stage's raw codes
+//   B     kStages × [kBn rows][64 bf16], same; FP8 (kBn 256): the TMA puts the stage's raw codes
 //         [256 rows][64 bytes] (no swizzle) in the slot's upper half (bytes 16384 ..), and the
 //         decoders overwrite the slot in place (rows 0 .. 127 first, a producer barrier, then
 //         rows 128 .. 255 from codes held in registers).
@@ -52,26 +55,33 @@ inline constexpr int kConsumerThreads = 256;
 inline constexpr int kThreads = 384;  // + one producer warpgroup
 inline constexpr int kStages = 4;
 inline constexpr uint32_t kAStage = kBM * 128;
-inline constexpr uint32_t kBStage = kBN * 128;
-inline constexpr uint32_t kRawOffset = kBStage / 2;  // FP8: raw codes in the slot's upper half
-inline constexpr uint32_t kRawStage = kBN * kBK;
 inline constexpr uint32_t kAOff = 0;
 inline constexpr uint32_t kBOff = kStages * kAStage;
-inline constexpr uint32_t kBarOff = kBOff + kStages * kBStage;
 // The epilogue's staging rows: per consumer warp 16 rows of 64 bf16 at a 144-byte pitch (the 16
 // extra bytes make the fragment-order writes conflict-free).
 inline constexpr uint32_t kStagePitch = 144;
 inline constexpr uint32_t kWarpStageBytes = 16 * kStagePitch;
-inline constexpr uint32_t kStageOff = kBarOff + 3 * kStages * 8;
-inline constexpr int kSmemBytes =
-    static_cast<int>(kStageOff + (kConsumerThreads / 32) * kWarpStageBytes) + 1024;
-static_assert(kSmemBytes <= 227 * 1024);
-static_assert(kStageOff % 16 == 0);
+
+// The shared-memory plan of the kernel with kBn-column tiles.
+template <int kBn>
+struct Smem {
+  static_assert(kBn == 256 || kBn == 192 || kBn == 160 || kBn == 128, "a tile width of WsTileCols");
+  static constexpr uint32_t kBStage = kBn * 128;
+  static constexpr uint32_t kBarOff = kBOff + kStages * kBStage;
+  static constexpr uint32_t kStageOff = kBarOff + 3 * kStages * 8;
+  static constexpr int kBytes =
+      static_cast<int>(kStageOff + (kConsumerThreads / 32) * kWarpStageBytes) + 1024;
+  static_assert(kBytes <= 227 * 1024);
+  static_assert(kStageOff % 16 == 0);
+  static_assert(kBStage % wgmma::kSw128AtomBytes == 0, "every B stage starts 1024-byte aligned");
+};
+inline constexpr uint32_t kRawOffset = Smem<kBN>::kBStage / 2;  // FP8: codes in the upper half
+inline constexpr uint32_t kRawStage = kBN * kBK;
 static_assert(kRawStage == kRawOffset);
 
 struct Args {
   TmaOperand a;                      // bf16 x: box 64 × 128 rows, 128-byte swizzle
-  TmaOperand b;                      // bf16 W: box 64 × 256, swizzled; FP8: codes 64 × 256 bytes
+  TmaOperand b;                      // bf16 W: box 64 × kBn, swizzled; FP8: codes 64 × 256 bytes
   const uint8_t* w_scale = nullptr;  // FP8: UE8M0 [ceil(N/32), K/32]
   const float* bias = nullptr;
   int64_t m = 0, n = 0, k = 0;
@@ -162,12 +172,13 @@ struct Tile {
   int64_t row0, n0, group, split, kt0, kt_count;
 };
 
+template <int kBn>
 __device__ __forceinline__ Tile TileAt(const Args& g, int64_t t) {
   Tile x;
   const int64_t mt = t % g.m_tiles, rest = t / g.m_tiles;
   const int64_t nt = rest % g.n_tiles, z = rest / g.n_tiles;
   x.row0 = mt * kBM;
-  x.n0 = nt * kBN;
+  x.n0 = nt * kBn;
   x.group = z / g.splits;
   x.split = z % g.splits;
   const int64_t k_steps = (g.k + kBK - 1) / kBK;
@@ -187,22 +198,23 @@ struct Loader {
 // Issues the loads of step ld.count (x box and W box, or the raw codes, into stage
 // ld.count % kStages, whose slot the caller has seen released) with one expect_tx of their bytes,
 // and advances the cursor to the next step of this CTA's walk.
-template <bool kFp8>
+template <bool kFp8, int kBn>
 __device__ __forceinline__ void IssueStage(const Args& g, Loader& ld, uint32_t base, int64_t total,
                                            int64_t stride) {
+  using S = Smem<kBn>;
   const int s = static_cast<int>(ld.count % kStages);
-  const uint32_t loaded = base + kBarOff + s * 8;
+  const uint32_t loaded = base + S::kBarOff + s * 8;
   const int64_t kt = ld.cur.kt0 + ld.step;
-  const uint32_t bytes = kAStage + (kFp8 ? kRawStage : kBStage);
+  const uint32_t bytes = kAStage + (kFp8 ? kRawStage : S::kBStage);
   BarArriveExpectTx(loaded, bytes);
   TmaLoad(g.a, base + kAOff + s * kAStage, loaded, kt * kBK, ld.cur.row0, ld.cur.group);
-  TmaLoad(g.b, base + kBOff + s * kBStage + (kFp8 ? kRawOffset : 0u), loaded, kt * kBK, ld.cur.n0,
-          ld.cur.group);
+  TmaLoad(g.b, base + kBOff + s * S::kBStage + (kFp8 ? kRawOffset : 0u), loaded, kt * kBK,
+          ld.cur.n0, ld.cur.group);
   ++ld.count;
   if (++ld.step == ld.cur.kt_count) {
     ld.step = 0;
     ld.tile += stride;
-    if (ld.tile < total) ld.cur = TileAt(g, ld.tile);
+    if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile);
   }
 }
 
@@ -251,17 +263,59 @@ __device__ __forceinline__ void DecodeSlot(uint8_t* b, int p,
 }
 
 // ---- the epilogue through shared memory ----------------------------------------------------
-// An interior tile's bf16 output without a split, written by 16-byte stores of whole 128-byte
-// row pieces: per 64-column round the warp writes its 16 × 64 fragment block into its staging
-// rows (bf16 pairs, fragment order), then each lane stores 16 bytes of 4 rows per instruction.
-// The same values as StoreTile (the same AddRn and F32ToBf16). False (nothing stored) when the
-// tile or the output does not qualify. The 4-byte fragment-order stores to global memory half-
-// filled every 32-byte sector they touched and cost the tensor cores their idle epilogue: wq_b
-// at M = 4,096 672 -> 556 us, wo_a 388 -> 363 (README "CUDA: the wgmma epilogue").
+// One round of StoreTileStaged: the warp's 16 rows × 8·kChunks columns from column 64·rd of the
+// tile (kChunks 8, or 4 for the last round of a 160-column tile). The warp writes its fragment
+// block into its staging rows (bf16 pairs, fragment order), then each lane stores 16 bytes of
+// 32 / kChunks rows per instruction.
+template <int kChunks, int kAcc>
+__device__ __forceinline__ void StoreStagedRound(const float (&acc)[kAcc], int rd,
+                                                 const float* bias, uint16_t* y, int64_t y_stride,
+                                                 uint32_t stage, uint32_t w_lo, uint32_t w_hi,
+                                                 int lane) {
+#pragma unroll
+  for (int jj = 0; jj < kChunks; ++jj) {
+    const int j = 8 * rd + jj;
+    float v0 = acc[4 * j], v1 = acc[4 * j + 1], v2 = acc[4 * j + 2], v3 = acc[4 * j + 3];
+    if (bias != nullptr) {
+      const float b0 = __ldg(bias + 8 * j), b1 = __ldg(bias + 8 * j + 1);
+      v0 = exact::AddRn(v0, b0);
+      v1 = exact::AddRn(v1, b1);
+      v2 = exact::AddRn(v2, b0);
+      v3 = exact::AddRn(v3, b1);
+    }
+    const uint32_t lo = exact::F32x2ToBf16x2(v0, v1);
+    const uint32_t hi = exact::F32x2ToBf16x2(v2, v3);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(w_lo + 16 * jj), "r"(lo) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(w_hi + 16 * jj), "r"(hi) : "memory");
+  }
+  __syncwarp();
+  constexpr int kRowsPerStore = 32 / kChunks;
+#pragma unroll
+  for (int q = 0; q < 16 / kRowsPerStore; ++q) {
+    const int row = kRowsPerStore * q + lane / kChunks, chunk = lane % kChunks;
+    uint4 w;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(stage + row * kStagePitch + 16 * chunk)
+                 : "memory");
+    *reinterpret_cast<uint4*>(y + row * y_stride + 64 * rd + 8 * chunk) = w;
+  }
+  __syncwarp();  // the next round overwrites the staging rows
+}
+
+// An interior tile's bf16 output without a split (2·kAcc columns), written by 16-byte stores of
+// whole 128-byte row pieces (64-byte ones in a 160-column tile's last round). The same values as
+// StoreTile (the same AddRn and F32ToBf16). False (nothing stored) when the tile or the output
+// does not qualify. The 4-byte fragment-order stores to global memory half-filled every 32-byte
+// sector they touched and cost the tensor cores their idle epilogue: wq_b at M = 4,096 672 -> 556
+// us, wo_a 388 -> 363 (README "CUDA: the wgmma epilogue").
+template <int kAcc>
 __device__ __forceinline__ bool StoreTileStaged(const wgmma_linear::Args& g,
-                                                const float (&acc)[128], int64_t group,
+                                                const float (&acc)[kAcc], int64_t group,
                                                 int64_t row0, int64_t n0, uint32_t stage) {
-  if (g.splits > 1 || g.y_bf16 == nullptr || row0 + kBM > g.m || n0 + kBN > g.n ||
+  constexpr int kCols = 2 * kAcc;
+  static_assert(kCols % 32 == 0);
+  if (g.splits > 1 || g.y_bf16 == nullptr || row0 + kBM > g.m || n0 + kCols > g.n ||
       reinterpret_cast<uintptr_t>(g.y_bf16) % 16 != 0 || g.y_stride % 8 != 0 ||
       g.y_group_stride % 8 != 0) {
     return false;
@@ -273,47 +327,40 @@ __device__ __forceinline__ bool StoreTileStaged(const wgmma_linear::Args& g,
   const uint32_t w_hi = w_lo + 8 * kStagePitch;
   const float* bias = g.bias != nullptr ? g.bias + n0 + 2 * (lane % 4) : nullptr;
 #pragma unroll
-  for (int rd = 0; rd < kBN / 64; ++rd) {
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      const int j = 8 * rd + jj;
-      float v0 = acc[4 * j], v1 = acc[4 * j + 1], v2 = acc[4 * j + 2], v3 = acc[4 * j + 3];
-      if (bias != nullptr) {
-        const float b0 = __ldg(bias + 8 * j), b1 = __ldg(bias + 8 * j + 1);
-        v0 = exact::AddRn(v0, b0);
-        v1 = exact::AddRn(v1, b1);
-        v2 = exact::AddRn(v2, b0);
-        v3 = exact::AddRn(v3, b1);
-      }
-      const uint32_t lo = exact::F32x2ToBf16x2(v0, v1);
-      const uint32_t hi = exact::F32x2ToBf16x2(v2, v3);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(w_lo + 16 * jj), "r"(lo) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(w_hi + 16 * jj), "r"(hi) : "memory");
-    }
-    __syncwarp();
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int row = 4 * q + lane / 8, chunk = lane % 8;
-      uint4 w;
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                   : "r"(stage + row * kStagePitch + 16 * chunk)
-                   : "memory");
-      *reinterpret_cast<uint4*>(y + row * g.y_stride + 64 * rd + 8 * chunk) = w;
-    }
-    __syncwarp();  // the next round overwrites the staging rows
+  for (int rd = 0; rd < kCols / 64; ++rd) {
+    StoreStagedRound<8>(acc, rd, bias, y, g.y_stride, stage, w_lo, w_hi, lane);
+  }
+  if constexpr (kCols % 64 != 0) {
+    StoreStagedRound<4>(acc, kCols / 64, bias, y, g.y_stride, stage, w_lo, w_hi, lane);
   }
   return true;
 }
 
+// D (64 × kBn fp32) += A·B of one 16-wide K step, both operands from shared memory.
+template <int kBn>
+__device__ __forceinline__ void WgmmaStep(float (&acc)[kBn / 2], uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (kBn == 256) {
+    wgmma::WgmmaM64N256K16SS(acc, desc_a, desc_b, true);
+  } else if constexpr (kBn == 192) {
+    wgmma::WgmmaM64N192K16SS(acc, desc_a, desc_b, true);
+  } else if constexpr (kBn == 160) {
+    wgmma::WgmmaM64N160K16SS(acc, desc_a, desc_b, true);
+  } else {
+    static_assert(kBn == 128);
+    wgmma::WgmmaM64N128K16SS(acc, desc_a, desc_b, true);
+  }
+}
+
 // ---- the kernel --------------------------------------------------------------------------------
-template <bool kFp8>
+template <bool kFp8, int kBn = kBN>
 __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_constant__ Args g) {
+  static_assert(!kFp8 || kBn == kBN, "the in-place FP8 decode fills 256-row slots");
+  using S = Smem<kBn>;
   extern __shared__ uint8_t wgmma_ws_smem_raw[];
   const uint32_t raw_addr = wgmma_linear::SmemAddr(wgmma_ws_smem_raw);
   uint8_t* smem = wgmma_ws_smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
   const uint32_t base = wgmma_linear::SmemAddr(smem);
-  const uint32_t bar_loaded = base + kBarOff;
+  const uint32_t bar_loaded = base + S::kBarOff;
   const uint32_t bar_decoded = bar_loaded + kStages * 8;
   const uint32_t bar_empty = bar_decoded + kStages * 8;
 
@@ -334,17 +381,17 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
     // ---- producer warpgroup ----
     const int p = static_cast<int>(threadIdx.x) - kConsumerThreads;
     Loader ld{static_cast<int64_t>(blockIdx.x), 0, 0, Tile{}};
-    if (ld.tile < total) ld.cur = TileAt(g, ld.tile);
+    if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile);
     if constexpr (!kFp8) {
       if (p != 0) return;
       while (ld.tile < total) {
         BarWait(bar_empty + (ld.count % kStages) * 8, ((ld.count / kStages) & 1) ^ 1);
-        IssueStage<false>(g, ld, base, total, stride);
+        IssueStage<false, kBn>(g, ld, base, total, stride);
       }
     } else {
       int64_t c = 0;  // decode step counter
       for (int64_t t = blockIdx.x; t < total; t += stride) {
-        const Tile tile = TileAt(g, t);
+        const Tile tile = TileAt<kBn>(g, t);
         for (int64_t step = 0; step < tile.kt_count; ++step, ++c) {
           // Thread 0 keeps up to kStages steps issued: step c (waiting for its slot) and any
           // later ones whose slot the consumers have already released.
@@ -357,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
               } else if (!BarTestWait(empty, parity)) {
                 break;
               }
-              IssueStage<true>(g, ld, base, total, stride);
+              IssueStage<true, kBn>(g, ld, base, total, stride);
             }
           }
           __syncwarp();
@@ -368,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
           gemm_device::ScaleMul mul[8];
 #pragma unroll
           for (int j = 0; j < 8; ++j) mul[j] = gemm_device::MakeScaleMul(sb[j]);
-          DecodeSlot(smem + kBOff + s * kBStage, p, mul);
+          DecodeSlot(smem + kBOff + s * S::kBStage, p, mul);
           wgmma::FenceProxyAsyncShared();
           BarArrive(bar_decoded + s * 8);
           // The next step's raw codes land in another slot; no thread reads this one again.
@@ -382,11 +429,11 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
   const int wg = threadIdx.x / 128;
   const bool lane0 = threadIdx.x % 32 == 0;
   int64_t c = 0;
-  float acc[128];
+  float acc[kBn / 2];
   for (int64_t t = blockIdx.x; t < total; t += stride) {
-    const Tile tile = TileAt(g, t);
+    const Tile tile = TileAt<kBn>(g, t);
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    for (int i = 0; i < kBn / 2; ++i) acc[i] = 0.f;
     for (int64_t step = 0; step < tile.kt_count; ++step, ++c) {
       const int s = static_cast<int>(c % kStages);
       const uint32_t parity = (c / kStages) & 1;
@@ -394,17 +441,16 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
       if constexpr (kFp8) BarWait(bar_decoded + s * 8, parity);
       __syncwarp();  // converged for the .aligned wgmma instructions
       const uint32_t a_addr = base + kAOff + s * kAStage + wg * 64 * 128;
-      const uint32_t b_addr = base + kBOff + s * kBStage;
+      const uint32_t b_addr = base + kBOff + s * S::kBStage;
       wgmma::FenceOperands(acc);
       wgmma::Fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        wgmma::WgmmaM64N256K16SS(acc,
-                                 wgmma::MakeSw128Desc(a_addr + kk * 32, wgmma_linear::kKMajorLbo,
-                                                      wgmma_linear::kKMajorSbo),
-                                 wgmma::MakeSw128Desc(b_addr + kk * 32, wgmma_linear::kKMajorLbo,
-                                                      wgmma_linear::kKMajorSbo),
-                                 true);
+        WgmmaStep<kBn>(acc,
+                       wgmma::MakeSw128Desc(a_addr + kk * 32, wgmma_linear::kKMajorLbo,
+                                            wgmma_linear::kKMajorSbo),
+                       wgmma::MakeSw128Desc(b_addr + kk * 32, wgmma_linear::kKMajorLbo,
+                                            wgmma_linear::kKMajorSbo));
       }
       wgmma::CommitGroup();
       wgmma::FenceOperands(acc);
@@ -431,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
     e.y_pair = g.y_pair;
     e.partial = g.partial;
     if (StoreTileStaged(e, acc, tile.group, tile.row0, tile.n0,
-                        base + kStageOff + (threadIdx.x / 32) * kWarpStageBytes)) {
+                        base + S::kStageOff + (threadIdx.x / 32) * kWarpStageBytes)) {
       continue;
     }
     wgmma_linear::StoreTile(e, acc, tile.group, tile.split, tile.row0, tile.n0);
@@ -443,12 +489,13 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
 namespace flashserve::kernels::wgmma_ws {
 
 // Launches the kernel with one CTA per SM (at most one per tile) on `stream`. `g` is complete
-// but for the tile counts, which are given here. Opts the kernel into its shared memory once
-// per device. CUDA launch failures abort.
-template <bool kFp8>
+// but for the tile counts (n_tiles = ceil(N / kBn)), which are given here; g.b's box is 64 × kBn.
+// Opts the kernel into its shared memory once per device. CUDA launch failures abort.
+template <bool kFp8, int kBn = kBN>
 void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
+  constexpr int kSmemBytes = Smem<kBn>::kBytes;
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = WgmmaWsKernel<kFp8>;
+  auto* kernel = WgmmaWsKernel<kFp8, kBn>;
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
