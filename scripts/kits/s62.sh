@@ -41,7 +41,11 @@ for ((n = 0; n < ${#modes}; n++)); do
        $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
          --shapes wq_a,wkv,shared_w13,idx_wq_b,wo_b --ws-cols 0,-1,128,160,192 > $OUT/gemm_bench$n.log 2>&1
        echo "bench rc $?"; grep -E "^roofs" $OUT/gemm_bench$n.log
-       awk '$1 ~ /^(wq_a|wkv|shared_w13|idx_wq_b|wo_b)$/ {print $1, $4, $5, $8, $14}' $OUT/gemm_bench$n.log ;;
+       awk '$1 ~ /^(wq_a|wkv|shared_w13|idx_wq_b|wo_b)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench$n.log
+       # M = 1,024: the plan splits K (fp32 partials); narrower tiles unsplit instead?
+       $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024 --shapes wq_a,shared_w13 --splits 1 \
+         --ws-cols 0,128,160,192 > $OUT/v.log 2>&1; cat $OUT/v.log >> $OUT/gemm_bench$n.log
+       awk '$1 ~ /^(wq_a|shared_w13)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/v.log; rm -f $OUT/v.log ;;
     l) ncu --set full --import-source yes --kernel-name-base demangled \
          -k 'regex:Int8Kernel<false, false, (\(int\))?1>' --launch-skip 2 --launch-count 1 \
          -o $OUT/lean -f $K/bench_indexer --iters 2 --warmup 1 > $OUT/ncu_lean.log 2>&1
