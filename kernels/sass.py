@@ -6,7 +6,7 @@ The CUDA 13 toolkit we build with ships no disassembler here (no cuobjdump / nvd
 has an nvdisasm that knows sm_90 (HGMMA, UTMALDG, SYNCS ...); it only refuses CUDA 13's new
 cubin ELF header, which `disasm` rewrites (in a copy) to the old form for the same SM. Used to
 count what an issue-bound loop costs per iteration and to check that a change to a kernel's
-source changed its SASS the way it meant to (kernels/moe/wgmma_rs_gemm.md "Session 56").
+source changed its SASS the way it meant to (kernels/moe/wgmma_rs_gemm_sessions.md "Session 56").
 
   sass.py fetch                       download nvdisasm (about 84 MB .deb, once) into the cache
   sass.py cubin TU OUT [-DNAME=V ...] nvcc TU (relative to the repo root) to an sm_90a cubin

@@ -606,7 +606,7 @@ int Main(int argc, char** argv) {
       const std::vector<int32_t> host_ids = ToHost<int32_t>(ids, m * kK);
       for (int32_t id : host_ids) used[id] = true;
       if (s == 0) {
-        // How the RS GEMM's tiles fall into its widths (wgmma_rs_gemm.md "Session 53").
+        // How the RS GEMM's tiles fall into its widths (wgmma_rs_gemm_sessions.md "Session 53").
         const std::array<int64_t, 5> b = moe_test::RsTilesByWidth(host_ids, kE);
         char line[160];
         std::snprintf(line, sizeof(line),

@@ -88,7 +88,7 @@ FS_MOE_FP4_HD int MoeFp4DeviceBit(int b) {
 // and 2, `odd` blocks 1 and 3. The decode of block b multiplies by half b / 2 of word b % 2
 // broadcast to both lanes (mul.bf16x2 with a .H0_H0 / .H1_H1 operand, no instruction of its own),
 // so a stage's four blocks cost these 5 instructions per row instead of a byte_perm and a shift
-// per block (kernels/moe/wgmma_rs_gemm.md "Session 56").
+// per block (kernels/moe/wgmma_rs_gemm_sessions.md "Session 56").
 struct MoeFp4ScalePairs {
   uint32_t even, odd;
 };

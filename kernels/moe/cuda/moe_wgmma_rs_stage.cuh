@@ -106,7 +106,7 @@ inline constexpr uint32_t kRsN80 = moe_cuda_internal::kMoeRsN80;  // and 80-row 
 // {64, 128}: the up GEMM's set above a mean of 20 rows per expert, one accumulator and one
 // epilogue for both widths (MoeExpertWgmmaRsKernel). Every other set runs each width's item
 // whole (RsItem). The launcher picks a set per launch (RsWidthSetFor: session 54 measured the
-// sets on the H200, kernels/moe/wgmma_rs_gemm.md "Session 54"). A kernel holds at most two narrow
+// sets on the H200, kernels/moe/wgmma_rs_gemm_sessions.md "Session 54"). A kernel holds at most two narrow
 // widths: with three (every width's item whole, no spills) ptxas serialises the wgmmas for lack
 // of registers (C7512); one accumulator shared by the narrow widths spilled (session 52: 3 KB in
 // the down kernel) or serialised them (session 54: C7511 in every up set).
@@ -228,7 +228,7 @@ struct RsRows {
 //   w1's columns, then w3's) a stage, with the 64-byte swizzle, which puts 16-byte chunk c of the
 //   box's row i at c ^ ((i >> 1) & 3): RsCodeChunk's place (the boxes land on 1024-byte
 //   boundaries). Against 1,024 16-byte cp.async from 128 threads: the down GEMM 5–14 % faster,
-//   the up GEMM 7–11 % (kernels/moe/wgmma_rs_gemm.md "Session 54", "Session 55");
+//   the up GEMM 7–11 % (kernels/moe/wgmma_rs_gemm_sessions.md "Session 54", "Session 55");
 // - down, the slot rows (ag is in slot order, so a tile's 128 rows are contiguous): two boxes a
 //   stage, one per 64-K column block (128 bytes × 128 rows, the 128-byte swizzle =
 //   wgmma::Sw128Offset), instead of 16 cp.async per producer thread (1.5–4 % off the down
