@@ -107,7 +107,7 @@ constexpr int MoeRsTileWidth(uint32_t widths, int rows) {
 // top-6; binomial spread ~4–8 rows). Two, because with three narrow widths in one kernel ptxas
 // serialised the wgmmas (C7512). The up GEMM (`up`) keeps {64, 128} above a mean of 20 rows:
 // there its {32, 64} and {64, 96} kernels measured 12–18 % slower on the H200 than {64, 128}
-// (session 54), while the down GEMM's sets gained 7–21 % (kernels/moe/wgmma_rs_gemm.md
+// (session 54), while the down GEMM's sets gained 7–21 % (kernels/moe/wgmma_rs_gemm_sessions.md
 // "Session 54").
 constexpr uint32_t MoeRsWidthSetFor(int64_t slots, int64_t experts, bool up) {
   if (slots <= 20 * experts) return kMoeRsN16 | kMoeRsN32;
