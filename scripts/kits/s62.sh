@@ -11,6 +11,9 @@
 #   p  Nsight of the attention row form (WgmmaRowsKernel) at 256 tokens
 #   g  the FP8 Linear's narrower warp-specialised tiles (ws_tile_cols, session 62): their GPU tests
 #      (bit-identical to 256-column tiles), then bench_gemm_gpu at 0 / -1 / 128 / 160 / 192
+# Calls (each under the 540 s the device allows; device time is short): `igr` first (the lean
+# kernel's tests, the narrow GEMM tiles' tests and bench, one indexer round), then `tr` (the MoE
+# suite, the second round), then `lp` if time is left.
 # kit-target: kernels_indexer_gpu_test bench_indexer kernels_moe_gpu_test bench_moe
 # kit-target: bench_sparse_attn kernels_gemm_gpu_test bench_gemm_gpu
 # kit-variant: bench_indexer c3 kernels/indexer/cuda/indexer_launch.cu -DFS_INDEXER_I8_MIN_CTAS=3
