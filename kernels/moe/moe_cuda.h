@@ -325,9 +325,9 @@ inline constexpr int64_t kMoeCudaWgmmaTileRows = 128;
 // warpgroups became the default; bench_moe --iters 10 --warmup 2 --shared 0, the layer without
 // the shared expert, µs, kAuto's streaming GEMM then / kWgmmaRs): 128 tokens (2 per expert) 1,662
 // / 2,198, 192: 1,887 / 2,428, 256: 2,016 / 2,475, 384: 2,545 / 2,548, 512: 2,631 / 2,577, 640:
-// 2,744 / 2,608, 768: 2,921 / 2,658, 1,024: 3,606 / 2,756 (kernels/moe/wgmma_rs_gemm_sessions.md "Session
-// 59"). From session 44 to 58 it was 20 (1,280 tokens), where RS on 128-row tiles drew level with
-// the 32-row streaming GEMM (README.md "32-row tiles").
+// 2,744 / 2,608, 768: 2,921 / 2,658, 1,024: 3,606 / 2,756 (kernels/moe/wgmma_rs_gemm_sessions.md
+// "Session 59"). From session 44 to 58 it was 20 (1,280 tokens), where RS on 128-row tiles drew
+// level with the 32-row streaming GEMM (README.md "32-row tiles").
 inline constexpr int64_t kMoeCudaWgmmaMinSlotsPerExpert = 8;
 // The same threshold on a device with less DRAM bandwidth per SM-cycle (session 60). The RS GEMM
 // is bound by its consumers' issue (it scales with SMs × clock), the streaming GEMMs below it by
@@ -398,13 +398,13 @@ inline constexpr int64_t kMoeCudaRsMidTileRows = 64;
 inline constexpr int64_t kMoeCudaRsMidMaxSlotsPerExpert = 40;
 inline constexpr int64_t kMoeCudaRsWideTileRows = 96;
 inline constexpr int64_t kMoeCudaRsWideMaxSlotsPerExpert = 80;
-// Session 60's heights (kernels/moe/wgmma_rs_gemm_sessions.md "Session 61"): 80-row tiles with the {64,
-// 80} widths on 6 ring stages, kAuto's at 41–64 slot rows per expert since session 61 (2,561–4,096
-// tokens at E 384 top-6: {64, 96} pads the experts of 65–80 rows to n96; H200, against the 96-row
-// tiles: 3,797 / 3,793 µs against 3,819 / 3,844 at 3,072 tokens, 3,902 / 3,884 against 4,122 /
-// 3,963 at 3,584, level at 4,096); 48-row tiles with {32, 48} on 7 stages at <= 32, only where
-// asked for (rs_tile_rows 48: level with the 64-row tiles at 1,536–2,048 tokens, within ±2 %).
-// Both on four consumer warpgroups.
+// Session 60's heights (kernels/moe/wgmma_rs_gemm_sessions.md "Session 61"): 80-row tiles with the
+// {64, 80} widths on 6 ring stages, kAuto's at 41–64 slot rows per expert since session 61
+// (2,561–4,096 tokens at E 384 top-6: {64, 96} pads the experts of 65–80 rows to n96; H200, against
+// the 96-row tiles: 3,797 / 3,793 µs against 3,819 / 3,844 at 3,072 tokens, 3,902 / 3,884 against
+// 4,122 / 3,963 at 3,584, level at 4,096); 48-row tiles with {32, 48} on 7 stages at <= 32, only
+// where asked for (rs_tile_rows 48: level with the 64-row tiles at 1,536–2,048 tokens, within ±2
+// %). Both on four consumer warpgroups.
 inline constexpr int64_t kMoeCudaRs48TileRows = 48;
 inline constexpr int64_t kMoeCudaRs48MaxSlotsPerExpert = 32;
 inline constexpr int64_t kMoeCudaRs80TileRows = 80;

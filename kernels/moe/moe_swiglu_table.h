@@ -3,9 +3,9 @@
 // a closed form. The up GEMMs' epilogues computed it per value with a double-precision exp and an
 // IEEE division: ~95 instructions, 18 of them on the FP64 pipe. Since g is a bf16 value (the GEMM
 // sum rounded to bf16, then clamped to the limit), 2 × 33 binades × 128 mantissas cover every g
-// whose factor is not g / 2, g or -0 (kernels/moe/wgmma_rs_gemm_sessions.md "Session 56"). Host and device
-// code; the host test (moe_swiglu_table_test.cc) recomputes every entry with a correctly rounded
-// exp and checks every bf16 input, closed forms included.
+// whose factor is not g / 2, g or -0 (kernels/moe/wgmma_rs_gemm_sessions.md "Session 56"). Host and
+// device code; the host test (moe_swiglu_table_test.cc) recomputes every entry with a correctly
+// rounded exp and checks every bf16 input, closed forms included.
 #pragma once
 
 #include <cstdint>

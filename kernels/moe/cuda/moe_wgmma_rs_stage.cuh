@@ -106,10 +106,10 @@ inline constexpr uint32_t kRsN80 = moe_cuda_internal::kMoeRsN80;  // and 80-row 
 // {64, 128}: the up GEMM's set above a mean of 20 rows per expert, one accumulator and one
 // epilogue for both widths (MoeExpertWgmmaRsKernel). Every other set runs each width's item
 // whole (RsItem). The launcher picks a set per launch (RsWidthSetFor: session 54 measured the
-// sets on the H200, kernels/moe/wgmma_rs_gemm_sessions.md "Session 54"). A kernel holds at most two narrow
-// widths: with three (every width's item whole, no spills) ptxas serialises the wgmmas for lack
-// of registers (C7512); one accumulator shared by the narrow widths spilled (session 52: 3 KB in
-// the down kernel) or serialised them (session 54: C7511 in every up set).
+// sets on the H200, kernels/moe/wgmma_rs_gemm_sessions.md "Session 54"). A kernel holds at most two
+// narrow widths: with three (every width's item whole, no spills) ptxas serialises the wgmmas for
+// lack of registers (C7512); one accumulator shared by the narrow widths spilled (session 52: 3 KB
+// in the down kernel) or serialised them (session 54: C7511 in every up set).
 inline constexpr uint32_t kRsLandedWidths = kRsN64;
 // The set of the kernels of kBM-row tiles below 128 (MoeCudaRsTileRows): the two widths up to
 // kBM, both projections. The 128-row kernels take RsWidthSetFor's set per launch.
