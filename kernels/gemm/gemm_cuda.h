@@ -247,6 +247,13 @@ inline constexpr int64_t kLinearCudaWsTileColsByWaves = -1;
 // (wq_a) 160 (256 tiles in 2 waves instead of 160 in 2), N 2,304 (shared w1|w3) 192 (384 in 3
 // instead of 288 in 3), N 5,120 256. Pure.
 int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms);
+// Whether `cols` is a LinearCudaParams::ws_tile_cols value: 0, kLinearCudaWsTileColsByWaves, 128,
+// 160, 192 or 256.
+bool LinearCudaWsTileColsValid(int64_t cols);
+// The width a valid ws_tile_cols request runs: 0 -> kLinearCudaWgmmaCols, by-waves ->
+// LinearCudaWsTileCols(m, n, splits, sms), else the request. Pure.
+int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t splits,
+                                int64_t sms);
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
                               int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,

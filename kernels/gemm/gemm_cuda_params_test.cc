@@ -516,7 +516,12 @@ TEST(LinearCudaPlanTest, WsTileColsFillTheLastWave) {
        }) {
     EXPECT_EQ(LinearCudaWsTileCols(c.m, c.n, c.splits, c.sms), c.cols)
         << "m " << c.m << " n " << c.n << " splits " << c.splits << " sms " << c.sms;
+    EXPECT_EQ(LinearCudaWsTileColsFor(kLinearCudaWsTileColsByWaves, c.m, c.n, c.splits, c.sms),
+              c.cols);
   }
+  // A request other than by-waves runs as asked; 0 is the default width.
+  EXPECT_EQ(LinearCudaWsTileColsFor(0, 4096, 1280, 1, 132), kLinearCudaWgmmaCols);
+  EXPECT_EQ(LinearCudaWsTileColsFor(192, 4096, 1280, 1, 132), 192);
 }
 
 TEST(LinearCudaParamsTest, RejectsBadFields) {

@@ -135,8 +135,7 @@ Options Parse(int argc, char** argv) {
       o.ws_cols.clear();
       for (const std::string& v : SplitList(argv[i + 1])) {
         const int64_t c = std::atoll(v.c_str());
-        if (c != 0 && c != kLinearCudaWsTileColsByWaves && c != 128 && c != 160 && c != 192 &&
-            c != 256) {
+        if (!LinearCudaWsTileColsValid(c)) {
           std::fprintf(stderr, "--ws-cols: %s is not 0, -1, 128, 160, 192 or 256\n", v.c_str());
           std::exit(2);
         }
@@ -290,9 +289,8 @@ int Main(int argc, char** argv) {
             // The width that runs (0 = 256); other kernels take only ws_cols 0.
             int64_t cols = 0;
             if (plan.expand_weights && ws_cols != 0) {
-              cols = ws_cols > 0
-                         ? ws_cols
-                         : LinearCudaWsTileCols(m, s.n, plan.splits, prop.multiProcessorCount);
+              cols =
+                  LinearCudaWsTileColsFor(ws_cols, m, s.n, plan.splits, prop.multiProcessorCount);
             } else if (ws_cols != 0) {
               continue;
             }

@@ -274,6 +274,17 @@ int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) 
   return best;
 }
 
+bool LinearCudaWsTileColsValid(int64_t cols) {
+  return cols == 0 || cols == kLinearCudaWsTileColsByWaves || cols == 128 || cols == 160 ||
+         cols == 192 || cols == 256;
+}
+
+int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t splits,
+                                int64_t sms) {
+  if (requested == kLinearCudaWsTileColsByWaves) return LinearCudaWsTileCols(m, n, splits, sms);
+  return requested == 0 ? kLinearCudaWgmmaCols : requested;
+}
+
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
                                 int64_t split_k, bool wgmma_bf16, bool wgmma_ws,
                                 bool expand_weights) {
@@ -306,9 +317,7 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
     return Invalid("tile_rows",
                    absl::StrFormat("%d is not 0, 8, 16, 32, 64, 128 or 256", p.tile_rows));
   }
-  if (p.ws_tile_cols != 0 && p.ws_tile_cols != kLinearCudaWsTileColsByWaves &&
-      p.ws_tile_cols != 128 && p.ws_tile_cols != 160 && p.ws_tile_cols != 192 &&
-      p.ws_tile_cols != 256) {
+  if (!LinearCudaWsTileColsValid(p.ws_tile_cols)) {
     return Invalid(
         "ws_tile_cols",
         absl::StrFormat("%d is not 0, -1 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));

@@ -81,14 +81,15 @@ void LaunchExpand(const GemmArgs& f, uint16_t* out, cudaStream_t stream) {
 }
 
 // The warp-specialised kernel's tile width on expanded weights (LinearCudaParams::ws_tile_cols).
+// The SM count is read only for the by-waves request.
 int64_t WsTileCols(int64_t requested, const GemmArgs& f, const LinearCudaPlan& plan) {
-  if (requested != kLinearCudaWsTileColsByWaves) {
-    return requested == 0 ? kLinearCudaWgmmaCols : requested;
+  int sms = 0;
+  if (requested == kLinearCudaWsTileColsByWaves) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   }
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return LinearCudaWsTileCols(f.m, f.n, plan.splits, sms);
+  return LinearCudaWsTileColsFor(requested, f.m, f.n, plan.splits, sms);
 }
 
 // The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
