@@ -21,7 +21,7 @@
 # kit-variant: bench_indexer l4 kernels/indexer/cuda/indexer_launch.cu -DFS_INDEXER_I8_LEAN_MIN_CTAS=4
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
-K=/tmp/kit; mkdir -p $K; tar xJf "$(dirname "$0")/s62.tar.xz" -C $K
+K=/tmp/kit; mkdir -p $K; for t in "$(dirname "$0")"/s62*.tar.xz; do tar xJf "$t" -C $K; done
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 modes=${1:-i}
