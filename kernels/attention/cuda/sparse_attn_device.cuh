@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/attention/attention.h"
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/common/pdl.cuh"
 
 namespace flashserve::kernels::attn_device {
@@ -98,24 +99,13 @@ __device__ __forceinline__ int64_t RowOf(const SparseAttnParams& p, int64_t t, i
 
 // ---- PTX wrappers -----------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared; zero-filled when !valid (src is then not read).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-// A 4-byte copy (cp.async.ca: sizes 4, 8, 16); src and dst 4-byte aligned.
-__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+// SmemAddr, CpAsync16 / CpAsync4 (zero-filled when !valid), CpAsyncCommit, CpAsyncWait<k>:
+// kernels/common/cp_async_mma.cuh.
+using ::flashserve::kernels::cuda_common::CpAsync16;
+using ::flashserve::kernels::cuda_common::CpAsync4;
+using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::SmemAddr;
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
@@ -65,31 +66,13 @@ struct GemmArgs {
 };
 
 // ---- cp.async / mma.sync ---------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// c += a · b: m16n8k16, a row-major 16×16 bf16, b column-major 16×8 bf16, fp32 accumulators.
-__device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// SmemAddr, CpAsync16 (zero-filled when !valid), CpAsyncCommit, CpAsyncWait<k>, MmaBf16
+// (m16n8k16 bf16, fp32 accumulators): kernels/common/cp_async_mma.cuh.
+using ::flashserve::kernels::cuda_common::CpAsync16;
+using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::MmaBf16;
+using ::flashserve::kernels::cuda_common::SmemAddr;
 
 // ---- the GEMM --------------------------------------------------------------------------------
 // Issues the cp.async copies of K step kt (absolute) into `stage`. Rows past m or n and columns

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemm/cuda/output_pair.cuh"
@@ -79,26 +80,13 @@ struct Args {
 };
 
 // ---- primitives --------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CpAsync4(uint32_t smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(valid ? 4 : 0));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+// SmemAddr, CpAsync16 / CpAsync4 (zero-filled when !valid), CpAsyncCommit, CpAsyncWait<k>:
+// kernels/common/cp_async_mma.cuh.
+using ::flashserve::kernels::cuda_common::CpAsync16;
+using ::flashserve::kernels::cuda_common::CpAsync4;
+using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::SmemAddr;
 
 // D (64 x 128 fp32) = A·B, A (64 x 32) and B (128 x 32) E4M3 from shared memory, both K-major
 // (8-bit types have no transpose immediates), scale-d = 0: D is overwritten, not accumulated.

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
@@ -82,21 +83,12 @@ struct Args {
 };
 
 // ---- primitives --------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+// SmemAddr, CpAsync16 (zero-filled when !valid), CpAsyncCommit, CpAsyncWait<k>:
+// kernels/common/cp_async_mma.cuh.
+using ::flashserve::kernels::cuda_common::CpAsync16;
+using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::SmemAddr;
 
 // ---- loads -------------------------------------------------------------------------------------
 // The x tile of K step kt into the A slot at shared address `a`: 128 rows × 8 chunks, 4 per

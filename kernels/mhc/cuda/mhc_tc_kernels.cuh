@@ -36,6 +36,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/mhc/cuda/mhc_math.cuh"
 #include "kernels/mhc/cuda/mhc_tc_plan.h"
 #include "kernels/mhc/mhc.h"
@@ -68,14 +69,8 @@ static_assert(kMhcMixesSliceDims % kTcChunkDims == 0, "whole chunks per slice");
 static_assert(mhc_tc::kTileTokens == 16, "one m16 tile per warp");
 static_assert(kMhcMixes + 1 <= 32 && kMhcStreams * kMhcStreams == 16, "finish lane layout");
 
-// d += a · b: m16n8k16, A row-major bf16, B column-major bf16, fp32 accumulators.
-__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// d += a · b: m16n8k16 bf16, fp32 accumulators (kernels/common/cp_async_mma.cuh).
+using ::flashserve::kernels::cuda_common::MmaBf16;
 
 // f = hi + mid + lo exactly (finite f above ~1e-33): each piece is the RNE bf16 of what is left,
 // and each remainder is exact in fp32 (Sterbenz), having <= 16 and then <= 8 significant bits.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/moe/moe_fp4_code_order.h"
 #include "kernels/moe/moe_fp8_block.h"
@@ -245,36 +246,14 @@ __device__ __forceinline__ void DecodeFp4x8Wide(uint32_t w, uint32_t sb, uint32_
 }
 
 // ---- cp.async / mma.sync ---------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddr(smem)), "l"(gmem));
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// c += a · b: m16n8k16, a row-major 16×16 bf16, b column-major 16×8 bf16, fp32 accumulators.
-__device__ __forceinline__ void MmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  // Not volatile: no side effect, so the compiler may interleave it with the decode.
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// SmemAddr, CpAsync16 (zero-filled when !valid), CpAsync4, CpAsyncCommit, CpAsyncWait<k>, MmaBf16
+// (m16n8k16 bf16, fp32 accumulators): kernels/common/cp_async_mma.cuh.
+using ::flashserve::kernels::cuda_common::CpAsync16;
+using ::flashserve::kernels::cuda_common::CpAsync4;
+using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::MmaBf16;
+using ::flashserve::kernels::cuda_common::SmemAddr;
 
 __device__ __forceinline__ uint4 LoadShared16(const void* p) {
   return *reinterpret_cast<const uint4*>(p);

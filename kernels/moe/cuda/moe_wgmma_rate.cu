@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/base/check.h"
+#include "kernels/common/cp_async_mma.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/common/wgmma.cuh"
@@ -24,9 +25,7 @@ constexpr uint32_t kBBytes = 256 * 128;     // B: up to 256 rows × one 64-K col
 constexpr uint32_t kABytes = 2 * 64 * 128;  // SS A: 64 rows per warpgroup
 constexpr int kSmemBytes = static_cast<int>(kBBytes + kABytes) + 1024;
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using ::flashserve::kernels::cuda_common::SmemAddr;
 
 // One commit group of kPerGroup wgmmas reading A set kSet (RS) / the warpgroup's A tile (SS).
 template <int kN, bool kRs, int kPerGroup, int kSets, int kAcc, int kSet>
