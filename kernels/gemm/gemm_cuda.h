@@ -189,10 +189,11 @@ struct LinearCudaParams {
   // meet the same wgmma sequence: the same bits. Costs 2·N·K workspace bytes.
   bool expand_weights = true;
   // Where the warp-specialised kernel runs on expanded bf16 weights: its tiles' output columns.
-  // 0 (default) = 256 (kLinearCudaWgmmaCols); 128, 160 or 192 force narrower tiles;
-  // kLinearCudaWsTileColsByWaves = LinearCudaWsTileCols's choice for the device's SM count.
-  // Ignored by every other kernel. Each output's wgmma K steps are the same in the same order
-  // (expected: the same bits; `ExpandedWeightsNarrowTilesBitIdentical` checks it on the GPU).
+  // 0 (default) = LinearCudaWsTileCols's choice for the device's SM count (session 63: at
+  // M = 4,096 wq_a 150.5 -> 127.4 µs, shared w1|w3 211 -> 181; never slower where it narrows);
+  // 128, 160, 192 or 256 (kLinearCudaWgmmaCols, the width before session 63) force a width.
+  // Ignored by every other kernel. Each output's wgmma K steps are the same in the same order:
+  // the same bits at every width (`ExpandedWeightsNarrowTilesBitIdentical`, on the GPU).
   int64_t ws_tile_cols = 0;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
@@ -237,9 +238,6 @@ struct LinearCudaPlan {
   // n_tiles = ceil(N / 128), the splits by StreamTmaPlan's balance rule).
   bool tma_ring = false;
 };
-// LinearCudaParams::ws_tile_cols: the tile width by column-waves (session 62; opt-in until
-// measured on the device).
-inline constexpr int64_t kLinearCudaWsTileColsByWaves = -1;
 // The warp-specialised bf16 kernel's tile width for an M × N call with `splits` K splits on `sms`
 // SMs: of 256, 192, 160 and 128 columns the one with the least waves × (columns + 16) — a
 // persistent CTA's tile takes time in proportion to its columns plus a fixed share, and the last
@@ -247,11 +245,10 @@ inline constexpr int64_t kLinearCudaWsTileColsByWaves = -1;
 // (wq_a) 160 (256 tiles in 2 waves instead of 160 in 2), N 2,304 (shared w1|w3) 192 (384 in 3
 // instead of 288 in 3), N 5,120 256. Pure.
 int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms);
-// Whether `cols` is a LinearCudaParams::ws_tile_cols value: 0, kLinearCudaWsTileColsByWaves, 128,
-// 160, 192 or 256.
+// Whether `cols` is a LinearCudaParams::ws_tile_cols value: 0, 128, 160, 192 or 256.
 bool LinearCudaWsTileColsValid(int64_t cols);
-// The width a valid ws_tile_cols request runs: 0 -> kLinearCudaWgmmaCols, by-waves ->
-// LinearCudaWsTileCols(m, n, splits, sms), else the request. Pure.
+// The width a valid ws_tile_cols request runs: 0 -> LinearCudaWsTileCols(m, n, splits, sms), else
+// the request. Pure.
 int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t splits,
                                 int64_t sms);
 

@@ -516,12 +516,11 @@ TEST(LinearCudaPlanTest, WsTileColsFillTheLastWave) {
        }) {
     EXPECT_EQ(LinearCudaWsTileCols(c.m, c.n, c.splits, c.sms), c.cols)
         << "m " << c.m << " n " << c.n << " splits " << c.splits << " sms " << c.sms;
-    EXPECT_EQ(LinearCudaWsTileColsFor(kLinearCudaWsTileColsByWaves, c.m, c.n, c.splits, c.sms),
-              c.cols);
+    EXPECT_EQ(LinearCudaWsTileColsFor(0, c.m, c.n, c.splits, c.sms), c.cols);  // the default
   }
-  // A request other than by-waves runs as asked; 0 is the default width.
-  EXPECT_EQ(LinearCudaWsTileColsFor(0, 4096, 1280, 1, 132), kLinearCudaWgmmaCols);
+  // A forced width runs as asked, 256 included (the width before session 63).
   EXPECT_EQ(LinearCudaWsTileColsFor(192, 4096, 1280, 1, 132), 192);
+  EXPECT_EQ(LinearCudaWsTileColsFor(256, 4096, 1280, 1, 132), kLinearCudaWgmmaCols);
 }
 
 TEST(LinearCudaParamsTest, RejectsBadFields) {
@@ -572,13 +571,13 @@ TEST(LinearCudaParamsTest, RejectsBadFields) {
   expect_field(p, "tile_rows");
   p.tile_rows = 512;
   expect_field(p, "tile_rows");
-  for (int64_t cols : {int64_t{-2}, int64_t{1}, int64_t{64}, int64_t{224}, int64_t{320}}) {
+  for (int64_t cols :
+       {int64_t{-2}, int64_t{-1}, int64_t{1}, int64_t{64}, int64_t{224}, int64_t{320}}) {
     p = good();
     p.ws_tile_cols = cols;
     expect_field(p, "ws_tile_cols");
   }
-  for (int64_t cols : {kLinearCudaWsTileColsByWaves, int64_t{0}, int64_t{128}, int64_t{160},
-                       int64_t{192}, int64_t{256}}) {
+  for (int64_t cols : {int64_t{0}, int64_t{128}, int64_t{160}, int64_t{192}, int64_t{256}}) {
     p = good();
     p.ws_tile_cols = cols;
     EXPECT_TRUE(ValidateLinearCudaParams(p).ok()) << cols;

@@ -4,7 +4,7 @@
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace]
-//                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,-1,128,160,192,256]
+//                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -23,8 +23,8 @@
 // `kernel` column says which ran. --splits times each listed split_k (0 = the plan's; forced
 // counts are capped at the K steps; the `splits` column says what ran). --ws-cols times each
 // listed LinearCudaParams::ws_tile_cols where the warp-specialised kernel runs on expanded
-// weights (0 = 256-column tiles, -1 = LinearCudaWsTileCols's choice; the kernel column then
-// reads "ws-x-cN" with the width that ran; elsewhere only 0 runs). --peak-tflops
+// weights (0 = the default, LinearCudaWsTileCols's choice; 256 = the width before session 63; the
+// kernel column then reads "ws-x-cN" with the width that ran; elsewhere only 0 runs). --peak-tflops
 // replaces the measured rate in the compute roof (default: the larger of cuBLAS's bf16 GEMM and
 // the mma.sync peak, both measured in the run; 893 TFLOP/s is cuBLAS's on the H200).
 //
@@ -136,7 +136,7 @@ Options Parse(int argc, char** argv) {
       for (const std::string& v : SplitList(argv[i + 1])) {
         const int64_t c = std::atoll(v.c_str());
         if (!LinearCudaWsTileColsValid(c)) {
-          std::fprintf(stderr, "--ws-cols: %s is not 0, -1, 128, 160, 192 or 256\n", v.c_str());
+          std::fprintf(stderr, "--ws-cols: %s is not 0, 128, 160, 192 or 256\n", v.c_str());
           std::exit(2);
         }
         o.ws_cols.push_back(c);
@@ -286,9 +286,9 @@ int Main(int argc, char** argv) {
             const bool expand = kernel != "wgmma-ws-inplace";
             const LinearCudaPlan plan =
                 PlanLinearCuda(m, s.n, s.k, tile, split, bf16, use_ws, expand);
-            // The width that runs (0 = 256); other kernels take only ws_cols 0.
+            // The width that runs on expanded weights; other kernels take only ws_cols 0.
             int64_t cols = 0;
-            if (plan.expand_weights && ws_cols != 0) {
+            if (plan.expand_weights) {
               cols =
                   LinearCudaWsTileColsFor(ws_cols, m, s.n, plan.splits, prop.multiProcessorCount);
             } else if (ws_cols != 0) {
@@ -323,7 +323,6 @@ int Main(int argc, char** argv) {
                 "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
                 s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
                 cols != 0               ? ws_name
-                : plan.expand_weights   ? "wgmma-bf16-ws-x"
                 : plan.warp_specialised ? "wgmma-bf16-ws"
                 : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
                     ? "stream-tma"

@@ -564,8 +564,8 @@ TEST_F(GemmGpuTest, ExpandedWeightsBitIdenticalToInPlaceDecode) {
 }
 
 // The warp-specialised kernel's narrower tiles on expanded weights (ws_tile_cols 128 / 160 / 192
-// and the by-waves choice): every output runs the same wgmma K steps in the same order, so the
-// bits must equal the 256-column tiles' — over ragged N (a tile past the last column) and K,
+// and the default by-waves choice): every output runs the same wgmma K steps in the same order, so
+// the bits must equal the 256-column tiles' — over ragged N (a tile past the last column) and K,
 // one and several tiles per persistent CTA, M not a multiple of 128 (the edge rows' generic
 // stores), splits (fp32 partials), bias, bf16 (the staged epilogue, its 64-byte last round at
 // 160 columns) and f32 outputs.
@@ -584,10 +584,10 @@ TEST_F(GemmGpuTest, ExpandedWeightsNarrowTilesBitIdentical) {
       const std::vector<uint16_t> x = gemm_test::RandomActivations(m, s.k, s.k, rng);
       for (int64_t split : {0, 3}) {
         for (bool f32 : {false, true}) {
-          const GpuRunOptions wide{f32, 0, 128, split, true, true};
+          GpuRunOptions wide{f32, 0, 128, split, true, true};
+          wide.ws_tile_cols = kLinearCudaWgmmaCols;
           const std::vector<float> ref = gemm_test::RunLinearGpu(d.view(), x, m, s.k, wide);
-          for (int64_t cols :
-               {int64_t{128}, int64_t{160}, int64_t{192}, kLinearCudaWsTileColsByWaves}) {
+          for (int64_t cols : {int64_t{128}, int64_t{160}, int64_t{192}, int64_t{0}}) {
             GpuRunOptions narrow = wide;
             narrow.ws_tile_cols = cols;
             ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), x, m, s.k, narrow), ref, m, s.n, s.n,

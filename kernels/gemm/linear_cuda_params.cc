@@ -275,14 +275,12 @@ int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) 
 }
 
 bool LinearCudaWsTileColsValid(int64_t cols) {
-  return cols == 0 || cols == kLinearCudaWsTileColsByWaves || cols == 128 || cols == 160 ||
-         cols == 192 || cols == 256;
+  return cols == 0 || cols == 128 || cols == 160 || cols == 192 || cols == 256;
 }
 
 int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t splits,
                                 int64_t sms) {
-  if (requested == kLinearCudaWsTileColsByWaves) return LinearCudaWsTileCols(m, n, splits, sms);
-  return requested == 0 ? kLinearCudaWgmmaCols : requested;
+  return requested == 0 ? LinearCudaWsTileCols(m, n, splits, sms) : requested;
 }
 
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
@@ -318,9 +316,8 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
                    absl::StrFormat("%d is not 0, 8, 16, 32, 64, 128 or 256", p.tile_rows));
   }
   if (!LinearCudaWsTileColsValid(p.ws_tile_cols)) {
-    return Invalid(
-        "ws_tile_cols",
-        absl::StrFormat("%d is not 0, -1 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));
+    return Invalid("ws_tile_cols",
+                   absl::StrFormat("%d is not 0 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));
   }
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid("split_k",

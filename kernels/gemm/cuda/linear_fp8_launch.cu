@@ -81,14 +81,9 @@ void LaunchExpand(const GemmArgs& f, uint16_t* out, cudaStream_t stream) {
 }
 
 // The warp-specialised kernel's tile width on expanded weights (LinearCudaParams::ws_tile_cols).
-// The SM count is read only for the by-waves request.
+// The SM count (cached per device) is read only for the automatic width.
 int64_t WsTileCols(int64_t requested, const GemmArgs& f, const LinearCudaPlan& plan) {
-  int sms = 0;
-  if (requested == kLinearCudaWsTileColsByWaves) {
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  }
+  const int sms = requested == 0 ? SmCount(CurrentDevice()) : 0;
   return LinearCudaWsTileColsFor(requested, f.m, f.n, plan.splits, sms);
 }
 

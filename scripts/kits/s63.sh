@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Kit s63 (built by scripts/gpu_kit.sh s63; runs on the GPU machine from the repository root):
+#   bash build-gpu-bin/s63_run.sh MODES   (letters, run in order)
+#   g  every FP8 / bf16 Linear GPU test (ws_tile_cols 0 is now the by-waves width), then
+#      bench_gemm_gpu at the default width (0) against the old 256 over the prefill shapes
+#   i  the indexer GPU tests (the lean kernel's assertion on deferred tiles dropped)
+# One call: `gi`.
+# kit-target: kernels_gemm_gpu_test bench_gemm_gpu kernels_indexer_gpu_test
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64
+K=/tmp/kit; mkdir -p $K; for t in "$(dirname "$0")"/s63*.tar.xz; do tar xJf "$t" -C $K; done
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
+modes=${1:-g}
+for ((n = 0; n < ${#modes}; n++)); do
+  m=${modes:n:1}; s=$(date +%s)
+  case $m in
+    g) $K/kernels_gemm_gpu_test --gtest_brief=1 > $OUT/gemm_test.log 2>&1
+       echo "gemm tests rc $?"; grep -E "FAILED|PASSED|tests ran|narrow ws" $OUT/gemm_test.log | head -20
+       $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
+         --shapes wq_a,wkv,wq_b,wo_b,shared_w13,shared_w2,idx_wq_b,engram_wkv --ws-cols 0,256 \
+         > $OUT/gemm_bench$n.log 2>&1
+       echo "bench rc $?"; grep -E "^roofs" $OUT/gemm_bench$n.log
+       awk '$1 ~ /^(wq_a|wkv|wq_b|wo_b|shared_w13|shared_w2|idx_wq_b|engram_wkv)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench$n.log ;;
+    i) $K/kernels_indexer_gpu_test --gtest_brief=1 > $OUT/idx_test.log 2>&1; echo "indexer tests rc $?"
+       grep -E "FAILED|PASSED|tests ran" $OUT/idx_test.log | head -30 ;;
+  esac
+  echo "mode $m: $(( $(date +%s) - s )) s"
+done
