@@ -10,7 +10,8 @@
 #      with `python3 kernels/sass.py stalls CUBIN lean_sass.csv.xz`)
 #   p  Nsight of the attention row form (WgmmaRowsKernel) at 256 tokens
 #   g  the FP8 Linear's narrower warp-specialised tiles (ws_tile_cols, session 62): their GPU tests
-#      (bit-identical to 256-column tiles), then bench_gemm_gpu at 0 / -1 / 128 / 160 / 192
+#      (bit-identical to 256-column tiles), then bench_gemm_gpu at 0 / 256 / 128 / 160 / 192 (since
+#      session 63 0 is the by-waves width and 256 the old default; session 63 ran it as -1 / 0)
 # Calls (each under the 540 s the device allows; device time is short): `igr` first (the lean
 # kernel's tests, the narrow GEMM tiles' tests and bench, one indexer round), then `tr` (the MoE
 # suite, the second round), then `lp` if time is left.
@@ -42,12 +43,12 @@ for ((n = 0; n < ${#modes}; n++)); do
          --gtest_filter='*NarrowTiles*:*WarpSpecialised*:*ExpandedWeights*' > $OUT/gemm_test.log 2>&1
        echo "gemm tests rc $?"; grep -E "FAILED|PASSED|tests ran|narrow ws" $OUT/gemm_test.log | head -20
        $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
-         --shapes wq_a,wkv,shared_w13,idx_wq_b,wo_b --ws-cols 0,-1,128,160,192 > $OUT/gemm_bench$n.log 2>&1
+         --shapes wq_a,wkv,shared_w13,idx_wq_b,wo_b --ws-cols 0,256,128,160,192 > $OUT/gemm_bench$n.log 2>&1
        echo "bench rc $?"; grep -E "^roofs" $OUT/gemm_bench$n.log
        awk '$1 ~ /^(wq_a|wkv|shared_w13|idx_wq_b|wo_b)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench$n.log
        # M = 1,024: the plan splits K (fp32 partials); narrower tiles unsplit instead?
        $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024 --shapes wq_a,shared_w13 --splits 1 \
-         --ws-cols 0,128,160,192 > $OUT/v.log 2>&1; cat $OUT/v.log >> $OUT/gemm_bench$n.log
+         --ws-cols 256,128,160,192 > $OUT/v.log 2>&1; cat $OUT/v.log >> $OUT/gemm_bench$n.log
        awk '$1 ~ /^(wq_a|shared_w13)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/v.log; rm -f $OUT/v.log ;;
     l) ncu --set full --import-source yes --kernel-name-base demangled \
          -k 'regex:Int8Kernel<false, false, (\(int\))?1>' --launch-skip 2 --launch-count 1 \
