@@ -4,8 +4,9 @@
 #   g  every FP8 / bf16 Linear GPU test (ws_tile_cols 0 is now the by-waves width), then
 #      bench_gemm_gpu at the default width (0) against the old 256 over the prefill shapes
 #   i  the indexer GPU tests (the lean kernel's assertion on deferred tiles dropped)
-# One call: `gi`.
-# kit-target: kernels_gemm_gpu_test bench_gemm_gpu kernels_indexer_gpu_test
+#   p  Nsight of the attention row form (WgmmaRowsKernel) at 256 tokens (kit s62's `p`, never run)
+# One call: `igp` (about 2 minutes of run time plus the machine's start).
+# kit-target: kernels_gemm_gpu_test bench_gemm_gpu kernels_indexer_gpu_test bench_sparse_attn
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
 K=/tmp/kit; mkdir -p $K; for t in "$(dirname "$0")"/s63*.tar.xz; do tar xJf "$t" -C $K; done
@@ -24,6 +25,11 @@ for ((n = 0; n < ${#modes}; n++)); do
        awk '$1 ~ /^(wq_a|wkv|wq_b|wo_b|shared_w13|shared_w2|idx_wq_b|engram_wkv)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench$n.log ;;
     i) $K/kernels_indexer_gpu_test --gtest_brief=1 > $OUT/idx_test.log 2>&1; echo "indexer tests rc $?"
        grep -E "FAILED|PASSED|tests ran" $OUT/idx_test.log | head -30 ;;
+    p) ncu --set full --import-source yes -k regex:WgmmaRowsKernel --launch-skip 3 --launch-count 1 \
+         -o $OUT/rows -f $K/bench_sparse_attn --path rows --tokens 256 --iters 3 --warmup 1 --no-roofs > $OUT/ncu_rows.log 2>&1
+       echo "ncu rc $?"; tail -3 $OUT/ncu_rows.log
+       ncu -i $OUT/rows.ncu-rep --page source --csv --print-source sass | xz -T0 > $OUT/rows_sass.csv.xz
+       ncu -i $OUT/rows.ncu-rep --page details | grep -E "Duration|Registers|Eligible|Active Warps|Issued Ipc|No Eligible|Theoretical Occ|Achieved Occ" | head -20 ;;
   esac
   echo "mode $m: $(( $(date +%s) - s )) s"
 done
