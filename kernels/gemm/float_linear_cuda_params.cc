@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -220,6 +221,10 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.split_k < 0 || p.split_k > kFloatLinearCudaMaxSplits) {
     return Invalid("split_k",
                    absl::StrFormat("%d is not in [0, %d]", p.split_k, kFloatLinearCudaMaxSplits));
+  }
+  if (!LinearCudaWsTileColsValid(p.ws_tile_cols)) {
+    return Invalid("ws_tile_cols",
+                   absl::StrFormat("%d is not 0 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));
   }
   if (p.m == 0) return absl::OkStatus();
   if (!ExactlyOne(p.w_bf16, p.w_f32)) {

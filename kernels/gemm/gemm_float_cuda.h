@@ -118,6 +118,13 @@ struct FloatLinearCudaParams {
   // x_group_stride), false = the 256-thread cp.async kernel (cuda/wgmma_linear_gemm.cuh; for A/B).
   // Same tiles and wgmma sequence: same bits.
   bool wgmma_ws = true;
+  // Where the warp-specialised kernel runs: its tiles' output columns, as
+  // LinearCudaParams::ws_tile_cols (0 = the by-waves width of LinearCudaWsTileCols; 128, 160, 192
+  // or 256 force one). The default stays 256 until measured here (session 63: the FP8 Linear's
+  // expanded weights, the same kernel, are 10-18 % faster wherever the rule narrows; here the
+  // gate's N 384 and the compressor's N 512 leave a column of idle SMs at large M). Each output's
+  // wgmma K steps are the same in the same order: the same bits at every width.
+  int64_t ws_tile_cols = kFloatLinearCudaWgmmaCols;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;

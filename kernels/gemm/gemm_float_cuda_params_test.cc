@@ -431,6 +431,16 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
   EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
   // m == 0 needs no pointers.
   EXPECT_TRUE(ValidateFloatLinearCudaParams(Shape(0, 64, 64)).ok());
+  for (int64_t cols : {int64_t{-1}, int64_t{1}, int64_t{64}, int64_t{224}, int64_t{320}}) {
+    p = good();
+    p.ws_tile_cols = cols;
+    expect_field(p, "ws_tile_cols");
+  }
+  for (int64_t cols : {int64_t{0}, int64_t{128}, int64_t{160}, int64_t{192}, int64_t{256}}) {
+    p = good();
+    p.ws_tile_cols = cols;
+    EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << cols;
+  }
 }
 
 // Every bf16 value widened to fp32 narrows back to itself (all 65,536 patterns, NaNs included:

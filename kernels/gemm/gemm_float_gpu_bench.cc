@@ -3,7 +3,7 @@
 //
 //   bench_gemm_float_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wo_a,gate,...]
 //                        [--kernels auto,mma,wgmma,wgmma-ws,swap,gemv] [--split-k S]
-//                        [--peak-tflops T]
+//                        [--peak-tflops T] [--ws-cols 256,0,128,160,192]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, mma = the
 // mma.sync kernel (16 / 32 / 64-row tiles by M), wgmma = the wgmma kernel's
@@ -12,7 +12,10 @@
 // wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand),
 // gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only);
 // the last three bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
-// --split-k forces the K split count of every kernel (0 = the plan's).
+// --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
+// FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (256 = the default,
+// 0 = LinearCudaWsTileCols's width; the kernel column then reads "ws-cN" with the width that ran;
+// other kernels run once, at the first value).
 // --peak-tflops replaces the measured rate in the compute roof (default: the larger of cuBLAS's
 // bf16 GEMM and the mma.sync peak, both measured in the run).
 //
@@ -40,6 +43,7 @@
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -74,6 +78,7 @@ struct Options {
   std::vector<std::string> kernels = {"auto"};
   int64_t split_k = 0;
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
+  std::vector<int64_t> ws_cols = {kFloatLinearCudaWgmmaCols};  // ws_tile_cols values
 };
 
 // tile_rows forcing `kernel` at m rows (mma: the mma.sync plan's rows for m).
@@ -115,6 +120,16 @@ Options Parse(int argc, char** argv) {
                        k.c_str());
           std::exit(2);
         }
+      }
+    } else if (flag == "--ws-cols") {
+      o.ws_cols.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) {
+        const int64_t c = std::atoll(v.c_str());
+        if (!LinearCudaWsTileColsValid(c)) {
+          std::fprintf(stderr, "--ws-cols: %s is not 0, 128, 160, 192 or 256\n", v.c_str());
+          std::exit(2);
+        }
+        o.ws_cols.push_back(c);
       }
     } else if (flag == "--split-k") {
       o.split_k = std::max<int64_t>(0, std::atoll(argv[i + 1]));
@@ -199,52 +214,66 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
   base.workspace = ws.get();
   base.workspace_bytes = ws.bytes();
   const int pieces = s.w_f32 ? 3 : 1;
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   for (int64_t m : o.ms) {
     for (const std::string& kernel : o.kernels) {
-      if ((kernel == "wgmma" || kernel == "wgmma-ws" || kernel == "swap") && s.w_f32) {
-        continue;  // bf16 only
+      for (size_t wi = 0; wi < o.ws_cols.size(); ++wi) {
+        if ((kernel == "wgmma" || kernel == "wgmma-ws" || kernel == "swap") && s.w_f32) {
+          continue;  // bf16 only
+        }
+        if (kernel == "gemv" && m > kFloatLinearCudaGemvMaxM) continue;
+        FloatLinearCudaParams p = base;
+        p.m = m;
+        p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
+        p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
+        p.tile_rows = TileFor(kernel, m);
+        p.wgmma_ws = kernel != "wgmma";
+        p.ws_tile_cols = o.ws_cols[wi];
+        const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+        if (!plan.warp_specialised && wi > 0) continue;  // the width matters to wgmma-ws only
+        const int64_t cols = LinearCudaWsTileColsFor(p.ws_tile_cols, plan.m_tiles * 128 * s.groups,
+                                                     s.n, plan.splits, sms);
+        char ws_name[16];
+        std::snprintf(ws_name, sizeof(ws_name), "ws-c%ld", static_cast<long>(cols));
+        int call = 0;
+        const double us = MedianEventMicros(
+            o.warmup, o.iters,
+            [&] {
+              FloatLinearCudaParams q = p;
+              if (s.w_f32) {
+                q.w_f32 = dw[call % copies].get<float>();
+              } else {
+                q.w_bf16 = dw[call % copies].get<uint16_t>();
+              }
+              ++call;
+              const absl::Status st = LaunchFloatLinear(q, stream);
+              CHECK(st.ok()) << st;
+            },
+            stream);
+        const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.groups * s.k +
+                             static_cast<double>(y_es) * m * s.groups * s.n;
+        const double flops = 2.0 * m * s.groups * s.n * s.k;
+        const double roof_us =
+            std::max(bytes / (copy_gbps * 1e3), pieces * flops / (tc_tflops * 1e6));
+        std::printf(
+            "%-10s %5ld %5ld %2ld %4s %5ld %-8s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
+            "%6.2f\n",
+            s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
+            s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
+            plan.tile_rows == kFloatLinearCudaSwapRows ? "swap"
+            : plan.tile_rows == kFloatLinearCudaGemvRows
+                ? "gemv"
+                : (plan.tile_rows != kFloatLinearCudaWgmmaRows
+                       ? "mma.sync"
+                       : (!plan.warp_specialised ? "wgmma"
+                          : o.ws_cols.size() > 1 || cols != kFloatLinearCudaWgmmaCols
+                              ? ws_name
+                              : "wgmma-ws")),
+            static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
+            flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
       }
-      if (kernel == "gemv" && m > kFloatLinearCudaGemvMaxM) continue;
-      FloatLinearCudaParams p = base;
-      p.m = m;
-      p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
-      p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
-      p.tile_rows = TileFor(kernel, m);
-      p.wgmma_ws = kernel != "wgmma";
-      const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
-      int call = 0;
-      const double us = MedianEventMicros(
-          o.warmup, o.iters,
-          [&] {
-            FloatLinearCudaParams q = p;
-            if (s.w_f32) {
-              q.w_f32 = dw[call % copies].get<float>();
-            } else {
-              q.w_bf16 = dw[call % copies].get<uint16_t>();
-            }
-            ++call;
-            const absl::Status st = LaunchFloatLinear(q, stream);
-            CHECK(st.ok()) << st;
-          },
-          stream);
-      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.groups * s.k +
-                           static_cast<double>(y_es) * m * s.groups * s.n;
-      const double flops = 2.0 * m * s.groups * s.n * s.k;
-      const double roof_us =
-          std::max(bytes / (copy_gbps * 1e3), pieces * flops / (tc_tflops * 1e6));
-      std::printf(
-          "%-10s %5ld %5ld %2ld %4s %5ld %-8s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
-          "%6.2f\n",
-          s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
-          s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
-          plan.tile_rows == kFloatLinearCudaSwapRows ? "swap"
-          : plan.tile_rows == kFloatLinearCudaGemvRows
-              ? "gemv"
-              : (plan.tile_rows != kFloatLinearCudaWgmmaRows
-                     ? "mma.sync"
-                     : (plan.warp_specialised ? "wgmma-ws" : "wgmma")),
-          static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
-          flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
     }
   }
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Kit s63 (built by scripts/gpu_kit.sh s63; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s63_run.sh MODES   (letters, run in order)
-#   g  every FP8 / bf16 Linear GPU test (ws_tile_cols 0 is now the by-waves width), then
-#      bench_gemm_gpu at the default width (0) against the old 256 over the prefill shapes
+#   g  every FP8 / bf16 Linear GPU test (ws_tile_cols 0 is now the by-waves width; the bf16
+#      Linear's narrow tiles, opt-in, against its 256-column tiles), then bench_gemm_gpu at the
+#      default width (0) against the old 256 over the prefill shapes, and bench_gemm_float_gpu at
+#      256 (its default) against 0 / 128 / 160 / 192 (the gate's N 384, the compressors' 512)
 #   i  the indexer GPU tests (the lean kernel's assertion on deferred tiles dropped)
 #   p  Nsight of the attention row form (WgmmaRowsKernel) at 256 tokens (kit s62's `p`, never run)
 # One call: `igp` (about 2 minutes of run time plus the machine's start).
-# kit-target: kernels_gemm_gpu_test bench_gemm_gpu kernels_indexer_gpu_test bench_sparse_attn
+# kit-target: kernels_gemm_gpu_test bench_gemm_gpu bench_gemm_float_gpu kernels_indexer_gpu_test
+# kit-target: bench_sparse_attn
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
 K=/tmp/kit; mkdir -p $K; for t in "$(dirname "$0")"/s63*.tar.xz; do tar xJf "$t" -C $K; done
@@ -22,7 +25,11 @@ for ((n = 0; n < ${#modes}; n++)); do
          --shapes wq_a,wkv,wq_b,wo_b,shared_w13,shared_w2,idx_wq_b,engram_wkv --ws-cols 0,256 \
          > $OUT/gemm_bench$n.log 2>&1
        echo "bench rc $?"; grep -E "^roofs" $OUT/gemm_bench$n.log
-       awk '$1 ~ /^(wq_a|wkv|wq_b|wo_b|shared_w13|shared_w2|idx_wq_b|engram_wkv)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench$n.log ;;
+       awk '$1 ~ /^(wq_a|wkv|wq_b|wo_b|shared_w13|shared_w2|idx_wq_b|engram_wkv)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench$n.log
+       $K/bench_gemm_float_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
+         --shapes gate,cmp_r2_pair,cmp_wkv_r1,wo_a --ws-cols 256,0,128,160,192 > $OUT/float_bench$n.log 2>&1
+       echo "float bench rc $?"
+       awk '$1 ~ /^(gate|cmp_r2_pair|cmp_wkv_r1|wo_a)$/ {print $1, $6, $7, $9, $10, $16}' $OUT/float_bench$n.log ;;
     i) $K/kernels_indexer_gpu_test --gtest_brief=1 > $OUT/idx_test.log 2>&1; echo "indexer tests rc $?"
        grep -E "FAILED|PASSED|tests ran" $OUT/idx_test.log | head -30 ;;
     p) ncu --set full --import-source yes -k regex:WgmmaRowsKernel --launch-skip 3 --launch-count 1 \

@@ -15,6 +15,7 @@
 #include "kernels/gemm/cuda/float_linear_swap.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -96,15 +97,19 @@ void Dispatch(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups
   }
 }
 
-// bf16 x · bf16 W through the warp-specialised wgmma kernel; false (nothing enqueued) when the
-// driver cannot make the TMA descriptors.
+// bf16 x · bf16 W through the warp-specialised wgmma kernel, in tiles of p.ws_tile_cols columns
+// (0: LinearCudaWsTileCols's width for the device's SMs, counting every group's tiles); false
+// (nothing enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const FloatLinearCudaParams& p, const GemmArgs& f,
                    const FloatLinearCudaPlan& plan, cudaStream_t stream) {
+  const int64_t cols =
+      LinearCudaWsTileColsFor(p.ws_tile_cols, plan.m_tiles * wgmma_ws::kBM * p.groups, p.n,
+                              plan.splits, p.ws_tile_cols == 0 ? SmCount(CurrentDevice()) : 0);
   wgmma_ws::Args g;
   if (!wgmma_ws::MakeTmaOperand(&g.a, p.x_bf16, 2, p.k, p.m, p.x_stride, p.groups, p.x_group_stride,
                                 wgmma_ws::kBK, wgmma_ws::kBM, true) ||
       !wgmma_ws::MakeTmaOperand(&g.b, p.w_bf16, 2, p.k, p.n, p.k, p.groups, p.w_group_stride,
-                                wgmma_ws::kBK, wgmma_ws::kBN, true)) {
+                                wgmma_ws::kBK, static_cast<uint32_t>(cols), true)) {
     return false;
   }
   g.bias = p.bias;
@@ -120,7 +125,21 @@ bool LaunchWgmmaWs(const FloatLinearCudaParams& p, const GemmArgs& f,
   g.y_group_stride = p.y_group_stride;
   g.y_pair = f.y_pair;
   g.partial = f.partial;
-  wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
+  const int64_t n_tiles = (p.n + cols - 1) / cols;
+  switch (cols) {
+    case 128:
+      wgmma_ws::Launch<false, 128>(g, plan.m_tiles, n_tiles, stream);
+      break;
+    case 160:
+      wgmma_ws::Launch<false, 160>(g, plan.m_tiles, n_tiles, stream);
+      break;
+    case 192:
+      wgmma_ws::Launch<false, 192>(g, plan.m_tiles, n_tiles, stream);
+      break;
+    default:
+      wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
+      break;
+  }
   return true;
 }
 
