@@ -682,6 +682,25 @@ TEST_F(FloatLinearGpuTest, RandomOddStridesBiasAndDtypes) {
 // operands: the same bits on random data. Ragged N (520) and K (1000), wo_a's 8 interleaved
 // groups (x [M, 8·4096] viewed per group, W [8][1024][4096]), padded strides (x, y and the
 // weight's group stride), M = 128, 256, 1000 and 4096, splits, f32 output and bias.
+// Fails (naming the first 5 outputs) where runs a and b differ in any bit of any group's [m, n]
+// output; NaN matches NaN.
+void ExpectSameBits(const std::vector<std::vector<float>>& a,
+                    const std::vector<std::vector<float>>& b, int64_t n, const std::string& what,
+                    const char* a_name, const char* b_name) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t g = 0; g < a.size(); ++g) {
+    int64_t bad = 0;
+    for (size_t i = 0; i < a[g].size(); ++i) {
+      if (std::memcmp(&a[g][i], &b[g][i], 4) != 0 &&
+          !(std::isnan(a[g][i]) && std::isnan(b[g][i])) && ++bad <= 5) {
+        ADD_FAILURE() << what << " group " << g << ": y[" << i / n << "][" << i % n << "] "
+                      << a_name << " " << a[g][i] << " " << b_name << " " << b[g][i];
+      }
+    }
+    EXPECT_EQ(bad, 0) << what << " group " << g;
+  }
+}
+
 TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
   Rng rng(51);
   struct Case {
@@ -709,18 +728,7 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
         q.l.split_k = split;
         const auto a = RunGpu(q);
         q.l.ws = false;
-        const auto b = RunGpu(q);
-        for (int64_t g = 0; g < l.groups; ++g) {
-          int64_t bad = 0;
-          for (size_t i = 0; i < a[g].size(); ++i) {
-            if (std::memcmp(&a[g][i], &b[g][i], 4) != 0 &&
-                !(std::isnan(a[g][i]) && std::isnan(b[g][i])) && ++bad <= 5) {
-              ADD_FAILURE() << Describe(q.l, m, c.n, c.k) << " group " << g << ": y[" << i / c.n
-                            << "][" << i % c.n << "] ws " << a[g][i] << " cp.async " << b[g][i];
-            }
-          }
-          EXPECT_EQ(bad, 0) << Describe(q.l, m, c.n, c.k) << " group " << g;
-        }
+        ExpectSameBits(a, RunGpu(q), c.n, Describe(q.l, m, c.n, c.k), "ws", "cp.async");
         ++runs;
       }
     }
@@ -760,20 +768,9 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedNarrowTilesBitIdentical) {
         const auto wide = RunGpu(q);
         for (int64_t cols : {int64_t{128}, int64_t{160}, int64_t{192}, int64_t{0}}) {
           q.l.ws_cols = cols;
-          const auto narrow = RunGpu(q);
-          for (int64_t g = 0; g < l.groups; ++g) {
-            int64_t bad = 0;
-            for (size_t i = 0; i < wide[g].size(); ++i) {
-              if (std::memcmp(&wide[g][i], &narrow[g][i], 4) != 0 &&
-                  !(std::isnan(wide[g][i]) && std::isnan(narrow[g][i])) && ++bad <= 5) {
-                ADD_FAILURE() << Describe(q.l, m, c.n, c.k) << " ws_tile_cols " << cols << " group "
-                              << g << ": y[" << i / c.n << "][" << i % c.n << "] " << narrow[g][i]
-                              << " 256 columns " << wide[g][i];
-              }
-            }
-            EXPECT_EQ(bad, 0) << Describe(q.l, m, c.n, c.k) << " ws_tile_cols " << cols << " group "
-                              << g;
-          }
+          ExpectSameBits(RunGpu(q), wide, c.n,
+                         Describe(q.l, m, c.n, c.k) + " ws_tile_cols " + std::to_string(cols),
+                         "narrow", "256 columns");
           ++runs;
         }
       }

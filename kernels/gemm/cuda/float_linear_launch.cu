@@ -125,21 +125,7 @@ bool LaunchWgmmaWs(const FloatLinearCudaParams& p, const GemmArgs& f,
   g.y_group_stride = p.y_group_stride;
   g.y_pair = f.y_pair;
   g.partial = f.partial;
-  const int64_t n_tiles = (p.n + cols - 1) / cols;
-  switch (cols) {
-    case 128:
-      wgmma_ws::Launch<false, 128>(g, plan.m_tiles, n_tiles, stream);
-      break;
-    case 160:
-      wgmma_ws::Launch<false, 160>(g, plan.m_tiles, n_tiles, stream);
-      break;
-    case 192:
-      wgmma_ws::Launch<false, 192>(g, plan.m_tiles, n_tiles, stream);
-      break;
-    default:
-      wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
-      break;
-  }
+  wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
   return true;
 }
 

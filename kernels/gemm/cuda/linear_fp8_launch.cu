@@ -122,21 +122,7 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
     return true;
   }
   LaunchExpand(f, expanded, stream);
-  const int64_t n_tiles = (f.n + cols - 1) / cols;
-  switch (cols) {
-    case 128:
-      wgmma_ws::Launch<false, 128>(g, plan.m_tiles, n_tiles, stream);
-      break;
-    case 160:
-      wgmma_ws::Launch<false, 160>(g, plan.m_tiles, n_tiles, stream);
-      break;
-    case 192:
-      wgmma_ws::Launch<false, 192>(g, plan.m_tiles, n_tiles, stream);
-      break;
-    default:
-      wgmma_ws::Launch<false>(g, plan.m_tiles, plan.n_tiles, stream);
-      break;
-  }
+  wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
   return true;
 }
 

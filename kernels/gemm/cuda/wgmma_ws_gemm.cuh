@@ -514,4 +514,24 @@ void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The bf16-weight kernel in tiles of `cols` columns (256, 192, 160 or 128: a width of
+// LinearCudaWsTileColsFor); g.n gives the column tiles, g.b's box must be 64 × cols.
+inline void LaunchBf16(Args& g, int64_t cols, int64_t m_tiles, cudaStream_t stream) {
+  const int64_t n_tiles = (g.n + cols - 1) / cols;
+  switch (cols) {
+    case 128:
+      Launch<false, 128>(g, m_tiles, n_tiles, stream);
+      break;
+    case 160:
+      Launch<false, 160>(g, m_tiles, n_tiles, stream);
+      break;
+    case 192:
+      Launch<false, 192>(g, m_tiles, n_tiles, stream);
+      break;
+    default:
+      Launch<false>(g, m_tiles, n_tiles, stream);
+      break;
+  }
+}
+
 }  // namespace flashserve::kernels::wgmma_ws
