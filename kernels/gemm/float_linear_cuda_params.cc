@@ -139,6 +139,12 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   return PlanFor(p, std::min<int64_t>(max_rows, p.m <= 16 ? 16 : (p.m <= 32 ? 32 : 64)));
 }
 
+int64_t FloatLinearCudaWsTileCols(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
+                                  int64_t sms) {
+  return LinearCudaWsTileColsFor(
+      p.ws_tile_cols, plan.m_tiles * kFloatLinearCudaWgmmaRows * p.groups, p.n, plan.splits, sms);
+}
+
 size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m) {
   if (max_m <= 0) return 0;
   // Both x dtypes (the tile cap differs). Beyond 64 · kTargetCtas rows every plan has at least

@@ -151,6 +151,10 @@ struct FloatLinearCudaPlan {
   bool warp_specialised = false;
 };
 FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p);
+// The columns of the warp-specialised kernel's tiles for p under `plan` on `sms` SMs:
+// p.ws_tile_cols, or for 0 LinearCudaWsTileCols's width counting every group's tiles. Pure.
+int64_t FloatLinearCudaWsTileCols(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
+                                  int64_t sms);
 
 // Workspace bytes for any m <= max_m with p's n, k, groups, tile_rows and split_k (any x and W
 // dtypes; the other fields are ignored): 4 · G · splits · M · N when the plan splits K, else 0.

@@ -443,6 +443,28 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
   }
 }
 
+// The warp-specialised kernel's width for the bf16 Linear: the by-waves rule over every group's
+// tiles; a forced width as asked.
+TEST(FloatLinearCudaPlanTest, WsTileColsCountEveryGroup) {
+  FloatLinearCudaPlan plan;
+  plan.m_tiles = 32;
+  plan.splits = 1;
+  FloatLinearCudaParams p = Shape(4096, 384, 5120);
+  p.ws_tile_cols = 0;
+  // The gate: 64 tiles of 256 columns (half of each second one past N) in one wave; 96 of 128.
+  EXPECT_EQ(FloatLinearCudaWsTileCols(p, plan, 132), 128);
+  // wo_a at 1,024 rows: 8 m tiles × 8 groups. 256 columns: 256 tiles, 2 waves; 128 columns
+  // would take 4 (one group alone would have chosen 128: 64 tiles in one wave).
+  plan.m_tiles = 8;
+  p = Shape(1024, 1024, 4096, 8);
+  p.ws_tile_cols = 0;
+  EXPECT_EQ(FloatLinearCudaWsTileCols(p, plan, 132), 256);
+  p.groups = 1;
+  EXPECT_EQ(FloatLinearCudaWsTileCols(p, plan, 132), 128);
+  p.ws_tile_cols = 192;
+  EXPECT_EQ(FloatLinearCudaWsTileCols(p, plan, 132), 192);
+}
+
 // Every bf16 value widened to fp32 narrows back to itself (all 65,536 patterns, NaNs included:
 // a NaN whose payload fits in bf16 has zero low halves); any set low bit refuses the whole weight.
 TEST(NarrowFloatLinearWeightTest, KeepsBf16ValuesAndRefusesWiderOnes) {

@@ -233,8 +233,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         p.ws_tile_cols = o.ws_cols[wi];
         const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
         if (!plan.warp_specialised && wi > 0) continue;  // the width matters to wgmma-ws only
-        const int64_t cols = LinearCudaWsTileColsFor(p.ws_tile_cols, plan.m_tiles * 128 * s.groups,
-                                                     s.n, plan.splits, sms);
+        const int64_t cols = FloatLinearCudaWsTileCols(p, plan, sms);
         char ws_name[16];
         std::snprintf(ws_name, sizeof(ws_name), "ws-c%ld", static_cast<long>(cols));
         int call = 0;

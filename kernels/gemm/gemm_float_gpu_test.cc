@@ -701,6 +701,11 @@ void ExpectSameBits(const std::vector<std::vector<float>>& a,
   }
 }
 
+// The warp-specialised kernel against the cp.async one, and its narrower tiles (ws_tile_cols 128 /
+// 160 / 192 and the by-waves width 0) against its 256-column ones: the same wgmma K steps in the
+// same order for every output, so the same bits — over groups (wo_a's 8 interleaved, 2 with padded
+// strides and bias), ragged N (a tile past the last column: 384 = the gate, 520), splits and both
+// output types.
 TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
   Rng rng(51);
   struct Case {
@@ -708,9 +713,10 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
     bool y_f32;
   };
   const Case cases[] = {{520, 1000, 1, 0, 0, 0, false},
+                        {384, 5120, 1, 0, 0, 0, true},
                         {520, 1000, 2, 8, 3, 16, true},
                         {1024, 4096, 8, 0, 0, 0, false}};
-  int runs = 0;
+  int runs = 0, narrow_runs = 0;
   for (const Case& c : cases) {
     for (int64_t m : {128, 256, 1000, 4096}) {
       Layout l;
@@ -726,57 +732,26 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
         if (c.groups == 8 && m == 4096 && split != 0) continue;  // covered at smaller M
         Problem q = pr;
         q.l.split_k = split;
-        const auto a = RunGpu(q);
+        const auto wide = RunGpu(q);
+        for (int64_t cols : {int64_t{128}, int64_t{160}, int64_t{192}, int64_t{0}}) {
+          if (split == 1) break;  // the narrow tiles: splits 0 and 3
+          Problem narrow = q;
+          narrow.l.ws_cols = cols;
+          ExpectSameBits(RunGpu(narrow), wide, c.n,
+                         Describe(q.l, m, c.n, c.k) + " ws_tile_cols " + std::to_string(cols),
+                         "narrow", "256 columns");
+          ++narrow_runs;
+        }
         q.l.ws = false;
-        ExpectSameBits(a, RunGpu(q), c.n, Describe(q.l, m, c.n, c.k), "ws", "cp.async");
+        ExpectSameBits(wide, RunGpu(q), c.n, Describe(q.l, m, c.n, c.k), "ws", "cp.async");
         ++runs;
       }
     }
   }
-  std::printf("warp-specialised wgmma: %d runs bit-identical to the cp.async kernel\n", runs);
-}
-
-// The warp-specialised kernel's narrower tiles (ws_tile_cols 128 / 160 / 192 and the by-waves
-// width 0): every output runs the same wgmma K steps in the same order, so the bits must equal
-// the 256-column tiles' — over groups (wo_a's 8 interleaved, 2 with padded strides and bias),
-// ragged N (a tile past the last column: 384 = the gate, 520), splits and both output types.
-TEST_F(FloatLinearGpuTest, WarpSpecialisedNarrowTilesBitIdentical) {
-  Rng rng(53);
-  struct Case {
-    int64_t n, k, groups, x_pad, y_pad, w_pad;
-    bool y_f32;
-  };
-  const Case cases[] = {{384, 5120, 1, 0, 0, 0, true},
-                        {520, 1000, 2, 8, 3, 16, false},
-                        {1024, 4096, 8, 0, 0, 0, false}};
-  int runs = 0;
-  for (const Case& c : cases) {
-    for (int64_t m : {128, 1000, 4096}) {
-      Layout l;
-      l.groups = c.groups;
-      l.x_pad = c.x_pad;
-      l.y_pad = c.y_pad;
-      l.w_pad = c.w_pad;
-      l.y_f32 = c.y_f32;
-      l.bias = c.groups == 2;
-      l.tile_rows = 128;
-      const Problem pr = MakeProblem(m, c.n, c.k, l, /*one_hot=*/false, rng);
-      for (int64_t split : {0, 3}) {
-        if (c.groups == 8 && m == 4096 && split != 0) continue;  // covered at smaller M
-        Problem q = pr;
-        q.l.split_k = split;
-        const auto wide = RunGpu(q);
-        for (int64_t cols : {int64_t{128}, int64_t{160}, int64_t{192}, int64_t{0}}) {
-          q.l.ws_cols = cols;
-          ExpectSameBits(RunGpu(q), wide, c.n,
-                         Describe(q.l, m, c.n, c.k) + " ws_tile_cols " + std::to_string(cols),
-                         "narrow", "256 columns");
-          ++runs;
-        }
-      }
-    }
-  }
-  std::printf("narrow ws tiles: %d runs bit-identical to the 256-column tiles\n", runs);
+  std::printf(
+      "warp-specialised wgmma: %d runs bit-identical to the cp.async kernel, %d narrow-tile runs "
+      "to the 256-column tiles\n",
+      runs, narrow_runs);
 }
 
 // ---- contract ---------------------------------------------------------------------------------

@@ -15,7 +15,6 @@
 #include "kernels/gemm/cuda/float_linear_swap.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
-#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -103,8 +102,7 @@ void Dispatch(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups
 bool LaunchWgmmaWs(const FloatLinearCudaParams& p, const GemmArgs& f,
                    const FloatLinearCudaPlan& plan, cudaStream_t stream) {
   const int64_t cols =
-      LinearCudaWsTileColsFor(p.ws_tile_cols, plan.m_tiles * wgmma_ws::kBM * p.groups, p.n,
-                              plan.splits, p.ws_tile_cols == 0 ? SmCount(CurrentDevice()) : 0);
+      FloatLinearCudaWsTileCols(p, plan, p.ws_tile_cols == 0 ? SmCount(CurrentDevice()) : 0);
   wgmma_ws::Args g;
   if (!wgmma_ws::MakeTmaOperand(&g.a, p.x_bf16, 2, p.k, p.m, p.x_stride, p.groups, p.x_group_stride,
                                 wgmma_ws::kBK, wgmma_ws::kBM, true) ||

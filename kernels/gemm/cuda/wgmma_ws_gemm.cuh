@@ -41,6 +41,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/per_device_cache.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 #include "kernels/gemm/cuda/tma_map.h"
@@ -496,16 +497,8 @@ void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
   constexpr int kSmemBytes = Smem<kBn>::kBytes;
   static std::atomic<uint64_t> smem_set{0};
   auto* kernel = WgmmaWsKernel<kFp8, kBn>;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if ((smem_set.load(std::memory_order_acquire) & bit) == 0) {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    smem_set.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  int sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  EnsureSmemLimit(kernel, kSmemBytes, smem_set);
+  const int sms = SmCount(CurrentDevice());  // cached per device: no driver call per launch
   g.m_tiles = static_cast<int>(m_tiles);
   g.n_tiles = static_cast<int>(n_tiles);
   const int64_t tiles = m_tiles * n_tiles * g.groups * g.splits;
