@@ -195,6 +195,14 @@ struct LinearCudaParams {
   // Ignored by every other kernel. Each output's wgmma K steps are the same in the same order:
   // the same bits at every width (`ExpandedWeightsNarrowTilesBitIdentical`, on the GPU).
   int64_t ws_tile_cols = 0;
+  // Where the plan runs the warp-specialised kernel without K splits: true = the stream-K tail
+  // (LinearCudaTailPlan: whole 128 × 256 tiles in full waves, the last partial wave's tiles cut
+  // into K ranges whose fp32 sums the range that finishes last adds up; the automatic tile width
+  // is then 256 where a tail applies), false (default until measured) = none. The tail tiles'
+  // bits are those of the plan with split_k = their range count, the other tiles' those of the
+  // unsplit plan (`StreamKTailBitsMatchSplitAndWhole`, on the GPU). With it, ws_tile_cols must be
+  // 0 or 256. Costs the tail's partials and counters in the workspace (LinearCudaLayout).
+  bool stream_k_tail = false;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
@@ -211,6 +219,26 @@ struct LinearCudaParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
+
+// The stream-K tail of a persistent, warp-specialised call of `tiles` output tiles without K
+// splits, each of k_steps K steps: tiles [0, begin) run whole in full waves of
+// kLinearCudaTailSlots CTAs; each of the r = tiles - begin tiles of the last, partial wave is cut
+// into `ranges` K ranges of `steps` steps (the last range may have fewer): the split-K rule of
+// the plan (steps = ceil(k_steps / s), ranges = ceil(k_steps / steps)) for s = the least of
+// kLinearCudaTailSlots / r (the r · s range items then fit one wave), k_steps /
+// kLinearCudaTailMinSteps and kLinearCudaTailMaxRanges (the range that finishes last reads every
+// range's 128 × 256 fp32 partial back: ~1.2 µs each on one SM). ranges == 1 (begin == tiles):
+// no tail (r == 0, or s < 2). The slots are a constant, not the device's SM count, so the bits
+// never depend on the device. Pure.
+inline constexpr int64_t kLinearCudaTailSlots = 132;
+inline constexpr int64_t kLinearCudaTailMinSteps = 4;
+inline constexpr int64_t kLinearCudaTailMaxRanges = 8;
+struct LinearCudaTail {
+  int64_t begin = 0;   // the first tile of the tail (tiles when there is none)
+  int64_t ranges = 1;  // K ranges per tail tile; 1 = no tail
+  int64_t steps = 0;   // K steps per range (the last may have fewer)
+};
+LinearCudaTail LinearCudaTailPlan(int64_t tiles, int64_t k_steps);
 
 // What LaunchLinearFp8 runs for (m, n, k, tile_rows, split_k, wgmma_bf16): the kernel, CTA rows
 // (16/32/64/128; 8 for the stream kernel, whose CTA takes two n8 tiles: m_tiles = ceil(M/16))
@@ -237,6 +265,9 @@ struct LinearCudaPlan {
   // kStream only: the TMA-ring variant runs it (the automatic plan where LinearCudaStreamTmaPays;
   // n_tiles = ceil(N / 128), the splits by StreamTmaPlan's balance rule).
   bool tma_ring = false;
+  // warp_specialised with one split and LinearCudaParams::stream_k_tail: LinearCudaTailPlan of
+  // the m_tiles · n_tiles tiles (ranges 1: none).
+  LinearCudaTail tail;
 };
 // The warp-specialised bf16 kernel's tile width for an M × N call with `splits` K splits on `sms`
 // SMs: of 256, 192, 160 and 128 columns the one with the least waves × (columns + 16) — a
@@ -254,24 +285,28 @@ int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
                               int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
-                              bool expand_weights = true);
+                              bool expand_weights = true, bool stream_k_tail = false);
 
 // Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic),
-// wgmma_bf16, wgmma_ws and expand_weights: the activation region (LinearCudaActivationBytes;
-// none for the stream kernel), then, when the plan splits K, the fp32 partials (4·splits·M·N,
-// rounded up to 256) and for the stream kernel its arrival counters (8 bytes per m tile × n
-// tile, rounded up to 256), then, when a plan expands the weight, its bf16 copy (2·N·K).
+// wgmma_bf16, wgmma_ws, expand_weights and stream_k_tail: the activation region
+// (LinearCudaActivationBytes; none for the stream kernel), then, when the plan splits K, the fp32
+// partials (4·splits·M·N, rounded up to 256) and for the stream kernel its arrival counters (8
+// bytes per m tile × n tile, rounded up to 256), then, when the plan has a stream-K tail, its
+// range partials (128 KiB per range item, at most kLinearCudaTailSlots items: 16.5 MiB) and
+// counters (8 bytes per tail tile), then, when a plan expands the weight, its bf16 copy (2·N·K).
 // Monotone in max_m; 0 for max_m <= 0. Cost: O(min(max_m, 16896)) plans.
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
                                 int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
-                                bool expand_weights = true);
+                                bool expand_weights = true, bool stream_k_tail = false);
 // Byte offsets of the workspace regions for one call with m rows (the launcher's layout).
 struct LinearCudaWorkspaceLayout {
-  size_t activations = 0;  // QDQ activations or codes + scales (none for the stream kernel)
-  size_t partials = 0;     // fp32 split-K partials (when plan.splits > 1)
-  size_t counters = 0;     // the stream kernel's arrival counters (when plan.splits > 1)
-  size_t expanded = 0;     // bf16 [N, K] weight (when plan.expand_weights)
-  size_t end = 0;          // bytes the call needs
+  size_t activations = 0;    // QDQ activations or codes + scales (none for the stream kernel)
+  size_t partials = 0;       // fp32 split-K partials (when plan.splits > 1)
+  size_t counters = 0;       // the stream kernel's arrival counters (when plan.splits > 1)
+  size_t tail_partials = 0;  // fp32 [tail items][128 × 256] (when plan.tail.ranges > 1)
+  size_t tail_counters = 0;  // one 64-bit word per tail tile (when plan.tail.ranges > 1)
+  size_t expanded = 0;       // bf16 [N, K] weight (when plan.expand_weights)
+  size_t end = 0;            // bytes the call needs
 };
 LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m, int64_t n,
                                            int64_t k);

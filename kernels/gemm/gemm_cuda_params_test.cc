@@ -523,6 +523,109 @@ TEST(LinearCudaPlanTest, WsTileColsFillTheLastWave) {
   EXPECT_EQ(LinearCudaWsTileColsFor(256, 4096, 1280, 1, 132), kLinearCudaWgmmaCols);
 }
 
+// The stream-K tail: whole tiles in full waves of 132, the last partial wave's tiles cut into K
+// ranges by the split-K rule, at most 132 range items, at least 4 steps a range, at most 8 ranges.
+TEST(LinearCudaPlanTest, StreamKTailSplitsOnlyTheLastWave) {
+  struct Case {
+    int64_t tiles, k_steps, begin, ranges, steps;
+  };
+  for (const Case& c : {
+           Case{160, 80, 132, 4, 20},   // wq_a at M = 4,096: 28 tail tiles, 112 items
+           Case{288, 80, 264, 5, 16},   // shared w1|w3 at 4,096: 24 tail tiles
+           Case{160, 128, 132, 4, 32},  // wo_b at 1,024 (K 8,192)
+           Case{264, 80, 264, 1, 0},    // whole waves: no tail
+           Case{263, 80, 263, 1, 0},    // 131 tail tiles: one range each, no tail
+           Case{133, 80, 132, 8, 10},   // one tail tile: kLinearCudaTailMaxRanges
+           Case{160, 8, 132, 2, 4},     // short K: 4 steps a range at least
+           Case{160, 7, 160, 1, 0},     //   ... or no tail
+           Case{50, 80, 0, 2, 40},      // less than a wave: every tile is the tail
+           Case{140, 13, 132, 3, 5},    // ragged: ranges of 5, 5 and 3 steps
+       }) {
+    const LinearCudaTail t = LinearCudaTailPlan(c.tiles, c.k_steps);
+    EXPECT_EQ(t.begin, c.begin) << c.tiles << " tiles, " << c.k_steps << " steps";
+    EXPECT_EQ(t.ranges, c.ranges) << c.tiles << " tiles, " << c.k_steps << " steps";
+    EXPECT_EQ(t.steps, c.steps) << c.tiles << " tiles, " << c.k_steps << " steps";
+  }
+  for (int64_t tiles = 1; tiles <= 600; ++tiles) {
+    for (int64_t k_steps = 1; k_steps <= 160; ++k_steps) {
+      const LinearCudaTail t = LinearCudaTailPlan(tiles, k_steps);
+      if (t.ranges == 1) {
+        ASSERT_EQ(t.begin, tiles);
+        continue;
+      }
+      ASSERT_EQ(t.begin % kLinearCudaTailSlots, 0);
+      ASSERT_LT(t.begin, tiles);
+      ASSERT_LE((tiles - t.begin) * t.ranges, kLinearCudaTailSlots);
+      ASSERT_LE(t.ranges, kLinearCudaTailMaxRanges);
+      ASSERT_GE(t.steps, kLinearCudaTailMinSteps);
+      ASSERT_LT(t.steps * (t.ranges - 1), k_steps) << "an empty range";
+      ASSERT_GE(t.steps * t.ranges, k_steps) << "K not covered";
+    }
+  }
+}
+
+// The plan has a tail only for the warp-specialised kernel without K splits, when asked; the tail
+// ranges are the K splits the plan makes for split_k = ranges (so the tail tiles' bits are that
+// plan's); the workspace holds the range partials and counters after the stream counters.
+TEST(LinearCudaPlanTest, StreamKTailPlanAndWorkspace) {
+  const int64_t k = 5120;
+  const LinearCudaPlan wq_a = PlanLinearCuda(4096, 1280, k, 0, 0, true, true, true, true);
+  ASSERT_TRUE(wq_a.warp_specialised);
+  EXPECT_EQ(wq_a.tail.begin, 132);
+  EXPECT_EQ(wq_a.tail.ranges, 4);
+  EXPECT_EQ(wq_a.tail.steps, 20);
+  const LinearCudaPlan split = PlanLinearCuda(4096, 1280, k, 128, wq_a.tail.ranges);
+  EXPECT_EQ(split.splits, wq_a.tail.ranges);
+  EXPECT_EQ(split.steps_per_split, wq_a.tail.steps);
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k).tail.ranges, 1);   // not asked
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k).tail.begin, 160);  // every tile
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k, 0, 3, true, true, true, true).tail.ranges, 1);   // splits
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k, 0, 0, false, true, true, true).tail.ranges, 1);  // FP8
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k, 0, 0, true, false, true, true).tail.ranges,
+            1);  // cp.async
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k, 64, 0, true, true, true, true).tail.ranges, 1);  // mma
+  // In place (no expansion) the same kernel walks the same tail.
+  EXPECT_EQ(PlanLinearCuda(4096, 1280, k, 0, 0, true, true, false, true).tail.ranges, 4);
+
+  const LinearCudaWorkspaceLayout l = LinearCudaLayout(wq_a, 4096, 1280, k);
+  EXPECT_EQ(l.tail_partials, l.counters);  // no split partials or stream counters
+  EXPECT_EQ(l.tail_counters - l.tail_partials, size_t{28 * 4} * 4 * 128 * 256);
+  EXPECT_EQ(l.expanded - l.tail_counters, 256u);  // 28 words, 256-byte aligned
+  EXPECT_EQ(l.end, l.expanded + size_t{2} * 1280 * k);
+  const LinearCudaWorkspaceLayout none =
+      LinearCudaLayout(PlanLinearCuda(4096, 1280, k), 4096, 1280, k);
+  EXPECT_EQ(none.tail_partials, none.expanded);
+
+  FakeWeight f;
+  const Fp8LinearDevice w = f.View(1280, k);
+  const size_t with = LinearCudaWorkspaceBytes(w, 4096, 0, 0, true, true, true, true);
+  const size_t without = LinearCudaWorkspaceBytes(w, 4096);
+  EXPECT_EQ(with - without, size_t{132} * 4 * 128 * 256 + 1280);  // the bound, for every m
+  EXPECT_GE(with, l.end);
+  std::vector<uint16_t> xs(1), ys(1);
+  LinearCudaParams q;
+  q.weight = &w;
+  q.m = 4096;
+  q.x_bf16 = xs.data();
+  q.x_stride = k;
+  q.y_bf16 = ys.data();
+  q.y_stride = 1280;
+  q.workspace = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never dereferenced
+  q.workspace_bytes = l.end - 1;                              // the call's own layout, less a byte
+  q.stream_k_tail = true;
+  absl::Status s = ValidateLinearCudaParams(q);
+  EXPECT_NE(s.message().find("workspace"), std::string::npos) << s;
+  q.workspace_bytes = l.end;
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
+  q.workspace_bytes = with;
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
+  q.ws_tile_cols = 256;
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
+  q.ws_tile_cols = 160;
+  s = ValidateLinearCudaParams(q);
+  EXPECT_NE(s.message().find("ws_tile_cols"), std::string::npos) << s;
+}
+
 TEST(LinearCudaParamsTest, RejectsBadFields) {
   FakeWeight f;
   const Fp8LinearDevice w = f.View(256, 512);

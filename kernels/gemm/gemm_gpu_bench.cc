@@ -5,6 +5,7 @@
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
+//                  [--stream-k-tail 0,1]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -24,7 +25,10 @@
 // counts are capped at the K steps; the `splits` column says what ran). --ws-cols times each
 // listed LinearCudaParams::ws_tile_cols where the warp-specialised kernel runs on expanded
 // weights (0 = the default, LinearCudaWsTileCols's choice; 256 = the width before session 63; the
-// kernel column then reads "ws-x-cN" with the width that ran; elsewhere only 0 runs). --peak-tflops
+// kernel column then reads "ws-x-cN" with the width that ran; elsewhere only 0 runs).
+// --stream-k-tail times each listed LinearCudaParams::stream_k_tail (1 runs only where the plan
+// has a tail, with ws-cols 0; kernel column "ws-x-skR": 256-column tiles, the last wave's
+// tiles in R K ranges). --peak-tflops
 // replaces the measured rate in the compute roof (default: the larger of cuBLAS's bf16 GEMM and
 // the mma.sync peak, both measured in the run; 893 TFLOP/s is cuBLAS's on the H200).
 //
@@ -47,6 +51,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/check.h"
@@ -56,6 +61,16 @@
 
 namespace flashserve::kernels {
 namespace {
+
+// Every (a, b) of two lists, a outer.
+std::vector<std::pair<int64_t, int64_t>> Pairs(const std::vector<int64_t>& a,
+                                               const std::vector<int64_t>& b) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t x : a) {
+    for (int64_t y : b) out.emplace_back(x, y);
+  }
+  return out;
+}
 
 struct Shape {
   const char* name;
@@ -80,6 +95,7 @@ struct Options {
   std::vector<std::string> kernels = {"auto"};
   std::vector<int64_t> splits = {0};   // LinearCudaParams::split_k values (0 = automatic)
   std::vector<int64_t> ws_cols = {0};  // LinearCudaParams::ws_tile_cols values
+  std::vector<int64_t> tails = {0};    // LinearCudaParams::stream_k_tail values (0 / 1)
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
@@ -140,6 +156,15 @@ Options Parse(int argc, char** argv) {
           std::exit(2);
         }
         o.ws_cols.push_back(c);
+      }
+    } else if (flag == "--stream-k-tail") {
+      o.tails.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) {
+        if (v != "0" && v != "1") {
+          std::fprintf(stderr, "--stream-k-tail: %s is not 0 or 1\n", v.c_str());
+          std::exit(2);
+        }
+        o.tails.push_back(v == "1" ? 1 : 0);
       }
     } else if (flag == "--splits") {
       o.splits.clear();
@@ -267,35 +292,46 @@ int Main(int argc, char** argv) {
     // wgmma kernels.
     size_t ws_bytes = 0;
     for (int64_t split : o.splits) {
-      ws_bytes = std::max({ws_bytes, LinearCudaWorkspaceBytes(views[0], max_m, 0, split),
-                           LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaStreamRows, split),
-                           LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaRsRows, split),
-                           LinearCudaWorkspaceBytes(views[0], max_m, 16, split),
-                           LinearCudaWorkspaceBytes(views[0], max_m, 64, split),
-                           LinearCudaWorkspaceBytes(views[0], max_m, 128, split),
-                           LinearCudaWorkspaceBytes(views[0], max_m, 128, split, true)});
+      ws_bytes =
+          std::max({ws_bytes, LinearCudaWorkspaceBytes(views[0], max_m, 0, split),
+                    LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaStreamRows, split),
+                    LinearCudaWorkspaceBytes(views[0], max_m, kLinearCudaRsRows, split),
+                    LinearCudaWorkspaceBytes(views[0], max_m, 16, split),
+                    LinearCudaWorkspaceBytes(views[0], max_m, 64, split),
+                    LinearCudaWorkspaceBytes(views[0], max_m, 128, split),
+                    LinearCudaWorkspaceBytes(views[0], max_m, 128, split, true),
+                    LinearCudaWorkspaceBytes(views[0], max_m, 128, split, true, true, true, true),
+                    LinearCudaWorkspaceBytes(views[0], max_m, 0, split, true, true, true, true)});
     }
     DeviceBuffer ws(ws_bytes);
     for (int64_t m : o.ms) {
       for (const std::string& kernel : o.kernels) {
         for (int64_t split : o.splits) {
-          for (int64_t ws_cols : o.ws_cols) {
+          for (const auto& [ws_cols, tail] : Pairs(o.ws_cols, o.tails)) {
             const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows, m);
             const bool bf16 = kernel != "wgmma";  // auto and mma: the default (bf16 expansion)
             const bool use_ws = kernel != "wgmma-bf16";  // the default main loop unless the old one
             const bool expand = kernel != "wgmma-ws-inplace";
             const LinearCudaPlan plan =
-                PlanLinearCuda(m, s.n, s.k, tile, split, bf16, use_ws, expand);
+                PlanLinearCuda(m, s.n, s.k, tile, split, bf16, use_ws, expand, tail != 0);
+            // A tail run only where the plan has one, at the width it allows.
+            if (tail != 0 && (plan.tail.ranges == 1 || ws_cols != 0)) continue;
             // The width that runs on expanded weights; other kernels take only ws_cols 0.
             int64_t cols = 0;
             if (plan.expand_weights) {
-              cols =
-                  LinearCudaWsTileColsFor(ws_cols, m, s.n, plan.splits, prop.multiProcessorCount);
+              cols = plan.tail.ranges > 1 ? kLinearCudaWgmmaCols
+                                          : LinearCudaWsTileColsFor(ws_cols, m, s.n, plan.splits,
+                                                                    prop.multiProcessorCount);
             } else if (ws_cols != 0) {
               continue;
             }
             char ws_name[32];
-            std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld", static_cast<long>(cols));
+            if (plan.tail.ranges > 1) {
+              std::snprintf(ws_name, sizeof(ws_name), "ws-x-sk%ld",
+                            static_cast<long>(plan.tail.ranges));
+            } else {
+              std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld", static_cast<long>(cols));
+            }
             const double us = MedianMicros(o, stream, [&](int i) {
               LinearCudaParams p;
               p.weight = &views[i % copies];
@@ -313,6 +349,7 @@ int Main(int argc, char** argv) {
               p.expand_weights = expand;
               p.stream_tma = kernel == "stream-tma";
               p.ws_tile_cols = ws_cols;
+              p.stream_k_tail = tail != 0;
               const absl::Status st = LaunchLinearFp8(p, stream);
               CHECK(st.ok()) << st;
             });

@@ -603,6 +603,64 @@ TEST_F(GemmGpuTest, ExpandedWeightsNarrowTilesBitIdentical) {
   std::printf("narrow ws tiles: %d runs bit-identical to the 256-column tiles\n", runs);
 }
 
+// The stream-K tail (LinearCudaParams::stream_k_tail): the tiles before the tail hold the
+// unsplit plan's bits, the tail tiles the bits of the plan with split_k = the tail's ranges
+// (the same K ranges, summed in the same order from +0 by their last range instead of the
+// reduction kernel). Ragged M, N and K (a partial last K step and a short last range), bias,
+// bf16 and fp32 outputs, expanded weights and the in-place FP8 decode, and three calls on one
+// workspace (the counters' reset and tags).
+TEST_F(GemmGpuTest, StreamKTailBitsMatchSplitAndWhole) {
+  Rng rng(43);
+  struct Case {
+    int64_t m, n, k, split_k;
+  };
+  int runs = 0;
+  for (const Case& c : {Case{4096, 1280, 1312, 0},    // 160 tiles: 28 tail tiles of 4 ranges
+                        Case{4500, 1000, 1312, 0},    // 144 tiles: 12 of 5 ranges (5, 5, 5, 5, 1)
+                        Case{600, 1280, 2048, 1}}) {  // 25 tiles, all tail (split 1 forced)
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    const std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, c.k, rng);
+    for (bool expand : {true, false}) {
+      const LinearCudaPlan plan =
+          PlanLinearCuda(c.m, c.n, c.k, 128, c.split_k, true, true, expand, true);
+      ASSERT_TRUE(plan.warp_specialised);
+      ASSERT_GT(plan.tail.ranges, 1) << c.m << " x " << c.n;
+      for (bool f32 : {false, true}) {
+        GpuRunOptions whole{f32, 0, 128, 1, true, true, expand};
+        whole.ws_tile_cols = kLinearCudaWgmmaCols;
+        GpuRunOptions split = whole;
+        split.split_k = plan.tail.ranges;
+        GpuRunOptions tail = whole;
+        tail.split_k = c.split_k;
+        tail.ws_tile_cols = 0;
+        tail.stream_k_tail = true;
+        tail.repeats = 3;
+        const std::vector<float> y_whole = gemm_test::RunLinearGpu(d.view(), x, c.m, c.k, whole);
+        const std::vector<float> y_split = gemm_test::RunLinearGpu(d.view(), x, c.m, c.k, split);
+        std::vector<float> expect(y_whole.size());
+        int64_t tail_outputs = 0;
+        for (int64_t r = 0; r < c.m; ++r) {
+          for (int64_t j = 0; j < c.n; ++j) {
+            const int64_t t = r / 128 + (j / 256) * plan.m_tiles;
+            const bool in_tail = t >= plan.tail.begin;
+            tail_outputs += in_tail ? 1 : 0;
+            expect[r * c.n + j] = (in_tail ? y_split : y_whole)[r * c.n + j];
+          }
+        }
+        ASSERT_GT(tail_outputs, 0);
+        ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), x, c.m, c.k, tail), expect, c.m, c.n, c.n,
+                       "stream-K tail M " + std::to_string(c.m) + " N " + std::to_string(c.n) +
+                           " K " + std::to_string(c.k) + (expand ? " expanded" : " in place") +
+                           (f32 ? " f32" : " bf16"));
+        ++runs;
+      }
+    }
+  }
+  std::printf("stream-K tail: %d runs bit-identical to the whole / split plans\n", runs);
+}
+
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

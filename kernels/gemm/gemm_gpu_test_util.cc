@@ -99,9 +99,9 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   DeviceBuffer dy(y_elems * (o.f32_out ? 4 : 2));
   // NaN-fill so unwritten outputs show up.
   CUDA_CHECK(cudaMemset(dy.get(), 0xFF, dy.bytes()));
-  DeviceBuffer ws(
-      std::max<size_t>(16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16,
-                                                    o.wgmma_ws, o.expand_weights)));
+  DeviceBuffer ws(std::max<size_t>(
+      16, LinearCudaWorkspaceBytes(w, m, o.tile_rows, o.split_k, o.wgmma_bf16, o.wgmma_ws,
+                                   o.expand_weights, o.stream_k_tail)));
   // Garbage-fill: no kernel may rely on the workspace's contents (the stream kernel's split-K
   // counters included).
   CUDA_CHECK(cudaMemset(ws.get(), 0xA5, ws.bytes()));
@@ -120,10 +120,13 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   p.expand_weights = o.expand_weights;
   p.stream_tma = o.stream_tma;
   p.ws_tile_cols = o.ws_tile_cols;
+  p.stream_k_tail = o.stream_k_tail;
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
-  const absl::Status s = LaunchLinearFp8(p, nullptr);
-  CHECK(s.ok()) << s;
+  for (int i = 0; i < std::max(o.repeats, 1); ++i) {
+    const absl::Status s = LaunchLinearFp8(p, nullptr);
+    CHECK(s.ok()) << s;
+  }
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> y(y_elems);
   if (o.f32_out) {

@@ -47,8 +47,11 @@ struct GpuRunOptions {
   bool expand_weights = true;  // LinearCudaParams::expand_weights
   bool stream_tma = false;     // LinearCudaParams::stream_tma
   int64_t ws_tile_cols = 0;    // LinearCudaParams::ws_tile_cols
+  bool stream_k_tail = false;  // LinearCudaParams::stream_k_tail
+  int repeats = 1;             // launches of the same call on the same workspace and y
 };
-// LaunchLinearFp8 on a device copy of x; y widened to float [m, y_stride]. Aborts on errors.
+// LaunchLinearFp8 on a device copy of x (o.repeats times, one workspace: what one call leaves
+// there must not change the next); y widened to float [m, y_stride]. Aborts on errors.
 std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint16_t>& x, int64_t m,
                                 int64_t x_stride, const GpuRunOptions& o);
 

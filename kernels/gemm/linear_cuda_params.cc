@@ -126,7 +126,7 @@ LinearCudaPlan RsPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
 
 // The plan for a resolved tile_rows (no automatic choice left).
 LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                       bool wgmma_bf16, bool wgmma_ws, bool expand_weights) {
+                       bool wgmma_bf16, bool wgmma_ws, bool expand_weights, bool stream_k_tail) {
   if (tile_rows == kLinearCudaStreamRows) return StreamPlan(m, n, k, split_k);
   if (tile_rows == kLinearCudaRsRows) return RsPlan(m, n, k, split_k);
   LinearCudaPlan p;
@@ -160,6 +160,11 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
   FillSplits(p, k, split_k, wgmma ? kWgmmaTargetCtas : kTargetCtas);
   p.warp_specialised = p.kernel == LinearCudaKernel::kWgmmaBf16 && wgmma_ws;
   p.expand_weights = p.warp_specialised && expand_weights && m >= kLinearCudaExpandMinRows;
+  if (p.warp_specialised && p.splits == 1 && stream_k_tail) {
+    p.tail = LinearCudaTailPlan(p.m_tiles * p.n_tiles, p.k_steps);
+  } else {
+    p.tail.begin = p.m_tiles * p.n_tiles;
+  }
   return p;
 }
 
@@ -175,6 +180,17 @@ size_t CounterBytes(const LinearCudaPlan& plan) {
              : 0;
 }
 
+// The stream-K tail's range partials (fp32 128 × 256 per range item) and its counters (one
+// 64-bit word per tail tile), and the most any plan's tail needs (kLinearCudaTailSlots items).
+constexpr size_t kTailItemBytes = 4 * kLinearCudaWgmmaRows * kLinearCudaWgmmaCols;
+size_t TailPartialBytes(const LinearCudaPlan& plan) {
+  const int64_t items = (plan.m_tiles * plan.n_tiles - plan.tail.begin) * plan.tail.ranges;
+  return plan.tail.ranges > 1 ? AlignUp(static_cast<size_t>(items) * kTailItemBytes, 256) : 0;
+}
+size_t TailCounterBytes(const LinearCudaPlan& plan) {
+  const int64_t tiles = plan.m_tiles * plan.n_tiles - plan.tail.begin;
+  return plan.tail.ranges > 1 ? AlignUp(static_cast<size_t>(8 * tiles), 256) : 0;
+}
 size_t ExpandedBytes(const LinearCudaPlan& plan, int64_t n, int64_t k) {
   return plan.expand_weights ? AlignUp(static_cast<size_t>(2 * n * k), 256) : 0;
 }
@@ -232,15 +248,19 @@ LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m
   l.activations = 0;
   l.partials = QdqBytes(plan, m, k);
   l.counters = l.partials + PartialBytes(plan, m, n);
-  l.expanded = l.counters + CounterBytes(plan);
+  l.tail_partials = l.counters + CounterBytes(plan);
+  l.tail_counters = l.tail_partials + TailPartialBytes(plan);
+  l.expanded = l.tail_counters + TailCounterBytes(plan);
   l.end = l.expanded + ExpandedBytes(plan, n, k);
   return l;
 }
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                              bool wgmma_bf16, bool wgmma_ws, bool expand_weights) {
+                              bool wgmma_bf16, bool wgmma_ws, bool expand_weights,
+                              bool stream_k_tail) {
   if (tile_rows != 0) {
-    return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
+    return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights,
+                   stream_k_tail);
   }
   if (LinearCudaStreamTmaPays(m, n, k)) return StreamTmaPlan(m, n, k, split_k);
   if (LinearCudaStreamPays(m)) return StreamPlan(m, n, k, split_k);
@@ -251,11 +271,26 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
     // The A/B on the H200 (README "CUDA: plan rule"): the wgmma kernels lose to mma.sync where
     // the plan leaves each CTA only a few K steps (wq_a / shared_w2 at M = 128 - 256: 256 - 448
     // of K per split; K = 512 shapes at every M), and win from 640 on.
-    const LinearCudaPlan w =
-        PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
+    const LinearCudaPlan w = PlanFor(m, n, k, kLinearCudaWgmmaRows, split_k, wgmma_bf16, wgmma_ws,
+                                     expand_weights, stream_k_tail);
     if (w.steps_per_split * w.k_step >= kLinearCudaWgmmaMinSplitK) return w;
   }
-  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
+  return PlanFor(m, n, k, mma_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights, stream_k_tail);
+}
+
+LinearCudaTail LinearCudaTailPlan(int64_t tiles, int64_t k_steps) {
+  LinearCudaTail t;
+  t.begin = std::max<int64_t>(tiles, 0);
+  const int64_t whole = tiles / kLinearCudaTailSlots * kLinearCudaTailSlots;
+  const int64_t r = tiles - whole;
+  if (r <= 0 || k_steps <= 0) return t;
+  const int64_t s = std::min(
+      {kLinearCudaTailSlots / r, k_steps / kLinearCudaTailMinSteps, kLinearCudaTailMaxRanges});
+  if (s < 2) return t;
+  t.steps = CeilDiv(k_steps, s);
+  t.ranges = CeilDiv(k_steps, t.steps);  // >= 2: s <= k_steps / 4
+  t.begin = whole;
+  return t;
 }
 
 int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) {
@@ -285,25 +320,31 @@ int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t
 
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
                                 int64_t split_k, bool wgmma_bf16, bool wgmma_ws,
-                                bool expand_weights) {
+                                bool expand_weights, bool stream_k_tail) {
   if (max_m <= 0) return 0;
-  size_t activations = 0, partials = 0, counters = 0, expanded = 0;
+  size_t activations = 0, partials = 0, counters = 0, tail = 0, expanded = 0;
   // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles (the wgmma plan
   // kWgmmaTargetCtas tiles beyond 128 · kWgmmaTargetCtas, the same count), so the automatic
   // plan never splits, and a forced split's partials grow with m: max_m covers the rest.
   static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
   const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
   auto add = [&](int64_t m) {
-    const LinearCudaPlan plan =
-        PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights);
+    const LinearCudaPlan plan = PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16,
+                                               wgmma_ws, expand_weights, stream_k_tail);
     activations = std::max(activations, QdqBytes(plan, m, w.k));
     partials = std::max(partials, PartialBytes(plan, m, w.n));
     counters = std::max(counters, CounterBytes(plan));
+    // A tail's items never exceed kLinearCudaTailSlots: reserve that much wherever one may
+    // appear (an m beyond the scan may have a larger tail than max_m's own plan).
+    if (plan.warp_specialised && plan.splits == 1 && stream_k_tail) {
+      tail = std::max(tail, AlignUp(kLinearCudaTailSlots * kTailItemBytes, 256) +
+                                AlignUp(8 * kLinearCudaTailSlots, 256));
+    }
     expanded = std::max(expanded, ExpandedBytes(plan, w.n, w.k));
   };
   for (int64_t m = 1; m <= scan; ++m) add(m);
   add(max_m);
-  return activations + partials + counters + expanded;
+  return activations + partials + counters + tail + expanded;
 }
 
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
@@ -318,6 +359,10 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (!LinearCudaWsTileColsValid(p.ws_tile_cols)) {
     return Invalid("ws_tile_cols",
                    absl::StrFormat("%d is not 0 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));
+  }
+  if (p.stream_k_tail && p.ws_tile_cols != 0 && p.ws_tile_cols != kLinearCudaWgmmaCols) {
+    return Invalid("ws_tile_cols",
+                   absl::StrFormat("%d must be 0 or 256 with stream_k_tail", p.ws_tile_cols));
   }
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid("split_k",
@@ -338,7 +383,7 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
     return Invalid("y_bf16", "is not 2-byte aligned");
   if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
   const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
-                                             p.wgmma_ws, p.expand_weights);
+                                             p.wgmma_ws, p.expand_weights, p.stream_k_tail);
   if (plan.kernel == LinearCudaKernel::kStream && plan.m_tiles > 65535) {
     return Invalid("m", absl::StrFormat("%d is above %d for the stream kernel (tile_rows %d)", p.m,
                                         65535 * kLinearCudaStreamMaxRows, kLinearCudaStreamRows));

@@ -80,19 +80,27 @@ void LaunchExpand(const GemmArgs& f, uint16_t* out, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The warp-specialised kernel's tile width on expanded weights (LinearCudaParams::ws_tile_cols).
-// The SM count (cached per device) is read only for the automatic width.
+// The warp-specialised kernel's tile width on expanded weights (LinearCudaParams::ws_tile_cols):
+// 256 where the plan has a stream-K tail. The SM count (cached per device) is read only for the
+// automatic width.
 int64_t WsTileCols(int64_t requested, const GemmArgs& f, const LinearCudaPlan& plan) {
+  if (plan.tail.ranges > 1) return kLinearCudaWgmmaCols;
   const int sms = requested == 0 ? SmCount(CurrentDevice()) : 0;
   return LinearCudaWsTileColsFor(requested, f.m, f.n, plan.splits, sms);
 }
+
+// The workspace regions of a plan's stream-K tail (null without one).
+struct TailRegions {
+  float* partial = nullptr;
+  unsigned long long* counters = nullptr;
+};
 
 // The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
 // codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
 // expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); false (nothing
 // enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                   int64_t ws_tile_cols, cudaStream_t stream) {
+                   int64_t ws_tile_cols, const TailRegions& tail, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
   const int64_t cols = fp8 ? int64_t{wgmma_ws::kBN} : WsTileCols(ws_tile_cols, f, plan);
@@ -117,6 +125,13 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
   g.y_stride = f.y_stride;
   g.y_pair = f.y_pair;
   g.partial = f.partial;
+  if (plan.tail.ranges > 1) {
+    g.whole = plan.tail.begin;
+    g.tail_ranges = static_cast<int>(plan.tail.ranges);
+    g.tail_steps = plan.tail.steps;
+    g.tail_partial = tail.partial;
+    g.tail_counters = tail.counters;
+  }
   if (fp8) {
     wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
     return true;
@@ -129,8 +144,10 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
 // `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                 int64_t ws_tile_cols, cudaStream_t stream) {
-  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, stream)) return;
+                 int64_t ws_tile_cols, const TailRegions& tail, cudaStream_t stream) {
+  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, tail, stream)) {
+    return;
+  }
   wgmma_linear::Args g;
   g.x = f.a;
   g.x_stride = f.k;
@@ -276,19 +293,6 @@ void LaunchStreamKernel(const gemm_device::StreamArgs& a, const LinearCudaPlan& 
                          gemm_device::StreamSmemBytes(a.slab_units, kNT), stream, a);
 }
 
-// A fresh tag for the stream kernel's split-K counters (linear_fp8_stream.cuh): 48 nonzero bits
-// above the 16-bit arrival count, a new one per call (per capture for a CUDA graph, whose
-// replays reuse it). The call count times an odd constant: distinct for 2^48 calls, and unlike
-// the small integers, zeros and floats a counter word may hold from other uses.
-unsigned long long NextStreamTag() {
-  static std::atomic<uint64_t> calls{0};
-  uint64_t tag = 0;
-  while (tag == 0) {
-    tag = ((calls.fetch_add(1, std::memory_order_relaxed) + 1) * 0x9E3779B97F4A7C15ull) << 16;
-  }
-  return tag;
-}
-
 // The split-K reduction (LinearFp8ReduceKernel) of a call's partials into y; pdl: as a
 // programmatic dependent of the GEMM before it (which then need not have finished launching it).
 void LaunchReduce(const float* partial, int64_t splits, const LinearCudaParams& p,
@@ -374,7 +378,7 @@ void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
   if (plan.splits > 1) {
     a.partial = reinterpret_cast<float*>(ws + layout.partials);
     a.counters = reinterpret_cast<unsigned long long*>(ws + layout.counters);
-    a.tag = NextStreamTag();
+    a.tag = gemm_device::NextCounterTag();
   }
   const bool vec = reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0;
   if ((p.stream_tma || plan.tma_ring) && LaunchStreamTma(p, plan, a, vec, stream)) return;
@@ -399,7 +403,7 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   if (p.m == 0) return absl::OkStatus();
   const Fp8LinearDevice& w = *p.weight;
   const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
-                                             p.wgmma_ws, p.expand_weights);
+                                             p.wgmma_ws, p.expand_weights, p.stream_k_tail);
   const LinearCudaWorkspaceLayout layout = LinearCudaLayout(plan, p.m, w.n, w.k);
   if (plan.kernel == LinearCudaKernel::kStream) {
     LaunchStream(p, plan, layout, stream);
@@ -466,10 +470,15 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
       } else {
+        TailRegions tail;
+        if (plan.tail.ranges > 1) {
+          tail.partial = reinterpret_cast<float*>(ws + layout.tail_partials);
+          tail.counters = reinterpret_cast<unsigned long long*>(ws + layout.tail_counters);
+        }
         LaunchWgmma(
             g, plan,
             plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr,
-            p.ws_tile_cols, stream);
+            p.ws_tile_cols, tail, stream);
       }
       break;
     case 16:

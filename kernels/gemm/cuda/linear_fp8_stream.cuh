@@ -42,14 +42,8 @@
 // workspace), then one thread per CTA arrives at the tile's counter (workspace); the CTA that
 // arrives last sums the tile's partials in ascending split order from +0 (LinearFp8ReduceKernel's
 // order: the bits do not depend on which CTA is last; the loads of 8 (4) splits are issued
-// before they are added), adds the bias, stores y, and resets the counter to 0. A counter is a
-// 64-bit word (tag | arrivals): the launcher gives every call a fresh nonzero 48-bit tag
-// (bits 16..63; the low 16 bits count, splits <= 32), and an arrival that finds another tag in the
-// word (0 after a finished call, or whatever the workspace held before) starts the count at 1
-// (Arrive: one CAS or one atomicAdd per arrival unless the word is foreign). So the counters need
-// no zeroing before the first call, tolerate the workspace being used for anything between calls (a
-// foreign word matches the tag with probability 2^-48), and a CUDA graph replaying the same tag
-// finds its counters reset to 0.
+// before they are added), adds the bias, stores y, and resets the counter to 0 (tile_counter.cuh:
+// a tagged 64-bit word per tile, which needs no zeroing).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -60,6 +54,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/stream_load.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
+#include "kernels/gemm/cuda/tile_counter.cuh"
 #include "kernels/quant/cuda/quant_kernels.cuh"
 
 namespace flashserve::kernels::gemm_device {
@@ -264,25 +259,6 @@ __device__ __forceinline__ void StoreOutput(const StreamArgs& g, int64_t m, int6
     g.y_f32[m * g.y_stride + n] = v;
   } else {
     g.y_bf16[m * g.y_stride + n] = static_cast<uint16_t>(exact::F32ToBf16(v));
-  }
-}
-
-// Counts one arrival at the tile's counter (see the top of the file); returns the arrivals of
-// this call so far, this one included. The word is normally 0 (reset by the previous call's last
-// CTA) or already carries this call's tag: one CAS 0 -> tag + 1 (the first arrival) or one
-// atomicAdd (the rest), no retries however many splits arrive at once (a CAS-increment loop made
-// the k-th of s simultaneous arrivals wait ~k L2 round trips). Only a foreign word (first use,
-// the workspace used for something else) takes the CAS loop that replaces it with tag + 1.
-__device__ __forceinline__ uint32_t Arrive(unsigned long long* counter, unsigned long long tag) {
-  unsigned long long seen = atomicCAS(counter, 0ull, tag + 1);
-  if (seen == 0ull) return 1;
-  while (true) {
-    if ((seen & ~0xFFFFull) == tag) {
-      return static_cast<uint32_t>((atomicAdd(counter, 1ull) + 1) & 0xFFFFull);
-    }
-    const unsigned long long got = atomicCAS(counter, seen, tag + 1);
-    if (got == seen) return 1;
-    seen = got;
   }
 }
 
