@@ -197,11 +197,11 @@ struct LinearCudaParams {
   int64_t ws_tile_cols = 0;
   // Where the plan runs the warp-specialised kernel without K splits: true = the stream-K tail
   // (LinearCudaTailPlan: whole 128 × 256 tiles in full waves, the last partial wave's tiles cut
-  // into K ranges whose fp32 sums the range that finishes last adds up; the automatic tile width
-  // is then 256 where a tail applies), false (default until measured) = none. The tail tiles'
-  // bits are those of the plan with split_k = their range count, the other tiles' those of the
-  // unsplit plan (`StreamKTailBitsMatchSplitAndWhole`, on the GPU). With it, ws_tile_cols must be
-  // 0 or 256. Costs the tail's partials and counters in the workspace (LinearCudaLayout).
+  // into K ranges whose fp32 partials a second kernel sums; the automatic tile width is then 256
+  // where a tail applies), false (default until measured) = none. The tail tiles' bits are those
+  // of the plan with split_k = their range count, the other tiles' those of the unsplit plan
+  // (`StreamKTailBitsMatchSplitAndWhole`, on the GPU). With it, ws_tile_cols must be 0 or 256.
+  // Costs the tail's partials in the workspace (LinearCudaLayout). Cost: one more launch.
   bool stream_k_tail = false;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
@@ -214,8 +214,9 @@ struct LinearCudaParams {
   // 16-byte multiples).
   bool stream_tma = false;
   // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k,
-  // wgmma_bf16, wgmma_ws, expand_weights) bytes, 16-byte aligned, not used concurrently by
-  // another launch. Its contents need no initialisation, before the first call or between calls.
+  // wgmma_bf16, wgmma_ws, expand_weights, stream_k_tail) bytes, 16-byte aligned, not used
+  // concurrently by another launch. Its contents need no initialisation, before the first call or
+  // between calls.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -226,8 +227,8 @@ struct LinearCudaParams {
 // into `ranges` K ranges of `steps` steps (the last range may have fewer): the split-K rule of
 // the plan (steps = ceil(k_steps / s), ranges = ceil(k_steps / steps)) for s = the least of
 // kLinearCudaTailSlots / r (the r · s range items then fit one wave), k_steps /
-// kLinearCudaTailMinSteps and kLinearCudaTailMaxRanges (the range that finishes last reads every
-// range's 128 × 256 fp32 partial back: ~1.2 µs each on one SM). ranges == 1 (begin == tiles):
+// kLinearCudaTailMinSteps and kLinearCudaTailMaxRanges (each range writes a 128 × 256 fp32
+// partial that the reduction reads back). ranges == 1 (begin == tiles):
 // no tail (r == 0, or s < 2). The slots are a constant, not the device's SM count, so the bits
 // never depend on the device. Pure.
 inline constexpr int64_t kLinearCudaTailSlots = 132;
@@ -292,8 +293,8 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
 // (LinearCudaActivationBytes; none for the stream kernel), then, when the plan splits K, the fp32
 // partials (4·splits·M·N, rounded up to 256) and for the stream kernel its arrival counters (8
 // bytes per m tile × n tile, rounded up to 256), then, when the plan has a stream-K tail, its
-// range partials (128 KiB per range item, at most kLinearCudaTailSlots items: 16.5 MiB) and
-// counters (8 bytes per tail tile), then, when a plan expands the weight, its bf16 copy (2·N·K).
+// range partials (128 KiB per range item, at most kLinearCudaTailSlots items: 16.5 MiB), then,
+// when a plan expands the weight, its bf16 copy (2·N·K).
 // Monotone in max_m; 0 for max_m <= 0. Cost: O(min(max_m, 16896)) plans.
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
                                 int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
@@ -304,7 +305,6 @@ struct LinearCudaWorkspaceLayout {
   size_t partials = 0;       // fp32 split-K partials (when plan.splits > 1)
   size_t counters = 0;       // the stream kernel's arrival counters (when plan.splits > 1)
   size_t tail_partials = 0;  // fp32 [tail items][128 × 256] (when plan.tail.ranges > 1)
-  size_t tail_counters = 0;  // one 64-bit word per tail tile (when plan.tail.ranges > 1)
   size_t expanded = 0;       // bf16 [N, K] weight (when plan.expand_weights)
   size_t end = 0;            // bytes the call needs
 };

@@ -180,16 +180,12 @@ size_t CounterBytes(const LinearCudaPlan& plan) {
              : 0;
 }
 
-// The stream-K tail's range partials (fp32 128 × 256 per range item) and its counters (one
-// 64-bit word per tail tile), and the most any plan's tail needs (kLinearCudaTailSlots items).
+// The stream-K tail's range partials (fp32 128 × 256 per range item; at most kLinearCudaTailSlots
+// items).
 constexpr size_t kTailItemBytes = 4 * kLinearCudaWgmmaRows * kLinearCudaWgmmaCols;
 size_t TailPartialBytes(const LinearCudaPlan& plan) {
   const int64_t items = (plan.m_tiles * plan.n_tiles - plan.tail.begin) * plan.tail.ranges;
   return plan.tail.ranges > 1 ? AlignUp(static_cast<size_t>(items) * kTailItemBytes, 256) : 0;
-}
-size_t TailCounterBytes(const LinearCudaPlan& plan) {
-  const int64_t tiles = plan.m_tiles * plan.n_tiles - plan.tail.begin;
-  return plan.tail.ranges > 1 ? AlignUp(static_cast<size_t>(8 * tiles), 256) : 0;
 }
 size_t ExpandedBytes(const LinearCudaPlan& plan, int64_t n, int64_t k) {
   return plan.expand_weights ? AlignUp(static_cast<size_t>(2 * n * k), 256) : 0;
@@ -249,8 +245,7 @@ LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m
   l.partials = QdqBytes(plan, m, k);
   l.counters = l.partials + PartialBytes(plan, m, n);
   l.tail_partials = l.counters + CounterBytes(plan);
-  l.tail_counters = l.tail_partials + TailPartialBytes(plan);
-  l.expanded = l.tail_counters + TailCounterBytes(plan);
+  l.expanded = l.tail_partials + TailPartialBytes(plan);
   l.end = l.expanded + ExpandedBytes(plan, n, k);
   return l;
 }
@@ -337,8 +332,7 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
     // A tail's items never exceed kLinearCudaTailSlots: reserve that much wherever one may
     // appear (an m beyond the scan may have a larger tail than max_m's own plan).
     if (plan.warp_specialised && plan.splits == 1 && stream_k_tail) {
-      tail = std::max(tail, AlignUp(kLinearCudaTailSlots * kTailItemBytes, 256) +
-                                AlignUp(8 * kLinearCudaTailSlots, 256));
+      tail = std::max(tail, AlignUp(kLinearCudaTailSlots * kTailItemBytes, 256));
     }
     expanded = std::max(expanded, ExpandedBytes(plan, w.n, w.k));
   };

@@ -21,6 +21,7 @@
 #include "kernels/gemm/cuda/wgmma_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/gemm/cuda/wgmma_ws_tail.cuh"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/quant/quant.h"
 
@@ -37,6 +38,9 @@ static_assert(wgmma_linear::kBM == kLinearCudaWgmmaRows);
 static_assert(wgmma_linear::kBN == kLinearCudaWgmmaCols);
 static_assert(wgmma_ws::kBK == kLinearCudaWgmmaKStep);
 static_assert(wgmma_ws::kBN == kLinearCudaWgmmaCols);
+static_assert(wgmma_ws::kTailMaxRanges == kLinearCudaTailMaxRanges);
+static_assert(wgmma_ws::kTailTileRows == kLinearCudaWgmmaRows);
+static_assert(wgmma_ws::kTailTileCols == kLinearCudaWgmmaCols);
 static_assert(wgmma_fp8::kBM == kLinearCudaWgmmaRows);
 static_assert(wgmma_fp8::kBN == kLinearCudaWgmmaFp8Cols);
 static_assert(wgmma_fp8::kBK == kLinearCudaWgmmaFp8KStep);
@@ -89,18 +93,31 @@ int64_t WsTileCols(int64_t requested, const GemmArgs& f, const LinearCudaPlan& p
   return LinearCudaWsTileColsFor(requested, f.m, f.n, plan.splits, sms);
 }
 
-// The workspace regions of a plan's stream-K tail (null without one).
-struct TailRegions {
-  float* partial = nullptr;
-  unsigned long long* counters = nullptr;
-};
+// The stream-K tail's reduction of the range slots (f: the call's outputs) after the GEMM.
+void LaunchTail(const GemmArgs& f, const LinearCudaPlan& plan, float* partial,
+                cudaStream_t stream) {
+  wgmma_ws::TailReduceArgs r;
+  r.partial = partial;
+  r.bias = f.bias;
+  r.y_bf16 = f.y_bf16;
+  r.y_f32 = f.y_f32;
+  r.y_stride = f.y_stride;
+  r.y_pair = f.y_pair;
+  r.m = f.m;
+  r.n = f.n;
+  r.m_tiles = plan.m_tiles;
+  r.begin = plan.tail.begin;
+  r.tail_tiles = plan.m_tiles * plan.n_tiles - plan.tail.begin;
+  r.ranges = static_cast<int>(plan.tail.ranges);
+  wgmma_ws::LaunchTailReduce(r, stream);
+}
 
 // The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
 // codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
 // expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); false (nothing
 // enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                   int64_t ws_tile_cols, const TailRegions& tail, cudaStream_t stream) {
+                   int64_t ws_tile_cols, float* tail_partial, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
   const int64_t cols = fp8 ? int64_t{wgmma_ws::kBN} : WsTileCols(ws_tile_cols, f, plan);
@@ -129,23 +146,24 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
     g.whole = plan.tail.begin;
     g.tail_ranges = static_cast<int>(plan.tail.ranges);
     g.tail_steps = plan.tail.steps;
-    g.tail_partial = tail.partial;
-    g.tail_counters = tail.counters;
+    g.tail_partial = tail_partial;
   }
   if (fp8) {
     wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
-    return true;
+  } else {
+    LaunchExpand(f, expanded, stream);
+    wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
   }
-  LaunchExpand(f, expanded, stream);
-  wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
+  if (plan.tail.ranges > 1) LaunchTail(f, plan, tail_partial, stream);
   return true;
 }
 
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
 // `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                 int64_t ws_tile_cols, const TailRegions& tail, cudaStream_t stream) {
-  if (plan.warp_specialised && LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, tail, stream)) {
+                 int64_t ws_tile_cols, float* tail_partial, cudaStream_t stream) {
+  if (plan.warp_specialised &&
+      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, tail_partial, stream)) {
     return;
   }
   wgmma_linear::Args g;
@@ -470,15 +488,10 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
       } else {
-        TailRegions tail;
-        if (plan.tail.ranges > 1) {
-          tail.partial = reinterpret_cast<float*>(ws + layout.tail_partials);
-          tail.counters = reinterpret_cast<unsigned long long*>(ws + layout.tail_counters);
-        }
         LaunchWgmma(
             g, plan,
             plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr,
-            p.ws_tile_cols, tail, stream);
+            p.ws_tile_cols, reinterpret_cast<float*>(ws + layout.tail_partials), stream);
       }
       break;
     case 16:

@@ -1,6 +1,5 @@
-// Tagged arrival counters in the workspace, for the kernels whose last-arriving CTA sums a tile's
-// split or range partials (the weight-streaming kernel's split-K fix-up, linear_fp8_stream.cuh;
-// the warp-specialised kernel's stream-K tail, wgmma_ws_gemm.cuh).
+// Tagged arrival counters in the workspace, for kernels whose last-arriving CTA sums a tile's
+// split partials (the weight-streaming kernel's split-K fix-up, linear_fp8_stream.cuh).
 //
 // A counter is a 64-bit word (tag | arrivals): the launcher gives every call a fresh nonzero
 // 48-bit tag (NextCounterTag: bits 16..63; the low 16 bits count, at most 65535 arrivals), and an

@@ -15,9 +15,7 @@
 //   output's wgmma k16 steps are the same in the same order).
 // - the stream-K tail (Args::whole < items; LinearCudaTailPlan): the work items past `whole` are
 //   K ranges of the last wave's tiles; each range stores its fp32 accumulators in its workspace
-//   slot and arrives at the tile's counter (tile_counter.cuh), and the range that arrives last
-//   sums the tile's slots in ascending range order from +0 (LinearFp8ReduceKernel's order, so a
-//   tail tile's bits are the split-K plan's with as many splits) and stores the tile as usual.
+//   slot, and a second kernel (cuda/wgmma_ws_tail.cuh) sums every tail tile's slots.
 // Included by cuda/float_linear_launch.cu and cuda/linear_fp8_launch.cu only (sm_90a). README.md
 // "CUDA: the warp-specialised wgmma main loop" documents the design.
 //
@@ -29,7 +27,6 @@
 //         rows 128 .. 255 from codes held in registers).
 //   bars  loaded[kStages] (1 arrival + TMA bytes), decoded[kStages] (FP8: 128 arrivals),
 //         empty[kStages] (8 arrivals: lane 0 of each consumer warp after its wgmma finished).
-//   flag  16 bytes: the stream-K tail's "this range arrived last" word for the consumers.
 // Step counter c (per CTA, over all its tiles): stage c % kStages, parity (c / kStages) & 1.
 //
 // PTX (ISA 9.x): mbarrier.init / arrive / arrive.expect_tx / try_wait.parity / test_wait.parity
@@ -50,7 +47,6 @@
 #include "kernels/common/per_device_cache.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
-#include "kernels/gemm/cuda/tile_counter.cuh"
 #include "kernels/gemm/cuda/tma_map.h"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 
@@ -76,8 +72,7 @@ struct Smem {
   static_assert(kBn == 256 || kBn == 192 || kBn == 160 || kBn == 128, "a tile width of WsTileCols");
   static constexpr uint32_t kBStage = kBn * 128;
   static constexpr uint32_t kBarOff = kBOff + kStages * kBStage;
-  static constexpr uint32_t kFlagOff = kBarOff + 3 * kStages * 8;
-  static constexpr uint32_t kStageOff = kFlagOff + 16;
+  static constexpr uint32_t kStageOff = kBarOff + 3 * kStages * 8;
   static constexpr int kBytes =
       static_cast<int>(kStageOff + (kConsumerThreads / 32) * kWarpStageBytes) + 1024;
   static_assert(kBytes <= 227 * 1024);
@@ -109,8 +104,6 @@ struct Args {
   int tail_ranges = 1;
   int64_t tail_steps = 0;
   float* tail_partial = nullptr;  // [items - whole][kBM · kBn] fp32, slot j in thread order
-  unsigned long long* tail_counters = nullptr;  // [(items - whole) / tail_ranges], tile_counter.cuh
-  unsigned long long tail_tag = 0;
 };
 
 // ---- mbarrier / TMA primitives -----------------------------------------------------------------
@@ -183,10 +176,6 @@ __device__ __forceinline__ void TmaLoad(const TmaOperand& op, uint32_t dst, uint
 // .aligned: thread 0 may reach it from its own loader branch.
 __device__ __forceinline__ void ProducerSync() {
   asm volatile("barrier.sync 1, 128;\n" ::: "memory");
-}
-// Barrier among the two consumer warpgroups' 256 threads only (id 2).
-__device__ __forceinline__ void ConsumerSync() {
-  asm volatile("barrier.sync 2, 256;\n" ::: "memory");
 }
 
 // ---- the tile walk -----------------------------------------------------------------------------
@@ -369,16 +358,13 @@ __device__ __forceinline__ bool StoreTileStaged(const wgmma_linear::Args& g,
   return true;
 }
 
-// ---- the stream-K tail's fix-up ----------------------------------------------------------------
-// A tail range's end (consumer threads): stores the range's accumulators in its slot (thread t's
-// acc[4i .. 4i + 3] at float4 i · 256 + t: every store and load a warp's whole 512 bytes), then
-// arrives at the tile's counter. False for every range but the one that arrives last; that one
-// gets true with acc = the tile's sum over its ranges in ascending order from +0 (each range read
-// back from its slot, its own included), and resets the counter.
+// ---- the stream-K tail
+// --------------------------------------------------------------------------- A tail range's end
+// (consumer threads): its accumulators into its workspace slot, thread t's acc[4i .. 4i + 3] at
+// float4 i · 256 + t (every store a warp's whole 512 bytes; the layout WsTailReduceKernel reads).
 template <int kAcc>
-__device__ __forceinline__ bool TailFixup(const Args& g, float (&acc)[kAcc], int64_t slot,
-                                          uint32_t flag) {
-  static_assert(kAcc % 16 == 0);
+__device__ __forceinline__ void TailStore(const Args& g, const float (&acc)[kAcc], int64_t slot) {
+  static_assert(kAcc % 4 == 0);
   constexpr int64_t kSlot4 = int64_t{kConsumerThreads} * kAcc / 4;  // float4s per slot
   float4* mine = reinterpret_cast<float4*>(g.tail_partial) + slot * kSlot4 + threadIdx.x;
 #pragma unroll
@@ -386,55 +372,6 @@ __device__ __forceinline__ bool TailFixup(const Args& g, float (&acc)[kAcc], int
     __stcg(mine + i * kConsumerThreads,
            make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
   }
-  __threadfence();  // release this range's slot before the arrival
-  ConsumerSync();
-  const int64_t tile = slot / g.tail_ranges;
-  unsigned long long* counter = g.tail_counters + tile;
-  if (threadIdx.x == 0) {
-    const uint32_t last =
-        gemm_device::Arrive(counter, g.tail_tag) == static_cast<uint32_t>(g.tail_ranges) ? 1u : 0u;
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(flag), "r"(last) : "memory");
-  }
-  ConsumerSync();
-  uint32_t last;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(flag) : "memory");
-  // Every consumer thread has read the flag before the next tail tile's thread 0 can rewrite it:
-  // that takes this tile's ConsumerSync pair again.
-  if (last == 0) return false;
-  __threadfence();                        // acquire: the other ranges' slots are visible below
-  if (threadIdx.x == 0) *counter = 0ull;  // 0 is no call's tag: the next call starts afresh
-  const float4* first =
-      reinterpret_cast<const float4*>(g.tail_partial) + tile * g.tail_ranges * kSlot4 + threadIdx.x;
-  // Four float4s (16 outputs) of two ranges in flight per round: 8 loads, 16 + 32 registers.
-#pragma unroll
-  for (int i0 = 0; i0 < kAcc / 4; i0 += 4) {
-    float sum[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) sum[j] = 0.f;
-    for (int r = 0; r < g.tail_ranges; r += 2) {
-      const bool two = r + 1 < g.tail_ranges;
-      float4 v[2][4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        v[0][q] = __ldcg(first + r * kSlot4 + (i0 + q) * kConsumerThreads);
-        v[1][q] = __ldcg(first + (two ? r + 1 : r) * kSlot4 + (i0 + q) * kConsumerThreads);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (h == 1 && !two) break;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          sum[4 * q] = exact::AddRn(sum[4 * q], v[h][q].x);
-          sum[4 * q + 1] = exact::AddRn(sum[4 * q + 1], v[h][q].y);
-          sum[4 * q + 2] = exact::AddRn(sum[4 * q + 2], v[h][q].z);
-          sum[4 * q + 3] = exact::AddRn(sum[4 * q + 3], v[h][q].w);
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j) acc[4 * i0 + j] = sum[j];
-  }
-  return true;
 }
 
 // D (64 × kBn fp32) += A·B of one 16-wide K step, both operands from shared memory.
@@ -566,8 +503,10 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
     wgmma::FenceOperands(acc);
     __syncwarp();
     if (lane0) BarArrive(bar_empty + ((c - 1) % kStages) * 8);
-    // A tail range: only the range that arrives last goes on, with the tile's sum in acc.
-    if (tile.slot >= 0 && !TailFixup(g, acc, tile.slot, base + S::kFlagOff)) continue;
+    if (tile.slot >= 0) {  // a tail range: its partial for WsTailReduceKernel
+      TailStore(g, acc, tile.slot);
+      continue;
+    }
     wgmma_linear::Args e;
     e.bias = g.bias;
     e.m = g.m;
@@ -593,8 +532,9 @@ namespace flashserve::kernels::wgmma_ws {
 
 // Launches the kernel with one CTA per SM (at most one per work item) on `stream`. `g` is
 // complete but for the tile counts (n_tiles = ceil(N / kBn)), which are given here, and the item
-// count and tail tag, set here; g.b's box is 64 × kBn. A stream-K tail: g.tail_ranges > 1 with
-// g.whole, g.tail_steps, g.tail_partial and g.tail_counters set (one split); else none.
+// count, set here; g.b's box is 64 × kBn. A stream-K tail: g.tail_ranges > 1 with g.whole,
+// g.tail_steps and g.tail_partial set (one split; the caller then runs WsTailReduceKernel);
+// else none.
 // Opts the kernel into its shared memory once per device. CUDA launch failures abort.
 template <bool kFp8, int kBn = kBN>
 void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
@@ -608,7 +548,6 @@ void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
   const int64_t tiles = m_tiles * n_tiles * g.groups * g.splits;
   if (g.tail_ranges > 1) {
     g.items = g.whole + (tiles - g.whole) * g.tail_ranges;
-    g.tail_tag = gemm_device::NextCounterTag();
   } else {
     g.items = g.whole = tiles;
   }
