@@ -15,12 +15,12 @@ modes=${1:-tb}
 for ((n = 0; n < ${#modes}; n++)); do
   m=${modes:n:1}; s=$(date +%s)
   case $m in
-    t) timeout 200 $K/kernels_gemm_gpu_test --gtest_brief=1 \
+    t) timeout 100 $K/kernels_gemm_gpu_test --gtest_brief=1 \
          --gtest_filter='*StreamKTail*:FloatLinearGpuTest.WarpSpecialised*:*NarrowTiles*' \
          > $OUT/gemm_test.log 2>&1
        echo "gemm tests rc $?"; grep -E "FAILED|PASSED|tests ran|narrow ws|stream-K tail|warp-spec" $OUT/gemm_test.log | head -20 ;;
-    b) timeout 200 $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
-         --shapes wq_a,wo_b,shared_w13,shared_w2,wq_b,engram_wkv --ws-cols 0,256 \
+    b) timeout 120 $K/bench_gemm_gpu --iters 10 --warmup 2 --m 1024,2048,4096 \
+         --shapes wq_a,wo_b,shared_w13,shared_w2 --ws-cols 0,256 \
          --stream-k-tail 0,1 > $OUT/gemm_bench.log 2>&1
        echo "bench rc $?"; grep -E "^roofs" $OUT/gemm_bench.log
        awk '$1 ~ /^(wq_a|wkv|wq_b|wo_b|shared_w13|shared_w2|idx_wq_b|engram_wkv)$/ {print $1, $4, $5, $7, $8, $14}' $OUT/gemm_bench.log ;;
