@@ -119,12 +119,13 @@ struct FloatLinearCudaParams {
   // Same tiles and wgmma sequence: same bits.
   bool wgmma_ws = true;
   // Where the warp-specialised kernel runs: its tiles' output columns, as
-  // LinearCudaParams::ws_tile_cols (0 = the by-waves width of LinearCudaWsTileCols; 128, 160, 192
-  // or 256 force one). The default stays 256 until measured here (session 63: the FP8 Linear's
-  // expanded weights, the same kernel, are 10-18 % faster wherever the rule narrows; here the
-  // gate's N 384 and the compressor's N 512 leave a column of idle SMs at large M). Each output's
-  // wgmma K steps are the same in the same order: the same bits at every width.
-  int64_t ws_tile_cols = kFloatLinearCudaWgmmaCols;
+  // LinearCudaParams::ws_tile_cols (0, the default since session 64 = the by-waves width of
+  // LinearCudaWsTileCols over every group's tiles; 128, 160, 192 or 256 force one). Measured on
+  // one H100 (session 64, bench_gemm_float_gpu --ws-cols 256,0,...): the gate (N 384) 46.2 ->
+  // 32.2 µs at M = 2,048 and 64.3 -> 48.9 at 4,096 (192 columns); wo_a, the compressors' N 512
+  // and cmp_r2_pair keep 256 (equal times). Each output's wgmma K steps are the same in the same
+  // order: the same bits at every width (WarpSpecialisedBitIdenticalToCpAsync: 124 narrow runs).
+  int64_t ws_tile_cols = 0;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;

@@ -13,9 +13,9 @@
 // gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only);
 // the last three bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
-// FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (256 = the default,
-// 0 = LinearCudaWsTileCols's width; the kernel column then reads "ws-cN" with the width that ran;
-// other kernels run once, at the first value).
+// FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
+// LinearCudaWsTileCols's width; 256 = the width before session 64; the kernel column then reads
+// "ws-cN" with the width that ran; other kernels run once, at the first value).
 // --peak-tflops replaces the measured rate in the compute roof (default: the larger of cuBLAS's
 // bf16 GEMM and the mma.sync peak, both measured in the run).
 //
@@ -78,7 +78,7 @@ struct Options {
   std::vector<std::string> kernels = {"auto"};
   int64_t split_k = 0;
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
-  std::vector<int64_t> ws_cols = {kFloatLinearCudaWgmmaCols};  // ws_tile_cols values
+  std::vector<int64_t> ws_cols = {0};  // ws_tile_cols values (0: the default)
 };
 
 // tile_rows forcing `kernel` at m rows (mma: the mma.sync plan's rows for m).

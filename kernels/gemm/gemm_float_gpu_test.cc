@@ -59,8 +59,8 @@ struct Layout {
   int64_t y_pad = 0;     // y_gs = n + y_pad; y_stride = groups · y_gs + y_pad
   int64_t w_pad = 0;     // w_group_stride = n·k + w_pad (a multiple of 8)
   int64_t tile_rows = 0, split_k = 0;
-  bool ws = true;                               // FloatLinearCudaParams::wgmma_ws
-  int64_t ws_cols = kFloatLinearCudaWgmmaCols;  // FloatLinearCudaParams::ws_tile_cols
+  bool ws = true;       // FloatLinearCudaParams::wgmma_ws
+  int64_t ws_cols = 0;  // FloatLinearCudaParams::ws_tile_cols (0: the default, by waves)
   // w_f32 weights hold bf16 values (the model's fp32-weight Linears: bf16 checkpoint weights
   // promoted to fp32); the GPU gets them through NarrowFloatLinearWeight as w_bf16. The CPU
   // reference keeps the kF32 PreparedLinear.
@@ -727,6 +727,7 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
       l.y_f32 = c.y_f32;
       l.bias = c.groups == 2;
       l.tile_rows = 128;
+      l.ws_cols = kFloatLinearCudaWgmmaCols;  // the reference width
       const Problem pr = MakeProblem(m, c.n, c.k, l, /*one_hot=*/false, rng);
       for (int64_t split : {0, 1, 3}) {
         if (c.groups == 8 && m == 4096 && split != 0) continue;  // covered at smaller M
