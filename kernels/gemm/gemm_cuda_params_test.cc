@@ -20,6 +20,22 @@ struct FakeWeight {
   Fp8LinearDevice View(int64_t n, int64_t k) const { return {n, k, codes, scales, nullptr}; }
 };
 
+// An M-row call on `w` that passes validation given enough workspace (the validator reads no
+// memory: x, y and the workspace are never dereferenced).
+LinearCudaParams CallFor(const Fp8LinearDevice& w, int64_t m, size_t workspace_bytes) {
+  static uint16_t x[1], y[1];
+  LinearCudaParams q;
+  q.weight = &w;
+  q.m = m;
+  q.x_bf16 = x;
+  q.x_stride = w.k;
+  q.y_bf16 = y;
+  q.y_stride = w.n;
+  q.workspace = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  q.workspace_bytes = workspace_bytes;
+  return q;
+}
+
 TEST(LinearCudaPlanTest, TileRowsAndStepsFollowM) {
   // The weight-streaming kernel (tile_rows 8: x rows as the mma's n8 operand) up to M = 8 for
   // every weight, small ones included; then mma.sync with 16-row tiles up to M = 16.
@@ -479,16 +495,7 @@ TEST(LinearCudaPlanTest, ExpandsWeightsOnlyForLargeMWarpSpecialisedPlans) {
     EXPECT_LE(l.end, LinearCudaWorkspaceBytes(f.View(1000, 1312), m, 128, 3));
   }
   // The validator wants the bf16 region when the call expands.
-  std::vector<uint16_t> xs(1), ys(1);
-  LinearCudaParams q;
-  q.weight = &w;
-  q.m = 4096;
-  q.x_bf16 = xs.data();
-  q.x_stride = k;
-  q.y_bf16 = ys.data();
-  q.y_stride = n;
-  q.workspace = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never dereferenced
-  q.workspace_bytes = without;
+  LinearCudaParams q = CallFor(w, 4096, without);
   const absl::Status s = ValidateLinearCudaParams(q);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("workspace"), std::string::npos) << s;
@@ -601,16 +608,7 @@ TEST(LinearCudaPlanTest, StreamKTailPlanAndWorkspace) {
   const size_t without = LinearCudaWorkspaceBytes(w, 4096);
   EXPECT_EQ(with - without, size_t{132} * 4 * 128 * 256);  // the bound, for every m
   EXPECT_GE(with, l.end);
-  std::vector<uint16_t> xs(1), ys(1);
-  LinearCudaParams q;
-  q.weight = &w;
-  q.m = 4096;
-  q.x_bf16 = xs.data();
-  q.x_stride = k;
-  q.y_bf16 = ys.data();
-  q.y_stride = 1280;
-  q.workspace = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never dereferenced
-  q.workspace_bytes = l.end - 1;                              // the call's own layout, less a byte
+  LinearCudaParams q = CallFor(w, 4096, l.end - 1);  // the call's own layout, less a byte
   q.stream_k_tail = true;
   absl::Status s = ValidateLinearCudaParams(q);
   EXPECT_NE(s.message().find("workspace"), std::string::npos) << s;
