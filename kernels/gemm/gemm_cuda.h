@@ -203,6 +203,13 @@ struct LinearCudaParams {
   // (`StreamKTailBitsMatchSplitAndWhole`, on the GPU). With it, ws_tile_cols must be 0 or 256.
   // Costs the tail's partials in the workspace (LinearCudaLayout). Cost: one more launch.
   bool stream_k_tail = false;
+  // Where the plan runs the warp-specialised kernel: true = in clusters of two CTAs along M that
+  // share each weight box through TMA multicast (each CTA loads half of it into both), so a pair
+  // reads its weight tile from L2 once instead of twice (FP8 in place: 24 of 32 KB per K step
+  // and CTA; expanded bf16: 32 of 48); false (default until measured) = one CTA per tile. Each
+  // tile's wgmma sequence is unchanged: the same bits (`PairMulticastBitIdentical`, on the GPU).
+  // Not with stream_k_tail.
+  bool ws_multicast = false;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;

@@ -621,6 +621,15 @@ TEST(LinearCudaPlanTest, StreamKTailPlanAndWorkspace) {
   q.ws_tile_cols = 160;
   s = ValidateLinearCudaParams(q);
   EXPECT_NE(s.message().find("ws_tile_cols"), std::string::npos) << s;
+  // CTA pairs need no workspace of their own, and never run with the tail.
+  q.ws_tile_cols = 0;
+  q.ws_multicast = true;
+  s = ValidateLinearCudaParams(q);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ws_multicast"), std::string::npos) << s;
+  q.stream_k_tail = false;
+  q.workspace_bytes = without;
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
 }
 
 TEST(LinearCudaParamsTest, RejectsBadFields) {

@@ -5,7 +5,7 @@
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
-//                  [--stream-k-tail 0,1]
+//                  [--stream-k-tail 0,1] [--multicast 0,1]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -28,7 +28,9 @@
 // kernel column then reads "ws-x-cN" with the width that ran; elsewhere only 0 runs).
 // --stream-k-tail times each listed LinearCudaParams::stream_k_tail (1 runs only where the plan
 // has a tail, with ws-cols 0; kernel column "ws-x-skR": 256-column tiles, the last wave's
-// tiles in R K ranges). --peak-tflops
+// tiles in R K ranges). --multicast times each listed LinearCudaParams::ws_multicast (1 runs only
+// where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
+// along M sharing each weight box). --peak-tflops
 // replaces the measured rate in the compute roof (default: the larger of cuBLAS's bf16 GEMM and
 // the mma.sync peak, both measured in the run; 893 TFLOP/s is cuBLAS's on the H200).
 //
@@ -93,9 +95,10 @@ struct Options {
   // 16 / 32 / 64 by M where it picks the register-sourced kernel),
   // wgmma (tile_rows 128).
   std::vector<std::string> kernels = {"auto"};
-  std::vector<int64_t> splits = {0};   // LinearCudaParams::split_k values (0 = automatic)
-  std::vector<int64_t> ws_cols = {0};  // LinearCudaParams::ws_tile_cols values
-  std::vector<int64_t> tails = {0};    // LinearCudaParams::stream_k_tail values (0 / 1)
+  std::vector<int64_t> splits = {0};     // LinearCudaParams::split_k values (0 = automatic)
+  std::vector<int64_t> ws_cols = {0};    // LinearCudaParams::ws_tile_cols values
+  std::vector<int64_t> tails = {0};      // LinearCudaParams::stream_k_tail values (0 / 1)
+  std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
@@ -165,6 +168,15 @@ Options Parse(int argc, char** argv) {
           std::exit(2);
         }
         o.tails.push_back(v == "1" ? 1 : 0);
+      }
+    } else if (flag == "--multicast") {
+      o.multicast.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) {
+        if (v != "0" && v != "1") {
+          std::fprintf(stderr, "--multicast: %s is not 0 or 1\n", v.c_str());
+          std::exit(2);
+        }
+        o.multicast.push_back(v == "1" ? 1 : 0);
       }
     } else if (flag == "--splits") {
       o.splits.clear();
@@ -325,47 +337,55 @@ int Main(int argc, char** argv) {
             } else if (ws_cols != 0) {
               continue;
             }
-            char ws_name[32];
-            if (plan.tail.ranges > 1) {
-              std::snprintf(ws_name, sizeof(ws_name), "ws-x-sk%ld",
-                            static_cast<long>(plan.tail.ranges));
-            } else {
-              std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld", static_cast<long>(cols));
+            for (int64_t mc : o.multicast) {
+              // Pairs only where the warp-specialised kernel runs without a tail.
+              if (mc != 0 && (!plan.warp_specialised || plan.tail.ranges > 1)) continue;
+              char ws_name[32];
+              if (plan.tail.ranges > 1) {
+                std::snprintf(ws_name, sizeof(ws_name), "ws-x-sk%ld",
+                              static_cast<long>(plan.tail.ranges));
+              } else {
+                std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld%s", static_cast<long>(cols),
+                              mc != 0 ? "-mc" : "");
+              }
+              const double us = MedianMicros(o, stream, [&](int i) {
+                LinearCudaParams p;
+                p.weight = &views[i % copies];
+                p.m = m;
+                p.x_bf16 = dx.get<uint16_t>();
+                p.x_stride = s.k;
+                p.y_bf16 = dy.get<uint16_t>();
+                p.y_stride = s.n;
+                p.workspace = ws.get();
+                p.workspace_bytes = ws.bytes();
+                p.tile_rows = tile;
+                p.split_k = split;
+                p.wgmma_bf16 = bf16;
+                p.wgmma_ws = use_ws;
+                p.expand_weights = expand;
+                p.stream_tma = kernel == "stream-tma";
+                p.ws_tile_cols = ws_cols;
+                p.stream_k_tail = tail != 0;
+                p.ws_multicast = mc != 0;
+                const absl::Status st = LaunchLinearFp8(p, stream);
+                CHECK(st.ok()) << st;
+              });
+              const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
+              const double flops = 2.0 * m * s.n * s.k;
+              const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
+              std::printf(
+                  "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
+                  "%6.2f\n",
+                  s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+                  cols != 0               ? ws_name
+                  : plan.warp_specialised ? (mc != 0 ? "wgmma-bf16-ws-mc" : "wgmma-bf16-ws")
+                  : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
+                      ? "stream-tma"
+                      : LinearCudaKernelName(plan.kernel),
+                  static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us,
+                  bytes / 1e6, flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us,
+                  roof_us / us);
             }
-            const double us = MedianMicros(o, stream, [&](int i) {
-              LinearCudaParams p;
-              p.weight = &views[i % copies];
-              p.m = m;
-              p.x_bf16 = dx.get<uint16_t>();
-              p.x_stride = s.k;
-              p.y_bf16 = dy.get<uint16_t>();
-              p.y_stride = s.n;
-              p.workspace = ws.get();
-              p.workspace_bytes = ws.bytes();
-              p.tile_rows = tile;
-              p.split_k = split;
-              p.wgmma_bf16 = bf16;
-              p.wgmma_ws = use_ws;
-              p.expand_weights = expand;
-              p.stream_tma = kernel == "stream-tma";
-              p.ws_tile_cols = ws_cols;
-              p.stream_k_tail = tail != 0;
-              const absl::Status st = LaunchLinearFp8(p, stream);
-              CHECK(st.ok()) << st;
-            });
-            const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
-            const double flops = 2.0 * m * s.n * s.k;
-            const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
-            std::printf(
-                "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
-                s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-                cols != 0               ? ws_name
-                : plan.warp_specialised ? "wgmma-bf16-ws"
-                : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
-                    ? "stream-tma"
-                    : LinearCudaKernelName(plan.kernel),
-                static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
-                flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
           }
         }
       }

@@ -661,6 +661,52 @@ TEST_F(GemmGpuTest, StreamKTailBitsMatchSplitAndWhole) {
   std::printf("stream-K tail: %d runs bit-identical to the whole / split plans\n", runs);
 }
 
+// CTA pairs sharing each weight box by TMA multicast (LinearCudaParams::ws_multicast) change
+// which CTA loads what, never a tile's wgmma sequence: bit-identical to one CTA per tile. Odd
+// m-tile counts (a pair's second CTA past the last tile), ragged N and K, bias, bf16 and fp32
+// outputs, every expanded width and the in-place FP8 decode, K splits, more pairs than fit at once
+// (the persistent walk), and three calls on one workspace.
+TEST_F(GemmGpuTest, PairMulticastBitIdentical) {
+  Rng rng(47);
+  struct Case {
+    int64_t m, n, k, split_k;
+  };
+  int runs = 0;
+  for (const Case& c : {Case{4096, 1280, 1312, 0},   // 32 m tiles × 5 (256) / 8 (160)
+                        Case{4500, 1000, 1312, 0},   // 36 m tiles, ragged N
+                        Case{600, 1280, 2048, 0},    // 5 m tiles: one lone CTA per pair column
+                        Case{384, 2000, 4096, 3},    // 3 m tiles, 3 K splits
+                        Case{9000, 520, 256, 0}}) {  // 71 m tiles, short K
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    const std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, c.k, rng);
+    for (bool expand : {true, false}) {
+      const LinearCudaPlan plan =
+          PlanLinearCuda(c.m, c.n, c.k, 128, c.split_k, true, true, expand, false);
+      ASSERT_TRUE(plan.warp_specialised) << c.m << " x " << c.n;
+      for (int64_t cols :
+           expand ? std::vector<int64_t>{0, 128, 160, 192, 256} : std::vector<int64_t>{256}) {
+        for (bool f32 : {false, true}) {
+          GpuRunOptions one{f32, 0, 128, c.split_k, true, true, expand};
+          one.ws_tile_cols = cols;
+          GpuRunOptions pair = one;
+          pair.ws_multicast = true;
+          pair.repeats = 3;
+          ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), x, c.m, c.k, pair),
+                         gemm_test::RunLinearGpu(d.view(), x, c.m, c.k, one), c.m, c.n, c.n,
+                         "pairs M " + std::to_string(c.m) + " N " + std::to_string(c.n) + " K " +
+                             std::to_string(c.k) + " split " + std::to_string(c.split_k) +
+                             (expand ? " expanded cols " + std::to_string(cols) : " in place") +
+                             (f32 ? " f32" : " bf16"));
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("pair multicast: %d runs bit-identical to one CTA per tile\n", runs);
+}
+
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

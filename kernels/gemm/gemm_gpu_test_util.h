@@ -48,6 +48,7 @@ struct GpuRunOptions {
   bool stream_tma = false;     // LinearCudaParams::stream_tma
   int64_t ws_tile_cols = 0;    // LinearCudaParams::ws_tile_cols
   bool stream_k_tail = false;  // LinearCudaParams::stream_k_tail
+  bool ws_multicast = false;   // LinearCudaParams::ws_multicast
   int repeats = 1;             // launches of the same call on the same workspace and y
 };
 // LaunchLinearFp8 on a device copy of x (o.repeats times, one workspace: what one call leaves

@@ -114,19 +114,23 @@ void LaunchTail(const GemmArgs& f, const LinearCudaPlan& plan, float* partial,
 
 // The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
 // codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
-// expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); false (nothing
-// enqueued) when the driver cannot make the TMA descriptors.
+// expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); `multicast`: in CTA
+// pairs along M sharing each weight box (LinearCudaParams::ws_multicast; never with a stream-K
+// tail). False (nothing enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                   int64_t ws_tile_cols, float* tail_partial, cudaStream_t stream) {
+                   int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
+  const bool pair = multicast && plan.tail.ranges <= 1;
   const int64_t cols = fp8 ? int64_t{wgmma_ws::kBN} : WsTileCols(ws_tile_cols, f, plan);
+  // A pair's CTAs each load half of the weight box (wgmma_ws::IssueStage).
+  const auto b_rows = static_cast<uint32_t>(pair ? cols / 2 : cols);
   if (!wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBM,
                                 true) ||
-      !(fp8 ? wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
-                                       wgmma_ws::kBN, false)
+      !(fp8 ? wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK, b_rows,
+                                       false)
             : wgmma_ws::MakeTmaOperand(&g.b, expanded, 2, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
-                                       static_cast<uint32_t>(cols), true))) {
+                                       b_rows, true))) {
     return false;
   }
   g.w_scale = f.w_scale;
@@ -149,10 +153,18 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
     g.tail_partial = tail_partial;
   }
   if (fp8) {
-    wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
+    if (pair) {
+      wgmma_ws::Launch<true, wgmma_ws::kBN, 2>(g, plan.m_tiles, plan.n_tiles, stream);
+    } else {
+      wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
+    }
   } else {
     LaunchExpand(f, expanded, stream);
-    wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
+    if (pair) {
+      wgmma_ws::LaunchBf16<2>(g, cols, plan.m_tiles, stream);
+    } else {
+      wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
+    }
   }
   if (plan.tail.ranges > 1) LaunchTail(f, plan, tail_partial, stream);
   return true;
@@ -161,9 +173,9 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
 // `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                 int64_t ws_tile_cols, float* tail_partial, cudaStream_t stream) {
+                 int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   if (plan.warp_specialised &&
-      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, tail_partial, stream)) {
+      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, multicast, tail_partial, stream)) {
     return;
   }
   wgmma_linear::Args g;
@@ -491,7 +503,8 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
         LaunchWgmma(
             g, plan,
             plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr,
-            p.ws_tile_cols, reinterpret_cast<float*>(ws + layout.tail_partials), stream);
+            p.ws_tile_cols, p.ws_multicast, reinterpret_cast<float*>(ws + layout.tail_partials),
+            stream);
       }
       break;
     case 16:

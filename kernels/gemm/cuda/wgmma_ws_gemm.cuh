@@ -41,6 +41,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/cuda_exact_math.cuh"
@@ -92,6 +94,9 @@ struct Args {
   int64_t steps_per_split = 0;
   int splits = 1, groups = 1;
   int m_tiles = 0, n_tiles = 0;
+  // CTA pairs (kCluster 2): the walk's m index covers m_walk = ceil(m_tiles / cluster) pairs of
+  // m tiles; CTA rank r of a cluster takes m tile cluster · i + r. One CTA: m_walk = m_tiles.
+  int cluster = 1, m_walk = 0;
   uint16_t* y_bf16 = nullptr;
   float* y_f32 = nullptr;
   int64_t y_stride = 0, y_group_stride = 0;
@@ -172,6 +177,41 @@ __device__ __forceinline__ void TmaLoad(const TmaOperand& op, uint32_t dst, uint
       : "memory");
 }
 
+// TmaLoad into the same shared offset of every CTA in `mask` (bit r = cluster rank r), each
+// CTA's own `bar` (the same offset) receiving the box's bytes.
+__device__ __forceinline__ void TmaLoadMulticast(const TmaOperand& op, uint32_t dst, uint32_t bar,
+                                                 int64_t k0, int64_t row0, int64_t group,
+                                                 uint16_t mask) {
+  const int32_t g = static_cast<int32_t>(group) * op.group_mul;
+  const int32_t c0 = static_cast<int32_t>(k0);
+  const int32_t c1 = op.group_inner ? g : static_cast<int32_t>(row0);
+  const int32_t c2 = op.group_inner ? static_cast<int32_t>(row0) : g;
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&op.map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// Arrives on the mbarrier at shared offset `bar` of cluster CTA `rank` (release, cluster scope).
+__device__ __forceinline__ void BarArriveCluster(uint32_t bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+               : "memory");
+}
+
+// Every non-exited thread of the cluster (not .aligned: callers may diverge within a warp).
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // Barrier among the producer warpgroup's 128 threads only (id 1; 0 is __syncthreads). Not
 // .aligned: thread 0 may reach it from its own loader branch.
 __device__ __forceinline__ void ProducerSync() {
@@ -185,7 +225,7 @@ struct Tile {
 };
 
 template <int kBn>
-__device__ __forceinline__ Tile TileAt(const Args& g, int64_t item) {
+__device__ __forceinline__ Tile TileAt(const Args& g, int64_t item, int rank) {
   Tile x;
   int64_t t = item;
   x.slot = -1;
@@ -193,7 +233,7 @@ __device__ __forceinline__ Tile TileAt(const Args& g, int64_t item) {
     x.slot = item - g.whole;
     t = g.whole + x.slot / g.tail_ranges;
   }
-  const int64_t mt = t % g.m_tiles, rest = t / g.m_tiles;
+  const int64_t mt = (t % g.m_walk) * g.cluster + rank, rest = t / g.m_walk;
   const int64_t nt = rest % g.n_tiles, z = rest / g.n_tiles;
   x.row0 = mt * kBM;
   x.n0 = nt * kBn;
@@ -214,29 +254,43 @@ struct Loader {
   int64_t tile;   // current tile index (global), >= total when done
   int64_t step;   // local K step inside the tile
   int64_t count;  // steps issued so far (the CTA step counter)
+  int rank;       // cluster rank (0 without a cluster)
   Tile cur;
 };
 
 // Issues the loads of step ld.count (x box and W box, or the raw codes, into stage
 // ld.count % kStages, whose slot the caller has seen released) with one expect_tx of their bytes,
-// and advances the cursor to the next step of this CTA's walk.
-template <bool kFp8, int kBn>
+// and advances the cursor to the next step of this CTA's walk. kCluster 2: the pair's tiles share
+// the W box; rank r loads its half (rows kBn/2 · r ..) into both CTAs' slots (g.b's box is
+// kBn/2 rows), and a CTA past the last m tile (an odd m_tiles' lone pair) loads no x box.
+template <bool kFp8, int kBn, int kCluster>
 __device__ __forceinline__ void IssueStage(const Args& g, Loader& ld, uint32_t base, int64_t total,
                                            int64_t stride) {
   using S = Smem<kBn>;
   const int s = static_cast<int>(ld.count % kStages);
   const uint32_t loaded = base + S::kBarOff + s * 8;
   const int64_t kt = ld.cur.kt0 + ld.step;
-  const uint32_t bytes = kAStage + (kFp8 ? kRawStage : S::kBStage);
+  const bool a_rows = ld.cur.row0 < g.m;
+  const uint32_t bytes = (a_rows ? kAStage : 0u) + (kFp8 ? kRawStage : S::kBStage);
   BarArriveExpectTx(loaded, bytes);
-  TmaLoad(g.a, base + kAOff + s * kAStage, loaded, kt * kBK, ld.cur.row0, ld.cur.group);
-  TmaLoad(g.b, base + kBOff + s * S::kBStage + (kFp8 ? kRawOffset : 0u), loaded, kt * kBK,
-          ld.cur.n0, ld.cur.group);
+  if (a_rows) TmaLoad(g.a, base + kAOff + s * kAStage, loaded, kt * kBK, ld.cur.row0, ld.cur.group);
+  const uint32_t b_dst = base + kBOff + s * S::kBStage + (kFp8 ? kRawOffset : 0u);
+  if constexpr (kCluster == 1) {
+    TmaLoad(g.b, b_dst, loaded, kt * kBK, ld.cur.n0, ld.cur.group);
+  } else {
+    static_assert(kCluster == 2);
+    // FP8: half the raw codes (kBn/2 rows of 64 bytes); bf16: kBn/2 swizzled rows of 128 bytes,
+    // a multiple of the 1024-byte swizzle atom, so each half lands as in the whole box.
+    constexpr uint32_t kHalf = (kFp8 ? kRawStage : S::kBStage) / 2;
+    static_assert(kFp8 || kHalf % wgmma::kSw128AtomBytes == 0);
+    TmaLoadMulticast(g.b, b_dst + ld.rank * kHalf, loaded, kt * kBK, ld.cur.n0 + ld.rank * kBn / 2,
+                     ld.cur.group, 0x3);
+  }
   ++ld.count;
   if (++ld.step == ld.cur.kt_count) {
     ld.step = 0;
     ld.tile += stride;
-    if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile);
+    if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile, ld.rank);
   }
 }
 
@@ -390,7 +444,9 @@ __device__ __forceinline__ void WgmmaStep(float (&acc)[kBn / 2], uint64_t desc_a
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
-template <bool kFp8, int kBn = kBN>
+// kCluster 2: launched in clusters of two CTAs along M (Args::cluster 2) that share each W box
+// by TMA multicast; each CTA's empty barriers then count both CTAs' consumer warps.
+template <bool kFp8, int kBn = kBN, int kCluster = 1>
 __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_constant__ Args g) {
   static_assert(!kFp8 || kBn == kBN, "the in-place FP8 decode fills 256-row slots");
   using S = Smem<kBn>;
@@ -406,30 +462,37 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
     for (int s = 0; s < kStages; ++s) {
       BarInit(bar_loaded + s * 8, 1);
       BarInit(bar_decoded + s * 8, 128);
-      BarInit(bar_empty + s * 8, kConsumerThreads / 32);
+      BarInit(bar_empty + s * 8, kCluster * kConsumerThreads / 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
-
+  // The peer's multicasts and arrivals reach this CTA's barriers only once they are initialised.
+  if constexpr (kCluster == 1) {
+    __syncthreads();
+  } else {
+    ClusterSync();
+  }
+  const int rank = kCluster == 1 ? 0 : static_cast<int>(ClusterRank());
+  const int64_t first = blockIdx.x / kCluster;  // the cluster's first item
   const int64_t total = g.items;
-  const int64_t stride = gridDim.x;
+  const int64_t stride = gridDim.x / kCluster;
 
   if (threadIdx.x >= kConsumerThreads) {
     // ---- producer warpgroup ----
     const int p = static_cast<int>(threadIdx.x) - kConsumerThreads;
-    Loader ld{static_cast<int64_t>(blockIdx.x), 0, 0, Tile{}};
-    if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile);
+    Loader ld{first, 0, 0, rank, Tile{}};
+    if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile, rank);
     if constexpr (!kFp8) {
-      if (p != 0) return;
-      while (ld.tile < total) {
-        BarWait(bar_empty + (ld.count % kStages) * 8, ((ld.count / kStages) & 1) ^ 1);
-        IssueStage<false, kBn>(g, ld, base, total, stride);
+      if (p == 0) {
+        while (ld.tile < total) {
+          BarWait(bar_empty + (ld.count % kStages) * 8, ((ld.count / kStages) & 1) ^ 1);
+          IssueStage<false, kBn, kCluster>(g, ld, base, total, stride);
+        }
       }
     } else {
       int64_t c = 0;  // decode step counter
-      for (int64_t t = blockIdx.x; t < total; t += stride) {
-        const Tile tile = TileAt<kBn>(g, t);
+      for (int64_t t = first; t < total; t += stride) {
+        const Tile tile = TileAt<kBn>(g, t, rank);
         for (int64_t step = 0; step < tile.kt_count; ++step, ++c) {
           // Thread 0 keeps up to kStages steps issued: step c (waiting for its slot) and any
           // later ones whose slot the consumers have already released.
@@ -442,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
               } else if (!BarTestWait(empty, parity)) {
                 break;
               }
-              IssueStage<true, kBn>(g, ld, base, total, stride);
+              IssueStage<true, kBn, kCluster>(g, ld, base, total, stride);
             }
           }
           __syncwarp();
@@ -460,6 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
         }
       }
     }
+    if constexpr (kCluster > 1) ClusterSync();  // the pair's end (below)
     return;
   }
 
@@ -468,8 +532,18 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
   const bool lane0 = threadIdx.x % 32 == 0;
   int64_t c = 0;
   float acc[kBn / 2];
-  for (int64_t t = blockIdx.x; t < total; t += stride) {
-    const Tile tile = TileAt<kBn>(g, t);
+  // A consumer warp's release of stage `step`: every CTA of the cluster loads into it.
+  auto release = [&](int64_t step) {
+    const uint32_t bar = bar_empty + (step % kStages) * 8;
+    if constexpr (kCluster == 1) {
+      BarArrive(bar);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) BarArriveCluster(bar, r);
+    }
+  };
+  for (int64_t t = first; t < total; t += stride) {
+    const Tile tile = TileAt<kBn>(g, t, rank);
 #pragma unroll
     for (int i = 0; i < kBn / 2; ++i) acc[i] = 0.f;
     for (int64_t step = 0; step < tile.kt_count; ++step, ++c) {
@@ -496,14 +570,15 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
       // This warp's wgmma of the previous step has finished: release that stage.
       if (step > 0) {
         __syncwarp();
-        if (lane0) BarArrive(bar_empty + ((c - 1) % kStages) * 8);
+        if (lane0) release(c - 1);
       }
     }
     wgmma::WaitGroup<0>();
     wgmma::FenceOperands(acc);
     __syncwarp();
-    if (lane0) BarArrive(bar_empty + ((c - 1) % kStages) * 8);
-    if (tile.slot >= 0) {  // a tail range: its partial for WsTailReduceKernel
+    if (lane0) release(c - 1);
+    if (tile.row0 >= g.m) continue;  // the pair's CTA past the last m tile: nothing to store
+    if (tile.slot >= 0) {            // a tail range: its partial for WsTailReduceKernel
       TailStore(g, acc, tile.slot);
       continue;
     }
@@ -524,54 +599,110 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
     }
     wgmma_linear::StoreTile(e, acc, tile.group, tile.split, tile.row0, tile.n0);
   }
+  // Neither CTA of a pair exits while the other may still multicast into it or arrive on its
+  // barriers: every load a CTA issues completes before both CTAs' consumers finish.
+  if constexpr (kCluster > 1) ClusterSync();
 }
 
 }  // namespace flashserve::kernels::wgmma_ws
 
 namespace flashserve::kernels::wgmma_ws {
 
+// The most clusters of two CTAs of `kernel` (one per SM, `smem` bytes) resident at once on the
+// current device: cudaOccupancyMaxActiveClusters, asked once per device and instantiation (an
+// SM count per GPC that is odd leaves one SM of that GPC out).
+template <typename Kernel>
+int MaxPairs(Kernel* kernel, int smem, PerDeviceInt& cache) {
+  const int device = CurrentDevice();
+  return cache.Get(device, [&] {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2 * static_cast<unsigned>(SmCount(device)));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    return clusters;
+  });
+}
+
 // Launches the kernel with one CTA per SM (at most one per work item) on `stream`. `g` is
 // complete but for the tile counts (n_tiles = ceil(N / kBn)), which are given here, and the item
-// count, set here; g.b's box is 64 × kBn. A stream-K tail: g.tail_ranges > 1 with g.whole,
-// g.tail_steps and g.tail_partial set (one split; the caller then runs WsTailReduceKernel);
-// else none.
+// count, set here; g.b's box is 64 × kBn, or 64 × kBn/2 with kCluster 2. A stream-K tail:
+// g.tail_ranges > 1 with g.whole, g.tail_steps and g.tail_partial set (one split, kCluster 1; the
+// caller then runs WsTailReduceKernel); else none. kCluster 2: clusters of two CTAs along M, as
+// many as fit at once (MaxPairs), each pair walking pairs of m tiles that share their W tile.
 // Opts the kernel into its shared memory once per device. CUDA launch failures abort.
-template <bool kFp8, int kBn = kBN>
+template <bool kFp8, int kBn = kBN, int kCluster = 1>
 void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
+  static_assert(kCluster == 1 || kCluster == 2);
   constexpr int kSmemBytes = Smem<kBn>::kBytes;
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = WgmmaWsKernel<kFp8, kBn>;
+  auto* kernel = WgmmaWsKernel<kFp8, kBn, kCluster>;
   EnsureSmemLimit(kernel, kSmemBytes, smem_set);
-  const int sms = SmCount(CurrentDevice());  // cached per device: no driver call per launch
   g.m_tiles = static_cast<int>(m_tiles);
   g.n_tiles = static_cast<int>(n_tiles);
-  const int64_t tiles = m_tiles * n_tiles * g.groups * g.splits;
-  if (g.tail_ranges > 1) {
+  g.cluster = kCluster;
+  g.m_walk = static_cast<int>((m_tiles + kCluster - 1) / kCluster);
+  const int64_t tiles = int64_t{g.m_walk} * n_tiles * g.groups * g.splits;
+  if (kCluster == 1 && g.tail_ranges > 1) {
     g.items = g.whole + (tiles - g.whole) * g.tail_ranges;
   } else {
+    g.tail_ranges = 1;
     g.items = g.whole = tiles;
   }
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(g.items, sms));
-  kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(g);
-  CUDA_CHECK(cudaGetLastError());
+  if constexpr (kCluster == 1) {
+    const int sms = SmCount(CurrentDevice());  // cached per device: no driver call per launch
+    const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(g.items, sms));
+    kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(g);
+    CUDA_CHECK(cudaGetLastError());
+  } else {
+    static PerDeviceInt pairs_cache;
+    const int pairs = MaxPairs(kernel, kSmemBytes, pairs_cache);
+    if (pairs < 1) {
+      std::fprintf(stderr, "wgmma_ws: no cluster of two CTAs fits this device\n");
+      std::abort();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(2 * std::min<int64_t>(g.items, pairs)));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, g));
+  }
 }
 
 // The bf16-weight kernel in tiles of `cols` columns (256, 192, 160 or 128: a width of
-// LinearCudaWsTileColsFor); g.n gives the column tiles, g.b's box must be 64 × cols.
-inline void LaunchBf16(Args& g, int64_t cols, int64_t m_tiles, cudaStream_t stream) {
+// LinearCudaWsTileColsFor); g.n gives the column tiles, g.b's box must be 64 × cols (64 × cols/2
+// with kCluster 2).
+template <int kCluster = 1>
+void LaunchBf16(Args& g, int64_t cols, int64_t m_tiles, cudaStream_t stream) {
   const int64_t n_tiles = (g.n + cols - 1) / cols;
   switch (cols) {
     case 128:
-      Launch<false, 128>(g, m_tiles, n_tiles, stream);
+      Launch<false, 128, kCluster>(g, m_tiles, n_tiles, stream);
       break;
     case 160:
-      Launch<false, 160>(g, m_tiles, n_tiles, stream);
+      Launch<false, 160, kCluster>(g, m_tiles, n_tiles, stream);
       break;
     case 192:
-      Launch<false, 192>(g, m_tiles, n_tiles, stream);
+      Launch<false, 192, kCluster>(g, m_tiles, n_tiles, stream);
       break;
     default:
-      Launch<false>(g, m_tiles, n_tiles, stream);
+      Launch<false, kBN, kCluster>(g, m_tiles, n_tiles, stream);
       break;
   }
 }
