@@ -174,4 +174,38 @@ double MeasureCublasInt8Tops(std::string* source) {
                   source, "int8/int32");
 }
 
+double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies, int warmup,
+                              int iters, std::string* source) {
+  const CublasGemmEx c = LoadCublasGemmEx();
+  if (c.gemm == nullptr) {
+    *source = c.name.empty() ? "no libcublas" : "no cublasGemmEx in " + c.name;
+    return 0.0;
+  }
+  *source = "cuBLAS GemmEx bf16/fp32 x · wT (" + c.name + ")";
+  cublasHandle_t handle = nullptr;
+  if (c.create(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
+  const int copies = std::max(weight_copies, 1);
+  DeviceBuffer x(static_cast<size_t>(m * k) * 2), y(static_cast<size_t>(m * n) * 2);
+  std::vector<DeviceBuffer> w;
+  for (int i = 0; i < copies; ++i) {
+    w.emplace_back(static_cast<size_t>(n * k) * 2);
+    CUDA_CHECK(cudaMemset(w.back().get(), 0x3C, w.back().bytes()));  // bf16 ≈ 0.0115
+  }
+  CUDA_CHECK(cudaMemset(x.get(), 0x3C, x.bytes()));
+  const float alpha = 1.0f, beta = 0.0f;
+  bool ok = true;
+  int call = 0;
+  // Column-major: yᵀ [n, m] = w [n, k] (stored k-major: op T) · xᵀ [k, m].
+  const double us = MedianEventMicros(warmup, iters, [&] {
+    ok &= c.gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                 static_cast<int>(k), &alpha, w[call++ % copies].get(), CUDA_R_16BF,
+                 static_cast<int>(k), x.get(), CUDA_R_16BF, static_cast<int>(k), &beta, y.get(),
+                 CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                 CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+  });
+  c.destroy(handle);
+  if (!ok) *source += ": refused";
+  return ok ? us : 0.0;
+}
+
 }  // namespace flashserve::kernels

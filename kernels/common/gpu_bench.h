@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -36,5 +37,15 @@ double MeasureCublasBf16Tflops(std::string* source);
 // loads or the call is refused. The rate of the kernels that compute in int8 (the indexer's
 // scorer).
 double MeasureCublasInt8Tops(std::string* source);
+
+// cuBLAS on the GEMM of a Linear with bf16 weights, y[m, n] = x[m, k] · w[n, k]ᵀ (cublasGemmEx
+// bf16 operands and output, fp32 compute, the default algorithm), on the legacy default stream:
+// the median µs of `iters` calls after `warmup`, each call on the next of `weight_copies` weight
+// buffers (enough copies that no call finds its weight in L2). What a vendor GEMM makes of the
+// same shape — the FP8 Linear's GEMM on expanded weights — beside the roofline (the benches'
+// A/B reference, not their roof). 0 when no libcublas loads or the call is refused; `source`
+// says which.
+double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies, int warmup,
+                              int iters, std::string* source);
 
 }  // namespace flashserve::kernels

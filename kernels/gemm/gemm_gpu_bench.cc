@@ -3,9 +3,9 @@
 //
 //   bench_gemm_gpu [--iters N] [--warmup N] [--m 1,2,4,...,4096] [--shapes wq_a,wkv,...]
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
-//                             wgmma-ws-inplace]
+//                             wgmma-ws-inplace,none]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
-//                  [--stream-k-tail 0,1] [--multicast 0,1]
+//                  [--stream-k-tail 0,1] [--multicast 0,1] [--cublas 0|1]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -20,7 +20,8 @@
 // warp-specialised persistent TMA main loop (tile_rows 128, wgmma_bf16, wgmma_ws; auto takes it
 // wherever the plan picks the bf16 wgmma kernel; from kLinearCudaExpandMinRows rows the weight is
 // first expanded to bf16 in the workspace, kernel "wgmma-bf16-ws-x"), wgmma-ws-inplace = the same
-// main loop decoding every stage's codes in place at every M (expand_weights = false); the
+// main loop decoding every stage's codes in place at every M (expand_weights = false), none = no
+// kernel (with --cublas 1: cuBLAS alone); the
 // `kernel` column says which ran. --splits times each listed split_k (0 = the plan's; forced
 // counts are capped at the K steps; the `splits` column says what ran). --ws-cols times each
 // listed LinearCudaParams::ws_tile_cols where the warp-specialised kernel runs on expanded
@@ -30,7 +31,10 @@
 // has a tail, with ws-cols 0; kernel column "ws-x-skR": 256-column tiles, the last wave's
 // tiles in R K ranges). --multicast times each listed LinearCudaParams::ws_multicast (1 runs only
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
-// along M sharing each weight box). --peak-tflops
+// along M sharing each weight box). --cublas 1 adds per (shape, M) a row "cublas-bf16": cuBLAS's
+// bf16 GEMM of the same M, N, K on bf16 weights (CublasBf16LinearMicros, weight copies cycled as
+// below) — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference for the
+// FP8 Linear on expanded weights (its ratio uses the same roof). --peak-tflops
 // replaces the measured rate in the compute roof (default: the larger of cuBLAS's bf16 GEMM and
 // the mma.sync peak, both measured in the run; 893 TFLOP/s is cuBLAS's on the H200).
 //
@@ -59,6 +63,7 @@
 #include "common/base/check.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_bench.h"
 #include "kernels/gemm/gemm_cuda.h"
 
 namespace flashserve::kernels {
@@ -99,6 +104,7 @@ struct Options {
   std::vector<int64_t> ws_cols = {0};    // LinearCudaParams::ws_tile_cols values
   std::vector<int64_t> tails = {0};      // LinearCudaParams::stream_k_tail values (0 / 1)
   std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
+  bool cublas = false;                   // --cublas 1: cuBLAS's bf16 GEMM of each shape and M
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
@@ -142,10 +148,11 @@ Options Parse(int argc, char** argv) {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
         if (k != "auto" && k != "stream" && k != "stream-tma" && k != "rs" && k != "mma" &&
-            k != "wgmma" && k != "wgmma-bf16" && k != "wgmma-ws" && k != "wgmma-ws-inplace") {
+            k != "wgmma" && k != "wgmma-bf16" && k != "wgmma-ws" && k != "wgmma-ws-inplace" &&
+            k != "none") {
           std::fprintf(stderr,
                        "--kernels: %s is not auto, stream, stream-tma, rs, mma, wgmma, wgmma-bf16, "
-                       "wgmma-ws or wgmma-ws-inplace\n",
+                       "wgmma-ws, wgmma-ws-inplace or none\n",
                        k.c_str());
           std::exit(2);
         }
@@ -169,6 +176,8 @@ Options Parse(int argc, char** argv) {
         }
         o.tails.push_back(v == "1" ? 1 : 0);
       }
+    } else if (flag == "--cublas") {
+      o.cublas = std::string(argv[i + 1]) == "1";
     } else if (flag == "--multicast") {
       o.multicast.clear();
       for (const std::string& v : SplitList(argv[i + 1])) {
@@ -317,7 +326,28 @@ int Main(int argc, char** argv) {
     }
     DeviceBuffer ws(ws_bytes);
     for (int64_t m : o.ms) {
+      const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
+      const double flops = 2.0 * m * s.n * s.k;
+      const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
+      if (o.cublas) {
+        std::string source;
+        const int bf16_copies = static_cast<int>(
+            std::clamp<int64_t>((int64_t{160} << 20) / (2 * s.n * s.k) + 1, 1, 64));
+        const double us =
+            CublasBf16LinearMicros(m, s.n, s.k, bf16_copies, o.warmup, o.iters, &source);
+        if (us > 0) {
+          std::printf(
+              "%-11s %6ld %6ld %5ld %-13s %4s %6s %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+              s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
+              "cublas-bf16", "-", "-", us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
+              bytes / us / 1e3, roof_us, roof_us / us);
+        } else {
+          std::printf("%-11s %6ld %6ld %5ld cublas-bf16: %s\n", s.name, static_cast<long>(s.n),
+                      static_cast<long>(s.k), static_cast<long>(m), source.c_str());
+        }
+      }
       for (const std::string& kernel : o.kernels) {
+        if (kernel == "none") continue;  // e.g. --cublas 1 alone
         for (int64_t split : o.splits) {
           for (const auto& [ws_cols, tail] : Pairs(o.ws_cols, o.tails)) {
             const int64_t tile = TileFor(kernel, PlanLinearCuda(m, s.n, s.k).tile_rows, m);
@@ -370,9 +400,6 @@ int Main(int argc, char** argv) {
                 const absl::Status st = LaunchLinearFp8(p, stream);
                 CHECK(st.ok()) << st;
               });
-              const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.k + 2.0 * m * s.n;
-              const double flops = 2.0 * m * s.n * s.k;
-              const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
               std::printf(
                   "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
                   "%6.2f\n",

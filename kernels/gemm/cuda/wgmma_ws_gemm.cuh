@@ -199,12 +199,15 @@ __device__ __forceinline__ uint32_t ClusterRank() {
   return r;
 }
 
-// Arrives on the mbarrier at shared offset `bar` of cluster CTA `rank` (release, cluster scope).
+// Arrives on the mbarrier at shared offset `bar` of cluster CTA `rank`. The default semantics
+// (release at CTA scope): what a consumer releases is its own wgmma's reads of its own stage,
+// complete once wgmma.wait_group returns. A .release.cluster arrive compiles to MEMBAR.ALL.GPU
+// before every arrival, which serialised each consumer's wgmma groups (kit s67: CTA pairs at
+// 2.2x the time of one CTA per tile).
 __device__ __forceinline__ void BarArriveCluster(uint32_t bar, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
 // Every non-exited thread of the cluster (not .aligned: callers may diverge within a warp).
