@@ -174,14 +174,31 @@ double MeasureCublasInt8Tops(std::string* source) {
                   source, "int8/int32");
 }
 
-double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies, int warmup,
-                              int iters, std::string* source) {
+namespace {
+
+// Pseudo-random bf16 in ±[1, 2) (random sign and 7 mantissa bits): operands whose bits toggle as
+// real activations and weights do (the tensor cores' power, so the clock, depends on it).
+void FillRandomBf16(DeviceBuffer& buf, uint64_t seed) {
+  std::vector<uint16_t> host(buf.bytes() / 2);
+  uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (uint16_t& v : host) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<uint16_t>(0x3F80u | ((r >> 57) & 0x7Fu) | ((r >> 48) & 0x8000u));
+  }
+  CUDA_CHECK(cudaMemcpy(buf.get(), host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies, bool random_data,
+                              int warmup, int iters, std::string* source) {
   const CublasGemmEx c = LoadCublasGemmEx();
   if (c.gemm == nullptr) {
     *source = c.name.empty() ? "no libcublas" : "no cublasGemmEx in " + c.name;
     return 0.0;
   }
-  *source = "cuBLAS GemmEx bf16/fp32 x · wT (" + c.name + ")";
+  *source = std::string("cuBLAS GemmEx bf16/fp32 x · wT, ") +
+            (random_data ? "random" : "constant") + " data (" + c.name + ")";
   cublasHandle_t handle = nullptr;
   if (c.create(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
   const int copies = std::max(weight_copies, 1);
@@ -189,9 +206,17 @@ double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies
   std::vector<DeviceBuffer> w;
   for (int i = 0; i < copies; ++i) {
     w.emplace_back(static_cast<size_t>(n * k) * 2);
-    CUDA_CHECK(cudaMemset(w.back().get(), 0x3C, w.back().bytes()));  // bf16 ≈ 0.0115
+    if (random_data) {
+      FillRandomBf16(w.back(), 100 + i);
+    } else {
+      CUDA_CHECK(cudaMemset(w.back().get(), 0x3C, w.back().bytes()));  // bf16 ≈ 0.0115
+    }
   }
-  CUDA_CHECK(cudaMemset(x.get(), 0x3C, x.bytes()));
+  if (random_data) {
+    FillRandomBf16(x, 7);
+  } else {
+    CUDA_CHECK(cudaMemset(x.get(), 0x3C, x.bytes()));
+  }
   const float alpha = 1.0f, beta = 0.0f;
   bool ok = true;
   int call = 0;

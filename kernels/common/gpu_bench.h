@@ -43,9 +43,11 @@ double MeasureCublasInt8Tops(std::string* source);
 // the median µs of `iters` calls after `warmup`, each call on the next of `weight_copies` weight
 // buffers (enough copies that no call finds its weight in L2). What a vendor GEMM makes of the
 // same shape — the FP8 Linear's GEMM on expanded weights — beside the roofline (the benches'
-// A/B reference, not their roof). 0 when no libcublas loads or the call is refused; `source`
-// says which.
-double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies, int warmup,
-                              int iters, std::string* source);
+// A/B reference, not their roof). `random_data`: operands pseudo-random bf16 in ±[1, 2), whose
+// bits toggle like real data; else every byte 0x3C, as MeasureCublasBf16Tflops fills them (the
+// tensor cores draw less power on constant operands, so the clock may stay higher). 0 when no
+// libcublas loads or the call is refused; `source` says which.
+double CublasBf16LinearMicros(int64_t m, int64_t n, int64_t k, int weight_copies, bool random_data,
+                              int warmup, int iters, std::string* source);
 
 }  // namespace flashserve::kernels

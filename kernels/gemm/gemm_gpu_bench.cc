@@ -5,7 +5,7 @@
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace,none]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
-//                  [--stream-k-tail 0,1] [--multicast 0,1] [--cublas 0|1]
+//                  [--stream-k-tail 0,1] [--multicast 0,1] [--cublas 0|1|rand|const]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -31,12 +31,15 @@
 // has a tail, with ws-cols 0; kernel column "ws-x-skR": 256-column tiles, the last wave's
 // tiles in R K ranges). --multicast times each listed LinearCudaParams::ws_multicast (1 runs only
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
-// along M sharing each weight box). --cublas 1 adds per (shape, M) a row "cublas-bf16": cuBLAS's
-// bf16 GEMM of the same M, N, K on bf16 weights (CublasBf16LinearMicros, weight copies cycled as
-// below) — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference for the
-// FP8 Linear on expanded weights (its ratio uses the same roof). --peak-tflops
-// replaces the measured rate in the compute roof (default: the larger of cuBLAS's bf16 GEMM and
-// the mma.sync peak, both measured in the run; 893 TFLOP/s is cuBLAS's on the H200).
+// along M sharing each weight box). --cublas 1 adds per (shape, M) rows "cublas-rand" and
+// "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the same M, N, K on bf16
+// weights (CublasBf16LinearMicros, weight copies cycled as below) on random and on constant
+// operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference for the FP8
+// Linear on expanded weights (their ratio uses the same roof); and to the roofs line cuBLAS's
+// 8192^3 on random operands (the roof itself is measured on constant ones,
+// MeasureCublasBf16Tflops). --peak-tflops replaces the measured rate in the compute roof (default:
+// the larger of cuBLAS's bf16 GEMM and the mma.sync peak, both measured in the run; 893 TFLOP/s is
+// cuBLAS's on the H200).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
 // (activation QDQ, GEMM, split-K reduction when the plan splits; one kernel for stream). Successive
@@ -104,7 +107,8 @@ struct Options {
   std::vector<int64_t> ws_cols = {0};    // LinearCudaParams::ws_tile_cols values
   std::vector<int64_t> tails = {0};      // LinearCudaParams::stream_k_tail values (0 / 1)
   std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
-  bool cublas = false;                   // --cublas 1: cuBLAS's bf16 GEMM of each shape and M
+  bool cublas = false;                   // --cublas: cuBLAS's bf16 GEMM of each shape and M
+  std::vector<bool> cublas_data = {true, false};  // its operands random (true) / constant
   double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
@@ -177,7 +181,15 @@ Options Parse(int argc, char** argv) {
         o.tails.push_back(v == "1" ? 1 : 0);
       }
     } else if (flag == "--cublas") {
-      o.cublas = std::string(argv[i + 1]) == "1";
+      const std::string v = argv[i + 1];
+      if (v != "0" && v != "1" && v != "rand" && v != "const") {
+        std::fprintf(stderr, "--cublas: %s is not 0, 1, rand or const\n", v.c_str());
+        std::exit(2);
+      }
+      o.cublas = v != "0";
+      o.cublas_data.clear();
+      if (v == "1" || v == "rand") o.cublas_data.push_back(true);
+      if (v == "1" || v == "const") o.cublas_data.push_back(false);
     } else if (flag == "--multicast") {
       o.multicast.clear();
       for (const std::string& v : SplitList(argv[i + 1])) {
@@ -275,6 +287,12 @@ int Main(int argc, char** argv) {
       "roofs: d2d copy %.0f GB/s (read + write), bf16 mma.sync %.0f / cuBLAS %.0f TFLOP/s "
       "measured (%s), compute roof %.0f TFLOP/s\n\n",
       copy_gbps, rates.mma, rates.cublas, rates.cublas_source.c_str(), tc_tflops);
+  if (o.cublas) {
+    std::string source;
+    const double us = CublasBf16LinearMicros(8192, 8192, 8192, 1, true, 3, 10, &source);
+    std::printf("cuBLAS 8192^3 on random operands: %.0f TFLOP/s (%s)\n\n",
+                us > 0 ? 2.0 * 8192.0 * 8192.0 * 8192.0 / us / 1e6 : 0.0, source.c_str());
+  }
   std::printf("%-11s %6s %6s %5s %-13s %4s %6s %10s %9s %9s %8s %7s %9s %6s\n", "shape", "N", "K",
               "M", "kernel", "tile", "splits", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s",
               "roof_us", "ratio");
@@ -330,20 +348,23 @@ int Main(int argc, char** argv) {
       const double flops = 2.0 * m * s.n * s.k;
       const double roof_us = std::max(bytes / (copy_gbps * 1e3), flops / (tc_tflops * 1e6));
       if (o.cublas) {
-        std::string source;
         const int bf16_copies = static_cast<int>(
             std::clamp<int64_t>((int64_t{160} << 20) / (2 * s.n * s.k) + 1, 1, 64));
-        const double us =
-            CublasBf16LinearMicros(m, s.n, s.k, bf16_copies, o.warmup, o.iters, &source);
-        if (us > 0) {
-          std::printf(
-              "%-11s %6ld %6ld %5ld %-13s %4s %6s %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
-              s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-              "cublas-bf16", "-", "-", us, bytes / 1e6, flops / 1e9, flops / us / 1e6,
-              bytes / us / 1e3, roof_us, roof_us / us);
-        } else {
-          std::printf("%-11s %6ld %6ld %5ld cublas-bf16: %s\n", s.name, static_cast<long>(s.n),
-                      static_cast<long>(s.k), static_cast<long>(m), source.c_str());
+        for (bool random_data : o.cublas_data) {
+          std::string source;
+          const double us = CublasBf16LinearMicros(m, s.n, s.k, bf16_copies, random_data, o.warmup,
+                                                   o.iters, &source);
+          const char* name = random_data ? "cublas-rand" : "cublas-const";
+          if (us > 0) {
+            std::printf(
+                "%-11s %6ld %6ld %5ld %-13s %4s %6s %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f %6.2f\n",
+                s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m), name,
+                "-", "-", us, bytes / 1e6, flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us,
+                roof_us / us);
+          } else {
+            std::printf("%-11s %6ld %6ld %5ld %s: %s\n", s.name, static_cast<long>(s.n),
+                        static_cast<long>(s.k), static_cast<long>(m), name, source.c_str());
+          }
         }
       }
       for (const std::string& kernel : o.kernels) {
