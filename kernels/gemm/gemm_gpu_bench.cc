@@ -6,6 +6,7 @@
 //                             wgmma-ws-inplace,none]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
 //                  [--stream-k-tail 0,1] [--multicast 0,1] [--cublas 0|1|rand|const]
+//                  [--const-data 0|1]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
 // one-launch weight-streaming kernel (tile_rows 8; auto's choice up to M = 8 below 64 MiB of
@@ -109,7 +110,8 @@ struct Options {
   std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
   bool cublas = false;                   // --cublas: cuBLAS's bf16 GEMM of each shape and M
   std::vector<bool> cublas_data = {true, false};  // its operands random (true) / constant
-  double peak_tflops = 0;  // > 0: the compute roof's rate instead of the measured mma.sync one
+  bool const_data = false;  // --const-data 1: constant x and weights (the power's share)
+  double peak_tflops = 0;   // > 0: the compute roof's rate instead of the measured mma.sync one
 };
 
 // tile_rows forcing `kernel` given the automatic plan's tile_rows.
@@ -180,6 +182,8 @@ Options Parse(int argc, char** argv) {
         }
         o.tails.push_back(v == "1" ? 1 : 0);
       }
+    } else if (flag == "--const-data") {
+      o.const_data = std::string(argv[i + 1]) == "1";
     } else if (flag == "--cublas") {
       const std::string v = argv[i + 1];
       if (v != "0" && v != "1" && v != "rand" && v != "const") {
@@ -312,6 +316,10 @@ int Main(int argc, char** argv) {
     std::vector<Fp8LinearDevice> views;
     for (int c = 0; c < copies; ++c) {
       FillWeight(codes, scales, 1000 + c);
+      if (o.const_data) {  // every code 1.0 (E4M3 0x38), every scale 2^-7
+        std::fill(codes.begin(), codes.end(), uint8_t{0x38});
+        std::fill(scales.begin(), scales.end(), uint8_t{120});
+      }
       dcodes.emplace_back(codes.size());
       dscales.emplace_back(scales.size());
       dcodes.back().CopyFromHost(codes.data(), codes.size());
@@ -324,6 +332,7 @@ int Main(int argc, char** argv) {
     for (uint16_t& v : x) {
       r = r * 6364136223846793005ull + 1442695040888963407ull;
       v = static_cast<uint16_t>(0x3C00 + ((r >> 52) & 0x3FF)) | ((r >> 63) ? 0x8000 : 0);
+      if (o.const_data) v = 0x3C00;
     }
     DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.n * 2));
     dx.CopyFromHost(x.data(), x.size() * 2);

@@ -5,8 +5,9 @@
 #      by-waves width and 256): what a vendor GEMM makes of the same tiles and waves
 #   p  the SM clock and power while one shape runs for seconds: wq_a at M 3,328 (one full wave of
 #      130 tiles at 256 columns), at M 640 (25 tiles), and cuBLAS on wq_a at 3,328 on random and
-#      on constant operands — whether a full wave is slower per tile because the clock drops (kit
-#      s68: ~1.06 against ~0.75 µs per K step)
+#      on constant operands, and wq_a at 3,328 on constant operands (--const-data 1) — whether a
+#      full wave is slower per tile because the clock drops (kit s68: ~1.06 against ~0.69 µs per
+#      K step)
 # One call: `cp` (c ~1 min, p ~1 min).
 # kit-target: bench_gemm_gpu
 set -u
@@ -41,6 +42,7 @@ for ((n = 0; n < ${#modes}; n++)); do
        awk "$cols"' {print $1, $4, $5, $8, $14}' $OUT/cublas.log ;;
     p) B="$K/bench_gemm_gpu --warmup 20 --shapes wq_a --m"
        sampled full timeout 60 $B 3328 --iters 40000 --kernels wgmma-ws --ws-cols 256
+       sampled full_const timeout 60 $B 3328 --iters 40000 --kernels wgmma-ws --ws-cols 256 --const-data 1
        sampled part timeout 60 $B 640 --iters 40000 --kernels wgmma-ws --ws-cols 256
        sampled cublas_rand timeout 60 $B 3328 --iters 40000 --kernels none --cublas rand
        sampled cublas_const timeout 60 $B 3328 --iters 40000 --kernels none --cublas const ;;
