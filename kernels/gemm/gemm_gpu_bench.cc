@@ -5,7 +5,8 @@
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace,none]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
-//                  [--stream-k-tail 0,1] [--multicast 0,1] [--cublas 0|1|rand|const]
+//                  [--stream-k-tail 0,1] [--multicast 0,1] [--fused-qdq 0,1]
+//                  [--cublas 0|1|rand|const]
 //                  [--const-data 0|1]
 //
 // --kernels times each listed kernel per (shape, M) (A/B): auto = the plan's choice, stream = the
@@ -32,7 +33,9 @@
 // has a tail, with ws-cols 0; kernel column "ws-x-skR": 256-column tiles, the last wave's
 // tiles in R K ranges). --multicast times each listed LinearCudaParams::ws_multicast (1 runs only
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
-// along M sharing each weight box). --cublas 1 adds per (shape, M) rows "cublas-rand" and
+// along M sharing each weight box). --fused-qdq times each listed LinearCudaParams::ws_fused_qdq
+// (1 only on expanded weights without pairs; "-fq": x QDQ'd stage by stage in the GEMM instead of
+// the separate activation pass). --cublas 1 adds per (shape, M) rows "cublas-rand" and
 // "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the same M, N, K on bf16
 // weights (CublasBf16LinearMicros, weight copies cycled as below) on random and on constant
 // operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference for the FP8
@@ -108,6 +111,7 @@ struct Options {
   std::vector<int64_t> ws_cols = {0};    // LinearCudaParams::ws_tile_cols values
   std::vector<int64_t> tails = {0};      // LinearCudaParams::stream_k_tail values (0 / 1)
   std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
+  std::vector<int64_t> fused_qdq = {0};  // LinearCudaParams::ws_fused_qdq values (0 / 1)
   bool cublas = false;                   // --cublas: cuBLAS's bf16 GEMM of each shape and M
   std::vector<bool> cublas_data = {true, false};  // its operands random (true) / constant
   bool const_data = false;  // --const-data 1: constant x and weights (the power's share)
@@ -194,6 +198,15 @@ Options Parse(int argc, char** argv) {
       o.cublas_data.clear();
       if (v == "1" || v == "rand") o.cublas_data.push_back(true);
       if (v == "1" || v == "const") o.cublas_data.push_back(false);
+    } else if (flag == "--fused-qdq") {
+      o.fused_qdq.clear();
+      for (const std::string& v : SplitList(argv[i + 1])) {
+        if (v != "0" && v != "1") {
+          std::fprintf(stderr, "--fused-qdq: %s is not 0 or 1\n", v.c_str());
+          std::exit(2);
+        }
+        o.fused_qdq.push_back(v == "1" ? 1 : 0);
+      }
     } else if (flag == "--multicast") {
       o.multicast.clear();
       for (const std::string& v : SplitList(argv[i + 1])) {
@@ -397,16 +410,18 @@ int Main(int argc, char** argv) {
             } else if (ws_cols != 0) {
               continue;
             }
-            for (int64_t mc : o.multicast) {
-              // Pairs only where the warp-specialised kernel runs without a tail.
+            for (const auto& [mc, fq] : Pairs(o.multicast, o.fused_qdq)) {
+              // Pairs only where the warp-specialised kernel runs without a tail; the fused QDQ
+              // only on expanded weights, without pairs.
               if (mc != 0 && (!plan.warp_specialised || plan.tail.ranges > 1)) continue;
+              if (fq != 0 && (!plan.expand_weights || mc != 0)) continue;
               char ws_name[32];
               if (plan.tail.ranges > 1) {
                 std::snprintf(ws_name, sizeof(ws_name), "ws-x-sk%ld",
                               static_cast<long>(plan.tail.ranges));
               } else {
-                std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld%s", static_cast<long>(cols),
-                              mc != 0 ? "-mc" : "");
+                std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld%s%s", static_cast<long>(cols),
+                              mc != 0 ? "-mc" : "", fq != 0 ? "-fq" : "");
               }
               const double us = MedianMicros(o, stream, [&](int i) {
                 LinearCudaParams p;
@@ -427,6 +442,7 @@ int Main(int argc, char** argv) {
                 p.ws_tile_cols = ws_cols;
                 p.stream_k_tail = tail != 0;
                 p.ws_multicast = mc != 0;
+                p.ws_fused_qdq = fq != 0;
                 const absl::Status st = LaunchLinearFp8(p, stream);
                 CHECK(st.ok()) << st;
               });

@@ -707,6 +707,53 @@ TEST_F(GemmGpuTest, PairMulticastBitIdentical) {
   std::printf("pair multicast: %d runs bit-identical to one CTA per tile\n", runs);
 }
 
+// The warp-specialised kernel QDQing x stage by stage (LinearCudaParams::ws_fused_qdq) gives the
+// separate activation pass's bits: ragged M, N and K (a half-zero last K step), K splits, bias,
+// bf16 and fp32 outputs, by-waves and 256-column tiles, x strides beyond K (16-byte multiples: a
+// TMA operand; K + 4: not one, so the separate pass runs) and blocks the fast QDQ path skips (all
+// zeros, a NaN, values near bf16's largest), three calls per workspace.
+TEST_F(GemmGpuTest, FusedQdqBitIdentical) {
+  Rng rng(53);
+  struct Case {
+    int64_t m, n, k, split_k;
+  };
+  int runs = 0;
+  for (const Case& c : {Case{4096, 1280, 1312, 0},   // 32 m tiles, a half-zero last K step
+                        Case{600, 1000, 2048, 0},    // ragged M and N
+                        Case{384, 2000, 4096, 3},    // 3 K splits
+                        Case{9000, 520, 256, 0}}) {  // 71 m tiles, short K
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear d = Upload(*w);
+    const LinearCudaPlan plan = PlanLinearCuda(c.m, c.n, c.k, 128, c.split_k, true, true, true);
+    ASSERT_TRUE(plan.warp_specialised && plan.expand_weights) << c.m << " x " << c.n;
+    for (int64_t pad : {0, 8, 4}) {
+      const int64_t stride = c.k + pad;
+      std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, stride, rng);
+      for (int64_t j = 0; j < 32; ++j) x[1 * stride + 64 + j] = 0;  // a zero block
+      x[2 * stride + 5] = 0x7FC1;                                   // a NaN
+      x[3 * stride + 40] = 0x7F7F;                                  // bf16's largest
+      x[3 * stride + 41] = 0xFF70;
+      for (int64_t cols : {0, 256}) {
+        for (bool f32 : {false, true}) {
+          GpuRunOptions sep{f32, 0, 128, c.split_k, true, true, true};
+          sep.ws_tile_cols = cols;
+          GpuRunOptions fused = sep;
+          fused.ws_fused_qdq = true;
+          fused.repeats = 3;
+          ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), x, c.m, stride, fused),
+                         gemm_test::RunLinearGpu(d.view(), x, c.m, stride, sep), c.m, c.n, c.n,
+                         "fused QDQ M " + std::to_string(c.m) + " N " + std::to_string(c.n) +
+                             " K " + std::to_string(c.k) + " stride " + std::to_string(stride) +
+                             " cols " + std::to_string(cols) + (f32 ? " f32" : " bf16"));
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("fused QDQ: %d runs bit-identical to the separate activation pass\n", runs);
+}
+
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

@@ -116,17 +116,23 @@ void LaunchTail(const GemmArgs& f, const LinearCudaPlan& plan, float* partial,
 // codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
 // expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); `multicast`: in CTA
 // pairs along M sharing each weight box (LinearCudaParams::ws_multicast; never with a stream-K
-// tail). False (nothing enqueued) when the driver cannot make the TMA descriptors.
+// tail). `raw_x` (expanded weights only, no pairs): x itself (stride x_stride), which the kernel
+// QDQs stage by stage (LinearCudaParams::ws_fused_qdq) instead of reading f.a. False (nothing
+// enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                   int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
+                   int64_t ws_tile_cols, bool multicast, float* tail_partial, const uint16_t* raw_x,
+                   int64_t x_stride, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
-  const bool pair = multicast && plan.tail.ranges <= 1;
+  const bool fused = raw_x != nullptr && !fp8;
+  const bool pair = multicast && plan.tail.ranges <= 1 && !fused;
   const int64_t cols = fp8 ? int64_t{wgmma_ws::kBN} : WsTileCols(ws_tile_cols, f, plan);
   // A pair's CTAs each load half of the weight box (wgmma_ws::IssueStage).
   const auto b_rows = static_cast<uint32_t>(pair ? cols / 2 : cols);
-  if (!wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK, wgmma_ws::kBM,
-                                true) ||
+  if (!(fused ? wgmma_ws::MakeTmaOperand(&g.a, raw_x, 2, f.k, f.m, x_stride, 1, 0, wgmma_ws::kBK,
+                                         wgmma_ws::kBM, true)
+              : wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK,
+                                         wgmma_ws::kBM, true)) ||
       !(fp8 ? wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK, b_rows,
                                        false)
             : wgmma_ws::MakeTmaOperand(&g.b, expanded, 2, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
@@ -162,6 +168,8 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
     LaunchExpand(f, expanded, stream);
     if (pair) {
       wgmma_ws::LaunchBf16<2>(g, cols, plan.m_tiles, stream);
+    } else if (fused) {
+      wgmma_ws::LaunchBf16<1, true>(g, cols, plan.m_tiles, stream);
     } else {
       wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
     }
@@ -175,7 +183,7 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
                  int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   if (plan.warp_specialised &&
-      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, multicast, tail_partial, stream)) {
+      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, multicast, tail_partial, nullptr, 0, stream)) {
     return;
   }
   wgmma_linear::Args g;
@@ -448,6 +456,20 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   uint8_t* a_scales = a_codes + AlignUp256(static_cast<size_t>(p.m * w.k));
 
   const bool rs = plan.kernel == LinearCudaKernel::kWgmmaRs;
+  // The warp-specialised kernel on expanded weights may QDQ x itself, stage by stage
+  // (LinearCudaParams::ws_fused_qdq); every other kernel reads the separate pass's output.
+  const bool fused = p.ws_fused_qdq && plan.warp_specialised && plan.expand_weights;
+  auto qdq = [&] {
+    quant::QdqParams q;
+    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+    q.rows = p.m;
+    q.cols = w.k;
+    q.x = p.x_bf16;
+    q.x_stride = p.x_stride;
+    q.out = a;
+    q.out_stride = w.k;
+    return quant::LaunchQdq(q, stream);
+  };
   if (rs) {
     // LaunchRs runs its own activation pass once its TMA descriptors exist.
   } else if (fp8) {
@@ -462,16 +484,8 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
     q.scales = a_scales;
     q.scales_stride = LinearCudaActScaleStride(w.k);
     RETURN_IF_ERROR(quant::LaunchQuantize(q, stream));
-  } else {
-    quant::QdqParams q;
-    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
-    q.rows = p.m;
-    q.cols = w.k;
-    q.x = p.x_bf16;
-    q.x_stride = p.x_stride;
-    q.out = a;
-    q.out_stride = w.k;
-    RETURN_IF_ERROR(quant::LaunchQdq(q, stream));
+  } else if (!fused) {
+    RETURN_IF_ERROR(qdq());
   }
 
   GemmArgs g;
@@ -500,11 +514,17 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
       } else {
-        LaunchWgmma(
-            g, plan,
-            plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr,
-            p.ws_tile_cols, p.ws_multicast, reinterpret_cast<float*>(ws + layout.tail_partials),
-            stream);
+        uint16_t* expanded =
+            plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr;
+        auto* tail = reinterpret_cast<float*>(ws + layout.tail_partials);
+        if (fused) {
+          if (LaunchWgmmaWs(g, plan, expanded, p.ws_tile_cols, false, tail, p.x_bf16, p.x_stride,
+                            stream)) {
+            break;
+          }
+          RETURN_IF_ERROR(qdq());  // x cannot be a TMA operand: the separate pass after all
+        }
+        LaunchWgmma(g, plan, expanded, p.ws_tile_cols, p.ws_multicast, tail, stream);
       }
       break;
     case 16:
