@@ -2,9 +2,10 @@
 # Kit s68 (built by scripts/gpu_kit.sh s68; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s68_run.sh MODES   (letters, run in order)
 #   t  CTA pairs sharing the weight box by TMA multicast (LinearCudaParams::ws_multicast), their
-#      consumers' remote arrivals now without the MEMBAR.ALL.GPU of .release.cluster (kit s67's
-#      pairs took 2.2x the time): the bit test against one CTA per tile, and the stream-K tail /
-#      narrow-tile bit tests beside it
+#      consumers' remote arrivals now without the MEMBAR.ALL.GPU of .release.cluster (kit s67, this
+#      kit before that fix plus `g`, the whole GEMM GPU suite: pairs at 2.2x the time, every test
+#      passed): the bit test against one CTA per tile, and the stream-K tail / narrow-tile bit tests
+#      beside it
 #   m  bench_gemm_gpu with and without pairs: expanded weights at the by-waves width and 256, and
 #      the in-place decode, at M 1,024 / 2,048 / 4,096 on the prefill shapes
 #   w  a wave's time at 256 columns, full against partial (kit s66's w): wq_a at M 640 / 3,328 /

@@ -163,18 +163,26 @@ __device__ __forceinline__ void BarWait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// The tensor coordinates of `op`'s box at (K element k0, row row0, group).
+struct TmaCoord {
+  int32_t c0, c1, c2;
+};
+__device__ __forceinline__ TmaCoord CoordOf(const TmaOperand& op, int64_t k0, int64_t row0,
+                                            int64_t group) {
+  const int32_t g = static_cast<int32_t>(group) * op.group_mul;
+  const auto r = static_cast<int32_t>(row0);
+  return {static_cast<int32_t>(k0), op.group_inner ? g : r, op.group_inner ? r : g};
+}
+
 // The box of `op` at (K element k0, row row0, group) into shared `dst`; completion (the box's
 // bytes, zero-filled outside the tensor) is signalled on `bar`.
 __device__ __forceinline__ void TmaLoad(const TmaOperand& op, uint32_t dst, uint32_t bar,
                                         int64_t k0, int64_t row0, int64_t group) {
-  const int32_t g = static_cast<int32_t>(group) * op.group_mul;
-  const int32_t c0 = static_cast<int32_t>(k0);
-  const int32_t c1 = op.group_inner ? g : static_cast<int32_t>(row0);
-  const int32_t c2 = op.group_inner ? static_cast<int32_t>(row0) : g;
+  const TmaCoord c = CoordOf(op, k0, row0, group);
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(&op.map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      "l"(reinterpret_cast<uint64_t>(&op.map)), "r"(c.c0), "r"(c.c1), "r"(c.c2), "r"(bar)
       : "memory");
 }
 
@@ -183,14 +191,11 @@ __device__ __forceinline__ void TmaLoad(const TmaOperand& op, uint32_t dst, uint
 __device__ __forceinline__ void TmaLoadMulticast(const TmaOperand& op, uint32_t dst, uint32_t bar,
                                                  int64_t k0, int64_t row0, int64_t group,
                                                  uint16_t mask) {
-  const int32_t g = static_cast<int32_t>(group) * op.group_mul;
-  const int32_t c0 = static_cast<int32_t>(k0);
-  const int32_t c1 = op.group_inner ? g : static_cast<int32_t>(row0);
-  const int32_t c2 = op.group_inner ? static_cast<int32_t>(row0) : g;
+  const TmaCoord c = CoordOf(op, k0, row0, group);
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(&op.map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      "l"(reinterpret_cast<uint64_t>(&op.map)), "r"(c.c0), "r"(c.c1), "r"(c.c2), "r"(bar), "h"(mask)
       : "memory");
 }
 
