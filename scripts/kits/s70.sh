@@ -6,9 +6,9 @@
 #   f  bench_gemm_gpu with and without the fused QDQ on the prefill shapes at M 2,048 / 4,096
 #      (the by-waves width), beside cuBLAS on random operands
 #   n  Nsight Compute on the warp-specialised kernel: wq_a's one full wave (M 3,328, 130 tiles
-#      at 256 columns) against a partial one (M 640, 25 tiles, --splits 1) — why a full wave runs
-#      ~1.5x slower per K step when neither the clock nor L2 bytes explain it
-#      (kernels/gemm/cublas_reference.md): stall reasons, L2 hit rate, throughputs
+#      at 256 columns) against a partial one (M 640, 25 tiles, --splits 1): the per-step rate
+#      (~0.74 µs by session 65's byte estimate of the passes, cuBLAS ~0.70), stall reasons, L2
+#      hit rate, throughputs; ncu's Duration is the GEMM alone, which checks that estimate
 # One call: `tfn` (t ~15 s, f ~30 s, n ~2 min).
 # kit-target: kernels_gemm_gpu_test bench_gemm_gpu
 set -u
