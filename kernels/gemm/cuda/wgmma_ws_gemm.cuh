@@ -667,21 +667,32 @@ namespace flashserve::kernels::wgmma_ws {
 // The most clusters of two CTAs of `kernel` (one per SM, `smem` bytes) resident at once on the
 // current device: cudaOccupancyMaxActiveClusters, asked once per device and instantiation (an
 // SM count per GPC that is odd leaves one SM of that GPC out).
+// A launch of `grid` CTAs of kThreads with `smem` bytes in clusters of two along x; `attr` (the
+// cluster dimension) must outlive the config's use.
+inline cudaLaunchConfig_t PairConfig(unsigned grid, int smem, cudaStream_t stream,
+                                     cudaLaunchAttribute& attr) {
+  attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 template <typename Kernel>
 int MaxPairs(Kernel* kernel, int smem, PerDeviceInt& cache) {
   const int device = CurrentDevice();
   return cache.Get(device, [&] {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(2 * static_cast<unsigned>(SmCount(device)));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        PairConfig(2 * static_cast<unsigned>(SmCount(device)), smem, nullptr, attr);
     int clusters = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
     return clusters;
@@ -725,18 +736,9 @@ void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
       std::fprintf(stderr, "wgmma_ws: no cluster of two CTAs fits this device\n");
       std::abort();
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(2 * std::min<int64_t>(g.items, pairs)));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmemBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = PairConfig(
+        static_cast<unsigned>(2 * std::min<int64_t>(g.items, pairs)), kSmemBytes, stream, attr);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, g));
   }
 }
