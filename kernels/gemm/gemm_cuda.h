@@ -210,15 +210,16 @@ struct LinearCudaParams {
   // tile's wgmma sequence is unchanged: the same bits (`PairMulticastBitIdentical`, on the GPU).
   // Not with stream_k_tail.
   bool ws_multicast = false;
-  // Where the warp-specialised kernel runs on expanded weights (plan.expand_weights): true = its
-  // producer warpgroup quantise-dequantises each stage of x in shared memory (the FP8 E4M3 ×
-  // UE8M0/32 QDQ of the separate activation pass, with the same functions: the same bits,
-  // `FusedQdqBitIdentical` on the GPU) instead of a pass that reads and writes all of x first
-  // (~2·M·K·2 bytes: at M = 4,096, K = 5,120 about 84 MB); x must then be a TMA operand (16-byte
-  // aligned, x_stride a multiple of 8), else the separate pass runs. false (default until
-  // measured) = the separate pass. Each x tile is QDQ'd once per column tile. Not with
-  // ws_multicast.
-  bool ws_fused_qdq = false;
+  // true = x already holds the FP8 E4M3 × UE8M0/32 QDQ of the activations along K, the values the
+  // activation pass would write (a producer wrote them: RmsNormParams::out_qdq), so the bf16
+  // wgmma kernels (M >= 128) read x in place and the pass (~2·M·K·2 bytes: at M = 4,096,
+  // K = 5,120 about 84 MB, ~33 µs) is skipped; x must then be 16-byte aligned with x_stride a
+  // multiple of 8, else the pass runs. Every other kernel runs its pass on x, which gives the
+  // same values: the QDQ is idempotent below bf16 overflow (QuantCpuTest.
+  // Fp8QdqIsIdempotentBelowOverflow); only a block whose first QDQ already overflowed to ±Inf
+  // differs. The same bits as x_qdq = false on the un-QDQ'd x (`PreQuantisedXBitIdentical`).
+  // false (default) = the Linear QDQs x itself.
+  bool x_qdq = false;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;

@@ -5,7 +5,7 @@
 //                  [--kernels auto,stream,stream-tma,rs,mma,wgmma,wgmma-bf16,wgmma-ws,
 //                             wgmma-ws-inplace,none]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
-//                  [--stream-k-tail 0,1] [--multicast 0,1] [--fused-qdq 0,1]
+//                  [--stream-k-tail 0,1] [--multicast 0,1] [--x-qdq 0,1]
 //                  [--cublas 0|1|rand|const]
 //                  [--const-data 0|1]
 //
@@ -33,14 +33,14 @@
 // has a tail, with ws-cols 0; kernel column "ws-x-skR": 256-column tiles, the last wave's
 // tiles in R K ranges). --multicast times each listed LinearCudaParams::ws_multicast (1 runs only
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
-// along M sharing each weight box). --fused-qdq times each listed LinearCudaParams::ws_fused_qdq
-// (1 only on expanded weights without pairs; "-fq": x QDQ'd stage by stage in the GEMM instead of
-// the separate activation pass). --cublas 1 adds per (shape, M) rows "cublas-rand" and
-// "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the same M, N, K on bf16
-// weights (CublasBf16LinearMicros, weight copies cycled as below) on random and on constant
-// operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference for the FP8
-// Linear on expanded weights (their ratio uses the same roof); and to the roofs line cuBLAS's
-// 8192^3 on random operands (the roof itself is measured on constant ones,
+// along M sharing each weight box). --x-qdq times each listed LinearCudaParams::x_qdq (1 only
+// where the bf16 wgmma kernels run; "-xq": x read in place as already QDQ'd, no activation pass;
+// the bench's x is not QDQ'd, which changes no time). --cublas 1 adds per (shape, M) rows
+// "cublas-rand" and "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the same M,
+// N, K on bf16 weights (CublasBf16LinearMicros, weight copies cycled as below) on random and on
+// constant operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference
+// for the FP8 Linear on expanded weights (their ratio uses the same roof); and to the roofs line
+// cuBLAS's 8192^3 on random operands (the roof itself is measured on constant ones,
 // MeasureCublasBf16Tflops). --peak-tflops replaces the measured rate in the compute roof (default:
 // the larger of cuBLAS's bf16 GEMM and the mma.sync peak, both measured in the run; 893 TFLOP/s is
 // cuBLAS's on the H200).
@@ -111,7 +111,7 @@ struct Options {
   std::vector<int64_t> ws_cols = {0};    // LinearCudaParams::ws_tile_cols values
   std::vector<int64_t> tails = {0};      // LinearCudaParams::stream_k_tail values (0 / 1)
   std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
-  std::vector<int64_t> fused_qdq = {0};  // LinearCudaParams::ws_fused_qdq values (0 / 1)
+  std::vector<int64_t> x_qdq = {0};      // LinearCudaParams::x_qdq values (0 / 1)
   bool cublas = false;                   // --cublas: cuBLAS's bf16 GEMM of each shape and M
   std::vector<bool> cublas_data = {true, false};  // its operands random (true) / constant
   bool const_data = false;  // --const-data 1: constant x and weights (the power's share)
@@ -198,14 +198,14 @@ Options Parse(int argc, char** argv) {
       o.cublas_data.clear();
       if (v == "1" || v == "rand") o.cublas_data.push_back(true);
       if (v == "1" || v == "const") o.cublas_data.push_back(false);
-    } else if (flag == "--fused-qdq") {
-      o.fused_qdq.clear();
+    } else if (flag == "--x-qdq") {
+      o.x_qdq.clear();
       for (const std::string& v : SplitList(argv[i + 1])) {
         if (v != "0" && v != "1") {
-          std::fprintf(stderr, "--fused-qdq: %s is not 0 or 1\n", v.c_str());
+          std::fprintf(stderr, "--x-qdq: %s is not 0 or 1\n", v.c_str());
           std::exit(2);
         }
-        o.fused_qdq.push_back(v == "1" ? 1 : 0);
+        o.x_qdq.push_back(v == "1" ? 1 : 0);
       }
     } else if (flag == "--multicast") {
       o.multicast.clear();
@@ -410,19 +410,24 @@ int Main(int argc, char** argv) {
             } else if (ws_cols != 0) {
               continue;
             }
-            for (const auto& [mc, fq] : Pairs(o.multicast, o.fused_qdq)) {
-              // Pairs only where the warp-specialised kernel runs without a tail; the fused QDQ
-              // only on expanded weights, without pairs.
+            for (const auto& [mc, xq] : Pairs(o.multicast, o.x_qdq)) {
+              // Pairs only where the warp-specialised kernel runs without a tail; a pre-QDQ'd x
+              // only where the bf16 wgmma kernels read it in place.
               if (mc != 0 && (!plan.warp_specialised || plan.tail.ranges > 1)) continue;
-              if (fq != 0 && (!plan.expand_weights || mc != 0)) continue;
-              char ws_name[32];
+              if (xq != 0 && plan.kernel != LinearCudaKernel::kWgmmaBf16) continue;
+              std::string name;
               if (plan.tail.ranges > 1) {
-                std::snprintf(ws_name, sizeof(ws_name), "ws-x-sk%ld",
-                              static_cast<long>(plan.tail.ranges));
+                name = "ws-x-sk" + std::to_string(plan.tail.ranges);
+              } else if (cols != 0) {
+                name = "ws-x-c" + std::to_string(cols) + (mc != 0 ? "-mc" : "");
+              } else if (plan.warp_specialised) {
+                name = mc != 0 ? "wgmma-bf16-ws-mc" : "wgmma-bf16-ws";
               } else {
-                std::snprintf(ws_name, sizeof(ws_name), "ws-x-c%ld%s%s", static_cast<long>(cols),
-                              mc != 0 ? "-mc" : "", fq != 0 ? "-fq" : "");
+                name = plan.tma_ring || (kernel == "stream-tma" && m <= 8)
+                           ? "stream-tma"
+                           : LinearCudaKernelName(plan.kernel);
               }
+              if (xq != 0) name += "-xq";
               const double us = MedianMicros(o, stream, [&](int i) {
                 LinearCudaParams p;
                 p.weight = &views[i % copies];
@@ -442,7 +447,7 @@ int Main(int argc, char** argv) {
                 p.ws_tile_cols = ws_cols;
                 p.stream_k_tail = tail != 0;
                 p.ws_multicast = mc != 0;
-                p.ws_fused_qdq = fq != 0;
+                p.x_qdq = xq != 0;
                 const absl::Status st = LaunchLinearFp8(p, stream);
                 CHECK(st.ok()) << st;
               });
@@ -450,13 +455,8 @@ int Main(int argc, char** argv) {
                   "%-11s %6ld %6ld %5ld %-13s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
                   "%6.2f\n",
                   s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(m),
-                  cols != 0               ? ws_name
-                  : plan.warp_specialised ? (mc != 0 ? "wgmma-bf16-ws-mc" : "wgmma-bf16-ws")
-                  : plan.tma_ring || (kernel == "stream-tma" && m <= 8)
-                      ? "stream-tma"
-                      : LinearCudaKernelName(plan.kernel),
-                  static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us,
-                  bytes / 1e6, flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us,
+                  name.c_str(), static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits),
+                  us, bytes / 1e6, flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us,
                   roof_us / us);
             }
           }

@@ -30,6 +30,7 @@
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_gpu_test_util.h"
 #include "kernels/gemm/gemm_test_util.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -707,12 +708,15 @@ TEST_F(GemmGpuTest, PairMulticastBitIdentical) {
   std::printf("pair multicast: %d runs bit-identical to one CTA per tile\n", runs);
 }
 
-// The warp-specialised kernel QDQing x stage by stage (LinearCudaParams::ws_fused_qdq) gives the
-// separate activation pass's bits: ragged M, N and K (a half-zero last K step), K splits, bias,
-// bf16 and fp32 outputs, by-waves and 256-column tiles, x strides beyond K (16-byte multiples: a
-// TMA operand; K + 4: not one, so the separate pass runs) and blocks the fast QDQ path skips (all
-// zeros, a NaN, values near bf16's largest), three calls per workspace.
-TEST_F(GemmGpuTest, FusedQdqBitIdentical) {
+// A pre-QDQ'd x (LinearCudaParams::x_qdq: the kernel reads it in place, no activation pass)
+// gives the bits of the Linear on the un-QDQ'd x: ragged M, N and K (a half-zero last K step), K
+// splits, bias, bf16 and fp32 outputs, by-waves and 256-column tiles, the in-place FP8 decode, the
+// cp.async kernel, the stream-K tail, CTA pairs, x strides beyond K (16-byte multiples: read in
+// place; K + 4: not, so the pass runs on x) and blocks the fast QDQ path skips (all zeros, a
+// NaN), three calls per workspace. Values near bf16's largest, whose QDQ overflows to ±Inf, give
+// the same bits where x is read in place (one QDQ either way); the plans that run the pass on the
+// QDQ'd x (mma.sync, register-sourced) are checked without them.
+TEST_F(GemmGpuTest, PreQuantisedXBitIdentical) {
   Rng rng(53);
   struct Case {
     int64_t m, n, k, split_k;
@@ -725,33 +729,65 @@ TEST_F(GemmGpuTest, FusedQdqBitIdentical) {
     const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
     const auto w = Prepare(h);
     const DeviceFp8Linear d = Upload(*w);
-    const LinearCudaPlan plan = PlanLinearCuda(c.m, c.n, c.k, 128, c.split_k, true, true, true);
-    ASSERT_TRUE(plan.warp_specialised && plan.expand_weights) << c.m << " x " << c.n;
     for (int64_t pad : {0, 8, 4}) {
       const int64_t stride = c.k + pad;
       std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, stride, rng);
       for (int64_t j = 0; j < 32; ++j) x[1 * stride + 64 + j] = 0;  // a zero block
       x[2 * stride + 5] = 0x7FC1;                                   // a NaN
-      x[3 * stride + 40] = 0x7F7F;                                  // bf16's largest
-      x[3 * stride + 41] = 0xFF70;
-      for (int64_t cols : {0, 256}) {
-        for (bool f32 : {false, true}) {
-          GpuRunOptions sep{f32, 0, 128, c.split_k, true, true, true};
-          sep.ws_tile_cols = cols;
-          GpuRunOptions fused = sep;
-          fused.ws_fused_qdq = true;
-          fused.repeats = 3;
-          ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), x, c.m, stride, fused),
-                         gemm_test::RunLinearGpu(d.view(), x, c.m, stride, sep), c.m, c.n, c.n,
-                         "fused QDQ M " + std::to_string(c.m) + " N " + std::to_string(c.n) +
-                             " K " + std::to_string(c.k) + " stride " + std::to_string(stride) +
-                             " cols " + std::to_string(cols) + (f32 ? " f32" : " bf16"));
+      std::vector<uint16_t> huge = x;
+      huge[3 * stride + 40] = 0x7F7F;  // bf16's largest: the QDQ overflows
+      huge[3 * stride + 41] = 0xFF70;
+      for (bool overflow : {false, true}) {
+        const std::vector<uint16_t>& src = overflow ? huge : x;
+        std::vector<uint16_t> xq(src.size(), 0);
+        ASSERT_TRUE(quant::QdqCpu({quant::BlockFormat::kFp8E4m3Ue8m0B32, c.m, c.k, src.data(),
+                                   stride, xq.data(), stride})
+                        .ok());
+        struct Plan {
+          const char* name;
+          GpuRunOptions o;
+          bool in_place;  // reads x itself where x is a TMA operand
+        };
+        std::vector<Plan> plans;
+        for (int64_t cols : {0, 256}) {
+          for (bool f32 : {false, true}) {
+            GpuRunOptions o{f32, 0, 128, c.split_k, true, true, true};
+            o.ws_tile_cols = cols;
+            plans.push_back({cols == 0 ? "expanded by waves" : "expanded 256", o, true});
+          }
+        }
+        GpuRunOptions o{false, 0, 128, c.split_k, true, true, false};
+        plans.push_back({"in-place decode", o, true});
+        o = GpuRunOptions{false, 0, 128, c.split_k, true, false, false};
+        plans.push_back({"cp.async", o, true});
+        if (c.split_k == 0) {
+          o = GpuRunOptions{true, 0, 128, 0, true, true, true};
+          o.stream_k_tail = true;
+          plans.push_back({"stream-K tail", o, true});
+          o = GpuRunOptions{false, 0, 128, 0, true, true, true};
+          o.ws_multicast = true;
+          plans.push_back({"pairs", o, true});
+        }
+        o = GpuRunOptions{false, 0, 64, c.split_k, true, true, true};
+        plans.push_back({"mma.sync (pass on x)", o, false});
+        o = GpuRunOptions{false, 0, kLinearCudaRsRows, 0, true, true, true};
+        plans.push_back({"register-sourced (pass on x)", o, false});
+        for (const Plan& pl : plans) {
+          if (overflow && (!pl.in_place || pad % 8 != 0)) continue;  // two QDQs: ±Inf -> NaN
+          GpuRunOptions pre = pl.o;
+          pre.x_qdq = true;
+          pre.repeats = 3;
+          ExpectBitEqual(gemm_test::RunLinearGpu(d.view(), xq, c.m, stride, pre),
+                         gemm_test::RunLinearGpu(d.view(), src, c.m, stride, pl.o), c.m, c.n, c.n,
+                         std::string("pre-QDQ'd x, ") + pl.name + " M " + std::to_string(c.m) +
+                             " N " + std::to_string(c.n) + " K " + std::to_string(c.k) +
+                             " stride " + std::to_string(stride) + (overflow ? " overflow" : ""));
           ++runs;
         }
       }
     }
   }
-  std::printf("fused QDQ: %d runs bit-identical to the separate activation pass\n", runs);
+  std::printf("pre-QDQ'd x: %d runs bit-identical to the Linear's own activation pass\n", runs);
 }
 
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {

@@ -122,7 +122,7 @@ std::vector<float> RunLinearGpu(const Fp8LinearDevice& w, const std::vector<uint
   p.ws_tile_cols = o.ws_tile_cols;
   p.stream_k_tail = o.stream_k_tail;
   p.ws_multicast = o.ws_multicast;
-  p.ws_fused_qdq = o.ws_fused_qdq;
+  p.x_qdq = o.x_qdq;
   p.workspace = ws.get();
   p.workspace_bytes = ws.bytes();
   for (int i = 0; i < std::max(o.repeats, 1); ++i) {

@@ -49,7 +49,7 @@ struct GpuRunOptions {
   int64_t ws_tile_cols = 0;    // LinearCudaParams::ws_tile_cols
   bool stream_k_tail = false;  // LinearCudaParams::stream_k_tail
   bool ws_multicast = false;   // LinearCudaParams::ws_multicast
-  bool ws_fused_qdq = false;   // LinearCudaParams::ws_fused_qdq
+  bool x_qdq = false;          // LinearCudaParams::x_qdq: x is already QDQ'd
   int repeats = 1;             // launches of the same call on the same workspace and y
 };
 // LaunchLinearFp8 on a device copy of x (o.repeats times, one workspace: what one call leaves

@@ -358,9 +358,6 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
     return Invalid("ws_tile_cols",
                    absl::StrFormat("%d must be 0 or 256 with stream_k_tail", p.ws_tile_cols));
   }
-  if (p.ws_multicast && p.ws_fused_qdq) {
-    return Invalid("ws_multicast", "cannot be combined with ws_fused_qdq");
-  }
   if (p.ws_multicast && p.stream_k_tail) {
     return Invalid("ws_multicast", "cannot be combined with stream_k_tail");
   }

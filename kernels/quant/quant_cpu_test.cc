@@ -216,7 +216,7 @@ TEST(QuantCpuTest, QuantizeWritesTheDecodedMirror) {
 // kernel that writes x already QDQ'd (e.g. a norm before a Linear) lets the Linear skip its pass
 // with the same bits. From 0x7F78 up the first QDQ overflows to ±Inf (the scale saturates at
 // 2^127), and QDQ of Inf is NaN. Every finite amax, each with 4 random blocks of magnitudes up to
-// it.
+// it; then blocks holding a NaN.
 TEST(QuantCpuTest, Fp8QdqIsIdempotentBelowOverflow) {
   uint64_t r = 11;
   auto next = [&r] {
@@ -248,6 +248,17 @@ TEST(QuantCpuTest, Fp8QdqIsIdempotentBelowOverflow) {
   }
   EXPECT_EQ(blocks, 4 * (0x7F78 - 1));
   EXPECT_EQ(overflowed, 4 * 8);
+  // A NaN leaves the rest of its block as it would be without it, twice over.
+  for (int rep = 0; rep < 4096; ++rep) {
+    std::vector<uint16_t> x(kCols), once(kCols), twice(kCols);
+    const auto amax = static_cast<uint32_t>(1 + next() % 0x7F77u);
+    for (uint16_t& v : x) v = static_cast<uint16_t>((next() % (amax + 1)) | ((next() & 1) << 15));
+    x[next() % kCols] = static_cast<uint16_t>(0x7FC0u | (next() & 0x3Fu));
+    const BlockFormat fp8 = BlockFormat::kFp8E4m3Ue8m0B32;
+    ASSERT_TRUE(QdqCpu({fp8, 1, kCols, x.data(), kCols, once.data(), kCols}).ok());
+    ASSERT_TRUE(QdqCpu({fp8, 1, kCols, once.data(), kCols, twice.data(), kCols}).ok());
+    ASSERT_EQ(once, twice) << std::hex << "NaN block, amax " << amax << " rep " << rep;
+  }
 }
 
 TEST(QuantCpuTest, EmptyShapesAreNoOpsEvenWithNullPointers) {

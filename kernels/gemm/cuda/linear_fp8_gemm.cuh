@@ -51,8 +51,9 @@ struct Shape {
 };
 
 struct GemmArgs {
-  const uint16_t* a = nullptr;       // QDQ activations bf16 [m, k], stride k, 16-byte aligned
-  const uint8_t* w = nullptr;        // E4M3 [n, k]
+  const uint16_t* a = nullptr;  // QDQ activations bf16 [m, k], stride k, 16-byte aligned
+  int64_t a_stride = 0;         // a's row stride: k, except a pre-QDQ'd x for the wgmma launchers
+  const uint8_t* w = nullptr;   // E4M3 [n, k]
   const uint8_t* w_scale = nullptr;  // UE8M0 [ceil(n/32), k/32]
   const float* bias = nullptr;       // [n] or null
   int64_t m = 0, n = 0, k = 0;

@@ -112,27 +112,21 @@ void LaunchTail(const GemmArgs& f, const LinearCudaPlan& plan, float* partial,
   wgmma_ws::LaunchTailReduce(r, stream);
 }
 
-// The warp-specialised wgmma kernel on the QDQ activations `a` (stride K) and either the raw
-// codes (decoded in place by the producer) or, when `expanded` is non-null, the weight first
-// expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); `multicast`: in CTA
-// pairs along M sharing each weight box (LinearCudaParams::ws_multicast; never with a stream-K
-// tail). `raw_x` (expanded weights only, no pairs): x itself (stride x_stride), which the kernel
-// QDQs stage by stage (LinearCudaParams::ws_fused_qdq) instead of reading f.a. False (nothing
-// enqueued) when the driver cannot make the TMA descriptors.
+// The warp-specialised wgmma kernel on the QDQ activations f.a (stride f.a_stride) and either
+// the raw codes (decoded in place by the producer) or, when `expanded` is non-null, the weight
+// first expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); `multicast`: in
+// CTA pairs along M sharing each weight box (LinearCudaParams::ws_multicast; never with a
+// stream-K tail). False (nothing enqueued) when the driver cannot make the TMA descriptors.
 bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
-                   int64_t ws_tile_cols, bool multicast, float* tail_partial, const uint16_t* raw_x,
-                   int64_t x_stride, cudaStream_t stream) {
+                   int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
-  const bool fused = raw_x != nullptr && !fp8;
-  const bool pair = multicast && plan.tail.ranges <= 1 && !fused;
+  const bool pair = multicast && plan.tail.ranges <= 1;
   const int64_t cols = fp8 ? int64_t{wgmma_ws::kBN} : WsTileCols(ws_tile_cols, f, plan);
   // A pair's CTAs each load half of the weight box (wgmma_ws::IssueStage).
   const auto b_rows = static_cast<uint32_t>(pair ? cols / 2 : cols);
-  if (!(fused ? wgmma_ws::MakeTmaOperand(&g.a, raw_x, 2, f.k, f.m, x_stride, 1, 0, wgmma_ws::kBK,
-                                         wgmma_ws::kBM, true)
-              : wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.k, 1, 0, wgmma_ws::kBK,
-                                         wgmma_ws::kBM, true)) ||
+  if (!wgmma_ws::MakeTmaOperand(&g.a, f.a, 2, f.k, f.m, f.a_stride, 1, 0, wgmma_ws::kBK,
+                                wgmma_ws::kBM, true) ||
       !(fp8 ? wgmma_ws::MakeTmaOperand(&g.b, f.w, 1, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK, b_rows,
                                        false)
             : wgmma_ws::MakeTmaOperand(&g.b, expanded, 2, f.k, f.n, f.k, 1, 0, wgmma_ws::kBK,
@@ -168,8 +162,6 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
     LaunchExpand(f, expanded, stream);
     if (pair) {
       wgmma_ws::LaunchBf16<2>(g, cols, plan.m_tiles, stream);
-    } else if (fused) {
-      wgmma_ws::LaunchBf16<1, true>(g, cols, plan.m_tiles, stream);
     } else {
       wgmma_ws::LaunchBf16(g, cols, plan.m_tiles, stream);
     }
@@ -178,18 +170,18 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
   return true;
 }
 
-// The wgmma kernel (plan.tile_rows == 128) on the QDQ activations `a` (stride K).
+// The wgmma kernel (plan.tile_rows == 128) on the QDQ activations f.a (stride f.a_stride).
 // `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
 void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
                  int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   if (plan.warp_specialised &&
-      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, multicast, tail_partial, nullptr, 0, stream)) {
+      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, multicast, tail_partial, stream)) {
     return;
   }
   wgmma_linear::Args g;
   g.x = f.a;
-  g.x_stride = f.k;
-  g.x_vec = true;  // the QDQ workspace: 16-byte aligned, K % 32 == 0
+  g.x_stride = f.a_stride;
+  g.x_vec = true;  // the QDQ workspace (K % 32 == 0) or a pre-QDQ'd x that LaunchLinearFp8 checked
   g.w = f.w;
   g.w_scale = f.w_scale;
   g.strip_pitch = static_cast<int>(plan.steps_per_split * (wgmma_linear::kBK / 32));
@@ -456,21 +448,11 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   uint8_t* a_scales = a_codes + AlignUp256(static_cast<size_t>(p.m * w.k));
 
   const bool rs = plan.kernel == LinearCudaKernel::kWgmmaRs;
-  // The warp-specialised kernel on expanded weights may QDQ x itself, stage by stage
-  // (LinearCudaParams::ws_fused_qdq); every other kernel reads the separate pass's output.
-  const bool fused = p.ws_fused_qdq && plan.warp_specialised && plan.expand_weights;
-  auto qdq = [&] {
-    quant::QdqParams q;
-    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
-    q.rows = p.m;
-    q.cols = w.k;
-    q.x = p.x_bf16;
-    q.x_stride = p.x_stride;
-    q.out = a;
-    q.out_stride = w.k;
-    return quant::LaunchQdq(q, stream);
-  };
-  if (rs) {
+  // A pre-QDQ'd x (LinearCudaParams::x_qdq) that the bf16 wgmma kernels can read in place (TMA
+  // and cp.async: 16-byte aligned rows) skips the pass; every other kernel reads the pass's output.
+  const bool x_in_place = p.x_qdq && plan.kernel == LinearCudaKernel::kWgmmaBf16 &&
+                          reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0;
+  if (rs || x_in_place) {
     // LaunchRs runs its own activation pass once its TMA descriptors exist.
   } else if (fp8) {
     quant::QuantizeParams q;
@@ -484,12 +466,21 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
     q.scales = a_scales;
     q.scales_stride = LinearCudaActScaleStride(w.k);
     RETURN_IF_ERROR(quant::LaunchQuantize(q, stream));
-  } else if (!fused) {
-    RETURN_IF_ERROR(qdq());
+  } else {
+    quant::QdqParams q;
+    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+    q.rows = p.m;
+    q.cols = w.k;
+    q.x = p.x_bf16;
+    q.x_stride = p.x_stride;
+    q.out = a;
+    q.out_stride = w.k;
+    RETURN_IF_ERROR(quant::LaunchQdq(q, stream));
   }
 
   GemmArgs g;
-  g.a = a;
+  g.a = x_in_place ? p.x_bf16 : a;
+  g.a_stride = x_in_place ? p.x_stride : w.k;
   g.w = w.codes;
   g.w_scale = w.scales;
   g.bias = w.bias;
@@ -517,13 +508,6 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
         uint16_t* expanded =
             plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr;
         auto* tail = reinterpret_cast<float*>(ws + layout.tail_partials);
-        if (fused) {
-          if (LaunchWgmmaWs(g, plan, expanded, p.ws_tile_cols, false, tail, p.x_bf16, p.x_stride,
-                            stream)) {
-            break;
-          }
-          RETURN_IF_ERROR(qdq());  // x cannot be a TMA operand: the separate pass after all
-        }
         LaunchWgmma(g, plan, expanded, p.ws_tile_cols, p.ws_multicast, tail, stream);
       }
       break;

@@ -51,7 +51,6 @@
 #include "kernels/gemm/cuda/e4m3_bf16_decode.cuh"
 #include "kernels/gemm/cuda/tma_map.h"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
-#include "kernels/quant/cuda/quant_kernels.cuh"
 
 namespace flashserve::kernels::wgmma_ws {
 
@@ -347,44 +346,6 @@ __device__ __forceinline__ void DecodeSlot(uint8_t* b, int p,
   for (int i = 0; i < 8; ++i) DecodeChunk(held[i], mul[4 + i / 2], b, r0 + 16 * (i + 8), c);
 }
 
-// ---- the fused activation QDQ (kQdqA) ---------------------------------------------------------
-// Producer thread p QDQs row p of the A slot `a` (64 bf16 = two 32-value blocks along K, the
-// 128-byte swizzled row) in place: the FP8 E4M3 × UE8M0/32 QDQ of quant::LaunchQdq, unit by unit
-// with its own functions (block amax over the block's four 8-value units, the scale byte, each
-// unit's encode and decode), so the same bits as the separate activation pass. Rows past M and
-// K columns past K are TMA zeros, whose QDQ is zero.
-__device__ __forceinline__ void QdqRow(uint8_t* a, int r) {
-  using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
-  uint32_t x[8][4];
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const uint4 v = *reinterpret_cast<const uint4*>(a + wgmma::Sw128Offset(r, c));
-    x[c][0] = v.x;
-    x[c][1] = v.y;
-    x[c][2] = v.z;
-    x[c][3] = v.w;
-  }
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    bool nan[4];
-    uint32_t amax = 0;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const uint32_t m = quant::device::UnitAmax(x[4 * b + u], &nan[u]);
-      amax = m > amax ? m : amax;
-    }
-    const uint32_t byte = F::ScaleByte(amax);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      uint32_t codes[F::kCodeWords], out[4];
-      F::Encode(x[4 * b + u], byte, nan[u], nullptr, codes);
-      F::Decode(codes, byte, out);
-      *reinterpret_cast<uint4*>(a + wgmma::Sw128Offset(r, 4 * b + u)) =
-          make_uint4(out[0], out[1], out[2], out[3]);
-    }
-  }
-}
-
 // ---- the epilogue through shared memory ----------------------------------------------------
 // One round of StoreTileStaged: the warp's 16 rows × 8·kChunks columns from column 64·rd of the
 // tile (kChunks 8, or 4 for the last round of a 160-column tile). The warp writes its fragment
@@ -492,14 +453,10 @@ __device__ __forceinline__ void WgmmaStep(float (&acc)[kBn / 2], uint64_t desc_a
 
 // ---- the kernel --------------------------------------------------------------------------------
 // kCluster 2: launched in clusters of two CTAs along M (Args::cluster 2) that share each W box
-// by TMA multicast; each CTA's empty barriers then count both CTAs' consumer warps. kQdqA (bf16
-// weights only): g.a is the raw bf16 x, and the producer warpgroup QDQs every A stage in shared
-// memory (QdqRow) before the consumers may read it, as the FP8 decode does for B.
-template <bool kFp8, int kBn = kBN, int kCluster = 1, bool kQdqA = false>
+// by TMA multicast; each CTA's empty barriers then count both CTAs' consumer warps.
+template <bool kFp8, int kBn = kBN, int kCluster = 1>
 __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_constant__ Args g) {
   static_assert(!kFp8 || kBn == kBN, "the in-place FP8 decode fills 256-row slots");
-  static_assert(!(kFp8 && kQdqA), "the fused activation QDQ runs on bf16 weights");
-  constexpr bool kProcess = kFp8 || kQdqA;  // the producer warpgroup rewrites every stage
   using S = Smem<kBn>;
   extern __shared__ uint8_t wgmma_ws_smem_raw[];
   const uint32_t raw_addr = wgmma_linear::SmemAddr(wgmma_ws_smem_raw);
@@ -533,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
     const int p = static_cast<int>(threadIdx.x) - kConsumerThreads;
     Loader ld{first, 0, 0, rank, Tile{}};
     if (ld.tile < total) ld.cur = TileAt<kBn>(g, ld.tile, rank);
-    if constexpr (!kProcess) {
+    if constexpr (!kFp8) {
       if (p == 0) {
         while (ld.tile < total) {
           BarWait(bar_empty + (ld.count % kStages) * 8, ((ld.count / kStages) & 1) ^ 1);
@@ -556,23 +513,18 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
               } else if (!BarTestWait(empty, parity)) {
                 break;
               }
-              IssueStage<kFp8, kBn, kCluster>(g, ld, base, total, stride);
+              IssueStage<true, kBn, kCluster>(g, ld, base, total, stride);
             }
           }
           __syncwarp();
           const int s = static_cast<int>(c % kStages);
-          if constexpr (kFp8) {
-            uint32_t sb[8];  // in flight during the wait
-            LoadScales(g, tile, tile.kt0 + step, p, sb);
-            BarWait(bar_loaded + s * 8, (c / kStages) & 1);
-            gemm_device::ScaleMul mul[8];
+          uint32_t sb[8];  // in flight during the wait
+          LoadScales(g, tile, tile.kt0 + step, p, sb);
+          BarWait(bar_loaded + s * 8, (c / kStages) & 1);
+          gemm_device::ScaleMul mul[8];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) mul[j] = gemm_device::MakeScaleMul(sb[j]);
-            DecodeSlot(smem + kBOff + s * S::kBStage, p, mul);
-          } else {
-            BarWait(bar_loaded + s * 8, (c / kStages) & 1);
-            QdqRow(smem + kAOff + s * kAStage, p);
-          }
+          for (int j = 0; j < 8; ++j) mul[j] = gemm_device::MakeScaleMul(sb[j]);
+          DecodeSlot(smem + kBOff + s * S::kBStage, p, mul);
           wgmma::FenceProxyAsyncShared();
           BarArrive(bar_decoded + s * 8);
           // The next step's raw codes land in another slot; no thread reads this one again.
@@ -606,7 +558,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
       const int s = static_cast<int>(c % kStages);
       const uint32_t parity = (c / kStages) & 1;
       BarWait(bar_loaded + s * 8, parity);
-      if constexpr (kProcess) BarWait(bar_decoded + s * 8, parity);
+      if constexpr (kFp8) BarWait(bar_decoded + s * 8, parity);
       __syncwarp();  // converged for the .aligned wgmma instructions
       const uint32_t a_addr = base + kAOff + s * kAStage + wg * 64 * 128;
       const uint32_t b_addr = base + kBOff + s * S::kBStage;
@@ -664,9 +616,6 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaWsKernel(const __grid_consta
 
 namespace flashserve::kernels::wgmma_ws {
 
-// The most clusters of two CTAs of `kernel` (one per SM, `smem` bytes) resident at once on the
-// current device: cudaOccupancyMaxActiveClusters, asked once per device and instantiation (an
-// SM count per GPC that is odd leaves one SM of that GPC out).
 // A launch of `grid` CTAs of kThreads with `smem` bytes in clusters of two along x; `attr` (the
 // cluster dimension) must outlive the config's use.
 inline cudaLaunchConfig_t PairConfig(unsigned grid, int smem, cudaStream_t stream,
@@ -686,6 +635,9 @@ inline cudaLaunchConfig_t PairConfig(unsigned grid, int smem, cudaStream_t strea
   return cfg;
 }
 
+// The most clusters of two CTAs of `kernel` (one per SM, `smem` bytes) resident at once on the
+// current device: cudaOccupancyMaxActiveClusters, asked once per device and instantiation (an
+// SM count per GPC that is odd leaves one SM of that GPC out).
 template <typename Kernel>
 int MaxPairs(Kernel* kernel, int smem, PerDeviceInt& cache) {
   const int device = CurrentDevice();
@@ -706,12 +658,12 @@ int MaxPairs(Kernel* kernel, int smem, PerDeviceInt& cache) {
 // caller then runs WsTailReduceKernel); else none. kCluster 2: clusters of two CTAs along M, as
 // many as fit at once (MaxPairs), each pair walking pairs of m tiles that share their W tile.
 // Opts the kernel into its shared memory once per device. CUDA launch failures abort.
-template <bool kFp8, int kBn = kBN, int kCluster = 1, bool kQdqA = false>
+template <bool kFp8, int kBn = kBN, int kCluster = 1>
 void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
   static_assert(kCluster == 1 || kCluster == 2);
   constexpr int kSmemBytes = Smem<kBn>::kBytes;
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = WgmmaWsKernel<kFp8, kBn, kCluster, kQdqA>;
+  auto* kernel = WgmmaWsKernel<kFp8, kBn, kCluster>;
   EnsureSmemLimit(kernel, kSmemBytes, smem_set);
   g.m_tiles = static_cast<int>(m_tiles);
   g.n_tiles = static_cast<int>(n_tiles);
@@ -745,22 +697,22 @@ void Launch(Args& g, int64_t m_tiles, int64_t n_tiles, cudaStream_t stream) {
 
 // The bf16-weight kernel in tiles of `cols` columns (256, 192, 160 or 128: a width of
 // LinearCudaWsTileColsFor); g.n gives the column tiles, g.b's box must be 64 × cols (64 × cols/2
-// with kCluster 2). kQdqA: g.a is the raw bf16 x, QDQ'd stage by stage (WgmmaWsKernel).
-template <int kCluster = 1, bool kQdqA = false>
+// with kCluster 2).
+template <int kCluster = 1>
 void LaunchBf16(Args& g, int64_t cols, int64_t m_tiles, cudaStream_t stream) {
   const int64_t n_tiles = (g.n + cols - 1) / cols;
   switch (cols) {
     case 128:
-      Launch<false, 128, kCluster, kQdqA>(g, m_tiles, n_tiles, stream);
+      Launch<false, 128, kCluster>(g, m_tiles, n_tiles, stream);
       break;
     case 160:
-      Launch<false, 160, kCluster, kQdqA>(g, m_tiles, n_tiles, stream);
+      Launch<false, 160, kCluster>(g, m_tiles, n_tiles, stream);
       break;
     case 192:
-      Launch<false, 192, kCluster, kQdqA>(g, m_tiles, n_tiles, stream);
+      Launch<false, 192, kCluster>(g, m_tiles, n_tiles, stream);
       break;
     default:
-      Launch<false, kBN, kCluster, kQdqA>(g, m_tiles, n_tiles, stream);
+      Launch<false, kBN, kCluster>(g, m_tiles, n_tiles, stream);
       break;
   }
 }
