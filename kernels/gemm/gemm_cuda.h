@@ -63,6 +63,13 @@ struct Fp8LinearDevice {
   const uint8_t* codes = nullptr;
   const uint8_t* scales = nullptr;
   const float* bias = nullptr;
+  // Optional: bf16 [N, K], 16-byte aligned, the exact expansion codes × scales
+  // (LaunchExpandFp8Linear; DeviceFp8Linear::Upload with keep_expanded). Where set, the plans
+  // that run on expanded weights (LinearCudaParams::expand_weights, M >= kLinearCudaExpandMinRows)
+  // read it instead of expanding the weight into the workspace at every call: N·K·3 bytes of
+  // traffic saved per call for 2·N·K bytes kept (a prefill server's choice). The same bf16
+  // weights: the same bits (`KeptExpansionBitIdentical`, on the GPU).
+  const uint16_t* expanded = nullptr;
 };
 
 inline constexpr int64_t kLinearCudaMaxK = int64_t{1} << 16;
@@ -344,6 +351,13 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p);
 // Errors: ValidateLinearCudaParams's. Cost: 1 kernel launch (stream), else 2-3.
 absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream);
 
+// Writes the exact bf16 expansion of w's codes × scales (E4M3 × UE8M0 per 32 × 32 block) into
+// `out` [N, K] (2·N·K bytes, 16-byte aligned, not overlapping w): what the plans on expanded
+// weights compute per call, to be kept as Fp8LinearDevice::expanded. Errors: Validate(w)'s,
+// InvalidArgumentError for a null or misaligned `out`. Cost: one launch reading N·K·(1 + 1/1024)
+// bytes and writing 2·N·K.
+absl::Status LaunchExpandFp8Linear(const Fp8LinearDevice& w, uint16_t* out, CUstream_st* stream);
+
 // The device copy of a kFp8Block32 PreparedLinear (codes, scales, bias) in Fp8LinearDevice
 // layout, owning its device memory (cudaMalloc at Upload, cudaFree at destruction). Move-only.
 class DeviceFp8Linear {
@@ -351,7 +365,11 @@ class DeviceFp8Linear {
   // Synchronous upload (cudaMemcpy). Errors: InvalidArgumentError when `w` is not kFp8Block32,
   // K is not a multiple of 32 or above kLinearCudaMaxK, or a code is an E4M3 NaN (0x7F / 0xFF;
   // the message gives its row and column). Cost: O(N·K) host scan + the copy.
-  static absl::StatusOr<DeviceFp8Linear> Upload(const PreparedLinear& w);
+  // keep_expanded: the allocation also holds the weight's exact bf16 expansion (2·N·K more bytes,
+  // written by LaunchExpandFp8Linear on the legacy stream before Upload returns), and the view's
+  // `expanded` points at it.
+  static absl::StatusOr<DeviceFp8Linear> Upload(const PreparedLinear& w,
+                                                bool keep_expanded = false);
 
   DeviceFp8Linear() = default;
   ~DeviceFp8Linear();
@@ -366,7 +384,7 @@ class DeviceFp8Linear {
  private:
   void Release();
 
-  void* memory_ = nullptr;  // one allocation: codes, then scales, then bias
+  void* memory_ = nullptr;  // one allocation: codes, scales, bias, then the bf16 expansion
   size_t bytes_ = 0;
   Fp8LinearDevice view_;
 };

@@ -6,6 +6,7 @@
 //                             wgmma-ws-inplace,none]
 //                  [--peak-tflops T] [--splits 0,2,...] [--ws-cols 0,128,160,192,256]
 //                  [--stream-k-tail 0,1] [--multicast 0,1] [--x-qdq 0,1]
+//                  [--kept-expansion 0,1]
 //                  [--cublas 0|1|rand|const]
 //                  [--const-data 0|1]
 //
@@ -35,12 +36,14 @@
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
 // along M sharing each weight box). --x-qdq times each listed LinearCudaParams::x_qdq (1 only
 // where the bf16 wgmma kernels run; "-xq": x read in place as already QDQ'd, no activation pass;
-// the bench's x is not QDQ'd, which changes no time). --cublas 1 adds per (shape, M) rows
-// "cublas-rand" and "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the same M,
-// N, K on bf16 weights (CublasBf16LinearMicros, weight copies cycled as below) on random and on
-// constant operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B reference
-// for the FP8 Linear on expanded weights (their ratio uses the same roof); and to the roofs line
-// cuBLAS's 8192^3 on random operands (the roof itself is measured on constant ones,
+// the bench's x is not QDQ'd, which changes no time). --kept-expansion 1 also times each
+// expanded-weight plan on weights whose bf16 expansion is kept (Fp8LinearDevice::expanded, made
+// once by LaunchExpandFp8Linear; "-ke": no expansion launch per call). --cublas 1 adds per (shape,
+// M) rows "cublas-rand" and "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the
+// same M, N, K on bf16 weights (CublasBf16LinearMicros, weight copies cycled as below) on random
+// and on constant operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B
+// reference for the FP8 Linear on expanded weights (their ratio uses the same roof); and to the
+// roofs line cuBLAS's 8192^3 on random operands (the roof itself is measured on constant ones,
 // MeasureCublasBf16Tflops). --peak-tflops replaces the measured rate in the compute roof (default:
 // the larger of cuBLAS's bf16 GEMM and the mma.sync peak, both measured in the run; 893 TFLOP/s is
 // cuBLAS's on the H200).
@@ -64,6 +67,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -82,6 +86,17 @@ std::vector<std::pair<int64_t, int64_t>> Pairs(const std::vector<int64_t>& a,
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int64_t x : a) {
     for (int64_t y : b) out.emplace_back(x, y);
+  }
+  return out;
+}
+
+// Every (a, b, c) of three lists, a outermost.
+std::vector<std::tuple<int64_t, int64_t, int64_t>> Triples(const std::vector<int64_t>& a,
+                                                           const std::vector<int64_t>& b,
+                                                           const std::vector<int64_t>& c) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+  for (const auto& [x, y] : Pairs(a, b)) {
+    for (int64_t z : c) out.emplace_back(x, y, z);
   }
   return out;
 }
@@ -112,6 +127,7 @@ struct Options {
   std::vector<int64_t> tails = {0};      // LinearCudaParams::stream_k_tail values (0 / 1)
   std::vector<int64_t> multicast = {0};  // LinearCudaParams::ws_multicast values (0 / 1)
   std::vector<int64_t> x_qdq = {0};      // LinearCudaParams::x_qdq values (0 / 1)
+  std::vector<int64_t> kept = {0};       // 1: weights with Fp8LinearDevice::expanded set
   bool cublas = false;                   // --cublas: cuBLAS's bf16 GEMM of each shape and M
   std::vector<bool> cublas_data = {true, false};  // its operands random (true) / constant
   bool const_data = false;  // --const-data 1: constant x and weights (the power's share)
@@ -138,6 +154,19 @@ std::vector<std::string> SplitList(const char* s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+// A flag's comma list of 0 / 1 values; exits with a message on anything else.
+std::vector<int64_t> ZeroOneList(const char* flag, const char* arg) {
+  std::vector<int64_t> out;
+  for (const std::string& v : SplitList(arg)) {
+    if (v != "0" && v != "1") {
+      std::fprintf(stderr, "%s: %s is not 0 or 1\n", flag, v.c_str());
+      std::exit(2);
+    }
+    out.push_back(v == "1" ? 1 : 0);
+  }
   return out;
 }
 
@@ -178,14 +207,7 @@ Options Parse(int argc, char** argv) {
         o.ws_cols.push_back(c);
       }
     } else if (flag == "--stream-k-tail") {
-      o.tails.clear();
-      for (const std::string& v : SplitList(argv[i + 1])) {
-        if (v != "0" && v != "1") {
-          std::fprintf(stderr, "--stream-k-tail: %s is not 0 or 1\n", v.c_str());
-          std::exit(2);
-        }
-        o.tails.push_back(v == "1" ? 1 : 0);
-      }
+      o.tails = ZeroOneList("--stream-k-tail", argv[i + 1]);
     } else if (flag == "--const-data") {
       o.const_data = std::string(argv[i + 1]) == "1";
     } else if (flag == "--cublas") {
@@ -198,24 +220,12 @@ Options Parse(int argc, char** argv) {
       o.cublas_data.clear();
       if (v == "1" || v == "rand") o.cublas_data.push_back(true);
       if (v == "1" || v == "const") o.cublas_data.push_back(false);
+    } else if (flag == "--kept-expansion") {
+      o.kept = ZeroOneList("--kept-expansion", argv[i + 1]);
     } else if (flag == "--x-qdq") {
-      o.x_qdq.clear();
-      for (const std::string& v : SplitList(argv[i + 1])) {
-        if (v != "0" && v != "1") {
-          std::fprintf(stderr, "--x-qdq: %s is not 0 or 1\n", v.c_str());
-          std::exit(2);
-        }
-        o.x_qdq.push_back(v == "1" ? 1 : 0);
-      }
+      o.x_qdq = ZeroOneList("--x-qdq", argv[i + 1]);
     } else if (flag == "--multicast") {
-      o.multicast.clear();
-      for (const std::string& v : SplitList(argv[i + 1])) {
-        if (v != "0" && v != "1") {
-          std::fprintf(stderr, "--multicast: %s is not 0 or 1\n", v.c_str());
-          std::exit(2);
-        }
-        o.multicast.push_back(v == "1" ? 1 : 0);
-      }
+      o.multicast = ZeroOneList("--multicast", argv[i + 1]);
     } else if (flag == "--splits") {
       o.splits.clear();
       for (const std::string& v : SplitList(argv[i + 1])) {
@@ -340,6 +350,19 @@ int Main(int argc, char** argv) {
       views.push_back(
           {s.n, s.k, dcodes.back().get<uint8_t>(), dscales.back().get<uint8_t>(), nullptr});
     }
+    // The same weights with their bf16 expansion kept (--kept-expansion 1).
+    std::vector<DeviceBuffer> dexpanded;
+    std::vector<Fp8LinearDevice> kept_views;
+    if (std::find(o.kept.begin(), o.kept.end(), 1) != o.kept.end()) {
+      for (const Fp8LinearDevice& v : views) {
+        dexpanded.emplace_back(static_cast<size_t>(2 * s.n * s.k));
+        const absl::Status st = LaunchExpandFp8Linear(v, dexpanded.back().get<uint16_t>(), stream);
+        CHECK(st.ok()) << st;
+        kept_views.push_back(v);
+        kept_views.back().expanded = dexpanded.back().get<uint16_t>();
+      }
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
     std::vector<uint16_t> x(max_m * s.k);
     uint64_t r = 7;
     for (uint16_t& v : x) {
@@ -410,11 +433,13 @@ int Main(int argc, char** argv) {
             } else if (ws_cols != 0) {
               continue;
             }
-            for (const auto& [mc, xq] : Pairs(o.multicast, o.x_qdq)) {
+            for (const auto& [mc, xq, ke] : Triples(o.multicast, o.x_qdq, o.kept)) {
               // Pairs only where the warp-specialised kernel runs without a tail; a pre-QDQ'd x
-              // only where the bf16 wgmma kernels read it in place.
+              // only where the bf16 wgmma kernels read it in place; a kept expansion only where
+              // the plan expands.
               if (mc != 0 && (!plan.warp_specialised || plan.tail.ranges > 1)) continue;
               if (xq != 0 && plan.kernel != LinearCudaKernel::kWgmmaBf16) continue;
+              if (ke != 0 && !plan.expand_weights) continue;
               std::string name;
               if (plan.tail.ranges > 1) {
                 name = "ws-x-sk" + std::to_string(plan.tail.ranges);
@@ -428,9 +453,10 @@ int Main(int argc, char** argv) {
                            : LinearCudaKernelName(plan.kernel);
               }
               if (xq != 0) name += "-xq";
+              if (ke != 0) name += "-ke";
               const double us = MedianMicros(o, stream, [&](int i) {
                 LinearCudaParams p;
-                p.weight = &views[i % copies];
+                p.weight = ke != 0 ? &kept_views[i % copies] : &views[i % copies];
                 p.m = m;
                 p.x_bf16 = dx.get<uint16_t>();
                 p.x_stride = s.k;

@@ -790,6 +790,68 @@ TEST_F(GemmGpuTest, PreQuantisedXBitIdentical) {
   std::printf("pre-QDQ'd x: %d runs bit-identical to the Linear's own activation pass\n", runs);
 }
 
+// A weight uploaded with its bf16 expansion kept (Fp8LinearDevice::expanded) gives the bits of
+// the per-call expansion on every plan that expands (by-waves and 256-column tiles, splits, the
+// stream-K tail, CTA pairs, bias, bf16 and fp32 outputs), and the kept bf16 values are exactly
+// code × scale; plans that do not expand (in-place decode, M below the expansion rows) ignore it.
+TEST_F(GemmGpuTest, KeptExpansionBitIdentical) {
+  Rng rng(59);
+  struct Case {
+    int64_t m, n, k, split_k;
+  };
+  int runs = 0;
+  for (const Case& c : {Case{4096, 1280, 1312, 0}, Case{600, 1000, 2048, 0},
+                        Case{384, 2000, 4096, 3}, Case{64, 520, 256, 0}}) {
+    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
+    const auto w = Prepare(h);
+    const DeviceFp8Linear plain = Upload(*w);
+    const DeviceFp8Linear kept = gemm_test::UploadOrDie(*w, true);
+    ASSERT_EQ(plain.view().expanded, nullptr);
+    ASSERT_NE(kept.view().expanded, nullptr);
+    EXPECT_GE(kept.device_bytes(), plain.device_bytes() + 2 * c.n * c.k);
+    // The kept values against the host codes × scales, value by value.
+    std::vector<uint16_t> bf(static_cast<size_t>(c.n * c.k));
+    CUDA_CHECK(cudaMemcpy(bf.data(), kept.view().expanded, bf.size() * 2, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < c.n; ++r) {
+      for (int64_t col = 0; col < c.k; col += 7) {
+        const float want =
+            formats::E4m3ToFloat(w->codes()[r * c.k + col]) *
+            std::ldexp(1.0f, static_cast<int>(w->scales()[(r / 32) * (c.k / 32) + col / 32]) - 127);
+        ASSERT_EQ(bf[r * c.k + col], formats::FloatToBf16Bits(want)) << r << ", " << col;
+      }
+    }
+    const std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, c.k, rng);
+    std::vector<GpuRunOptions> plans;
+    for (int64_t cols : {0, 256}) {
+      for (bool f32 : {false, true}) {
+        GpuRunOptions o{f32, 0, 128, c.split_k, true, true, true};
+        o.ws_tile_cols = cols;
+        plans.push_back(o);
+      }
+    }
+    GpuRunOptions o{false, 0, 128, 0, true, true, true};
+    o.stream_k_tail = c.split_k == 0;
+    plans.push_back(o);
+    o.stream_k_tail = false;
+    o.ws_multicast = c.split_k == 0;
+    plans.push_back(o);
+    plans.push_back(GpuRunOptions{false, 0, 128, c.split_k, true, true, false});  // in place
+    plans.push_back(GpuRunOptions{});                                             // automatic
+    for (const GpuRunOptions& pl : plans) {
+      GpuRunOptions rep = pl;
+      rep.repeats = 3;
+      ExpectBitEqual(gemm_test::RunLinearGpu(kept.view(), x, c.m, c.k, rep),
+                     gemm_test::RunLinearGpu(plain.view(), x, c.m, c.k, pl), c.m, c.n, c.n,
+                     "kept expansion M " + std::to_string(c.m) + " N " + std::to_string(c.n) +
+                         " K " + std::to_string(c.k) + " cols " + std::to_string(pl.ws_tile_cols) +
+                         (pl.stream_k_tail ? " tail" : "") + (pl.ws_multicast ? " pairs" : "") +
+                         (pl.expand_weights ? "" : " in place"));
+      ++runs;
+    }
+  }
+  std::printf("kept expansion: %d runs bit-identical to the per-call expansion\n", runs);
+}
+
 TEST_F(GemmGpuTest, ZeroRowsIsANoOp) {
   Rng rng(29);
   const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, 64, 64, false, rng);

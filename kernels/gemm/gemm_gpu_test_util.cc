@@ -20,8 +20,8 @@ std::unique_ptr<PreparedLinear> PrepareCodesOnly(const HostLinear& h) {
   return std::make_unique<PreparedLinear>(std::move(l).value());
 }
 
-DeviceFp8Linear UploadOrDie(const PreparedLinear& w) {
-  auto d = DeviceFp8Linear::Upload(w);
+DeviceFp8Linear UploadOrDie(const PreparedLinear& w, bool keep_expanded) {
+  auto d = DeviceFp8Linear::Upload(w, keep_expanded);
   CHECK(d.ok()) << d.status();
   return std::move(d).value();
 }

@@ -35,7 +35,7 @@ bool ExactPremiseHolds(const HostLinear& w, const std::vector<int>& base_of_row,
 // `h` as a codes-only PreparedLinear (expand_to_f32 = false: exact mode reads the codes) and its
 // device copy; both abort on errors (test inputs are valid by construction).
 std::unique_ptr<PreparedLinear> PrepareCodesOnly(const HostLinear& h);
-DeviceFp8Linear UploadOrDie(const PreparedLinear& w);
+DeviceFp8Linear UploadOrDie(const PreparedLinear& w, bool keep_expanded = false);
 
 struct GpuRunOptions {
   bool f32_out = false;

@@ -212,6 +212,9 @@ absl::Status Validate(const Fp8LinearDevice& w) {
   if (w.bias != nullptr && !Aligned(w.bias, 4)) {
     return absl::InvalidArgumentError("Fp8LinearDevice: bias must be 4-byte aligned");
   }
+  if (w.expanded != nullptr && !Aligned(w.expanded, 16)) {
+    return absl::InvalidArgumentError("Fp8LinearDevice: expanded must be 16-byte aligned");
+  }
   return absl::OkStatus();
 }
 

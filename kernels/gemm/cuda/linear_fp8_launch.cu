@@ -116,8 +116,10 @@ void LaunchTail(const GemmArgs& f, const LinearCudaPlan& plan, float* partial,
 // the raw codes (decoded in place by the producer) or, when `expanded` is non-null, the weight
 // first expanded there to bf16 (in tiles of ws_tile_cols columns: WsTileCols); `multicast`: in
 // CTA pairs along M sharing each weight box (LinearCudaParams::ws_multicast; never with a
-// stream-K tail). False (nothing enqueued) when the driver cannot make the TMA descriptors.
-bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
+// stream-K tail); `expand`: write the expansion there first (false: it is the weight's kept one,
+// Fp8LinearDevice::expanded). False (nothing enqueued) when the driver cannot make the TMA
+// descriptors.
+bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded, bool expand,
                    int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   wgmma_ws::Args g;
   const bool fp8 = expanded == nullptr;
@@ -159,7 +161,7 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
       wgmma_ws::Launch<true>(g, plan.m_tiles, plan.n_tiles, stream);
     }
   } else {
-    LaunchExpand(f, expanded, stream);
+    if (expand) LaunchExpand(f, expanded, stream);
     if (pair) {
       wgmma_ws::LaunchBf16<2>(g, cols, plan.m_tiles, stream);
     } else {
@@ -171,11 +173,12 @@ bool LaunchWgmmaWs(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expa
 }
 
 // The wgmma kernel (plan.tile_rows == 128) on the QDQ activations f.a (stride f.a_stride).
-// `expanded`: the workspace's bf16 weight region when plan.expand_weights, else null.
-void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded,
+// `expanded`: the bf16 weight (the workspace's region to expand into, or with !expand the kept
+// one) when plan.expand_weights, else null.
+void LaunchWgmma(const GemmArgs& f, const LinearCudaPlan& plan, uint16_t* expanded, bool expand,
                  int64_t ws_tile_cols, bool multicast, float* tail_partial, cudaStream_t stream) {
   if (plan.warp_specialised &&
-      LaunchWgmmaWs(f, plan, expanded, ws_tile_cols, multicast, tail_partial, stream)) {
+      LaunchWgmmaWs(f, plan, expanded, expand, ws_tile_cols, multicast, tail_partial, stream)) {
     return;
   }
   wgmma_linear::Args g;
@@ -505,10 +508,13 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       if (fp8) {
         LaunchWgmmaFp8(g, a_codes, a_scales, plan, stream);
       } else {
-        uint16_t* expanded =
-            plan.expand_weights ? reinterpret_cast<uint16_t*>(ws + layout.expanded) : nullptr;
+        // The weight's kept expansion where it has one, else the workspace's region.
+        const bool kept = w.expanded != nullptr;
+        uint16_t* expanded = !plan.expand_weights ? nullptr
+                             : kept               ? const_cast<uint16_t*>(w.expanded)
+                                    : reinterpret_cast<uint16_t*>(ws + layout.expanded);
         auto* tail = reinterpret_cast<float*>(ws + layout.tail_partials);
-        LaunchWgmma(g, plan, expanded, p.ws_tile_cols, p.ws_multicast, tail, stream);
+        LaunchWgmma(g, plan, expanded, !kept, p.ws_tile_cols, p.ws_multicast, tail, stream);
       }
       break;
     case 16:
@@ -522,6 +528,22 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
       break;
   }
   if (plan.splits > 1) LaunchReduce(g.partial, plan.splits, p, stream, /*pdl=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status LaunchExpandFp8Linear(const Fp8LinearDevice& w, uint16_t* out, CUstream_st* stream) {
+  RETURN_IF_ERROR(Validate(w));
+  if (out == nullptr || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "LaunchExpandFp8Linear: out must be non-null and 16-byte "
+        "aligned");
+  }
+  GemmArgs f;
+  f.w = w.codes;
+  f.w_scale = w.scales;
+  f.n = w.n;
+  f.k = w.k;
+  LaunchExpand(f, out, stream);
   return absl::OkStatus();
 }
 

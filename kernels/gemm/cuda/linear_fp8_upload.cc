@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/prepared_linear.h"
@@ -16,7 +17,8 @@ size_t AlignUp(size_t v) { return (v + 255) / 256 * 256; }
 
 }  // namespace
 
-absl::StatusOr<DeviceFp8Linear> DeviceFp8Linear::Upload(const PreparedLinear& w) {
+absl::StatusOr<DeviceFp8Linear> DeviceFp8Linear::Upload(const PreparedLinear& w,
+                                                        bool keep_expanded) {
   if (w.format() != WeightFormat::kFp8Block32) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "DeviceFp8Linear: weight format is %s, must be Fp8Block32", WeightFormatName(w.format())));
@@ -38,7 +40,8 @@ absl::StatusOr<DeviceFp8Linear> DeviceFp8Linear::Upload(const PreparedLinear& w)
   }
   const size_t scale_at = AlignUp(code_bytes);
   const size_t bias_at = AlignUp(scale_at + w.scales_size());
-  const size_t total = bias_at + (w.has_bias() ? static_cast<size_t>(4 * n) : 0);
+  const size_t expanded_at = AlignUp(bias_at + (w.has_bias() ? static_cast<size_t>(4 * n) : 0));
+  const size_t total = keep_expanded ? expanded_at + 2 * code_bytes : expanded_at;
   DeviceFp8Linear d;
   CUDA_CHECK(cudaMalloc(&d.memory_, total));
   d.bytes_ = total;
@@ -54,6 +57,12 @@ absl::StatusOr<DeviceFp8Linear> DeviceFp8Linear::Upload(const PreparedLinear& w)
   d.view_.scales = base + scale_at;
   d.view_.bias = w.has_bias() ? reinterpret_cast<const float*>(base + bias_at) : nullptr;
   if (absl::Status s = Validate(d.view_); !s.ok()) return s;  // d frees the memory
+  if (keep_expanded) {
+    auto* expanded = reinterpret_cast<uint16_t*>(base + expanded_at);
+    RETURN_IF_ERROR(LaunchExpandFp8Linear(d.view_, expanded, nullptr));
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    d.view_.expanded = expanded;
+  }
   return d;
 }
 
