@@ -42,6 +42,13 @@ struct RmsNormParams {
   float eps = 1e-20f;                     // > 0, finite
   uint16_t* out = nullptr;                // bf16 [rows, cols], row r at out + r * out_stride
   int64_t out_stride = 0;                 // >= cols; == x_stride when out == x
+  // Optional second output: bf16 [rows, cols], the FP8 E4M3 × UE8M0/32 QDQ of `out` (kernels/quant
+  // QdqCpu / LaunchQdq of kFp8E4m3Ue8m0B32 along each row, bit for bit), for FP8 Linears that
+  // take it with LinearCudaParams::x_qdq instead of running their own activation pass (~2·rows·
+  // cols·2 bytes each; this costs rows·cols·2 written). cols % 32 == 0; disjoint from x and out.
+  // Not with RmsNormRope.
+  uint16_t* out_qdq = nullptr;
+  int64_t out_qdq_stride = 0;  // >= cols
 };
 
 absl::Status ValidateRmsNorm(const RmsNormParams& p);

@@ -5,14 +5,16 @@
 //
 // Shapes: RMSNorm over [16384, 5120] (prefill hidden), [16384, 1280] (q_lora), [16384, 512] (kv)
 // and batches [1 / 8 / 64 / 256 / 1024, 5120] (256: the last register-cached count), [1, 1280], [1,
-// 512]; RoPE of the released q [tokens, 64 heads, 512] (rd 64) in place (only the rotated tails
-// move) at 16384 / 64 / 8 / 1 tokens and out of place at 16384 / 1; the fused kv norm + RoPE
-// [tokens, 512] at 16384 / 1024 / 256 / 64 / 8 / 1. Decode latency is the 1-row / 1-token lines
-// (launch-bound: compare with the launch cost). Each time is the median of N launches between two
-// CUDA events, after the warm-up. Bytes moved = bytes read + bytes written. The copy column is
-// cudaMemcpyAsync device-to-device of the op's input tensor, timed the same way and counted the
-// same way (read + write), in the same run; ratio = op GB/s / copy GB/s. Before timing, each op's
-// output is compared with its CPU body (first rows); a mismatch makes the exit code 1.
+// 512]; RMSNorm with its QDQ'd second output (out_qdq) against the norm and the QDQ pass at
+// [16384 / 4096, 5120] and [16384 / 4096, 1280]; RoPE of the released q [tokens, 64 heads, 512] (rd
+// 64) in place (only the rotated tails move) at 16384 / 64 / 8 / 1 tokens and out of place at 16384
+// / 1; the fused kv norm + RoPE [tokens, 512] at 16384 / 1024 / 256 / 64 / 8 / 1. Decode latency is
+// the 1-row / 1-token lines (launch-bound: compare with the launch cost). Each time is the median
+// of N launches between two CUDA events, after the warm-up. Bytes moved = bytes read + bytes
+// written. The copy column is cudaMemcpyAsync device-to-device of the op's input tensor, timed the
+// same way and counted the same way (read + write), in the same run; ratio = op GB/s / copy GB/s.
+// Before timing, each op's output is compared with its CPU body (first rows); a mismatch makes the
+// exit code 1.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "kernels/common/gpu_bench.h"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -85,6 +88,38 @@ class Bench {
     const double bytes = 2.0 * x.size() * 2 + cols * 2;
     Time("rms_norm", Shape({rows, cols}), bytes, dx, x.size() * 2,
          [&] { CHECK_OK(LaunchRmsNorm(p, nullptr)); });
+  }
+
+  // RMSNorm with the QDQ'd second output (RmsNormParams::out_qdq: the input of FP8 Linears that
+  // skip their activation pass with LinearCudaParams::x_qdq), against the norm followed by the
+  // separate QDQ pass that writes the same values; both move x once in and two outputs out.
+  void NormQdq(int64_t rows, int64_t cols) {
+    const std::vector<uint16_t> x = RandomBf16(rows * cols, rows + cols);
+    const std::vector<uint16_t> w = RandomBf16(cols, 7);
+    DeviceBuffer dx = Upload(x.data(), x.size() * 2), dw = Upload(w.data(), w.size() * 2);
+    DeviceBuffer dout(x.size() * 2), dq(x.size() * 2);
+    RmsNormParams p{rows,    cols,   dx.get<uint16_t>(),   cols, dw.get<uint16_t>(),
+                    nullptr, 1e-20f, dout.get<uint16_t>(), cols};
+    p.out_qdq = dq.get<uint16_t>();
+    p.out_qdq_stride = cols;
+    CHECK_OK(LaunchRmsNorm(p, nullptr));
+    const int64_t n = std::min<int64_t>(rows, 64);
+    std::vector<uint16_t> out(static_cast<size_t>(n * cols)), want(out.size());
+    CHECK_OK(RmsNormCpu(
+        {n, cols, x.data(), cols, w.data(), nullptr, 1e-20f, out.data(), cols, want.data(), cols},
+        nullptr));
+    Verify("rms_norm+qdq", dq, want);
+    const double bytes = 3.0 * x.size() * 2 + cols * 2;
+    Time("rms_norm+qdq", Shape({rows, cols}), bytes, dx, x.size() * 2,
+         [&] { CHECK_OK(LaunchRmsNorm(p, nullptr)); });
+    RmsNormParams plain = p;
+    plain.out_qdq = nullptr;
+    quant::QdqParams q{
+        quant::BlockFormat::kFp8E4m3Ue8m0B32, rows, cols, p.out, cols, p.out_qdq, cols};
+    Time("rms_norm, qdq pass", Shape({rows, cols}), bytes, dx, x.size() * 2, [&] {
+      CHECK_OK(LaunchRmsNorm(plain, nullptr));
+      CHECK_OK(quant::LaunchQdq(q, nullptr));
+    });
   }
 
   void Rope(int64_t tokens, int64_t heads, int64_t head_dim, bool in_place) {
@@ -227,6 +262,8 @@ int Main(int argc, char** argv) {
   for (int64_t rows : {16384, 1024, 256, 64, 8, 1}) bench.Norm(rows, 5120);
   for (int64_t rows : {16384, 1}) bench.Norm(rows, 1280);
   for (int64_t rows : {16384, 1}) bench.Norm(rows, 512);
+  for (int64_t rows : {16384, 4096}) bench.NormQdq(rows, 5120);
+  for (int64_t rows : {16384, 4096}) bench.NormQdq(rows, 1280);
   bench.Norm(16384, 256);
   bench.Norm(16384, 128);
   bench.NormRope(16384, 128);

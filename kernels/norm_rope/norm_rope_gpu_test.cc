@@ -28,6 +28,7 @@
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/norm_rope_test_util.h"
 #include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -129,6 +130,29 @@ void CheckNorm(const NormCase& c, uint32_t seed) {
   }
   ASSERT_TRUE(LaunchRmsNorm(gpu, nullptr).ok());
   EXPECT_EQ(CompareBf16("rms_norm", ToHost<uint16_t>(dout, want.size()), want), "");
+
+  // With the QDQ'd second output (RmsNormParams::out_qdq; cols % 32 == 0, its stride padded as
+  // out's): out unchanged, and out_qdq exactly QdqCpu of the GPU's own out (the raw paths write it
+  // in their pass 2, the rest by the QDQ pass after the norm; odd pads take the latter).
+  if (c.cols % 32 == 0) {
+    const std::vector<uint16_t> got = ToHost<uint16_t>(dout, want.size());
+    DeviceBuffer dq = ToDevice(std::vector<uint16_t>(want.size(), kPoison));
+    DeviceBuffer dout2 = ToDevice(std::vector<uint16_t>(want.size(), kPoison));
+    RmsNormParams gq = gpu;
+    gq.out = dout2.get<uint16_t>();
+    gq.out_qdq = dq.get<uint16_t>();
+    gq.out_qdq_stride = os;
+    ASSERT_TRUE(LaunchRmsNorm(gq, nullptr).ok());
+    EXPECT_EQ(ToHost<uint16_t>(dout2, want.size()), got) << "out with out_qdq";
+    std::vector<uint16_t> want_q(want.size(), kPoison);
+    ASSERT_TRUE(quant::QdqCpu({quant::BlockFormat::kFp8E4m3Ue8m0B32, c.rows, c.cols, got.data(), os,
+                               want_q.data(), os})
+                    .ok());
+    const std::vector<uint16_t> got_q = ToHost<uint16_t>(dq, want.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < got_q.size(); ++i) bad += got_q[i] != want_q[i];
+    EXPECT_EQ(bad, 0) << "out_qdq values unlike QdqCpu of out";
+  }
 
   // In place over x (x's stride): the CPU body in place on a host copy.
   std::vector<uint16_t> in_place = x;

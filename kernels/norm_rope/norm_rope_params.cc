@@ -107,9 +107,25 @@ absl::Status ValidateRmsNorm(const RmsNormParams& p) {
   if (p.out == nullptr) return Invalid(kOp, "out", "is null");
   RETURN_IF_ERROR(CheckStrides(kOp, "x", 1, p.cols, p.x_stride, p.cols));
   RETURN_IF_ERROR(CheckStrides(kOp, "out", 1, p.cols, p.out_stride, p.cols));
+  if (p.out_qdq != nullptr) {
+    if (p.cols % 32 != 0) {
+      return Invalid(kOp, "cols", "must be a multiple of 32 (the QDQ blocks) with out_qdq");
+    }
+    RETURN_IF_ERROR(CheckStrides(kOp, "out_qdq", 1, p.cols, p.out_qdq_stride, p.cols));
+  }
   if (p.rows == 0) return absl::OkStatus();
-  return CheckAliasing(kOp, p.x, p.x_stride, p.cols, p.out, p.out_stride, p.cols, p.rows, 1,
-                       p.cols);
+  RETURN_IF_ERROR(
+      CheckAliasing(kOp, p.x, p.x_stride, p.cols, p.out, p.out_stride, p.cols, p.rows, 1, p.cols));
+  if (p.out_qdq != nullptr) {
+    if (p.out_qdq == p.x || p.out_qdq == p.out) {
+      return Invalid(kOp, "out_qdq", "must not be x or out");
+    }
+    RETURN_IF_ERROR(CheckAliasing(kOp, p.x, p.x_stride, p.cols, p.out_qdq, p.out_qdq_stride, p.cols,
+                                  p.rows, 1, p.cols));
+    RETURN_IF_ERROR(CheckAliasing(kOp, p.out, p.out_stride, p.cols, p.out_qdq, p.out_qdq_stride,
+                                  p.cols, p.rows, 1, p.cols));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateRopeLayout(const RopeParams& p) {
@@ -160,6 +176,7 @@ absl::Status ValidateRopeCosSin(const RopeCosSinParams& p, bool host_values) {
 absl::Status ValidateRmsNormRope(const RmsNormRopeParams& p) {
   constexpr const char* kOp = "RmsNormRope";
   RETURN_IF_ERROR(ValidateRmsNorm(p.norm));
+  if (p.norm.out_qdq != nullptr) return Invalid(kOp, "norm.out_qdq", "is not supported with RoPE");
   if (p.table == nullptr) return Invalid(kOp, "table", "is null");
   if (p.norm.cols < p.table->rope_dims()) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/norm_rope_test_util.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -312,6 +313,61 @@ TEST(RmsNormTest, RejectsBadParams) {
   p.out = x.data();
   p.out_stride = 33;
   expect_invalid(p, "strides differ");
+  // The QDQ'd second output: whole 32-column blocks, a full stride, disjoint from x and out.
+  std::vector<uint16_t> q(64, 0);
+  p = good;
+  p.out_qdq = q.data();
+  p.out_qdq_stride = 32;
+  ASSERT_TRUE(RmsNormCpu(p, nullptr).ok());
+  p.out_qdq_stride = 31;
+  expect_invalid(p, "out_qdq");
+  p = good;
+  p.cols = 16;
+  p.out_qdq = q.data();
+  p.out_qdq_stride = 32;
+  expect_invalid(p, "multiple of 32");
+  p = good;
+  p.out_qdq = out.data();
+  p.out_qdq_stride = 32;
+  expect_invalid(p, "out_qdq");
+  p.out_qdq = x.data() + 8;
+  expect_invalid(p, "overlaps");
+}
+
+// out_qdq holds the FP8 activation QDQ of out (QdqCpu), and out is what it is without it: rows
+// whose 32-value blocks span many binades, a NaN, a zero block, strides past cols.
+TEST(RmsNormTest, QdqOutputIsTheActivationQdqOfOut) {
+  constexpr int64_t kRows = 9, kCols = 96, kStride = 104;
+  std::vector<uint16_t> x(kRows * kStride), w(kCols);
+  uint32_t r = 5;
+  auto next = [&r] {
+    r = r * 1664525u + 1013904223u;
+    return r >> 8;
+  };
+  for (uint16_t& v : x) v = static_cast<uint16_t>(0x3000 + next() % 0x1800) | (next() & 0x8000);
+  for (uint16_t& v : w) v = static_cast<uint16_t>(0x3E00 + next() % 0x200);
+  x[2 * kStride + 7] = 0x7FC0;                               // a NaN row
+  for (int64_t c = 32; c < 64; ++c) x[4 * kStride + c] = 0;  // a zero block
+  std::vector<uint16_t> plain(kRows * kStride, 0xDEAD), out(plain), q(plain), want(plain);
+  RmsNormParams p;
+  p.rows = kRows;
+  p.cols = kCols;
+  p.x = x.data();
+  p.x_stride = kStride;
+  p.weight_bf16 = w.data();
+  p.out = plain.data();
+  p.out_stride = kStride;
+  ASSERT_TRUE(RmsNormCpu(p, nullptr).ok());
+  p.out = out.data();
+  p.out_qdq = q.data();
+  p.out_qdq_stride = kStride;
+  ASSERT_TRUE(RmsNormCpu(p, nullptr).ok());
+  EXPECT_EQ(out, plain);
+  ASSERT_TRUE(quant::QdqCpu({quant::BlockFormat::kFp8E4m3Ue8m0B32, kRows, kCols, plain.data(),
+                             kStride, want.data(), kStride})
+                  .ok());
+  EXPECT_EQ(q, want);
+  EXPECT_NE(q, out);  // the QDQ changed values (3 mantissa bits of 7)
 }
 
 }  // namespace

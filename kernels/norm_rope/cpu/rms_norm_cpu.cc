@@ -4,6 +4,7 @@
 //                                     by the reciprocal; the double sum is its exact value rounded)
 //   r   = 1 / sqrt(var + eps)         fp32 sqrt and division (torch's CPU rsqrt)
 //   out = bf16(w * (x * r))           one rounding to bf16
+// and, where asked, out_qdq = the FP8 activation QDQ of out (QdqCpu).
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include "common/base/thread_pool.h"
 #include "common/formats/bf16.h"
 #include "kernels/norm_rope/norm_rope.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -78,7 +80,9 @@ absl::Status RmsNormCpu(const RmsNormParams& p, ThreadPool* pool) {
     const size_t min_rows = static_cast<size_t>(1 + (int64_t{1} << 14) / p.cols);
     pool->ParallelFor(static_cast<size_t>(p.rows), min_rows, body);
   }
-  return absl::OkStatus();
+  if (p.out_qdq == nullptr) return absl::OkStatus();
+  return quant::QdqCpu({quant::BlockFormat::kFp8E4m3Ue8m0B32, p.rows, p.cols, p.out, p.out_stride,
+                        p.out_qdq, p.out_qdq_stride});
 }
 
 }  // namespace flashserve::kernels

@@ -13,6 +13,7 @@
 #include "kernels/norm_rope/cuda/norm_rope_rows.cuh"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/cuda/quant_kernels.cuh"
 
 namespace flashserve::kernels::norm_rope_device {
 
@@ -32,6 +33,31 @@ struct NoRope {
   int pairs = 0;
 };
 
+// StoreBf16<8>'s store of v at `out`, and the FP8 E4M3 × UE8M0/32 QDQ of those bf16 values at
+// `qdq` (RmsNormParams::out_qdq): the 4 aligned lanes that hold a 32-value block (4 consecutive
+// chunks) combine their unit amax by shuffles among themselves, then each encodes and decodes its
+// unit with kernels/quant's functions: quant::LaunchQdq's bits. All 4 lanes must call it.
+__device__ __forceinline__ void StoreBf16AndQdq(uint16_t* out, uint16_t* qdq, const float (&v)[8]) {
+  using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
+  uint32_t w[4];
+  F32x8ToBf16x8(v, w);
+  *reinterpret_cast<uint4*>(out) = make_uint4(w[0], w[1], w[2], w[3]);
+  bool nan = false;
+  uint32_t amax = quant::device::UnitAmax(w, &nan);
+  const unsigned quad = 0xFu << (threadIdx.x & 28u);
+#pragma unroll
+  for (int offset = 1; offset < 4; offset *= 2) {
+    const uint32_t other = __shfl_xor_sync(quad, amax, offset);
+    amax = other > amax ? other : amax;
+  }
+  const uint32_t byte = F::ScaleByte(amax);
+  uint32_t codes[F::kCodeWords];
+  uint32_t q[4];
+  F::Encode(w, byte, nan, nullptr, codes);
+  F::Decode(codes, byte, q);
+  *reinterpret_cast<uint4*>(qdq) = make_uint4(q[0], q[1], q[2], q[3]);
+}
+
 // out = bf16(w * (x * r)) per row; with Tail = RopeArgs the last 2 * tail.pairs values of the row
 // are then rotated (from their bf16-rounded normed values) instead of stored as they are. kGroup
 // threads (4 / 8 / 16 aligned lanes, a warp, or the block) share a row; kW = 8 needs 16-byte
@@ -45,9 +71,10 @@ struct NoRope {
 // footprint small enough for full occupancy). kPrefetch (kRaw only; the launcher's choice for wide
 // rows on a grid of resident blocks): the group's next row's raw words are loaded before the
 // current row's passes, so each group keeps a row's loads in flight through its reduction and
-// stores. Same bits in every mode.
+// stores. Same bits in every mode. kQdq (kRaw, no RoPE, cols % 32 == 0, kGroup a multiple of 4,
+// 16-byte aligned out_qdq rows): pass 2 also writes out_qdq (StoreBf16AndQdq).
 template <int kGroup, typename W, int kW, typename Tail, int kCache, int kRawSlots = 1,
-          bool kPrefetch = false>
+          bool kPrefetch = false, bool kQdq = false>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(RmsNormParams p, const W* __restrict__ weight, Tail tail) {
   static_assert(kCache != kNormCacheRaw || kW == 8, "raw words are 16-byte chunks");
@@ -65,6 +92,7 @@ __global__ void __launch_bounds__(kNormThreads)
   constexpr bool kRaw = kCache == kNormCacheRaw;
   static_assert(kRawSlots >= 1 && kRawSlots <= kNormRawCache, "raw slots");
   static_assert(!kPrefetch || kRaw, "prefetch keeps raw words");
+  static_assert(!kQdq || (kRaw && !Tail::kRope && kGroup % 4 == 0), "the QDQ'd output");
   const float inv_n = DivRn(1.0f, Int64ToF32(p.cols));
   const int64_t row_step = int64_t{gridDim.x} * kRowsPerBlock;
   // The raw words of row `r` (r < p.rows) into `dst`.
@@ -153,7 +181,11 @@ __global__ void __launch_bounds__(kNormThreads)
           LoadWeight<kW>(weight + j * kW, wu);
 #pragma unroll
           for (int i = 0; i < kW; ++i) u[i] = MulRn(wu[i], MulRn(u[i], r));
-          StoreBf16<kW>(out + j * kW, u);
+          if constexpr (kQdq) {
+            StoreBf16AndQdq(out + j * kW, p.out_qdq + row * p.out_qdq_stride + j * kW, u);
+          } else {
+            StoreBf16<kW>(out + j * kW, u);
+          }
         }
       }
     } else if (cached) {

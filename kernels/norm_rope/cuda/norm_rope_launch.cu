@@ -14,6 +14,7 @@
 #include "kernels/norm_rope/cuda/norm_rope_kernels.cuh"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -59,10 +60,10 @@ RopeArgs MakeRopeArgs(const RopeTable& table, const int64_t* positions, bool inv
 }
 
 template <int kGroup, typename W, int kW, typename Tail,
-          int kCache = norm_rope_device::kNormCacheNone, int kRawSlots = 1>
+          int kCache = norm_rope_device::kNormCacheNone, int kRawSlots = 1, bool kQdq = false>
 void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kNormThreads / kGroup;
-  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache, kRawSlots>
+  norm_rope_device::RmsNormKernel<kGroup, W, kW, Tail, kCache, kRawSlots, false, kQdq>
       <<<BlocksFor(p.rows, kRowsPerBlock), kNormThreads, 0, stream>>>(p, weight, tail);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -74,11 +75,12 @@ void LaunchNorm(const RmsNormParams& p, const W* weight, const Tail& tail, cudaS
 // on an H200: 119.8-120.1 -> 105.2-105.4 us, 0.69 -> 0.79 of the copy (session 46). Not used on
 // the narrow groups (LaunchNormRawLanes), where it measured slower (16384 x 1280 28.8 -> 34.2 us,
 // fused norm + RoPE 16384 x 512 16.5 -> 17.5: the second set of slots costs occupancy).
-template <int kSlots, typename W, typename Tail>
+template <int kSlots, typename W, typename Tail, bool kQdq>
 void LaunchNormWideSlots(const RmsNormParams& p, const W* weight, const Tail& tail,
                          cudaStream_t stream) {
-  auto* kernel = norm_rope_device::RmsNormKernel<kNormThreads, W, 8, Tail,
-                                                 norm_rope_device::kNormCacheRaw, kSlots, true>;
+  auto* kernel =
+      norm_rope_device::RmsNormKernel<kNormThreads, W, 8, Tail, norm_rope_device::kNormCacheRaw,
+                                      kSlots, true, kQdq>;
   static PerDeviceInt per_sm;
   const int device = CurrentDevice();
   const int blocks_per_sm = per_sm.Get(device, [&] {
@@ -92,18 +94,18 @@ void LaunchNormWideSlots(const RmsNormParams& p, const W* weight, const Tail& ta
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename W, typename Tail>
+template <typename W, typename Tail, bool kQdq>
 void LaunchNormWide(const RmsNormParams& p, const W* weight, const Tail& tail,
                     cudaStream_t stream) {
   const int64_t slots = (p.cols / 8 + kNormThreads - 1) / kNormThreads;
   if (slots <= 2) {
-    LaunchNormWideSlots<2>(p, weight, tail, stream);
+    LaunchNormWideSlots<2, W, Tail, kQdq>(p, weight, tail, stream);
   } else if (slots <= 3) {
-    LaunchNormWideSlots<3>(p, weight, tail, stream);
+    LaunchNormWideSlots<3, W, Tail, kQdq>(p, weight, tail, stream);
   } else if (slots <= 4) {
-    LaunchNormWideSlots<4>(p, weight, tail, stream);
+    LaunchNormWideSlots<4, W, Tail, kQdq>(p, weight, tail, stream);
   } else {
-    LaunchNormWideSlots<norm_rope_device::kNormRawCache>(p, weight, tail, stream);
+    LaunchNormWideSlots<norm_rope_device::kNormRawCache, W, Tail, kQdq>(p, weight, tail, stream);
   }
 }
 
@@ -122,16 +124,17 @@ void LaunchNormVec(const RmsNormParams& p, const W* weight, const Tail& tail, cu
 // unused slots cost registers and so occupancy (16384 x 512 with 8 slots: 13.9 -> 15.0 us, with
 // 2: 13.7 -> 12.5 us, on an H200).
 // kRaw with kLanes lanes per row and 2, 4 or 8 slots per lane (the fewest that hold the row).
-template <int kLanes, typename W, typename Tail>
+template <int kLanes, typename W, typename Tail, bool kQdq>
 void LaunchNormRawLanes(const RmsNormParams& p, const W* weight, const Tail& tail, int64_t slots,
                         cudaStream_t stream) {
   constexpr int kRaw = norm_rope_device::kNormCacheRaw;
   if (slots <= 2) {
-    LaunchNorm<kLanes, W, 8, Tail, kRaw, 2>(p, weight, tail, stream);
+    LaunchNorm<kLanes, W, 8, Tail, kRaw, 2, kQdq>(p, weight, tail, stream);
   } else if (slots <= 4) {
-    LaunchNorm<kLanes, W, 8, Tail, kRaw, 4>(p, weight, tail, stream);
+    LaunchNorm<kLanes, W, 8, Tail, kRaw, 4, kQdq>(p, weight, tail, stream);
   } else {
-    LaunchNorm<kLanes, W, 8, Tail, kRaw, norm_rope_device::kNormRawCache>(p, weight, tail, stream);
+    LaunchNorm<kLanes, W, 8, Tail, kRaw, norm_rope_device::kNormRawCache, kQdq>(p, weight, tail,
+                                                                                stream);
   }
 }
 
@@ -141,22 +144,24 @@ void LaunchNormRawLanes(const RmsNormParams& p, const W* weight, const Tail& tai
 // and so occupancy (16384 x 512 with 8 slots: 13.9 -> 15.0 us, with 2: 13.7 -> 12.5 us, on an
 // H200), and a lane with one chunk keeps too few bytes in flight (16384 x 128 on a warp per row:
 // 9.3 us, on 8 lanes: 6.0).
-template <typename W, typename Tail>
+template <typename W, typename Tail, bool kQdq>
 void LaunchNormRaw(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   const int64_t chunks = p.cols / 8;
   if (chunks <= 8) {
-    LaunchNormRawLanes<4>(p, weight, tail, 2, stream);
+    LaunchNormRawLanes<4, W, Tail, kQdq>(p, weight, tail, 2, stream);
   } else if (chunks <= 16) {
-    LaunchNormRawLanes<8>(p, weight, tail, 2, stream);
+    LaunchNormRawLanes<8, W, Tail, kQdq>(p, weight, tail, 2, stream);
   } else if (chunks <= 32) {
-    LaunchNormRawLanes<16>(p, weight, tail, 2, stream);
+    LaunchNormRawLanes<16, W, Tail, kQdq>(p, weight, tail, 2, stream);
   } else {
-    LaunchNormRawLanes<32>(p, weight, tail, (chunks + 31) / 32, stream);
+    LaunchNormRawLanes<32, W, Tail, kQdq>(p, weight, tail, (chunks + 31) / 32, stream);
   }
 }
 
-template <typename W, typename Tail>
-void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
+// kQdq: also writes out_qdq in the raw paths' pass 2 (many rows, 16-byte aligned rows); false
+// (nothing enqueued) where another path would run. Without kQdq: true.
+template <typename W, typename Tail, bool kQdq = false>
+bool LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cudaStream_t stream) {
   const int64_t plain = p.cols - 2 * int64_t{tail.pairs};
   const bool vec = p.cols % 8 == 0 && plain % 8 == 0 && Aligned(p.x, 2 * p.x_stride, 16) &&
                    Aligned(p.out, 2 * p.out_stride, 16) && Aligned(weight, 0, 16);
@@ -164,10 +169,15 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   const bool raw_rows = p.rows > kNormCacheMaxRows && p.cols <= kWarpRawMaxCols;
   const bool wide_rows = p.rows > kNormCacheMaxRows && p.cols > kWarpRawMaxCols &&
                          p.cols / 8 <= int64_t{kNormThreads} * norm_rope_device::kNormRawCache;
+  if constexpr (kQdq) {
+    if (!vec || !Aligned(p.out_qdq, 2 * p.out_qdq_stride, 16) || !(raw_rows || wide_rows)) {
+      return false;
+    }
+  }
   if (vec && raw_rows) {
-    LaunchNormRaw(p, weight, tail, stream);
+    LaunchNormRaw<W, Tail, kQdq>(p, weight, tail, stream);
   } else if (vec && wide_rows) {
-    LaunchNormWide(p, weight, tail, stream);
+    LaunchNormWide<W, Tail, kQdq>(p, weight, tail, stream);
   } else if (warp_rows && vec) {
     LaunchNormVec<32>(p, weight, tail, stream);
   } else if (warp_rows) {
@@ -177,15 +187,14 @@ void LaunchNormFor(const RmsNormParams& p, const W* weight, const Tail& tail, cu
   } else {
     LaunchNorm<kNormThreads, W, 1>(p, weight, tail, stream);
   }
+  return true;
 }
 
-template <typename Tail>
-void LaunchNormWeights(const RmsNormParams& p, const Tail& tail, cudaStream_t stream) {
-  if (p.weight_bf16 != nullptr) {
-    LaunchNormFor(p, p.weight_bf16, tail, stream);
-  } else {
-    LaunchNormFor(p, p.weight_f32, tail, stream);
-  }
+template <typename Tail, bool kQdq = false>
+bool LaunchNormWeights(const RmsNormParams& p, const Tail& tail, cudaStream_t stream) {
+  if (p.weight_bf16 != nullptr)
+    return LaunchNormFor<uint16_t, Tail, kQdq>(p, p.weight_bf16, tail, stream);
+  return LaunchNormFor<float, Tail, kQdq>(p, p.weight_f32, tail, stream);
 }
 
 }  // namespace
@@ -193,8 +202,23 @@ void LaunchNormWeights(const RmsNormParams& p, const Tail& tail, cudaStream_t st
 absl::Status LaunchRmsNorm(const RmsNormParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(ValidateRmsNorm(p));
   if (p.rows == 0) return absl::OkStatus();
+  if (p.out_qdq == nullptr) {
+    LaunchNormWeights(p, NoRope{}, stream);
+    return absl::OkStatus();
+  }
+  // The QDQ'd output in the norm's own pass where a raw path runs; else the QDQ pass on `out`
+  // after it (the same bits: the same functions on the same bf16 values).
+  if (LaunchNormWeights<NoRope, true>(p, NoRope{}, stream)) return absl::OkStatus();
   LaunchNormWeights(p, NoRope{}, stream);
-  return absl::OkStatus();
+  quant::QdqParams q;
+  q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+  q.rows = p.rows;
+  q.cols = p.cols;
+  q.x = p.out;
+  q.x_stride = p.out_stride;
+  q.out = p.out_qdq;
+  q.out_stride = p.out_qdq_stride;
+  return quant::LaunchQdq(q, stream);
 }
 
 absl::Status LaunchRmsNormRope(const RmsNormRopeParams& p, CUstream_st* stream) {
