@@ -36,7 +36,7 @@
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
 // along M sharing each weight box). --x-qdq times each listed LinearCudaParams::x_qdq (1 only
 // where the bf16 wgmma kernels run; "-xq": x read in place as already QDQ'd, no activation pass;
-// the bench's x is not QDQ'd, which changes no time). --kept-expansion 1 also times each
+// x is QDQ'd once before timing, since the tensor cores' time depends on the operands' bits). --kept-expansion 1 also times each
 // expanded-weight plan on weights whose bf16 expansion is kept (Fp8LinearDevice::expanded, made
 // once by LaunchExpandFp8Linear; "-ke": no expansion launch per call). --cublas 1 adds per (shape,
 // M) rows "cublas-rand" and "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the
@@ -76,6 +76,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/gemm/gemm_cuda.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -372,6 +373,23 @@ int Main(int argc, char** argv) {
     }
     DeviceBuffer dx(x.size() * 2), dy(static_cast<size_t>(max_m * s.n * 2));
     dx.CopyFromHost(x.data(), x.size() * 2);
+    // --x-qdq 1 runs on x QDQ'd as the caller would hand it over: the tensor cores' time depends
+    // on the operands' bits (session 66: raw random x read in place made engram.wkv ~9 % slower
+    // than its QDQ'd copy, as cuBLAS on random against constant operands).
+    DeviceBuffer dxq(std::find(o.x_qdq.begin(), o.x_qdq.end(), 1) != o.x_qdq.end() ? x.size() * 2
+                                                                                   : 16);
+    if (dxq.bytes() == x.size() * 2) {
+      quant::QdqParams q;
+      q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
+      q.rows = max_m;
+      q.cols = s.k;
+      q.x = dx.get<uint16_t>();
+      q.x_stride = s.k;
+      q.out = dxq.get<uint16_t>();
+      q.out_stride = s.k;
+      CHECK_OK(quant::LaunchQdq(q, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
     // Every kernel's plan: the automatic one, the forced stream / 16- / 64- / 128-row tiles, both
     // wgmma kernels.
     size_t ws_bytes = 0;
@@ -458,7 +476,7 @@ int Main(int argc, char** argv) {
                 LinearCudaParams p;
                 p.weight = ke != 0 ? &kept_views[i % copies] : &views[i % copies];
                 p.m = m;
-                p.x_bf16 = dx.get<uint16_t>();
+                p.x_bf16 = xq != 0 ? dxq.get<uint16_t>() : dx.get<uint16_t>();
                 p.x_stride = s.k;
                 p.y_bf16 = dy.get<uint16_t>();
                 p.y_stride = s.n;

@@ -8,6 +8,9 @@
 // - MoeCuda with the shared expert on a forked stream (the default) against the same call in
 //   order on one stream: the same bytes, also when the call is captured in a CUDA graph and
 //   replayed;
+// - the SwiGLU's QDQ'd form (MoeSharedSwiGluParams::qdq) against QdqCpu of its plain output, and
+//   the shared expert that uses it (w2 skipping its activation pass) against the same launches
+//   with the pass, bit for bit;
 // - the validation of its params and of MoeCudaParams::shared.
 #include <cmath>
 #include <cstdint>
@@ -18,11 +21,14 @@
 #include "common/formats/bf16.h"
 #include "gtest/gtest.h"
 #include "kernels/common/gpu_test_util.h"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/moe/moe.h"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_internal.h"
 #include "kernels/moe/moe_gpu_test_util.h"
 #include "kernels/moe/moe_shared_cuda.h"
 #include "kernels/moe/moe_test_util.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -109,6 +115,106 @@ TEST(MoeGpuSharedTest, SwiGluIsBitExactOnEveryBf16Gate) {
       "SwiGLU: %ld rows x 65536 gate values bit-exact vs the CR reference; %ld outputs "
       "differ from MoeSwiGluRow by glibc expf rounding\n",
       static_cast<long>(kRows), static_cast<long>(expf_differ));
+}
+
+// The qdq form writes QdqCpu of the plain form's output, value for value: gates and ups over
+// many binades (the clamps on and off, so products up to ~1e30 without them), NaN inputs, zero
+// blocks; padded strides.
+TEST(MoeGpuSharedTest, SwiGluQdqIsTheQdqOfTheSwiGlu) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kM = 37, kInter = 2304, kGs = kInter + 8, kAs = kInter + 16;
+  std::vector<uint16_t> g(kM * kGs, 0), u(kM * kGs, 0);
+  uint32_t r = 3;
+  auto next = [&r] {
+    r = r * 1664525u + 1013904223u;
+    return r >> 8;
+  };
+  for (int64_t i = 0; i < kM * kGs; ++i) {
+    g[i] = static_cast<uint16_t>((0x3000 + next() % 0x2000) | (next() & 0x8000));
+    u[i] = static_cast<uint16_t>((0x2800 + next() % 0x3000) | (next() & 0x8000));
+  }
+  g[5 * kGs + 100] = 0x7FC0;                                 // a NaN gate
+  u[6 * kGs + 7] = 0xFFC1;                                   // a NaN up
+  for (int64_t c = 64; c < 96; ++c) u[7 * kGs + c] = 0;      // a zero block
+  for (int64_t c = 0; c < 32; ++c) u[8 * kGs + c] = 0x7A00;  // ~1.6e35 ups
+  DeviceBuffer dg = ToDevice(g), du = ToDevice(u);
+  for (float limit : {10.f, 0.f}) {
+    DeviceBuffer plain = Poisoned<uint16_t>(kM * kAs), fused = Poisoned<uint16_t>(kM * kAs);
+    MoeSharedSwiGluParams p;
+    p.m = kM;
+    p.inter = kInter;
+    p.swiglu_limit = limit;
+    p.g = dg.get<uint16_t>();
+    p.g_stride = kGs;
+    p.u = du.get<uint16_t>();
+    p.u_stride = kGs;
+    p.a = plain.get<uint16_t>();
+    p.a_stride = kAs;
+    ASSERT_TRUE(LaunchMoeSharedSwiGlu(p, nullptr).ok());
+    p.qdq = true;
+    p.a = fused.get<uint16_t>();
+    ASSERT_TRUE(LaunchMoeSharedSwiGlu(p, nullptr).ok());
+    const auto a = ToHost<uint16_t>(plain, kM * kAs);
+    std::vector<uint16_t> want(a.size(), 0xA5A5);
+    ASSERT_TRUE(quant::QdqCpu({quant::BlockFormat::kFp8E4m3Ue8m0B32, kM, kInter, a.data(), kAs,
+                               want.data(), kAs})
+                    .ok());
+    const auto got = ToHost<uint16_t>(fused, kM * kAs);
+    int64_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
+    EXPECT_EQ(bad, 0) << "limit " << limit;
+    EXPECT_NE(got, a);
+  }
+  MoeSharedSwiGluParams q;
+  q.m = 1;
+  q.inter = 48;  // not whole blocks
+  q.g = q.u = dg.get<uint16_t>();
+  q.g_stride = q.u_stride = q.a_stride = 48;
+  q.a = du.get<uint16_t>();
+  q.qdq = true;
+  EXPECT_EQ(Validate(q).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Where w2's plan reads x in place (M >= 128), the shared expert's SwiGLU writes its output
+// QDQ'd and w2 skips its pass; the same launches with the plain SwiGLU and w2's own pass give the
+// same bytes. Decode-size M keeps the plain form.
+TEST(MoeGpuSharedTest, QdqSwiGluKeepsTheSharedExpertsBits) {
+  FS_SKIP_WITHOUT_GPU();
+  for (const bool fused_w13 : {true, false}) {
+    for (const int64_t m : {int64_t{4}, int64_t{1024}}) {
+      constexpr int64_t kDim = 5120, kInter = 2304;
+      const auto shared = moe_test::RandomSharedExpert(kDim, kInter, 77);
+      const auto x = moe_test::RealisticActivations(m, kDim, 78);
+      const auto dev = moe_test::UploadSharedExpert(shared, fused_w13);
+      DeviceBuffer dx = ToDevice(x), dy1 = Poisoned<uint16_t>(m * kDim),
+                   dy2 = Poisoned<uint16_t>(m * kDim);
+      auto bytes = MoeSharedExpertWorkspaceBytes(dev->view, m);
+      ASSERT_TRUE(bytes.ok());
+      DeviceBuffer ws(*bytes);
+      MoeSharedExpertParams p;
+      p.weights = &dev->view;
+      p.m = m;
+      p.x = dx.get<uint16_t>();
+      p.x_stride = kDim;
+      p.y = dy1.get<uint16_t>();
+      p.y_stride = kDim;
+      p.workspace = ws.get();
+      p.workspace_bytes = ws.bytes();
+      ASSERT_TRUE(LaunchMoeSharedExpert(p, nullptr).ok());
+      p.y = dy2.get<uint16_t>();
+      moe_cuda_internal::MoeSharedExpertPlan plan;
+      ASSERT_TRUE(moe_cuda_internal::PlanMoeSharedExpert(p, &plan).ok());
+      EXPECT_EQ(plan.swiglu.qdq, m >= 128) << m;
+      EXPECT_EQ(plan.down.x_qdq, plan.swiglu.qdq);
+      plan.swiglu.qdq = false;
+      plan.down.x_qdq = false;
+      for (int i = 0; i < plan.n_up; ++i) ASSERT_TRUE(LaunchLinearFp8(plan.up[i], nullptr).ok());
+      ASSERT_TRUE(LaunchMoeSharedSwiGlu(plan.swiglu, nullptr).ok());
+      ASSERT_TRUE(LaunchLinearFp8(plan.down, nullptr).ok());
+      EXPECT_EQ(ToHost<uint16_t>(dy1, m * kDim), ToHost<uint16_t>(dy2, m * kDim))
+          << "m " << m << (fused_w13 ? " w13" : " w1 + w3");
+    }
+  }
 }
 
 struct SharedCase {

@@ -51,7 +51,10 @@ absl::StatusOr<MoeSharedExpertDims> MoeSharedExpertDimsOf(const MoeSharedExpertW
 
 // ---- Stage: the SwiGLU kernel (public for tests) ---------------------------------------------
 // a[r, i] = MoeSwiGluRow(g[r, i], u[r, i]) with weight null (see the file comment); one thread
-// per element. Any alignment; a must not overlap g or u.
+// per element. Any alignment; a must not overlap g or u. With `qdq`, a holds instead the FP8
+// E4M3 × UE8M0/32 activation QDQ of those values (quant::LaunchQdq's bits): the input of a w2
+// Linear that skips its own pass (LinearCudaParams::x_qdq); a thread per 8 values, so then
+// inter % 32 == 0 and g, u, a 16-byte aligned with strides multiples of 8.
 struct MoeSharedSwiGluParams {
   int64_t m = 0;              // rows; 0 is a no-op
   int64_t inter = 0;          // columns (Is), >= 1
@@ -62,6 +65,7 @@ struct MoeSharedSwiGluParams {
   int64_t u_stride = 0;  // >= inter
   uint16_t* a = nullptr;
   int64_t a_stride = 0;  // >= inter
+  bool qdq = false;
 };
 absl::Status Validate(const MoeSharedSwiGluParams& p);
 absl::Status LaunchMoeSharedSwiGlu(const MoeSharedSwiGluParams& p, CUstream_st* stream);

@@ -67,6 +67,12 @@ SharedLayout ComputeLayout(const MoeSharedExpertWeights& w, const MoeSharedExper
   return l;
 }
 
+// FS_MOE_SHARED_SWIGLU_QDQ=0 (a kit variant's A/B build) keeps the plain SwiGLU and w2's pass.
+#ifndef FS_MOE_SHARED_SWIGLU_QDQ
+#define FS_MOE_SHARED_SWIGLU_QDQ 1
+#endif
+constexpr bool kSharedSwiGluQdq = FS_MOE_SHARED_SWIGLU_QDQ != 0;
+
 LinearCudaParams GemmParams(const DeviceFp8Linear* w, int64_t m, const uint16_t* x,
                             int64_t x_stride, uint16_t* y, int64_t y_stride, void* ws,
                             size_t ws_bytes) {
@@ -120,6 +126,18 @@ absl::Status Validate(const MoeSharedSwiGluParams& p) {
   if (p.g_stride < p.inter) return Invalid(kOp, "g_stride", "is < inter");
   if (p.u_stride < p.inter) return Invalid(kOp, "u_stride", "is < inter");
   if (p.a_stride < p.inter) return Invalid(kOp, "a_stride", "is < inter");
+  if (p.qdq) {
+    if (p.inter % 32 != 0) return Invalid(kOp, "inter", "must be a multiple of 32 with qdq");
+    const auto aligned = [](const void* v, int64_t stride) {
+      return reinterpret_cast<uintptr_t>(v) % 16 == 0 && stride % 8 == 0;
+    };
+    if (!aligned(p.g, p.g_stride))
+      return Invalid(kOp, "g", "must be 16-byte aligned rows with qdq");
+    if (!aligned(p.u, p.u_stride))
+      return Invalid(kOp, "u", "must be 16-byte aligned rows with qdq");
+    if (!aligned(p.a, p.a_stride))
+      return Invalid(kOp, "a", "must be 16-byte aligned rows with qdq");
+  }
   return absl::OkStatus();
 }
 
@@ -176,6 +194,11 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   s.a = a;
   s.a_stride = is;
   plan->down = GemmParams(w.w2, p.m, a, is, p.y, p.y_stride, lin, l.linear_bytes);
+  // Where w2's plan reads a pre-QDQ'd x in place (the bf16 wgmma kernels, M >= 128), the SwiGLU
+  // writes a already QDQ'd and w2 skips its activation pass: the same values, one pass fewer.
+  const LinearCudaPlan down = PlanLinearCuda(p.m, w.w2->view().n, w.w2->view().k);
+  s.qdq = kSharedSwiGluQdq && down.kernel == LinearCudaKernel::kWgmmaBf16 && is % 32 == 0;
+  plan->down.x_qdq = s.qdq;
   for (int i = 0; i < plan->n_up; ++i) {
     RETURN_IF_ERROR(ValidateLinearCudaParams(plan->up[i])) << kOp << " up GEMM";
   }

@@ -20,12 +20,16 @@ namespace {
 
 void EnqueueSwiGlu(const MoeSharedSwiGluParams& p, cudaStream_t stream) {
   if (p.m == 0) return;
-  const int64_t total = p.m * p.inter;
-  const int64_t blocks = std::min<int64_t>(
+  const int64_t total = p.qdq ? p.m * (p.inter / 8) : p.m * p.inter;  // threads' items
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(
       (total + moe_device::kSharedSwiGluThreads - 1) / moe_device::kSharedSwiGluThreads,
-      int64_t{1} << 20);
-  moe_device::MoeSharedSwiGluKernel<<<static_cast<unsigned>(blocks),
-                                      moe_device::kSharedSwiGluThreads, 0, stream>>>(p);
+      int64_t{1} << 20));
+  if (p.qdq) {
+    moe_device::MoeSharedSwiGluQdqKernel<<<blocks, moe_device::kSharedSwiGluThreads, 0, stream>>>(
+        p);
+  } else {
+    moe_device::MoeSharedSwiGluKernel<<<blocks, moe_device::kSharedSwiGluThreads, 0, stream>>>(p);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
