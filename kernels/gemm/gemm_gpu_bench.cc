@@ -36,17 +36,17 @@
 // where the warp-specialised kernel runs without a tail; the kernel column gains "-mc": CTA pairs
 // along M sharing each weight box). --x-qdq times each listed LinearCudaParams::x_qdq (1 only
 // where the bf16 wgmma kernels run; "-xq": x read in place as already QDQ'd, no activation pass;
-// x is QDQ'd once before timing, since the tensor cores' time depends on the operands' bits). --kept-expansion 1 also times each
-// expanded-weight plan on weights whose bf16 expansion is kept (Fp8LinearDevice::expanded, made
-// once by LaunchExpandFp8Linear; "-ke": no expansion launch per call). --cublas 1 adds per (shape,
-// M) rows "cublas-rand" and "cublas-const" (rand / const: only that one): cuBLAS's bf16 GEMM of the
-// same M, N, K on bf16 weights (CublasBf16LinearMicros, weight copies cycled as below) on random
-// and on constant operands — what a vendor GEMM makes of the shape's tiles and waves, the A/B
-// reference for the FP8 Linear on expanded weights (their ratio uses the same roof); and to the
-// roofs line cuBLAS's 8192^3 on random operands (the roof itself is measured on constant ones,
-// MeasureCublasBf16Tflops). --peak-tflops replaces the measured rate in the compute roof (default:
-// the larger of cuBLAS's bf16 GEMM and the mma.sync peak, both measured in the run; 893 TFLOP/s is
-// cuBLAS's on the H200).
+// x is QDQ'd once before timing, since the tensor cores' time depends on the operands' bits).
+// --kept-expansion 1 also times each expanded-weight plan on weights whose bf16 expansion is kept
+// (Fp8LinearDevice::expanded, made once by LaunchExpandFp8Linear; "-ke": no expansion launch per
+// call). --cublas 1 adds per (shape, M) rows "cublas-rand" and "cublas-const" (rand / const: only
+// that one): cuBLAS's bf16 GEMM of the same M, N, K on bf16 weights (CublasBf16LinearMicros, weight
+// copies cycled as below) on random and on constant operands — what a vendor GEMM makes of the
+// shape's tiles and waves, the A/B reference for the FP8 Linear on expanded weights (their ratio
+// uses the same roof); and to the roofs line cuBLAS's 8192^3 on random operands (the roof itself is
+// measured on constant ones, MeasureCublasBf16Tflops). --peak-tflops replaces the measured rate in
+// the compute roof (default: the larger of cuBLAS's bf16 GEMM and the mma.sync peak, both measured
+// in the run; 893 TFLOP/s is cuBLAS's on the H200).
 //
 // Per shape and M: the median of N calls (CUDA events, after the warm-up) of the whole launch
 // (activation QDQ, GEMM, split-K reduction when the plan splits; one kernel for stream). Successive
@@ -379,15 +379,9 @@ int Main(int argc, char** argv) {
     DeviceBuffer dxq(std::find(o.x_qdq.begin(), o.x_qdq.end(), 1) != o.x_qdq.end() ? x.size() * 2
                                                                                    : 16);
     if (dxq.bytes() == x.size() * 2) {
-      quant::QdqParams q;
-      q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
-      q.rows = max_m;
-      q.cols = s.k;
-      q.x = dx.get<uint16_t>();
-      q.x_stride = s.k;
-      q.out = dxq.get<uint16_t>();
-      q.out_stride = s.k;
-      CHECK_OK(quant::LaunchQdq(q, stream));
+      CHECK_OK(quant::LaunchQdq({quant::BlockFormat::kFp8E4m3Ue8m0B32, max_m, s.k,
+                                 dx.get<uint16_t>(), s.k, dxq.get<uint16_t>(), s.k},
+                                stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
     }
     // Every kernel's plan: the automatic one, the forced stream / 16- / 64- / 128-row tiles, both

@@ -470,15 +470,8 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
     q.scales_stride = LinearCudaActScaleStride(w.k);
     RETURN_IF_ERROR(quant::LaunchQuantize(q, stream));
   } else {
-    quant::QdqParams q;
-    q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
-    q.rows = p.m;
-    q.cols = w.k;
-    q.x = p.x_bf16;
-    q.x_stride = p.x_stride;
-    q.out = a;
-    q.out_stride = w.k;
-    RETURN_IF_ERROR(quant::LaunchQdq(q, stream));
+    RETURN_IF_ERROR(quant::LaunchQdq(
+        {quant::BlockFormat::kFp8E4m3Ue8m0B32, p.m, w.k, p.x_bf16, p.x_stride, a, w.k}, stream));
   }
 
   GemmArgs g;

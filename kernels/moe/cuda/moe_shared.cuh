@@ -34,16 +34,14 @@ __global__ void __launch_bounds__(kSharedSwiGluThreads)
 
 // The qdq form (MoeSharedSwiGluParams::qdq): a unit of 8 consecutive values per thread (16-byte
 // loads of g and u, one 16-byte store), written as the FP8 activation QDQ of the SwiGLU values
-// with kernels/quant's unit functions: the 4 aligned lanes of a 32-value block take its amax by
-// shuffles among themselves. Grid-stride over units; rows hold whole blocks (inter % 32 == 0)
-// and every stride is a multiple of 4 units, so a block's 4 lanes are in or out together.
+// (quant::device::QdqFp8UnitOfQuad: the 4 aligned lanes of a 32-value block together). Grid-stride
+// over units; rows hold whole blocks (inter % 32 == 0) and every stride is a multiple of 4 units,
+// so a block's 4 lanes are in or out together.
 __global__ void __launch_bounds__(kSharedSwiGluThreads)
     MoeSharedSwiGluQdqKernel(const MoeSharedSwiGluParams p) {
   cuda_common::PdlLaunchDependents();  // the w2 Linear after it may start loading
-  using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
   const int64_t row_units = p.inter / 8;
   const int64_t total = p.m * row_units;
-  const unsigned quad = 0xFu << (threadIdx.x & 28u);
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / row_units, c = (i - r * row_units) * 8;
@@ -60,18 +58,8 @@ __global__ void __launch_bounds__(kSharedSwiGluThreads)
                                      p.swiglu_limit, 0.f, false);
       w[j] = (lo & 0xFFFFu) | (hi << 16);
     }
-    bool nan = false;
-    uint32_t amax = quant::device::UnitAmax(w, &nan);
-#pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-      const uint32_t other = __shfl_xor_sync(quad, amax, offset);
-      amax = other > amax ? other : amax;
-    }
-    const uint32_t byte = F::ScaleByte(amax);
-    uint32_t codes[F::kCodeWords];
     uint32_t q[4];
-    F::Encode(w, byte, nan, nullptr, codes);
-    F::Decode(codes, byte, q);
+    quant::device::QdqFp8UnitOfQuad(w, q);
     *reinterpret_cast<uint4*>(p.a + r * p.a_stride + c) = make_uint4(q[0], q[1], q[2], q[3]);
   }
 }

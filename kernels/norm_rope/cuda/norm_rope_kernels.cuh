@@ -34,27 +34,14 @@ struct NoRope {
 };
 
 // StoreBf16<8>'s store of v at `out`, and the FP8 E4M3 × UE8M0/32 QDQ of those bf16 values at
-// `qdq` (RmsNormParams::out_qdq): the 4 aligned lanes that hold a 32-value block (4 consecutive
-// chunks) combine their unit amax by shuffles among themselves, then each encodes and decodes its
-// unit with kernels/quant's functions: quant::LaunchQdq's bits. All 4 lanes must call it.
+// `qdq` (RmsNormParams::out_qdq; quant::device::QdqFp8UnitOfQuad: the 4 aligned lanes that hold a
+// 32-value block, 4 consecutive chunks, must all call it).
 __device__ __forceinline__ void StoreBf16AndQdq(uint16_t* out, uint16_t* qdq, const float (&v)[8]) {
-  using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
   uint32_t w[4];
   F32x8ToBf16x8(v, w);
   *reinterpret_cast<uint4*>(out) = make_uint4(w[0], w[1], w[2], w[3]);
-  bool nan = false;
-  uint32_t amax = quant::device::UnitAmax(w, &nan);
-  const unsigned quad = 0xFu << (threadIdx.x & 28u);
-#pragma unroll
-  for (int offset = 1; offset < 4; offset *= 2) {
-    const uint32_t other = __shfl_xor_sync(quad, amax, offset);
-    amax = other > amax ? other : amax;
-  }
-  const uint32_t byte = F::ScaleByte(amax);
-  uint32_t codes[F::kCodeWords];
   uint32_t q[4];
-  F::Encode(w, byte, nan, nullptr, codes);
-  F::Decode(codes, byte, q);
+  quant::device::QdqFp8UnitOfQuad(w, q);
   *reinterpret_cast<uint4*>(qdq) = make_uint4(q[0], q[1], q[2], q[3]);
 }
 

@@ -210,15 +210,9 @@ absl::Status LaunchRmsNorm(const RmsNormParams& p, CUstream_st* stream) {
   // after it (the same bits: the same functions on the same bf16 values).
   if (LaunchNormWeights<NoRope, true>(p, NoRope{}, stream)) return absl::OkStatus();
   LaunchNormWeights(p, NoRope{}, stream);
-  quant::QdqParams q;
-  q.format = quant::BlockFormat::kFp8E4m3Ue8m0B32;
-  q.rows = p.rows;
-  q.cols = p.cols;
-  q.x = p.out;
-  q.x_stride = p.out_stride;
-  q.out = p.out_qdq;
-  q.out_stride = p.out_qdq_stride;
-  return quant::LaunchQdq(q, stream);
+  return quant::LaunchQdq({quant::BlockFormat::kFp8E4m3Ue8m0B32, p.rows, p.cols, p.out,
+                           p.out_stride, p.out_qdq, p.out_qdq_stride},
+                          stream);
 }
 
 absl::Status LaunchRmsNormRope(const RmsNormRopeParams& p, CUstream_st* stream) {

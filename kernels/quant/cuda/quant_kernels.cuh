@@ -246,6 +246,27 @@ __device__ __forceinline__ uint32_t BlockAmax(const uint32_t (&x)[4], bool* has_
   return amax;
 }
 
+// The FP8 E4M3 × UE8M0/32 QDQ of one unit (x[j]: values 2j and 2j + 1) whose 32-value block is
+// held by the 4 aligned lanes (lane & ~3 .. + 3 of a 1-D block) that call this together, each
+// with its unit: the block amax by two shuffles among those 4 lanes only (the warp's other lanes
+// need not call it), then the unit's encode and decode — LaunchQdq's bits. For kernels that write
+// a Linear's x already QDQ'd (RmsNormParams::out_qdq, the shared expert's SwiGLU).
+__device__ __forceinline__ void QdqFp8UnitOfQuad(const uint32_t (&x)[4], uint32_t (&out)[4]) {
+  using F = Fmt<BlockFormat::kFp8E4m3Ue8m0B32>;
+  bool nan = false;
+  uint32_t amax = UnitAmax(x, &nan);
+  const unsigned quad = 0xFu << (threadIdx.x & 28u);
+#pragma unroll
+  for (int offset = 1; offset < 4; offset *= 2) {
+    const uint32_t other = __shfl_xor_sync(quad, amax, offset);
+    amax = other > amax ? other : amax;
+  }
+  const uint32_t byte = F::ScaleByte(amax);
+  uint32_t codes[F::kCodeWords];
+  F::Encode(x, byte, nan, nullptr, codes);
+  F::Decode(codes, byte, out);
+}
+
 // ---- kernels ---------------------------------------------------------------------------------
 // Each warp step covers units seg .. seg + 32 * kU - 1: lane l takes units seg + l + 32k, all
 // loaded before any is processed. `units_per_row` = cols / 8 and `total` = rows * units_per_row <
