@@ -67,8 +67,9 @@ struct Fp8LinearDevice {
   // (LaunchExpandFp8Linear; DeviceFp8Linear::Upload with keep_expanded). Where set, the plans
   // that run on expanded weights (LinearCudaParams::expand_weights, M >= kLinearCudaExpandMinRows)
   // read it instead of expanding the weight into the workspace at every call: N·K·3 bytes of
-  // traffic saved per call for 2·N·K bytes kept (a prefill server's choice). The same bf16
-  // weights: the same bits (`KeptExpansionBitIdentical`, on the GPU).
+  // traffic saved per call for 2·N·K bytes kept (a prefill server's choice), and the workspace
+  // needs no expansion region (LinearCudaWorkspaceBytes, the validator). The same bf16 weights:
+  // the same bits (`KeptExpansionBitIdentical`, on the GPU).
   const uint16_t* expanded = nullptr;
 };
 

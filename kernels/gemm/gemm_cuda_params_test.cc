@@ -636,6 +636,32 @@ TEST(LinearCudaPlanTest, StreamKTailPlanAndWorkspace) {
   EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
 }
 
+// A weight with a kept bf16 expansion (Fp8LinearDevice::expanded) needs no expansion region:
+// the workspace size drops by it, the validator asks for the layout without it, and a misaligned
+// expansion is refused.
+TEST(LinearCudaParamsTest, KeptExpansionNeedsNoExpansionRegion) {
+  FakeWeight f;
+  alignas(16) static uint16_t kept[8];
+  const int64_t n = 5120, k = 8192, m = 4096;  // wo_b
+  const Fp8LinearDevice plain = f.View(n, k);
+  Fp8LinearDevice w = plain;
+  w.expanded = kept;
+  const LinearCudaWorkspaceLayout l = LinearCudaLayout(PlanLinearCuda(m, n, k), m, n, k);
+  ASSERT_EQ(l.end - l.expanded, size_t{2} * n * k);
+  EXPECT_EQ(LinearCudaWorkspaceBytes(plain, m) - LinearCudaWorkspaceBytes(w, m),
+            l.end - l.expanded);
+  // Decode-size calls never expanded: the same workspace either way.
+  EXPECT_EQ(LinearCudaWorkspaceBytes(plain, 8), LinearCudaWorkspaceBytes(w, 8));
+  LinearCudaParams q = CallFor(w, m, l.expanded);
+  EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
+  q.workspace_bytes = l.expanded - 1;
+  EXPECT_NE(ValidateLinearCudaParams(q).message().find("workspace"), std::string::npos);
+  q = CallFor(plain, m, l.expanded);  // without the kept copy the region is needed
+  EXPECT_NE(ValidateLinearCudaParams(q).message().find("workspace"), std::string::npos);
+  w.expanded = kept + 1;  // 2-byte aligned
+  EXPECT_NE(Validate(w).message().find("expanded"), std::string::npos) << Validate(w);
+}
+
 TEST(LinearCudaParamsTest, RejectsBadFields) {
   FakeWeight f;
   const Fp8LinearDevice w = f.View(256, 512);

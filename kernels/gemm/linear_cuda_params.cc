@@ -337,7 +337,8 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
     if (plan.warp_specialised && plan.splits == 1 && stream_k_tail) {
       tail = std::max(tail, AlignUp(kLinearCudaTailSlots * kTailItemBytes, 256));
     }
-    expanded = std::max(expanded, ExpandedBytes(plan, w.n, w.k));
+    // A kept expansion (Fp8LinearDevice::expanded) is read in place of the workspace's region.
+    if (w.expanded == nullptr) expanded = std::max(expanded, ExpandedBytes(plan, w.n, w.k));
   };
   for (int64_t m = 1; m <= scan; ++m) add(m);
   add(max_m);
@@ -388,7 +389,9 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
     return Invalid("m", absl::StrFormat("%d is above %d for the stream kernel (tile_rows %d)", p.m,
                                         65535 * kLinearCudaStreamMaxRows, kLinearCudaStreamRows));
   }
-  const size_t need = LinearCudaLayout(plan, p.m, w.n, w.k).end;
+  // The expansion region is the layout's last: a weight with a kept expansion needs none.
+  const LinearCudaWorkspaceLayout layout = LinearCudaLayout(plan, p.m, w.n, w.k);
+  const size_t need = w.expanded != nullptr ? layout.expanded : layout.end;
   if (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need) {
     return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",
                                                 p.workspace_bytes, p.workspace, need));
