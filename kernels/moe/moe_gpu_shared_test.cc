@@ -177,7 +177,7 @@ TEST(MoeGpuSharedTest, SwiGluQdqIsTheQdqOfTheSwiGlu) {
 
 // Where w2's plan reads x in place (M >= 128), the shared expert's SwiGLU writes its output
 // QDQ'd and w2 skips its pass; the same launches with the plain SwiGLU and w2's own pass give the
-// same bytes. Decode-size M keeps the plain form.
+// same bytes. Decode-size M keeps the plain form. An x handed over QDQ'd (x_qdq) too.
 TEST(MoeGpuSharedTest, QdqSwiGluKeepsTheSharedExpertsBits) {
   FS_SKIP_WITHOUT_GPU();
   for (const bool fused_w13 : {true, false}) {
@@ -213,6 +213,18 @@ TEST(MoeGpuSharedTest, QdqSwiGluKeepsTheSharedExpertsBits) {
       ASSERT_TRUE(LaunchLinearFp8(plan.down, nullptr).ok());
       EXPECT_EQ(ToHost<uint16_t>(dy1, m * kDim), ToHost<uint16_t>(dy2, m * kDim))
           << "m " << m << (fused_w13 ? " w13" : " w1 + w3");
+      // x handed over already QDQ'd (MoeSharedExpertParams::x_qdq): the same bytes again.
+      std::vector<uint16_t> xq(x.size());
+      ASSERT_TRUE(quant::QdqCpu({quant::BlockFormat::kFp8E4m3Ue8m0B32, m, kDim, x.data(), kDim,
+                                 xq.data(), kDim})
+                      .ok());
+      DeviceBuffer dxq = ToDevice(xq), dy3 = Poisoned<uint16_t>(m * kDim);
+      p.x = dxq.get<uint16_t>();
+      p.y = dy3.get<uint16_t>();
+      p.x_qdq = true;
+      ASSERT_TRUE(LaunchMoeSharedExpert(p, nullptr).ok());
+      EXPECT_EQ(ToHost<uint16_t>(dy3, m * kDim), ToHost<uint16_t>(dy1, m * kDim))
+          << "x_qdq, m " << m << (fused_w13 ? " w13" : " w1 + w3");
     }
   }
 }

@@ -90,10 +90,11 @@ std::unique_ptr<PreparedLinear> ConcatRows(const PreparedLinear& top,
   return std::make_unique<PreparedLinear>(std::move(l).value());
 }
 
-std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused) {
+std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused,
+                                                       bool keep_expanded) {
   auto d = std::make_unique<DeviceSharedExpert>();
-  auto upload = [](const PreparedLinear& l) {
-    auto u = DeviceFp8Linear::Upload(l);
+  auto upload = [keep_expanded](const PreparedLinear& l) {
+    auto u = DeviceFp8Linear::Upload(l, keep_expanded);
     CHECK_OK(u.status());
     return std::move(u).value();
   };

@@ -46,7 +46,9 @@ struct DeviceSharedExpert {
   DeviceFp8Linear w1, w3, w2, w13;
   MoeSharedExpertWeights view;
 };
-std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused);
+// keep_expanded: each Linear keeps its bf16 expansion (DeviceFp8Linear::Upload).
+std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused,
+                                                       bool keep_expanded = false);
 
 // The kFp8Block32 Linear whose rows are top's then bottom's (same K; top's N a multiple of 32),
 // built from their codes and scale bytes.

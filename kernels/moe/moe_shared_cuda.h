@@ -81,6 +81,9 @@ struct MoeSharedExpertParams {
   int64_t y_stride = 0;       // >= D
   void* workspace = nullptr;  // device, >= MoeSharedExpertWorkspaceBytes(weights, m)
   size_t workspace_bytes = 0;
+  // x already FP8-QDQ'd (e.g. RmsNormParams::out_qdq): the up GEMMs take it with
+  // LinearCudaParams::x_qdq and skip their activation pass where they read x in place.
+  bool x_qdq = false;
 };
 
 // Device workspace for up to max_tokens tokens: g/u bf16 [m, 2·Is] + a bf16 [m, Is] + the

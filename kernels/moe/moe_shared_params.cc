@@ -183,6 +183,7 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
     plan->up[1] = GemmParams(w.w3, p.m, p.x, p.x_stride, gu + is, gu_stride, lin, l.linear_bytes);
     plan->n_up = 2;
   }
+  for (int i = 0; i < plan->n_up; ++i) plan->up[i].x_qdq = p.x_qdq;
   MoeSharedSwiGluParams& s = plan->swiglu;
   s.m = p.m;
   s.inter = is;
