@@ -50,6 +50,22 @@ std::unique_ptr<PreparedLinear> Prepare(const HostLinear& h) {
 }
 DeviceFp8Linear Upload(const PreparedLinear& w) { return gemm_test::UploadOrDie(w); }
 
+// A case of the warp-specialised bit tests, and its random kFp8Block32 weight (with bias),
+// prepared on the host and uploaded.
+struct LinearCase {
+  int64_t m, n, k, split_k;
+};
+struct CaseWeight {
+  std::unique_ptr<PreparedLinear> host;
+  DeviceFp8Linear device;
+};
+CaseWeight MakeCaseWeight(const LinearCase& c, Rng& rng) {
+  const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
+  CaseWeight cw{Prepare(h), {}};
+  cw.device = Upload(*cw.host);
+  return cw;
+}
+
 // LinearCpu (exact) writing y with row stride y_stride (RunLinear checks the padding stays
 // unwritten); returned packed, [m, n].
 std::vector<float> Cpu(const PreparedLinear& w, const std::vector<uint16_t>& x, int64_t m,
@@ -612,16 +628,13 @@ TEST_F(GemmGpuTest, ExpandedWeightsNarrowTilesBitIdentical) {
 // workspace (the counters' reset and tags).
 TEST_F(GemmGpuTest, StreamKTailBitsMatchSplitAndWhole) {
   Rng rng(43);
-  struct Case {
-    int64_t m, n, k, split_k;
-  };
   int runs = 0;
-  for (const Case& c : {Case{4096, 1280, 1312, 0},    // 160 tiles: 28 tail tiles of 4 ranges
-                        Case{4500, 1000, 1312, 0},    // 144 tiles: 12 of 5 ranges (5, 5, 5, 5, 1)
-                        Case{600, 1280, 2048, 1}}) {  // 25 tiles, all tail (split 1 forced)
-    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
-    const auto w = Prepare(h);
-    const DeviceFp8Linear d = Upload(*w);
+  for (const LinearCase& c :
+       {LinearCase{4096, 1280, 1312, 0},    // 160 tiles: 28 tail tiles of 4 ranges
+        LinearCase{4500, 1000, 1312, 0},    // 144 tiles: 12 of 5 ranges (5, 5, 5, 5, 1)
+        LinearCase{600, 1280, 2048, 1}}) {  // 25 tiles, all tail (split 1 forced)
+    const CaseWeight cw = MakeCaseWeight(c, rng);
+    const DeviceFp8Linear& d = cw.device;
     const std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, c.k, rng);
     for (bool expand : {true, false}) {
       const LinearCudaPlan plan =
@@ -669,18 +682,15 @@ TEST_F(GemmGpuTest, StreamKTailBitsMatchSplitAndWhole) {
 // (the persistent walk), and three calls on one workspace.
 TEST_F(GemmGpuTest, PairMulticastBitIdentical) {
   Rng rng(47);
-  struct Case {
-    int64_t m, n, k, split_k;
-  };
   int runs = 0;
-  for (const Case& c : {Case{4096, 1280, 1312, 0},   // 32 m tiles × 5 (256) / 8 (160)
-                        Case{4500, 1000, 1312, 0},   // 36 m tiles, ragged N
-                        Case{600, 1280, 2048, 0},    // 5 m tiles: one lone CTA per pair column
-                        Case{384, 2000, 4096, 3},    // 3 m tiles, 3 K splits
-                        Case{9000, 520, 256, 0}}) {  // 71 m tiles, short K
-    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
-    const auto w = Prepare(h);
-    const DeviceFp8Linear d = Upload(*w);
+  for (const LinearCase& c :
+       {LinearCase{4096, 1280, 1312, 0},   // 32 m tiles × 5 (256) / 8 (160)
+        LinearCase{4500, 1000, 1312, 0},   // 36 m tiles, ragged N
+        LinearCase{600, 1280, 2048, 0},    // 5 m tiles: one lone CTA per pair column
+        LinearCase{384, 2000, 4096, 3},    // 3 m tiles, 3 K splits
+        LinearCase{9000, 520, 256, 0}}) {  // 71 m tiles, short K
+    const CaseWeight cw = MakeCaseWeight(c, rng);
+    const DeviceFp8Linear& d = cw.device;
     const std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, c.k, rng);
     for (bool expand : {true, false}) {
       const LinearCudaPlan plan =
@@ -718,17 +728,14 @@ TEST_F(GemmGpuTest, PairMulticastBitIdentical) {
 // QDQ'd x (mma.sync, register-sourced) are checked without them.
 TEST_F(GemmGpuTest, PreQuantisedXBitIdentical) {
   Rng rng(53);
-  struct Case {
-    int64_t m, n, k, split_k;
-  };
   int runs = 0;
-  for (const Case& c : {Case{4096, 1280, 1312, 0},   // 32 m tiles, a half-zero last K step
-                        Case{600, 1000, 2048, 0},    // ragged M and N
-                        Case{384, 2000, 4096, 3},    // 3 K splits
-                        Case{9000, 520, 256, 0}}) {  // 71 m tiles, short K
-    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
-    const auto w = Prepare(h);
-    const DeviceFp8Linear d = Upload(*w);
+  for (const LinearCase& c :
+       {LinearCase{4096, 1280, 1312, 0},   // 32 m tiles, a half-zero last K step
+        LinearCase{600, 1000, 2048, 0},    // ragged M and N
+        LinearCase{384, 2000, 4096, 3},    // 3 K splits
+        LinearCase{9000, 520, 256, 0}}) {  // 71 m tiles, short K
+    const CaseWeight cw = MakeCaseWeight(c, rng);
+    const DeviceFp8Linear& d = cw.device;
     for (int64_t pad : {0, 8, 4}) {
       const int64_t stride = c.k + pad;
       std::vector<uint16_t> x = gemm_test::RandomActivations(c.m, c.k, stride, rng);
@@ -796,16 +803,12 @@ TEST_F(GemmGpuTest, PreQuantisedXBitIdentical) {
 // code × scale; plans that do not expand (in-place decode, M below the expansion rows) ignore it.
 TEST_F(GemmGpuTest, KeptExpansionBitIdentical) {
   Rng rng(59);
-  struct Case {
-    int64_t m, n, k, split_k;
-  };
   int runs = 0;
-  for (const Case& c : {Case{4096, 1280, 1312, 0}, Case{600, 1000, 2048, 0},
-                        Case{384, 2000, 4096, 3}, Case{64, 520, 256, 0}}) {
-    const HostLinear h = gemm_test::RandomLinear(WeightFormat::kFp8Block32, c.n, c.k, true, rng);
-    const auto w = Prepare(h);
-    const DeviceFp8Linear plain = Upload(*w);
-    const DeviceFp8Linear kept = gemm_test::UploadOrDie(*w, true);
+  for (const LinearCase& c : {LinearCase{4096, 1280, 1312, 0}, LinearCase{600, 1000, 2048, 0},
+                              LinearCase{384, 2000, 4096, 3}, LinearCase{64, 520, 256, 0}}) {
+    const CaseWeight cw = MakeCaseWeight(c, rng);
+    const DeviceFp8Linear& plain = cw.device;
+    const DeviceFp8Linear kept = gemm_test::UploadOrDie(*cw.host, true);
     ASSERT_EQ(plain.view().expanded, nullptr);
     ASSERT_NE(kept.view().expanded, nullptr);
     EXPECT_GE(kept.device_bytes(), plain.device_bytes() + 2 * c.n * c.k);
@@ -815,8 +818,9 @@ TEST_F(GemmGpuTest, KeptExpansionBitIdentical) {
     for (int64_t r = 0; r < c.n; ++r) {
       for (int64_t col = 0; col < c.k; col += 7) {
         const float want =
-            formats::E4m3ToFloat(w->codes()[r * c.k + col]) *
-            std::ldexp(1.0f, static_cast<int>(w->scales()[(r / 32) * (c.k / 32) + col / 32]) - 127);
+            formats::E4m3ToFloat(cw.host->codes()[r * c.k + col]) *
+            std::ldexp(1.0f,
+                       static_cast<int>(cw.host->scales()[(r / 32) * (c.k / 32) + col / 32]) - 127);
         ASSERT_EQ(bf[r * c.k + col], formats::FloatToBf16Bits(want)) << r << ", " << col;
       }
     }
