@@ -296,11 +296,11 @@ struct LinearCudaPlan {
   LinearCudaTail tail;
 };
 // The warp-specialised bf16 kernel's tile width for an M × N call with `splits` K splits on `sms`
-// SMs: of 256, 192, 160 and 128 columns the one with the least waves × (columns + 16) — a
+// SMs: of 256, 192, 160 and 128 columns the one with the least waves × (columns + 64) — a
 // persistent CTA's tile takes time in proportion to its columns plus a fixed share, and the last
 // wave's idle SMs count in full — ties to the wider tile. E.g. on 132 SMs at M = 4,096: N 1,280
 // (wq_a) 160 (256 tiles in 2 waves instead of 160 in 2), N 2,304 (shared w1|w3) 192 (384 in 3
-// instead of 288 in 3), N 5,120 256. Pure.
+// instead of 288 in 3), N 1,792 (wq_a | wkv stacked) and N 5,120 256. Pure.
 int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms);
 // Whether `cols` is a LinearCudaParams::ws_tile_cols value: 0, 128, 160, 192 or 256.
 bool LinearCudaWsTileColsValid(int64_t cols);

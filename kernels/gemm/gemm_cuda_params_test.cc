@@ -467,7 +467,7 @@ TEST(LinearCudaPlanTest, ExpandsWeightsOnlyForLargeMWarpSpecialisedPlans) {
   EXPECT_FALSE(PlanLinearCuda(4096, n, k, 0, 0, true, false).expand_weights);  // cp.async loop
   EXPECT_FALSE(PlanLinearCuda(4096, n, k, 0, 0, false).expand_weights);        // FP8 wgmma
   EXPECT_FALSE(PlanLinearCuda(4096, n, k, 64).expand_weights);                 // mma.sync
-  // Expansion changes nothing else of the plan.
+  // Expansion changes nothing else of wq_b's plan (unsplit either way; see below for splits).
   const LinearCudaPlan in_place = PlanLinearCuda(4096, n, k, 0, 0, true, true, false);
   const LinearCudaPlan expanded = PlanLinearCuda(4096, n, k);
   EXPECT_EQ(expanded.splits, in_place.splits);
@@ -506,7 +506,33 @@ TEST(LinearCudaPlanTest, ExpandsWeightsOnlyForLargeMWarpSpecialisedPlans) {
   EXPECT_TRUE(ValidateLinearCudaParams(q).ok()) << ValidateLinearCudaParams(q);
 }
 
-// The warp-specialised kernel's tile width by column-waves: the least waves × (cols + 16).
+// On expanded weights the automatic plan drops its K splits once unsplit 128-column tiles fill
+// half the SMs (kWgmmaTargetCtas / 2 = 66); elsewhere, and for a forced split_k, they stay.
+TEST(LinearCudaPlanTest, ExpandedPlansDropSplitsOnceNarrowTilesFillHalfTheSms) {
+  struct Case {
+    int64_t m, n, k, splits;
+  };
+  for (const Case& c : {
+           Case{1024, 1792, 5120, 1},   // wq_a | wkv: 112 tiles of 128 (2 splits of 56 before)
+           Case{1024, 1280, 5120, 1},   // wq_a: 80 tiles (3 splits before)
+           Case{4096, 512, 5120, 1},    // wkv: 128 tiles (2 splits before)
+           Case{2048, 512, 5120, 4},    // wkv: 64 tiles, below half: the plan's 4 splits
+           Case{1024, 512, 5120, 8},    // wkv: 32 tiles: 8 splits
+           Case{4096, 32768, 1280, 1},  // never split
+       }) {
+    const LinearCudaPlan p = PlanLinearCuda(c.m, c.n, c.k);
+    ASSERT_TRUE(p.expand_weights) << c.m << " x " << c.n;
+    EXPECT_EQ(p.splits, c.splits) << c.m << " x " << c.n;
+    EXPECT_EQ(p.steps_per_split * p.splits, p.k_steps) << c.m << " x " << c.n;
+    // Without the expansion (the in-place decode) the plan keeps its splits to fill the SMs.
+    const LinearCudaPlan in_place = PlanLinearCuda(c.m, c.n, c.k, 0, 0, true, true, false);
+    EXPECT_GE(in_place.splits, p.splits) << c.m << " x " << c.n;
+  }
+  EXPECT_EQ(PlanLinearCuda(4096, 512, 5120, 0, 0, true, true, false).splits, 2);
+  EXPECT_EQ(PlanLinearCuda(1024, 1792, 5120, 128, 2).splits, 2);  // forced
+}
+
+// The warp-specialised kernel's tile width by column-waves: the least waves × (cols + 64).
 TEST(LinearCudaPlanTest, WsTileColsFillTheLastWave) {
   struct Case {
     int64_t m, n, splits, sms, cols;
@@ -516,6 +542,8 @@ TEST(LinearCudaPlanTest, WsTileColsFillTheLastWave) {
            Case{4096, 2304, 1, 132, 192},   // shared w1|w3: 384 in 3 (288 in 3 at 256)
            Case{4096, 5120, 1, 132, 256},   // wo_b / shared w2: 640 tiles, 5 waves
            Case{4096, 32768, 1, 132, 256},  // wq_b: 4,096 tiles
+           Case{4096, 1792, 1, 132, 256},   // wq_a | wkv: 224 tiles in 2 waves (384 in 3 at 160)
+           Case{2048, 5120, 1, 132, 160},   // wo_b: 512 tiles in 4 waves (320 in 3 at 256)
            Case{2048, 1280, 1, 132, 160},   // 128 tiles in one wave (80 at 256)
            Case{1024, 1280, 3, 132, 256},   // 120 tiles in one wave; 160 would need two
            Case{4096, 1280, 1, 114, 192},   // 114 SMs: 224 tiles in 2 waves; 160 would take 3

@@ -160,6 +160,16 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
   FillSplits(p, k, split_k, wgmma ? kWgmmaTargetCtas : kTargetCtas);
   p.warp_specialised = p.kernel == LinearCudaKernel::kWgmmaBf16 && wgmma_ws;
   p.expand_weights = p.warp_specialised && expand_weights && m >= kLinearCudaExpandMinRows;
+  // On expanded weights the tile width is chosen by waves (LinearCudaWsTileCols), and unsplit
+  // 128-column tiles beat K splits of 256-column ones once they fill half the SMs: the splits'
+  // fp32 partials and their second kernel cost more than the narrow tiles (session 67, H100:
+  // wq_a | wkv at M 1,024 52.6 -> 40.0 µs, wkv at 4,096 57.9 -> 43.8, wq_a at 1,024 42.2 ->
+  // 38.5; wkv at 1,024, 32 such tiles, keeps its 8 splits: 25.5 against 37.5 unsplit).
+  if (split_k == 0 && p.expand_weights && p.splits > 1 &&
+      p.m_tiles * CeilDiv(n, int64_t{128}) >= kWgmmaTargetCtas / 2) {
+    p.splits = 1;
+    p.steps_per_split = p.k_steps;
+  }
   if (p.warp_specialised && p.splits == 1 && stream_k_tail) {
     p.tail = LinearCudaTailPlan(p.m_tiles * p.n_tiles, p.k_steps);
   } else {
@@ -291,6 +301,12 @@ LinearCudaTail LinearCudaTailPlan(int64_t tiles, int64_t k_steps) {
   return t;
 }
 
+// A tile's fixed share in the by-waves rule, in columns. Any value in (32, 128) makes the same
+// choices on every measured shape (kernels/gemm/fused_linears.md): above 32 the stacked wq_a | wkv
+// (N 1,792, M 4,096) keeps 256 columns (2 waves; 160 columns take 3 and measured 150 µs against
+// 110); below 128 wo_b at M 2,048 keeps 160. Session 63's 16 narrowed the stacked Linear.
+constexpr int64_t kWsTileFixedCols = 64;
+
 int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) {
   const int64_t m_tiles = CeilDiv(std::max<int64_t>(m, 1), kLinearCudaWgmmaRows);
   const int64_t slots = std::max<int64_t>(sms, 1);
@@ -298,7 +314,7 @@ int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) 
   for (int64_t cols : {int64_t{256}, int64_t{192}, int64_t{160}, int64_t{128}}) {
     const int64_t tiles =
         m_tiles * CeilDiv(std::max<int64_t>(n, 1), cols) * std::max<int64_t>(splits, 1);
-    const int64_t cost = CeilDiv(tiles, slots) * (cols + 16);
+    const int64_t cost = CeilDiv(tiles, slots) * (cols + kWsTileFixedCols);
     if (best_cost < 0 || cost < best_cost) {
       best = cols;
       best_cost = cost;

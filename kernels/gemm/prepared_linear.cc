@@ -140,6 +140,63 @@ absl::StatusOr<PreparedLinear> PreparedLinear::Create(const LinearWeightView& vi
   return w;
 }
 
+absl::StatusOr<PreparedLinear> ConcatLinearRows(std::span<const PreparedLinear* const> parts,
+                                                const PrepareLinearOptions& options) {
+  if (parts.empty()) return absl::InvalidArgumentError("ConcatLinearRows: no parts");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("ConcatLinearRows: part %d is null", i));
+    }
+  }
+  const PreparedLinear& first = *parts.front();
+  if (!first.quantizes_activations()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ConcatLinearRows: format %s; only Fp8Block32 and Fp4Block32 parts can be stacked",
+        WeightFormatName(first.format())));
+  }
+  int64_t n = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PreparedLinear& p = *parts[i];
+    if (p.format() != first.format() || p.in_features() != first.in_features()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ConcatLinearRows: part %d is %s [%d, %d], part 0 is %s [%d, %d]: the formats and "
+          "in_features must match",
+          i, WeightFormatName(p.format()), p.out_features(), p.in_features(),
+          WeightFormatName(first.format()), first.out_features(), first.in_features()));
+    }
+    if (p.format() == WeightFormat::kFp8Block32 && i + 1 < parts.size() &&
+        p.out_features() % 32 != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ConcatLinearRows: FP8 part %d has out_features %d, not a multiple of 32: its last "
+          "32-row scale block would straddle the next part",
+          i, p.out_features()));
+    }
+    if (p.has_bias() != first.has_bias()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ConcatLinearRows: part %d has %s bias and part 0 has %s: all parts or none", i,
+          p.has_bias() ? "a" : "no", first.has_bias() ? "one" : "none"));
+    }
+    n += p.out_features();
+  }
+  if (n > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ConcatLinearRows: out_features total %d is above 2^31", n));
+  }
+  std::vector<uint8_t> codes, scales, bias;
+  for (const PreparedLinear* p : parts) {
+    codes.insert(codes.end(), p->codes(), p->codes() + p->codes_size());
+    scales.insert(scales.end(), p->scales(), p->scales() + p->scales_size());
+    for (int64_t r = 0; p->has_bias() && r < p->out_features(); ++r) {
+      // The bias came from bf16, so its fp32 value converts back exactly.
+      const uint16_t bits = formats::FloatToBf16Bits(p->bias()[r]);
+      bias.push_back(static_cast<uint8_t>(bits & 0xFF));
+      bias.push_back(static_cast<uint8_t>(bits >> 8));
+    }
+  }
+  return PreparedLinear::Create({first.format(), n, first.in_features(), codes, scales, bias},
+                                options);
+}
+
 size_t PreparedLinear::resident_bytes() const {
   return f32_.size() * sizeof(float) + codes_.size() + bf16_.size() * sizeof(uint16_t) +
          scales_.size() + bias_.size() * sizeof(float);

@@ -108,7 +108,6 @@ class PreparedLinear {
   size_t scales_size() const { return scales_.size(); }
 
  private:
-
   WeightFormat format_ = WeightFormat::kBf16;
   int64_t out_ = 0;
   int64_t in_ = 0;
@@ -118,5 +117,20 @@ class PreparedLinear {
   std::vector<uint8_t> scales_;  // UE8M0 bytes, checkpoint layout
   std::vector<float> bias_;      // [N] or empty
 };
+
+// The Linear whose output is the parts' outputs side by side, in order: their weights stacked
+// along N (row blocks of the checkpoint layout), e.g. wq_a | wkv, which read the same input, as one
+// Linear: one pass over x and one tile schedule instead of two (kernels/gemm/fused_linears.md).
+// Each output column depends only on its own weight row and the input, so the result's LinearCpu
+// in exact mode equals the parts' outputs side by side bit for bit, and so does the GPU Linear
+// wherever its plan sums each column in the same order (the bf16 wgmma kernels at prefill;
+// `GemmGpuTest.ConcatenatedLinearIsThePartsSideBySide`).
+// Errors: InvalidArgumentError when `parts` is empty, holds a null, or a part is not kFp8Block32
+// / kFp4Block32 (the formats whose codes and scales are kept); when the parts' formats or
+// in_features differ; when an FP8 part other than the last has out_features not a multiple of
+// 32 (its last scale block would straddle two parts); when some but not all parts have a bias;
+// or when the total out_features exceeds 2^31. Cost: O(N·K) copies, plus `options`' expansion.
+absl::StatusOr<PreparedLinear> ConcatLinearRows(std::span<const PreparedLinear* const> parts,
+                                                const PrepareLinearOptions& options = {});
 
 }  // namespace flashserve::kernels

@@ -70,26 +70,6 @@ std::unique_ptr<DeviceExperts> UploadDeviceExperts(int64_t n_experts, int64_t di
   return d;
 }
 
-std::unique_ptr<PreparedLinear> ConcatRows(const PreparedLinear& top,
-                                           const PreparedLinear& bottom) {
-  CHECK(top.format() == WeightFormat::kFp8Block32 && bottom.format() == WeightFormat::kFp8Block32);
-  CHECK_EQ(top.in_features(), bottom.in_features());
-  CHECK_EQ(top.out_features() % 32, 0);
-  CHECK(!top.has_bias() && !bottom.has_bias());
-  std::vector<uint8_t> codes(top.codes(), top.codes() + top.codes_size());
-  codes.insert(codes.end(), bottom.codes(), bottom.codes() + bottom.codes_size());
-  std::vector<uint8_t> scales(top.scales(), top.scales() + top.scales_size());
-  scales.insert(scales.end(), bottom.scales(), bottom.scales() + bottom.scales_size());
-  auto l = PreparedLinear::Create({WeightFormat::kFp8Block32,
-                                   top.out_features() + bottom.out_features(),
-                                   top.in_features(),
-                                   std::span<const uint8_t>(codes),
-                                   std::span<const uint8_t>(scales),
-                                   {}});
-  CHECK_OK(l.status());
-  return std::make_unique<PreparedLinear>(std::move(l).value());
-}
-
 std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused,
                                                        bool keep_expanded) {
   auto d = std::make_unique<DeviceSharedExpert>();
@@ -101,7 +81,10 @@ std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bo
   d->w2 = upload(*s.w2);
   d->view.w2 = &d->w2;
   if (fused) {
-    d->w13 = upload(*ConcatRows(*s.w1, *s.w3));
+    const PreparedLinear* parts[] = {s.w1.get(), s.w3.get()};
+    auto w13 = ConcatLinearRows(parts, {.expand_to_f32 = false});
+    CHECK_OK(w13.status());
+    d->w13 = upload(*w13);
     d->view.w13 = &d->w13;
   } else {
     d->w1 = upload(*s.w1);

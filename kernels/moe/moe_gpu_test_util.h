@@ -41,7 +41,8 @@ std::unique_ptr<DeviceExperts> UploadDeviceExperts(int64_t n_experts, int64_t di
                                                    const std::vector<float>& bias_vl);
 
 // The shared expert's Linears on the device, uploaded (DeviceFp8Linear::Upload) from the same
-// PreparedLinears MoeCpu uses; fused: w1 and w3 concatenated into one [2·Is, D] w13 (ConcatRows).
+// PreparedLinears MoeCpu uses; fused: w1 and w3 stacked into one [2·Is, D] w13
+// (ConcatLinearRows).
 struct DeviceSharedExpert {
   DeviceFp8Linear w1, w3, w2, w13;
   MoeSharedExpertWeights view;
@@ -49,9 +50,5 @@ struct DeviceSharedExpert {
 // keep_expanded: each Linear keeps its bf16 expansion (DeviceFp8Linear::Upload).
 std::unique_ptr<DeviceSharedExpert> UploadSharedExpert(const SharedExpert& s, bool fused,
                                                        bool keep_expanded = false);
-
-// The kFp8Block32 Linear whose rows are top's then bottom's (same K; top's N a multiple of 32),
-// built from their codes and scale bytes.
-std::unique_ptr<PreparedLinear> ConcatRows(const PreparedLinear& top, const PreparedLinear& bottom);
 
 }  // namespace flashserve::kernels::moe_test
