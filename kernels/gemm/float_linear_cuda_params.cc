@@ -98,9 +98,18 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   }
   splits = std::min(splits, std::max<int64_t>(1, kMaxGridZ / groups));
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, plan.k_steps));
+  plan.warp_specialised = wgmma && p.wgmma_ws && XRowsTma(p);
+  // The warp-specialised kernel's width is chosen by waves: unsplit narrow tiles beat the K
+  // splits once they fill half the SMs (LinearCudaWsUnsplitPays; H100, session 67: the
+  // compressor's wkv at 4,096 rows 57.9 -> 43.9 µs, the gate 49.4 -> 44.4, the ratio-2 pair at
+  // 2,048 58.0 -> 46.5; the gate at 2,048, 48 such tiles, keeps its 4 splits: 32.6 against 38.1).
+  // Above kSwapMaxM only, so that the choice against the swapped-role kernel stays as measured.
+  if (p.split_k == 0 && plan.warp_specialised && splits > 1 && p.m > kSwapMaxM &&
+      LinearCudaWsUnsplitPays(plan.m_tiles, p.n, groups)) {
+    splits = 1;
+  }
   plan.steps_per_split = CeilDiv(plan.k_steps, splits);
   plan.splits = plan.steps_per_split > 0 ? CeilDiv(plan.k_steps, plan.steps_per_split) : 1;
-  plan.warp_specialised = wgmma && p.wgmma_ws && XRowsTma(p);
   return plan;
 }
 

@@ -304,6 +304,14 @@ struct LinearCudaPlan {
 int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms);
 // Whether `cols` is a LinearCudaParams::ws_tile_cols value: 0, 128, 160, 192 or 256.
 bool LinearCudaWsTileColsValid(int64_t cols);
+// Whether a warp-specialised plan on bf16 weights (the FP8 Linear's expanded plan, the bf16
+// Linear's wgmma plan) runs unsplit instead of the K splits that would fill the SMs: true once
+// m_tiles · ceil(N / 128) · groups — its tiles at 128 columns — reach half of the 132 SMs the
+// plans target. The splits' fp32 partials and reduction then cost more than the narrow tiles
+// (session 67, H100: wq_a | wkv at 1,024 rows 52.6 -> 40.0 µs, wkv / the compressor's wkv at
+// 4,096 57.9 -> 43.8, the gate at 4,096 49.4 -> 44.4; kernels/gemm/fused_linears.md). Only the
+// shape decides, never the device. Pure.
+bool LinearCudaWsUnsplitPays(int64_t m_tiles, int64_t n, int64_t groups);
 // The width a valid ws_tile_cols request runs: 0 -> LinearCudaWsTileCols(m, n, splits, sms), else
 // the request. Pure.
 int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t splits,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -245,8 +246,12 @@ TEST(FloatLinearCudaPlanTest, SplitsCoverKWithoutEmptySplits) {
   EXPECT_EQ(PlanFloatLinearCuda(Shape(1, 1024, 4096, 8)).splits, 1);  // swapped-role: 64 tiles
   EXPECT_EQ(PlanFloatLinearCuda(NoTma(Shape(1, 384, 5120))).splits, 40);
   EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 1024, 4096, 8)).splits, 1);
-  // The r = 1 compressor at 4096 tokens: 32 × 2 wgmma tiles, split in 2 for 128 CTAs.
-  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 512, 5120)).splits, 2);
+  // The r = 1 compressor at 4096 tokens: 32 × 2 wgmma tiles, unsplit since session 67 (its
+  // 128 tiles of 128 columns fill a wave; the cp.async loop keeps the 2 splits for 128 CTAs).
+  EXPECT_EQ(PlanFloatLinearCuda(Shape(4096, 512, 5120)).splits, 1);
+  FloatLinearCudaParams cp_async = Shape(4096, 512, 5120);
+  cp_async.wgmma_ws = false;
+  EXPECT_EQ(PlanFloatLinearCuda(cp_async).splits, 2);
 }
 
 TEST(FloatLinearCudaPlanTest, WorkspaceCoversEveryMAndIsMonotone) {
@@ -441,6 +446,34 @@ TEST(FloatLinearCudaParamsTest, RejectsBadFields) {
     p.ws_tile_cols = cols;
     EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << cols;
   }
+}
+
+// Above kSwapMaxM rows the warp-specialised plan drops its K splits once its 128-column tiles
+// (every group's) fill half the SMs (LinearCudaWsUnsplitPays); a forced split stays.
+TEST(FloatLinearCudaPlanTest, WsPlanDropsSplitsOnceNarrowTilesFillHalfTheSms) {
+  struct Case {
+    int64_t m, n, groups, splits;
+  };
+  for (const Case& c : {
+           Case{4096, 384, 1, 1},  // the gate: 96 tiles of 128 (2 splits before)
+           Case{2048, 384, 1, 4},  // 48: the plan's 4 splits
+           Case{4096, 512, 1, 1},  // the compressor's wkv: 128 (2 splits before)
+           Case{2048, 512, 2, 1},  // the ratio-2 pair: 128 (2 splits before)
+           Case{2048, 512, 1, 4},  // 64: below half
+       }) {
+    const FloatLinearCudaPlan plan = PlanFloatLinearCuda(Shape(c.m, c.n, 5120, c.groups));
+    ASSERT_TRUE(plan.warp_specialised) << c.m << " x " << c.n;
+    EXPECT_EQ(plan.splits, c.splits) << c.m << " x " << c.n << " x " << c.groups;
+    EXPECT_EQ(plan.steps_per_split * plan.splits, plan.k_steps);
+  }
+  FloatLinearCudaParams forced = Shape(4096, 384, 5120);
+  forced.split_k = 2;
+  EXPECT_EQ(PlanFloatLinearCuda(forced).splits, 2);
+  // The shared rule itself: 66 tiles of 128 columns and up.
+  EXPECT_TRUE(LinearCudaWsUnsplitPays(33, 256, 1));
+  EXPECT_FALSE(LinearCudaWsUnsplitPays(32, 256, 1));
+  EXPECT_TRUE(LinearCudaWsUnsplitPays(11, 384, 2));
+  EXPECT_FALSE(LinearCudaWsUnsplitPays(8, 1024, 1));
 }
 
 // The warp-specialised kernel's width for the bf16 Linear: the by-waves rule over every group's

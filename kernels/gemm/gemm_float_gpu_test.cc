@@ -743,6 +743,18 @@ TEST_F(FloatLinearGpuTest, WarpSpecialisedBitIdenticalToCpAsync) {
                          "narrow", "256 columns");
           ++narrow_runs;
         }
+        // Where the automatic ws plan drops the splits the cp.async plan keeps
+        // (LinearCudaWsUnsplitPays: the gate at 4,096 rows), the cp.async run takes the ws
+        // plan's count, so both sum every output in the same order.
+        FloatLinearCudaParams shape;
+        shape.m = m;
+        shape.n = c.n;
+        shape.k = c.k;
+        shape.groups = c.groups;
+        shape.x_stride = c.groups * (c.k + c.x_pad) + c.x_pad;
+        shape.tile_rows = 128;
+        shape.split_k = split;
+        q.l.split_k = PlanFloatLinearCuda(shape).splits;
         q.l.ws = false;
         ExpectSameBits(wide, RunGpu(q), c.n, Describe(q.l, m, c.n, c.k), "ws", "cp.async");
         ++runs;

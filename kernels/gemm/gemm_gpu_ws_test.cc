@@ -63,7 +63,11 @@ TEST_F(GemmGpuWsTest, WarpSpecialisedBitIdenticalToCpAsync) {
       for (int64_t split : {0, 1, 3}) {
         for (bool f32 : {false, true}) {
           if (f32 && split == 1) continue;
-          const gemm_test::GpuRunOptions cp{f32, 0, 128, split, true, false};
+          // The cp.async run at the ws plan's split count: from kLinearCudaExpandMinRows rows the
+          // ws plan expands the weight and may drop splits the cp.async plan keeps (N 300 at M
+          // 4,096; LinearCudaWsUnsplitPays), and equal bits need the same K order.
+          const gemm_test::GpuRunOptions cp{
+              f32, 0, 128, PlanLinearCuda(m, s.n, s.k, 128, split).splits, true, false};
           const std::vector<float> b = gemm_test::RunLinearGpu(d.view(), x, m, s.k, cp);
           const gemm_test::GpuRunOptions ws{f32, 0, 128, split, true, true};
           const std::vector<float> a = gemm_test::RunLinearGpu(d.view(), x, m, s.k, ws);
@@ -142,7 +146,11 @@ TEST_F(GemmGpuWsTest, ExpandedWeightsBitIdenticalToInPlaceDecode) {
       const std::vector<uint16_t> x = gemm_test::RandomActivations(m, s.k, s.k, rng);
       for (int64_t split : {0, 3}) {
         for (bool f32 : {false, true}) {
-          GpuRunOptions in_place{f32, 0, 128, split, true, true};
+          // The in-place run at the expanded plan's split count: the expanded plan drops the
+          // splits the in-place one keeps where narrow tiles fill half the SMs (N 300 at M
+          // 4,096; LinearCudaWsUnsplitPays), and equal bits need the same K order.
+          GpuRunOptions in_place{f32,  0,   128, PlanLinearCuda(m, s.n, s.k, 128, split).splits,
+                                 true, true};
           in_place.expand_weights = false;
           const std::vector<float> b = gemm_test::RunLinearGpu(d.view(), x, m, s.k, in_place);
           const GpuRunOptions expanded{f32, 0, 128, split, true, true};

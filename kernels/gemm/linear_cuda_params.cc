@@ -161,12 +161,10 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
   p.warp_specialised = p.kernel == LinearCudaKernel::kWgmmaBf16 && wgmma_ws;
   p.expand_weights = p.warp_specialised && expand_weights && m >= kLinearCudaExpandMinRows;
   // On expanded weights the tile width is chosen by waves (LinearCudaWsTileCols), and unsplit
-  // 128-column tiles beat K splits of 256-column ones once they fill half the SMs: the splits'
-  // fp32 partials and their second kernel cost more than the narrow tiles (session 67, H100:
-  // wq_a | wkv at M 1,024 52.6 -> 40.0 µs, wkv at 4,096 57.9 -> 43.8, wq_a at 1,024 42.2 ->
-  // 38.5; wkv at 1,024, 32 such tiles, keeps its 8 splits: 25.5 against 37.5 unsplit).
+  // narrow tiles beat K splits once they fill half the SMs (wkv at 1,024 rows, 32 such tiles,
+  // keeps its 8 splits: 25.5 against 37.5 µs unsplit).
   if (split_k == 0 && p.expand_weights && p.splits > 1 &&
-      p.m_tiles * CeilDiv(n, int64_t{128}) >= kWgmmaTargetCtas / 2) {
+      LinearCudaWsUnsplitPays(p.m_tiles, n, 1)) {
     p.splits = 1;
     p.steps_per_split = p.k_steps;
   }
@@ -321,6 +319,11 @@ int64_t LinearCudaWsTileCols(int64_t m, int64_t n, int64_t splits, int64_t sms) 
     }
   }
   return best;
+}
+
+bool LinearCudaWsUnsplitPays(int64_t m_tiles, int64_t n, int64_t groups) {
+  return m_tiles * CeilDiv(std::max<int64_t>(n, 1), int64_t{128}) * std::max<int64_t>(groups, 1) >=
+         kWgmmaTargetCtas / 2;
 }
 
 bool LinearCudaWsTileColsValid(int64_t cols) {
