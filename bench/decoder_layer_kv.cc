@@ -2,13 +2,16 @@
 // at setup, and the attention's params over either form (decoder_layer_step.h, Options::kv_rows).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "bench/decoder_layer_step.h"
 #include "common/base/check.h"
+#include "common/formats/bf16.h"
 #include "kernels/attention/attention.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/quant/quant.h"
@@ -107,7 +110,63 @@ bool LayerStep::AttentionFormsAgree(int64_t b) {
   std::vector<uint16_t> a(n), r(n);
   CUDA_CHECK(cudaMemcpy(a.data(), from_pool.get(), n * 2, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(r.data(), o_.get(), n * 2, cudaMemcpyDeviceToHost));
-  return a == r;
+  if (a == r) return true;
+  // Where they differ: the tokens, the first value, and the largest difference.
+  const int64_t per_token = kHeads * kHeadDim;
+  int64_t values = 0, tokens = 0, first = -1, last_token = -1;
+  double worst = 0;
+  for (int64_t t = 0; t < b; ++t) {
+    bool token_differs = false;
+    for (int64_t i = t * per_token; i < (t + 1) * per_token; ++i) {
+      if (a[i] == r[i]) continue;
+      ++values;
+      token_differs = true;
+      if (first < 0) first = i;
+      const double d = std::fabs(double{formats::Bf16BitsToFloat(a[i])} -
+                                 double{formats::Bf16BitsToFloat(r[i])});
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+    if (token_differs) {
+      ++tokens;
+      last_token = t;
+    }
+  }
+  std::printf(
+      "  forms differ in %ld values of %ld tokens (first token %ld head %ld dim %ld: pool "
+      "%g rows %g; last token %ld), max |diff| %g\n",
+      static_cast<long>(values), static_cast<long>(tokens), static_cast<long>(first / per_token),
+      static_cast<long>(first % per_token / kHeadDim), static_cast<long>(first % kHeadDim),
+      formats::Bf16BitsToFloat(a[first]), formats::Bf16BitsToFloat(r[first]),
+      static_cast<long>(last_token), worst);
+  // Is it the KV (the pool's window rows of that token against its SWA serving rows decoded on
+  // the host) or the attention kernels?
+  const int64_t t = first / per_token;
+  std::vector<uint8_t> rows(static_cast<size_t>(kWindow * kSwaRowBytes));
+  std::vector<uint16_t> pool(static_cast<size_t>(kWindow * kHeadDim)),
+      decoded(static_cast<size_t>(kWindow * kHeadDim));
+  CUDA_CHECK(cudaMemcpy(rows.data(), swa_rows_.get<uint8_t>() + t * kWindow * kSwaRowBytes,
+                        rows.size(), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(pool.data(), pool_.get<uint16_t>() + t * kWindow * kHeadDim,
+                        pool.size() * 2, cudaMemcpyDeviceToHost));
+  kernels::quant::DecodeRowsParams d;
+  d.kind = kernels::quant::KvRowKind::kSwaKv;
+  d.rows = kWindow;
+  d.channels = kHeadDim;
+  d.rows_in = rows.data();
+  d.row_stride = kSwaRowBytes;
+  d.out = decoded.data();
+  d.out_stride = kHeadDim;
+  Ok(kernels::quant::DecodeRowsCpu(d));
+  int64_t kv_diff = 0, first_row = -1;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    if (pool[i] != decoded[i] && kv_diff++ == 0) first_row = static_cast<int64_t>(i) / kHeadDim;
+  }
+  std::printf(
+      "  token %ld's window KV: pool vs its decoded serving rows: %ld of %ld values "
+      "differ (first in window row %ld; the step's new row is slot %ld)\n",
+      static_cast<long>(t), static_cast<long>(kv_diff), static_cast<long>(pool.size()),
+      static_cast<long>(first_row), static_cast<long>((opt_.context - 1) % kWindow));
+  return false;
 }
 
 }  // namespace flashserve::bench
