@@ -241,6 +241,45 @@ TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
   }
 }
 
+// Many units per persistent CTA: the default bf16 body, wgmma-ws, takes one CTA per SM, so 512 /
+// 1,024 tokens run ~4 / ~8 units a CTA (the tests above stop at 256 tokens: at most 2). Bit for
+// bit, with and without the fused RoPE: wgmma-ws against wgmma on the decoded pool, and the row
+// form's default body (wgmma) against the bf16 form's default — the check bench_decoder_layer_step
+// makes before timing, which printed DIFFER at 1,024 and 4,096 tokens in session 67 (kit s88,
+// not yet diagnosed: performance_layer_step.md).
+TEST(SparseAttnRopeGpuTest, ManyUnitsPerCtaBodiesAndFormsAgree) {
+  FS_SKIP_WITHOUT_GPU();
+  const RopeTable table = testing::TextRopeTable(64);
+  for (int64_t tokens : {512, 1024}) {
+    AttnCase decoded = Decode(tokens, 64, 1200 + static_cast<uint32_t>(tokens));
+    const AttnCase raw = decoded;
+    testing::EncodeKvRows(&decoded, 128);  // decoded.kv: the rows' exact decode
+    DeviceCase pool(decoded, table, -1), rows(raw, table, 128);
+    for (bool rope : {false, true}) {
+      std::vector<uint16_t> ws, wgmma, row;
+      SparseAttnCudaPath path;
+      ASSERT_TRUE(pool.Run(rope, rope, false, &ws, &path).ok());
+      EXPECT_EQ(path, SparseAttnCudaPath::kWgmmaWs);
+      {
+        PathOverride force(SparseAttnCudaPath::kWgmma);
+        ASSERT_TRUE(pool.Run(rope, rope, false, &wgmma, &path).ok());
+        EXPECT_EQ(path, SparseAttnCudaPath::kWgmma);
+      }
+      ASSERT_TRUE(rows.Run(rope, rope, false, &row, &path).ok());
+      EXPECT_EQ(path, SparseAttnCudaPath::kWgmma);
+      const int64_t ws_diffs = testing::CountBitDiffs(ws, wgmma);
+      const int64_t form_diffs = testing::CountBitDiffs(row, ws);
+      std::printf(
+          "%ld tokens, rope %d: wgmma-ws vs wgmma %ld, row form vs bf16 form %ld of %zu "
+          "differ\n",
+          static_cast<long>(tokens), rope, static_cast<long>(ws_diffs),
+          static_cast<long>(form_diffs), ws.size());
+      EXPECT_EQ(ws_diffs, 0) << tokens << " tokens, rope " << rope;
+      EXPECT_EQ(form_diffs, 0) << tokens << " tokens, rope " << rope;
+    }
+  }
+}
+
 TEST(SparseAttnRopeGpuTest, RowFormFallbacksAndErrors) {
   FS_SKIP_WITHOUT_GPU();
   const RopeTable table = testing::TextRopeTable(64);
