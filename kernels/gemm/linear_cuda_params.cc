@@ -165,8 +165,7 @@ LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64
   // keeps its 8 splits: 25.5 against 37.5 µs unsplit).
   if (split_k == 0 && p.expand_weights && p.splits > 1 &&
       LinearCudaWsUnsplitPays(p.m_tiles, n, 1)) {
-    p.splits = 1;
-    p.steps_per_split = p.k_steps;
+    FillSplits(p, k, /*split_k=*/1, kWgmmaTargetCtas);
   }
   if (p.warp_specialised && p.splits == 1 && stream_k_tail) {
     p.tail = LinearCudaTailPlan(p.m_tiles * p.n_tiles, p.k_steps);
