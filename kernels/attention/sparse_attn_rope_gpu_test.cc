@@ -245,8 +245,11 @@ TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
 // 1,024 tokens run ~4 / ~8 units a CTA (the tests above stop at 256 tokens: at most 2). Bit for
 // bit, with and without the fused RoPE: wgmma-ws against wgmma on the decoded pool, and the row
 // form's default body (wgmma) against the bf16 form's default — the check bench_decoder_layer_step
-// makes before timing, which printed DIFFER at 1,024 and 4,096 tokens in session 67 (kit s88,
-// not yet diagnosed: performance_layer_step.md).
+// makes before timing, which printed DIFFER at 1,024 and 4,096 tokens in session 67 (kit s88).
+// The cause (session 68): wgmma-ws's producer rotated Q after cp.async.wait_group 0, which does
+// not wait for copies that were never committed (Q's are tracked by the block's mbarrier), so
+// some rotations read Q before it landed; this test failed at 1,024 tokens with the RoPE (29,049
+// values, kit s90) and passes with cp.async.wait_all (kit s91, 5 repeats).
 TEST(SparseAttnRopeGpuTest, ManyUnitsPerCtaBodiesAndFormsAgree) {
   FS_SKIP_WITHOUT_GPU();
   const RopeTable table = testing::TextRopeTable(64);

@@ -46,10 +46,18 @@ __device__ __forceinline__ void CpAsync4(uint32_t smem, const void* gmem, bool v
 
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 
-// Waits until at most kPending of this thread's committed groups are still in flight.
+// Waits until at most kPending of this thread's committed groups are still in flight. Copies not
+// yet committed belong to no group and are NOT waited for (use CpAsyncWaitAll).
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Waits for every copy this thread issued, committed or not (cp.async.wait_all: a commit, then a
+// wait for all groups). The form for copies tracked by an mbarrier (cp.async.mbarrier.arrive),
+// which are never committed: CpAsyncWait<0> would return with them still in flight.
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // c += a · b: m16n8k16, a row-major 16 × 16 bf16, b column-major 16 × 8 bf16, fp32 accumulators.

@@ -105,6 +105,7 @@ using ::flashserve::kernels::cuda_common::CpAsync16;
 using ::flashserve::kernels::cuda_common::CpAsync4;
 using ::flashserve::kernels::cuda_common::CpAsyncCommit;
 using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::CpAsyncWaitAll;
 using ::flashserve::kernels::cuda_common::SmemAddr;
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {

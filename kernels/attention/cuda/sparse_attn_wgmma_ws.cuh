@@ -180,7 +180,7 @@ __device__ __forceinline__ float2* WsProducerRopeTable(uint8_t* rope_tables, uin
 }
 
 // Rotates the landed Q tile in place by the 128 producer threads once every one of them has
-// waited for its own copies of Q (CpAsyncWait before the call) and the table is written, then
+// waited for its own copies of Q (CpAsyncWaitAll before the call) and the table is written, then
 // fences the writes to the async proxy: the consumers' wgmma reads them after the block's `full`
 // phase, to which each producer thread arrives after this.
 __device__ __forceinline__ void WsRotateQ(const AttnRope& rope, const float2* table,
@@ -232,7 +232,9 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, const A
     }
     CpAsyncMbarArriveNoinc(WsFullBar(base, stage));
     if (rotate && blk == blk_begin) {
-      CpAsyncWait<0>();
+      // Q's copies are never committed (the mbarrier tracks them): wait_all, not wait_group 0,
+      // which returned with them in flight and let the rotation read stale Q (session 68).
+      CpAsyncWaitAll();
       WsRotateQ(rope, q_table, base + W::kQOff, ptid);
     }
     MbarArrive(WsFullBar(base, stage));
@@ -544,7 +546,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
                              rope_tables, it, units++);
       }
     }
-    CpAsyncWait<0>();  // no copy outlives its thread
+    CpAsyncWaitAll();  // no copy outlives its thread (the bf16 form's are uncommitted)
   } else {
     SetMaxRegsInc<WS::kConsumerRegs>();
     uint32_t leads = 0;  // non-empty blocks so far (over the CTA's units): which warpgroup leads

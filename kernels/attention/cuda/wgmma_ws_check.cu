@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
       WsProduceUnit<false>(p, geo.rope, u.t, u.h0, u.blk_begin, u.blk_end, base, smem,
                            smem + WS::kEnd, it, units++);
     }
-    CpAsyncWait<0>();
+    CpAsyncWaitAll();
     return;
   }
   SetMaxRegsInc<WS::kConsumerRegs>();
