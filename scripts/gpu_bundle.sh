@@ -25,15 +25,23 @@ done
 cat > "$stage/run_gpu_tests.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs every GPU test binary in this folder (from the repository root: some tests read
-# tests/conformance/data), then every bench.
+# tests/conformance/data), then every bench. SANITIZE=memcheck|synccheck|racecheck|initcheck runs
+# the tests under that compute-sanitizer tool instead (an error fails the test; benches skipped;
+# each test bounded by SAN_TIMEOUT seconds, default 600: memcheck slows the GEMM tests >10x).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 status=0
+san=()
+if [ -n "${SANITIZE:-}" ]; then
+  san=(timeout "${SAN_TIMEOUT:-600}" /usr/local/cuda/bin/compute-sanitizer --tool "$SANITIZE"
+       --error-exitcode 1 --print-limit 20)
+fi
 for t in "$here"/*_test; do
   [ -x "$t" ] || continue
   echo "== $(basename "$t")"
-  "$t" --gtest_brief=1 || status=1
+  "${san[@]}" "$t" --gtest_brief=1 || status=1
 done
+[ -n "${SANITIZE:-}" ] && exit $status
 for b in "$here"/bench_*; do
   [ -x "$b" ] || continue
   echo "== $(basename "$b")"

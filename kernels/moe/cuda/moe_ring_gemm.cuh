@@ -66,6 +66,9 @@ inline constexpr int kRingScaleBytes = 128 * kRingUnitK / 32;
 inline constexpr int kRingStageBytes = kRingWeightBytes + kRingActBytes + kRingScaleBytes;
 inline constexpr int kRingConsumerThreads = 256;                // warps 0..7
 inline constexpr int kRingThreads = kRingConsumerThreads + 32;  // + the producer warp
+// A stage's `full` arrivals: each producer lane's cp.async arrival (its scale copies) and lane 0's
+// arrive.expect_tx (the weight and activation TMA bytes).
+inline constexpr uint32_t kRingFullArrivals = 32 + 1;
 // Two CTAs per SM of 3 stages each (128 KB of the SM's shared memory: room for a concurrent
 // branch's CTAs). Measured on the H200 (bench_moe --gemm 7, the whole routed layer): 2 CTAs of 8
 // consumer warps 101.8 µs at 2 tokens, one CTA of 6 stages 109.5; 2, 3 or 4 stages the same; 16
@@ -253,8 +256,21 @@ struct RingSlot {
   }
 };
 
-__device__ __forceinline__ void CpAsync4MbarrierArrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// Arrives on `bar` once this thread's earlier cp.async copies have landed, as one of the
+// barrier's expected arrivals (.noinc): a stage's `full` expects kRingFullArrivals — one such
+// arrival per producer lane and lane 0's arrive.expect_tx (the TMA bytes). Until session 68 the
+// incrementing form (no .noinc, `full` initialised to 1) did the same; compute-sanitizer's
+// synccheck reports that form as "Barrier overflow" (the pending count above the expected one),
+// which hid every other finding of the tool behind it.
+__device__ __forceinline__ void CpAsyncMbarrierArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// `count` arrivals on `bar` at once (the dynamic walk's end mark stands for a whole fill).
+__device__ __forceinline__ void MbarrierArriveCount(uint32_t bar, uint32_t count) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
 }
 
 // 8 bytes (dst and src 8-byte aligned: LaunchRing checks the scale arrays' bases; a row's unit
@@ -347,7 +363,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
       reinterpret_cast<RingHeader*>(smem + kRingStages * kRingStageBytes + 2 * kRingStages * 8);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kRingStages; ++s) {
-      wgmma_ws::BarInit(full_bars + s * 8, 1);
+      wgmma_ws::BarInit(full_bars + s * 8, kRingFullArrivals);
       wgmma_ws::BarInit(empty_bars + s * 8, kRingConsumerThreads / 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -410,7 +426,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
           const uint32_t dst = stage + kRingWeightBytes + kRingActBytes + r * 8;
           CpAsync8Shared(dst, src);
         }
-        CpAsync4MbarrierArrive(full_bars + s * 8);
+        CpAsyncMbarrierArriveNoinc(full_bars + s * 8);
         __syncwarp();
         if (lane == 0) {
           if constexpr (kDynamic) {
@@ -444,7 +460,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
       const uint32_t s = static_cast<uint32_t>(slot.s);
       if (fills >= kRingStages) wgmma_ws::BarWait(empty_bars + s * 8, slot.phase ^ 1u);
       headers[s] = RingHeader{-1, 0, 0, 0};
-      wgmma_ws::BarArrive(full_bars + s * 8);
+      MbarrierArriveCount(full_bars + s * 8, kRingFullArrivals);
     }
     return;
   }
