@@ -283,6 +283,43 @@ TEST(SparseAttnRopeGpuTest, ManyUnitsPerCtaBodiesAndFormsAgree) {
   }
 }
 
+// Width 0 (no list entries): every output is ±0 on each wgmma body of the bf16 form forced and
+// on both row kernels, with and without the fused RoPE, four runs each. Session 68: WgmmaKernel
+// and WgmmaRowsKernel stage their output in the Q tile, and for a unit without blocks nothing
+// waited for that unit's Q copies before the +0 stores (a race the helper's audit found); such a
+// unit now loads no Q.
+TEST(SparseAttnRopeGpuTest, WidthZeroIsZeroOnEveryWgmmaBody) {
+  FS_SKIP_WITHOUT_GPU();
+  const RopeTable table = testing::TextRopeTable(64);
+  const AttnCase c = testing::RandomCase(4, 64, 512, 256, 0, 1.0, 1300);
+  DeviceCase pool(c, table, -1), rows(c, table, 128);
+  struct Body {
+    DeviceCase* dc;
+    SparseAttnCudaPath force;
+    const char* label;
+  };
+  const Body bodies[] = {{&pool, SparseAttnCudaPath::kWgmma, "bf16 form, wgmma"},
+                         {&pool, SparseAttnCudaPath::kWgmmaSplitK, "bf16 form, wgmma-splitk"},
+                         {&pool, SparseAttnCudaPath::kWgmmaWs, "bf16 form, wgmma-ws"},
+                         {&rows, SparseAttnCudaPath::kAuto, "row form, default"},
+                         {&rows, SparseAttnCudaPath::kWgmmaWs, "row form, wgmma-ws"}};
+  for (const Body& b : bodies) {
+    PathOverride force(b.force);
+    for (bool rope : {false, true}) {
+      for (int rep = 0; rep < 4; ++rep) {
+        std::vector<uint16_t> out;
+        SparseAttnCudaPath path;
+        ASSERT_TRUE(b.dc->Run(rope, rope, false, &out, &path).ok()) << b.label;
+        // ±0: the output's inverse RoPE may give -0 from +0 (0·cos − 0·sin with cos < 0).
+        const int64_t nonzero =
+            std::count_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7FFF) != 0; });
+        ASSERT_EQ(nonzero, 0) << b.label << ", rope " << rope << ", run " << rep << " (path "
+                              << SparseAttnCudaPathName(path) << ")";
+      }
+    }
+  }
+}
+
 TEST(SparseAttnRopeGpuTest, RowFormFallbacksAndErrors) {
   FS_SKIP_WITHOUT_GPU();
   const RopeTable table = testing::TextRopeTable(64);

@@ -54,9 +54,13 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
 
     // The first block's rows are read before the query copies are issued, so that their latency
     // overlaps the issue (the gather cannot start before they arrive).
+    // A unit without blocks (width 0) loads nothing: its epilogue stages +0 in the Q tile, which
+    // in-flight Q copies would overwrite (no wait comes before it on that path; session 68).
     const int32_t row_first = WgmmaRowOf(p, t, blk_begin, blk_end);
-    WgmmaLoadQ(p, t, h0, base + W::kQOff, tid, W::kThreads);
-    if (blk_begin < blk_end) WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
+    if (blk_begin < blk_end) {
+      WgmmaLoadQ(p, t, h0, base + W::kQOff, tid, W::kThreads);
+      WgmmaLoadBlock(p, row_first, base + W::kKvOff, s_idx);
+    }
     CpAsyncCommit();
     // The rows of the next block, read now so that the load's latency hides behind this block.
     int32_t row_next = WgmmaRowOf(p, t, blk_begin + 1, blk_end);

@@ -216,7 +216,9 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     const int32_t idx1 = RowsIndexOf(p, t, blk_begin + 1, blk_end);
     const int32_t idx2 = RowsIndexOf(p, t, blk_begin + 2, blk_end);
     int32_t idx3 = RowsIndexOf(p, t, blk_begin + 3, blk_end);
-    WgmmaLoadQ(p, t, u.h0, base + W::kQOff, tid, W::kThreads);
+    // Not for a unit without blocks (width 0): its epilogue stages +0 in the Q tile, and no
+    // barrier orders the other threads' Q copies before that (session 68).
+    if (blk_begin < blk_end) WgmmaLoadQ(p, t, u.h0, base + W::kQOff, tid, W::kThreads);
     CpAsyncCommit();
     const int32_t row0 = RowsRowCheck(p, idx0);
     int32_t row1 = RowsRowCheck(p, idx1);

@@ -462,6 +462,9 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
       headers[s] = RingHeader{-1, 0, 0, 0};
       MbarrierArriveCount(full_bars + s * 8, kRingFullArrivals);
     }
+    // No copy outlives its thread (the consumers' `full` waits cover every one already; this
+    // keeps the producer's exit like the other mbarrier producers').
+    cuda_common::CpAsyncWaitAll();
     return;
   }
 
