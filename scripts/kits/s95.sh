@@ -5,7 +5,8 @@
 #   a  every attention GPU test, then SparseAttnRopeGpuTest.WidthZeroIsZeroOnEveryWgmmaBody 10
 #      more times (a unit without blocks now loads no Q in WgmmaKernel / WgmmaRowsKernel)
 #   m  every MoE GPU test (the ring producer drains its copies before exit)
-#   s  compute-sanitizer memcheck + synccheck on the attention GPU tests (each bounded)
+#   s  compute-sanitizer memcheck, synccheck and initcheck (never run before) on the attention GPU
+#      tests (each bounded)
 # kit-target: kernels_attention_gpu_test kernels_moe_gpu_test
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
@@ -25,7 +26,7 @@ for mode in "$@"; do
       timeout 120 $K/kernels_moe_gpu_test --gtest_brief=1 > $OUT/moe_test.log 2>&1
       echo "moe tests rc $?"; grep -E "FAILED|PASSED|Failure" $OUT/moe_test.log | head -10 ;;
     s)
-      for tool in memcheck synccheck; do
+      for tool in memcheck synccheck initcheck; do
         timeout 150 $SAN --tool $tool --print-limit 10 $K/kernels_attention_gpu_test --gtest_brief=1 > $OUT/attn_$tool.log 2>&1
         echo "attention $tool rc $?: $(grep -E 'ERROR SUMMARY' $OUT/attn_$tool.log | tail -1)"
         grep -E "^========= (Invalid|Error|Barrier|Program hit)" $OUT/attn_$tool.log | sort | uniq -c | head -4
