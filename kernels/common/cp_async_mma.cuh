@@ -22,10 +22,14 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The copies, the commit and the waits carry a "memory" clobber, so that the compiler keeps this
+// thread's own shared-memory accesses on their side of each (session 68; no cubin changed).
+
 // 16 bytes global -> shared (L2 only); zero-filled, and the source not read, when !valid.
 __device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(valid ? 16 : 0));
+               "r"(valid ? 16 : 0)
+               : "memory");
 }
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
   CpAsync16(SmemAddr(smem), gmem, valid);
@@ -33,7 +37,7 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
 
 // 4 bytes global -> shared (cp.async.ca); source and destination 4-byte aligned.
 __device__ __forceinline__ void CpAsync4(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem), "l"(gmem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
   CpAsync4(SmemAddr(smem), gmem);
@@ -41,16 +45,19 @@ __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
 // The same, zero-filled (the source not read) when !valid.
 __device__ __forceinline__ void CpAsync4(uint32_t smem, const void* gmem, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(valid ? 4 : 0));
+               "r"(valid ? 4 : 0)
+               : "memory");
 }
 
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 
 // Waits until at most kPending of this thread's committed groups are still in flight. Copies not
 // yet committed belong to no group and are NOT waited for (use CpAsyncWaitAll).
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Waits for every copy this thread issued, committed or not (cp.async.wait_all: a commit, then a
