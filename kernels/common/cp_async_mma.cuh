@@ -60,6 +60,14 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// An arrival on mbarrier `bar`'s current phase, made by the hardware once every cp.async this
+// thread issued before it has landed; .noinc: it counts against the barrier's expected arrivals
+// (the init count includes it). The thread does not wait. Such copies are never committed: wait
+// for them with CpAsyncWaitAll, not CpAsyncWait.
+__device__ __forceinline__ void CpAsyncMbarrierArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Waits for every copy this thread issued, committed or not (cp.async.wait_all: a commit, then a
 // wait for all groups). The form for copies tracked by an mbarrier (cp.async.mbarrier.arrive),
 // which are never committed: CpAsyncWait<0> would return with them still in flight.

@@ -104,6 +104,7 @@ __device__ __forceinline__ int64_t RowOf(const SparseAttnParams& p, int64_t t, i
 using ::flashserve::kernels::cuda_common::CpAsync16;
 using ::flashserve::kernels::cuda_common::CpAsync4;
 using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncMbarrierArriveNoinc;
 using ::flashserve::kernels::cuda_common::CpAsyncWait;
 using ::flashserve::kernels::cuda_common::CpAsyncWaitAll;
 using ::flashserve::kernels::cuda_common::SmemAddr;

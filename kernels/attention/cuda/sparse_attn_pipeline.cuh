@@ -29,14 +29,6 @@ __device__ __forceinline__ void MbarArrive(uint32_t bar) {
                : "memory");
 }
 
-// An arrival on the barrier's current phase, triggered once every cp.async this thread issued
-// before it has completed (PTX ISA §9.7.9.25.3.3 cp.async.mbarrier.arrive; .noinc: the arrival
-// counts against the barrier's expected count, so the init count includes it). The thread does not
-// wait.
-__device__ __forceinline__ void CpAsyncMbarArriveNoinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 // Spins until the phase of parity `parity` has completed (acquire, CTA scope).
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;

@@ -230,7 +230,7 @@ __device__ __forceinline__ void WsProduceUnit(const SparseAttnParams& p, const A
       WsWaitQEmpty(base, units);
       WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
     }
-    CpAsyncMbarArriveNoinc(WsFullBar(base, stage));
+    CpAsyncMbarrierArriveNoinc(WsFullBar(base, stage));
     if (rotate && blk == blk_begin) {
       // Q's copies are never committed (the mbarrier tracks them): wait_all, not wait_group 0,
       // which returned with them in flight and let the rotation read stale Q (session 68).

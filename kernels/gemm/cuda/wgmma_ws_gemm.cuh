@@ -119,6 +119,12 @@ __device__ __forceinline__ void BarArrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
+// `count` arrivals at once.
+__device__ __forceinline__ void BarArrive(uint32_t bar, uint32_t count) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
 __device__ __forceinline__ void BarArriveExpectTx(uint32_t bar, uint32_t bytes) {
   asm volatile(
       "{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),

@@ -251,7 +251,9 @@ __device__ __forceinline__ void DecodeFp4x8Wide(uint32_t w, uint32_t sb, uint32_
 using ::flashserve::kernels::cuda_common::CpAsync16;
 using ::flashserve::kernels::cuda_common::CpAsync4;
 using ::flashserve::kernels::cuda_common::CpAsyncCommit;
+using ::flashserve::kernels::cuda_common::CpAsyncMbarrierArriveNoinc;
 using ::flashserve::kernels::cuda_common::CpAsyncWait;
+using ::flashserve::kernels::cuda_common::CpAsyncWaitAll;
 using ::flashserve::kernels::cuda_common::MmaBf16;
 using ::flashserve::kernels::cuda_common::SmemAddr;
 

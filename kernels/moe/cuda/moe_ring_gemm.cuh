@@ -66,8 +66,11 @@ inline constexpr int kRingScaleBytes = 128 * kRingUnitK / 32;
 inline constexpr int kRingStageBytes = kRingWeightBytes + kRingActBytes + kRingScaleBytes;
 inline constexpr int kRingConsumerThreads = 256;                // warps 0..7
 inline constexpr int kRingThreads = kRingConsumerThreads + 32;  // + the producer warp
-// A stage's `full` arrivals: each producer lane's cp.async arrival (its scale copies) and lane 0's
-// arrive.expect_tx (the weight and activation TMA bytes).
+// A stage's `full` arrivals: each producer lane's cp.async arrival (its scale copies,
+// CpAsyncMbarrierArriveNoinc) and lane 0's arrive.expect_tx (the weight and activation TMA bytes).
+// Until session 68 the lanes used the incrementing form (no .noinc, `full` initialised to 1): the
+// same phases, but compute-sanitizer's synccheck reports it as "Barrier overflow" (the pending
+// count above the expected one), which hid every other finding of the tool.
 inline constexpr uint32_t kRingFullArrivals = 32 + 1;
 // Two CTAs per SM of 3 stages each (128 KB of the SM's shared memory: room for a concurrent
 // branch's CTAs). Measured on the H200 (bench_moe --gemm 7, the whole routed layer): 2 CTAs of 8
@@ -256,23 +259,6 @@ struct RingSlot {
   }
 };
 
-// Arrives on `bar` once this thread's earlier cp.async copies have landed, as one of the
-// barrier's expected arrivals (.noinc): a stage's `full` expects kRingFullArrivals — one such
-// arrival per producer lane and lane 0's arrive.expect_tx (the TMA bytes). Until session 68 the
-// incrementing form (no .noinc, `full` initialised to 1) did the same; compute-sanitizer's
-// synccheck reports that form as "Barrier overflow" (the pending count above the expected one),
-// which hid every other finding of the tool behind it.
-__device__ __forceinline__ void CpAsyncMbarrierArriveNoinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-// `count` arrivals on `bar` at once (the dynamic walk's end mark stands for a whole fill).
-__device__ __forceinline__ void MbarrierArriveCount(uint32_t bar, uint32_t count) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(count)
-               : "memory");
-}
-
 // 8 bytes (dst and src 8-byte aligned: LaunchRing checks the scale arrays' bases; a row's unit
 // offset is a multiple of 8).
 __device__ __forceinline__ void CpAsync8Shared(uint32_t dst, const void* src) {
@@ -460,11 +446,11 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
       const uint32_t s = static_cast<uint32_t>(slot.s);
       if (fills >= kRingStages) wgmma_ws::BarWait(empty_bars + s * 8, slot.phase ^ 1u);
       headers[s] = RingHeader{-1, 0, 0, 0};
-      MbarrierArriveCount(full_bars + s * 8, kRingFullArrivals);
+      wgmma_ws::BarArrive(full_bars + s * 8, kRingFullArrivals);  // stands for a whole fill
     }
     // No copy outlives its thread (the consumers' `full` waits cover every one already; this
     // keeps the producer's exit like the other mbarrier producers').
-    cuda_common::CpAsyncWaitAll();
+    CpAsyncWaitAll();
     return;
   }
 

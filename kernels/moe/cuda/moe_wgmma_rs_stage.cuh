@@ -201,12 +201,6 @@ __device__ __forceinline__ void RsWgBarrier(int cw) {
   asm volatile("barrier.sync %0, 128;\n" ::"r"(kRsEpilogueBarrier + cw) : "memory");
 }
 
-// Arrives on `bar` once all of this thread's earlier cp.async copies have landed; the arrival
-// is one of the barrier's expected count (.noinc).
-__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 // ---- producer ----------------------------------------------------------------------------------
 
 // The producer thread's rows of a tile, held in registers (session 43: a shared-memory table of
@@ -407,7 +401,7 @@ __device__ __forceinline__ void RsLoadStage(const GemmArgs& g, const RsTmaMaps& 
                src + kt * (kRsBK / 32));
     }
   }
-  CpAsyncArriveNoinc(full);
+  CpAsyncMbarrierArriveNoinc(full);
 }
 
 }  // namespace flashserve::kernels::moe_device
