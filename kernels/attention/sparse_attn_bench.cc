@@ -1,7 +1,7 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows]
+//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto]
 //                     [--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
@@ -22,7 +22,10 @@
 // then on the row-format input with the wgmma and the wgmma-ws kernels (rows `wgmma-rows`,
 // `wgmma-ws-rows`); `all` adds the opt-in wgmma-splitk and wgmma-ws kernels; `ws` is the A/B of the
 // warp-specialised kernel (wgmma, then wgmma-ws; same inputs); `rows` runs the row form only (both
-// kernels). --tokens replaces the batch sizes (default 1,8,64,256).
+// kernels); `tproto` runs wgmma-ws, the transposed-products prototype (cuda/transposed_proto.h;
+// wgmma_ws.md "Session 69"; bf16 pool, no RoPE), its SS variant (`tproto-ss`) and the row form's
+// default kernel, in that order.
+// --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
 // rows as 528-byte FP8 rows, compressed rows as 288-byte FP4 rows, quant EncodeRowsCpu); the wgmma
@@ -62,6 +65,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/attention/cuda/sparse_attn_path.h"
+#include "kernels/attention/cuda/transposed_proto.h"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
@@ -83,10 +87,13 @@ constexpr int64_t kWidth = kWindow + kSelected;
 // Launches per captured graph (graph_us).
 constexpr int kGraphLaunches = 20;
 
-// One bench configuration: a CUDA path over the bf16 pool, or the row form (rows = true).
+// One bench configuration: a CUDA path over the bf16 pool, or the row form (rows = true), or the
+// transposed-products prototype over the bf16 pool (tproto; cuda/transposed_proto.h).
 struct Run {
   SparseAttnCudaPath path;
   bool rows;
+  bool tproto = false;
+  bool tproto_ss = false;  // with tproto: the SS variant
 };
 
 struct Options {
@@ -177,7 +184,7 @@ class Bench {
 
   // One row: `tokens` decode queries on `path` (the launcher's override while it runs), over the
   // bf16 pool or (rows) the serving rows.
-  void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows) {
+  void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows, bool tproto, bool tproto_ss) {
     // rope_q exists on the wgmma family only (attention.h): --rope skips the mma.sync rows.
     if (o_.rope && path == SparseAttnCudaPath::kMmaSync) return;
     attention_internal::SetSparseAttnCudaPathOverride(path);
@@ -245,15 +252,16 @@ class Bench {
       }
     }
     const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
-    CHECK_OK(LaunchSparseAttn(p, nullptr));
+    const auto launch = [&](cudaStream_t s) {
+      CHECK_OK(tproto ? attention_internal::LaunchSparseAttnTransposedProto(p, s, tproto_ss)
+                      : LaunchSparseAttn(p, s));
+    };
+    launch(nullptr);
     Verify(p, q, idx, positions, dout);
 
-    const double us =
-        MedianEventMicros(o_.warmup, o_.iters, [&] { CHECK_OK(LaunchSparseAttn(p, nullptr)); });
+    const double us = MedianEventMicros(o_.warmup, o_.iters, [&] { launch(nullptr); });
     const double graph_us =
-        o_.graph ? GraphMicrosPerLaunch(std::min(o_.warmup, 3), o_.iters,
-                                        [&](cudaStream_t s) { CHECK_OK(LaunchSparseAttn(p, s)); })
-                 : 0.0;
+        o_.graph ? GraphMicrosPerLaunch(std::min(o_.warmup, 3), o_.iters, launch) : 0.0;
     const double row_bytes = rows ? window_rows * double(window_stride_) +
                                         double(unique.size()) * double(compressed_stride_)
                                   : unique_rows * kDim * 2.0;
@@ -262,9 +270,11 @@ class Bench {
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
     const double tc_us = o_.roofs ? flops / tc_tflops_ / 1e6 : 0.0;
     const std::string name =
-        std::string(rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows" : "wgmma-rows")
-                         : attention_internal::SparseAttnCudaPathName(taken)) +
-        (o_.rope ? "+rope" : "");
+        tproto ? std::string(tproto_ss ? "tproto-ss" : "tproto")
+               : std::string(
+                     rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows" : "wgmma-rows")
+                          : attention_internal::SparseAttnCudaPathName(taken)) +
+                     (o_.rope ? "+rope" : "");
     names_.push_back(name);
     rows_.push_back({names_.back().c_str(), tokens, us, graph_us, bytes / 1e6, unique_rows,
                      flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
@@ -464,6 +474,11 @@ int Main(int argc, char** argv) {
         o.paths = {{SparseAttnCudaPath::kWgmma, false}, {SparseAttnCudaPath::kWgmmaWs, false}};
       } else if (v == "rows") {
         o.paths = {{SparseAttnCudaPath::kWgmma, true}, {SparseAttnCudaPath::kWgmmaWs, true}};
+      } else if (v == "tproto") {
+        o.paths = {{SparseAttnCudaPath::kWgmmaWs, false},
+                   {SparseAttnCudaPath::kWgmmaWs, false, true},
+                   {SparseAttnCudaPath::kWgmmaWs, false, true, true},
+                   {SparseAttnCudaPath::kWgmma, true}};
       } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-splitk" ||
                  v == "mma.sync") {
         o.paths = {{v == "auto"           ? SparseAttnCudaPath::kAuto
@@ -474,8 +489,8 @@ int Main(int argc, char** argv) {
                     false}};
       } else {
         std::fprintf(stderr,
-                     "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-splitk, mma.sync "
-                     "or rows\n");
+                     "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-splitk, mma.sync, "
+                     "rows or tproto\n");
         return 2;
       }
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -514,7 +529,7 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-                   "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows] "
+                   "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto] "
                    "[--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct] "
                    "[--no-roofs] [--no-graph] [--ncu]\n",
                    argv[0]);
@@ -535,7 +550,8 @@ int Main(int argc, char** argv) {
   Bench bench(o);
   bench.Roofs();
   for (const Run& run : o.paths) {
-    for (int64_t tokens : o.tokens) bench.Decode(tokens, run.path, run.rows);
+    for (int64_t tokens : o.tokens)
+      bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss);
   }
   return bench.Print(command);
 }

@@ -49,12 +49,14 @@ struct WgmmaWsShape {
   static constexpr int kProducerThreads = 128;  // warpgroup 2
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr uint32_t kStages = 2;  // Q + 3 stages of 64 KB would exceed 227 KB
-  // setmaxnreg: 256 · 208 + 128 · 88 = 64512 <= 65536 registers per SM (1 CTA). ptxas allocates
+  // setmaxnreg: 256 · 208 + 128 · 88 = 64512 = 384 · 168, the CTA's allocation (setmaxnreg only
+  // moves registers within it; a larger sum would hang the consumers' inc). ptxas allocates
   // each role within its budget (-Xptxas -v: no spills at 208 / 88; the producer's unrolled
   // copies spill below 88).
   static constexpr uint32_t kConsumerRegs = 208;
   static constexpr uint32_t kProducerRegs = 88;
-  static_assert(kConsumerThreads * kConsumerRegs + kProducerThreads * kProducerRegs <= 65536);
+  static_assert(kConsumerThreads * kConsumerRegs + kProducerThreads * kProducerRegs <=
+                kThreads * 168);  // the CTA's allocation under __launch_bounds__(384, 1)
   // Named barriers: 0 is __syncthreads.
   static constexpr uint32_t kConsumerBarrier = 1;  // the two consumer warpgroups
   // mbarriers after WgmmaShape's layout: full[kStages], empty[kStages], then q_empty, 8 bytes
