@@ -2,15 +2,18 @@
 # Kit s96 (built by scripts/gpu_kit.sh s96; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s96_run.sh t a m T s
 # Session 69: the transposed-products prototype (kernels/attention/wgmma_ws.md "Session 69"), and
-# session 68's last device changes, which that session could not run (kit s95's modes):
-#   t  the prototype's GPU tests, then bench_sparse_attn --path tproto (wgmma-ws, the prototype,
-#      the row form's default kernel)
+# session 68's last device changes, which that session could not run (kit s95, never run, is folded
+# in here):
+#   t  the prototype's GPU tests (both variants), then bench_sparse_attn --path tproto (wgmma-ws,
+#      the prototype, its SS variant, the row form's default kernel)
 #   T  the prototype's GPU tests under compute-sanitizer memcheck and synccheck
 #   a  every attention GPU test, then SparseAttnRopeGpuTest.WidthZeroIsZeroOnEveryWgmmaBody 10
 #      more times (a unit without blocks now loads no Q in WgmmaKernel / WgmmaRowsKernel)
 #   m  every MoE GPU test (the ring producer drains its copies before exit)
 #   s  compute-sanitizer memcheck, synccheck and initcheck (never run before) on the attention GPU
 #      tests (each bounded)
+# Run in session 69: `t` before the SS variant existed, and `a` (all passed). Still to run: `t`
+# (the SS variant's row), `m`, `T`, `s`.
 # kit-target: kernels_attention_gpu_test kernels_moe_gpu_test bench_sparse_attn
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64

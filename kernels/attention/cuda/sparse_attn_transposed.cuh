@@ -96,37 +96,6 @@ __device__ __forceinline__ void TpBarArrive(uint32_t id, uint32_t n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
-// D (64 x 64 fp32) += A·B, A from registers, B MN-major from shared memory (imm-trans-b = 1).
-__device__ __forceinline__ void WgmmaM64N64K16RSTransB(float* d, const uint32_t (&a)[4],
-                                                       uint64_t desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7"
-      ", %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24,"
-      " %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-
-// D (64 x 64 fp32) += A·B, A and B from shared memory: A MN-major (imm-trans-a = 1: the tile's
-// rows are K, 128-byte rows hold M), B MN-major (imm-trans-b = 1). The SS variant's Oᵀ step.
-__device__ __forceinline__ void WgmmaM64N64K16SSTransAB(float* d, uint64_t desc_a,
-                                                        uint64_t desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7"
-      ", %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24,"
-      " %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b));
-}
-
 // Sᵀ[64 entries x 64 heads] = K·Qᵀ of the block in stage `tile`: 32 k-steps in 8 groups of 4 (a
 // column block each), A fragments by ldmatrix.x4 (lane l addresses row 16w + 8((l/8)&1) + l%8,
 // chunk 2ks + l/16 of the swizzled tile) double-buffered by group: a set is reloaded only after
@@ -206,7 +175,7 @@ __device__ __forceinline__ void TpIssueOt(float (&acc)[4][32], uint32_t tile, ui
           tile + static_cast<uint32_t>(4 * g + m) * W::kColBlockBytes, W::kColBlockBytes, 1024);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        WgmmaM64N64K16SSTransAB(acc[m], dv + ((j * 2048) >> 4), dp + ((j * 2048) >> 4));
+        wgmma::WgmmaM64N64K16SSTransAB(acc[m], dv + ((j * 2048) >> 4), dp + ((j * 2048) >> 4));
       }
     }
     wgmma::CommitGroup();
@@ -234,7 +203,7 @@ __device__ __forceinline__ void TpIssueOt(float (&acc)[4][32], uint32_t tile, ui
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int j = (gi % 2) * 2 + k;
-      WgmmaM64N64K16RSTransB(acc[m], a[gi & 1][k], desc_p + ((j * 2048) >> 4));
+      wgmma::WgmmaM64N64K16RSTransB(acc[m], a[gi & 1][k], desc_p + ((j * 2048) >> 4));
     }
     wgmma::CommitGroup();
     if (gi + 1 < 8) {
