@@ -3,6 +3,7 @@
 // CountOutsideTolerance) and against LaunchSparseAttn's default body, over the released head
 // shape (64 heads × 512): short, long and ragged lists, invalid entries, all-invalid rows and an
 // empty list. Skips without a device.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
