@@ -1,7 +1,8 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto]
+//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto|
+//                             probe]
 //                     [--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
@@ -24,7 +25,9 @@
 // warp-specialised kernel (wgmma, then wgmma-ws; same inputs); `rows` runs the row form only (both
 // kernels); `tproto` runs wgmma-ws, the transposed-products prototype (cuda/transposed_proto.h;
 // wgmma_ws.md "Session 69"; bf16 pool, no RoPE), its SS variant (`tproto-ss`) and the row form's
-// default kernel, in that order.
+// default kernel, in that order; `probe` runs wgmma-ws, the consumer-side decode probe in both
+// placements (cuda/ws_probe.h; wgmma_ws.md "Session 70"; rows `probe-1`, `probe-2`, only from 128
+// tokens: no split combine) and the row form's default kernel.
 // --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
@@ -66,6 +69,7 @@
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/transposed_proto.h"
+#include "kernels/attention/cuda/ws_probe.h"
 #include "kernels/attention/sparse_attn_internal.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
@@ -94,6 +98,7 @@ struct Run {
   bool rows;
   bool tproto = false;
   bool tproto_ss = false;  // with tproto: the SS variant
+  int probe = 0;           // the consumer-side decode probe's placement (cuda/ws_probe.h), 1 or 2
 };
 
 struct Options {
@@ -184,7 +189,10 @@ class Bench {
 
   // One row: `tokens` decode queries on `path` (the launcher's override while it runs), over the
   // bf16 pool or (rows) the serving rows.
-  void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows, bool tproto, bool tproto_ss) {
+  void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows, bool tproto, bool tproto_ss,
+              int probe) {
+    // The probe runs one list range per (token, group) only (no split combine).
+    if (probe != 0 && tokens * kHeads / 64 < kSparseAttnCudaSplitCtas) return;
     // rope_q exists on the wgmma family only (attention.h): --rope skips the mma.sync rows.
     if (o_.rope && path == SparseAttnCudaPath::kMmaSync) return;
     attention_internal::SetSparseAttnCudaPathOverride(path);
@@ -253,8 +261,9 @@ class Bench {
     }
     const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
     const auto launch = [&](cudaStream_t s) {
-      CHECK_OK(tproto ? attention_internal::LaunchSparseAttnTransposedProto(p, s, tproto_ss)
-                      : LaunchSparseAttn(p, s));
+      CHECK_OK(probe != 0 ? attention_internal::LaunchSparseAttnWsProbe(p, s, probe)
+               : tproto   ? attention_internal::LaunchSparseAttnTransposedProto(p, s, tproto_ss)
+                          : LaunchSparseAttn(p, s));
     };
     launch(nullptr);
     Verify(p, q, idx, positions, dout);
@@ -270,11 +279,12 @@ class Bench {
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
     const double tc_us = o_.roofs ? flops / tc_tflops_ / 1e6 : 0.0;
     const std::string name =
-        tproto ? std::string(tproto_ss ? "tproto-ss" : "tproto")
-               : std::string(
-                     rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows" : "wgmma-rows")
-                          : attention_internal::SparseAttnCudaPathName(taken)) +
-                     (o_.rope ? "+rope" : "");
+        probe != 0 ? "probe-" + std::to_string(probe)
+        : tproto   ? std::string(tproto_ss ? "tproto-ss" : "tproto")
+                   : std::string(rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows"
+                                                                               : "wgmma-rows")
+                                      : attention_internal::SparseAttnCudaPathName(taken)) +
+                       (o_.rope ? "+rope" : "");
     names_.push_back(name);
     rows_.push_back({names_.back().c_str(), tokens, us, graph_us, bytes / 1e6, unique_rows,
                      flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
@@ -479,6 +489,11 @@ int Main(int argc, char** argv) {
                    {SparseAttnCudaPath::kWgmmaWs, false, true},
                    {SparseAttnCudaPath::kWgmmaWs, false, true, true},
                    {SparseAttnCudaPath::kWgmma, true}};
+      } else if (v == "probe") {
+        o.paths = {{SparseAttnCudaPath::kWgmmaWs, false},
+                   {SparseAttnCudaPath::kWgmmaWs, false, false, false, 1},
+                   {SparseAttnCudaPath::kWgmmaWs, false, false, false, 2},
+                   {SparseAttnCudaPath::kWgmma, true}};
       } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-splitk" ||
                  v == "mma.sync") {
         o.paths = {{v == "auto"           ? SparseAttnCudaPath::kAuto
@@ -490,7 +505,7 @@ int Main(int argc, char** argv) {
       } else {
         std::fprintf(stderr,
                      "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-splitk, mma.sync, "
-                     "rows or tproto\n");
+                     "rows, tproto or probe\n");
         return 2;
       }
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -527,12 +542,13 @@ int Main(int argc, char** argv) {
       o.iters = 1;
       o.warmup = 0;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-                   "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto] "
-                   "[--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct] "
-                   "[--no-roofs] [--no-graph] [--ncu]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
+          "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto|probe] "
+          "[--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct] "
+          "[--no-roofs] [--no-graph] [--ncu]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -551,7 +567,7 @@ int Main(int argc, char** argv) {
   bench.Roofs();
   for (const Run& run : o.paths) {
     for (int64_t tokens : o.tokens)
-      bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss);
+      bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss, run.probe);
   }
   return bench.Print(command);
 }

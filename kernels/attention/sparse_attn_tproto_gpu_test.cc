@@ -2,7 +2,8 @@
 // the double-precision reference with the attention's tolerance (attention_test_util.h
 // CountOutsideTolerance) and against LaunchSparseAttn's default body, over the released head
 // shape (64 heads × 512): short, long and ragged lists, invalid entries, all-invalid rows and an
-// empty list. Skips without a device.
+// empty list; and the consumer-side decode probe (cuda/ws_probe.h; "Session 70") against the
+// wgmma-ws path bit for bit. Skips without a device.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -12,7 +13,9 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_gpu_test_util.h"
 #include "kernels/attention/attention_test_util.h"
+#include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/transposed_proto.h"
+#include "kernels/attention/cuda/ws_probe.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_test_util.h"
 
@@ -21,9 +24,9 @@ namespace {
 
 using testing::AttnCase;
 
-// Runs `c` on the device through the prototype (tproto; its SS variant with ss) or
-// LaunchSparseAttn.
-std::vector<uint16_t> RunOnDevice(const AttnCase& c, bool tproto, bool ss = false) {
+// Runs `c` on the device through the prototype (tproto; its SS variant with ss), the decode probe
+// (probe = its placement, 1 or 2) or LaunchSparseAttn.
+std::vector<uint16_t> RunOnDevice(const AttnCase& c, bool tproto, bool ss = false, int probe = 0) {
   std::vector<uint16_t> out;
   std::vector<uint8_t> unused;
   SparseAttnParams p = testing::MakeParams(c, nullptr, &out, &unused);
@@ -40,9 +43,10 @@ std::vector<uint16_t> RunOnDevice(const AttnCase& c, bool tproto, bool ss = fals
   p.out = dout.get<uint16_t>();
   p.workspace = dws.get();
   p.workspace_bytes = dws.bytes();
-  const absl::Status st = tproto
-                              ? attention_internal::LaunchSparseAttnTransposedProto(p, nullptr, ss)
-                              : LaunchSparseAttn(p, nullptr);
+  const absl::Status st =
+      probe != 0 ? attention_internal::LaunchSparseAttnWsProbe(p, nullptr, probe)
+      : tproto   ? attention_internal::LaunchSparseAttnTransposedProto(p, nullptr, ss)
+                 : LaunchSparseAttn(p, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   CUDA_CHECK(cudaDeviceSynchronize());
   if (!out.empty()) dout.CopyToHost(out.data(), out.size() * 2);
@@ -95,6 +99,45 @@ TEST(SparseAttnTransposedProtoGpuTest, RejectsWhatItDoesNotTake) {
   std::vector<uint8_t> ws;
   SparseAttnParams p = testing::MakeParams(c, nullptr, &out, &ws);
   EXPECT_EQ(attention_internal::LaunchSparseAttnTransposedProto(p, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The probe only adds work that writes a sink: its output is the wgmma-ws path's, bit for bit.
+TEST(SparseAttnWsProbeGpuTest, EqualsTheWsPath) {
+  FS_SKIP_WITHOUT_GPU();
+  struct Named {
+    AttnCase c;
+    const char* what;
+  };
+  const Named cases[] = {
+      {testing::RandomCase(140, 64, 512, 4096, 640, 0.0, 41), "140 tokens, 640 entries"},
+      {testing::RandomCase(130, 64, 512, 8192, 2000, 0.1, 42), "130 tokens, 2,000 entries"},
+      {testing::RandomCase(70, 128, 512, 2048, 200, 0.2, 43), "70 tokens x 128 heads, ragged"},
+  };
+  attention_internal::SetSparseAttnCudaPathOverride(
+      attention_internal::SparseAttnCudaPath::kWgmmaWs);
+  for (const Named& n : cases) {
+    const std::vector<uint16_t> base = RunOnDevice(n.c, false);
+    for (const int placement : {1, 2}) {
+      const std::vector<uint16_t> got = RunOnDevice(n.c, false, false, placement);
+      EXPECT_EQ(testing::CountBitDiffs(got, base), 0) << n.what << ", placement " << placement;
+    }
+  }
+  attention_internal::SetSparseAttnCudaPathOverride(attention_internal::SparseAttnCudaPath::kAuto);
+}
+
+TEST(SparseAttnWsProbeGpuTest, RejectsWhatItDoesNotTake) {
+  std::vector<uint16_t> out;
+  std::vector<uint8_t> ws;
+  const AttnCase few = testing::RandomCase(8, 64, 512, 1024, 640, 0.0, 44);  // would split
+  SparseAttnParams p = testing::MakeParams(few, nullptr, &out, &ws);
+  EXPECT_EQ(attention_internal::LaunchSparseAttnWsProbe(p, nullptr, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  const AttnCase odd = testing::RandomCase(256, 32, 512, 64, 64, 0.0, 45);  // 32 heads
+  p = testing::MakeParams(odd, nullptr, &out, &ws);
+  EXPECT_EQ(attention_internal::LaunchSparseAttnWsProbe(p, nullptr, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(attention_internal::LaunchSparseAttnWsProbe(p, nullptr, 3).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -200,12 +200,13 @@ __device__ __forceinline__ void WgmmaSplitKExchange(float (&s)[32], float* x, in
 }
 
 // acc[64 x 256] += P[64 x 64] · V[64 entries][dims 256·half ..]: 4 wgmma k-steps of 16 entries,
-// P from registers (a[ks] = k-step ks in the register-A layout), waited for. lbo / sbo: the
-// MN-major descriptor offsets (WgmmaShape's; the check kernel also tries others).
-__device__ __forceinline__ void WgmmaPv(float (&acc)[128], const uint32_t (&a)[4][4],
-                                        uint32_t kv_base, int half,
-                                        uint32_t lbo = WgmmaShape::kMnMajorLbo,
-                                        uint32_t sbo = WgmmaShape::kMnMajorSbo) {
+// P from registers (a[ks] = k-step ks in the register-A layout), committed as one group, not
+// waited for (acc and a stay in use until the group completes). lbo / sbo: the MN-major
+// descriptor offsets (WgmmaShape's; the check kernel also tries others).
+__device__ __forceinline__ void WgmmaPvIssue(float (&acc)[128], const uint32_t (&a)[4][4],
+                                             uint32_t kv_base, int half,
+                                             uint32_t lbo = WgmmaShape::kMnMajorLbo,
+                                             uint32_t sbo = WgmmaShape::kMnMajorSbo) {
   const uint64_t desc_v =
       wgmma::MakeSw128Desc(kv_base + half * 4 * WgmmaShape::kColBlockBytes, lbo, sbo);
   wgmma::FenceOperands(acc);
@@ -216,6 +217,14 @@ __device__ __forceinline__ void WgmmaPv(float (&acc)[128], const uint32_t (&a)[4
     wgmma::WgmmaM64N256K16RSTransB(acc, a[ks], desc_v + ((ks * 2048) >> 4), true);
   }
   wgmma::CommitGroup();
+}
+
+// WgmmaPvIssue, waited for (with every earlier group of the warpgroup).
+__device__ __forceinline__ void WgmmaPv(float (&acc)[128], const uint32_t (&a)[4][4],
+                                        uint32_t kv_base, int half,
+                                        uint32_t lbo = WgmmaShape::kMnMajorLbo,
+                                        uint32_t sbo = WgmmaShape::kMnMajorSbo) {
+  WgmmaPvIssue(acc, a, kv_base, half, lbo, sbo);
   wgmma::WaitGroup<0>();
   wgmma::FenceOperands(acc);
 }

@@ -372,6 +372,65 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, con
   }
 }
 
+// ---- the consumer-side decode probe (kProbe; wgmma_ws.md "Session 70") -----------------------
+//
+// Timing only, to choose the row form's next design (its decode on the consumer warpgroups): the
+// bf16 form's kernel, its values unchanged, where the warpgroup that follows a block also decodes
+// one block of compressed serving rows (64 x 288 B, a fixed pattern in shared memory) into a 4 KB
+// sink with the stage tile's swizzled stores — the instruction stream, shared-memory traffic and
+// register pressure of decoding the block it leads next, without the raw rows' copies and waits.
+// kProbe 1: the decode before the probe / issue of the next block's S (in the wait for the lead's
+// hand-off); 2: after the warpgroup's P·V of the block is issued, the next block's S issued after
+// the decode (the order a consumer-side decode needs: S(b + 1) reads the decoded tile).
+struct WsProbeShape {
+  static constexpr uint32_t kRowBytes = 288;  // 256 code bytes + 32 E4M3 scale bytes
+  static constexpr uint32_t kRawOff = WgmmaWsShape::kEnd + WgmmaWsShape::kRopeTables;
+  static constexpr uint32_t kSinkOff = (kRawOff + kBlock * kRowBytes + 1023) / 1024 * 1024;
+  static constexpr uint32_t kSinkBytes = 4096;
+  static constexpr size_t kSmemBytes = kSinkOff + kSinkBytes + 1024;
+};
+static_assert(WsProbeShape::kRawOff % 16 == 0 && WsProbeShape::kSinkOff % 1024 == 0);
+static_assert(WsProbeShape::kSmemBytes <= 227 * 1024, "shared memory per CTA (probe)");
+
+// The pattern (code bytes from a multiplicative hash, scale bytes 0x38 = E4M3 1.0) by the 256
+// consumer threads, then the consumers' barrier.
+__device__ __forceinline__ void WsProbeFill(uint8_t* smem, int tid) {
+  auto* raw = reinterpret_cast<uint32_t*>(smem + WsProbeShape::kRawOff);
+  for (int i = tid; i < kBlock * static_cast<int>(WsProbeShape::kRowBytes) / 4;
+       i += WgmmaWsShape::kConsumerThreads) {
+    raw[i] = (4u * i) % WsProbeShape::kRowBytes < 256u ? 0x9E3779B9u * (i + 1) : 0x38383838u;
+  }
+  NamedBarrier<WgmmaWsShape::kConsumerBarrier, WgmmaWsShape::kConsumerThreads>();
+}
+
+// One warpgroup decodes the probe's block: thread wtid takes 16-value group q = wtid % 32 of rows
+// wtid / 32 + 4j (j = 0..15), so that a warp reads 256 contiguous code bytes of one row; each
+// group's two 16-byte stores go where the stage tile's would (TileOffset: column block q / 4,
+// 128-byte swizzle by row % 8, which alternates between two values with j's parity), folded into
+// the sink. The addresses are set up once, as a real decode's would be.
+__device__ __forceinline__ void WsProbeDecode(const uint8_t* smem, uint32_t base, int wtid) {
+  using PS = WsProbeShape;
+  const int q = wtid % 32;
+  const int r0 = wtid / 32;
+  const uint8_t* codes = smem + PS::kRawOff + r0 * PS::kRowBytes + 8 * q;
+  const uint8_t* scales = smem + PS::kRawOff + r0 * PS::kRowBytes + 256 + q;
+  const uint32_t col = static_cast<uint32_t>(q / 4) * WgmmaShape::kColBlockBytes;
+  const uint32_t sw[2] = {wgmma::Sw128Offset(r0, 2 * q), wgmma::Sw128Offset(r0 + 4, 2 * q)};
+  const uint32_t sink = base + PS::kSinkOff;
+  constexpr uint32_t kMask = PS::kSinkBytes - 1;
+#pragma unroll 2
+  for (int j = 0; j < kBlock / 4; ++j) {
+    uint32_t out[2][4];
+    DecodeFp4E4m3Block16(*reinterpret_cast<const uint2*>(codes + j * 4 * PS::kRowBytes),
+                         scales[j * 4 * PS::kRowBytes], out);
+    // Row r0 + 4j: Sw128Offset's row term (r0 + 4j)·128 = sw[j % 2]'s row term + 512·(j & ~1).
+    const uint32_t at = col + sw[j % 2] + 512u * static_cast<uint32_t>(j & ~1);
+    StShared128(sink + (at & kMask), out[0]);
+    StShared128(sink + ((at ^ 16u) & kMask), out[1]);
+  }
+  wgmma::FenceProxyAsyncShared();
+}
+
 // Writes the unit's result: the normalised bf16 output (one split, WgmmaStoreOutput) or the
 // split's state for WgmmaCombineKernel — WgmmaKernel's epilogue.
 __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geometry& geo,
@@ -393,7 +452,7 @@ __device__ __forceinline__ void WsEpilogue(const SparseAttnParams& p, const Geom
 // unit's last ring stage is not released after its P·V but serves as the output stage
 // (WgmmaStoreOutput's layout, 64 KB like Q) and is released once the output has been copied
 // out, so that the next unit's Q and first block are in flight during this unit's epilogue.
-template <bool kRope, bool kRows>
+template <bool kRope, bool kRows, int kProbe>
 __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const Geometry& geo,
                                               int64_t unit, int64_t t, int64_t h0,
                                               int64_t blk_begin, int64_t blk_end, uint32_t base,
@@ -428,6 +487,27 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
   uint32_t out_stage = 0;  // the unit's last ring stage: the output stage
   float s[32];
   bool s_issued = false;  // S of the block this warpgroup leads next is in flight or done
+  // The follower leads the next block: its S runs while the lead's softmax does, if the block has
+  // landed already (never waiting for it here: this block's P·V and stage release would wait for
+  // the gather). Not past the unit (its Q waits for this unit's end).
+  const auto issue_next_s = [&](bool last) {
+    const uint32_t next = (it + 1) % WS::kStages;
+    // Warpgroup-uniform (the wgmma needs all four warps): the probes of its 128 threads
+    // and-reduced on its own named barrier.
+    const bool landed = !last && MbarTest(WsFullBar(base, next), ((it + 1) / WS::kStages) & 1);
+    const bool all_landed = half == 0 ? NamedBarrierAnd<WS::kLeadBarrier0 + 2, 128>(landed)
+                                      : NamedBarrierAnd<WS::kLeadBarrier0 + 3, 128>(landed);
+    if (all_landed) {
+      wgmma::FenceProxyAsyncShared();
+      const int32_t* idx1 = s_idx + next * kBlock;
+      if (__any_sync(0xFFFFFFFFu, idx1[lane] >= 0 || idx1[lane + 32] >= 0)) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+        WgmmaQkIssueWhole(s, base + W::kQOff, base + W::kKvOff + next * W::kTileBytes);
+        s_issued = true;
+      }
+    }
+  };
   for (int64_t blk = blk_begin; blk < blk_stop; ++blk, ++it) {
     const uint32_t stage = it % WS::kStages;
     const bool last = blk + 1 == blk_stop;
@@ -465,25 +545,10 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
         NamedArrive<WS::kLeadBarrier0 + 1, WS::kConsumerThreads>();
       }
     } else {
-      // This warpgroup leads the next block: its S runs while the lead's softmax does, if the
-      // block has landed already (never waiting for it here: this block's P·V and stage release
-      // would wait for the gather). Not past the unit (its Q waits for this unit's end).
-      const uint32_t next = (it + 1) % WS::kStages;
-      // Warpgroup-uniform (the wgmma needs all four warps): the probes of its 128 threads
-      // and-reduced on its own named barrier.
-      const bool landed = !last && MbarTest(WsFullBar(base, next), ((it + 1) / WS::kStages) & 1);
-      const bool all_landed = half == 0 ? NamedBarrierAnd<WS::kLeadBarrier0 + 2, 128>(landed)
-                                        : NamedBarrierAnd<WS::kLeadBarrier0 + 3, 128>(landed);
-      if (all_landed) {
-        wgmma::FenceProxyAsyncShared();
-        const int32_t* idx1 = s_idx + next * kBlock;
-        if (__any_sync(0xFFFFFFFFu, idx1[lane] >= 0 || idx1[lane + 32] >= 0)) {
-#pragma unroll
-          for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-          WgmmaQkIssueWhole(s, base + W::kQOff, base + W::kKvOff + next * W::kTileBytes);
-          s_issued = true;
-        }
+      if constexpr (kProbe == 1) {
+        if (!last) WsProbeDecode(smem, base, wtid);
       }
+      if constexpr (kProbe != 2) issue_next_s(last);
       if (half == 0) {
         NamedBarrier<WS::kLeadBarrier0 + 1, WS::kConsumerThreads>();
       } else {
@@ -495,7 +560,20 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
     }
-    WgmmaPv(acc, a, kv_base, half);  // waited (S of the next block too): the stage reads are done
+    if (kProbe == 2 && !lead) {
+      WgmmaPvIssue(acc, a, kv_base, half);
+      if (!last) WsProbeDecode(smem, base, wtid);
+      issue_next_s(last);
+      wgmma::WaitGroup<0>();
+      wgmma::FenceOperands(acc);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wgmma::FenceOperand(a[k][j]);
+      }
+    } else {
+      WgmmaPv(acc, a, kv_base, half);  // waited (S of the next block too): the stage reads done
+    }
     if (!last) MbarArrive(WsEmptyBar(base, stage));
   }
   MbarArrive(WsQEmptyBar(base));
@@ -509,12 +587,13 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
 // A template on kD so that the header may be included by several .cu files (kD = 512).
 // kRope: the RoPE code (Geometry::rope) is compiled in; the launcher takes this instantiation
 // only when it fills geo.rope.
-template <int kD, bool kRope, bool kRows>
+template <int kD, bool kRope, bool kRows, int kProbe = 0>
 __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     WgmmaWsKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
   using WS = WgmmaWsShape;
   static_assert(kD == W::kD, "the wgmma path is instantiated for head_dim 512 only");
+  static_assert(kProbe == 0 || (!kRope && !kRows), "the probe runs on the bf16 form only");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = AlignedSmem(smem_raw);
   const uint32_t base = SmemAddr(smem);
@@ -551,11 +630,12 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
     CpAsyncWaitAll();  // no copy outlives its thread (the bf16 form's are uncommitted)
   } else {
     SetMaxRegsInc<WS::kConsumerRegs>();
+    if constexpr (kProbe != 0) WsProbeFill(smem, static_cast<int>(threadIdx.x));
     uint32_t leads = 0;  // non-empty blocks so far (over the CTA's units): which warpgroup leads
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
-      WsConsumeUnit<kRope, kRows>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base, smem, wg,
-                                  it, leads);
+      WsConsumeUnit<kRope, kRows, kProbe>(p, geo, unit, u.t, u.h0, u.blk_begin, u.blk_end, base,
+                                          smem, wg, it, leads);
     }
   }
 }

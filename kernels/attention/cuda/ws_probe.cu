@@ -1,0 +1,72 @@
+// The consumer-side decode probe's launcher (ws_probe.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/sparse_attn_path.h"
+#include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
+#include "kernels/attention/cuda/ws_probe.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/per_device_cache.h"
+
+namespace flashserve::kernels::attention_internal {
+
+absl::Status LaunchSparseAttnWsProbe(const SparseAttnParams& p, CUstream_st* stream,
+                                     int placement) {
+  using W = attn_device::WgmmaShape;
+  using PS = attn_device::WsProbeShape;
+  if (placement != 1 && placement != 2) {
+    return absl::InvalidArgumentError("placement: 1 or 2");
+  }
+  if (p.tokens == 0) return absl::OkStatus();
+  if (p.heads <= 0 || p.heads % W::kHeads != 0) {
+    return absl::InvalidArgumentError("heads: the probe takes multiples of 64");
+  }
+  if (p.head_dim != W::kD) return absl::InvalidArgumentError("head_dim: the probe takes 512");
+  if (p.kv == nullptr || p.kv_rows.window != nullptr || p.kv_rows.compressed != nullptr) {
+    return absl::InvalidArgumentError("kv: the probe takes the bf16 pool only");
+  }
+  if (p.rope != nullptr) return absl::InvalidArgumentError("rope: not in the probe");
+  const auto aligned = [](const void* ptr) {
+    return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
+  };
+  if (!aligned(p.q) || !aligned(p.kv) || !aligned(p.out) || p.q_stride % 8 != 0 ||
+      p.q_head_stride % 8 != 0 || p.kv_stride % 8 != 0 || p.out_stride % 8 != 0 ||
+      p.out_head_stride % 8 != 0) {
+    return absl::InvalidArgumentError("q / kv / out: 16-byte alignment and strides of 8 needed");
+  }
+  if (p.indices == nullptr || p.attn_sink == nullptr || p.out == nullptr || p.width < 0) {
+    return absl::InvalidArgumentError("indices / attn_sink / out / width");
+  }
+  const SparseAttnCudaCut cut = SparseAttnCudaCutFor(p.tokens, p.heads, p.width, W::kHeads);
+  if (cut.splits != 1) {
+    return absl::InvalidArgumentError(
+        "tokens: the probe needs tokens * heads / 64 >= 128 (no split combine)");
+  }
+  attn_device::Geometry geo;
+  geo.groups = cut.groups;
+  geo.splits = 1;
+  geo.blocks_per_split = cut.blocks_per_split;
+  geo.units = p.tokens * geo.groups;
+  auto* kernel = placement == 1 ? attn_device::WgmmaWsKernel<W::kD, false, false, 1>
+                                : attn_device::WgmmaWsKernel<W::kD, false, false, 2>;
+  // Once per process (the attribute is per device; the probe's callers use device 0).
+  static const bool raised = [] {
+    for (auto* k : {attn_device::WgmmaWsKernel<W::kD, false, false, 1>,
+                    attn_device::WgmmaWsKernel<W::kD, false, false, 2>}) {
+      CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(PS::kSmemBytes)));
+    }
+    return true;
+  }();
+  (void)raised;
+  const auto ctas = static_cast<unsigned>(std::min<int64_t>(geo.units, SmCount(CurrentDevice())));
+  kernel<<<ctas, attn_device::WgmmaWsShape::kThreads, PS::kSmemBytes, stream>>>(p, geo);
+  CUDA_CHECK(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace flashserve::kernels::attention_internal
