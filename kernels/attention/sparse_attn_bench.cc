@@ -26,8 +26,8 @@
 // kernels); `tproto` runs wgmma-ws, the transposed-products prototype (cuda/transposed_proto.h;
 // wgmma_ws.md "Session 69"; bf16 pool, no RoPE), its SS variant (`tproto-ss`) and the row form's
 // default kernel, in that order; `probe` runs wgmma-ws, the consumer-side decode probe in both
-// placements (cuda/ws_probe.h; wgmma_ws.md "Session 70"; rows `probe-1`, `probe-2`, only from 128
-// tokens: no split combine) and the row form's default kernel.
+// placements and the half-cost decode (cuda/ws_probe.h; wgmma_ws.md "Session 70"; rows `probe-1`,
+// `probe-2`, `probe-3`, only from 128 tokens: no split combine) and the row form's default kernel.
 // --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
@@ -98,7 +98,7 @@ struct Run {
   bool rows;
   bool tproto = false;
   bool tproto_ss = false;  // with tproto: the SS variant
-  int probe = 0;           // the consumer-side decode probe's placement (cuda/ws_probe.h), 1 or 2
+  int probe = 0;           // the consumer-side decode probe's placement (cuda/ws_probe.h), 1..3
 };
 
 struct Options {
@@ -493,6 +493,7 @@ int Main(int argc, char** argv) {
         o.paths = {{SparseAttnCudaPath::kWgmmaWs, false},
                    {SparseAttnCudaPath::kWgmmaWs, false, false, false, 1},
                    {SparseAttnCudaPath::kWgmmaWs, false, false, false, 2},
+                   {SparseAttnCudaPath::kWgmmaWs, false, false, false, 3},
                    {SparseAttnCudaPath::kWgmma, true}};
       } else if (v == "auto" || v == "wgmma" || v == "wgmma-ws" || v == "wgmma-splitk" ||
                  v == "mma.sync") {

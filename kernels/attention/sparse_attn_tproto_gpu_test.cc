@@ -25,7 +25,7 @@ namespace {
 using testing::AttnCase;
 
 // Runs `c` on the device through the prototype (tproto; its SS variant with ss), the decode probe
-// (probe = its placement, 1 or 2) or LaunchSparseAttn.
+// (probe = its placement, 1 to 3) or LaunchSparseAttn.
 std::vector<uint16_t> RunOnDevice(const AttnCase& c, bool tproto, bool ss = false, int probe = 0) {
   std::vector<uint16_t> out;
   std::vector<uint8_t> unused;
@@ -118,7 +118,7 @@ TEST(SparseAttnWsProbeGpuTest, EqualsTheWsPath) {
       attention_internal::SparseAttnCudaPath::kWgmmaWs);
   for (const Named& n : cases) {
     const std::vector<uint16_t> base = RunOnDevice(n.c, false);
-    for (const int placement : {1, 2}) {
+    for (const int placement : {1, 2, 3}) {
       const std::vector<uint16_t> got = RunOnDevice(n.c, false, false, placement);
       EXPECT_EQ(testing::CountBitDiffs(got, base), 0) << n.what << ", placement " << placement;
     }
@@ -137,7 +137,7 @@ TEST(SparseAttnWsProbeGpuTest, RejectsWhatItDoesNotTake) {
   p = testing::MakeParams(odd, nullptr, &out, &ws);
   EXPECT_EQ(attention_internal::LaunchSparseAttnWsProbe(p, nullptr, 1).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(attention_internal::LaunchSparseAttnWsProbe(p, nullptr, 3).code(),
+  EXPECT_EQ(attention_internal::LaunchSparseAttnWsProbe(p, nullptr, 4).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -203,10 +203,14 @@ __device__ __forceinline__ void WgmmaSplitKExchange(float (&s)[32], float* x, in
 // P from registers (a[ks] = k-step ks in the register-A layout), committed as one group, not
 // waited for (acc and a stay in use until the group completes). lbo / sbo: the MN-major
 // descriptor offsets (WgmmaShape's; the check kernel also tries others).
+// kParts 2: as two m64n128 products (acc, acc + 64: the same fragment layout; the second's B two
+// column blocks on), for CTAs of 512 threads (FS_WS_ROWS_WIDE), where m64n256 does not compile.
+template <int kParts = 1>
 __device__ __forceinline__ void WgmmaPvIssue(float (&acc)[128], const uint32_t (&a)[4][4],
                                              uint32_t kv_base, int half,
                                              uint32_t lbo = WgmmaShape::kMnMajorLbo,
                                              uint32_t sbo = WgmmaShape::kMnMajorSbo) {
+  static_assert(kParts == 1 || kParts == 2);
   const uint64_t desc_v =
       wgmma::MakeSw128Desc(kv_base + half * 4 * WgmmaShape::kColBlockBytes, lbo, sbo);
   wgmma::FenceOperands(acc);
@@ -214,17 +218,25 @@ __device__ __forceinline__ void WgmmaPvIssue(float (&acc)[128], const uint32_t (
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
     // 16 entries = two 8-row groups of 1024 B.
-    wgmma::WgmmaM64N256K16RSTransB(acc, a[ks], desc_v + ((ks * 2048) >> 4), true);
+    const uint64_t desc = desc_v + ((ks * 2048) >> 4);
+    if constexpr (kParts == 1) {
+      wgmma::WgmmaM64N256K16RSTransB(acc, a[ks], desc, true);
+    } else {
+      wgmma::WgmmaM64N128K16RSTransB(acc, a[ks], desc);
+      wgmma::WgmmaM64N128K16RSTransB(acc + 64, a[ks],
+                                     desc + ((2 * WgmmaShape::kColBlockBytes) >> 4));
+    }
   }
   wgmma::CommitGroup();
 }
 
 // WgmmaPvIssue, waited for (with every earlier group of the warpgroup).
+template <int kParts = 1>
 __device__ __forceinline__ void WgmmaPv(float (&acc)[128], const uint32_t (&a)[4][4],
                                         uint32_t kv_base, int half,
                                         uint32_t lbo = WgmmaShape::kMnMajorLbo,
                                         uint32_t sbo = WgmmaShape::kMnMajorSbo) {
-  WgmmaPvIssue(acc, a, kv_base, half, lbo, sbo);
+  WgmmaPvIssue<kParts>(acc, a, kv_base, half, lbo, sbo);
   wgmma::WaitGroup<0>();
   wgmma::FenceOperands(acc);
 }

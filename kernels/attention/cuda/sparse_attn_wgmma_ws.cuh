@@ -44,19 +44,35 @@
 
 namespace flashserve::kernels::attn_device {
 
+// FS_WS_ROWS_WIDE (an A/B build, wgmma_ws.md "Session 70"; never the default): the row form's
+// producer role on two warpgroups (256 threads, 512 per CTA), so that twice the warps decode; the
+// consumers' P·V then runs as m64n128 halves (an m64n256 instruction does not compile under the
+// 128-register launch bound of 512 threads), the bf16 form's producer stays one warpgroup (the
+// other gives its registers up and exits).
+#ifdef FS_WS_ROWS_WIDE
+inline constexpr int kWsProducerWarpgroups = 2;
+#else
+inline constexpr int kWsProducerWarpgroups = 1;
+#endif
+inline constexpr int kWsPvParts = kWsProducerWarpgroups == 1 ? 1 : 2;  // WgmmaPvIssue's kParts
+
 struct WgmmaWsShape {
   static constexpr int kConsumerThreads = 256;  // warpgroups 0, 1
-  static constexpr int kProducerThreads = 128;  // warpgroup 2
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kProducerThreads = 128;  // warpgroup 2: the bf16 form's producer
+  // The row form's producer threads (warpgroups 2 ..; FS_WS_ROWS_WIDE: 2, 3).
+  static constexpr int kRowsProducerThreads = 128 * kWsProducerWarpgroups;
+  static constexpr int kThreads = kConsumerThreads + kRowsProducerThreads;
   static constexpr uint32_t kStages = 2;  // Q + 3 stages of 64 KB would exceed 227 KB
   // setmaxnreg: 256 · 208 + 128 · 88 = 64512 = 384 · 168, the CTA's allocation (setmaxnreg only
   // moves registers within it; a larger sum would hang the consumers' inc). ptxas allocates
   // each role within its budget (-Xptxas -v: no spills at 208 / 88; the producer's unrolled
-  // copies spill below 88).
+  // copies spill below 88). FS_WS_ROWS_WIDE: 256 · 208 + 256 · 48 = 65536 = 512 · 128 (at 200 /
+  // 56 ptxas serialises every wgmma, C7512).
   static constexpr uint32_t kConsumerRegs = 208;
-  static constexpr uint32_t kProducerRegs = 88;
-  static_assert(kConsumerThreads * kConsumerRegs + kProducerThreads * kProducerRegs <=
-                kThreads * 168);  // the CTA's allocation under __launch_bounds__(384, 1)
+  static constexpr uint32_t kProducerRegs = kWsProducerWarpgroups == 1 ? 88 : 48;
+  static constexpr uint32_t kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168 / 128
+  static_assert(kConsumerThreads * kConsumerRegs + kRowsProducerThreads * kProducerRegs <=
+                kThreads * kLaunchRegs);  // the CTA's allocation under __launch_bounds__
   // Named barriers: 0 is __syncthreads.
   static constexpr uint32_t kConsumerBarrier = 1;  // the two consumer warpgroups
   // mbarriers after WgmmaShape's layout: full[kStages], empty[kStages], then q_empty, 8 bytes
@@ -65,7 +81,7 @@ struct WgmmaWsShape {
   // consumer thread (q_empty: the unit's last read of the Q tile is done, so the producer may
   // copy the next unit's Q into it).
   static constexpr uint32_t kFullArrivals = 2 * kProducerThreads;
-  static constexpr uint32_t kRowsFullArrivals = kProducerThreads;  // the row form: one each
+  static constexpr uint32_t kRowsFullArrivals = kRowsProducerThreads;  // the row form: one each
   static constexpr uint32_t kEmptyArrivals = kConsumerThreads;
   static constexpr uint32_t kQEmptyArrivals = kConsumerThreads;
   static constexpr uint32_t kBarOff = WgmmaShape::kEnd;
@@ -85,8 +101,8 @@ struct WgmmaWsShape {
   static constexpr int kRawChunks = kBlock / kRawChunkRows;  // per block
   static constexpr int kRawSlots = 5;
   static constexpr int kRawAhead = kRawSlots - 1;
-  static constexpr int kRawThreadsPerRow = kProducerThreads / kRawChunkRows;  // 16
-  static constexpr uint32_t kRawRowBytes = WgmmaShape::kRawSlotBytes;         // 528
+  static constexpr int kRawThreadsPerRow = kRowsProducerThreads / kRawChunkRows;  // 16 (wide: 32)
+  static constexpr uint32_t kRawRowBytes = WgmmaShape::kRawSlotBytes;             // 528
   static constexpr uint32_t kRawSlotBytes = kRawChunkRows * kRawRowBytes;
   static constexpr uint32_t kRawOff = kEnd;
   static constexpr uint32_t kRawIdxOff = kRawOff + kRawSlots * kRawSlotBytes;
@@ -96,7 +112,7 @@ struct WgmmaWsShape {
   static constexpr uint32_t kPreIdxOff = kRawIdxOff + kRawSlots * kRawChunkRows * 4;
   static constexpr uint32_t kRowsEnd = kPreIdxOff + kIdxAhead * kRawChunkRows * 4;
   static constexpr size_t kRowsSmemBytes = kRowsEnd + kRopeTables + 1024;
-  static constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's 128 threads
+  static constexpr uint32_t kProducerBarrier = 3;  // the producer role's threads
   // The lead hand-off (WsConsumeUnit): warpgroup g arrives on kLeadBarrier0 + g once its P, m′
   // and row sums of a block it leads are in shared memory; the other warpgroup syncs on it. One
   // barrier per direction, so that a warpgroup never arrives twice on an uncompleted phase.
@@ -185,10 +201,11 @@ __device__ __forceinline__ float2* WsProducerRopeTable(uint8_t* rope_tables, uin
 // waited for its own copies of Q (CpAsyncWaitAll before the call) and the table is written, then
 // fences the writes to the async proxy: the consumers' wgmma reads them after the block's `full`
 // phase, to which each producer thread arrives after this.
+template <int kN = WgmmaWsShape::kProducerThreads>
 __device__ __forceinline__ void WsRotateQ(const AttnRope& rope, const float2* table,
                                           uint32_t q_base, int ptid) {
-  NamedBarrier<WgmmaWsShape::kProducerBarrier, WgmmaWsShape::kProducerThreads>();
-  WgmmaRotateQ(rope, table, q_base, ptid, WgmmaWsShape::kProducerThreads);
+  NamedBarrier<WgmmaWsShape::kProducerBarrier, kN>();
+  WgmmaRotateQ(rope, table, q_base, ptid, kN);
   wgmma::FenceProxyAsyncShared();
 }
 
@@ -332,9 +349,9 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, con
   for (int64_t j = 0; j < WS::kIdxAhead; ++j) fetch_idx(j);
   CpAsyncCommit();
   CpAsyncWait<0>();
-  NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+  NamedBarrier<WS::kProducerBarrier, WS::kRowsProducerThreads>();
   WsWaitQEmpty(base, units);
-  WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kProducerThreads);
+  WgmmaLoadQ(p, t, h0, base + W::kQOff, ptid, WS::kRowsProducerThreads);
 #pragma unroll 1
   for (int64_t k = 0; k < WS::kRawAhead; ++k) {
     if (k < n_chunks) issue(k);
@@ -346,9 +363,9 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, con
     // Q landed with chunk 0's group; its rotation's barrier is the chunk's (the fence before the
     // block's `full` arrival publishes the rotated Q with the decoded block).
     if (rotate && k == 0) {
-      WsRotateQ(rope, q_table, base + W::kQOff, ptid);
+      WsRotateQ<WS::kRowsProducerThreads>(rope, q_table, base + W::kQOff, ptid);
     } else {
-      NamedBarrier<WS::kProducerBarrier, WS::kProducerThreads>();
+      NamedBarrier<WS::kProducerBarrier, WS::kRowsProducerThreads>();
     }
     if (k + WS::kRawAhead < n_chunks) issue(k + WS::kRawAhead);  // into chunk k - 1's slot
     fetch_idx(k + WS::kIdxAhead);  // into chunk k's index slot (read when chunk k was issued)
@@ -381,7 +398,8 @@ __device__ __forceinline__ void WsProduceRowsUnit(const SparseAttnParams& p, con
 // register pressure of decoding the block it leads next, without the raw rows' copies and waits.
 // kProbe 1: the decode before the probe / issue of the next block's S (in the wait for the lead's
 // hand-off); 2: after the warpgroup's P·V of the block is issued, the next block's S issued after
-// the decode (the order a consumer-side decode needs: S(b + 1) reads the decoded tile).
+// the decode (the order a consumer-side decode needs: S(b + 1) reads the decoded tile); 3:
+// placement 1 with a decode of half the instructions (WsProbeDecode<true>).
 struct WsProbeShape {
   static constexpr uint32_t kRowBytes = 288;  // 256 code bytes + 32 E4M3 scale bytes
   static constexpr uint32_t kRawOff = WgmmaWsShape::kEnd + WgmmaWsShape::kRopeTables;
@@ -407,7 +425,11 @@ __device__ __forceinline__ void WsProbeFill(uint8_t* smem, int tid) {
 // wtid / 32 + 4j (j = 0..15), so that a warp reads 256 contiguous code bytes of one row; each
 // group's two 16-byte stores go where the stage tile's would (TileOffset: column block q / 4,
 // 128-byte swizzle by row % 8, which alternates between two values with j's parity), folded into
-// the sink. The addresses are set up once, as a real decode's would be.
+// the sink. The addresses are set up once, as a real decode's would be. kLean: a stand-in with the
+// instruction count of a decode from a device bit order (wgmma_ws.md "Session 52": one PRMT and
+// one HMUL2 per value pair, the scale by a shift; ~1.8 instructions per value against ~3.1), not
+// the reference's values — the sensitivity of the probe's time to the decode's cost.
+template <bool kLean = false>
 __device__ __forceinline__ void WsProbeDecode(const uint8_t* smem, uint32_t base, int wtid) {
   using PS = WsProbeShape;
   const int q = wtid % 32;
@@ -421,8 +443,25 @@ __device__ __forceinline__ void WsProbeDecode(const uint8_t* smem, uint32_t base
 #pragma unroll 2
   for (int j = 0; j < kBlock / 4; ++j) {
     uint32_t out[2][4];
-    DecodeFp4E4m3Block16(*reinterpret_cast<const uint2*>(codes + j * 4 * PS::kRowBytes),
-                         scales[j * 4 * PS::kRowBytes], out);
+    const uint2 w = *reinterpret_cast<const uint2*>(codes + j * 4 * PS::kRowBytes);
+    const uint32_t sb = scales[j * 4 * PS::kRowBytes];
+    if constexpr (kLean) {
+      const uint32_t s2 = (sb << 7) | (sb << 23);
+      const uint32_t words[2] = {w.x, w.y};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          uint32_t v;
+          asm("prmt.b32 %0, %1, %2, %3;"
+              : "=r"(v)
+              : "r"(0x3F803F00u), "r"(0x40C04080u), "r"(words[h] >> (4 * k)));
+          asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out[h][k]) : "r"(v), "r"(s2));
+        }
+      }
+    } else {
+      DecodeFp4E4m3Block16(w, sb, out);
+    }
     // Row r0 + 4j: Sw128Offset's row term (r0 + 4j)·128 = sw[j % 2]'s row term + 512·(j & ~1).
     const uint32_t at = col + sw[j % 2] + 512u * static_cast<uint32_t>(j & ~1);
     StShared128(sink + (at & kMask), out[0]);
@@ -545,8 +584,8 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
         NamedArrive<WS::kLeadBarrier0 + 1, WS::kConsumerThreads>();
       }
     } else {
-      if constexpr (kProbe == 1) {
-        if (!last) WsProbeDecode(smem, base, wtid);
+      if constexpr (kProbe == 1 || kProbe == 3) {
+        if (!last) WsProbeDecode<kProbe == 3>(smem, base, wtid);
       }
       if constexpr (kProbe != 2) issue_next_s(last);
       if (half == 0) {
@@ -561,7 +600,7 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
       for (int i = 0; i < 128; ++i) acc[i] = __fmul_rn(acc[i], alpha[(i >> 1) & 1]);
     }
     if (kProbe == 2 && !lead) {
-      WgmmaPvIssue(acc, a, kv_base, half);
+      WgmmaPvIssue<kWsPvParts>(acc, a, kv_base, half);
       if (!last) WsProbeDecode(smem, base, wtid);
       issue_next_s(last);
       wgmma::WaitGroup<0>();
@@ -572,7 +611,7 @@ __device__ __forceinline__ void WsConsumeUnit(const SparseAttnParams& p, const G
         for (int j = 0; j < 4; ++j) wgmma::FenceOperand(a[k][j]);
       }
     } else {
-      WgmmaPv(acc, a, kv_base, half);  // waited (S of the next block too): the stage reads done
+      WgmmaPv<kWsPvParts>(acc, a, kv_base, half);  // waited (S of the next block too)
     }
     if (!last) MbarArrive(WsEmptyBar(base, stage));
   }
@@ -615,8 +654,9 @@ __global__ void __launch_bounds__(WgmmaWsShape::kThreads, 1)
   const int wg = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
   // Each role runs its own unit loop after its register reallocation, so that ptxas allocates
   // each loop within its role's budget.
-  if (wg == 2) {
+  if (wg >= 2) {
     SetMaxRegsDec<WS::kProducerRegs>();
+    if (!kRows && wg > 2) return;  // FS_WS_ROWS_WIDE: the bf16 form's producer is warpgroup 2
     for (int64_t unit = blockIdx.x; unit < geo.units; unit += gridDim.x) {
       const UnitSpan u = UnitOf(geo, unit, n_blocks, W::kHeads);
       if constexpr (kRows) {

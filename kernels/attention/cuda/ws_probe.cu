@@ -18,9 +18,7 @@ absl::Status LaunchSparseAttnWsProbe(const SparseAttnParams& p, CUstream_st* str
                                      int placement) {
   using W = attn_device::WgmmaShape;
   using PS = attn_device::WsProbeShape;
-  if (placement != 1 && placement != 2) {
-    return absl::InvalidArgumentError("placement: 1 or 2");
-  }
+  if (placement < 1 || placement > 3) return absl::InvalidArgumentError("placement: 1, 2 or 3");
   if (p.tokens == 0) return absl::OkStatus();
   if (p.heads <= 0 || p.heads % W::kHeads != 0) {
     return absl::InvalidArgumentError("heads: the probe takes multiples of 64");
@@ -51,12 +49,14 @@ absl::Status LaunchSparseAttnWsProbe(const SparseAttnParams& p, CUstream_st* str
   geo.splits = 1;
   geo.blocks_per_split = cut.blocks_per_split;
   geo.units = p.tokens * geo.groups;
-  auto* kernel = placement == 1 ? attn_device::WgmmaWsKernel<W::kD, false, false, 1>
-                                : attn_device::WgmmaWsKernel<W::kD, false, false, 2>;
+  using attn_device::WgmmaWsKernel;
+  auto* kernel = placement == 1   ? WgmmaWsKernel<W::kD, false, false, 1>
+                 : placement == 2 ? WgmmaWsKernel<W::kD, false, false, 2>
+                                  : WgmmaWsKernel<W::kD, false, false, 3>;
   // Once per process (the attribute is per device; the probe's callers use device 0).
   static const bool raised = [] {
-    for (auto* k : {attn_device::WgmmaWsKernel<W::kD, false, false, 1>,
-                    attn_device::WgmmaWsKernel<W::kD, false, false, 2>}) {
+    for (auto* k : {WgmmaWsKernel<W::kD, false, false, 1>, WgmmaWsKernel<W::kD, false, false, 2>,
+                    WgmmaWsKernel<W::kD, false, false, 3>}) {
       CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(PS::kSmemBytes)));
     }

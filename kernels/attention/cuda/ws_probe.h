@@ -13,7 +13,8 @@ namespace flashserve::kernels::attention_internal {
 
 // Runs SparseAttnParams' recipe (attention.h) on the bf16 pool with WgmmaWsKernel's probe
 // instantiation `placement` (1: the decode before the next block's S; 2: after the warpgroup's
-// P·V is issued, the next block's S after it). The output is LaunchSparseAttn's on the wgmma-ws
+// P·V is issued, the next block's S after it; 3: as 1 with a stand-in decode of half the
+// instructions). The output is LaunchSparseAttn's on the wgmma-ws
 // path bit for bit (the decode writes a sink only). Needs heads a multiple of 64, head_dim 512,
 // no RoPE, no row form, q / kv / out 16-byte aligned with strides that are multiples of 8
 // elements, and one list range per (token, group): tokens · heads / 64 >= 128
