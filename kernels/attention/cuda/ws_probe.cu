@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/cuda/prototype_checks.h"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/attention/cuda/ws_probe.h"
@@ -23,22 +24,7 @@ absl::Status LaunchSparseAttnWsProbe(const SparseAttnParams& p, CUstream_st* str
   if (p.heads <= 0 || p.heads % W::kHeads != 0) {
     return absl::InvalidArgumentError("heads: the probe takes multiples of 64");
   }
-  if (p.head_dim != W::kD) return absl::InvalidArgumentError("head_dim: the probe takes 512");
-  if (p.kv == nullptr || p.kv_rows.window != nullptr || p.kv_rows.compressed != nullptr) {
-    return absl::InvalidArgumentError("kv: the probe takes the bf16 pool only");
-  }
-  if (p.rope != nullptr) return absl::InvalidArgumentError("rope: not in the probe");
-  const auto aligned = [](const void* ptr) {
-    return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
-  };
-  if (!aligned(p.q) || !aligned(p.kv) || !aligned(p.out) || p.q_stride % 8 != 0 ||
-      p.q_head_stride % 8 != 0 || p.kv_stride % 8 != 0 || p.out_stride % 8 != 0 ||
-      p.out_head_stride % 8 != 0) {
-    return absl::InvalidArgumentError("q / kv / out: 16-byte alignment and strides of 8 needed");
-  }
-  if (p.indices == nullptr || p.attn_sink == nullptr || p.out == nullptr || p.width < 0) {
-    return absl::InvalidArgumentError("indices / attn_sink / out / width");
-  }
+  if (absl::Status st = CheckBf16PoolPrototype(p, "the probe"); !st.ok()) return st;
   const SparseAttnCudaCut cut = SparseAttnCudaCutFor(p.tokens, p.heads, p.width, W::kHeads);
   if (cut.splits != 1) {
     return absl::InvalidArgumentError(
