@@ -14,24 +14,18 @@ K=/tmp/kit; mkdir -p $K; for t in "$(dirname "$0")"/s98*.tar.xz; do tar xJf "$t"
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 SAN=/usr/local/cuda/bin/compute-sanitizer
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+# synccheck SUITE SECONDS: kernels_SUITE_gpu_test under synccheck, bounded; its summary and errors.
+synccheck() {
+  timeout "$2" $SAN --tool synccheck --print-limit 10 $K/kernels_$1_gpu_test --gtest_brief=1 \
+    > $OUT/$1_sync.log 2>&1
+  echo "$1 synccheck rc $?: $(grep -E 'ERROR SUMMARY' $OUT/$1_sync.log | tail -1)"
+  grep -E "PASSED|FAILED" $OUT/$1_sync.log | head -3
+  grep -E "^========= (Invalid|Error|Barrier|Program hit)" $OUT/$1_sync.log | sort | uniq -c | head -4
+}
 for mode in "$@"; do
   case $mode in
-    y)
-      for b in engram norm_rope indexer; do
-        timeout 70 $SAN --tool synccheck --print-limit 10 $K/kernels_${b}_gpu_test --gtest_brief=1 \
-          > $OUT/${b}_sync.log 2>&1
-        echo "$b synccheck rc $?: $(grep -E 'ERROR SUMMARY' $OUT/${b}_sync.log | tail -1)"
-        grep -E "PASSED|FAILED" $OUT/${b}_sync.log | head -3
-        grep -E "^========= (Invalid|Error|Barrier|Program hit)" $OUT/${b}_sync.log | sort | uniq -c | head -4
-      done ;;
-    c)
-      for b in compressor gemm; do
-        timeout 150 $SAN --tool synccheck --print-limit 10 $K/kernels_${b}_gpu_test --gtest_brief=1 \
-          > $OUT/${b}_sync.log 2>&1
-        echo "$b synccheck rc $?: $(grep -E 'ERROR SUMMARY' $OUT/${b}_sync.log | tail -1)"
-        grep -E "PASSED|FAILED" $OUT/${b}_sync.log | head -3
-        grep -E "^========= (Invalid|Error|Barrier|Program hit)" $OUT/${b}_sync.log | sort | uniq -c | head -4
-      done ;;
+    y) for b in engram norm_rope indexer; do synccheck $b 70; done ;;
+    c) for b in compressor gemm; do synccheck $b 150; done ;;
     g)
       # The test names in list order ("Suite." lines, then indented test names).
       last=$($K/kernels_gemm_gpu_test --gtest_list_tests | awk '/^[^ ]/ { s = $1 } /^  / { print s $1 }' \
