@@ -58,7 +58,39 @@ struct SparseAttnKvRows {
   const uint8_t* compressed = nullptr;  // kMainKv rows, row j at compressed + j * ..._stride
   int64_t n_compressed = 0;             // >= 0
   int64_t compressed_stride = 0;        // bytes, >= head_dim/2 + head_dim/16
+  // Optional, CUDA only (SparseAttnCpu ignores it): bf16 scratch for the decode-once variant,
+  // room for [n_window + n_compressed][head_dim] (decoded_bytes >= SparseAttnDecodedBytes),
+  // 16-byte aligned, overlapping no other buffer. Where the lists read each row often enough
+  // (SparseAttnDecodeOncePays: prefill chunks of one sequence, whose tokens share its rows), the
+  // launcher decodes every row into it once (quant LaunchDecodeRows: the window rows, then the
+  // compressed rows after them, i.e. the bf16 pool the indices address) and attends over that
+  // pool, instead of decoding each gathered row again for every (token, head group). Same output
+  // bits: the row kernels decode exactly as DecodeRows does, and the bf16 bodies agree bit for
+  // bit (README.md "Decode once"). Its contents are scratch: undefined after the call.
+  uint16_t* decoded = nullptr;
+  size_t decoded_bytes = 0;
 };
+
+// Bytes of SparseAttnKvRows::decoded for pools of n_window + n_compressed rows of head_dim.
+constexpr size_t SparseAttnDecodedBytes(int64_t n_window, int64_t n_compressed, int64_t head_dim) {
+  return static_cast<size_t>(n_window + n_compressed) * static_cast<size_t>(head_dim) * 2;
+}
+
+// When the CUDA launcher decodes once (SparseAttnKvRows::decoded set): from
+// kSparseAttnDecodeOnceMinTokens tokens (below, the two decode launches cost more than the
+// per-reference decode they save), where the lists' entries (tokens · width) are at least
+// kSparseAttnDecodeOnceRefsPerRow times the rows decoded (every row is decoded, referenced or
+// not). A decode batch, each token another sequence with its own 128 window rows, reads its rows
+// at most width / 128 = 5 times each on average, so it never qualifies (its window rows are read
+// once each: decoding them first only adds a write and a read); a prefill chunk of one sequence
+// over a pool up to 1/8 of its list entries does (README.md "Decode once").
+inline constexpr int64_t kSparseAttnDecodeOnceMinTokens = 64;
+inline constexpr int64_t kSparseAttnDecodeOnceRefsPerRow = 8;
+constexpr bool SparseAttnDecodeOncePays(int64_t tokens, int64_t width, int64_t rows) {
+  return tokens >= kSparseAttnDecodeOnceMinTokens &&
+         static_cast<double>(tokens) * static_cast<double>(width) >=
+             static_cast<double>(kSparseAttnDecodeOnceRefsPerRow) * static_cast<double>(rows);
+}
 
 // o[t, h, :] = Σ_e softmax_e · kv[idx[t, e], :] with the sink in the denominator, computed by the
 // reference's blocked online softmax (README.md "Exact recipe"):
@@ -152,7 +184,10 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 // head count; InvalidArgumentError naming kv_rows otherwise; a path override other than wgmma-ws,
 // which forces the opt-in warp-specialised row kernel, is ignored). The kernel gathers the raw
 // rows (288 / 528 B) and decodes them in shared memory, exactly as quant's decoders do; its output
-// equals, bit for bit, that of the same kernel fed the decoded bf16 pool.
+// equals, bit for bit, that of the same kernel fed the decoded bf16 pool. With kv_rows.decoded
+// set and heads a multiple of 64, a launch that SparseAttnDecodeOncePays decodes every row into
+// it first and runs the bf16 pool's default path (wgmma or wgmma-ws; a path override applies as
+// for a bf16 pool): the same bits, three launches.
 //
 // Paths: head_dim 128, 256 or 512 with 16-byte aligned q / kv / out and strides that are multiples
 // of 8 elements take a tensor-core path: at head_dim 512 with heads a multiple of 64, the Hopper

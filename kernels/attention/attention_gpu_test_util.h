@@ -31,4 +31,18 @@ class PathOverride {
   PathOverride& operator=(const PathOverride&) = delete;
 };
 
+// Sets the launcher's decode-once override for its scope (kAuto afterwards).
+class DecodeOnceOverride {
+ public:
+  explicit DecodeOnceOverride(attention_internal::SparseAttnDecodeOnce mode) {
+    attention_internal::SetSparseAttnDecodeOnceOverride(mode);
+  }
+  ~DecodeOnceOverride() {
+    attention_internal::SetSparseAttnDecodeOnceOverride(
+        attention_internal::SparseAttnDecodeOnce::kAuto);
+  }
+  DecodeOnceOverride(const DecodeOnceOverride&) = delete;
+  DecodeOnceOverride& operator=(const DecodeOnceOverride&) = delete;
+};
+
 }  // namespace flashserve::kernels::testing

@@ -1,8 +1,8 @@
 // bench_sparse_attn: decode sparse attention per layer on the GPU against its roofline.
 //
 //   bench_sparse_attn [--iters N] [--warmup N] [--compressed ROWS]
-//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto|
-//                             probe]
+//                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|once|
+//                             tproto|probe]
 //                     [--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct]
 //                     [--no-roofs] [--no-graph] [--ncu]
 //
@@ -27,7 +27,13 @@
 // wgmma_ws.md "Session 69"; bf16 pool, no RoPE), its SS variant (`tproto-ss`) and the row form's
 // default kernel, in that order; `probe` runs wgmma-ws, the consumer-side decode probe in both
 // placements and the half-cost decode (cuda/ws_probe.h; wgmma_ws.md "Session 70"; rows `probe-1`,
-// `probe-2`, `probe-3`, only from 128 tokens: no split combine) and the row form's default kernel.
+// `probe-2`, `probe-3`, only from 128 tokens: no split combine) and the row form's default kernel;
+// `once` runs the row form's default kernel, the row form's decode-once variant forced
+// (attention.h SparseAttnKvRows::decoded; row `once-<the decoded pool's body>`: LaunchDecodeRows
+// over every window and compressed row, then the bf16 pool's default body, timed together; its
+// bytes count every row read and written by the decode and the unique rows read back as bf16)
+// and the bf16 pool's default body; it prints the decode pass alone and the token counts where
+// the default rule would decode once (SparseAttnDecodeOncePays).
 // --tokens replaces the batch sizes (default 1,8,64,256).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
@@ -59,6 +65,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -99,6 +106,7 @@ struct Run {
   bool tproto = false;
   bool tproto_ss = false;  // with tproto: the SS variant
   int probe = 0;           // the consumer-side decode probe's placement (cuda/ws_probe.h), 1..3
+  bool once = false;       // with rows: the decode-once variant forced (kv_rows.decoded)
 };
 
 struct Options {
@@ -190,7 +198,7 @@ class Bench {
   // One row: `tokens` decode queries on `path` (the launcher's override while it runs), over the
   // bf16 pool or (rows) the serving rows.
   void Decode(int64_t tokens, SparseAttnCudaPath path, bool rows, bool tproto, bool tproto_ss,
-              int probe) {
+              int probe, bool once) {
     // The probe runs one list range per (token, group) only (no split combine).
     if (probe != 0 && tokens * kHeads / 64 < kSparseAttnCudaSplitCtas) return;
     // rope_q exists on the wgmma family only (attention.h): --rope skips the mma.sync rows.
@@ -238,6 +246,23 @@ class Bench {
     p.workspace = dws_.get();
     p.workspace_bytes = dws_.bytes();
     if (rows) SetRows(dwindow_.get<uint8_t>(), dcompressed_.get<uint8_t>(), &p);
+    // The decode-once variant: the scratch, forced on (the rule's choice is printed below).
+    const size_t decoded_bytes = SparseAttnDecodedBytes(n_window_, o_.compressed, kDim);
+    if (rows) {
+      attention_internal::SetSparseAttnDecodeOnceOverride(
+          attention_internal::SparseAttnDecodeOnce::kAuto);
+      p.kv_rows.decoded = DecodeScratch().get<uint16_t>();
+      p.kv_rows.decoded_bytes = decoded_bytes;
+      if (attention_internal::SparseAttnDecodesOnce(p)) rule_once_.insert(tokens);
+      if (!once) {
+        p.kv_rows.decoded = nullptr;
+        p.kv_rows.decoded_bytes = 0;
+      }
+    }
+    if (once) {
+      attention_internal::SetSparseAttnDecodeOnceOverride(
+          attention_internal::SparseAttnDecodeOnce::kOn);
+    }
     std::vector<int64_t> positions(static_cast<size_t>(tokens));
     for (int64_t t = 0; t < tokens; ++t) positions[t] = 65535 - t;
     DeviceBuffer dpos = Upload(positions);
@@ -271,9 +296,14 @@ class Bench {
     const double us = MedianEventMicros(o_.warmup, o_.iters, [&] { launch(nullptr); });
     const double graph_us =
         o_.graph ? GraphMicrosPerLaunch(std::min(o_.warmup, 3), o_.iters, launch) : 0.0;
-    const double row_bytes = rows ? window_rows * double(window_stride_) +
-                                        double(unique.size()) * double(compressed_stride_)
-                                  : unique_rows * kDim * 2.0;
+    // Decode once: every row read in its serving format and written as bf16, then the unique
+    // rows read back as bf16.
+    const double row_bytes = once ? n_window_ * double(window_stride_) +
+                                        o_.compressed * double(compressed_stride_) +
+                                        double(decoded_bytes) + unique_rows * kDim * 2.0
+                             : rows ? window_rows * double(window_stride_) +
+                                          double(unique.size()) * double(compressed_stride_)
+                                    : unique_rows * kDim * 2.0;
     const double bytes = row_bytes + 2.0 * (2.0 * tokens * kHeads * kDim) + 4.0 * tokens * kWidth;
     const double flops = 4.0 * kHeads * kDim * kWidth * tokens;
     const double mem_us = o_.roofs ? bytes / copy_gbps_ / 1e3 : 0.0;
@@ -281,14 +311,34 @@ class Bench {
     const std::string name =
         probe != 0 ? "probe-" + std::to_string(probe)
         : tproto   ? std::string(tproto_ss ? "tproto-ss" : "tproto")
-                   : std::string(rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows"
-                                                                               : "wgmma-rows")
-                                      : attention_internal::SparseAttnCudaPathName(taken)) +
-                       (o_.rope ? "+rope" : "");
+        : once     ? std::string("once-") + attention_internal::SparseAttnCudaPathName(taken) +
+                     (o_.rope ? "+rope" : "")
+               : std::string(
+                     rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows" : "wgmma-rows")
+                          : attention_internal::SparseAttnCudaPathName(taken)) +
+                     (o_.rope ? "+rope" : "");
     names_.push_back(name);
     rows_.push_back({names_.back().c_str(), tokens, us, graph_us, bytes / 1e6, unique_rows,
                      flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
     attention_internal::SetSparseAttnCudaPathOverride(SparseAttnCudaPath::kAuto);
+    attention_internal::SetSparseAttnDecodeOnceOverride(
+        attention_internal::SparseAttnDecodeOnce::kAuto);
+  }
+
+  // The decode-once pass alone (quant LaunchDecodeRows over every window and compressed row, as
+  // the launcher runs it), median µs; once per run.
+  void TimeDecodeAlone() {
+    if (decode_us_ > 0) return;
+    uint16_t* out = DecodeScratch().get<uint16_t>();
+    quant::DecodeRowsParams w{quant::KvRowKind::kSwaKv, n_window_, kDim, dwindow_.get<uint8_t>(),
+                              window_stride_,           out,       kDim};
+    quant::DecodeRowsParams c{
+        quant::KvRowKind::kMainKv, o_.compressed,          kDim, dcompressed_.get<uint8_t>(),
+        compressed_stride_,        out + n_window_ * kDim, kDim};
+    decode_us_ = MedianEventMicros(o_.warmup, o_.iters, [&] {
+      CHECK_OK(quant::LaunchDecodeRows(w, nullptr));
+      CHECK_OK(quant::LaunchDecodeRows(c, nullptr));
+    });
   }
 
   int Print(const std::string& command) const {
@@ -320,6 +370,21 @@ class Bench {
       std::printf(
           "rope cos/sin table (LaunchRopeCosSin, built once per step): %ld tokens %.2f us\n",
           long(tokens), us);
+    }
+    if (decode_us_ > 0) {
+      const double mb =
+          (n_window_ * double(window_stride_) + o_.compressed * double(compressed_stride_) +
+           double(SparseAttnDecodedBytes(n_window_, o_.compressed, kDim))) /
+          1e6;
+      std::printf(
+          "decode once, the pass alone (LaunchDecodeRows: %ld window + %ld compressed rows, %.1f "
+          "MB read + written): %.2f us, %.0f GB/s\n",
+          long(n_window_), long(o_.compressed), mb, decode_us_, mb / decode_us_ * 1e3);
+    }
+    if (!rule_once_.empty()) {
+      std::printf("the default rule (SparseAttnDecodeOncePays) decodes once at tokens:");
+      for (int64_t t : rule_once_) std::printf(" %ld", long(t));
+      std::printf("\n");
     }
     std::printf("\ncorrectness (first tokens vs SparseAttnCpu): %s\n",
                 failures_ == 0 ? "OK" : "MISMATCH");
@@ -447,6 +512,15 @@ class Bench {
   std::deque<std::string> names_;  // Row::path points into these (a deque never moves them)
   RopeTable rope_ = TextRope();
   std::map<int64_t, double> table_us_;  // LaunchRopeCosSin's median per token count (--rope 1)
+  DeviceBuffer& DecodeScratch() {
+    if (ddecoded_.bytes() == 0) {
+      ddecoded_ = DeviceBuffer(SparseAttnDecodedBytes(n_window_, o_.compressed, kDim));
+    }
+    return ddecoded_;
+  }
+  DeviceBuffer ddecoded_;        // the decode-once scratch (allocated on first use)
+  double decode_us_ = 0;         // TimeDecodeAlone's median
+  std::set<int64_t> rule_once_;  // token counts where the default rule decodes once
   int failures_ = 0;
 };
 
@@ -489,6 +563,10 @@ int Main(int argc, char** argv) {
                    {SparseAttnCudaPath::kWgmmaWs, false, true},
                    {SparseAttnCudaPath::kWgmmaWs, false, true, true},
                    {SparseAttnCudaPath::kWgmma, true}};
+      } else if (v == "once") {
+        o.paths = {{SparseAttnCudaPath::kWgmma, true},
+                   {SparseAttnCudaPath::kAuto, true, false, false, 0, true},
+                   {SparseAttnCudaPath::kAuto, false}};
       } else if (v == "probe") {
         o.paths = {{SparseAttnCudaPath::kWgmmaWs, false},
                    {SparseAttnCudaPath::kWgmmaWs, false, false, false, 1},
@@ -506,7 +584,7 @@ int Main(int argc, char** argv) {
       } else {
         std::fprintf(stderr,
                      "--path takes both, all, ws, auto, wgmma, wgmma-ws, wgmma-splitk, mma.sync, "
-                     "rows, tproto or probe\n");
+                     "rows, once, tproto or probe\n");
         return 2;
       }
     } else if (a == "--tokens" && i + 1 < argc) {
@@ -546,7 +624,7 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
-          "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|tproto|probe] "
+          "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|once|tproto|probe] "
           "[--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct] "
           "[--no-roofs] [--no-graph] [--ncu]\n",
           argv[0]);
@@ -567,8 +645,9 @@ int Main(int argc, char** argv) {
   Bench bench(o);
   bench.Roofs();
   for (const Run& run : o.paths) {
+    if (run.once) bench.TimeDecodeAlone();
     for (int64_t tokens : o.tokens)
-      bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss, run.probe);
+      bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss, run.probe, run.once);
   }
   return bench.Print(command);
 }

@@ -625,7 +625,11 @@ struct RowOutputs {
   std::vector<uint16_t> bf16;     // the wgmma kernel on the decoded bf16 pool
   std::vector<uint16_t> rows;     // the wgmma kernel on the serving rows
   std::vector<uint16_t> ws_rows;  // the wgmma-ws kernel on the serving rows (producer decodes)
-  std::vector<uint16_t> cpu;      // SparseAttnCpu on the serving rows
+  // The decode-once variant (kv_rows.decoded, forced on; the scratch poisoned first) on the
+  // wgmma and wgmma-ws bodies (heads a multiple of 64; otherwise it runs the row kernels).
+  std::vector<uint16_t> once;
+  std::vector<uint16_t> once_ws;
+  std::vector<uint16_t> cpu;  // SparseAttnCpu on the serving rows
 };
 
 // c holds the decoded pool of `pools` (testing::EncodeKvRows). Packed q / out; poisoned outputs.
@@ -649,7 +653,10 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
                dsink = ToDevice(c.sink), dwin = ToDevice(pools.window),
                dcmp = ToDevice(pools.compressed);
   DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
-  auto run = [&](bool rows, SparseAttnCudaPath path) {
+  const size_t decoded_bytes =
+      SparseAttnDecodedBytes(pools.n_window, pools.n_compressed, c.head_dim);
+  DeviceBuffer ddecoded = ToDevice(std::vector<uint16_t>(decoded_bytes / 2, kPoison));
+  auto run = [&](bool rows, SparseAttnCudaPath path, bool once = false) {
     DeviceBuffer dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
     SparseAttnParams dp = LayoutParams(c, {});
     dp.q = dq.get<uint16_t>();
@@ -660,8 +667,15 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
     dp.workspace = dws.get();
     dp.workspace_bytes = dws.bytes();
     if (rows) testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &dp);
+    if (once) {
+      dp.kv_rows.decoded = ddecoded.get<uint16_t>();
+      dp.kv_rows.decoded_bytes = decoded_bytes;
+    }
     {
       PathOverride force(path);
+      testing::DecodeOnceOverride force_once(once ? attention_internal::SparseAttnDecodeOnce::kOn
+                                                  : attention_internal::SparseAttnDecodeOnce::kOff);
+      EXPECT_EQ(attention_internal::SparseAttnDecodesOnce(dp), once && c.heads % 64 == 0);
       EXPECT_EQ(SparseAttnCudaPathFor(dp), path);
       const absl::Status st = LaunchSparseAttn(dp, nullptr);
       CHECK(st.ok()) << st.message();
@@ -674,6 +688,8 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
   o.bf16 = run(false, SparseAttnCudaPath::kWgmma);
   o.rows = run(true, SparseAttnCudaPath::kWgmma);
   o.ws_rows = run(true, SparseAttnCudaPath::kWgmmaWs);
+  o.once = run(true, SparseAttnCudaPath::kWgmma, /*once=*/true);
+  o.once_ws = run(true, SparseAttnCudaPath::kWgmmaWs, /*once=*/true);
   return o;
 }
 
@@ -702,6 +718,8 @@ void ExpectRowForm(AttnCase c, int64_t n_window, int64_t pad, const char* label)
   };
   check("wgmma rows", o.rows);
   check("wgmma-ws rows", o.ws_rows);
+  check("decode-once wgmma", o.once);
+  check("decode-once wgmma-ws", o.once_ws);
 }
 
 // Released dims: 64 heads × 512, window 128 + 512 compressed entries per token (10 blocks: the
@@ -738,6 +756,85 @@ TEST(SparseAttnGpuTest, RowFormShapes) {
   AttnCase none = DecodeCase(3, 64, 512, 128, 128, 500, 0.0, 40);
   for (auto& i : none.indices) i = -1;
   ExpectRowForm(none, 128, 0, "row form all -1");
+}
+
+// The decode-once variant under the default rule (attention.h SparseAttnDecodeOncePays): 64 tokens
+// over a shared 128-row window and 1,000 compressed rows (40,960 list entries, ~36 per row) decode
+// once and run the bf16 pool's default body (wgmma-ws), bit for bit equal to the row kernel; the
+// same again captured into a CUDA graph and replayed twice; 63 tokens (below the rule's minimum)
+// and 64 tokens over a pool too large for the rule run the row kernel, and leave the scratch
+// unwritten.
+TEST(SparseAttnGpuTest, RowFormDecodesOnceWhereItPays) {
+  FS_SKIP_WITHOUT_GPU();
+  auto run = [](int64_t tokens, int64_t n_compressed, bool scratch, bool graph, bool* once,
+                bool* scratch_written) {
+    AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, n_compressed, 0.1, 2000 + tokens);
+    const testing::KvRowPools pools = testing::EncodeKvRows(&c, 128, 0);
+    DeviceBuffer dq = ToDevice(c.q), didx = ToDevice(c.indices), dsink = ToDevice(c.sink),
+                 dwin = ToDevice(pools.window), dcmp = ToDevice(pools.compressed),
+                 dout = ToDevice(std::vector<uint16_t>(c.q.size(), kPoison));
+    DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+    const size_t decoded_bytes = SparseAttnDecodedBytes(128, n_compressed, 512);
+    const std::vector<uint16_t> poison(decoded_bytes / 2, kPoison);
+    DeviceBuffer ddecoded = ToDevice(poison);
+    SparseAttnParams p = LayoutParams(c, {});
+    p.q = dq.get<uint16_t>();
+    p.indices = didx.get<int32_t>();
+    p.attn_sink = dsink.get<float>();
+    p.out = dout.get<uint16_t>();
+    p.workspace = dws.get();
+    p.workspace_bytes = dws.bytes();
+    testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &p);
+    if (scratch) {
+      p.kv_rows.decoded = ddecoded.get<uint16_t>();
+      p.kv_rows.decoded_bytes = decoded_bytes;
+    }
+    *once = attention_internal::SparseAttnDecodesOnce(p);
+    if (*once) {
+      EXPECT_EQ(SparseAttnCudaPathFor(p), SparseAttnCudaPath::kWgmmaWs);
+    }
+    if (graph) {
+      cudaStream_t stream = nullptr;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cudaGraph_t g = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      CHECK_OK(LaunchSparseAttn(p, stream));
+      CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+      cudaGraphExec_t exec = nullptr;
+      CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+      for (int i = 0; i < 2; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(g));
+      CUDA_CHECK(cudaStreamDestroy(stream));
+    } else {
+      CHECK_OK(LaunchSparseAttn(p, nullptr));
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out(c.q.size()), decoded(poison.size());
+    dout.CopyToHost(out.data(), out.size() * 2);
+    ddecoded.CopyToHost(decoded.data(), decoded.size() * 2);
+    *scratch_written = decoded != poison;
+    return out;
+  };
+  bool once = false, written = false;
+  const std::vector<uint16_t> rows = run(64, 1000, false, false, &once, &written);
+  EXPECT_FALSE(once);
+  for (bool graph : {false, true}) {
+    const std::vector<uint16_t> got = run(64, 1000, true, graph, &once, &written);
+    const int64_t diffs = testing::CountBitDiffs(got, rows);
+    std::printf("decode once, 64 tokens, 1,128 rows%s: %ld of %zu differ from the row kernel\n",
+                graph ? " (graph, 2 replays)" : "", static_cast<long>(diffs), got.size());
+    EXPECT_TRUE(once);
+    EXPECT_TRUE(written);
+    EXPECT_EQ(diffs, 0);
+  }
+  run(63, 1000, true, false, &once, &written);
+  EXPECT_FALSE(once);
+  EXPECT_FALSE(written);
+  run(64, 8000, true, false, &once, &written);  // 40,960 entries < 8 × 8,128 rows
+  EXPECT_FALSE(once);
+  EXPECT_FALSE(written);
 }
 
 TEST(SparseAttnGpuTest, RowFormLauncherErrors) {

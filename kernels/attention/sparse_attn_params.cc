@@ -154,6 +154,23 @@ absl::Status CheckKvRows(const SparseAttnParams& p, Extent* window, Extent* comp
   return absl::OkStatus();
 }
 
+// The decode-once scratch (SparseAttnKvRows::decoded): size and alignment; its extent.
+absl::Status CheckDecoded(const SparseAttnParams& p, Extent* decoded) {
+  const SparseAttnKvRows& r = p.kv_rows;
+  if (r.decoded == nullptr) return absl::OkStatus();
+  const size_t need = SparseAttnDecodedBytes(r.n_window, r.n_compressed, p.head_dim);
+  if (r.decoded_bytes < need) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SparseAttn: kv_rows.decoded_bytes %d is smaller than the %d bytes the rows decode to",
+        r.decoded_bytes, need));
+  }
+  if (reinterpret_cast<uintptr_t>(r.decoded) % 16 != 0) {
+    return Invalid("kv_rows.decoded", "is not 16-byte aligned");
+  }
+  *decoded = MakeExtent(r.decoded, static_cast<int64_t>(need), 1);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 size_t SparseAttnWorkspaceBytes(int64_t head_dim, const ThreadPool* pool) {
@@ -177,8 +194,12 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   }
   Extent rows_window;
   Extent rows_compressed;
+  Extent decoded;
   if (UsesKvRows(p)) {
     RETURN_IF_ERROR(CheckKvRows(p, &rows_window, &rows_compressed));
+    RETURN_IF_ERROR(CheckDecoded(p, &decoded));
+  } else if (p.kv_rows.decoded != nullptr) {
+    return Invalid("kv_rows.decoded", "is set without kv_rows.window or kv_rows.compressed");
   }
   if (p.n_kv > 0 && p.kv == nullptr) return Invalid("kv", "is null");
   if (p.n_kv > 0 && (p.kv_stride < p.head_dim || p.kv_stride > kMaxCount)) {
@@ -245,6 +266,11 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
   if (ws.Overlaps(q) || ws.Overlaps(kv) || ws.Overlaps(idx) || ws.Overlaps(rows_window) ||
       ws.Overlaps(rows_compressed)) {
     return Invalid("workspace", "overlaps an input");
+  }
+  if (decoded.Overlaps(q) || decoded.Overlaps(out) || decoded.Overlaps(idx) ||
+      decoded.Overlaps(rows_window) || decoded.Overlaps(rows_compressed) || decoded.Overlaps(ws) ||
+      decoded.Overlaps(MakeExtent(p.attn_sink, p.heads, sizeof(float)))) {
+    return Invalid("kv_rows.decoded", "overlaps another buffer");
   }
   return host_values ? CheckIndices(p) : absl::OkStatus();
 }

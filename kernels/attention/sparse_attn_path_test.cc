@@ -95,5 +95,27 @@ TEST(SparseAttnWsDefault, TakesWsWhereUnitsHaveBlocksToPipeline) {
   EXPECT_FALSE(SparseAttnWsPays(4, kReleasedHeads, 0));
 }
 
+// The decode-once rule (attention.h SparseAttnDecodeOncePays): a prefill chunk of one sequence
+// (a shared 128-row window, 65,536 compressed rows) decodes once from 1,024 tokens (655,360 list
+// entries, ~10 per row), not at 512 (~5 per row); a decode batch (each token its own window:
+// 128 rows per token + the compressed rows) never does; nothing below 64 tokens.
+TEST(SparseAttnDecodeOnceDefault, PaysWhereRowsAreReadOftenEnough) {
+  constexpr int64_t kCompressed = 65536;
+  EXPECT_FALSE(SparseAttnDecodeOncePays(512, kReleasedWidth, 128 + kCompressed));
+  EXPECT_TRUE(SparseAttnDecodeOncePays(1024, kReleasedWidth, 128 + kCompressed));
+  EXPECT_TRUE(SparseAttnDecodeOncePays(4096, kReleasedWidth, 128 + kCompressed));
+  for (int64_t tokens :
+       {int64_t{64}, int64_t{256}, int64_t{4096}, int64_t{65536}, int64_t{1} << 24}) {
+    EXPECT_FALSE(SparseAttnDecodeOncePays(tokens, kReleasedWidth, 128 * tokens + kCompressed))
+        << tokens;
+  }
+  EXPECT_FALSE(SparseAttnDecodeOncePays(63, kReleasedWidth, 128));
+  EXPECT_TRUE(SparseAttnDecodeOncePays(64, kReleasedWidth, 128));
+  // No overflow at the validator's limits (tokens and width up to 2^40).
+  EXPECT_TRUE(SparseAttnDecodeOncePays(int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 31));
+  EXPECT_FALSE(SparseAttnDecodeOncePays(64, 0, 1));
+  EXPECT_EQ(SparseAttnDecodedBytes(128, 65536, 512), size_t{65664} * 1024);
+}
+
 }  // namespace
 }  // namespace flashserve::kernels::attention_internal

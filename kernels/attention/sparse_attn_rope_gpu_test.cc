@@ -68,6 +68,13 @@ class DeviceCase {
 
   const AttnCase& c() const { return c_; }
 
+  // The row form with the decode-once scratch (attention.h SparseAttnKvRows::decoded; the default
+  // rule decides whether it is used).
+  void GiveDecodeScratch() {
+    ddecoded_ =
+        DeviceBuffer(SparseAttnDecodedBytes(pools_.n_window, pools_.n_compressed, c_.head_dim));
+  }
+
   // separate: LaunchRope on a copy of q before and / or on the output after an attention without
   // rope; otherwise the flags go to the attention, with (cos_sin) the positions' cos/sin table
   // built by LaunchRopeCosSin (SparseAttnParams::rope_cos_sin) or without it (rope_q: an error;
@@ -100,6 +107,8 @@ class DeviceCase {
     p.workspace_bytes = dws_.bytes();
     if (row_window_ >= 0) {
       testing::SetKvRows(pools_, dwin_.get<uint8_t>(), dcmp_.get<uint8_t>(), &p);
+      p.kv_rows.decoded = ddecoded_.get<uint16_t>();  // null unless GiveDecodeScratch
+      p.kv_rows.decoded_bytes = ddecoded_.bytes();
     }
     if (separate && rope_q) {
       CHECK_OK(LaunchRope(RopeOf(dq_rot.get<uint16_t>(), false), nullptr));
@@ -153,7 +162,7 @@ class DeviceCase {
   int64_t row_window_;
   testing::KvRowPools pools_;
   std::vector<int64_t> positions_;
-  DeviceBuffer dq_, dkv_, didx_, dsink_, dpos_, dwin_, dcmp_, dws_;
+  DeviceBuffer dq_, dkv_, didx_, dsink_, dpos_, dwin_, dcmp_, dws_, ddecoded_;
 };
 
 // Fused against separate for the given flags; `rd` for the rope_out-only dims check.
@@ -249,7 +258,9 @@ TEST(SparseAttnRopeGpuTest, FusedEqualsSeparateOnForcedBodies) {
 // The cause (session 68): wgmma-ws's producer rotated Q after cp.async.wait_group 0, which does
 // not wait for copies that were never committed (Q's are tracked by the block's mbarrier), so
 // some rotations read Q before it landed; this test failed at 1,024 tokens with the RoPE (29,049
-// values, kit s90) and passes with cp.async.wait_all (kit s91, 5 repeats).
+// values, kit s90) and passes with cp.async.wait_all (kit s91, 5 repeats). The row form with the
+// decode-once scratch (the rule decodes once here: 327,680+ entries over 4,224 rows) runs the
+// decoded pool's wgmma-ws, bit for bit the row kernel's output.
 TEST(SparseAttnRopeGpuTest, ManyUnitsPerCtaBodiesAndFormsAgree) {
   FS_SKIP_WITHOUT_GPU();
   const RopeTable table = testing::TextRopeTable(64);
@@ -257,9 +268,10 @@ TEST(SparseAttnRopeGpuTest, ManyUnitsPerCtaBodiesAndFormsAgree) {
     AttnCase decoded = Decode(tokens, 64, 1200 + static_cast<uint32_t>(tokens));
     const AttnCase raw = decoded;
     testing::EncodeKvRows(&decoded, 128);  // decoded.kv: the rows' exact decode
-    DeviceCase pool(decoded, table, -1), rows(raw, table, 128);
+    DeviceCase pool(decoded, table, -1), rows(raw, table, 128), once(raw, table, 128);
+    once.GiveDecodeScratch();  // 512+ tokens over 4,224 rows: the rule decodes once
     for (bool rope : {false, true}) {
-      std::vector<uint16_t> ws, wgmma, row;
+      std::vector<uint16_t> ws, wgmma, row, row_once;
       SparseAttnCudaPath path;
       ASSERT_TRUE(pool.Run(rope, rope, false, &ws, &path).ok());
       EXPECT_EQ(path, SparseAttnCudaPath::kWgmmaWs);
@@ -270,15 +282,19 @@ TEST(SparseAttnRopeGpuTest, ManyUnitsPerCtaBodiesAndFormsAgree) {
       }
       ASSERT_TRUE(rows.Run(rope, rope, false, &row, &path).ok());
       EXPECT_EQ(path, SparseAttnCudaPath::kWgmma);
+      ASSERT_TRUE(once.Run(rope, rope, false, &row_once, &path).ok());
+      EXPECT_EQ(path, SparseAttnCudaPath::kWgmmaWs);  // the decoded pool's default body
       const int64_t ws_diffs = testing::CountBitDiffs(ws, wgmma);
       const int64_t form_diffs = testing::CountBitDiffs(row, ws);
+      const int64_t once_diffs = testing::CountBitDiffs(row_once, row);
       std::printf(
-          "%ld tokens, rope %d: wgmma-ws vs wgmma %ld, row form vs bf16 form %ld of %zu "
-          "differ\n",
+          "%ld tokens, rope %d: wgmma-ws vs wgmma %ld, row form vs bf16 form %ld, decode once "
+          "vs row form %ld of %zu differ\n",
           static_cast<long>(tokens), rope, static_cast<long>(ws_diffs),
-          static_cast<long>(form_diffs), ws.size());
+          static_cast<long>(form_diffs), static_cast<long>(once_diffs), ws.size());
       EXPECT_EQ(ws_diffs, 0) << tokens << " tokens, rope " << rope;
       EXPECT_EQ(form_diffs, 0) << tokens << " tokens, rope " << rope;
+      EXPECT_EQ(once_diffs, 0) << tokens << " tokens, rope " << rope;
     }
   }
 }

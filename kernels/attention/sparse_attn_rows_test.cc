@@ -116,6 +116,44 @@ TEST(SparseAttnRowsTest, ValidationNamesTheField) {
   bad = p;
   bad.out = reinterpret_cast<uint16_t*>(const_cast<uint8_t*>(pools.window.data()));
   expect_error(bad, "out overlaps kv_rows");
+
+  // The decode-once scratch (CUDA only; the CPU body ignores it but validates it the same way):
+  // room for the decoded rows, 16-byte aligned, overlapping nothing, set only with the row form.
+  const size_t need = SparseAttnDecodedBytes(p.kv_rows.n_window, p.kv_rows.n_compressed, 64);
+  EXPECT_EQ(need, 40u * 64 * 2);  // 10 window rows + 30 compressed rows of 64 bf16
+  alignas(16) static uint16_t scratch[40 * 64 + 16];
+  SparseAttnParams once = p;
+  once.kv_rows.decoded = scratch;
+  once.kv_rows.decoded_bytes = need;
+  ASSERT_TRUE(ValidateSparseAttn(once, nullptr).ok());
+  std::vector<uint16_t> cpu_once(out.size());
+  once.out = cpu_once.data();
+  ASSERT_TRUE(SparseAttnCpu(once, nullptr).ok());
+  std::vector<uint16_t> cpu_rows(out.size());
+  SparseAttnParams rows = p;
+  rows.out = cpu_rows.data();
+  ASSERT_TRUE(SparseAttnCpu(rows, nullptr).ok());
+  EXPECT_EQ(cpu_once, cpu_rows);  // the CPU body never reads or writes the scratch
+  once.out = p.out;
+  bad = once;
+  bad.kv_rows.decoded_bytes = need - 1;
+  expect_error(bad, "kv_rows.decoded_bytes");
+  bad = once;
+  bad.kv_rows.decoded = scratch + 1;  // 2-byte aligned
+  bad.kv_rows.decoded_bytes = need;
+  expect_error(bad, "kv_rows.decoded is not 16-byte aligned");
+  bad = once;
+  bad.kv_rows.decoded = bad.out;
+  bad.kv_rows.decoded_bytes = need;
+  expect_error(bad, "kv_rows.decoded overlaps");
+  bad = once;
+  bad.workspace = scratch;
+  bad.workspace_bytes = ws.size();
+  expect_error(bad, "overlaps");
+  bad = bf16;  // the bf16 form: no rows to decode
+  bad.kv_rows.decoded = scratch;
+  bad.kv_rows.decoded_bytes = need;
+  expect_error(bad, "kv_rows.decoded is set without");
   // head_dim 48 is no multiple of 32 (the FP8 rows' scale block).
   AttnCase odd = testing::RandomCase(1, 2, 48, 4, 4, 0.0, 91);
   std::vector<uint16_t> out48;

@@ -22,6 +22,7 @@
 #include "kernels/common/per_device_cache.h"
 #include "kernels/norm_rope/norm_rope.h"
 #include "kernels/norm_rope/rope_table.h"
+#include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
 namespace {
@@ -34,6 +35,8 @@ static_assert(attention_internal::kSparseAttnWgmmaHeads == attn_device::WgmmaSha
               "the default path rule cuts units as the wgmma launchers do");
 
 std::atomic<int> g_path_override{static_cast<int>(SparseAttnCudaPath::kAuto)};
+std::atomic<int> g_decode_once_override{
+    static_cast<int>(attention_internal::SparseAttnDecodeOnce::kAuto)};
 
 // Grid-stride kernels never need more CTAs than this.
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
@@ -237,6 +240,44 @@ absl::Status CheckRowFormFits(const SparseAttnParams& p) {
       "out strides multiples of 8 elements and row strides multiples of 16 bytes");
 }
 
+// The decode-once variant (attention.h SparseAttnKvRows::decoded): the bf16 pool the rows decode
+// to, as the indices address it (window rows first, then the compressed rows).
+SparseAttnParams DecodedPoolParams(const SparseAttnParams& p) {
+  SparseAttnParams b = p;
+  b.kv_rows = SparseAttnKvRows{};
+  b.kv = p.kv_rows.decoded;
+  b.n_kv = p.kv_rows.n_window + p.kv_rows.n_compressed;
+  b.kv_stride = p.head_dim;
+  return b;
+}
+
+// The two pools' DecodeRows params (window rows, then compressed rows), validated before either is
+// enqueued so that a failure enqueues nothing.
+absl::Status DecodeRowsOnce(const SparseAttnParams& p, cudaStream_t stream) {
+  const SparseAttnKvRows& r = p.kv_rows;
+  quant::DecodeRowsParams parts[2];
+  int n = 0;
+  if (r.n_window > 0) {
+    parts[n++] = {quant::KvRowKind::kSwaKv, r.n_window, p.head_dim, r.window,
+                  r.window_stride,          r.decoded,  p.head_dim};
+  }
+  if (r.n_compressed > 0) {
+    parts[n++] = {quant::KvRowKind::kMainKv,
+                  r.n_compressed,
+                  p.head_dim,
+                  r.compressed,
+                  r.compressed_stride,
+                  r.decoded + r.n_window * p.head_dim,
+                  p.head_dim};
+  }
+  for (int i = 0; i < n; ++i) {
+    quant::DequantizeParams unused;
+    RETURN_IF_ERROR(quant::ToDequantizeParams(parts[i], &unused));
+  }
+  for (int i = 0; i < n; ++i) RETURN_IF_ERROR(quant::LaunchDecodeRows(parts[i], stream));
+  return absl::OkStatus();
+}
+
 template <int kD>
 void LaunchTensorForHeads(const SparseAttnParams& p, cudaStream_t stream) {
   if (p.heads <= 16) {
@@ -281,7 +322,33 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path) {
   g_path_override.store(static_cast<int>(path), std::memory_order_relaxed);
 }
 
+void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode) {
+  g_decode_once_override.store(static_cast<int>(mode), std::memory_order_relaxed);
+}
+
+bool SparseAttnDecodesOnce(const SparseAttnParams& p) {
+  const SparseAttnKvRows& r = p.kv_rows;
+  if (!UsesKvRows(p) || r.decoded == nullptr) return false;
+  // The pool's default path must be the wgmma family (the row kernel's bits): whole head groups.
+  if (p.heads % kSparseAttnWgmmaHeads != 0) return false;
+  // quant's GPU decoder takes rows · channels / 8 < 2^31 per launch.
+  for (int64_t rows : {r.n_window, r.n_compressed}) {
+    if (rows * p.head_dim / 8 >= (int64_t{1} << 31)) return false;
+  }
+  switch (
+      static_cast<SparseAttnDecodeOnce>(g_decode_once_override.load(std::memory_order_relaxed))) {
+    case SparseAttnDecodeOnce::kOff:
+      return false;
+    case SparseAttnDecodeOnce::kOn:
+      return true;
+    case SparseAttnDecodeOnce::kAuto:
+      break;
+  }
+  return SparseAttnDecodeOncePays(p.tokens, p.width, r.n_window + r.n_compressed);
+}
+
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
+  if (SparseAttnDecodesOnce(p)) return SparseAttnCudaPathFor(DecodedPoolParams(p));
   const auto want =
       static_cast<SparseAttnCudaPath>(g_path_override.load(std::memory_order_relaxed));
   // The row form has two bodies (the launcher rejects row-form params they do not fit): wgmma,
@@ -328,6 +395,10 @@ absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   if (attention_internal::UsesKvRows(p)) {
     RETURN_IF_ERROR(CheckRowFormFits(p));
     if (p.tokens == 0) return absl::OkStatus();
+    if (attention_internal::SparseAttnDecodesOnce(p)) {
+      RETURN_IF_ERROR(DecodeRowsOnce(p, stream));
+      return LaunchSparseAttn(DecodedPoolParams(p), stream);
+    }
     if (path == SparseAttnCudaPath::kWgmmaWs) {
       LaunchWgmmaWs<true>(p, stream);
     } else {

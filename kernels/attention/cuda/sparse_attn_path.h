@@ -89,7 +89,20 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 // Default: for head_dim 512 with heads a multiple of 64, kWgmmaWs when SparseAttnWsPays, else
 // kWgmma; kMmaSync for the other tensor shapes, kScalar for the rest. The row form (kv_rows) is
 // kWgmma unless the override is kWgmmaWs (the opt-in warp-specialised row kernel); other
-// overrides are ignored for it.
+// overrides are ignored for it. A row form that decodes once (SparseAttnDecodesOnce) takes the
+// path of its decoded bf16 pool.
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
+
+// The decode-once variant of the row form (attention.h SparseAttnKvRows::decoded): kAuto follows
+// SparseAttnDecodeOncePays, kOff never decodes once, kOn always where the scratch is set (tests
+// and benches: both variants on the same params). Not synchronised with launches in flight.
+enum class SparseAttnDecodeOnce { kAuto, kOff, kOn };
+void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode);
+
+// Whether LaunchSparseAttn decodes p's rows once into kv_rows.decoded (under the override): the
+// row form with the scratch set, heads a multiple of 64 (so that the pool's default path is the
+// wgmma family, whose bits the row kernel's are), pools the GPU decoder takes (rows · head_dim / 8
+// < 2^31 each), and the rule or the override says so.
+bool SparseAttnDecodesOnce(const SparseAttnParams& p);
 
 }  // namespace flashserve::kernels::attention_internal
