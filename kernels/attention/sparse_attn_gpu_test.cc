@@ -632,6 +632,39 @@ struct RowOutputs {
   std::vector<uint16_t> cpu;  // SparseAttnCpu on the serving rows
 };
 
+// A row-form case's device copies (q, the decoded bf16 pool, indices, sink, both row pools, the
+// workspace) and its params over them with packed q / out: the row form, or (rows = false) the
+// bf16 form over the decoded pool.
+struct RowFormDevice {
+  RowFormDevice(const AttnCase& c, const testing::KvRowPools& pools)
+      : c(c),
+        pools(pools),
+        dq(ToDevice(c.q)),
+        dkv(ToDevice(c.kv)),
+        didx(ToDevice(c.indices)),
+        dsink(ToDevice(c.sink)),
+        dwin(ToDevice(pools.window)),
+        dcmp(ToDevice(pools.compressed)),
+        dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim)) {}
+
+  SparseAttnParams Params(uint16_t* out, bool rows = true) const {
+    SparseAttnParams p = LayoutParams(c, {});
+    p.q = dq.get<uint16_t>();
+    p.kv = dkv.get<uint16_t>();
+    p.indices = didx.get<int32_t>();
+    p.attn_sink = dsink.get<float>();
+    p.out = out;
+    p.workspace = dws.get();
+    p.workspace_bytes = dws.bytes();
+    if (rows) testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &p);
+    return p;
+  }
+
+  const AttnCase& c;
+  const testing::KvRowPools& pools;
+  DeviceBuffer dq, dkv, didx, dsink, dwin, dcmp, dws;
+};
+
 // c holds the decoded pool of `pools` (testing::EncodeKvRows). Packed q / out; poisoned outputs.
 RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
   RowOutputs o;
@@ -649,24 +682,13 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
   CHECK_OK(SparseAttnCpu(hp, Pool()));
   o.cpu = cpu_out;
 
-  DeviceBuffer dq = ToDevice(c.q), dkv = ToDevice(c.kv), didx = ToDevice(c.indices),
-               dsink = ToDevice(c.sink), dwin = ToDevice(pools.window),
-               dcmp = ToDevice(pools.compressed);
-  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+  const RowFormDevice dev(c, pools);
   const size_t decoded_bytes =
       SparseAttnDecodedBytes(pools.n_window, pools.n_compressed, c.head_dim);
   DeviceBuffer ddecoded = ToDevice(std::vector<uint16_t>(decoded_bytes / 2, kPoison));
   auto run = [&](bool rows, SparseAttnCudaPath path, bool once = false) {
     DeviceBuffer dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
-    SparseAttnParams dp = LayoutParams(c, {});
-    dp.q = dq.get<uint16_t>();
-    dp.kv = dkv.get<uint16_t>();
-    dp.indices = didx.get<int32_t>();
-    dp.attn_sink = dsink.get<float>();
-    dp.out = dout.get<uint16_t>();
-    dp.workspace = dws.get();
-    dp.workspace_bytes = dws.bytes();
-    if (rows) testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &dp);
+    SparseAttnParams dp = dev.Params(dout.get<uint16_t>(), rows);
     if (once) {
       dp.kv_rows.decoded = ddecoded.get<uint16_t>();
       dp.kv_rows.decoded_bytes = decoded_bytes;
@@ -770,21 +792,12 @@ TEST(SparseAttnGpuTest, RowFormDecodesOnceWhereItPays) {
                 bool* scratch_written) {
     AttnCase c = DecodeCase(tokens, 64, 512, 128, 512, n_compressed, 0.1, 2000 + tokens);
     const testing::KvRowPools pools = testing::EncodeKvRows(&c, 128, 0);
-    DeviceBuffer dq = ToDevice(c.q), didx = ToDevice(c.indices), dsink = ToDevice(c.sink),
-                 dwin = ToDevice(pools.window), dcmp = ToDevice(pools.compressed),
-                 dout = ToDevice(std::vector<uint16_t>(c.q.size(), kPoison));
-    DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(c.heads, c.head_dim));
+    const RowFormDevice dev(c, pools);
+    DeviceBuffer dout = ToDevice(std::vector<uint16_t>(c.q.size(), kPoison));
     const size_t decoded_bytes = SparseAttnDecodedBytes(128, n_compressed, 512);
     const std::vector<uint16_t> poison(decoded_bytes / 2, kPoison);
     DeviceBuffer ddecoded = ToDevice(poison);
-    SparseAttnParams p = LayoutParams(c, {});
-    p.q = dq.get<uint16_t>();
-    p.indices = didx.get<int32_t>();
-    p.attn_sink = dsink.get<float>();
-    p.out = dout.get<uint16_t>();
-    p.workspace = dws.get();
-    p.workspace_bytes = dws.bytes();
-    testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &p);
+    SparseAttnParams p = dev.Params(dout.get<uint16_t>());
     if (scratch) {
       p.kv_rows.decoded = ddecoded.get<uint16_t>();
       p.kv_rows.decoded_bytes = decoded_bytes;
@@ -841,18 +854,9 @@ TEST(SparseAttnGpuTest, RowFormLauncherErrors) {
   FS_SKIP_WITHOUT_GPU();
   AttnCase c = RandomCase(2, 64, 128, 40, 30, 0.0, 41);
   const testing::KvRowPools pools = testing::EncodeKvRows(&c, 20, 0);
-  DeviceBuffer dq = ToDevice(c.q), didx = ToDevice(c.indices), dsink = ToDevice(c.sink),
-               dwin = ToDevice(pools.window), dcmp = ToDevice(pools.compressed),
-               dout(c.q.size() * 2);
-  DeviceBuffer dws(SparseAttnCudaWorkspaceBytes(64, 512));
-  SparseAttnParams p = LayoutParams(c, {});
-  p.q = dq.get<uint16_t>();
-  p.indices = didx.get<int32_t>();
-  p.attn_sink = dsink.get<float>();
-  p.out = dout.get<uint16_t>();
-  p.workspace = dws.get();
-  p.workspace_bytes = dws.bytes();
-  testing::SetKvRows(pools, dwin.get<uint8_t>(), dcmp.get<uint8_t>(), &p);
+  const RowFormDevice dev(c, pools);
+  DeviceBuffer dout(c.q.size() * 2);
+  SparseAttnParams p = dev.Params(dout.get<uint16_t>());
   // head_dim 128: valid params, but the CUDA row form runs at head_dim 512 only.
   absl::Status st = LaunchSparseAttn(p, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
