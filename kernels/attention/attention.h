@@ -66,7 +66,8 @@ struct SparseAttnKvRows {
   // compressed rows after them, i.e. the bf16 pool the indices address) and attends over that
   // pool, instead of decoding each gathered row again for every (token, head group). Same output
   // bits: the row kernels decode exactly as DecodeRows does, and the bf16 bodies agree bit for
-  // bit (README.md "Decode once"). Its contents are scratch: undefined after the call.
+  // bit (README.md "Decode once"). Its contents are scratch: undefined after the call; like the
+  // workspace, it must not be used by another launch that may run concurrently.
   uint16_t* decoded = nullptr;
   size_t decoded_bytes = 0;
 };
