@@ -187,8 +187,9 @@ absl::Status SparseAttnCpu(const SparseAttnParams& p, ThreadPool* pool);
 // rows (288 / 528 B) and decodes them in shared memory, exactly as quant's decoders do; its output
 // equals, bit for bit, that of the same kernel fed the decoded bf16 pool. With kv_rows.decoded
 // set and heads a multiple of 64, a launch that SparseAttnDecodeOncePays decodes every row into
-// it first and runs the bf16 pool's default path (wgmma or wgmma-ws; a path override applies as
-// for a bf16 pool): the same bits, three launches.
+// it first (one launch per non-empty pool) and runs the bf16 pool's default body on it (wgmma or
+// wgmma-ws; a wgmma / wgmma-ws override picks one, other overrides are ignored as for the row
+// form): the same bits.
 //
 // Paths: head_dim 128, 256 or 512 with 16-byte aligned q / kv / out and strides that are multiples
 // of 8 elements take a tensor-core path: at head_dim 512 with heads a multiple of 64, the Hopper

@@ -246,20 +246,12 @@ class Bench {
     p.workspace = dws_.get();
     p.workspace_bytes = dws_.bytes();
     if (rows) SetRows(dwindow_.get<uint8_t>(), dcompressed_.get<uint8_t>(), &p);
-    // The decode-once variant: the scratch, forced on (the rule's choice is printed below).
+    // The decode-once variant: the scratch, forced on (the rule's choice is printed at the end).
     const size_t decoded_bytes = SparseAttnDecodedBytes(n_window_, o_.compressed, kDim);
-    if (rows) {
-      attention_internal::SetSparseAttnDecodeOnceOverride(
-          attention_internal::SparseAttnDecodeOnce::kAuto);
+    if (rows && SparseAttnDecodeOncePays(tokens, kWidth, n_kv_)) rule_once_.insert(tokens);
+    if (once) {
       p.kv_rows.decoded = DecodeScratch().get<uint16_t>();
       p.kv_rows.decoded_bytes = decoded_bytes;
-      if (attention_internal::SparseAttnDecodesOnce(p)) rule_once_.insert(tokens);
-      if (!once) {
-        p.kv_rows.decoded = nullptr;
-        p.kv_rows.decoded_bytes = 0;
-      }
-    }
-    if (once) {
       attention_internal::SetSparseAttnDecodeOnceOverride(
           attention_internal::SparseAttnDecodeOnce::kOn);
     }

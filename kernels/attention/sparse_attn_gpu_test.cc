@@ -685,11 +685,13 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
   const RowFormDevice dev(c, pools);
   const size_t decoded_bytes =
       SparseAttnDecodedBytes(pools.n_window, pools.n_compressed, c.head_dim);
-  DeviceBuffer ddecoded = ToDevice(std::vector<uint16_t>(decoded_bytes / 2, kPoison));
+  const std::vector<uint16_t> poison(decoded_bytes / 2, kPoison);
+  DeviceBuffer ddecoded = ToDevice(poison);
   auto run = [&](bool rows, SparseAttnCudaPath path, bool once = false) {
     DeviceBuffer dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
     SparseAttnParams dp = dev.Params(dout.get<uint16_t>(), rows);
     if (once) {
+      ddecoded.CopyFromHost(poison.data(), decoded_bytes);  // nothing left from an earlier run
       dp.kv_rows.decoded = ddecoded.get<uint16_t>();
       dp.kv_rows.decoded_bytes = decoded_bytes;
     }
@@ -848,6 +850,37 @@ TEST(SparseAttnGpuTest, RowFormDecodesOnceWhereItPays) {
   run(64, 8000, true, false, &once, &written);  // 40,960 entries < 8 × 8,128 rows
   EXPECT_FALSE(once);
   EXPECT_FALSE(written);
+  // Never decodes once, forced or not, where the row kernel's bits would not follow or quant's
+  // GPU decoder could not take a pool in one launch (host-side checks only: nothing is read).
+  AttnCase c = DecodeCase(64, 64, 512, 128, 512, 1000, 0.1, 2100);
+  const testing::KvRowPools pools = testing::EncodeKvRows(&c, 128, 0);
+  const RowFormDevice dev(c, pools);
+  DeviceBuffer dout(c.q.size() * 2), ddecoded(SparseAttnDecodedBytes(128, 1000, 512));
+  SparseAttnParams p = dev.Params(dout.get<uint16_t>());
+  p.kv_rows.decoded = ddecoded.get<uint16_t>();
+  p.kv_rows.decoded_bytes = ddecoded.bytes();
+  testing::DecodeOnceOverride force(attention_internal::SparseAttnDecodeOnce::kOn);
+  EXPECT_TRUE(attention_internal::SparseAttnDecodesOnce(p));
+  SparseAttnParams bad = p;
+  bad.heads = 40;  // the decoded pool would take mma.sync
+  EXPECT_FALSE(attention_internal::SparseAttnDecodesOnce(bad));
+  bad = p;
+  bad.q_stride += 4;  // the row form does not fit (q strides multiples of 8)
+  EXPECT_FALSE(attention_internal::SparseAttnDecodesOnce(bad));
+  bad = p;
+  bad.kv_rows.n_compressed = (int64_t{1} << 31) / 64;  // 2^31 / 64 rows of 64 units: too many
+  EXPECT_FALSE(attention_internal::SparseAttnDecodesOnce(bad));
+  bad.kv_rows.n_compressed -= 1;
+  EXPECT_TRUE(attention_internal::SparseAttnDecodesOnce(bad));
+  // Path overrides other than wgmma / wgmma-ws are ignored (the row kernel's bits).
+  for (SparseAttnCudaPath path : {SparseAttnCudaPath::kMmaSync, SparseAttnCudaPath::kScalar,
+                                  SparseAttnCudaPath::kWgmmaSplitK}) {
+    PathOverride path_force(path);
+    EXPECT_EQ(SparseAttnCudaPathFor(p), SparseAttnCudaPath::kWgmmaWs)
+        << SparseAttnCudaPathName(path);
+  }
+  PathOverride wgmma(SparseAttnCudaPath::kWgmma);
+  EXPECT_EQ(SparseAttnCudaPathFor(p), SparseAttnCudaPath::kWgmma);
 }
 
 TEST(SparseAttnGpuTest, RowFormLauncherErrors) {

@@ -267,9 +267,16 @@ absl::Status ValidateSparseAttnFor(const SparseAttnParams& p, size_t workspace_n
       ws.Overlaps(rows_compressed)) {
     return Invalid("workspace", "overlaps an input");
   }
+  // The decode writes the scratch before the attention reads anything else.
+  const Extent cos_sin =
+      p.rope_cos_sin == nullptr
+          ? Extent{}
+          : MakeExtent(p.rope_cos_sin, p.tokens * p.rope->rope_dims(), sizeof(float));
+  const Extent positions = MakeExtent(p.rope_positions, p.rope_positions ? p.tokens : 0, 8);
   if (decoded.Overlaps(q) || decoded.Overlaps(out) || decoded.Overlaps(idx) ||
       decoded.Overlaps(rows_window) || decoded.Overlaps(rows_compressed) || decoded.Overlaps(ws) ||
-      decoded.Overlaps(MakeExtent(p.attn_sink, p.heads, sizeof(float)))) {
+      decoded.Overlaps(MakeExtent(p.attn_sink, p.heads, sizeof(float))) ||
+      decoded.Overlaps(cos_sin) || decoded.Overlaps(positions)) {
     return Invalid("kv_rows.decoded", "overlaps another buffer");
   }
   return host_values ? CheckIndices(p) : absl::OkStatus();

@@ -2,6 +2,7 @@
 // rows give, bit for bit, the output of the bf16 form on their exact decode (the pool holding the
 // decoded window rows, then the decoded compressed rows), with padded row strides and -1 entries;
 // and the validation of the row fields, each error naming its field.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -122,6 +123,7 @@ TEST(SparseAttnRowsTest, ValidationNamesTheField) {
   const size_t need = SparseAttnDecodedBytes(p.kv_rows.n_window, p.kv_rows.n_compressed, 64);
   EXPECT_EQ(need, 40u * 64 * 2);  // 10 window rows + 30 compressed rows of 64 bf16
   alignas(16) static uint16_t scratch[40 * 64 + 16];
+  std::fill(std::begin(scratch), std::end(scratch), uint16_t{0xFFC1});  // a NaN
   SparseAttnParams once = p;
   once.kv_rows.decoded = scratch;
   once.kv_rows.decoded_bytes = need;
@@ -133,7 +135,9 @@ TEST(SparseAttnRowsTest, ValidationNamesTheField) {
   SparseAttnParams rows = p;
   rows.out = cpu_rows.data();
   ASSERT_TRUE(SparseAttnCpu(rows, nullptr).ok());
-  EXPECT_EQ(cpu_once, cpu_rows);  // the CPU body never reads or writes the scratch
+  EXPECT_EQ(cpu_once, cpu_rows);  // the CPU body neither reads the scratch ...
+  EXPECT_TRUE(std::all_of(std::begin(scratch), std::end(scratch),
+                          [](uint16_t v) { return v == 0xFFC1; }));  // ... nor writes it
   once.out = p.out;
   bad = once;
   bad.kv_rows.decoded_bytes = need - 1;
@@ -149,7 +153,23 @@ TEST(SparseAttnRowsTest, ValidationNamesTheField) {
   bad = once;
   bad.workspace = scratch;
   bad.workspace_bytes = ws.size();
-  expect_error(bad, "overlaps");
+  expect_error(bad, "kv_rows.decoded overlaps");
+  // The RoPE inputs the attention reads after the decode wrote the scratch.
+  const RopeTable table = testing::TextRopeTable(64);
+  alignas(16) static int64_t positions[2 + 40 * 64 / 4];  // zeros: valid positions
+  std::vector<float> cos_sin(2 * 64);
+  bad = once;
+  bad.rope = &table;
+  bad.rope_out = true;
+  bad.rope_positions = positions;
+  bad.kv_rows.decoded = reinterpret_cast<uint16_t*>(positions);
+  ASSERT_EQ(bad.tokens, 2);
+  expect_error(bad, "kv_rows.decoded overlaps");
+  bad.kv_rows.decoded = scratch;
+  bad.rope_cos_sin = reinterpret_cast<const float*>(scratch + 8);
+  expect_error(bad, "kv_rows.decoded overlaps");
+  bad.rope_cos_sin = cos_sin.data();
+  EXPECT_TRUE(ValidateSparseAttn(bad, nullptr).ok());
   bad = bf16;  // the bf16 form: no rows to decode
   bad.kv_rows.decoded = scratch;
   bad.kv_rows.decoded_bytes = need;

@@ -9,6 +9,7 @@
 #   b  bench_sparse_attn --path once: one sequence's shared window over 65,536 and 262,144
 #      compressed rows, the decode batch's distinct windows, and the fused RoPE at 4,096 tokens
 #   s  the decode-once tests under compute-sanitizer memcheck and synccheck
+#   q  the decode-once tests and the row-form tests at the released dims only (after the review)
 # kit-target: kernels_attention_gpu_test bench_sparse_attn
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
@@ -35,6 +36,11 @@ for mode in "$@"; do
       timeout 90 $K/bench_sparse_attn --path once --rope 1 --tokens 1024,4096 --iters 10 \
         --warmup 2 --no-roofs > $OUT/once_rope.log 2>&1
       echo "once rope rc $?"; grep -E "^(wgmma|once)|decode once|rule|correct" $OUT/once_rope.log ;;
+    q)
+      timeout 150 $K/kernels_attention_gpu_test --gtest_brief=1 --gtest_filter='*DecodesOnce*:*ManyUnits*:*RowFormFallbacks*:*RowFormEqualsDecodedPoolAtReleasedDims*:*LauncherErrors*' \
+        > $OUT/attn_quick.log 2>&1
+      echo "quick attention tests rc $?"
+      grep -E "^\[  (PASSED|FAILED) |Failure|decode once|Expected|Which" $OUT/attn_quick.log | head -30 ;;
     s)
       for tool in memcheck synccheck; do
         timeout 150 $SAN --tool $tool --print-limit 10 $K/kernels_attention_gpu_test --gtest_brief=1 \

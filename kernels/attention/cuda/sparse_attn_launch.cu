@@ -278,6 +278,43 @@ absl::Status DecodeRowsOnce(const SparseAttnParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// SparseAttnCudaPathFor for params that do not decode once, under the override `want`.
+SparseAttnCudaPath PathWithoutDecodeOnce(const SparseAttnParams& p, SparseAttnCudaPath want) {
+  // The row form has two bodies (the launcher rejects row-form params they do not fit): wgmma,
+  // the default, and wgmma-ws (its producer warpgroup gathers and decodes the rows; opt-in for
+  // A/B: slower at every measured batch, README.md "Row form on wgmma-ws"), taken only when
+  // forced; any other override is ignored.
+  if (attention_internal::UsesKvRows(p)) {
+    return want == SparseAttnCudaPath::kWgmmaWs ? SparseAttnCudaPath::kWgmmaWs
+                                                : SparseAttnCudaPath::kWgmma;
+  }
+  if (want == SparseAttnCudaPath::kScalar || !TensorPathFits(p)) return SparseAttnCudaPath::kScalar;
+  // The wgmma kernel zero-fills missing heads of a group, so any head count works; by default it
+  // takes only whole groups of 64 (the released dims), where no tensor-core row is wasted.
+  const bool wgmma_fits = p.head_dim == attn_device::WgmmaShape::kD;
+  if (want == SparseAttnCudaPath::kMmaSync || !wgmma_fits) return SparseAttnCudaPath::kMmaSync;
+  if (want == SparseAttnCudaPath::kWgmmaSplitK) return SparseAttnCudaPath::kWgmmaSplitK;
+  if (want == SparseAttnCudaPath::kWgmmaWs) return SparseAttnCudaPath::kWgmmaWs;
+  if (want == SparseAttnCudaPath::kWgmma) return SparseAttnCudaPath::kWgmma;
+  if (p.heads % attn_device::WgmmaShape::kHeads == 0) {
+    return attention_internal::SparseAttnWsPays(p.tokens, p.heads, p.width)
+               ? SparseAttnCudaPath::kWgmmaWs
+               : SparseAttnCudaPath::kWgmma;
+  }
+  // rope_q exists on the wgmma family only, which takes any head count (a partial last group).
+  return p.rope_q ? SparseAttnCudaPath::kWgmma : SparseAttnCudaPath::kMmaSync;
+}
+
+// The decoded pool's body: the bf16 pool's default (wgmma-ws where SparseAttnWsPays, else wgmma),
+// or the wgmma / wgmma-ws override; other overrides are ignored, as for the row form, so that the
+// output keeps the row kernel's bits.
+SparseAttnCudaPath DecodeOncePath(const SparseAttnParams& pool, SparseAttnCudaPath want) {
+  if (want == SparseAttnCudaPath::kWgmma || want == SparseAttnCudaPath::kWgmmaWs) return want;
+  return attention_internal::SparseAttnWsPays(pool.tokens, pool.heads, pool.width)
+             ? SparseAttnCudaPath::kWgmmaWs
+             : SparseAttnCudaPath::kWgmma;
+}
+
 template <int kD>
 void LaunchTensorForHeads(const SparseAttnParams& p, cudaStream_t stream) {
   if (p.heads <= 16) {
@@ -328,12 +365,14 @@ void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode) {
 
 bool SparseAttnDecodesOnce(const SparseAttnParams& p) {
   const SparseAttnKvRows& r = p.kv_rows;
-  if (!UsesKvRows(p) || r.decoded == nullptr) return false;
+  if (!UsesKvRows(p) || r.decoded == nullptr || !CheckRowFormFits(p).ok()) return false;
   // The pool's default path must be the wgmma family (the row kernel's bits): whole head groups.
   if (p.heads % kSparseAttnWgmmaHeads != 0) return false;
-  // quant's GPU decoder takes rows · channels / 8 < 2^31 per launch.
+  // quant's GPU decoder takes a launch's rows · channels / 8 below 2^31 (its PlanGrid, in 8-value
+  // units per row).
+  const int64_t units_per_row = p.head_dim / 8;
   for (int64_t rows : {r.n_window, r.n_compressed}) {
-    if (rows * p.head_dim / 8 >= (int64_t{1} << 31)) return false;
+    if (rows > (int64_t{1} << 31) / units_per_row - 1) return false;
   }
   switch (
       static_cast<SparseAttnDecodeOnce>(g_decode_once_override.load(std::memory_order_relaxed))) {
@@ -348,31 +387,10 @@ bool SparseAttnDecodesOnce(const SparseAttnParams& p) {
 }
 
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
-  if (SparseAttnDecodesOnce(p)) return SparseAttnCudaPathFor(DecodedPoolParams(p));
   const auto want =
       static_cast<SparseAttnCudaPath>(g_path_override.load(std::memory_order_relaxed));
-  // The row form has two bodies (the launcher rejects row-form params they do not fit): wgmma,
-  // the default, and wgmma-ws (its producer warpgroup gathers and decodes the rows; opt-in for
-  // A/B: slower at every measured batch, README.md "Row form on wgmma-ws"), taken only when
-  // forced; any other override is ignored.
-  if (UsesKvRows(p)) {
-    return want == SparseAttnCudaPath::kWgmmaWs ? SparseAttnCudaPath::kWgmmaWs
-                                                : SparseAttnCudaPath::kWgmma;
-  }
-  if (want == SparseAttnCudaPath::kScalar || !TensorPathFits(p)) return SparseAttnCudaPath::kScalar;
-  // The wgmma kernel zero-fills missing heads of a group, so any head count works; by default it
-  // takes only whole groups of 64 (the released dims), where no tensor-core row is wasted.
-  const bool wgmma_fits = p.head_dim == attn_device::WgmmaShape::kD;
-  if (want == SparseAttnCudaPath::kMmaSync || !wgmma_fits) return SparseAttnCudaPath::kMmaSync;
-  if (want == SparseAttnCudaPath::kWgmmaSplitK) return SparseAttnCudaPath::kWgmmaSplitK;
-  if (want == SparseAttnCudaPath::kWgmmaWs) return SparseAttnCudaPath::kWgmmaWs;
-  if (want == SparseAttnCudaPath::kWgmma) return SparseAttnCudaPath::kWgmma;
-  if (p.heads % attn_device::WgmmaShape::kHeads == 0) {
-    return SparseAttnWsPays(p.tokens, p.heads, p.width) ? SparseAttnCudaPath::kWgmmaWs
-                                                        : SparseAttnCudaPath::kWgmma;
-  }
-  // rope_q exists on the wgmma family only, which takes any head count (a partial last group).
-  return p.rope_q ? SparseAttnCudaPath::kWgmma : SparseAttnCudaPath::kMmaSync;
+  return SparseAttnDecodesOnce(p) ? DecodeOncePath(DecodedPoolParams(p), want)
+                                  : PathWithoutDecodeOnce(p, want);
 }
 
 }  // namespace attention_internal
@@ -380,49 +398,50 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {
 absl::Status LaunchSparseAttn(const SparseAttnParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(attention_internal::ValidateSparseAttnFor(
       p, SparseAttnCudaWorkspaceBytes(p.heads, p.head_dim), /*host_values=*/false));
-  const SparseAttnCudaPath path = attention_internal::SparseAttnCudaPathFor(p);
+  const bool rows = attention_internal::UsesKvRows(p);
+  if (rows) RETURN_IF_ERROR(CheckRowFormFits(p));
+  // Each override is read once, so that the checks below hold for what is launched.
+  const auto want =
+      static_cast<SparseAttnCudaPath>(g_path_override.load(std::memory_order_relaxed));
+  const bool once = attention_internal::SparseAttnDecodesOnce(p);
+  // a: what the attention body reads — the decoded bf16 pool when decoding once.
+  const SparseAttnParams a = once ? DecodedPoolParams(p) : p;
+  const SparseAttnCudaPath path = once ? DecodeOncePath(a, want) : PathWithoutDecodeOnce(a, want);
   const bool wgmma_family = path == SparseAttnCudaPath::kWgmma ||
                             path == SparseAttnCudaPath::kWgmmaSplitK ||
                             path == SparseAttnCudaPath::kWgmmaWs;
-  if (p.rope_q && !(wgmma_family && RopeFuses(p))) {
+  if (a.rope_q && !(wgmma_family && RopeFuses(a))) {
     return absl::InvalidArgumentError(
         "SparseAttn: rope_q on CUDA needs the wgmma path (head_dim 512, 16-byte aligned q / kv / "
         "out, strides multiples of 8 elements, no override to another path), a table of at "
         "most 64 rotated dims and rope_cos_sin (the positions' cos/sin: norm_rope "
         "LaunchRopeCosSin)");
   }
-  const bool rope_out_after = p.rope_out && !(wgmma_family && RopeFuses(p));
-  if (attention_internal::UsesKvRows(p)) {
-    RETURN_IF_ERROR(CheckRowFormFits(p));
-    if (p.tokens == 0) return absl::OkStatus();
-    if (attention_internal::SparseAttnDecodesOnce(p)) {
-      RETURN_IF_ERROR(DecodeRowsOnce(p, stream));
-      return LaunchSparseAttn(DecodedPoolParams(p), stream);
-    }
-    if (path == SparseAttnCudaPath::kWgmmaWs) {
-      LaunchWgmmaWs<true>(p, stream);
-    } else {
-      LaunchWgmmaRows(p, stream);
-    }
-    return rope_out_after ? LaunchOutRope(p, stream) : absl::OkStatus();
-  }
+  const bool rope_out_after = a.rope_out && !(wgmma_family && RopeFuses(a));
   if (p.tokens == 0) return absl::OkStatus();
-  if (path == SparseAttnCudaPath::kScalar) {
-    LaunchScalar(p, stream);
+  if (once) RETURN_IF_ERROR(DecodeRowsOnce(p, stream));
+  if (rows && !once) {
+    if (path == SparseAttnCudaPath::kWgmmaWs) {
+      LaunchWgmmaWs<true>(a, stream);
+    } else {
+      LaunchWgmmaRows(a, stream);
+    }
+  } else if (path == SparseAttnCudaPath::kScalar) {
+    LaunchScalar(a, stream);
   } else if (path == SparseAttnCudaPath::kWgmma) {
-    LaunchWgmma<false>(p, stream);
+    LaunchWgmma<false>(a, stream);
   } else if (path == SparseAttnCudaPath::kWgmmaSplitK) {
-    LaunchWgmma<true>(p, stream);
+    LaunchWgmma<true>(a, stream);
   } else if (path == SparseAttnCudaPath::kWgmmaWs) {
-    LaunchWgmmaWs(p, stream);
-  } else if (p.head_dim == 128) {
-    LaunchTensorForHeads<128>(p, stream);
-  } else if (p.head_dim == 256) {
-    LaunchTensorForHeads<256>(p, stream);
+    LaunchWgmmaWs(a, stream);
+  } else if (a.head_dim == 128) {
+    LaunchTensorForHeads<128>(a, stream);
+  } else if (a.head_dim == 256) {
+    LaunchTensorForHeads<256>(a, stream);
   } else {
-    LaunchTensorForHeads<512>(p, stream);
+    LaunchTensorForHeads<512>(a, stream);
   }
-  if (rope_out_after) return LaunchOutRope(p, stream);
+  if (rope_out_after) return LaunchOutRope(a, stream);
   return absl::OkStatus();
 }
 

@@ -90,7 +90,8 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path);
 // kWgmma; kMmaSync for the other tensor shapes, kScalar for the rest. The row form (kv_rows) is
 // kWgmma unless the override is kWgmmaWs (the opt-in warp-specialised row kernel); other
 // overrides are ignored for it. A row form that decodes once (SparseAttnDecodesOnce) takes the
-// path of its decoded bf16 pool.
+// wgmma family on its decoded bf16 pool: wgmma-ws where SparseAttnWsPays, else wgmma, or the
+// wgmma / wgmma-ws override (others are ignored, so that the bits stay the row kernel's).
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 
 // The decode-once variant of the row form (attention.h SparseAttnKvRows::decoded): kAuto follows
@@ -100,9 +101,9 @@ enum class SparseAttnDecodeOnce { kAuto, kOff, kOn };
 void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode);
 
 // Whether LaunchSparseAttn decodes p's rows once into kv_rows.decoded (under the override): the
-// row form with the scratch set, heads a multiple of 64 (so that the pool's default path is the
-// wgmma family, whose bits the row kernel's are), pools the GPU decoder takes (rows · head_dim / 8
-// < 2^31 each), and the rule or the override says so.
+// row form with the scratch set, params the row form fits, heads a multiple of 64 (whole wgmma
+// head groups, as the row kernel runs them), pools quant's GPU decoder takes in one launch each,
+// and the rule or the override says so.
 bool SparseAttnDecodesOnce(const SparseAttnParams& p);
 
 }  // namespace flashserve::kernels::attention_internal
