@@ -61,6 +61,19 @@ __device__ __forceinline__ uint64_t MakeSw128Desc(uint32_t smem_addr, uint32_t l
   return desc;
 }
 
+// Descriptor of an operand without swizzle (PTX "interleave" mode 0): 8-row × 16-byte core
+// matrices, each 128 contiguous bytes (row r at +16r); for a K-major operand the two core matrices
+// of a k16 step are `lbo_bytes` apart and 8-row groups of M / N `sbo_bytes` apart (canonical
+// layout ((8,m),(T,2k)):((1T,SBO),(1,LBO)) in 16-byte units). 16-byte aligned start address.
+__device__ __forceinline__ uint64_t MakeNoSwizzleDesc(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                      uint32_t sbo_bytes) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
+  desc |= static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16;
+  desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32;
+  return desc;
+}
+
 // Orders register writes (accumulators, register A) before the wgmma that reads them.
 __device__ __forceinline__ void Fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -348,6 +361,18 @@ __device__ __forceinline__ void WgmmaM64N32K16RS(float* d, const uint32_t (&a)[4
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// D (64 x 24 fp32) (+)= A·B: as WgmmaM64N64K16RS with B 24 x 16; only d[0 .. 11] are touched.
+__device__ __forceinline__ void WgmmaM64N24K16RS(float* d, const uint32_t (&a)[4], uint64_t desc_b,
+                                                 bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 

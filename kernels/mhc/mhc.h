@@ -202,6 +202,9 @@ enum class MhcMixesGpuKernel {
   // Tests and benches: the tensor-core small-batch body (one cooperative launch);
   // InvalidArgumentError where it does not apply (see kTensorCore).
   kTensorCoreSmallBatch,
+  // Tests and benches: kTensorCoreLargeBatch on mma.sync only — where the large-batch body runs
+  // its wgmma kernel (README.md "Session 72"), the TMA kernel of sessions 35–50 runs instead.
+  kTensorCoreMmaSync,
 };
 
 // The mixes pass (+ optional fused collapse) on the GPU. Large batches: two kernels, a split

@@ -176,6 +176,7 @@ class Bench {
     const char* name = kernel == MhcMixesGpuKernel::kFp32Fma                ? "mixes_fma"
                        : kernel == MhcMixesGpuKernel::kTensorCoreLargeBatch ? "mixes_large"
                        : kernel == MhcMixesGpuKernel::kTensorCoreSmallBatch ? "mixes_small"
+                       : kernel == MhcMixesGpuKernel::kTensorCoreMmaSync    ? "mixes_mma"
                                                                             : "mixes";
     const std::string op =
         std::string(name) + (prepared ? "_prep" : "") + (collapse ? "+collapse" : "");
@@ -351,6 +352,12 @@ int Main(int argc, char** argv) {
   for (int64_t tokens : {1, 16, 32, 48}) bench.Mixes(tokens, false, kLarge);
   bench.Mixes(1, true, kLarge);
   for (int64_t tokens : {32, 48, 64, 256}) bench.Mixes(tokens, false, kSmall);
+  // The large batches' mma.sync TMA kernel, which the wgmma kernel replaced (same bits).
+  constexpr MhcMixesGpuKernel kMma = MhcMixesGpuKernel::kTensorCoreMmaSync;
+  for (int64_t tokens : {2048, 4096, 16384}) bench.Mixes(tokens, false, kMma, /*prepared=*/true);
+  bench.Mixes(16384, false, kMma);
+  bench.Mixes(16384, true, kMma);
+  bench.Mixes(16384, true, kMma, /*prepared=*/true);
   for (int64_t tokens : {1, 16384}) bench.Mixes(tokens, false, kFma);
   bench.Mixes(16384, true, kFma);
   for (int64_t tokens : {1, 64, 16384}) bench.PrePost(tokens);

@@ -163,6 +163,8 @@ const char* KernelName(MhcMixesGpuKernel k) {
       return "tensor-core-large";
     case MhcMixesGpuKernel::kTensorCoreSmallBatch:
       return "tensor-core-small";
+    case MhcMixesGpuKernel::kTensorCoreMmaSync:
+      return "tensor-core-mma-sync";
   }
   return "?";
 }
@@ -370,6 +372,38 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
     if (!diff.empty() && !small.mixes.empty()) {
       std::printf("  small vs large: %s; token 0 mix 0: small %.9g large %.9g\n", diff.c_str(),
                   small.mixes[0], large.mixes[0]);
+    }
+  }
+}
+
+// The wgmma body (the large-batch default for the mixes alone where X goes by the TMA unit)
+// against the mma.sync TMA body it replaces, whole buffers bit for bit (mhc_wg_kernel.cuh: same
+// products, chains and sums; the tensor cores' k16 step is the same on both instructions): a
+// partial last 64-token tile, padded rows, few units per warpgroup, fn split in the kernel and
+// prepared, and 16,384 tokens (several units per warpgroup, blocks straddling slices).
+TEST(MhcGpuTest, WgmmaBodyEqualsMmaSyncBodyBitForBit) {
+  FS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 70;
+  for (const MixCase& c : std::vector<MixCase>{{2100, 5120, 0, false},
+                                               {2100, 5120, 8, false},
+                                               {1700, 5120, 0, false},
+                                               {16384, 5120, 0, false}}) {
+    for (bool prepared : {false, true}) {
+      SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d%s", c.tokens, c.dim, c.x_pad,
+                                   prepared ? " prepared" : ""));
+      std::mt19937_64 rng(seed++);
+      const SiteParams site = RandomSite(c.dim, 1.0, rng);
+      const MhcMixesParams p = SiteParamsFor(c, site);
+      const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
+      const MixOutputs wg = RunGpu(p, x, site, nullptr, MhcMixesGpuKernel::kTensorCore, prepared);
+      const MixOutputs mma =
+          RunGpu(p, x, site, nullptr, MhcMixesGpuKernel::kTensorCoreMmaSync, prepared);
+      const std::string diff = FirstOutputDiff(wg, mma);
+      EXPECT_EQ(diff, "");
+      if (!diff.empty()) {
+        std::printf("  wgmma vs mma.sync: %s; token 0 mix 0: wgmma %.9g mma.sync %.9g\n",
+                    diff.c_str(), wg.mixes[0], mma.mixes[0]);
+      }
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "kernels/mhc/cuda/mhc_tc_kernels.cuh"
 #include "kernels/mhc/cuda/mhc_tc_plan.h"
 #include "kernels/mhc/cuda/mhc_tc_tma_kernel.cuh"
+#include "kernels/mhc/cuda/mhc_wg_kernel.cuh"
 #include "kernels/mhc/mhc.h"
 
 namespace flashserve::kernels {
@@ -81,12 +82,41 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
   }
 }
 
+// The wgmma body (mhc_wg_kernel.cuh) for the mixes alone where the TMA body applies (same
+// conditions, see below): units of 64 tokens, one block per SM at most. False: nothing launched.
+bool TryLaunchPartialWg(const MhcMixesParams& p, float* workspace, cudaStream_t stream) {
+  wgmma_ws::TmaOperand x_map;
+  if (!wgmma_ws::MakeTmaOperand(&x_map, p.x, 2, kMhcStreams * p.dim, p.tokens, p.x_stride, 1, 0,
+                                mhc_device::kTcChunkDims,
+                                static_cast<uint32_t>(mhc_tc::kWgTileTokens), false)) {
+    return false;
+  }
+  using mhc_device::kFnPrepared;
+  using mhc_device::kFnVector;
+  using mhc_device::MixesPartialWgKernel;
+  auto* kernel =
+      p.fn_frags != nullptr ? MixesPartialWgKernel<kFnPrepared> : MixesPartialWgKernel<kFnVector>;
+  static PerDeviceInt smem_attribute;  // every instantiation, once per device
+  smem_attribute.Get(CurrentDevice(), [&] {
+    for (auto* k : {MixesPartialWgKernel<kFnPrepared>, MixesPartialWgKernel<kFnVector>}) {
+      CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(mhc_device::kWgSmemBytes)));
+    }
+    return 1;
+  });
+  const int64_t units = mhc_tc::WgUnits(p.tokens, p.dim);
+  const auto blocks = static_cast<unsigned>(mhc_tc::BlocksFor(units, SmCount(CurrentDevice())));
+  kernel<<<blocks, mhc_device::kWgThreads, mhc_device::kWgSmemBytes, stream>>>(x_map, p, workspace);
+  CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
 // The TMA body (mhc_tc_tma_kernel.cuh) where it applies: the wide block shape (>= 16 units per
 // block; with or without the fused collapse), D a multiple of the slice width, X rows and fn
 // 16-byte aligned, and the driver describes X. False: nothing launched, the caller takes the
 // tensor-core body.
 bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blocks, bool fn_vec,
-                         bool coll_vec, cudaStream_t stream) {
+                         bool coll_vec, bool wgmma, cudaStream_t stream) {
   // The block shape's rule for the mixes alone: the TMA body keeps no X ring in registers, so
   // the fused collapse fits its 128 registers (session 50), where the tensor-core body's wide
   // shape spilled.
@@ -94,6 +124,9 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
       p.dim % kMhcMixesSliceDims != 0 || !Aligned(p.x, 2 * p.x_stride, 16)) {
     return false;
   }
+  // The wgmma body for the mixes alone; with the fused collapse it measured level to slower
+  // (README.md "Session 72": ~100 bytes of spill at 128 registers), so mma.sync keeps that.
+  if (wgmma && p.pre_in == nullptr && TryLaunchPartialWg(p, workspace, stream)) return true;
   wgmma_ws::TmaOperand x_map;
   if (!wgmma_ws::MakeTmaOperand(&x_map, p.x, 2, kMhcStreams * p.dim, p.tokens, p.x_stride, 1, 0,
                                 mhc_device::kTcChunkDims,
@@ -125,7 +158,9 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
 }
 
 // The tensor-core body (mhc_tc_kernels.cuh): one block per SM at most, the units split evenly.
-void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cudaStream_t stream) {
+// wgmma: the wgmma body may take the TMA body's launches (kTensorCoreMmaSync: never).
+void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, bool wgmma,
+                   cudaStream_t stream) {
   const int sms = SmCount(CurrentDevice());
   const int64_t units = mhc_tc::Units(p.tokens, p.dim);
   const auto blocks = static_cast<unsigned>(
@@ -138,8 +173,8 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, cu
   using mhc_device::kFnScalar;
   using mhc_device::kFnVector;
   const bool prepared = p.fn_frags != nullptr;
-  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec || prepared, coll_vec, stream)) {
-    // X by the TMA unit; the same bits as the tensor-core body's wide shape.
+  if (TryLaunchPartialTma(p, workspace, blocks, fn_vec || prepared, coll_vec, wgmma, stream)) {
+    // X by the TMA unit (wgmma or mma.sync); the same bits as the tensor-core body's wide shape.
   } else if (prepared && vec) {
     LaunchPartialTc<true, kFnPrepared>(p, workspace, coll_vec, blocks, stream);
   } else if (prepared) {
@@ -286,7 +321,7 @@ absl::Status LaunchMhcMixes(const MhcMixesParams& p, float* workspace, int64_t w
     return absl::OkStatus();
   }
   if (kernel != MhcMixesGpuKernel::kFp32Fma) {
-    LaunchMixesTc(p, workspace, slices, stream);
+    LaunchMixesTc(p, workspace, slices, kernel != MhcMixesGpuKernel::kTensorCoreMmaSync, stream);
     return absl::OkStatus();
   }
   // Up to kMaxTilesPerBlock token tiles per block amortise its fn staging (96 KB from L2) while

@@ -379,47 +379,56 @@ struct TcWarp {
 #pragma unroll
         for (int k = 0; k < 4; ++k) s.acc[nt][k] = AddRn(s.acc[nt][k], d[k]);
       }
+      SumSquares(x, c, s);
+    }
+    if constexpr (kCollapse) Collapse(x, j, tile, pre);
+  }
+
+  // Σx² of chunk c's words, per row an fp32 FMA chain in word order (every body's order).
+  __device__ __forceinline__ void SumSquares(const XGroup& x, int c, TcTileState& s) const {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t w = XWord(x, c, r, k);
-          const float lo = Bf16ToF32(w & 0xFFFFu);
-          const float hi = Bf16ToF32(w >> 16);
-          s.sq[r] = FmaRn(lo, lo, s.sq[r]);
-          s.sq[r] = FmaRn(hi, hi, s.sq[r]);
-        }
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t w = XWord(x, c, r, k);
+        const float lo = Bf16ToF32(w & 0xFFFFu);
+        const float hi = Bf16ToF32(w >> 16);
+        s.sq[r] = FmaRn(lo, lo, s.sq[r]);
+        s.sq[r] = FmaRn(hi, hi, s.sq[r]);
       }
     }
-    if constexpr (kCollapse) {
-      const int64_t d = d0 + kTcChunkDims * j + 8 * (lane % 4);
+  }
+
+  // HcPre's collapse of group j's 8 dims of tokens g, g + 8 by `pre`, stored to p.collapsed.
+  __device__ __forceinline__ void Collapse(const XGroup& x, int j, int64_t tile,
+                                           const float (&pre)[2][kMhcStreams]) const {
+    const int64_t d = d0 + kTcChunkDims * j + 8 * (lane % 4);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t t = tile * mhc_tc::kTileTokens + lane / 4 + 8 * r;
-        uint32_t out[4];
+    for (int r = 0; r < 2; ++r) {
+      const int64_t t = tile * mhc_tc::kTileTokens + lane / 4 + 8 * r;
+      uint32_t out[4];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          // HcPre's order: p0*x0, then + p1*x1, + p2*x2, + p3*x3, each rounded.
-          float v = 0.0f;
+      for (int k = 0; k < 8; ++k) {
+        // HcPre's order: p0*x0, then + p1*x1, + p2*x2, + p3*x3, each rounded.
+        float v = 0.0f;
 #pragma unroll
-          for (int c = 0; c < kMhcStreams; ++c) {
-            const uint32_t w = XWord(x, c, r, k / 2);
-            const float xv = Bf16ToF32(k % 2 == 0 ? (w & 0xFFFFu) : (w >> 16));
-            const float term = MulRn(pre[r][c], xv);
-            v = c == 0 ? term : AddRn(v, term);
-          }
-          const uint32_t bits = F32ToBf16(v);
-          out[k / 2] = k % 2 == 0 ? bits : (out[k / 2] | (bits << 16));
+        for (int c = 0; c < kMhcStreams; ++c) {
+          const uint32_t w = XWord(x, c, r, k / 2);
+          const float xv = Bf16ToF32(k % 2 == 0 ? (w & 0xFFFFu) : (w >> 16));
+          const float term = MulRn(pre[r][c], xv);
+          v = c == 0 ? term : AddRn(v, term);
         }
-        if (t < p.tokens && d < p.dim) {
-          uint16_t* dst = p.collapsed + t * p.collapsed_stride + d;
-          if (coll_vec) {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
-          } else {
+        const uint32_t bits = F32ToBf16(v);
+        out[k / 2] = k % 2 == 0 ? bits : (out[k / 2] | (bits << 16));
+      }
+      if (t < p.tokens && d < p.dim) {
+        uint16_t* dst = p.collapsed + t * p.collapsed_stride + d;
+        if (coll_vec) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+        } else {
 #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              if (d + k < p.dim) dst[k] = static_cast<uint16_t>(out[k / 2] >> (16 * (k % 2)));
-            }
+          for (int k = 0; k < 8; ++k) {
+            if (d + k < p.dim) dst[k] = static_cast<uint16_t>(out[k / 2] >> (16 * (k % 2)));
           }
         }
       }

@@ -64,6 +64,19 @@ inline int64_t SliceAlignedBlocks(int64_t units, int64_t slices, int64_t blocks)
   return blocks / slices * slices;
 }
 
+// The wgmma body (mhc_wg_kernel.cuh): units of kWgTileTokens tokens (one warpgroup's m64, its 4
+// warps each holding one 16-token tile as above), the same slice-major order and block ranges;
+// within a segment warpgroup g of kWgGroups takes units g, g + kWgGroups, ... (WarpUnits).
+inline constexpr int64_t kWgTileTokens = 64;
+inline constexpr int kWgGroups = 4;  // warpgroups per block: kWarpsWide warps
+static_assert(kWgGroups * 4 == kWarpsWide, "the wgmma body runs the wide block's warps");
+FS_MHC_HD inline int64_t WgTiles(int64_t tokens) {
+  return (tokens + kWgTileTokens - 1) / kWgTileTokens;
+}
+FS_MHC_HD inline int64_t WgUnits(int64_t tokens, int64_t dim) {
+  return Slices(dim) * WgTiles(tokens);
+}
+
 // Units of a segment [begin, end) that warp w of `warps` takes: w, w + warps, ...
 FS_MHC_HD inline int64_t WarpUnits(int64_t begin, int64_t end, int w, int warps) {
   const int64_t n = end - begin;

@@ -1,0 +1,225 @@
+// The mixes body on warpgroup MMAs (wgmma), X by the TMA unit: the large-batch default where the
+// TMA body (mhc_tc_tma_kernel.cuh) applies (README.md "Session 72").
+//
+// Same products, same chains, same sums as the mma.sync bodies, so (the tests hold it) the same
+// bits: X stays the A operand in registers, in the mma.sync A-fragment layout (XGroup: the permuted
+// k order of a chunk), and each warp keeps its 16-token tile; a warpgroup's 4 warps run their 4
+// tiles (64 consecutive tokens) of one group together through `wgmma.mma_async m64n24k16` with A
+// from registers and B (the slice's fn pieces) from shared memory. Per chunk the chain is the
+// mma.sync body's — lo, mid, hi pieces, halves 0 and 1, from zero — on all 24 mixes at once, then
+// added to the fp32 accumulator in chunk order; Σx² and the stores are TcWarp's. The mixes alone:
+// with the fused collapse (TcWarp::Collapse after the chunks) the same kernel gave the same bits
+// but spilled ~100 bytes at 128 registers and ran level to slower than the TMA body, which keeps
+// the collapse (README.md "Session 72").
+//
+// What changes against the TMA body: the tensor cores read fn from shared memory themselves (the
+// TMA body's warps loaded 36 fragments of 16 bytes per group: ~45 % of the SM's shared-memory
+// bandwidth), wgmma runs at the full Hopper tensor rate (mma.sync at ~60 %), asynchronously (a
+// chunk's squares run under its wgmma; four warpgroups per SM), and a warpgroup's X arrives as
+// four 4 KB boxes (32 dims × 64 tokens of a stream) instead of each warp's four 1 KB boxes.
+//
+// B layout: per (chunk, piece, half) a 24 × 16 K-major tile without swizzle, 768 bytes: core
+// matrix (n-block nb = n-tile, k-block kb) at nb·256 + kb·128, row g at +16 g holding logical k
+// 8 kb .. 8 kb + 7 — word q of it is lane (g, q)'s fragment word (half 0: x, y; half 1: z, w).
+// Shared memory: those tiles (kTcSmemBytes, as the fragments), then a 16 KB stage and an mbarrier
+// per warpgroup.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/mhc/cuda/mhc_tc_kernels.cuh"
+#include "kernels/mhc/cuda/mhc_tc_plan.h"
+#include "kernels/mhc/cuda/mhc_tc_tma_kernel.cuh"
+#include "kernels/mhc/mhc.h"
+
+namespace flashserve::kernels::mhc_device {
+
+inline constexpr int kWgThreads = mhc_tc::kWgGroups * 128;
+inline constexpr int kWgBoxBytes = static_cast<int>(mhc_tc::kWgTileTokens) * kTmaRowBytes;  // 4 KB
+inline constexpr int kWgStageBytes = kMhcStreams * kWgBoxBytes;                             // 16 KB
+inline constexpr uint32_t kWgBTileBytes = kMhcMixes * 16 * 2;  // 24 × 16 bf16: 768
+inline constexpr uint32_t kWgBLbo = 128;                       // k-block stride
+inline constexpr uint32_t kWgBSbo = 256;                       // n-block stride
+inline constexpr size_t kWgStagesOffset = kTcSmemBytes;
+inline constexpr size_t kWgBarsOffset = kWgStagesOffset + size_t{mhc_tc::kWgGroups} * kWgStageBytes;
+inline constexpr size_t kWgSmemBytes = kWgBarsOffset + size_t{mhc_tc::kWgGroups} * 8;
+
+static_assert(kWgBTileBytes * kTcChunks * kTcPieces * 2 == kTcSmemBytes, "B tiles = fragments");
+static_assert(kWgSmemBytes <= 227 * 1024, "fits one SM");
+static_assert(kMhcMixes == 24, "m64n24k16");
+
+// Byte offset of the B tile of (chunk, piece, half h).
+__device__ __forceinline__ uint32_t WgBTile(int chunk, int piece, int h) {
+  return static_cast<uint32_t>(((chunk * kTcPieces + piece) * 2 + h)) * kWgBTileBytes;
+}
+
+// The slice's fn pieces into the B tiles: each thread takes fragments (FnFrag: the mma.sync
+// bodies' fragments, prepared or split here) and scatters their words.
+template <int kThreads, int kFn>
+__device__ __forceinline__ void StageFnWg(const MhcMixesParams& p, int64_t d0,
+                                          unsigned char* __restrict__ s_b) {
+  static_assert(kTcFragEntries % kThreads == 0, "whole staging rounds");
+#pragma unroll 2
+  for (int it = 0; it < kTcFragEntries / kThreads; ++it) {
+    const int e = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int lane = e % 32;
+    const int nt = (e / 32) % kTcNTiles;
+    const int chunk = e / (32 * kTcNTiles);
+    uint4 frag[kTcPieces];
+    FnFrag<kFn>(p, d0, chunk, nt, lane, frag);
+    const uint32_t row = nt * kWgBSbo + (lane / 4) * 16 + (lane % 4) * 4;
+#pragma unroll
+    for (int pc = 0; pc < kTcPieces; ++pc) {
+      unsigned char* t0 = s_b + WgBTile(chunk, pc, 0) + row;
+      unsigned char* t1 = s_b + WgBTile(chunk, pc, 1) + row;
+      *reinterpret_cast<uint32_t*>(t0) = frag[pc].x;
+      *reinterpret_cast<uint32_t*>(t0 + kWgBLbo) = frag[pc].y;
+      *reinterpret_cast<uint32_t*>(t1) = frag[pc].z;
+      *reinterpret_cast<uint32_t*>(t1 + kWgBLbo) = frag[pc].w;
+    }
+  }
+}
+
+// Chunk c of group j: the mma.sync body's chain (pieces lo, mid, hi; halves 0, 1) from zero into
+// t, issued and committed as one wgmma group.
+__device__ __forceinline__ void WgChunk(const XGroup& x, int j, int c, uint32_t b_base,
+                                        float (&t)[kMhcMixes / 2]) {
+#pragma unroll
+  for (int i = 0; i < kMhcMixes / 2; ++i) t[i] = 0.0f;
+  wgmma::FenceOperands(t);  // the zeros are written before the fence orders them
+  wgmma::Fence();
+  const int chunk = kMhcStreams * j + c;
+#pragma unroll
+  for (int pc = kTcPieces - 1; pc >= 0; --pc) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t desc =
+          wgmma::MakeNoSwizzleDesc(b_base + WgBTile(chunk, pc, h), kWgBLbo, kWgBSbo);
+      wgmma::WgmmaM64N24K16RS(t, x.q[c][h], desc, true);
+    }
+  }
+  wgmma::CommitGroup();
+}
+
+// acc[n-tile][k] += t in the m16n8 fragment order (d[4 nt + k]), after the chunk's wait.
+__device__ __forceinline__ void WgAdd(TcTileState& s, float (&t)[kMhcMixes / 2]) {
+  wgmma::FenceOperands(t);
+#pragma unroll
+  for (int nt = 0; nt < kTcNTiles; ++nt) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s.acc[nt][k] = AddRn(s.acc[nt][k], t[4 * nt + k]);
+  }
+}
+
+// Issues group `item`'s four stream boxes of the warpgroup's walk (one thread): 32 dims × 64
+// tokens each, zero-filled past the token count.
+__device__ __forceinline__ void WgIssueGroup(const wgmma_ws::TmaOperand& x_map,
+                                             const MhcMixesParams& p, int64_t d0, int64_t wg_tile,
+                                             int64_t item, uint32_t stage, uint32_t bar) {
+  const int64_t d = d0 + kTcChunkDims * (item % kTcGroups);
+  const int64_t tok0 = (wg_tile + mhc_tc::kWgGroups * (item / kTcGroups)) * mhc_tc::kWgTileTokens;
+  wgmma::FenceProxyAsyncShared();  // this warpgroup's generic reads of the stage came first
+  wgmma_ws::BarArriveExpectTx(bar, kWgStageBytes);
+#pragma unroll
+  for (int c = 0; c < kMhcStreams; ++c) {
+    wgmma_ws::TmaLoad(x_map, stage + c * kWgBoxBytes, bar, c * p.dim + d, tok0, 0);
+  }
+}
+
+__device__ __forceinline__ void WgNamedSync(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+
+// Grid: mhc_tc::BlocksFor(WgUnits) blocks of kWgThreads threads, kWgSmemBytes of dynamic shared
+// memory, one block per SM. x_map: X as (4·D columns, tokens rows), boxes of 32 × 64. Requires D %
+// kMhcMixesSliceDims == 0 and X rows 16-byte aligned (the TMA body's conditions).
+template <int kFn>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    MixesPartialWgKernel(const __grid_constant__ wgmma_ws::TmaOperand x_map, MhcMixesParams p,
+                         float* __restrict__ workspace) {
+  extern __shared__ __align__(1024) uint4 s_dyn[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(s_dyn);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int wg = warp / 4;
+  const int wl = warp % 4;  // this warp's 16-token tile inside the warpgroup's 64
+  const bool elected = wl == 0 && lane == 0;
+  const unsigned char* x_stage = smem + kWgStagesOffset + wg * kWgStageBytes;
+  const uint32_t stage = SharedAddr(x_stage);
+  const uint32_t bar = SharedAddr(smem + kWgBarsOffset + wg * 8);
+  const uint32_t b_base = SharedAddr(smem);
+  if (elected) {
+    wgmma_ws::BarInit(bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  uint32_t phase = 0;
+
+  const int64_t tiles = mhc_tc::WgTiles(p.tokens);
+  const int64_t units = mhc_tc::WgUnits(p.tokens, p.dim);
+  const int64_t end = mhc_tc::BlockUnitBegin(units, gridDim.x, int64_t{blockIdx.x} + 1);
+  // Lane (g, q) reads rows 16 wl + g and + 8 of each stream box, bytes 16q .. 16q + 15.
+  const int row_off = (16 * wl + lane / 4) * kTmaRowBytes + 16 * (lane % 4);
+  for (int64_t u = mhc_tc::BlockUnitBegin(units, gridDim.x, blockIdx.x); u < end;) {
+    const int64_t slice = u / tiles;
+    const int64_t seg_end = (slice + 1) * tiles < end ? (slice + 1) * tiles : end;
+    const int64_t d0 = slice * kMhcMixesSliceDims;
+    __syncthreads();  // the previous segment's B tiles are no longer read
+    StageFnWg<kWgThreads, kFn>(p, d0, smem);
+    wgmma::FenceProxyAsyncShared();  // generic stores before the tensor cores' reads
+    __syncthreads();
+    const int64_t wg_tile = u - slice * tiles + wg;
+    // TcWarp's walk over 16-token tiles: warp wl's tile of the warpgroup's unit k is 4 (wg_tile +
+    // 4k) + wl = tile_first + 16k, i.e. TileOf with kWarpsWide.
+    const TcWarp<mhc_tc::kWarpsWide, 1, true, false> w{
+        p,     nullptr, workspace + slice * (kMhcMixes + 1) * p.tokens, d0, 4 * wg_tile + wl,
+        false, lane};
+    const int64_t items = mhc_tc::WarpUnits(u, seg_end, wg, mhc_tc::kWgGroups) * kTcGroups;
+    TcTileState s;
+    s.Clear();
+    if (items > 0 && elected) WgIssueGroup(x_map, p, d0, wg_tile, 0, stage, bar);
+#pragma unroll 1
+    for (int64_t item = 0; item < items; ++item) {
+      wgmma_ws::BarWait(bar, phase);
+      phase ^= 1u;
+      XGroup x;
+#pragma unroll
+      for (int c = 0; c < kMhcStreams; ++c) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint4 v = *reinterpret_cast<const uint4*>(x_stage + c * kWgBoxBytes +
+                                                          r * 8 * kTmaRowBytes + row_off);
+          XWord(x, c, r, 0) = v.x;
+          XWord(x, c, r, 1) = v.y;
+          XWord(x, c, r, 2) = v.z;
+          XWord(x, c, r, 3) = v.w;
+        }
+      }
+      // Every warp's reads of the stage are done before the TMA may overwrite it.
+      WgNamedSync(1 + wg);
+      if (item + 1 < items && elected) {
+        WgIssueGroup(x_map, p, d0, wg_tile, item + 1, stage, bar);
+      }
+      const int j = static_cast<int>(item % kTcGroups);
+      const int64_t tile = w.TileOf(item);
+      // One chunk in flight per warpgroup (the other warpgroups keep the tensor cores busy): with
+      // two, ptxas injected a wait of its own (C7517) to reuse the in-flight accumulators.
+      // The chunk's squares run while its wgmma does, and the A registers are read by then.
+#pragma unroll
+      for (int c = 0; c < kMhcStreams; ++c) {
+        float t[kMhcMixes / 2];
+        WgChunk(x, j, c, b_base, t);
+        w.SumSquares(x, c, s);
+        wgmma::WaitGroup<0>();
+        WgAdd(s, t);
+      }
+      if (j == kTcGroups - 1) w.Store(tile, s);
+    }
+    u = seg_end;
+  }
+}
+
+}  // namespace flashserve::kernels::mhc_device
