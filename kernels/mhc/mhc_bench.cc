@@ -1,6 +1,6 @@
 // bench_mhc: the GPU mixes pass, hc_pre and hc_post against a device-to-device copy.
 //
-//   bench_mhc [--iters N] [--warmup N] [--dim D]
+//   bench_mhc [--iters N] [--warmup N] [--dim D] [--large 0|1]
 //
 // Mixes pass at D = 5120 (default) for 1 .. 16384 tokens, with and without the fused collapse:
 // time, bytes (X read, 4·D·2 B per token, + fn read once, 24·4·D·4 B; outputs and the workspace
@@ -22,7 +22,10 @@
 // large-batch kernels above; "mixes_large" forces the large-batch kernels at small token counts
 // and "mixes_small" the small-batch kernel around the switch, for comparison (they place it);
 // "mixes_fma" is the fp32-FMA body; "mixes_prep" the default with fn prepared once
-// (LaunchMhcPrepareFn, outside the timing; fn_frags). Decode latency is the tokens = 1 rows.
+// (LaunchMhcPrepareFn, outside the timing; fn_frags); "mixes_mma" the large-batch body on
+// mma.sync only (kTensorCoreMmaSync: the TMA kernel the wgmma one replaced). Decode latency is
+// the tokens = 1 rows. --large 1 runs the large-batch rows only (2,048, 4,096, 16,384 tokens:
+// mixes, mixes_prep, mixes_mma, with the collapse at 16,384), for A/B builds.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,6 +53,7 @@ struct Options {
   int iters = 50;
   int warmup = 10;
   int64_t dim = 5120;
+  int large = 0;
 };
 
 double MedianMicros(const Options& o, const std::function<void()>& launch) {
@@ -314,7 +318,10 @@ int Main(int argc, char** argv) {
   Options o;
   std::string command = argv[0];
   if (!ParseBenchFlags(argc, argv,
-                       {{"--iters", &o.iters}, {"--warmup", &o.warmup}, {"--dim", &o.dim}},
+                       {{"--iters", &o.iters},
+                        {"--warmup", &o.warmup},
+                        {"--dim", &o.dim},
+                        {"--large", &o.large, 0, 1}},
                        &command)) {
     return 2;
   }
@@ -339,6 +346,17 @@ int Main(int argc, char** argv) {
   constexpr MhcMixesGpuKernel kFma = MhcMixesGpuKernel::kFp32Fma;
   constexpr MhcMixesGpuKernel kLarge = MhcMixesGpuKernel::kTensorCoreLargeBatch;
   constexpr MhcMixesGpuKernel kSmall = MhcMixesGpuKernel::kTensorCoreSmallBatch;
+  constexpr MhcMixesGpuKernel kMma = MhcMixesGpuKernel::kTensorCoreMmaSync;
+  if (o.large != 0) {
+    for (int64_t tokens : {2048, 4096, 16384}) {
+      bench.Mixes(tokens, false, kTc);
+      bench.Mixes(tokens, false, kTc, /*prepared=*/true);
+      bench.Mixes(tokens, false, kMma, /*prepared=*/true);
+    }
+    bench.Mixes(16384, true, kTc, /*prepared=*/true);
+    bench.Mixes(16384, true, kMma, /*prepared=*/true);
+    return bench.Print(command);
+  }
   for (int64_t tokens : {1, 8, 16, 32, 48, 64, 128, 256, 512, 2048, 4096, 16384}) {
     bench.Mixes(tokens, false, kTc);
   }
@@ -353,7 +371,6 @@ int Main(int argc, char** argv) {
   bench.Mixes(1, true, kLarge);
   for (int64_t tokens : {32, 48, 64, 256}) bench.Mixes(tokens, false, kSmall);
   // The large batches' mma.sync TMA kernel, which the wgmma kernel replaced (same bits).
-  constexpr MhcMixesGpuKernel kMma = MhcMixesGpuKernel::kTensorCoreMmaSync;
   for (int64_t tokens : {2048, 4096, 16384}) bench.Mixes(tokens, false, kMma, /*prepared=*/true);
   bench.Mixes(16384, false, kMma);
   bench.Mixes(16384, true, kMma);

@@ -82,31 +82,40 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
   }
 }
 
+// The wgmma body's groups per stage (mhc_wg_kernel.cuh WgShape): a build-time switch for A/B
+// builds (scripts/kits' kit-variant); README.md "Session 72" has the measurements.
+#ifndef FS_MHC_WG_GPI
+#define FS_MHC_WG_GPI 1
+#endif
+constexpr int kWgGpi = FS_MHC_WG_GPI;
+
 // The wgmma body (mhc_wg_kernel.cuh) for the mixes alone where the TMA body applies (same
 // conditions, see below): units of 64 tokens, one block per SM at most. False: nothing launched.
 bool TryLaunchPartialWg(const MhcMixesParams& p, float* workspace, cudaStream_t stream) {
+  using Shape = mhc_device::WgShape<kWgGpi>;
   wgmma_ws::TmaOperand x_map;
   if (!wgmma_ws::MakeTmaOperand(&x_map, p.x, 2, kMhcStreams * p.dim, p.tokens, p.x_stride, 1, 0,
-                                mhc_device::kTcChunkDims,
-                                static_cast<uint32_t>(mhc_tc::kWgTileTokens), false)) {
+                                Shape::kBoxDims, static_cast<uint32_t>(mhc_tc::kWgTileTokens),
+                                false)) {
     return false;
   }
   using mhc_device::kFnPrepared;
   using mhc_device::kFnVector;
   using mhc_device::MixesPartialWgKernel;
-  auto* kernel =
-      p.fn_frags != nullptr ? MixesPartialWgKernel<kFnPrepared> : MixesPartialWgKernel<kFnVector>;
+  auto* kernel = p.fn_frags != nullptr ? MixesPartialWgKernel<kFnPrepared, kWgGpi>
+                                       : MixesPartialWgKernel<kFnVector, kWgGpi>;
   static PerDeviceInt smem_attribute;  // every instantiation, once per device
   smem_attribute.Get(CurrentDevice(), [&] {
-    for (auto* k : {MixesPartialWgKernel<kFnPrepared>, MixesPartialWgKernel<kFnVector>}) {
+    for (auto* k :
+         {MixesPartialWgKernel<kFnPrepared, kWgGpi>, MixesPartialWgKernel<kFnVector, kWgGpi>}) {
       CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(mhc_device::kWgSmemBytes)));
+                                      static_cast<int>(Shape::kSmemBytes)));
     }
     return 1;
   });
   const int64_t units = mhc_tc::WgUnits(p.tokens, p.dim);
   const auto blocks = static_cast<unsigned>(mhc_tc::BlocksFor(units, SmCount(CurrentDevice())));
-  kernel<<<blocks, mhc_device::kWgThreads, mhc_device::kWgSmemBytes, stream>>>(x_map, p, workspace);
+  kernel<<<blocks, Shape::kThreads, Shape::kSmemBytes, stream>>>(x_map, p, workspace);
   CUDA_CHECK(cudaGetLastError());
   return true;
 }

@@ -66,10 +66,8 @@ inline int64_t SliceAlignedBlocks(int64_t units, int64_t slices, int64_t blocks)
 
 // The wgmma body (mhc_wg_kernel.cuh): units of kWgTileTokens tokens (one warpgroup's m64, its 4
 // warps each holding one 16-token tile as above), the same slice-major order and block ranges;
-// within a segment warpgroup g of kWgGroups takes units g, g + kWgGroups, ... (WarpUnits).
+// within a segment warpgroup g of a block's G takes units g, g + G, ... (WarpUnits).
 inline constexpr int64_t kWgTileTokens = 64;
-inline constexpr int kWgGroups = 4;  // warpgroups per block: kWarpsWide warps
-static_assert(kWgGroups * 4 == kWarpsWide, "the wgmma body runs the wide block's warps");
 FS_MHC_HD inline int64_t WgTiles(int64_t tokens) {
   return (tokens + kWgTileTokens - 1) / kWgTileTokens;
 }

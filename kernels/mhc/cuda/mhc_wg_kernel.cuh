@@ -38,18 +38,31 @@
 
 namespace flashserve::kernels::mhc_device {
 
-inline constexpr int kWgThreads = mhc_tc::kWgGroups * 128;
-inline constexpr int kWgBoxBytes = static_cast<int>(mhc_tc::kWgTileTokens) * kTmaRowBytes;  // 4 KB
-inline constexpr int kWgStageBytes = kMhcStreams * kWgBoxBytes;                             // 16 KB
 inline constexpr uint32_t kWgBTileBytes = kMhcMixes * 16 * 2;  // 24 × 16 bf16: 768
 inline constexpr uint32_t kWgBLbo = 128;                       // k-block stride
 inline constexpr uint32_t kWgBSbo = 256;                       // n-block stride
-inline constexpr size_t kWgStagesOffset = kTcSmemBytes;
-inline constexpr size_t kWgBarsOffset = kWgStagesOffset + size_t{mhc_tc::kWgGroups} * kWgStageBytes;
-inline constexpr size_t kWgSmemBytes = kWgBarsOffset + size_t{mhc_tc::kWgGroups} * 8;
+
+// The block's shape by kGpi, the groups (32 dims of each stream) a warpgroup's stage holds:
+// 1 — four warpgroups (128 registers), boxes of 32 dims × 64 tokens (64-byte rows), 16 KB stages;
+// 2 — two warpgroups (255 registers), boxes of 64 dims × 64 tokens (128-byte rows), 32 KB stages.
+// Either way 64 KB of X per SM in flight beside the 144 KB of B tiles.
+template <int kGpi>
+struct WgShape {
+  static_assert(kGpi == 1 || kGpi == 2, "one or two groups per stage");
+  static constexpr int kWgs = kGpi == 1 ? 4 : 2;  // warpgroups per block
+  static constexpr int kThreads = kWgs * 128;
+  static constexpr int kBoxDims = kGpi * kTcChunkDims;
+  static constexpr int kRowBytes = 2 * kBoxDims;
+  static constexpr int kBoxBytes = static_cast<int>(mhc_tc::kWgTileTokens) * kRowBytes;
+  static constexpr int kStageBytes = kMhcStreams * kBoxBytes;
+  static constexpr int kItemsPerUnit = kTcGroups / kGpi;
+  static constexpr size_t kStagesOffset = kTcSmemBytes;
+  static constexpr size_t kBarsOffset = kStagesOffset + size_t{kWgs} * kStageBytes;
+  static constexpr size_t kSmemBytes = kBarsOffset + size_t{kWgs} * 8;
+  static_assert(kSmemBytes <= 227 * 1024, "fits one SM");
+};
 
 static_assert(kWgBTileBytes * kTcChunks * kTcPieces * 2 == kTcSmemBytes, "B tiles = fragments");
-static_assert(kWgSmemBytes <= 227 * 1024, "fits one SM");
 static_assert(kMhcMixes == 24, "m64n24k16");
 
 // Byte offset of the B tile of (chunk, piece, half h).
@@ -115,18 +128,20 @@ __device__ __forceinline__ void WgAdd(TcTileState& s, float (&t)[kMhcMixes / 2])
   }
 }
 
-// Issues group `item`'s four stream boxes of the warpgroup's walk (one thread): 32 dims × 64
-// tokens each, zero-filled past the token count.
-__device__ __forceinline__ void WgIssueGroup(const wgmma_ws::TmaOperand& x_map,
+// Issues stage `item` of the warpgroup's walk (one thread): four stream boxes of kGpi groups' dims
+// × 64 tokens, zero-filled past the token count.
+template <int kGpi>
+__device__ __forceinline__ void WgIssueStage(const wgmma_ws::TmaOperand& x_map,
                                              const MhcMixesParams& p, int64_t d0, int64_t wg_tile,
                                              int64_t item, uint32_t stage, uint32_t bar) {
-  const int64_t d = d0 + kTcChunkDims * (item % kTcGroups);
-  const int64_t tok0 = (wg_tile + mhc_tc::kWgGroups * (item / kTcGroups)) * mhc_tc::kWgTileTokens;
+  using S = WgShape<kGpi>;
+  const int64_t d = d0 + S::kBoxDims * (item % S::kItemsPerUnit);
+  const int64_t tok0 = (wg_tile + S::kWgs * (item / S::kItemsPerUnit)) * mhc_tc::kWgTileTokens;
   wgmma::FenceProxyAsyncShared();  // this warpgroup's generic reads of the stage came first
-  wgmma_ws::BarArriveExpectTx(bar, kWgStageBytes);
+  wgmma_ws::BarArriveExpectTx(bar, S::kStageBytes);
 #pragma unroll
   for (int c = 0; c < kMhcStreams; ++c) {
-    wgmma_ws::TmaLoad(x_map, stage + c * kWgBoxBytes, bar, c * p.dim + d, tok0, 0);
+    wgmma_ws::TmaLoad(x_map, stage + c * S::kBoxBytes, bar, c * p.dim + d, tok0, 0);
   }
 }
 
@@ -134,13 +149,15 @@ __device__ __forceinline__ void WgNamedSync(int id) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 
-// Grid: mhc_tc::BlocksFor(WgUnits) blocks of kWgThreads threads, kWgSmemBytes of dynamic shared
-// memory, one block per SM. x_map: X as (4·D columns, tokens rows), boxes of 32 × 64. Requires D %
-// kMhcMixesSliceDims == 0 and X rows 16-byte aligned (the TMA body's conditions).
-template <int kFn>
-__global__ void __launch_bounds__(kWgThreads, 1)
+// Grid: mhc_tc::BlocksFor(WgUnits) blocks of WgShape<kGpi>::kThreads threads, kSmemBytes of
+// dynamic shared memory, one block per SM. x_map: X as (4·D columns, tokens rows), boxes of
+// kBoxDims × 64. Requires D % kMhcMixesSliceDims == 0 and X rows 16-byte aligned (the TMA body's
+// conditions).
+template <int kFn, int kGpi>
+__global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
     MixesPartialWgKernel(const __grid_constant__ wgmma_ws::TmaOperand x_map, MhcMixesParams p,
                          float* __restrict__ workspace) {
+  using S = WgShape<kGpi>;
   extern __shared__ __align__(1024) uint4 s_dyn[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(s_dyn);
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -148,9 +165,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int wg = warp / 4;
   const int wl = warp % 4;  // this warp's 16-token tile inside the warpgroup's 64
   const bool elected = wl == 0 && lane == 0;
-  const unsigned char* x_stage = smem + kWgStagesOffset + wg * kWgStageBytes;
+  const unsigned char* x_stage = smem + S::kStagesOffset + wg * S::kStageBytes;
   const uint32_t stage = SharedAddr(x_stage);
-  const uint32_t bar = SharedAddr(smem + kWgBarsOffset + wg * 8);
+  const uint32_t bar = SharedAddr(smem + S::kBarsOffset + wg * 8);
   const uint32_t b_base = SharedAddr(smem);
   if (elected) {
     wgmma_ws::BarInit(bar, 1);
@@ -161,62 +178,69 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int64_t tiles = mhc_tc::WgTiles(p.tokens);
   const int64_t units = mhc_tc::WgUnits(p.tokens, p.dim);
   const int64_t end = mhc_tc::BlockUnitBegin(units, gridDim.x, int64_t{blockIdx.x} + 1);
-  // Lane (g, q) reads rows 16 wl + g and + 8 of each stream box, bytes 16q .. 16q + 15.
-  const int row_off = (16 * wl + lane / 4) * kTmaRowBytes + 16 * (lane % 4);
+  // Lane (g, q) reads rows 16 wl + g and + 8 of each stream box, bytes 16q .. 16q + 15 of each
+  // group's 64.
+  const int row_off = (16 * wl + lane / 4) * S::kRowBytes + 16 * (lane % 4);
   for (int64_t u = mhc_tc::BlockUnitBegin(units, gridDim.x, blockIdx.x); u < end;) {
     const int64_t slice = u / tiles;
     const int64_t seg_end = (slice + 1) * tiles < end ? (slice + 1) * tiles : end;
     const int64_t d0 = slice * kMhcMixesSliceDims;
     __syncthreads();  // the previous segment's B tiles are no longer read
-    StageFnWg<kWgThreads, kFn>(p, d0, smem);
+    StageFnWg<S::kThreads, kFn>(p, d0, smem);
     wgmma::FenceProxyAsyncShared();  // generic stores before the tensor cores' reads
     __syncthreads();
     const int64_t wg_tile = u - slice * tiles + wg;
     // TcWarp's walk over 16-token tiles: warp wl's tile of the warpgroup's unit k is 4 (wg_tile +
-    // 4k) + wl = tile_first + 16k, i.e. TileOf with kWarpsWide.
-    const TcWarp<mhc_tc::kWarpsWide, 1, true, false> w{
+    // kWgs·k) + wl = tile_first + 4·kWgs·k, i.e. TileOf with 4·kWgs warps (per group index).
+    const TcWarp<4 * S::kWgs, 1, true, false> w{
         p,     nullptr, workspace + slice * (kMhcMixes + 1) * p.tokens, d0, 4 * wg_tile + wl,
         false, lane};
-    const int64_t items = mhc_tc::WarpUnits(u, seg_end, wg, mhc_tc::kWgGroups) * kTcGroups;
+    const int64_t items = mhc_tc::WarpUnits(u, seg_end, wg, S::kWgs) * S::kItemsPerUnit;
     TcTileState s;
     s.Clear();
-    if (items > 0 && elected) WgIssueGroup(x_map, p, d0, wg_tile, 0, stage, bar);
+    if (items > 0 && elected) WgIssueStage<kGpi>(x_map, p, d0, wg_tile, 0, stage, bar);
 #pragma unroll 1
     for (int64_t item = 0; item < items; ++item) {
       wgmma_ws::BarWait(bar, phase);
       phase ^= 1u;
-      XGroup x;
+      XGroup x[kGpi];
 #pragma unroll
-      for (int c = 0; c < kMhcStreams; ++c) {
+      for (int gi = 0; gi < kGpi; ++gi) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint4 v = *reinterpret_cast<const uint4*>(x_stage + c * kWgBoxBytes +
-                                                          r * 8 * kTmaRowBytes + row_off);
-          XWord(x, c, r, 0) = v.x;
-          XWord(x, c, r, 1) = v.y;
-          XWord(x, c, r, 2) = v.z;
-          XWord(x, c, r, 3) = v.w;
+        for (int c = 0; c < kMhcStreams; ++c) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint4 v = *reinterpret_cast<const uint4*>(
+                x_stage + c * S::kBoxBytes + r * 8 * S::kRowBytes + gi * kTmaRowBytes + row_off);
+            XWord(x[gi], c, r, 0) = v.x;
+            XWord(x[gi], c, r, 1) = v.y;
+            XWord(x[gi], c, r, 2) = v.z;
+            XWord(x[gi], c, r, 3) = v.w;
+          }
         }
       }
       // Every warp's reads of the stage are done before the TMA may overwrite it.
       WgNamedSync(1 + wg);
       if (item + 1 < items && elected) {
-        WgIssueGroup(x_map, p, d0, wg_tile, item + 1, stage, bar);
+        WgIssueStage<kGpi>(x_map, p, d0, wg_tile, item + 1, stage, bar);
       }
-      const int j = static_cast<int>(item % kTcGroups);
-      const int64_t tile = w.TileOf(item);
-      // One chunk in flight per warpgroup (the other warpgroups keep the tensor cores busy): with
-      // two, ptxas injected a wait of its own (C7517) to reuse the in-flight accumulators.
-      // The chunk's squares run while its wgmma does, and the A registers are read by then.
 #pragma unroll
-      for (int c = 0; c < kMhcStreams; ++c) {
-        float t[kMhcMixes / 2];
-        WgChunk(x, j, c, b_base, t);
-        w.SumSquares(x, c, s);
-        wgmma::WaitGroup<0>();
-        WgAdd(s, t);
+      for (int gi = 0; gi < kGpi; ++gi) {
+        const int64_t group = item * kGpi + gi;  // the warp's group index: 8 per unit
+        const int j = static_cast<int>(group % kTcGroups);
+        // One chunk in flight per warpgroup (the other warpgroups keep the tensor cores busy):
+        // with two, ptxas injected a wait of its own (C7517) to reuse the in-flight accumulators.
+        // The chunk's squares run while its wgmma does.
+#pragma unroll
+        for (int c = 0; c < kMhcStreams; ++c) {
+          float t[kMhcMixes / 2];
+          WgChunk(x[gi], j, c, b_base, t);
+          w.SumSquares(x[gi], c, s);
+          wgmma::WaitGroup<0>();
+          WgAdd(s, t);
+        }
+        if (j == kTcGroups - 1) w.Store(w.TileOf(group), s);
       }
-      if (j == kTcGroups - 1) w.Store(tile, s);
     }
     u = seg_end;
   }
