@@ -408,6 +408,52 @@ TEST(MhcGpuTest, WgmmaBodyEqualsMmaSyncBodyBitForBit) {
   }
 }
 
+// The wgmma body's walk (host arithmetic, no device needed): 64-token units split over blocks as
+// the tensor-core body's, warpgroup g of G taking units g, g + G, ... of each segment, and warp wl
+// of a warpgroup TcWarp::TileOf's tile 4·unit_tile + wl (tile_first 4·(first unit) + wl, 4·G
+// warps): every 16-token tile of every slice exactly once, for both block shapes (G = 4, 2).
+TEST(MhcGpuTest, WgmmaPartitionCoversEveryTileOnce) {
+  for (const int64_t tokens :
+       {int64_t{1}, int64_t{63}, int64_t{65}, int64_t{1700}, int64_t{2100}, int64_t{16384}}) {
+    for (const int64_t dim : {int64_t{256}, int64_t{5120}}) {
+      for (const int sms : {1, 7, 132}) {
+        for (const int groups : {4, 2}) {
+          const int64_t wg_tiles = mhc_tc::WgTiles(tokens);
+          const int64_t units = mhc_tc::WgUnits(tokens, dim);
+          const int64_t blocks = mhc_tc::BlocksFor(units, sms);
+          const int64_t tiles = 4 * wg_tiles;  // 16-token tiles, the last ones maybe past the end
+          std::vector<int> seen(static_cast<size_t>(mhc_tc::Slices(dim) * tiles), 0);
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t end = mhc_tc::BlockUnitBegin(units, blocks, b + 1);
+            for (int64_t u = mhc_tc::BlockUnitBegin(units, blocks, b); u < end;) {
+              const int64_t slice = u / wg_tiles;
+              const int64_t seg_end = std::min(end, (slice + 1) * wg_tiles);
+              for (int g = 0; g < groups; ++g) {
+                const int64_t n = mhc_tc::WarpUnits(u, seg_end, g, groups);
+                for (int wl = 0; wl < 4; ++wl) {
+                  const int64_t tile_first = 4 * (u - slice * wg_tiles + g) + wl;
+                  for (int64_t k = 0; k < n; ++k) {
+                    const int64_t tile = tile_first + 4 * groups * k;  // TileOf(8 k)
+                    ASSERT_LT(tile, tiles);
+                    ++seen[static_cast<size_t>(slice * tiles + tile)];
+                  }
+                }
+              }
+              u = seg_end;
+            }
+          }
+          for (size_t i = 0; i < seen.size(); ++i) {
+            ASSERT_EQ(seen[i], 1) << "tile " << i << " tokens " << tokens << " dim " << dim
+                                  << " sms " << sms << " groups " << groups;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mhc_tc::WgUnits(16384, 5120), 20 * 256);
+  EXPECT_EQ(mhc_tc::WgTiles(2100), 33);
+}
+
 // The tensor-core body's work partition (host arithmetic, no device needed): every (slice, tile)
 // unit is computed exactly once (per block shape: the walks of 8 and 16 warps), by blocks whose
 // loads differ by at most one unit; the wide shape only where every warp has a unit.
