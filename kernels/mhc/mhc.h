@@ -189,8 +189,9 @@ inline int64_t MhcMixesWorkspaceFloats(int64_t tokens, int64_t dim) {
 // The device bodies of the mixes pass. kFp32Fma's bits differ from the tensor-core bodies'
 // (another summation order); the three tensor-core choices give identical bits.
 enum class MhcMixesGpuKernel {
-  // Default. The tensor-core body (mma.sync bf16; fn split exactly into three bf16 pieces, so
-  // every product is exact; fp32 sums), memory-bound. Small batches (<=
+  // Default. The tensor-core body (bf16 tensor-core products, mma.sync or, for the mixes alone at
+  // large batches, wgmma with the same bits; fn split exactly into three bf16 pieces, so every
+  // product is exact; fp32 sums), memory-bound. Small batches (<=
   // kMhcMixesSmallBatchAutoTokens, D <= 16384, a workspace of >= MhcMixesSmallBatchWorkspaceFloats
   // floats, 16-byte aligned) run the small-batch body, others the large-batch body: same bits
   // either way.

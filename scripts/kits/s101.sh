@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Kit s101 (built by scripts/gpu_kit.sh s101; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s101_run.sh m b
-# Session 72, the mHC wgmma body's shapes (mhc_wg_kernel.cuh WgShape; FS_MHC_WG_GPI):
+# Session 72, the mHC wgmma body's shapes (mhc_wg_kernel.cuh WgShape; FS_MHC_WG_GPI). Ran at
+# e8fcc0b, where the default was shape 1 (the base binaries) and _g2 the variant; shape 2 is the
+# default since, so at later commits the base and _g2 binaries are the same build.
 #   m  every mHC GPU test on the 2-groups-per-stage build (kernels_mhc_gpu_test_g2)
 #   b  bench_mhc --large 1 on the 1- and 2-groups builds, alternated twice, and the ablations
 #      (a1: no wgmma, a2: no TMA, stale stages; timing only, their checks fail by design)

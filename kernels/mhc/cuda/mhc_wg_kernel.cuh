@@ -1,5 +1,5 @@
-// The mixes body on warpgroup MMAs (wgmma), X by the TMA unit: the large-batch default where the
-// TMA body (mhc_tc_tma_kernel.cuh) applies (README.md "Session 72").
+// The mixes body on warpgroup MMAs (wgmma), X by the TMA unit: the large-batch default for the
+// mixes alone where the TMA body (mhc_tc_tma_kernel.cuh) applies (README.md "Session 72").
 //
 // Same products, same chains, same sums as the mma.sync bodies, so (the tests hold it) the same
 // bits: X stays the A operand in registers, in the mma.sync A-fragment layout (XGroup: the permuted
@@ -8,21 +8,22 @@
 // from registers and B (the slice's fn pieces) from shared memory. Per chunk the chain is the
 // mma.sync body's — lo, mid, hi pieces, halves 0 and 1, from zero — on all 24 mixes at once, then
 // added to the fp32 accumulator in chunk order; Σx² and the stores are TcWarp's. The mixes alone:
-// with the fused collapse (TcWarp::Collapse after the chunks) the same kernel gave the same bits
-// but spilled ~100 bytes at 128 registers and ran level to slower than the TMA body, which keeps
-// the collapse (README.md "Session 72").
+// with the fused collapse (TcWarp::Collapse after the chunks) the 4-warpgroup shape gave the same
+// bits but spilled ~100 bytes at 128 registers and ran level to slower than the TMA body, which
+// keeps the collapse (README.md "Session 72").
 //
 // What changes against the TMA body: the tensor cores read fn from shared memory themselves (the
 // TMA body's warps loaded 36 fragments of 16 bytes per group: ~45 % of the SM's shared-memory
 // bandwidth), wgmma runs at the full Hopper tensor rate (mma.sync at ~60 %), asynchronously (a
-// chunk's squares run under its wgmma; four warpgroups per SM), and a warpgroup's X arrives as
-// four 4 KB boxes (32 dims × 64 tokens of a stream) instead of each warp's four 1 KB boxes.
+// chunk's squares run under its wgmma), and X arrives in 64-token boxes: with WgShape<2> (the
+// default, two warpgroups) 64 dims wide, i.e. 128-byte rows, where the TMA body's 1 KB boxes had
+// 64-byte rows — its loads were the bound (ablations in the README).
 //
 // B layout: per (chunk, piece, half) a 24 × 16 K-major tile without swizzle, 768 bytes: core
 // matrix (n-block nb = n-tile, k-block kb) at nb·256 + kb·128, row g at +16 g holding logical k
 // 8 kb .. 8 kb + 7 — word q of it is lane (g, q)'s fragment word (half 0: x, y; half 1: z, w).
-// Shared memory: those tiles (kTcSmemBytes, as the fragments), then a 16 KB stage and an mbarrier
-// per warpgroup.
+// Shared memory: those tiles (kTcSmemBytes, as the fragments), then a stage and an mbarrier per
+// warpgroup (WgShape).
 #pragma once
 
 #include <cuda_runtime.h>
