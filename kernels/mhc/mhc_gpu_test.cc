@@ -384,20 +384,27 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
 TEST(MhcGpuTest, WgmmaBodyEqualsMmaSyncBodyBitForBit) {
   FS_SKIP_WITHOUT_GPU();
   uint64_t seed = 70;
+  // The collapse cases compare two mma.sync runs unless the build gives the collapse to the
+  // wgmma body too (FS_MHC_WG_COLLAPSE in mhc_launch.cu).
   for (const MixCase& c : std::vector<MixCase>{{2100, 5120, 0, false},
                                                {2100, 5120, 8, false},
                                                {1700, 5120, 0, false},
-                                               {16384, 5120, 0, false}}) {
+                                               {16384, 5120, 0, false},
+                                               {2100, 5120, 0, true},
+                                               {2100, 5120, 0, true, 8},
+                                               {16384, 5120, 0, true, 8}}) {
     for (bool prepared : {false, true}) {
-      SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d%s", c.tokens, c.dim, c.x_pad,
-                                   prepared ? " prepared" : ""));
+      SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d%s%s", c.tokens, c.dim, c.x_pad,
+                                   c.collapse ? " collapse" : "", prepared ? " prepared" : ""));
       std::mt19937_64 rng(seed++);
       const SiteParams site = RandomSite(c.dim, 1.0, rng);
       const MhcMixesParams p = SiteParamsFor(c, site);
       const std::vector<uint16_t> x = RandomBf16(c.tokens * p.x_stride, 1.1, rng);
-      const MixOutputs wg = RunGpu(p, x, site, nullptr, MhcMixesGpuKernel::kTensorCore, prepared);
+      const std::vector<float> pre_in = RandomPre(c.tokens, rng);
+      const std::vector<float>* pin = c.collapse ? &pre_in : nullptr;
+      const MixOutputs wg = RunGpu(p, x, site, pin, MhcMixesGpuKernel::kTensorCore, prepared);
       const MixOutputs mma =
-          RunGpu(p, x, site, nullptr, MhcMixesGpuKernel::kTensorCoreMmaSync, prepared);
+          RunGpu(p, x, site, pin, MhcMixesGpuKernel::kTensorCoreMmaSync, prepared);
       const std::string diff = FirstOutputDiff(wg, mma);
       EXPECT_EQ(diff, "");
       if (!diff.empty()) {

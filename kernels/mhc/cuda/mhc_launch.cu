@@ -89,10 +89,17 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
 #define FS_MHC_WG_GPI 2
 #endif
 constexpr int kWgGpi = FS_MHC_WG_GPI;
+// Whether the wgmma body also takes the mixes with the fused collapse (a build switch until it
+// is measured on the default shape; README.md "Session 72").
+#ifndef FS_MHC_WG_COLLAPSE
+#define FS_MHC_WG_COLLAPSE 0
+#endif
+constexpr bool kWgCollapse = FS_MHC_WG_COLLAPSE != 0;
 
 // The wgmma body (mhc_wg_kernel.cuh) for the mixes alone where the TMA body applies (same
 // conditions, see below): units of 64 tokens, one block per SM at most. False: nothing launched.
-bool TryLaunchPartialWg(const MhcMixesParams& p, float* workspace, cudaStream_t stream) {
+bool TryLaunchPartialWg(const MhcMixesParams& p, float* workspace, bool coll_vec,
+                        cudaStream_t stream) {
   using Shape = mhc_device::WgShape<kWgGpi>;
   wgmma_ws::TmaOperand x_map;
   if (!wgmma_ws::MakeTmaOperand(&x_map, p.x, 2, kMhcStreams * p.dim, p.tokens, p.x_stride, 1, 0,
@@ -103,12 +110,19 @@ bool TryLaunchPartialWg(const MhcMixesParams& p, float* workspace, cudaStream_t 
   using mhc_device::kFnPrepared;
   using mhc_device::kFnVector;
   using mhc_device::MixesPartialWgKernel;
-  auto* kernel = p.fn_frags != nullptr ? MixesPartialWgKernel<kFnPrepared, kWgGpi>
-                                       : MixesPartialWgKernel<kFnVector, kWgGpi>;
+  constexpr bool kC = kWgCollapse;
+  const bool collapse = kC && p.pre_in != nullptr;
+  auto* kernel = p.fn_frags != nullptr
+                     ? (collapse ? MixesPartialWgKernel<kFnPrepared, kWgGpi, kC>
+                                 : MixesPartialWgKernel<kFnPrepared, kWgGpi, false>)
+                     : (collapse ? MixesPartialWgKernel<kFnVector, kWgGpi, kC>
+                                 : MixesPartialWgKernel<kFnVector, kWgGpi, false>);
   static PerDeviceInt smem_attribute;  // every instantiation, once per device
   smem_attribute.Get(CurrentDevice(), [&] {
-    for (auto* k :
-         {MixesPartialWgKernel<kFnPrepared, kWgGpi>, MixesPartialWgKernel<kFnVector, kWgGpi>}) {
+    for (auto* k : {MixesPartialWgKernel<kFnPrepared, kWgGpi, false>,
+                    MixesPartialWgKernel<kFnVector, kWgGpi, false>,
+                    MixesPartialWgKernel<kFnPrepared, kWgGpi, kC>,
+                    MixesPartialWgKernel<kFnVector, kWgGpi, kC>}) {
       CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(Shape::kSmemBytes)));
     }
@@ -116,7 +130,7 @@ bool TryLaunchPartialWg(const MhcMixesParams& p, float* workspace, cudaStream_t 
   });
   const int64_t units = mhc_tc::WgUnits(p.tokens, p.dim);
   const auto blocks = static_cast<unsigned>(mhc_tc::BlocksFor(units, SmCount(CurrentDevice())));
-  kernel<<<blocks, Shape::kThreads, Shape::kSmemBytes, stream>>>(x_map, p, workspace);
+  kernel<<<blocks, Shape::kThreads, Shape::kSmemBytes, stream>>>(x_map, p, workspace, coll_vec);
   CUDA_CHECK(cudaGetLastError());
   return true;
 }
@@ -134,9 +148,12 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
       p.dim % kMhcMixesSliceDims != 0 || !Aligned(p.x, 2 * p.x_stride, 16)) {
     return false;
   }
-  // The wgmma body for the mixes alone; with the fused collapse it measured level to slower
-  // (README.md "Session 72": ~100 bytes of spill at 128 registers), so mma.sync keeps that.
-  if (wgmma && p.pre_in == nullptr && TryLaunchPartialWg(p, workspace, stream)) return true;
+  // The wgmma body for the mixes alone; the fused collapse stays on mma.sync unless the build
+  // says otherwise (kWgCollapse: shape 1's measured level to slower, shape 2's is unmeasured).
+  if (wgmma && (p.pre_in == nullptr || kWgCollapse) &&
+      TryLaunchPartialWg(p, workspace, coll_vec, stream)) {
+    return true;
+  }
   wgmma_ws::TmaOperand x_map;
   if (!wgmma_ws::MakeTmaOperand(&x_map, p.x, 2, kMhcStreams * p.dim, p.tokens, p.x_stride, 1, 0,
                                 mhc_device::kTcChunkDims,

@@ -7,10 +7,10 @@
 // tiles (64 consecutive tokens) of one group together through `wgmma.mma_async m64n24k16` with A
 // from registers and B (the slice's fn pieces) from shared memory. Per chunk the chain is the
 // mma.sync body's — lo, mid, hi pieces, halves 0 and 1, from zero — on all 24 mixes at once, then
-// added to the fp32 accumulator in chunk order; Σx² and the stores are TcWarp's. The mixes alone:
-// with the fused collapse (TcWarp::Collapse after the chunks) the 4-warpgroup shape gave the same
-// bits but spilled ~100 bytes at 128 registers and ran level to slower than the TMA body, which
-// keeps the collapse (README.md "Session 72").
+// added to the fp32 accumulator in chunk order; Σx², the collapse and the stores are TcWarp's.
+// With the fused collapse the 4-warpgroup shape gave the same bits but spilled ~100 bytes at 128
+// registers and ran level to slower than the TMA body; the launcher gives the collapse to this
+// kernel only in FS_MHC_WG_COLLAPSE builds until shape 2's is measured (README.md "Session 72").
 //
 // What changes against the TMA body: the tensor cores read fn from shared memory themselves (the
 // TMA body's warps loaded 36 fragments of 16 bytes per group: ~45 % of the SM's shared-memory
@@ -154,10 +154,10 @@ __device__ __forceinline__ void WgNamedSync(int id) {
 // dynamic shared memory, one block per SM. x_map: X as (4·D columns, tokens rows), boxes of
 // kBoxDims × 64. Requires D % kMhcMixesSliceDims == 0 and X rows 16-byte aligned (the TMA body's
 // conditions).
-template <int kFn, int kGpi>
+template <int kFn, int kGpi, bool kCollapse>
 __global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
     MixesPartialWgKernel(const __grid_constant__ wgmma_ws::TmaOperand x_map, MhcMixesParams p,
-                         float* __restrict__ workspace) {
+                         float* __restrict__ workspace, bool coll_vec) {
   using S = WgShape<kGpi>;
   extern __shared__ __align__(1024) uint4 s_dyn[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(s_dyn);
@@ -193,12 +193,15 @@ __global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
     const int64_t wg_tile = u - slice * tiles + wg;
     // TcWarp's walk over 16-token tiles: warp wl's tile of the warpgroup's unit k is 4 (wg_tile +
     // kWgs·k) + wl = tile_first + 4·kWgs·k, i.e. TileOf with 4·kWgs warps (per group index).
-    const TcWarp<4 * S::kWgs, 1, true, false> w{
-        p,     nullptr, workspace + slice * (kMhcMixes + 1) * p.tokens, d0, 4 * wg_tile + wl,
-        false, lane};
+    const TcWarp<4 * S::kWgs, 1, true, kCollapse> w{
+        p,        nullptr, workspace + slice * (kMhcMixes + 1) * p.tokens, d0, 4 * wg_tile + wl,
+        coll_vec, lane};
     const int64_t items = mhc_tc::WarpUnits(u, seg_end, wg, S::kWgs) * S::kItemsPerUnit;
     TcTileState s;
     s.Clear();
+    float pre[2][kMhcStreams] = {};
+    float pre_next[2][kMhcStreams] = {};
+    if (kCollapse && items > 0) w.LoadPre(w.TileOf(0), pre_next);
     if (items > 0 && elected) WgIssueStage<kGpi>(x_map, p, d0, wg_tile, 0, stage, bar);
 #pragma unroll 1
     for (int64_t item = 0; item < items; ++item) {
@@ -229,6 +232,9 @@ __global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
       for (int gi = 0; gi < kGpi; ++gi) {
         const int64_t group = item * kGpi + gi;  // the warp's group index: 8 per unit
         const int j = static_cast<int>(group % kTcGroups);
+        if constexpr (kCollapse) {
+          if (j == 0) w.AdvancePre(group, items * kGpi, pre, pre_next);
+        }
         // One chunk in flight per warpgroup (the other warpgroups keep the tensor cores busy):
         // with two, ptxas injected a wait of its own (C7517) to reuse the in-flight accumulators.
         // The chunk's squares run while its wgmma does.
@@ -240,6 +246,7 @@ __global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
           wgmma::WaitGroup<0>();
           WgAdd(s, t);
         }
+        if constexpr (kCollapse) w.Collapse(x[gi], j, w.TileOf(group), pre);
         if (j == kTcGroups - 1) w.Store(w.TileOf(group), s);
       }
     }
