@@ -89,12 +89,14 @@ void LaunchPartialTc(const MhcMixesParams& p, float* workspace, bool coll_vec, u
 #define FS_MHC_WG_GPI 2
 #endif
 constexpr int kWgGpi = FS_MHC_WG_GPI;
-// Whether the wgmma body also takes the mixes with the fused collapse (a build switch until it
-// is measured on the default shape; README.md "Session 72").
+// Whether the wgmma body also takes the mixes with the fused collapse: on shape 2 it measured
+// 372 us (0.75 of the copy) at 16,384 tokens against the mma.sync TMA body's 485-489 (0.57), same
+// bits (README.md "Session 73"); 0 (A/B builds) leaves the collapse on the TMA body. Shape 1
+// spilled with it (session 72): only shape 2 takes it.
 #ifndef FS_MHC_WG_COLLAPSE
-#define FS_MHC_WG_COLLAPSE 0
+#define FS_MHC_WG_COLLAPSE 1
 #endif
-constexpr bool kWgCollapse = FS_MHC_WG_COLLAPSE != 0;
+constexpr bool kWgCollapse = FS_MHC_WG_COLLAPSE != 0 && kWgGpi == 2;
 
 // The wgmma body (mhc_wg_kernel.cuh) for the mixes alone where the TMA body applies (same
 // conditions, see below): units of 64 tokens, one block per SM at most. False: nothing launched.
@@ -148,8 +150,8 @@ bool TryLaunchPartialTma(const MhcMixesParams& p, float* workspace, unsigned blo
       p.dim % kMhcMixesSliceDims != 0 || !Aligned(p.x, 2 * p.x_stride, 16)) {
     return false;
   }
-  // The wgmma body for the mixes alone; the fused collapse stays on mma.sync unless the build
-  // says otherwise (kWgCollapse: shape 1's measured level to slower, shape 2's is unmeasured).
+  // The wgmma body for the mixes alone, and with the fused collapse where kWgCollapse (shape 2's
+  // default; shape 1 keeps the collapse on mma.sync, where it was faster).
   if (wgmma && (p.pre_in == nullptr || kWgCollapse) &&
       TryLaunchPartialWg(p, workspace, coll_vec, stream)) {
     return true;
