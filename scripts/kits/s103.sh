@@ -35,7 +35,8 @@ for mode in "$@"; do
           for f in $OUT/step${b}*cuda_gpu_trace*.csv; do [ -f "$f" ] && xz -T0 "$f"; done
           rm -f $OUT/step$b.nsys-rep $OUT/step$b.sqlite
         else
-          timeout 200 ncu --metrics gpu__time_duration.sum --csv $K/bench_decoder_layer_step \
+          # Bounded: ncu replays every kernel; unbounded it ran past 200 s (session 73).
+          timeout 200 ncu --metrics gpu__time_duration.sum --csv --launch-count 120 $K/bench_decoder_layer_step \
             --tokens $b --reindex-tokens "" --extra-tokens "" --stages 0 --iters 1 --warmup 0 \
             > $OUT/ncu_step$b.csv 2>&1
           echo "ncu $b rc $?"; xz -T0 $OUT/ncu_step$b.csv
