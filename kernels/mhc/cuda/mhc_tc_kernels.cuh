@@ -64,6 +64,15 @@ static_assert(MhcFnFragmentBytes(kMhcMixesSliceDims) == kTcSliceFrags * sizeof(u
 // Fragments a block stages per slice, and per thread of a block of `threads`.
 inline constexpr int kTcFragEntries = kTcChunks * kTcNTiles * 32;  // 3072
 
+// Fragment entry e of a slice (0 .. kTcFragEntries): lane fastest, then the n-tile, then the chunk
+// — the order every stager and PrepareFnKernel walk.
+struct TcFragEntry {
+  int lane, nt, chunk;
+};
+__host__ __device__ __forceinline__ TcFragEntry TcFragEntryOf(int e) {
+  return {e % 32, (e / 32) % kTcNTiles, e / (32 * kTcNTiles)};
+}
+
 static_assert(kMhcMixes % 8 == 0, "whole n-tiles");
 static_assert(kMhcMixesSliceDims % kTcChunkDims == 0, "whole chunks per slice");
 static_assert(mhc_tc::kTileTokens == 16, "one m16 tile per warp");
@@ -140,14 +149,11 @@ __device__ __forceinline__ void StageFnPieces(const MhcMixesParams& p, int64_t d
   // All entries of a thread (12 at 256 threads) unrolled, so their loads are in flight together.
 #pragma unroll
   for (int it = 0; it < kTcFragEntries / kThreads; ++it) {
-    const int e = static_cast<int>(threadIdx.x) + it * kThreads;
-    const int lane = e % 32;
-    const int nt = (e / 32) % kTcNTiles;
-    const int chunk = e / (32 * kTcNTiles);
+    const TcFragEntry f = TcFragEntryOf(static_cast<int>(threadIdx.x) + it * kThreads);
     uint4 frag[kTcPieces];
-    LoadFnFrag<kFnVec>(p, d0, chunk, nt, lane, frag);
+    LoadFnFrag<kFnVec>(p, d0, f.chunk, f.nt, f.lane, frag);
 #pragma unroll
-    for (int pc = 0; pc < kTcPieces; ++pc) s_frag[FragIndex(chunk, nt, pc, lane)] = frag[pc];
+    for (int pc = 0; pc < kTcPieces; ++pc) s_frag[FragIndex(f.chunk, f.nt, pc, f.lane)] = frag[pc];
   }
 }
 
@@ -211,6 +217,8 @@ __global__ void __launch_bounds__(256)
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t slice = i / kTcFragEntries;
+    // TcFragEntryOf's walk, spelled out: with the helper this kernel's SASS came out different
+    // (the same values; unvalidated on a device), the stagers' byte-identical (session 73).
     const int e = static_cast<int>(i - slice * kTcFragEntries);
     const int lane = e % 32;
     const int nt = (e / 32) % kTcNTiles;

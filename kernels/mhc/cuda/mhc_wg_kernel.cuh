@@ -79,17 +79,14 @@ __device__ __forceinline__ void StageFnWg(const MhcMixesParams& p, int64_t d0,
   static_assert(kTcFragEntries % kThreads == 0, "whole staging rounds");
 #pragma unroll 2
   for (int it = 0; it < kTcFragEntries / kThreads; ++it) {
-    const int e = static_cast<int>(threadIdx.x) + it * kThreads;
-    const int lane = e % 32;
-    const int nt = (e / 32) % kTcNTiles;
-    const int chunk = e / (32 * kTcNTiles);
+    const TcFragEntry f = TcFragEntryOf(static_cast<int>(threadIdx.x) + it * kThreads);
     uint4 frag[kTcPieces];
-    FnFrag<kFn>(p, d0, chunk, nt, lane, frag);
-    const uint32_t row = nt * kWgBSbo + (lane / 4) * 16 + (lane % 4) * 4;
+    FnFrag<kFn>(p, d0, f.chunk, f.nt, f.lane, frag);
+    const uint32_t row = f.nt * kWgBSbo + (f.lane / 4) * 16 + (f.lane % 4) * 4;
 #pragma unroll
     for (int pc = 0; pc < kTcPieces; ++pc) {
-      unsigned char* t0 = s_b + WgBTile(chunk, pc, 0) + row;
-      unsigned char* t1 = s_b + WgBTile(chunk, pc, 1) + row;
+      unsigned char* t0 = s_b + WgBTile(f.chunk, pc, 0) + row;
+      unsigned char* t1 = s_b + WgBTile(f.chunk, pc, 1) + row;
       *reinterpret_cast<uint32_t*>(t0) = frag[pc].x;
       *reinterpret_cast<uint32_t*>(t0 + kWgBLbo) = frag[pc].y;
       *reinterpret_cast<uint32_t*>(t1) = frag[pc].z;
