@@ -15,6 +15,10 @@ source changed its SASS the way it meant to (kernels/moe/wgmma_rs_gemm_sessions.
                                       instruction mix; -b also prints the loop's basic blocks.
                                       Instructions nvdisasm 11.8 cannot decode (CUDA 12+ forms,
                                       e.g. VIADD) count as '?OPC', OPC the encoding's low 12 bits
+  sass.py same OLD NEW [-k RE]        whether two cubins' kernels are byte-identical (.text
+                                      sections; exit 1 if one differs or is missing): a refactor
+                                      that must not change the machine code, checked without a
+                                      GPU and without nvdisasm
   sass.py stalls CUBIN CSV[.xz] [-k RE]
                                       Nsight's stall samples per basic block and loop, from an
                                       `ncu --page source --csv --print-source sass` export of a
@@ -284,6 +288,17 @@ def stalls(cubin_path, csv_path, kernel_re, top_n=25):
                 print("  loop %#x-%#x: %5.1f %% of samples" % (top, bottom, 100 * n / total))
 
 
+def same(old_path, new_path, kernel_re):
+    a, b = text_sections(old_path), text_sections(new_path)
+    names = sorted(n for n in set(a) | set(b) if not kernel_re or re.search(kernel_re, n))
+    differ = [n for n in names if a.get(n) != b.get(n)]
+    for n in differ:
+        what = "missing" if n not in a or n not in b else "%d / %d bytes" % (len(a[n]), len(b[n]))
+        print("differs: %s (%s)" % (n, what))
+    print("%d of %d kernels byte-identical" % (len(names) - len(differ), len(names)))
+    return not differ
+
+
 def main(argv):
     if len(argv) < 2:
         die(__doc__)
@@ -303,6 +318,9 @@ def main(argv):
     elif cmd == "loops" and args:
         kernel_re = args[args.index("-k") + 1] if "-k" in args else None
         loops(args[0], kernel_re, "-b" in args)
+    elif cmd == "same" and len(args) >= 2:
+        kernel_re = args[args.index("-k") + 1] if "-k" in args else None
+        sys.exit(0 if same(args[0], args[1], kernel_re) else 1)
     elif cmd == "stalls" and len(args) >= 2:
         kernel_re = args[args.index("-k") + 1] if "-k" in args else None
         stalls(args[0], args[1], kernel_re)
