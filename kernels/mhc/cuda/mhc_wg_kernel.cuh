@@ -1,5 +1,6 @@
 // The mixes body on warpgroup MMAs (wgmma), X by the TMA unit: the large-batch default for the
-// mixes alone where the TMA body (mhc_tc_tma_kernel.cuh) applies (README.md "Session 72").
+// mixes, alone (README.md "Session 72") and with the fused collapse on shape 2 ("Session 73"),
+// where the TMA body (mhc_tc_tma_kernel.cuh) applies.
 //
 // Same products, same chains, same sums as the mma.sync bodies, so (the tests hold it) the same
 // bits: X stays the A operand in registers, in the mma.sync A-fragment layout (XGroup: the permuted
@@ -9,8 +10,8 @@
 // mma.sync body's — lo, mid, hi pieces, halves 0 and 1, from zero — on all 24 mixes at once, then
 // added to the fp32 accumulator in chunk order; Σx², the collapse and the stores are TcWarp's.
 // With the fused collapse the 4-warpgroup shape gave the same bits but spilled ~100 bytes at 128
-// registers and ran level to slower than the TMA body; the launcher gives the collapse to this
-// kernel only in FS_MHC_WG_COLLAPSE builds until shape 2's is measured (README.md "Session 72").
+// registers and ran level to slower than the TMA body; shape 2 (the default) runs it at 0.75 of
+// the copy against the TMA body's 0.57 (FS_MHC_WG_COLLAPSE, mhc_launch.cu).
 //
 // What changes against the TMA body: the tensor cores read fn from shared memory themselves (the
 // TMA body's warps loaded 36 fragments of 16 bytes per group: ~45 % of the SM's shared-memory
