@@ -8,6 +8,8 @@
 #   # kit-variant: TARGET SUFFIX TU FLAGS...   TARGET relinked as TARGET_SUFFIX with its object of
 #                                              TU (a .cu / .cc path from the repo root) recompiled
 #                                              with FLAGS (e.g. -DFS_INDEXER_I8_MIN_CTAS=3)
+#   # kit-drop: NAME...                        built binaries left out of the kit (a target built
+#                                              only as a variant's base), to stay within 64 MiB
 # Output: build-gpu-bin/KIT.tar.xz (stripped binaries, xz; the device tool carries at most 64 MiB)
 # and build-gpu-bin/KIT_run.sh (the kit file). The device call, from the repository root:
 #   run(command="bash build-gpu-bin/KIT_run.sh MODES",
@@ -22,6 +24,7 @@ src=$root/scripts/kits/$kit.sh
 cd "$root"
 mapfile -t targets < <(sed -n 's/^# kit-target: *//p' "$src" | tr ' ' '\n' | sed '/^$/d')
 mapfile -t variants < <(sed -n 's/^# kit-variant: *//p' "$src")
+mapfile -t drops < <(sed -n 's/^# kit-drop: *//p' "$src" | tr ' ' '\n' | sed '/^$/d')
 [ ${#targets[@]} -gt 0 ] || { echo "gpu_kit: $src names no kit-target" >&2; exit 2; }
 
 scripts/setup.sh
@@ -68,6 +71,10 @@ for v in "${variants[@]}"; do
   echo "gpu_kit: built $out_name ($tu $flags)"
 done
 
+for d in "${drops[@]}"; do
+  [ -f "$stage/$d" ] || { echo "gpu_kit: kit-drop names $d, which the kit does not build" >&2; exit 1; }
+  rm -f "$stage/$d"
+done
 strip "$stage"/*
 mkdir -p build-gpu-bin
 # -9: its 64 MiB dictionary spans several binaries, which share most of their code (the s62 kit:
