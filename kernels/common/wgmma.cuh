@@ -46,21 +46,6 @@ __host__ __device__ __forceinline__ constexpr uint32_t Sw128Offset(uint32_t row,
   return row * 128u + ((chunk ^ (row & 7u)) << 4);
 }
 
-// Descriptor of a 128-byte-swizzled operand starting at shared address `smem_addr` (a byte
-// address in the shared window; bits 4..17 are encoded), with the leading / stride dimension byte
-// offsets given in bytes (multiples of 16). Base offset 0: the atoms are 1024-byte aligned, and a
-// start address inside an atom (K steps of 32 bytes in a K-major tile) is resolved by the
-// hardware's address swizzle, the way CUTLASS and DeepGEMM advance K.
-__device__ __forceinline__ uint64_t MakeSw128Desc(uint32_t smem_addr, uint32_t lbo_bytes,
-                                                  uint32_t sbo_bytes) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
-  desc |= static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16;
-  desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32;
-  desc |= uint64_t{1} << 62;  // swizzle mode 1: 128 B
-  return desc;
-}
-
 // Descriptor of an operand without swizzle (PTX "interleave" mode 0): 8-row × 16-byte core
 // matrices, each 128 contiguous bytes (row r at +16r); for a K-major operand the two core matrices
 // of a k16 step are `lbo_bytes` apart and 8-row groups of M / N `sbo_bytes` apart (canonical
@@ -72,6 +57,17 @@ __device__ __forceinline__ uint64_t MakeNoSwizzleDesc(uint32_t smem_addr, uint32
   desc |= static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16;
   desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32;
   return desc;
+}
+
+// Descriptor of a 128-byte-swizzled operand starting at shared address `smem_addr` (a byte
+// address in the shared window; bits 4..17 are encoded), with the leading / stride dimension byte
+// offsets given in bytes (multiples of 16). Base offset 0: the atoms are 1024-byte aligned, and a
+// start address inside an atom (K steps of 32 bytes in a K-major tile) is resolved by the
+// hardware's address swizzle, the way CUTLASS and DeepGEMM advance K.
+__device__ __forceinline__ uint64_t MakeSw128Desc(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                  uint32_t sbo_bytes) {
+  constexpr uint64_t kSwizzle128 = uint64_t{1} << 62;  // swizzle mode 1: 128 B
+  return MakeNoSwizzleDesc(smem_addr, lbo_bytes, sbo_bytes) | kSwizzle128;
 }
 
 // Orders register writes (accumulators, register A) before the wgmma that reads them.

@@ -376,16 +376,17 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
   }
 }
 
-// The wgmma body (the large-batch default for the mixes alone where X goes by the TMA unit)
-// against the mma.sync TMA body it replaces, whole buffers bit for bit (mhc_wg_kernel.cuh: same
-// products, chains and sums; the tensor cores' k16 step is the same on both instructions): a
-// partial last 64-token tile, padded rows, few units per warpgroup, fn split in the kernel and
-// prepared, and 16,384 tokens (several units per warpgroup, blocks straddling slices).
+// The wgmma body (the large-batch default for the mixes, alone and with the collapse, where X goes
+// by the TMA unit) against the mma.sync TMA body it replaces, whole buffers bit for bit
+// (mhc_wg_kernel.cuh: same products, chains and sums; the tensor cores' k16 step is the same on
+// both instructions): a partial last 64-token tile, padded rows, few units per warpgroup, fn split
+// in the kernel and prepared, and 16,384 tokens (several units per warpgroup, blocks straddling
+// slices).
 TEST(MhcGpuTest, WgmmaBodyEqualsMmaSyncBodyBitForBit) {
   FS_SKIP_WITHOUT_GPU();
   uint64_t seed = 70;
-  // The collapse cases compare two mma.sync runs unless the build gives the collapse to the
-  // wgmma body too (FS_MHC_WG_COLLAPSE in mhc_launch.cu).
+  // The collapse cases run the wgmma body where the build gives it the collapse (the default;
+  // FS_MHC_WG_COLLAPSE in mhc_launch.cu), else they compare two mma.sync runs.
   for (const MixCase& c : std::vector<MixCase>{{2100, 5120, 0, false},
                                                {2100, 5120, 8, false},
                                                {1700, 5120, 0, false},
