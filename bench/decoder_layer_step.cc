@@ -25,6 +25,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
+#include "kernels/gemm/weight_prefetch.h"
 #include "kernels/indexer/indexer.h"
 #include "kernels/mhc/hc_boundary.h"
 #include "kernels/mhc/mhc.h"
@@ -333,7 +334,9 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
-  auto branch_stream = [=, this](int i) { return overlap ? side_[i >= 2 ? 1 : 0] : st; };
+  auto branch_stream = [=, this](int i) {
+    return overlap ? side_[i == 4 ? 2 : i >= 2 ? 1 : 0] : st;
+  };
   // Fork branch i from the main stream (after everything enqueued there so far).
   auto fork = [=, this](int i) {
     CUDA_CHECK(cudaEventRecord(fork_[i], st));
@@ -519,6 +522,40 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  db * heads * kRope * 2 * 2, 0});
   };
 
+  // The L2 prefetches (Options::l2_prefetch_mb): a stage on branch 4 asking the L2 for the named
+  // weights, each whole within the budget, else the same prefix of every row.
+  const int64_t budget = overlap ? opt_.l2_prefetch_mb << 20 : 0;
+  auto wants = [&](const char* target) {
+    return budget > 0 && opt_.l2_prefetch_targets.count(target) > 0;
+  };
+  auto weight_range = [budget](const void* ptr, int64_t rows, int64_t row_bytes) {
+    if (rows * row_bytes <= budget) return kernels::L2PrefetchContiguous(ptr, rows * row_bytes);
+    const int64_t prefix = budget / rows / 16 * 16;
+    return kernels::L2PrefetchRange{ptr, prefix > 0 ? rows : 0, prefix, row_bytes};
+  };
+  auto fp8_ranges = [&](const Fp8Weight& w, std::vector<kernels::L2PrefetchRange>& out) {
+    out.push_back(weight_range(w.codes.get(), w.view.n, w.view.k));
+    out.push_back(
+        kernels::L2PrefetchContiguous(w.scales.get(), static_cast<int64_t>(w.scales.bytes())));
+  };
+  auto prefetch = [&](const std::string& what,
+                      const std::vector<kernels::L2PrefetchRange>& ranges) {
+    if (ranges.empty()) return;
+    kernels::L2PrefetchParams p;
+    CHECK(ranges.size() <= static_cast<size_t>(kernels::kL2PrefetchMaxRanges));
+    p.count = static_cast<int>(ranges.size());
+    std::copy(ranges.begin(), ranges.end(), p.ranges);
+    s.push_back({"L2 prefetch " + what + " (forked stream)",
+                 [=, this] { Ok(kernels::LaunchL2Prefetch(p, branch_stream(4))); }, 0, 0});
+    on_branch(4, true);
+  };
+  if (wants("wq")) {
+    std::vector<kernels::L2PrefetchRange> r;
+    fp8_ranges(*wq_a_, r);
+    fp8_ranges(*wq_b_, r);
+    prefetch("wq_a + wq_b", r);
+  }
+
   // ---- attention site
   if (fuse) {
     boundary(-1, "attn collapse + attn_norm (one launch)", nullptr, nullptr, nullptr, nullptr, x_,
@@ -560,6 +597,19 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   norm("q_norm", qr_, q_norm_, qr_, kQLora);
   fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
   if (!fuse_rope) rope("RoPE q", q_, kHeads, kHeadDim, false);
+  {
+    std::vector<kernels::L2PrefetchRange> r;
+    std::string what;
+    if (wants("wo_a")) {
+      r.push_back(weight_range(wo_a_.get(), kOGroups * kOLora, kHeads * kHeadDim / kOGroups * 2));
+      what = "wo_a";
+    }
+    if (wants("wo_b")) {
+      fp8_ranges(*wo_b_, r);
+      what += what.empty() ? "wo_b" : " + wo_b";
+    }
+    prefetch(what, r);
+  }
   s.push_back({"sparse attention (128 + 512 rows)",
                [=, this] {
                  join(2);
@@ -575,6 +625,10 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
        2 * db * kOGroups * kOLora * (kHeads * kHeadDim / kOGroups)});
   fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1);
   // ---- FFN site
+  if (wants("gate")) {
+    prefetch("gate",
+             {weight_range(gate_.get(), kExperts, static_cast<int64_t>(gate_.bytes()) / kExperts)});
+  }
   if (fuse) {
     boundary(0, "attn hc_post + ffn collapse + ffn_norm (one launch)", &a_out_, &x_, &a_post_,
              &a_comb_, y_, &y_, a_pre_, x_ffn_, ffn_norm_, fn_x_);
@@ -640,6 +694,17 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     s.back().joins = [=, this] { CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0)); };
   }
   hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
+  if (budget > 0) {  // the prefetch branch joins the step's last stage (long done by then)
+    Stage& last = s.back();
+    last.launch = [=, inner = last.launch] {
+      join(4);
+      inner();
+    };
+    last.joins = [=, inner = last.joins] {
+      join(4);
+      if (inner) inner();
+    };
+  }
   return s;
 }
 

@@ -112,6 +112,17 @@ struct Options {
   // each kept with probability 1/4 (2,048 of 8,192 blocks at 65,536 positions on average), per
   // sequence; false: each position kept with probability 1/2 (the mask before session 46).
   bool candidate_blocks = true;
+  // With overlap: MB of each targeted weight asked into the L2 (kernels LaunchL2Prefetch) on a
+  // forked stream while the kernels before its Linear leave the HBM idle; 0: none (A/B; the same
+  // bits). A weight within the budget goes whole, a larger one as the same prefix of each row.
+  // Targets (l2_prefetch_targets, any of): "wq" wq_a whole + wq_b, from the step's start (the
+  // boundary, wq_a and q_norm run meanwhile); "wo_a" and "wo_b" from the attention's start; "gate"
+  // from the FFN boundary's start.
+  int64_t l2_prefetch_mb = 0;
+  // The bench's list of budgets (--l2-prefetch 0,32,...): each token count runs once per entry,
+  // in order (LayerStep::SetL2PrefetchMb), so an A/B alternates inside one process.
+  std::vector<int64_t> l2_prefetch_list = {0};
+  std::set<std::string> l2_prefetch_targets = {"wq", "wo_a", "gate"};
 };
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
@@ -178,6 +189,8 @@ class LayerStep {
   }
 
   cudaStream_t stream() const { return stream_; }
+  // Options::l2_prefetch_mb of the stages built from now on.
+  void SetL2PrefetchMb(int64_t mb) { opt_.l2_prefetch_mb = mb; }
 
   // The stages of a Reuse-layer step for b tokens (b <= max_tokens), in order; `overlap` as
   // Options::overlap.
@@ -271,9 +284,10 @@ class LayerStep {
   // (both on side_[0], one after the other), 2 the kv projection (side_[1], with its own FP8
   // Linear workspace), 3 the MoE's shared expert (side_[1] after the kv projection has joined,
   // forked after ffn_norm: it needs only the normed x; MoeCuda's combine waits for it through
-  // MoeCudaParams::shared_y_ready); a fork and a join event each.
-  static constexpr int kBranches = 4;
-  cudaStream_t side_[2] = {nullptr, nullptr};
+  // MoeCudaParams::shared_y_ready); 4 the L2 prefetches (Options::l2_prefetch_mb; side_[2],
+  // joined by the step's last stage); a fork and a join event each.
+  static constexpr int kBranches = 5;
+  cudaStream_t side_[3] = {nullptr, nullptr, nullptr};
   cudaEvent_t fork_[kBranches] = {};
   cudaEvent_t join_[kBranches] = {};
   DeviceBuffer kv_lin_ws_;

@@ -8,6 +8,7 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
+//                            [--l2-prefetch MB] [--l2-prefetch-targets wq,wo_a,wo_b,gate]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -42,6 +43,12 @@
 // --moe-ring-cut 1 / 2 forces the TMA ring's static / dynamic cut (MoeCudaParams::ring_cut; 0
 // kAuto, the default: dynamic from 1 slot per expert, 64 tokens; A/B). The MoE stage
 // copies the routing ids out only in the untimed run that counts the touched experts.
+// --l2-prefetch MB[,MB...] (with --overlap 1; 0, the default: off; a list runs each token count
+// once per entry, in order, for an A/B inside one process) asks the L2 for up to MB of each of
+// the --l2-prefetch-targets' weights on a forked stream while the kernels before their Linear
+// leave the HBM idle (kernels/gemm weight_prefetch.h; a hint: the same bits): wq = wq_a and wq_b
+// from the step's start, wo_a / wo_b from the attention's start, gate from the FFN boundary's
+// start (default wq,wo_a,gate). A weight over the budget gets the same prefix of every row.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -182,6 +189,27 @@ Options ParseOptions(int argc, char** argv) {
       o.candidate_blocks = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--l2-prefetch") {
+      o.l2_prefetch_list = ParseList(argv[i + 1]);
+      for (int64_t mb : o.l2_prefetch_list) {
+        if (mb < 0 || mb > 4096) {
+          std::fprintf(stderr, "--l2-prefetch takes MB in [0, 4096], not %s\n", argv[i + 1]);
+          std::exit(2);
+        }
+      }
+      if (o.l2_prefetch_list.empty()) o.l2_prefetch_list = {0};
+    } else if (flag == "--l2-prefetch-targets") {
+      o.l2_prefetch_targets.clear();
+      std::stringstream ss(argv[i + 1]);
+      std::string t;
+      while (std::getline(ss, t, ',')) {
+        if (t != "wq" && t != "wo_a" && t != "wo_b" && t != "gate") {
+          std::fprintf(stderr, "--l2-prefetch-targets takes wq, wo_a, wo_b, gate; not %s\n",
+                       t.c_str());
+          std::exit(2);
+        }
+        o.l2_prefetch_targets.insert(t);
+      }
     } else if (flag == "--kv-form") {
       const std::string form = argv[i + 1];
       if (form != "rows" && form != "bf16") {
@@ -378,102 +406,109 @@ int Run(const Options& o) {
   cudaStream_t st = step.stream();
   int status = 0;
 
+  const bool prefetch_ab = o.l2_prefetch_list.size() > 1 || o.l2_prefetch_list[0] != 0;
   for (int64_t b : o.tokens) {
-    std::vector<Stage> stages = step.ReuseStages(b, o.overlap);
-    auto run_step = [&] {
-      for (const Stage& s : stages) s.launch();
-    };
-    if (o.overlap) {
-      // The overlapped schedule must give the one-stream schedule's bits (hc_pre is the fused
-      // collapse's exact order; the mixes are the same launch without the collapse; the forked
-      // branches compute what they computed in order).
-      for (const Stage& s : step.ReuseStages(b, false)) s.launch();
-      CUDA_CHECK(cudaStreamSynchronize(st));
-      const std::vector<uint16_t> z_fused = step.Output(b);
-      const std::vector<uint32_t> pre_fused = step.FfnPre(b);
-      step.PoisonBranchOutputs(b);
+    for (int64_t prefetch_mb : o.l2_prefetch_list) {
+      step.SetL2PrefetchMb(prefetch_mb);
+      std::vector<Stage> stages = step.ReuseStages(b, o.overlap);
+      auto run_step = [&] {
+        for (const Stage& s : stages) s.launch();
+      };
+      if (o.overlap) {
+        // The overlapped schedule must give the one-stream schedule's bits (hc_pre is the fused
+        // collapse's exact order; the mixes are the same launch without the collapse; the forked
+        // branches compute what they computed in order).
+        for (const Stage& s : step.ReuseStages(b, false)) s.launch();
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        const std::vector<uint16_t> z_fused = step.Output(b);
+        const std::vector<uint32_t> pre_fused = step.FfnPre(b);
+        step.PoisonBranchOutputs(b);
+        run_step();
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused;
+        std::printf("%ld tokens: overlapped branches vs one stream: %s\n", static_cast<long>(b),
+                    same ? "bit-identical" : "DIFFER");
+        if (!same) {
+          std::printf("CHECK FAILED at %ld tokens: the overlapped schedule differs\n",
+                      static_cast<long>(b));
+          status = 1;
+        }
+      }
+      // Check: finite and deterministic.
       run_step();
       CUDA_CHECK(cudaStreamSynchronize(st));
-      const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused;
-      std::printf("%ld tokens: overlapped branches vs one stream: %s\n", static_cast<long>(b),
-                  same ? "bit-identical" : "DIFFER");
-      if (!same) {
-        std::printf("CHECK FAILED at %ld tokens: the overlapped schedule differs\n",
-                    static_cast<long>(b));
+      {  // the row form computes the bf16 form's bits on the same KV
+        const bool agree = step.AttentionFormsAgree(b);
+        std::printf("%ld tokens: attention on the serving rows vs the decoded bf16 pool: %s\n",
+                    static_cast<long>(b), agree ? "bit-identical" : "DIFFER");
+        if (!agree) status = 1;
+        run_step();  // the step's own state again
+        CUDA_CHECK(cudaStreamSynchronize(st));
+      }
+      const std::vector<uint16_t> z1 = step.Output(b);
+      step.CopyExpertIds(true);  // for TouchedExperts below; the capture and timing run without
+      run_step();
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      step.CopyExpertIds(false);
+      const std::vector<uint16_t> z2 = step.Output(b);
+      int64_t nonfinite = 0;
+      for (uint16_t v : z1) nonfinite += (v & 0x7F80) == 0x7F80;
+      const bool same = std::memcmp(z1.data(), z2.data(), z1.size() * 2) == 0;
+      if (nonfinite != 0 || !same) {
+        std::printf("CHECK FAILED at %ld tokens: %ld non-finite outputs, repeat %s\n",
+                    static_cast<long>(b), static_cast<long>(nonfinite),
+                    same ? "identical" : "DIFFERS");
         status = 1;
       }
-    }
-    // Check: finite and deterministic.
-    run_step();
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    {  // the row form computes the bf16 form's bits on the same KV
-      const bool agree = step.AttentionFormsAgree(b);
-      std::printf("%ld tokens: attention on the serving rows vs the decoded bf16 pool: %s\n",
-                  static_cast<long>(b), agree ? "bit-identical" : "DIFFER");
-      if (!agree) status = 1;
-      run_step();  // the step's own state again
-      CUDA_CHECK(cudaStreamSynchronize(st));
-    }
-    const std::vector<uint16_t> z1 = step.Output(b);
-    step.CopyExpertIds(true);  // for TouchedExperts below; the capture and timing run without
-    run_step();
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    step.CopyExpertIds(false);
-    const std::vector<uint16_t> z2 = step.Output(b);
-    int64_t nonfinite = 0;
-    for (uint16_t v : z1) nonfinite += (v & 0x7F80) == 0x7F80;
-    const bool same = std::memcmp(z1.data(), z2.data(), z1.size() * 2) == 0;
-    if (nonfinite != 0 || !same) {
-      std::printf("CHECK FAILED at %ld tokens: %ld non-finite outputs, repeat %s\n",
-                  static_cast<long>(b), static_cast<long>(nonfinite),
-                  same ? "identical" : "DIFFERS");
-      status = 1;
-    }
-    const int64_t experts = step.TouchedExperts(b);
-    for (Stage& s : stages) {
-      if (s.name.rfind("MoE", 0) == 0) {
-        const double expert_bytes = 3.0 * kInter * (kD / 2 + kD / 32);
-        const double shared_bytes = 3.0 * kInter * kD + 3.0 * kInter * kD / 1024;
-        s.bytes = experts * expert_bytes + shared_bytes + b * (kD * 2 * 2 + kExperts * 4.0);
+      const int64_t experts = step.TouchedExperts(b);
+      for (Stage& s : stages) {
+        if (s.name.rfind("MoE", 0) == 0) {
+          const double expert_bytes = 3.0 * kInter * (kD / 2 + kD / 32);
+          const double shared_bytes = 3.0 * kInter * kD + 3.0 * kInter * kD / 1024;
+          s.bytes = experts * expert_bytes + shared_bytes + b * (kD * 2 * 2 + kExperts * 4.0);
+        }
       }
+      double bytes = 0, flops = 0;
+      for (const Stage& s : stages) {
+        bytes += s.bytes;
+        flops += s.flops;
+      }
+      const double us = kernels::MedianEventMicros(o.warmup, o.iters, run_step, st);
+      // CUDA graph of one step.
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      run_step();
+      CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph,
+                                      o.priorities ? cudaGraphInstantiateFlagUseNodePriority : 0));
+      const double graph_us = kernels::MedianEventMicros(
+          o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st);
+      // The same replays queued behind a held stream: the device time alone, and the host's
+      // enqueue time per graph launch (if that is above the device time, graph_us measures it).
+      double host_launch_us = 0;
+      const double queued_us = kernels::MedianQueuedEventMicros(
+          o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st, &host_launch_us);
+      size_t graph_nodes = 0;
+      CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes));
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+      const double roof = roofs.Roof(bytes, flops);
+      const std::string prefetch =
+          prefetch_ab ? ", L2 prefetch " + std::to_string(prefetch_mb) + " MB" : "";
+      std::printf(
+          "\nReuse layer, %ld tokens%s: step %.1f µs (graph %.1f µs), %zu stages, %.1f MB, %.2f "
+          "GFLOP, %.1f TFLOP/s, experts touched %ld, roof %.1f µs, ratio %.2f (graph %.2f)\n",
+          static_cast<long>(b), prefetch.c_str(), us, graph_us, stages.size(), bytes / 1e6,
+          flops / 1e9, flops / us / 1e6, static_cast<long>(experts), roof, roof / us,
+          roof / graph_us);
+      std::printf(
+          "  graph of %zu nodes: replays queued behind a held stream %.1f µs (ratio %.2f); host "
+          "enqueue %.1f µs per graph launch\n",
+          graph_nodes, queued_us, roof / queued_us, host_launch_us);
+      if (o.stages) PrintStages(stages, o, roofs, st);
+      if (o.ablate) PrintAblation(stages, o, st);
     }
-    double bytes = 0, flops = 0;
-    for (const Stage& s : stages) {
-      bytes += s.bytes;
-      flops += s.flops;
-    }
-    const double us = kernels::MedianEventMicros(o.warmup, o.iters, run_step, st);
-    // CUDA graph of one step.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    run_step();
-    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph,
-                                    o.priorities ? cudaGraphInstantiateFlagUseNodePriority : 0));
-    const double graph_us = kernels::MedianEventMicros(
-        o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st);
-    // The same replays queued behind a held stream: the device time alone, and the host's
-    // enqueue time per graph launch (if that is above the device time, graph_us measures it).
-    double host_launch_us = 0;
-    const double queued_us = kernels::MedianQueuedEventMicros(
-        o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st, &host_launch_us);
-    size_t graph_nodes = 0;
-    CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes));
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-    const double roof = roofs.Roof(bytes, flops);
-    std::printf(
-        "\nReuse layer, %ld tokens: step %.1f µs (graph %.1f µs), %zu stages, %.1f MB, %.2f "
-        "GFLOP, %.1f TFLOP/s, experts touched %ld, roof %.1f µs, ratio %.2f (graph %.2f)\n",
-        static_cast<long>(b), us, graph_us, stages.size(), bytes / 1e6, flops / 1e9,
-        flops / us / 1e6, static_cast<long>(experts), roof, roof / us, roof / graph_us);
-    std::printf(
-        "  graph of %zu nodes: replays queued behind a held stream %.1f µs (ratio %.2f); host "
-        "enqueue %.1f µs per graph launch\n",
-        graph_nodes, queued_us, roof / queued_us, host_launch_us);
-    if (o.stages) PrintStages(stages, o, roofs, st);
-    if (o.ablate) PrintAblation(stages, o, st);
   }
 
   for (int64_t b : o.reindex_tokens) {
