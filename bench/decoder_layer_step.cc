@@ -693,16 +693,24 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   if (shared_branch) {
     s.back().joins = [=, this] { CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0)); };
   }
+  if (wants("wq_next")) {
+    // The next layer's wq_a and wq_b (here the same weights, read by the next replay) while the
+    // last hc_post and the next step's boundary run.
+    std::vector<kernels::L2PrefetchRange> r;
+    fp8_ranges(*wq_a_, r);
+    fp8_ranges(*wq_b_, r);
+    prefetch("the next wq_a + wq_b", r);
+  }
   hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
-  if (budget > 0) {  // the prefetch branch joins the step's last stage (long done by then)
+  if (budget > 0) {  // the step ends with the prefetch branch joined (after its last kernel)
     Stage& last = s.back();
     last.launch = [=, inner = last.launch] {
-      join(4);
       inner();
+      join(4);
     };
     last.joins = [=, inner = last.joins] {
-      join(4);
       if (inner) inner();
+      join(4);
     };
   }
   return s;

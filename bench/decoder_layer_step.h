@@ -117,7 +117,8 @@ struct Options {
   // bits). A weight within the budget goes whole, a larger one as the same prefix of each row.
   // Targets (l2_prefetch_targets, any of): "wq" wq_a whole + wq_b, from the step's start (the
   // boundary, wq_a and q_norm run meanwhile); "wo_a" and "wo_b" from the attention's start; "gate"
-  // from the FFN boundary's start.
+  // from the FFN boundary's start; "wq_next" wq_a + wq_b again before the last hc_post (a model's
+  // next layer; here the next replay's).
   int64_t l2_prefetch_mb = 0;
   // The bench's list of budgets (--l2-prefetch 0,32,...): each token count runs once per entry,
   // in order (LayerStep::SetL2PrefetchMb), so an A/B alternates inside one process.

@@ -8,7 +8,7 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
-//                            [--l2-prefetch MB] [--l2-prefetch-targets wq,wo_a,wo_b,gate]
+//                            [--l2-prefetch MB] [--l2-prefetch-targets wq,wo_a,wo_b,gate,wq_next]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -48,7 +48,8 @@
 // the --l2-prefetch-targets' weights on a forked stream while the kernels before their Linear
 // leave the HBM idle (kernels/gemm weight_prefetch.h; a hint: the same bits): wq = wq_a and wq_b
 // from the step's start, wo_a / wo_b from the attention's start, gate from the FFN boundary's
-// start (default wq,wo_a,gate). A weight over the budget gets the same prefix of every row.
+// start, wq_next = wq_a and wq_b again before the last hc_post (the next layer's; here the next
+// replay's) (default wq,wo_a,gate). A weight over the budget gets the same prefix of every row.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -203,8 +204,9 @@ Options ParseOptions(int argc, char** argv) {
       std::stringstream ss(argv[i + 1]);
       std::string t;
       while (std::getline(ss, t, ',')) {
-        if (t != "wq" && t != "wo_a" && t != "wo_b" && t != "gate") {
-          std::fprintf(stderr, "--l2-prefetch-targets takes wq, wo_a, wo_b, gate; not %s\n",
+        if (t != "wq" && t != "wo_a" && t != "wo_b" && t != "gate" && t != "wq_next") {
+          std::fprintf(stderr,
+                       "--l2-prefetch-targets takes wq, wo_a, wo_b, gate, wq_next; not %s\n",
                        t.c_str());
           std::exit(2);
         }

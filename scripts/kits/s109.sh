@@ -6,7 +6,8 @@
 #   t  the prefetch's GPU tests (no fault past the ranges, nothing written, graph replays)
 #   p  bench_decoder_layer_step at 1 / 8 tokens, budgets 0 / 16 / 32 / 48 MB alternated twice in
 #      one process (targets wq, wo_a, gate)
-#   a  the targets one at a time at 48 MB, and wo_a + wo_b at 24, 1 / 8 tokens, against 0
+#   a  the targets one at a time at 48 MB (wq_next: the next layer's wq_a / wq_b before the last
+#      hc_post), wo_a + wo_b at 24, and wq,wq_next,wo_a,gate at 48, 1 / 8 tokens, against 0
 # kit-target: bench_decoder_layer_step kernels_gemm_gpu_test
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
@@ -26,7 +27,10 @@ for mode in "$@"; do
       echo "prefetch tests rc $?"; grep -E "^\[  (PASSED|FAILED) |Failure" $OUT/prefetch_test.log ;;
     p) step budgets --l2-prefetch 0,16,32,48,0,16,32,48 ;;
     a)
-      for t in wq wo_a gate; do step target_$t --l2-prefetch 0,48 --l2-prefetch-targets $t; done
-      step target_wo_ab --l2-prefetch 0,24 --l2-prefetch-targets wo_a,wo_b ;;
+      for t in wq wq_next wo_a gate; do
+        step target_$t --l2-prefetch 0,48 --l2-prefetch-targets $t
+      done
+      step target_wo_ab --l2-prefetch 0,24 --l2-prefetch-targets wo_a,wo_b
+      step target_all --l2-prefetch 0,48,0,48 --l2-prefetch-targets wq,wq_next,wo_a,gate ;;
   esac
 done
