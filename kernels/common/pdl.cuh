@@ -10,12 +10,13 @@
 //
 // The rule for a kernel launched with LaunchPdl: before PdlWaitPrerequisites it may read only
 // what no earlier kernel of the stream writes (weights, constants) and write only shared memory
-// and registers. One widening, used only behind a build switch so far (kernels/moe/ring_gemm.md
-// "Session 73"): where the kernel ahead calls PdlLaunchDependents only after its own
-// PdlWaitPrerequisites, what the kernels before that one wrote is complete and visible too,
-// provided each of those waited (PdlWaitPrerequisites) before completing or was launched plainly:
-// a LaunchPdl kernel that never waits may complete before the kernel ahead of it.
-// Device code and launch helper only; include from .cu files.
+// and registers. One widening, which no kernel uses (session 73's MoE early-down
+// switch relied on it, measured level and was removed; kernels/moe/ring_gemm.md "Session 73"):
+// where the kernel ahead calls PdlLaunchDependents only after its own PdlWaitPrerequisites, what
+// the kernels before that one wrote is complete and visible too, provided each of those waited
+// (PdlWaitPrerequisites) before completing or was launched plainly: a LaunchPdl kernel that never
+// waits may complete before the kernel ahead of it. Device code and launch helper only; include
+// from .cu files.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Kit s105 (built by scripts/gpu_kit.sh s105; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s105_run.sh b t
+# The switch (FS_MHC_WG_PREFETCH) lives in s105_experiment.patch, not kept in the tree (session
+# 74: slower at every distance):
+# `git apply scripts/kits/s105_experiment.patch` before scripts/gpu_kit.sh s105 to rebuild this
+# kit.
+# (kernels/mhc/README.md "Session 74")
 # Session 73, the mHC wgmma body's L2 prefetch of the X boxes (FS_MHC_WG_PREFETCH items ahead of
 # the stage; the default build, 0, is byte-identical to session 72's kernels): kit s104 found the
 # kernel bound by its X loads with 64 KB of stages per SM in flight.

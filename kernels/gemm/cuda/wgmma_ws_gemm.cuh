@@ -191,17 +191,6 @@ __device__ __forceinline__ void TmaLoad(const TmaOperand& op, uint32_t dst, uint
       : "memory");
 }
 
-// Asks the L2 for `op`'s box at (k0, row0, group) (no shared memory, no completion): a later
-// TmaLoad of the same box then reads L2.
-__device__ __forceinline__ void TmaPrefetchL2(const TmaOperand& op, int64_t k0, int64_t row0,
-                                              int64_t group) {
-  const TmaCoord c = CoordOf(op, k0, row0, group);
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(&op.map)),
-               "r"(c.c0), "r"(c.c1), "r"(c.c2)
-               : "memory");
-}
-
 // TmaLoad into the same shared offset of every CTA in `mask` (bit r = cluster rank r), each
 // CTA's own `bar` (the same offset) receiving the box's bytes.
 __device__ __forceinline__ void TmaLoadMulticast(const TmaOperand& op, uint32_t dst, uint32_t bar,

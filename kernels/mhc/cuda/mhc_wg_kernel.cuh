@@ -127,62 +127,20 @@ __device__ __forceinline__ void WgAdd(TcTileState& s, float (&t)[kMhcMixes / 2])
   }
 }
 
-// Items ahead of the stage whose boxes a warpgroup asks the L2 for (cp.async.bulk.prefetch): 0 —
-// none (the default); a build switch for A/B kits. The kernel is bound by its X loads with 64 KB
-// of stages per SM in flight (README.md "Session 73"); a prefetch keeps more bytes in flight
-// without shared memory.
-#ifndef FS_MHC_WG_PREFETCH
-#define FS_MHC_WG_PREFETCH 0
-#endif
-inline constexpr int kWgPrefetch = FS_MHC_WG_PREFETCH;
-static_assert(kWgPrefetch >= 0 && kWgPrefetch <= 4, "0 .. 4 items ahead");
-
-// Item `item`'s stream box c: its first dim and token.
-template <int kGpi>
-__device__ __forceinline__ void WgBoxOrigin(const MhcMixesParams& p, int64_t d0, int64_t wg_tile,
-                                            int64_t item, int c, int64_t* col, int64_t* tok0) {
-  using S = WgShape<kGpi>;
-  *col = c * p.dim + d0 + S::kBoxDims * (item % S::kItemsPerUnit);
-  *tok0 = (wg_tile + S::kWgs * (item / S::kItemsPerUnit)) * mhc_tc::kWgTileTokens;
-}
-
-// Asks the L2 for item `item`'s four boxes (one thread), where it exists.
-template <int kGpi>
-__device__ __forceinline__ void WgPrefetchItem(const wgmma_ws::TmaOperand& x_map,
-                                               const MhcMixesParams& p, int64_t d0, int64_t wg_tile,
-                                               int64_t item, int64_t items) {
-  if (item >= items) return;
-#pragma unroll
-  for (int c = 0; c < kMhcStreams; ++c) {
-    int64_t col, tok0;
-    WgBoxOrigin<kGpi>(p, d0, wg_tile, item, c, &col, &tok0);
-    wgmma_ws::TmaPrefetchL2(x_map, col, tok0, 0);
-  }
-}
-
 // Issues stage `item` of the warpgroup's walk (one thread): four stream boxes of kGpi groups' dims
-// × 64 tokens, zero-filled past the token count; with kWgPrefetch, the L2 prefetch of item +
-// kWgPrefetch (of `items`) after them.
+// × 64 tokens, zero-filled past the token count.
 template <int kGpi>
 __device__ __forceinline__ void WgIssueStage(const wgmma_ws::TmaOperand& x_map,
                                              const MhcMixesParams& p, int64_t d0, int64_t wg_tile,
-                                             int64_t item, int64_t items, uint32_t stage,
-                                             uint32_t bar) {
+                                             int64_t item, uint32_t stage, uint32_t bar) {
   using S = WgShape<kGpi>;
+  const int64_t d = d0 + S::kBoxDims * (item % S::kItemsPerUnit);
+  const int64_t tok0 = (wg_tile + S::kWgs * (item / S::kItemsPerUnit)) * mhc_tc::kWgTileTokens;
   wgmma::FenceProxyAsyncShared();  // this warpgroup's generic reads of the stage came first
   wgmma_ws::BarArriveExpectTx(bar, S::kStageBytes);
 #pragma unroll
   for (int c = 0; c < kMhcStreams; ++c) {
-    int64_t col, tok0;
-    WgBoxOrigin<kGpi>(p, d0, wg_tile, item, c, &col, &tok0);
-    wgmma_ws::TmaLoad(x_map, stage + c * S::kBoxBytes, bar, col, tok0, 0);
-  }
-  if constexpr (kWgPrefetch > 0) {
-    if (item == 0) {  // the segment's first stage: the items up to the distance
-#pragma unroll
-      for (int a = 1; a < kWgPrefetch; ++a) WgPrefetchItem<kGpi>(x_map, p, d0, wg_tile, a, items);
-    }
-    WgPrefetchItem<kGpi>(x_map, p, d0, wg_tile, item + kWgPrefetch, items);
+    wgmma_ws::TmaLoad(x_map, stage + c * S::kBoxBytes, bar, c * p.dim + d, tok0, 0);
   }
 }
 
@@ -242,7 +200,7 @@ __global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
     float pre[2][kMhcStreams] = {};
     float pre_next[2][kMhcStreams] = {};
     if (kCollapse && items > 0) w.LoadPre(w.TileOf(0), pre_next);
-    if (items > 0 && elected) WgIssueStage<kGpi>(x_map, p, d0, wg_tile, 0, items, stage, bar);
+    if (items > 0 && elected) WgIssueStage<kGpi>(x_map, p, d0, wg_tile, 0, stage, bar);
 #pragma unroll 1
     for (int64_t item = 0; item < items; ++item) {
       wgmma_ws::BarWait(bar, phase);
@@ -266,7 +224,7 @@ __global__ void __launch_bounds__(WgShape<kGpi>::kThreads, 1)
       // Every warp's reads of the stage are done before the TMA may overwrite it.
       WgNamedSync(1 + wg);
       if (item + 1 < items && elected) {
-        WgIssueStage<kGpi>(x_map, p, d0, wg_tile, item + 1, items, stage, bar);
+        WgIssueStage<kGpi>(x_map, p, d0, wg_tile, item + 1, stage, bar);
       }
 #pragma unroll
       for (int gi = 0; gi < kGpi; ++gi) {

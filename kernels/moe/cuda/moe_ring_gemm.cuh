@@ -79,18 +79,6 @@ inline constexpr uint32_t kRingFullArrivals = 32 + 1;
 // instruction issue, not the ring's depth, bounds it (kernels/moe/ring_gemm.md;
 // figures of a first build, before the unrolled walk).
 inline constexpr int kRingStages = 3;
-
-// Experiment (build switch, off; kernels/moe/ring_gemm.md "Session 73"): the down GEMM with the
-// static cut issues its first kRingStages fills' weights and scales before its
-// griddepcontrol.wait, the activations after it. Its pre-wait reads (the tile list and the
-// weights) must come from kernels that completed before the kernel ahead of it triggered: the
-// ring's up epilogue then triggers right after its own wait, so the down CTAs take SMs during
-// the epilogue instead of after it. Valid only where the up ring epilogue precedes the down ring
-// (MoeCuda's ring path).
-#ifndef FS_MOE_RING_EARLY_DOWN
-#define FS_MOE_RING_EARLY_DOWN 0
-#endif
-inline constexpr bool kRingEarlyDown = FS_MOE_RING_EARLY_DOWN != 0;
 inline constexpr int kRingCtasPerSm = 2;
 // Chunks a pair may be split over (the combine keeps a pair's later-chunk count in 3 bits).
 inline constexpr int kRingMaxOrdinals = 8;
@@ -343,24 +331,6 @@ __device__ __forceinline__ void RingStorePartials(const RingArgs& a, float (&acc
   }
 }
 
-// Scale bytes of unit u: stage row r (up: w1 rows 0..63, w3 rows 64..127) gets its 8 bytes, lane
-// l copying rows l, l + 32, l + 64, l + 96, one 8-byte copy each (two 4-byte copies until session
-// 40: each a request for a 32-byte sector of its own row).
-template <bool kUp>
-__device__ __forceinline__ void RingCopyScales(const GemmArgs& g, const RingTile& tile, int64_t n0,
-                                               int64_t u, int64_t scale_row, uint32_t stage,
-                                               int lane) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = lane + 32 * i;
-    const bool second = kUp && r >= 64;
-    const int64_t wrow = tile.e * g.n + n0 + (kUp ? (r & 63) : r);
-    const uint8_t* src = (second ? g.w_up_scale : g.w_scale) + wrow * scale_row + u * 8;
-    const uint32_t dst = stage + kRingWeightBytes + kRingActBytes + r * 8;
-    CpAsync8Shared(dst, src);
-  }
-}
-
 // kDynamic: the cut of RingSplit<true>, chunks past the lead ones grabbed from a.counters, each
 // stage carrying a RingHeader; else one static range per CTA, the consumers walking it themselves
 // (no header: a static call runs the code measured before session 42, which the header form
@@ -385,15 +355,10 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  // kEarly: the producer waits after its first fills' weight copies (kRingEarlyDown above).
-  constexpr bool kEarly = kRingEarlyDown && !kUp && !kDynamic;
-  cuda_common::PdlLaunchDependents();  // the epilogue may be scheduled; it waits for this kernel
-  if constexpr (!kEarly) cuda_common::PdlWaitPrerequisites();  // the tile list, the activations
+  cuda_common::PdlLaunchDependents();   // the epilogue may be scheduled; it waits for this kernel
+  cuda_common::PdlWaitPrerequisites();  // the tile list and the activations
   const int warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 32, 0);
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  if constexpr (kEarly) {
-    if (warp != kRingConsumerThreads / 32) cuda_common::PdlWaitPrerequisites();
-  }
 
   constexpr int64_t kPairCols = kUp ? 64 : 128;  // output columns per pair
   const int64_t blocks = g.n / kPairCols;
@@ -412,32 +377,6 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
     int64_t chunk = blockIdx.x, next = 0;
     if (kDynamic && lane == 0 && chunk < split.chunks) {
       next = a.cut.grid + atomicAdd(a.counters, 1);
-    }
-    if constexpr (kEarly) {
-      // The range's first kRingStages fills: scales and weights now (the stages are fresh: no
-      // empty wait), the activations in the loop below once the wait has returned.
-      const int64_t beg = split.Begin(chunk), end = split.Begin(chunk + 1);
-      RingCursor c(beg, static_cast<int>(split.units), static_cast<int>(blocks));
-      RingSlot<kRingStages> pre_slot;
-      for (int64_t x = beg; x < end && x < beg + kRingStages; ++x, c.Next(), pre_slot.Next()) {
-        if (c.t != cur_tile) {
-          cur_tile = c.t;
-          tile.Load(g, c.t);
-        }
-        const int64_t u = c.u, n0 = int64_t{c.cb} * kPairCols;
-        const uint32_t s = static_cast<uint32_t>(pre_slot.s);
-        const uint32_t stage = base + s * kRingStageBytes;
-        RingCopyScales<kUp>(g, tile, n0, u, scale_row, stage, lane);
-        CpAsyncMbarrierArriveNoinc(full_bars + s * 8);
-        __syncwarp();
-        if (lane == 0) {
-          const uint32_t bar = full_bars + s * 8;
-          wgmma_ws::BarArriveExpectTx(bar, kRingWeightBytes + tile.rows * 2 * kRingUnitK);
-          wgmma_ws::TmaLoad(a.w, stage, bar, u * 128, tile.e * g.n + n0, 0);
-        }
-      }
-      cur_tile = -1;                        // the loop below loads the tile again, with its tokens
-      cuda_common::PdlWaitPrerequisites();  // the activations
     }
     while (chunk < split.chunks) {
       const int64_t beg = split.Begin(chunk), end = split.Begin(chunk + 1);
@@ -461,12 +400,19 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
         if (fills >= kRingStages) {  // the consumers have released the stage's last fill
           wgmma_ws::BarWait(empty_bars + s * 8, slot.phase ^ 1u);
         }
-        // kEarly: the first kRingStages fills' scales and weights are on their way already.
-        const bool pre = kEarly && x < beg + kRingStages;
-        if (!pre) {
-          RingCopyScales<kUp>(g, tile, n0, u, scale_row, stage, lane);
-          CpAsyncMbarrierArriveNoinc(full_bars + s * 8);
+        // Scale bytes: stage row r (up: w1 rows 0..63, w3 rows 64..127) gets its 8 bytes of
+        // unit u, lane l copying rows l, l + 32, l + 64, l + 96, one 8-byte copy each (two
+        // 4-byte copies until session 40: each a request for a 32-byte sector of its own row).
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = lane + 32 * i;
+          const bool second = kUp && r >= 64;
+          const int64_t wrow = tile.e * g.n + n0 + (kUp ? (r & 63) : r);
+          const uint8_t* src = (second ? g.w_up_scale : g.w_scale) + wrow * scale_row + u * 8;
+          const uint32_t dst = stage + kRingWeightBytes + kRingActBytes + r * 8;
+          CpAsync8Shared(dst, src);
         }
+        CpAsyncMbarrierArriveNoinc(full_bars + s * 8);
         __syncwarp();
         if (lane == 0) {
           if constexpr (kDynamic) {
@@ -477,15 +423,13 @@ __global__ void __launch_bounds__(kRingThreads, kRingCtasPerSm)
                            c.cb << 8 | tile.rows << 2 | flags};
           }
           const uint32_t bar = full_bars + s * 8;
-          if (!pre) {
-            wgmma_ws::BarArriveExpectTx(bar, kRingWeightBytes + tile.rows * 2 * kRingUnitK);
-            if constexpr (kUp) {
-              wgmma_ws::TmaLoad(a.w, stage, bar, u * 128, tile.e * g.n + n0, 0);
-              wgmma_ws::TmaLoad(a.w_up, stage + kRingWeightBytes / 2, bar, u * 128,
-                                tile.e * g.n + n0, 0);
-            } else {
-              wgmma_ws::TmaLoad(a.w, stage, bar, u * 128, tile.e * g.n + n0, 0);
-            }
+          wgmma_ws::BarArriveExpectTx(bar, kRingWeightBytes + tile.rows * 2 * kRingUnitK);
+          if constexpr (kUp) {
+            wgmma_ws::TmaLoad(a.w, stage, bar, u * 128, tile.e * g.n + n0, 0);
+            wgmma_ws::TmaLoad(a.w_up, stage + kRingWeightBytes / 2, bar, u * 128, tile.e * g.n + n0,
+                              0);
+          } else {
+            wgmma_ws::TmaLoad(a.w, stage, bar, u * 128, tile.e * g.n + n0, 0);
           }
           for (int r = 0; r < tile.rows; ++r) {
             wgmma_ws::TmaLoad(a.a, stage + kRingWeightBytes + r * kRingActPitch, bar, 0, 4 * u,
@@ -594,10 +538,7 @@ template <bool kUp, bool kDynamic>
 __global__ void __launch_bounds__(kRingEpilogueThreads)
     MoeRingEpilogueKernel(const __grid_constant__ RingArgs a) {
   __shared__ __align__(16) uint16_t vals[kRingEpilogueThreads];
-  cuda_common::PdlWaitPrerequisites();  // the partials
-  // kRingEarlyDown: the down ring may be scheduled now; everything it reads before its own wait
-  // was complete before this point.
-  if constexpr (kRingEarlyDown && kUp) cuda_common::PdlLaunchDependents();
+  cuda_common::PdlWaitPrerequisites();                                   // the partials
   if (kDynamic && blockIdx.x == 0 && threadIdx.x == 0) *a.counters = 0;  // done grabbing
   const GemmArgs& g = a.g;
   const int lane = threadIdx.x % 32;
