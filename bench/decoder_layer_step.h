@@ -120,6 +120,9 @@ struct Options {
   // from the FFN boundary's start; "wq_next" wq_a + wq_b again before the last hc_post (a model's
   // next layer; here the next replay's).
   int64_t l2_prefetch_mb = 0;
+  // Print a kernel timeline of one graph replay per token count (kernels/common kernel_trace.h:
+  // each kernel's start, end and the time no kernel ran before it, from CUPTI).
+  bool trace = false;
   // The bench's list of budgets (--l2-prefetch 0,32,...): each token count runs once per entry,
   // in order (LayerStep::SetL2PrefetchMb), so an A/B alternates inside one process.
   std::vector<int64_t> l2_prefetch_list = {0};

@@ -8,7 +8,8 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
-//                            [--l2-prefetch MB] [--l2-prefetch-targets wq,wo_a,wo_b,gate,wq_next]
+//                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
+//                            wq,wo_a,wo_b,gate,wq_next]
 //
 // A decode step of B sequences (one new token each, at position L − 1 of a context of L tokens)
 // through one decoder layer (spec §4.2, §4.3, §4.5, §4.7; layer schedule §3):
@@ -50,6 +51,9 @@
 // from the step's start, wo_a / wo_b from the attention's start, gate from the FFN boundary's
 // start, wq_next = wq_a and wq_b again before the last hc_post (the next layer's; here the next
 // replay's) (default wq,wo_a,gate). A weight over the budget gets the same prefix of every row.
+// --trace 1 prints, per token count, a kernel timeline of one graph replay (kernels/common
+// kernel_trace.h, CUPTI's activity records: each kernel's start, end, the time no kernel ran
+// before it, its CTAs; then the span, the kernel time, the idle time and the overlap).
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -115,6 +119,7 @@
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
+#include "kernels/common/kernel_trace.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace flashserve::bench {
@@ -190,6 +195,8 @@ Options ParseOptions(int argc, char** argv) {
       o.candidate_blocks = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--trace") {
+      o.trace = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--l2-prefetch") {
       o.l2_prefetch_list = ParseList(argv[i + 1]);
       for (int64_t mb : o.l2_prefetch_list) {
@@ -493,6 +500,10 @@ int Run(const Options& o) {
           o.warmup, o.iters, [&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, st, &host_launch_us);
       size_t graph_nodes = 0;
       CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes));
+      absl::StatusOr<std::vector<kernels::KernelRecord>> trace;
+      if (o.trace) {  // one more replay, traced (the replays above warmed it)
+        trace = kernels::TraceKernels([&] { CUDA_CHECK(cudaGraphLaunch(exec, st)); });
+      }
       CUDA_CHECK(cudaGraphExecDestroy(exec));
       CUDA_CHECK(cudaGraphDestroy(graph));
       const double roof = roofs.Roof(bytes, flops);
@@ -508,6 +519,14 @@ int Run(const Options& o) {
           "  graph of %zu nodes: replays queued behind a held stream %.1f µs (ratio %.2f); host "
           "enqueue %.1f µs per graph launch\n",
           graph_nodes, queued_us, roof / queued_us, host_launch_us);
+      if (o.trace) {
+        if (trace.ok()) {
+          std::printf("  kernel trace of one graph replay (CUPTI):\n");
+          kernels::PrintKernelTrace(*trace, "    ");
+        } else {
+          std::printf("  kernel trace: %s\n", trace.status().ToString().c_str());
+        }
+      }
       if (o.stages) PrintStages(stages, o, roofs, st);
       if (o.ablate) PrintAblation(stages, o, st);
     }
