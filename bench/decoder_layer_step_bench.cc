@@ -53,7 +53,8 @@
 // replay's) (default wq,wo_a,gate). A weight over the budget gets the same prefix of every row.
 // --trace 1 prints, per token count, a kernel timeline of one graph replay (kernels/common
 // kernel_trace.h, CUPTI's activity records: each kernel's start, end, the time no kernel ran
-// before it, its CTAs; then the span, the kernel time, the idle time and the overlap).
+// before it, its CTAs; then the span, the kernel time, the idle time and the overlap). Tracing is
+// on for the whole run then, so its other figures carry the records' cost.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -411,6 +412,11 @@ int Run(const Options& o) {
   int64_t max_b = 0;
   for (int64_t b : o.tokens) max_b = std::max(max_b, b);
   for (int64_t b : o.reindex_tokens) max_b = std::max(max_b, b);
+  if (o.trace) {  // on before any graph is captured
+    const absl::Status s = kernels::EnableKernelTrace();
+    std::printf("kernel trace (CUPTI, every kernel of this run recorded): %s\n",
+                s.ok() ? "on" : s.ToString().c_str());
+  }
   LayerStep step(o, max_b);
   cudaStream_t st = step.stream();
   int status = 0;

@@ -28,7 +28,6 @@ struct Cupti {
   decltype(&cuptiGetVersion) version = nullptr;
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
   decltype(&cuptiActivityEnable) enable = nullptr;
-  decltype(&cuptiActivityDisable) disable = nullptr;
   decltype(&cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
   std::string name;
@@ -62,7 +61,6 @@ const Cupti& LoadCupti() {
     Sym(lib, "cuptiGetVersion", &c.version, &missing);
     Sym(lib, "cuptiActivityRegisterCallbacks", &c.register_callbacks, &missing);
     Sym(lib, "cuptiActivityEnable", &c.enable, &missing);
-    Sym(lib, "cuptiActivityDisable", &c.disable, &missing);
     Sym(lib, "cuptiActivityFlushAll", &c.flush_all, &missing);
     Sym(lib, "cuptiActivityGetNextRecord", &c.next_record, &missing);
     if (!missing.empty()) {
@@ -147,29 +145,35 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
 
 }  // namespace
 
-absl::StatusOr<std::vector<KernelRecord>> TraceKernels(const std::function<void()>& work) {
+absl::Status EnableKernelTrace() {
   const Cupti& c = LoadCupti();
   if (!c.error.empty()) return absl::UnavailableError("kernel trace: " + c.error);
-  static std::once_flag registered;
-  CUptiResult reg = CUPTI_SUCCESS;
-  std::call_once(registered, [&] { reg = c.register_callbacks(BufferRequested, BufferCompleted); });
-  if (reg != CUPTI_SUCCESS) {
-    return absl::InternalError(absl::StrFormat("cuptiActivityRegisterCallbacks: %d", reg));
-  }
+  static const absl::Status enabled = [&c] {
+    if (CUptiResult e = c.register_callbacks(BufferRequested, BufferCompleted);
+        e != CUPTI_SUCCESS) {
+      return absl::InternalError(absl::StrFormat("cuptiActivityRegisterCallbacks: %d", e));
+    }
+    if (CUptiResult e = c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); e != CUPTI_SUCCESS) {
+      return absl::InternalError(absl::StrFormat("cuptiActivityEnable: %d", e));
+    }
+    return absl::OkStatus();
+  }();
+  return enabled;
+}
+
+absl::StatusOr<std::vector<KernelRecord>> TraceKernels(const std::function<void()>& work) {
+  if (absl::Status s = EnableKernelTrace(); !s.ok()) return s;
+  const Cupti& c = LoadCupti();
+  // What ran before: delivered now, while no trace collects (dropped).
   CUDA_CHECK(cudaDeviceSynchronize());
+  c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::vector<KernelRecord> records;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_records = &records;
   }
-  if (CUptiResult e = c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); e != CUPTI_SUCCESS) {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_records = nullptr;
-    return absl::InternalError(absl::StrFormat("cuptiActivityEnable: %d", e));
-  }
   work();
   CUDA_CHECK(cudaDeviceSynchronize());
-  c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   {
     std::lock_guard<std::mutex> lock(g_mu);

@@ -29,8 +29,14 @@ struct KernelRecord {
   int32_t block = 0;                  // threads per CTA
 };
 
-// Runs `work` (which enqueues GPU work and returns) with kernel tracing on, synchronises the
-// device, and returns every kernel it ran, by start time.
+// Loads CUPTI and turns kernel tracing on for the rest of the process (idempotent; each kernel
+// then costs its activity record, so timings of a traced process are a diagnostic's). Call it
+// before capturing the CUDA graphs to be traced: CUPTI attached from the start sees every graph
+// node as it is created. Errors: UnavailableError without a usable libcupti.
+absl::Status EnableKernelTrace();
+
+// Runs `work` (which enqueues GPU work and returns; EnableKernelTrace first if not yet on),
+// synchronises the device, and returns every kernel it ran, by start time.
 absl::StatusOr<std::vector<KernelRecord>> TraceKernels(const std::function<void()>& work);
 
 // What a trace adds up to (records by start time): first start to last end, the kernels' own
