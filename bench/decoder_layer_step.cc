@@ -360,12 +360,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  [=, this] { Ok(kernels::LaunchL2Prefetch(p, branch_stream(4))); }, 0, 0});
     on_branch(4, true);
   };
-  if (wants("wq")) {
+  auto wq_ranges = [&] {
     std::vector<kernels::L2PrefetchRange> r;
     fp8_ranges(*wq_a_, r);
     fp8_ranges(*wq_b_, r);
-    prefetch("wq_a + wq_b", r);
-  }
+    return r;
+  };
+  if (wants("wq")) prefetch("wq_a + wq_b", wq_ranges());
 
   // ---- attention site
   if (fuse) {
@@ -507,10 +508,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   if (wants("wq_next")) {
     // The next layer's wq_a and wq_b (here the same weights, read by the next replay) while the
     // last hc_post and the next step's boundary run.
-    std::vector<kernels::L2PrefetchRange> r;
-    fp8_ranges(*wq_a_, r);
-    fp8_ranges(*wq_b_, r);
-    prefetch("the next wq_a + wq_b", r);
+    prefetch("the next wq_a + wq_b", wq_ranges());
   }
   hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
   if (budget > 0) {  // the step ends with the prefetch branch joined (after its last kernel)
