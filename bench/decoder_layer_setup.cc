@@ -117,6 +117,8 @@ void LayerStep::AllocateActivations() {
   logits_ = F32Buffer(b * kExperts);
   f_out_ = Bf16Buffer(b * kD);
   z_ = Bf16Buffer(b * kStreams * kD);
+  x_next_ = Bf16Buffer(b * kD);
+  xn_next_ = Bf16Buffer(b * kD);
   expert_ids_ = DeviceBuffer(static_cast<size_t>(b * kTopkExperts * 4));
 
   // KV pool: each sequence's 128 window rows, then the shared compressed rows.

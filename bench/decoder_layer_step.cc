@@ -122,9 +122,22 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
   Ok(kernels::LaunchFloatLinear(p, stream_));
 }
 
+void LayerStep::PrepareLoopInput(int64_t b) {
+  // The previous layer's last boundary, as far as this layer reads it: the collapse of x_ by
+  // pre_in_ and its attn_norm (the one-stream schedule's first two launches, the same bits).
+  kernels::HcBoundaryParams p;
+  p.has_post = false;
+  p.pre = {b, kD, x_.get<uint16_t>(), kStreams * kD, pre_in_.get<float>(), x_attn_.get<uint16_t>(),
+           kD};
+  p.norm =
+      NormRows(b, kD, x_attn_.get<uint16_t>(), attn_norm_.get<uint16_t>(), xn_.get<uint16_t>());
+  Ok(kernels::LaunchHcBoundary(p, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void LayerStep::PoisonBranchOutputs(int64_t b) {
   for (DeviceBuffer* buf : {&a_pre_, &a_post_, &a_comb_, &f_pre_, &f_post_, &f_comb_, &x_attn_,
-                            &x_ffn_, &kv_, &shared_y_}) {
+                            &x_ffn_, &kv_, &shared_y_, &x_next_, &xn_next_}) {
     CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
   }
   // The new row of every sequence's window ring (slot pos % W), in the pool and as the SWA row
@@ -142,6 +155,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   const double db = static_cast<double>(b);
   const bool fuse = overlap && opt_.fuse_boundary;
   const bool fuse_rope = overlap && opt_.fuse_rope;
+  const bool loop = fuse && opt_.layer_loop;
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
@@ -190,6 +204,23 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  },
                  w->bytes() + db * 2 * (k + n), 2 * db * n * k});
   };
+  // The collapse of the streams xs by pre_in (kernels::LaunchHcPre) on the main stream.
+  auto hc_pre = [&](const std::string& name, const DeviceBuffer& xs, const DeviceBuffer& pre_in,
+                    DeviceBuffer& collapsed) {
+    s.push_back({name,
+                 [=, &xs, &pre_in, &collapsed] {
+                   kernels::HcPreParams p;
+                   p.tokens = b;
+                   p.dim = kD;
+                   p.x = xs.get<uint16_t>();
+                   p.x_stride = kStreams * kD;
+                   p.pre = pre_in.get<float>();
+                   p.out = collapsed.get<uint16_t>();
+                   p.out_stride = kD;
+                   Ok(kernels::LaunchHcPre(p, st));
+                 },
+                 db * kD * 2 * (kStreams + 1), 0});
+  };
   // One mHC site: the mixes of the stream xs and its collapse by pre_in. Fused: one launch on
   // the main stream. Overlapped: the collapse (hc_pre, the same bits as the fused one) on the main
   // stream, then the mixes alone as branch `site` (0 attention, 1 FFN), joined before the site's
@@ -201,21 +232,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    DeviceBuffer& collapsed) {
     const double x_bytes = db * kStreams * kD * 2, fn_bytes = 24.0 * kStreams * kD * 4;
     const char* site_name = site == 0 ? "attn" : "ffn";
-    if (overlap && !fuse) {
-      s.push_back({std::string(site_name) + " collapse (hc_pre)",
-                   [=, &xs, &pre_in, &collapsed] {
-                     kernels::HcPreParams p;
-                     p.tokens = b;
-                     p.dim = kD;
-                     p.x = xs.get<uint16_t>();
-                     p.x_stride = kStreams * kD;
-                     p.pre = pre_in.get<float>();
-                     p.out = collapsed.get<uint16_t>();
-                     p.out_stride = kD;
-                     Ok(kernels::LaunchHcPre(p, st));
-                   },
-                   x_bytes + db * kD * 2, 0});
-    }
+    if (overlap && !fuse)
+      hc_pre(std::string(site_name) + " collapse (hc_pre)", xs, pre_in, collapsed);
     s.push_back({overlap ? std::string(site_name) + " mixes (forked stream)" : name,
                  [=, this, &xs, &fn, &base, &scale, &pre_in, &pre, &post, &comb, &collapsed] {
                    kernels::MhcMixesParams p;
@@ -368,13 +386,24 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   };
   if (wants("wq")) prefetch("wq_a + wq_b", wq_ranges());
 
-  // ---- attention site
-  if (fuse) {
+  // ---- attention site (in the layer loop, xn_ comes from the previous layer's last boundary:
+  // PrepareLoopInput)
+  if (fuse && !loop) {
     boundary(-1, "attn collapse + attn_norm (one launch)", nullptr, nullptr, nullptr, nullptr, x_,
              nullptr, pre_in_, x_attn_, attn_norm_, xn_);
   }
-  mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_, a_post_,
-        a_comb_, x_attn_);
+  // Options::mixes_late: the attention site's mixes forked after wq_b (beside the attention and
+  // wo_a, which leave most SMs idle) instead of at the step's start (beside wkv and wq_a).
+  const bool late = fuse && opt_.mixes_late;
+  auto attn_mixes = [&] {
+    mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_,
+          a_post_, a_comb_, x_attn_);
+  };
+  // In the layer loop the step's graph has one root, wq_a, as a loop's layer has one (the previous
+  // layer's last boundary); the branches fork after it. A graph whose first kernels are several
+  // roots on forked streams started its main stream ~19 µs late (kit s111's trace, H100).
+  if (loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
+  if (!late) attn_mixes();
   if (!fuse) norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
   // The kv projection: branch 2, next to the q projection (the attention joins it).
   fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_, 2);
@@ -405,9 +434,10 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                },
                db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});
   on_branch(2, false);
-  fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
+  if (!loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
   norm("q_norm", qr_, q_norm_, qr_, kQLora);
   fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
+  if (late) attn_mixes();
   if (!fuse_rope) rope("RoPE q", q_, kHeads, kHeadDim, false);
   {
     std::vector<kernels::L2PrefetchRange> r;
@@ -447,13 +477,17 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   } else {
     hc_post(0, "attn hc_post", a_out_, x_, a_post_, a_comb_, y_);
   }
-  mixes(1, "ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
-        f_comb_, x_ffn_);
+  auto ffn_mixes = [&] {
+    mixes(1, "ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
+          f_comb_, x_ffn_);
+  };
+  if (!late) ffn_mixes();  // late: after the gate
   if (!fuse) norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
   s.push_back(
       {opt_.narrow_fp32 ? "gate (bf16-valued fp32 384x5120, narrowed)" : "gate (fp32 384x5120)",
        [=, this] { LaunchFloat(GateParams(b)); },
        static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4), 2 * db * kExperts * kD});
+  if (late) ffn_mixes();
   const bool shared_branch = overlap && opt_.shared_branch;
   if (shared_branch) {
     // The shared expert needs only the normed x: forked here, it runs beside the gate and the
@@ -510,7 +544,19 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     // last hc_post and the next step's boundary run.
     prefetch("the next wq_a + wq_b", wq_ranges());
   }
-  hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
+  if (loop) {
+    // The layer's end as a layer loop runs it: the FFN hc_post, the next layer's collapse by this
+    // site's pre (the single-pass shift) and its attn_norm, one launch.
+    boundary(1, "ffn hc_post + next collapse + next attn_norm (one launch)", &f_out_, &y_, &f_post_,
+             &f_comb_, z_, &z_, f_pre_, x_next_, attn_norm_, xn_next_);
+  } else {
+    hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
+    if (!overlap && opt_.layer_loop && opt_.fuse_boundary) {
+      // The one-stream reference of the loop form's last boundary: separate launches.
+      hc_pre("next collapse (hc_pre)", z_, f_pre_, x_next_);
+      norm("next attn_norm", x_next_, attn_norm_, xn_next_, kD);
+    }
+  }
   if (budget > 0) {  // the step ends with the prefetch branch joined (after its last kernel)
     Stage& last = s.back();
     last.launch = [=, inner = last.launch] {

@@ -120,6 +120,19 @@ struct Options {
   // from the FFN boundary's start; "wq_next" wq_a + wq_b again before the last hc_post (a model's
   // next layer; here the next replay's).
   int64_t l2_prefetch_mb = 0;
+  // With overlap and fuse_boundary: the step as one layer of a layer loop runs it — its last
+  // stage is the FFN hc_post fused with the next layer's collapse (by the FFN site's pre) and
+  // attn_norm (one LaunchHcBoundary), and its first boundary (this layer's collapse + attn_norm)
+  // belongs to the previous layer's step (PrepareLoopInput, outside the timed stages); wq_a is the
+  // graph's one root and the branches fork after it (as after a loop's previous boundary); the
+  // one-stream schedule appends the next collapse and attn_norm as launches, so the bit-identity
+  // check covers them. false: the step starts with its collapse + attn_norm and ends with the
+  // FFN hc_post (the default; A/B).
+  bool layer_loop = false;
+  // With overlap and fuse_boundary: the attention site's mixes forked after wq_b and the FFN
+  // site's after the gate, instead of at each site's start (where they take SMs from wkv / wq_a
+  // and from the gate; A/B; the same bits).
+  bool mixes_late = false;
   // Print a kernel timeline of one graph replay per token count (kernels/common kernel_trace.h:
   // each kernel's start, end and the time no kernel ran before it, from CUPTI).
   bool trace = false;
@@ -208,6 +221,16 @@ class LayerStep {
     CUDA_CHECK(cudaMemcpy(z.data(), z_.get(), z.size() * 2, cudaMemcpyDeviceToHost));
     return z;
   }
+  // The next layer's attn_norm output of the last step (bf16 [b, D]; Options::layer_loop, else
+  // unwritten).
+  std::vector<uint16_t> NextInput(int64_t b) const {
+    std::vector<uint16_t> v(static_cast<size_t>(b * kD));
+    CUDA_CHECK(cudaMemcpy(v.data(), xn_next_.get(), v.size() * 2, cudaMemcpyDeviceToHost));
+    return v;
+  }
+  // With Options::layer_loop: the input the step reads from the previous layer's last boundary
+  // (the collapse of x by pre_in and its attn_norm), computed once on stream() (synchronised).
+  void PrepareLoopInput(int64_t b);
   // Overwrites (NaN bit patterns) what the forked branches of a step write — the mixes' outputs,
   // both collapses, kv and the new window rows in the pool and the SWA rows — so that a schedule
   // that read one before its branch wrote it would show (stream(), synchronised).
@@ -312,6 +335,7 @@ class LayerStep {
   DeviceBuffer x_, pre_in_, a_pre_, a_post_, a_comb_, f_pre_, f_post_, f_comb_, mix_ws_;
   DeviceBuffer x_attn_, xn_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_, f_out_,
       z_;
+  DeviceBuffer x_next_, xn_next_;  // the next layer's collapsed and normed x (Options::layer_loop)
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
   DeviceBuffer main_rows_;     // the compressed rows as FP4 main-KV serving rows (kv_rows)
   DeviceBuffer rope_cos_sin_;  // the step's cos/sin of positions_ (LaunchRopeCosSin, at setup)

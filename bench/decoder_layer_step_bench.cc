@@ -6,7 +6,8 @@
 //                            [--engram-rows N] [--stages 0|1] [--overlap 0|1] [--moe-front 0|1]
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
-//                            [--fuse-rope 0|1] [--kv-form rows|bf16] [--mhc-prepared 0|1]
+//                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
+//                            [--kv-form rows|bf16] [--mhc-prepared 0|1]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
 //                            wq,wo_a,wo_b,gate,wq_next]
@@ -55,6 +56,15 @@
 // kernel_trace.h, CUPTI's activity records: each kernel's start, end, the time no kernel ran
 // before it, its CTAs; then the span, the kernel time, the idle time and the overlap). Tracing is
 // on for the whole run then, so its other figures carry the records' cost.
+// --layer-loop 1 (session 75; with --overlap 1 and --fuse-boundary 1) times the step as one layer
+// of a layer loop runs it: the step ends with the FFN hc_post, the next layer's collapse (by the
+// FFN site's pre: the single-pass shift) and its attn_norm in one launch, and starts from the
+// normed x that the previous layer's such launch left (computed once outside the stages), with
+// wq_a as the graph's one root and the branches forked after it; the one-stream schedule appends
+// the next collapse and attn_norm as launches, so the bit-identity check covers the fused end.
+// 0 (default): the step starts with its own collapse + attn_norm and ends with the FFN hc_post.
+// --mixes-late 1 (A/B, measured slower) forks the attention site's mixes after wq_b and the FFN
+// site's after the gate.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -194,6 +204,10 @@ Options ParseOptions(int argc, char** argv) {
       o.narrow_fp32 = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--candidate-blocks") {
       o.candidate_blocks = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--mixes-late") {
+      o.mixes_late = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--layer-loop") {
+      o.layer_loop = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {
       o.fuse_rope = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--trace") {
@@ -422,10 +436,12 @@ int Run(const Options& o) {
   int status = 0;
 
   const bool prefetch_ab = o.l2_prefetch_list.size() > 1 || o.l2_prefetch_list[0] != 0;
+  const bool loop = o.overlap && o.fuse_boundary && o.layer_loop;
   for (int64_t b : o.tokens) {
     for (int64_t prefetch_mb : o.l2_prefetch_list) {
       step.SetL2PrefetchMb(prefetch_mb);
       std::vector<Stage> stages = step.ReuseStages(b, o.overlap);
+      if (loop) step.PrepareLoopInput(b);  // the input the loop form's step reads
       auto run_step = [&] {
         for (const Stage& s : stages) s.launch();
       };
@@ -437,10 +453,13 @@ int Run(const Options& o) {
         CUDA_CHECK(cudaStreamSynchronize(st));
         const std::vector<uint16_t> z_fused = step.Output(b);
         const std::vector<uint32_t> pre_fused = step.FfnPre(b);
+        const std::vector<uint16_t> next_fused = step.NextInput(b);
         step.PoisonBranchOutputs(b);
+        if (loop) step.PrepareLoopInput(b);
         run_step();
         CUDA_CHECK(cudaStreamSynchronize(st));
-        const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused;
+        const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused &&
+                          (!loop || step.NextInput(b) == next_fused);
         std::printf("%ld tokens: overlapped branches vs one stream: %s\n", static_cast<long>(b),
                     same ? "bit-identical" : "DIFFER");
         if (!same) {
