@@ -393,7 +393,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
              nullptr, pre_in_, x_attn_, attn_norm_, xn_);
   }
   // Options::mixes_late: the attention site's mixes forked after wq_b (beside the attention and
-  // wo_a, which leave most SMs idle) instead of at the step's start (beside wkv and wq_a).
+  // wo_a, which leave most SMs idle) instead of at the step's start (beside wkv and wq_a); measured
+  // slower (session 75: they slowed the attention instead).
   const bool late = fuse && opt_.mixes_late;
   auto attn_mixes = [&] {
     mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_,
@@ -401,7 +402,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   };
   // In the layer loop the step's graph has one root, wq_a, as a loop's layer has one (the previous
   // layer's last boundary); the branches fork after it. A graph whose first kernels are several
-  // roots on forked streams started its main stream ~19 µs late (kit s111's trace, H100).
+  // roots on forked streams started its main stream 16-19 µs late (kits s111 / s112, H100).
   if (loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
   if (!late) attn_mixes();
   if (!fuse) norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
