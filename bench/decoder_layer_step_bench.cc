@@ -455,7 +455,6 @@ int Run(const Options& o) {
         const std::vector<uint32_t> pre_fused = step.FfnPre(b);
         const std::vector<uint16_t> next_fused = step.NextInput(b);
         step.PoisonBranchOutputs(b);
-        if (loop) step.PrepareLoopInput(b);
         run_step();
         CUDA_CHECK(cudaStreamSynchronize(st));
         const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused &&
