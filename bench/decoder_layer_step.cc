@@ -117,6 +117,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
       kernels::PlanFloatLinearCuda(p).tile_rows == kernels::kFloatLinearCudaGemvRows) {
     p.tile_rows = 16;  // the mma.sync plan the CUDA-core kernel replaced (A/B)
   }
+  p.programmatic = opt_.float_pdl;
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();
   Ok(kernels::LaunchFloatLinear(p, stream_));
@@ -531,6 +532,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.gemm = static_cast<kernels::MoeCudaGemm>(opt_.moe_gemm);
                  p.ring_fused_combine = opt_.moe_ring_combine;
                  p.ring_cut = static_cast<kernels::MoeCudaRingCut>(opt_.moe_ring_cut);
+                 p.early_ring = opt_.moe_early_ring;
                  p.workspace = moe_ws_.get();
                  p.workspace_bytes = moe_ws_bytes_;
                  Ok(kernels::MoeCuda(p, st));

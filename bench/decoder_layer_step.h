@@ -133,6 +133,13 @@ struct Options {
   // site's after the gate, instead of at each site's start (where they take SMs from wkv / wq_a
   // and from the gate; A/B; the same bits).
   bool mixes_late = false;
+  // The decode-size bf16 / fp32 Linears (wo_a, the gate, the Reindex indexer's weights_proj)
+  // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
+  // weights requested while the kernel ahead runs); false: plain launches (A/B; the same bits).
+  bool float_pdl = true;
+  // kernels::MoeCudaParams::early_ring: the fused front lets the up ring's CTAs be scheduled at
+  // its start (A/B; the same bits).
+  bool moe_early_ring = false;
   // Print a kernel timeline of one graph replay per token count (kernels/common kernel_trace.h:
   // each kernel's start, end and the time no kernel ran before it, from CUPTI).
   bool trace = false;

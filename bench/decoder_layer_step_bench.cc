@@ -7,7 +7,8 @@
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
-//                            [--kv-form rows|bf16] [--mhc-prepared 0|1]
+//                            [--float-pdl 0|1] [--moe-early-ring 0|1] [--kv-form rows|bf16]
+//                            [--mhc-prepared 0|1]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
 //                            wq,wo_a,wo_b,gate,wq_next]
@@ -65,6 +66,12 @@
 // 0 (default): the step starts with its own collapse + attn_norm and ends with the FFN hc_post.
 // --mixes-late 1 (A/B, measured slower) forks the attention site's mixes after wq_b and the FFN
 // site's after the gate.
+// --float-pdl 0 launches the decode-size bf16 / fp32 Linears (wo_a's swapped-role kernel, the
+// gate's CUDA-core kernel) plainly instead of as programmatic dependents that request their first
+// weights while the kernel ahead (the attention's combine, the FFN boundary) runs (session 76,
+// FloatLinearCudaParams::programmatic; A/B, the same bits).
+// --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
+// (MoeCudaParams::early_ring, session 76; A/B, the same bits).
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -206,6 +213,10 @@ Options ParseOptions(int argc, char** argv) {
       o.candidate_blocks = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--mixes-late") {
       o.mixes_late = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--float-pdl") {
+      o.float_pdl = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--moe-early-ring") {
+      o.moe_early_ring = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--layer-loop") {
       o.layer_loop = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--fuse-rope") {

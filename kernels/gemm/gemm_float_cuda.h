@@ -126,6 +126,13 @@ struct FloatLinearCudaParams {
   // and cmp_r2_pair keep 256 (equal times). Each output's wgmma K steps are the same in the same
   // order: the same bits at every width (WarpSpecialisedBitIdenticalToCpAsync: 124 narrow runs).
   int64_t ws_tile_cols = 0;
+  // The decode-size kernels (the CUDA-core kernel, tile_rows 1, and the swapped-role kernel,
+  // 256) as programmatic dependents of the stream's previous kernel (kernels/common pdl.cuh):
+  // true (default) = launched with LaunchPdl, their CTAs may be scheduled while the kernel ahead
+  // still runs (if it calls PdlLaunchDependents) and load their first weights before they wait
+  // for it; false = plain launches (A/B). x, the bias and the outputs are touched only after the
+  // wait: the same bits either way. The other kernels are launched plainly.
+  bool programmatic = true;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;

@@ -195,6 +195,9 @@ struct MoePermuteParams {
   // ring_partials of this call's expert stages (MoeExpertUpParams::ring_counters_zeroed), or the
   // register-sourced GEMM's (MoeExpertUpParams::wgmma_rs_counters: up 0, 1, down 2, 3).
   int32_t* ring_counters = nullptr;
+  // The fused front only: every CTA calls PdlLaunchDependents first, so that a LaunchPdl kernel
+  // after it (the TMA ring's up stage) is scheduled while it routes (MoeCudaParams::early_ring).
+  bool launch_dependents = false;
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
@@ -710,6 +713,11 @@ struct MoeCudaParams {
   bool ring_fused_combine = true;
   // With the TMA-ring GEMM: how its calls cut their units (kAuto: by the slot count; A/B).
   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;
+  // With the fused front and the TMA-ring GEMM: true = the front lets the up stage's CTAs be
+  // scheduled at its start (they initialise their barriers and wait on their SMs while block 0
+  // routes); false (default) = they are scheduled when the front ends (A/B, session 76).
+  // Output bits unchanged.
+  bool early_ring = false;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

@@ -286,6 +286,9 @@ __global__ void __launch_bounds__(kCombineThreads)
     CombineKernel(const SparseAttnParams p, const Geometry geo) {
   __shared__ float s_w[kSparseAttnCudaSplitCtas];
   __shared__ float s_den;
+  // The kernel after the attention (wo_a's swapped-role Linear, a LaunchPdl launch) may take the
+  // idle SMs now and request its weights there; it waits for this grid before it reads o.
+  LaunchDependents();
   WaitPrerequisiteGrids();
   const int64_t d = p.head_dim;
   const int tid = threadIdx.x;

@@ -47,6 +47,9 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
     WgmmaCombineKernel(const SparseAttnParams p, const Geometry geo) {
   static_assert(kD == WgmmaShape::kD);
   constexpr int kH = WgmmaShape::kHeads;
+  // The kernel after the attention (wo_a's swapped-role Linear, a LaunchPdl launch) may take the
+  // idle SMs now and request its weights there; it waits for this grid before it reads o.
+  LaunchDependents();
   WaitPrerequisiteGrids();
   const int tid = static_cast<int>(threadIdx.x);
   const int half = tid / 128;

@@ -100,19 +100,28 @@ __global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
   float acc[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) acc[m] = 0.f;
+  const TW* w =
+      static_cast<const TW*>(g.w) + group * g.w_group_stride + (row < g.n ? row : 0) * g.k;
+  // The lane's first kUnroll weight chunks are requested before the wait: launched with
+  // LaunchPdl (FloatLinearCudaParams::programmatic), the CTA reads its weights while the kernel
+  // ahead (the site boundary that writes x) still runs; x is read only after the wait.
+  Chunk<TW> wc[kUnroll];
+  auto load_weights = [&](int64_t cb) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (cb + 32 * u < c1) wc[u] = LoadWeightChunk(w, cb + 32 * u);
+    }
+  };
+  if (row < g.n) load_weights(c0 + lane);
+  cuda_common::PdlWaitPrerequisites();
   if (row < g.n) {
-    const TW* w = static_cast<const TW*>(g.w) + group * g.w_group_stride + row * g.k;
     const TX* x[kM];
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       x[m] = static_cast<const TX*>(g.x) + group * g.x_group_stride + m * g.x_stride;
     }
     for (int64_t cb = c0 + lane; cb < c1; cb += 32 * kUnroll) {
-      Chunk<TW> wc[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (cb + 32 * u < c1) wc[u] = LoadWeightChunk(w, cb + 32 * u);
-      }
+      if (cb != c0 + lane) load_weights(cb);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = cb + 32 * u;

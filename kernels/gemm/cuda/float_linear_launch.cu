@@ -9,6 +9,7 @@
 
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/per_device_cache.h"
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
 #include "kernels/gemm/cuda/float_linear_gemv.cuh"
@@ -57,18 +58,27 @@ void ForOperandTypes(bool x_f32, bool w_f32, F&& f) {
   }
 }
 
+// kernel<<<grid, block, smem, stream>>>(args), as a programmatic dependent of the stream's
+// previous kernel when `programmatic` (FloatLinearCudaParams::programmatic).
+template <typename... Params, typename... Args>
+void LaunchMaybePdl(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                    size_t smem, cudaStream_t stream, const Args&... args) {
+  if (programmatic) {
+    cuda_common::LaunchPdl(kernel, grid, block, smem, stream, args...);
+    return;
+  }
+  kernel<<<grid, block, smem, stream>>>(args...);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename TX, typename TW>
 void LaunchGemv(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,
-                cudaStream_t stream) {
+                bool programmatic, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(groups));
-  if (g.m == 1) {
-    float_gemv::FloatLinearGemvKernel<TX, TW, 1><<<grid, float_gemv::kThreads, 0, stream>>>(g);
-  } else if (g.m == 2) {
-    float_gemv::FloatLinearGemvKernel<TX, TW, 2><<<grid, float_gemv::kThreads, 0, stream>>>(g);
-  } else {
-    float_gemv::FloatLinearGemvKernel<TX, TW, 4><<<grid, float_gemv::kThreads, 0, stream>>>(g);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  auto* kernel = g.m == 1   ? float_gemv::FloatLinearGemvKernel<TX, TW, 1>
+                 : g.m == 2 ? float_gemv::FloatLinearGemvKernel<TX, TW, 2>
+                            : float_gemv::FloatLinearGemvKernel<TX, TW, 4>;
+  LaunchMaybePdl(programmatic, kernel, grid, dim3(float_gemv::kThreads), 0, stream, g);
 }
 
 template <int kMT, typename TX, typename TW>
@@ -162,15 +172,14 @@ void LaunchWgmma(const FloatLinearCudaParams& p, const GemmArgs& f, const FloatL
 
 template <int kBM>
 void LaunchSwapKernel(const float_swap::Args& g, const FloatLinearCudaPlan& plan, int64_t groups,
-                      cudaStream_t stream) {
+                      bool programmatic, cudaStream_t stream) {
   using L = float_swap::Layout<kBM>;
   static std::atomic<uint64_t> smem_set{0};
   auto* kernel = float_swap::FloatLinearSwapKernel<kBM>;
   EnsureSmemLimit(kernel, L::kSmemBytes, smem_set);
   const dim3 grid(static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.n_tiles),
                   static_cast<unsigned>(groups * plan.splits));
-  kernel<<<grid, float_swap::kThreads, L::kSmemBytes, stream>>>(g);
-  CUDA_CHECK(cudaGetLastError());
+  LaunchMaybePdl(programmatic, kernel, grid, dim3(float_swap::kThreads), L::kSmemBytes, stream, g);
 }
 
 // bf16 x · bf16 W through the swapped-role wgmma kernel (plan.tile_rows == 256; x rows 16-byte
@@ -201,9 +210,9 @@ absl::Status LaunchSwap(const FloatLinearCudaParams& p, const GemmArgs& f,
   g.y_group_stride = p.y_group_stride;
   g.partial = f.partial;
   if (bm == 64) {
-    LaunchSwapKernel<64>(g, plan, p.groups, stream);
+    LaunchSwapKernel<64>(g, plan, p.groups, p.programmatic, stream);
   } else {
-    LaunchSwapKernel<128>(g, plan, p.groups, stream);
+    LaunchSwapKernel<128>(g, plan, p.groups, p.programmatic, stream);
   }
   return absl::OkStatus();
 }
@@ -242,7 +251,7 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
 
   if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // M <= 4, aligned x rows (validated)
     ForOperandTypes(x_f32, w_f32, [&](auto tx, auto tw) {
-      LaunchGemv<decltype(tx), decltype(tw)>(g, plan, p.groups, stream);
+      LaunchGemv<decltype(tx), decltype(tw)>(g, plan, p.groups, p.programmatic, stream);
     });
     return absl::OkStatus();
   }

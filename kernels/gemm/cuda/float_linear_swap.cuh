@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/gemm/cuda/swapped_epilogue.cuh"
 #include "kernels/gemm/cuda/tma_map.h"
@@ -94,6 +95,9 @@ __device__ __forceinline__ void ConsumerBarrier() {
 template <int kBM>
 __global__ void __launch_bounds__(kThreads, 1)
     FloatLinearSwapKernel(const __grid_constant__ Args g) {
+  // A LaunchPdl kernel after this one (wo_b's FP8 stream Linear after wo_a) may take the SMs this
+  // grid leaves idle and start on its weights; it waits for this grid before it reads y.
+  cuda_common::PdlLaunchDependents();
   using L = Layout<kBM>;
   extern __shared__ uint8_t float_swap_smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(float_swap_smem_raw));
@@ -121,12 +125,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (warp_id == kConsumerThreads / 32) {  // the producer warp: lane 0 issues every stage
     if (lane == 0) {
-      for (int64_t c = 0; c < kt_count; ++c) {
+      // The first ring's weight boxes before the wait (a LaunchPdl launch: the kernel ahead, the
+      // attention that writes x, may still run), then their x boxes; each stage's barrier
+      // expects both boxes' bytes from the start, so it completes only when x has landed too.
+      const int64_t early = min(kt_count, static_cast<int64_t>(L::kStages));
+      for (int64_t c = 0; c < early; ++c) {
+        const uint32_t full = full_bars + static_cast<int>(c) * 8;
+        wgmma_ws::BarArriveExpectTx(full, g.stage_tx);
+        wgmma_ws::TmaLoad(g.w, base + static_cast<int>(c) * L::kStageBytes, full, (kt0 + c) * kBK,
+                          n0, group);
+      }
+      cuda_common::PdlWaitPrerequisites();
+      for (int64_t c = 0; c < early; ++c) {
+        wgmma_ws::TmaLoad(g.x, base + static_cast<int>(c) * L::kStageBytes + L::kWBytes,
+                          full_bars + static_cast<int>(c) * 8, (kt0 + c) * kBK, m0, group);
+      }
+      for (int64_t c = early; c < kt_count; ++c) {
         const int s = static_cast<int>(c % L::kStages);
-        if (c >= L::kStages) {  // use c - kStages of stage s released by all 8 consumer warps
-          wgmma_ws::BarWait(empty_bars + s * 8,
-                            static_cast<uint32_t>(((c - L::kStages) / L::kStages) & 1));
-        }
+        // use c - kStages of stage s released by all 8 consumer warps
+        wgmma_ws::BarWait(empty_bars + s * 8,
+                          static_cast<uint32_t>(((c - L::kStages) / L::kStages) & 1));
         const uint32_t st = base + s * L::kStageBytes;
         const uint32_t full = full_bars + s * 8;
         const int64_t k0 = (kt0 + c) * kBK;
@@ -172,6 +190,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Unconditional: on every path to the epilogue the accumulators are complete (C7517).
     wgmma::WaitGroup<0>();
     wgmma::FenceOperands(acc);
+    // Passed long ago (x arrived after the producer's wait); pdl.cuh's rule for global stores.
+    cuda_common::PdlWaitPrerequisites();
 
     // Epilogue: accumulator (weight row, x row) -> y[x row][weight row]; rows and columns outside
     // M and N are not stored; unsplit bf16 outputs are staged (swapped_epilogue.cuh). Lane l holds

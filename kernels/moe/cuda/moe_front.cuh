@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/cuda/moe_permute.cuh"
 #include "kernels/moe/cuda/moe_route.cuh"
 #include "kernels/moe/moe_cuda.h"
@@ -122,6 +123,7 @@ enum class FrontGather : int {
 template <int kPerLane>
 __global__ void __launch_bounds__(kSortThreads)
     MoeFrontKernel(MoeRouteParams rp, MoePermuteParams p, FrontGather gather) {
+  if (p.launch_dependents) cuda_common::PdlLaunchDependents();  // the up ring may take its SMs
   constexpr int kQuads = kSortThreads / 4;
   if (blockIdx.x > 0) {  // a quantiser CTA (FrontGather::kSideCtas): the rows by token
     FrontQuantiseQuads(p, int64_t{blockIdx.x - 1} * kQuads, int64_t{gridDim.x - 1} * kQuads,

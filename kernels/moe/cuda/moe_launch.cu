@@ -624,6 +624,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // zero too).
   int32_t* counters = moe_device::RingCounterWords(ring_partials);
   pp.ring_counters = ring || rs || rs_down_after ? counters : nullptr;
+  pp.launch_dependents = front && ring && p.early_ring;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {

@@ -1,0 +1,160 @@
+// kernels_gemm_gpu_test, FloatLinearPdlTest.*: the decode-size bf16 / fp32 Linears launched as
+// programmatic dependents (FloatLinearCudaParams::programmatic, the default) read x only after
+// the kernel ahead has finished writing it. x is written by LaunchLateCopy (late_writer.h), which
+// lets the Linear start at once and writes x ~100 µs later; the Linear's output must equal, bit
+// for bit, a plain launch on x written beforehand — eagerly and as a captured graph (a
+// programmatic edge), over the CUDA-core kernel (tile_rows 1: M 1 / 2 / 4, bf16 and fp32
+// weights) and the swapped-role kernel (tile_rows 256: M 1 / 8 / 64 / 100, K shorter and longer
+// than its ring, grouped as wo_a, and split K with its reduction). A kernel that read x before
+// its wait would read the poisoned bytes (0xFFFF: NaN) and its output would differ.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/formats/bf16.h"
+#include "gtest/gtest.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/common/late_writer.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+#include "kernels/gemm/gemm_test_util.h"
+
+namespace flashserve::kernels {
+namespace {
+
+using gemm_test::Rng;
+
+struct PdlCase {
+  int64_t m, n, k, groups;
+  int64_t tile_rows;  // kFloatLinearCudaGemvRows or kFloatLinearCudaSwapRows
+  bool w_f32 = false;
+  int64_t split_k = 0;
+};
+
+std::string Describe(const PdlCase& c) {
+  return "M " + std::to_string(c.m) + " N " + std::to_string(c.n) + " K " + std::to_string(c.k) +
+         " G " + std::to_string(c.groups) + " tile " + std::to_string(c.tile_rows) +
+         (c.w_f32 ? " w f32" : " w bf16") + " split " + std::to_string(c.split_k);
+}
+
+constexpr uint64_t kLateNs = 100'000;  // the writer's delay: far longer than any launch here
+
+void CheckLateX(const PdlCase& c) {
+  Rng rng(static_cast<uint32_t>(c.m * 131 + c.n + c.k + c.groups));
+  const int64_t x_elems = c.m * c.groups * c.k, y_elems = c.m * c.groups * c.n;
+  std::vector<uint16_t> x(x_elems), w16(c.groups * c.n * c.k);
+  std::vector<float> w32(c.w_f32 ? c.groups * c.n * c.k : 0);
+  for (uint16_t& v : x) v = formats::FloatToBf16Bits(static_cast<float>(rng.Normal()));
+  for (uint16_t& v : w16) v = formats::FloatToBf16Bits(static_cast<float>(rng.Normal() / 64.0));
+  for (float& v : w32) v = static_cast<float>(rng.Normal() / 64.0);
+  DeviceBuffer dw(c.w_f32 ? w32.size() * 4 : w16.size() * 2), dsrc(x_elems * 2), dx(x_elems * 2),
+      dy_ref(y_elems * 2), dy(y_elems * 2);
+  if (c.w_f32) {
+    dw.CopyFromHost(w32.data(), w32.size() * 4);
+  } else {
+    dw.CopyFromHost(w16.data(), w16.size() * 2);
+  }
+  dsrc.CopyFromHost(x.data(), x.size() * 2);
+
+  FloatLinearCudaParams p;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.groups = c.groups;
+  if (c.w_f32) {
+    p.w_f32 = dw.get<float>();
+  } else {
+    p.w_bf16 = dw.get<uint16_t>();
+  }
+  p.w_group_stride = c.n * c.k;
+  p.x_bf16 = dx.get<uint16_t>();
+  p.x_stride = c.groups * c.k;  // o viewed [M, G, K], as wo_a reads it
+  p.x_group_stride = c.k;
+  p.y_stride = c.groups * c.n;
+  p.y_group_stride = c.n;
+  p.tile_rows = c.tile_rows;
+  p.split_k = c.split_k;
+  DeviceBuffer ws(FloatLinearCudaWorkspaceBytes(p, c.m));
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.bytes();
+  ASSERT_EQ(PlanFloatLinearCuda(p).tile_rows, c.tile_rows);
+  if (c.split_k > 1) {
+    ASSERT_EQ(PlanFloatLinearCuda(p).splits, c.split_k);
+  }
+
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The reference: x in place before a plain launch.
+  CUDA_CHECK(cudaMemcpyAsync(dx.get(), dsrc.get(), x_elems * 2, cudaMemcpyDeviceToDevice, stream));
+  p.programmatic = false;
+  p.y_bf16 = dy_ref.get<uint16_t>();
+  ASSERT_TRUE(LaunchFloatLinear(p, stream).ok());
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> want(y_elems), got(y_elems);
+  dy_ref.CopyToHost(want.data(), want.size() * 2);
+
+  p.programmatic = true;
+  p.y_bf16 = dy.get<uint16_t>();
+  auto poison = [&] {
+    CUDA_CHECK(cudaMemsetAsync(dx.get(), 0xFF, x_elems * 2, stream));
+    CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xFF, y_elems * 2, stream));
+  };
+  auto expect_same = [&](const char* what) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    dy.CopyToHost(got.data(), got.size() * 2);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < y_elems; ++i) bad += got[i] != want[i];
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << y_elems << " outputs differ";
+  };
+  // Eager: the late writer, then the Linear as its programmatic dependent.
+  for (int rep = 0; rep < 2; ++rep) {
+    poison();
+    LaunchLateCopy(dx.get(), dsrc.get(), x_elems * 2, kLateNs, stream);
+    ASSERT_TRUE(LaunchFloatLinear(p, stream).ok());
+    expect_same("eager");
+  }
+  // Captured: the same two launches as a graph (the dependency becomes a programmatic edge).
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  LaunchLateCopy(dx.get(), dsrc.get(), x_elems * 2, kLateNs, stream);
+  const absl::Status s = LaunchFloatLinear(p, stream);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(s.ok()) << s;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    poison();
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    expect_same("graph");
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(FloatLinearPdlTest, ProgrammaticLaunchReadsXAfterTheKernelAhead) {
+  FS_SKIP_WITHOUT_GPU();
+  const PdlCase cases[] = {
+      // The CUDA-core kernel: the gate's shape (bf16 and fp32 weights), a short K.
+      {1, 384, 5120, 1, kFloatLinearCudaGemvRows},
+      {2, 384, 5120, 1, kFloatLinearCudaGemvRows},
+      {4, 384, 5120, 1, kFloatLinearCudaGemvRows, true},
+      {1, 96, 64, 1, kFloatLinearCudaGemvRows},
+      // The swapped-role kernel: wo_a's shape (8 groups × [1024, 4096]: 64 K steps against a
+      // ring of 8 / 6 stages), a K shorter than the ring, x rows past one box, split K.
+      {1, 1024, 4096, 8, kFloatLinearCudaSwapRows},
+      {8, 1024, 4096, 8, kFloatLinearCudaSwapRows},
+      {64, 1024, 4096, 2, kFloatLinearCudaSwapRows},
+      {100, 512, 4096, 1, kFloatLinearCudaSwapRows},
+      {3, 256, 192, 1, kFloatLinearCudaSwapRows},
+      {8, 1024, 4096, 2, kFloatLinearCudaSwapRows, false, 4},
+  };
+  for (const PdlCase& c : cases) {
+    SCOPED_TRACE(Describe(c));
+    CheckLateX(c);
+  }
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
