@@ -135,8 +135,9 @@ struct Options {
   bool mixes_late = false;
   // The decode-size bf16 / fp32 Linears (wo_a, the gate, the Reindex indexer's weights_proj)
   // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
-  // weights requested while the kernel ahead runs); false: plain launches (A/B; the same bits).
-  bool float_pdl = true;
+  // weights requested while the kernel ahead runs); false (default until measured): plain
+  // launches (A/B; the same bits).
+  bool float_pdl = false;
   // kernels::MoeCudaParams::early_ring: the fused front lets the up ring's CTAs be scheduled at
   // its start (A/B; the same bits).
   bool moe_early_ring = false;

@@ -66,10 +66,11 @@
 // 0 (default): the step starts with its own collapse + attn_norm and ends with the FFN hc_post.
 // --mixes-late 1 (A/B, measured slower) forks the attention site's mixes after wq_b and the FFN
 // site's after the gate.
-// --float-pdl 0 launches the decode-size bf16 / fp32 Linears (wo_a's swapped-role kernel, the
-// gate's CUDA-core kernel) plainly instead of as programmatic dependents that request their first
-// weights while the kernel ahead (the attention's combine, the FFN boundary) runs (session 76,
-// FloatLinearCudaParams::programmatic; A/B, the same bits).
+// --float-pdl 1 launches the decode-size bf16 / fp32 Linears (wo_a's swapped-role kernel, the
+// gate's CUDA-core kernel) as programmatic dependents that request their first weights while the
+// kernel ahead (the attention's combine, the FFN boundary) runs (session 76,
+// FloatLinearCudaParams::programmatic; A/B, the same bits; 0, the default until measured: plain
+// launches).
 // --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
 // (MoeCudaParams::early_ring, session 76; A/B, the same bits).
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then

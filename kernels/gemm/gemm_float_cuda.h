@@ -128,11 +128,13 @@ struct FloatLinearCudaParams {
   int64_t ws_tile_cols = 0;
   // The decode-size kernels (the CUDA-core kernel, tile_rows 1, and the swapped-role kernel,
   // 256) as programmatic dependents of the stream's previous kernel (kernels/common pdl.cuh):
-  // true (default) = launched with LaunchPdl, their CTAs may be scheduled while the kernel ahead
-  // still runs (if it calls PdlLaunchDependents) and load their first weights before they wait
-  // for it; false = plain launches (A/B). x, the bias and the outputs are touched only after the
-  // wait: the same bits either way. The other kernels are launched plainly.
-  bool programmatic = true;
+  // true = launched with LaunchPdl, their CTAs may be scheduled while the kernel ahead still runs
+  // (if it calls PdlLaunchDependents) and request their first weights before they wait for it
+  // (the CUDA-core kernel each lane's first 4 chunks, the swapped-role kernel its first ring of
+  // weight boxes); false (default until measured: README "Programmatic launch", session 76) =
+  // plain launches. x, the bias and the outputs are touched only after the wait: the same bits
+  // either way. The other kernels are launched plainly.
+  bool programmatic = false;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;
