@@ -27,7 +27,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    EarlyCopyKernel(uint4* dst, const uint4* src, size_t words) {
+  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < words;
+       i += size_t{kCtas} * kThreads) {
+    dst[i] = src[i];
+  }
+  cuda_common::PdlWaitPrerequisites();
+}
+
 }  // namespace
+
+void LaunchPdlEarlyCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  CHECK(bytes % 16 == 0) << "LaunchPdlEarlyCopy: bytes " << bytes;
+  cuda_common::LaunchPdl(EarlyCopyKernel, dim3(kCtas), dim3(kThreads), 0, stream,
+                         static_cast<uint4*>(dst), static_cast<const uint4*>(src), bytes / 16);
+}
 
 void LaunchLateCopy(void* dst, const void* src, size_t bytes, uint64_t delay_ns,
                     cudaStream_t stream) {

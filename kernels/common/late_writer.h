@@ -17,4 +17,10 @@ namespace flashserve::kernels {
 void LaunchLateCopy(void* dst, const void* src, size_t bytes, uint64_t delay_ns,
                     cudaStream_t stream);
 
+// The control that shows a test can see the mistake: a LaunchPdl kernel that copies `bytes` from
+// src to dst *before* its PdlWaitPrerequisites (against pdl.cuh's rule), then waits. Behind
+// LaunchLateCopy writing src, dst gets src's old bytes when the programmatic launch overlapped
+// the writer, its new ones when it did not (a refused attribute: a plain launch).
+void LaunchPdlEarlyCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 }  // namespace flashserve::kernels

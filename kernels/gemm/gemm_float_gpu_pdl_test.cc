@@ -1,12 +1,15 @@
 // kernels_gemm_gpu_test, FloatLinearPdlTest.*: the decode-size bf16 / fp32 Linears launched as
-// programmatic dependents (FloatLinearCudaParams::programmatic, the default) read x only after
-// the kernel ahead has finished writing it. x is written by LaunchLateCopy (late_writer.h), which
+// programmatic dependents (FloatLinearCudaParams::programmatic) read x only after the kernel
+// ahead has finished writing it. x is written by LaunchLateCopy (late_writer.h), which
 // lets the Linear start at once and writes x ~100 µs later; the Linear's output must equal, bit
 // for bit, a plain launch on x written beforehand — eagerly and as a captured graph (a
 // programmatic edge), over the CUDA-core kernel (tile_rows 1: M 1 / 2 / 4, bf16 and fp32
 // weights) and the swapped-role kernel (tile_rows 256: M 1 / 8 / 64 / 100, K shorter and longer
-// than its ring, grouped as wo_a, and split K with its reduction). A kernel that read x before
-// its wait would read the poisoned bytes (0xFFFF: NaN) and its output would differ.
+// than its ring, grouped as wo_a, split K with its reduction, with a bias). A kernel that read x
+// before its wait would read the poisoned bytes (0xFFFF: NaN) and its output would differ (the
+// bias and the weights are constants: read before the wait by design). The control
+// (ControlEarlyReadSeesThePoison) shows the setting can see that: a LaunchPdl copy that reads
+// before its wait gets the poison, eagerly and in a graph.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -30,12 +33,14 @@ struct PdlCase {
   int64_t tile_rows;  // kFloatLinearCudaGemvRows or kFloatLinearCudaSwapRows
   bool w_f32 = false;
   int64_t split_k = 0;
+  bool bias = false;
 };
 
 std::string Describe(const PdlCase& c) {
   return "M " + std::to_string(c.m) + " N " + std::to_string(c.n) + " K " + std::to_string(c.k) +
          " G " + std::to_string(c.groups) + " tile " + std::to_string(c.tile_rows) +
-         (c.w_f32 ? " w f32" : " w bf16") + " split " + std::to_string(c.split_k);
+         (c.w_f32 ? " w f32" : " w bf16") + " split " + std::to_string(c.split_k) +
+         (c.bias ? " bias" : "");
 }
 
 constexpr uint64_t kLateNs = 100'000;  // the writer's delay: far longer than any launch here
@@ -56,6 +61,10 @@ void CheckLateX(const PdlCase& c) {
     dw.CopyFromHost(w16.data(), w16.size() * 2);
   }
   dsrc.CopyFromHost(x.data(), x.size() * 2);
+  std::vector<float> bias(c.n);
+  for (float& v : bias) v = static_cast<float>(rng.Normal());
+  DeviceBuffer dbias(c.n * 4);
+  dbias.CopyFromHost(bias.data(), bias.size() * 4);
 
   FloatLinearCudaParams p;
   p.m = c.m;
@@ -68,6 +77,7 @@ void CheckLateX(const PdlCase& c) {
     p.w_bf16 = dw.get<uint16_t>();
   }
   p.w_group_stride = c.n * c.k;
+  if (c.bias) p.bias = dbias.get<float>();
   p.x_bf16 = dx.get<uint16_t>();
   p.x_stride = c.groups * c.k;  // o viewed [M, G, K], as wo_a reads it
   p.x_group_stride = c.k;
@@ -133,22 +143,68 @@ void CheckLateX(const PdlCase& c) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The control: a LaunchPdl copy that reads x before its wait, behind the late writer, must get
+// the poison — else the launch did not overlap the writer here and the test below could not see
+// a Linear reading x early.
+TEST(FloatLinearPdlTest, ControlEarlyReadSeesThePoison) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr size_t kBytes = 64 * 1024;
+  std::vector<uint8_t> src(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i % 251);
+  DeviceBuffer dsrc(kBytes), dx(kBytes), dprobe(kBytes);
+  dsrc.CopyFromHost(src.data(), kBytes);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto expect_poison = [&](const char* what) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint8_t> probe(kBytes), x(kBytes);
+    dprobe.CopyToHost(probe.data(), kBytes);
+    dx.CopyToHost(x.data(), kBytes);
+    EXPECT_EQ(x, src) << what << ": the late writer did not write x";
+    int64_t early = 0;
+    for (uint8_t b : probe) early += b == 0xFF;
+    EXPECT_EQ(early, static_cast<int64_t>(kBytes))
+        << what << ": the early reader saw the late writer's bytes: the programmatic launch did "
+        << "not overlap it";
+  };
+  auto enqueue = [&] {
+    LaunchLateCopy(dx.get(), dsrc.get(), kBytes, kLateNs, stream);
+    LaunchPdlEarlyCopy(dprobe.get(), dx.get(), kBytes, stream);
+  };
+  CUDA_CHECK(cudaMemsetAsync(dx.get(), 0xFF, kBytes, stream));
+  enqueue();
+  expect_poison("eager");
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  enqueue();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaMemsetAsync(dx.get(), 0xFF, kBytes, stream));
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  expect_poison("graph");
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST(FloatLinearPdlTest, ProgrammaticLaunchReadsXAfterTheKernelAhead) {
   FS_SKIP_WITHOUT_GPU();
   const PdlCase cases[] = {
       // The CUDA-core kernel: the gate's shape (bf16 and fp32 weights), a short K.
-      {1, 384, 5120, 1, kFloatLinearCudaGemvRows},
+      {1, 384, 5120, 1, kFloatLinearCudaGemvRows, false, 0, true},
       {2, 384, 5120, 1, kFloatLinearCudaGemvRows},
       {4, 384, 5120, 1, kFloatLinearCudaGemvRows, true},
       {1, 96, 64, 1, kFloatLinearCudaGemvRows},
       // The swapped-role kernel: wo_a's shape (8 groups × [1024, 4096]: 64 K steps against a
       // ring of 8 / 6 stages), a K shorter than the ring, x rows past one box, split K.
-      {1, 1024, 4096, 8, kFloatLinearCudaSwapRows},
+      {1, 1024, 4096, 8, kFloatLinearCudaSwapRows, false, 0, true},
       {8, 1024, 4096, 8, kFloatLinearCudaSwapRows},
       {64, 1024, 4096, 2, kFloatLinearCudaSwapRows},
       {100, 512, 4096, 1, kFloatLinearCudaSwapRows},
       {3, 256, 192, 1, kFloatLinearCudaSwapRows},
       {8, 1024, 4096, 2, kFloatLinearCudaSwapRows, false, 4},
+      {8, 512, 1216, 1, kFloatLinearCudaSwapRows, false, 3, true},  // splits of 7, 7, 5 steps
   };
   for (const PdlCase& c : cases) {
     SCOPED_TRACE(Describe(c));

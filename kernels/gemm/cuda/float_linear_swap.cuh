@@ -71,6 +71,8 @@ struct Args {
   float* y_f32 = nullptr;
   int64_t y_stride = 0, y_group_stride = 0;
   float* partial = nullptr;  // [groups, splits, m, n] fp32 when splits > 1
+  // FloatLinearCudaParams::programmatic: let the next LaunchPdl kernel be scheduled at the top.
+  bool launch_dependents = false;
 };
 
 __device__ __forceinline__ uint64_t DescAdvance(uint64_t desc, uint32_t bytes) {
@@ -95,9 +97,10 @@ __device__ __forceinline__ void ConsumerBarrier() {
 template <int kBM>
 __global__ void __launch_bounds__(kThreads, 1)
     FloatLinearSwapKernel(const __grid_constant__ Args g) {
-  // A LaunchPdl kernel after this one (wo_b's FP8 stream Linear after wo_a) may take the SMs this
-  // grid leaves idle and start on its weights; it waits for this grid before it reads y.
-  cuda_common::PdlLaunchDependents();
+  // With `programmatic`: a LaunchPdl kernel after this one (wo_b's FP8 stream Linear after wo_a)
+  // may take the SMs this grid leaves idle and start on its weights; it waits for this grid
+  // before it reads y. (Off, the plain launch keeps the session-75 schedule for the A/B.)
+  if (g.launch_dependents) cuda_common::PdlLaunchDependents();
   using L = Layout<kBM>;
   extern __shared__ uint8_t float_swap_smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(float_swap_smem_raw));

@@ -142,13 +142,16 @@ void LaunchFront(const MoeRouteParams& rp, const MoePermuteParams& p,
 // lanes per 32-value block (1 token at D 5120: 160 blocks, 2 CTAs); with top_k copies (the slot
 // rows come from the sort) by block 0 after its scatter when one pass covers x, else by a
 // quantise grid after it. The caller validated MoeCudaFrontFits.
-void EnqueueFront(const MoeRouteParams& rp, const MoePermuteParams& p, cudaStream_t stream) {
+void EnqueueFront(const MoeRouteParams& rp, const MoePermuteParams& params, cudaStream_t stream) {
   using moe_device::FrontGather;
-  if (p.m == 0) return;
-  const int64_t blocks = p.m * (p.dim / 32), quads = moe_device::kSortThreads / 4;
-  const FrontGather gather = p.xg_by_token                        ? FrontGather::kSideCtas
+  if (params.m == 0) return;
+  const int64_t blocks = params.m * (params.dim / 32), quads = moe_device::kSortThreads / 4;
+  const FrontGather gather = params.xg_by_token                   ? FrontGather::kSideCtas
                              : blocks <= moe_device::kSortThreads ? FrontGather::kInBlock
                                                                   : FrontGather::kNone;
+  MoePermuteParams p = params;
+  // A quantise grid follows: the front's signal would schedule it, not the ring.
+  if (gather == FrontGather::kNone) p.launch_dependents = false;
   const int ctas =
       gather == FrontGather::kSideCtas ? 1 + static_cast<int>((blocks + quads - 1) / quads) : 1;
   switch (moe_device::RouteExpertsPerLane(p.n_experts)) {
@@ -624,7 +627,10 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // zero too).
   int32_t* counters = moe_device::RingCounterWords(ring_partials);
   pp.ring_counters = ring || rs || rs_down_after ? counters : nullptr;
-  pp.launch_dependents = front && ring && p.early_ring;
+  // Only where the up ring is the front's next kernel: no routing copies after the front (and
+  // EnqueueFront drops it where a quantise grid follows).
+  pp.launch_dependents =
+      front && ring && p.early_ring && p.expert_ids == nullptr && p.expert_weights == nullptr;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {
