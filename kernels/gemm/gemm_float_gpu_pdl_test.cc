@@ -12,6 +12,7 @@
 // before its wait gets the poison, eagerly and in a graph.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,19 @@ std::string Describe(const PdlCase& c) {
 }
 
 constexpr uint64_t kLateNs = 100'000;  // the writer's delay: far longer than any launch here
+
+// What `enqueue` launches on `stream`, captured as a graph and instantiated (the dependency of a
+// LaunchPdl kernel on the one before it becomes a programmatic edge). The caller destroys it.
+cudaGraphExec_t CaptureGraph(cudaStream_t stream, const std::function<void()>& enqueue) {
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  enqueue();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
 
 void CheckLateX(const PdlCase& c) {
   Rng rng(static_cast<uint32_t>(c.m * 131 + c.n + c.k + c.groups));
@@ -124,22 +138,19 @@ void CheckLateX(const PdlCase& c) {
     ASSERT_TRUE(LaunchFloatLinear(p, stream).ok());
     expect_same("eager");
   }
-  // Captured: the same two launches as a graph (the dependency becomes a programmatic edge).
-  cudaGraph_t graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  LaunchLateCopy(dx.get(), dsrc.get(), x_elems * 2, kLateNs, stream);
-  const absl::Status s = LaunchFloatLinear(p, stream);
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(s.ok()) << s;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int rep = 0; rep < 2; ++rep) {
+  // Captured: the same two launches as a graph.
+  absl::Status s;
+  cudaGraphExec_t exec = CaptureGraph(stream, [&] {
+    LaunchLateCopy(dx.get(), dsrc.get(), x_elems * 2, kLateNs, stream);
+    s = LaunchFloatLinear(p, stream);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  for (int rep = 0; rep < 2 && s.ok(); ++rep) {
     poison();
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
     expect_same("graph");
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -174,17 +185,11 @@ TEST(FloatLinearPdlTest, ControlEarlyReadSeesThePoison) {
   CUDA_CHECK(cudaMemsetAsync(dx.get(), 0xFF, kBytes, stream));
   enqueue();
   expect_poison("eager");
-  cudaGraph_t graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  enqueue();
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t exec = CaptureGraph(stream, enqueue);
   CUDA_CHECK(cudaMemsetAsync(dx.get(), 0xFF, kBytes, stream));
   CUDA_CHECK(cudaGraphLaunch(exec, stream));
   expect_poison("graph");
   CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
