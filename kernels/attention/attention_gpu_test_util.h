@@ -45,4 +45,18 @@ class DecodeOnceOverride {
   DecodeOnceOverride& operator=(const DecodeOnceOverride&) = delete;
 };
 
+// Sets the launcher's combine-form override for its scope (kAuto afterwards).
+class CombineFormOverride {
+ public:
+  explicit CombineFormOverride(attention_internal::SparseAttnCombineForm form) {
+    attention_internal::SetSparseAttnCombineFormOverride(form);
+  }
+  ~CombineFormOverride() {
+    attention_internal::SetSparseAttnCombineFormOverride(
+        attention_internal::SparseAttnCombineForm::kAuto);
+  }
+  CombineFormOverride(const CombineFormOverride&) = delete;
+  CombineFormOverride& operator=(const CombineFormOverride&) = delete;
+};
+
 }  // namespace flashserve::kernels::testing

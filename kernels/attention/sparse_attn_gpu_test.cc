@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +32,7 @@ using attention_internal::SparseAttnCudaPath;
 using attention_internal::SparseAttnCudaPathFor;
 using attention_internal::SparseAttnCudaPathName;
 using testing::AttnCase;
+using testing::CombineFormOverride;
 using testing::Compare;
 using testing::DecodeCase;
 using testing::ExpectClose;
@@ -376,6 +379,44 @@ TEST(SparseAttnGpuTest, WgmmaWsEqualsWgmma) {
   AttnCase none = DecodeCase(4, 64, 512, 128, 512, 4096, 0.0, 1900);
   for (int64_t e = 0; e < none.width; ++e) none.indices[2 * none.width + e] = -1;
   ExpectWsEqualsWgmma(none, "ws token 2 without a valid entry");
+}
+
+// The wgmma family's two combine forms run the same operations in the same order (M, the weights,
+// denom and the states summed in split order), so each gives the other's bits at any split count
+// (session 77 reordered the shared form's loads): 1 / 8 tokens (10 splits), 64 (2), 2 tokens at
+// width 2560 (40 splits: three passes of the shared form, a short last batch), sinks, and a token
+// without a valid entry; on wgmma and wgmma-ws.
+TEST(SparseAttnGpuTest, CombineFormsGiveTheSameBits) {
+  FS_SKIP_WITHOUT_GPU();
+  std::vector<std::pair<AttnCase, std::string>> cases;
+  for (int64_t tokens : {1, 8, 64}) {
+    cases.emplace_back(DecodeCase(tokens, 64, 512, 128, 512, 65536, 0.1, 2100 + tokens),
+                       "w640 tokens " + std::to_string(tokens));
+  }
+  cases.emplace_back(DecodeCase(2, 64, 512, 128, 2432, 20000, 0.1, 2200), "w2560 tokens 2");
+  AttnCase sinks = DecodeCase(8, 64, 512, 128, 512, 4096, 0.1, 2300);
+  for (size_t h = 0; h < sinks.sink.size(); ++h) sinks.sink[h] = h % 3 == 0 ? 25.0f : -40.0f;
+  for (int64_t e = 0; e < sinks.width; ++e) sinks.indices[2 * sinks.width + e] = -1;
+  cases.emplace_back(sinks, "sinks 25 / -40, token 2 without a valid entry");
+  for (SparseAttnCudaPath path : {SparseAttnCudaPath::kWgmma, SparseAttnCudaPath::kWgmmaWs}) {
+    PathOverride force(path);
+    for (const auto& [c, label] : cases) {
+      SCOPED_TRACE(::testing::Message() << SparseAttnCudaPathName(path) << " " << label);
+      Outputs shared, per_thread;
+      {
+        CombineFormOverride form(attention_internal::SparseAttnCombineForm::kShared);
+        shared = RunBoth(c);
+      }
+      {
+        CombineFormOverride form(attention_internal::SparseAttnCombineForm::kPerThread);
+        per_thread = RunBoth(c);
+      }
+      int64_t diffs = 0;
+      for (size_t i = 0; i < shared.gpu.size(); ++i) diffs += shared.gpu[i] != per_thread.gpu[i];
+      EXPECT_EQ(diffs, 0) << diffs << " of " << shared.gpu.size() << " outputs differ";
+      ExpectClose(c, shared, label.c_str());
+    }
+  }
 }
 
 // The launchers accept a workspace at any address (README: "any alignment"; the split paths align

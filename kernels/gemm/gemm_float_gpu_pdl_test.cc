@@ -182,6 +182,11 @@ TEST(FloatLinearPdlTest, ControlEarlyReadSeesThePoison) {
     LaunchLateCopy(dx.get(), dsrc.get(), kBytes, kLateNs, stream);
     LaunchPdlEarlyCopy(dprobe.get(), dx.get(), kBytes, stream);
   };
+  // Both kernels once before the check: a kernel's first launch loads it (CUDA's lazy loading),
+  // and a load may wait for the kernels running (session 77's first run, without this: one of
+  // the two checks below saw the writer's bytes).
+  enqueue();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   CUDA_CHECK(cudaMemsetAsync(dx.get(), 0xFF, kBytes, stream));
   enqueue();
   expect_poison("eager");

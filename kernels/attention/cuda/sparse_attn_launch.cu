@@ -37,6 +37,8 @@ static_assert(attention_internal::kSparseAttnWgmmaHeads == attn_device::WgmmaSha
 std::atomic<int> g_path_override{static_cast<int>(SparseAttnCudaPath::kAuto)};
 std::atomic<int> g_decode_once_override{
     static_cast<int>(attention_internal::SparseAttnDecodeOnce::kAuto)};
+std::atomic<int> g_combine_form_override{
+    static_cast<int>(attention_internal::SparseAttnCombineForm::kAuto)};
 
 // Grid-stride kernels never need more CTAs than this.
 constexpr int64_t kMaxCtas = int64_t{1} << 20;
@@ -136,7 +138,12 @@ template <bool kRope>
 void LaunchWgmmaCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
   const int64_t ctas = geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem;
-  if (attention_internal::SparseAttnCombineShared(geo.splits)) {
+  using attention_internal::SparseAttnCombineForm;
+  const auto form =
+      static_cast<SparseAttnCombineForm>(g_combine_form_override.load(std::memory_order_relaxed));
+  if (form == SparseAttnCombineForm::kShared ||
+      (form == SparseAttnCombineForm::kAuto &&
+       attention_internal::SparseAttnCombineShared(geo.splits))) {
     LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true, kRope>, ctas,
                   attn_device::kWgmmaStateThreads, p, geo, stream);
   } else {
@@ -361,6 +368,10 @@ void SetSparseAttnCudaPathOverride(SparseAttnCudaPath path) {
 
 void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode) {
   g_decode_once_override.store(static_cast<int>(mode), std::memory_order_relaxed);
+}
+
+void SetSparseAttnCombineFormOverride(SparseAttnCombineForm form) {
+  g_combine_form_override.store(static_cast<int>(form), std::memory_order_relaxed);
 }
 
 bool SparseAttnDecodesOnce(const SparseAttnParams& p) {

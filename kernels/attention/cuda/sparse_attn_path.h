@@ -100,6 +100,12 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 enum class SparseAttnDecodeOnce { kAuto, kOff, kOn };
 void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode);
 
+// The wgmma family's combine form: kAuto by SparseAttnCombineShared, kShared / kPerThread that
+// form at any split count (tests: the two forms run the same operations in the same order, so
+// they give the same bits). Not synchronised with launches in flight.
+enum class SparseAttnCombineForm { kAuto, kShared, kPerThread };
+void SetSparseAttnCombineFormOverride(SparseAttnCombineForm form);
+
 // Whether LaunchSparseAttn decodes p's rows once into kv_rows.decoded (under the override): the
 // row form with the scratch set, params the row form fits, heads a multiple of 64 (whole wgmma
 // head groups, as the row kernel runs them), pools quant's GPU decoder takes in one launch each,

@@ -17,7 +17,7 @@ namespace flashserve::kernels::attn_device {
 inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per combine thread
 inline constexpr int kWgmmaCombineCtasPerItem = kWgmmaStateGroups / kWgmmaCombineGroups;
 inline constexpr int kWgmmaCombinePass = 16;  // splits whose weights a combine CTA keeps at once
-inline constexpr int kWgmmaCombineBatch = 4;  // splits whose states a combine thread loads at once
+inline constexpr int kWgmmaCombineBatch = 8;  // splits whose states a combine thread loads at once
 static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 
 // Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
@@ -35,12 +35,15 @@ static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 //   16 CTAs, all compute them): the shortest chain of dependent loads when there are few splits
 //   (13 tokens and up at the released width: 2–5).
 // - <kD, true> from kSparseAttnCombineSharedMinSplits splits (session 20; 1–12 tokens: 10 splits):
-//   M and denom once per row (thread h < 64) and the weights w_s once per (row, split) of a pass of
-//   kWgmmaCombinePass splits (all threads) into shared memory — the per-thread form computed each
-//   one 8 × 16 times (a double-precision exp until session 25, exp2f since); the state loads are
-//   issued kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute
-//   had the per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8
-//   µs).
+//   M, the weights w_s of a pass of kWgmmaCombinePass splits (into shared memory) and denom once
+//   per row, by thread h < 64 — the per-thread form computed each weight 8 × 16 times (a
+//   double-precision exp until session 25, exp2f since); the state loads are issued
+//   kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute had the
+//   per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8 µs).
+//   Session 77: the first batch of states is requested before the row phase, and each row's
+//   (m_s, denom_s) pairs are loaded in one batch per pass (the weights were computed by all
+//   threads after a barrier and denom summed over one dependent load per split: ~14 round trips
+//   to the L2 at 10 splits, now ~3). The same operations in the same order: the same bits.
 // kRope: the output's inverse RoPE (Geometry::rope.out) is compiled in.
 template <int kD, bool kShared, bool kRope>
 __global__ void __launch_bounds__(kWgmmaStateThreads)
@@ -113,17 +116,32 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
       __shared__ float s_w[kWgmmaCombinePass][kH];
       __shared__ float s_mx[kH];
       __shared__ float s_den[kH];
-      __syncthreads();  // the previous item's readers of s_w, s_mx, s_den are done
-      if (tid < kH) {   // M of row tid: max over the splits in ascending order
-        float m = kInitMax;
-        for (int64_t s0 = 0; s0 < geo.splits; s0 += kWgmmaCombineBatch) {
-          float m_s[kWgmmaCombineBatch];
+      // The first pass's first kWgmmaCombineBatch states, requested before anything waits on
+      // them (session 77: they depend on nothing here, and at 10 splits every state round trip
+      // and the per-row chain below were on the 1-token step's critical path).
+      float4 x[kWgmmaCombineBatch][kWgmmaCombineGroups];
+      auto load_states = [&](int64_t first, int count) {
 #pragma unroll
-          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+        for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+          if (i >= count) continue;
+          const float4* st = acc + (first + i) * (kWgmmaStateGroups * kWgmmaStateThreads);
+#pragma unroll
+          for (int j = 0; j < kWgmmaCombineGroups; ++j) x[i][j] = st[j * kWgmmaStateThreads];
+        }
+      };
+      load_states(
+          0, static_cast<int>(geo.splits < kWgmmaCombineBatch ? geo.splits : kWgmmaCombineBatch));
+      __syncthreads();     // the previous item's readers of s_w, s_mx, s_den are done
+      float m = kInitMax;  // row tid's M (tid < kH): max over the splits, ascending
+      if (tid < kH) {
+        for (int64_t s0 = 0; s0 < geo.splits; s0 += kWgmmaCombinePass) {
+          float m_s[kWgmmaCombinePass];
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombinePass; ++i) {
             m_s[i] = s0 + i < geo.splits ? md[(s0 + i) * kH + tid].x : 0.0f;
           }
 #pragma unroll
-          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
+          for (int i = 0; i < kWgmmaCombinePass; ++i) {
             if (s0 + i < geo.splits) m = fmaxf(m, m_s[i]);
           }
         }
@@ -133,26 +151,30 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
       for (int64_t s0 = 0; s0 < geo.splits; s0 += kWgmmaCombinePass) {
         const int n = static_cast<int>(geo.splits - s0 < kWgmmaCombinePass ? geo.splits - s0
                                                                            : kWgmmaCombinePass);
-        __syncthreads();  // s_mx written; the previous pass's readers of s_w are done
-        for (int idx = tid; idx < n * kH; idx += kWgmmaStateThreads) {
-          const int i = idx / kH, h = idx % kH;
-          s_w[i][h] = exp2f(__fsub_rn(md[(s0 + i) * kH + h].x, s_mx[h]));
+        if (s0 > 0) {
+          __syncthreads();  // the previous pass's readers of s_w are done
+          load_states(s0, n < kWgmmaCombineBatch ? n : kWgmmaCombineBatch);
+        }
+        // Row tid's weights w_s = 2^(m_s − M) of the pass and its denom terms in split order,
+        // each (m_s, denom_s) pair loaded once, the pass's loads issued together.
+        if (tid < kH) {
+          float2 v[kWgmmaCombinePass];
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombinePass; ++i) {
+            v[i] = i < n ? md[(s0 + i) * kH + tid] : make_float2(0.0f, 0.0f);
+          }
+#pragma unroll
+          for (int i = 0; i < kWgmmaCombinePass; ++i) {
+            if (i >= n) continue;
+            const float w = exp2f(__fsub_rn(v[i].x, m));
+            s_w[i][tid] = w;
+            d = __fadd_rn(d, __fmul_rn(v[i].y, w));
+          }
         }
         __syncthreads();
-        if (tid < kH) {
-          for (int i = 0; i < n; ++i) {
-            d = __fadd_rn(d, __fmul_rn(md[(s0 + i) * kH + tid].y, s_w[i][tid]));
-          }
-        }
         for (int i0 = 0; i0 < n; i0 += kWgmmaCombineBatch) {
-          float4 x[kWgmmaCombineBatch][kWgmmaCombineGroups];
-#pragma unroll
-          for (int i = 0; i < kWgmmaCombineBatch; ++i) {
-            if (i0 + i >= n) continue;
-            const float4* st = acc + (s0 + i0 + i) * (kWgmmaStateGroups * kWgmmaStateThreads);
-#pragma unroll
-            for (int j = 0; j < kWgmmaCombineGroups; ++j) x[i][j] = st[j * kWgmmaStateThreads];
-          }
+          if (i0 > 0)
+            load_states(s0 + i0, n - i0 < kWgmmaCombineBatch ? n - i0 : kWgmmaCombineBatch);
 #pragma unroll
           for (int i = 0; i < kWgmmaCombineBatch; ++i) {
             if (i0 + i >= n) continue;
