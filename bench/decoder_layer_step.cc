@@ -113,11 +113,12 @@ size_t LayerStep::FloatLinearWorkspace(int64_t b) const {
 }
 
 void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
-  if (!opt_.float_gemv &&
-      kernels::PlanFloatLinearCuda(p).tile_rows == kernels::kFloatLinearCudaGemvRows) {
+  const bool gemv = kernels::PlanFloatLinearCuda(p).tile_rows == kernels::kFloatLinearCudaGemvRows;
+  if (!opt_.float_gemv && gemv) {
     p.tile_rows = 16;  // the mma.sync plan the CUDA-core kernel replaced (A/B)
   }
-  p.programmatic = opt_.float_pdl;
+  const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 0);
+  p.programmatic = pdl == 1 || (pdl == 2 && !gemv);
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();
   Ok(kernels::LaunchFloatLinear(p, stream_));
@@ -510,7 +511,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  0 /* with the MoE stage's bytes */, 2 * db * 3 * kD * kInter});
     on_branch(3, true);
   }
-  s.push_back({shared_branch ? "MoE (routed; shared joined)" : "MoE (routed + shared)",
+  // The FFN site's hc_post in the MoE's combine (kernels::MoeCudaParams::hc_post; the overlapped
+  // schedule's session-21 form only: the one-stream schedule keeps LaunchHcPost, so the
+  // bit-identity check covers the fused form).
+  const bool post_in_moe = opt_.moe_hc_post && overlap && !loop;
+  std::string moe_name = shared_branch ? "MoE (routed; shared joined" : "MoE (routed + shared";
+  moe_name += post_in_moe ? "; + ffn hc_post)" : ")";
+  s.push_back({moe_name,
                [=, this] {
                  kernels::MoeCudaParams p;
                  p.weights = &experts_->view;
@@ -527,6 +534,15 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  }
                  p.y = f_out_.get<uint16_t>();
                  p.y_stride = kD;
+                 if (post_in_moe) {
+                   p.hc_post.post = f_post_.get<float>();
+                   p.hc_post.comb = f_comb_.get<float>();
+                   p.hc_post.residual = y_.get<uint16_t>();
+                   p.hc_post.residual_stride = kStreams * kD;
+                   p.hc_post.out = z_.get<uint16_t>();
+                   p.hc_post.out_stride = kStreams * kD;
+                   p.hc_post_ready = join_[1];  // the FFN site's mixes
+                 }
                  p.expert_ids = copy_expert_ids_ ? expert_ids_.get<int32_t>() : nullptr;
                  p.fused_front = opt_.moe_front;
                  p.gemm = static_cast<kernels::MoeCudaGemm>(opt_.moe_gemm);
@@ -539,8 +555,11 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                },
                0 /* set after a run: touched experts */,
                2 * db * (shared_branch ? kTopkExperts : kTopkExperts + 1) * 3 * kD * kInter});
-  if (shared_branch) {
-    s.back().joins = [=, this] { CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0)); };
+  if (shared_branch || post_in_moe) {
+    s.back().joins = [=, this] {
+      if (shared_branch) CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0));
+      if (post_in_moe) join(1);
+    };
   }
   if (wants("wq_next")) {
     // The next layer's wq_a and wq_b (here the same weights, read by the next replay) while the
@@ -552,7 +571,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     // site's pre (the single-pass shift) and its attn_norm, one launch.
     boundary(1, "ffn hc_post + next collapse + next attn_norm (one launch)", &f_out_, &y_, &f_post_,
              &f_comb_, z_, &z_, f_pre_, x_next_, attn_norm_, xn_next_);
-  } else {
+  } else if (!post_in_moe) {
     hc_post(1, "ffn hc_post", f_out_, y_, f_post_, f_comb_, z_);
     if (!overlap && opt_.layer_loop && opt_.fuse_boundary) {
       // The one-stream reference of the loop form's last boundary: separate launches.

@@ -28,6 +28,8 @@ using kernels::DeviceBuffer;
 // Released dims (spec §2, §4).
 inline constexpr int64_t kD = 5120;
 inline constexpr int64_t kStreams = 4;
+// --float-pdl's default (-1): the float Linears as programmatic dependents from this many tokens.
+inline constexpr int64_t kFloatPdlMinTokens = 8;
 inline constexpr int64_t kHeads = 64;
 inline constexpr int64_t kHeadDim = 512;
 inline constexpr int64_t kRope = 64;
@@ -135,12 +137,19 @@ struct Options {
   bool mixes_late = false;
   // The decode-size bf16 / fp32 Linears (wo_a, the gate, the Reindex indexer's weights_proj)
   // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
-  // weights requested while the kernel ahead runs); false (default until measured): plain
-  // launches (A/B; the same bits).
-  bool float_pdl = false;
+  // weights requested while the kernel ahead runs): 1 all of them, 2 all but the CUDA-core
+  // kernel's (the gate at 1–4 tokens), 0 none; -1 (default) = 1 from kFloatPdlMinTokens tokens,
+  // else 0 (session 77, H100: 8 tokens graph 507–508 -> 498–500 µs, 1 token 208–209 -> 209–210;
+  // docs/performance_layer_step.md "Session 77"). The same bits either way.
+  int float_pdl = -1;
   // kernels::MoeCudaParams::early_ring: the fused front lets the up ring's CTAs be scheduled at
   // its start (A/B; the same bits).
   bool moe_early_ring = false;
+  // kernels::MoeCudaParams::hc_post: the FFN site's hc_post applied by the MoE's combine (the
+  // session-21 form with overlapped branches; one launch fewer; default since session 77, H100:
+  // 1 token graph 207.6–208.2 -> 203.8–205.8 µs, 8 tokens 508–509 -> 505–506; false: its own
+  // LaunchHcPost (A/B, the same bits)).
+  bool moe_hc_post = true;
   // Print a kernel timeline of one graph replay per token count (kernels/common kernel_trace.h:
   // each kernel's start, end and the time no kernel ran before it, from CUPTI).
   bool trace = false;

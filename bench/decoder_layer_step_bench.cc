@@ -7,7 +7,8 @@
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
-//                            [--float-pdl 0|1] [--moe-early-ring 0|1] [--kv-form rows|bf16]
+//                            [--float-pdl auto|0|1|2] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
+//                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
@@ -69,10 +70,15 @@
 // --float-pdl 1 launches the decode-size bf16 / fp32 Linears (wo_a's swapped-role kernel, the
 // gate's CUDA-core kernel) as programmatic dependents that request their first weights while the
 // kernel ahead (the attention's combine, the FFN boundary) runs (session 76,
-// FloatLinearCudaParams::programmatic; A/B, the same bits; 0, the default until measured: plain
-// launches).
+// FloatLinearCudaParams::programmatic; the same bits); 0 plain launches; 2 only the swapped-role
+// kernel (the gate's CUDA-core kernel plain); auto (default, session 77) 1 from 8 tokens, 0 below
+// (measured: 8 tokens 1.5 % faster, 1 token ~1 % slower — wo_a's early weights slow the
+// latency-bound attention beside them).
 // --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
 // (MoeCudaParams::early_ring, session 76; A/B, the same bits).
+// --moe-hc-post 1 (default, session 77) applies the FFN site's hc_post in the MoE's combine
+// (MoeCudaParams::hc_post; with --layer-loop 0 and overlapped branches; the roof keeps the
+// hc_post's bytes; the same bits); 0 launches it alone (A/B).
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -215,7 +221,13 @@ Options ParseOptions(int argc, char** argv) {
     } else if (flag == "--mixes-late") {
       o.mixes_late = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--float-pdl") {
-      o.float_pdl = std::atoi(argv[i + 1]) != 0;
+      o.float_pdl = std::string(argv[i + 1]) == "auto" ? -1 : std::atoi(argv[i + 1]);
+      if (o.float_pdl < -1 || o.float_pdl > 2) {
+        std::fprintf(stderr, "--float-pdl must be auto, 0, 1 or 2\n");
+        std::exit(2);
+      }
+    } else if (flag == "--moe-hc-post") {
+      o.moe_hc_post = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-early-ring") {
       o.moe_early_ring = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--layer-loop") {
@@ -511,6 +523,10 @@ int Run(const Options& o) {
           const double expert_bytes = 3.0 * kInter * (kD / 2 + kD / 32);
           const double shared_bytes = 3.0 * kInter * kD + 3.0 * kInter * kD / 1024;
           s.bytes = experts * expert_bytes + shared_bytes + b * (kD * 2 * 2 + kExperts * 4.0);
+          // The FFN hc_post's bytes where the combine applies it (--moe-hc-post 1): the same
+          // roof as its own stage's.
+          if (s.name.find("hc_post") != std::string::npos)
+            s.bytes += b * kD * 2.0 * (1 + 2 * kStreams);
         }
       }
       double bytes = 0, flops = 0;

@@ -5,6 +5,7 @@
 //             [--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] [--sort-path 0|1|2]
 //             [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] [--stream-rt 0|1|2]
 //             [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm 0|4]
+//             [--route-redux 0|1]
 //             [--rs-tile-rows 0|32|48|64|80|96|128] [--rs-min-slots 0|N]
 //
 // E = 384 FP4 experts (realistic scales), top-6, D = 5120, I = 2304; gate logits N(0, 1) per
@@ -39,7 +40,9 @@
 // / 128 the register-sourced one's tiles and 128 the wgmma GEMM's. --gather-slots 1: the permute
 // writes top_k copies of each token's QDQ row (MoeCudaParams::gather_slot_rows, the round-3 gather;
 // default 0: once per token, the up GEMM reading by slot_token), for the layer and the perm / up
-// stage times, to A/B on one build.
+// stage times, to A/B on one build. --route-redux 0: the fused front's top-k by the shuffle
+// merge (MoeCudaParams::route_redux; default 1: by warp reductions, session 77; the same bytes),
+// for the layer and the front stage time.
 // --ring-combine 0: with the TMA-ring GEMM, the down epilogue kernel writes the expert outputs and
 // the combine reads them (MoeCudaParams::ring_fused_combine; default 1: the combine sums the down
 // ring's partials itself, one launch fewer; the same bits), for the layer. --ring-cut 1 / 2: the
@@ -116,6 +119,7 @@ struct Options {
   int64_t rs_min_slots = 0;                         // MoeCudaParams::rs_min_slots_per_expert
   int stream_rt = 0;                                // MoeCudaParams::gemm_stream_row_tiles
   bool front = true;                                // MoeCudaParams::fused_front
+  bool route_redux = true;                          // MoeCudaParams::route_redux
   bool ring_combine = true;                         // MoeCudaParams::ring_fused_combine
   MoeCudaRingCut ring_cut = MoeCudaRingCut::kAuto;  // MoeCudaParams::ring_cut
 };
@@ -208,6 +212,7 @@ MoeCudaParams LayerParams(const MoeCudaWeights& w, Call& c, int32_t* ids_out, co
   p.route_path = o.route_path;
   p.sort_path = o.sort_path;
   p.fused_front = o.front;
+  p.route_redux = o.route_redux;
   p.weights = &w;
   p.options = Opts();
   p.m = c.m;
@@ -254,6 +259,7 @@ Stages MakeStages(const MoeCudaWeights& w, Call& c, const Options& o) {
                            c.ids.get<int32_t>(),
                            c.wts.get<float>()};
   MoePermuteParams& p = s.permute;
+  p.route_redux = o.route_redux;
   p.m = c.m;
   p.n_experts = kE;
   p.top_k = kK;
@@ -407,7 +413,7 @@ int Main(int argc, char** argv) {
           "[--k-step 0|128|256] [--shared 0|1] [--route-path 0|1|2] "
           "[--sort-path 0|1|2] [--hoist 0|1] [--gemm 0|1|2|3|4|5|6|7] [--gather-slots 0|1] "
           "[--stream-rt 0|1|2] [--front 0|1] [--ring-combine 0|1] [--ring-cut 0|1|2] [--down-gemm "
-          "0|4] [--rs-tile-rows 0|32|48|64|80|96|128] [--rs-min-slots 0|N]\n",
+          "0|4] [--rs-tile-rows 0|32|48|64|80|96|128] [--rs-min-slots 0|N] [--route-redux 0|1]\n",
           argv[0]);
       return 2;
     }
@@ -481,6 +487,8 @@ int Main(int argc, char** argv) {
       o.ring_cut = static_cast<MoeCudaRingCut>(cut);
     } else if (a == "--front") {
       o.front = v != "0";
+    } else if (a == "--route-redux") {
+      o.route_redux = v != "0";
     } else if (a == "--hoist") {
       o.hoist = v != "0";
     } else if (a == "--shared") {
@@ -567,10 +575,10 @@ int Main(int argc, char** argv) {
       "(0 = "
       "automatic), hoisted addresses %d, gather slot rows %d; route path %d, sort path %d (0 "
       "auto, 1 small, 2 large); fused front %d (route + permute in one block up to %ld tokens; "
-      "front_us times it where it applies, 0.0 elsewhere)\n",
+      "front_us times it where it applies, 0.0 elsewhere), route redux %d\n",
       static_cast<int>(o.gemm), static_cast<long>(o.k_step), o.hoist ? 1 : 0,
       o.gather_slots ? 1 : 0, static_cast<int>(o.route_path), static_cast<int>(o.sort_path),
-      o.front ? 1 : 0, static_cast<long>(kMoeCudaFrontMaxTokens));
+      o.front ? 1 : 0, static_cast<long>(kMoeCudaFrontMaxTokens), o.route_redux ? 1 : 0);
   std::printf("\n%6s %7s %10s %9s %9s %8s %7s %10s %6s | %8s %8s %8s %8s %8s %8s | %8s %8s %6s\n",
               "tokens", "experts", "median_us", "MB", "GFLOP", "TFLOP/s", "GB/s", "roof_us",
               "ratio", "route_us", "perm_us", "front_us", "up_us", "down_us", "comb_us", "up_GB/s",

@@ -198,6 +198,9 @@ struct MoePermuteParams {
   // The fused front only: every CTA calls PdlLaunchDependents first, so that a LaunchPdl kernel
   // after it (the TMA ring's up stage) is scheduled while it routes (MoeCudaParams::early_ring).
   bool launch_dependents = false;
+  // The fused front only: each token's top-k by warp reductions (RouteTokenWarp's `redux`,
+  // session 77); false = by the shuffle merge (MoeCudaParams::route_redux; A/B, the same bytes).
+  bool route_redux = true;
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
@@ -594,6 +597,21 @@ absl::Status LaunchMoeToRsOperandOrder(uint16_t* rows, int64_t n_rows, int64_t c
                                        CUstream_st* stream);
 
 // Stage 5: y[t] = bf16(Σ_{experts of t, ascending id} ye[slot] (+ shared_y[t])), fp32 from 0.
+// The mHC site's hc_post fused into the combine (session 77): with `out` set the combine also
+// writes, per token t and column d, the four new streams
+//   out[t, j·D + d] = bf16(post[t, j]·y[t, d] + Σ_i comb[t, i, j]·residual[t, i·D + d])
+// from the bf16 y it computes — kernels/mhc LaunchHcPost's operations (mhc_device::HcPostValue),
+// so the same bits as the combine followed by LaunchHcPost on y. The site's hc_post launch is
+// then not needed (the decode step's last kernel at 1 token: ~3 µs).
+struct MoeHcPost {
+  const float* post = nullptr;  // fp32 [m, 4], 16-byte aligned
+  const float* comb = nullptr;  // fp32 [m, 4, 4] ([source i][destination j]), 16-byte aligned
+  const uint16_t* residual = nullptr;  // bf16 [m, residual_stride]: the four input streams of D
+  int64_t residual_stride = 0;         // >= 4·D, a multiple of 8; rows 16-byte aligned
+  uint16_t* out = nullptr;             // bf16 [m, out_stride]; may equal residual (same stride),
+  int64_t out_stride = 0;              // else must not overlap it; >= 4·D, a multiple of 8
+};
+
 struct MoeCombineParams {
   int64_t m = 0;
   int64_t top_k = 0;
@@ -603,8 +621,9 @@ struct MoeCombineParams {
   const uint16_t* ye = nullptr;         // bf16 [m·top_k, D]
   const uint16_t* shared_y = nullptr;   // optional bf16 [m, D], 16-byte aligned rows
   int64_t shared_y_stride = 0;          // >= D, a multiple of 8 (when shared_y is set)
-  uint16_t* y = nullptr;                // out bf16 [m, D], 16-byte aligned rows
-  int64_t y_stride = 0;                 // >= D, a multiple of 8
+  uint16_t* y = nullptr;                // out bf16 [m, D], 16-byte aligned rows (optional
+  int64_t y_stride = 0;                 // with hc_post); >= D, a multiple of 8
+  MoeHcPost hc_post;                    // optional (hc_post.out null: none)
 };
 absl::Status Validate(const MoeCombineParams& p);
 absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream);
@@ -659,8 +678,13 @@ struct MoeCudaParams {
   // another stream (e.g. the shared expert forked right after the FFN norm, beside the gate and
   // the routing); only the combine waits for it. Null: shared_y is ready when MoeCuda is called.
   CUevent_st* shared_y_ready = nullptr;
-  uint16_t* y = nullptr;            // out bf16 [m, D]; must not overlap the inputs
-  int64_t y_stride = 0;             // >= D, a multiple of 8
+  uint16_t* y = nullptr;  // out bf16 [m, D]; must not overlap the inputs (optional with
+  int64_t y_stride = 0;   // hc_post); >= D, a multiple of 8
+  // Optional: the mHC site's hc_post applied by the combine (MoeHcPost; its out, not y, is then
+  // the layer's result when y is null), and an event the caller records after the work that
+  // writes post / comb / residual on another stream (only the combine waits for it).
+  MoeHcPost hc_post;
+  CUevent_st* hc_post_ready = nullptr;
   int32_t* expert_ids = nullptr;    // optional out [m, top_k] (rank order)
   float* expert_weights = nullptr;  // optional out [m, top_k]
   void* workspace = nullptr;        // device, >= MoeCudaWorkspaceBytes(...), any alignment
@@ -718,6 +742,10 @@ struct MoeCudaParams {
   // routes); false (default) = they are scheduled when the front ends (A/B, session 76).
   // Output bits unchanged.
   bool early_ring = false;
+  // With the fused front: true (default) = each token's top-k by two warp reductions per pass
+  // (the maximum key, then the lowest id holding it; a token with a NaN score falls back);
+  // false = by the shuffle merge of session 19 (A/B, session 77). Output bits unchanged.
+  bool route_redux = true;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

@@ -521,6 +521,24 @@ absl::Status Validate(const MoeExpertDownParams& p) {
   return CheckAligned(kOp, "ye", p.ye, 16);
 }
 
+// MoeHcPost's pointers and strides for m tokens of D columns (`op`.hc_post.*).
+absl::Status CheckHcPost(const char* op, const MoeHcPost& h, int64_t dim) {
+  RETURN_IF_ERROR(CheckNonNull(op, {{"hc_post.post", h.post},
+                                    {"hc_post.comb", h.comb},
+                                    {"hc_post.residual", h.residual},
+                                    {"hc_post.out", h.out}}));
+  RETURN_IF_ERROR(CheckAligned(op, "hc_post.post", h.post, 16));
+  RETURN_IF_ERROR(CheckAligned(op, "hc_post.comb", h.comb, 16));
+  RETURN_IF_ERROR(CheckRows16(op, "hc_post.residual", "hc_post.residual_stride", h.residual,
+                              h.residual_stride, 4 * dim));
+  RETURN_IF_ERROR(
+      CheckRows16(op, "hc_post.out", "hc_post.out_stride", h.out, h.out_stride, 4 * dim));
+  if (h.out == h.residual && h.out_stride != h.residual_stride) {
+    return Invalid(op, "hc_post.out_stride", "differs from residual_stride with out == residual");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const MoeCombineParams& p) {
   constexpr const char* kOp = "LaunchMoeCombine";
   if (p.top_k < 1 || p.top_k > kMoeCudaMaxTopK) {
@@ -531,9 +549,15 @@ absl::Status Validate(const MoeCombineParams& p) {
   RETURN_IF_ERROR(CheckDim(kOp, "dim", p.dim));
   if (p.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNonNull(
-      kOp, {{"expert_ids", p.expert_ids}, {"token_slot", p.token_slot}, {"ye", p.ye}, {"y", p.y}}));
+      kOp, {{"expert_ids", p.expert_ids}, {"token_slot", p.token_slot}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ye", p.ye, 16));
-  RETURN_IF_ERROR(CheckRows16(kOp, "y", "y_stride", p.y, p.y_stride, p.dim));
+  if (p.hc_post.out != nullptr) {
+    RETURN_IF_ERROR(CheckHcPost(kOp, p.hc_post, p.dim));
+  }
+  if (p.y != nullptr || p.hc_post.out == nullptr) {
+    RETURN_IF_ERROR(CheckNonNull(kOp, {{"y", p.y}}));
+    RETURN_IF_ERROR(CheckRows16(kOp, "y", "y_stride", p.y, p.y_stride, p.dim));
+  }
   if (p.shared_y != nullptr) {
     RETURN_IF_ERROR(
         CheckRows16(kOp, "shared_y", "shared_y_stride", p.shared_y, p.shared_y_stride, p.dim));
@@ -648,10 +672,19 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
     return Invalid(kOp, "shared_y_ready", "is given without shared_y");
   }
   RETURN_IF_ERROR(SharedExpertBytes(kOp, p.shared, w.dim, 0).status());
+  if (p.hc_post_ready != nullptr && p.hc_post.out == nullptr) {
+    return Invalid(kOp, "hc_post_ready", "is given without hc_post.out");
+  }
   if (p.m == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckNonNull(kOp, {{"logits", p.logits}, {"x", p.x}, {"y", p.y}}));
+  RETURN_IF_ERROR(CheckNonNull(kOp, {{"logits", p.logits}, {"x", p.x}}));
   RETURN_IF_ERROR(CheckRows16(kOp, "x", "x_stride", p.x, p.x_stride, w.dim));
-  RETURN_IF_ERROR(CheckRows16(kOp, "y", "y_stride", p.y, p.y_stride, w.dim));
+  if (p.hc_post.out != nullptr) {
+    RETURN_IF_ERROR(CheckHcPost(kOp, p.hc_post, w.dim));
+  }
+  if (p.y != nullptr || p.hc_post.out == nullptr) {
+    RETURN_IF_ERROR(CheckNonNull(kOp, {{"y", p.y}}));
+    RETURN_IF_ERROR(CheckRows16(kOp, "y", "y_stride", p.y, p.y_stride, w.dim));
+  }
   if (p.shared_y != nullptr) {
     RETURN_IF_ERROR(
         CheckRows16(kOp, "shared_y", "shared_y_stride", p.shared_y, p.shared_y_stride, w.dim));

@@ -210,6 +210,58 @@ TEST(MoeCudaParamsTest, LayerValidation) {
 
 // down_gemm kWgmmaRs changes the down GEMM only where another GEMM, not the TMA ring, runs the
 // up projection (E 384 top-6: the ring up to 256 tokens, RS from 512).
+// MoeCudaParams::hc_post / hc_post_ready and MoeCombineParams::hc_post (session 77): y becomes
+// optional with hc_post; each hc_post field is checked and named.
+TEST(MoeCudaParamsTest, HcPostValidation) {
+  const MoeCudaWeights w = GoodWeights();
+  MoeHcPost h;
+  h.post = reinterpret_cast<const float*>(g_buf);
+  h.comb = reinterpret_cast<const float*>(g_buf + 256);
+  h.residual = reinterpret_cast<const uint16_t*>(g_buf);
+  h.residual_stride = 1024;  // 4 streams of D = 256
+  h.out = reinterpret_cast<uint16_t*>(g_buf + 2048);
+  h.out_stride = 1032;
+  MoeCudaParams p = GoodLayer(&w);
+  p.hc_post = h;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p.y = nullptr;
+  EXPECT_TRUE(Validate(p).ok()) << "hc_post without y: " << Validate(p);
+  p.hc_post.post = nullptr;
+  ExpectInvalid(Validate(p), "hc_post.post is null");
+  p.hc_post = h;
+  p.hc_post.comb = reinterpret_cast<const float*>(g_buf + 4);
+  ExpectInvalid(Validate(p), "hc_post.comb must be 16-byte aligned");
+  p.hc_post = h;
+  p.hc_post.residual_stride = 1020;  // below 4·D
+  ExpectInvalid(Validate(p), "hc_post.residual_stride");
+  p.hc_post = h;
+  p.hc_post.out = reinterpret_cast<uint16_t*>(g_buf);  // in place needs the same stride
+  ExpectInvalid(Validate(p), "hc_post.out_stride");
+  p.hc_post.out_stride = 1024;
+  EXPECT_TRUE(Validate(p).ok()) << "in place: " << Validate(p);
+  p = GoodLayer(&w);
+  p.hc_post_ready = reinterpret_cast<CUevent_st*>(g_buf);  // never dereferenced
+  ExpectInvalid(Validate(p), "hc_post_ready");
+  p.hc_post = h;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p = GoodLayer(&w);
+  p.y = nullptr;
+  ExpectInvalid(Validate(p), "y is null");
+
+  MoeCombineParams c;
+  c.m = 3;
+  c.top_k = 2;
+  c.dim = 256;
+  c.expert_ids = reinterpret_cast<const int32_t*>(g_buf);
+  c.token_slot = reinterpret_cast<const int32_t*>(g_buf);
+  c.ye = reinterpret_cast<const uint16_t*>(g_buf);
+  ExpectInvalid(Validate(c), "y is null");
+  c.hc_post = h;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  c.hc_post.out_stride = 1028;  // not a multiple of 8
+  ExpectInvalid(Validate(c), "hc_post.out_stride");
+}
+
 TEST(MoeCudaParamsTest, DownRsAfterOtherUp) {
   constexpr MoeCudaGemm kRs = MoeCudaGemm::kWgmmaRs, kAuto = MoeCudaGemm::kAuto;
   EXPECT_TRUE(MoeCudaDownRsAfterOtherUp(511, 6, 384, kAuto, kRs));  // kStream16 up

@@ -4,6 +4,7 @@
 // moe_gpu_stage_test.cc); the ids are also checked against MoeRouteCpu and the slot order against
 // MoeCpu's counting sort.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <tuple>
 #include <utility>
@@ -142,43 +143,132 @@ TEST(MoeGpuFrontTest, FusedFrontEqualsRouteThenPermute) {
       const auto [rp_s, pp_s] = params(sep, tile_rows, by_token, rs_order);
       ASSERT_TRUE(LaunchMoeRoute(rp_s, nullptr, nullptr).ok());
       ASSERT_TRUE(LaunchMoePermute(pp_s, nullptr).ok());
-      const auto [rp_f, pp_f] = params(fused, tile_rows, by_token, rs_order);
-      const absl::Status st = LaunchMoeRoutePermute(rp_f, pp_f, nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      const auto ids = ToHost<int32_t>(fused.ids, slots);
-      EXPECT_EQ(ids, ToHost<int32_t>(sep.ids, slots));
-      EXPECT_EQ(ToHost<uint32_t>(fused.wts, slots), ToHost<uint32_t>(sep.wts, slots));
-      EXPECT_EQ(ToHost<int32_t>(fused.offsets, c.n_experts + 1),
-                ToHost<int32_t>(sep.offsets, c.n_experts + 1));
-      EXPECT_EQ(ToHost<int32_t>(fused.slot_token, slots), ToHost<int32_t>(sep.slot_token, slots));
-      EXPECT_EQ(ToHost<uint32_t>(fused.slot_weight, slots),
-                ToHost<uint32_t>(sep.slot_weight, slots));
-      EXPECT_EQ(ToHost<int32_t>(fused.token_slot, slots), ToHost<int32_t>(sep.token_slot, slots));
-      EXPECT_EQ(ToHost<int32_t>(fused.num_tiles, 1), ToHost<int32_t>(sep.num_tiles, 1));
-      EXPECT_EQ(ToHost<int32_t>(fused.tiles, 2 * slots), ToHost<int32_t>(sep.tiles, 2 * slots));
-      EXPECT_EQ(ToHost<uint16_t>(fused.xg, slots * c.dim), ToHost<uint16_t>(sep.xg, slots * c.dim));
-      EXPECT_EQ(ToHost<uint8_t>(fused.codes, c.m * c.dim), ToHost<uint8_t>(sep.codes, c.m * c.dim));
-      EXPECT_EQ(ToHost<uint8_t>(fused.scales, c.m * c.dim / 32),
-                ToHost<uint8_t>(sep.scales, c.m * c.dim / 32));
-      // Against the host references too (not only the other kernels).
-      std::vector<int32_t> cpu_ids(slots);
-      std::vector<float> cpu_wts(slots);
-      MoeRouteParams cpu{o,
-                         c.m,
-                         c.n_experts,
-                         logits.data(),
-                         bias.data(),
-                         bias_vl.data(),
-                         image.data(),
-                         cpu_ids.data(),
-                         cpu_wts.data()};
-      ASSERT_TRUE(MoeRouteCpu(cpu, nullptr).ok());
-      EXPECT_EQ(ids, cpu_ids);
-      const auto h =
-          moe_test::CountingSort(ids, ToHost<float>(fused.wts, slots), c.m, c.top_k, c.n_experts);
-      EXPECT_EQ(ToHost<int32_t>(fused.offsets, c.n_experts + 1), h.offsets);
-      EXPECT_EQ(ToHost<int32_t>(fused.token_slot, slots), h.token_slot);
+      // The selection by warp reductions (the default) and by the shuffle merge (A/B): the same
+      // bytes as the separate kernels, so as each other.
+      for (const bool redux : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "route redux " << redux);
+        fused = make_out();
+        auto [rp_f, pp_f] = params(fused, tile_rows, by_token, rs_order);
+        pp_f.route_redux = redux;
+        const absl::Status st = LaunchMoeRoutePermute(rp_f, pp_f, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        const auto ids = ToHost<int32_t>(fused.ids, slots);
+        EXPECT_EQ(ids, ToHost<int32_t>(sep.ids, slots));
+        EXPECT_EQ(ToHost<uint32_t>(fused.wts, slots), ToHost<uint32_t>(sep.wts, slots));
+        EXPECT_EQ(ToHost<int32_t>(fused.offsets, c.n_experts + 1),
+                  ToHost<int32_t>(sep.offsets, c.n_experts + 1));
+        EXPECT_EQ(ToHost<int32_t>(fused.slot_token, slots), ToHost<int32_t>(sep.slot_token, slots));
+        EXPECT_EQ(ToHost<uint32_t>(fused.slot_weight, slots),
+                  ToHost<uint32_t>(sep.slot_weight, slots));
+        EXPECT_EQ(ToHost<int32_t>(fused.token_slot, slots), ToHost<int32_t>(sep.token_slot, slots));
+        EXPECT_EQ(ToHost<int32_t>(fused.num_tiles, 1), ToHost<int32_t>(sep.num_tiles, 1));
+        EXPECT_EQ(ToHost<int32_t>(fused.tiles, 2 * slots), ToHost<int32_t>(sep.tiles, 2 * slots));
+        EXPECT_EQ(ToHost<uint16_t>(fused.xg, slots * c.dim),
+                  ToHost<uint16_t>(sep.xg, slots * c.dim));
+        EXPECT_EQ(ToHost<uint8_t>(fused.codes, c.m * c.dim),
+                  ToHost<uint8_t>(sep.codes, c.m * c.dim));
+        EXPECT_EQ(ToHost<uint8_t>(fused.scales, c.m * c.dim / 32),
+                  ToHost<uint8_t>(sep.scales, c.m * c.dim / 32));
+        // Against the host references too (not only the other kernels).
+        std::vector<int32_t> cpu_ids(slots);
+        std::vector<float> cpu_wts(slots);
+        MoeRouteParams cpu{o,
+                           c.m,
+                           c.n_experts,
+                           logits.data(),
+                           bias.data(),
+                           bias_vl.data(),
+                           image.data(),
+                           cpu_ids.data(),
+                           cpu_wts.data()};
+        ASSERT_TRUE(MoeRouteCpu(cpu, nullptr).ok());
+        EXPECT_EQ(ids, cpu_ids);
+        const auto h =
+            moe_test::CountingSort(ids, ToHost<float>(fused.wts, slots), c.m, c.top_k, c.n_experts);
+        EXPECT_EQ(ToHost<int32_t>(fused.offsets, c.n_experts + 1), h.offsets);
+        EXPECT_EQ(ToHost<int32_t>(fused.token_slot, slots), h.token_slot);
+      }
     }
+  }
+}
+
+// A token whose logits hold NaNs takes the shuffle merge even with the warp reductions on (its
+// order is not defined by the scores): both selections write the same bytes, its experts are
+// top_k distinct ids in range, and the other tokens' ids are MoeRouteCpu's.
+TEST(MoeGpuFrontTest, NanScoreTokenFallsBackToTheShuffleMerge) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kE = 384, kK = 6, kM = 3, kD = 256;
+  MoeOptions o;
+  o.top_k = kK;
+  o.route_scale = 2.5f;
+  const auto bias = moe_test::RandomBias(kE, 0.2f, 31);
+  const std::vector<uint8_t> text(kM, 0);
+  std::vector<float> logits =
+      moe_test::ClearRouteLogits(kM, kE, bias.data(), bias.data(), text.data(), o, 77);
+  for (int64_t e = 5; e < kE; e += 37) logits[kE + e] = std::nanf("");  // token 1
+  const auto x = moe_test::RealisticActivations(kM, kD, 92);
+  DeviceBuffer d_logits = ToDevice(logits), d_bias = ToDevice(bias), d_x = ToDevice(x);
+  std::vector<std::vector<int32_t>> ids_of;
+  std::vector<std::vector<uint32_t>> wts_of, tok_of;
+  for (const bool redux : {true, false}) {
+    DeviceBuffer ids = Poisoned<int32_t>(kM * kK), wts = Poisoned<float>(kM * kK),
+                 offsets = Poisoned<int32_t>(kE + 1), slot_token = Poisoned<int32_t>(kM * kK),
+                 slot_weight = Poisoned<float>(kM * kK), token_slot = Poisoned<int32_t>(kM * kK),
+                 tiles = Poisoned<int32_t>(2 * kM * kK), num_tiles = Poisoned<int32_t>(1),
+                 xg = Poisoned<uint16_t>(kM * kD);
+    MoeRouteParams rp{o,
+                      kM,
+                      kE,
+                      d_logits.get<float>(),
+                      d_bias.get<float>(),
+                      d_bias.get<float>(),
+                      nullptr,
+                      ids.get<int32_t>(),
+                      wts.get<float>()};
+    MoePermuteParams pp;
+    pp.m = kM;
+    pp.n_experts = kE;
+    pp.top_k = kK;
+    pp.dim = kD;
+    pp.tile_rows = 8;
+    pp.expert_ids = ids.get<int32_t>();
+    pp.expert_weights = wts.get<float>();
+    pp.x = d_x.get<uint16_t>();
+    pp.x_stride = kD;
+    pp.offsets = offsets.get<int32_t>();
+    pp.slot_token = slot_token.get<int32_t>();
+    pp.slot_weight = slot_weight.get<float>();
+    pp.token_slot = token_slot.get<int32_t>();
+    pp.tiles = tiles.get<int32_t>();
+    pp.num_tiles = num_tiles.get<int32_t>();
+    pp.xg = xg.get<uint16_t>();
+    pp.xg_by_token = true;
+    pp.route_redux = redux;
+    const absl::Status st = LaunchMoeRoutePermute(rp, pp, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ids_of.push_back(ToHost<int32_t>(ids, kM * kK));
+    wts_of.push_back(ToHost<uint32_t>(wts, kM * kK));
+    tok_of.push_back(ToHost<uint32_t>(token_slot, kM * kK));
+  }
+  EXPECT_EQ(ids_of[0], ids_of[1]);
+  EXPECT_EQ(wts_of[0], wts_of[1]);
+  EXPECT_EQ(tok_of[0], tok_of[1]);
+  std::vector<int32_t> nan_ids(ids_of[0].begin() + kK, ids_of[0].begin() + 2 * kK);
+  for (const int32_t id : nan_ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, kE);
+  }
+  std::sort(nan_ids.begin(), nan_ids.end());
+  EXPECT_EQ(std::unique(nan_ids.begin(), nan_ids.end()), nan_ids.end()) << "repeated expert";
+  std::vector<int32_t> cpu_ids(kM * kK);
+  std::vector<float> cpu_wts(kM * kK);
+  MoeRouteParams cpu{
+      o, kM, kE, logits.data(), bias.data(), bias.data(), nullptr, cpu_ids.data(), cpu_wts.data()};
+  ASSERT_TRUE(MoeRouteCpu(cpu, nullptr).ok());
+  for (const int64_t t : {int64_t{0}, int64_t{2}}) {
+    EXPECT_TRUE(std::equal(cpu_ids.begin() + t * kK, cpu_ids.begin() + (t + 1) * kK,
+                           ids_of[0].begin() + t * kK))
+        << "token " << t;
   }
 }
 

@@ -317,10 +317,10 @@ __global__ void __launch_bounds__(kElemThreads) HcPostKernel(HcPostParams p) {
       float y[kW];
 #pragma unroll
       for (int k = 0; k < kW; ++k) {
-        float mix = MulRn(c[0], r[0][k]);
+        float rk[kMhcStreams];
 #pragma unroll
-        for (int i = 1; i < kMhcStreams; ++i) mix = AddRn(mix, MulRn(c[i], r[i][k]));
-        y[k] = AddRn(MulRn(pj, f[k]), mix);
+        for (int i = 0; i < kMhcStreams; ++i) rk[i] = r[i][k];
+        y[k] = HcPostValue(pj, c, f[k], rk);
       }
       StoreBf16<kW>(out + j * p.dim, y);
     }

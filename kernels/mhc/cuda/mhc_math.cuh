@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
-
 #include "kernels/mhc/mhc.h"
 
 namespace flashserve::kernels::mhc_device {
@@ -101,6 +100,18 @@ __device__ __forceinline__ void SplitSinkhorn(const float (&mixes)[kMhcMixes], c
 #pragma unroll
     for (int j = 0; j < kS; ++j) comb[kS * i + j] = m[i][j];
   }
+}
+
+// One value of hc_post: stream j's new value at a column, from the sublayer's output f there and
+// the input streams' values r[i] there: post_j·f + (comb[0][j]·r[0] + comb[1][j]·r[1] + ...),
+// each product and sum rounded, in this order. HcPostKernel and the MoE combine's fused hc_post
+// (kernels/moe, MoeCombineParams::hc_post) compute it here.
+__device__ __forceinline__ float HcPostValue(float post_j, const float (&comb_j)[kMhcStreams],
+                                             float f, const float (&r)[kMhcStreams]) {
+  float mix = MulRn(comb_j[0], r[0]);
+#pragma unroll
+  for (int i = 1; i < kMhcStreams; ++i) mix = AddRn(mix, MulRn(comb_j[i], r[i]));
+  return AddRn(MulRn(post_j, f), mix);
 }
 
 }  // namespace flashserve::kernels::mhc_device

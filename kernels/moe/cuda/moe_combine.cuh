@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) MoeCombineKernel(MoeCombin
     __syncthreads();
     for (int64_t c = int64_t{threadIdx.x} * 8; c < p.dim; c += int64_t{blockDim.x} * 8) {
       const uint4 sh = LoadSharedY(p, t, c);  // issued before the routed rows' loads
+      const HcPostCols hp = LoadHcPost(p, t, c);
       float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       // Up to kCombineBatch row loads in flight, then their adds in order.
       for (int64_t j0 = 0; j0 < k; j0 += kCombineBatch) {
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kCombineMaxThreads) MoeCombineKernel(MoeCombin
           if (j0 + j < k) AddBf16x8(acc, v[j]);
         }
       }
-      StoreCombined(p, t, c, acc, sh);
+      StoreCombined(p, t, c, acc, sh, hp);
     }
     __syncthreads();  // ids / rows are rewritten for the next token
   }

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kSortThreads)
   for (int64_t e = threadIdx.x; e < n; e += kSortThreads) first[e] = 0;
   __syncthreads();
   for (int64_t t = threadIdx.x / 32; t < p.m; t += kSortWarps) {
-    RouteTokenWarp<kPerLane, true>(rp, t, first, slot_id, slot_w, score + t * n, biased + t * n);
+    RouteTokenWarp<kPerLane, true>(rp, t, first, slot_id, slot_w, score + t * n, biased + t * n,
+                                   p.route_redux);
   }
   __syncthreads();
   SortOffsetsAndTiles(p, first, red);  // ends with a barrier: `first` holds the offsets

@@ -631,6 +631,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   // EnqueueFront drops it where a quantise grid follows).
   pp.launch_dependents =
       front && ring && p.early_ring && p.expert_ids == nullptr && p.expert_weights == nullptr;
+  pp.route_redux = p.route_redux;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {
@@ -721,8 +722,10 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   cp.shared_y_stride = shared_y_stride;
   cp.y = p.y;
   cp.y_stride = p.y_stride;
+  cp.hc_post = p.hc_post;
   if (fork) JoinSideStream(stream);
   if (p.shared_y_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.shared_y_ready, 0));
+  if (p.hc_post_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.hc_post_ready, 0));
   if (fused_combine) {
     moe_device::LaunchRingCombine(cp, ring_partials, num_tiles, slots, w.inter,
                                   moe_device::RingCutIsDynamic(p.ring_cut, slots, w.n_experts),

@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(Ring
     __syncthreads();
     if (c < p.dim) {
       const uint4 sh = LoadSharedY(p, t, c);  // issued before the routed rows' loads
+      const HcPostCols hp = LoadHcPost(p, t, c);
       float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       const int cbl = static_cast<int>(c / 128 - cb0);
       for (int64_t j0 = 0; j0 < k; j0 += kRingCombineBatch) {
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kRingCombineThreads) MoeRingCombineKernel(Ring
           }
         }
       }
-      StoreCombined(p, t, c, acc, sh);
+      StoreCombined(p, t, c, acc, sh, hp);
     }
     __syncthreads();  // ids / rows / recs / meets are rewritten for the next token
   }
