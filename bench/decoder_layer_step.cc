@@ -247,6 +247,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    if (opt_.mhc_prepared) {
                      p.fn_frags = (&fn == &attn_fn_ ? attn_fn_frags_ : ffn_fn_frags_).get();
                    }
+                   p.small_batch_ctas = opt_.mixes_ctas;
                    p.base = base.get<float>();
                    p.scale = scale.get<float>();
                    p.pre = pre.get<float>();

@@ -105,6 +105,9 @@ struct Options {
   // Each mHC site's fn prepared once at setup (LaunchMhcPrepareFn -> MhcMixesParams::fn_frags),
   // as a server does at weight upload; false: split on every call (A/B; the same bits).
   bool mhc_prepared = true;
+  // kernels::MhcMixesParams::small_batch_ctas of both sites' mixes (0: one CTA per item, 160 at
+  // D 5120; A/B, the same bits): fewer leave the weight streams beside them SM slots.
+  int64_t mixes_ctas = 0;
   // The fp32-weight Linears (the MoE gate; the extras' r = 2 compressor wkv / wgate) hold bf16
   // checkpoint weights promoted to fp32 (spec §4.4, §4.7): uploaded as bf16, their narrowed form
   // (kernels::NarrowFloatLinearWeight; the same exact products), as a server does; false: as

@@ -9,7 +9,7 @@
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
 //                            [--kv-form rows|bf16]
-//                            [--mhc-prepared 0|1]
+//                            [--mhc-prepared 0|1] [--mixes-ctas N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
 //                            wq,wo_a,wo_b,gate,wq_next]
@@ -79,6 +79,9 @@
 // --moe-hc-post 1 (default, session 77) applies the FFN site's hc_post in the MoE's combine
 // (MoeCudaParams::hc_post; with --layer-loop 0 and overlapped branches; the roof keeps the
 // hc_post's bytes; the same bits); 0 launches it alone (A/B).
+// --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
+// session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
+// the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -212,6 +215,12 @@ Options ParseOptions(int argc, char** argv) {
       }
     } else if (flag == "--fuse-boundary") {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--mixes-ctas") {
+      o.mixes_ctas = std::atoll(argv[i + 1]);
+      if (o.mixes_ctas < 0) {
+        std::fprintf(stderr, "--mixes-ctas must be >= 0\n");
+        std::exit(2);
+      }
     } else if (flag == "--mhc-prepared") {
       o.mhc_prepared = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--narrow-fp32") {

@@ -72,6 +72,11 @@ struct MhcMixesParams {
   // slice's bf16 pieces instead of splitting fn on every call (the split cost a block ~6 us per
   // slice on an H200); the results are the same bits. fn stays required (the other bodies).
   const void* fn_frags = nullptr;
+  // The GPU small-batch body's grid: at most this many CTAs (0, the default: one per item, slices
+  // x 8, up to the resident limit). Its items are the same whatever the grid (a CTA walks every
+  // gridDim-th), so the bits do not change; a call on a forked stream beside weight streams can
+  // leave them SM slots (the decode step's mixes: 160 CTAs of 256 threads at D 5120). >= 0.
+  int64_t small_batch_ctas = 0;
 };
 
 // hc_pre: out[t] = bf16(sum_c pre[t][c] · X[t][c]), fp32 products summed over c = 0..3 in order.

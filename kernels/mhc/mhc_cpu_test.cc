@@ -245,6 +245,9 @@ TEST(MhcValidation, RejectsBadParamsNamingTheField) {
   m.sinkhorn_iters = 0;
   expect_invalid(MhcMixesCpu(m, nullptr), "sinkhorn_iters");
   m.sinkhorn_iters = 20;
+  m.small_batch_ctas = -1;
+  expect_invalid(MhcMixesCpu(m, nullptr), "small_batch_ctas");
+  m.small_batch_ctas = 0;
   m.post = f + 2;  // overlaps pre
   expect_invalid(MhcMixesCpu(m, nullptr), "pre");
   m.post = f + 4;

@@ -373,6 +373,15 @@ TEST(MhcGpuTest, SmallBatchBodyEqualsLargeBatchBodyBitForBit) {
       std::printf("  small vs large: %s; token 0 mix 0: small %.9g large %.9g\n", diff.c_str(),
                   small.mixes[0], large.mixes[0]);
     }
+    // A capped grid (small_batch_ctas: a CTA walks several items; 1 CTA walks them all).
+    if (c.tokens <= 16) {
+      for (const int64_t ctas : {int64_t{1}, int64_t{7}, int64_t{40}}) {
+        MhcMixesParams q = p;
+        q.small_batch_ctas = ctas;
+        const MixOutputs capped = RunGpu(q, x, site, pin, MhcMixesGpuKernel::kTensorCoreSmallBatch);
+        EXPECT_EQ(FirstOutputDiff(capped, small), "") << "small_batch_ctas " << ctas;
+      }
+    }
   }
 }
 

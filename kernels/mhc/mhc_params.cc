@@ -69,6 +69,7 @@ absl::Status Validate(const MhcMixesParams& p) {
   constexpr const char* kOp = "MhcMixes";
   RETURN_IF_ERROR(CheckShape(kOp, p.tokens, p.dim));
   if (p.sinkhorn_iters < 1) return Invalid(kOp, "sinkhorn_iters", "must be >= 1");
+  if (p.small_batch_ctas < 0) return Invalid(kOp, "small_batch_ctas", "must be >= 0");
   if (!std::isfinite(p.hc_eps) || p.hc_eps < 0) return Invalid(kOp, "hc_eps", "must be >= 0");
   if (!std::isfinite(p.norm_eps) || p.norm_eps <= 0) return Invalid(kOp, "norm_eps", "must be > 0");
   if ((p.pre_in == nullptr) != (p.collapsed == nullptr)) {

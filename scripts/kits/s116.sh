@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Kit s116 (built by scripts/gpu_kit.sh s116; runs on the GPU machine from the repository root):
-#   bash build-gpu-bin/s116_run.sh d s
+#   bash build-gpu-bin/s116_run.sh g x d s
 # Session 77's defaults (the route by warp reductions, the FFN hc_post in the MoE's combine,
 # --float-pdl auto, the combine's batched loads) measured as the step's new figures.
+#   g  kernels_mhc_gpu_test: the small-batch mixes with a capped grid (small_batch_ctas)
+#   x  bench_decoder_layer_step at 1 / 8 tokens, --mixes-ctas 0 / 40 / 20 alternated twice
 #   d  bench_decoder_layer_step at 1 / 8 / 64 / 256 tokens with the defaults, twice
 #   s  bench_sparse_attn at 1 / 8 tokens: the wgmma-ws pool and the row form
-# kit-target: bench_decoder_layer_step bench_sparse_attn
+# kit-target: bench_decoder_layer_step bench_sparse_attn kernels_mhc_gpu_test
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
 K=/tmp/kit_s116; mkdir -p $K; for t in "$(dirname "$0")"/s116.tar.xz; do tar xJf "$t" -C $K; done
@@ -14,6 +16,19 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 B="$K/bench_decoder_layer_step --reindex-tokens '' --extra-tokens '' --iters 20 --warmup 3 --stages 0"
 for mode in "$@"; do
   case $mode in
+    g)
+      timeout 200 $K/kernels_mhc_gpu_test --gtest_filter='MhcGpuTest.SmallBatch*:MhcGpuTest.HcPre*:MhcGpuTest.Launchers*' \
+        > $OUT/mhc_test.log 2>&1
+      echo "mhc test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/mhc_test.log | tail -8 ;;
+    x)
+      for round in 1 2; do
+        for c in 0 40 20; do
+          eval timeout 90 $B --tokens 1,8 --mixes-ctas $c > $OUT/x_${c}_$round.log 2>&1
+          echo "mixes-ctas $c round $round rc $?"
+          grep -E "Reuse layer|CHECK|DIFFER" $OUT/x_${c}_$round.log | sed -E 's/, [0-9.]+ MB.*roof/ roof/'
+        done
+      done
+      rm -f $OUT/x_*_1.log ;;  # the device returns 8 files
     d)
       for round in 1 2; do
         eval timeout 200 $B --tokens 1,8,64,256 > $OUT/d_$round.log 2>&1

@@ -225,7 +225,8 @@ void LaunchMixesTc(const MhcMixesParams& p, float* workspace, int64_t slices, bo
 }
 
 // The small-batch body (mhc_small_kernels.cuh): one cooperative launch, as many blocks as there
-// are items (slices x 8) but no more than can be resident at once.
+// are items (slices x 8) but no more than can be resident at once, nor than
+// p.small_batch_ctas when set.
 template <bool kVec, int kFn, bool kCollapse>
 void LaunchSmallTc(MhcMixesParams p, float* workspace, bool coll_vec, int64_t slices,
                    cudaStream_t stream) {
@@ -241,7 +242,9 @@ void LaunchSmallTc(MhcMixesParams p, float* workspace, bool coll_vec, int64_t sl
   });
   CHECK(per_sm >= 1);
   const int64_t items = slices * mhc_device::kTcGroups;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(items, int64_t{per_sm} * sms));
+  int64_t grid = std::min<int64_t>(items, int64_t{per_sm} * sms);
+  if (p.small_batch_ctas > 0) grid = std::min(grid, p.small_batch_ctas);
+  const auto blocks = static_cast<unsigned>(grid);
   void* args[] = {&p, &workspace, &coll_vec};
   CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(blocks),
                                          dim3(mhc_device::kSmallThreads), args, 0, stream));
