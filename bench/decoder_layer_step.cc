@@ -192,10 +192,11 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     const cudaStream_t ls = branch >= 0 ? branch_stream(branch) : st;
     DeviceBuffer* ws = branch == 2 && overlap ? &kv_lin_ws_ : &lin_ws_;
     s.push_back({name,
-                 [this, w, &x, &y, b, ls, ws] {
+                 [this, w, &x, &y, b, ls, ws, branch] {
                    kernels::LinearCudaParams p;
                    p.weight = &w->view;
                    p.m = b;
+                   if (branch >= 0) p.split_k = opt_.branch_splits;  // 0: the plan's
                    p.x_bf16 = x.get<uint16_t>();
                    p.x_stride = w->view.k;
                    p.y_bf16 = y.get<uint16_t>();

@@ -108,6 +108,11 @@ struct Options {
   // kernels::MhcMixesParams::small_batch_ctas of both sites' mixes (0: one CTA per item, 160 at
   // D 5120; A/B, the same bits): fewer leave the weight streams beside them SM slots.
   int64_t mixes_ctas = 0;
+  // kernels::LinearCudaParams::split_k of the FP8 Linears on a forked branch (the kv projection
+  // wkv): 0 (default) the plan's (at 1 token 260 CTAs for its 2.6 MB), N forces N K splits, so
+  // fewer CTAs hold SM slots beside wq_a / wq_b (A/B; the bits of wkv follow its split count, in
+  // both schedules alike).
+  int64_t branch_splits = 0;
   // The fp32-weight Linears (the MoE gate; the extras' r = 2 compressor wkv / wgate) hold bf16
   // checkpoint weights promoted to fp32 (spec §4.4, §4.7): uploaded as bf16, their narrowed form
   // (kernels::NarrowFloatLinearWeight; the same exact products), as a server does; false: as

@@ -9,7 +9,7 @@
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
 //                            [--kv-form rows|bf16]
-//                            [--mhc-prepared 0|1] [--mixes-ctas N]
+//                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
 //                            wq,wo_a,wo_b,gate,wq_next]
@@ -82,6 +82,9 @@
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
+// --branch-splits N forces N K splits on the FP8 Linears of the forked branches (wkv; 0, the
+// default: the plan's, 260 CTAs at 1 token), so that they hold fewer SM slots beside wq_a / wq_b
+// (session 77; wkv's bits follow its split count, in both schedules alike).
 // --mhc-prepared 1 prepares each mHC site's fn once at setup (LaunchMhcPrepareFn; the mixes then
 // copy its fragments instead of splitting fn per call; the same bits), the default since session
 // 38; 0 splits it on every call (A/B).
@@ -215,6 +218,12 @@ Options ParseOptions(int argc, char** argv) {
       }
     } else if (flag == "--fuse-boundary") {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--branch-splits") {
+      o.branch_splits = std::atoll(argv[i + 1]);
+      if (o.branch_splits < 0) {
+        std::fprintf(stderr, "--branch-splits must be >= 0\n");
+        std::exit(2);
+      }
     } else if (flag == "--mixes-ctas") {
       o.mixes_ctas = std::atoll(argv[i + 1]);
       if (o.mixes_ctas < 0) {

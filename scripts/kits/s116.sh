@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Kit s116 (built by scripts/gpu_kit.sh s116; runs on the GPU machine from the repository root):
-#   bash build-gpu-bin/s116_run.sh g x d s
+#   bash build-gpu-bin/s116_run.sh g x b d s
 # Session 77's defaults (the route by warp reductions, the FFN hc_post in the MoE's combine,
 # --float-pdl auto, the combine's batched loads) measured as the step's new figures.
 #   g  kernels_mhc_gpu_test: the small-batch mixes with a capped grid (small_batch_ctas)
 #   x  bench_decoder_layer_step at 1 / 8 tokens, --mixes-ctas 0 / 40 / 20 alternated twice
+#   b  bench_decoder_layer_step at 1 / 8 tokens, --branch-splits 0 / 2 / 4 alternated twice
 #   d  bench_decoder_layer_step at 1 / 8 / 64 / 256 tokens with the defaults, twice
 #   s  bench_sparse_attn at 1 / 8 tokens: the wgmma-ws pool and the row form
 # kit-target: bench_decoder_layer_step bench_sparse_attn kernels_mhc_gpu_test
@@ -29,6 +30,15 @@ for mode in "$@"; do
         done
       done
       rm -f $OUT/x_*_1.log ;;  # the device returns 8 files
+    b)
+      for round in 1 2; do
+        for c in 0 2 4; do
+          eval timeout 90 $B --tokens 1,8 --branch-splits $c > $OUT/b_${c}_$round.log 2>&1
+          echo "branch-splits $c round $round rc $?"
+          grep -E "Reuse layer|CHECK|DIFFER" $OUT/b_${c}_$round.log | sed -E 's/, [0-9.]+ MB.*roof/ roof/'
+        done
+      done
+      rm -f $OUT/b_*.log ;;  # the device returns 8 files
     d)
       for round in 1 2; do
         eval timeout 200 $B --tokens 1,8,64,256 > $OUT/d_$round.log 2>&1
