@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
 # Kit s115 (built by scripts/gpu_kit.sh s115; runs on the GPU machine from the repository root):
-#   bash build-gpu-bin/s115_run.sh m a t   (the tests, g: kit s115t)
+#   bash build-gpu-bin/s115_run.sh m h a t   (the tests, g: kit s115t)
 # Session 77: the MoE front's top-k by warp reductions (MoeCudaParams::route_redux; bench_moe
 # --route-redux 0|1), the wgmma combine's shared form with its loads batched (same bits as the
 # per-thread form: SparseAttnGpuTest.CombineFormsGiveTheSameBits), the PDL control test warmed
 # up, --float-pdl 2 (wo_a programmatic, the gate's CUDA-core kernel plain), and the FFN hc_post in
 # the MoE's combine (MoeCudaParams::hc_post; bench --moe-hc-post 1).
-#   g  the tests: FloatLinearPdl*, MoeGpuFrontTest + the route stage tests, the combine forms and
-#      the wgmma-ws / row-form attention tests
 #   m  bench_moe at 1 / 2 / 4 / 8 tokens, --route-redux 1 / 0 alternated twice
 #   a  bench_decoder_layer_step at 1 / 8 tokens, --float-pdl 0 / 1 / 2 alternated twice
 #   h  bench_decoder_layer_step at 1 / 8 tokens, --moe-hc-post 0 / 1 alternated twice
@@ -21,22 +19,13 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 B="$K/bench_decoder_layer_step --reindex-tokens '' --extra-tokens '' --iters 20 --warmup 3 --stages 0"
 for mode in "$@"; do
   case $mode in
-    g)
-      timeout 120 $K/kernels_gemm_gpu_test --gtest_filter='FloatLinearPdl*' > $OUT/pdl_test.log 2>&1
-      echo "pdl test rc $?"; grep -E "^\[  (PASSED|FAILED) |Failure|differ" $OUT/pdl_test.log | tail -6
-      timeout 200 $K/kernels_moe_gpu_test --gtest_filter='MoeGpuFrontTest.*:MoeGpuStageTest.Route*:MoeGpuLayerTest.*:MoeGpuHcPost*:MoeGpuSharedTest.*' \
-        > $OUT/moe_test.log 2>&1
-      echo "moe test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/moe_test.log | tail -12
-      timeout 300 $K/kernels_attention_gpu_test --gtest_filter='SparseAttnGpuTest.CombineForms*:SparseAttnGpuTest.WgmmaWsEqualsWgmma:SparseAttnGpuTest.MisalignedWorkspaceGivesTheSameBits:SparseAttnGpuTest.RowFormEqualsDecodedPoolAtReleasedDims:SparseAttnGpuTest.BothTensorPathsAtReleasedDims' \
-        > $OUT/attn_test.log 2>&1
-      echo "attention test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|outputs differ" $OUT/attn_test.log | tail -12 ;;
     m)
       for round in 1 2; do
         for r in 1 0; do
           timeout 120 $K/bench_moe --tokens 1,2,4,8 --shared 0 --iters 30 --warmup 3 --route-redux $r \
             > $OUT/moe_r${r}_$round.log 2>&1
           echo "bench_moe route-redux $r round $round rc $?"
-          grep -E "^ +[0-9]+ +[0-9]+ " $OUT/moe_r${r}_$round.log | head -4 | awk '{print "  tokens "$1" median "$3" front "$12" up "$13" down "$14" comb "$15}'
+          grep -A5 "tokens experts" $OUT/moe_r${r}_$round.log | cut -c1-140
         done
       done ;;
     h)
