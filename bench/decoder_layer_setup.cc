@@ -164,6 +164,10 @@ void LayerStep::AllocateActivations() {
   for (const Fp8Weight* w : {wq_a_.get(), wq_b_.get(), wkv_.get(), wo_b_.get(), idx_wq_b_.get()}) {
     lin_ws_bytes_ = std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(w->view, b));
   }
+  if (opt_.branch_splits > 0) {  // the forked wkv with its forced K splits (--branch-splits)
+    lin_ws_bytes_ = std::max(
+        lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(wkv_->view, b, 0, opt_.branch_splits));
+  }
   lin_ws_ = DeviceBuffer(lin_ws_bytes_);
   kv_lin_ws_ = DeviceBuffer(lin_ws_bytes_);
   float_ws_ = DeviceBuffer(std::max<size_t>(FloatLinearWorkspace(b), 16));

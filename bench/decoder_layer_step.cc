@@ -113,9 +113,10 @@ size_t LayerStep::FloatLinearWorkspace(int64_t b) const {
 }
 
 void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
-  const bool gemv = kernels::PlanFloatLinearCuda(p).tile_rows == kernels::kFloatLinearCudaGemvRows;
+  bool gemv = kernels::PlanFloatLinearCuda(p).tile_rows == kernels::kFloatLinearCudaGemvRows;
   if (!opt_.float_gemv && gemv) {
     p.tile_rows = 16;  // the mma.sync plan the CUDA-core kernel replaced (A/B)
+    gemv = false;
   }
   const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 0);
   p.programmatic = pdl == 1 || (pdl == 2 && !gemv);

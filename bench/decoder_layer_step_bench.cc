@@ -220,8 +220,9 @@ Options ParseOptions(int argc, char** argv) {
       o.fuse_boundary = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--branch-splits") {
       o.branch_splits = std::atoll(argv[i + 1]);
-      if (o.branch_splits < 0) {
-        std::fprintf(stderr, "--branch-splits must be >= 0\n");
+      if (o.branch_splits < 0 || o.branch_splits > kernels::kLinearCudaMaxSplits) {
+        std::fprintf(stderr, "--branch-splits must be in [0, %ld]\n",
+                     static_cast<long>(kernels::kLinearCudaMaxSplits));
         std::exit(2);
       }
     } else if (flag == "--mixes-ctas") {

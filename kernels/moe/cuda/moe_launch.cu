@@ -536,7 +536,13 @@ absl::Status LaunchMoeCombine(const MoeCombineParams& p, CUstream_st* stream) {
 
 absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(Validate(p));
-  if (p.m == 0) return absl::OkStatus();
+  if (p.m == 0) {
+    // Nothing to compute, but the caller's forked work is still joined (a capture must not end
+    // with an unjoined branch).
+    if (p.shared_y_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.shared_y_ready, 0));
+    if (p.hc_post_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.hc_post_ready, 0));
+    return absl::OkStatus();
+  }
   const MoeCudaWeights& w = *p.weights;
   const int64_t m = p.m, k = p.options.top_k, e = w.n_experts, slots = m * k;
   // Validate checked the shared weights; an error here is a broken invariant.
