@@ -3,12 +3,13 @@
 #   bash build-gpu-bin/s116_run.sh g x b d s
 # Session 77's defaults (the route by warp reductions, the FFN hc_post in the MoE's combine,
 # --float-pdl auto, the combine's batched loads) measured as the step's new figures.
-#   g  kernels_mhc_gpu_test: the small-batch mixes with a capped grid (small_batch_ctas)
+#   g  kernels_mhc_gpu_test: the small-batch mixes with a capped grid (small_batch_ctas);
+#      kernels_attention_gpu_test: the combine forms (kWgmmaCombineBatch 8 -> 6 after kit s115)
 #   x  bench_decoder_layer_step at 1 / 8 tokens, --mixes-ctas 0 / 40 / 20 alternated twice
 #   b  bench_decoder_layer_step at 1 / 8 tokens, --branch-splits 0 / 2 / 4 alternated twice
 #   d  bench_decoder_layer_step at 1 / 8 / 64 / 256 tokens with the defaults, twice
 #   s  bench_sparse_attn at 1 / 8 tokens: the wgmma-ws pool and the row form
-# kit-target: bench_decoder_layer_step bench_sparse_attn kernels_mhc_gpu_test
+# kit-target: bench_decoder_layer_step bench_sparse_attn kernels_mhc_gpu_test kernels_attention_gpu_test
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
 K=/tmp/kit_s116; mkdir -p $K; for t in "$(dirname "$0")"/s116.tar.xz; do tar xJf "$t" -C $K; done
@@ -20,7 +21,10 @@ for mode in "$@"; do
     g)
       timeout 200 $K/kernels_mhc_gpu_test --gtest_filter='MhcGpuTest.SmallBatch*:MhcGpuTest.HcPre*:MhcGpuTest.Launchers*' \
         > $OUT/mhc_test.log 2>&1
-      echo "mhc test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/mhc_test.log | tail -8 ;;
+      echo "mhc test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/mhc_test.log | tail -8
+      timeout 200 $K/kernels_attention_gpu_test --gtest_filter='SparseAttnGpuTest.CombineForms*:SparseAttnGpuTest.WgmmaWsEqualsWgmma' \
+        > $OUT/attn_test.log 2>&1
+      echo "attention test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|differ" $OUT/attn_test.log | tail -8 ;;
     x)
       for round in 1 2; do
         for c in 0 40 20; do
@@ -29,7 +33,7 @@ for mode in "$@"; do
           grep -E "Reuse layer|CHECK|DIFFER" $OUT/x_${c}_$round.log | sed -E 's/, [0-9.]+ MB.*roof/ roof/'
         done
       done
-      rm -f $OUT/x_*_1.log ;;  # the device returns 8 files
+      rm -f $OUT/x_*.log ;;  # the device returns 8 files
     b)
       for round in 1 2; do
         for c in 0 2 4; do

@@ -17,7 +17,9 @@ namespace flashserve::kernels::attn_device {
 inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per combine thread
 inline constexpr int kWgmmaCombineCtasPerItem = kWgmmaStateGroups / kWgmmaCombineGroups;
 inline constexpr int kWgmmaCombinePass = 16;  // splits whose weights a combine CTA keeps at once
-inline constexpr int kWgmmaCombineBatch = 8;  // splits whose states a combine thread loads at once
+// Splits whose states a combine thread loads at once: 6 keeps the shared form at 124 registers
+// (two CTAs of 256 threads per SM); 8 took 141 (one per SM: a second wave from 9 tokens).
+inline constexpr int kWgmmaCombineBatch = 6;
 static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 
 // Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
