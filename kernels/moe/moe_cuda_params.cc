@@ -522,7 +522,20 @@ absl::Status Validate(const MoeExpertDownParams& p) {
 }
 
 // MoeHcPost's pointers and strides for m tokens of D columns (`op`.hc_post.*).
-absl::Status CheckHcPost(const char* op, const MoeHcPost& h, int64_t dim) {
+// The bytes [begin, end) of `rows` rows of `stride` bf16 elements whose last row holds `width`.
+struct Bf16Span {
+  uintptr_t begin = 0, end = 0;
+};
+Bf16Span SpanOf(const void* ptr, int64_t rows, int64_t stride, int64_t width) {
+  const auto b = reinterpret_cast<uintptr_t>(ptr);
+  return {b, b + static_cast<uintptr_t>(((rows - 1) * stride + width) * 2)};
+}
+bool Overlap(const Bf16Span& a, const Bf16Span& b) { return a.begin < b.end && b.begin < a.end; }
+
+// MoeHcPost's pointers and strides for m tokens of D columns (`op`.hc_post.*): out must equal
+// residual (in place, the same stride) or overlap neither it nor y.
+absl::Status CheckHcPost(const char* op, const MoeHcPost& h, int64_t m, int64_t dim,
+                         const uint16_t* y, int64_t y_stride) {
   RETURN_IF_ERROR(CheckNonNull(op, {{"hc_post.post", h.post},
                                     {"hc_post.comb", h.comb},
                                     {"hc_post.residual", h.residual},
@@ -535,6 +548,13 @@ absl::Status CheckHcPost(const char* op, const MoeHcPost& h, int64_t dim) {
       CheckRows16(op, "hc_post.out", "hc_post.out_stride", h.out, h.out_stride, 4 * dim));
   if (h.out == h.residual && h.out_stride != h.residual_stride) {
     return Invalid(op, "hc_post.out_stride", "differs from residual_stride with out == residual");
+  }
+  const Bf16Span out = SpanOf(h.out, m, h.out_stride, 4 * dim);
+  if (h.out != h.residual && Overlap(out, SpanOf(h.residual, m, h.residual_stride, 4 * dim))) {
+    return Invalid(op, "hc_post.out", "overlaps hc_post.residual (give the same pointer or none)");
+  }
+  if (y != nullptr && Overlap(out, SpanOf(y, m, y_stride, dim))) {
+    return Invalid(op, "hc_post.out", "overlaps y");
   }
   return absl::OkStatus();
 }
@@ -552,7 +572,7 @@ absl::Status Validate(const MoeCombineParams& p) {
       kOp, {{"expert_ids", p.expert_ids}, {"token_slot", p.token_slot}, {"ye", p.ye}}));
   RETURN_IF_ERROR(CheckAligned(kOp, "ye", p.ye, 16));
   if (p.hc_post.out != nullptr) {
-    RETURN_IF_ERROR(CheckHcPost(kOp, p.hc_post, p.dim));
+    RETURN_IF_ERROR(CheckHcPost(kOp, p.hc_post, p.m, p.dim, p.y, p.y_stride));
   }
   if (p.y != nullptr || p.hc_post.out == nullptr) {
     RETURN_IF_ERROR(CheckNonNull(kOp, {{"y", p.y}}));
@@ -679,7 +699,7 @@ absl::Status ValidateMoeCudaParamsCore(const MoeCudaParams& p) {
   RETURN_IF_ERROR(CheckNonNull(kOp, {{"logits", p.logits}, {"x", p.x}}));
   RETURN_IF_ERROR(CheckRows16(kOp, "x", "x_stride", p.x, p.x_stride, w.dim));
   if (p.hc_post.out != nullptr) {
-    RETURN_IF_ERROR(CheckHcPost(kOp, p.hc_post, w.dim));
+    RETURN_IF_ERROR(CheckHcPost(kOp, p.hc_post, p.m, w.dim, p.y, p.y_stride));
   }
   if (p.y != nullptr || p.hc_post.out == nullptr) {
     RETURN_IF_ERROR(CheckNonNull(kOp, {{"y", p.y}}));

@@ -214,12 +214,13 @@ TEST(MoeCudaParamsTest, LayerValidation) {
 // optional with hc_post; each hc_post field is checked and named.
 TEST(MoeCudaParamsTest, HcPostValidation) {
   const MoeCudaWeights w = GoodWeights();
+  alignas(256) static uint8_t hbuf[32768];  // never dereferenced: only addresses are checked
   MoeHcPost h;
-  h.post = reinterpret_cast<const float*>(g_buf);
-  h.comb = reinterpret_cast<const float*>(g_buf + 256);
-  h.residual = reinterpret_cast<const uint16_t*>(g_buf);
-  h.residual_stride = 1024;  // 4 streams of D = 256
-  h.out = reinterpret_cast<uint16_t*>(g_buf + 2048);
+  h.post = reinterpret_cast<const float*>(hbuf + 16384);
+  h.comb = reinterpret_cast<const float*>(hbuf + 16640);
+  h.residual = reinterpret_cast<const uint16_t*>(hbuf);  // 3 rows: bytes [0, 6144)
+  h.residual_stride = 1024;                              // 4 streams of D = 256
+  h.out = reinterpret_cast<uint16_t*>(hbuf + 8192);      // bytes [8192, 14368)
   h.out_stride = 1032;
   MoeCudaParams p = GoodLayer(&w);
   p.hc_post = h;
@@ -229,18 +230,24 @@ TEST(MoeCudaParamsTest, HcPostValidation) {
   p.hc_post.post = nullptr;
   ExpectInvalid(Validate(p), "hc_post.post is null");
   p.hc_post = h;
-  p.hc_post.comb = reinterpret_cast<const float*>(g_buf + 4);
+  p.hc_post.comb = reinterpret_cast<const float*>(hbuf + 16644);
   ExpectInvalid(Validate(p), "hc_post.comb must be 16-byte aligned");
   p.hc_post = h;
   p.hc_post.residual_stride = 1020;  // below 4·D
   ExpectInvalid(Validate(p), "hc_post.residual_stride");
   p.hc_post = h;
-  p.hc_post.out = reinterpret_cast<uint16_t*>(g_buf);  // in place needs the same stride
+  p.hc_post.out = reinterpret_cast<uint16_t*>(hbuf);  // in place needs the same stride
   ExpectInvalid(Validate(p), "hc_post.out_stride");
   p.hc_post.out_stride = 1024;
   EXPECT_TRUE(Validate(p).ok()) << "in place: " << Validate(p);
+  p.hc_post.out = reinterpret_cast<uint16_t*>(hbuf + 16);  // inside residual's rows
+  ExpectInvalid(Validate(p), "hc_post.out overlaps hc_post.residual");
+  p.hc_post = h;
+  p.y = reinterpret_cast<uint16_t*>(hbuf + 10240);  // inside out's rows
+  p.y_stride = 256;
+  ExpectInvalid(Validate(p), "hc_post.out overlaps y");
   p = GoodLayer(&w);
-  p.hc_post_ready = reinterpret_cast<CUevent_st*>(g_buf);  // never dereferenced
+  p.hc_post_ready = reinterpret_cast<CUevent_st*>(hbuf);  // never dereferenced
   ExpectInvalid(Validate(p), "hc_post_ready");
   p.hc_post = h;
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
