@@ -12,7 +12,6 @@
 // before its wait gets the poison, eagerly and in a graph.
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,19 +44,6 @@ std::string Describe(const PdlCase& c) {
 }
 
 constexpr uint64_t kLateNs = 100'000;  // the writer's delay: far longer than any launch here
-
-// What `enqueue` launches on `stream`, captured as a graph and instantiated (the dependency of a
-// LaunchPdl kernel on the one before it becomes a programmatic edge). The caller destroys it.
-cudaGraphExec_t CaptureGraph(cudaStream_t stream, const std::function<void()>& enqueue) {
-  cudaGraph_t graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  enqueue();
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
-}
 
 void CheckLateX(const PdlCase& c) {
   Rng rng(static_cast<uint32_t>(c.m * 131 + c.n + c.k + c.groups));

@@ -164,19 +164,13 @@ TEST(MoeGpuHcPostTest, FusedHcPostEqualsCombineThenLaunchHcPost) {
     enqueue();
     CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_EQ(ToHost<uint16_t>(out, m * kS * kD), want) << "streams";
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    enqueue();
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphExec_t exec = CaptureGraph(stream, enqueue);
     for (int rep = 0; rep < 2; ++rep) {
       CUDA_CHECK(cudaGraphLaunch(exec, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       EXPECT_EQ(ToHost<uint16_t>(out, m * kS * kD), want) << "graph replay " << rep;
     }
     CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
     CUDA_CHECK(cudaEventDestroy(forked));
     CUDA_CHECK(cudaEventDestroy(ready));
     CUDA_CHECK(cudaStreamDestroy(side));
