@@ -106,6 +106,7 @@ void LayerStep::AllocateActivations() {
   x_attn_ = Bf16Buffer(b * kD);
   xn_ = Bf16Buffer(b * kD);
   qr_ = Bf16Buffer(b * kQLora);
+  qa_ = Bf16Buffer(b * kQLora);  // wq_a's raw rows where wq_b applies q_norm (wqb_qnorm)
   q_ = Bf16Buffer(b * kHeads * kHeadDim);
   kv_ = Bf16Buffer(b * kHeadDim);
   o_ = Bf16Buffer(b * kHeads * kHeadDim);

@@ -159,6 +159,11 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   const bool fuse = overlap && opt_.fuse_boundary;
   const bool fuse_rope = overlap && opt_.fuse_rope;
   const bool loop = fuse && opt_.layer_loop;
+  // Options::wqb_qnorm: q_norm inside wq_b (x_norm; wq_a writes the raw rows to qa_, wq_b the
+  // normed ones to qr_ for the indexer); the one-stream schedule keeps its own launch, so the
+  // bit-identity check covers the fused form.
+  const bool qnorm_fused = opt_.wqb_qnorm && overlap;
+  DeviceBuffer& q_lora = qnorm_fused ? qa_ : qr_;
   std::vector<Stage> s;
   cudaStream_t st = stream_;
   // Branch i's stream (overlap) or the main one.
@@ -187,13 +192,17 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     };
     stage.settle = [=] { join(i); };
   };
+  // An FP8 Linear x -> y (on forked branch `branch`, or the main stream for -1); with norm_w, the
+  // RMSNorm of x fused ahead of it (kernels::LinearCudaParams::x_norm: the normed rows also go to
+  // *norm_out).
   auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y,
-                 int branch) {
+                 int branch, const DeviceBuffer* norm_w = nullptr,
+                 DeviceBuffer* norm_out = nullptr) {
     const int64_t n = w->view.n, k = w->view.k;
     const cudaStream_t ls = branch >= 0 ? branch_stream(branch) : st;
     DeviceBuffer* ws = branch == 2 && overlap ? &kv_lin_ws_ : &lin_ws_;
     s.push_back({name,
-                 [this, w, &x, &y, b, ls, ws, branch] {
+                 [this, w, &x, &y, b, ls, ws, branch, norm_w, norm_out] {
                    kernels::LinearCudaParams p;
                    p.weight = &w->view;
                    p.m = b;
@@ -202,11 +211,18 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    p.x_stride = w->view.k;
                    p.y_bf16 = y.get<uint16_t>();
                    p.y_stride = w->view.n;
+                   if (norm_w != nullptr) {
+                     p.x_norm.weight = norm_w->get<uint16_t>();
+                     p.x_norm.eps = 1e-6f;
+                     p.x_norm.out = norm_out->get<uint16_t>();
+                     p.x_norm.out_stride = w->view.k;
+                   }
                    p.workspace = ws->get();
                    p.workspace_bytes = lin_ws_bytes_;
                    Ok(kernels::LaunchLinearFp8(p, ls));
                  },
-                 w->bytes() + db * 2 * (k + n), 2 * db * n * k});
+                 w->bytes() + db * 2 * (k + n) + (norm_w != nullptr ? db * 2 * k : 0),
+                 2 * db * n * k});
   };
   // The collapse of the streams xs by pre_in (kernels::LaunchHcPre) on the main stream.
   auto hc_pre = [&](const std::string& name, const DeviceBuffer& xs, const DeviceBuffer& pre_in,
@@ -408,7 +424,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // In the layer loop the step's graph has one root, wq_a, as a loop's layer has one (the previous
   // layer's last boundary); the branches fork after it. A graph whose first kernels are several
   // roots on forked streams started its main stream 16-19 µs late (kits s111 / s112, H100).
-  if (loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
+  if (loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, q_lora, -1);
   if (!late) attn_mixes();
   if (!fuse) norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
   // The kv projection: branch 2, next to the q projection (the attention joins it).
@@ -440,9 +456,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                },
                db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});
   on_branch(2, false);
-  if (!loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, qr_, -1);
-  norm("q_norm", qr_, q_norm_, qr_, kQLora);
-  fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
+  if (!loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, q_lora, -1);
+  if (qnorm_fused) {
+    fp8("q_norm + wq_b (FP8 32768x1280, norm fused)", wq_b_.get(), qa_, q_, -1, &q_norm_, &qr_);
+  } else {
+    norm("q_norm", qr_, q_norm_, qr_, kQLora);
+    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
+  }
   if (late) attn_mixes();
   if (!fuse_rope) rope("RoPE q", q_, kHeads, kHeadDim, false);
   {

@@ -113,6 +113,10 @@ struct Options {
   // fewer CTAs hold SM slots beside wq_a / wq_b (A/B; the bits of wkv follow its split count, in
   // both schedules alike).
   int64_t branch_splits = 0;
+  // With overlap: q_norm fused into wq_b (kernels::LinearCudaParams::x_norm: the weight-streaming
+  // kernel normalises the rows it quantises; one launch fewer, the same bits); false: its own
+  // RMSNorm launch (A/B).
+  bool wqb_qnorm = false;
   // The fp32-weight Linears (the MoE gate; the extras' r = 2 compressor wkv / wgate) hold bf16
   // checkpoint weights promoted to fp32 (spec §4.4, §4.7): uploaded as bf16, their narrowed form
   // (kernels::NarrowFloatLinearWeight; the same exact products), as a server does; false: as
@@ -358,8 +362,8 @@ class LayerStep {
 
   // Activations and state.
   DeviceBuffer x_, pre_in_, a_pre_, a_post_, a_comb_, f_pre_, f_post_, f_comb_, mix_ws_;
-  DeviceBuffer x_attn_, xn_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_, f_out_,
-      z_;
+  DeviceBuffer x_attn_, xn_, qa_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_,
+      f_out_, z_;
   DeviceBuffer x_next_, xn_next_;  // the next layer's collapsed and normed x (Options::layer_loop)
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
   DeviceBuffer main_rows_;     // the compressed rows as FP4 main-KV serving rows (kv_rows)

@@ -8,6 +8,7 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
+//                            [--wqb-qnorm 0|1]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -79,6 +80,10 @@
 // --moe-hc-post 1 (default, session 77) applies the FFN site's hc_post in the MoE's combine
 // (MoeCudaParams::hc_post; with --layer-loop 0 and overlapped branches; the roof keeps the
 // hc_post's bytes; the same bits); 0 launches it alone (A/B).
+// --wqb-qnorm 1 fuses q_norm into wq_b (LinearCudaParams::x_norm, session 78: the weight-streaming
+// kernel normalises the rows as it quantises them and writes the normed rows for the indexer;
+// one launch fewer on the critical path, the same bits); 0 (default until measured) its own
+// RMSNorm launch.
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
@@ -245,6 +250,8 @@ Options ParseOptions(int argc, char** argv) {
         std::fprintf(stderr, "--float-pdl must be auto, 0, 1 or 2\n");
         std::exit(2);
       }
+    } else if (flag == "--wqb-qnorm") {
+      o.wqb_qnorm = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-hc-post") {
       o.moe_hc_post = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-early-ring") {

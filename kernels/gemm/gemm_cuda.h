@@ -162,6 +162,14 @@ const char* LinearCudaKernelName(LinearCudaKernel kernel);
 // InvalidArgumentError naming the field (dims, null or misaligned pointers), else OK.
 absl::Status Validate(const Fp8LinearDevice& w);
 
+// An RMSNorm of the Linear's x rows along K ahead of the Linear (LinearCudaParams::x_norm).
+struct LinearXNorm {
+  const uint16_t* weight = nullptr;  // bf16 [K], 2-byte aligned; null = no norm
+  float eps = 1e-6f;                 // finite, > 0 (RmsNormParams::eps)
+  uint16_t* out = nullptr;           // bf16 [M, out_stride]: the normed rows; 2-byte aligned
+  int64_t out_stride = 0;            // elements, >= K
+};
+
 struct LinearCudaParams {
   const Fp8LinearDevice* weight = nullptr;  // host pointer to the device view
   int64_t m = 0;                            // rows of x and y, 0 .. 2^31 - 1; 0 is a no-op
@@ -228,6 +236,16 @@ struct LinearCudaParams {
   // differs. The same bits as x_qdq = false on the un-QDQ'd x (`PreQuantisedXBitIdentical`).
   // false (default) = the Linear QDQs x itself.
   bool x_qdq = false;
+  // x_norm.weight non-null: the Linear runs on RMSNorm(x) (the decode step's q_norm ahead of
+  // wq_b): LaunchRmsNorm's bits with x_norm's weight and eps, and those normed rows are also
+  // written to x_norm.out for other readers (the indexer's wq_b). The weight-streaming kernel
+  // fuses it (M <= 8, not on the TMA ring): each CTA computes its rows' 1 / rms over the whole K
+  // after its first weight loads, normalises x as it quantises each slab, and the CTAs of the
+  // first weight-row column store the normed values (stream_kernel.md "The fused x_norm"); every
+  // other plan runs LaunchRmsNorm into x_norm.out and then the Linear on it. The same bits either
+  // way (`XNormFusedEqualsTwoLaunches`, on the GPU). x_norm.out must not overlap x, y or the
+  // workspace; x_qdq must be false.
+  LinearXNorm x_norm;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;

@@ -1,7 +1,10 @@
 // Plan, workspace sizing and validation of the CUDA FP8 Linear (gemm_cuda.h). Host-only, no
 // CUDA: built into fs_kernels_gemm so the CPU test covers it.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "kernels/gemm/gemm_cuda.h"
@@ -363,6 +366,51 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
   return activations + partials + counters + tail + expanded;
 }
 
+namespace {
+
+// x_norm (when set) against x, y and the workspace; m > 0 and the weight valid.
+absl::Status ValidateXNorm(const LinearCudaParams& p) {
+  const LinearXNorm& n = p.x_norm;
+  if (n.weight == nullptr) return absl::OkStatus();
+  const int64_t k = p.weight->k;
+  if (!Aligned(n.weight, 2)) return Invalid("x_norm.weight", "is not 2-byte aligned");
+  if (!std::isfinite(n.eps) || !(n.eps > 0.f)) {
+    return Invalid("x_norm.eps", absl::StrFormat("%g is not finite and > 0", n.eps));
+  }
+  if (n.out == nullptr || !Aligned(n.out, 2)) {
+    return Invalid("x_norm.out", "must be non-null and 2-byte aligned");
+  }
+  if (n.out_stride < k) {
+    return Invalid("x_norm.out_stride", absl::StrFormat("%d < K = %d", n.out_stride, k));
+  }
+  if (p.x_qdq) return Invalid("x_qdq", "must be false with x_norm");
+  // Byte ranges [first, last) of the row-strided regions.
+  auto span = [&](const void* base, int64_t rows, int64_t stride, int64_t cols, int64_t size) {
+    const auto b = reinterpret_cast<uintptr_t>(base);
+    return std::pair<uintptr_t, uintptr_t>{
+        b, b + static_cast<uintptr_t>(((rows - 1) * stride + cols) * size)};
+  };
+  auto overlap = [](std::pair<uintptr_t, uintptr_t> a, std::pair<uintptr_t, uintptr_t> b) {
+    return a.first < b.second && b.first < a.second;
+  };
+  const auto out = span(n.out, p.m, n.out_stride, k, 2);
+  if (overlap(out, span(p.x_bf16, p.m, p.x_stride, k, 2))) {
+    return Invalid("x_norm.out", "overlaps x");
+  }
+  const bool bf16 = p.y_bf16 != nullptr;
+  if (overlap(out, span(bf16 ? static_cast<const void*>(p.y_bf16) : p.y_f32, p.m, p.y_stride,
+                        p.weight->n, bf16 ? 2 : 4))) {
+    return Invalid("x_norm.out", "overlaps y");
+  }
+  if (p.workspace != nullptr && p.workspace_bytes > 0 &&
+      overlap(out, span(p.workspace, 1, 0, static_cast<int64_t>(p.workspace_bytes), 1))) {
+    return Invalid("x_norm.out", "overlaps the workspace");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.weight == nullptr) return Invalid("weight", "is null");
   if (p.m < 0 || p.m > kMaxM) return Invalid("m", absl::StrFormat("%d is not in [0, 2^31)", p.m));
@@ -401,6 +449,7 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
   if (p.y_bf16 != nullptr && !Aligned(p.y_bf16, 2))
     return Invalid("y_bf16", "is not 2-byte aligned");
   if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
+  if (absl::Status s = ValidateXNorm(p); !s.ok()) return s;
   const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
                                              p.wgmma_ws, p.expand_weights, p.stream_k_tail);
   if (plan.kernel == LinearCudaKernel::kStream && plan.m_tiles > 65535) {

@@ -23,6 +23,7 @@
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_tail.cuh"
 #include "kernels/gemm/gemm_cuda.h"
+#include "kernels/norm_rope/norm_rope.h"
 #include "kernels/quant/quant.h"
 
 namespace flashserve::kernels {
@@ -311,11 +312,11 @@ absl::Status LaunchRs(const LinearCudaParams& p, const GemmArgs& f, uint16_t* x_
   return absl::OkStatus();
 }
 
-template <int kNT, bool kVec>
+template <int kNT, bool kVec, bool kNorm>
 void LaunchStreamKernel(const gemm_device::StreamArgs& a, const LinearCudaPlan& plan,
                         cudaStream_t stream) {
   static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = gemm_device::LinearFp8StreamKernel<kNT, kVec>;
+  auto* kernel = gemm_device::LinearFp8StreamKernel<kNT, kVec, kNorm>;
   EnsureSmemLimit(kernel, gemm_device::StreamSmemBytes(gemm_device::kStreamSlabUnits, kNT),
                   smem_set);
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.splits),
@@ -388,6 +389,8 @@ bool LaunchStreamTma(const LinearCudaParams& p, const LinearCudaPlan& plan,
   return true;
 }
 
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
 // The weight-streaming kernel: the whole call in one launch.
 void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
                   const LinearCudaWorkspaceLayout& layout, cudaStream_t stream) {
@@ -413,20 +416,34 @@ void LaunchStream(const LinearCudaParams& p, const LinearCudaPlan& plan,
     a.counters = reinterpret_cast<unsigned long long*>(ws + layout.counters);
     a.tag = gemm_device::NextCounterTag();
   }
-  const bool vec = reinterpret_cast<uintptr_t>(p.x_bf16) % 16 == 0 && p.x_stride % 8 == 0;
-  if ((p.stream_tma || plan.tma_ring) && LaunchStreamTma(p, plan, a, vec, stream)) return;
-  // One n8 tile of x rows when every CTA has at most 8, else two.
-  if (p.m <= 8) {
-    if (vec) {
-      LaunchStreamKernel<1, true>(a, plan, stream);
-    } else {
-      LaunchStreamKernel<1, false>(a, plan, stream);
-    }
-  } else if (vec) {
-    LaunchStreamKernel<2, true>(a, plan, stream);
-  } else {
-    LaunchStreamKernel<2, false>(a, plan, stream);
+  const bool norm = p.x_norm.weight != nullptr;
+  if (norm) {
+    a.norm_w = p.x_norm.weight;
+    a.norm_eps = p.x_norm.eps;
+    a.norm_out = p.x_norm.out;
+    a.norm_out_stride = p.x_norm.out_stride;
   }
+  // 16-byte loads (and, with the norm, stores) where every row start is 16-byte aligned.
+  const bool vec = Aligned16(p.x_bf16) && p.x_stride % 8 == 0 &&
+                   (!norm || (Aligned16(p.x_norm.weight) && Aligned16(p.x_norm.out) &&
+                              p.x_norm.out_stride % 8 == 0));
+  if (!norm && (p.stream_tma || plan.tma_ring) && LaunchStreamTma(p, plan, a, vec, stream)) return;
+  // One n8 tile of x rows when every CTA has at most 8, else two.
+  const int nt = p.m <= 8 ? 1 : 2;
+  using Launch = void (*)(const gemm_device::StreamArgs&, const LinearCudaPlan&, cudaStream_t);
+  static constexpr Launch kLaunch[2][2][2] = {
+      // [nt - 1][vec][norm]
+      {{LaunchStreamKernel<1, false, false>, LaunchStreamKernel<1, false, true>},
+       {LaunchStreamKernel<1, true, false>, LaunchStreamKernel<1, true, true>}},
+      {{LaunchStreamKernel<2, false, false>, LaunchStreamKernel<2, false, true>},
+       {LaunchStreamKernel<2, true, false>, LaunchStreamKernel<2, true, true>}}};
+  kLaunch[nt - 1][vec ? 1 : 0][norm ? 1 : 0](a, plan, stream);
+}
+
+// Whether the call's fused x_norm runs inside the weight-streaming kernel (the plain stream
+// kernel; the TMA ring quantises x without it).
+bool StreamFusesNorm(const LinearCudaParams& p, const LinearCudaPlan& plan) {
+  return plan.kernel == LinearCudaKernel::kStream && !plan.tma_ring && !p.stream_tma;
 }
 
 }  // namespace
@@ -438,6 +455,25 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
                                              p.wgmma_ws, p.expand_weights, p.stream_k_tail);
   const LinearCudaWorkspaceLayout layout = LinearCudaLayout(plan, p.m, w.n, w.k);
+  if (p.x_norm.weight != nullptr && !StreamFusesNorm(p, plan)) {
+    // Every other plan: the RMSNorm into x_norm.out, then the Linear on it (the fused kernel's
+    // bits).
+    RmsNormParams n;
+    n.rows = p.m;
+    n.cols = w.k;
+    n.x = p.x_bf16;
+    n.x_stride = p.x_stride;
+    n.weight_bf16 = p.x_norm.weight;
+    n.eps = p.x_norm.eps;
+    n.out = p.x_norm.out;
+    n.out_stride = p.x_norm.out_stride;
+    RETURN_IF_ERROR(LaunchRmsNorm(n, stream));
+    LinearCudaParams q = p;
+    q.x_norm = LinearXNorm{};
+    q.x_bf16 = p.x_norm.out;
+    q.x_stride = p.x_norm.out_stride;
+    return LaunchLinearFp8(q, stream);
+  }
   if (plan.kernel == LinearCudaKernel::kStream) {
     LaunchStream(p, plan, layout, stream);
     return absl::OkStatus();

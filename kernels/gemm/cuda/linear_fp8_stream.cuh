@@ -86,6 +86,13 @@ struct StreamArgs {
   float* partial = nullptr;                // [gridDim.y, m, n] fp32 when gridDim.y > 1
   unsigned long long* counters = nullptr;  // [gridDim.z · gridDim.x] when gridDim.y > 1
   unsigned long long tag = 0;              // this call's counter tag: nonzero, low 16 bits zero
+  // The fused RMSNorm of x (LinearCudaParams::x_norm; the kernel's kNorm instantiations only):
+  // its bf16 weight [k] and eps, and the normed rows' destination [m, norm_out_stride] (written
+  // by the CTAs with blockIdx.x == 0, each its split's K range), or null.
+  const uint16_t* norm_w = nullptr;
+  float norm_eps = 0.f;
+  uint16_t* norm_out = nullptr;
+  int64_t norm_out_stride = 0;
 };
 
 // The shared-memory slab: x's E4M3 codes row-major (pitch: units · 128 + 32 bytes, so rows
@@ -208,6 +215,65 @@ __device__ __forceinline__ void LoadX8(const uint16_t* p, uint32_t (&w)[4]) {
   }
 }
 
+template <bool kVec>
+__device__ __forceinline__ void StoreX8(uint16_t* p, const uint32_t (&w)[4]) {
+  if constexpr (kVec) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      p[2 * j] = static_cast<uint16_t>(w[j] & 0xFFFFu);
+      p[2 * j + 1] = static_cast<uint16_t>(w[j] >> 16);
+    }
+  }
+}
+
+// The fused RMSNorm's 1 / rms of the CTA's x rows [row0, row0 + rows) over the whole K into
+// row_r (one warp per row): RmsNormKernel's arithmetic (norm_rope_rows.cuh) — fp32 squares
+// summed in double (exact whatever the order while a row's squares span less than
+// ~2^(37 - log2(K)), as there), the mean by the fp32 reciprocal of K, 1 / sqrt(mean + eps), each
+// operation rounded on its own. K is a multiple of 32 (the weight's blocks).
+template <bool kVec>
+__device__ __forceinline__ void StreamRowRms(const StreamArgs& g, int64_t row0, int rows,
+                                             float* row_r) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float inv_n = exact::DivRn(1.0f, exact::Int64ToF32(g.k));
+  for (int r = warp; r < rows; r += kStreamWarps) {
+    const uint16_t* xr = g.x + (row0 + r) * g.x_stride;
+    double sum = 0.0;
+    for (int64_t c = 8 * lane; c < g.k; c += 8 * 32) {
+      uint32_t w[4];
+      LoadX8<kVec>(xr + c, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float lo = exact::Bf16ToF32(w[j] & 0xFFFFu), hi = exact::Bf16ToF32(w[j] >> 16);
+        sum += static_cast<double>(exact::MulRn(lo, lo));
+        sum += static_cast<double>(exact::MulRn(hi, hi));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+    if (lane == 0) {
+      const float mean = exact::MulRn(exact::DoubleToF32(sum), inv_n);
+      row_r[r] = exact::DivRn(1.0f, exact::SqrtRn(exact::AddRn(mean, g.norm_eps)));
+    }
+  }
+}
+
+// 8 bf16 values x (4 words, low half first) normed in place: bf16(w · (x · r)), RmsNormKernel's
+// products and rounding.
+__device__ __forceinline__ void NormX8(uint32_t (&x)[4], const uint32_t (&w)[4], float r) {
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = exact::MulRn(exact::Bf16ToF32(w[j] & 0xFFFFu),
+                            exact::MulRn(exact::Bf16ToF32(x[j] & 0xFFFFu), r));
+    v[2 * j + 1] =
+        exact::MulRn(exact::Bf16ToF32(w[j] >> 16), exact::MulRn(exact::Bf16ToF32(x[j] >> 16), r));
+  }
+  exact::F32x8ToBf16x8(v, x);
+}
+
 // The CTA's x rows [row0, row0 + rows) × the slab's `units` units from column k0 into the
 // slab: the E4M3 codes and the value of each 32-block's UE8M0 scale of kernels/quant's
 // QdqKernel arithmetic (its QDQ value is code × scale exactly: the scale is at least 2^-22, so
@@ -216,16 +282,20 @@ __device__ __forceinline__ void LoadX8(const uint16_t* p, uint32_t (&w)[4]) {
 // (8 · kNT). kBatch: 16-byte chunks per thread whose loads are issued together before any is
 // encoded (one global round trip per kBatch · kStreamThreads chunks: the TMA-ring kernel
 // quantises the whole K of up to 8 rows, 20+ chunks per thread; the stream kernel's 128-register
-// budget keeps 1).
-template <bool kVec, int kBatch = 1>
+// budget keeps 1). kNorm: x is first normed by the fused RMSNorm (row_r: StreamRowRms's 1 / rms
+// of each of the CTA's rows; NormX8), and the CTAs with blockIdx.x == 0 store the normed values
+// to g.norm_out when it is set.
+template <bool kVec, int kBatch = 1, bool kNorm = false>
 __device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char* slab,
                                              float* scales, int pitch, int n8_rows, int64_t row0,
-                                             int rows, int64_t k0, int units) {
+                                             int rows, int64_t k0, int units,
+                                             const float* row_r = nullptr) {
   using F = quant::device::Fmt<quant::BlockFormat::kFp8E4m3Ue8m0B32>;
   const int per_row = units * (kStreamUnitK / 8);  // 8-value chunks per row, a multiple of 4
   const int total = rows * per_row;
   for (int base = 0; base < total; base += kBatch * kStreamThreads) {
     uint32_t x[kBatch][4];
+    uint32_t nw[kNorm ? kBatch : 1][4];  // kNorm: the norm weight's 8 values at x's columns
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kStreamThreads + static_cast<int>(threadIdx.x);
@@ -233,7 +303,10 @@ __device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char*
       const int64_t col = k0 + 8 * c;
       // A 32-block is 4 adjacent lanes; it lies either wholly inside K or wholly past it.
       x[j][0] = x[j][1] = x[j][2] = x[j][3] = 0;
-      if (i < total && col < g.k) LoadX8<kVec>(g.x + (row0 + r) * g.x_stride + col, x[j]);
+      if (i < total && col < g.k) {
+        LoadX8<kVec>(g.x + (row0 + r) * g.x_stride + col, x[j]);
+        if constexpr (kNorm) LoadX8<kVec>(g.norm_w + col, nw[j]);
+      }
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
@@ -241,6 +314,14 @@ __device__ __forceinline__ void QuantizeSlab(const StreamArgs& g, unsigned char*
       if (base + j * kStreamThreads >= total) break;  // CTA-uniform
       const int r = i / per_row, c = i % per_row;
       const bool active = i < total && k0 + 8 * c < g.k;
+      if constexpr (kNorm) {
+        if (active) {
+          NormX8(x[j], nw[j], row_r[r]);
+          if (g.norm_out != nullptr && blockIdx.x == 0) {
+            StoreX8<kVec>(g.norm_out + (row0 + r) * g.norm_out_stride + k0 + 8 * c, x[j]);
+          }
+        }
+      }
       bool has_nan = false;
       const uint32_t sb = F::ScaleByte(quant::device::BlockAmax<F::kLanes>(x[j], &has_nan));
       if (i >= total) continue;
@@ -262,10 +343,11 @@ __device__ __forceinline__ void StoreOutput(const StreamArgs& g, int64_t m, int6
   }
 }
 
-template <int kNT, bool kVec>
+template <int kNT, bool kVec, bool kNorm = false>
 __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const StreamArgs g) {
   extern __shared__ __align__(128) unsigned char stream_smem[];
   __shared__ int is_last;
+  __shared__ float row_r[kNorm ? 8 * kNT : 1];  // kNorm: the rows' 1 / rms (StreamRowRms)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grp = lane / 4, tig = lane % 4;
   const int pitch = StreamPitch(g.slab_units);
@@ -315,11 +397,13 @@ __global__ void __launch_bounds__(kStreamThreads, 2) LinearFp8StreamKernel(const
   // x, y, the partials and the counters are read or written only after the earlier kernels of
   // the stream have finished.
   cuda_common::PdlWaitPrerequisites();
+  // The fused RMSNorm's row scales (the slab loop's first barrier publishes them).
+  if constexpr (kNorm) StreamRowRms<kVec>(g, row0, rows, row_r);
   for (int s0 = 0; s0 < count; s0 += g.slab_units) {
     const int units = min(g.slab_units, count - s0);
     __syncthreads();  // every warp is done with the previous slab
-    QuantizeSlab<kVec>(g, stream_smem, xscale, pitch, 8 * kNT, row0, rows, (u0 + s0) * kStreamUnitK,
-                       units);
+    QuantizeSlab<kVec, 1, kNorm>(g, stream_smem, xscale, pitch, 8 * kNT, row0, rows,
+                                 (u0 + s0) * kStreamUnitK, units, row_r);
     __syncthreads();
     if (!warp_active) continue;
     // Ring slot i holds unit s0 + ub + i of the split: s0 is a multiple of slab_units, which is
