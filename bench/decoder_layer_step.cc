@@ -119,7 +119,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
     gemv = false;
   }
   const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 0);
-  p.programmatic = pdl == 1 || (pdl == 2 && !gemv);
+  p.programmatic = pdl == 1 || (pdl == 2 && !gemv) || (pdl == 3 && gemv);
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();
   Ok(kernels::LaunchFloatLinear(p, stream_));

@@ -150,7 +150,8 @@ struct Options {
   // The decode-size bf16 / fp32 Linears (wo_a, the gate, the Reindex indexer's weights_proj)
   // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
   // weights requested while the kernel ahead runs): 1 all of them, 2 all but the CUDA-core
-  // kernel's (the gate at 1–4 tokens), 0 none; -1 (default) = 1 from kFloatPdlMinTokens tokens,
+  // kernel's (the gate at 1–4 tokens), 3 only the CUDA-core kernel's, 0 none; -1 (default) = 1
+  // from kFloatPdlMinTokens tokens,
   // else 0 (session 77, H100: 8 tokens graph 507–508 -> 498–500 µs, 1 token 208–209 -> 209–210;
   // docs/performance_layer_step.md "Session 77"). The same bits either way.
   int float_pdl = -1;

@@ -7,7 +7,7 @@
 //                            [--moe-gemm N] [--shared-branch 0|1] [--ablate 0|1]
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
-//                            [--float-pdl auto|0|1|2] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
+//                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
 //                            [--wqb-qnorm 0|1]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
@@ -72,7 +72,8 @@
 // gate's CUDA-core kernel) as programmatic dependents that request their first weights while the
 // kernel ahead (the attention's combine, the FFN boundary) runs (session 76,
 // FloatLinearCudaParams::programmatic; the same bits); 0 plain launches; 2 only the swapped-role
-// kernel (the gate's CUDA-core kernel plain); auto (default, session 77) 1 from 8 tokens, 0 below
+// kernel (the gate's CUDA-core kernel plain); 3 only the CUDA-core kernel (the gate at 1-4
+// tokens; session 78); auto (default, session 77) 1 from 8 tokens, 0 below
 // (measured: 8 tokens 1.5 % faster, 1 token ~1 % slower — wo_a's early weights slow the
 // latency-bound attention beside them).
 // --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
@@ -246,8 +247,8 @@ Options ParseOptions(int argc, char** argv) {
       o.mixes_late = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--float-pdl") {
       o.float_pdl = std::string(argv[i + 1]) == "auto" ? -1 : std::atoi(argv[i + 1]);
-      if (o.float_pdl < -1 || o.float_pdl > 2) {
-        std::fprintf(stderr, "--float-pdl must be auto, 0, 1 or 2\n");
+      if (o.float_pdl < -1 || o.float_pdl > 3) {
+        std::fprintf(stderr, "--float-pdl must be auto, 0, 1, 2 or 3\n");
         std::exit(2);
       }
     } else if (flag == "--wqb-qnorm") {

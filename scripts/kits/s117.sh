@@ -9,6 +9,8 @@
 #   b  bench_decoder_layer_step at 1 / 8 tokens, --branch-splits 0 / 2 / 4 alternated twice
 #   d  bench_decoder_layer_step at 1 / 8 / 64 / 256 tokens with the defaults, twice
 #   q  bench_decoder_layer_step at 1 / 8 tokens, --wqb-qnorm 0 / 1 alternated twice
+#   p  bench_decoder_layer_step at 1 token, --float-pdl 0 / 3 (the gate's CUDA-core kernel alone
+#      programmatic) alternated twice
 #   t  kernels_gemm_gpu_test: XNormGpuTest.*, FloatLinearPdl* (CaptureGraph moved, session 77)
 # kit-target: bench_decoder_layer_step kernels_gemm_gpu_test kernels_mhc_gpu_test kernels_attention_gpu_test
 set -u
@@ -59,6 +61,15 @@ for mode in "$@"; do
         done
       done
       rm -f $OUT/q_*.log ;;
+    p)
+      for round in 1 2; do
+        for c in 0 3; do
+          eval timeout 90 $B --tokens 1 --float-pdl $c > $OUT/p_${c}_$round.log 2>&1
+          echo "float-pdl $c round $round rc $?"
+          grep -E "Reuse layer|CHECK|DIFFER|bit-identical" $OUT/p_${c}_$round.log | sed -E 's/, [0-9.]+ MB.*roof/ roof/'
+        done
+      done
+      rm -f $OUT/p_*.log ;;
     t)
       timeout 300 $K/kernels_gemm_gpu_test --gtest_filter='XNormGpuTest.*:FloatLinearPdl*' \
         > $OUT/gemm_test.log 2>&1
