@@ -11,6 +11,7 @@
 #   q  bench_decoder_layer_step at 1 / 8 tokens, --wqb-qnorm 0 / 1 alternated twice
 #   p  bench_decoder_layer_step at 1 token, --float-pdl 0 / 3 (the gate's CUDA-core kernel alone
 #      programmatic) alternated twice
+#   r  a trace at 1 token with --wqb-qnorm 1 (the trace file comes back whole)
 #   t  kernels_gemm_gpu_test: XNormGpuTest.*, FloatLinearPdl* (CaptureGraph moved, session 77)
 # kit-target: bench_decoder_layer_step kernels_gemm_gpu_test kernels_mhc_gpu_test kernels_attention_gpu_test
 set -u
@@ -70,6 +71,9 @@ for mode in "$@"; do
         done
       done
       rm -f $OUT/p_*.log ;;
+    r)
+      eval timeout 90 $B --tokens 1 --trace 1 --wqb-qnorm 1 > $OUT/trace_q1.log 2>&1
+      echo "trace wqb-qnorm 1 rc $?"; grep -E "Reuse layer" $OUT/trace_q1.log | head -3 ;;
     t)
       timeout 300 $K/kernels_gemm_gpu_test --gtest_filter='XNormGpuTest.*:FloatLinearPdl*' \
         > $OUT/gemm_test.log 2>&1
