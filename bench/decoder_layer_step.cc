@@ -324,7 +324,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     const bool has_post = post_site >= 0;
     s.push_back(
         {name,
-         [=, &xs, &pre_in, &collapsed, &w, &normed] {
+         [=, this, &xs, &pre_in, &collapsed, &w, &normed] {
            kernels::HcBoundaryParams p;
            p.has_post = has_post;
            if (has_post) {
@@ -345,6 +345,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                     kD};
            p.norm = NormRows(b, kD, collapsed.get<uint16_t>(), w.get<uint16_t>(),
                              normed.get<uint16_t>());
+           p.cluster_ctas = opt_.boundary_cluster;
            Ok(kernels::LaunchHcBoundary(p, st));
          },
          db * kD * 2 * ((has_post ? 1 + 2 * kStreams : kStreams) + 2) + kD * 2, 0});

@@ -117,6 +117,10 @@ struct Options {
   // kernel normalises the rows it quantises; one launch fewer, the same bits); false: its own
   // RMSNorm launch (A/B).
   bool wqb_qnorm = false;
+  // kernels::HcBoundaryParams::cluster_ctas of the fused site boundaries: 0 (default) the
+  // launcher's automatic choice, 1 one block per token, 2 / 4 / 8 a cluster of CTAs per token
+  // (A/B; the same bits).
+  int64_t boundary_cluster = 0;
   // The fp32-weight Linears (the MoE gate; the extras' r = 2 compressor wkv / wgate) hold bf16
   // checkpoint weights promoted to fp32 (spec §4.4, §4.7): uploaded as bf16, their narrowed form
   // (kernels::NarrowFloatLinearWeight; the same exact products), as a server does; false: as

@@ -8,7 +8,7 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
-//                            [--wqb-qnorm 0|1]
+//                            [--wqb-qnorm 0|1] [--boundary-cluster 0|1|2|4|8]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -85,6 +85,9 @@
 // kernel normalises the rows as it quantises them and writes the normed rows for the indexer;
 // one launch fewer on the critical path, the same bits); 0 (default until measured) its own
 // RMSNorm launch.
+// --boundary-cluster N runs the fused mHC site boundaries with N CTAs per token in a thread-block
+// cluster (HcBoundaryParams::cluster_ctas, session 78; 1 one block per token; 0, the default, the
+// launcher's automatic choice; the same bits).
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
@@ -249,6 +252,13 @@ Options ParseOptions(int argc, char** argv) {
       o.float_pdl = std::string(argv[i + 1]) == "auto" ? -1 : std::atoi(argv[i + 1]);
       if (o.float_pdl < -1 || o.float_pdl > 3) {
         std::fprintf(stderr, "--float-pdl must be auto, 0, 1, 2 or 3\n");
+        std::exit(2);
+      }
+    } else if (flag == "--boundary-cluster") {
+      o.boundary_cluster = std::atoll(argv[i + 1]);
+      if (o.boundary_cluster != 0 && o.boundary_cluster != 1 && o.boundary_cluster != 2 &&
+          o.boundary_cluster != 4 && o.boundary_cluster != 8) {
+        std::fprintf(stderr, "--boundary-cluster must be 0, 1, 2, 4 or 8\n");
         std::exit(2);
       }
     } else if (flag == "--wqb-qnorm") {

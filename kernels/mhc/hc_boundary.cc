@@ -25,6 +25,11 @@ absl::Status HcBoundaryCpu(const HcBoundaryParams& p, ThreadPool* pool) {
   return RmsNormCpu(p.norm, pool);
 }
 
+int64_t HcBoundaryClusterCtas(const HcBoundaryParams& p) {
+  if (p.cluster_ctas > 0) return p.cluster_ctas;
+  return p.pre.tokens <= kHcBoundaryClusterAutoTokens ? kHcBoundaryClusterAutoCtas : 1;
+}
+
 bool HcBoundaryFuses(const HcBoundaryParams& p) {
   const HcPreParams& pre = p.pre;
   const RmsNormParams& n = p.norm;

@@ -28,6 +28,12 @@ struct HcBoundaryParams {
   // norm.rows == pre.tokens, norm.cols == pre.dim. norm.out may equal pre.out (same stride) but
   // must not overlap the streams.
   RmsNormParams norm;
+  // CTAs per token of the fused kernel: 1 = one block of 256 threads per token; 2, 4 or 8 = a
+  // thread-block cluster of that many 128-thread CTAs per token, each with its share of the
+  // row, the norm's sum of squares exchanged through distributed shared memory (spreads a small
+  // batch's loads over more SMs; the same bits); 0 (default) = automatic:
+  // kHcBoundaryClusterAutoCtas per token up to kHcBoundaryClusterAutoTokens tokens, else 1.
+  int64_t cluster_ctas = 0;
 };
 
 // Validate(post) when has_post, Validate(pre), ValidateRmsNorm(norm), and the links above.
@@ -42,6 +48,12 @@ absl::Status HcBoundaryCpu(const HcBoundaryParams& p, ThreadPool* pool);
 // grids use the GPU better).
 inline constexpr int64_t kHcBoundaryMaxDim = 8192;
 inline constexpr int64_t kHcBoundaryMaxTokens = 256;
+// The automatic cluster_ctas (0): none yet (session 78 built the cluster form; unmeasured).
+inline constexpr int64_t kHcBoundaryClusterAutoCtas = 8;
+inline constexpr int64_t kHcBoundaryClusterAutoTokens = 0;
+// The CTAs per token LaunchHcBoundary's fused kernel runs for these params (cluster_ctas, or the
+// automatic rule's). Pure.
+int64_t HcBoundaryClusterCtas(const HcBoundaryParams& p);
 
 // True when LaunchHcBoundary runs the fused kernel for these params (host-only, pointer
 // alignment included): 1024 < D <= kHcBoundaryMaxDim with D % 8 == 0 (the rows RmsNorm gives a

@@ -3,7 +3,8 @@
 // streams, the collapsed row and the normed row, with and without hc_post, in place (streams over
 // the residual, the normed row over the collapsed one), padded strides, every register-slot count
 // of the fused kernel (D 1032 .. 8192) and the shapes that take the three launches instead
-// (D <= 1024, D % 8 != 0, misaligned rows, more than kHcBoundaryMaxTokens tokens). Outputs start
+// (D <= 1024, D % 8 != 0, misaligned rows, more than kHcBoundaryMaxTokens tokens); the cluster
+// form (cluster_ctas 2 / 4 / 8) likewise. Outputs start
 // poisoned, so an element the kernel fails to write (or writes into the padding) is a mismatch.
 #include <cstdint>
 #include <cstring>
@@ -28,7 +29,8 @@ constexpr uint16_t kPoison = 0xA5A5;
 struct Case {
   int64_t tokens, dim, pad, offset;  // pad: elements added to every row stride; offset: to bases
   bool post, post_in_place, norm_in_place;
-  bool fuses;  // what HcBoundaryFuses must say
+  bool fuses;           // what HcBoundaryFuses must say
+  int64_t cluster = 1;  // HcBoundaryParams::cluster_ctas
 };
 
 // Every tensor of one case, host or device: the same layout either way.
@@ -56,6 +58,7 @@ HcBoundaryParams ParamsFor(const Case& c, const Tensors<Ptr16, PtrF>& t) {
   p.norm.eps = 1e-6f;
   p.norm.out = c.norm_in_place ? p.pre.out : t.normed + c.offset;
   p.norm.out_stride = fs;
+  p.cluster_ctas = c.cluster;
   return p;
 }
 
@@ -80,8 +83,9 @@ struct DeviceSet {
 };
 
 void Check(const Case& c, uint64_t seed) {
-  SCOPED_TRACE(absl::StrFormat("tokens %d dim %d pad %d offset %d post %d in place %d/%d", c.tokens,
-                               c.dim, c.pad, c.offset, c.post, c.post_in_place, c.norm_in_place));
+  SCOPED_TRACE(absl::StrFormat(
+      "tokens %d dim %d pad %d offset %d post %d in place %d/%d cluster %d", c.tokens, c.dim, c.pad,
+      c.offset, c.post, c.post_in_place, c.norm_in_place, c.cluster));
   std::mt19937_64 rng(seed);
   const int64_t n = c.tokens, xs = kS * c.dim + c.pad, fs = c.dim + c.pad;
   const std::vector<uint16_t> residual = RandomBf16(c.offset + n * xs, 1.3, rng);
@@ -176,6 +180,28 @@ TEST(HcBoundaryGpuTest, EqualsTheThreeLaunchesAndTheCpuBitForBit) {
   };
   uint64_t seed = 900;
   for (const Case& c : cases) Check(c, seed++);
+}
+
+// The cluster form (cluster_ctas 2 / 4 / 8: each CTA its share of the row, the sum of squares
+// exchanged through distributed shared memory) against the CPU and the three launches, over
+// 1 .. 4 slots per thread, uneven shares (D 1032: 129 chunks), in place, padded strides, and the
+// most tokens.
+TEST(HcBoundaryGpuTest, ClusterFormsEqualTheCpuBitForBit) {
+  FS_SKIP_WITHOUT_GPU();
+  uint64_t seed = 1900;
+  for (const int64_t n : {2, 4, 8}) {
+    const Case cases[] = {
+        {1, 5120, 0, 0, true, false, false, true, n},   // the decode shape
+        {1, 5120, 0, 0, false, false, false, true, n},  // collapse + norm only
+        {3, 5120, 0, 0, true, true, false, true, n},    // streams over the residual
+        {5, 2048, 0, 0, true, false, true, true, n},    // normed over the collapsed row
+        {2, 1032, 8, 0, false, false, false, true, n},  // 129 chunks: uneven shares
+        {17, 8192, 8, 0, true, false, false, true, n},  // n = 2: 4 slots
+        {9, 4096, 0, 0, true, true, true, true, n},     // both in place
+        {256, 5120, 0, 0, true, false, false, true, n}  // kHcBoundaryMaxTokens
+    };
+    for (const Case& c : cases) Check(c, seed++);
+  }
 }
 
 }  // namespace

@@ -83,6 +83,18 @@ TEST(HcBoundaryTest, ValidationNamesEveryBrokenLink) {
   p = b.Params();
   p.norm.eps = 0.0f;  // the ops' own checks still run
   ExpectInvalid(p, "eps");
+  for (const int64_t n : {-1, 3, 16}) {
+    p = b.Params();
+    p.cluster_ctas = n;
+    ExpectInvalid(p, "cluster_ctas");
+  }
+  for (const int64_t n : {0, 1, 2, 4, 8}) {
+    p = b.Params();
+    p.cluster_ctas = n;
+    EXPECT_TRUE(ValidateHcBoundary(p).ok()) << n;
+    p.pre.tokens = kHcBoundaryClusterAutoTokens + 1;  // the automatic rule's range
+    EXPECT_EQ(HcBoundaryClusterCtas(p), n > 0 ? n : 1) << n;
+  }
   // Without hc_post the streams are only read: the collapse may take any stream tensor.
   p = b.Params();
   p.has_post = false;

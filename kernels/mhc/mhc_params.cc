@@ -157,6 +157,10 @@ absl::Status ValidateHcBoundary(const HcBoundaryParams& p) {
   const RmsNormParams& n = p.norm;
   RETURN_IF_ERROR(Validate(pre));
   RETURN_IF_ERROR(ValidateRmsNorm(n));
+  if (p.cluster_ctas != 0 && p.cluster_ctas != 1 && p.cluster_ctas != 2 && p.cluster_ctas != 4 &&
+      p.cluster_ctas != 8) {
+    return Invalid(kOp, "cluster_ctas", "must be 0 (automatic), 1, 2, 4 or 8");
+  }
   if (n.x != pre.out || n.x_stride != pre.out_stride) {
     return Invalid(kOp, "norm.x", "must be pre.out with pre.out_stride (the collapsed row)");
   }

@@ -3,7 +3,8 @@
 #   bash build-gpu-bin/s117_run.sh g x b d s
 # Kit s116's modes (session 77's defaults, its two A/B flags) plus session 78's q_norm fused into
 # wq_b (LinearCudaParams::x_norm, bench --wqb-qnorm) and the GPU tests it and session 77 added.
-#   g  kernels_mhc_gpu_test: the small-batch mixes with a capped grid (small_batch_ctas);
+#   g  kernels_mhc_gpu_test: the small-batch mixes with a capped grid (small_batch_ctas), the
+#      site boundary (session 78's cluster form);
 #      kernels_attention_gpu_test: the combine forms (kWgmmaCombineBatch 8 -> 6 after kit s115)
 #   x  bench_decoder_layer_step at 1 / 8 tokens, --mixes-ctas 0 / 40 / 20 alternated twice
 #   b  bench_decoder_layer_step at 1 / 8 tokens, --branch-splits 0 / 2 / 4 alternated twice
@@ -11,9 +12,10 @@
 #   q  bench_decoder_layer_step at 1 / 8 tokens, --wqb-qnorm 0 / 1 alternated twice
 #   p  bench_decoder_layer_step at 1 token, --float-pdl 0 / 3 (the gate's CUDA-core kernel alone
 #      programmatic) alternated twice
+#   c  bench_decoder_layer_step at 1 / 8 tokens, --boundary-cluster 1 / 8 / 4 alternated twice
 #   r  a trace at 1 token with --wqb-qnorm 1 (the trace file comes back whole)
-#   t  kernels_gemm_gpu_test: XNormGpuTest.*, FloatLinearPdl* (CaptureGraph moved, session 77)
-# kit-target: bench_decoder_layer_step kernels_gemm_gpu_test kernels_mhc_gpu_test kernels_attention_gpu_test
+# (kit s117g: the gemm GPU tests)
+# kit-target: bench_decoder_layer_step kernels_mhc_gpu_test kernels_attention_gpu_test
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
 K=/tmp/kit_s117; mkdir -p $K; for t in "$(dirname "$0")"/s117.tar.xz; do tar xJf "$t" -C $K; done
@@ -23,7 +25,7 @@ B="$K/bench_decoder_layer_step --reindex-tokens '' --extra-tokens '' --iters 20 
 for mode in "$@"; do
   case $mode in
     g)
-      timeout 200 $K/kernels_mhc_gpu_test --gtest_filter='MhcGpuTest.SmallBatch*:MhcGpuTest.HcPre*:MhcGpuTest.Launchers*' \
+      timeout 200 $K/kernels_mhc_gpu_test --gtest_filter='MhcGpuTest.SmallBatch*:MhcGpuTest.HcPre*:MhcGpuTest.Launchers*:HcBoundaryGpuTest.*' \
         > $OUT/mhc_test.log 2>&1
       echo "mhc test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/mhc_test.log | tail -8
       timeout 200 $K/kernels_attention_gpu_test --gtest_filter='SparseAttnGpuTest.CombineForms*:SparseAttnGpuTest.WgmmaWsEqualsWgmma' \
@@ -71,12 +73,17 @@ for mode in "$@"; do
         done
       done
       rm -f $OUT/p_*.log ;;
+    c)
+      for round in 1 2; do
+        for c in 1 8 4; do
+          eval timeout 90 $B --tokens 1,8 --boundary-cluster $c > $OUT/c_${c}_$round.log 2>&1
+          echo "boundary-cluster $c round $round rc $?"
+          grep -E "Reuse layer|CHECK|DIFFER|bit-identical" $OUT/c_${c}_$round.log | sed -E 's/, [0-9.]+ MB.*roof/ roof/'
+        done
+      done
+      rm -f $OUT/c_*.log ;;
     r)
       eval timeout 90 $B --tokens 1 --trace 1 --wqb-qnorm 1 > $OUT/trace_q1.log 2>&1
       echo "trace wqb-qnorm 1 rc $?"; grep -E "Reuse layer" $OUT/trace_q1.log | head -3 ;;
-    t)
-      timeout 300 $K/kernels_gemm_gpu_test --gtest_filter='XNormGpuTest.*:FloatLinearPdl*' \
-        > $OUT/gemm_test.log 2>&1
-      echo "gemm test rc $?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|differ|OK \]" $OUT/gemm_test.log | tail -12 ;;
   esac
 done
