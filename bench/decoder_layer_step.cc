@@ -118,7 +118,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
     p.tile_rows = 16;  // the mma.sync plan the CUDA-core kernel replaced (A/B)
     gemv = false;
   }
-  const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 0);
+  const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 3);
   p.programmatic = pdl == 1 || (pdl == 2 && !gemv) || (pdl == 3 && gemv);
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();
@@ -515,7 +515,9 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
        [=, this] { LaunchFloat(GateParams(b)); },
        static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4), 2 * db * kExperts * kD});
   if (late) ffn_mixes();
-  const bool shared_branch = overlap && opt_.shared_branch;
+  // With --shared-splits the one-stream schedule runs the shared expert as its own stage too (on
+  // the main stream), so both schedules sum its Linears with the same K splits.
+  const bool shared_branch = (overlap && opt_.shared_branch) || opt_.shared_splits > 0;
   if (shared_branch) {
     // The shared expert needs only the normed x: forked here, it runs beside the gate and the
     // routing; the MoE's combine waits for it (shared_y_ready).
@@ -528,6 +530,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    p.x_stride = kD;
                    p.y = shared_y_.get<uint16_t>();
                    p.y_stride = kD;
+                   p.split_k = opt_.shared_splits;
                    p.workspace = shared_ws_.get();
                    p.workspace_bytes = shared_ws_.bytes();
                    Ok(kernels::LaunchMoeSharedExpert(p, branch_stream(3)));
@@ -552,7 +555,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  if (shared_branch) {
                    p.shared_y = shared_y_.get<uint16_t>();
                    p.shared_y_stride = kD;
-                   p.shared_y_ready = join_[3];
+                   p.shared_y_ready = overlap ? join_[3] : nullptr;  // one stream: in order
                  } else {
                    p.shared = &shared_->view;
                  }
@@ -581,7 +584,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                2 * db * (shared_branch ? kTopkExperts : kTopkExperts + 1) * 3 * kD * kInter});
   if (shared_branch || post_in_moe) {
     s.back().joins = [=, this] {
-      if (shared_branch) CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0));
+      if (shared_branch && overlap) CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0));
       if (post_in_moe) join(1);
     };
   }

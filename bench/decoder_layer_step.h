@@ -28,7 +28,8 @@ using kernels::DeviceBuffer;
 // Released dims (spec §2, §4).
 inline constexpr int64_t kD = 5120;
 inline constexpr int64_t kStreams = 4;
-// --float-pdl's default (-1): the float Linears as programmatic dependents from this many tokens.
+// --float-pdl's default (-1): the float Linears as programmatic dependents from this many tokens
+// (below it only the gate's CUDA-core kernel).
 inline constexpr int64_t kFloatPdlMinTokens = 8;
 inline constexpr int64_t kHeads = 64;
 inline constexpr int64_t kHeadDim = 512;
@@ -117,9 +118,15 @@ struct Options {
   // kernel normalises the rows it quantises; one launch fewer, the same bits); false: its own
   // RMSNorm launch (A/B).
   bool wqb_qnorm = false;
+  // kernels::MoeSharedExpertParams::split_k of the forked shared expert: 0 (default) its Linears'
+  // plans (259 CTAs for w1 | w3 at one token), N forces N K splits (1: 36 CTAs), leaving SM slots
+  // to the gate, the MoE's front and its rings beside it (A/B; the shared expert's bits follow
+  // the split count; the one-stream schedule then runs it as its own stage with the same
+  // splits).
+  int64_t shared_splits = 0;
   // kernels::HcBoundaryParams::cluster_ctas of the fused site boundaries: 0 (default) the
-  // launcher's automatic choice, 1 one block per token, 2 / 4 / 8 a cluster of CTAs per token
-  // (A/B; the same bits).
+  // launcher's automatic choice (8 CTAs per token up to 64 tokens since session 78), 1 one block
+  // per token, 2 / 4 / 8 a cluster of CTAs per token (A/B; the same bits).
   int64_t boundary_cluster = 0;
   // The fp32-weight Linears (the MoE gate; the extras' r = 2 compressor wkv / wgate) hold bf16
   // checkpoint weights promoted to fp32 (spec §4.4, §4.7): uploaded as bf16, their narrowed form
@@ -155,9 +162,10 @@ struct Options {
   // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
   // weights requested while the kernel ahead runs): 1 all of them, 2 all but the CUDA-core
   // kernel's (the gate at 1–4 tokens), 3 only the CUDA-core kernel's, 0 none; -1 (default) = 1
-  // from kFloatPdlMinTokens tokens,
-  // else 0 (session 77, H100: 8 tokens graph 507–508 -> 498–500 µs, 1 token 208–209 -> 209–210;
-  // docs/performance_layer_step.md "Session 77"). The same bits either way.
+  // from kFloatPdlMinTokens tokens, else 3 (session 77, H100: 8 tokens graph 507–508 -> 498–500
+  // µs with 1; session 78, H100: 1 token 208.0–209.4 -> 206.2–206.8 with 3, where 1 lost 1–2 µs:
+  // wo_a's early weights slow the attention; docs/performance_layer_step.md "Session 78"). The
+  // same bits either way.
   int float_pdl = -1;
   // kernels::MoeCudaParams::early_ring: the fused front lets the up ring's CTAs be scheduled at
   // its start (A/B; the same bits).

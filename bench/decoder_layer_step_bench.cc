@@ -8,7 +8,7 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
-//                            [--wqb-qnorm 0|1] [--boundary-cluster 0|1|2|4|8]
+//                            [--wqb-qnorm 0|1] [--boundary-cluster 0|1|2|4|8] [--shared-splits N]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -73,9 +73,9 @@
 // kernel ahead (the attention's combine, the FFN boundary) runs (session 76,
 // FloatLinearCudaParams::programmatic; the same bits); 0 plain launches; 2 only the swapped-role
 // kernel (the gate's CUDA-core kernel plain); 3 only the CUDA-core kernel (the gate at 1-4
-// tokens; session 78); auto (default, session 77) 1 from 8 tokens, 0 below
-// (measured: 8 tokens 1.5 % faster, 1 token ~1 % slower — wo_a's early weights slow the
-// latency-bound attention beside them).
+// tokens; session 78); auto (the default) 1 from 8 tokens, 3 below (measured: 1 at 8 tokens
+// 1.5 % faster; at 1 token 1 is ~1 % slower — wo_a's early weights slow the latency-bound
+// attention beside them — and 3 ~1 % faster, session 78).
 // --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
 // (MoeCudaParams::early_ring, session 76; A/B, the same bits).
 // --moe-hc-post 1 (default, session 77) applies the FFN site's hc_post in the MoE's combine
@@ -83,11 +83,17 @@
 // hc_post's bytes; the same bits); 0 launches it alone (A/B).
 // --wqb-qnorm 1 fuses q_norm into wq_b (LinearCudaParams::x_norm, session 78: the weight-streaming
 // kernel normalises the rows as it quantises them and writes the normed rows for the indexer;
-// one launch fewer on the critical path, the same bits); 0 (default until measured) its own
-// RMSNorm launch.
+// one launch fewer on the critical path, the same bits); 0 (default) its own RMSNorm launch.
 // --boundary-cluster N runs the fused mHC site boundaries with N CTAs per token in a thread-block
 // cluster (HcBoundaryParams::cluster_ctas, session 78; 1 one block per token; 0, the default, the
-// launcher's automatic choice; the same bits).
+// launcher's automatic choice: 8 up to 64 tokens; the same bits).
+// --wqb-qnorm 1 measured slower (session 78, H100: 1 token graph 208 -> 225 µs): the fused wq_b,
+// a programmatic dependent of wq_a, takes the SM slots q_norm's gap left to the forked wkv, which
+// then ends after wq_b (44.5 µs instead of ~23) and delays the attention.
+// --shared-splits N forces N K splits on the forked shared expert's Linears
+// (MoeSharedExpertParams::split_k, session 78; 0, the default: their plans', 259 CTAs for w1 | w3
+// at one token), so that it leaves SM slots to the gate, the MoE's front and its rings (the
+// session-78 trace: the front started 5.7 µs after the gate, behind the shared expert's CTAs).
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
@@ -259,6 +265,13 @@ Options ParseOptions(int argc, char** argv) {
       if (o.boundary_cluster != 0 && o.boundary_cluster != 1 && o.boundary_cluster != 2 &&
           o.boundary_cluster != 4 && o.boundary_cluster != 8) {
         std::fprintf(stderr, "--boundary-cluster must be 0, 1, 2, 4 or 8\n");
+        std::exit(2);
+      }
+    } else if (flag == "--shared-splits") {
+      o.shared_splits = std::atoll(argv[i + 1]);
+      if (o.shared_splits < 0 || o.shared_splits > kernels::kLinearCudaMaxSplits) {
+        std::fprintf(stderr, "--shared-splits must be in [0, %lld]\n",
+                     static_cast<long long>(kernels::kLinearCudaMaxSplits));
         std::exit(2);
       }
     } else if (flag == "--wqb-qnorm") {

@@ -48,9 +48,13 @@ absl::Status HcBoundaryCpu(const HcBoundaryParams& p, ThreadPool* pool);
 // grids use the GPU better).
 inline constexpr int64_t kHcBoundaryMaxDim = 8192;
 inline constexpr int64_t kHcBoundaryMaxTokens = 256;
-// The automatic cluster_ctas (0): none yet (session 78 built the cluster form; unmeasured).
+// The automatic cluster_ctas (0): 8 CTAs per token up to 64 tokens. Session 78 (H100, the decode
+// step's two boundaries, graph µs): 1 token 207.9–208.5 -> 206.8–207.1 (4 CTAs: level), 8 tokens
+// 509.5–510.2 -> 506.9–507.6, 64 tokens 1,817.7–1,819.5 -> 1,813.8–1,815.5; the FFN boundary
+// 6.2 -> 4.4–5.3 µs in the step's trace. Above 64 tokens the one-block grid is wide enough
+// (not measured).
 inline constexpr int64_t kHcBoundaryClusterAutoCtas = 8;
-inline constexpr int64_t kHcBoundaryClusterAutoTokens = 0;
+inline constexpr int64_t kHcBoundaryClusterAutoTokens = 64;
 // The CTAs per token LaunchHcBoundary's fused kernel runs for these params (cluster_ctas, or the
 // automatic rule's). Pure.
 int64_t HcBoundaryClusterCtas(const HcBoundaryParams& p);

@@ -92,8 +92,10 @@ TEST(HcBoundaryTest, ValidationNamesEveryBrokenLink) {
     p = b.Params();
     p.cluster_ctas = n;
     EXPECT_TRUE(ValidateHcBoundary(p).ok()) << n;
-    p.pre.tokens = kHcBoundaryClusterAutoTokens + 1;  // the automatic rule's range
+    p.pre.tokens = kHcBoundaryClusterAutoTokens + 1;  // past the automatic rule's range
     EXPECT_EQ(HcBoundaryClusterCtas(p), n > 0 ? n : 1) << n;
+    p.pre.tokens = kHcBoundaryClusterAutoTokens;
+    EXPECT_EQ(HcBoundaryClusterCtas(p), n > 0 ? n : kHcBoundaryClusterAutoCtas) << n;
   }
   // Without hc_post the streams are only read: the collapse may take any stream tensor.
   p = b.Params();

@@ -229,6 +229,60 @@ TEST(MoeGpuSharedTest, QdqSwiGluKeepsTheSharedExpertsBits) {
   }
 }
 
+// MoeSharedExpertParams::split_k: each Linear runs with the forced K splits (the plan says so,
+// and the call equals its own launches with those splits, bit for bit); the workspace is sized
+// with them; a count out of range is refused.
+TEST(MoeGpuSharedTest, ForcedSplitsRunEveryLinearWithThem) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kDim = 5120, kInter = 2304;
+  const auto shared = moe_test::RandomSharedExpert(kDim, kInter, 91);
+  for (const bool fused_w13 : {true, false}) {
+    const auto dev = moe_test::UploadSharedExpert(shared, fused_w13);
+    for (const int64_t m : {int64_t{1}, int64_t{4}}) {
+      const auto x = moe_test::RealisticActivations(m, kDim, 92);
+      for (const int64_t splits : {int64_t{1}, int64_t{3}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "m " << m << " splits " << splits << (fused_w13 ? " w13" : " w1 + w3"));
+        DeviceBuffer dx = ToDevice(x), dy1 = Poisoned<uint16_t>(m * kDim),
+                     dy2 = Poisoned<uint16_t>(m * kDim);
+        auto bytes = MoeSharedExpertWorkspaceBytes(dev->view, m, splits);
+        ASSERT_TRUE(bytes.ok());
+        DeviceBuffer ws(*bytes);
+        MoeSharedExpertParams p;
+        p.weights = &dev->view;
+        p.m = m;
+        p.x = dx.get<uint16_t>();
+        p.x_stride = kDim;
+        p.y = dy1.get<uint16_t>();
+        p.y_stride = kDim;
+        p.workspace = ws.get();
+        p.workspace_bytes = ws.bytes();
+        p.split_k = splits;
+        ASSERT_TRUE(LaunchMoeSharedExpert(p, nullptr).ok());
+        moe_cuda_internal::MoeSharedExpertPlan plan;
+        p.y = dy2.get<uint16_t>();
+        ASSERT_TRUE(moe_cuda_internal::PlanMoeSharedExpert(p, &plan).ok());
+        for (int i = 0; i < plan.n_up; ++i) {
+          EXPECT_EQ(plan.up[i].split_k, splits);
+          ASSERT_TRUE(LaunchLinearFp8(plan.up[i], nullptr).ok());
+        }
+        EXPECT_EQ(plan.down.split_k, splits);
+        ASSERT_TRUE(LaunchMoeSharedSwiGlu(plan.swiglu, nullptr).ok());
+        ASSERT_TRUE(LaunchLinearFp8(plan.down, nullptr).ok());
+        EXPECT_EQ(ToHost<uint16_t>(dy1, m * kDim), ToHost<uint16_t>(dy2, m * kDim));
+      }
+    }
+    MoeSharedExpertParams bad;
+    bad.weights = &dev->view;
+    bad.m = 1;
+    bad.split_k = kLinearCudaMaxSplits + 1;
+    const absl::Status s = Validate(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("split_k"), std::string::npos) << s;
+    EXPECT_FALSE(MoeSharedExpertWorkspaceBytes(dev->view, 1, -1).ok());
+  }
+}
+
 struct SharedCase {
   int64_t dim, inter, m;
   bool fused;

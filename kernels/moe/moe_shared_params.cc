@@ -48,19 +48,22 @@ struct SharedLayout {
   size_t total = 0;  // including 256 bytes of alignment slack
 };
 
-SharedLayout ComputeLayout(const MoeSharedExpertWeights& w, const MoeSharedExpertDims& d,
-                           int64_t m) {
+SharedLayout ComputeLayout(const MoeSharedExpertWeights& w, const MoeSharedExpertDims& d, int64_t m,
+                           int64_t split_k) {
   SharedLayout l;
   const size_t rows = static_cast<size_t>(std::max<int64_t>(m, 0));
   l.gu = 0;
   l.a = Align256(2 * rows * 2 * static_cast<size_t>(d.inter));
   l.linear = l.a + Align256(2 * rows * static_cast<size_t>(d.inter));
-  size_t lin = LinearCudaWorkspaceBytes(w.w2->view(), m);
+  // The split count's workspace (split_k 0: each plan's own).
+  auto bytes = [&](const DeviceFp8Linear* lin) {
+    return LinearCudaWorkspaceBytes(lin->view(), m, 0, std::max<int64_t>(split_k, 0));
+  };
+  size_t lin = bytes(w.w2);
   if (d.fused) {
-    lin = std::max(lin, LinearCudaWorkspaceBytes(w.w13->view(), m));
+    lin = std::max(lin, bytes(w.w13));
   } else {
-    lin = std::max({lin, LinearCudaWorkspaceBytes(w.w1->view(), m),
-                    LinearCudaWorkspaceBytes(w.w3->view(), m)});
+    lin = std::max({lin, bytes(w.w1), bytes(w.w3)});
   }
   l.linear_bytes = Align256(lin);
   l.total = l.linear + l.linear_bytes + 256;
@@ -142,12 +145,16 @@ absl::Status Validate(const MoeSharedSwiGluParams& p) {
 }
 
 absl::StatusOr<size_t> MoeSharedExpertWorkspaceBytes(const MoeSharedExpertWeights& weights,
-                                                     int64_t max_tokens) {
+                                                     int64_t max_tokens, int64_t split_k) {
   ASSIGN_OR_RETURN(const MoeSharedExpertDims d, MoeSharedExpertDimsOf(weights));
   if (max_tokens < 0 || max_tokens > kMaxRows) {
     return Invalid("MoeSharedExpertWorkspaceBytes", "max_tokens", "must be in [0, 2^31)");
   }
-  return ComputeLayout(weights, d, max_tokens).total;
+  if (split_k < 0 || split_k > kLinearCudaMaxSplits) {
+    return Invalid("MoeSharedExpertWorkspaceBytes", "split_k",
+                   absl::StrFormat("must be in [0, %d]", kLinearCudaMaxSplits));
+  }
+  return ComputeLayout(weights, d, max_tokens, split_k).total;
 }
 
 namespace moe_cuda_internal {
@@ -157,13 +164,16 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   if (p.weights == nullptr) return Invalid(kOp, "weights", "is null");
   ASSIGN_OR_RETURN(const MoeSharedExpertDims d, MoeSharedExpertDimsOf(*p.weights));
   if (p.m < 0 || p.m > kMaxRows) return Invalid(kOp, "m", "must be in [0, 2^31)");
+  if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
+    return Invalid(kOp, "split_k", absl::StrFormat("must be in [0, %d]", kLinearCudaMaxSplits));
+  }
   *plan = MoeSharedExpertPlan{};
   if (p.m == 0) return absl::OkStatus();
   if (p.x == nullptr) return Invalid(kOp, "x", "is null");
   if (p.y == nullptr) return Invalid(kOp, "y", "is null");
   if (p.x_stride < d.dim) return Invalid(kOp, "x_stride", absl::StrFormat("is < D = %d", d.dim));
   if (p.y_stride < d.dim) return Invalid(kOp, "y_stride", absl::StrFormat("is < D = %d", d.dim));
-  const SharedLayout l = ComputeLayout(*p.weights, d, p.m);
+  const SharedLayout l = ComputeLayout(*p.weights, d, p.m, p.split_k);
   if (p.workspace == nullptr || p.workspace_bytes < l.total) {
     return Invalid(kOp, "workspace",
                    absl::StrFormat("has %d bytes, needs %d", p.workspace_bytes, l.total));
@@ -183,7 +193,10 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
     plan->up[1] = GemmParams(w.w3, p.m, p.x, p.x_stride, gu + is, gu_stride, lin, l.linear_bytes);
     plan->n_up = 2;
   }
-  for (int i = 0; i < plan->n_up; ++i) plan->up[i].x_qdq = p.x_qdq;
+  for (int i = 0; i < plan->n_up; ++i) {
+    plan->up[i].x_qdq = p.x_qdq;
+    plan->up[i].split_k = p.split_k;
+  }
   MoeSharedSwiGluParams& s = plan->swiglu;
   s.m = p.m;
   s.inter = is;
@@ -200,6 +213,7 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   const LinearCudaPlan down = PlanLinearCuda(p.m, w.w2->view().n, w.w2->view().k);
   s.qdq = kSharedSwiGluQdq && down.kernel == LinearCudaKernel::kWgmmaBf16 && is % 32 == 0;
   plan->down.x_qdq = s.qdq;
+  plan->down.split_k = p.split_k;
   for (int i = 0; i < plan->n_up; ++i) {
     RETURN_IF_ERROR(ValidateLinearCudaParams(plan->up[i])) << kOp << " up GEMM";
   }

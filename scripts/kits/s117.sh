@@ -13,7 +13,7 @@
 #   p  bench_decoder_layer_step at 1 token, --float-pdl 0 / 3 (the gate's CUDA-core kernel alone
 #      programmatic) alternated twice
 #   c  bench_decoder_layer_step at 1 / 8 tokens, --boundary-cluster 1 / 8 / 4 alternated twice
-#   r  a trace at 1 token with --wqb-qnorm 1 (the trace file comes back whole)
+#   r  a trace at 1 token with --wqb-qnorm 1 --boundary-cluster 8 (the trace file comes back)
 # (kit s117g: the gemm GPU tests)
 # kit-target: bench_decoder_layer_step kernels_mhc_gpu_test kernels_attention_gpu_test
 set -u
@@ -83,7 +83,7 @@ for mode in "$@"; do
       done
       rm -f $OUT/c_*.log ;;
     r)
-      eval timeout 90 $B --tokens 1 --trace 1 --wqb-qnorm 1 > $OUT/trace_q1.log 2>&1
+      eval timeout 90 $B --tokens 1 --trace 1 --wqb-qnorm 1 --boundary-cluster 8 > $OUT/trace_q1.log 2>&1
       echo "trace wqb-qnorm 1 rc $?"; grep -E "Reuse layer" $OUT/trace_q1.log | head -3 ;;
   esac
 done
