@@ -177,7 +177,8 @@ void LayerStep::AllocateActivations() {
   moe_ws_ = DeviceBuffer(moe_ws_bytes_);
   shared_y_ = Bf16Buffer(b * kD);
   shared_ws_ = DeviceBuffer(
-      kernels::MoeSharedExpertWorkspaceBytes(shared_->view, b, opt_.shared_splits).value());
+      kernels::MoeSharedExpertWorkspaceBytes(shared_->view, b, opt_.shared_splits, opt_.shared_ctas)
+          .value());
 
   // Indexer: per sequence L index keys (bf16, FP4-representable values are not needed for
   // timing), layer 20's candidate mask, the scores and the top-k.

@@ -515,9 +515,11 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
        [=, this] { LaunchFloat(GateParams(b)); },
        static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4), 2 * db * kExperts * kD});
   if (late) ffn_mixes();
-  // With --shared-splits the one-stream schedule runs the shared expert as its own stage too (on
+  // With --shared-splits / --shared-ctas the one-stream schedule runs the shared expert as its
+  // own stage too (on
   // the main stream), so both schedules sum its Linears with the same K splits.
-  const bool shared_branch = (overlap && opt_.shared_branch) || opt_.shared_splits > 0;
+  const bool shared_branch =
+      (overlap && opt_.shared_branch) || opt_.shared_splits > 0 || opt_.shared_ctas > 0;
   if (shared_branch) {
     // The shared expert needs only the normed x: forked here, it runs beside the gate and the
     // routing; the MoE's combine waits for it (shared_y_ready).
@@ -531,6 +533,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    p.y = shared_y_.get<uint16_t>();
                    p.y_stride = kD;
                    p.split_k = opt_.shared_splits;
+                   p.stream_ctas = opt_.shared_ctas;
                    p.workspace = shared_ws_.get();
                    p.workspace_bytes = shared_ws_.bytes();
                    Ok(kernels::LaunchMoeSharedExpert(p, branch_stream(3)));

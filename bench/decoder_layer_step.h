@@ -119,11 +119,16 @@ struct Options {
   // RMSNorm launch (A/B).
   bool wqb_qnorm = false;
   // kernels::MoeSharedExpertParams::split_k of the forked shared expert: 0 (default) its Linears'
-  // plans (259 CTAs for w1 | w3 at one token), N forces N K splits (1: 36 CTAs), leaving SM slots
-  // to the gate, the MoE's front and its rings beside it (A/B; the shared expert's bits follow
-  // the split count; the one-stream schedule then runs it as its own stage with the same
-  // splits).
+  // plans (259 CTAs for w1 | w3 at one token), N forces N K splits (A/B; the shared expert's bits
+  // follow the split count; the one-stream schedule then runs it as its own stage with the same
+  // splits). Meant to leave SM slots to the MoE beside it; measured slower (session 78: the
+  // stream plan keeps ~264 CTAs with thinner rows each, and w1 | w3 took 107 µs at 1 split).
   int64_t shared_splits = 0;
+  // kernels::MoeSharedExpertParams::stream_ctas of the forked shared expert: 0 (default) the
+  // weight-streaming plan's 264 CTAs; N plans its Linears toward N CTAs (132: one per SM), leaving
+  // SM slots to the gate, the MoE's front and its rings (A/B; its bits follow the resulting
+  // splits; the one-stream schedule then runs it as its own stage with the same plans).
+  int64_t shared_ctas = 0;
   // kernels::HcBoundaryParams::cluster_ctas of the fused site boundaries: 0 (default) the
   // launcher's automatic choice (8 CTAs per token up to 64 tokens since session 78), 1 one block
   // per token, 2 / 4 / 8 a cluster of CTAs per token (A/B; the same bits).

@@ -9,6 +9,7 @@
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
 //                            [--wqb-qnorm 0|1] [--boundary-cluster 0|1|2|4|8] [--shared-splits N]
+//                            [--shared-ctas N]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -94,6 +95,10 @@
 // (MoeSharedExpertParams::split_k, session 78; 0, the default: their plans', 259 CTAs for w1 | w3
 // at one token), so that it leaves SM slots to the gate, the MoE's front and its rings (the
 // session-78 trace: the front started 5.7 µs after the gate, behind the shared expert's CTAs).
+// Measured slower (session 78, H100: 1 token graph 205 -> 255 µs at 1 split, 229 at 2): the
+// stream plan keeps ~264 CTAs by thinning each CTA's rows, and w1 | w3 took 107 µs.
+// --shared-ctas N plans the forked shared expert's Linears toward N CTAs instead of 264
+// (MoeSharedExpertParams::stream_ctas, session 78; 0 the default), fewer CTAs holding SM slots.
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
@@ -272,6 +277,13 @@ Options ParseOptions(int argc, char** argv) {
       if (o.shared_splits < 0 || o.shared_splits > kernels::kLinearCudaMaxSplits) {
         std::fprintf(stderr, "--shared-splits must be in [0, %lld]\n",
                      static_cast<long long>(kernels::kLinearCudaMaxSplits));
+        std::exit(2);
+      }
+    } else if (flag == "--shared-ctas") {
+      o.shared_ctas = std::atoll(argv[i + 1]);
+      if (o.shared_ctas < 0 || o.shared_ctas > kernels::kLinearCudaMaxStreamCtas) {
+        std::fprintf(stderr, "--shared-ctas must be in [0, %lld]\n",
+                     static_cast<long long>(kernels::kLinearCudaMaxStreamCtas));
         std::exit(2);
       }
     } else if (flag == "--wqb-qnorm") {

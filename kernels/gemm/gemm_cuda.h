@@ -115,6 +115,8 @@ inline constexpr int64_t kLinearCudaStreamCols = 128;
 // 30.75 -> 27.36, engram.wkv 86.21 -> 66.85 / 86.75 -> 80.22). At M = 16 (two n8 tiles) it lost
 // everywhere in round 1 and is not measured since: mma.sync there.
 constexpr bool LinearCudaStreamPays(int64_t m) { return m <= 8; }
+// The largest LinearCudaParams::stream_ctas.
+inline constexpr int64_t kLinearCudaMaxStreamCtas = 4096;
 // The stream kernel's TMA-ring variant (cuda/linear_fp8_stream_tma.cuh; stream_kernel.md
 // "Session 31"): one persistent CTA per SM streaming 128-row × 128-K boxes through a shared-memory
 // ring, split partials summed by the reduction kernel. The automatic plan where
@@ -246,6 +248,12 @@ struct LinearCudaParams {
   // way (`XNormFusedEqualsTwoLaunches`, on the GPU). x_norm.out must not overlap x, y or the
   // workspace; x_qdq must be false.
   LinearXNorm x_norm;
+  // The weight-streaming plan's CTA target (splits and CTAs along N grow toward it): 0 = automatic
+  // (264: two CTAs on each of 132 SMs), 1 .. kLinearCudaMaxStreamCtas another. Fewer CTAs leave
+  // SM slots (each CTA holds half an SM's registers) to kernels running beside the call — the
+  // decode step's forked shared expert beside the MoE (bench --shared-ctas). The bits follow the
+  // plan's split count. Every other plan ignores it.
+  int64_t stream_ctas = 0;
   // 0 = automatic; 1 .. kLinearCudaMaxSplits forces the number of K splits (capped at the
   // number of K steps). The bits depend on the split count (fp32 order), not on anything else.
   int64_t split_k = 0;
@@ -337,10 +345,11 @@ int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows = 0,
                               int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
-                              bool expand_weights = true, bool stream_k_tail = false);
+                              bool expand_weights = true, bool stream_k_tail = false,
+                              int64_t stream_ctas = 0);
 
 // Workspace bytes for any m <= max_m with the given tile_rows / split_k (0 = automatic),
-// wgmma_bf16, wgmma_ws, expand_weights and stream_k_tail: the activation region
+// wgmma_bf16, wgmma_ws, expand_weights, stream_k_tail and stream_ctas: the activation region
 // (LinearCudaActivationBytes; none for the stream kernel), then, when the plan splits K, the fp32
 // partials (4·splits·M·N, rounded up to 256) and for the stream kernel its arrival counters (8
 // bytes per m tile × n tile, rounded up to 256), then, when the plan has a stream-K tail, its
@@ -349,7 +358,8 @@ LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows
 // Monotone in max_m; 0 for max_m <= 0. Cost: O(min(max_m, 16896)) plans.
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows = 0,
                                 int64_t split_k = 0, bool wgmma_bf16 = true, bool wgmma_ws = true,
-                                bool expand_weights = true, bool stream_k_tail = false);
+                                bool expand_weights = true, bool stream_k_tail = false,
+                                int64_t stream_ctas = 0);
 // Byte offsets of the workspace regions for one call with m rows (the launcher's layout).
 struct LinearCudaWorkspaceLayout {
   size_t activations = 0;    // QDQ activations or codes + scales (none for the stream kernel)

@@ -76,10 +76,12 @@ LinearCudaPlan StreamBasePlan(int64_t m, int64_t n) {
   return p;
 }
 
-LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
+// stream_ctas: the CTA target (LinearCudaParams::stream_ctas; 0: kStreamTargetCtas).
+LinearCudaPlan StreamPlan(int64_t m, int64_t n, int64_t k, int64_t split_k, int64_t stream_ctas) {
+  const int64_t target = stream_ctas > 0 ? stream_ctas : kStreamTargetCtas;
   LinearCudaPlan p = StreamBasePlan(m, n);
-  FillSplits(p, k, split_k, kStreamTargetCtas);
-  const int64_t spread = kStreamTargetCtas / std::max<int64_t>(1, p.splits * p.m_tiles);
+  FillSplits(p, k, split_k, target);
+  const int64_t spread = target / std::max<int64_t>(1, p.splits * p.m_tiles);
   if (spread > p.n_tiles) p.n_tiles = std::min(CeilDiv(n, 16), spread);
   return p;
 }
@@ -129,8 +131,9 @@ LinearCudaPlan RsPlan(int64_t m, int64_t n, int64_t k, int64_t split_k) {
 
 // The plan for a resolved tile_rows (no automatic choice left).
 LinearCudaPlan PlanFor(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
-                       bool wgmma_bf16, bool wgmma_ws, bool expand_weights, bool stream_k_tail) {
-  if (tile_rows == kLinearCudaStreamRows) return StreamPlan(m, n, k, split_k);
+                       bool wgmma_bf16, bool wgmma_ws, bool expand_weights, bool stream_k_tail,
+                       int64_t stream_ctas = 0) {
+  if (tile_rows == kLinearCudaStreamRows) return StreamPlan(m, n, k, split_k, stream_ctas);
   if (tile_rows == kLinearCudaRsRows) return RsPlan(m, n, k, split_k);
   LinearCudaPlan p;
   p.tile_rows = tile_rows;
@@ -265,13 +268,13 @@ LinearCudaWorkspaceLayout LinearCudaLayout(const LinearCudaPlan& plan, int64_t m
 
 LinearCudaPlan PlanLinearCuda(int64_t m, int64_t n, int64_t k, int64_t tile_rows, int64_t split_k,
                               bool wgmma_bf16, bool wgmma_ws, bool expand_weights,
-                              bool stream_k_tail) {
+                              bool stream_k_tail, int64_t stream_ctas) {
   if (tile_rows != 0) {
-    return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights,
-                   stream_k_tail);
+    return PlanFor(m, n, k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights, stream_k_tail,
+                   stream_ctas);
   }
   if (LinearCudaStreamTmaPays(m, n, k)) return StreamTmaPlan(m, n, k, split_k);
-  if (LinearCudaStreamPays(m)) return StreamPlan(m, n, k, split_k);
+  if (LinearCudaStreamPays(m)) return StreamPlan(m, n, k, split_k, stream_ctas);
   if (LinearCudaRsPays(m, n, k)) return RsPlan(m, n, k, split_k);
   const int64_t mma_rows = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   const int64_t min_n = wgmma_bf16 ? kLinearCudaWgmmaCols : kLinearCudaWgmmaFp8Cols;
@@ -339,7 +342,7 @@ int64_t LinearCudaWsTileColsFor(int64_t requested, int64_t m, int64_t n, int64_t
 
 size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t tile_rows,
                                 int64_t split_k, bool wgmma_bf16, bool wgmma_ws,
-                                bool expand_weights, bool stream_k_tail) {
+                                bool expand_weights, bool stream_k_tail, int64_t stream_ctas) {
   if (max_m <= 0) return 0;
   size_t activations = 0, partials = 0, counters = 0, tail = 0, expanded = 0;
   // Beyond 64 · kTargetCtas rows every plan has at least kTargetCtas tiles (the wgmma plan
@@ -348,8 +351,9 @@ size_t LinearCudaWorkspaceBytes(const Fp8LinearDevice& w, int64_t max_m, int64_t
   static_assert(128 * kWgmmaTargetCtas <= 64 * kTargetCtas);
   const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
   auto add = [&](int64_t m) {
-    const LinearCudaPlan plan = PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16,
-                                               wgmma_ws, expand_weights, stream_k_tail);
+    const LinearCudaPlan plan =
+        PlanLinearCuda(m, w.n, w.k, tile_rows, split_k, wgmma_bf16, wgmma_ws, expand_weights,
+                       stream_k_tail, stream_ctas);
     activations = std::max(activations, QdqBytes(plan, m, w.k));
     partials = std::max(partials, PartialBytes(plan, m, w.n));
     counters = std::max(counters, CounterBytes(plan));
@@ -435,6 +439,10 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
     return Invalid("split_k",
                    absl::StrFormat("%d is not in [0, %d]", p.split_k, kLinearCudaMaxSplits));
   }
+  if (p.stream_ctas < 0 || p.stream_ctas > kLinearCudaMaxStreamCtas) {
+    return Invalid("stream_ctas", absl::StrFormat("%d is not in [0, %d]", p.stream_ctas,
+                                                  kLinearCudaMaxStreamCtas));
+  }
   if (p.m == 0) return absl::OkStatus();
   if (absl::Status s = Validate(*p.weight); !s.ok()) {
     return Invalid("weight", std::string(s.message()));
@@ -450,8 +458,9 @@ absl::Status ValidateLinearCudaParams(const LinearCudaParams& p) {
     return Invalid("y_bf16", "is not 2-byte aligned");
   if (p.y_f32 != nullptr && !Aligned(p.y_f32, 4)) return Invalid("y_f32", "is not 4-byte aligned");
   if (absl::Status s = ValidateXNorm(p); !s.ok()) return s;
-  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
-                                             p.wgmma_ws, p.expand_weights, p.stream_k_tail);
+  const LinearCudaPlan plan =
+      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16, p.wgmma_ws,
+                     p.expand_weights, p.stream_k_tail, p.stream_ctas);
   if (plan.kernel == LinearCudaKernel::kStream && plan.m_tiles > 65535) {
     return Invalid("m", absl::StrFormat("%d is above %d for the stream kernel (tile_rows %d)", p.m,
                                         65535 * kLinearCudaStreamMaxRows, kLinearCudaStreamRows));

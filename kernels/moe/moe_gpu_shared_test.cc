@@ -232,7 +232,7 @@ TEST(MoeGpuSharedTest, QdqSwiGluKeepsTheSharedExpertsBits) {
 // MoeSharedExpertParams::split_k: each Linear runs with the forced K splits (the plan says so,
 // and the call equals its own launches with those splits, bit for bit); the workspace is sized
 // with them; a count out of range is refused.
-TEST(MoeGpuSharedTest, ForcedSplitsRunEveryLinearWithThem) {
+TEST(MoeGpuSharedTest, ForcedSplitsAndCtasRunEveryLinearWithThem) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kDim = 5120, kInter = 2304;
   const auto shared = moe_test::RandomSharedExpert(kDim, kInter, 91);
@@ -240,12 +240,16 @@ TEST(MoeGpuSharedTest, ForcedSplitsRunEveryLinearWithThem) {
     const auto dev = moe_test::UploadSharedExpert(shared, fused_w13);
     for (const int64_t m : {int64_t{1}, int64_t{4}}) {
       const auto x = moe_test::RealisticActivations(m, kDim, 92);
-      for (const int64_t splits : {int64_t{1}, int64_t{3}}) {
-        SCOPED_TRACE(::testing::Message()
-                     << "m " << m << " splits " << splits << (fused_w13 ? " w13" : " w1 + w3"));
+      struct Forced {
+        int64_t splits, ctas;
+      };
+      for (const Forced f : {Forced{1, 0}, Forced{3, 0}, Forced{0, 132}, Forced{0, 66}}) {
+        const int64_t splits = f.splits;
+        SCOPED_TRACE(::testing::Message() << "m " << m << " splits " << splits << " ctas " << f.ctas
+                                          << (fused_w13 ? " w13" : " w1 + w3"));
         DeviceBuffer dx = ToDevice(x), dy1 = Poisoned<uint16_t>(m * kDim),
                      dy2 = Poisoned<uint16_t>(m * kDim);
-        auto bytes = MoeSharedExpertWorkspaceBytes(dev->view, m, splits);
+        auto bytes = MoeSharedExpertWorkspaceBytes(dev->view, m, splits, f.ctas);
         ASSERT_TRUE(bytes.ok());
         DeviceBuffer ws(*bytes);
         MoeSharedExpertParams p;
@@ -258,15 +262,18 @@ TEST(MoeGpuSharedTest, ForcedSplitsRunEveryLinearWithThem) {
         p.workspace = ws.get();
         p.workspace_bytes = ws.bytes();
         p.split_k = splits;
+        p.stream_ctas = f.ctas;
         ASSERT_TRUE(LaunchMoeSharedExpert(p, nullptr).ok());
         moe_cuda_internal::MoeSharedExpertPlan plan;
         p.y = dy2.get<uint16_t>();
         ASSERT_TRUE(moe_cuda_internal::PlanMoeSharedExpert(p, &plan).ok());
         for (int i = 0; i < plan.n_up; ++i) {
           EXPECT_EQ(plan.up[i].split_k, splits);
+          EXPECT_EQ(plan.up[i].stream_ctas, f.ctas);
           ASSERT_TRUE(LaunchLinearFp8(plan.up[i], nullptr).ok());
         }
         EXPECT_EQ(plan.down.split_k, splits);
+        EXPECT_EQ(plan.down.stream_ctas, f.ctas);
         ASSERT_TRUE(LaunchMoeSharedSwiGlu(plan.swiglu, nullptr).ok());
         ASSERT_TRUE(LaunchLinearFp8(plan.down, nullptr).ok());
         EXPECT_EQ(ToHost<uint16_t>(dy1, m * kDim), ToHost<uint16_t>(dy2, m * kDim));
@@ -280,6 +287,10 @@ TEST(MoeGpuSharedTest, ForcedSplitsRunEveryLinearWithThem) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("split_k"), std::string::npos) << s;
     EXPECT_FALSE(MoeSharedExpertWorkspaceBytes(dev->view, 1, -1).ok());
+    EXPECT_FALSE(MoeSharedExpertWorkspaceBytes(dev->view, 1, 0, -1).ok());
+    bad.split_k = 0;
+    bad.stream_ctas = kLinearCudaMaxStreamCtas + 1;
+    EXPECT_NE(Validate(bad).message().find("stream_ctas"), std::string::npos) << Validate(bad);
   }
 }
 

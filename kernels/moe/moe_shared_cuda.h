@@ -85,20 +85,27 @@ struct MoeSharedExpertParams {
   // LinearCudaParams::x_qdq and skip their activation pass where they read x in place.
   bool x_qdq = false;
   // LinearCudaParams::split_k of its Linears: 0 (default) each plan's; 1 .. kLinearCudaMaxSplits
-  // forces that many K splits. At decode sizes the weight-streaming kernel runs n_tiles × splits
-  // CTAs (w1 | w3 at one token: 259 by its plan, 36 unsplit), so a shared expert forked beside
-  // the routed MoE holds fewer of the SM slots the MoE's front and rings need. The bits follow
-  // the split count (fp32 order). The workspace must be sized with the same split_k.
+  // forces that many K splits (A/B; the bits follow the split count, fp32 order). At decode sizes
+  // the weight-streaming plan keeps ~264 CTAs whatever the splits (fewer splits: fewer weight rows
+  // per CTA), so this does not free SM slots for work beside a forked shared expert (session 78:
+  // the decode step 50 µs slower at 1 split). The workspace must be sized with the same split_k.
   int64_t split_k = 0;
+  // LinearCudaParams::stream_ctas of its Linears: 0 (default) the weight-streaming plan's 264
+  // CTAs at decode sizes; N plans toward N CTAs (fewer splits and CTAs along N), so that a shared
+  // expert forked beside the routed MoE holds fewer SM slots (bench --shared-ctas). The bits
+  // follow the resulting split count. The workspace must be sized with the same value.
+  int64_t stream_ctas = 0;
 };
 
 // Device workspace for up to max_tokens tokens: g/u bf16 [m, 2·Is] + a bf16 [m, Is] + the
 // largest LinearCudaWorkspaceBytes of the Linears (QDQ x and split-K partials; with split_k
-// forced as MoeSharedExpertParams::split_k), 256-byte aligned regions, plus 256 bytes of
+// and stream_ctas as MoeSharedExpertParams's), 256-byte aligned regions, plus 256 bytes of
 // alignment slack. Monotone in max_tokens. Errors: MoeSharedExpertDimsOf's; max_tokens out of
-// [0, 2^31); split_k out of [0, kLinearCudaMaxSplits]. Cost: a few LinearCudaPlans per Linear.
+// [0, 2^31); split_k out of [0, kLinearCudaMaxSplits]; stream_ctas out of [0,
+// kLinearCudaMaxStreamCtas]. Cost: a few LinearCudaPlans per Linear.
 absl::StatusOr<size_t> MoeSharedExpertWorkspaceBytes(const MoeSharedExpertWeights& weights,
-                                                     int64_t max_tokens, int64_t split_k = 0);
+                                                     int64_t max_tokens, int64_t split_k = 0,
+                                                     int64_t stream_ctas = 0);
 
 // Host-only checks of every field (and of the GEMM launches it will make); InvalidArgumentError
 // naming the field, else OK.

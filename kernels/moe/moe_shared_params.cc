@@ -49,7 +49,7 @@ struct SharedLayout {
 };
 
 SharedLayout ComputeLayout(const MoeSharedExpertWeights& w, const MoeSharedExpertDims& d, int64_t m,
-                           int64_t split_k) {
+                           int64_t split_k, int64_t stream_ctas) {
   SharedLayout l;
   const size_t rows = static_cast<size_t>(std::max<int64_t>(m, 0));
   l.gu = 0;
@@ -57,7 +57,8 @@ SharedLayout ComputeLayout(const MoeSharedExpertWeights& w, const MoeSharedExper
   l.linear = l.a + Align256(2 * rows * static_cast<size_t>(d.inter));
   // The split count's workspace (split_k 0: each plan's own).
   auto bytes = [&](const DeviceFp8Linear* lin) {
-    return LinearCudaWorkspaceBytes(lin->view(), m, 0, std::max<int64_t>(split_k, 0));
+    return LinearCudaWorkspaceBytes(lin->view(), m, 0, std::max<int64_t>(split_k, 0), true, true,
+                                    true, false, std::max<int64_t>(stream_ctas, 0));
   };
   size_t lin = bytes(w.w2);
   if (d.fused) {
@@ -145,7 +146,8 @@ absl::Status Validate(const MoeSharedSwiGluParams& p) {
 }
 
 absl::StatusOr<size_t> MoeSharedExpertWorkspaceBytes(const MoeSharedExpertWeights& weights,
-                                                     int64_t max_tokens, int64_t split_k) {
+                                                     int64_t max_tokens, int64_t split_k,
+                                                     int64_t stream_ctas) {
   ASSIGN_OR_RETURN(const MoeSharedExpertDims d, MoeSharedExpertDimsOf(weights));
   if (max_tokens < 0 || max_tokens > kMaxRows) {
     return Invalid("MoeSharedExpertWorkspaceBytes", "max_tokens", "must be in [0, 2^31)");
@@ -154,7 +156,11 @@ absl::StatusOr<size_t> MoeSharedExpertWorkspaceBytes(const MoeSharedExpertWeight
     return Invalid("MoeSharedExpertWorkspaceBytes", "split_k",
                    absl::StrFormat("must be in [0, %d]", kLinearCudaMaxSplits));
   }
-  return ComputeLayout(weights, d, max_tokens, split_k).total;
+  if (stream_ctas < 0 || stream_ctas > kLinearCudaMaxStreamCtas) {
+    return Invalid("MoeSharedExpertWorkspaceBytes", "stream_ctas",
+                   absl::StrFormat("must be in [0, %d]", kLinearCudaMaxStreamCtas));
+  }
+  return ComputeLayout(weights, d, max_tokens, split_k, stream_ctas).total;
 }
 
 namespace moe_cuda_internal {
@@ -167,13 +173,17 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   if (p.split_k < 0 || p.split_k > kLinearCudaMaxSplits) {
     return Invalid(kOp, "split_k", absl::StrFormat("must be in [0, %d]", kLinearCudaMaxSplits));
   }
+  if (p.stream_ctas < 0 || p.stream_ctas > kLinearCudaMaxStreamCtas) {
+    return Invalid(kOp, "stream_ctas",
+                   absl::StrFormat("must be in [0, %d]", kLinearCudaMaxStreamCtas));
+  }
   *plan = MoeSharedExpertPlan{};
   if (p.m == 0) return absl::OkStatus();
   if (p.x == nullptr) return Invalid(kOp, "x", "is null");
   if (p.y == nullptr) return Invalid(kOp, "y", "is null");
   if (p.x_stride < d.dim) return Invalid(kOp, "x_stride", absl::StrFormat("is < D = %d", d.dim));
   if (p.y_stride < d.dim) return Invalid(kOp, "y_stride", absl::StrFormat("is < D = %d", d.dim));
-  const SharedLayout l = ComputeLayout(*p.weights, d, p.m, p.split_k);
+  const SharedLayout l = ComputeLayout(*p.weights, d, p.m, p.split_k, p.stream_ctas);
   if (p.workspace == nullptr || p.workspace_bytes < l.total) {
     return Invalid(kOp, "workspace",
                    absl::StrFormat("has %d bytes, needs %d", p.workspace_bytes, l.total));
@@ -196,6 +206,7 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   for (int i = 0; i < plan->n_up; ++i) {
     plan->up[i].x_qdq = p.x_qdq;
     plan->up[i].split_k = p.split_k;
+    plan->up[i].stream_ctas = p.stream_ctas;
   }
   MoeSharedSwiGluParams& s = plan->swiglu;
   s.m = p.m;
@@ -214,6 +225,7 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   s.qdq = kSharedSwiGluQdq && down.kernel == LinearCudaKernel::kWgmmaBf16 && is % 32 == 0;
   plan->down.x_qdq = s.qdq;
   plan->down.split_k = p.split_k;
+  plan->down.stream_ctas = p.stream_ctas;
   for (int i = 0; i < plan->n_up; ++i) {
     RETURN_IF_ERROR(ValidateLinearCudaParams(plan->up[i])) << kOp << " up GEMM";
   }

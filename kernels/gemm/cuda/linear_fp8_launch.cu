@@ -452,8 +452,9 @@ absl::Status LaunchLinearFp8(const LinearCudaParams& p, CUstream_st* stream) {
   RETURN_IF_ERROR(ValidateLinearCudaParams(p));
   if (p.m == 0) return absl::OkStatus();
   const Fp8LinearDevice& w = *p.weight;
-  const LinearCudaPlan plan = PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16,
-                                             p.wgmma_ws, p.expand_weights, p.stream_k_tail);
+  const LinearCudaPlan plan =
+      PlanLinearCuda(p.m, w.n, w.k, p.tile_rows, p.split_k, p.wgmma_bf16, p.wgmma_ws,
+                     p.expand_weights, p.stream_k_tail, p.stream_ctas);
   const LinearCudaWorkspaceLayout layout = LinearCudaLayout(plan, p.m, w.n, w.k);
   if (p.x_norm.weight != nullptr && !StreamFusesNorm(p, plan)) {
     // Every other plan: the RMSNorm into x_norm.out, then the Linear on it (the fused kernel's
