@@ -4,6 +4,8 @@
 #   c  bench_decoder_layer_step at 1 / 8 tokens, --shared-ctas 0 / 132 / 66 alternated twice
 #   r  a trace at 1 token with --shared-ctas 132
 #   d  bench_decoder_layer_step with the defaults at 1 / 8 / 64 / 256 tokens, twice
+#   o  the previous defaults (1 token: --float-pdl 0 --boundary-cluster 1; 8 / 64:
+#      --boundary-cluster 1) against the new ones, alternated twice (for an H200's figures)
 # (kit s119m: kernels_moe_gpu_test MoeGpuSharedTest.*)
 # kit-target: bench_decoder_layer_step
 set -u
@@ -24,6 +26,13 @@ for mode in "$@"; do
     r)
       eval timeout 90 $B --tokens 1 --trace 1 --shared-ctas 132 > $OUT/trace_c132.log 2>&1
       echo "trace rc $?"; grep -iE "identical|differ" $OUT/trace_c132.log ;;
+    o)
+      for round in 1 2; do
+        echo "old 1 round $round"; eval timeout 90 $B --tokens 1 --float-pdl 0 --boundary-cluster 1 2>&1 | show
+        echo "new 1 round $round"; eval timeout 90 $B --tokens 1 2>&1 | show
+        echo "old 8/64 round $round"; eval timeout 120 $B --tokens 8,64 --boundary-cluster 1 2>&1 | show
+        echo "new 8/64 round $round"; eval timeout 120 $B --tokens 8,64 2>&1 | show
+      done ;;
     d)
       for round in 1 2; do
         echo "defaults round $round"; eval timeout 200 $B --tokens 1,8,64,256 2>&1 | show
