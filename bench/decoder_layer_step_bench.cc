@@ -98,7 +98,8 @@
 // Measured slower (session 78, H100: 1 token graph 205 -> 255 µs at 1 split, 229 at 2): the
 // stream plan keeps ~264 CTAs by thinning each CTA's rows, and w1 | w3 took 107 µs.
 // --shared-ctas N plans the forked shared expert's Linears toward N CTAs instead of 264
-// (MoeSharedExpertParams::stream_ctas, session 78; 0 the default), fewer CTAs holding SM slots.
+// (MoeSharedExpertParams::stream_ctas, session 78; 0 the default), fewer CTAs holding SM slots
+// (measured: 132 level at 1 token, 3-4 µs faster at 8, within the runs' spread; 66 slower).
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
