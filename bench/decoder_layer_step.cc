@@ -265,7 +265,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    if (opt_.mhc_prepared) {
                      p.fn_frags = (&fn == &attn_fn_ ? attn_fn_frags_ : ffn_fn_frags_).get();
                    }
-                   p.small_batch_ctas = opt_.mixes_ctas;
+                   p.small_batch_ctas =
+                       site == 1 && opt_.ffn_mixes_ctas > 0 ? opt_.ffn_mixes_ctas : opt_.mixes_ctas;
                    p.base = base.get<float>();
                    p.scale = scale.get<float>();
                    p.pre = pre.get<float>();
@@ -579,6 +580,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  p.ring_fused_combine = opt_.moe_ring_combine;
                  p.ring_cut = static_cast<kernels::MoeCudaRingCut>(opt_.moe_ring_cut);
                  p.early_ring = opt_.moe_early_ring;
+                 p.front_programmatic = opt_.moe_front_pdl;
                  p.workspace = moe_ws_.get();
                  p.workspace_bytes = moe_ws_bytes_;
                  Ok(kernels::MoeCuda(p, st));

@@ -9,7 +9,7 @@
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
 //                            [--wqb-qnorm 0|1] [--boundary-cluster 0|1|2|4|8] [--shared-splits N]
-//                            [--shared-ctas N]
+//                            [--shared-ctas N] [--ffn-mixes-ctas N] [--moe-front-pdl 0|1]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -77,6 +77,9 @@
 // tokens; session 78); auto (the default) 1 from 8 tokens, 3 below (measured: 1 at 8 tokens
 // 1.5 % faster; at 1 token 1 is ~1 % slower — wo_a's early weights slow the latency-bound
 // attention beside them — and 3 ~1 % faster, session 78).
+// --moe-front-pdl 1 launches the MoE's fused front as a programmatic dependent of the gate
+// (MoeCudaParams::front_programmatic, session 78; the same bits), so that it holds its SM slots
+// before the forked shared expert and the FFN mixes take them.
 // --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
 // (MoeCudaParams::early_ring, session 76; A/B, the same bits).
 // --moe-hc-post 1 (default, session 77) applies the FFN site's hc_post in the MoE's combine
@@ -97,6 +100,8 @@
 // session-78 trace: the front started 5.7 µs after the gate, behind the shared expert's CTAs).
 // Measured slower (session 78, H100: 1 token graph 205 -> 255 µs at 1 split, 229 at 2): the
 // stream plan keeps ~264 CTAs by thinning each CTA's rows, and w1 | w3 took 107 µs.
+// --ffn-mixes-ctas N caps the FFN site's mixes alone (0: as --mixes-ctas; session 78): they are
+// needed only by the MoE's combine but hold SM slots while the gate and the MoE's front start.
 // --shared-ctas N plans the forked shared expert's Linears toward N CTAs instead of 264
 // (MoeSharedExpertParams::stream_ctas, session 78; 0 the default), fewer CTAs holding SM slots
 // (measured: 132 level at 1 token, 3-4 µs faster at 8, within the runs' spread; 66 slower).
@@ -280,6 +285,12 @@ Options ParseOptions(int argc, char** argv) {
                      static_cast<long long>(kernels::kLinearCudaMaxSplits));
         std::exit(2);
       }
+    } else if (flag == "--ffn-mixes-ctas") {
+      o.ffn_mixes_ctas = std::atoll(argv[i + 1]);
+      if (o.ffn_mixes_ctas < 0) {
+        std::fprintf(stderr, "--ffn-mixes-ctas must be >= 0\n");
+        std::exit(2);
+      }
     } else if (flag == "--shared-ctas") {
       o.shared_ctas = std::atoll(argv[i + 1]);
       if (o.shared_ctas < 0 || o.shared_ctas > kernels::kLinearCudaMaxStreamCtas) {
@@ -291,6 +302,8 @@ Options ParseOptions(int argc, char** argv) {
       o.wqb_qnorm = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-hc-post") {
       o.moe_hc_post = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--moe-front-pdl") {
+      o.moe_front_pdl = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-early-ring") {
       o.moe_early_ring = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--layer-loop") {

@@ -201,6 +201,9 @@ struct MoePermuteParams {
   // The fused front only: each token's top-k by warp reductions (RouteTokenWarp's `redux`,
   // session 77); false = by the shuffle merge (MoeCudaParams::route_redux; A/B, the same bytes).
   bool route_redux = true;
+  // The fused front only: launched as a programmatic dependent of the stream's previous kernel
+  // (MoeCudaParams::front_programmatic); every CTA waits (PdlWaitPrerequisites) before it reads.
+  bool programmatic = false;
 };
 absl::Status Validate(const MoePermuteParams& p);
 absl::Status LaunchMoePermute(const MoePermuteParams& p, CUstream_st* stream);
@@ -746,6 +749,12 @@ struct MoeCudaParams {
   // (the maximum key, then the lowest id holding it; a token with a NaN score falls back);
   // false = by the shuffle merge of session 19 (A/B, session 77). Output bits unchanged.
   bool route_redux = true;
+  // With the fused front: true = the front is launched as a programmatic dependent of the
+  // stream's previous kernel (kernels/common pdl.cuh; e.g. the gate, which signals at its start),
+  // so its CTAs hold their SM slots before work forked beside it (the shared expert, the mHC
+  // mixes) takes them, and wait for that kernel before reading logits or x; false (default) =
+  // a plain launch (A/B, session 78). Output bits unchanged.
+  bool front_programmatic = false;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

@@ -124,6 +124,9 @@ template <int kPerLane>
 __global__ void __launch_bounds__(kSortThreads)
     MoeFrontKernel(MoeRouteParams rp, MoePermuteParams p, FrontGather gather) {
   if (p.launch_dependents) cuda_common::PdlLaunchDependents();  // the up ring may take its SMs
+  // A programmatic dependent (MoePermuteParams::programmatic): the logits and x are read only
+  // after the kernel ahead has finished.
+  if (p.programmatic) cuda_common::PdlWaitPrerequisites();
   constexpr int kQuads = kSortThreads / 4;
   if (blockIdx.x > 0) {  // a quantiser CTA (FrontGather::kSideCtas): the rows by token
     FrontQuantiseQuads(p, int64_t{blockIdx.x - 1} * kQuads, int64_t{gridDim.x - 1} * kQuads,

@@ -11,6 +11,7 @@
 #include "common/base/check.h"
 #include "common/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/per_device_cache.h"
 #include "kernels/common/side_stream.h"
 #include "kernels/moe/cuda/moe_combine.cuh"
@@ -131,9 +132,14 @@ void LaunchFront(const MoeRouteParams& rp, const MoePermuteParams& p,
       moe_device::MoeFrontKernel<kPerLane>,
       static_cast<int>(moe_device::FrontSmemBytes(kMoeCudaFrontMaxTokens, kMoeCudaMaxExperts)),
       smem_set);
+  const size_t smem = moe_device::FrontSmemBytes(p.m, p.n_experts);
+  if (p.programmatic) {
+    cuda_common::LaunchPdl(moe_device::MoeFrontKernel<kPerLane>, dim3(ctas),
+                           dim3(moe_device::kSortThreads), smem, stream, rp, p, gather);
+    return;
+  }
   moe_device::MoeFrontKernel<kPerLane>
-      <<<ctas, moe_device::kSortThreads, moe_device::FrontSmemBytes(p.m, p.n_experts), stream>>>(
-          rp, p, gather);
+      <<<ctas, moe_device::kSortThreads, smem, stream>>>(rp, p, gather);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -638,6 +644,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   pp.launch_dependents =
       front && ring && p.early_ring && p.expert_ids == nullptr && p.expert_weights == nullptr;
   pp.route_redux = p.route_redux;
+  pp.programmatic = front && p.front_programmatic;
   if (front) {
     EnqueueFront(rp, pp, stream);
   } else {
