@@ -111,7 +111,8 @@ struct Options {
   int64_t mixes_ctas = 0;
   // The FFN site's alone (0: mixes_ctas). Its mixes are needed only by the MoE's combine, but
   // forked at the FFN boundary they hold SM slots while the gate and the MoE's front wait for one
-  // (session 78's trace: the front starts 5.8 µs after the gate).
+  // (session 78's trace: the front starts 5.8 µs after the gate). Measured (session 78, H100): 40
+  // level at 1 token, 5 µs slower at 8; 20 slower at both.
   int64_t ffn_mixes_ctas = 0;
   // kernels::LinearCudaParams::split_k of the FP8 Linears on a forked branch (the kv projection
   // wkv): 0 (default) the plan's (at 1 token 260 CTAs for its 2.6 MB), N forces N K splits, so
@@ -182,8 +183,9 @@ struct Options {
   bool moe_early_ring = false;
   // kernels::MoeCudaParams::front_programmatic: the MoE's fused front launched as a programmatic
   // dependent of the gate, so that its CTAs take SM slots before the forked shared expert and
-  // mixes do (session 78's trace: the front started 5.8 µs after the gate; A/B, the same bits).
-  bool moe_front_pdl = false;
+  // mixes do (the same bits; default since session 78, H100: 1 token graph 205.4–206.0 ->
+  // 203.8–203.9 µs, 8 tokens level; before, the front started 5.8 µs after the gate).
+  bool moe_front_pdl = true;
   // kernels::MoeCudaParams::hc_post: the FFN site's hc_post applied by the MoE's combine (the
   // session-21 form with overlapped branches; one launch fewer; default since session 77, H100:
   // 1 token graph 207.6–208.2 -> 203.8–205.8 µs, 8 tokens 508–509 -> 505–506; false: its own

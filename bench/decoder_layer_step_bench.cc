@@ -77,9 +77,10 @@
 // tokens; session 78); auto (the default) 1 from 8 tokens, 3 below (measured: 1 at 8 tokens
 // 1.5 % faster; at 1 token 1 is ~1 % slower — wo_a's early weights slow the latency-bound
 // attention beside them — and 3 ~1 % faster, session 78).
-// --moe-front-pdl 1 launches the MoE's fused front as a programmatic dependent of the gate
-// (MoeCudaParams::front_programmatic, session 78; the same bits), so that it holds its SM slots
-// before the forked shared expert and the FFN mixes take them.
+// --moe-front-pdl 1 (default, session 78) launches the MoE's fused front as a programmatic
+// dependent of the gate (MoeCudaParams::front_programmatic; the same bits), so that it holds its
+// SM slots before the forked shared expert and the FFN mixes take them (1 token ~2 µs faster, 8
+// level); 0 a plain launch (A/B).
 // --moe-early-ring 1 lets the MoE's fused front schedule the up ring's CTAs at its start
 // (MoeCudaParams::early_ring, session 76; A/B, the same bits).
 // --moe-hc-post 1 (default, session 77) applies the FFN site's hc_post in the MoE's combine
@@ -101,7 +102,8 @@
 // Measured slower (session 78, H100: 1 token graph 205 -> 255 µs at 1 split, 229 at 2): the
 // stream plan keeps ~264 CTAs by thinning each CTA's rows, and w1 | w3 took 107 µs.
 // --ffn-mixes-ctas N caps the FFN site's mixes alone (0: as --mixes-ctas; session 78): they are
-// needed only by the MoE's combine but hold SM slots while the gate and the MoE's front start.
+// needed only by the MoE's combine but hold SM slots while the gate and the MoE's front start
+// (measured: 40 level at 1 token, slower at 8; 20 slower).
 // --shared-ctas N plans the forked shared expert's Linears toward N CTAs instead of 264
 // (MoeSharedExpertParams::stream_ctas, session 78; 0 the default), fewer CTAs holding SM slots
 // (measured: 132 level at 1 token, 3-4 µs faster at 8, within the runs' spread; 66 slower).
