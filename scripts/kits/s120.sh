@@ -4,8 +4,9 @@
 #   f  bench_decoder_layer_step at 1 / 8 tokens, --moe-front-pdl 0 / 1 alternated twice
 #   m  bench_decoder_layer_step at 1 / 8 tokens, --ffn-mixes-ctas 0 / 40 / 20 alternated twice
 #   r  a trace at 1 token with --moe-front-pdl 1
-#   o  the new defaults' A/B for an H200 (1 token: --float-pdl 0 --boundary-cluster 1 / defaults;
-#      8 / 64: --boundary-cluster 1 / defaults), alternated twice
+#   o  session 78's defaults against session 77's for an H200 (old: --float-pdl 0 at 1 token,
+#      --boundary-cluster 1 --moe-front-pdl 0; new: --moe-front-pdl 1, which this build has off),
+#      alternated twice
 # (kit s120m: kernels_moe_gpu_test MoeGpuFrontPdlTest.*, MoeGpuFrontTest.*)
 # kit-target: bench_decoder_layer_step
 set -u
@@ -34,10 +35,10 @@ for mode in "$@"; do
       echo "trace rc $?"; grep -iE "identical|differ" $OUT/trace_f1.log ;;
     o)
       for round in 1 2; do
-        echo "old 1 round $round"; eval timeout 90 $B --tokens 1 --float-pdl 0 --boundary-cluster 1 2>&1 | show
-        echo "new 1 round $round"; eval timeout 90 $B --tokens 1 2>&1 | show
-        echo "old 8/64 round $round"; eval timeout 120 $B --tokens 8,64 --boundary-cluster 1 2>&1 | show
-        echo "new 8/64 round $round"; eval timeout 120 $B --tokens 8,64 2>&1 | show
+        echo "old 1 round $round"; eval timeout 90 $B --tokens 1 --float-pdl 0 --boundary-cluster 1 --moe-front-pdl 0 2>&1 | show
+        echo "new 1 round $round"; eval timeout 90 $B --tokens 1 --moe-front-pdl 1 2>&1 | show
+        echo "old 8/64 round $round"; eval timeout 120 $B --tokens 8,64 --boundary-cluster 1 --moe-front-pdl 0 2>&1 | show
+        echo "new 8/64 round $round"; eval timeout 120 $B --tokens 8,64 --moe-front-pdl 1 2>&1 | show
       done ;;
   esac
 done
