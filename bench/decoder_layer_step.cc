@@ -140,7 +140,7 @@ void LayerStep::PrepareLoopInput(int64_t b) {
 
 void LayerStep::PoisonBranchOutputs(int64_t b) {
   for (DeviceBuffer* buf : {&a_pre_, &a_post_, &a_comb_, &f_pre_, &f_post_, &f_comb_, &x_attn_,
-                            &x_ffn_, &kv_, &shared_y_, &x_next_, &xn_next_}) {
+                            &x_ffn_, &kv_, &shared_y_, &x_next_, &xn_next_, &qr_}) {
     CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
   }
   // The new row of every sequence's window ring (slot pos % W), in the pool and as the SWA row

@@ -290,9 +290,17 @@ class LayerStep {
   // (the collapse of x by pre_in and its attn_norm), computed once on stream() (synchronised).
   void PrepareLoopInput(int64_t b);
   // Overwrites (NaN bit patterns) what the forked branches of a step write — the mixes' outputs,
-  // both collapses, kv and the new window rows in the pool and the SWA rows — so that a schedule
+  // both collapses, kv, the new window rows in the pool and the SWA rows, and the normed q_lora
+  // rows (wq_b writes them with Options::wqb_qnorm) — so that a schedule
   // that read one before its branch wrote it would show (stream(), synchronised).
   void PoisonBranchOutputs(int64_t b);
+  // The normed q_lora rows of the last step (bf16 [b, 1280]: q_norm's output, which the
+  // indexer's wq_b reads; written by wq_b itself with Options::wqb_qnorm).
+  std::vector<uint16_t> QNormed(int64_t b) const {
+    std::vector<uint16_t> v(static_cast<size_t>(b * kQLora));
+    CUDA_CHECK(cudaMemcpy(v.data(), qr_.get(), v.size() * 2, cudaMemcpyDeviceToHost));
+    return v;
+  }
   // The FFN site's pre of the last step (fp32 [b, 4] bits; the next layer's collapse weights).
   std::vector<uint32_t> FfnPre(int64_t b) const {
     std::vector<uint32_t> v(static_cast<size_t>(b * kStreams));

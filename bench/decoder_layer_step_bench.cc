@@ -89,12 +89,12 @@
 // --wqb-qnorm 1 fuses q_norm into wq_b (LinearCudaParams::x_norm, session 78: the weight-streaming
 // kernel normalises the rows as it quantises them and writes the normed rows for the indexer;
 // one launch fewer on the critical path, the same bits); 0 (default) its own RMSNorm launch.
+// Measured slower (H100: 1 token graph 208 -> 225 µs): the fused wq_b, a programmatic dependent
+// of wq_a, takes the SM slots q_norm's gap left to the forked wkv, which then ends after wq_b
+// (44.5 µs instead of ~23) and delays the attention.
 // --boundary-cluster N runs the fused mHC site boundaries with N CTAs per token in a thread-block
 // cluster (HcBoundaryParams::cluster_ctas, session 78; 1 one block per token; 0, the default, the
 // launcher's automatic choice: 8 up to 64 tokens; the same bits).
-// --wqb-qnorm 1 measured slower (session 78, H100: 1 token graph 208 -> 225 µs): the fused wq_b,
-// a programmatic dependent of wq_a, takes the SM slots q_norm's gap left to the forked wkv, which
-// then ends after wq_b (44.5 µs instead of ~23) and delays the attention.
 // --shared-splits N forces N K splits on the forked shared expert's Linears
 // (MoeSharedExpertParams::split_k, session 78; 0, the default: their plans', 259 CTAs for w1 | w3
 // at one token), so that it leaves SM slots to the gate, the MoE's front and its rings (the
@@ -556,11 +556,12 @@ int Run(const Options& o) {
         const std::vector<uint16_t> z_fused = step.Output(b);
         const std::vector<uint32_t> pre_fused = step.FfnPre(b);
         const std::vector<uint16_t> next_fused = step.NextInput(b);
+        const std::vector<uint16_t> q_fused = step.QNormed(b);
         step.PoisonBranchOutputs(b);
         run_step();
         CUDA_CHECK(cudaStreamSynchronize(st));
         const bool same = step.Output(b) == z_fused && step.FfnPre(b) == pre_fused &&
-                          (!loop || step.NextInput(b) == next_fused);
+                          step.QNormed(b) == q_fused && (!loop || step.NextInput(b) == next_fused);
         std::printf("%ld tokens: overlapped branches vs one stream: %s\n", static_cast<long>(b),
                     same ? "bit-identical" : "DIFFER");
         if (!same) {

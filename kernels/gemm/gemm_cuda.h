@@ -265,9 +265,9 @@ struct LinearCudaParams {
   // 16-byte multiples).
   bool stream_tma = false;
   // Device scratch of at least LinearCudaWorkspaceBytes(*weight, m, tile_rows, split_k,
-  // wgmma_bf16, wgmma_ws, expand_weights, stream_k_tail) bytes, 16-byte aligned, not used
-  // concurrently by another launch. Its contents need no initialisation, before the first call or
-  // between calls.
+  // wgmma_bf16, wgmma_ws, expand_weights, stream_k_tail, stream_ctas) bytes, 16-byte aligned, not
+  // used concurrently by another launch. Its contents need no initialisation, before the first call
+  // or between calls.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

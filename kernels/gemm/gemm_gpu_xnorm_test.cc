@@ -1,8 +1,9 @@
 // kernels_gemm_gpu_test, LinearCudaParams::x_norm (the RMSNorm of x ahead of the FP8 Linear,
 // fused into the weight-streaming kernel; gemm_cuda.h):
 // - The fused call against its two-launch form (LaunchRmsNorm into a buffer, then the Linear on
-//   it), bit for bit: y and the normed rows written to x_norm.out, over 1 .. 16 rows (one and two
-//   n8 tiles), K that spans several slabs or ends inside a 128-wide unit, 1 .. 5 K splits, the
+//   it), bit for bit: y and the normed rows written to x_norm.out, over 1 .. 8 rows and, with the
+//   stream kernel forced (tile_rows 8), 9 .. 40 (two n8 tiles, several row tiles), K that spans
+//   several slabs or ends inside a 128-wide unit, 1 .. 5 K splits, the
 //   16-byte and the scalar load paths, bf16 and fp32 outputs. x_norm.out also equals RmsNormCpu.
 // - The plans that do not fuse (the TMA ring, M > 8) give the same bits through their fallback.
 // - In a CUDA graph after a copy that writes x (the fused norm reads x only after the
@@ -35,12 +36,14 @@ struct Case {
   bool scalar = false;  // odd x stride: the scalar load path
   bool f32_out = false;
   bool stream_tma = false;
+  int64_t tile_rows = 0;  // kLinearCudaStreamRows: the stream kernel at any M (two n8 tiles)
 };
 
 std::string Name(const Case& c) {
   return "n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " m " + std::to_string(c.m) +
          " splits " + std::to_string(c.split_k) + (c.scalar ? " scalar" : "") +
-         (c.f32_out ? " f32" : "") + (c.stream_tma ? " tma" : "");
+         (c.f32_out ? " f32" : "") + (c.stream_tma ? " tma" : "") +
+         (c.tile_rows != 0 ? " tile_rows " + std::to_string(c.tile_rows) : "");
 }
 
 // Device inputs of one case: x [m, x_stride], the norm weight, and the outputs of both forms.
@@ -61,6 +64,7 @@ LinearCudaParams Params(const Case& c, const DeviceFp8Linear& lin, Buffers& b, b
   p.y_stride = c.n;
   p.split_k = c.split_k;
   p.stream_tma = c.stream_tma;
+  p.tile_rows = c.tile_rows;
   p.workspace = b.ws.get();
   p.workspace_bytes = b.ws.bytes();
   if (fused) {
@@ -144,8 +148,8 @@ class XNormGpuTest : public ::testing::Test {
     for (DeviceBuffer* d : {&b.out_fused, &b.out_two, &b.y_fused, &b.y_two}) {
       CUDA_CHECK(cudaMemset(d->get(), 0xFF, d->bytes()));
     }
-    b.ws =
-        DeviceBuffer(std::max<size_t>(16, LinearCudaWorkspaceBytes(lin.view(), c.m, 0, c.split_k)));
+    b.ws = DeviceBuffer(
+        std::max<size_t>(16, LinearCudaWorkspaceBytes(lin.view(), c.m, c.tile_rows, c.split_k)));
     CUDA_CHECK(cudaMemset(b.ws.get(), 0xA5, b.ws.bytes()));
 
     ASSERT_TRUE(LaunchRmsNorm(NormParams(c, b), nullptr).ok());
@@ -187,6 +191,13 @@ TEST_F(XNormGpuTest, FusedEqualsTwoLaunches) {
     }
     Run({.n = 384, .k = k, .m = 5, .split_k = 2, .scalar = true}, ++seed);
     Run({.n = 384, .k = k, .m = 2, .split_k = 0, .f32_out = true}, ++seed);
+  }
+  // The stream kernel forced past 8 rows: two n8 tiles, several 16-row tiles (blockIdx.z).
+  for (const int64_t m : {9, 16, 40}) {
+    for (const int64_t splits : {0, 2}) {
+      Run({.n = 640, .k = 1312, .m = m, .split_k = splits, .tile_rows = kLinearCudaStreamRows},
+          ++seed);
+    }
   }
   // The released wq_b at one and eight rows.
   Run({.n = 32768, .k = 1280, .m = 1}, ++seed);

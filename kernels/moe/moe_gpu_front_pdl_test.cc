@@ -88,8 +88,9 @@ TEST(MoeGpuFrontPdlTest, ProgrammaticFrontReadsAfterTheKernelAhead) {
       // Eagerly, then as a graph replayed twice; the inputs are poisoned before each run.
       for (int run = 0; run < 3; ++run) {
         SCOPED_TRACE(::testing::Message() << "run " << run << (run == 0 ? " eager" : " graph"));
-        CUDA_CHECK(cudaMemset(dst.get(), 0xFF, dst.bytes()));  // NaN logits, NaN x
-        CUDA_CHECK(cudaMemset(y.get(), 0, y.bytes()));
+        CUDA_CHECK(cudaMemsetAsync(dst.get(), 0xFF, dst.bytes(), stream));  // NaN logits and x
+        CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y.bytes(), stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         if (run == 0) {
           enqueue();
         } else {

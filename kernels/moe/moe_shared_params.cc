@@ -221,7 +221,8 @@ absl::Status PlanMoeSharedExpert(const MoeSharedExpertParams& p, MoeSharedExpert
   plan->down = GemmParams(w.w2, p.m, a, is, p.y, p.y_stride, lin, l.linear_bytes);
   // Where w2's plan reads a pre-QDQ'd x in place (the bf16 wgmma kernels, M >= 128), the SwiGLU
   // writes a already QDQ'd and w2 skips its activation pass: the same values, one pass fewer.
-  const LinearCudaPlan down = PlanLinearCuda(p.m, w.w2->view().n, w.w2->view().k);
+  const LinearCudaPlan down = PlanLinearCuda(p.m, w.w2->view().n, w.w2->view().k, 0, p.split_k,
+                                             true, true, true, false, p.stream_ctas);
   s.qdq = kSharedSwiGluQdq && down.kernel == LinearCudaKernel::kWgmmaBf16 && is % 32 == 0;
   plan->down.x_qdq = s.qdq;
   plan->down.split_k = p.split_k;
