@@ -23,17 +23,6 @@ namespace {
 constexpr int64_t kD = 256, kTopK = 2;
 constexpr uint64_t kDelayNs = 30000;  // the writer's delay: far longer than the front's start
 
-// Deterministic values in [lo, hi).
-std::vector<float> Uniform(size_t n, uint64_t seed, double lo, double hi) {
-  std::vector<float> v(n);
-  uint64_t r = seed;
-  for (float& f : v) {
-    r = r * 6364136223846793005ull + 1442695040888963407ull;
-    f = static_cast<float>(lo + (hi - lo) * (static_cast<double>(r >> 11) / 9007199254740992.0));
-  }
-  return v;
-}
-
 TEST(MoeGpuFrontPdlTest, ProgrammaticFrontReadsAfterTheKernelAhead) {
   FS_SKIP_WITHOUT_GPU();
   moe_test::LayerSpec spec;  // E 8, D 256, I 128
@@ -42,9 +31,10 @@ TEST(MoeGpuFrontPdlTest, ProgrammaticFrontReadsAfterTheKernelAhead) {
     for (const bool early_ring : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "m " << m << " early ring " << early_ring);
       // One block of inputs, logits then x, so that one late copy writes both.
-      const std::vector<float> logits = Uniform(m * spec.n_experts, 21 + m, -2.0, 2.0);
+      const std::vector<float> logits =
+          moe_test::RandomUniform(m * spec.n_experts, -2.0, 2.0, 21 + m);
       std::vector<uint16_t> x(m * kD);
-      const std::vector<float> xf = Uniform(x.size(), 22 + m, -1.0, 1.0);
+      const std::vector<float> xf = moe_test::RandomUniform(x.size(), -1.0, 1.0, 22 + m);
       for (size_t i = 0; i < x.size(); ++i) x[i] = formats::FloatToBf16Bits(xf[i]);
       const size_t logit_bytes = logits.size() * 4, x_bytes = x.size() * 2;
       ASSERT_EQ(logit_bytes % 16, 0u);

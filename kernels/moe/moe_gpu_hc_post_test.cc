@@ -24,17 +24,6 @@ using formats::FloatToBf16Bits;
 
 constexpr int64_t kD = 256, kTopK = 2, kS = kMhcStreams;
 
-// Deterministic values in [lo, hi).
-std::vector<float> Uniform(size_t n, uint64_t seed, double lo, double hi) {
-  std::vector<float> v(n);
-  uint64_t r = seed;
-  for (float& f : v) {
-    r = r * 6364136223846793005ull + 1442695040888963407ull;
-    f = static_cast<float>(lo + (hi - lo) * (static_cast<double>(r >> 11) / 9007199254740992.0));
-  }
-  return v;
-}
-
 std::vector<uint16_t> Bf16(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = FloatToBf16Bits(v[i]);
@@ -59,11 +48,13 @@ TEST(MoeGpuHcPostTest, FusedHcPostEqualsCombineThenLaunchHcPost) {
     const int64_t m = c.m;
     SCOPED_TRACE(::testing::Message() << "m " << m << " gemm " << static_cast<int>(c.gemm)
                                       << " ring fused combine " << c.ring_fused_combine);
-    const std::vector<float> logits = Uniform(m * spec.n_experts, 11 + m, -2.0, 2.0);
-    const std::vector<uint16_t> x = Bf16(Uniform(m * kD, 12 + m, -1.0, 1.0));
-    const std::vector<uint16_t> residual = Bf16(Uniform(m * kS * kD, 13 + m, -3.0, 3.0));
-    const std::vector<float> post = Uniform(m * kS, 14 + m, 0.0, 2.0);
-    const std::vector<float> comb = Uniform(m * kS * kS, 15 + m, 0.0, 0.5);
+    const std::vector<float> logits =
+        moe_test::RandomUniform(m * spec.n_experts, -2.0, 2.0, 11 + m);
+    const std::vector<uint16_t> x = Bf16(moe_test::RandomUniform(m * kD, -1.0, 1.0, 12 + m));
+    const std::vector<uint16_t> residual =
+        Bf16(moe_test::RandomUniform(m * kS * kD, -3.0, 3.0, 13 + m));
+    const std::vector<float> post = moe_test::RandomUniform(m * kS, 0.0, 2.0, 14 + m);
+    const std::vector<float> comb = moe_test::RandomUniform(m * kS * kS, 0.0, 0.5, 15 + m);
     DeviceBuffer dl = ToDevice(logits), dx = ToDevice(x), dres = ToDevice(residual),
                  dpost = ToDevice(post), dcomb = ToDevice(comb);
     DeviceBuffer ws(*MoeCudaWorkspaceBytes(dev->view, m, kTopK, nullptr));

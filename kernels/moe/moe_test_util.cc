@@ -140,6 +140,13 @@ std::unique_ptr<PreparedLinear> RandomGate(int64_t n_experts, int64_t dim, uint6
                      {}});
 }
 
+std::vector<float> RandomUniform(int64_t n, double lo, double hi, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& f : v) f = static_cast<float>(lo + (hi - lo) * rng.Uniform());
+  return v;
+}
+
 std::vector<float> RandomBias(int64_t n, float scale, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> b(n);

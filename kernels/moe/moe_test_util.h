@@ -62,6 +62,8 @@ std::unique_ptr<CpuExperts> BuildCpuExperts(const LayerSpec& s, const std::vecto
 
 // A kF32 gate [E, D] with bf16-representable N(0, 1/D) values (the checkpoint's bf16 gate).
 std::unique_ptr<PreparedLinear> RandomGate(int64_t n_experts, int64_t dim, uint64_t seed);
+// Uniform in [lo, hi).
+std::vector<float> RandomUniform(int64_t n, double lo, double hi, uint64_t seed);
 // Uniform in [-scale, scale].
 std::vector<float> RandomBias(int64_t n, float scale, uint64_t seed);
 

@@ -55,6 +55,7 @@
 #include "kernels/common/stream_load.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
 #include "kernels/gemm/cuda/tile_counter.cuh"
+#include "kernels/norm_rope/cuda/norm_rope_rows.cuh"
 #include "kernels/quant/cuda/quant_kernels.cuh"
 
 namespace flashserve::kernels::gemm_device {
@@ -253,10 +254,7 @@ __device__ __forceinline__ void StreamRowRms(const StreamArgs& g, int64_t row0, 
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    if (lane == 0) {
-      const float mean = exact::MulRn(exact::DoubleToF32(sum), inv_n);
-      row_r[r] = exact::DivRn(1.0f, exact::SqrtRn(exact::AddRn(mean, g.norm_eps)));
-    }
+    if (lane == 0) row_r[r] = norm_rope_device::InverseRmsFromSum(sum, inv_n, g.norm_eps);
   }
 }
 

@@ -118,9 +118,7 @@ __device__ __forceinline__ void PostAndCollapse(const HcBoundaryParams& p, int64
 
 // RmsNormKernel's 1 / rms from the row's sum of squares.
 __device__ __forceinline__ float RowInverseRms(const HcBoundaryParams& p, double sum) {
-  const float inv_n = DivRn(1.0f, Int64ToF32(p.pre.dim));
-  const float mean = MulRn(DoubleToF32(sum), inv_n);
-  return DivRn(1.0f, SqrtRn(AddRn(mean, p.norm.eps)));
+  return norm_rope_device::InverseRmsFromSum(sum, DivRn(1.0f, Int64ToF32(p.pre.dim)), p.norm.eps);
 }
 
 // RmsNormKernel's pass 2 of chunk j: bf16(w · (v · r)).

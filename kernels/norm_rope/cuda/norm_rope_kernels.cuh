@@ -154,8 +154,7 @@ __global__ void __launch_bounds__(kNormThreads)
       }
     }
     sum = GroupSum<kGroup>(sum, warp_sums);
-    const float mean = MulRn(DoubleToF32(sum), inv_n);
-    const float r = DivRn(1.0f, SqrtRn(AddRn(mean, p.eps)));
+    const float r = InverseRmsFromSum(sum, inv_n, p.eps);
     // Pass 2: the unrotated values.
     if constexpr (kRaw) {
 #pragma unroll

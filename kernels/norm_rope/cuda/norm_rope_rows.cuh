@@ -107,4 +107,12 @@ __device__ __forceinline__ double GroupSum(double v, double* warp_sums) {
   }
 }
 
+// RmsNormKernel's 1 / rms of a row from its sum of squares (GroupSum's double) and inv_n =
+// fp32(1 / cols): 1 / sqrt(fp32(sum) · inv_n + eps), each operation rounded on its own (the
+// other kernels that reproduce the norm's bits call it too: the mHC boundary, the FP8 Linear's
+// fused x_norm).
+__device__ __forceinline__ float InverseRmsFromSum(double sum, float inv_n, float eps) {
+  return DivRn(1.0f, SqrtRn(AddRn(MulRn(DoubleToF32(sum), inv_n), eps)));
+}
+
 }  // namespace flashserve::kernels::norm_rope_device
