@@ -48,7 +48,7 @@ std::string Name(const Case& c) {
 
 // Device inputs of one case: x [m, x_stride], the norm weight, and the outputs of both forms.
 struct Buffers {
-  int64_t x_stride = 0, out_stride = 0, y_bytes = 0;
+  int64_t x_stride = 0, out_stride = 0;
   DeviceBuffer x, w, out_fused, out_two, y_fused, y_two, ws;
 };
 
