@@ -101,6 +101,68 @@ kernels::SparseAttnParams LayerStep::AttnParams(int64_t b, bool rows, bool fuse_
   return p;
 }
 
+bool LayerStep::StackedQkvAgrees(int64_t b) {
+  if (!opt_.stack_qkv) return true;
+  constexpr int64_t kQkv = kQLora + kHeadDim;
+  DeviceBuffer qa(static_cast<size_t>(b * kQLora * 2)), kv(static_cast<size_t>(b * kHeadDim * 2)),
+      qkv(static_cast<size_t>(b * kQkv * 2));
+  auto run = [&](const Fp8Weight& w, const DeviceBuffer& y) {
+    kernels::LinearCudaParams p;
+    p.weight = &w.view;
+    p.m = b;
+    p.x_bf16 = xn_.get<uint16_t>();
+    p.x_stride = kD;
+    p.y_bf16 = y.get<uint16_t>();
+    p.y_stride = w.view.n;
+    p.workspace = lin_ws_.get();
+    p.workspace_bytes = lin_ws_bytes_;
+    Ok(kernels::LaunchLinearFp8(p, stream_));
+  };
+  run(*wq_a_, qa);
+  run(*wkv_, kv);
+  run(*wqa_wkv_, qkv);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<uint16_t> a(static_cast<size_t>(b * kQLora)), k(static_cast<size_t>(b * kHeadDim)),
+      s(static_cast<size_t>(b * kQkv));
+  CUDA_CHECK(cudaMemcpy(a.data(), qa.get(), a.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(k.data(), kv.get(), k.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(s.data(), qkv.get(), s.size() * 2, cudaMemcpyDeviceToHost));
+  // The stack's K splits can differ from its parts' (from 9 rows the register-sourced kernel's
+  // plan), so its fp32 sums may round differently: count the values equal, one bf16 ulp apart and
+  // further (an output near zero after cancellation may move by more), and fail on a non-finite
+  // difference or a rel-RMS above 2^-10 (prefill_linears_bench's rule for its stacks is 2^-8).
+  int64_t equal = 0, ulp = 0, further = 0, nonfinite = 0;
+  double diff2 = 0, ref2 = 0;
+  for (int64_t t = 0; t < b; ++t) {
+    for (int64_t c = 0; c < kQkv; ++c) {
+      const uint16_t part = c < kQLora ? a[t * kQLora + c] : k[t * kHeadDim + (c - kQLora)];
+      const uint16_t got = s[t * kQkv + c];
+      const double pf = formats::Bf16BitsToFloat(part), gf = formats::Bf16BitsToFloat(got);
+      if (!std::isfinite(pf) || !std::isfinite(gf)) {
+        ++nonfinite;
+        continue;
+      }
+      diff2 += (gf - pf) * (gf - pf);
+      ref2 += pf * pf;
+      if (got == part) {
+        ++equal;
+      } else if ((part ^ got) < 0x8000 && std::abs(int{part} - int{got}) == 1) {
+        ++ulp;
+      } else {
+        ++further;
+      }
+    }
+  }
+  const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0;
+  const bool ok = nonfinite == 0 && rel <= 1.0 / 1024;
+  std::printf("%ld tokens: wq_a | wkv stacked vs the two Linears: %ld equal, %ld one bf16 ulp "
+              "apart, %ld further, %ld non-finite, rel-RMS %.2e%s\n",
+              static_cast<long>(b), static_cast<long>(equal), static_cast<long>(ulp),
+              static_cast<long>(further), static_cast<long>(nonfinite), rel,
+              ok ? "" : " (CHECK FAILED)");
+  return ok;
+}
+
 bool LayerStep::AttentionFormsAgree(int64_t b) {
   const size_t n = static_cast<size_t>(b * kHeads * kHeadDim);
   DeviceBuffer from_pool(n * 2);

@@ -69,6 +69,7 @@ void LayerStep::AllocateWeights() {
   wkv_ = std::make_unique<Fp8Weight>(seed++ * 7, kHeadDim, kD);
   wo_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kD, kOGroups * kOLora);
   idx_wq_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kIdxHeads * kIdxDim, kQLora);
+  if (opt_.stack_qkv) wqa_wkv_ = std::make_unique<Fp8Weight>(*wq_a_, *wkv_);
   fill_bf16(wo_a_, kOGroups * kOLora * (kHeads * kHeadDim / kOGroups), 0.02f);
   fill_bf16(weights_proj_, kIdxHeads * kD, 0.02f / 64);
   if (opt_.narrow_fp32) {
@@ -109,6 +110,7 @@ void LayerStep::AllocateActivations() {
   qa_ = Bf16Buffer(b * kQLora);  // wq_a's raw rows where wq_b applies q_norm (wqb_qnorm)
   q_ = Bf16Buffer(b * kHeads * kHeadDim);
   kv_ = Bf16Buffer(b * kHeadDim);
+  if (opt_.stack_qkv) qkv_ = Bf16Buffer(b * (kQLora + kHeadDim));
   o_ = Bf16Buffer(b * kHeads * kHeadDim);
   o_lora_ = Bf16Buffer(b * kOGroups * kOLora);
   a_out_ = Bf16Buffer(b * kD);
@@ -162,8 +164,15 @@ void LayerStep::AllocateActivations() {
   attn_ws_ = DeviceBuffer(kernels::SparseAttnCudaWorkspaceBytes(kHeads, kHeadDim));
 
   // GEMM workspace: the largest any Linear of the step needs at b rows.
-  for (const Fp8Weight* w : {wq_a_.get(), wq_b_.get(), wkv_.get(), wo_b_.get(), idx_wq_b_.get()}) {
+  for (const Fp8Weight* w : {wq_a_.get(), wq_b_.get(), wkv_.get(), wo_b_.get(), idx_wq_b_.get(),
+                             wqa_wkv_.get()}) {
+    if (w == nullptr) continue;  // wqa_wkv_ without Options::stack_qkv
     lin_ws_bytes_ = std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(w->view, b));
+  }
+  if (opt_.wqb_ctas > 0) {  // wq_b planned toward --wqb-ctas CTAs
+    lin_ws_bytes_ =
+        std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(wq_b_->view, b, 0, 0, true, true,
+                                                                   true, false, opt_.wqb_ctas));
   }
   if (opt_.branch_splits > 0) {  // the forked wkv with its forced K splits (--branch-splits)
     lin_ws_bytes_ = std::max(

@@ -195,17 +195,19 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // An FP8 Linear x -> y (on forked branch `branch`, or the main stream for -1); with norm_w, the
   // RMSNorm of x fused ahead of it (kernels::LinearCudaParams::x_norm: the normed rows also go to
   // *norm_out).
+  // stream_ctas: LinearCudaParams::stream_ctas (0: the plan's 264).
   auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y,
                  int branch, const DeviceBuffer* norm_w = nullptr,
-                 DeviceBuffer* norm_out = nullptr) {
+                 DeviceBuffer* norm_out = nullptr, int64_t stream_ctas = 0) {
     const int64_t n = w->view.n, k = w->view.k;
     const cudaStream_t ls = branch >= 0 ? branch_stream(branch) : st;
     DeviceBuffer* ws = branch == 2 && overlap ? &kv_lin_ws_ : &lin_ws_;
     s.push_back({name,
-                 [this, w, &x, &y, b, ls, ws, branch, norm_w, norm_out] {
+                 [this, w, &x, &y, b, ls, ws, branch, norm_w, norm_out, stream_ctas] {
                    kernels::LinearCudaParams p;
                    p.weight = &w->view;
                    p.m = b;
+                   p.stream_ctas = stream_ctas;
                    if (branch >= 0) p.split_k = opt_.branch_splits;  // 0: the plan's
                    p.x_bf16 = x.get<uint16_t>();
                    p.x_stride = w->view.k;
@@ -419,6 +421,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // wo_a, which leave most SMs idle) instead of at the step's start (beside wkv and wq_a); measured
   // slower (session 75: they slowed the attention instead).
   const bool late = fuse && opt_.mixes_late;
+  // Options::attn_mixes_at: where the attention site's mixes fork (mixes_late: after wq_b).
+  const int attn_at = !fuse ? 0 : late ? 1 : opt_.attn_mixes_at;
   auto attn_mixes = [&] {
     mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_,
           a_post_, a_comb_, x_attn_);
@@ -426,18 +430,37 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // In the layer loop the step's graph has one root, wq_a, as a loop's layer has one (the previous
   // layer's last boundary); the branches fork after it. A graph whose first kernels are several
   // roots on forked streams started its main stream 16-19 µs late (kits s111 / s112, H100).
-  if (loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, q_lora, -1);
-  if (!late) attn_mixes();
+  // Options::stack_qkv: wq_a | wkv as one Linear on the main stream; the kv branch forks after it
+  // and reads the kv columns of its output (kv_ptr, kv_stride).
+  const bool stack = opt_.stack_qkv && !qnorm_fused;  // the fused q_norm reads wq_a's own rows
+  constexpr int64_t kQkv = kQLora + kHeadDim;
+  uint16_t* const kv_ptr = stack ? qkv_.get<uint16_t>() + kQLora : kv_.get<uint16_t>();
+  const int64_t kv_stride = stack ? kQkv : kHeadDim;
+  auto q_projection = [&] {
+    if (stack) {
+      fp8("wq_a | wkv (FP8 1792x5120, stacked)", wqa_wkv_.get(), xn_, qkv_, -1);
+    } else {
+      fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, q_lora, -1);
+    }
+  };
+  if (loop) q_projection();
+  if (attn_at == 0) attn_mixes();
   if (!fuse) norm("attn_norm", x_attn_, attn_norm_, xn_, kD);
-  // The kv projection: branch 2, next to the q projection (the attention joins it).
-  fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_, 2);
-  on_branch(2, true);
+  // The kv projection: branch 2, next to the q projection (the attention joins it); with the
+  // stack, the branch starts after it.
+  if (stack) {
+    if (!loop) q_projection();
+  } else {
+    fp8("wkv (FP8 512x5120)", wkv_.get(), xn_, kv_, 2);
+    on_branch(2, true);
+  }
   const cudaStream_t kst = branch_stream(2);
   s.push_back({"kv_norm + RoPE, SWA row + its decoded pool row",
                [=, this] {
                  kernels::RmsNormRopeParams p;
-                 p.norm = NormRows(b, kHeadDim, kv_.get<uint16_t>(), kv_norm_.get<uint16_t>(),
-                                   kv_.get<uint16_t>());
+                 p.norm = NormRows(b, kHeadDim, kv_ptr, kv_norm_.get<uint16_t>(), kv_ptr);
+                 p.norm.x_stride = kv_stride;
+                 p.norm.out_stride = kv_stride;
                  p.table = rope_.get();
                  p.positions = positions_.get<int64_t>();
                  Ok(kernels::LaunchRmsNormRope(p, kst));
@@ -448,8 +471,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  e.kind = kernels::quant::KvRowKind::kSwaKv;
                  e.rows = b;
                  e.channels = kHeadDim;
-                 e.x = kv_.get<uint16_t>();
-                 e.x_stride = kHeadDim;
+                 e.x = kv_ptr;
+                 e.x_stride = kv_stride;
                  e.rows_out = swa_rows_.get<uint8_t>() + slot * kSwaRowBytes;
                  e.row_stride = kWindow * kSwaRowBytes;
                  e.decoded_out = pool_.get<uint16_t>() + slot * kHeadDim;
@@ -457,15 +480,26 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  Ok(kernels::quant::LaunchEncodeRows(e, kst));
                },
                db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});
-  on_branch(2, false);
-  if (!loop) fp8("wq_a (FP8 1280x5120)", wq_a_.get(), xn_, q_lora, -1);
+  on_branch(2, stack);
+  if (!loop && !stack) q_projection();
   if (qnorm_fused) {
     fp8("q_norm + wq_b (FP8 32768x1280, norm fused)", wq_b_.get(), qa_, q_, -1, &q_norm_, &qr_);
+  } else if (stack) {
+    // q_norm from the stack's q_lora columns into qr_ (packed), then wq_b on it.
+    s.push_back({"q_norm (from the stacked output)",
+                 [=, this] {
+                   kernels::RmsNormParams p = NormRows(b, kQLora, qkv_.get<uint16_t>(),
+                                                       q_norm_.get<uint16_t>(), qr_.get<uint16_t>());
+                   p.x_stride = kQkv;
+                   Ok(kernels::LaunchRmsNorm(p, st));
+                 },
+                 db * kQLora * 4 + kQLora * 2, 0});
+    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1, nullptr, nullptr, opt_.wqb_ctas);
   } else {
     norm("q_norm", qr_, q_norm_, qr_, kQLora);
-    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1);
+    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1, nullptr, nullptr, opt_.wqb_ctas);
   }
-  if (late) attn_mixes();
+  if (attn_at == 1) attn_mixes();
   if (!fuse_rope) rope("RoPE q", q_, kHeads, kHeadDim, false);
   {
     std::vector<kernels::L2PrefetchRange> r;
@@ -488,6 +522,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                KvRowBytesRead(b) + db * kHeads * kHeadDim * 2 * 2 + db * (kWindow + kTopk) * 4,
                4.0 * db * kHeads * kHeadDim * (kWindow + kTopk)});
   s.back().joins = [=] { join(2); };
+  if (attn_at == 2) attn_mixes();  // beside wo_a: forked once the attention has ended
   if (!fuse_rope) rope("inverse RoPE o", o_, kHeads, kHeadDim, true);
   s.push_back(
       {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
@@ -509,13 +544,15 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     mixes(1, "ffn mixes + collapse", y_, ffn_fn_, ffn_base_, ffn_scale_, a_pre_, f_pre_, f_post_,
           f_comb_, x_ffn_);
   };
-  if (!late) ffn_mixes();  // late: after the gate
+  // late or Options::ffn_mixes_late: after the gate.
+  const bool ffn_late = late || (fuse && opt_.ffn_mixes_late);
+  if (!ffn_late) ffn_mixes();
   if (!fuse) norm("ffn_norm", x_ffn_, ffn_norm_, fn_x_, kD);
   s.push_back(
       {opt_.narrow_fp32 ? "gate (bf16-valued fp32 384x5120, narrowed)" : "gate (fp32 384x5120)",
        [=, this] { LaunchFloat(GateParams(b)); },
        static_cast<double>(gate_.bytes()) + db * (kD * 2 + kExperts * 4), 2 * db * kExperts * kD});
-  if (late) ffn_mixes();
+  if (ffn_late) ffn_mixes();
   // With --shared-splits / --shared-ctas the one-stream schedule runs the shared expert as its
   // own stage too (on
   // the main stream), so both schedules sum its Linears with the same K splits.

@@ -15,6 +15,7 @@
 
 #include "bench/bench_fill.h"
 #include "kernels/attention/attention.h"
+#include "common/base/check.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
@@ -119,6 +120,16 @@ struct Options {
   // fewer CTAs hold SM slots beside wq_a / wq_b (A/B; the bits of wkv follow its split count, in
   // both schedules alike).
   int64_t branch_splits = 0;
+  // wq_a and wkv, which read the same normed x, as one FP8 Linear over their stacked rows
+  // (kernels' ConcatLinearRows layout: wq_a's 1,280 rows, then wkv's 512; one weight stream of
+  // 9.2 MB on the main stream instead of wq_a there and wkv on the kv branch); the kv branch then
+  // forks after it with kv_norm + RoPE on the stacked output's kv columns. Both schedules run the
+  // stack, so the bit-identity check covers it; its K splits are the stack's plan's, so q and kv
+  // may differ by an ulp from the unstacked Linears' (StackedQkvAgrees prints how many). Default
+  // since session 79 with wqb_ctas 256 (H100, three alternations: 1 token graph 203.8–204.4 ->
+  // 201.0–201.1 µs, 8 tokens 490.7–491.5 -> 486.8–487.3; either alone level or slower). Not with
+  // wqb_qnorm (the fused q_norm reads wq_a's own rows): that flag turns the stack off.
+  bool stack_qkv = true;
   // With overlap: q_norm fused into wq_b (kernels::LinearCudaParams::x_norm: the weight-streaming
   // kernel normalises the rows it quantises; one launch fewer, the same bits); false: its own
   // RMSNorm launch (A/B).
@@ -169,6 +180,21 @@ struct Options {
   // site's after the gate, instead of at each site's start (where they take SMs from wkv / wq_a
   // and from the gate; A/B; the same bits).
   bool mixes_late = false;
+  // With overlap and fuse_boundary: the FFN site's mixes alone forked after the gate (they are
+  // needed only by the MoE's combine; at the FFN boundary they hold SM slots while the gate, the
+  // front and the shared expert start; A/B, the same bits).
+  bool ffn_mixes_late = false;
+  // With overlap and fuse_boundary (and not mixes_late): where the attention site's mixes fork —
+  // 0 (default) at the step's start, beside wq_a, wkv and wq_b; 1 after wq_b, beside the
+  // attention (mixes_late's place); 2 after the attention, beside wo_a (64 CTAs: the other SMs
+  // idle), which the FFN boundary joins (A/B, the same bits).
+  int attn_mixes_at = 0;
+  // kernels::LinearCudaParams::stream_ctas of wq_b (decode sizes, M <= 8): 0 the weight-streaming
+  // plan's 264 CTAs (its 256 128-row tiles spread over two per SM: every slot until its first
+  // CTAs retire); 256 (default since session 79) its tiles unspread, which leaves 8 slots to the
+  // kv branch's one-CTA kernels (kv_norm + RoPE, the SWA row) while it streams; N another target.
+  // wq_b's bits follow its plan's splits, in both schedules. Measured with stack_qkv (above).
+  int64_t wqb_ctas = 256;
   // The decode-size bf16 / fp32 Linears (wo_a, the gate, the Reindex indexer's weights_proj)
   // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
   // weights requested while the kernel ahead runs): 1 all of them, 2 all but the CUDA-core
@@ -204,6 +230,25 @@ struct Options {
 struct Fp8Weight {
   DeviceBuffer codes, scales;
   kernels::Fp8LinearDevice view;
+  // The rows of `top`, then those of `bottom` (same K; top's N a multiple of 32, so the 32-row
+  // scale blocks stack too): ConcatLinearRows' layout of the two weights' values.
+  Fp8Weight(const Fp8Weight& top, const Fp8Weight& bottom) {
+    CHECK_EQ(top.view.k, bottom.view.k);
+    CHECK_EQ(top.view.n % 32, 0);
+    const int64_t n = top.view.n + bottom.view.n, k = top.view.k;
+    codes = DeviceBuffer(static_cast<size_t>(n * k));
+    scales = DeviceBuffer(top.scales.bytes() + bottom.scales.bytes());
+    CUDA_CHECK(cudaMemcpy(codes.get(), top.codes.get(), top.codes.bytes(), cudaMemcpyDefault));
+    CUDA_CHECK(cudaMemcpy(codes.get<uint8_t>() + top.codes.bytes(), bottom.codes.get(),
+                          bottom.codes.bytes(), cudaMemcpyDefault));
+    CUDA_CHECK(cudaMemcpy(scales.get(), top.scales.get(), top.scales.bytes(), cudaMemcpyDefault));
+    CUDA_CHECK(cudaMemcpy(scales.get<uint8_t>() + top.scales.bytes(), bottom.scales.get(),
+                          bottom.scales.bytes(), cudaMemcpyDefault));
+    view.n = n;
+    view.k = k;
+    view.codes = codes.get<uint8_t>();
+    view.scales = scales.get<uint8_t>();
+  }
   Fp8Weight(uint64_t seed, int64_t n, int64_t k) {
     codes = DeviceBuffer(static_cast<size_t>(n * k));
     const int64_t sn = (n + 31) / 32, sk = k / 32;
@@ -334,6 +379,9 @@ class LayerStep {
   // bf16 pool of their decoded values, on the q of the last step run (leaves the row form's
   // output in o_). True without kv_rows.
   bool AttentionFormsAgree(int64_t b);
+  // With Options::stack_qkv: the stacked Linear's output against wq_a and wkv run alone on the
+  // same normed x (equal, or one bf16 ulp apart where the K splits differ); printed. True without.
+  bool StackedQkvAgrees(int64_t b);
   // Bytes of the distinct KV rows the attention of the first b sequences reads: window rows
   // (pool rows below max_b · kWindow) and compressed rows, at their serving sizes with kv_rows
   // (528 / 288 bytes), else 1 KB of bf16 each.
@@ -390,6 +438,7 @@ class LayerStep {
   DeviceBuffer attn_fn_frags_, ffn_fn_frags_;  // the sites' prepared fn (Options::mhc_prepared)
   DeviceBuffer attn_norm_, ffn_norm_, q_norm_, kv_norm_, sink_;
   std::unique_ptr<Fp8Weight> wq_a_, wq_b_, wkv_, wo_b_, idx_wq_b_;
+  std::unique_ptr<Fp8Weight> wqa_wkv_;  // wq_a | wkv stacked (Options::stack_qkv)
   DeviceBuffer wo_a_;          // bf16 [8, 1024, 4096]
   DeviceBuffer weights_proj_;  // bf16 [32, 5120]
   DeviceBuffer gate_;          // [384, 5120]: bf16 (Options::narrow_fp32) or fp32
@@ -401,6 +450,7 @@ class LayerStep {
   DeviceBuffer x_, pre_in_, a_pre_, a_post_, a_comb_, f_pre_, f_post_, f_comb_, mix_ws_;
   DeviceBuffer x_attn_, xn_, qa_, qr_, q_, kv_, o_, o_lora_, a_out_, y_, x_ffn_, fn_x_, logits_,
       f_out_, z_;
+  DeviceBuffer qkv_;               // the stacked Linear's output [b, 1280 + 512] (stack_qkv)
   DeviceBuffer x_next_, xn_next_;  // the next layer's collapsed and normed x (Options::layer_loop)
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
   DeviceBuffer main_rows_;     // the compressed rows as FP4 main-KV serving rows (kv_rows)

@@ -8,8 +8,10 @@
 //                            [--float-gemv 0|1] [--priorities 0|1] [--fuse-boundary 0|1]
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
-//                            [--wqb-qnorm 0|1] [--boundary-cluster 0|1|2|4|8] [--shared-splits N]
-//                            [--shared-ctas N] [--ffn-mixes-ctas N] [--moe-front-pdl 0|1]
+//                            [--wqb-qnorm 0|1] [--stack-qkv 0|1] [--boundary-cluster 0|1|2|4|8]
+//                            [--shared-splits N] [--shared-ctas N] [--ffn-mixes-ctas N]
+//                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
+//                            [--attn-mixes-at 0|1|2] [--wqb-ctas N]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -92,6 +94,18 @@
 // Measured slower (H100: 1 token graph 208 -> 225 µs): the fused wq_b, a programmatic dependent
 // of wq_a, takes the SM slots q_norm's gap left to the forked wkv, which then ends after wq_b
 // (44.5 µs instead of ~23) and delays the attention.
+// --attn-mixes-at 0|1|2 forks the attention site's mixes at the step's start (0, the default),
+// after wq_b (1) or after the attention, beside wo_a (2) (session 79; A/B, the same bits).
+// --wqb-ctas N plans wq_b's weight-streaming kernel toward N CTAs (LinearCudaParams::stream_ctas;
+// session 79): 256 (default) its 128-row tiles unspread, leaving 8 SM slots to the kv branch's
+// one-CTA kernels; 0 the plan's 264.
+// --ffn-mixes-late 1 forks the FFN site's mixes alone after the gate (session 79; A/B).
+// --stack-qkv 1 (default, session 79) runs wq_a and wkv as one FP8 Linear over their stacked rows
+// (ConcatLinearRows' layout) on the main stream, the kv branch (kv_norm + RoPE, the SWA row)
+// forked after it on the stack's kv columns; 0 wkv on the branch beside wq_a, q_norm and wq_b
+// (A/B). Both schedules run the stack; it is checked against wq_a and wkv alone before timing.
+// With --wqb-ctas 256 (also default): H100 1 token graph 203.8–204.4 -> 201.0–201.1 µs, 8 tokens
+// 490.7–491.5 -> 486.8–487.3 (docs/performance_layer_step_2.md "Session 79").
 // --boundary-cluster N runs the fused mHC site boundaries with N CTAs per token in a thread-block
 // cluster (HcBoundaryParams::cluster_ctas, session 78; 1 one block per token; 0, the default, the
 // launcher's automatic choice: 8 up to 64 tokens; the same bits).
@@ -300,6 +314,23 @@ Options ParseOptions(int argc, char** argv) {
                      static_cast<long long>(kernels::kLinearCudaMaxStreamCtas));
         std::exit(2);
       }
+    } else if (flag == "--wqb-ctas") {
+      o.wqb_ctas = std::atoll(argv[i + 1]);
+      if (o.wqb_ctas < 0 || o.wqb_ctas > kernels::kLinearCudaMaxStreamCtas) {
+        std::fprintf(stderr, "--wqb-ctas must be 0 .. %ld\n",
+                     static_cast<long>(kernels::kLinearCudaMaxStreamCtas));
+        std::exit(2);
+      }
+    } else if (flag == "--attn-mixes-at") {
+      o.attn_mixes_at = std::atoi(argv[i + 1]);
+      if (o.attn_mixes_at < 0 || o.attn_mixes_at > 2) {
+        std::fprintf(stderr, "--attn-mixes-at must be 0, 1 or 2\n");
+        std::exit(2);
+      }
+    } else if (flag == "--ffn-mixes-late") {
+      o.ffn_mixes_late = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--stack-qkv") {
+      o.stack_qkv = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--wqb-qnorm") {
       o.wqb_qnorm = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--moe-hc-post") {
@@ -573,6 +604,7 @@ int Run(const Options& o) {
       // Check: finite and deterministic.
       run_step();
       CUDA_CHECK(cudaStreamSynchronize(st));
+      if (!step.StackedQkvAgrees(b)) status = 1;
       {  // the row form computes the bf16 form's bits on the same KV
         const bool agree = step.AttentionFormsAgree(b);
         std::printf("%ld tokens: attention on the serving rows vs the decoded bf16 pool: %s\n",
