@@ -155,11 +155,11 @@ bool LayerStep::StackedQkvAgrees(int64_t b) {
   }
   const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0;
   const bool ok = nonfinite == 0 && rel <= 1.0 / 1024;
-  std::printf("%ld tokens: wq_a | wkv stacked vs the two Linears: %ld equal, %ld one bf16 ulp "
-              "apart, %ld further, %ld non-finite, rel-RMS %.2e%s\n",
-              static_cast<long>(b), static_cast<long>(equal), static_cast<long>(ulp),
-              static_cast<long>(further), static_cast<long>(nonfinite), rel,
-              ok ? "" : " (CHECK FAILED)");
+  std::printf(
+      "%ld tokens: wq_a | wkv stacked vs the two Linears: %ld equal, %ld one bf16 ulp "
+      "apart, %ld further, %ld non-finite, rel-RMS %.2e%s\n",
+      static_cast<long>(b), static_cast<long>(equal), static_cast<long>(ulp),
+      static_cast<long>(further), static_cast<long>(nonfinite), rel, ok ? "" : " (CHECK FAILED)");
   return ok;
 }
 

@@ -164,15 +164,15 @@ void LayerStep::AllocateActivations() {
   attn_ws_ = DeviceBuffer(kernels::SparseAttnCudaWorkspaceBytes(kHeads, kHeadDim));
 
   // GEMM workspace: the largest any Linear of the step needs at b rows.
-  for (const Fp8Weight* w : {wq_a_.get(), wq_b_.get(), wkv_.get(), wo_b_.get(), idx_wq_b_.get(),
-                             wqa_wkv_.get()}) {
+  for (const Fp8Weight* w :
+       {wq_a_.get(), wq_b_.get(), wkv_.get(), wo_b_.get(), idx_wq_b_.get(), wqa_wkv_.get()}) {
     if (w == nullptr) continue;  // wqa_wkv_ without Options::stack_qkv
     lin_ws_bytes_ = std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(w->view, b));
   }
   if (opt_.wqb_ctas > 0) {  // wq_b planned toward --wqb-ctas CTAs
     lin_ws_bytes_ =
         std::max(lin_ws_bytes_, kernels::LinearCudaWorkspaceBytes(wq_b_->view, b, 0, 0, true, true,
-                                                                   true, false, opt_.wqb_ctas));
+                                                                  true, false, opt_.wqb_ctas));
   }
   if (opt_.branch_splits > 0) {  // the forked wkv with its forced K splits (--branch-splits)
     lin_ws_bytes_ = std::max(

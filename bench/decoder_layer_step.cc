@@ -195,22 +195,22 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // An FP8 Linear x -> y (on forked branch `branch`, or the main stream for -1); with norm_w, the
   // RMSNorm of x fused ahead of it (kernels::LinearCudaParams::x_norm: the normed rows also go to
   // *norm_out).
-  // stream_ctas: LinearCudaParams::stream_ctas (0: the plan's 264).
+  // stream_ctas: LinearCudaParams::stream_ctas (0: the plan's 264); x_stride 0: K.
   auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y,
-                 int branch, const DeviceBuffer* norm_w = nullptr,
-                 DeviceBuffer* norm_out = nullptr, int64_t stream_ctas = 0) {
+                 int branch, const DeviceBuffer* norm_w = nullptr, DeviceBuffer* norm_out = nullptr,
+                 int64_t stream_ctas = 0, int64_t x_stride = 0) {
     const int64_t n = w->view.n, k = w->view.k;
     const cudaStream_t ls = branch >= 0 ? branch_stream(branch) : st;
     DeviceBuffer* ws = branch == 2 && overlap ? &kv_lin_ws_ : &lin_ws_;
     s.push_back({name,
-                 [this, w, &x, &y, b, ls, ws, branch, norm_w, norm_out, stream_ctas] {
+                 [this, w, &x, &y, b, ls, ws, branch, norm_w, norm_out, stream_ctas, x_stride] {
                    kernels::LinearCudaParams p;
                    p.weight = &w->view;
                    p.m = b;
                    p.stream_ctas = stream_ctas;
                    if (branch >= 0) p.split_k = opt_.branch_splits;  // 0: the plan's
                    p.x_bf16 = x.get<uint16_t>();
-                   p.x_stride = w->view.k;
+                   p.x_stride = x_stride > 0 ? x_stride : w->view.k;
                    p.y_bf16 = y.get<uint16_t>();
                    p.y_stride = w->view.n;
                    if (norm_w != nullptr) {
@@ -413,26 +413,26 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
 
   // ---- attention site (in the layer loop, xn_ comes from the previous layer's last boundary:
   // PrepareLoopInput)
-  if (fuse && !loop) {
-    boundary(-1, "attn collapse + attn_norm (one launch)", nullptr, nullptr, nullptr, nullptr, x_,
-             nullptr, pre_in_, x_attn_, attn_norm_, xn_);
-  }
-  // Options::mixes_late: the attention site's mixes forked after wq_b (beside the attention and
-  // wo_a, which leave most SMs idle) instead of at the step's start (beside wkv and wq_a); measured
-  // slower (session 75: they slowed the attention instead).
+  // Options::mixes_late: the attention site's mixes forked after wq_b (beside the attention);
+  // measured slower (session 75: they slowed the attention).
   const bool late = fuse && opt_.mixes_late;
-  // Options::attn_mixes_at: where the attention site's mixes fork (mixes_late: after wq_b).
-  const int attn_at = !fuse ? 0 : late ? 1 : opt_.attn_mixes_at;
+  // Options::attn_mixes_at: where the attention site's mixes fork (mixes_late: after wq_b; the
+  // loop form keeps its one root, so 3 is 0 there).
+  const int at = opt_.attn_mixes_at, attn_at = !fuse ? 0 : late ? 1 : loop && at == 3 ? 0 : at;
   auto attn_mixes = [&] {
     mixes(0, "attn mixes + collapse", x_, attn_fn_, attn_base_, attn_scale_, pre_in_, a_pre_,
           a_post_, a_comb_, x_attn_);
   };
-  // In the layer loop the step's graph has one root, wq_a, as a loop's layer has one (the previous
-  // layer's last boundary); the branches fork after it. A graph whose first kernels are several
-  // roots on forked streams started its main stream 16-19 µs late (kits s111 / s112, H100).
+  if (attn_at == 3) attn_mixes();  // beside the boundary: they read only the streams x_
+  if (fuse && !loop) {
+    boundary(-1, "attn collapse + attn_norm (one launch)", nullptr, nullptr, nullptr, nullptr, x_,
+             nullptr, pre_in_, x_attn_, attn_norm_, xn_);
+  }
+  // In the layer loop the step's graph has one root, wq_a, as a loop's layer has one; the branches
+  // fork after it (several roots started the main stream 16-19 µs late: kits s111 / s112, H100;
+  // --attn-mixes-at 3's second root ~50 µs late: kit s128).
   // Options::stack_qkv: wq_a | wkv as one Linear on the main stream; the kv branch forks after it
-  // and reads the kv columns of its output (kv_ptr, kv_stride).
-  const bool stack = opt_.stack_qkv && !qnorm_fused;  // the fused q_norm reads wq_a's own rows
+  const bool stack = opt_.stack_qkv;  // and reads the kv columns of its output (kv_ptr, kv_stride)
   constexpr int64_t kQkv = kQLora + kHeadDim;
   uint16_t* const kv_ptr = stack ? qkv_.get<uint16_t>() + kQLora : kv_.get<uint16_t>();
   const int64_t kv_stride = stack ? kQkv : kHeadDim;
@@ -482,14 +482,16 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                db * kHeadDim * 2 * 4 + db * kSwaRowBytes, 0});
   on_branch(2, stack);
   if (!loop && !stack) q_projection();
-  if (qnorm_fused) {
-    fp8("q_norm + wq_b (FP8 32768x1280, norm fused)", wq_b_.get(), qa_, q_, -1, &q_norm_, &qr_);
+  if (qnorm_fused) {  // on the stack's q_lora columns, or wq_a's own rows
+    fp8("q_norm + wq_b (FP8 32768x1280, norm fused)", wq_b_.get(), stack ? qkv_ : qa_, q_, -1,
+        &q_norm_, &qr_, opt_.wqb_ctas, stack ? kQkv : 0);
   } else if (stack) {
     // q_norm from the stack's q_lora columns into qr_ (packed), then wq_b on it.
     s.push_back({"q_norm (from the stacked output)",
                  [=, this] {
-                   kernels::RmsNormParams p = NormRows(b, kQLora, qkv_.get<uint16_t>(),
-                                                       q_norm_.get<uint16_t>(), qr_.get<uint16_t>());
+                   kernels::RmsNormParams p =
+                       NormRows(b, kQLora, qkv_.get<uint16_t>(), q_norm_.get<uint16_t>(),
+                                qr_.get<uint16_t>());
                    p.x_stride = kQkv;
                    Ok(kernels::LaunchRmsNorm(p, st));
                  },

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "bench/bench_fill.h"
-#include "kernels/attention/attention.h"
 #include "common/base/check.h"
+#include "kernels/attention/attention.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
@@ -127,8 +127,8 @@ struct Options {
   // stack, so the bit-identity check covers it; its K splits are the stack's plan's, so q and kv
   // may differ by an ulp from the unstacked Linears' (StackedQkvAgrees prints how many). Default
   // since session 79 with wqb_ctas 256 (H100, three alternations: 1 token graph 203.8–204.4 ->
-  // 201.0–201.1 µs, 8 tokens 490.7–491.5 -> 486.8–487.3; either alone level or slower). Not with
-  // wqb_qnorm (the fused q_norm reads wq_a's own rows): that flag turns the stack off.
+  // 201.0–201.1 µs, 8 tokens 490.7–491.5 -> 486.8–487.3; either alone level or slower). With
+  // wqb_qnorm the fused wq_b reads the stack's q_lora columns (x_stride 1,792).
   bool stack_qkv = true;
   // With overlap: q_norm fused into wq_b (kernels::LinearCudaParams::x_norm: the weight-streaming
   // kernel normalises the rows it quantises; one launch fewer, the same bits); false: its own
@@ -187,7 +187,8 @@ struct Options {
   // With overlap and fuse_boundary (and not mixes_late): where the attention site's mixes fork —
   // 0 (default) at the step's start, beside wq_a, wkv and wq_b; 1 after wq_b, beside the
   // attention (mixes_late's place); 2 after the attention, beside wo_a (64 CTAs: the other SMs
-  // idle), which the FFN boundary joins (A/B, the same bits).
+  // idle), which the FFN boundary joins; 3 before the boundary, beside it (they read only the
+  // streams; a second graph root) (A/B, the same bits).
   int attn_mixes_at = 0;
   // kernels::LinearCudaParams::stream_ctas of wq_b (decode sizes, M <= 8): 0 the weight-streaming
   // plan's 264 CTAs (its 256 128-row tiles spread over two per SM: every slot until its first
@@ -439,9 +440,9 @@ class LayerStep {
   DeviceBuffer attn_norm_, ffn_norm_, q_norm_, kv_norm_, sink_;
   std::unique_ptr<Fp8Weight> wq_a_, wq_b_, wkv_, wo_b_, idx_wq_b_;
   std::unique_ptr<Fp8Weight> wqa_wkv_;  // wq_a | wkv stacked (Options::stack_qkv)
-  DeviceBuffer wo_a_;          // bf16 [8, 1024, 4096]
-  DeviceBuffer weights_proj_;  // bf16 [32, 5120]
-  DeviceBuffer gate_;          // [384, 5120]: bf16 (Options::narrow_fp32) or fp32
+  DeviceBuffer wo_a_;                   // bf16 [8, 1024, 4096]
+  DeviceBuffer weights_proj_;           // bf16 [32, 5120]
+  DeviceBuffer gate_;                   // [384, 5120]: bf16 (Options::narrow_fp32) or fp32
   std::unique_ptr<kernels::moe_test::DeviceExperts> experts_;
   std::unique_ptr<kernels::moe_test::DeviceSharedExpert> shared_;
   std::unique_ptr<kernels::RopeTable> rope_;

@@ -11,7 +11,7 @@
 //                            [--wqb-qnorm 0|1] [--stack-qkv 0|1] [--boundary-cluster 0|1|2|4|8]
 //                            [--shared-splits N] [--shared-ctas N] [--ffn-mixes-ctas N]
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
-//                            [--attn-mixes-at 0|1|2] [--wqb-ctas N]
+//                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -94,8 +94,9 @@
 // Measured slower (H100: 1 token graph 208 -> 225 µs): the fused wq_b, a programmatic dependent
 // of wq_a, takes the SM slots q_norm's gap left to the forked wkv, which then ends after wq_b
 // (44.5 µs instead of ~23) and delays the attention.
-// --attn-mixes-at 0|1|2 forks the attention site's mixes at the step's start (0, the default),
-// after wq_b (1) or after the attention, beside wo_a (2) (session 79; A/B, the same bits).
+// --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
+// after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
+// A/B, the same bits).
 // --wqb-ctas N plans wq_b's weight-streaming kernel toward N CTAs (LinearCudaParams::stream_ctas;
 // session 79): 256 (default) its 128-row tiles unspread, leaving 8 SM slots to the kv branch's
 // one-CTA kernels; 0 the plan's 264.
@@ -323,8 +324,8 @@ Options ParseOptions(int argc, char** argv) {
       }
     } else if (flag == "--attn-mixes-at") {
       o.attn_mixes_at = std::atoi(argv[i + 1]);
-      if (o.attn_mixes_at < 0 || o.attn_mixes_at > 2) {
-        std::fprintf(stderr, "--attn-mixes-at must be 0, 1 or 2\n");
+      if (o.attn_mixes_at < 0 || o.attn_mixes_at > 3) {
+        std::fprintf(stderr, "--attn-mixes-at must be 0, 1, 2 or 3\n");
         std::exit(2);
       }
     } else if (flag == "--ffn-mixes-late") {
