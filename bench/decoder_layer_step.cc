@@ -38,6 +38,15 @@ void Ok(const absl::Status& s) { CHECK(s.ok()) << s.ToString(); }
 
 // RMSNorm of `rows` packed bf16 rows of `cols` with a bf16 weight, eps 1e-6 (every norm of the
 // step); out may be x.
+// Options of one FP8 Linear stage (LayerStep::ReuseStages's fp8).
+struct Fp8Extra {
+  const DeviceBuffer* norm_w = nullptr;  // LinearCudaParams::x_norm's weight (null: none), the
+  DeviceBuffer* norm_out = nullptr;      // normed rows written to *norm_out
+  int64_t stream_ctas = 0;               // LinearCudaParams::stream_ctas (0: the plan's)
+  int64_t x_stride = 0;                  // elements (0: K)
+  bool stream_tma = false;               // LinearCudaParams::stream_tma (the TMA-ring variant)
+};
+
 kernels::RmsNormParams NormRows(int64_t rows, int64_t cols, const uint16_t* x, const uint16_t* w,
                                 uint16_t* out) {
   kernels::RmsNormParams p;
@@ -192,38 +201,36 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
     };
     stage.settle = [=] { join(i); };
   };
-  // An FP8 Linear x -> y (on forked branch `branch`, or the main stream for -1); with norm_w, the
-  // RMSNorm of x fused ahead of it (kernels::LinearCudaParams::x_norm: the normed rows also go to
-  // *norm_out).
-  // stream_ctas: LinearCudaParams::stream_ctas (0: the plan's 264); x_stride 0: K.
+  // An FP8 Linear x -> y (on forked branch `branch`, or the main stream for -1), with Fp8Extra's
+  // options.
   auto fp8 = [&](const char* name, const Fp8Weight* w, const DeviceBuffer& x, DeviceBuffer& y,
-                 int branch, const DeviceBuffer* norm_w = nullptr, DeviceBuffer* norm_out = nullptr,
-                 int64_t stream_ctas = 0, int64_t x_stride = 0) {
+                 int branch, Fp8Extra e = {}) {
     const int64_t n = w->view.n, k = w->view.k;
     const cudaStream_t ls = branch >= 0 ? branch_stream(branch) : st;
     DeviceBuffer* ws = branch == 2 && overlap ? &kv_lin_ws_ : &lin_ws_;
     s.push_back({name,
-                 [this, w, &x, &y, b, ls, ws, branch, norm_w, norm_out, stream_ctas, x_stride] {
+                 [this, w, &x, &y, b, ls, ws, branch, e] {
                    kernels::LinearCudaParams p;
                    p.weight = &w->view;
                    p.m = b;
-                   p.stream_ctas = stream_ctas;
+                   p.stream_ctas = e.stream_ctas;
+                   p.stream_tma = e.stream_tma;
                    if (branch >= 0) p.split_k = opt_.branch_splits;  // 0: the plan's
                    p.x_bf16 = x.get<uint16_t>();
-                   p.x_stride = x_stride > 0 ? x_stride : w->view.k;
+                   p.x_stride = e.x_stride > 0 ? e.x_stride : w->view.k;
                    p.y_bf16 = y.get<uint16_t>();
                    p.y_stride = w->view.n;
-                   if (norm_w != nullptr) {
-                     p.x_norm.weight = norm_w->get<uint16_t>();
+                   if (e.norm_w != nullptr) {
+                     p.x_norm.weight = e.norm_w->get<uint16_t>();
                      p.x_norm.eps = 1e-6f;
-                     p.x_norm.out = norm_out->get<uint16_t>();
+                     p.x_norm.out = e.norm_out->get<uint16_t>();
                      p.x_norm.out_stride = w->view.k;
                    }
                    p.workspace = ws->get();
                    p.workspace_bytes = lin_ws_bytes_;
                    Ok(kernels::LaunchLinearFp8(p, ls));
                  },
-                 w->bytes() + db * 2 * (k + n) + (norm_w != nullptr ? db * 2 * k : 0),
+                 w->bytes() + db * 2 * (k + n) + (e.norm_w != nullptr ? db * 2 * k : 0),
                  2 * db * n * k});
   };
   // The collapse of the streams xs by pre_in (kernels::LaunchHcPre) on the main stream.
@@ -484,7 +491,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   if (!loop && !stack) q_projection();
   if (qnorm_fused) {  // on the stack's q_lora columns, or wq_a's own rows
     fp8("q_norm + wq_b (FP8 32768x1280, norm fused)", wq_b_.get(), stack ? qkv_ : qa_, q_, -1,
-        &q_norm_, &qr_, opt_.wqb_ctas, stack ? kQkv : 0);
+        {&q_norm_, &qr_, opt_.wqb_ctas, stack ? kQkv : 0});
   } else if (stack) {
     // q_norm from the stack's q_lora columns into qr_ (packed), then wq_b on it.
     s.push_back({"q_norm (from the stacked output)",
@@ -496,10 +503,12 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    Ok(kernels::LaunchRmsNorm(p, st));
                  },
                  db * kQLora * 4 + kQLora * 2, 0});
-    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1, nullptr, nullptr, opt_.wqb_ctas);
+    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1,
+        {.stream_ctas = opt_.wqb_ctas, .stream_tma = opt_.wqb_tma});
   } else {
     norm("q_norm", qr_, q_norm_, qr_, kQLora);
-    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1, nullptr, nullptr, opt_.wqb_ctas);
+    fp8("wq_b (FP8 32768x1280)", wq_b_.get(), qr_, q_, -1,
+        {.stream_ctas = opt_.wqb_ctas, .stream_tma = opt_.wqb_tma});
   }
   if (attn_at == 1) attn_mixes();
   if (!fuse_rope) rope("RoPE q", q_, kHeads, kHeadDim, false);
@@ -530,7 +539,8 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
       {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
        static_cast<double>(wo_a_.bytes()) + db * 2 * (kHeads * kHeadDim + kOGroups * kOLora),
        2 * db * kOGroups * kOLora * (kHeads * kHeadDim / kOGroups)});
-  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1);
+  const bool wob_tma = opt_.wob_tma < 0 ? b >= kWobTmaMinTokens : opt_.wob_tma != 0;
+  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1, {.stream_tma = wob_tma});
   // ---- FFN site
   if (wants("gate")) {
     prefetch("gate",

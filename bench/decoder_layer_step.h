@@ -32,6 +32,9 @@ inline constexpr int64_t kStreams = 4;
 // --float-pdl's default (-1): the float Linears as programmatic dependents from this many tokens
 // (below it only the gate's CUDA-core kernel).
 inline constexpr int64_t kFloatPdlMinTokens = 8;
+// Options::wob_tma's automatic choice: wo_b on the TMA-ring stream kernel from this many tokens
+// (session 79, H100: 8 tokens 485–486 -> 477–478 µs graph; 1, 2, 4 level).
+inline constexpr int64_t kWobTmaMinTokens = 8;
 inline constexpr int64_t kHeads = 64;
 inline constexpr int64_t kHeadDim = 512;
 inline constexpr int64_t kRope = 64;
@@ -196,6 +199,15 @@ struct Options {
   // kv branch's one-CTA kernels (kv_norm + RoPE, the SWA row) while it streams; N another target.
   // wq_b's bits follow its plan's splits, in both schedules. Measured with stack_qkv (above).
   int64_t wqb_ctas = 256;
+  // wo_b (decode sizes, M <= 8) on the weight-streaming kernel's TMA-ring variant
+  // (kernels::LinearCudaParams::stream_tma; the same plan and bits; faster alone, session 31, but
+  // slower in that session's step): 1 on, 0 off, -1 (default) from kWobTmaMinTokens tokens.
+  // Session 79 (H100, twice each): 8 tokens graph 486.0, 485.3 -> 477.2, 477.9 µs; 1, 2, 4 tokens
+  // level (1 token 199.7–199.8 -> 200.0–200.5). Nothing runs beside wo_b in the step now.
+  int wob_tma = -1;
+  // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
+  // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).
+  bool wqb_tma = false;
   // The decode-size bf16 / fp32 Linears (wo_a, the gate, the Reindex indexer's weights_proj)
   // launched as programmatic dependents (kernels::FloatLinearCudaParams::programmatic: their first
   // weights requested while the kernel ahead runs): 1 all of them, 2 all but the CUDA-core

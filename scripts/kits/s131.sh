@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Kit s131 (built by scripts/gpu_kit.sh s131; runs on the GPU machine from the repository root):
+#   bash build-gpu-bin/s131_run.sh o r
+#   o  session 79's defaults (--stack-qkv 1 --wqb-ctas 256 --wob-tma auto) against session 78's
+#      (--stack-qkv 0 --wqb-ctas 0 --wob-tma 0) at 1 / 8 / 64 tokens, alternated twice
+#   r  traces of the 1- and 8-token steps with the defaults
+# kit-target: bench_decoder_layer_step
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
+K=/tmp/kit_s131; mkdir -p $K; for t in "$(dirname "$0")"/s131.tar.xz; do tar xJf "$t" -C $K; done
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+B="$K/bench_decoder_layer_step --reindex-tokens '' --extra-tokens '' --iters 20 --warmup 3 --stages 0"
+show() { grep -E "Reuse layer|DIFFER|differ|FAILED|d2d" | sed -E 's/, [0-9.]+ MB.*roof/ roof/'; }
+for mode in "$@"; do
+  case $mode in
+    o)
+      for round in 1 2; do
+        echo "old round $round"; eval timeout 150 $B --tokens 1,8,64 --stack-qkv 0 --wqb-ctas 0 --wob-tma 0 2>&1 | show
+        echo "new round $round"; eval timeout 150 $B --tokens 1,8,64 2>&1 | show
+      done ;;
+    r)
+      eval timeout 120 $B --tokens 1,8 --trace 1 > $OUT/trace_final.log 2>&1
+      echo "trace rc $?"; grep -iE "identical|differ|stacked" $OUT/trace_final.log ;;
+  esac
+done
