@@ -129,6 +129,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
   }
   const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 3);
   p.programmatic = pdl == 1 || (pdl == 2 && !gemv) || (pdl == 3 && gemv);
+  p.trigger_dependents = opt_.wo_a_trigger;  // the swapped-role kernel only (wo_a)
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();
   Ok(kernels::LaunchFloatLinear(p, stream_));
@@ -539,8 +540,7 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
       {"wo_a (bf16, 8 x 1024x4096)", [=, this] { LaunchFloat(WoAParams(b)); },
        static_cast<double>(wo_a_.bytes()) + db * 2 * (kHeads * kHeadDim + kOGroups * kOLora),
        2 * db * kOGroups * kOLora * (kHeads * kHeadDim / kOGroups)});
-  const bool wob_tma = opt_.wob_tma < 0 ? b >= kWobTmaMinTokens : opt_.wob_tma != 0;
-  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1, {.stream_tma = wob_tma});
+  fp8("wo_b (FP8 5120x8192)", wo_b_.get(), o_lora_, a_out_, -1, {.stream_tma = opt_.wob_tma});
   // ---- FFN site
   if (wants("gate")) {
     prefetch("gate",

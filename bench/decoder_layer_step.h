@@ -32,9 +32,6 @@ inline constexpr int64_t kStreams = 4;
 // --float-pdl's default (-1): the float Linears as programmatic dependents from this many tokens
 // (below it only the gate's CUDA-core kernel).
 inline constexpr int64_t kFloatPdlMinTokens = 8;
-// Options::wob_tma's automatic choice: wo_b on the TMA-ring stream kernel from this many tokens
-// (session 79, H100: 8 tokens 485–486 -> 477–478 µs graph; 1, 2, 4 level).
-inline constexpr int64_t kWobTmaMinTokens = 8;
 inline constexpr int64_t kHeads = 64;
 inline constexpr int64_t kHeadDim = 512;
 inline constexpr int64_t kRope = 64;
@@ -201,10 +198,16 @@ struct Options {
   int64_t wqb_ctas = 256;
   // wo_b (decode sizes, M <= 8) on the weight-streaming kernel's TMA-ring variant
   // (kernels::LinearCudaParams::stream_tma; the same plan and bits; faster alone, session 31, but
-  // slower in that session's step): 1 on, 0 off, -1 (default) from kWobTmaMinTokens tokens.
-  // Session 79 (H100, twice each): 8 tokens graph 486.0, 485.3 -> 477.2, 477.9 µs; 1, 2, 4 tokens
-  // level (1 token 199.7–199.8 -> 200.0–200.5). Nothing runs beside wo_b in the step now.
-  int wob_tma = -1;
+  // slower in that session's step). Default since session 79 (H100, twice each): with wo_a_trigger
+  // 1 token graph 200.3–200.9 -> 197.5–198.1 µs, 2 tokens 244.1–244.9 -> 240.3–240.8; with wo_a
+  // programmatic (8 tokens) 485.3–486.5 -> 477.2–479.9. Alone at 1–4 tokens level (its ring can
+  // fill only once wo_a lets it be scheduled). false: the stream kernel (A/B).
+  bool wob_tma = true;
+  // wo_a's swapped-role kernel lets its programmatic dependent (wo_b) be scheduled at its start
+  // even where it is launched plainly (kernels::FloatLinearCudaParams::trigger_dependents: below
+  // kFloatPdlMinTokens, where --float-pdl's automatic 3 launches wo_a plainly), so that wo_b's
+  // ring fills during wo_a (default since session 79, with wob_tma; the same bits).
+  bool wo_a_trigger = true;
   // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
   // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).
   bool wqb_tma = false;

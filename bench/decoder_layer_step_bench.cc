@@ -12,7 +12,7 @@
 //                            [--shared-splits N] [--shared-ctas N] [--ffn-mixes-ctas N]
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
-//                            [--wob-tma auto|0|1] [--wqb-tma 0|1]
+//                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -95,9 +95,11 @@
 // Measured slower (H100: 1 token graph 208 -> 225 µs): the fused wq_b, a programmatic dependent
 // of wq_a, takes the SM slots q_norm's gap left to the forked wkv, which then ends after wq_b
 // (44.5 µs instead of ~23) and delays the attention.
-// --wob-tma auto|0|1 runs wo_b on the weight-streaming kernel's TMA-ring variant (session 79;
-// auto, the default: from 8 tokens, where it measured 8 µs faster; 1-4 tokens level); --wqb-tma 1
-// wq_b likewise (measured slower; A/B).
+// --wob-tma 1 (default, session 79) runs wo_b on the weight-streaming kernel's TMA-ring variant,
+// and --wo-a-trigger 1 (default) has wo_a's swapped-role kernel, launched plainly below 8 tokens,
+// let wo_b be scheduled at its start (FloatLinearCudaParams::trigger_dependents), so the ring
+// fills during wo_a (H100: 1 token graph ~200.6 -> ~197.8 µs, 8 tokens ~486 -> ~478); 0 / 0 the
+// stream kernel after wo_a (A/B). --wqb-tma 1 runs wq_b on the ring (measured slower; A/B).
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).
@@ -319,10 +321,12 @@ Options ParseOptions(int argc, char** argv) {
                      static_cast<long long>(kernels::kLinearCudaMaxStreamCtas));
         std::exit(2);
       }
+    } else if (flag == "--wo-a-trigger") {
+      o.wo_a_trigger = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--wqb-tma") {
       o.wqb_tma = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--wob-tma") {
-      o.wob_tma = std::string(argv[i + 1]) == "auto" ? -1 : std::atoi(argv[i + 1]) != 0;
+      o.wob_tma = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--wqb-ctas") {
       o.wqb_ctas = std::atoll(argv[i + 1]);
       if (o.wqb_ctas < 0 || o.wqb_ctas > kernels::kLinearCudaMaxStreamCtas) {

@@ -135,6 +135,11 @@ struct FloatLinearCudaParams {
   // plain launches. x, the bias and the outputs are touched only after the wait: the same bits
   // either way. The other kernels are launched plainly.
   bool programmatic = false;
+  // The swapped-role kernel only: true = it calls griddepcontrol.launch_dependents at its top
+  // even when launched plainly, so that a LaunchPdl kernel after it (the decode step's wo_b) may
+  // be scheduled on the SMs it leaves idle and start on its weights (with `programmatic` it always
+  // does). Scheduling only: the same bits. false (default) = only with `programmatic`.
+  bool trigger_dependents = false;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;

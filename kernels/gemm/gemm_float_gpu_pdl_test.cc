@@ -208,5 +208,68 @@ TEST(FloatLinearPdlTest, ProgrammaticLaunchReadsXAfterTheKernelAhead) {
   }
 }
 
+// trigger_dependents (session 79): a plainly launched swapped-role kernel (wo_a's shape at one
+// token) lets a LaunchPdl kernel behind it be scheduled at its top. The probe, a LaunchPdl copy
+// that reads y before its wait, then runs while the Linear still works and sees y's poison;
+// the Linear's own output is the reference's either way (the flag only schedules). Without the
+// flag the probe is not checked: it starts once the Linear's CTAs have exited.
+TEST(FloatLinearPdlTest, TriggerLetsTheNextKernelStartDuringAPlainLaunch) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kM = 1, kN = 1024, kK = 4096, kG = 8;
+  Rng rng(79);
+  std::vector<uint16_t> x(kM * kG * kK), w(kG * kN * kK);
+  for (uint16_t& v : x) v = formats::FloatToBf16Bits(static_cast<float>(rng.Normal()));
+  for (uint16_t& v : w) v = formats::FloatToBf16Bits(static_cast<float>(rng.Normal() / 64.0));
+  const size_t y_bytes = kM * kG * kN * 2;
+  DeviceBuffer dw(w.size() * 2), dx(x.size() * 2), dy(y_bytes), dy_ref(y_bytes), dprobe(y_bytes);
+  dw.CopyFromHost(w.data(), w.size() * 2);
+  dx.CopyFromHost(x.data(), x.size() * 2);
+  FloatLinearCudaParams p;
+  p.m = kM;
+  p.n = kN;
+  p.k = kK;
+  p.groups = kG;
+  p.w_bf16 = dw.get<uint16_t>();
+  p.w_group_stride = kN * kK;
+  p.x_bf16 = dx.get<uint16_t>();
+  p.x_stride = kG * kK;
+  p.x_group_stride = kK;
+  p.y_stride = kG * kN;
+  p.y_group_stride = kN;
+  p.tile_rows = kFloatLinearCudaSwapRows;
+  ASSERT_EQ(FloatLinearCudaWorkspaceBytes(p, kM), 0u);  // unsplit: no reduction kernel behind it
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  p.y_bf16 = dy_ref.get<uint16_t>();
+  ASSERT_TRUE(LaunchFloatLinear(p, stream).ok());
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> want(y_bytes / 2), got(y_bytes / 2);
+  std::vector<uint8_t> probe(y_bytes);
+  dy_ref.CopyToHost(want.data(), y_bytes);
+  p.y_bf16 = dy.get<uint16_t>();
+  for (bool trigger : {false, true}) {
+    SCOPED_TRACE(trigger ? "trigger_dependents" : "plain");
+    p.trigger_dependents = trigger;
+    auto enqueue = [&] {
+      ASSERT_TRUE(LaunchFloatLinear(p, stream).ok());
+      LaunchPdlEarlyCopy(dprobe.get(), dy.get(), y_bytes, stream);
+    };
+    enqueue();  // both kernels loaded before the check (CUDA's lazy loading; see the control)
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xFF, y_bytes, stream));
+    enqueue();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    dy.CopyToHost(got.data(), y_bytes);
+    EXPECT_EQ(got, want) << "the Linear's output changed";
+    if (!trigger) continue;
+    dprobe.CopyToHost(probe.data(), y_bytes);
+    int64_t poisoned = 0;
+    for (uint8_t b : probe) poisoned += b == 0xFF;
+    EXPECT_EQ(poisoned, static_cast<int64_t>(y_bytes))
+        << "the probe read y after the Linear wrote it: the trigger did not let it start early";
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 }  // namespace
 }  // namespace flashserve::kernels

@@ -209,7 +209,7 @@ absl::Status LaunchSwap(const FloatLinearCudaParams& p, const GemmArgs& f,
   g.y_stride = p.y_stride;
   g.y_group_stride = p.y_group_stride;
   g.partial = f.partial;
-  g.launch_dependents = p.programmatic;
+  g.launch_dependents = p.programmatic || p.trigger_dependents;
   if (bm == 64) {
     LaunchSwapKernel<64>(g, plan, p.groups, p.programmatic, stream);
   } else {
