@@ -36,8 +36,6 @@ namespace {
 
 void Ok(const absl::Status& s) { CHECK(s.ok()) << s.ToString(); }
 
-// RMSNorm of `rows` packed bf16 rows of `cols` with a bf16 weight, eps 1e-6 (every norm of the
-// step); out may be x.
 // Options of one FP8 Linear stage (LayerStep::ReuseStages's fp8).
 struct Fp8Extra {
   const DeviceBuffer* norm_w = nullptr;  // LinearCudaParams::x_norm's weight (null: none), the
@@ -47,6 +45,8 @@ struct Fp8Extra {
   bool stream_tma = false;               // LinearCudaParams::stream_tma (the TMA-ring variant)
 };
 
+// RMSNorm of `rows` packed bf16 rows of `cols` with a bf16 weight, eps 1e-6 (every norm of the
+// step); out may be x.
 kernels::RmsNormParams NormRows(int64_t rows, int64_t cols, const uint16_t* x, const uint16_t* w,
                                 uint16_t* out) {
   kernels::RmsNormParams p;
