@@ -103,9 +103,8 @@ kernels::SparseAttnParams LayerStep::AttnParams(int64_t b, bool rows, bool fuse_
 
 bool LayerStep::StackedQkvAgrees(int64_t b) {
   if (!opt_.stack_qkv) return true;
-  constexpr int64_t kQkv = kQLora + kHeadDim;
   DeviceBuffer qa(static_cast<size_t>(b * kQLora * 2)), kv(static_cast<size_t>(b * kHeadDim * 2)),
-      qkv(static_cast<size_t>(b * kQkv * 2));
+      qkv(static_cast<size_t>(b * kQkvCols * 2));
   auto run = [&](const Fp8Weight& w, const DeviceBuffer& y) {
     kernels::LinearCudaParams p;
     p.weight = &w.view;
@@ -123,7 +122,7 @@ bool LayerStep::StackedQkvAgrees(int64_t b) {
   run(*wqa_wkv_, qkv);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<uint16_t> a(static_cast<size_t>(b * kQLora)), k(static_cast<size_t>(b * kHeadDim)),
-      s(static_cast<size_t>(b * kQkv));
+      s(static_cast<size_t>(b * kQkvCols));
   CUDA_CHECK(cudaMemcpy(a.data(), qa.get(), a.size() * 2, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(k.data(), kv.get(), k.size() * 2, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(s.data(), qkv.get(), s.size() * 2, cudaMemcpyDeviceToHost));
@@ -134,9 +133,9 @@ bool LayerStep::StackedQkvAgrees(int64_t b) {
   int64_t equal = 0, ulp = 0, further = 0, nonfinite = 0;
   double diff2 = 0, ref2 = 0;
   for (int64_t t = 0; t < b; ++t) {
-    for (int64_t c = 0; c < kQkv; ++c) {
+    for (int64_t c = 0; c < kQkvCols; ++c) {
       const uint16_t part = c < kQLora ? a[t * kQLora + c] : k[t * kHeadDim + (c - kQLora)];
-      const uint16_t got = s[t * kQkv + c];
+      const uint16_t got = s[t * kQkvCols + c];
       const double pf = formats::Bf16BitsToFloat(part), gf = formats::Bf16BitsToFloat(got);
       if (!std::isfinite(pf) || !std::isfinite(gf)) {
         ++nonfinite;

@@ -110,7 +110,7 @@ void LayerStep::AllocateActivations() {
   qa_ = Bf16Buffer(b * kQLora);  // wq_a's raw rows where wq_b applies q_norm (wqb_qnorm)
   q_ = Bf16Buffer(b * kHeads * kHeadDim);
   kv_ = Bf16Buffer(b * kHeadDim);
-  if (opt_.stack_qkv) qkv_ = Bf16Buffer(b * (kQLora + kHeadDim));
+  if (opt_.stack_qkv) qkv_ = Bf16Buffer(b * kQkvCols);
   o_ = Bf16Buffer(b * kHeads * kHeadDim);
   o_lora_ = Bf16Buffer(b * kOGroups * kOLora);
   a_out_ = Bf16Buffer(b * kD);

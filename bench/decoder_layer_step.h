@@ -36,6 +36,8 @@ inline constexpr int64_t kHeads = 64;
 inline constexpr int64_t kHeadDim = 512;
 inline constexpr int64_t kRope = 64;
 inline constexpr int64_t kQLora = 1280;
+// Columns of wq_a | wkv stacked (Options::stack_qkv): q_lora, then kv.
+inline constexpr int64_t kQkvCols = kQLora + kHeadDim;
 inline constexpr int64_t kOGroups = 8;
 inline constexpr int64_t kOLora = 1024;
 inline constexpr int64_t kWindow = 128;

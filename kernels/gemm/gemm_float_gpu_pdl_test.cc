@@ -43,6 +43,25 @@ std::string Describe(const PdlCase& c) {
          (c.bias ? " bias" : "");
 }
 
+// The Linear over x viewed [M, G, K] as wo_a reads o (group g's input at column g·K), y [M, G, N];
+// the caller sets the weight (w_group_stride N·K), the output and any bias or split.
+FloatLinearCudaParams GroupedParams(int64_t m, int64_t n, int64_t k, int64_t groups,
+                                    const uint16_t* x, int64_t tile_rows) {
+  FloatLinearCudaParams p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.groups = groups;
+  p.w_group_stride = n * k;
+  p.x_bf16 = x;
+  p.x_stride = groups * k;
+  p.x_group_stride = k;
+  p.y_stride = groups * n;
+  p.y_group_stride = n;
+  p.tile_rows = tile_rows;
+  return p;
+}
+
 constexpr uint64_t kLateNs = 100'000;  // the writer's delay: far longer than any launch here
 
 void CheckLateX(const PdlCase& c) {
@@ -66,24 +85,13 @@ void CheckLateX(const PdlCase& c) {
   DeviceBuffer dbias(c.n * 4);
   dbias.CopyFromHost(bias.data(), bias.size() * 4);
 
-  FloatLinearCudaParams p;
-  p.m = c.m;
-  p.n = c.n;
-  p.k = c.k;
-  p.groups = c.groups;
+  FloatLinearCudaParams p = GroupedParams(c.m, c.n, c.k, c.groups, dx.get<uint16_t>(), c.tile_rows);
   if (c.w_f32) {
     p.w_f32 = dw.get<float>();
   } else {
     p.w_bf16 = dw.get<uint16_t>();
   }
-  p.w_group_stride = c.n * c.k;
   if (c.bias) p.bias = dbias.get<float>();
-  p.x_bf16 = dx.get<uint16_t>();
-  p.x_stride = c.groups * c.k;  // o viewed [M, G, K], as wo_a reads it
-  p.x_group_stride = c.k;
-  p.y_stride = c.groups * c.n;
-  p.y_group_stride = c.n;
-  p.tile_rows = c.tile_rows;
   p.split_k = c.split_k;
   DeviceBuffer ws(FloatLinearCudaWorkspaceBytes(p, c.m));
   p.workspace = ws.get();
@@ -224,19 +232,9 @@ TEST(FloatLinearPdlTest, TriggerLetsTheNextKernelStartDuringAPlainLaunch) {
   DeviceBuffer dw(w.size() * 2), dx(x.size() * 2), dy(y_bytes), dy_ref(y_bytes), dprobe(y_bytes);
   dw.CopyFromHost(w.data(), w.size() * 2);
   dx.CopyFromHost(x.data(), x.size() * 2);
-  FloatLinearCudaParams p;
-  p.m = kM;
-  p.n = kN;
-  p.k = kK;
-  p.groups = kG;
+  FloatLinearCudaParams p =
+      GroupedParams(kM, kN, kK, kG, dx.get<uint16_t>(), kFloatLinearCudaSwapRows);
   p.w_bf16 = dw.get<uint16_t>();
-  p.w_group_stride = kN * kK;
-  p.x_bf16 = dx.get<uint16_t>();
-  p.x_stride = kG * kK;
-  p.x_group_stride = kK;
-  p.y_stride = kG * kN;
-  p.y_group_stride = kN;
-  p.tile_rows = kFloatLinearCudaSwapRows;
   ASSERT_EQ(FloatLinearCudaWorkspaceBytes(p, kM), 0u);  // unsplit: no reduction kernel behind it
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
