@@ -260,8 +260,7 @@ class Chain {
 
  private:
   int64_t max_m_;
-  // The stacked Linears' output columns.
-  static constexpr int64_t kQkvCols = kQLora + kHeadDim;
+  // wq_b | indexer wq_b's output columns (wq_a | wkv's: kQkvCols, decoder_layer_step.h).
   static constexpr int64_t kQiCols = kHeads * kHeadDim + kIdxHeads * kIdxDim;
   std::unique_ptr<KeptWeight> wq_a_, wkv_, wq_b_, idx_wq_b_, wo_b_, wq_a_wkv_, wq_b_idx_;
   std::unique_ptr<kernels::moe_test::DeviceSharedExpert> shared_, shared_kept_;
