@@ -1,8 +1,7 @@
-#include "bench/bench_fill.h"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "bench/bench_fill.h"
 #include "kernels/common/cuda_check.h"
 
 namespace flashserve::bench {
@@ -56,6 +55,27 @@ constexpr int kThreads = 256;
 constexpr int kBlocks = 132 * 16;
 
 }  // namespace
+
+__global__ void Bf16FromFp8BlocksKernel(const uint8_t* codes, const uint8_t* scales, size_t rows,
+                                        size_t cols, __nv_bfloat16* out) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < rows * cols;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const size_t r = i / cols, c = i % cols;
+    const uint32_t code = codes[i], e = (code >> 3) & 15u, m = code & 7u;
+    const float mag = e == 0 ? ldexpf(static_cast<float>(m), -9)
+                             : ldexpf(static_cast<float>(8u + m), static_cast<int>(e) - 10);
+    const float v = (code & 0x80u) != 0 ? -mag : mag;  // codes 0x7F / 0xFF (NaN) are not used
+    const int s = static_cast<int>(scales[(r / 32) * (cols / 32) + c / 32]) - 127;
+    out[i] = __float2bfloat16_rn(ldexpf(v, s));
+  }
+}
+
+void Bf16FromFp8Blocks(const uint8_t* codes, const uint8_t* scales, size_t rows, size_t cols,
+                       uint16_t* out) {
+  Bf16FromFp8BlocksKernel<<<kBlocks, kThreads>>>(codes, scales, rows, cols,
+                                                 reinterpret_cast<__nv_bfloat16*>(out));
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void FillBf16(uint64_t seed, size_t n, float amp, uint16_t* out) {
   FillBf16Kernel<<<kBlocks, kThreads>>>(seed, n, amp, reinterpret_cast<__nv_bfloat16*>(out));

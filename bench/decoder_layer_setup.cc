@@ -70,7 +70,20 @@ void LayerStep::AllocateWeights() {
   wo_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kD, kOGroups * kOLora);
   idx_wq_b_ = std::make_unique<Fp8Weight>(seed++ * 7, kIdxHeads * kIdxDim, kQLora);
   if (opt_.stack_qkv) wqa_wkv_ = std::make_unique<Fp8Weight>(*wq_a_, *wkv_);
-  fill_bf16(wo_a_, kOGroups * kOLora * (kHeads * kHeadDim / kOGroups), 0.02f);
+  {
+    // wo_a as its checkpoint holds it: E4M3 codes times 2^-17 .. 2^-14 per 32 × 32 block (|w| up
+    // to 448 · 2^-14 ~ 0.027), converted exactly to bf16; the codes stay for --wo-a-fp8.
+    const int64_t rows = kOGroups * kOLora, cols = kHeads * kHeadDim / kOGroups;
+    wo_a_codes_ = DeviceBuffer(static_cast<size_t>(rows * cols));
+    wo_a_scales_ = DeviceBuffer(static_cast<size_t>(rows * cols / 1024));
+    const uint64_t wo_a_seed = seed++;  // one seed, as before: the later weights keep theirs
+    FillFp8Codes(wo_a_seed, static_cast<size_t>(rows * cols), wo_a_codes_.get<uint8_t>());
+    FillBytes(wo_a_seed ^ 0x5BD1E995u, static_cast<size_t>(rows * cols / 1024), 110, 113,
+              wo_a_scales_.get<uint8_t>());
+    wo_a_ = Bf16Buffer(rows * cols);
+    Bf16FromFp8Blocks(wo_a_codes_.get<uint8_t>(), wo_a_scales_.get<uint8_t>(),
+                      static_cast<size_t>(rows), static_cast<size_t>(cols), wo_a_.get<uint16_t>());
+  }
   fill_bf16(weights_proj_, kIdxHeads * kD, 0.02f / 64);
   if (opt_.narrow_fp32) {
     fill_bf16(gate_, kExperts * kD, 0.02f);

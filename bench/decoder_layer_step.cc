@@ -72,6 +72,14 @@ kernels::FloatLinearCudaParams LayerStep::WoAParams(int64_t b) const {
   p.groups = kOGroups;
   p.w_bf16 = wo_a_.get<uint16_t>();
   p.w_group_stride = kOLora * k;
+  if (opt_.wo_a_fp8 != 0) {
+    p.w_fp8 = wo_a_codes_.get<uint8_t>();
+    p.w_fp8_scales = wo_a_scales_.get<uint8_t>();
+    // 3: the CUDA-core kernel at every size it takes (up to 4 rows), past the plan's choice.
+    if (opt_.wo_a_fp8 == 3 && b <= kernels::kFloatLinearCudaGemvMaxM) {
+      p.tile_rows = kernels::kFloatLinearCudaGemvRows;
+    }
+  }
   p.x_bf16 = o_.get<uint16_t>();
   p.x_stride = kHeads * kHeadDim;
   p.x_group_stride = k;
@@ -128,6 +136,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
   }
   const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 3);
   p.programmatic = pdl == 1 || (pdl == 2 && !gemv) || (pdl == 3 && gemv);
+  if (p.w_fp8 != nullptr && opt_.wo_a_fp8 == 2) p.programmatic = false;  // wo_a plainly (A/B)
   p.trigger_dependents = opt_.wo_a_trigger;  // the swapped-role kernel only (wo_a)
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();

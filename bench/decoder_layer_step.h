@@ -210,6 +210,15 @@ struct Options {
   // kFloatPdlMinTokens, where --float-pdl's automatic 3 launches wo_a plainly), so that wo_b's
   // ring fills during wo_a (default since session 79, with wob_tma; the same bits).
   bool wo_a_trigger = true;
+  // wo_a from its FP8 form (kernels::FloatLinearCudaParams::w_fp8; session 80): the weight is
+  // filled as E4M3 codes times a power of two per 32 × 32 block (as attn.wo_a's checkpoint) in
+  // both settings; 1 or 2 hands LaunchFloatLinear the codes too, whose CUDA-core kernel then
+  // streams 33.5 MB instead of 67 at up to kFloatLinearCudaGemvFp8MaxM tokens (the same bits as
+  // that kernel on the bf16 weight). 1: launched as LaunchFloat's --float-pdl rule says (below 8
+  // tokens the CUDA-core kernels are programmatic dependents); 2: launched plainly; 3: as 1 with
+  // the CUDA-core kernel forced up to 4 tokens (A/B). 0: the bf16 weight only (the swapped-role
+  // kernel).
+  int wo_a_fp8 = 0;
   // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
   // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).
   bool wqb_tma = false;
@@ -458,6 +467,8 @@ class LayerStep {
   std::unique_ptr<Fp8Weight> wq_a_, wq_b_, wkv_, wo_b_, idx_wq_b_;
   std::unique_ptr<Fp8Weight> wqa_wkv_;  // wq_a | wkv stacked (Options::stack_qkv)
   DeviceBuffer wo_a_;                   // bf16 [8, 1024, 4096]
+  DeviceBuffer wo_a_codes_;             // its FP8 form: E4M3 [8 · 1024, 4096]
+  DeviceBuffer wo_a_scales_;            // UE8M0 [8 · 1024 / 32, 4096 / 32]
   DeviceBuffer weights_proj_;           // bf16 [32, 5120]
   DeviceBuffer gate_;                   // [384, 5120]: bf16 (Options::narrow_fp32) or fp32
   std::unique_ptr<kernels::moe_test::DeviceExperts> experts_;

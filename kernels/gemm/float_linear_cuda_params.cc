@@ -121,6 +121,11 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   // README "CUDA: the CUDA-core kernel" (H200 A/B): at one to four rows a Linear is a weight
   // stream; the tensor-core plans' K splits and reduction launch cost more than fma on the CUDA
   // cores, except for large bf16 weights (wo_a), which the swapped-role kernel streams faster.
+  // With the weight's FP8 form the stream halves (README "CUDA: bf16 weights that are FP8
+  // values"): the CUDA-core kernel at any weight size up to kFloatLinearCudaGemvFp8MaxM rows.
+  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaGemvFp8MaxM && XRowsVec(p)) {
+    return PlanFor(p, kFloatLinearCudaGemvRows);
+  }
   if (p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p) &&
       !(bf16_only &&
         std::max<int64_t>(1, p.groups) * p.n * p.k >= kFloatLinearCudaGemvMaxBf16Weights)) {
@@ -250,6 +255,20 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.w_group_stride < 0 || p.w_group_stride % 8 != 0) {
     return Invalid("w_group_stride",
                    absl::StrFormat("%d is not a non-negative multiple of 8", p.w_group_stride));
+  }
+  if (p.w_fp8 != nullptr || p.w_fp8_scales != nullptr) {
+    if (p.w_fp8 == nullptr || p.w_fp8_scales == nullptr || p.w_bf16 == nullptr) {
+      return Invalid("w_fp8/w_fp8_scales", "need each other and w_bf16 (the same weight)");
+    }
+    if (p.n % kFloatLinearFp8Block != 0 || p.k % kFloatLinearFp8Block != 0) {
+      return Invalid("w_fp8", absl::StrFormat("needs N and K multiples of %d (N = %d, K = %d)",
+                                              kFloatLinearFp8Block, p.n, p.k));
+    }
+    if (!Aligned(p.w_fp8, 8)) return Invalid("w_fp8", "is not 8-byte aligned");
+    if (p.w_group_stride != 0 && p.w_group_stride != p.n * p.k) {
+      return Invalid("w_group_stride", absl::StrFormat("%d with w_fp8 must be 0 or N · K = %d",
+                                                       p.w_group_stride, p.n * p.k));
+    }
   }
   if (p.bias != nullptr && !Aligned(p.bias, 4)) return Invalid("bias", "is not 4-byte aligned");
   if (!ExactlyOne(p.x_bf16, p.x_f32)) {

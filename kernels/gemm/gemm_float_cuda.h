@@ -63,6 +63,13 @@ inline constexpr int64_t kFloatLinearCudaGemvCols = 2;
 // The automatic plan takes it up to kFloatLinearCudaGemvMaxM rows except for bf16 x · bf16 W of
 // at least this many weights (G·N·K), which the swapped-role kernel streams faster.
 inline constexpr int64_t kFloatLinearCudaGemvMaxBf16Weights = int64_t{1} << 23;
+// With the FP8 form of a bf16 weight (FloatLinearCudaParams::w_fp8), the automatic plan takes the
+// CUDA-core kernel on it up to this many rows at any weight size: half the bytes of the bf16
+// stream (README "CUDA: bf16 weights that are FP8 values", session 80).
+inline constexpr int64_t kFloatLinearCudaGemvFp8MaxM = 2;
+// The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
+// (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
+inline constexpr int64_t kFloatLinearFp8Block = 32;
 // The automatic plan takes wgmma only when every CTA gets at least this much K (its split).
 inline constexpr int64_t kFloatLinearCudaWgmmaMinSplitK = 640;
 inline constexpr int64_t kFloatLinearCudaMaxSplits = 64;
@@ -80,6 +87,15 @@ struct FloatLinearCudaParams {
   const float* w_f32 = nullptr;
   int64_t w_group_stride = 0;
   const float* bias = nullptr;  // fp32 [N] (shared by the groups) or null; 4-byte aligned
+  // Optional, with w_bf16 only: the same weight as E4M3 codes [N, K] (row stride K, group g at
+  // w_fp8 + g · w_group_stride; 8-byte aligned) and one UE8M0 scale byte per 32 × 32 block
+  // (w_fp8_scales [N / 32, K / 32] row-major, group g at + g · (N / 32) · (K / 32), or shared when
+  // w_group_stride is 0), each value exactly the bf16 weight: NarrowFloatLinearWeightToFp8 makes
+  // both. N and K multiples of 32. The CUDA-core kernel (tile_rows 1) then streams the codes
+  // instead of the bf16 weight — the same values, the same fma order: the same bits — and the
+  // automatic plan takes it up to kFloatLinearCudaGemvFp8MaxM rows; the other kernels read w_bf16.
+  const uint8_t* w_fp8 = nullptr;
+  const uint8_t* w_fp8_scales = nullptr;
 
   // Input, exactly one: row r of group g at x + g · x_group_stride + r · x_stride. Any element
   // alignment; rows that are 16-byte aligned (base, x_stride and x_group_stride) take cp.async,
@@ -191,6 +207,22 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p);
 // canonical NaN included); returns false otherwise — bf16_out is then unspecified and the caller
 // keeps the fp32 weight (w_f32). Host memory; count may be 0 (true). Cost: one pass.
 bool NarrowFloatLinearWeight(const float* w, size_t count, uint16_t* bf16_out);
+
+// The FP8 form of a bf16 weight whose every 32 × 32 block is E4M3 values times one power of two,
+// for FloatLinearCudaParams::w_fp8: attn.wo_a is FP8 with E8M0 32 × 32 block scales in the
+// checkpoint and bf16 in the converted model (model spec: dequantised exactly), so its bf16 values
+// are such products and the FP8 form halves its stream. `w` holds `rows` × `cols` bf16 bit
+// patterns (row-major, both multiples of 32; groups stacked as rows). Per block the scale is the
+// least 2^s with max |v| / 2^s <= 448 (s in [-119, 127]; an all-zero block takes 2^0), and each
+// code is v / 2^s; writes codes_out [rows · cols] and scales_out [rows / 32 · cols / 32] (the byte
+// s + 127) and returns true when every value comes back exactly (E4M3 keeps ±0; no Inf or NaN is
+// accepted), false otherwise (the outputs are then unspecified and the caller keeps only w_bf16).
+// Host memory. Cost: two passes.
+bool NarrowFloatLinearWeightToFp8(const uint16_t* w, int64_t rows, int64_t cols, uint8_t* codes_out,
+                                  uint8_t* scales_out);
+// The value of E4M3 code `code` times 2^(scale_byte - 127) as the kernels decode it (host and
+// tests; scale_byte in [8, 254]).
+float Fp8WeightValue(uint8_t code, uint8_t scale_byte);
 
 // y = x · W^T (+ bias) as documented above: the GEMM, and for split plans the reduction.
 // Errors: ValidateFloatLinearCudaParams's. Cost: 1-2 kernel launches.

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,8 @@
 #include <vector>
 
 #include "common/base/check.h"
+#include "common/formats/bf16.h"
+#include "common/formats/fp8_e4m3.h"
 #include "kernels/attention/bench/mma_peak.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
@@ -53,6 +56,10 @@ struct Shape {
   const char* name;
   int64_t n, k, groups;
   bool w_f32, y_f32;
+  // bf16 weights that are E4M3 values times a power of two per 32 × 32 block, uploaded with their
+  // FP8 form (NarrowFloatLinearWeightToFp8, FloatLinearCudaParams::w_fp8; session 80): the
+  // CUDA-core kernel streams the codes, the other kernels the bf16 weight.
+  bool fp8 = false;
 };
 // Model spec §4.3 step 6 (wo_a on o viewed [M, 8, 4096]), §4.4, §4.5, §4.7.
 constexpr Shape kShapes[] = {
@@ -66,6 +73,7 @@ constexpr Shape kShapes[] = {
     // fp32 copies hold bf16 checkpoint values), fp32 out; the r = 2 pair as one grouped call.
     {"gate", 384, 5120, 1, false, true},
     {"cmp_r2_pair", 512, 5120, 2, false, true},
+    {"wo_a_fp8", 1024, 4096, 8, false, false, true},
 };
 
 struct Options {
@@ -162,6 +170,21 @@ void FillF32(std::vector<float>& v, uint64_t seed) {
   }
 }
 
+// bf16 values that are E4M3 codes times 2^-8 .. 2^-5 per 32 × 32 block (rows of `cols`).
+void FillFp8Valued(std::vector<uint16_t>& v, int64_t cols, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&] { return s = s * 6364136223846793005ull + 1442695040888963407ull; };
+  std::vector<int> block_exp((v.size() / cols + 31) / 32 * ((cols + 31) / 32));
+  for (int& e : block_exp) e = -8 + static_cast<int>((next() >> 60) % 4);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint8_t code = static_cast<uint8_t>(next() >> 56);
+    if ((code & 0x7F) == 0x7F) code ^= 1;  // no NaN codes
+    const int64_t r = static_cast<int64_t>(i) / cols, c = static_cast<int64_t>(i) % cols;
+    const int e = block_exp[(r / 32) * ((cols + 31) / 32) + c / 32];
+    v[i] = formats::FloatToBf16Bits(std::ldexp(formats::E4m3ToFloat(code), e));
+  }
+}
+
 void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflops,
               cudaStream_t stream) {
   const int64_t w_es = s.w_f32 ? 4 : 2, y_es = s.y_f32 ? 4 : 2;
@@ -169,10 +192,21 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
   const int64_t w_bytes = w_elems * w_es;
   const int copies =
       static_cast<int>(std::clamp<int64_t>((int64_t{160} << 20) / w_bytes + 1, 1, 64));
-  std::vector<DeviceBuffer> dw;
+  std::vector<DeviceBuffer> dw, dcodes, dscales;
   for (int c = 0; c < copies; ++c) {
     dw.emplace_back(w_bytes);
-    if (s.w_f32) {
+    if (s.fp8) {
+      std::vector<uint16_t> w(w_elems);
+      FillFp8Valued(w, s.k, 1000 + c);
+      std::vector<uint8_t> codes(w_elems), scales(w_elems / (32 * 32));
+      CHECK(
+          NarrowFloatLinearWeightToFp8(w.data(), s.groups * s.n, s.k, codes.data(), scales.data()));
+      dw.back().CopyFromHost(w.data(), w_bytes);
+      dcodes.emplace_back(codes.size());
+      dcodes.back().CopyFromHost(codes.data(), codes.size());
+      dscales.emplace_back(scales.size());
+      dscales.back().CopyFromHost(scales.data(), scales.size());
+    } else if (s.w_f32) {
       std::vector<float> w(w_elems);
       FillF32(w, 1000 + c);
       dw.back().CopyFromHost(w.data(), w_bytes);
@@ -228,6 +262,10 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         p.m = m;
         p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
         p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
+        if (s.fp8) {  // the plan reads whether the FP8 form is there
+          p.w_fp8 = dcodes[0].get<uint8_t>();
+          p.w_fp8_scales = dscales[0].get<uint8_t>();
+        }
         p.tile_rows = TileFor(kernel, m);
         p.wgmma_ws = kernel != "wgmma";
         p.ws_tile_cols = o.ws_cols[wi];
@@ -246,13 +284,20 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
               } else {
                 q.w_bf16 = dw[call % copies].get<uint16_t>();
               }
+              if (s.fp8) {
+                q.w_fp8 = dcodes[call % copies].get<uint8_t>();
+                q.w_fp8_scales = dscales[call % copies].get<uint8_t>();
+              }
               ++call;
               const absl::Status st = LaunchFloatLinear(q, stream);
               CHECK(st.ok()) << st;
             },
             stream);
-        const double bytes = static_cast<double>(w_bytes) + 2.0 * m * s.groups * s.k +
-                             static_cast<double>(y_es) * m * s.groups * s.n;
+        // The FP8 form on the CUDA-core kernel streams codes and scales instead of bf16.
+        const bool fp8_read = s.fp8 && plan.tile_rows == kFloatLinearCudaGemvRows;
+        const double w_read = fp8_read ? w_elems + w_elems / 1024.0 : static_cast<double>(w_bytes);
+        const double bytes =
+            w_read + 2.0 * m * s.groups * s.k + static_cast<double>(y_es) * m * s.groups * s.n;
         const double flops = 2.0 * m * s.groups * s.n * s.k;
         const double roof_us =
             std::max(bytes / (copy_gbps * 1e3), pieces * flops / (tc_tflops * 1e6));
@@ -263,7 +308,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
             s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
             plan.tile_rows == kFloatLinearCudaSwapRows ? "swap"
             : plan.tile_rows == kFloatLinearCudaGemvRows
-                ? "gemv"
+                ? (fp8_read ? "gemv-fp8" : "gemv")
                 : (plan.tile_rows != kFloatLinearCudaWgmmaRows
                        ? "mma.sync"
                        : (!plan.warp_specialised ? "wgmma"

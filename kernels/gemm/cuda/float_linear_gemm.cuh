@@ -61,6 +61,10 @@ struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   int64_t x_stride = 0, x_group_stride = 0;
   int64_t w_group_stride = 0;
+  // The CUDA-core kernel's FP8 weight form (TW = float_gemv::Fp8Weight; FloatLinearCudaParams::
+  // w_fp8): w holds the E4M3 codes, w_scales the UE8M0 byte of each 32 × 32 block.
+  const uint8_t* w_scales = nullptr;
+  int64_t w_scale_group_stride = 0;
   int64_t y_stride = 0, y_group_stride = 0;
   int64_t steps_per_split = 0;
   int splits = 1;

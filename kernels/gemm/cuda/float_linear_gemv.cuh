@@ -13,6 +13,12 @@
 // (a fixed tree), the kSlices partials through shared memory summed in slice order from +0,
 // + bias, one RNE rounding (bf16) or the fp32 sum. One launch, no workspace.
 //
+// The FP8 form of a bf16 weight (TW = Fp8Weight, FloatLinearCudaParams::w_fp8; session 80): a
+// chunk is 8 E4M3 codes (one 8-byte load) and its 32 × 32 block's UE8M0 byte; each code becomes
+// its f16 (cvt, exact), then fp32, times 2^(byte - 127) (exact: the weight's bf16 value, as
+// NarrowFloatLinearWeightToFp8 verified). The same values in the same fma order as the bf16
+// weight: the same bits, from half the bytes.
+//
 // Numerics: each fma rounds the exact product plus the running sum once, so the result is an
 // fp32 sum of exact products (also for fp32 x · fp32 W, where the tensor-core kernels drop the
 // products of the small pieces) in a fixed order that depends only on (K, lane, slice): the bits
@@ -22,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/cuda_exact_math.cuh"
 #include "kernels/common/pdl.cuh"
@@ -41,11 +48,34 @@ inline constexpr int kMaxM = 4;            // x rows
 // reads the operands, dims, strides, bias and outputs (x rows 16-byte aligned, validated).
 using GemvArgs = float_gemm_device::GemmArgs;
 
+// The FP8 weight form's tag type (TW).
+struct Fp8Weight {};
+
 // Chunk of 8 elements as fp32: bf16 (one 16-byte word) or fp32 (two).
 template <typename T>
 struct Chunk {
   uint4 v[sizeof(T) == 2 ? 1 : 2];
 };
+// 8 E4M3 codes and their block's scale 2^(byte - 127) as a float.
+template <>
+struct Chunk<Fp8Weight> {
+  uint2 codes;
+  float scale;
+};
+
+// Code pair j (codes 2j, 2j + 1 of the chunk) as two floats times the chunk's scale.
+__device__ __forceinline__ void Fp8PairAt(const Chunk<Fp8Weight>& c, int j, float& lo, float& hi) {
+  const uint32_t word = j < 2 ? c.codes.x : c.codes.y;
+  const uint32_t pair = (j % 2 == 0 ? word : word >> 16) & 0xFFFFu;
+  float a, b;
+  asm("{\n .reg .b16 p, l, h;\n .reg .b32 f;\n cvt.u16.u32 p, %2;\n"
+      " cvt.rn.f16x2.e4m3x2 f, p;\n mov.b32 {l, h}, f;\n cvt.f32.f16 %0, l;\n"
+      " cvt.f32.f16 %1, h;\n}\n"
+      : "=f"(a), "=f"(b)
+      : "r"(pair));
+  lo = exact::MulRn(a, c.scale);
+  hi = exact::MulRn(b, c.scale);
+}
 
 template <typename T>
 __device__ __forceinline__ float ChunkAt(const Chunk<T>& c, int e) {
@@ -69,6 +99,27 @@ __device__ __forceinline__ Chunk<T> LoadWeightChunk(const T* row, int64_t c) {
     out.v[i] = cuda_common::LoadStream16(p + 16 * i);
   }
   return out;
+}
+
+// Chunk c of a row of codes and its scale byte (scale_row: the row's 32-row block of scales).
+__device__ __forceinline__ Chunk<Fp8Weight> LoadFp8Chunk(const uint8_t* row,
+                                                         const uint8_t* scale_row, int64_t c) {
+  Chunk<Fp8Weight> out;
+  out.codes = cuda_common::LoadStream8(row + c * kChunk);
+  out.scale = __uint_as_float(static_cast<uint32_t>(__ldg(scale_row + c * kChunk / 32)) << 23);
+  return out;
+}
+
+// The chunk's 8 weights as fp32.
+template <typename T>
+__device__ __forceinline__ void ChunkValues(const Chunk<T>& c, float (&w)[kChunk]) {
+  if constexpr (std::is_same_v<T, Fp8Weight>) {
+#pragma unroll
+    for (int j = 0; j < kChunk / 2; ++j) Fp8PairAt(c, j, w[2 * j], w[2 * j + 1]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) w[e] = ChunkAt(c, e);
+  }
 }
 
 template <typename T>
@@ -100,8 +151,15 @@ __global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
   float acc[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) acc[m] = 0.f;
-  const TW* w =
-      static_cast<const TW*>(g.w) + group * g.w_group_stride + (row < g.n ? row : 0) * g.k;
+  constexpr bool kFp8 = std::is_same_v<TW, Fp8Weight>;
+  const int64_t w_row = row < g.n ? row : 0;
+  // bf16 / fp32: the row; FP8: the row's codes and its 32-row block of scale bytes.
+  const void* w = kFp8 ? static_cast<const void*>(static_cast<const uint8_t*>(g.w) +
+                                                  group * g.w_group_stride + w_row * g.k)
+                       : static_cast<const void*>(static_cast<const TW*>(g.w) +
+                                                  group * g.w_group_stride + w_row * g.k);
+  const uint8_t* w_scale_row =
+      kFp8 ? g.w_scales + group * g.w_scale_group_stride + (w_row / 32) * (g.k / 32) : nullptr;
   // The lane's first kUnroll weight chunks are requested before the wait: launched with
   // LaunchPdl (FloatLinearCudaParams::programmatic), the CTA reads its weights while the kernel
   // ahead (the site boundary that writes x) still runs; x is read only after the wait.
@@ -109,7 +167,12 @@ __global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
   auto load_weights = [&](int64_t cb) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (cb + 32 * u < c1) wc[u] = LoadWeightChunk(w, cb + 32 * u);
+      if (cb + 32 * u >= c1) continue;
+      if constexpr (kFp8) {
+        wc[u] = LoadFp8Chunk(static_cast<const uint8_t*>(w), w_scale_row, cb + 32 * u);
+      } else {
+        wc[u] = LoadWeightChunk(static_cast<const TW*>(w), cb + 32 * u);
+      }
     }
   };
   if (row < g.n) load_weights(c0 + lane);
@@ -126,14 +189,14 @@ __global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = cb + 32 * u;
         if (c >= c1) break;
+        float wv[kChunk];
+        ChunkValues(wc[u], wv);
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
           if (m >= g.m) break;
           const Chunk<TX> xc = LoadXChunk(x[m], c);
 #pragma unroll
-          for (int e = 0; e < kChunk; ++e) {
-            acc[m] = exact::FmaRn(ChunkAt(xc, e), ChunkAt(wc[u], e), acc[m]);
-          }
+          for (int e = 0; e < kChunk; ++e) acc[m] = exact::FmaRn(ChunkAt(xc, e), wv[e], acc[m]);
         }
       }
     }

@@ -251,6 +251,18 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
   if (plan.splits > 1) g.partial = static_cast<float*>(p.workspace);
 
   if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // M <= 4, aligned x rows (validated)
+    if (p.w_fp8 != nullptr) {  // the same weight's FP8 form (validated with w_bf16)
+      g.w = p.w_fp8;
+      g.w_scales = p.w_fp8_scales;
+      g.w_scale_group_stride =
+          p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
+      if (x_f32) {
+        LaunchGemv<float, float_gemv::Fp8Weight>(g, plan, p.groups, p.programmatic, stream);
+      } else {
+        LaunchGemv<uint16_t, float_gemv::Fp8Weight>(g, plan, p.groups, p.programmatic, stream);
+      }
+      return absl::OkStatus();
+    }
     ForOperandTypes(x_f32, w_f32, [&](auto tx, auto tw) {
       LaunchGemv<decltype(tx), decltype(tw)>(g, plan, p.groups, p.programmatic, stream);
     });

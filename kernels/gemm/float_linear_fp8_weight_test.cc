@@ -1,0 +1,196 @@
+// The FP8 form of a bf16 weight (gemm_float_cuda.h: NarrowFloatLinearWeightToFp8, the w_fp8
+// fields' validation and plan). No device needed; the GPU side is in gemm_float_gpu_fp8_test.cc.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/formats/bf16.h"
+#include "common/formats/fp8_e4m3.h"
+#include "gtest/gtest.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+constexpr int64_t kB = kFloatLinearFp8Block;
+
+uint32_t Bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+// rows × cols bf16 weights that are E4M3 codes times one power of two per 32 × 32 block: random
+// codes (subnormal ones, ±0 and ±448 included), per-block exponents in [lo, hi].
+std::vector<uint16_t> Fp8ExactWeight(int64_t rows, int64_t cols, int lo, int hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint16_t> w(rows * cols);
+  for (int64_t rb = 0; rb < rows / kB; ++rb) {
+    for (int64_t cb = 0; cb < cols / kB; ++cb) {
+      const int s = lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo + 1));
+      for (int64_t r = rb * kB; r < (rb + 1) * kB; ++r) {
+        for (int64_t c = cb * kB; c < (cb + 1) * kB; ++c) {
+          uint8_t code = static_cast<uint8_t>(rng());
+          if ((code & 0x7F) == 0x7F) code ^= 1;  // no NaN codes
+          const float v = std::ldexp(formats::E4m3ToFloat(code), s);
+          w[r * cols + c] = formats::FloatToBf16Bits(v);
+          EXPECT_EQ(formats::Bf16BitsToFloat(w[r * cols + c]), v);  // E4M3 · 2^s is a bf16
+        }
+      }
+    }
+  }
+  return w;
+}
+
+TEST(NarrowFloatLinearWeightToFp8Test, Fp8ValuedWeightsComeBackExactlyWithTheLeastScale) {
+  const int64_t rows = 96, cols = 128;
+  for (const auto& [lo, hi] :
+       std::vector<std::pair<int, int>>{{-20, 5}, {-119, -100}, {100, 119}}) {
+    const std::vector<uint16_t> w = Fp8ExactWeight(rows, cols, lo, hi, 7 + lo);
+    std::vector<uint8_t> codes(rows * cols), scales(rows / kB * cols / kB);
+    ASSERT_TRUE(NarrowFloatLinearWeightToFp8(w.data(), rows, cols, codes.data(), scales.data()))
+        << lo << " .. " << hi;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const int64_t block = (i / cols) / kB * (cols / kB) + (i % cols) / kB;
+      const float back = Fp8WeightValue(codes[i], scales[block]);
+      ASSERT_EQ(Bits(back), Bits(formats::Bf16BitsToFloat(w[i]))) << i;
+    }
+    for (int64_t rb = 0; rb < rows / kB; ++rb) {
+      for (int64_t cb = 0; cb < cols / kB; ++cb) {
+        float amax = 0.0f;
+        for (int64_t r = rb * kB; r < (rb + 1) * kB; ++r) {
+          for (int64_t c = cb * kB; c < (cb + 1) * kB; ++c) {
+            amax = std::fmax(amax, std::fabs(formats::Bf16BitsToFloat(w[r * cols + c])));
+          }
+        }
+        const int s = scales[rb * (cols / kB) + cb] - 127;
+        EXPECT_LE(amax, std::ldexp(448.0f, s));
+        if (amax > 0.0f && s > -119) {
+          EXPECT_GT(amax, std::ldexp(448.0f, s - 1));  // the least such scale
+        }
+      }
+    }
+  }
+}
+
+TEST(NarrowFloatLinearWeightToFp8Test, ZeroBlocksSignedZerosAndSubnormalCodes) {
+  std::vector<uint16_t> w(32 * 64, 0);
+  w[5] = 0x8000;                                                    // -0
+  w[32 + 3] = formats::FloatToBf16Bits(std::ldexp(3.0f, -9 - 10));  // code 3 (subnormal) · 2^-10
+  w[32 + 4] = formats::FloatToBf16Bits(std::ldexp(448.0f, -10));    // sets the block's scale
+  std::vector<uint8_t> codes(w.size()), scales(2);
+  ASSERT_TRUE(NarrowFloatLinearWeightToFp8(w.data(), 32, 64, codes.data(), scales.data()));
+  EXPECT_EQ(scales[0], 127);  // an all-zero block (but -0) takes 2^0
+  EXPECT_EQ(scales[1], 117);
+  EXPECT_EQ(codes[5], 0x80);
+  EXPECT_EQ(codes[32 + 3], 0x03);
+  EXPECT_EQ(codes[32 + 4], 0x7E);
+}
+
+TEST(NarrowFloatLinearWeightToFp8Test, RefusesWhatFp8CannotHold) {
+  const std::vector<uint16_t> base = Fp8ExactWeight(32, 32, -8, -8, 3);
+  std::vector<uint8_t> codes(32 * 32), scales(1);
+  ASSERT_TRUE(NarrowFloatLinearWeightToFp8(base.data(), 32, 32, codes.data(), scales.data()));
+  auto refused = [&](int64_t i, float v) {
+    std::vector<uint16_t> w = base;
+    w[i] = formats::FloatToBf16Bits(v);
+    return !NarrowFloatLinearWeightToFp8(w.data(), 32, 32, codes.data(), scales.data());
+  };
+  EXPECT_TRUE(refused(17, 1.0625f * std::ldexp(1.0f, -8)));  // 5 significant bits
+  EXPECT_TRUE(refused(17, INFINITY));
+  EXPECT_TRUE(refused(17, -NAN));
+  // 448 · 2^-16 = 3.5 · 2^-9 beside 448 needs a bit below E4M3's subnormal step at that scale.
+  std::vector<uint16_t> w(32 * 32, 0);
+  w[0] = formats::FloatToBf16Bits(448.0f);
+  w[1] = formats::FloatToBf16Bits(448.0f * std::ldexp(1.0f, -16));
+  EXPECT_FALSE(NarrowFloatLinearWeightToFp8(w.data(), 32, 32, codes.data(), scales.data()));
+  // Dims that are not whole blocks.
+  EXPECT_FALSE(NarrowFloatLinearWeightToFp8(base.data(), 16, 32, codes.data(), scales.data()));
+  EXPECT_FALSE(NarrowFloatLinearWeightToFp8(base.data(), 32, 24, codes.data(), scales.data()));
+  // A block too small for scale byte 8 (2^-119) is refused rather than decoded inexactly.
+  std::vector<uint16_t> tiny(32 * 32, 0);
+  tiny[9] = formats::FloatToBf16Bits(std::ldexp(1.0f, -129));
+  EXPECT_FALSE(NarrowFloatLinearWeightToFp8(tiny.data(), 32, 32, codes.data(), scales.data()));
+}
+
+TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
+  alignas(16) static uint16_t w[8 * 64 * 256];
+  alignas(16) static float wf[8 * 64 * 256];
+  alignas(16) static uint8_t w8[8 * 64 * 256 + 8];
+  alignas(16) static uint8_t s8[8 * 2 * 8];
+  alignas(16) static uint16_t x[4 * 8 * 256];
+  alignas(16) static uint16_t y[4 * 8 * 64];
+  auto good = [&] {
+    FloatLinearCudaParams p;
+    p.m = 1;
+    p.n = 64;
+    p.k = 256;
+    p.groups = 8;
+    p.w_bf16 = w;
+    p.w_fp8 = w8;
+    p.w_fp8_scales = s8;
+    p.w_group_stride = 64 * 256;
+    p.x_bf16 = x;
+    p.x_stride = 8 * 256;
+    p.x_group_stride = 256;
+    p.y_bf16 = y;
+    p.y_stride = 8 * 64;
+    p.y_group_stride = 64;
+    return p;
+  };
+  ASSERT_TRUE(ValidateFloatLinearCudaParams(good()).ok()) << ValidateFloatLinearCudaParams(good());
+  auto expect_field = [](const FloatLinearCudaParams& p, const char* field) {
+    const absl::Status s = ValidateFloatLinearCudaParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  };
+  FloatLinearCudaParams p = good();
+  p.w_bf16 = nullptr;  // the FP8 form goes with a bf16 weight, not an fp32 one
+  p.w_f32 = wf;
+  expect_field(p, "w_fp8");
+  p = good();
+  p.w_fp8_scales = nullptr;
+  expect_field(p, "w_fp8");
+  p = good();
+  p.w_fp8 = w8 + 4;
+  expect_field(p, "w_fp8");
+  p = good();
+  p.n = 48;
+  p.y_group_stride = 48;
+  p.w_group_stride = 48 * 256;
+  expect_field(p, "w_fp8");
+  p = good();
+  p.w_group_stride = 64 * 256 + 8;
+  expect_field(p, "w_group_stride");
+  p = good();
+  p.w_group_stride = 0;  // one weight shared by the groups
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+
+  // Plan: wo_a's size (8 × 1024 × 4096 bf16 weights, above kFloatLinearCudaGemvMaxBf16Weights)
+  // takes the swapped-role kernel without its FP8 form and the CUDA-core kernel with it, up to
+  // kFloatLinearCudaGemvFp8MaxM rows.
+  FloatLinearCudaParams wo_a;
+  wo_a.n = 1024;
+  wo_a.k = 4096;
+  wo_a.groups = 8;
+  wo_a.w_bf16 = w;
+  wo_a.x_bf16 = x;
+  wo_a.x_stride = 8 * 4096;
+  wo_a.x_group_stride = 4096;
+  for (int64_t m = 1; m <= 4; ++m) {
+    wo_a.m = m;
+    wo_a.w_fp8 = nullptr;
+    EXPECT_EQ(PlanFloatLinearCuda(wo_a).tile_rows, kFloatLinearCudaSwapRows) << m;
+    wo_a.w_fp8 = w8;
+    EXPECT_EQ(PlanFloatLinearCuda(wo_a).tile_rows, m <= kFloatLinearCudaGemvFp8MaxM
+                                                       ? kFloatLinearCudaGemvRows
+                                                       : kFloatLinearCudaSwapRows)
+        << m;
+  }
+}
+
+}  // namespace
+}  // namespace flashserve::kernels

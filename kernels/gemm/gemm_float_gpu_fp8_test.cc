@@ -1,0 +1,184 @@
+// kernels_gemm_gpu_test, FloatLinearFp8GpuTest.*: the FP8 form of a bf16 weight
+// (FloatLinearCudaParams::w_fp8, NarrowFloatLinearWeightToFp8) on the CUDA-core kernel. Its
+// values are the bf16 weight's and its fma order the bf16 path's, so the outputs must equal the
+// CUDA-core kernel's on w_bf16 bit for bit — at wo_a's shape (8 groups of [1024, 4096] on o
+// viewed [M, 8, 4096], M = 1 .. 4) and on a small shared weight with bias, fp32 x and fp32 y —
+// and, as a check that both are right, a float64 dot product within fp32 summation error.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/formats/bf16.h"
+#include "common/formats/fp8_e4m3.h"
+#include "gtest/gtest.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/gpu_test_util.h"
+#include "kernels/gemm/gemm_float_cuda.h"
+
+namespace flashserve::kernels {
+namespace {
+
+constexpr int64_t kB = kFloatLinearFp8Block;
+
+template <typename T>
+T* Upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T) + 16));
+  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+struct Case {
+  int64_t m, n, k, groups;
+  bool shared_w, bias, x_f32, y_f32;
+};
+
+// Runs `c` through the CUDA-core kernel on the bf16 weight and on its FP8 form (and through the
+// automatic plan with the FP8 form), and compares.
+void RunCase(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "M " << c.m << " N " << c.n << " K " << c.k << " G " << c.groups
+               << (c.shared_w ? " shared" : "") << (c.bias ? " bias" : "")
+               << (c.x_f32 ? " x f32" : "") << (c.y_f32 ? " y f32" : ""));
+  std::mt19937_64 rng(seed);
+  const int64_t wg = c.shared_w ? 1 : c.groups;
+  // Weights: E4M3 codes times a per-block power of two (as attn.wo_a's checkpoint blocks).
+  std::vector<uint16_t> w(wg * c.n * c.k);
+  for (int64_t rb = 0; rb < wg * c.n / kB; ++rb) {
+    for (int64_t cb = 0; cb < c.k / kB; ++cb) {
+      const int s = -14 + static_cast<int>(rng() % 8);
+      for (int64_t r = rb * kB; r < (rb + 1) * kB; ++r) {
+        for (int64_t col = cb * kB; col < (cb + 1) * kB; ++col) {
+          uint8_t code = static_cast<uint8_t>(rng());
+          if ((code & 0x7F) == 0x7F) code ^= 1;
+          w[r * c.k + col] = formats::FloatToBf16Bits(std::ldexp(formats::E4m3ToFloat(code), s));
+        }
+      }
+    }
+  }
+  std::vector<uint8_t> codes(w.size()), scales(w.size() / (kB * kB));
+  ASSERT_TRUE(NarrowFloatLinearWeightToFp8(w.data(), wg * c.n, c.k, codes.data(), scales.data()));
+  // x: [M, G, K] interleaved (x_stride G·K, x_group_stride K), values ~N(0, 1) in bf16.
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> xv(c.m * c.groups * c.k);
+  for (float& v : xv) v = formats::RoundToBf16(normal(rng));
+  std::vector<uint16_t> xb(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) xb[i] = formats::FloatToBf16Bits(xv[i]);
+  std::vector<float> bias(c.n);
+  for (float& v : bias) v = normal(rng);
+
+  uint16_t* d_w = Upload(w);
+  uint8_t* d_codes = Upload(codes);
+  uint8_t* d_scales = Upload(scales);
+  uint16_t* d_xb = Upload(xb);
+  float* d_xf = Upload(xv);
+  float* d_bias = Upload(bias);
+  const int64_t outs = c.m * c.groups * c.n;
+  void* d_y = nullptr;
+  CUDA_CHECK(cudaMalloc(&d_y, outs * 4));
+
+  auto run = [&](bool fp8, int64_t tile_rows) {
+    FloatLinearCudaParams p;
+    p.m = c.m;
+    p.n = c.n;
+    p.k = c.k;
+    p.groups = c.groups;
+    p.w_bf16 = d_w;
+    p.w_group_stride = c.shared_w ? 0 : c.n * c.k;
+    if (fp8) {
+      p.w_fp8 = d_codes;
+      p.w_fp8_scales = d_scales;
+    }
+    p.bias = c.bias ? d_bias : nullptr;
+    if (c.x_f32) {
+      p.x_f32 = d_xf;
+    } else {
+      p.x_bf16 = d_xb;
+    }
+    p.x_stride = c.groups * c.k;
+    p.x_group_stride = c.k;
+    if (c.y_f32) {
+      p.y_f32 = static_cast<float*>(d_y);
+    } else {
+      p.y_bf16 = static_cast<uint16_t*>(d_y);
+    }
+    p.y_stride = c.groups * c.n;
+    p.y_group_stride = c.n;
+    p.tile_rows = tile_rows;
+    CUDA_CHECK(cudaMemset(d_y, 0xFF, outs * 4));
+    const absl::Status st = LaunchFloatLinear(p, nullptr);
+    EXPECT_TRUE(st.ok()) << st;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> y(outs);
+    if (c.y_f32) {
+      CUDA_CHECK(cudaMemcpy(y.data(), d_y, outs * 4, cudaMemcpyDeviceToHost));
+    } else {
+      std::vector<uint16_t> yb(outs);
+      CUDA_CHECK(cudaMemcpy(yb.data(), d_y, outs * 2, cudaMemcpyDeviceToHost));
+      for (int64_t i = 0; i < outs; ++i) y[i] = formats::Bf16BitsToFloat(yb[i]);
+    }
+    return y;
+  };
+  const std::vector<float> bf16 = run(false, kFloatLinearCudaGemvRows);
+  const std::vector<float> fp8 = run(true, kFloatLinearCudaGemvRows);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < outs; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &bf16[i], 4);
+    std::memcpy(&b, &fp8[i], 4);
+    if (a != b && ++differ <= 5)
+      ADD_FAILURE() << "output " << i << ": " << bf16[i] << " vs " << fp8[i];
+  }
+  EXPECT_EQ(differ, 0);
+  if (c.m <= kFloatLinearCudaGemvFp8MaxM) {  // the automatic plan takes the same kernel
+    const std::vector<float> autop = run(true, 0);
+    EXPECT_EQ(std::memcmp(autop.data(), fp8.data(), outs * 4), 0);
+  }
+  // Against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w| (fp32 sums of exact products).
+  int64_t bad = 0;
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t g = 0; g < c.groups; ++g) {
+      for (int64_t col = 0; col < c.n; ++col) {
+        double ref = c.bias ? bias[col] : 0.0, mag = std::fabs(ref);
+        const int64_t w_row = (c.shared_w ? 0 : g * c.n) + col;
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          const double prod = static_cast<double>(xv[(r * c.groups + g) * c.k + kk]) *
+                              formats::Bf16BitsToFloat(w[w_row * c.k + kk]);
+          ref += prod;
+          mag += std::fabs(prod);
+        }
+        const float y = fp8[(r * c.groups + g) * c.n + col];
+        const double tol = (c.y_f32 ? 1e-7 : 8e-3) * std::fabs(ref) + c.k * std::ldexp(mag, -23);
+        if (!(std::fabs(y - ref) <= tol) && ++bad <= 5) {
+          ADD_FAILURE() << "row " << r << " group " << g << " col " << col << ": " << y
+                        << " vs float64 " << ref;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (void* ptr :
+       {static_cast<void*>(d_w), static_cast<void*>(d_codes), static_cast<void*>(d_scales),
+        static_cast<void*>(d_xb), static_cast<void*>(d_xf), static_cast<void*>(d_bias), d_y}) {
+    CUDA_CHECK(cudaFree(ptr));
+  }
+}
+
+TEST(FloatLinearFp8GpuTest, WoAShapeEqualsTheBf16WeightBitForBit) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t m = 1; m <= 4; ++m) RunCase({m, 1024, 4096, 8, false, false, false, false}, 11 + m);
+}
+
+TEST(FloatLinearFp8GpuTest, SharedWeightBiasAndFp32Operands) {
+  FS_SKIP_WITHOUT_GPU();
+  RunCase({3, 64, 96, 3, true, true, true, true}, 5);
+  RunCase({2, 96, 160, 1, false, true, false, true}, 6);
+  RunCase({1, 32, 32, 2, false, false, true, false}, 7);
+}
+
+}  // namespace
+}  // namespace flashserve::kernels
