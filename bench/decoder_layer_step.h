@@ -210,7 +210,8 @@ struct Options {
   // kFloatPdlMinTokens, where --float-pdl's automatic 3 launches wo_a plainly), so that wo_b's
   // ring fills during wo_a (default since session 79, with wob_tma; the same bits).
   bool wo_a_trigger = true;
-  // wo_a from its FP8 form (kernels::FloatLinearCudaParams::w_fp8; session 80): the weight is
+  // wo_a from its FP8 form (kernels::FloatLinearCudaParams::w_fp8; session 80, the default: H100,
+  // 1 token graph 198.1, 199.1 -> 188.6, 189.3 µs; 2 to 8 tokens level): the weight is
   // filled as E4M3 codes times a power of two per 32 × 32 block (as attn.wo_a's checkpoint) in
   // both settings; 1 or 2 hands LaunchFloatLinear the codes too, whose CUDA-core kernel then
   // streams 33.5 MB instead of 67 at up to kFloatLinearCudaGemvFp8MaxM tokens (the same bits as
@@ -218,7 +219,7 @@ struct Options {
   // tokens the CUDA-core kernels are programmatic dependents); 2: launched plainly; 3: as 1 with
   // the CUDA-core kernel forced up to 4 tokens (A/B). 0: the bf16 weight only (the swapped-role
   // kernel).
-  int wo_a_fp8 = 0;
+  int wo_a_fp8 = 1;
   // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
   // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).
   bool wqb_tma = false;

@@ -13,7 +13,7 @@
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
-//                            [--wo-a-fp8 0|1|2]
+//                            [--wo-a-fp8 0|1|2|3]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -101,12 +101,13 @@
 // let wo_b be scheduled at its start (FloatLinearCudaParams::trigger_dependents), so the ring
 // fills during wo_a (H100: 1 token graph ~200.6 -> ~197.8 µs, 8 tokens ~486 -> ~478); 0 / 0 the
 // stream kernel after wo_a (A/B). --wqb-tma 1 runs wq_b on the ring (measured slower; A/B).
-// --wo-a-fp8 1 gives wo_a's Linear its FP8 form as well (kernels::FloatLinearCudaParams::w_fp8;
-// the weight is always filled as E4M3 codes times a power of two per 32 × 32 block, as the
-// checkpoint's attn.wo_a): up to kFloatLinearCudaGemvFp8MaxM tokens the CUDA-core kernel streams
-// the codes (half the bytes; session 80), launched by the --float-pdl rule; 2 the same launched
-// plainly; 3 as 1 with the CUDA-core kernel forced up to 4 tokens; 0 (default) the bf16 weight
-// only (A/B).
+// --wo-a-fp8 1 (default, session 80) gives wo_a's Linear its FP8 form as well
+// (kernels::FloatLinearCudaParams::w_fp8; the weight is always filled as E4M3 codes times a power
+// of two per 32 × 32 block, as the checkpoint's attn.wo_a): at kFloatLinearCudaGemvFp8MaxM (1)
+// token the CUDA-core kernel streams the codes, half the bytes, launched by the --float-pdl rule
+// (H100: 1 token graph 198.1, 199.1 -> 188.6, 189.3 µs); 2 the same launched plainly (191.9);
+// 3 as 1 with the CUDA-core kernel forced up to 4 tokens (4 tokens 321 -> 331: slower); 0 the
+// bf16 weight only (A/B).
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).

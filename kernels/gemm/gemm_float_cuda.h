@@ -64,9 +64,10 @@ inline constexpr int64_t kFloatLinearCudaGemvCols = 2;
 // at least this many weights (G·N·K), which the swapped-role kernel streams faster.
 inline constexpr int64_t kFloatLinearCudaGemvMaxBf16Weights = int64_t{1} << 23;
 // With the FP8 form of a bf16 weight (FloatLinearCudaParams::w_fp8), the automatic plan takes the
-// CUDA-core kernel on it up to this many rows at any weight size: half the bytes of the bf16
-// stream (README "CUDA: bf16 weights that are FP8 values", session 80).
-inline constexpr int64_t kFloatLinearCudaGemvFp8MaxM = 2;
+// CUDA-core kernel on it up to this many rows at any weight size (fp8_weight_form.md, session 80,
+// H100: wo_a at M = 1 20.9–21.1 µs against the swapped-role kernel's 28.1–28.5 on the bf16
+// weight; at M = 2 28.4 against 28.3–28.5, level, and slower from 3 rows).
+inline constexpr int64_t kFloatLinearCudaGemvFp8MaxM = 1;
 // The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
 // (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
 inline constexpr int64_t kFloatLinearFp8Block = 32;

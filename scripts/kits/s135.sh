@@ -5,6 +5,7 @@
 # E4M3 codes + 32 × 32 UE8M0 scales: 33.5 MB instead of 67; the same bits as on the bf16 weight).
 #   t  kernels_gemm_gpu_test: FloatLinearFp8GpuTest.* (new) and the CUDA-core / swap cases
 #   g  bench_gemm_float_gpu --shapes wo_a,wo_a_fp8 at M = 1..4: swap, gemv on bf16, gemv on FP8
+#   q  the step at 1 / 2 / 4 / 8 tokens: --wo-a-fp8 0 / 1 / 0 / 1 / 2 / 3 (a short call)
 #   s  the step at 1 / 2 / 4 / 8 tokens: --wo-a-fp8 0 / 1 / 2 / 3, alternated twice; then the trace
 #      of 1 token with --wo-a-fp8 1
 # kit-target: bench_decoder_layer_step kernels_gemm_gpu_test bench_gemm_float_gpu
@@ -27,6 +28,10 @@ for mode in "$@"; do
       timeout 120 $K/bench_gemm_float_gpu --iters 20 --warmup 3 --shapes wo_a,wo_a_fp8 --m 1,2,3,4 \
         --kernels auto,swap,gemv > $OUT/gemm_bench.log 2>&1
       echo "gemm bench rc $?"; grep -E "^(wo_a|device|copy|shape)" $OUT/gemm_bench.log | head -30 ;;
+    q)  # the lean order for a short device call: 0 / 1 twice, then 2 and 3 once
+      for f in 0 1 0 1 2 3; do
+        echo "wo-a-fp8 $f"; eval timeout 100 $B --tokens 1,2,4,8 --wo-a-fp8 $f 2>&1 | show
+      done ;;
     s)
       for round in 1 2; do
         for f in 0 1 2 3; do
