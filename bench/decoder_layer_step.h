@@ -220,6 +220,10 @@ struct Options {
   // the CUDA-core kernel forced up to 4 tokens (A/B). 0: the bf16 weight only (the swapped-role
   // kernel).
   int wo_a_fp8 = 1;
+  // wo_a's CUDA-core kernel (at 1 token with wo_a_fp8) in its wide geometry
+  // (kernels::FloatLinearCudaParams::gemv_wide: 8 rows per CTA, a warp per row; a quarter of the
+  // CTAs and of x's re-reads; other bits). Built in session 80, not yet measured (A/B).
+  bool wo_a_wide = false;
   // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
   // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).
   bool wqb_tma = false;

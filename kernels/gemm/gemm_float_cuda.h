@@ -157,6 +157,12 @@ struct FloatLinearCudaParams {
   // be scheduled on the SMs it leaves idle and start on its weights (with `programmatic` it always
   // does). Scheduling only: the same bits. false (default) = only with `programmatic`.
   bool trigger_dependents = false;
+  // The CUDA-core kernel only: true = 8 weight rows per CTA, a warp per row over all of K, where
+  // the default has 2 rows per CTA and a warp per (row, quarter of K): a quarter of the CTAs,
+  // each reading x once for 8 rows (the default reads it once per 2). Another fixed fma order,
+  // so other bits than the default (reproducible; the FP8 form still equals the bf16 weight in
+  // the same geometry). For A/B (session 80, built after the device budget ended: not measured).
+  bool gemv_wide = false;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
   void* workspace = nullptr;

@@ -10,7 +10,8 @@
 // 256-thread cp.async main loop (tile_rows 128, wgmma_ws = false), wgmma-ws = its
 // warp-specialised persistent TMA main loop (tile_rows 128; auto takes it wherever the plan picks
 // wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand),
-// gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only);
+// gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only), gemv-wide = the same with 8 weight rows
+// per CTA and a warp per row (FloatLinearCudaParams::gemv_wide; printed gemv8);
 // the last three bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
 // FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
@@ -93,7 +94,7 @@ struct Options {
 int64_t TileFor(const std::string& kernel, int64_t m) {
   if (kernel == "wgmma" || kernel == "wgmma-ws") return 128;
   if (kernel == "swap") return kFloatLinearCudaSwapRows;
-  if (kernel == "gemv") return kFloatLinearCudaGemvRows;
+  if (kernel == "gemv" || kernel == "gemv-wide") return kFloatLinearCudaGemvRows;
   if (kernel == "mma") return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   return 0;
 }
@@ -123,8 +124,9 @@ Options Parse(int argc, char** argv) {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
         if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap" &&
-            k != "gemv") {
-          std::fprintf(stderr, "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap or gemv\n",
+            k != "gemv" && k != "gemv-wide") {
+          std::fprintf(stderr,
+                       "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap, gemv or gemv-wide\n",
                        k.c_str());
           std::exit(2);
         }
@@ -257,7 +259,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         if ((kernel == "wgmma" || kernel == "wgmma-ws" || kernel == "swap") && s.w_f32) {
           continue;  // bf16 only
         }
-        if (kernel == "gemv" && m > kFloatLinearCudaGemvMaxM) continue;
+        if ((kernel == "gemv" || kernel == "gemv-wide") && m > kFloatLinearCudaGemvMaxM) continue;
         FloatLinearCudaParams p = base;
         p.m = m;
         p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
@@ -268,6 +270,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         }
         p.tile_rows = TileFor(kernel, m);
         p.wgmma_ws = kernel != "wgmma";
+        p.gemv_wide = kernel == "gemv-wide";
         p.ws_tile_cols = o.ws_cols[wi];
         const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
         if (!plan.warp_specialised && wi > 0) continue;  // the width matters to wgmma-ws only
@@ -308,7 +311,8 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
             s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
             plan.tile_rows == kFloatLinearCudaSwapRows ? "swap"
             : plan.tile_rows == kFloatLinearCudaGemvRows
-                ? (fp8_read ? "gemv-fp8" : "gemv")
+                ? (fp8_read ? (p.gemv_wide ? "gemv8-fp8" : "gemv-fp8")
+                            : (p.gemv_wide ? "gemv8" : "gemv"))
                 : (plan.tile_rows != kFloatLinearCudaWgmmaRows
                        ? "mma.sync"
                        : (!plan.warp_specialised ? "wgmma"

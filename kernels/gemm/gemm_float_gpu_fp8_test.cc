@@ -3,7 +3,8 @@
 // values are the bf16 weight's and its fma order the bf16 path's, so the outputs must equal the
 // CUDA-core kernel's on w_bf16 bit for bit — at wo_a's shape (8 groups of [1024, 4096] on o
 // viewed [M, 8, 4096], M = 1 .. 4) and on a small shared weight with bias, fp32 x and fp32 y —
-// and, as a check that both are right, a float64 dot product within fp32 summation error.
+// and, as a check that both are right, a float64 dot product within fp32 summation error; the
+// same for the kernel's wide geometry (gemv_wide: 8 rows per CTA, a warp per row).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -81,8 +82,9 @@ void RunCase(const Case& c, uint64_t seed) {
   void* d_y = nullptr;
   CUDA_CHECK(cudaMalloc(&d_y, outs * 4));
 
-  auto run = [&](bool fp8, int64_t tile_rows) {
+  auto run = [&](bool fp8, int64_t tile_rows, bool wide) {
     FloatLinearCudaParams p;
+    p.gemv_wide = wide;
     p.m = c.m;
     p.n = c.n;
     p.k = c.k;
@@ -123,21 +125,30 @@ void RunCase(const Case& c, uint64_t seed) {
     }
     return y;
   };
-  const std::vector<float> bf16 = run(false, kFloatLinearCudaGemvRows);
-  const std::vector<float> fp8 = run(true, kFloatLinearCudaGemvRows);
-  int64_t differ = 0;
-  for (int64_t i = 0; i < outs; ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &bf16[i], 4);
-    std::memcpy(&b, &fp8[i], 4);
-    if (a != b && ++differ <= 5)
-      ADD_FAILURE() << "output " << i << ": " << bf16[i] << " vs " << fp8[i];
-  }
-  EXPECT_EQ(differ, 0);
+  auto expect_same_bits = [&](const std::vector<float>& u, const std::vector<float>& v,
+                              const char* what) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < outs; ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &u[i], 4);
+      std::memcpy(&b, &v[i], 4);
+      if (a != b && ++differ <= 5) {
+        ADD_FAILURE() << what << ", output " << i << ": " << u[i] << " vs " << v[i];
+      }
+    }
+    EXPECT_EQ(differ, 0) << what;
+  };
+  const std::vector<float> bf16 = run(false, kFloatLinearCudaGemvRows, false);
+  const std::vector<float> fp8 = run(true, kFloatLinearCudaGemvRows, false);
+  expect_same_bits(bf16, fp8, "FP8 form vs bf16 weight");
   if (c.m <= kFloatLinearCudaGemvFp8MaxM) {  // the automatic plan takes the same kernel
-    const std::vector<float> autop = run(true, 0);
-    EXPECT_EQ(std::memcmp(autop.data(), fp8.data(), outs * 4), 0);
+    expect_same_bits(run(true, 0, false), fp8, "automatic plan vs the CUDA-core kernel");
   }
+  // The wide geometry (FloatLinearCudaParams::gemv_wide): its own fma order, the same for both
+  // forms.
+  const std::vector<float> fp8_wide = run(true, kFloatLinearCudaGemvRows, true);
+  expect_same_bits(run(false, kFloatLinearCudaGemvRows, true), fp8_wide,
+                   "wide: FP8 form vs bf16 weight");
   // Against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w| (fp32 sums of exact products).
   int64_t bad = 0;
   for (int64_t r = 0; r < c.m; ++r) {
@@ -151,11 +162,13 @@ void RunCase(const Case& c, uint64_t seed) {
           ref += prod;
           mag += std::fabs(prod);
         }
-        const float y = fp8[(r * c.groups + g) * c.n + col];
         const double tol = (c.y_f32 ? 1e-7 : 8e-3) * std::fabs(ref) + c.k * std::ldexp(mag, -23);
-        if (!(std::fabs(y - ref) <= tol) && ++bad <= 5) {
-          ADD_FAILURE() << "row " << r << " group " << g << " col " << col << ": " << y
-                        << " vs float64 " << ref;
+        for (const std::vector<float>* out : {&fp8, &fp8_wide}) {
+          const float y = (*out)[(r * c.groups + g) * c.n + col];
+          if (!(std::fabs(y - ref) <= tol) && ++bad <= 5) {
+            ADD_FAILURE() << (out == &fp8 ? "" : "wide: ") << "row " << r << " group " << g
+                          << " col " << col << ": " << y << " vs float64 " << ref;
+          }
         }
       }
     }
@@ -178,6 +191,7 @@ TEST(FloatLinearFp8GpuTest, SharedWeightBiasAndFp32Operands) {
   RunCase({3, 64, 96, 3, true, true, true, true}, 5);
   RunCase({2, 96, 160, 1, false, true, false, true}, 6);
   RunCase({1, 32, 32, 2, false, false, true, false}, 7);
+  RunCase({4, 96, 64, 2, false, true, false, false}, 8);  // 96 rows: the wide CTAs 12 per group
 }
 
 }  // namespace

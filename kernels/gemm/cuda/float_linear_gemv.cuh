@@ -39,6 +39,7 @@ namespace flashserve::kernels::float_gemv {
 
 inline constexpr int kThreads = 256;       // 8 warps
 inline constexpr int kRows = 2;            // weight rows per CTA
+inline constexpr int kWideRows = 8;        // ... with FloatLinearCudaParams::gemv_wide
 inline constexpr int kSlices = 8 / kRows;  // warps (K ranges) per row
 inline constexpr int kChunk = 8;           // elements per lane step
 inline constexpr int kUnroll = 4;          // chunks in flight per lane
@@ -131,20 +132,24 @@ __device__ __forceinline__ Chunk<T> LoadXChunk(const T* row, int64_t c) {
   return out;
 }
 
-// kM: x rows the kernel is compiled for (1, 2 or 4); g.m <= kM rows are used.
-template <typename TX, typename TW, int kM>
+// kM: x rows the kernel is compiled for (1, 2 or 4); g.m <= kM rows are used. kCtaRows: weight
+// rows per CTA — kRows (2, a warp per (row, quarter of K)) or kWideRows (8, a warp per row over
+// all of K: FloatLinearCudaParams::gemv_wide; another fixed fma order, x read once per 8 rows).
+template <typename TX, typename TW, int kM, int kCtaRows = kRows>
 __global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
-  __shared__ float part[kRows][kSlices][kM];
+  static_assert(kCtaRows == kRows || kCtaRows == kWideRows, "2 or 8 rows per CTA");
+  constexpr int kSl = 8 / kCtaRows;  // warps (K ranges) per row
+  __shared__ float part[kCtaRows][kSl][kM];
   // A LaunchPdl kernel after this one (the FP8 stream Linear) may start streaming its weights now;
   // it waits for this grid before it reads our output. Without it, a graph of the decode step
   // lost that overlap: 1 token 212 -> 226 µs though this kernel is 5 µs faster than the split one.
   cuda_common::PdlLaunchDependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row_local = warp / kSlices, slice = warp % kSlices;
+  const int row_local = warp / kSl, slice = warp % kSl;
   const int64_t group = blockIdx.y;
-  const int64_t row = int64_t{blockIdx.x} * kRows + row_local;
+  const int64_t row = int64_t{blockIdx.x} * kCtaRows + row_local;
   const int64_t chunks = g.k / kChunk;
-  const int64_t per_slice = (chunks + kSlices - 1) / kSlices;
+  const int64_t per_slice = (chunks + kSl - 1) / kSl;
   const int64_t c0 = slice * per_slice;
   const int64_t c1 = min(chunks, c0 + per_slice);
 
@@ -213,13 +218,13 @@ __global__ void __launch_bounds__(kThreads) FloatLinearGemvKernel(GemvArgs g) {
     for (int m = 0; m < kM; ++m) part[row_local][slice][m] = acc[m];
   }
   __syncthreads();
-  if (threadIdx.x < kRows * kM) {
+  if (threadIdx.x < kCtaRows * kM) {
     const int r = threadIdx.x / kM, m = threadIdx.x % kM;
-    const int64_t out_row = int64_t{blockIdx.x} * kRows + r;
+    const int64_t out_row = int64_t{blockIdx.x} * kCtaRows + r;
     if (out_row < g.n && m < g.m) {
       float s = 0.f;
 #pragma unroll
-      for (int sl = 0; sl < kSlices; ++sl) s = exact::AddRn(s, part[r][sl][m]);
+      for (int sl = 0; sl < kSl; ++sl) s = exact::AddRn(s, part[r][sl][m]);
       if (g.bias != nullptr) s = exact::AddRn(s, g.bias[out_row]);
       const int64_t off = group * g.y_group_stride + m * g.y_stride + out_row;
       if (g.y_f32 != nullptr) {

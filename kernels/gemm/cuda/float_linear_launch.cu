@@ -71,14 +71,25 @@ void LaunchMaybePdl(bool programmatic, void (*kernel)(Params...), dim3 grid, dim
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename TX, typename TW>
-void LaunchGemv(const GemmArgs& g, const FloatLinearCudaPlan& plan, int64_t groups,
-                bool programmatic, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(groups));
-  auto* kernel = g.m == 1   ? float_gemv::FloatLinearGemvKernel<TX, TW, 1>
-                 : g.m == 2 ? float_gemv::FloatLinearGemvKernel<TX, TW, 2>
-                            : float_gemv::FloatLinearGemvKernel<TX, TW, 4>;
+template <typename TX, typename TW, int kCtaRows>
+void LaunchGemvRows(const GemmArgs& g, int64_t groups, bool programmatic, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((g.n + kCtaRows - 1) / kCtaRows),
+                  static_cast<unsigned>(groups));
+  auto* kernel = g.m == 1   ? float_gemv::FloatLinearGemvKernel<TX, TW, 1, kCtaRows>
+                 : g.m == 2 ? float_gemv::FloatLinearGemvKernel<TX, TW, 2, kCtaRows>
+                            : float_gemv::FloatLinearGemvKernel<TX, TW, 4, kCtaRows>;
   LaunchMaybePdl(programmatic, kernel, grid, dim3(float_gemv::kThreads), 0, stream, g);
+}
+
+// The CUDA-core kernel: 2 weight rows per CTA (the plan's n_tiles), or 8 with `wide`.
+template <typename TX, typename TW>
+void LaunchGemv(const GemmArgs& g, int64_t groups, bool wide, bool programmatic,
+                cudaStream_t stream) {
+  if (wide) {
+    LaunchGemvRows<TX, TW, float_gemv::kWideRows>(g, groups, programmatic, stream);
+  } else {
+    LaunchGemvRows<TX, TW, float_gemv::kRows>(g, groups, programmatic, stream);
+  }
 }
 
 template <int kMT, typename TX, typename TW>
@@ -257,14 +268,15 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
       g.w_scale_group_stride =
           p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
       if (x_f32) {
-        LaunchGemv<float, float_gemv::Fp8Weight>(g, plan, p.groups, p.programmatic, stream);
+        LaunchGemv<float, float_gemv::Fp8Weight>(g, p.groups, p.gemv_wide, p.programmatic, stream);
       } else {
-        LaunchGemv<uint16_t, float_gemv::Fp8Weight>(g, plan, p.groups, p.programmatic, stream);
+        LaunchGemv<uint16_t, float_gemv::Fp8Weight>(g, p.groups, p.gemv_wide, p.programmatic,
+                                                    stream);
       }
       return absl::OkStatus();
     }
     ForOperandTypes(x_f32, w_f32, [&](auto tx, auto tw) {
-      LaunchGemv<decltype(tx), decltype(tw)>(g, plan, p.groups, p.programmatic, stream);
+      LaunchGemv<decltype(tx), decltype(tw)>(g, p.groups, p.gemv_wide, p.programmatic, stream);
     });
     return absl::OkStatus();
   }
