@@ -3,6 +3,7 @@
 
 #include "bench/bench_fill.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/quant/cuda/quant_math.h"
 
 namespace flashserve::bench {
 namespace {
@@ -61,10 +62,7 @@ __global__ void Bf16FromFp8BlocksKernel(const uint8_t* codes, const uint8_t* sca
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < rows * cols;
        i += size_t{gridDim.x} * blockDim.x) {
     const size_t r = i / cols, c = i % cols;
-    const uint32_t code = codes[i], e = (code >> 3) & 15u, m = code & 7u;
-    const float mag = e == 0 ? ldexpf(static_cast<float>(m), -9)
-                             : ldexpf(static_cast<float>(8u + m), static_cast<int>(e) - 10);
-    const float v = (code & 0x80u) != 0 ? -mag : mag;  // codes 0x7F / 0xFF (NaN) are not used
+    const float v = kernels::quant::math::E4m3ToF32(codes[i]);  // exact
     const int s = static_cast<int>(scales[(r / 32) * (cols / 32) + c / 32]) - 127;
     out[i] = __float2bfloat16_rn(ldexpf(v, s));
   }

@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/fp8_convert.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/stream_load.cuh"
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
@@ -64,18 +65,15 @@ struct Chunk<Fp8Weight> {
   float scale;
 };
 
-// Code pair j (codes 2j, 2j + 1 of the chunk) as two floats times the chunk's scale.
-__device__ __forceinline__ void Fp8PairAt(const Chunk<Fp8Weight>& c, int j, float& lo, float& hi) {
-  const uint32_t word = j < 2 ? c.codes.x : c.codes.y;
-  const uint32_t pair = (j % 2 == 0 ? word : word >> 16) & 0xFFFFu;
-  float a, b;
-  asm("{\n .reg .b16 p, l, h;\n .reg .b32 f;\n cvt.u16.u32 p, %2;\n"
-      " cvt.rn.f16x2.e4m3x2 f, p;\n mov.b32 {l, h}, f;\n cvt.f32.f16 %0, l;\n"
-      " cvt.f32.f16 %1, h;\n}\n"
-      : "=f"(a), "=f"(b)
-      : "r"(pair));
-  lo = exact::MulRn(a, c.scale);
-  hi = exact::MulRn(b, c.scale);
+// The chunk's codes 4i .. 4i + 3 (word i) as fp32 times the chunk's scale, into w[4i ..].
+__device__ __forceinline__ void Fp8WordValues(const Chunk<Fp8Weight>& c, int i, float* w) {
+  uint32_t h01, h23;
+  cuda_common::E4m3x4ToF16(i == 0 ? c.codes.x : c.codes.y, h01, h23);
+  float v[4];
+  cuda_common::F16x2ToF32(h01, v[0], v[1]);
+  cuda_common::F16x2ToF32(h23, v[2], v[3]);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) w[e] = exact::MulRn(v[e], c.scale);
 }
 
 template <typename T>
@@ -116,7 +114,7 @@ template <typename T>
 __device__ __forceinline__ void ChunkValues(const Chunk<T>& c, float (&w)[kChunk]) {
   if constexpr (std::is_same_v<T, Fp8Weight>) {
 #pragma unroll
-    for (int j = 0; j < kChunk / 2; ++j) Fp8PairAt(c, j, w[2 * j], w[2 * j + 1]);
+    for (int i = 0; i < kChunk / 4; ++i) Fp8WordValues(c, i, w + 4 * i);
   } else {
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) w[e] = ChunkAt(c, e);

@@ -51,6 +51,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_exact_math.cuh"
+#include "kernels/common/fp8_convert.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/stream_load.cuh"
 #include "kernels/gemm/cuda/linear_fp8_gemm.cuh"
@@ -142,13 +143,7 @@ __device__ __forceinline__ void LoadUnit(const uint8_t* row0, const uint8_t* row
   }
 }
 
-// Codes bytes 0, 1 and bytes 2, 3 of w as two f16 pairs (exact: every E4M3 value is an f16).
-__device__ __forceinline__ void E4m3x4ToF16(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
-      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
-}
+using cuda_common::E4m3x4ToF16;  // kernels/common/fp8_convert.cuh
 
 // c = a · b + c: m16n8k16, f16 operands, fp32 accumulators.
 __device__ __forceinline__ void MmaF16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
