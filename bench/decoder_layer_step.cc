@@ -80,6 +80,10 @@ kernels::FloatLinearCudaParams LayerStep::WoAParams(int64_t b) const {
     if (opt_.wo_a_fp8 == 3 && b <= kernels::kFloatLinearCudaGemvMaxM) {
       p.tile_rows = kernels::kFloatLinearCudaGemvRows;
     }
+    // 4 / 5: the FP8 form's swapped-role kernel at every size it takes (up to 8 rows).
+    if (opt_.wo_a_fp8 >= 4 && b <= kernels::kFloatLinearCudaSwapFp8MaxM) {
+      p.tile_rows = kernels::kFloatLinearCudaSwapFp8Rows;
+    }
   }
   p.x_bf16 = o_.get<uint16_t>();
   p.x_stride = kHeads * kHeadDim;
@@ -138,6 +142,7 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
   const int pdl = opt_.float_pdl >= 0 ? opt_.float_pdl : (p.m >= kFloatPdlMinTokens ? 1 : 3);
   p.programmatic = pdl == 1 || (pdl == 2 && !gemv) || (pdl == 3 && gemv);
   if (p.w_fp8 != nullptr && opt_.wo_a_fp8 == 2) p.programmatic = false;  // wo_a plainly (A/B)
+  if (p.tile_rows == kernels::kFloatLinearCudaSwapFp8Rows) p.programmatic = opt_.wo_a_fp8 == 5;
   p.trigger_dependents = opt_.wo_a_trigger;  // the swapped-role kernel only (wo_a)
   p.workspace = float_ws_.get();
   p.workspace_bytes = float_ws_.bytes();

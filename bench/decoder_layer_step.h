@@ -218,7 +218,9 @@ struct Options {
   // that kernel on the bf16 weight). 1: launched as LaunchFloat's --float-pdl rule says (below 8
   // tokens the CUDA-core kernels are programmatic dependents); 2: launched plainly; 3: as 1 with
   // the CUDA-core kernel forced up to 4 tokens (A/B). 0: the bf16 weight only (the swapped-role
-  // kernel).
+  // kernel). 4: the FP8 form's swapped-role kernel (tile_rows kFloatLinearCudaSwapFp8Rows) at up
+  // to 8 tokens, launched plainly (with wo_a_trigger, wo_b may be scheduled at its start); 5: the
+  // same as a programmatic dependent of the attention (session 81, built; A/B).
   int wo_a_fp8 = 1;
   // wo_a's CUDA-core kernel (at 1 token with wo_a_fp8) in its wide geometry
   // (kernels::FloatLinearCudaParams::gemv_wide: 8 rows per CTA, a warp per row; a quarter of the

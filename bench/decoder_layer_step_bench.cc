@@ -13,7 +13,7 @@
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
-//                            [--wo-a-fp8 0|1|2|3] [--wo-a-wide 0|1]
+//                            [--wo-a-fp8 0|1|2|3|4|5] [--wo-a-wide 0|1]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -107,8 +107,11 @@
 // token the CUDA-core kernel streams the codes, half the bytes, launched by the --float-pdl rule
 // (H100: 1 token graph 198.1, 199.1 -> 188.6, 189.3 µs); 2 the same launched plainly (191.9);
 // 3 as 1 with the CUDA-core kernel forced up to 4 tokens (4 tokens 321 -> 331: slower); 0 the
-// bf16 weight only (A/B). --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8 rows per CTA, a warp
-// per row (FloatLinearCudaParams::gemv_wide; built, not yet measured); 0 (default) 2 rows per CTA.
+// bf16 weight only (A/B); 4 the FP8 form's swapped-role kernel (E4M3 codes decoded to bf16 in
+// registers as the wgmma A operand; tile_rows 8) at 1 to 8 tokens, launched plainly; 5 the same
+// as a programmatic dependent (session 81). --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8 rows
+// per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; built, not yet measured); 0 (default)
+// 2 rows per CTA.
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).

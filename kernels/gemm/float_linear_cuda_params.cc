@@ -72,8 +72,10 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
   plan.tile_rows = tile_rows;
   const bool wgmma = plan.tile_rows == kFloatLinearCudaWgmmaRows;
   const bool swap = plan.tile_rows == kFloatLinearCudaSwapRows;
-  if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // one launch over all rows, no split
-    plan.tile_cols = kFloatLinearCudaGemvCols;
+  if (plan.tile_rows == kFloatLinearCudaGemvRows ||
+      plan.tile_rows == kFloatLinearCudaSwapFp8Rows) {  // one launch over all rows, no split
+    plan.tile_cols = plan.tile_rows == kFloatLinearCudaGemvRows ? kFloatLinearCudaGemvCols
+                                                                : kFloatLinearCudaSwapFp8Cols;
     plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
     plan.steps_per_split = plan.k_steps;
     plan.m_tiles = 1;
@@ -219,11 +221,17 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.groups < 1 || p.groups > kMaxGridZ) {
     return Invalid("groups", absl::StrFormat("%d is not in [1, %d]", p.groups, kMaxGridZ));
   }
-  if (p.tile_rows != 0 && p.tile_rows != kFloatLinearCudaGemvRows && p.tile_rows != 16 &&
-      p.tile_rows != 32 && p.tile_rows != 64 && p.tile_rows != kFloatLinearCudaWgmmaRows &&
+  if (p.tile_rows != 0 && p.tile_rows != kFloatLinearCudaGemvRows &&
+      p.tile_rows != kFloatLinearCudaSwapFp8Rows && p.tile_rows != 16 && p.tile_rows != 32 &&
+      p.tile_rows != 64 && p.tile_rows != kFloatLinearCudaWgmmaRows &&
       p.tile_rows != kFloatLinearCudaSwapRows) {
     return Invalid("tile_rows",
-                   absl::StrFormat("%d is not 0, 1, 16, 32, 64, 128 or 256", p.tile_rows));
+                   absl::StrFormat("%d is not 0, 1, 8, 16, 32, 64, 128 or 256", p.tile_rows));
+  }
+  if (p.tile_rows == kFloatLinearCudaSwapFp8Rows && p.m > kFloatLinearCudaSwapFp8MaxM) {
+    return Invalid("tile_rows", absl::StrFormat("8 (the FP8 form's swapped-role kernel) takes at "
+                                                "most %d rows",
+                                                kFloatLinearCudaSwapFp8MaxM));
   }
   if (p.tile_rows == kFloatLinearCudaGemvRows && p.m > kFloatLinearCudaGemvMaxM) {
     return Invalid("tile_rows", absl::StrFormat("1 (the CUDA-core kernel) takes at most %d rows",
@@ -301,6 +309,28 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
     return Invalid("tile_rows",
                    "1 (the CUDA-core kernel) needs x rows 16-byte aligned (the x pointer, "
                    "x_stride and x_group_stride)");
+  }
+  if (p.tile_rows == kFloatLinearCudaSwapFp8Rows) {
+    if (p.w_fp8 == nullptr || p.x_bf16 == nullptr) {
+      return Invalid("tile_rows", "8 (the FP8 form's swapped-role kernel) needs w_fp8 and x_bf16");
+    }
+    if (p.k % kFloatLinearCudaSwapFp8KStep != 0 || p.k > kFloatLinearCudaSwapFp8MaxK) {
+      return Invalid(
+          "tile_rows",
+          absl::StrFormat("8 (the FP8 form's swapped-role kernel) needs K a multiple "
+                          "of %d up to %d (K = %d)",
+                          kFloatLinearCudaSwapFp8KStep, kFloatLinearCudaSwapFp8MaxK, p.k));
+    }
+    if (!Aligned(p.w_fp8, 16) || !Aligned(p.w_fp8_scales, 4)) {
+      return Invalid("tile_rows",
+                     "8 (the FP8 form's swapped-role kernel) needs w_fp8 16-byte and "
+                     "w_fp8_scales 4-byte aligned");
+    }
+    if (!XRowsVec(p)) {
+      return Invalid("tile_rows",
+                     "8 (the FP8 form's swapped-role kernel) needs x rows 16-byte aligned "
+                     "(x_bf16, x_stride and x_group_stride)");
+    }
   }
   if (p.tile_rows == kFloatLinearCudaSwapRows && !XRowsTma(p)) {
     return Invalid("tile_rows",

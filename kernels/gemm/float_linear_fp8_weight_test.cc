@@ -192,5 +192,75 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
   }
 }
 
+// tile_rows 8, the FP8 form's swapped-role kernel: its own requirements, each named, and its plan
+// (one launch of 64-row CTAs over all of K, no split, no workspace).
+TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
+  alignas(16) static uint16_t w[2 * 64 * 256];
+  alignas(16) static uint8_t w8[2 * 64 * 256 + 16];
+  alignas(16) static uint8_t s8[2 * 2 * 8 + 4];
+  alignas(16) static uint16_t x[9 * 2 * 256 + 8];
+  alignas(16) static float xf[9 * 2 * 256];
+  alignas(16) static uint16_t y[9 * 2 * 64];
+  auto good = [&] {
+    FloatLinearCudaParams p;
+    p.m = 8;
+    p.n = 64;
+    p.k = 256;
+    p.groups = 2;
+    p.w_bf16 = w;
+    p.w_fp8 = w8;
+    p.w_fp8_scales = s8;
+    p.w_group_stride = 64 * 256;
+    p.x_bf16 = x;
+    p.x_stride = 2 * 256;
+    p.x_group_stride = 256;
+    p.y_bf16 = y;
+    p.y_stride = 2 * 64;
+    p.y_group_stride = 64;
+    p.tile_rows = kFloatLinearCudaSwapFp8Rows;
+    return p;
+  };
+  ASSERT_TRUE(ValidateFloatLinearCudaParams(good()).ok()) << ValidateFloatLinearCudaParams(good());
+  const FloatLinearCudaPlan plan = PlanFloatLinearCuda(good());
+  EXPECT_EQ(plan.tile_rows, kFloatLinearCudaSwapFp8Rows);
+  EXPECT_EQ(plan.tile_cols, kFloatLinearCudaSwapFp8Cols);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.m_tiles, 1);
+  EXPECT_EQ(plan.n_tiles, 1);
+  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(good(), 8), 0u);
+  auto expect_invalid = [](const FloatLinearCudaParams& p, const char* what) {
+    const absl::Status s = ValidateFloatLinearCudaParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find("tile_rows"), std::string::npos) << what << ": " << s;
+  };
+  FloatLinearCudaParams p = good();
+  p.m = 9;  // more rows than the kernel's N
+  p.x_stride = 2 * 256;
+  expect_invalid(p, "9 rows");
+  p = good();
+  p.w_fp8 = nullptr;
+  p.w_fp8_scales = nullptr;
+  expect_invalid(p, "no FP8 form");
+  p = good();
+  p.x_bf16 = nullptr;
+  p.x_f32 = xf;
+  expect_invalid(p, "fp32 x");
+  p = good();
+  p.k = 192;  // not a whole 128-K stage
+  p.w_group_stride = 64 * 192;
+  p.x_group_stride = 192;
+  p.x_stride = 2 * 192;
+  expect_invalid(p, "K 192");
+  p = good();
+  p.w_fp8 = w8 + 8;  // 8-byte aligned (enough for the CUDA-core kernel), not 16 (TMA)
+  expect_invalid(p, "w_fp8 + 8");
+  p = good();
+  p.w_fp8_scales = s8 + 2;
+  expect_invalid(p, "scales + 2");
+  p = good();
+  p.x_bf16 = x + 4;  // rows 8-byte aligned
+  expect_invalid(p, "x + 4");
+}
+
 }  // namespace
 }  // namespace flashserve::kernels

@@ -68,6 +68,16 @@ inline constexpr int64_t kFloatLinearCudaGemvMaxBf16Weights = int64_t{1} << 23;
 // H100: wo_a at M = 1 20.9–21.1 µs against the swapped-role kernel's 28.1–28.5 on the bf16
 // weight; at M = 2 28.4 against 28.3–28.5, level, and slower from 3 rows).
 inline constexpr int64_t kFloatLinearCudaGemvFp8MaxM = 1;
+// The swapped-role kernel on the FP8 form (cuda/float_linear_swap_fp8.cuh), selected by tile_rows
+// kFloatLinearCudaSwapFp8Rows: kFloatLinearCudaSwapFp8Cols weight rows per CTA over all of K, the
+// E4M3 codes decoded to bf16 in registers as the wgmma A operand, up to kFloatLinearCudaSwapFp8MaxM
+// x rows resident in shared memory as its B operand; needs w_fp8, bf16 x with 16-byte aligned
+// rows, K a multiple of kFloatLinearCudaSwapFp8KStep up to kFloatLinearCudaSwapFp8MaxK.
+inline constexpr int64_t kFloatLinearCudaSwapFp8Rows = 8;
+inline constexpr int64_t kFloatLinearCudaSwapFp8Cols = 64;
+inline constexpr int64_t kFloatLinearCudaSwapFp8MaxM = 8;
+inline constexpr int64_t kFloatLinearCudaSwapFp8KStep = 128;
+inline constexpr int64_t kFloatLinearCudaSwapFp8MaxK = 12288;
 // The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
 // (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
 inline constexpr int64_t kFloatLinearFp8Block = 32;
@@ -119,7 +129,9 @@ struct FloatLinearCudaParams {
   // only); 256 (kFloatLinearCudaSwapRows) forces the swapped-role wgmma kernel (128 weight rows
   // × up to 128 x rows per CTA; bf16 x and bf16 W, x rows 16-byte aligned: base, x_stride and,
   // with groups, x_group_stride); 1 (kFloatLinearCudaGemvRows) forces the CUDA-core kernel (M <=
-  // kFloatLinearCudaGemvMaxM, x rows 16-byte aligned; any dtypes). Automatic: the CUDA-core
+  // kFloatLinearCudaGemvMaxM, x rows 16-byte aligned; any dtypes); 8 (kFloatLinearCudaSwapFp8Rows)
+  // forces the swapped-role kernel on the FP8 form (w_fp8, bf16 x, M <= 8; see the constants).
+  // Automatic: the CUDA-core
   // kernel for M <= kFloatLinearCudaGemvMaxM with 16-byte aligned x rows, unless x and W are
   // bf16 and the weights number kFloatLinearCudaGemvMaxBf16Weights or more; the swapped-role
   // kernel for bf16 x and W with aligned x rows up to M 256 (1,024 unless wgmma needs no split);

@@ -11,8 +11,9 @@
 // warp-specialised persistent TMA main loop (tile_rows 128; auto takes it wherever the plan picks
 // wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand),
 // gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only), gemv-wide = the same with 8 weight rows
-// per CTA and a warp per row (FloatLinearCudaParams::gemv_wide; printed gemv8);
-// the last three bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
+// per CTA and a warp per row (FloatLinearCudaParams::gemv_wide; printed gemv8), swap-fp8 = the
+// swapped-role kernel on the FP8 form (tile_rows 8; shapes with the FP8 form, M <= 8);
+// the last four bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
 // FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
 // LinearCudaWsTileCols's width; 256 = the width before session 64; the kernel column then reads
@@ -94,6 +95,7 @@ struct Options {
 int64_t TileFor(const std::string& kernel, int64_t m) {
   if (kernel == "wgmma" || kernel == "wgmma-ws") return 128;
   if (kernel == "swap") return kFloatLinearCudaSwapRows;
+  if (kernel == "swap-fp8") return kFloatLinearCudaSwapFp8Rows;
   if (kernel == "gemv" || kernel == "gemv-wide") return kFloatLinearCudaGemvRows;
   if (kernel == "mma") return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   return 0;
@@ -124,9 +126,10 @@ Options Parse(int argc, char** argv) {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
         if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap" &&
-            k != "gemv" && k != "gemv-wide") {
+            k != "gemv" && k != "gemv-wide" && k != "swap-fp8") {
           std::fprintf(stderr,
-                       "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap, gemv or gemv-wide\n",
+                       "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap, gemv, gemv-wide or "
+                       "swap-fp8\n",
                        k.c_str());
           std::exit(2);
         }
@@ -260,6 +263,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
           continue;  // bf16 only
         }
         if ((kernel == "gemv" || kernel == "gemv-wide") && m > kFloatLinearCudaGemvMaxM) continue;
+        if (kernel == "swap-fp8" && (!s.fp8 || m > kFloatLinearCudaSwapFp8MaxM)) continue;
         FloatLinearCudaParams p = base;
         p.m = m;
         p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
@@ -297,7 +301,8 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
             },
             stream);
         // The FP8 form on the CUDA-core kernel streams codes and scales instead of bf16.
-        const bool fp8_read = s.fp8 && plan.tile_rows == kFloatLinearCudaGemvRows;
+        const bool fp8_read = s.fp8 && (plan.tile_rows == kFloatLinearCudaGemvRows ||
+                                        plan.tile_rows == kFloatLinearCudaSwapFp8Rows);
         const double w_read = fp8_read ? w_elems + w_elems / 1024.0 : static_cast<double>(w_bytes);
         const double bytes =
             w_read + 2.0 * m * s.groups * s.k + static_cast<double>(y_es) * m * s.groups * s.n;
@@ -309,7 +314,8 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
             "%6.2f\n",
             s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
             s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
-            plan.tile_rows == kFloatLinearCudaSwapRows ? "swap"
+            plan.tile_rows == kFloatLinearCudaSwapRows      ? "swap"
+            : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? "swap-fp8"
             : plan.tile_rows == kFloatLinearCudaGemvRows
                 ? (fp8_read ? (p.gemv_wide ? "gemv8-fp8" : "gemv-fp8")
                             : (p.gemv_wide ? "gemv8" : "gemv"))

@@ -4,13 +4,17 @@
 // CUDA-core kernel's on w_bf16 bit for bit — at wo_a's shape (8 groups of [1024, 4096] on o
 // viewed [M, 8, 4096], M = 1 .. 4) and on a small shared weight with bias, fp32 x and fp32 y —
 // and, as a check that both are right, a float64 dot product within fp32 summation error; the
-// same for the kernel's wide geometry (gemv_wide: 8 rows per CTA, a warp per row).
+// same for the kernel's wide geometry (gemv_wide: 8 rows per CTA, a warp per row). And the FP8
+// form's swapped-role kernel (tile_rows 8, M <= 8) against the same float64 bound, beside the bf16
+// swapped-role kernel on w_bf16.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/formats/bf16.h"
@@ -111,6 +115,7 @@ void RunCase(const Case& c, uint64_t seed) {
     p.y_stride = c.groups * c.n;
     p.y_group_stride = c.n;
     p.tile_rows = tile_rows;
+    if (tile_rows == kFloatLinearCudaSwapRows) p.split_k = 1;  // no workspace
     CUDA_CHECK(cudaMemset(d_y, 0xFF, outs * 4));
     const absl::Status st = LaunchFloatLinear(p, nullptr);
     EXPECT_TRUE(st.ok()) << st;
@@ -138,17 +143,40 @@ void RunCase(const Case& c, uint64_t seed) {
     }
     EXPECT_EQ(differ, 0) << what;
   };
-  const std::vector<float> bf16 = run(false, kFloatLinearCudaGemvRows, false);
-  const std::vector<float> fp8 = run(true, kFloatLinearCudaGemvRows, false);
-  expect_same_bits(bf16, fp8, "FP8 form vs bf16 weight");
-  if (c.m <= kFloatLinearCudaGemvFp8MaxM) {  // the automatic plan takes the same kernel
-    expect_same_bits(run(true, 0, false), fp8, "automatic plan vs the CUDA-core kernel");
+  // The outputs checked against float64 below, with their names.
+  std::vector<std::pair<const char*, std::vector<float>>> checked;
+  if (c.m <= kFloatLinearCudaGemvMaxM) {
+    const std::vector<float> bf16 = run(false, kFloatLinearCudaGemvRows, false);
+    const std::vector<float> fp8 = run(true, kFloatLinearCudaGemvRows, false);
+    expect_same_bits(bf16, fp8, "FP8 form vs bf16 weight");
+    if (c.m <= kFloatLinearCudaGemvFp8MaxM) {  // the automatic plan takes the same kernel
+      expect_same_bits(run(true, 0, false), fp8, "automatic plan vs the CUDA-core kernel");
+    }
+    // The wide geometry (FloatLinearCudaParams::gemv_wide): its own fma order, the same for
+    // both forms.
+    const std::vector<float> fp8_wide = run(true, kFloatLinearCudaGemvRows, true);
+    expect_same_bits(run(false, kFloatLinearCudaGemvRows, true), fp8_wide,
+                     "wide: FP8 form vs bf16 weight");
+    checked.emplace_back("CUDA-core", fp8);
+    checked.emplace_back("CUDA-core wide", fp8_wide);
   }
-  // The wide geometry (FloatLinearCudaParams::gemv_wide): its own fma order, the same for both
-  // forms.
-  const std::vector<float> fp8_wide = run(true, kFloatLinearCudaGemvRows, true);
-  expect_same_bits(run(false, kFloatLinearCudaGemvRows, true), fp8_wide,
-                   "wide: FP8 form vs bf16 weight");
+  // The swapped-role kernel on the FP8 form (tile_rows 8): the same exact products as the bf16
+  // swapped-role kernel, summed by the tensor cores with the 16 products of each k16 step in
+  // another slot order — within the float64 bound; how many outputs differ in their bits from
+  // the bf16 kernel's is printed (not asserted: the tensor core's internal order is not ours).
+  if (!c.x_f32 && c.m <= kFloatLinearCudaSwapFp8MaxM && c.k % kFloatLinearCudaSwapFp8KStep == 0) {
+    const std::vector<float> swap8 = run(true, kFloatLinearCudaSwapFp8Rows, false);
+    const std::vector<float> swap_bf16 = run(false, kFloatLinearCudaSwapRows, false);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < outs; ++i) {
+      differ += std::memcmp(&swap8[i], &swap_bf16[i], 4) != 0 ? 1 : 0;
+    }
+    std::printf("  swapped-role FP8 form vs bf16 weight: %lld of %lld outputs differ in bits\n",
+                static_cast<long long>(differ), static_cast<long long>(outs));
+    checked.emplace_back("swapped-role FP8", swap8);
+    checked.emplace_back("swapped-role bf16", swap_bf16);
+  }
+  ASSERT_FALSE(checked.empty());
   // Against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w| (fp32 sums of exact products).
   int64_t bad = 0;
   for (int64_t r = 0; r < c.m; ++r) {
@@ -163,11 +191,11 @@ void RunCase(const Case& c, uint64_t seed) {
           mag += std::fabs(prod);
         }
         const double tol = (c.y_f32 ? 1e-7 : 8e-3) * std::fabs(ref) + c.k * std::ldexp(mag, -23);
-        for (const std::vector<float>* out : {&fp8, &fp8_wide}) {
-          const float y = (*out)[(r * c.groups + g) * c.n + col];
+        for (const auto& [name, out] : checked) {
+          const float y = out[(r * c.groups + g) * c.n + col];
           if (!(std::fabs(y - ref) <= tol) && ++bad <= 5) {
-            ADD_FAILURE() << (out == &fp8 ? "" : "wide: ") << "row " << r << " group " << g
-                          << " col " << col << ": " << y << " vs float64 " << ref;
+            ADD_FAILURE() << name << ": row " << r << " group " << g << " col " << col << ": " << y
+                          << " vs float64 " << ref;
           }
         }
       }
@@ -181,9 +209,21 @@ void RunCase(const Case& c, uint64_t seed) {
   }
 }
 
-TEST(FloatLinearFp8GpuTest, WoAShapeEqualsTheBf16WeightBitForBit) {
+TEST(FloatLinearFp8GpuTest, WoAShapeBitForBitAndWithinFloat64) {
   FS_SKIP_WITHOUT_GPU();
-  for (int64_t m = 1; m <= 4; ++m) RunCase({m, 1024, 4096, 8, false, false, false, false}, 11 + m);
+  for (int64_t m = 1; m <= 8; ++m) RunCase({m, 1024, 4096, 8, false, false, false, false}, 11 + m);
+}
+
+// The FP8 form's swapped-role kernel off wo_a's shape: a last CTA half past N (96 rows: its two
+// upper warps' rows are zero-filled codes), a shared weight over 3 groups, bias, fp32 y, rows
+// 5 .. 8, one 128-K stage, K past one ring of stages (12,288: 4 stages beside 192 KB of x).
+TEST(FloatLinearFp8GpuTest, SwappedRoleKernelShapes) {
+  FS_SKIP_WITHOUT_GPU();
+  RunCase({5, 96, 256, 3, true, true, false, true}, 21);
+  RunCase({8, 96, 128, 2, false, false, false, false}, 22);
+  RunCase({7, 160, 384, 1, false, true, false, false}, 23);
+  RunCase({6, 64, 12288, 1, false, false, false, true}, 24);
+  RunCase({2, 64, 2560, 2, false, true, false, false}, 25);
 }
 
 TEST(FloatLinearFp8GpuTest, SharedWeightBiasAndFp32Operands) {
@@ -192,6 +232,126 @@ TEST(FloatLinearFp8GpuTest, SharedWeightBiasAndFp32Operands) {
   RunCase({2, 96, 160, 1, false, true, false, true}, 6);
   RunCase({1, 32, 32, 2, false, false, true, false}, 7);
   RunCase({4, 96, 64, 2, false, true, false, false}, 8);  // 96 rows: the wide CTAs 12 per group
+}
+
+// Exact sums: x in {-1, 0, 1}, weight values code · 2^s with code values multiples of 1/4 up to 2
+// and s in [-2, 8] (scale bytes 125 .. 135: 135 takes the decode's second multiply), K 1,024, so
+// every product is a multiple of 2^-4 and every partial sum, in any order, is below 2^19 in
+// magnitude: an fp32 sum of them is exact whatever the tensor cores' order. So each kernel's fp32
+// output (+ an integer bias) must equal the float64 sum bit for bit — an error anywhere in the
+// decode, the scale bytes, the x permutation or the stores shows. The FP8 swapped-role kernel
+// runs plainly, with trigger_dependents, and as a programmatic launch on a stream.
+TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
+  FS_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 160, kK = 1024, kG = 2;
+  std::mt19937_64 rng(99);
+  std::vector<uint8_t> small_codes;  // |value| <= 2, value · 4 an integer
+  for (int c = 0; c < 256; ++c) {
+    const float v = formats::E4m3ToFloat(static_cast<uint8_t>(c));
+    if (std::fabs(v) <= 2.f && std::floor(v * 4) == v * 4)
+      small_codes.push_back(static_cast<uint8_t>(c));
+  }
+  ASSERT_GE(small_codes.size(), 20u);
+  std::vector<uint16_t> w(kG * kN * kK);
+  for (int64_t rb = 0; rb < kG * kN / kB; ++rb) {
+    for (int64_t cb = 0; cb < kK / kB; ++cb) {
+      const int s = -2 + static_cast<int>(rng() % 11);
+      for (int64_t r = rb * kB; r < (rb + 1) * kB; ++r) {
+        for (int64_t col = cb * kB; col < (cb + 1) * kB; ++col) {
+          const uint8_t code = small_codes[rng() % small_codes.size()];
+          w[r * kK + col] = formats::FloatToBf16Bits(std::ldexp(formats::E4m3ToFloat(code), s));
+        }
+      }
+    }
+  }
+  std::vector<uint8_t> codes(w.size()), scales(w.size() / (kB * kB));
+  ASSERT_TRUE(NarrowFloatLinearWeightToFp8(w.data(), kG * kN, kK, codes.data(), scales.data()));
+  bool wide = false;
+  for (uint8_t b : scales) wide = wide || b > 134;
+  ASSERT_TRUE(wide);
+  uint16_t* d_w = Upload(w);
+  uint8_t* d_codes = Upload(codes);
+  uint8_t* d_scales = Upload(scales);
+  std::vector<float> bias(kN);
+  for (float& b : bias) b = static_cast<float>(static_cast<int>(rng() % 17) - 8);
+  float* d_bias = Upload(bias);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int64_t m = 1; m <= kFloatLinearCudaSwapFp8MaxM; ++m) {
+    SCOPED_TRACE(::testing::Message() << "M " << m);
+    // x [M, G, K] with a padded row (x_stride G·K + 8).
+    const int64_t x_stride = kG * kK + 8;
+    std::vector<uint16_t> xb(m * x_stride, 0);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < kG * kK; ++i) {
+        xb[r * x_stride + i] =
+            formats::FloatToBf16Bits(static_cast<float>(static_cast<int>(rng() % 3) - 1));
+      }
+    }
+    uint16_t* d_x = Upload(xb);
+    float* d_y = nullptr;
+    const int64_t outs = m * kG * kN;
+    CUDA_CHECK(cudaMalloc(&d_y, outs * 4));
+    // The float64 sums, exact.
+    std::vector<double> ref(outs);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t g = 0; g < kG; ++g) {
+        for (int64_t col = 0; col < kN; ++col) {
+          double acc = bias[col];
+          for (int64_t kk = 0; kk < kK; ++kk) {
+            acc += static_cast<double>(formats::Bf16BitsToFloat(xb[r * x_stride + g * kK + kk])) *
+                   formats::Bf16BitsToFloat(w[(g * kN + col) * kK + kk]);
+          }
+          ref[(r * kG + g) * kN + col] = acc;
+        }
+      }
+    }
+    for (int variant = 0; variant < 4; ++variant) {
+      SCOPED_TRACE(::testing::Message() << "variant " << variant);
+      FloatLinearCudaParams p;
+      p.m = m;
+      p.n = kN;
+      p.k = kK;
+      p.groups = kG;
+      p.w_bf16 = d_w;
+      p.w_group_stride = kN * kK;
+      p.w_fp8 = d_codes;
+      p.w_fp8_scales = d_scales;
+      p.bias = d_bias;
+      p.x_bf16 = d_x;
+      p.x_stride = x_stride;
+      p.x_group_stride = kK;
+      p.y_f32 = d_y;
+      p.y_stride = kG * kN;
+      p.y_group_stride = kN;
+      // 0: plain; 1: trigger_dependents; 2: programmatic; 3: the bf16 swapped-role kernel.
+      p.tile_rows = variant == 3 ? kFloatLinearCudaSwapRows : kFloatLinearCudaSwapFp8Rows;
+      p.split_k = 1;
+      p.trigger_dependents = variant == 1;
+      p.programmatic = variant == 2;
+      CUDA_CHECK(cudaMemsetAsync(d_y, 0xFF, outs * 4, stream));
+      const absl::Status st = LaunchFloatLinear(p, stream);
+      ASSERT_TRUE(st.ok()) << st;
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> y(outs);
+      CUDA_CHECK(cudaMemcpy(y.data(), d_y, outs * 4, cudaMemcpyDeviceToHost));
+      int64_t bad = 0;
+      for (int64_t i = 0; i < outs; ++i) {
+        if (static_cast<double>(y[i]) != ref[i] && ++bad <= 5) {
+          ADD_FAILURE() << "output " << i << " (row " << i / (kG * kN) << ", group " << i / kN % kG
+                        << ", col " << i % kN << "): " << y[i] << " vs " << ref[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+    CUDA_CHECK(cudaFree(d_x));
+    CUDA_CHECK(cudaFree(d_y));
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  for (void* ptr : {static_cast<void*>(d_w), static_cast<void*>(d_codes),
+                    static_cast<void*>(d_scales), static_cast<void*>(d_bias)}) {
+    CUDA_CHECK(cudaFree(ptr));
+  }
 }
 
 }  // namespace

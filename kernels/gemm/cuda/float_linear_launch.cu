@@ -14,6 +14,7 @@
 #include "kernels/gemm/cuda/float_linear_gemm.cuh"
 #include "kernels/gemm/cuda/float_linear_gemv.cuh"
 #include "kernels/gemm/cuda/float_linear_swap.cuh"
+#include "kernels/gemm/cuda/float_linear_swap_fp8.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/gemm/gemm_float_cuda.h"
@@ -34,6 +35,14 @@ static_assert(wgmma_ws::kBN == kFloatLinearCudaWgmmaCols);
 static_assert(float_swap::kBK == kFloatLinearCudaKStep);
 static_assert(float_swap::kBN == kFloatLinearCudaSwapCols);
 static_assert(float_swap::kMaxBM == kFloatLinearCudaSwapMaxRows);
+
+static_assert(float_swap_fp8::kBN == kFloatLinearCudaSwapFp8Cols);
+static_assert(float_swap_fp8::kBM == kFloatLinearCudaSwapFp8MaxM);
+static_assert(float_swap_fp8::kBK == kFloatLinearCudaSwapFp8KStep);
+static_assert(float_swap_fp8::StagesFor(kFloatLinearCudaSwapFp8MaxK) >= float_swap_fp8::kMinStages);
+static_assert(float_swap_fp8::SmemBytes(kFloatLinearCudaSwapFp8MaxK) <= float_swap_fp8::kSmemLimit);
+static_assert(float_swap_fp8::SmemBytes(kFloatLinearCudaSwapFp8KStep) <=
+              float_swap_fp8::kSmemLimit);
 
 static_assert(float_gemv::kMaxM == kFloatLinearCudaGemvMaxM);
 static_assert(float_gemv::kRows == kFloatLinearCudaGemvCols);
@@ -229,6 +238,42 @@ absl::Status LaunchSwap(const FloatLinearCudaParams& p, const GemmArgs& f,
   return absl::OkStatus();
 }
 
+// bf16 x · the FP8 form through its swapped-role kernel (plan.tile_rows == 8; w_fp8, bf16 x, M,
+// K and alignments validated). InternalError, nothing enqueued, when the driver refuses the map.
+absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
+                           cudaStream_t stream) {
+  float_swap_fp8::Args g;
+  if (!wgmma_ws::MakeTmaOperand(&g.w, p.w_fp8, 1, p.k, p.n, p.k, p.groups, p.w_group_stride,
+                                float_swap_fp8::kBK, float_swap_fp8::kBN, true)) {
+    return absl::InternalError(
+        "LaunchFloatLinear: the driver refused a TMA tensor map for the FP8 form's swapped-role "
+        "kernel");
+  }
+  g.w_scales = p.w_fp8_scales;
+  g.w_scale_group_stride =
+      p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
+  g.x = p.x_bf16;
+  g.x_stride = p.x_stride;
+  g.x_group_stride = p.x_group_stride;
+  g.bias = p.bias;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.stages = float_swap_fp8::StagesFor(p.k);
+  g.y_bf16 = p.y_bf16;
+  g.y_f32 = p.y_f32;
+  g.y_stride = p.y_stride;
+  g.y_group_stride = p.y_group_stride;
+  g.launch_dependents = p.programmatic || p.trigger_dependents;
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = float_swap_fp8::FloatLinearSwapFp8Kernel;
+  EnsureSmemLimit(kernel, float_swap_fp8::kSmemLimit, smem_set);
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
+  LaunchMaybePdl(p.programmatic, kernel, grid, dim3(float_swap_fp8::kThreads),
+                 static_cast<size_t>(float_swap_fp8::SmemBytes(p.k)), stream, g);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stream) {
@@ -280,6 +325,7 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
     });
     return absl::OkStatus();
   }
+  if (plan.tile_rows == kFloatLinearCudaSwapFp8Rows) return LaunchSwapFp8(p, plan, stream);
   if (plan.tile_rows == kFloatLinearCudaSwapRows) {  // bf16 x and W, TMA-able x (validated)
     RETURN_IF_ERROR(LaunchSwap(p, g, plan, stream));
   } else if (plan.tile_rows == kFloatLinearCudaWgmmaRows) {  // bf16 x and W (validated)
