@@ -20,12 +20,12 @@
 // words, then its odd ones. Each product pairs a weight with its own x element; only the order
 // of the 16 products inside one wgmma k16 step differs from the natural one.
 //
-// Decode (e4m3_bf16_decode.cuh, exact): per k16 step and row, a word of 4 codes → two bf16x2
-// (E4m3PairScaled: code × 2^-120) × 2^(scale byte - 7) (mul.rn.bf16x2; a second multiply for
-// bytes above 134). A warp's 16 rows lie in one 32-row scale block, so its 4 scale bytes per
-// 128-K stage (one 32-bit load) are warp-uniform. Two A sets: stage kt's 8 wgmmas run from set
-// kt % 2 while stage kt + 1 is decoded into the other; the stage is released right after its
-// ldmatrix reads.
+// Decode (e4m3_bf16_decode.cuh's, exact): per k16 step and row, a word of 4 codes → two bf16x2
+// (E4m3PairScaledSigned below: code × 2^-120) × 2^(scale byte - 7) (mul.rn.bf16x2; a second
+// multiply for bytes above 134). A warp's 16 rows lie in one 32-row scale block, so its 4 scale
+// bytes per 128-K stage (one 32-bit load) are warp-uniform. Two A sets: stage kt's 8 wgmmas run
+// from set kt % 2 while stage kt + 1 is decoded into the other; the stage is released right after
+// its ldmatrix reads.
 //
 // Numerics: exact bf16 products (the weight values are the bf16 weight's, NarrowFloatLinear-
 // WeightToFp8), fp32 sums in the tensor core's order over k16 steps in ascending K; + bias and
@@ -105,13 +105,25 @@ __device__ __forceinline__ uint64_t DescAdvance(uint64_t desc, uint32_t bytes) {
   return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (bytes >> 4));
 }
 
+// Codes 2i, 2i + 1 of `word` (kSel: prmt 0x9180 for bytes 0, 1, 0xB3A2 for bytes 2, 3) as the
+// bf16 pair e4m3_bf16_decode.cuh's E4m3PairScaled gives (code × 2^-120, the lower byte in the low
+// half), in three instructions instead of four: prmt puts each code in the low byte of its half
+// and its sign replicated into the high byte (selector nibbles with bit 3 set), so after << 4 the
+// half holds the 7 magnitude bits at 4..10 and the sign at 15 (bits 11..14 sign copies, bits 0..3
+// of the upper half the lower half's spilled sign copies), which one mask keeps.
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t E4m3PairScaledSigned(uint32_t word) {
+  uint32_t t;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(word), "n"(kSel));
+  return (t << 4) & 0x87F087F0u;
+}
+
 // Stage `st`'s 16 rows of this warp into A set `a` ([k16 step][register]): four ldmatrix.x4
 // (lane l addresses row 16·warp + 8·((l / 8) & 1) + l % 8 at 16-byte chunk 2i + l / 16; matrix
 // order (rows 0-7, chunk 2i), (rows 8-15, 2i), (0-7, 2i + 1), (8-15, 2i + 1)), then the decode
 // with the stage's 4 scale bytes `sw` (byte q for k16 steps 2q, 2q + 1).
 __device__ __forceinline__ void LoadAndDecode(uint32_t st, int warp, int lane, uint32_t sw,
                                               uint32_t (&a)[8][4]) {
-  using gemm_device::E4m3PairScaled;
   using gemm_device::MulBf16x2;
   const uint32_t row = static_cast<uint32_t>(16 * warp + 8 * ((lane / 8) & 1) + lane % 8);
   uint32_t v[8][2];  // [k16 step][fragment row half]
@@ -136,8 +148,8 @@ __device__ __forceinline__ void LoadAndDecode(uint32_t st, int warp, int lane, u
     for (int s = 2 * q; s < 2 * q + 2; ++s) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        a[s][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v[s][h]), mul.m1);
-        a[s][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v[s][h]), mul.m1);
+        a[s][h] = MulBf16x2(E4m3PairScaledSigned<0x9180u>(v[s][h]), mul.m1);
+        a[s][h + 2] = MulBf16x2(E4m3PairScaledSigned<0xB3A2u>(v[s][h]), mul.m1);
       }
       if (wide && mul.wide) {  // warp-uniform
 #pragma unroll
@@ -196,15 +208,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (warp == kConsumerThreads / 32) {  // the producer warp
     if (lane == 0) {
+      int s = 0;
+      uint32_t parity = 0;  // of the use c - stages of slot s, for c >= stages
       for (int c = 0; c < steps; ++c) {
-        const int s = c % stages;
-        if (c >= stages) {  // use c - stages of stage s released by the 4 consumer warps
-          wgmma_ws::BarWait(empty_bars + s * 8, static_cast<uint32_t>(((c - stages) / stages) & 1));
+        if (c >= stages) {  // use c - stages of slot s released by the 4 consumer warps
+          wgmma_ws::BarWait(empty_bars + s * 8, parity);
         }
         const uint32_t full = full_bars + s * 8;
         wgmma_ws::BarArriveExpectTx(full, kStageBytes);
         wgmma_ws::TmaLoad(g.w, ring + static_cast<uint32_t>(s) * kStageBytes, full,
                           int64_t{c} * kBK, n0, group);
+        if (++s == stages) {
+          s = 0;
+          if (c >= stages) parity ^= 1u;
+        }
       }
     }
     return;
@@ -272,17 +289,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   uint32_t a[2][8][4];  // [set][k16 step][register]
-  auto stage_addr = [&](int c) { return ring + static_cast<uint32_t>(c % stages) * kStageBytes; };
-  // Each wait and arrive reconverges the warp for the .aligned ldmatrix / wgmma after it.
-  auto wait_full = [&](int c) {
-    wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(c % stages) * 8,
-                      static_cast<uint32_t>((c / stages) & 1));
+  // The next stage to read: its slot and the parity of its use (no runtime division per stage).
+  int slot = 0;
+  uint32_t parity = 0;
+  // Waits for it, reads and decodes it into `set`, releases it and moves on. The wait and the
+  // arrive reconverge the warp for the .aligned ldmatrix / wgmma after them.
+  auto take = [&](uint32_t(&set)[8][4]) {
+    wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(slot) * 8, parity);
     __syncwarp();
-  };
-  auto release = [&](int c) {
+    LoadAndDecode(ring + static_cast<uint32_t>(slot) * kStageBytes, warp, lane, sw, set);
     __syncwarp();
-    if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(c % stages) * 8);
+    if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(slot) * 8);
     __syncwarp();
+    if (++slot == stages) {
+      slot = 0;
+      parity ^= 1u;
+    }
   };
   const uint64_t x_desc0 = wgmma::MakeSw128Desc(x_base, 16u, 1024u);
   // One stage: its wgmmas from set kSet, then (the previous group done) the next stage's decode
@@ -297,17 +319,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::WaitGroup<1>();  // stage kt - 1's group: set 1 - kSet is free
     if (kt + 1 < steps) {
       const uint32_t sw_next = kt + 2 < steps ? __ldg(sw_row + kt + 2) : 0u;
-      wait_full(kt + 1);
-      LoadAndDecode(stage_addr(kt + 1), warp, lane, sw, a[1 - kSet]);
-      release(kt + 1);
+      take(a[1 - kSet]);
       sw = sw_next;
     }
   };
-  wait_full(0);
   {
     const uint32_t sw_next = steps > 1 ? __ldg(sw_row + 1) : 0u;
-    LoadAndDecode(stage_addr(0), warp, lane, sw, a[0]);
-    release(0);
+    take(a[0]);
     sw = sw_next;
   }
   for (int kt = 0; kt < steps; kt += 2) {
