@@ -6,7 +6,8 @@
 # as B), with session 80's unmeasured CUDA-core kernel in its wide geometry.
 #   t  kernels_gemm_gpu_test: FloatLinearFp8GpuTest.* (the swapped-role FP8 kernel against
 #      float64 at wo_a's shape M 1..8 and small shapes; the CUDA-core FP8 form bit-equal to bf16,
-#      both geometries), the released shapes, the PDL tests
+#      both geometries), the released shapes, the PDL tests; and the FP8 Linear's exact-decode
+#      tests (E4m3PairScaled now three instructions per code pair: every kernel decoding E4M3)
 #   g  bench_gemm_float_gpu --shapes wo_a_fp8,wo_a --m 1,2,4,8: swap, gemv, gemv-wide, swap-fp8
 #   s  the step at 1,2,4,8 tokens: --wo-a-fp8 1 (default) / 4 / 5, alternated twice
 #   w  the step at 1,2 tokens: the defaults / --wo-a-wide 1 / --wob-tma 0, and the 1-token trace
@@ -23,7 +24,7 @@ for mode in "$@"; do
   case $mode in
     t)
       timeout 300 $K/kernels_gemm_gpu_test \
-        --gtest_filter='FloatLinearFp8GpuTest.*:FloatLinearGpuTest.ReleasedShapes*:FloatLinearGpuTest.OneHot*:FloatLinearPdlTest.*' \
+        --gtest_filter='FloatLinearFp8GpuTest.*:FloatLinearGpuTest.ReleasedShapes*:FloatLinearGpuTest.OneHot*:FloatLinearPdlTest.*:GemmGpuTest.ExactArithmetic*:GemmGpuTest.NanScale*:GemmGpuTest.IdentityWeight*:GemmGpuTest.ReleasedShapesDecodeBatchRs:GemmGpuWsTest.WarpSpecialisedDecodesEveryCodeAndScale' \
         > $OUT/gemm_test.log 2>&1
       echo "gemm tests rc $?"
       grep -E "^\[( +OK|  FAILED|  PASSED|==========)|Failure|output|float64|differ" $OUT/gemm_test.log | head -60 ;;

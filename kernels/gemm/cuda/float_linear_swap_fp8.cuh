@@ -21,7 +21,7 @@
 // of the 16 products inside one wgmma k16 step differs from the natural one.
 //
 // Decode (e4m3_bf16_decode.cuh's, exact): per k16 step and row, a word of 4 codes → two bf16x2
-// (E4m3PairScaledSigned below: code × 2^-120) × 2^(scale byte - 7) (mul.rn.bf16x2; a second
+// (E4m3PairScaled: code × 2^-120) × 2^(scale byte - 7) (mul.rn.bf16x2; a second
 // multiply for bytes above 134). A warp's 16 rows lie in one 32-row scale block, so its 4 scale
 // bytes per 128-K stage (one 32-bit load) are warp-uniform. Two A sets: stage kt's 8 wgmmas run
 // from set kt % 2 while stage kt + 1 is decoded into the other; the stage is released right after
@@ -105,25 +105,13 @@ __device__ __forceinline__ uint64_t DescAdvance(uint64_t desc, uint32_t bytes) {
   return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (bytes >> 4));
 }
 
-// Codes 2i, 2i + 1 of `word` (kSel: prmt 0x9180 for bytes 0, 1, 0xB3A2 for bytes 2, 3) as the
-// bf16 pair e4m3_bf16_decode.cuh's E4m3PairScaled gives (code × 2^-120, the lower byte in the low
-// half), in three instructions instead of four: prmt puts each code in the low byte of its half
-// and its sign replicated into the high byte (selector nibbles with bit 3 set), so after << 4 the
-// half holds the 7 magnitude bits at 4..10 and the sign at 15 (bits 11..14 sign copies, bits 0..3
-// of the upper half the lower half's spilled sign copies), which one mask keeps.
-template <uint32_t kSel>
-__device__ __forceinline__ uint32_t E4m3PairScaledSigned(uint32_t word) {
-  uint32_t t;
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(word), "n"(kSel));
-  return (t << 4) & 0x87F087F0u;
-}
-
 // Stage `st`'s 16 rows of this warp into A set `a` ([k16 step][register]): four ldmatrix.x4
 // (lane l addresses row 16·warp + 8·((l / 8) & 1) + l % 8 at 16-byte chunk 2i + l / 16; matrix
 // order (rows 0-7, chunk 2i), (rows 8-15, 2i), (0-7, 2i + 1), (8-15, 2i + 1)), then the decode
 // with the stage's 4 scale bytes `sw` (byte q for k16 steps 2q, 2q + 1).
 __device__ __forceinline__ void LoadAndDecode(uint32_t st, int warp, int lane, uint32_t sw,
                                               uint32_t (&a)[8][4]) {
+  using gemm_device::E4m3PairScaled;
   using gemm_device::MulBf16x2;
   const uint32_t row = static_cast<uint32_t>(16 * warp + 8 * ((lane / 8) & 1) + lane % 8);
   uint32_t v[8][2];  // [k16 step][fragment row half]
@@ -148,8 +136,8 @@ __device__ __forceinline__ void LoadAndDecode(uint32_t st, int warp, int lane, u
     for (int s = 2 * q; s < 2 * q + 2; ++s) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        a[s][h] = MulBf16x2(E4m3PairScaledSigned<0x9180u>(v[s][h]), mul.m1);
-        a[s][h + 2] = MulBf16x2(E4m3PairScaledSigned<0xB3A2u>(v[s][h]), mul.m1);
+        a[s][h] = MulBf16x2(E4m3PairScaled<0x1404u>(v[s][h]), mul.m1);
+        a[s][h + 2] = MulBf16x2(E4m3PairScaled<0x3424u>(v[s][h]), mul.m1);
       }
       if (wide && mul.wide) {  // warp-uniform
 #pragma unroll
