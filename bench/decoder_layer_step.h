@@ -210,21 +210,23 @@ struct Options {
   // kFloatPdlMinTokens, where --float-pdl's automatic 3 launches wo_a plainly), so that wo_b's
   // ring fills during wo_a (default since session 79, with wob_tma; the same bits).
   bool wo_a_trigger = true;
-  // wo_a from its FP8 form (kernels::FloatLinearCudaParams::w_fp8; session 80, the default: H100,
-  // 1 token graph 198.1, 199.1 -> 188.6, 189.3 µs; 2 to 8 tokens level): the weight is
-  // filled as E4M3 codes times a power of two per 32 × 32 block (as attn.wo_a's checkpoint) in
-  // both settings; 1 or 2 hands LaunchFloatLinear the codes too, whose CUDA-core kernel then
-  // streams 33.5 MB instead of 67 at up to kFloatLinearCudaGemvFp8MaxM tokens (the same bits as
-  // that kernel on the bf16 weight). 1: launched as LaunchFloat's --float-pdl rule says (below 8
-  // tokens the CUDA-core kernels are programmatic dependents); 2: launched plainly; 3: as 1 with
-  // the CUDA-core kernel forced up to 4 tokens (A/B). 0: the bf16 weight only (the swapped-role
-  // kernel). 4: the FP8 form's swapped-role kernel (tile_rows kFloatLinearCudaSwapFp8Rows) at up
-  // to 8 tokens, launched plainly (with wo_a_trigger, wo_b may be scheduled at its start); 5: the
-  // same as a programmatic dependent of the attention (session 81, built; A/B).
+  // wo_a from its FP8 form (kernels::FloatLinearCudaParams::w_fp8; session 80, the default): the
+  // weight is filled as E4M3 codes times a power of two per 32 × 32 block (as attn.wo_a's
+  // checkpoint) in every setting; 1 or 2 hands LaunchFloatLinear the codes too, whose plan then
+  // streams 33.5 MB instead of 67: the CUDA-core kernel at 1 token (H100: graph 198.1, 199.1 ->
+  // 188.6, 189.3 µs; the same bits as that kernel on the bf16 weight) and from 2 to 8 tokens the
+  // FP8 form's swapped-role kernel (session 81: 2 tokens ~243 -> ~236 µs graph, 4 ~322.6 -> ~316.6,
+  // 8 ~473 -> ~470; the same bits as the bf16 swapped-role kernel). 1: launched as LaunchFloat's
+  // --float-pdl rule says (below 8 tokens the CUDA-core kernels are programmatic dependents, the
+  // swapped-role kernels plain launches); 2: launched plainly; 3: as 1 with the CUDA-core kernel
+  // forced up to 4 tokens; 4: the FP8 swapped-role kernel forced at 1 to 8 tokens, plainly (with
+  // wo_a_trigger, wo_b may be scheduled at its start); 5: the same as a programmatic dependent
+  // (A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
   // wo_a's CUDA-core kernel (at 1 token with wo_a_fp8) in its wide geometry
   // (kernels::FloatLinearCudaParams::gemv_wide: 8 rows per CTA, a warp per row; a quarter of the
-  // CTAs and of x's re-reads; other bits). Built in session 80, not yet measured (A/B).
+  // CTAs and of x's re-reads; other bits). Session 81 (H100, standalone): 20.0 against 20.4 µs at
+  // 1 token; not measured in the step (A/B).
   bool wo_a_wide = false;
   // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
   // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).

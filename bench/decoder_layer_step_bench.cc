@@ -103,15 +103,18 @@
 // stream kernel after wo_a (A/B). --wqb-tma 1 runs wq_b on the ring (measured slower; A/B).
 // --wo-a-fp8 1 (default, session 80) gives wo_a's Linear its FP8 form as well
 // (kernels::FloatLinearCudaParams::w_fp8; the weight is always filled as E4M3 codes times a power
-// of two per 32 × 32 block, as the checkpoint's attn.wo_a): at kFloatLinearCudaGemvFp8MaxM (1)
-// token the CUDA-core kernel streams the codes, half the bytes, launched by the --float-pdl rule
-// (H100: 1 token graph 198.1, 199.1 -> 188.6, 189.3 µs); 2 the same launched plainly (191.9);
-// 3 as 1 with the CUDA-core kernel forced up to 4 tokens (4 tokens 321 -> 331: slower); 0 the
-// bf16 weight only (A/B); 4 the FP8 form's swapped-role kernel (E4M3 codes decoded to bf16 in
-// registers as the wgmma A operand; tile_rows 8) at 1 to 8 tokens, launched plainly; 5 the same
-// as a programmatic dependent (session 81). --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8 rows
-// per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; built, not yet measured); 0 (default)
-// 2 rows per CTA.
+// of two per 32 × 32 block, as the checkpoint's attn.wo_a), whose plan streams the codes, half the
+// bytes: at 1 token on the CUDA-core kernel, launched by the --float-pdl rule (H100: 1 token graph
+// 198.1, 199.1 -> 188.6, 189.3 µs), from 2 to 8 tokens on the FP8 form's swapped-role kernel
+// (session 81, launched plainly below 8 tokens: 2 tokens 243.5, 242.3 -> 235.3, 236.8 µs graph, 4
+// tokens 323.3, 321.9 -> 316.6, 316.5, 8 tokens 472.7, 473.7 -> 469.7, 470.0); 2 the same launched
+// plainly (191.9 at 1 token); 3 the CUDA-core kernel forced up to 4 tokens (4 tokens 321 -> 331:
+// slower); 4 the FP8 swapped-role kernel forced at 1 to 8 tokens, plainly (1 token 192.1, 191.4:
+// slower than the CUDA-core kernel); 5 the same as a programmatic dependent (2 tokens 238.8,
+// 238.7: slower than plainly); 0 the bf16 weight only (A/B). Session 81's figures were taken with
+// 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8
+// rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; standalone 20.0 against 20.4 µs
+// on the FP8 form at 1 token, not measured in the step); 0 (default) 2 rows per CTA.
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).

@@ -59,6 +59,14 @@ bool XRowsVec(const FloatLinearCudaParams& p) {
          (p.groups <= 1 || p.x_group_stride % per16 == 0);
 }
 
+// The FP8 form's swapped-role kernel can run p (besides M): bf16 x with 16-byte aligned rows, K
+// whole 128-K stages up to its shared-memory limit, codes 16-byte and scales 4-byte aligned.
+bool SwapFp8Fits(const FloatLinearCudaParams& p) {
+  return p.w_fp8 != nullptr && p.x_bf16 != nullptr && XRowsVec(p) &&
+         p.k % kFloatLinearCudaSwapFp8KStep == 0 && p.k <= kFloatLinearCudaSwapFp8MaxK &&
+         Aligned(p.w_fp8, 16) && Aligned(p.w_fp8_scales, 4);
+}
+
 // Exactly one of two pointers set.
 bool ExactlyOne(const void* a, const void* b) { return (a == nullptr) != (b == nullptr); }
 
@@ -127,6 +135,12 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   // values"): the CUDA-core kernel at any weight size up to kFloatLinearCudaGemvFp8MaxM rows.
   if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaGemvFp8MaxM && XRowsVec(p)) {
     return PlanFor(p, kFloatLinearCudaGemvRows);
+  }
+  // From 2 to 8 rows the FP8 form's swapped-role kernel (fp8_weight_form.md, session 81, H100:
+  // wo_a 23.8 / 24.2 / 25.6 µs at M = 2 / 4 / 8 against 28.5 / 28.4 / 29.0 on the bf16 weight),
+  // where its requirements hold.
+  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaSwapFp8MaxM && SwapFp8Fits(p)) {
+    return PlanFor(p, kFloatLinearCudaSwapFp8Rows);
   }
   if (p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p) &&
       !(bf16_only &&

@@ -170,8 +170,9 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
   EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
 
   // Plan: wo_a's size (8 × 1024 × 4096 bf16 weights, above kFloatLinearCudaGemvMaxBf16Weights)
-  // takes the swapped-role kernel without its FP8 form and the CUDA-core kernel with it, up to
-  // kFloatLinearCudaGemvFp8MaxM rows.
+  // takes the swapped-role kernel without its FP8 form; with it the CUDA-core kernel up to
+  // kFloatLinearCudaGemvFp8MaxM rows, then the FP8 form's swapped-role kernel up to
+  // kFloatLinearCudaSwapFp8MaxM, then the bf16 swapped-role kernel again.
   FloatLinearCudaParams wo_a;
   wo_a.n = 1024;
   wo_a.k = 4096;
@@ -180,16 +181,29 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
   wo_a.x_bf16 = x;
   wo_a.x_stride = 8 * 4096;
   wo_a.x_group_stride = 4096;
-  for (int64_t m = 1; m <= 4; ++m) {
+  for (int64_t m = 1; m <= 16; ++m) {
     wo_a.m = m;
     wo_a.w_fp8 = nullptr;
+    wo_a.w_fp8_scales = nullptr;
     EXPECT_EQ(PlanFloatLinearCuda(wo_a).tile_rows, kFloatLinearCudaSwapRows) << m;
     wo_a.w_fp8 = w8;
-    EXPECT_EQ(PlanFloatLinearCuda(wo_a).tile_rows, m <= kFloatLinearCudaGemvFp8MaxM
-                                                       ? kFloatLinearCudaGemvRows
-                                                       : kFloatLinearCudaSwapRows)
+    wo_a.w_fp8_scales = s8;
+    EXPECT_EQ(PlanFloatLinearCuda(wo_a).tile_rows,
+              m <= kFloatLinearCudaGemvFp8MaxM   ? kFloatLinearCudaGemvRows
+              : m <= kFloatLinearCudaSwapFp8MaxM ? kFloatLinearCudaSwapFp8Rows
+                                                 : kFloatLinearCudaSwapRows)
         << m;
   }
+  // Where the FP8 swapped-role kernel cannot run, 2 .. 8 rows keep the bf16 swapped-role kernel:
+  // K not whole 128-K stages, codes only 8-byte aligned.
+  wo_a.m = 4;
+  FloatLinearCudaParams q = wo_a;
+  q.k = 4032;
+  q.x_group_stride = 4032;
+  EXPECT_EQ(PlanFloatLinearCuda(q).tile_rows, kFloatLinearCudaSwapRows);
+  q = wo_a;
+  q.w_fp8 = w8 + 8;
+  EXPECT_EQ(PlanFloatLinearCuda(q).tile_rows, kFloatLinearCudaSwapRows);
 }
 
 // tile_rows 8, the FP8 form's swapped-role kernel: its own requirements, each named, and its plan

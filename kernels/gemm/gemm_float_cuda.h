@@ -72,7 +72,11 @@ inline constexpr int64_t kFloatLinearCudaGemvFp8MaxM = 1;
 // kFloatLinearCudaSwapFp8Rows: kFloatLinearCudaSwapFp8Cols weight rows per CTA over all of K, the
 // E4M3 codes decoded to bf16 in registers as the wgmma A operand, up to kFloatLinearCudaSwapFp8MaxM
 // x rows resident in shared memory as its B operand; needs w_fp8, bf16 x with 16-byte aligned
-// rows, K a multiple of kFloatLinearCudaSwapFp8KStep up to kFloatLinearCudaSwapFp8MaxK.
+// rows, K a multiple of kFloatLinearCudaSwapFp8KStep up to kFloatLinearCudaSwapFp8MaxK, codes
+// 16-byte and scales 4-byte aligned. The automatic plan takes it from kFloatLinearCudaGemvFp8MaxM
+// + 1 to kFloatLinearCudaSwapFp8MaxM rows where those hold (fp8_weight_form.md, session 81, H100:
+// wo_a 23.8 / 24.2 / 25.6 µs at M = 2 / 4 / 8 against the bf16 swapped-role kernel's 28.5 / 28.4 /
+// 29.0, the same bits; at M = 1 23.6 against the CUDA-core kernel's 20.4 on the codes).
 inline constexpr int64_t kFloatLinearCudaSwapFp8Rows = 8;
 inline constexpr int64_t kFloatLinearCudaSwapFp8Cols = 64;
 inline constexpr int64_t kFloatLinearCudaSwapFp8MaxM = 8;
@@ -104,7 +108,9 @@ struct FloatLinearCudaParams {
   // w_group_stride is 0), each value exactly the bf16 weight: NarrowFloatLinearWeightToFp8 makes
   // both. N and K multiples of 32. The CUDA-core kernel (tile_rows 1) then streams the codes
   // instead of the bf16 weight — the same values, the same fma order: the same bits — and the
-  // automatic plan takes it up to kFloatLinearCudaGemvFp8MaxM rows; the other kernels read w_bf16.
+  // automatic plan takes it up to kFloatLinearCudaGemvFp8MaxM rows and the FP8 form's
+  // swapped-role kernel (tile_rows 8) up to kFloatLinearCudaSwapFp8MaxM; the other kernels read
+  // w_bf16.
   const uint8_t* w_fp8 = nullptr;
   const uint8_t* w_fp8_scales = nullptr;
 
@@ -131,7 +137,8 @@ struct FloatLinearCudaParams {
   // with groups, x_group_stride); 1 (kFloatLinearCudaGemvRows) forces the CUDA-core kernel (M <=
   // kFloatLinearCudaGemvMaxM, x rows 16-byte aligned; any dtypes); 8 (kFloatLinearCudaSwapFp8Rows)
   // forces the swapped-role kernel on the FP8 form (w_fp8, bf16 x, M <= 8; see the constants).
-  // Automatic: the CUDA-core
+  // Automatic: with w_fp8, the CUDA-core kernel on it up to kFloatLinearCudaGemvFp8MaxM rows and
+  // its swapped-role kernel up to kFloatLinearCudaSwapFp8MaxM (where it fits); else the CUDA-core
   // kernel for M <= kFloatLinearCudaGemvMaxM with 16-byte aligned x rows, unless x and W are
   // bf16 and the weights number kFloatLinearCudaGemvMaxBf16Weights or more; the swapped-role
   // kernel for bf16 x and W with aligned x rows up to M 256 (1,024 unless wgmma needs no split);
