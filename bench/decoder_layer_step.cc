@@ -73,6 +73,8 @@ kernels::FloatLinearCudaParams LayerStep::WoAParams(int64_t b) const {
   p.w_bf16 = wo_a_.get<uint16_t>();
   p.w_group_stride = kOLora * k;
   p.gemv_wide = opt_.wo_a_wide;
+  p.swap_fp8_warpgroups = opt_.wo_a_swap_wgs;
+  p.swap_fp8_chains = opt_.wo_a_swap_chains;
   if (opt_.wo_a_fp8 != 0) {
     p.w_fp8 = wo_a_codes_.get<uint8_t>();
     p.w_fp8_scales = wo_a_scales_.get<uint8_t>();

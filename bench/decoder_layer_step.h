@@ -223,6 +223,11 @@ struct Options {
   // wo_a_trigger, wo_b may be scheduled at its start); 5: the same as a programmatic dependent
   // (A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
+  // The FP8 swapped-role kernel's form (kernels::FloatLinearCudaParams::swap_fp8_warpgroups /
+  // swap_fp8_chains; 1 / 1 the default): 2 consumer warpgroups, 4 accumulator chains (session 81,
+  // built, not measured; A/B).
+  int wo_a_swap_wgs = 1;
+  int wo_a_swap_chains = 1;
   // wo_a's CUDA-core kernel (at 1 token with wo_a_fp8) in its wide geometry
   // (kernels::FloatLinearCudaParams::gemv_wide: 8 rows per CTA, a warp per row; a quarter of the
   // CTAs and of x's re-reads; other bits). Session 81 (H100, standalone): 20.0 against 20.4 µs at

@@ -14,6 +14,7 @@
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
 //                            [--wo-a-fp8 0|1|2|3|4|5] [--wo-a-wide 0|1]
+//                            [--wo-a-swap-wgs 1|2] [--wo-a-swap-chains 1|4]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -115,6 +116,9 @@
 // 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8
 // rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; standalone 20.0 against 20.4 µs
 // on the FP8 form at 1 token, not measured in the step); 0 (default) 2 rows per CTA.
+// --wo-a-swap-wgs 1|2 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
+// warpgroups and accumulator chains (FloatLinearCudaParams::swap_fp8_warpgroups / _chains;
+// default 1 / 1; session 81, built, not measured; other bits than 1 / 1).
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).
@@ -342,6 +346,10 @@ Options ParseOptions(int argc, char** argv) {
       o.wo_a_fp8 = std::atoi(argv[i + 1]);
     } else if (flag == "--wo-a-wide") {
       o.wo_a_wide = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--wo-a-swap-wgs") {
+      o.wo_a_swap_wgs = std::atoi(argv[i + 1]);
+    } else if (flag == "--wo-a-swap-chains") {
+      o.wo_a_swap_chains = std::atoi(argv[i + 1]);
     } else if (flag == "--wqb-tma") {
       o.wqb_tma = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--wob-tma") {

@@ -260,6 +260,13 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.tile_rows == kFloatLinearCudaSwapRows && (p.x_f32 != nullptr || p.w_f32 != nullptr)) {
     return Invalid("tile_rows", "256 (the swapped-role wgmma kernel) needs bf16 x and bf16 W");
   }
+  if (p.swap_fp8_warpgroups != 1 && p.swap_fp8_warpgroups != 2) {
+    return Invalid("swap_fp8_warpgroups",
+                   absl::StrFormat("%d is not 1 or 2", p.swap_fp8_warpgroups));
+  }
+  if (p.swap_fp8_chains != 1 && p.swap_fp8_chains != 4) {
+    return Invalid("swap_fp8_chains", absl::StrFormat("%d is not 1 or 4", p.swap_fp8_chains));
+  }
   if (p.split_k < 0 || p.split_k > kFloatLinearCudaMaxSplits) {
     return Invalid("split_k",
                    absl::StrFormat("%d is not in [0, %d]", p.split_k, kFloatLinearCudaMaxSplits));

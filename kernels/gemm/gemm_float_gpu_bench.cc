@@ -12,7 +12,9 @@
 // wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand),
 // gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only), gemv-wide = the same with 8 weight rows
 // per CTA and a warp per row (FloatLinearCudaParams::gemv_wide; printed gemv8), swap-fp8 = the
-// swapped-role kernel on the FP8 form (tile_rows 8; shapes with the FP8 form, M <= 8);
+// swapped-role kernel on the FP8 form (tile_rows 8; shapes with the FP8 form, M <= 8), and its
+// forms swap-fp8-c4 (4 accumulator chains), swap-fp8-w2 (2 consumer warpgroups), swap-fp8-w2c4
+// (both; FloatLinearCudaParams::swap_fp8_warpgroups / swap_fp8_chains; printed with the suffix);
 // the last four bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
 // FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
@@ -95,7 +97,7 @@ struct Options {
 int64_t TileFor(const std::string& kernel, int64_t m) {
   if (kernel == "wgmma" || kernel == "wgmma-ws") return 128;
   if (kernel == "swap") return kFloatLinearCudaSwapRows;
-  if (kernel == "swap-fp8") return kFloatLinearCudaSwapFp8Rows;
+  if (kernel.rfind("swap-fp8", 0) == 0) return kFloatLinearCudaSwapFp8Rows;
   if (kernel == "gemv" || kernel == "gemv-wide") return kFloatLinearCudaGemvRows;
   if (kernel == "mma") return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   return 0;
@@ -126,10 +128,11 @@ Options Parse(int argc, char** argv) {
       o.kernels = SplitList(argv[i + 1]);
       for (const std::string& k : o.kernels) {
         if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap" &&
-            k != "gemv" && k != "gemv-wide" && k != "swap-fp8") {
+            k != "gemv" && k != "gemv-wide" && k != "swap-fp8" && k != "swap-fp8-c4" &&
+            k != "swap-fp8-w2" && k != "swap-fp8-w2c4") {
           std::fprintf(stderr,
-                       "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap, gemv, gemv-wide or "
-                       "swap-fp8\n",
+                       "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap, gemv, gemv-wide, "
+                       "swap-fp8, swap-fp8-c4, swap-fp8-w2 or swap-fp8-w2c4\n",
                        k.c_str());
           std::exit(2);
         }
@@ -263,7 +266,8 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
           continue;  // bf16 only
         }
         if ((kernel == "gemv" || kernel == "gemv-wide") && m > kFloatLinearCudaGemvMaxM) continue;
-        if (kernel == "swap-fp8" && (!s.fp8 || m > kFloatLinearCudaSwapFp8MaxM)) continue;
+        const bool swap8 = kernel.rfind("swap-fp8", 0) == 0;
+        if (swap8 && (!s.fp8 || m > kFloatLinearCudaSwapFp8MaxM)) continue;
         FloatLinearCudaParams p = base;
         p.m = m;
         p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
@@ -275,6 +279,8 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         p.tile_rows = TileFor(kernel, m);
         p.wgmma_ws = kernel != "wgmma";
         p.gemv_wide = kernel == "gemv-wide";
+        p.swap_fp8_warpgroups = kernel.find("-w2") != std::string::npos ? 2 : 1;
+        p.swap_fp8_chains = kernel.find("c4") != std::string::npos ? 4 : 1;
         p.ws_tile_cols = o.ws_cols[wi];
         const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
         if (!plan.warp_specialised && wi > 0) continue;  // the width matters to wgmma-ws only
@@ -315,7 +321,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
             s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
             s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
             plan.tile_rows == kFloatLinearCudaSwapRows      ? "swap"
-            : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? "swap-fp8"
+            : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? (swap8 ? kernel.c_str() : "swap-fp8")
             : plan.tile_rows == kFloatLinearCudaGemvRows
                 ? (fp8_read ? (p.gemv_wide ? "gemv8-fp8" : "gemv-fp8")
                             : (p.gemv_wide ? "gemv8" : "gemv"))

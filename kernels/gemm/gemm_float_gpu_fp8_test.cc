@@ -85,9 +85,12 @@ void RunCase(const Case& c, uint64_t seed) {
   void* d_y = nullptr;
   CUDA_CHECK(cudaMalloc(&d_y, outs * 4));
 
-  auto run = [&](bool fp8, int64_t tile_rows, bool wide) {
+  // form: the FP8 swapped-role kernel's consumer warpgroups · 10 + accumulator chains.
+  auto run = [&](bool fp8, int64_t tile_rows, bool wide, int form = 11) {
     FloatLinearCudaParams p;
     p.gemv_wide = wide;
+    p.swap_fp8_warpgroups = form / 10;
+    p.swap_fp8_chains = form % 10;
     p.m = c.m;
     p.n = c.n;
     p.k = c.k;
@@ -176,6 +179,13 @@ void RunCase(const Case& c, uint64_t seed) {
     }
     checked.emplace_back("swapped-role FP8", swap8);
     checked.emplace_back("swapped-role bf16", swap_bf16);
+    // Its other forms (4 accumulator chains, 2 warpgroups, both): another fixed order.
+    checked.emplace_back("swapped-role FP8, 4 chains",
+                         run(true, kFloatLinearCudaSwapFp8Rows, false, 14));
+    checked.emplace_back("swapped-role FP8, 2 warpgroups",
+                         run(true, kFloatLinearCudaSwapFp8Rows, false, 21));
+    checked.emplace_back("swapped-role FP8, 2 warpgroups, 4 chains",
+                         run(true, kFloatLinearCudaSwapFp8Rows, false, 24));
   }
   ASSERT_FALSE(checked.empty());
   // Against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w| (fp32 sums of exact products).
@@ -241,7 +251,8 @@ TEST(FloatLinearFp8GpuTest, SharedWeightBiasAndFp32Operands) {
 // magnitude: an fp32 sum of them is exact whatever the tensor cores' order. So each kernel's fp32
 // output (+ an integer bias) must equal the float64 sum bit for bit — an error anywhere in the
 // decode, the scale bytes, the x permutation or the stores shows. The FP8 swapped-role kernel
-// runs plainly, with trigger_dependents, and as a programmatic launch on a stream.
+// runs plainly, with trigger_dependents, as a programmatic launch on a stream, and in its other
+// forms (4 accumulator chains, 2 warpgroups, both; exact whatever their order).
 TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
   FS_SKIP_WITHOUT_GPU();
   constexpr int64_t kN = 160, kK = 1024, kG = 2;
@@ -307,7 +318,7 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
         }
       }
     }
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
       SCOPED_TRACE(::testing::Message() << "variant " << variant);
       FloatLinearCudaParams p;
       p.m = m;
@@ -325,8 +336,11 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
       p.y_f32 = d_y;
       p.y_stride = kG * kN;
       p.y_group_stride = kN;
-      // 0: plain; 1: trigger_dependents; 2: programmatic; 3: the bf16 swapped-role kernel.
+      // 0: plain; 1: trigger_dependents; 2: programmatic; 3: the bf16 swapped-role kernel;
+      // 4 / 5 / 6: the FP8 kernel with 4 chains / 2 warpgroups / both.
       p.tile_rows = variant == 3 ? kFloatLinearCudaSwapRows : kFloatLinearCudaSwapFp8Rows;
+      p.swap_fp8_chains = variant == 4 || variant == 6 ? 4 : 1;
+      p.swap_fp8_warpgroups = variant >= 5 ? 2 : 1;
       p.split_k = 1;
       p.trigger_dependents = variant == 1;
       p.programmatic = variant == 2;

@@ -27,13 +27,20 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
 // magnitude bits at 4..10 and the sign at 15 — bits 11..14 are sign copies and bits 0..3 of the
 // upper half the lower half's spilled sign copies, which one mask clears. The same bits as the
 // four-instruction form for every code pair (checked by emulating prmt over all 65,536 pairs).
+// FS_E4M3_DECODE_FOUR_OPS (a kit variant's compile flag) restores the four-instruction form for
+// a same-run A/B.
 template <uint32_t kSel>
 __device__ __forceinline__ uint32_t E4m3PairScaled(uint32_t word) {
   static_assert(kSel == 0x1404u || kSel == 0x3424u, "bytes 0, 1 or bytes 2, 3");
+#ifdef FS_E4M3_DECODE_FOUR_OPS
+  const uint32_t t = __byte_perm(word, 0u, kSel);  // code a in bits 8..15, code b in 24..31
+  return ((t >> 4) & 0x07F007F0u) | (t & 0x80008000u);
+#else
   constexpr uint32_t kSigned = kSel == 0x1404u ? 0x9180u : 0xB3A2u;
   uint32_t t;
   asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(word), "n"(kSigned));
   return (t << 4) & 0x87F087F0u;
+#endif
 }
 
 // The bf16x2 multipliers of a scale byte sb: one multiply by 2^(sb - 7) = 2^120 · 2^(sb - 127)

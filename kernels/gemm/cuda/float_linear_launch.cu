@@ -238,6 +238,15 @@ absl::Status LaunchSwap(const FloatLinearCudaParams& p, const GemmArgs& f,
   return absl::OkStatus();
 }
 
+template <int kWgs, int kChains>
+void LaunchSwapFp8Kernel(const float_swap_fp8::Args& g, dim3 grid, size_t smem, bool programmatic,
+                         cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = float_swap_fp8::FloatLinearSwapFp8Kernel<kWgs, kChains>;
+  EnsureSmemLimit(kernel, float_swap_fp8::kSmemLimit, smem_set);
+  LaunchMaybePdl(programmatic, kernel, grid, dim3(float_swap_fp8::kThreads<kWgs>), smem, stream, g);
+}
+
 // bf16 x · the FP8 form through its swapped-role kernel (plan.tile_rows == 8; w_fp8, bf16 x, M,
 // K and alignments validated). InternalError, nothing enqueued, when the driver refuses the map.
 absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
@@ -265,12 +274,18 @@ absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCuda
   g.y_stride = p.y_stride;
   g.y_group_stride = p.y_group_stride;
   g.launch_dependents = p.programmatic || p.trigger_dependents;
-  static std::atomic<uint64_t> smem_set{0};
-  auto* kernel = float_swap_fp8::FloatLinearSwapFp8Kernel;
-  EnsureSmemLimit(kernel, float_swap_fp8::kSmemLimit, smem_set);
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
-  LaunchMaybePdl(p.programmatic, kernel, grid, dim3(float_swap_fp8::kThreads),
-                 static_cast<size_t>(float_swap_fp8::SmemBytes(p.k)), stream, g);
+  const size_t smem = static_cast<size_t>(float_swap_fp8::SmemBytes(p.k));
+  const int form = 10 * p.swap_fp8_warpgroups + p.swap_fp8_chains;  // validated: 11, 14, 21, 24
+  if (form == 11) {
+    LaunchSwapFp8Kernel<1, 1>(g, grid, smem, p.programmatic, stream);
+  } else if (form == 14) {
+    LaunchSwapFp8Kernel<1, 4>(g, grid, smem, p.programmatic, stream);
+  } else if (form == 21) {
+    LaunchSwapFp8Kernel<2, 1>(g, grid, smem, p.programmatic, stream);
+  } else {
+    LaunchSwapFp8Kernel<2, 4>(g, grid, smem, p.programmatic, stream);
+  }
   return absl::OkStatus();
 }
 

@@ -27,6 +27,13 @@
 // from set kt % 2 while stage kt + 1 is decoded into the other; the stage is released right after
 // its ldmatrix reads.
 //
+// Forms (FloatLinearCudaParams::swap_fp8_warpgroups / swap_fp8_chains; template <kWgs,
+// kChains>): by default one consumer warpgroup whose 8 wgmmas per stage form one dependent
+// accumulator chain; kChains = 4 puts k16 step s into chain s % 4 (summed in order at the end),
+// kWgs = 2 adds a second warpgroup taking the odd stages (its sums added to warpgroup 0's through
+// shared memory). For A/B: at N = 8 a wgmma does little work, so a single chain may be bound by
+// the wgmma's latency rather than by the decode or the bytes (session 81, not yet measured).
+//
 // Numerics: exact bf16 products (the weight values are the bf16 weight's, NarrowFloatLinear-
 // WeightToFp8), fp32 sums in the tensor core's order over k16 steps in ascending K; + bias and
 // one RNE rounding (bf16) or the fp32 sum, stored directly (swapped_epilogue.cuh).
@@ -47,12 +54,16 @@
 
 namespace flashserve::kernels::float_swap_fp8 {
 
-inline constexpr int kConsumerThreads = 128;            // warpgroup 0: decode and wgmma
-inline constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp (TMA loads)
-inline constexpr int kBN = 64;                          // weight rows per CTA
-inline constexpr int kBK = 128;                         // K per stage: one 128-byte row of codes
-inline constexpr int kBM = 8;                           // x rows (the wgmma N)
-inline constexpr uint32_t kStageBytes = kBN * kBK;      // [64 rows][128 codes]
+// Consumer warpgroups (FloatLinearCudaParams::swap_fp8_warpgroups): 1, or 2 taking alternate
+// stages (each its own accumulators, added in the epilogue).
+template <int kWgs>
+inline constexpr int kConsumerThreads = 128 * kWgs;  // warpgroups 0 (.. 1): decode and wgmma
+template <int kWgs>
+inline constexpr int kThreads = kConsumerThreads<kWgs> + 32;  // + the producer warp (TMA loads)
+inline constexpr int kBN = 64;                                // weight rows per CTA
+inline constexpr int kBK = 128;                     // K per stage: one 128-byte row of codes
+inline constexpr int kBM = 8;                       // x rows (the wgmma N)
+inline constexpr uint32_t kStageBytes = kBN * kBK;  // [64 rows][128 codes]
 inline constexpr int kMaxStages = 16;
 inline constexpr int kMinStages = 4;
 inline constexpr uint32_t kXAtomBytes = kBM * 128;  // x [8 rows][64 bf16]: one swizzle atom
@@ -64,10 +75,11 @@ inline constexpr int kSmemExtra = 1024 + 2 * kMaxStages * 8;
 __host__ __device__ constexpr uint32_t XBytes(int64_t k) {
   return static_cast<uint32_t>(k / 64) * kXAtomBytes;
 }
-// Ring stages that fit beside x (0 when fewer than kMinStages do: the plan then refuses K).
+// Ring stages that fit beside x, an even number (two warpgroups take alternate stages, so each
+// slot always serves the same one); 0 when fewer than kMinStages fit (the plan refuses K).
 __host__ __device__ constexpr int StagesFor(int64_t k) {
   const int64_t left = int64_t{kSmemLimit} - kSmemExtra - int64_t{XBytes(k)};
-  const int64_t s = left / kStageBytes;
+  const int64_t s = left / kStageBytes / 2 * 2;
   return s < kMinStages ? 0 : static_cast<int>(s < kMaxStages ? s : kMaxStages);
 }
 __host__ __device__ constexpr int SmemBytes(int64_t k) {
@@ -89,8 +101,9 @@ struct Args {
   bool launch_dependents = false;  // FloatLinearCudaParams::programmatic / trigger_dependents
 };
 
+template <int kWgs>
 __device__ __forceinline__ void ConsumerBarrier() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads<kWgs>) : "memory");
 }
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
@@ -159,17 +172,35 @@ __device__ __forceinline__ void WgmmaM64N8K16RS(float (&d)[4], const uint32_t (&
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
-__device__ __forceinline__ void Wgmma8(float (&acc)[4], const uint32_t (&a)[8][4],
+// The stage's 8 k16 steps, step s into accumulator chain s % kChains
+// (FloatLinearCudaParams::swap_fp8_chains: 1 = one dependent chain of 8 wgmmas per stage; 4 =
+// four independent chains of 2).
+template <int kChains>
+__device__ __forceinline__ void Wgmma8(float (&acc)[kChains][4], const uint32_t (&a)[8][4],
                                        uint64_t x_desc) {
 #pragma unroll
   for (int s = 0; s < 8; ++s) {
     // Step s of the stage: x atom s / 4 (1 KB apart), 32 bytes per k16 step inside it.
-    WgmmaM64N8K16RS(acc, a[s], DescAdvance(x_desc, (s / 4) * kXAtomBytes + (s % 4) * 32u));
+    WgmmaM64N8K16RS(acc[s % kChains], a[s],
+                    DescAdvance(x_desc, (s / 4) * kXAtomBytes + (s % 4) * 32u));
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kChains>
+__device__ __forceinline__ void FenceChains(float (&acc)[kChains][4]) {
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) wgmma::FenceOperands(acc[c]);
+}
+
+// kWgs consumer warpgroups (1 or 2), kChains accumulator chains each (1 or 4). <1, 1> is the
+// default and gives the bf16 swapped-role kernel's bits; the others sum the same exact products
+// in another fixed order (chains in order, then warpgroup 0 + warpgroup 1).
+template <int kWgs, int kChains>
+__global__ void __launch_bounds__(kThreads<kWgs>, 1)
     FloatLinearSwapFp8Kernel(const __grid_constant__ Args g) {
+  static_assert(kWgs == 1 || kWgs == 2, "1 or 2 consumer warpgroups");
+  static_assert(kChains == 1 || kChains == 2 || kChains == 4 || kChains == 8, "chains divide 8");
+  constexpr int kConsumers = kConsumerThreads<kWgs>;
   if (g.launch_dependents) cuda_common::PdlLaunchDependents();
   extern __shared__ uint8_t float_swap_fp8_smem_raw[];
   const uint32_t raw_addr =
@@ -183,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       wgmma_ws::BarInit(full_bars + s * 8, 1);
-      wgmma_ws::BarInit(empty_bars + s * 8, kConsumerThreads / 32);
+      wgmma_ws::BarInit(empty_bars + s * 8, 4);  // the consuming warpgroup's warps
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -194,12 +225,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n0 = int64_t{blockIdx.x} * kBN;
   const int warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 32, 0);
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (warp == kConsumerThreads / 32) {  // the producer warp
+  if (warp == kConsumers / 32) {  // the producer warp
     if (lane == 0) {
       int s = 0;
       uint32_t parity = 0;  // of the use c - stages of slot s, for c >= stages
       for (int c = 0; c < steps; ++c) {
-        if (c >= stages) {  // use c - stages of slot s released by the 4 consumer warps
+        if (c >= stages) {  // use c - stages of slot s released by its warpgroup's 4 warps
           wgmma_ws::BarWait(empty_bars + s * 8, parity);
         }
         const uint32_t full = full_bars + s * 8;
@@ -215,13 +246,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
+  const int wg = warp / 4, wwarp = warp % 4;  // warpgroup; warp in it: rows 16·wwarp ..
   // The warp's scale row: its 16 rows lie in one 32-row block (rows past N read the last one:
   // their codes are zero-filled).
   const int64_t scale_rows = g.n / 32, k_blocks = g.k / 32;
-  const int64_t srow = min((n0 + 16 * warp) / 32, scale_rows - 1);
+  const int64_t srow = min((n0 + 16 * wwarp) / 32, scale_rows - 1);
   const uint32_t* sw_row = reinterpret_cast<const uint32_t*>(
       g.w_scales + group * g.w_scale_group_stride + srow * k_blocks);
-  uint32_t sw = __ldg(sw_row);
+  // Warpgroup wg takes stages wg, wg + kWgs, ...: my_steps of them (0 for the second warpgroup
+  // when K is one stage).
+  const int my_steps = (steps - wg + kWgs - 1) / kWgs;
+  uint32_t sw = my_steps > 0 ? __ldg(sw_row + wg) : 0u;
 
   // x after the kernel ahead (which writes it) has finished: the group's rows into the resident
   // B tile in the fragment order above, 32 bytes (one k16 step of one row) per thread and step.
@@ -248,11 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     // kXBatch segments' loads in flight per thread before their stores.
     constexpr int kXBatch = 8;
-    for (int i0 = static_cast<int>(threadIdx.x); i0 < live; i0 += kXBatch * kConsumerThreads) {
+    for (int i0 = static_cast<int>(threadIdx.x); i0 < live; i0 += kXBatch * kConsumers) {
       uint4 p[kXBatch][2];
 #pragma unroll
       for (int u = 0; u < kXBatch; ++u) {
-        const int i = i0 + u * kConsumerThreads;
+        const int i = i0 + u * kConsumers;
         if (i < live) {
           const uint4* src = reinterpret_cast<const uint4*>(xg + (i / segs_per_row) * g.x_stride +
                                                             16 * (i % segs_per_row));
@@ -262,72 +297,100 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 #pragma unroll
       for (int u = 0; u < kXBatch; ++u) {
-        const int i = i0 + u * kConsumerThreads;
+        const int i = i0 + u * kConsumers;
         if (i < live) put(i, p[u][0], p[u][1]);
       }
     }
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int i = live + static_cast<int>(threadIdx.x); i < kBM * segs_per_row;
-         i += kConsumerThreads) {
+    for (int i = live + static_cast<int>(threadIdx.x); i < kBM * segs_per_row; i += kConsumers) {
       put(i, zero, zero);
     }
   }
   wgmma::FenceProxyAsyncShared();
-  ConsumerBarrier();
+  ConsumerBarrier<kWgs>();
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float acc[kChains][4];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[c][e] = 0.f;
+  }
   uint32_t a[2][8][4];  // [set][k16 step][register]
-  // The next stage to read: its slot and the parity of its use (no runtime division per stage).
-  int slot = 0;
+  // The warpgroup's next stage: its slot and the parity of its use (no runtime division).
+  int slot = wg;
   uint32_t parity = 0;
   // Waits for it, reads and decodes it into `set`, releases it and moves on. The wait and the
   // arrive reconverge the warp for the .aligned ldmatrix / wgmma after them.
   auto take = [&](uint32_t(&set)[8][4]) {
     wgmma_ws::BarWait(full_bars + static_cast<uint32_t>(slot) * 8, parity);
     __syncwarp();
-    LoadAndDecode(ring + static_cast<uint32_t>(slot) * kStageBytes, warp, lane, sw, set);
+    LoadAndDecode(ring + static_cast<uint32_t>(slot) * kStageBytes, wwarp, lane, sw, set);
     __syncwarp();
     if (lane == 0) wgmma_ws::BarArrive(empty_bars + static_cast<uint32_t>(slot) * 8);
     __syncwarp();
-    if (++slot == stages) {
-      slot = 0;
+    slot += kWgs;
+    if (slot >= stages) {
+      slot -= stages;
       parity ^= 1u;
     }
   };
   const uint64_t x_desc0 = wgmma::MakeSw128Desc(x_base, 16u, 1024u);
-  // One stage: its wgmmas from set kSet, then (the previous group done) the next stage's decode
-  // into the other set.
-  auto step = [&](int kt, auto set_tag) {
+  // The warpgroup's step i (stage kt = wg + i · kWgs): its wgmmas from set kSet, then (the
+  // previous group done) the next stage's decode into the other set.
+  auto step = [&](int i, auto set_tag) {
     constexpr int kSet = decltype(set_tag)::value;
-    wgmma::FenceOperands(acc);
+    const int kt = wg + i * kWgs;
+    FenceChains(acc);
     wgmma::Fence();
     Wgmma8(acc, a[kSet], DescAdvance(x_desc0, static_cast<uint32_t>(kt) * 2u * kXAtomBytes));
     wgmma::CommitGroup();
-    wgmma::FenceOperands(acc);
-    wgmma::WaitGroup<1>();  // stage kt - 1's group: set 1 - kSet is free
-    if (kt + 1 < steps) {
-      const uint32_t sw_next = kt + 2 < steps ? __ldg(sw_row + kt + 2) : 0u;
+    FenceChains(acc);
+    wgmma::WaitGroup<1>();  // step i - 1's group: set 1 - kSet is free
+    if (i + 1 < my_steps) {
+      const uint32_t sw_next = i + 2 < my_steps ? __ldg(sw_row + kt + 2 * kWgs) : 0u;
       take(a[1 - kSet]);
       sw = sw_next;
     }
   };
-  {
-    const uint32_t sw_next = steps > 1 ? __ldg(sw_row + 1) : 0u;
+  if (my_steps > 0) {
+    const uint32_t sw_next = my_steps > 1 ? __ldg(sw_row + wg + kWgs) : 0u;
     take(a[0]);
     sw = sw_next;
   }
-  for (int kt = 0; kt < steps; kt += 2) {
-    step(kt, std::integral_constant<int, 0>{});
-    if (kt + 1 < steps) step(kt + 1, std::integral_constant<int, 1>{});
+  for (int i = 0; i < my_steps; i += 2) {
+    step(i, std::integral_constant<int, 0>{});
+    if (i + 1 < my_steps) step(i + 1, std::integral_constant<int, 1>{});
   }
   // Unconditional: on every path to the epilogue the accumulators are complete (C7517).
   wgmma::WaitGroup<0>();
-  wgmma::FenceOperands(acc);
+  FenceChains(acc);
+  float sum[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    sum[e] = acc[0][e];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) sum[e] = exact::AddRn(sum[e], acc[c][e]);
+  }
+  if constexpr (kWgs == 2) {
+    // Warpgroup 1's sums through the ring's first 2 KB (every stage has been read: both
+    // warpgroups are past their last wait), added to warpgroup 0's, which stores.
+    ConsumerBarrier<kWgs>();
+    const int t = static_cast<int>(threadIdx.x) % 128;
+    float4* part = reinterpret_cast<float4*>(float_swap_fp8_smem_raw + (ring - raw_addr)) + t;
+    if (wg == 1) *part = make_float4(sum[0], sum[1], sum[2], sum[3]);
+    ConsumerBarrier<kWgs>();
+    if (wg == 1) return;
+    const float4 o = *part;
+    sum[0] = exact::AddRn(sum[0], o.x);
+    sum[1] = exact::AddRn(sum[1], o.y);
+    sum[2] = exact::AddRn(sum[2], o.z);
+    sum[3] = exact::AddRn(sum[3], o.w);
+  }
 
-  // Epilogue: accumulator (weight row 16·warp + grp (+ 8), x row 2·tig (+ 1)) -> y[x row][row].
+  // Epilogue: accumulator (weight row 16·wwarp + grp (+ 8), x row 2·tig (+ 1)) -> y[x row][row].
   const int grp = lane / 4, tig = lane % 4;
-  const int64_t nq = n0 + 16 * warp + grp;
-  gemm_device::StoreSwappedOutput<kBM>(acc, g.y_bf16, g.y_f32,
+  const int64_t nq = n0 + 16 * wwarp + grp;
+  gemm_device::StoreSwappedOutput<kBM>(sum, g.y_bf16, g.y_f32,
                                        group * g.y_group_stride + 2 * tig * g.y_stride, g.y_stride,
                                        nq, g.n, g.m - 2 * tig, g.bias);
 }
