@@ -59,13 +59,22 @@ bool XRowsVec(const FloatLinearCudaParams& p) {
          (p.groups <= 1 || p.x_group_stride % per16 == 0);
 }
 
-// The FP8 form's swapped-role kernel can run p (besides M): bf16 x with 16-byte aligned rows, K
-// whole 128-K stages up to its shared-memory limit, codes 16-byte and scales 4-byte aligned.
-bool SwapFp8Fits(const FloatLinearCudaParams& p) {
-  return p.w_fp8 != nullptr && p.x_bf16 != nullptr && XRowsVec(p) &&
-         p.k % kFloatLinearCudaSwapFp8KStep == 0 && p.k <= kFloatLinearCudaSwapFp8MaxK &&
-         Aligned(p.w_fp8, 16) && Aligned(p.w_fp8_scales, 4);
+// Why the FP8 form's swapped-role kernel cannot run p (besides M), or nullptr when it can: bf16 x
+// with 16-byte aligned rows, K whole 128-K stages up to its shared-memory limit, codes 16-byte and
+// scales 4-byte aligned. The plan's rule and the validation of tile_rows 8 both read it.
+const char* SwapFp8Misfit(const FloatLinearCudaParams& p) {
+  if (p.w_fp8 == nullptr || p.x_bf16 == nullptr) return "needs w_fp8 and x_bf16";
+  if (p.k % kFloatLinearCudaSwapFp8KStep != 0 || p.k > kFloatLinearCudaSwapFp8MaxK) {
+    return "needs K a multiple of 128 up to 12288";
+  }
+  if (!Aligned(p.w_fp8, 16) || !Aligned(p.w_fp8_scales, 4)) {
+    return "needs w_fp8 16-byte and w_fp8_scales 4-byte aligned";
+  }
+  if (!XRowsVec(p)) return "needs x rows 16-byte aligned (x_bf16, x_stride and x_group_stride)";
+  return nullptr;
 }
+static_assert(kFloatLinearCudaSwapFp8KStep == 128 && kFloatLinearCudaSwapFp8MaxK == 12288,
+              "SwapFp8Misfit's message");
 
 // Exactly one of two pointers set.
 bool ExactlyOne(const void* a, const void* b) { return (a == nullptr) != (b == nullptr); }
@@ -139,7 +148,7 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   // From 2 to 8 rows the FP8 form's swapped-role kernel (fp8_weight_form.md, session 81, H100:
   // wo_a 23.8 / 24.2 / 25.6 µs at M = 2 / 4 / 8 against 28.5 / 28.4 / 29.0 on the bf16 weight),
   // where its requirements hold.
-  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaSwapFp8MaxM && SwapFp8Fits(p)) {
+  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaSwapFp8MaxM && SwapFp8Misfit(p) == nullptr) {
     return PlanFor(p, kFloatLinearCudaSwapFp8Rows);
   }
   if (p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p) &&
@@ -332,25 +341,10 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
                    "x_stride and x_group_stride)");
   }
   if (p.tile_rows == kFloatLinearCudaSwapFp8Rows) {
-    if (p.w_fp8 == nullptr || p.x_bf16 == nullptr) {
-      return Invalid("tile_rows", "8 (the FP8 form's swapped-role kernel) needs w_fp8 and x_bf16");
-    }
-    if (p.k % kFloatLinearCudaSwapFp8KStep != 0 || p.k > kFloatLinearCudaSwapFp8MaxK) {
+    if (const char* why = SwapFp8Misfit(p); why != nullptr) {
       return Invalid(
           "tile_rows",
-          absl::StrFormat("8 (the FP8 form's swapped-role kernel) needs K a multiple "
-                          "of %d up to %d (K = %d)",
-                          kFloatLinearCudaSwapFp8KStep, kFloatLinearCudaSwapFp8MaxK, p.k));
-    }
-    if (!Aligned(p.w_fp8, 16) || !Aligned(p.w_fp8_scales, 4)) {
-      return Invalid("tile_rows",
-                     "8 (the FP8 form's swapped-role kernel) needs w_fp8 16-byte and "
-                     "w_fp8_scales 4-byte aligned");
-    }
-    if (!XRowsVec(p)) {
-      return Invalid("tile_rows",
-                     "8 (the FP8 form's swapped-role kernel) needs x rows 16-byte aligned "
-                     "(x_bf16, x_stride and x_group_stride)");
+          absl::StrFormat("8 (the FP8 form's swapped-role kernel) %s (K = %d)", why, p.k));
     }
   }
   if (p.tile_rows == kFloatLinearCudaSwapRows && !XRowsTma(p)) {
