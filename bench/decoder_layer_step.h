@@ -224,15 +224,15 @@ struct Options {
   // (A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
   // The FP8 swapped-role kernel's form (kernels::FloatLinearCudaParams::swap_fp8_warpgroups /
-  // swap_fp8_chains; 1 / 1 the default): 2 consumer warpgroups, 4 accumulator chains (session 81,
-  // built, not measured; A/B).
-  int wo_a_swap_wgs = 1;
+  // swap_fp8_chains; 2 / 1 the default): 1 or 2 consumer warpgroups, 1 or 4 accumulator chains
+  // (session 82, H100: 2 warpgroups 2-5 µs faster at 2-8 tokens, 4 chains level).
+  int wo_a_swap_wgs = 2;
   int wo_a_swap_chains = 1;
   // wo_a's CUDA-core kernel (at 1 token with wo_a_fp8) in its wide geometry
   // (kernels::FloatLinearCudaParams::gemv_wide: 8 rows per CTA, a warp per row; a quarter of the
-  // CTAs and of x's re-reads; other bits). Session 81 (H100, standalone): 20.0 against 20.4 µs at
-  // 1 token; not measured in the step (A/B).
-  bool wo_a_wide = false;
+  // CTAs and of x's re-reads; other bits). The default since session 82 (H100, 1 token, graph):
+  // 188.3, 188.0 -> 186.3, 186.6 µs; standalone 20.35 -> 19.87 µs on the FP8 form.
+  bool wo_a_wide = true;
   // wq_b on the TMA-ring variant (not with its x_norm fusion): measured slower (session 79: 1
   // token 200.2, 201.1 -> 207.0, 206.7 µs; 8 tokens 477.5, 478.9 -> 483.2, 484.1) (A/B).
   bool wqb_tma = false;

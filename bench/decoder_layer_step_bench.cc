@@ -114,11 +114,12 @@
 // slower than the CUDA-core kernel); 5 the same as a programmatic dependent (2 tokens 238.8,
 // 238.7: slower than plainly); 0 the bf16 weight only (A/B). Session 81's figures were taken with
 // 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8
-// rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; standalone 20.0 against 20.4 µs
-// on the FP8 form at 1 token, not measured in the step); 0 (default) 2 rows per CTA.
+// rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; the default since session 82:
+// 1 token 188.3, 188.0 -> 186.3, 186.6 µs graph on an H100); 0 2 rows per CTA.
 // --wo-a-swap-wgs 1|2 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
 // warpgroups and accumulator chains (FloatLinearCudaParams::swap_fp8_warpgroups / _chains;
-// default 1 / 1; session 81, built, not measured; other bits than 1 / 1).
+// default 2 / 1 since session 82: 2-5 µs faster at 2-8 tokens than 1 / 1, 4 chains level;
+// other bits than 1 / 1, which equals the bf16 swapped-role kernel).
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).

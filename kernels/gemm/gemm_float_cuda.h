@@ -182,13 +182,14 @@ struct FloatLinearCudaParams {
   // so other bits than the default (reproducible; the FP8 form still equals the bf16 weight in
   // the same geometry). For A/B (session 80, built after the device budget ended: not measured).
   bool gemv_wide = false;
-  // The FP8 form's swapped-role kernel only (tile_rows 8): its consumer warpgroups, 1 (default)
-  // or 2 (taking alternate 128-K stages, their sums added at the end), and its accumulator chains
-  // per warpgroup, 1 (default: one dependent chain of 8 wgmmas per stage) or 4 (k16 step s into
-  // chain s % 4, summed in order). 1 / 1 gives the bf16 swapped-role kernel's bits; the others
-  // another fixed order of the same exact products (reproducible). For A/B (session 81, built
-  // after the device budget ended: not measured).
-  int swap_fp8_warpgroups = 1;
+  // The FP8 form's swapped-role kernel only (tile_rows 8): its consumer warpgroups, 1 or 2
+  // (default: taking alternate 128-K stages, their sums added at the end), and its accumulator
+  // chains per warpgroup, 1 (default: one dependent chain of 8 wgmmas per stage) or 4 (k16 step s
+  // into chain s % 4, summed in order). 1 / 1 gives the bf16 swapped-role kernel's bits; the
+  // others another fixed order of the same exact products (reproducible). Session 82 (kit s138,
+  // H100, wo_a): 2 warpgroups 20.2 / 20.4 / 21.5 µs at 2 / 4 / 8 rows against one's 23.5 / 24.3 /
+  // 26.0; 4 chains 0.1-0.7 µs faster with one warpgroup, level with two.
+  int swap_fp8_warpgroups = 2;
   int swap_fp8_chains = 1;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.

@@ -279,8 +279,13 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         p.tile_rows = TileFor(kernel, m);
         p.wgmma_ws = kernel != "wgmma";
         p.gemv_wide = kernel == "gemv-wide";
-        p.swap_fp8_warpgroups = kernel.find("-w2") != std::string::npos ? 2 : 1;
-        p.swap_fp8_chains = kernel.find("c4") != std::string::npos ? 4 : 1;
+        if (swap8) {  // forced: the named form; the automatic plan keeps the defaults
+          p.swap_fp8_warpgroups = kernel.find("-w2") != std::string::npos ? 2 : 1;
+          p.swap_fp8_chains = kernel.find("c4") != std::string::npos ? 4 : 1;
+        }
+        char swap8_name[24];
+        std::snprintf(swap8_name, sizeof(swap8_name), "swap-fp8%s%s",
+                      p.swap_fp8_warpgroups == 2 ? "-w2" : "", p.swap_fp8_chains == 4 ? "c4" : "");
         p.ws_tile_cols = o.ws_cols[wi];
         const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
         if (!plan.warp_specialised && wi > 0) continue;  // the width matters to wgmma-ws only
@@ -321,7 +326,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
             s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
             s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
             plan.tile_rows == kFloatLinearCudaSwapRows      ? "swap"
-            : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? (swap8 ? kernel.c_str() : "swap-fp8")
+            : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? swap8_name
             : plan.tile_rows == kFloatLinearCudaGemvRows
                 ? (fp8_read ? (p.gemv_wide ? "gemv8-fp8" : "gemv-fp8")
                             : (p.gemv_wide ? "gemv8" : "gemv"))

@@ -85,12 +85,15 @@ void RunCase(const Case& c, uint64_t seed) {
   void* d_y = nullptr;
   CUDA_CHECK(cudaMalloc(&d_y, outs * 4));
 
-  // form: the FP8 swapped-role kernel's consumer warpgroups · 10 + accumulator chains.
+  // form: the FP8 swapped-role kernel's consumer warpgroups · 10 + accumulator chains (0: the
+  // defaults).
   auto run = [&](bool fp8, int64_t tile_rows, bool wide, int form = 11) {
     FloatLinearCudaParams p;
     p.gemv_wide = wide;
-    p.swap_fp8_warpgroups = form / 10;
-    p.swap_fp8_chains = form % 10;
+    if (form != 0) {
+      p.swap_fp8_warpgroups = form / 10;
+      p.swap_fp8_chains = form % 10;
+    }
     p.m = c.m;
     p.n = c.n;
     p.k = c.k;
@@ -175,7 +178,8 @@ void RunCase(const Case& c, uint64_t seed) {
     }
     EXPECT_EQ(differ, 0) << "swapped-role kernel: FP8 form vs bf16 weight";
     if (c.m > kFloatLinearCudaGemvFp8MaxM) {  // the automatic plan takes the same kernel
-      expect_same_bits(run(true, 0, false), swap8, "automatic plan vs the FP8 swapped-role kernel");
+      expect_same_bits(run(true, 0, false, 0), run(true, kFloatLinearCudaSwapFp8Rows, false, 0),
+                       "automatic plan vs the FP8 swapped-role kernel (default form)");
     }
     checked.emplace_back("swapped-role FP8", swap8);
     checked.emplace_back("swapped-role bf16", swap_bf16);

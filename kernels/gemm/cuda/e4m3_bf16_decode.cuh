@@ -60,6 +60,20 @@ __device__ __forceinline__ ScaleMul MakeScaleMul(uint32_t sb) {
   return s;
 }
 
+// Byte b of a word of four scale bytes as ScaleMul. `wide` says whether any byte of the word is
+// above 134: when none is, one multiplier (sb | sb << 16) << 7 + 0x3C003C00 = 2^(sb - 7) in both
+// halves, in three instructions (prmt, shift, add); else MakeScaleMul's pair.
+__device__ __forceinline__ ScaleMul ScaleMulOfByte(uint32_t word, int b, bool wide) {
+  ScaleMul s;  // m2 is read only where wide (DecodeB / the callers test the same flag)
+  if (!wide) {
+    const uint32_t pair = __byte_perm(word, 0u, 0x4040u | (0x0101u * b));  // sb | sb << 16
+    s.m1 = (pair << 7) + 0x3C003C00u;
+  } else {
+    s = MakeScaleMul((word >> (8 * b)) & 0xFFu);
+  }
+  return s;
+}
+
 // The thread's 8 codes of one n8 tile and block (two words: columns 8tig+0..3, 8tig+4..7) as the
 // B registers of the two mma instructions.
 __device__ __forceinline__ void DecodeB(uint2 w, const ScaleMul& s, uint32_t (&b)[4]) {

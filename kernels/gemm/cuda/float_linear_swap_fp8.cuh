@@ -137,14 +137,7 @@ __device__ __forceinline__ void LoadAndDecode(uint32_t st, int warp, int lane, u
   const bool wide = __vcmpgtu4(sw, 0x86868686u) != 0u;  // a byte above 134
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    gemm_device::ScaleMul mul;
-    if (!wide) {
-      const uint32_t pair = __byte_perm(sw, 0u, 0x4040u | (0x0101u * q));  // sb | sb << 16
-      mul.m1 = (pair << 7) + 0x3C003C00u;
-      mul.wide = false;
-    } else {
-      mul = gemm_device::MakeScaleMul(__byte_perm(sw, 0u, 0x4440u | q));
-    }
+    const gemm_device::ScaleMul mul = gemm_device::ScaleMulOfByte(sw, q, wide);
 #pragma unroll
     for (int s = 2 * q; s < 2 * q + 2; ++s) {
 #pragma unroll

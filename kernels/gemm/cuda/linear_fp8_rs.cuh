@@ -198,13 +198,7 @@ __device__ __forceinline__ void DecodeBlock(uint32_t st, const Thread& t, const 
   using gemm_device::E4m3PairScaled;
   using gemm_device::MulBf16x2;
   const uint32_t row0 = st + t.off + ((32u * b) ^ t.x6);
-  gemm_device::ScaleMul mul;
-  if (!sc.wide) {
-    const uint32_t pair = __byte_perm(sc.word, 0u, 0x4040u | (0x0101u * b));  // sb | sb << 16
-    mul.m1 = (pair << 7) + 0x3C003C00u;
-  } else {
-    mul = gemm_device::MakeScaleMul((sc.word >> (8 * b)) & 0xFFu);
-  }
+  const gemm_device::ScaleMul mul = gemm_device::ScaleMulOfByte(sc.word, b, sc.wide);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint2 v = LoadShared8(row0 + 1024u * h);
