@@ -194,6 +194,8 @@ void LayerStep::AllocateActivations() {
   lin_ws_ = DeviceBuffer(lin_ws_bytes_);
   kv_lin_ws_ = DeviceBuffer(lin_ws_bytes_);
   float_ws_ = DeviceBuffer(std::max<size_t>(FloatLinearWorkspace(b), 16));
+  wo_a_ws_ =
+      DeviceBuffer(std::max<size_t>(kernels::FloatLinearCudaWorkspaceBytes(WoAParams(b), b), 16));
   moe_ws_bytes_ =
       kernels::MoeCudaWorkspaceBytes(experts_->view, b, kTopkExperts, &shared_->view).value();
   moe_ws_ = DeviceBuffer(moe_ws_bytes_);

@@ -82,10 +82,16 @@ kernels::FloatLinearCudaParams LayerStep::WoAParams(int64_t b) const {
     if (opt_.wo_a_fp8 == 3 && b <= kernels::kFloatLinearCudaGemvMaxM) {
       p.tile_rows = kernels::kFloatLinearCudaGemvRows;
     }
-    // 4 / 5: the FP8 form's swapped-role kernel at every size it takes (up to 8 rows).
-    if (opt_.wo_a_fp8 >= 4 && b <= kernels::kFloatLinearCudaSwapFp8MaxM) {
+    // 4 / 5: the FP8 form's swapped-role kernel at every size where x is resident (up to 8
+    // rows); 6: at every size (x streamed through the workspace above 8 rows; plainly).
+    if ((opt_.wo_a_fp8 == 4 || opt_.wo_a_fp8 == 5) && b <= kernels::kFloatLinearCudaSwapFp8MaxM) {
       p.tile_rows = kernels::kFloatLinearCudaSwapFp8Rows;
     }
+    if (opt_.wo_a_fp8 == 6) p.tile_rows = kernels::kFloatLinearCudaSwapFp8Rows;
+    // Its own workspace: x in the fragment order (FloatLinearCudaWorkspaceBytes) where the kernel
+    // streams it, apart from the other float Linears' K-split partials.
+    p.workspace = wo_a_ws_.get();
+    p.workspace_bytes = wo_a_ws_.bytes();
   }
   p.x_bf16 = o_.get<uint16_t>();
   p.x_stride = kHeads * kHeadDim;
@@ -146,8 +152,10 @@ void LayerStep::LaunchFloat(kernels::FloatLinearCudaParams p) {
   if (p.w_fp8 != nullptr && opt_.wo_a_fp8 == 2) p.programmatic = false;  // wo_a plainly (A/B)
   if (p.tile_rows == kernels::kFloatLinearCudaSwapFp8Rows) p.programmatic = opt_.wo_a_fp8 == 5;
   p.trigger_dependents = opt_.wo_a_trigger;  // the swapped-role kernel only (wo_a)
-  p.workspace = float_ws_.get();
-  p.workspace_bytes = float_ws_.bytes();
+  if (p.workspace == nullptr) {
+    p.workspace = float_ws_.get();
+    p.workspace_bytes = float_ws_.bytes();
+  }
   Ok(kernels::LaunchFloatLinear(p, stream_));
 }
 

@@ -221,7 +221,8 @@ struct Options {
   // swapped-role kernels plain launches); 2: launched plainly; 3: as 1 with the CUDA-core kernel
   // forced up to 4 tokens; 4: the FP8 swapped-role kernel forced at 1 to 8 tokens, plainly (with
   // wo_a_trigger, wo_b may be scheduled at its start); 5: the same as a programmatic dependent
-  // (A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
+  // (A/B); 6: the FP8 swapped-role kernel at every token count, x streamed through wo_a's own
+  // workspace above 8 (session 82, A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
   // The FP8 swapped-role kernel's form (kernels::FloatLinearCudaParams::swap_fp8_warpgroups /
   // swap_fp8_chains; 2 / 1 the default): 1 or 2 consumer warpgroups, 1 or 4 accumulator chains
@@ -498,7 +499,7 @@ class LayerStep {
   DeviceBuffer pool_, swa_rows_, indices_, positions_, attn_ws_;
   DeviceBuffer main_rows_;     // the compressed rows as FP4 main-KV serving rows (kv_rows)
   DeviceBuffer rope_cos_sin_;  // the step's cos/sin of positions_ (LaunchRopeCosSin, at setup)
-  DeviceBuffer lin_ws_, float_ws_, moe_ws_, expert_ids_;
+  DeviceBuffer lin_ws_, float_ws_, wo_a_ws_, moe_ws_, expert_ids_;
   DeviceBuffer shared_y_, shared_ws_;  // branch 3's output and workspace
   bool copy_expert_ids_ = false;
   std::vector<int32_t> indices_host_;

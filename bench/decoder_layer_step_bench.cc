@@ -13,7 +13,7 @@
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
-//                            [--wo-a-fp8 0|1|2|3|4|5] [--wo-a-wide 0|1]
+//                            [--wo-a-fp8 0|1|2|3|4|5|6] [--wo-a-wide 0|1]
 //                            [--wo-a-swap-wgs 1|2] [--wo-a-swap-chains 1|4]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
@@ -112,10 +112,12 @@
 // plainly (191.9 at 1 token); 3 the CUDA-core kernel forced up to 4 tokens (4 tokens 321 -> 331:
 // slower); 4 the FP8 swapped-role kernel forced at 1 to 8 tokens, plainly (1 token 192.1, 191.4:
 // slower than the CUDA-core kernel); 5 the same as a programmatic dependent (2 tokens 238.8,
-// 238.7: slower than plainly); 0 the bf16 weight only (A/B). Session 81's figures were taken with
-// 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs wo_a's CUDA-core kernel with 8
-// rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide; the default since session 82:
-// 1 token 188.3, 188.0 -> 186.3, 186.6 µs graph on an H100); 0 2 rows per CTA.
+// 238.7: slower than plainly); 6 the FP8 swapped-role kernel at every token count, x streamed
+// through its own workspace above 8 tokens (session 82, A/B); 0 the bf16 weight only (A/B). Session
+// 81's figures were taken with 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs
+// wo_a's CUDA-core kernel with 8 rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide;
+// the default since session 82: 1 token 188.3, 188.0 -> 186.3, 186.6 µs graph on an H100); 0 2 rows
+// per CTA.
 // --wo-a-swap-wgs 1|2 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
 // warpgroups and accumulator chains (FloatLinearCudaParams::swap_fp8_warpgroups / _chains;
 // default 2 / 1 since session 82: 2-5 µs faster at 2-8 tokens than 1 / 1, 4 chains level;

@@ -45,6 +45,16 @@ size_t PartialBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64
   return plan.splits > 1 ? static_cast<size_t>(4 * groups * plan.splits * m * n) : 0;
 }
 
+// The workspace a plan needs at m rows: K-split partials, or x in the fragment order where the
+// FP8 form's swapped-role kernel streams it (M > kFloatLinearCudaSwapFp8MaxM).
+size_t PlanWorkspaceBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64_t k,
+                          int64_t groups) {
+  if (plan.tile_rows == kFloatLinearCudaSwapFp8Rows && m > kFloatLinearCudaSwapFp8MaxM) {
+    return static_cast<size_t>(2 * std::max<int64_t>(1, groups) * m * k);
+  }
+  return PartialBytes(plan, m, n, groups);
+}
+
 // TMA reads bf16 x in 16-byte units: the base and every row start aligned (W is, validated).
 bool XRowsTma(const FloatLinearCudaParams& p) {
   return Aligned(p.x_bf16, 16) && p.x_stride % 8 == 0 &&
@@ -59,13 +69,15 @@ bool XRowsVec(const FloatLinearCudaParams& p) {
          (p.groups <= 1 || p.x_group_stride % per16 == 0);
 }
 
-// Why the FP8 form's swapped-role kernel cannot run p (besides M), or nullptr when it can: bf16 x
-// with 16-byte aligned rows, K whole 128-K stages up to its shared-memory limit, codes 16-byte and
-// scales 4-byte aligned. The plan's rule and the validation of tile_rows 8 both read it.
+// Why the FP8 form's swapped-role kernel cannot run p, or nullptr when it can: bf16 x with 16-byte
+// aligned rows, K whole 128-K stages (up to its shared-memory limit where x is resident, M <= 8),
+// codes 16-byte and scales 4-byte aligned. The plan's rule and the validation of tile_rows 8 both
+// read it.
 const char* SwapFp8Misfit(const FloatLinearCudaParams& p) {
   if (p.w_fp8 == nullptr || p.x_bf16 == nullptr) return "needs w_fp8 and x_bf16";
-  if (p.k % kFloatLinearCudaSwapFp8KStep != 0 || p.k > kFloatLinearCudaSwapFp8MaxK) {
-    return "needs K a multiple of 128 up to 12288";
+  if (p.k % kFloatLinearCudaSwapFp8KStep != 0) return "needs K a multiple of 128";
+  if (p.m <= kFloatLinearCudaSwapFp8MaxM && p.k > kFloatLinearCudaSwapFp8MaxK) {
+    return "needs K up to 12288 with x resident (M <= 8)";
   }
   if (!Aligned(p.w_fp8, 16) || !Aligned(p.w_fp8_scales, 4)) {
     return "needs w_fp8 16-byte and w_fp8_scales 4-byte aligned";
@@ -95,7 +107,10 @@ FloatLinearCudaPlan PlanFor(const FloatLinearCudaParams& p, int64_t tile_rows) {
                                                                 : kFloatLinearCudaSwapFp8Cols;
     plan.k_steps = CeilDiv(p.k, kFloatLinearCudaKStep);
     plan.steps_per_split = plan.k_steps;
-    plan.m_tiles = 1;
+    plan.m_tiles =
+        plan.tile_rows == kFloatLinearCudaSwapFp8Rows && p.m > kFloatLinearCudaSwapFp8MaxM
+            ? CeilDiv(p.m, kFloatLinearCudaSwapFp8StreamMaxBM)
+            : 1;
     plan.n_tiles = CeilDiv(p.n, plan.tile_cols);
     return plan;
   }
@@ -148,7 +163,7 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   // From 2 to 8 rows the FP8 form's swapped-role kernel (fp8_weight_form.md, session 81, H100:
   // wo_a 23.8 / 24.2 / 25.6 µs at M = 2 / 4 / 8 against 28.5 / 28.4 / 29.0 on the bf16 weight),
   // where its requirements hold.
-  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaSwapFp8MaxM && SwapFp8Misfit(p) == nullptr) {
+  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaSwapFp8AutoMaxM && SwapFp8Misfit(p) == nullptr) {
     return PlanFor(p, kFloatLinearCudaSwapFp8Rows);
   }
   if (p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p) &&
@@ -212,10 +227,12 @@ size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max
         const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
         for (int64_t m = 1; m <= scan; ++m) {
           q.m = m;
-          bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), m, p.n, p.groups));
+          bytes =
+              std::max(bytes, PlanWorkspaceBytes(PlanFloatLinearCuda(q), m, p.n, p.k, p.groups));
         }
         q.m = max_m;
-        bytes = std::max(bytes, PartialBytes(PlanFloatLinearCuda(q), max_m, p.n, p.groups));
+        bytes =
+            std::max(bytes, PlanWorkspaceBytes(PlanFloatLinearCuda(q), max_m, p.n, p.k, p.groups));
       }
     }
   }
@@ -250,11 +267,6 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
       p.tile_rows != kFloatLinearCudaSwapRows) {
     return Invalid("tile_rows",
                    absl::StrFormat("%d is not 0, 1, 8, 16, 32, 64, 128 or 256", p.tile_rows));
-  }
-  if (p.tile_rows == kFloatLinearCudaSwapFp8Rows && p.m > kFloatLinearCudaSwapFp8MaxM) {
-    return Invalid("tile_rows", absl::StrFormat("8 (the FP8 form's swapped-role kernel) takes at "
-                                                "most %d rows",
-                                                kFloatLinearCudaSwapFp8MaxM));
   }
   if (p.tile_rows == kFloatLinearCudaGemvRows && p.m > kFloatLinearCudaGemvMaxM) {
     return Invalid("tile_rows", absl::StrFormat("1 (the CUDA-core kernel) takes at most %d rows",
@@ -354,7 +366,7 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   }
   const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
   if (plan.m_tiles > kMaxM) return Invalid("m", "needs too many row tiles");
-  const size_t need = PartialBytes(plan, p.m, p.n, p.groups);
+  const size_t need = PlanWorkspaceBytes(plan, p.m, p.n, p.k, p.groups);
   if (need > 0 &&
       (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need)) {
     return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",

@@ -172,7 +172,7 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
   // Plan: wo_a's size (8 × 1024 × 4096 bf16 weights, above kFloatLinearCudaGemvMaxBf16Weights)
   // takes the swapped-role kernel without its FP8 form; with it the CUDA-core kernel up to
   // kFloatLinearCudaGemvFp8MaxM rows, then the FP8 form's swapped-role kernel up to
-  // kFloatLinearCudaSwapFp8MaxM, then the bf16 swapped-role kernel again.
+  // kFloatLinearCudaSwapFp8AutoMaxM, then the bf16 swapped-role kernel again.
   FloatLinearCudaParams wo_a;
   wo_a.n = 1024;
   wo_a.k = 4096;
@@ -189,9 +189,9 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
     wo_a.w_fp8 = w8;
     wo_a.w_fp8_scales = s8;
     EXPECT_EQ(PlanFloatLinearCuda(wo_a).tile_rows,
-              m <= kFloatLinearCudaGemvFp8MaxM   ? kFloatLinearCudaGemvRows
-              : m <= kFloatLinearCudaSwapFp8MaxM ? kFloatLinearCudaSwapFp8Rows
-                                                 : kFloatLinearCudaSwapRows)
+              m <= kFloatLinearCudaGemvFp8MaxM       ? kFloatLinearCudaGemvRows
+              : m <= kFloatLinearCudaSwapFp8AutoMaxM ? kFloatLinearCudaSwapFp8Rows
+                                                     : kFloatLinearCudaSwapRows)
         << m;
   }
   // Where the FP8 swapped-role kernel cannot run, 2 .. 8 rows keep the bf16 swapped-role kernel:
@@ -207,7 +207,8 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
 }
 
 // tile_rows 8, the FP8 form's swapped-role kernel: its own requirements, each named, and its plan
-// (one launch of 64-row CTAs over all of K, no split, no workspace).
+// (one launch of 64-row CTAs over all of K, no split; no workspace up to 8 rows, x in the
+// fragment order above).
 TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
   alignas(16) static uint16_t w[2 * 64 * 256];
   alignas(16) static uint8_t w8[2 * 64 * 256 + 16];
@@ -247,10 +248,31 @@ TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
     EXPECT_NE(s.message().find("tile_rows"), std::string::npos) << what << ": " << s;
   };
+  // Above 8 rows x is streamed through the workspace: 2 · G · M · K bytes, named when short; K
+  // then has no shared-memory limit, but still whole 128-K stages.
   FloatLinearCudaParams p = good();
-  p.m = 9;  // more rows than the kernel's N
-  p.x_stride = 2 * 256;
-  expect_invalid(p, "9 rows");
+  p.m = 9;
+  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 9), size_t{2 * 2 * 9 * 256});
+  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 200), size_t{2 * 2 * 200 * 256});
+  EXPECT_EQ(PlanFloatLinearCuda(p).m_tiles, 1);
+  p.m = 130;
+  EXPECT_EQ(PlanFloatLinearCuda(p).m_tiles, 2);  // 128-row tiles
+  p.m = 9;
+  {
+    const absl::Status s = ValidateFloatLinearCudaParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("workspace"), std::string::npos) << s;
+  }
+  alignas(16) static uint8_t ws[2 * 2 * 9 * 256];
+  p.workspace = ws;
+  p.workspace_bytes = sizeof(ws) - 16;
+  EXPECT_NE(ValidateFloatLinearCudaParams(p).message().find("workspace"), std::string::npos);
+  p.workspace_bytes = sizeof(ws);
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  p.k = 192;
+  p.w_group_stride = 64 * 192;
+  p.x_group_stride = 192;
+  expect_invalid(p, "9 rows, K 192");
   p = good();
   p.w_fp8 = nullptr;
   p.w_fp8_scales = nullptr;

@@ -82,6 +82,18 @@ inline constexpr int64_t kFloatLinearCudaSwapFp8Cols = 64;
 inline constexpr int64_t kFloatLinearCudaSwapFp8MaxM = 8;
 inline constexpr int64_t kFloatLinearCudaSwapFp8KStep = 128;
 inline constexpr int64_t kFloatLinearCudaSwapFp8MaxK = 12288;
+// Above kFloatLinearCudaSwapFp8MaxM rows the same kernel streams x
+// (cuda/float_linear_swap_fp8_stream.cuh): a first pass writes x in the A fragments' k order into
+// the workspace (FloatLinearCudaWorkspaceBytes counts groups · M · K bf16), and each ring stage
+// carries x's K slice beside the codes, up to kFloatLinearCudaSwapFp8StreamMaxBM x rows per CTA
+// (16 / 32 / 64 / 128, the smallest that holds M; 128 in one consumer warpgroup whatever
+// swap_fp8_warpgroups says; more rows take more row tiles, each reading the codes again); any K
+// multiple of kFloatLinearCudaSwapFp8KStep. The automatic plan takes it up to
+// kFloatLinearCudaSwapFp8AutoMaxM rows (session 82, kit s140, H100, wo_a with 2 warpgroups: 20.8
+// / 21.1 / 21.7 / 23.6 µs at M = 9 / 16 / 32 / 64 against the bf16 swapped-role kernel's 28.8 /
+// 29.0 / 29.7 / 30.9; as two 64-row tiles 96 / 128 rows took 43.5 / 42.9 against 33.9 / 35.0).
+inline constexpr int64_t kFloatLinearCudaSwapFp8StreamMaxBM = 128;
+inline constexpr int64_t kFloatLinearCudaSwapFp8AutoMaxM = 64;
 // The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
 // (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
 inline constexpr int64_t kFloatLinearFp8Block = 32;
@@ -109,7 +121,7 @@ struct FloatLinearCudaParams {
   // both. N and K multiples of 32. The CUDA-core kernel (tile_rows 1) then streams the codes
   // instead of the bf16 weight — the same values, the same fma order: the same bits — and the
   // automatic plan takes it up to kFloatLinearCudaGemvFp8MaxM rows and the FP8 form's
-  // swapped-role kernel (tile_rows 8) up to kFloatLinearCudaSwapFp8MaxM; the other kernels read
+  // swapped-role kernel (tile_rows 8) up to kFloatLinearCudaSwapFp8AutoMaxM; the other kernels read
   // w_bf16.
   const uint8_t* w_fp8 = nullptr;
   const uint8_t* w_fp8_scales = nullptr;
@@ -136,7 +148,8 @@ struct FloatLinearCudaParams {
   // × up to 128 x rows per CTA; bf16 x and bf16 W, x rows 16-byte aligned: base, x_stride and,
   // with groups, x_group_stride); 1 (kFloatLinearCudaGemvRows) forces the CUDA-core kernel (M <=
   // kFloatLinearCudaGemvMaxM, x rows 16-byte aligned; any dtypes); 8 (kFloatLinearCudaSwapFp8Rows)
-  // forces the swapped-role kernel on the FP8 form (w_fp8, bf16 x, M <= 8; see the constants).
+  // forces the swapped-role kernel on the FP8 form (w_fp8, bf16 x; x resident up to M 8, streamed
+  // through the workspace above; see the constants).
   // Automatic: with w_fp8, the CUDA-core kernel on it up to kFloatLinearCudaGemvFp8MaxM rows and
   // its swapped-role kernel up to kFloatLinearCudaSwapFp8MaxM (where it fits); else the CUDA-core
   // kernel for M <= kFloatLinearCudaGemvMaxM with 16-byte aligned x rows, unless x and W are
@@ -188,7 +201,8 @@ struct FloatLinearCudaParams {
   // into chain s % 4, summed in order). 1 / 1 gives the bf16 swapped-role kernel's bits; the
   // others another fixed order of the same exact products (reproducible). Session 82 (kit s138,
   // H100, wo_a): 2 warpgroups 20.2 / 20.4 / 21.5 µs at 2 / 4 / 8 rows against one's 23.5 / 24.3 /
-  // 26.0; 4 chains 0.1-0.7 µs faster with one warpgroup, level with two.
+  // 26.0; 4 chains 0.1-0.7 µs faster with one warpgroup, level with two. With x streamed (M > 8)
+  // the chains are not used (one chain per warpgroup, each wgmma already N = 16 .. 64 wide).
   int swap_fp8_warpgroups = 2;
   int swap_fp8_chains = 1;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may

@@ -12,10 +12,11 @@
 // wgmma), swap = the swapped-role wgmma kernel (tile_rows 256: weights as the MMA's A operand),
 // gemv = the CUDA-core kernel (tile_rows 1; M <= 4 only), gemv-wide = the same with 8 weight rows
 // per CTA and a warp per row (FloatLinearCudaParams::gemv_wide; printed gemv8), swap-fp8 = the
-// swapped-role kernel on the FP8 form (tile_rows 8; shapes with the FP8 form, M <= 8), and its
-// forms swap-fp8-c4 (4 accumulator chains), swap-fp8-w2 (2 consumer warpgroups), swap-fp8-w2c4
-// (both; FloatLinearCudaParams::swap_fp8_warpgroups / swap_fp8_chains; printed with the suffix);
-// the last four bf16 weights only, skipped for fp32 ones. The `kernel` column says which ran.
+// swapped-role kernel on the FP8 form (tile_rows 8; shapes with the FP8 form; x streamed above M
+// 8), and its forms swap-fp8-c4 (4 accumulator chains), swap-fp8-w2 (2 consumer warpgroups),
+// swap-fp8-w2c4 (both; FloatLinearCudaParams::swap_fp8_warpgroups / swap_fp8_chains; printed with
+// the suffix); the last four bf16 weights only, skipped for fp32 ones. The `kernel` column says
+// which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
 // FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
 // LinearCudaWsTileCols's width; 256 = the width before session 64; the kernel column then reads
@@ -252,6 +253,15 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
     q.tile_rows = tile;
     ws_bytes = std::max(ws_bytes, FloatLinearCudaWorkspaceBytes(q, max_m));
   }
+  if (s.fp8) {  // the FP8 form's plans: x in the fragment order where its kernel streams it
+    for (int64_t tile : {int64_t{0}, kFloatLinearCudaSwapFp8Rows}) {
+      FloatLinearCudaParams q = base;
+      q.tile_rows = tile;
+      q.w_fp8 = dcodes[0].get<uint8_t>();
+      q.w_fp8_scales = dscales[0].get<uint8_t>();
+      ws_bytes = std::max(ws_bytes, FloatLinearCudaWorkspaceBytes(q, max_m));
+    }
+  }
   DeviceBuffer ws(ws_bytes);
   base.workspace = ws.get();
   base.workspace_bytes = ws.bytes();
@@ -267,7 +277,11 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         }
         if ((kernel == "gemv" || kernel == "gemv-wide") && m > kFloatLinearCudaGemvMaxM) continue;
         const bool swap8 = kernel.rfind("swap-fp8", 0) == 0;
-        if (swap8 && (!s.fp8 || m > kFloatLinearCudaSwapFp8MaxM)) continue;
+        if (swap8 && !s.fp8) continue;
+        // The 4-chain forms apply where x is resident only.
+        if (swap8 && m > kFloatLinearCudaSwapFp8MaxM && kernel.find("c4") != std::string::npos) {
+          continue;
+        }
         FloatLinearCudaParams p = base;
         p.m = m;
         p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype

@@ -5,10 +5,11 @@
 // viewed [M, 8, 4096], M = 1 .. 4) and on a small shared weight with bias, fp32 x and fp32 y —
 // and, as a check that both are right, a float64 dot product within fp32 summation error; the
 // same for the kernel's wide geometry (gemv_wide: 8 rows per CTA, a warp per row). And the FP8
-// form's swapped-role kernel (tile_rows 8, M <= 8): the bf16 swapped-role kernel's bits on w_bf16,
-// and the same float64 bound.
+// form's swapped-role kernel (tile_rows 8; x resident up to M 8, streamed above): the bf16
+// swapped-role kernel's bits on w_bf16, and the same float64 bound.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,6 +85,28 @@ void RunCase(const Case& c, uint64_t seed) {
   const int64_t outs = c.m * c.groups * c.n;
   void* d_y = nullptr;
   CUDA_CHECK(cudaMalloc(&d_y, outs * 4));
+  // The workspace (x in the fragment order where the FP8 swapped-role kernel streams it).
+  size_t ws_bytes = 16;
+  {
+    FloatLinearCudaParams q;
+    q.m = c.m;
+    q.n = c.n;
+    q.k = c.k;
+    q.groups = c.groups;
+    q.w_bf16 = d_w;
+    q.w_group_stride = c.shared_w ? 0 : c.n * c.k;
+    q.w_fp8 = d_codes;
+    q.w_fp8_scales = d_scales;
+    q.x_bf16 = d_xb;
+    q.x_stride = c.groups * c.k;
+    q.x_group_stride = c.k;
+    for (int64_t tile : {int64_t{0}, kFloatLinearCudaSwapFp8Rows}) {
+      q.tile_rows = tile;
+      ws_bytes = std::max(ws_bytes, FloatLinearCudaWorkspaceBytes(q, c.m));
+    }
+  }
+  void* d_ws = nullptr;
+  CUDA_CHECK(cudaMalloc(&d_ws, ws_bytes));
 
   // form: the FP8 swapped-role kernel's consumer warpgroups · 10 + accumulator chains (0: the
   // defaults).
@@ -120,7 +143,9 @@ void RunCase(const Case& c, uint64_t seed) {
     p.y_stride = c.groups * c.n;
     p.y_group_stride = c.n;
     p.tile_rows = tile_rows;
-    if (tile_rows == kFloatLinearCudaSwapRows) p.split_k = 1;  // no workspace
+    if (tile_rows == kFloatLinearCudaSwapRows) p.split_k = 1;  // no K split
+    p.workspace = d_ws;
+    p.workspace_bytes = ws_bytes;
     CUDA_CHECK(cudaMemset(d_y, 0xFF, outs * 4));
     const absl::Status st = LaunchFloatLinear(p, nullptr);
     EXPECT_TRUE(st.ok()) << st;
@@ -168,8 +193,10 @@ void RunCase(const Case& c, uint64_t seed) {
   // The swapped-role kernel on the FP8 form (tile_rows 8): the same exact products as the bf16
   // swapped-role kernel, summed by the tensor cores with the 16 products of each k16 step in
   // another slot order and in N = 8 instead of 64 columns — the same bits (kit s137, H100: 0 of
-  // every output differed at wo_a's shape, M = 1 .. 8, and on the small shapes).
-  if (!c.x_f32 && c.m <= kFloatLinearCudaSwapFp8MaxM && c.k % kFloatLinearCudaSwapFp8KStep == 0) {
+  // every output differed at wo_a's shape, M = 1 .. 8, and on the small shapes). Above 8 rows it
+  // streams x (N = 16 / 32 / 64 per CTA), in one warpgroup the same order again.
+  if (!c.x_f32 && (c.m > kFloatLinearCudaSwapFp8MaxM || c.k <= kFloatLinearCudaSwapFp8MaxK) &&
+      c.k % kFloatLinearCudaSwapFp8KStep == 0) {
     const std::vector<float> swap8 = run(true, kFloatLinearCudaSwapFp8Rows, false);
     const std::vector<float> swap_bf16 = run(false, kFloatLinearCudaSwapRows, false);
     int64_t differ = 0;
@@ -177,19 +204,23 @@ void RunCase(const Case& c, uint64_t seed) {
       differ += std::memcmp(&swap8[i], &swap_bf16[i], 4) != 0 ? 1 : 0;
     }
     EXPECT_EQ(differ, 0) << "swapped-role kernel: FP8 form vs bf16 weight";
-    if (c.m > kFloatLinearCudaGemvFp8MaxM) {  // the automatic plan takes the same kernel
+    if (c.m > kFloatLinearCudaGemvFp8MaxM && c.m <= kFloatLinearCudaSwapFp8AutoMaxM) {
+      // the automatic plan takes the same kernel
       expect_same_bits(run(true, 0, false, 0), run(true, kFloatLinearCudaSwapFp8Rows, false, 0),
                        "automatic plan vs the FP8 swapped-role kernel (default form)");
     }
     checked.emplace_back("swapped-role FP8", swap8);
     checked.emplace_back("swapped-role bf16", swap_bf16);
-    // Its other forms (4 accumulator chains, 2 warpgroups, both): another fixed order.
-    checked.emplace_back("swapped-role FP8, 4 chains",
-                         run(true, kFloatLinearCudaSwapFp8Rows, false, 14));
+    // Its other forms (4 accumulator chains where x is resident, 2 warpgroups, both): another
+    // fixed order.
     checked.emplace_back("swapped-role FP8, 2 warpgroups",
                          run(true, kFloatLinearCudaSwapFp8Rows, false, 21));
-    checked.emplace_back("swapped-role FP8, 2 warpgroups, 4 chains",
-                         run(true, kFloatLinearCudaSwapFp8Rows, false, 24));
+    if (c.m <= kFloatLinearCudaSwapFp8MaxM) {
+      checked.emplace_back("swapped-role FP8, 4 chains",
+                           run(true, kFloatLinearCudaSwapFp8Rows, false, 14));
+      checked.emplace_back("swapped-role FP8, 2 warpgroups, 4 chains",
+                           run(true, kFloatLinearCudaSwapFp8Rows, false, 24));
+    }
   }
   ASSERT_FALSE(checked.empty());
   // Against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w| (fp32 sums of exact products).
@@ -217,9 +248,9 @@ void RunCase(const Case& c, uint64_t seed) {
     }
   }
   EXPECT_EQ(bad, 0);
-  for (void* ptr :
-       {static_cast<void*>(d_w), static_cast<void*>(d_codes), static_cast<void*>(d_scales),
-        static_cast<void*>(d_xb), static_cast<void*>(d_xf), static_cast<void*>(d_bias), d_y}) {
+  for (void* ptr : {static_cast<void*>(d_w), static_cast<void*>(d_codes),
+                    static_cast<void*>(d_scales), static_cast<void*>(d_xb),
+                    static_cast<void*>(d_xf), static_cast<void*>(d_bias), d_y, d_ws}) {
     CUDA_CHECK(cudaFree(ptr));
   }
 }
@@ -239,6 +270,19 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelShapes) {
   RunCase({7, 160, 384, 1, false, true, false, false}, 23);
   RunCase({6, 64, 12288, 1, false, false, false, true}, 24);
   RunCase({2, 64, 2560, 2, false, true, false, false}, 25);
+}
+
+// x streamed (M > 8): wo_a's shape at 9, 17, 40 and 70 rows (N = 16 / 32 / 64 / 128 per CTA),
+// then two m tiles (260 rows: 128-row tiles, the last one ragged), a shared weight over 3 groups
+// with bias and fp32 y, a last CTA half past N, one 128-K stage, and K past a ring of stages.
+TEST(FloatLinearFp8GpuTest, SwappedRoleKernelStreamsX) {
+  FS_SKIP_WITHOUT_GPU();
+  for (int64_t m : {9, 17, 40}) RunCase({m, 1024, 4096, 8, false, false, false, false}, 40 + m);
+  RunCase({70, 1024, 4096, 2, false, false, false, false}, 31);
+  RunCase({260, 96, 2048, 1, false, true, false, false}, 32);
+  RunCase({13, 96, 256, 3, true, true, false, true}, 33);
+  RunCase({33, 64, 128, 2, false, false, false, false}, 34);
+  RunCase({64, 128, 8192, 1, false, false, false, true}, 35);
 }
 
 TEST(FloatLinearFp8GpuTest, SharedWeightBiasAndFp32Operands) {
@@ -293,8 +337,17 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
   float* d_bias = Upload(bias);
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (int64_t m = 1; m <= kFloatLinearCudaSwapFp8MaxM; ++m) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 12, 40, 70, 140}) {  // x streamed from 12
     SCOPED_TRACE(::testing::Message() << "M " << m);
+    FloatLinearCudaParams wq;  // the workspace: x in the fragment order above 8 rows
+    wq.m = m;
+    wq.n = kN;
+    wq.k = kK;
+    wq.groups = kG;
+    wq.tile_rows = kFloatLinearCudaSwapFp8Rows;
+    const size_t ws_bytes = std::max<size_t>(16, FloatLinearCudaWorkspaceBytes(wq, m));
+    void* d_ws = nullptr;
+    CUDA_CHECK(cudaMalloc(&d_ws, ws_bytes));
     // x [M, G, K] with a padded row (x_stride G·K + 8).
     const int64_t x_stride = kG * kK + 8;
     std::vector<uint16_t> xb(m * x_stride, 0);
@@ -346,6 +399,8 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
       p.swap_fp8_chains = variant == 4 || variant == 6 ? 4 : 1;
       p.swap_fp8_warpgroups = variant >= 5 ? 2 : 1;
       p.split_k = 1;
+      p.workspace = d_ws;
+      p.workspace_bytes = ws_bytes;
       p.trigger_dependents = variant == 1;
       p.programmatic = variant == 2;
       CUDA_CHECK(cudaMemsetAsync(d_y, 0xFF, outs * 4, stream));
@@ -365,6 +420,7 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
     }
     CUDA_CHECK(cudaFree(d_x));
     CUDA_CHECK(cudaFree(d_y));
+    CUDA_CHECK(cudaFree(d_ws));
   }
   CUDA_CHECK(cudaStreamDestroy(stream));
   for (void* ptr : {static_cast<void*>(d_w), static_cast<void*>(d_codes),

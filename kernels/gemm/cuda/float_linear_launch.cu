@@ -15,6 +15,7 @@
 #include "kernels/gemm/cuda/float_linear_gemv.cuh"
 #include "kernels/gemm/cuda/float_linear_swap.cuh"
 #include "kernels/gemm/cuda/float_linear_swap_fp8.cuh"
+#include "kernels/gemm/cuda/float_linear_swap_fp8_stream.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
 #include "kernels/gemm/gemm_float_cuda.h"
@@ -43,6 +44,11 @@ static_assert(float_swap_fp8::StagesFor(kFloatLinearCudaSwapFp8MaxK) >= float_sw
 static_assert(float_swap_fp8::SmemBytes(kFloatLinearCudaSwapFp8MaxK) <= float_swap_fp8::kSmemLimit);
 static_assert(float_swap_fp8::SmemBytes(kFloatLinearCudaSwapFp8KStep) <=
               float_swap_fp8::kSmemLimit);
+static_assert(kFloatLinearCudaSwapFp8StreamMaxBM == 128);
+static_assert(float_swap_fp8::StreamStagesFor<64, 2>() >= 6 &&
+              float_swap_fp8::StreamSmemBytes<64, 2>() <= float_swap_fp8::kSmemLimit);
+static_assert(float_swap_fp8::StreamStagesFor<128, 1>() >= 4 &&
+              float_swap_fp8::StreamSmemBytes<128, 1>() <= float_swap_fp8::kSmemLimit);
 
 static_assert(float_gemv::kMaxM == kFloatLinearCudaGemvMaxM);
 static_assert(float_gemv::kRows == kFloatLinearCudaGemvCols);
@@ -247,16 +253,89 @@ void LaunchSwapFp8Kernel(const float_swap_fp8::Args& g, dim3 grid, size_t smem, 
   LaunchMaybePdl(programmatic, kernel, grid, dim3(float_swap_fp8::kThreads<kWgs>), smem, stream, g);
 }
 
-// bf16 x · the FP8 form through its swapped-role kernel (plan.tile_rows == 8; w_fp8, bf16 x, M,
-// K and alignments validated). InternalError, nothing enqueued, when the driver refuses the map.
+template <int kBM, int kWgs>
+void LaunchSwapFp8StreamKernel(const float_swap_fp8::StreamArgs& g, dim3 grid,
+                               cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_set{0};
+  auto* kernel = float_swap_fp8::FloatLinearSwapFp8StreamKernel<kBM, kWgs>;
+  constexpr int kSmem = float_swap_fp8::StreamSmemBytes<kBM, kWgs>();
+  EnsureSmemLimit(kernel, kSmem, smem_set);
+  // Always a programmatic dependent of the permute pass before it (which triggers at its start).
+  cuda_common::LaunchPdl(kernel, grid, dim3(float_swap_fp8::kThreads<kWgs>), kSmem, stream, g);
+}
+
+constexpr const char* kSwapFp8MapRefused =
+    "LaunchFloatLinear: the driver refused a TMA tensor map for the FP8 form's swapped-role kernel";
+
+// Above kFloatLinearCudaSwapFp8MaxM rows: x into the workspace in the fragment order, then the
+// kernel that streams it (cuda/float_linear_swap_fp8_stream.cuh). `g.w` is made.
+absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8::StreamArgs g,
+                                 cudaStream_t stream) {
+  uint16_t* xp = static_cast<uint16_t*>(p.workspace);  // validated: groups · M · K bf16
+  const int bm = p.m <= 16 ? 16 : p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
+  if (!wgmma_ws::MakeTmaOperand(&g.xp, xp, 2, p.k, p.m, p.k, p.groups, p.m * p.k, 64,
+                                static_cast<uint32_t>(bm), true)) {
+    return absl::InternalError(kSwapFp8MapRefused);
+  }
+  float_swap_fp8::PermuteArgs a;
+  a.x = p.x_bf16;
+  a.x_stride = p.x_stride;
+  a.x_group_stride = p.x_group_stride;
+  a.m = p.m;
+  a.k = p.k;
+  a.groups = p.groups;
+  a.xp = xp;
+  a.wait = p.programmatic;
+  const int64_t segs = p.groups * p.m * (p.k / 16);
+  const int64_t blocks = std::min<int64_t>(
+      2048, (segs + float_swap_fp8::kPermuteThreads - 1) / float_swap_fp8::kPermuteThreads);
+  LaunchMaybePdl(p.programmatic, float_swap_fp8::FloatLinearFp8PermuteXKernel,
+                 dim3(static_cast<unsigned>(blocks)), dim3(float_swap_fp8::kPermuteThreads), 0,
+                 stream, a);
+  const dim3 grid(static_cast<unsigned>((p.n + float_swap_fp8::kBN - 1) / float_swap_fp8::kBN),
+                  static_cast<unsigned>(p.groups), static_cast<unsigned>((p.m + bm - 1) / bm));
+  const bool two = p.swap_fp8_warpgroups == 2;
+  if (bm == 16) {
+    two ? LaunchSwapFp8StreamKernel<16, 2>(g, grid, stream)
+        : LaunchSwapFp8StreamKernel<16, 1>(g, grid, stream);
+  } else if (bm == 32) {
+    two ? LaunchSwapFp8StreamKernel<32, 2>(g, grid, stream)
+        : LaunchSwapFp8StreamKernel<32, 1>(g, grid, stream);
+  } else if (bm == 64) {
+    two ? LaunchSwapFp8StreamKernel<64, 2>(g, grid, stream)
+        : LaunchSwapFp8StreamKernel<64, 1>(g, grid, stream);
+  } else {  // one warpgroup: a 40 KB stage leaves room for 5, not 3 per warpgroup for two
+    LaunchSwapFp8StreamKernel<128, 1>(g, grid, stream);
+  }
+  return absl::OkStatus();
+}
+
+// bf16 x · the FP8 form through its swapped-role kernel (plan.tile_rows == 8; w_fp8, bf16 x, K,
+// alignments and, above 8 rows, the workspace validated). InternalError, nothing enqueued, when
+// the driver refuses a map.
 absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
                            cudaStream_t stream) {
   float_swap_fp8::Args g;
   if (!wgmma_ws::MakeTmaOperand(&g.w, p.w_fp8, 1, p.k, p.n, p.k, p.groups, p.w_group_stride,
                                 float_swap_fp8::kBK, float_swap_fp8::kBN, true)) {
-    return absl::InternalError(
-        "LaunchFloatLinear: the driver refused a TMA tensor map for the FP8 form's swapped-role "
-        "kernel");
+    return absl::InternalError(kSwapFp8MapRefused);
+  }
+  if (p.m > kFloatLinearCudaSwapFp8MaxM) {
+    float_swap_fp8::StreamArgs sg;
+    sg.w = g.w;
+    sg.w_scales = p.w_fp8_scales;
+    sg.w_scale_group_stride =
+        p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
+    sg.bias = p.bias;
+    sg.m = p.m;
+    sg.n = p.n;
+    sg.k = p.k;
+    sg.y_bf16 = p.y_bf16;
+    sg.y_f32 = p.y_f32;
+    sg.y_stride = p.y_stride;
+    sg.y_group_stride = p.y_group_stride;
+    sg.launch_dependents = p.programmatic || p.trigger_dependents;
+    return LaunchSwapFp8Stream(p, sg, stream);
   }
   g.w_scales = p.w_fp8_scales;
   g.w_scale_group_stride =
