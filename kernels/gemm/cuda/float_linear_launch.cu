@@ -320,39 +320,32 @@ absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCuda
                                 float_swap_fp8::kBK, float_swap_fp8::kBN, true)) {
     return absl::InternalError(kSwapFp8MapRefused);
   }
+  // The fields both forms' arguments share.
+  auto common = [&p](auto& a) {
+    a.w_scales = p.w_fp8_scales;
+    a.w_scale_group_stride =
+        p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
+    a.bias = p.bias;
+    a.m = p.m;
+    a.n = p.n;
+    a.k = p.k;
+    a.y_bf16 = p.y_bf16;
+    a.y_f32 = p.y_f32;
+    a.y_stride = p.y_stride;
+    a.y_group_stride = p.y_group_stride;
+    a.launch_dependents = p.programmatic || p.trigger_dependents;
+  };
   if (p.m > kFloatLinearCudaSwapFp8MaxM) {
     float_swap_fp8::StreamArgs sg;
     sg.w = g.w;
-    sg.w_scales = p.w_fp8_scales;
-    sg.w_scale_group_stride =
-        p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
-    sg.bias = p.bias;
-    sg.m = p.m;
-    sg.n = p.n;
-    sg.k = p.k;
-    sg.y_bf16 = p.y_bf16;
-    sg.y_f32 = p.y_f32;
-    sg.y_stride = p.y_stride;
-    sg.y_group_stride = p.y_group_stride;
-    sg.launch_dependents = p.programmatic || p.trigger_dependents;
+    common(sg);
     return LaunchSwapFp8Stream(p, sg, stream);
   }
-  g.w_scales = p.w_fp8_scales;
-  g.w_scale_group_stride =
-      p.w_group_stride == 0 ? 0 : (p.n / kFloatLinearFp8Block) * (p.k / kFloatLinearFp8Block);
+  common(g);
   g.x = p.x_bf16;
   g.x_stride = p.x_stride;
   g.x_group_stride = p.x_group_stride;
-  g.bias = p.bias;
-  g.m = p.m;
-  g.n = p.n;
-  g.k = p.k;
   g.stages = float_swap_fp8::StagesFor(p.k);
-  g.y_bf16 = p.y_bf16;
-  g.y_f32 = p.y_f32;
-  g.y_stride = p.y_stride;
-  g.y_group_stride = p.y_group_stride;
-  g.launch_dependents = p.programmatic || p.trigger_dependents;
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
   const size_t smem = static_cast<size_t>(float_swap_fp8::SmemBytes(p.k));
   const int form = 10 * p.swap_fp8_warpgroups + p.swap_fp8_chains;  // validated: 11, 14, 21, 24
