@@ -14,7 +14,7 @@
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
 //                            [--wo-a-fp8 0|1|2|3|4|5|6] [--wo-a-wide 0|1]
-//                            [--wo-a-swap-wgs 1|2] [--wo-a-swap-chains 1|4]
+//                            [--wo-a-swap-wgs 1|2|3] [--wo-a-swap-chains 1|4]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -118,7 +118,7 @@
 // wo_a's CUDA-core kernel with 8 rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide;
 // the default since session 82: 1 token 188.3, 188.0 -> 186.3, 186.6 µs graph on an H100); 0 2 rows
 // per CTA.
-// --wo-a-swap-wgs 1|2 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
+// --wo-a-swap-wgs 1|2|3 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
 // warpgroups and accumulator chains (FloatLinearCudaParams::swap_fp8_warpgroups / _chains;
 // default 2 / 1 since session 82: 2-5 µs faster at 2-8 tokens than 1 / 1, 4 chains level;
 // other bits than 1 / 1, which equals the bf16 swapped-role kernel).

@@ -281,9 +281,9 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.tile_rows == kFloatLinearCudaSwapRows && (p.x_f32 != nullptr || p.w_f32 != nullptr)) {
     return Invalid("tile_rows", "256 (the swapped-role wgmma kernel) needs bf16 x and bf16 W");
   }
-  if (p.swap_fp8_warpgroups != 1 && p.swap_fp8_warpgroups != 2) {
+  if (p.swap_fp8_warpgroups < 1 || p.swap_fp8_warpgroups > 3) {
     return Invalid("swap_fp8_warpgroups",
-                   absl::StrFormat("%d is not 1 or 2", p.swap_fp8_warpgroups));
+                   absl::StrFormat("%d is not 1, 2 or 3", p.swap_fp8_warpgroups));
   }
   if (p.swap_fp8_chains != 1 && p.swap_fp8_chains != 4) {
     return Invalid("swap_fp8_chains", absl::StrFormat("%d is not 1 or 4", p.swap_fp8_chains));

@@ -296,12 +296,14 @@ TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
   p = good();
   p.x_bf16 = x + 4;  // rows 8-byte aligned
   expect_invalid(p, "x + 4");
-  // Its forms: 1 or 2 warpgroups, 1 or 4 chains (the fields are named).
+  // Its forms: 1, 2 or 3 warpgroups, 1 or 4 chains (the fields are named).
   p = good();
   p.swap_fp8_warpgroups = 2;
   p.swap_fp8_chains = 4;
   EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
   p.swap_fp8_warpgroups = 3;
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  p.swap_fp8_warpgroups = 4;
   EXPECT_NE(ValidateFloatLinearCudaParams(p).message().find("swap_fp8_warpgroups"),
             std::string::npos);
   p.swap_fp8_warpgroups = 1;

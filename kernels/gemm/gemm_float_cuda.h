@@ -202,7 +202,10 @@ struct FloatLinearCudaParams {
   // others another fixed order of the same exact products (reproducible). Session 82 (kit s138,
   // H100, wo_a): 2 warpgroups 20.2 / 20.4 / 21.5 µs at 2 / 4 / 8 rows against one's 23.5 / 24.3 /
   // 26.0; 4 chains 0.1-0.7 µs faster with one warpgroup, level with two. With x streamed (M > 8)
-  // the chains are not used (one chain per warpgroup, each wgmma already N = 16 .. 64 wide).
+  // the chains are not used (one chain per warpgroup, each wgmma already N = 16 .. 128 wide).
+  // 3 warpgroups (session 82, built, not measured; A/B): stage 3w + i to warpgroup i, chains not
+  // used; where the ring leaves fewer than 2 stages each (resident x, K above 10,240) the kernel
+  // runs 2, at 128 streamed rows 1. (4 spilled: 544 threads leave 120 registers each.)
   int swap_fp8_warpgroups = 2;
   int swap_fp8_chains = 1;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may

@@ -14,9 +14,9 @@
 // per CTA and a warp per row (FloatLinearCudaParams::gemv_wide; printed gemv8), swap-fp8 = the
 // swapped-role kernel on the FP8 form (tile_rows 8; shapes with the FP8 form; x streamed above M
 // 8), and its forms swap-fp8-c4 (4 accumulator chains), swap-fp8-w2 (2 consumer warpgroups),
-// swap-fp8-w2c4 (both; FloatLinearCudaParams::swap_fp8_warpgroups / swap_fp8_chains; printed with
-// the suffix); the last four bf16 weights only, skipped for fp32 ones. The `kernel` column says
-// which ran.
+// swap-fp8-w2c4 (both), swap-fp8-w3 (3 warpgroups; FloatLinearCudaParams::swap_fp8_warpgroups /
+// swap_fp8_chains; printed with the suffix); the last four bf16 weights only, skipped for fp32
+// ones. The `kernel` column says which ran.
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
 // FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
 // LinearCudaWsTileCols's width; 256 = the width before session 64; the kernel column then reads
@@ -130,10 +130,10 @@ Options Parse(int argc, char** argv) {
       for (const std::string& k : o.kernels) {
         if (k != "auto" && k != "mma" && k != "wgmma" && k != "wgmma-ws" && k != "swap" &&
             k != "gemv" && k != "gemv-wide" && k != "swap-fp8" && k != "swap-fp8-c4" &&
-            k != "swap-fp8-w2" && k != "swap-fp8-w2c4") {
+            k != "swap-fp8-w2" && k != "swap-fp8-w2c4" && k != "swap-fp8-w3") {
           std::fprintf(stderr,
                        "--kernels: %s is not auto, mma, wgmma, wgmma-ws, swap, gemv, gemv-wide, "
-                       "swap-fp8, swap-fp8-c4, swap-fp8-w2 or swap-fp8-w2c4\n",
+                       "swap-fp8, swap-fp8-c4, swap-fp8-w2, swap-fp8-w2c4 or swap-fp8-w3\n",
                        k.c_str());
           std::exit(2);
         }
@@ -294,12 +294,17 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         p.wgmma_ws = kernel != "wgmma";
         p.gemv_wide = kernel == "gemv-wide";
         if (swap8) {  // forced: the named form; the automatic plan keeps the defaults
-          p.swap_fp8_warpgroups = kernel.find("-w2") != std::string::npos ? 2 : 1;
+          p.swap_fp8_warpgroups = kernel.find("-w2") != std::string::npos   ? 2
+                                  : kernel.find("-w3") != std::string::npos ? 3
+                                                                            : 1;
           p.swap_fp8_chains = kernel.find("c4") != std::string::npos ? 4 : 1;
         }
         char swap8_name[24];
         std::snprintf(swap8_name, sizeof(swap8_name), "swap-fp8%s%s",
-                      p.swap_fp8_warpgroups == 2 ? "-w2" : "", p.swap_fp8_chains == 4 ? "c4" : "");
+                      p.swap_fp8_warpgroups == 2   ? "-w2"
+                      : p.swap_fp8_warpgroups == 3 ? "-w3"
+                                                   : "",
+                      p.swap_fp8_chains == 4 ? "c4" : "");
         p.ws_tile_cols = o.ws_cols[wi];
         const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
         if (!plan.warp_specialised && wi > 0) continue;  // the width matters to wgmma-ws only

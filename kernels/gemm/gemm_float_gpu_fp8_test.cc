@@ -215,6 +215,8 @@ void RunCase(const Case& c, uint64_t seed) {
     // fixed order.
     checked.emplace_back("swapped-role FP8, 2 warpgroups",
                          run(true, kFloatLinearCudaSwapFp8Rows, false, 21));
+    checked.emplace_back("swapped-role FP8, 3 warpgroups",
+                         run(true, kFloatLinearCudaSwapFp8Rows, false, 31));
     if (c.m <= kFloatLinearCudaSwapFp8MaxM) {
       checked.emplace_back("swapped-role FP8, 4 chains",
                            run(true, kFloatLinearCudaSwapFp8Rows, false, 14));
@@ -375,7 +377,7 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
         }
       }
     }
-    for (int variant = 0; variant < 7; ++variant) {
+    for (int variant = 0; variant < 8; ++variant) {
       SCOPED_TRACE(::testing::Message() << "variant " << variant);
       FloatLinearCudaParams p;
       p.m = m;
@@ -394,10 +396,10 @@ TEST(FloatLinearFp8GpuTest, SwappedRoleKernelExactSums) {
       p.y_stride = kG * kN;
       p.y_group_stride = kN;
       // 0: plain; 1: trigger_dependents; 2: programmatic; 3: the bf16 swapped-role kernel;
-      // 4 / 5 / 6: the FP8 kernel with 4 chains / 2 warpgroups / both.
+      // 4 / 5 / 6: the FP8 kernel with 4 chains / 2 warpgroups / both; 7: 3 warpgroups.
       p.tile_rows = variant == 3 ? kFloatLinearCudaSwapRows : kFloatLinearCudaSwapFp8Rows;
       p.swap_fp8_chains = variant == 4 || variant == 6 ? 4 : 1;
-      p.swap_fp8_warpgroups = variant >= 5 ? 2 : 1;
+      p.swap_fp8_warpgroups = variant == 7 ? 3 : variant >= 5 ? 2 : 1;
       p.split_k = 1;
       p.workspace = d_ws;
       p.workspace_bytes = ws_bytes;

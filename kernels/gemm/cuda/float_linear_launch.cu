@@ -47,6 +47,9 @@ static_assert(float_swap_fp8::SmemBytes(kFloatLinearCudaSwapFp8KStep) <=
 static_assert(kFloatLinearCudaSwapFp8StreamMaxBM == 128);
 static_assert(float_swap_fp8::StreamStagesFor<64, 2>() >= 6 &&
               float_swap_fp8::StreamSmemBytes<64, 2>() <= float_swap_fp8::kSmemLimit);
+static_assert(float_swap_fp8::StreamStagesFor<16, 3>() >= 12 &&
+              float_swap_fp8::StreamStagesFor<32, 3>() >= 12 &&
+              float_swap_fp8::StreamStagesFor<64, 3>() >= 9);
 static_assert(float_swap_fp8::StreamStagesFor<128, 1>() >= 4 &&
               float_swap_fp8::StreamSmemBytes<128, 1>() <= float_swap_fp8::kSmemLimit);
 
@@ -294,16 +297,21 @@ absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8:
                  stream, a);
   const dim3 grid(static_cast<unsigned>((p.n + float_swap_fp8::kBN - 1) / float_swap_fp8::kBN),
                   static_cast<unsigned>(p.groups), static_cast<unsigned>((p.m + bm - 1) / bm));
-  const bool two = p.swap_fp8_warpgroups == 2;
+  // Three warpgroups where asked (every row tile but 128 leaves each 3 stages), else two or one.
+  const int wgs = p.swap_fp8_warpgroups;
+  const bool two = wgs >= 2;
   if (bm == 16) {
-    two ? LaunchSwapFp8StreamKernel<16, 2>(g, grid, stream)
-        : LaunchSwapFp8StreamKernel<16, 1>(g, grid, stream);
+    wgs == 3 ? LaunchSwapFp8StreamKernel<16, 3>(g, grid, stream)
+    : two    ? LaunchSwapFp8StreamKernel<16, 2>(g, grid, stream)
+             : LaunchSwapFp8StreamKernel<16, 1>(g, grid, stream);
   } else if (bm == 32) {
-    two ? LaunchSwapFp8StreamKernel<32, 2>(g, grid, stream)
-        : LaunchSwapFp8StreamKernel<32, 1>(g, grid, stream);
+    wgs == 3 ? LaunchSwapFp8StreamKernel<32, 3>(g, grid, stream)
+    : two    ? LaunchSwapFp8StreamKernel<32, 2>(g, grid, stream)
+             : LaunchSwapFp8StreamKernel<32, 1>(g, grid, stream);
   } else if (bm == 64) {
-    two ? LaunchSwapFp8StreamKernel<64, 2>(g, grid, stream)
-        : LaunchSwapFp8StreamKernel<64, 1>(g, grid, stream);
+    wgs == 3 ? LaunchSwapFp8StreamKernel<64, 3>(g, grid, stream)
+    : two    ? LaunchSwapFp8StreamKernel<64, 2>(g, grid, stream)
+             : LaunchSwapFp8StreamKernel<64, 1>(g, grid, stream);
   } else {  // one warpgroup: a 40 KB stage leaves room for 5, not 3 per warpgroup for two
     LaunchSwapFp8StreamKernel<128, 1>(g, grid, stream);
   }
@@ -348,7 +356,13 @@ absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCuda
   g.stages = float_swap_fp8::StagesFor(p.k);
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
   const size_t smem = static_cast<size_t>(float_swap_fp8::SmemBytes(p.k));
-  const int form = 10 * p.swap_fp8_warpgroups + p.swap_fp8_chains;  // validated: 11, 14, 21, 24
+  if (p.swap_fp8_warpgroups == 3 && g.stages >= 6) {  // 2 stages each at least; no chains
+    g.stages = g.stages / 3 * 3;
+    LaunchSwapFp8Kernel<3, 1>(g, grid, smem, p.programmatic, stream);
+    return absl::OkStatus();
+  }
+  // Validated: 11, 14, 21, 24, 31, 34 (3 warpgroups without room for 6 stages run 2).
+  const int form = 10 * std::min(p.swap_fp8_warpgroups, 2) + p.swap_fp8_chains;
   if (form == 11) {
     LaunchSwapFp8Kernel<1, 1>(g, grid, smem, p.programmatic, stream);
   } else if (form == 14) {

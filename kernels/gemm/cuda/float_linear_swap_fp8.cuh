@@ -106,6 +106,43 @@ __device__ __forceinline__ void ConsumerBarrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads<kWgs>) : "memory");
 }
 
+// Warpgroups 1 .. kWgs - 1 hand their kAcc sums to warpgroup 0 through shared memory at `part`
+// ((kWgs - 1) · 128 · kAcc floats, free: every stage has been read and no load is pending), which
+// adds them in warpgroup order. False for the threads that are then done (warpgroups above 0).
+template <int kWgs, int kAcc>
+__device__ __forceinline__ bool SumWarpgroups(float (&acc)[kAcc], float4* part, int wg) {
+  static_assert(kAcc % 4 == 0, "float4 pieces");
+  if constexpr (kWgs > 1) {
+    // (With two warpgroups the tests read wg == 1, as the first form of this code did: the same
+    // machine code as that form, which the device tests ran.)
+    const bool helper = kWgs == 2 ? wg == 1 : wg > 0;
+    const int at = kWgs == 2 ? 0 : (wg - 1) * (kAcc / 4);
+    ConsumerBarrier<kWgs>();
+    float4* mine = part + static_cast<int>(threadIdx.x) % 128;
+    if (helper) {
+#pragma unroll
+      for (int q = 0; q < kAcc / 4; ++q) {
+        mine[(at + q) * 128] =
+            make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+      }
+    }
+    ConsumerBarrier<kWgs>();
+    if (helper) return false;
+#pragma unroll
+    for (int w = 1; w < kWgs; ++w) {
+#pragma unroll
+      for (int q = 0; q < kAcc / 4; ++q) {
+        const float4 o = mine[((w - 1) * (kAcc / 4) + q) * 128];
+        acc[4 * q] = exact::AddRn(acc[4 * q], o.x);
+        acc[4 * q + 1] = exact::AddRn(acc[4 * q + 1], o.y);
+        acc[4 * q + 2] = exact::AddRn(acc[4 * q + 2], o.z);
+        acc[4 * q + 3] = exact::AddRn(acc[4 * q + 3], o.w);
+      }
+    }
+  }
+  return true;
+}
+
 __device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
                                            uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -191,7 +228,7 @@ __device__ __forceinline__ void FenceChains(float (&acc)[kChains][4]) {
 template <int kWgs, int kChains>
 __global__ void __launch_bounds__(kThreads<kWgs>, 1)
     FloatLinearSwapFp8Kernel(const __grid_constant__ Args g) {
-  static_assert(kWgs == 1 || kWgs == 2, "1 or 2 consumer warpgroups");
+  static_assert(kWgs >= 1 && kWgs <= 3, "1, 2 or 3 consumer warpgroups");
   static_assert(kChains == 1 || kChains == 2 || kChains == 4 || kChains == 8, "chains divide 8");
   constexpr int kConsumers = kConsumerThreads<kWgs>;
   if (g.launch_dependents) cuda_common::PdlLaunchDependents();
@@ -364,20 +401,11 @@ __global__ void __launch_bounds__(kThreads<kWgs>, 1)
 #pragma unroll
     for (int c = 1; c < kChains; ++c) sum[e] = exact::AddRn(sum[e], acc[c][e]);
   }
-  if constexpr (kWgs == 2) {
-    // Warpgroup 1's sums through the ring's first 2 KB (every stage has been read: both
-    // warpgroups are past their last wait), added to warpgroup 0's, which stores.
-    ConsumerBarrier<kWgs>();
-    const int t = static_cast<int>(threadIdx.x) % 128;
-    float4* part = reinterpret_cast<float4*>(float_swap_fp8_smem_raw + (ring - raw_addr)) + t;
-    if (wg == 1) *part = make_float4(sum[0], sum[1], sum[2], sum[3]);
-    ConsumerBarrier<kWgs>();
-    if (wg == 1) return;
-    const float4 o = *part;
-    sum[0] = exact::AddRn(sum[0], o.x);
-    sum[1] = exact::AddRn(sum[1], o.y);
-    sum[2] = exact::AddRn(sum[2], o.z);
-    sum[3] = exact::AddRn(sum[3], o.w);
+  // The other warpgroups' sums through the ring's first bytes, added to warpgroup 0's, which
+  // stores.
+  if (!SumWarpgroups<kWgs>(
+          sum, reinterpret_cast<float4*>(float_swap_fp8_smem_raw + (ring - raw_addr)), wg)) {
+    return;
   }
 
   // Epilogue: accumulator (weight row 16·wwarp + grp (+ 8), x row 2·tig (+ 1)) -> y[x row][row].

@@ -122,7 +122,7 @@ __device__ __forceinline__ void WgmmaN(float (&d)[kBM / 2], const uint32_t (&a)[
 template <int kBM, int kWgs>
 __global__ void __launch_bounds__(kThreads<kWgs>, 1)
     FloatLinearSwapFp8StreamKernel(const __grid_constant__ StreamArgs g) {
-  static_assert(kWgs == 1 || kWgs == 2, "1 or 2 consumer warpgroups");
+  static_assert(kWgs >= 1 && kWgs <= 3, "1, 2 or 3 consumer warpgroups");
   using L = StreamLayout<kBM>;
   constexpr int kStages = StreamStagesFor<kBM, kWgs>();
   static_assert(kStages > 0, "the ring fits");
@@ -258,29 +258,10 @@ __global__ void __launch_bounds__(kThreads<kWgs>, 1)
 #pragma unroll
   for (int i2 = 0; i2 < kBM / 2; ++i2) wgmma::FenceOperand(acc[i2]);
   // (The last stage needs no release: the producer has issued every load.)
-  if constexpr (kWgs == 2) {
-    // Warpgroup 1's sums through the ring (every stage has been read and no load is pending:
-    // both warpgroups are past their last wait, the producer past its last issue).
-    ConsumerBarrier<kWgs>();
-    const int t = static_cast<int>(threadIdx.x) % 128;
-    float4* part =
-        reinterpret_cast<float4*>(float_swap_fp8_stream_smem_raw + (ring - raw_addr)) + t;
-    if (wg == 1) {
-#pragma unroll
-      for (int q = 0; q < kBM / 8; ++q) {
-        part[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
-      }
-    }
-    ConsumerBarrier<kWgs>();
-    if (wg == 1) return;
-#pragma unroll
-    for (int q = 0; q < kBM / 8; ++q) {
-      const float4 o = part[q * 128];
-      acc[4 * q] = exact::AddRn(acc[4 * q], o.x);
-      acc[4 * q + 1] = exact::AddRn(acc[4 * q + 1], o.y);
-      acc[4 * q + 2] = exact::AddRn(acc[4 * q + 2], o.z);
-      acc[4 * q + 3] = exact::AddRn(acc[4 * q + 3], o.w);
-    }
+  // The other warpgroups' sums through the ring, added to warpgroup 0's, which stores.
+  if (!SumWarpgroups<kWgs>(
+          acc, reinterpret_cast<float4*>(float_swap_fp8_stream_smem_raw + (ring - raw_addr)), wg)) {
+    return;
   }
 
   // Epilogue: accumulator (weight row 16·wwarp + grp (+ 8), x row m0 + 8j + 2·tig (+ 1)).
