@@ -106,6 +106,16 @@ __device__ __forceinline__ void ConsumerBarrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads<kWgs>) : "memory");
 }
 
+// The scale words (4 bytes = one 128-K stage) of the 32-row block holding a warp's 16 rows from
+// n0 + 16 · wwarp (rows past N read the last block: their codes are zero-filled).
+__device__ __forceinline__ const uint32_t* ScaleRow(const uint8_t* w_scales, int64_t group_stride,
+                                                    int64_t group, int64_t n, int64_t k, int64_t n0,
+                                                    int wwarp) {
+  const int64_t scale_rows = n / 32, k_blocks = k / 32;
+  const int64_t srow = min((n0 + 16 * wwarp) / 32, scale_rows - 1);
+  return reinterpret_cast<const uint32_t*>(w_scales + group * group_stride + srow * k_blocks);
+}
+
 // Warpgroups 1 .. kWgs - 1 hand their kAcc sums to warpgroup 0 through shared memory at `part`
 // ((kWgs - 1) · 128 · kAcc floats, free: every stage has been read and no load is pending), which
 // adds them in warpgroup order. False for the threads that are then done (warpgroups above 0).
@@ -277,12 +287,7 @@ __global__ void __launch_bounds__(kThreads<kWgs>, 1)
   }
 
   const int wg = warp / 4, wwarp = warp % 4;  // warpgroup; warp in it: rows 16·wwarp ..
-  // The warp's scale row: its 16 rows lie in one 32-row block (rows past N read the last one:
-  // their codes are zero-filled).
-  const int64_t scale_rows = g.n / 32, k_blocks = g.k / 32;
-  const int64_t srow = min((n0 + 16 * wwarp) / 32, scale_rows - 1);
-  const uint32_t* sw_row = reinterpret_cast<const uint32_t*>(
-      g.w_scales + group * g.w_scale_group_stride + srow * k_blocks);
+  const uint32_t* sw_row = ScaleRow(g.w_scales, g.w_scale_group_stride, group, g.n, g.k, n0, wwarp);
   // Warpgroup wg takes stages wg, wg + kWgs, ...: my_steps of them (0 for the second warpgroup
   // when K is one stage).
   const int my_steps = (steps - wg + kWgs - 1) / kWgs;

@@ -185,10 +185,7 @@ __global__ void __launch_bounds__(kThreads<kWgs>, 1)
   }
 
   const int wg = warp / 4, wwarp = warp % 4;
-  const int64_t scale_rows = g.n / 32, k_blocks = g.k / 32;
-  const int64_t srow = min((n0 + 16 * wwarp) / 32, scale_rows - 1);
-  const uint32_t* sw_row = reinterpret_cast<const uint32_t*>(
-      g.w_scales + group * g.w_scale_group_stride + srow * k_blocks);
+  const uint32_t* sw_row = ScaleRow(g.w_scales, g.w_scale_group_stride, group, g.n, g.k, n0, wwarp);
   const int my_steps = (steps - wg + kWgs - 1) / kWgs;
   uint32_t sw = my_steps > 0 ? __ldg(sw_row + wg) : 0u;
 
