@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kit s142 (built by scripts/gpu_kit.sh s142; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s142_run.sh t g s f
-# Session 82, after kit s140 (replaces s141): the FP8 swapped-role kernel streaming x with
+# Session 82, after kit s140: the FP8 swapped-role kernel streaming x with
 # 128-row tiles (one warpgroup) from 65 rows, the automatic plan taking it up to 64 rows, and a
 # third consumer warpgroup as an opt-in form (swap_fp8_warpgroups 3).
 #   t  kernels_gemm_gpu_test: FloatLinearFp8GpuTest.*
