@@ -225,9 +225,11 @@ struct Options {
   // workspace above 8 (session 82, A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
   // The FP8 swapped-role kernel's form (kernels::FloatLinearCudaParams::swap_fp8_warpgroups /
-  // swap_fp8_chains; 2 / 1 the default): 1 or 2 consumer warpgroups, 1 or 4 accumulator chains
-  // (session 82, H100: 2 warpgroups 2-5 µs faster at 2-8 tokens, 4 chains level).
-  int wo_a_swap_wgs = 2;
+  // swap_fp8_chains; 0 / 1 the default): 1, 2 or 3 consumer warpgroups, 0 the kernel's automatic
+  // choice (3 up to 32 tokens, 2 above; session 83), 1 or 4 accumulator chains (session 82, H100:
+  // 2 warpgroups 2-5 µs faster at 2-8 tokens than 1, 4 chains level; session 83: 3 level to 1-5
+  // µs faster than 2 at 2-32 tokens).
+  int wo_a_swap_wgs = 0;
   int wo_a_swap_chains = 1;
   // wo_a's CUDA-core kernel (at 1 token with wo_a_fp8) in its wide geometry
   // (kernels::FloatLinearCudaParams::gemv_wide: 8 rows per CTA, a warp per row; a quarter of the

@@ -14,7 +14,7 @@
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
 //                            [--wo-a-fp8 0|1|2|3|4|5|6] [--wo-a-wide 0|1]
-//                            [--wo-a-swap-wgs 1|2|3] [--wo-a-swap-chains 1|4]
+//                            [--wo-a-swap-wgs 0|1|2|3] [--wo-a-swap-chains 1|4]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
@@ -118,10 +118,13 @@
 // wo_a's CUDA-core kernel with 8 rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide;
 // the default since session 82: 1 token 188.3, 188.0 -> 186.3, 186.6 µs graph on an H100); 0 2 rows
 // per CTA.
-// --wo-a-swap-wgs 1|2|3 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
+// --wo-a-swap-wgs 0|1|2|3 and --wo-a-swap-chains 1|4 set the FP8 swapped-role kernel's consumer
 // warpgroups and accumulator chains (FloatLinearCudaParams::swap_fp8_warpgroups / _chains;
-// default 2 / 1 since session 82: 2-5 µs faster at 2-8 tokens than 1 / 1, 4 chains level;
-// other bits than 1 / 1, which equals the bf16 swapped-role kernel).
+// default 0 / 1: 0 is the kernel's automatic choice, 3 warpgroups up to 32 tokens and 2 above
+// (session 83, H100: 3 against 2 at 2 / 4 / 8 tokens 232.4, 231.4, 236.5 / 311.2, 311.3, 316.8 /
+// 466.5, 462.8, 463.2 µs graph against 237.2, 237.0, 235.8 / 313.4, 316.9, 318.1 / 469.3, 461.4,
+// 461.7); session 82's 2 were 2-5 µs faster at 2-8 tokens than 1 / 1, 4 chains level; other
+// bits than 1 / 1, which equals the bf16 swapped-role kernel).
 // --attn-mixes-at 0|1|2|3 forks the attention site's mixes at the step's start (0, the default),
 // after wq_b (1), after the attention, beside wo_a (2) or before the boundary (3) (session 79;
 // A/B, the same bits).

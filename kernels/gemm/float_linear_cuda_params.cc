@@ -199,6 +199,11 @@ int64_t FloatLinearCudaWsTileCols(const FloatLinearCudaParams& p, const FloatLin
       p.ws_tile_cols, plan.m_tiles * kFloatLinearCudaWgmmaRows * p.groups, p.n, plan.splits, sms);
 }
 
+int FloatLinearCudaSwapFp8Warpgroups(const FloatLinearCudaParams& p) {
+  if (p.swap_fp8_warpgroups != 0) return p.swap_fp8_warpgroups;
+  return p.m <= kFloatLinearCudaSwapFp8ThreeWgsMaxM && p.swap_fp8_chains == 1 ? 3 : 2;
+}
+
 size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m) {
   if (max_m <= 0) return 0;
   // Both x dtypes (the tile cap differs). Beyond 64 · kTargetCtas rows every plan has at least
@@ -281,9 +286,9 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   if (p.tile_rows == kFloatLinearCudaSwapRows && (p.x_f32 != nullptr || p.w_f32 != nullptr)) {
     return Invalid("tile_rows", "256 (the swapped-role wgmma kernel) needs bf16 x and bf16 W");
   }
-  if (p.swap_fp8_warpgroups < 1 || p.swap_fp8_warpgroups > 3) {
+  if (p.swap_fp8_warpgroups < 0 || p.swap_fp8_warpgroups > 3) {
     return Invalid("swap_fp8_warpgroups",
-                   absl::StrFormat("%d is not 1, 2 or 3", p.swap_fp8_warpgroups));
+                   absl::StrFormat("%d is not 0 (automatic), 1, 2 or 3", p.swap_fp8_warpgroups));
   }
   if (p.swap_fp8_chains != 1 && p.swap_fp8_chains != 4) {
     return Invalid("swap_fp8_chains", absl::StrFormat("%d is not 1 or 4", p.swap_fp8_chains));

@@ -296,8 +296,13 @@ TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
   p = good();
   p.x_bf16 = x + 4;  // rows 8-byte aligned
   expect_invalid(p, "x + 4");
-  // Its forms: 1, 2 or 3 warpgroups, 1 or 4 chains (the fields are named).
+  // Its forms: 0 (automatic), 1, 2 or 3 warpgroups, 1 or 4 chains (the fields are named).
   p = good();
+  EXPECT_EQ(p.swap_fp8_warpgroups, 0);
+  EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  p.swap_fp8_warpgroups = -1;
+  EXPECT_NE(ValidateFloatLinearCudaParams(p).message().find("swap_fp8_warpgroups"),
+            std::string::npos);
   p.swap_fp8_warpgroups = 2;
   p.swap_fp8_chains = 4;
   EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
@@ -309,6 +314,28 @@ TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
   p.swap_fp8_warpgroups = 1;
   p.swap_fp8_chains = 2;
   EXPECT_NE(ValidateFloatLinearCudaParams(p).message().find("swap_fp8_chains"), std::string::npos);
+}
+
+// The automatic form: 3 warpgroups up to kFloatLinearCudaSwapFp8ThreeWgsMaxM rows with one chain,
+// 2 above it or with 4 chains; a set field is taken as it is.
+TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelWarpgroupsByRows) {
+  FloatLinearCudaParams p;
+  for (int64_t m : {1, 2, 8, 9, 16, 32}) {
+    p.m = m;
+    EXPECT_EQ(FloatLinearCudaSwapFp8Warpgroups(p), 3) << m;
+  }
+  for (int64_t m : {33, 64, 128}) {
+    p.m = m;
+    EXPECT_EQ(FloatLinearCudaSwapFp8Warpgroups(p), 2) << m;
+  }
+  p.m = 4;
+  p.swap_fp8_chains = 4;
+  EXPECT_EQ(FloatLinearCudaSwapFp8Warpgroups(p), 2);
+  p.swap_fp8_chains = 1;
+  for (int wgs : {1, 2, 3}) {
+    p.swap_fp8_warpgroups = wgs;
+    EXPECT_EQ(FloatLinearCudaSwapFp8Warpgroups(p), wgs);
+  }
 }
 
 }  // namespace

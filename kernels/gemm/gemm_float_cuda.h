@@ -94,6 +94,9 @@ inline constexpr int64_t kFloatLinearCudaSwapFp8MaxK = 12288;
 // 29.0 / 29.7 / 30.9; as two 64-row tiles 96 / 128 rows took 43.5 / 42.9 against 33.9 / 35.0).
 inline constexpr int64_t kFloatLinearCudaSwapFp8StreamMaxBM = 128;
 inline constexpr int64_t kFloatLinearCudaSwapFp8AutoMaxM = 64;
+// The automatic form (swap_fp8_warpgroups 0) runs 3 consumer warpgroups up to this many rows, 2
+// above (session 83, kit s142: the figures at FloatLinearCudaParams::swap_fp8_warpgroups).
+inline constexpr int64_t kFloatLinearCudaSwapFp8ThreeWgsMaxM = 32;
 // The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
 // (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
 inline constexpr int64_t kFloatLinearFp8Block = 32;
@@ -203,10 +206,13 @@ struct FloatLinearCudaParams {
   // H100, wo_a): 2 warpgroups 20.2 / 20.4 / 21.5 µs at 2 / 4 / 8 rows against one's 23.5 / 24.3 /
   // 26.0; 4 chains 0.1-0.7 µs faster with one warpgroup, level with two. With x streamed (M > 8)
   // the chains are not used (one chain per warpgroup, each wgmma already N = 16 .. 128 wide).
-  // 3 warpgroups (session 82, built, not measured; A/B): stage 3w + i to warpgroup i, chains not
-  // used; where the ring leaves fewer than 2 stages each (resident x, K above 10,240) the kernel
-  // runs 2, at 128 streamed rows 1. (4 spilled: 544 threads leave 120 registers each.)
-  int swap_fp8_warpgroups = 2;
+  // 3 warpgroups: stage 3w + i to warpgroup i, chains not used; where the ring leaves fewer than
+  // 2 stages each (resident x, K above 10,240) the kernel runs 2, at 128 streamed rows 1. (4
+  // spilled: 544 threads leave 120 registers each.) Session 83 (kit s142, H100, wo_a): 3 took
+  // 19.0 / 18.9 / 19.8 / 20.0 / 19.6 / 20.9 µs at 1 / 2 / 4 / 8 / 16 / 32 rows against 2's 20.2 /
+  // 20.1 / 21.1 / 21.6 / 21.2 / 21.6, and 24.4 against 23.8 at 64. 0 (the default) lets
+  // FloatLinearCudaSwapFp8Warpgroups choose by M.
+  int swap_fp8_warpgroups = 0;
   int swap_fp8_chains = 1;
   // Device scratch of at least FloatLinearCudaWorkspaceBytes(p, m) bytes, 16-byte aligned (may
   // be null when that is 0), not used concurrently by another launch.
@@ -243,6 +249,10 @@ int64_t FloatLinearCudaWsTileCols(const FloatLinearCudaParams& p, const FloatLin
 // dtypes; the other fields are ignored): 4 · G · splits · M · N when the plan splits K, else 0.
 // Monotone in max_m, so size once for the largest M. Cost: O(min(max_m, 16896)) plans.
 size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m);
+
+// The FP8 swapped-role kernel's consumer warpgroups for p: p.swap_fp8_warpgroups where set (1-3),
+// else (0) 3 up to kFloatLinearCudaSwapFp8ThreeWgsMaxM rows with one chain, 2 otherwise. Pure.
+int FloatLinearCudaSwapFp8Warpgroups(const FloatLinearCudaParams& p);
 
 // InvalidArgumentError naming the first bad field of p, else OK. Host-only checks (no device
 // access): dims, pointer nullness and alignment, strides, workspace size.

@@ -300,10 +300,11 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
           p.swap_fp8_chains = kernel.find("c4") != std::string::npos ? 4 : 1;
         }
         char swap8_name[24];
+        const int wgs = FloatLinearCudaSwapFp8Warpgroups(p);  // the automatic plan's by M
         std::snprintf(swap8_name, sizeof(swap8_name), "swap-fp8%s%s",
-                      p.swap_fp8_warpgroups == 2   ? "-w2"
-                      : p.swap_fp8_warpgroups == 3 ? "-w3"
-                                                   : "",
+                      wgs == 2   ? "-w2"
+                      : wgs == 3 ? "-w3"
+                                 : "",
                       p.swap_fp8_chains == 4 ? "c4" : "");
         p.ws_tile_cols = o.ws_cols[wi];
         const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);

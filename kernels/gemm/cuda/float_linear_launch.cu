@@ -298,7 +298,7 @@ absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8:
   const dim3 grid(static_cast<unsigned>((p.n + float_swap_fp8::kBN - 1) / float_swap_fp8::kBN),
                   static_cast<unsigned>(p.groups), static_cast<unsigned>((p.m + bm - 1) / bm));
   // Three warpgroups where asked (every row tile but 128 leaves each 3 stages), else two or one.
-  const int wgs = p.swap_fp8_warpgroups;
+  const int wgs = FloatLinearCudaSwapFp8Warpgroups(p);
   const bool two = wgs >= 2;
   if (bm == 16) {
     wgs == 3 ? LaunchSwapFp8StreamKernel<16, 3>(g, grid, stream)
@@ -356,13 +356,14 @@ absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCuda
   g.stages = float_swap_fp8::StagesFor(p.k);
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(p.groups));
   const size_t smem = static_cast<size_t>(float_swap_fp8::SmemBytes(p.k));
-  if (p.swap_fp8_warpgroups == 3 && g.stages >= 6) {  // 2 stages each at least; no chains
+  const int wgs = FloatLinearCudaSwapFp8Warpgroups(p);
+  if (wgs == 3 && g.stages >= 6) {  // 2 stages each at least; no chains
     g.stages = g.stages / 3 * 3;
     LaunchSwapFp8Kernel<3, 1>(g, grid, smem, p.programmatic, stream);
     return absl::OkStatus();
   }
   // Validated: 11, 14, 21, 24, 31, 34 (3 warpgroups without room for 6 stages run 2).
-  const int form = 10 * std::min(p.swap_fp8_warpgroups, 2) + p.swap_fp8_chains;
+  const int form = 10 * std::min(wgs, 2) + p.swap_fp8_chains;
   if (form == 11) {
     LaunchSwapFp8Kernel<1, 1>(g, grid, smem, p.programmatic, stream);
   } else if (form == 14) {
