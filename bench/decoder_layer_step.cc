@@ -593,24 +593,27 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // the main stream), so both schedules sum its Linears with the same K splits.
   const bool shared_branch =
       (overlap && opt_.shared_branch) || opt_.shared_splits > 0 || opt_.shared_ctas > 0;
-  if (shared_branch) {
+  // The shared expert on `on` (its own stage, or forked by the MoE once its up stage has run).
+  auto shared_expert = [=, this](cudaStream_t on) {
+    kernels::MoeSharedExpertParams p;
+    p.weights = &shared_->view;
+    p.m = b;
+    p.x = fn_x_.get<uint16_t>();
+    p.x_stride = kD;
+    p.y = shared_y_.get<uint16_t>();
+    p.y_stride = kD;
+    p.split_k = opt_.shared_splits;
+    p.stream_ctas = opt_.shared_ctas;
+    p.workspace = shared_ws_.get();
+    p.workspace_bytes = shared_ws_.bytes();
+    Ok(kernels::LaunchMoeSharedExpert(p, on));
+  };
+  // Options::shared_at 1: forked by the MoE stage once its up stage is enqueued (after_up).
+  const bool shared_after_up = shared_branch && overlap && opt_.shared_at == 1;
+  if (shared_branch && !shared_after_up) {
     // The shared expert needs only the normed x: forked here, it runs beside the gate and the
     // routing; the MoE's combine waits for it (shared_y_ready).
-    s.push_back({"shared expert (forked stream)",
-                 [=, this] {
-                   kernels::MoeSharedExpertParams p;
-                   p.weights = &shared_->view;
-                   p.m = b;
-                   p.x = fn_x_.get<uint16_t>();
-                   p.x_stride = kD;
-                   p.y = shared_y_.get<uint16_t>();
-                   p.y_stride = kD;
-                   p.split_k = opt_.shared_splits;
-                   p.stream_ctas = opt_.shared_ctas;
-                   p.workspace = shared_ws_.get();
-                   p.workspace_bytes = shared_ws_.bytes();
-                   Ok(kernels::LaunchMoeSharedExpert(p, branch_stream(3)));
-                 },
+    s.push_back({"shared expert (forked stream)", [=] { shared_expert(branch_stream(3)); },
                  0 /* with the MoE stage's bytes */, 2 * db * 3 * kD * kInter});
     on_branch(3, true);
   }
@@ -618,7 +621,9 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
   // schedule's session-21 form only: the one-stream schedule keeps LaunchHcPost, so the
   // bit-identity check covers the fused form).
   const bool post_in_moe = opt_.moe_hc_post && overlap && !loop;
-  std::string moe_name = shared_branch ? "MoE (routed; shared joined" : "MoE (routed + shared";
+  std::string moe_name = shared_after_up ? "MoE (routed; shared forked after the up stage"
+                         : shared_branch ? "MoE (routed; shared joined"
+                                         : "MoE (routed + shared";
   moe_name += post_in_moe ? "; + ffn hc_post)" : ")";
   s.push_back({moe_name,
                [=, this] {
@@ -632,6 +637,14 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                    p.shared_y = shared_y_.get<uint16_t>();
                    p.shared_y_stride = kD;
                    p.shared_y_ready = overlap ? join_[3] : nullptr;  // one stream: in order
+                   if (shared_after_up) {
+                     p.after_up = [=, this](cudaStream_t up_stream) {
+                       CUDA_CHECK(cudaEventRecord(fork_[3], up_stream));
+                       CUDA_CHECK(cudaStreamWaitEvent(branch_stream(3), fork_[3], 0));
+                       shared_expert(branch_stream(3));
+                       mark(3);
+                     };
+                   }
                  } else {
                    p.shared = &shared_->view;
                  }
@@ -658,10 +671,13 @@ std::vector<Stage> LayerStep::ReuseStages(int64_t b, bool overlap) {
                  Ok(kernels::MoeCuda(p, st));
                },
                0 /* set after a run: touched experts */,
-               2 * db * (shared_branch ? kTopkExperts : kTopkExperts + 1) * 3 * kD * kInter});
-  if (shared_branch || post_in_moe) {
+               2 * db * (shared_branch && !shared_after_up ? kTopkExperts : kTopkExperts + 1) * 3 *
+                   kD * kInter});
+  if ((shared_branch && !shared_after_up) || post_in_moe) {
     s.back().joins = [=, this] {
-      if (shared_branch && overlap) CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0));
+      if (shared_branch && !shared_after_up && overlap) {
+        CUDA_CHECK(cudaStreamWaitEvent(st, join_[3], 0));
+      }
       if (post_in_moe) join(1);
     };
   }

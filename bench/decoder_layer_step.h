@@ -148,6 +148,12 @@ struct Options {
   // splits; the one-stream schedule then runs it as its own stage with the same plans). Session
   // 78 (H100): 132 level at 1 token, 3–4 µs faster at 8 (within the runs' spread); 66 slower.
   int64_t shared_ctas = 0;
+  // Where the forked shared expert starts (overlapped schedule with the shared branch): 0
+  // (default) at the FFN site's boundary, beside the gate, the MoE's front and its up stage; 1
+  // once the MoE's up stage has run (kernels::MoeCudaParams::after_up), beside the down stage and
+  // the combine's wait — the up stage's weight stream and the front's SM slots then have the GPU
+  // to themselves (session 83, A/B; the same bits).
+  int shared_at = 0;
   // kernels::HcBoundaryParams::cluster_ctas of the fused site boundaries: 0 (default) the
   // launcher's automatic choice (8 CTAs per token up to 64 tokens since session 78), 1 one block
   // per token, 2 / 4 / 8 a cluster of CTAs per token (A/B; the same bits).

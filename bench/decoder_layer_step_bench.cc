@@ -9,7 +9,8 @@
 //                            [--fuse-rope 0|1] [--layer-loop 0|1] [--mixes-late 0|1]
 //                            [--float-pdl auto|0|1|2|3] [--moe-early-ring 0|1] [--moe-hc-post 0|1]
 //                            [--wqb-qnorm 0|1] [--stack-qkv 0|1] [--boundary-cluster 0|1|2|4|8]
-//                            [--shared-splits N] [--shared-ctas N] [--ffn-mixes-ctas N]
+//                            [--shared-splits N] [--shared-ctas N] [--shared-at 0|1]
+//                            [--ffn-mixes-ctas N]
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
@@ -153,6 +154,9 @@
 // --shared-ctas N plans the forked shared expert's Linears toward N CTAs instead of 264
 // (MoeSharedExpertParams::stream_ctas, session 78; 0 the default), fewer CTAs holding SM slots
 // (measured: 132 level at 1 token, 3-4 µs faster at 8, within the runs' spread; 66 slower).
+// --shared-at 1 forks the shared expert once the MoE's up stage has run (MoeCudaParams::after_up)
+// instead of at the FFN boundary (0, the default), so that its 35 MB stream runs beside the down
+// stage rather than beside the front and the up stage (session 83, A/B; the same bits).
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.
@@ -337,6 +341,12 @@ Options ParseOptions(int argc, char** argv) {
       o.ffn_mixes_ctas = std::atoll(argv[i + 1]);
       if (o.ffn_mixes_ctas < 0) {
         std::fprintf(stderr, "--ffn-mixes-ctas must be >= 0\n");
+        std::exit(2);
+      }
+    } else if (flag == "--shared-at") {
+      o.shared_at = std::atoi(argv[i + 1]);
+      if (o.shared_at != 0 && o.shared_at != 1) {
+        std::fprintf(stderr, "--shared-at must be 0 or 1\n");
         std::exit(2);
       }
     } else if (flag == "--shared-ctas") {

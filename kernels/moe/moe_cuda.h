@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -756,6 +757,15 @@ struct MoeCudaParams {
   // a plain launch (A/B, session 78). Output bits unchanged. The decode-layer bench turns it on
   // (H100, 1 token: the step's graph 205.4–206.0 -> 203.8–203.9 µs; 8 tokens level).
   bool front_programmatic = false;
+  // Optional: called by MoeCuda with `stream` right after it has enqueued the up stage (and
+  // before the down stage), also for m = 0 (before the joins), so that the caller can fork work
+  // that should start once the up stage has run — e.g. its shared expert (with shared_y /
+  // shared_y_ready) beside the down stage instead of beside the gate, the routing and the up
+  // stage, whose weight stream it slows (session 83, bench_decoder_layer_step --shared-at 1).
+  // Whatever it forks must be joined by shared_y_ready / hc_post_ready or by the caller after
+  // MoeCuda. In a graph capture an event recorded here adds no node: the down stage stays the up
+  // stage's programmatic dependent.
+  std::function<void(CUstream_st*)> after_up;
 };
 
 // Device workspace for up to `max_tokens` tokens: about max_tokens·top_k·(4·D + 2·I + 32) bytes

@@ -459,7 +459,8 @@ TEST(MoeGpuSharedTest, ConcurrentSharedExpertGivesTheInOrderBytes) {
 // The caller runs the shared expert on its own forked stream (as a layer schedule does, starting
 // it right after the FFN norm) and passes its output with the event that marks it written
 // (MoeCudaParams::shared_y + shared_y_ready): the same bytes as MoeCuda running it, on a stream
-// and under graph capture, with the output buffer poisoned before each run.
+// and under graph capture, with the output buffer poisoned before each run. Both fork points:
+// before MoeCuda, and from MoeCudaParams::after_up once the up stage is enqueued (called once).
 TEST(MoeGpuSharedTest, CallerForkedSharedExpertWithReadyEvent) {
   FS_SKIP_WITHOUT_GPU();
   moe_test::LayerSpec spec;  // E 8, D 256, I 128
@@ -497,10 +498,9 @@ TEST(MoeGpuSharedTest, CallerForkedSharedExpertWithReadyEvent) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    auto enqueue = [&] {
-      CUDA_CHECK(cudaMemsetAsync(y.get(), 0xFF, y.bytes(), stream));
-      CUDA_CHECK(cudaMemsetAsync(sy.get(), 0xFF, sy.bytes(), stream));
-      CUDA_CHECK(cudaEventRecord(forked, stream));
+    // Forks the shared expert from `from` onto `side`, its end marked by `ready`.
+    auto fork_shared = [&](cudaStream_t from) {
+      CUDA_CHECK(cudaEventRecord(forked, from));
       CUDA_CHECK(cudaStreamWaitEvent(side, forked, 0));
       MoeSharedExpertParams sp;
       sp.weights = &fused->view;
@@ -513,30 +513,50 @@ TEST(MoeGpuSharedTest, CallerForkedSharedExpertWithReadyEvent) {
       sp.workspace_bytes = sws.bytes();
       ASSERT_TRUE(LaunchMoeSharedExpert(sp, side).ok());
       CUDA_CHECK(cudaEventRecord(ready, side));
+    };
+    int after_up_calls = 0;
+    auto enqueue = [&](bool after_up) {
+      CUDA_CHECK(cudaMemsetAsync(y.get(), 0xFF, y.bytes(), stream));
+      CUDA_CHECK(cudaMemsetAsync(sy.get(), 0xFF, sy.bytes(), stream));
       MoeCudaParams q = p;
+      if (after_up) {
+        q.after_up = [&](cudaStream_t s) {
+          EXPECT_EQ(s, stream);
+          ++after_up_calls;
+          fork_shared(s);
+        };
+      } else {
+        fork_shared(stream);
+      }
       q.shared_y = sy.get<uint16_t>();
       q.shared_y_stride = kD;
       q.shared_y_ready = ready;
       q.y = y.get<uint16_t>();
       ASSERT_TRUE(MoeCuda(q, stream).ok());
     };
-    enqueue();
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(ToHost<uint16_t>(y, m * kD), want) << "streams, m " << m;
-
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    enqueue();
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 3; ++rep) {
-      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    for (bool after_up : {false, true}) {
+      after_up_calls = 0;
+      enqueue(after_up);
       CUDA_CHECK(cudaStreamSynchronize(stream));
-      EXPECT_EQ(ToHost<uint16_t>(y, m * kD), want) << "graph replay " << rep << ", m " << m;
+      EXPECT_EQ(ToHost<uint16_t>(y, m * kD), want)
+          << "streams, m " << m << ", after_up " << after_up;
+      EXPECT_EQ(after_up_calls, after_up ? 1 : 0);
+
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      enqueue(after_up);
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 3; ++rep) {
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        EXPECT_EQ(ToHost<uint16_t>(y, m * kD), want)
+            << "graph replay " << rep << ", m " << m << ", after_up " << after_up;
+      }
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
     }
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
     CUDA_CHECK(cudaEventDestroy(forked));
     CUDA_CHECK(cudaEventDestroy(ready));
     CUDA_CHECK(cudaStreamDestroy(side));

@@ -545,6 +545,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   if (p.m == 0) {
     // Nothing to compute, but the caller's forked work is still joined (a capture must not end
     // with an unjoined branch).
+    if (p.after_up) p.after_up(stream);
     if (p.shared_y_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.shared_y_ready, 0));
     if (p.hc_post_ready != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.hc_post_ready, 0));
     return absl::OkStatus();
@@ -684,6 +685,7 @@ absl::Status MoeCuda(const MoeCudaParams& p, CUstream_st* stream) {
   up.ring_counters_zeroed = ring;
   up.ring_cut = p.ring_cut;
   EnqueueUp(up, stream);
+  if (p.after_up) p.after_up(stream);  // the caller's work forked once the up stage has run
 
   if (rs_down_after) {
     // The up GEMM read the tile list; the down GEMM takes its 128-row tiles (in place) and ag in
