@@ -52,7 +52,7 @@ inline constexpr int64_t kSwaRowBytes = 528;
 inline constexpr int64_t kMainRowBytes = 288;  // FP4 main-KV serving row of 512 channels
 inline constexpr int64_t kIdxKRowBytes = 68;   // index-key serving row: 64 code bytes + 4 scales
 
-// Bench options (decoder_layer_step_bench.cc parses them).
+// Bench options (decoder_layer_step_flags.cc parses them and documents each flag).
 struct Options {
   int iters = 20;
   int warmup = 5;
@@ -275,6 +275,10 @@ struct Options {
   std::vector<int64_t> l2_prefetch_list = {0};
   std::set<std::string> l2_prefetch_targets = {"wq", "wo_a", "gate"};
 };
+
+// The bench's command line (decoder_layer_step_flags.cc, whose top holds the usage text); an
+// unknown flag or a value out of range prints a message to stderr and exits with status 2.
+Options ParseDecoderLayerStepOptions(int argc, char** argv);
 
 // An FP8 block-scaled Linear [n, k] on the device (kernels/gemm layout), synthetic.
 struct Fp8Weight {
