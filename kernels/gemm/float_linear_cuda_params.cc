@@ -41,6 +41,20 @@ absl::Status Invalid(const char* field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrFormat("LaunchFloatLinear: %s %s", field, why));
 }
 
+// The weight is given only in its FP8 form (w_fp8 without w_bf16 or w_f32).
+bool Fp8Only(const FloatLinearCudaParams& p) {
+  return p.w_fp8 != nullptr && p.w_bf16 == nullptr && p.w_f32 == nullptr;
+}
+
+// Whether `plan` reads bf16 weights that p gives only in their FP8 form: the launcher then
+// expands them into the workspace first.
+bool PlanExpands(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan) {
+  return Fp8Only(p) && plan.tile_rows != kFloatLinearCudaGemvRows &&
+         plan.tile_rows != kFloatLinearCudaSwapFp8Rows;
+}
+
+size_t RoundUp256(size_t v) { return (v + 255) / 256 * 256; }
+
 size_t PartialBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64_t groups) {
   return plan.splits > 1 ? static_cast<size_t>(4 * groups * plan.splits * m * n) : 0;
 }
@@ -53,6 +67,15 @@ size_t PlanWorkspaceBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n,
     return static_cast<size_t>(2 * std::max<int64_t>(1, groups) * m * k);
   }
   return PartialBytes(plan, m, n, groups);
+}
+
+// The whole workspace p's call needs under `plan` at m rows: the plan's own region, then, where
+// it expands an FP8-only weight, the expansion.
+size_t CallWorkspaceBytes(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
+                          int64_t m) {
+  const size_t own = PlanWorkspaceBytes(plan, m, p.n, p.k, p.groups);
+  if (!PlanExpands(p, plan)) return own;
+  return RoundUp256(own) + FloatLinearCudaExpansionBytes(p);
 }
 
 // TMA reads bf16 x in 16-byte units: the base and every row start aligned (W is, validated).
@@ -163,8 +186,18 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p) {
   // From 2 to 8 rows the FP8 form's swapped-role kernel (fp8_weight_form.md, session 81, H100:
   // wo_a 23.8 / 24.2 / 25.6 µs at M = 2 / 4 / 8 against 28.5 / 28.4 / 29.0 on the bf16 weight),
   // where its requirements hold.
-  if (p.w_fp8 != nullptr && p.m <= kFloatLinearCudaSwapFp8AutoMaxM && SwapFp8Misfit(p) == nullptr) {
+  // A weight given only in its FP8 form keeps it up to kFloatLinearCudaSwapFp8OnlyMaxM rows,
+  // where the bf16 plans would expand it first (the constant's note), and where the swapped-role
+  // kernel cannot run (fp32 x, K not whole 128-K stages, misaligned codes or x) up to 4 rows on
+  // the CUDA-core kernel (which takes any x dtype).
+  const bool fp8_only = Fp8Only(p);
+  const int64_t swap_fp8_max_m =
+      fp8_only ? kFloatLinearCudaSwapFp8OnlyMaxM : kFloatLinearCudaSwapFp8AutoMaxM;
+  if (p.w_fp8 != nullptr && p.m <= swap_fp8_max_m && SwapFp8Misfit(p) == nullptr) {
     return PlanFor(p, kFloatLinearCudaSwapFp8Rows);
+  }
+  if (fp8_only && p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p)) {
+    return PlanFor(p, kFloatLinearCudaGemvRows);
   }
   if (p.m <= kFloatLinearCudaGemvMaxM && XRowsVec(p) &&
       !(bf16_only &&
@@ -204,6 +237,17 @@ int FloatLinearCudaSwapFp8Warpgroups(const FloatLinearCudaParams& p) {
   return p.m <= kFloatLinearCudaSwapFp8ThreeWgsMaxM && p.swap_fp8_chains == 1 ? 3 : 2;
 }
 
+size_t FloatLinearCudaExpansionBytes(const FloatLinearCudaParams& p) {
+  const int64_t copies = p.w_group_stride == 0 ? 1 : std::max<int64_t>(1, p.groups);
+  return static_cast<size_t>(2 * copies * p.n * p.k);
+}
+
+int64_t FloatLinearCudaExpansionOffset(const FloatLinearCudaParams& p,
+                                       const FloatLinearCudaPlan& plan) {
+  if (!PlanExpands(p, plan)) return -1;
+  return static_cast<int64_t>(RoundUp256(PlanWorkspaceBytes(plan, p.m, p.n, p.k, p.groups)));
+}
+
 size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m) {
   if (max_m <= 0) return 0;
   // Both x dtypes (the tile cap differs). Beyond 64 · kTargetCtas rows every plan has at least
@@ -222,6 +266,7 @@ size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max
         FloatLinearCudaParams q = p;
         if (!x_tma) q.x_stride = 1;
         q.x_f32 = xf;
+        if (wf != nullptr && Fp8Only(p)) continue;  // no fp32 form of an FP8-only weight
         q.w_f32 = wf;
         if (wf != nullptr) q.w_bf16 = nullptr;
         if (xf != nullptr && q.tile_rows == 64) continue;  // invalid, never launched
@@ -232,12 +277,10 @@ size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max
         const int64_t scan = std::min<int64_t>(max_m, 64 * kTargetCtas);
         for (int64_t m = 1; m <= scan; ++m) {
           q.m = m;
-          bytes =
-              std::max(bytes, PlanWorkspaceBytes(PlanFloatLinearCuda(q), m, p.n, p.k, p.groups));
+          bytes = std::max(bytes, CallWorkspaceBytes(q, PlanFloatLinearCuda(q), m));
         }
         q.m = max_m;
-        bytes =
-            std::max(bytes, PlanWorkspaceBytes(PlanFloatLinearCuda(q), max_m, p.n, p.k, p.groups));
+        bytes = std::max(bytes, CallWorkspaceBytes(q, PlanFloatLinearCuda(q), max_m));
       }
     }
   }
@@ -302,18 +345,30 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
                    absl::StrFormat("%d is not 0 (by waves), 128, 160, 192 or 256", p.ws_tile_cols));
   }
   if (p.m == 0) return absl::OkStatus();
-  if (!ExactlyOne(p.w_bf16, p.w_f32)) {
-    return Invalid("w_bf16/w_f32", "must have exactly one non-null pointer");
+  const bool fp8_only = Fp8Only(p);
+  if (!fp8_only && !ExactlyOne(p.w_bf16, p.w_f32)) {
+    return Invalid("w_bf16/w_f32",
+                   "must have exactly one non-null pointer (or neither, with w_fp8 alone)");
   }
-  const void* w = p.w_bf16 != nullptr ? static_cast<const void*>(p.w_bf16) : p.w_f32;
-  if (!Aligned(w, 16)) return Invalid(p.w_bf16 ? "w_bf16" : "w_f32", "is not 16-byte aligned");
+  if (!fp8_only) {
+    const void* w = p.w_bf16 != nullptr ? static_cast<const void*>(p.w_bf16) : p.w_f32;
+    if (!Aligned(w, 16)) return Invalid(p.w_bf16 ? "w_bf16" : "w_f32", "is not 16-byte aligned");
+  }
   if (p.w_group_stride < 0 || p.w_group_stride % 8 != 0) {
     return Invalid("w_group_stride",
                    absl::StrFormat("%d is not a non-negative multiple of 8", p.w_group_stride));
   }
   if (p.w_fp8 != nullptr || p.w_fp8_scales != nullptr) {
-    if (p.w_fp8 == nullptr || p.w_fp8_scales == nullptr || p.w_bf16 == nullptr) {
-      return Invalid("w_fp8/w_fp8_scales", "need each other and w_bf16 (the same weight)");
+    if (p.w_fp8 == nullptr || p.w_fp8_scales == nullptr || p.w_f32 != nullptr) {
+      return Invalid("w_fp8/w_fp8_scales",
+                     "need each other, and w_bf16 (the same weight) or no other weight form");
+    }
+    if (fp8_only && !Aligned(p.w_fp8, 16)) {
+      return Invalid("w_fp8", "is not 16-byte aligned (FP8 only: the expansion's loads)");
+    }
+    if (fp8_only && p.k > kLinearCudaMaxK) {
+      return Invalid("w_fp8",
+                     absl::StrFormat("FP8 only needs K at most %d (K = %d)", kLinearCudaMaxK, p.k));
     }
     if (p.n % kFloatLinearFp8Block != 0 || p.k % kFloatLinearFp8Block != 0) {
       return Invalid("w_fp8", absl::StrFormat("needs N and K multiples of %d (N = %d, K = %d)",
@@ -371,7 +426,7 @@ absl::Status ValidateFloatLinearCudaParams(const FloatLinearCudaParams& p) {
   }
   const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
   if (plan.m_tiles > kMaxM) return Invalid("m", "needs too many row tiles");
-  const size_t need = PlanWorkspaceBytes(plan, p.m, p.n, p.k, p.groups);
+  const size_t need = CallWorkspaceBytes(p, plan, p.m);
   if (need > 0 &&
       (p.workspace == nullptr || !Aligned(p.workspace, 16) || p.workspace_bytes < need)) {
     return Invalid("workspace", absl::StrFormat("has %d bytes at %p; needs %d, 16-byte aligned",

@@ -10,6 +10,7 @@
 #include "common/formats/bf16.h"
 #include "common/formats/fp8_e4m3.h"
 #include "gtest/gtest.h"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -204,6 +205,154 @@ TEST(FloatLinearCudaParamsTest, Fp8FormValidationAndPlan) {
   q = wo_a;
   q.w_fp8 = w8 + 8;
   EXPECT_EQ(PlanFloatLinearCuda(q).tile_rows, kFloatLinearCudaSwapRows);
+}
+
+// A weight given only in its FP8 form: its own requirements (each named), its automatic plan by
+// M (the FP8 form's kernels up to kFloatLinearCudaSwapFp8OnlyMaxM rows, then the bf16 plans on
+// the expansion), and the workspace, which holds the expansion after the plan's own region
+// wherever a plan reads bf16 weights.
+TEST(FloatLinearCudaParamsTest, Fp8OnlyWeightValidationPlanAndWorkspace) {
+  alignas(16) static uint8_t w8[8 * 1024 * 4096 / 64 + 16];  // addresses only (never read)
+  alignas(16) static uint8_t s8[64];
+  alignas(16) static uint16_t x[16];
+  alignas(16) static float xf[16];
+  alignas(16) static float wf[16];
+  alignas(16) static uint16_t y[16];
+  FloatLinearCudaParams wo_a;  // wo_a: 8 groups of [1024, 4096] on o viewed [M, 8, 4096]
+  wo_a.n = 1024;
+  wo_a.k = 4096;
+  wo_a.groups = 8;
+  wo_a.w_fp8 = w8;
+  wo_a.w_fp8_scales = s8;
+  wo_a.w_group_stride = 1024 * 4096;
+  wo_a.x_bf16 = x;
+  wo_a.x_stride = 8 * 4096;
+  wo_a.x_group_stride = 4096;
+  wo_a.y_bf16 = y;
+  wo_a.y_stride = 8 * 1024;
+  wo_a.y_group_stride = 1024;
+  const size_t expansion = size_t{2} * 8 * 1024 * 4096;
+  EXPECT_EQ(FloatLinearCudaExpansionBytes(wo_a), expansion);
+  for (int64_t m : {1, 2, 8, 9, 64, 65, 128, 200, 256, 257, 384, 1024, 4096}) {
+    SCOPED_TRACE(m);
+    wo_a.m = m;
+    const FloatLinearCudaPlan plan = PlanFloatLinearCuda(wo_a);
+    FloatLinearCudaParams both = wo_a;  // the same weight beside its bf16 form
+    both.w_bf16 = x;
+    const FloatLinearCudaPlan plan_both = PlanFloatLinearCuda(both);
+    if (m <= kFloatLinearCudaGemvFp8MaxM) {
+      EXPECT_EQ(plan.tile_rows, kFloatLinearCudaGemvRows);
+    } else if (m <= kFloatLinearCudaSwapFp8OnlyMaxM) {
+      EXPECT_EQ(plan.tile_rows, kFloatLinearCudaSwapFp8Rows);
+    } else {  // the bf16 weight's plan, on the expansion
+      EXPECT_EQ(plan.tile_rows, plan_both.tile_rows);
+      EXPECT_EQ(plan.splits, plan_both.splits);
+      EXPECT_NE(plan.tile_rows, kFloatLinearCudaSwapFp8Rows);
+    }
+    const int64_t at = FloatLinearCudaExpansionOffset(wo_a, plan);
+    const bool expands =
+        plan.tile_rows != kFloatLinearCudaGemvRows && plan.tile_rows != kFloatLinearCudaSwapFp8Rows;
+    EXPECT_EQ(at >= 0, expands);
+    EXPECT_EQ(FloatLinearCudaExpansionOffset(both, plan_both), -1);  // w_bf16 given: never
+    if (expands) {
+      EXPECT_EQ(at % 256, 0);
+    }
+    // The call needs the plan's own region (x in the fragment order above 8 rows on the FP8
+    // kernel; no K split here) and, where it expands, the expansion after it; one byte less is
+    // refused, naming the workspace. FloatLinearCudaWorkspaceBytes covers it (and fp32 or
+    // misaligned x, whose plans expand from 5 rows).
+    const size_t call = expands ? static_cast<size_t>(at) + expansion
+                        : m > kFloatLinearCudaSwapFp8MaxM && m <= kFloatLinearCudaSwapFp8OnlyMaxM
+                            ? size_t{2} * 8 * m * 4096
+                            : 0;
+    EXPECT_GE(FloatLinearCudaWorkspaceBytes(wo_a, m), call);
+    FloatLinearCudaParams p = wo_a;
+    std::vector<unsigned char> ws(call + 16);
+    p.workspace =
+        call > 0 ? ws.data() + (16 - reinterpret_cast<uintptr_t>(ws.data()) % 16) % 16 : nullptr;
+    p.workspace_bytes = call;
+    EXPECT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+    if (call > 0) {
+      p.workspace_bytes = call - 1;
+      EXPECT_NE(ValidateFloatLinearCudaParams(p).message().find("workspace"), std::string::npos);
+    }
+  }
+  // Sized once for 4,096 rows, the workspace covers every smaller M.
+  EXPECT_GE(FloatLinearCudaWorkspaceBytes(wo_a, 4096), FloatLinearCudaWorkspaceBytes(wo_a, 300));
+  // Misaligned x rows (no CUDA-core kernel) expand at any M, fp32 x from 5 rows.
+  EXPECT_GE(FloatLinearCudaWorkspaceBytes(wo_a, 1), expansion);
+  // A shared weight (w_group_stride 0) is expanded once.
+  FloatLinearCudaParams shared = wo_a;
+  shared.w_group_stride = 0;
+  EXPECT_EQ(FloatLinearCudaExpansionBytes(shared), expansion / 8);
+  // Forced plans that read bf16 weights expand at any M (mma.sync 16 rows, the swapped-role
+  // kernel, wgmma); the forced CUDA-core kernel reads the codes.
+  wo_a.m = 4;
+  for (int64_t tile : {int64_t{16}, kFloatLinearCudaSwapRows, kFloatLinearCudaWgmmaRows}) {
+    FloatLinearCudaParams p = wo_a;
+    p.tile_rows = tile;
+    EXPECT_GE(FloatLinearCudaExpansionOffset(p, PlanFloatLinearCuda(p)), 0) << tile;
+    EXPECT_GE(FloatLinearCudaWorkspaceBytes(p, 4), expansion) << tile;
+  }
+  {
+    FloatLinearCudaParams p = wo_a;
+    p.tile_rows = kFloatLinearCudaGemvRows;
+    EXPECT_EQ(FloatLinearCudaExpansionOffset(p, PlanFloatLinearCuda(p)), -1);
+    EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 4), 0u);
+  }
+  // Where the swapped-role FP8 kernel cannot run: up to 4 rows the CUDA-core kernel on the codes
+  // (fp32 x; K not whole 128-K stages), above that the bf16 plans on the expansion.
+  {
+    FloatLinearCudaParams p = wo_a;
+    p.x_bf16 = nullptr;
+    p.x_f32 = xf;
+    for (int64_t m : {2, 4}) {
+      p.m = m;
+      EXPECT_EQ(PlanFloatLinearCuda(p).tile_rows, kFloatLinearCudaGemvRows) << m;
+    }
+    p.m = 5;
+    EXPECT_GE(FloatLinearCudaExpansionOffset(p, PlanFloatLinearCuda(p)), 0);
+    p = wo_a;
+    p.k = 4064;
+    p.x_group_stride = 4064;
+    p.w_group_stride = 1024 * 4064;
+    p.m = 3;
+    EXPECT_EQ(PlanFloatLinearCuda(p).tile_rows, kFloatLinearCudaGemvRows);
+    p.m = 40;
+    EXPECT_GE(FloatLinearCudaExpansionOffset(p, PlanFloatLinearCuda(p)), 0);
+  }
+  // Its requirements: codes 16-byte aligned, K at most kLinearCudaMaxK, the scales, no fp32
+  // weight beside it; with none of the three forms the weight field is named.
+  auto expect_field = [](const FloatLinearCudaParams& p, const char* field) {
+    const absl::Status s = ValidateFloatLinearCudaParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  };
+  FloatLinearCudaParams p = wo_a;
+  p.m = 1;
+  ASSERT_TRUE(ValidateFloatLinearCudaParams(p).ok()) << ValidateFloatLinearCudaParams(p);
+  p.w_fp8 = w8 + 8;
+  expect_field(p, "w_fp8");
+  p = wo_a;
+  p.m = 1;
+  p.w_fp8_scales = nullptr;
+  expect_field(p, "w_fp8");
+  p = wo_a;
+  p.m = 1;
+  p.w_f32 = wf;
+  expect_field(p, "w_fp8");
+  p = wo_a;
+  p.m = 1;
+  p.w_fp8 = nullptr;
+  p.w_fp8_scales = nullptr;
+  expect_field(p, "w_bf16/w_f32");
+  p = wo_a;
+  p.m = 1;
+  p.groups = 1;
+  p.w_group_stride = 0;
+  p.k = 2 * kLinearCudaMaxK;
+  p.x_stride = p.k;
+  expect_field(p, "w_fp8");
 }
 
 // tile_rows 8, the FP8 form's swapped-role kernel: its own requirements, each named, and its plan

@@ -97,6 +97,14 @@ inline constexpr int64_t kFloatLinearCudaSwapFp8AutoMaxM = 64;
 // The automatic form (swap_fp8_warpgroups 0) runs 3 consumer warpgroups up to this many rows, 2
 // above (session 83, kit s142: the figures at FloatLinearCudaParams::swap_fp8_warpgroups).
 inline constexpr int64_t kFloatLinearCudaSwapFp8ThreeWgsMaxM = 32;
+// A weight given only in its FP8 form (w_fp8 without w_bf16): the automatic plan keeps the FP8
+// form's kernels up to this many rows (the streamed form in 128-row tiles), where the bf16 plans
+// would first expand the weight into the workspace (2 · N · K bytes written, N · K read). An
+// estimate from session 83's figures (kit s142, H100, wo_a): two 128-row tiles took 62.4 µs at
+// 256 rows, against the bf16 swapped-role kernel's 38.0 plus an expansion of ~36 µs (wq_b's
+// 33.5 M weights, kernels/gemm README "CUDA: weights expanded once"); at 384 rows three tiles
+// (~93) against 36 + ~45. Not yet measured as such (fp8_weight_form.md "FP8 only").
+inline constexpr int64_t kFloatLinearCudaSwapFp8OnlyMaxM = 256;
 // The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
 // (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
 inline constexpr int64_t kFloatLinearFp8Block = 32;
@@ -113,19 +121,29 @@ struct FloatLinearCudaParams {
 
   // Weight, exactly one: [N, K] row-major (row stride K), group g at w + g · w_group_stride.
   // 16-byte aligned base; w_group_stride a multiple of 8 (0: every group shares one weight).
+  // Or neither, with the FP8 form below alone ("FP8 only").
   const uint16_t* w_bf16 = nullptr;
   const float* w_f32 = nullptr;
   int64_t w_group_stride = 0;
   const float* bias = nullptr;  // fp32 [N] (shared by the groups) or null; 4-byte aligned
-  // Optional, with w_bf16 only: the same weight as E4M3 codes [N, K] (row stride K, group g at
-  // w_fp8 + g · w_group_stride; 8-byte aligned) and one UE8M0 scale byte per 32 × 32 block
-  // (w_fp8_scales [N / 32, K / 32] row-major, group g at + g · (N / 32) · (K / 32), or shared when
-  // w_group_stride is 0), each value exactly the bf16 weight: NarrowFloatLinearWeightToFp8 makes
-  // both. N and K multiples of 32. The CUDA-core kernel (tile_rows 1) then streams the codes
-  // instead of the bf16 weight — the same values, the same fma order: the same bits — and the
-  // automatic plan takes it up to kFloatLinearCudaGemvFp8MaxM rows and the FP8 form's
-  // swapped-role kernel (tile_rows 8) up to kFloatLinearCudaSwapFp8AutoMaxM; the other kernels read
-  // w_bf16.
+  // Optional, with w_bf16 (or alone: "FP8 only" below): the same weight as E4M3 codes [N, K] (row
+  // stride K, group g at w_fp8 + g · w_group_stride; 8-byte aligned) and one UE8M0 scale byte per
+  // 32 × 32 block (w_fp8_scales [N / 32, K / 32] row-major, group g at + g · (N / 32) · (K / 32),
+  // or shared when w_group_stride is 0), each value exactly the bf16 weight:
+  // NarrowFloatLinearWeightToFp8 makes both. N and K multiples of 32. The CUDA-core kernel
+  // (tile_rows 1) then streams the codes instead of the bf16 weight — the same values, the same fma
+  // order: the same bits — and the automatic plan takes it up to kFloatLinearCudaGemvFp8MaxM rows
+  // and the FP8 form's swapped-role kernel (tile_rows 8) up to kFloatLinearCudaSwapFp8AutoMaxM; the
+  // other kernels read w_bf16. FP8 only (w_fp8 and w_fp8_scales without w_bf16; the weight's device
+  // memory halves: attn.wo_a 67 → 34 MB a layer): w_fp8 16-byte aligned, K at most kLinearCudaMaxK.
+  // The automatic plan takes the FP8 form's kernels up to kFloatLinearCudaSwapFp8OnlyMaxM rows (the
+  // CUDA-core kernel up to kFloatLinearCudaGemvMaxM where the swapped-role one cannot run); every
+  // other plan, automatic or forced, first expands the weight into the workspace (the exact bf16
+  // values, by kernels/gemm's FP8 expansion kernel) and reads that: the bits of the same plan on
+  // w_bf16 (launched plainly after the expansion even where `programmatic` is set).
+  // FloatLinearCudaWorkspaceBytes counts the expansion (2 · N · K bytes per distinct weight). The
+  // codes and scales as NarrowFloatLinearWeightToFp8 writes them (no NaN code, scale bytes 8 ..
+  // 254), so that every kernel decodes the same values.
   const uint8_t* w_fp8 = nullptr;
   const uint8_t* w_fp8_scales = nullptr;
 
@@ -154,7 +172,8 @@ struct FloatLinearCudaParams {
   // forces the swapped-role kernel on the FP8 form (w_fp8, bf16 x; x resident up to M 8, streamed
   // through the workspace above; see the constants).
   // Automatic: with w_fp8, the CUDA-core kernel on it up to kFloatLinearCudaGemvFp8MaxM rows and
-  // its swapped-role kernel up to kFloatLinearCudaSwapFp8MaxM (where it fits); else the CUDA-core
+  // its swapped-role kernel up to kFloatLinearCudaSwapFp8AutoMaxM (FP8 only:
+  // kFloatLinearCudaSwapFp8OnlyMaxM) where it fits; else the CUDA-core
   // kernel for M <= kFloatLinearCudaGemvMaxM with 16-byte aligned x rows, unless x and W are
   // bf16 and the weights number kFloatLinearCudaGemvMaxBf16Weights or more; the swapped-role
   // kernel for bf16 x and W with aligned x rows up to M 256 (1,024 unless wgmma needs no split);
@@ -245,10 +264,23 @@ FloatLinearCudaPlan PlanFloatLinearCuda(const FloatLinearCudaParams& p);
 int64_t FloatLinearCudaWsTileCols(const FloatLinearCudaParams& p, const FloatLinearCudaPlan& plan,
                                   int64_t sms);
 
-// Workspace bytes for any m <= max_m with p's n, k, groups, tile_rows and split_k (any x and W
-// dtypes; the other fields are ignored): 4 · G · splits · M · N when the plan splits K, else 0.
-// Monotone in max_m, so size once for the largest M. Cost: O(min(max_m, 16896)) plans.
+// Workspace bytes for any m <= max_m with p's n, k, groups, tile_rows, split_k and, for an FP8
+// only weight, w_group_stride (any x and W dtypes; the other fields are ignored): 4 · G · splits ·
+// M · N when the plan splits K, 2 · G · M · K where the FP8 form's kernel streams x, and for an
+// FP8-only weight, where the plan expands it, the expansion after that (see
+// FloatLinearCudaExpansionOffset). Monotone in max_m, so size once for the largest M. Cost:
+// O(min(max_m, 16896)) plans.
 size_t FloatLinearCudaWorkspaceBytes(const FloatLinearCudaParams& p, int64_t max_m);
+
+// Where LaunchFloatLinear writes the expansion of an FP8-only weight (w_fp8 without w_bf16 or
+// w_f32) for `plan`, a plan whose kernel reads bf16 weights (neither the CUDA-core kernel nor the
+// FP8 form's swapped-role kernel): the byte offset in the workspace, after the plan's own region
+// rounded up to 256; the expansion takes FloatLinearCudaExpansionBytes(p). -1 when the plan reads
+// no expansion. Pure.
+int64_t FloatLinearCudaExpansionOffset(const FloatLinearCudaParams& p,
+                                       const FloatLinearCudaPlan& plan);
+// 2 · N · K bytes, times `groups` unless w_group_stride is 0 (one weight shared by the groups).
+size_t FloatLinearCudaExpansionBytes(const FloatLinearCudaParams& p);
 
 // The FP8 swapped-role kernel's consumer warpgroups for p: p.swap_fp8_warpgroups where set (1-3),
 // else (0) 3 up to kFloatLinearCudaSwapFp8ThreeWgsMaxM rows with one chain, 2 otherwise. Pure.

@@ -16,7 +16,9 @@
 // 8), and its forms swap-fp8-c4 (4 accumulator chains), swap-fp8-w2 (2 consumer warpgroups),
 // swap-fp8-w2c4 (both), swap-fp8-w3 (3 warpgroups; FloatLinearCudaParams::swap_fp8_warpgroups /
 // swap_fp8_chains; printed with the suffix); the last four bf16 weights only, skipped for fp32
-// ones. The `kernel` column says which ran.
+// ones. The `kernel` column says which ran; "exp+" before it: the plan first expanded an FP8-only
+// weight into the workspace (shape wo_a_fp8only: the FP8 form alone, no bf16 weight; the roof's
+// bytes count the codes, the expansion is in the time).
 // --split-k forces the K split count of every kernel (0 = the plan's). --ws-cols times each listed
 // FloatLinearCudaParams::ws_tile_cols where the warp-specialised kernel runs (0 = the default,
 // LinearCudaWsTileCols's width; 256 = the width before session 64; the kernel column then reads
@@ -65,6 +67,9 @@ struct Shape {
   // FP8 form (NarrowFloatLinearWeightToFp8, FloatLinearCudaParams::w_fp8; session 80): the
   // CUDA-core kernel streams the codes, the other kernels the bf16 weight.
   bool fp8 = false;
+  // The FP8 form alone (no w_bf16; FloatLinearCudaParams "FP8 only"): plans that read bf16
+  // weights expand the codes into the workspace first, inside the timed call.
+  bool fp8_only = false;
 };
 // Model spec §4.3 step 6 (wo_a on o viewed [M, 8, 4096]), §4.4, §4.5, §4.7.
 constexpr Shape kShapes[] = {
@@ -79,6 +84,7 @@ constexpr Shape kShapes[] = {
     {"gate", 384, 5120, 1, false, true},
     {"cmp_r2_pair", 512, 5120, 2, false, true},
     {"wo_a_fp8", 1024, 4096, 8, false, false, true},
+    {"wo_a_fp8only", 1024, 4096, 8, false, false, true, true},
 };
 
 struct Options {
@@ -251,6 +257,10 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
     if (tile == kFloatLinearCudaSwapRows && s.w_f32) continue;
     FloatLinearCudaParams q = base;
     q.tile_rows = tile;
+    if (s.fp8_only) {  // the expansion where a plan reads bf16 weights
+      q.w_fp8 = dcodes[0].get<uint8_t>();
+      q.w_fp8_scales = dscales[0].get<uint8_t>();
+    }
     ws_bytes = std::max(ws_bytes, FloatLinearCudaWorkspaceBytes(q, max_m));
   }
   if (s.fp8) {  // the FP8 form's plans: x in the fragment order where its kernel streams it
@@ -284,7 +294,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         }
         FloatLinearCudaParams p = base;
         p.m = m;
-        p.w_bf16 = s.w_f32 ? nullptr : dw[0].get<uint16_t>();  // the plan reads the W dtype
+        p.w_bf16 = s.w_f32 || s.fp8_only ? nullptr : dw[0].get<uint16_t>();  // the W dtype
         p.w_f32 = s.w_f32 ? dw[0].get<float>() : nullptr;
         if (s.fp8) {  // the plan reads whether the FP8 form is there
           p.w_fp8 = dcodes[0].get<uint8_t>();
@@ -319,7 +329,7 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
               FloatLinearCudaParams q = p;
               if (s.w_f32) {
                 q.w_f32 = dw[call % copies].get<float>();
-              } else {
+              } else if (!s.fp8_only) {
                 q.w_bf16 = dw[call % copies].get<uint16_t>();
               }
               if (s.fp8) {
@@ -331,8 +341,10 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
               CHECK(st.ok()) << st;
             },
             stream);
-        // The FP8 form on the CUDA-core kernel streams codes and scales instead of bf16.
-        const bool fp8_read = s.fp8 && (plan.tile_rows == kFloatLinearCudaGemvRows ||
+        // The FP8 form's kernels stream codes and scales instead of bf16; so does an FP8-only
+        // weight under every plan (the bytes any implementation must move: its expansion's
+        // traffic is the plan's overhead, in the time, not in the roof).
+        const bool fp8_read = s.fp8 && (s.fp8_only || plan.tile_rows == kFloatLinearCudaGemvRows ||
                                         plan.tile_rows == kFloatLinearCudaSwapFp8Rows);
         const double w_read = fp8_read ? w_elems + w_elems / 1024.0 : static_cast<double>(w_bytes);
         const double bytes =
@@ -340,22 +352,24 @@ void RunShape(const Options& o, const Shape& s, double copy_gbps, double tc_tflo
         const double flops = 2.0 * m * s.groups * s.n * s.k;
         const double roof_us =
             std::max(bytes / (copy_gbps * 1e3), pieces * flops / (tc_tflops * 1e6));
+        const std::string shown =
+            (FloatLinearCudaExpansionOffset(p, plan) >= 0 ? std::string("exp+") : std::string()) +
+            (plan.tile_rows == kFloatLinearCudaSwapRows      ? "swap"
+             : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? swap8_name
+             : plan.tile_rows == kFloatLinearCudaGemvRows
+                 ? (fp8_read ? (p.gemv_wide ? "gemv8-fp8" : "gemv-fp8")
+                             : (p.gemv_wide ? "gemv8" : "gemv"))
+                 : (plan.tile_rows != kFloatLinearCudaWgmmaRows
+                        ? "mma.sync"
+                        : (!plan.warp_specialised ? "wgmma"
+                           : o.ws_cols.size() > 1 || cols != kFloatLinearCudaWgmmaCols
+                               ? ws_name
+                               : "wgmma-ws")));
         std::printf(
             "%-10s %5ld %5ld %2ld %4s %5ld %-8s %4ld %6ld %10.2f %9.2f %9.2f %8.1f %7.0f %9.2f "
             "%6.2f\n",
             s.name, static_cast<long>(s.n), static_cast<long>(s.k), static_cast<long>(s.groups),
-            s.w_f32 ? "f32" : "bf16", static_cast<long>(m),
-            plan.tile_rows == kFloatLinearCudaSwapRows      ? "swap"
-            : plan.tile_rows == kFloatLinearCudaSwapFp8Rows ? swap8_name
-            : plan.tile_rows == kFloatLinearCudaGemvRows
-                ? (fp8_read ? (p.gemv_wide ? "gemv8-fp8" : "gemv-fp8")
-                            : (p.gemv_wide ? "gemv8" : "gemv"))
-                : (plan.tile_rows != kFloatLinearCudaWgmmaRows
-                       ? "mma.sync"
-                       : (!plan.warp_specialised ? "wgmma"
-                          : o.ws_cols.size() > 1 || cols != kFloatLinearCudaWgmmaCols
-                              ? ws_name
-                              : "wgmma-ws")),
+            s.w_f32 ? "f32" : "bf16", static_cast<long>(m), shown.c_str(),
             static_cast<long>(plan.tile_rows), static_cast<long>(plan.splits), us, bytes / 1e6,
             flops / 1e9, flops / us / 1e6, bytes / us / 1e3, roof_us, roof_us / us);
       }

@@ -1,4 +1,5 @@
-// LaunchFloatLinear (gemm_float_cuda.h): validation and plan on the host, then the GEMM
+// LaunchFloatLinear (gemm_float_cuda.h): validation and plan on the host, then, for an FP8-only
+// weight under a bf16 plan, its expansion (LaunchExpandFp8Linear), the GEMM
 // (cuda/float_linear_gemm.cuh, or for tile_rows 128 cuda/wgmma_ws_gemm.cuh /
 // cuda/wgmma_linear_gemm.cuh) and, for split plans, the reduction.
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 #include "kernels/gemm/cuda/float_linear_swap_fp8_stream.cuh"
 #include "kernels/gemm/cuda/wgmma_linear_gemm.cuh"
 #include "kernels/gemm/cuda/wgmma_ws_gemm.cuh"
+#include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_float_cuda.h"
 
 namespace flashserve::kernels {
@@ -378,10 +380,30 @@ absl::Status LaunchSwapFp8(const FloatLinearCudaParams& p, const FloatLinearCuda
 
 }  // namespace
 
-absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stream) {
-  RETURN_IF_ERROR(ValidateFloatLinearCudaParams(p));
-  if (p.m == 0) return absl::OkStatus();
-  const FloatLinearCudaPlan plan = PlanFloatLinearCuda(p);
+absl::Status LaunchFloatLinear(const FloatLinearCudaParams& in, CUstream_st* stream) {
+  RETURN_IF_ERROR(ValidateFloatLinearCudaParams(in));
+  if (in.m == 0) return absl::OkStatus();
+  const FloatLinearCudaPlan plan = PlanFloatLinearCuda(in);
+  // An FP8-only weight under a plan that reads bf16 weights: its exact expansion into the
+  // workspace (validated to hold it), which the plan then reads as w_bf16 — the same plan, so
+  // the same bits as on the bf16 weight.
+  FloatLinearCudaParams p = in;
+  if (const int64_t at = FloatLinearCudaExpansionOffset(in, plan); at >= 0) {
+    uint16_t* expanded =
+        reinterpret_cast<uint16_t*>(static_cast<unsigned char*>(in.workspace) + at);
+    Fp8LinearDevice w;  // the groups' weights stacked as rows (w_group_stride 0 or N · K)
+    w.n = (in.w_group_stride == 0 ? 1 : in.groups) * in.n;
+    w.k = in.k;
+    w.codes = in.w_fp8;
+    w.scales = in.w_fp8_scales;
+    RETURN_IF_ERROR(LaunchExpandFp8Linear(w, expanded, stream));
+    p.w_bf16 = expanded;
+    p.w_fp8 = nullptr;
+    p.w_fp8_scales = nullptr;
+    // A programmatic GEMM would request weight boxes before its dependency wait, i.e. before the
+    // expansion (which does not trigger early) is known to be visible: plain, stream-ordered.
+    p.programmatic = false;
+  }
   const bool x_f32 = p.x_f32 != nullptr, w_f32 = p.w_f32 != nullptr;
 
   GemmArgs g;
@@ -409,7 +431,7 @@ absl::Status LaunchFloatLinear(const FloatLinearCudaParams& p, CUstream_st* stre
   if (plan.splits > 1) g.partial = static_cast<float*>(p.workspace);
 
   if (plan.tile_rows == kFloatLinearCudaGemvRows) {  // M <= 4, aligned x rows (validated)
-    if (p.w_fp8 != nullptr) {  // the same weight's FP8 form (validated with w_bf16)
+    if (p.w_fp8 != nullptr) {                        // the FP8 form (beside w_bf16, or alone)
       g.w = p.w_fp8;
       g.w_scales = p.w_fp8_scales;
       g.w_scale_group_stride =
