@@ -228,7 +228,10 @@ struct Options {
   // forced up to 4 tokens; 4: the FP8 swapped-role kernel forced at 1 to 8 tokens, plainly (with
   // wo_a_trigger, wo_b may be scheduled at its start); 5: the same as a programmatic dependent
   // (A/B); 6: the FP8 swapped-role kernel at every token count, x streamed through wo_a's own
-  // workspace above 8 (session 82, A/B). 0: the bf16 weight only (the bf16 swapped-role kernel).
+  // workspace above 8 (session 82, A/B); 7: the FP8 form alone, no bf16 weight (session 84:
+  // kernels::FloatLinearCudaParams "FP8 only"; the same kernels as 1 up to 64 tokens; from 65
+  // the FP8 kernel's one-warpgroup 128-row tiles, whose sums are in the bf16 swapped-role
+  // kernel's order). 0: the bf16 weight only (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
   // The FP8 swapped-role kernel's form (kernels::FloatLinearCudaParams::swap_fp8_warpgroups /
   // swap_fp8_chains; 0 / 1 the default): 1, 2 or 3 consumer warpgroups, 0 the kernel's automatic

@@ -18,7 +18,7 @@
 //                            [--moe-front-pdl 0|1] [--ffn-mixes-late 0|1]
 //                            [--attn-mixes-at 0|1|2|3] [--wqb-ctas N]
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
-//                            [--wo-a-fp8 0|1|2|3|4|5|6] [--wo-a-wide 0|1]
+//                            [--wo-a-fp8 0|1|2|3|4|5|6|7] [--wo-a-wide 0|1]
 //                            [--wo-a-swap-wgs 0|1|2|3] [--wo-a-swap-chains 1|4]
 //                            [--kv-form rows|bf16]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
@@ -118,7 +118,9 @@
 // slower); 4 the FP8 swapped-role kernel forced at 1 to 8 tokens, plainly (1 token 192.1, 191.4:
 // slower than the CUDA-core kernel); 5 the same as a programmatic dependent (2 tokens 238.8,
 // 238.7: slower than plainly); 6 the FP8 swapped-role kernel at every token count, x streamed
-// through its own workspace above 8 tokens (session 82, A/B); 0 the bf16 weight only (A/B). Session
+// through its own workspace above 8 tokens (session 82, A/B); 7 the FP8 form alone, no bf16
+// weight (session 84, FloatLinearCudaParams "FP8 only"; built, not yet run); 0 the bf16 weight
+// only (A/B). Session
 // 81's figures were taken with 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs
 // wo_a's CUDA-core kernel with 8 rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide;
 // the default since session 82: 1 token 188.3, 188.0 -> 186.3, 186.6 µs graph on an H100); 0 2 rows

@@ -1,6 +1,6 @@
 // The device order of the routed experts' FP4 codes: a bit permutation inside every 32-bit word
 // of packed E2M1 codes, applied once when the weights are uploaded, that lets the GEMMs decode a
-// word with 12 instructions instead of 17 (README.md, "FP4 code order"). Host and device code
+// word with 12 instructions instead of 17 (fp4_code_order.md). Host and device code
 // (C++17, no CUDA header); the host test checks every claim below.
 #pragma once
 
