@@ -19,19 +19,14 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_test_util.h"
 #include "kernels/gemm/gemm_float_cuda.h"
+#include "kernels/gemm/gemm_float_fp8_test_util.h"
 
 namespace flashserve::kernels {
 namespace {
 
-constexpr int64_t kB = kFloatLinearFp8Block;
+using fp8_form_test::Upload;
 
-template <typename T>
-T* Upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T) + 16));
-  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
+constexpr int64_t kB = kFloatLinearFp8Block;
 
 struct Case {
   int64_t m, n, k, groups;
@@ -47,19 +42,7 @@ void RunCase(const Case& c, uint64_t seed) {
                << (c.x_f32 ? " x f32" : "") << (c.y_f32 ? " y f32" : "") << " x pad " << c.x_pad);
   std::mt19937_64 rng(seed);
   const int64_t wg = c.shared_w ? 1 : c.groups;
-  std::vector<uint16_t> w(wg * c.n * c.k);  // E4M3 codes × a power of two per 32 × 32 block
-  for (int64_t rb = 0; rb < wg * c.n / kB; ++rb) {
-    for (int64_t cb = 0; cb < c.k / kB; ++cb) {
-      const int s = -14 + static_cast<int>(rng() % 8);
-      for (int64_t r = rb * kB; r < (rb + 1) * kB; ++r) {
-        for (int64_t col = cb * kB; col < (cb + 1) * kB; ++col) {
-          uint8_t code = static_cast<uint8_t>(rng());
-          if ((code & 0x7F) == 0x7F) code ^= 1;
-          w[r * c.k + col] = formats::FloatToBf16Bits(std::ldexp(formats::E4m3ToFloat(code), s));
-        }
-      }
-    }
-  }
+  const std::vector<uint16_t> w = fp8_form_test::Fp8ValuedWeight(wg * c.n, c.k, rng);
   std::vector<uint8_t> codes(w.size()), scales(w.size() / (kB * kB));
   ASSERT_TRUE(NarrowFloatLinearWeightToFp8(w.data(), wg * c.n, c.k, codes.data(), scales.data()));
   const int64_t x_stride = c.groups * c.k + c.x_pad;
@@ -172,8 +155,8 @@ void RunCase(const Case& c, uint64_t seed) {
     EXPECT_EQ(differ, 0);
     if (tile == 0) automatic = y_only;
   }
-  // The automatic plan against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w|, on every row
-  // up to 16 rows, else on 3.
+  // The automatic plan against float64 (fp8_form_test::Float64Dot), on every row up to 16 rows,
+  // else on 3.
   std::vector<int64_t> rows;
   if (c.m <= 16) {
     for (int64_t r = 0; r < c.m; ++r) rows.push_back(r);
@@ -184,14 +167,7 @@ void RunCase(const Case& c, uint64_t seed) {
   for (int64_t r : rows) {
     for (int64_t g = 0; g < c.groups; ++g) {
       for (int64_t col = 0; col < c.n; ++col) {
-        double ref = c.bias ? bias[col] : 0.0, mag = std::fabs(ref);
         const int64_t w_row = (c.shared_w ? 0 : g * c.n) + col;
-        for (int64_t kk = 0; kk < c.k; ++kk) {
-          const double prod = static_cast<double>(xv[r * x_stride + g * c.k + kk]) *
-                              formats::Bf16BitsToFloat(w[w_row * c.k + kk]);
-          ref += prod;
-          mag += std::fabs(prod);
-        }
         const uint32_t bits = automatic[(r * c.groups + g) * c.n + col];
         float y;
         if (c.y_f32) {
@@ -199,10 +175,11 @@ void RunCase(const Case& c, uint64_t seed) {
         } else {
           y = formats::Bf16BitsToFloat(static_cast<uint16_t>(bits));
         }
-        const double tol = (c.y_f32 ? 1e-7 : 8e-3) * std::fabs(ref) + c.k * std::ldexp(mag, -23);
-        if (!(std::fabs(y - ref) <= tol) && ++bad <= 5) {
+        const fp8_form_test::Float64Ref ref = fp8_form_test::Float64Dot(
+            &xv[r * x_stride + g * c.k], &w[w_row * c.k], c.k, c.bias ? bias[col] : 0.0, c.y_f32);
+        if (!ref.Holds(y) && ++bad <= 5) {
           ADD_FAILURE() << "row " << r << " group " << g << " col " << col << ": " << y
-                        << " vs float64 " << ref;
+                        << " vs float64 " << ref.ref;
         }
       }
     }

@@ -23,19 +23,14 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_test_util.h"
 #include "kernels/gemm/gemm_float_cuda.h"
+#include "kernels/gemm/gemm_float_fp8_test_util.h"
 
 namespace flashserve::kernels {
 namespace {
 
-constexpr int64_t kB = kFloatLinearFp8Block;
+using fp8_form_test::Upload;
 
-template <typename T>
-T* Upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T) + 16));
-  CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
+constexpr int64_t kB = kFloatLinearFp8Block;
 
 struct Case {
   int64_t m, n, k, groups;
@@ -52,19 +47,7 @@ void RunCase(const Case& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int64_t wg = c.shared_w ? 1 : c.groups;
   // Weights: E4M3 codes times a per-block power of two (as attn.wo_a's checkpoint blocks).
-  std::vector<uint16_t> w(wg * c.n * c.k);
-  for (int64_t rb = 0; rb < wg * c.n / kB; ++rb) {
-    for (int64_t cb = 0; cb < c.k / kB; ++cb) {
-      const int s = -14 + static_cast<int>(rng() % 8);
-      for (int64_t r = rb * kB; r < (rb + 1) * kB; ++r) {
-        for (int64_t col = cb * kB; col < (cb + 1) * kB; ++col) {
-          uint8_t code = static_cast<uint8_t>(rng());
-          if ((code & 0x7F) == 0x7F) code ^= 1;
-          w[r * c.k + col] = formats::FloatToBf16Bits(std::ldexp(formats::E4m3ToFloat(code), s));
-        }
-      }
-    }
-  }
+  const std::vector<uint16_t> w = fp8_form_test::Fp8ValuedWeight(wg * c.n, c.k, rng);
   std::vector<uint8_t> codes(w.size()), scales(w.size() / (kB * kB));
   ASSERT_TRUE(NarrowFloatLinearWeightToFp8(w.data(), wg * c.n, c.k, codes.data(), scales.data()));
   // x: [M, G, K] interleaved (x_stride G·K, x_group_stride K), values ~N(0, 1) in bf16.
@@ -225,25 +208,19 @@ void RunCase(const Case& c, uint64_t seed) {
     }
   }
   ASSERT_FALSE(checked.empty());
-  // Against float64: |y - ref| <= ulp(y) + K · 2^-23 · Σ|x·w| (fp32 sums of exact products).
+  // Against float64 (fp8_form_test::WithinFloat64Bound: fp32 sums of exact products).
   int64_t bad = 0;
   for (int64_t r = 0; r < c.m; ++r) {
     for (int64_t g = 0; g < c.groups; ++g) {
       for (int64_t col = 0; col < c.n; ++col) {
-        double ref = c.bias ? bias[col] : 0.0, mag = std::fabs(ref);
         const int64_t w_row = (c.shared_w ? 0 : g * c.n) + col;
-        for (int64_t kk = 0; kk < c.k; ++kk) {
-          const double prod = static_cast<double>(xv[(r * c.groups + g) * c.k + kk]) *
-                              formats::Bf16BitsToFloat(w[w_row * c.k + kk]);
-          ref += prod;
-          mag += std::fabs(prod);
-        }
-        const double tol = (c.y_f32 ? 1e-7 : 8e-3) * std::fabs(ref) + c.k * std::ldexp(mag, -23);
+        const fp8_form_test::Float64Ref ref = fp8_form_test::Float64Dot(
+            &xv[(r * c.groups + g) * c.k], &w[w_row * c.k], c.k, c.bias ? bias[col] : 0.0, c.y_f32);
         for (const auto& [name, out] : checked) {
           const float y = out[(r * c.groups + g) * c.n + col];
-          if (!(std::fabs(y - ref) <= tol) && ++bad <= 5) {
+          if (!ref.Holds(y) && ++bad <= 5) {
             ADD_FAILURE() << name << ": row " << r << " group " << g << " col " << col << ": " << y
-                          << " vs float64 " << ref;
+                          << " vs float64 " << ref.ref;
           }
         }
       }
