@@ -89,7 +89,7 @@ kernels::FloatLinearCudaParams LayerStep::WoAParams(int64_t b) const {
     }
     if (opt_.wo_a_fp8 == 6) p.tile_rows = kernels::kFloatLinearCudaSwapFp8Rows;
     // 7: the FP8 form alone ("FP8 only", session 84): no bf16 weight handed over; the FP8
-    // kernels up to 256 tokens, above that the bf16 plans on an expansion in wo_a's workspace.
+    // kernels up to 384 tokens, above that the bf16 plans on an expansion in wo_a's workspace.
     if (opt_.wo_a_fp8 == 7) p.w_bf16 = nullptr;
     // Its own workspace: x in the fragment order (FloatLinearCudaWorkspaceBytes) where the kernel
     // streams it, apart from the other float Linears' K-split partials.

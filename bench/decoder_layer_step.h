@@ -152,7 +152,8 @@ struct Options {
   // (default) at the FFN site's boundary, beside the gate, the MoE's front and its up stage; 1
   // once the MoE's up stage has run (kernels::MoeCudaParams::after_up), beside the down stage and
   // the combine's wait — the up stage's weight stream and the front's SM slots then have the GPU
-  // to themselves (session 83, A/B; the same bits).
+  // to themselves (session 83, A/B; the same bits; session 84, H100: slower, 1 token graph ~187.4
+  // -> 208.2 µs: beside the down ring its stream does not overlap).
   int shared_at = 0;
   // kernels::HcBoundaryParams::cluster_ctas of the fused site boundaries: 0 (default) the
   // launcher's automatic choice (8 CTAs per token up to 64 tokens since session 78), 1 one block
@@ -231,7 +232,8 @@ struct Options {
   // workspace above 8 (session 82, A/B); 7: the FP8 form alone, no bf16 weight (session 84:
   // kernels::FloatLinearCudaParams "FP8 only"; the same kernels as 1 up to 64 tokens; from 65
   // the FP8 kernel's one-warpgroup 128-row tiles, whose sums are in the bf16 swapped-role
-  // kernel's order). 0: the bf16 weight only (the bf16 swapped-role kernel).
+  // kernel's order; H100: level with 1 at 8 / 64 / 128 / 256 tokens). 0: the bf16 weight only
+  // (the bf16 swapped-role kernel).
   int wo_a_fp8 = 1;
   // The FP8 swapped-role kernel's form (kernels::FloatLinearCudaParams::swap_fp8_warpgroups /
   // swap_fp8_chains; 0 / 1 the default): 1, 2 or 3 consumer warpgroups, 0 the kernel's automatic

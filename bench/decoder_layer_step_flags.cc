@@ -119,7 +119,8 @@
 // slower than the CUDA-core kernel); 5 the same as a programmatic dependent (2 tokens 238.8,
 // 238.7: slower than plainly); 6 the FP8 swapped-role kernel at every token count, x streamed
 // through its own workspace above 8 tokens (session 82, A/B); 7 the FP8 form alone, no bf16
-// weight (session 84, FloatLinearCudaParams "FP8 only"; built, not yet run); 0 the bf16 weight
+// weight (session 84, FloatLinearCudaParams "FP8 only"; H100: level with 1 at 8 / 64 / 128 / 256
+// tokens); 0 the bf16 weight
 // only (A/B). Session
 // 81's figures were taken with 4 against 1 before the plan took the kernel. --wo-a-wide 1 runs
 // wo_a's CUDA-core kernel with 8 rows per CTA, a warp per row (FloatLinearCudaParams::gemv_wide;
@@ -162,7 +163,8 @@
 // (measured: 132 level at 1 token, 3-4 µs faster at 8, within the runs' spread; 66 slower).
 // --shared-at 1 forks the shared expert once the MoE's up stage has run (MoeCudaParams::after_up)
 // instead of at the FFN boundary (0, the default), so that its 35 MB stream runs beside the down
-// stage rather than beside the front and the up stage (session 83, A/B; the same bits).
+// stage rather than beside the front and the up stage (session 83, A/B; the same bits; session 84,
+// H100: slower, 1 token graph ~187.4 -> 208.2 µs, 8 tokens ~464 -> ~477).
 // --mixes-ctas N caps the small-batch mixes' grid at N CTAs (MhcMixesParams::small_batch_ctas,
 // session 77; 0, the default: 160 at D 5120; the same bits): the forked mixes then hold fewer of
 // the SM slots the weight streams beside them (wq_a, wq_b; the gate, the MoE) take.

@@ -233,7 +233,7 @@ TEST(FloatLinearCudaParamsTest, Fp8OnlyWeightValidationPlanAndWorkspace) {
   wo_a.y_group_stride = 1024;
   const size_t expansion = size_t{2} * 8 * 1024 * 4096;
   EXPECT_EQ(FloatLinearCudaExpansionBytes(wo_a), expansion);
-  for (int64_t m : {1, 2, 8, 9, 64, 65, 128, 200, 256, 257, 384, 1024, 4096}) {
+  for (int64_t m : {1, 2, 8, 9, 64, 65, 128, 200, 256, 257, 384, 385, 1024, 4096}) {
     SCOPED_TRACE(m);
     wo_a.m = m;
     const FloatLinearCudaPlan plan = PlanFloatLinearCuda(wo_a);

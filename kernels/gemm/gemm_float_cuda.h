@@ -99,12 +99,11 @@ inline constexpr int64_t kFloatLinearCudaSwapFp8AutoMaxM = 64;
 inline constexpr int64_t kFloatLinearCudaSwapFp8ThreeWgsMaxM = 32;
 // A weight given only in its FP8 form (w_fp8 without w_bf16): the automatic plan keeps the FP8
 // form's kernels up to this many rows (the streamed form in 128-row tiles), where the bf16 plans
-// would first expand the weight into the workspace (2 · N · K bytes written, N · K read). An
-// estimate from session 83's figures (kit s142, H100, wo_a): two 128-row tiles took 62.4 µs at
-// 256 rows, against the bf16 swapped-role kernel's 38.0 plus an expansion of ~36 µs (wq_b's
-// 33.5 M weights, kernels/gemm README "CUDA: weights expanded once"); at 384 rows three tiles
-// (~93) against 36 + ~45. Not yet measured as such (fp8_weight_form.md "FP8 only").
-inline constexpr int64_t kFloatLinearCudaSwapFp8OnlyMaxM = 256;
+// would first expand the weight into the workspace (2 · N · K bytes written, N · K read). Session
+// 84 (kit s146, H100, wo_a; fp8_weight_form.md "FP8 only"): the FP8 kernel 62.4 / 95.9 / 92.2 /
+// 120.2 µs at 256 / 320 / 384 / 512 rows against the expansion (~48 µs) and the bf16 plan, 87.3 /
+// 106.5 / 99.3 / 100.9.
+inline constexpr int64_t kFloatLinearCudaSwapFp8OnlyMaxM = 384;
 // The FP8 form's block: one UE8M0 scale per kFloatLinearFp8Block weight rows × as many columns
 // (the checkpoint's attn.wo_a block, model spec: FP8 + E8M0 32 × 32).
 inline constexpr int64_t kFloatLinearFp8Block = 32;

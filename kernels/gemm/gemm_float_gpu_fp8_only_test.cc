@@ -101,9 +101,7 @@ void RunCase(const Case& c, uint64_t seed) {
   void* d_ws = nullptr;
   CUDA_CHECK(cudaMalloc(&d_ws, ws_bytes));
 
-  auto run = [&](FloatLinearCudaParams p) {
-    p.workspace = d_ws;
-    p.workspace_bytes = ws_bytes;
+  auto run = [&](const FloatLinearCudaParams& p) {
     CUDA_CHECK(cudaMemset(d_y, 0xFF, outs * 4));
     CUDA_CHECK(cudaMemset(d_ws, 0xFF, ws_bytes));
     const absl::Status st = LaunchFloatLinear(p, nullptr);
@@ -124,7 +122,9 @@ void RunCase(const Case& c, uint64_t seed) {
   tiles.insert(tiles.begin(), 0);
   std::vector<uint32_t> automatic;
   for (int64_t tile : tiles) {
-    const FloatLinearCudaParams only = params(true, tile);
+    FloatLinearCudaParams only = params(true, tile);
+    only.workspace = d_ws;
+    only.workspace_bytes = ws_bytes;
     ASSERT_TRUE(ValidateFloatLinearCudaParams(only).ok()) << ValidateFloatLinearCudaParams(only);
     const FloatLinearCudaPlan plan = PlanFloatLinearCuda(only);
     SCOPED_TRACE(::testing::Message() << "tile_rows " << tile << " (plan " << plan.tile_rows << ", "
@@ -142,6 +142,8 @@ void RunCase(const Case& c, uint64_t seed) {
     // (the automatic plans differ between 65 and 256 rows), with its K splits.
     FloatLinearCudaParams both = params(false, plan.tile_rows);
     both.split_k = plan.splits;
+    both.workspace = d_ws;
+    both.workspace_bytes = ws_bytes;
     ASSERT_EQ(PlanFloatLinearCuda(both).tile_rows, plan.tile_rows);
     ASSERT_EQ(PlanFloatLinearCuda(both).splits, plan.splits);
     const std::vector<uint32_t> y_both = run(both);
@@ -193,8 +195,8 @@ void RunCase(const Case& c, uint64_t seed) {
 }
 
 // wo_a's shape through the automatic plan at every regime: the CUDA-core kernel on the codes (1
-// row), the FP8 form's swapped-role kernel (8 rows resident, 70 and 200 streamed in 128-row
-// tiles), and from 257 rows the bf16 plans on the expansion (wgmma at 300 and 520 rows).
+// row), the FP8 form's swapped-role kernel (8 rows resident, 70, 200 and 300 streamed in 128-row
+// tiles), and from 385 rows the bf16 plans on the expansion (wgmma at 520 rows).
 TEST(FloatLinearFp8OnlyGpuTest, WoAShapeEveryRegime) {
   FS_SKIP_WITHOUT_GPU();
   for (int64_t m : {1, 8, 70, 200, 300, 520}) {
