@@ -117,7 +117,7 @@ void SetSmemLimitOnce(Kernel* kernel, size_t bytes, std::atomic<uint64_t>& done)
 // so the second launch's latency overlaps the first kernel.
 // `kernel` is CombineKernel<heads per CTA> (mma.sync path: a CTA per (token, head)) or
 // WgmmaCombineKernel (the wgmma family's fragment-order states: a CTA per (token, group of 64
-// heads, kWgmmaCombineGroups float4 groups)).
+// heads, WgmmaCombineGroups<kShared>() float4 groups)).
 using CombineFn = void (*)(SparseAttnParams, Geometry);
 void LaunchCombine(CombineFn kernel, int64_t ctas, int threads, const SparseAttnParams& p,
                    const Geometry& geo, cudaStream_t stream) {
@@ -137,17 +137,19 @@ void LaunchTensorCombine(const SparseAttnParams& p, const Geometry& geo, cudaStr
 template <bool kRope>
 void LaunchWgmmaCombine(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   using W = attn_device::WgmmaShape;
-  const int64_t ctas = geo.units / geo.splits * attn_device::kWgmmaCombineCtasPerItem;
+  const int64_t items = geo.units / geo.splits;
   using attention_internal::SparseAttnCombineForm;
   const auto form =
       static_cast<SparseAttnCombineForm>(g_combine_form_override.load(std::memory_order_relaxed));
   if (form == SparseAttnCombineForm::kShared ||
       (form == SparseAttnCombineForm::kAuto &&
        attention_internal::SparseAttnCombineShared(geo.splits))) {
-    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true, kRope>, ctas,
+    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, true, kRope>,
+                  items * attn_device::WgmmaCombineCtasPerItem<true>(),
                   attn_device::kWgmmaStateThreads, p, geo, stream);
   } else {
-    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, false, kRope>, ctas,
+    LaunchCombine(attn_device::WgmmaCombineKernel<W::kD, false, kRope>,
+                  items * attn_device::WgmmaCombineCtasPerItem<false>(),
                   attn_device::kWgmmaStateThreads, p, geo, stream);
   }
 }

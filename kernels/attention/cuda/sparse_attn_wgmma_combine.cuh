@@ -14,16 +14,31 @@
 
 namespace flashserve::kernels::attn_device {
 
-inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per combine thread
-inline constexpr int kWgmmaCombineCtasPerItem = kWgmmaStateGroups / kWgmmaCombineGroups;
+inline constexpr int kWgmmaCombineGroups = 2;  // float4 groups per thread, per-thread form
+// The shared form's (1–12 tokens at the released width): one float4 group per thread, so an item
+// takes 32 CTAs and a thread's 10 split states are one batch of loads (session 84: ncu had the
+// 1-token combine at 8.1–8.3 µs on 16 CTAs, latency-bound, a third of the attention; with two
+// groups and batches of 6 a thread waited on two rounds of state loads). The same operations per
+// value in the same order: the same bits.
+inline constexpr int kWgmmaCombineSharedGroups = 1;
+template <bool kShared>
+__host__ __device__ constexpr int WgmmaCombineGroups() {
+  return kShared ? kWgmmaCombineSharedGroups : kWgmmaCombineGroups;
+}
+template <bool kShared>
+__host__ __device__ constexpr int WgmmaCombineCtasPerItem() {
+  return kWgmmaStateGroups / WgmmaCombineGroups<kShared>();
+}
 inline constexpr int kWgmmaCombinePass = 16;  // splits whose weights a combine CTA keeps at once
-// Splits whose states a combine thread loads at once: 6 keeps the shared form at 124 registers
-// (two CTAs of 256 threads per SM); 8 took 141 (one per SM: a second wave from 9 tokens).
-inline constexpr int kWgmmaCombineBatch = 6;
+// Splits whose states a shared-form thread loads at once: 10 (one float4 group each: 40
+// registers, as 6 × 2 groups took before session 84, at 124 registers, two CTAs of 256 threads
+// per SM; 8 × 2 took 141, one CTA per SM).
+inline constexpr int kWgmmaCombineBatch = 10;
 static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
+static_assert(kWgmmaStateGroups % kWgmmaCombineSharedGroups == 0);
 
 // Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
-// kWgmmaCombineGroups·g .. of every consumer thread position, i.e. thread tid merges exactly the
+// WgmmaCombineGroups<kShared>()·g .. of every consumer thread position, i.e. thread tid merges exactly the
 // values that thread tid of the split CTAs wrote (rows r0, r0 + 8, dims 256·half + 8j + c2, + 1).
 // Per row: M = max(kInitMax, m_s), w_s = 2^(m_s − M) (the states' maxima are in WgmmaSoftmax's
 // base-2 units), denom = Σ_s denom_s·w_s (+ exp(sink − M) = WgmmaSinkTerm when > 0),
@@ -40,7 +55,8 @@ static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 //   M, the weights w_s of a pass of kWgmmaCombinePass splits (into shared memory) and denom once
 //   per row, by thread h < 64 — the per-thread form computed each weight 8 × 16 times (a
 //   double-precision exp until session 25, exp2f since); the state loads are issued
-//   kWgmmaCombineBatch splits at a time, before the first of them is used. Nsight Compute had the
+//   kWgmmaCombineBatch splits at a time, before the first of them is used; one float4 group per
+//   thread since session 84 (kWgmmaCombineSharedGroups: 32 CTAs per item). Nsight Compute had the
 //   per-thread form's 1-token combine (16 CTAs) as long as the split kernel (13.4 vs 12.8 µs).
 //   Session 77: the first batch of states is requested before the row phase, and each row's
 //   (m_s, denom_s) pairs are loaded in one batch per pass (the weights were computed by all
@@ -61,29 +77,31 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
   const int lane = tid % 32;
   const int r0 = ((tid % 128) / 32) * 16 + lane / 4;
   const int c2 = 2 * (lane % 4);
+  constexpr int kGroups = WgmmaCombineGroups<kShared>();
+  constexpr int kCtasPerItem = WgmmaCombineCtasPerItem<kShared>();
   const int64_t items = geo.units / geo.splits;
-  for (int64_t cta = blockIdx.x; cta < items * kWgmmaCombineCtasPerItem; cta += gridDim.x) {
-    const int64_t item = cta / kWgmmaCombineCtasPerItem;
-    const int g0 = static_cast<int>(cta % kWgmmaCombineCtasPerItem) * kWgmmaCombineGroups;
+  for (int64_t cta = blockIdx.x; cta < items * kCtasPerItem; cta += gridDim.x) {
+    const int64_t item = cta / kCtasPerItem;
+    const int g0 = static_cast<int>(cta % kCtasPerItem) * kGroups;
     const int64_t t = item / geo.groups;
     const int64_t h0 = (item % geo.groups) * kH;
     const int64_t unit0 = item * geo.splits;
     const float2* md = WgmmaStateMd(geo, unit0);
     const float4* acc = WgmmaStateAcc(geo, unit0) + g0 * kWgmmaStateThreads + tid;
-    float a[kWgmmaCombineGroups][4];
+    float a[kGroups][4];
 #pragma unroll
-    for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+    for (int j = 0; j < kGroups; ++j) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[j][i] = 0.0f;
     }
     // The output's inverse RoPE (Geometry::rope.out): this thread's pairs j are rope pairs when
     // their dim d = 256·half + 8(g0 + j) + c2 >= first; their cos/sin are computed here, before
     // the state loads they overlap.
-    float2 rope_cs[kWgmmaCombineGroups];
+    float2 rope_cs[kGroups];
     const AttnRope& rope = geo.rope;
     const bool rope_out = kRope && rope.pairs > 0 && rope.out;
 #pragma unroll
-    for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+    for (int j = 0; j < kGroups; ++j) {
       const int d = half * 256 + 8 * (g0 + j) + c2;
       rope_cs[j] = rope_out && d >= rope.first ? RopeCosSin(rope, t, (d - rope.first) >> 1)
                                                : make_float2(1.0f, 0.0f);
@@ -106,7 +124,7 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
         }
         const float4* st = acc + s * (kWgmmaStateGroups * kWgmmaStateThreads);
 #pragma unroll
-        for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+        for (int j = 0; j < kGroups; ++j) {
           const float4 v = st[j * kWgmmaStateThreads];
           a[j][0] = __fadd_rn(a[j][0], __fmul_rn(v.x, w[0]));
           a[j][1] = __fadd_rn(a[j][1], __fmul_rn(v.y, w[0]));
@@ -121,14 +139,14 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
       // The first pass's first kWgmmaCombineBatch states, requested before anything waits on
       // them (session 77: they depend on nothing here, and at 10 splits every state round trip
       // and the per-row chain below were on the 1-token step's critical path).
-      float4 x[kWgmmaCombineBatch][kWgmmaCombineGroups];
+      float4 x[kWgmmaCombineBatch][kGroups];
       auto load_states = [&](int64_t first, int count) {
 #pragma unroll
         for (int i = 0; i < kWgmmaCombineBatch; ++i) {
           if (i >= count) continue;
           const float4* st = acc + (first + i) * (kWgmmaStateGroups * kWgmmaStateThreads);
 #pragma unroll
-          for (int j = 0; j < kWgmmaCombineGroups; ++j) x[i][j] = st[j * kWgmmaStateThreads];
+          for (int j = 0; j < kGroups; ++j) x[i][j] = st[j * kWgmmaStateThreads];
         }
       };
       load_states(
@@ -182,7 +200,7 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
             if (i0 + i >= n) continue;
             const float w0 = s_w[i0 + i][r0], w1 = s_w[i0 + i][r0 + 8];
 #pragma unroll
-            for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+            for (int j = 0; j < kGroups; ++j) {
               a[j][0] = __fadd_rn(a[j][0], __fmul_rn(x[i][j].x, w0));
               a[j][1] = __fadd_rn(a[j][1], __fmul_rn(x[i][j].y, w0));
               a[j][2] = __fadd_rn(a[j][2], __fmul_rn(x[i][j].z, w1));
@@ -208,7 +226,7 @@ __global__ void __launch_bounds__(kWgmmaStateThreads)
           den[r] > 0.0f ? __fadd_rn(den[r], WgmmaSinkTerm(p.attn_sink[h], mx[r])) : 0.0f;
       uint16_t* o = p.out + t * p.out_stride + h * p.out_head_stride + half * 256 + c2;
 #pragma unroll
-      for (int j = 0; j < kWgmmaCombineGroups; ++j) {
+      for (int j = 0; j < kGroups; ++j) {
         const int dim = half * 256 + 8 * (g0 + j) + c2;
         const float v0 = __fdiv_rn(a[j][2 * r], d), v1 = __fdiv_rn(a[j][2 * r + 1], d);
         uint32_t out = 0u;
