@@ -38,10 +38,10 @@ static_assert(kWgmmaStateGroups % kWgmmaCombineGroups == 0);
 static_assert(kWgmmaStateGroups % kWgmmaCombineSharedGroups == 0);
 
 // Merges the split states of the wgmma family: CTA (item, g) of 256 threads takes float4 groups
-// WgmmaCombineGroups<kShared>()·g .. of every consumer thread position, i.e. thread tid merges exactly the
-// values that thread tid of the split CTAs wrote (rows r0, r0 + 8, dims 256·half + 8j + c2, + 1).
-// Per row: M = max(kInitMax, m_s), w_s = 2^(m_s − M) (the states' maxima are in WgmmaSoftmax's
-// base-2 units), denom = Σ_s denom_s·w_s (+ exp(sink − M) = WgmmaSinkTerm when > 0),
+// WgmmaCombineGroups<kShared>()·g .. of every consumer thread position, i.e. thread tid merges
+// exactly the values that thread tid of the split CTAs wrote (rows r0, r0 + 8, dims 256·half + 8j +
+// c2, + 1). Per row: M = max(kInitMax, m_s), w_s = 2^(m_s − M) (the states' maxima are in
+// WgmmaSoftmax's base-2 units), denom = Σ_s denom_s·w_s (+ exp(sink − M) = WgmmaSinkTerm when > 0),
 // o = bf16(Σ_s acc_s·w_s / denom), +0 when denom is 0; splits in ascending order (CombineKernel's
 // order, in base 2). Launched as a programmatic dependent of the split kernel.
 // Two instantiations of the same operations, chosen by the launcher from the split count (two
