@@ -106,6 +106,10 @@ struct Options {
   // sequence's window as 528-byte FP8 SWA rows, the compressed rows as 288-byte FP4 main-KV rows,
   // decoded in the kernel), as a server does; false: the bf16 pool of their decoded values (A/B).
   bool kv_rows = true;
+  // The attention's split-combine form (kernels attention_internal::SparseAttnCombineForm, set
+  // for the process): "auto" (default: the row kernel merges in clusters where the items fit one
+  // wave, session 85), "cluster", "shared", "per-thread" (the combine kernel; A/B).
+  std::string attn_combine = "auto";
   // Each mHC site's fn prepared once at setup (LaunchMhcPrepareFn -> MhcMixesParams::fn_frags),
   // as a server does at weight upload; false: split on every call (A/B; the same bits).
   bool mhc_prepared = true;

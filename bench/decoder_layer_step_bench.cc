@@ -16,6 +16,7 @@
 #include "bench/decoder_layer_extras.h"
 #include "bench/decoder_layer_step.h"
 #include "kernels/attention/bench/mma_peak.h"
+#include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/gpu_bench.h"
 #include "kernels/common/kernel_trace.h"
@@ -184,6 +185,15 @@ int Run(const Options& o) {
   if (!kernels::CudaDeviceAvailable()) {
     std::printf("bench_decoder_layer_step: no CUDA device\n");
     return 0;
+  }
+  {
+    using kernels::attention_internal::SparseAttnCombineForm;
+    const std::string& f = o.attn_combine;
+    kernels::attention_internal::SetSparseAttnCombineFormOverride(
+        f == "cluster"      ? SparseAttnCombineForm::kCluster
+        : f == "shared"     ? SparseAttnCombineForm::kShared
+        : f == "per-thread" ? SparseAttnCombineForm::kPerThread
+                            : SparseAttnCombineForm::kAuto);
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -20,7 +20,7 @@
 //                            [--wob-tma 0|1] [--wqb-tma 0|1] [--wo-a-trigger 0|1]
 //                            [--wo-a-fp8 0|1|2|3|4|5|6|7] [--wo-a-wide 0|1]
 //                            [--wo-a-swap-wgs 0|1|2|3] [--wo-a-swap-chains 1|4]
-//                            [--kv-form rows|bf16]
+//                            [--kv-form rows|bf16] [--attn-combine auto|cluster|shared|per-thread]
 //                            [--mhc-prepared 0|1] [--mixes-ctas N] [--branch-splits N]
 //                            [--narrow-fp32 0|1] [--moe-ring-cut 0|1|2] [--candidate-blocks 0|1]
 //                            [--trace 0|1] [--l2-prefetch MB] [--l2-prefetch-targets
@@ -205,8 +205,10 @@
 // bf16 pool of the same rows' decoded values instead (the attention's bf16 form, faster at large
 // batch: 54 against 93 µs at 256 tokens in bench_sparse_attn, kernels/attention/wgmma_ws.md; A/B).
 // Both forms attend over the same values (the pool holds the serving rows' decoded values) and
-// are checked bit-identical before timing. Before session 30 the step timed the bf16 form over
-// a random bf16 pool.
+// are checked bit-identical before timing. --attn-combine picks the attention's split-combine
+// form (session 85: at 1–8 tokens the row kernel merges its 10 splits inside clusters by default;
+// `shared` forces the combine kernel's form of session 84; A/B, the same bits). Before session
+// 30 the step timed the bf16 form over a random bf16 pool.
 //
 // Per batch size it prints the whole step (median of N back-to-back steps, CUDA events; and the
 // replay of a CUDA graph of one step), its bytes, FLOPs and roofline bound
@@ -424,6 +426,13 @@ Options ParseDecoderLayerStepOptions(int argc, char** argv) {
           std::exit(2);
         }
         o.l2_prefetch_targets.insert(t);
+      }
+    } else if (flag == "--attn-combine") {
+      o.attn_combine = argv[i + 1];
+      if (o.attn_combine != "auto" && o.attn_combine != "cluster" && o.attn_combine != "shared" &&
+          o.attn_combine != "per-thread") {
+        std::fprintf(stderr, "--attn-combine takes auto, cluster, shared or per-thread\n");
+        std::exit(2);
       }
     } else if (flag == "--kv-form") {
       const std::string form = argv[i + 1];

@@ -4,7 +4,8 @@
 //                     [--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|once|
 //                             tproto|probe]
 //                     [--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct]
-//                     [--no-roofs] [--no-graph] [--ncu]
+//                     [--combine auto|cluster|shared|per-thread[,..]] [--no-roofs] [--no-graph]
+//                     [--ncu]
 //
 // Released dims: 64 heads × 512, lists of 128 window + 512 selected entries (640), bf16 KV pool of
 // 128 window rows (shared by every token of the batch; --windows distinct: 128 per token, as in
@@ -35,7 +36,9 @@
 // its mem_us and ratio the row form's bytes: the same attention over the same rows)
 // and the bf16 pool's default body; it prints the decode pass alone and the token counts where
 // the default rule would decode once (SparseAttnDecodeOncePays).
-// --tokens replaces the batch sizes (default 1,8,64,256).
+// --tokens replaces the batch sizes (default 1,8,64,256). --combine runs each path once per listed
+// split-combine form (session 85: the row kernel's cluster merge, `+cl` in the row's name where
+// taken, against the combine kernel's `shared` / `per-thread` forms; default auto).
 //
 // Row form (attention.h SparseAttnKvRows): the same pool encoded in the serving formats (window
 // rows as 528-byte FP8 rows, compressed rows as 288-byte FP4 rows, quant EncodeRowsCpu); the wgmma
@@ -123,6 +126,11 @@ struct Options {
   bool distinct_windows = false;
   bool roofs = true;
   bool graph = true;
+  // --combine auto,cluster,shared,per-thread: each path runs once per listed split-combine form
+  // (the launcher's override, cuda/sparse_attn_path.h SparseAttnCombineForm); rows where the row
+  // kernel merges in clusters are named "+cl".
+  std::vector<attention_internal::SparseAttnCombineForm> combine = {
+      attention_internal::SparseAttnCombineForm::kAuto};
   // --rope 1: q's RoPE and the output's inverse RoPE inside the attention (SparseAttnParams::rope;
   // the text table, rd 64, positions 65535 − t; rows named "+rope"; no mma.sync rows), checked
   // against SparseAttnCpu with the same RoPE, with the cos/sin table built once before the timing
@@ -278,6 +286,7 @@ class Bench {
       }
     }
     const SparseAttnCudaPath taken = attention_internal::SparseAttnCudaPathFor(p);
+    const bool cluster = attention_internal::SparseAttnMergesInCluster(p);
     const auto launch = [&](cudaStream_t s) {
       CHECK_OK(probe != 0 ? attention_internal::LaunchSparseAttnWsProbe(p, s, probe)
                : tproto   ? attention_internal::LaunchSparseAttnTransposedProto(p, s, tproto_ss)
@@ -314,7 +323,7 @@ class Bench {
                : std::string(
                      rows ? (taken == SparseAttnCudaPath::kWgmmaWs ? "wgmma-ws-rows" : "wgmma-rows")
                           : attention_internal::SparseAttnCudaPathName(taken)) +
-                     (o_.rope ? "+rope" : "");
+                     (cluster ? "+cl" : "") + (o_.rope ? "+rope" : "");
     names_.push_back(name);
     rows_.push_back({names_.back().c_str(), tokens, us, graph_us, bytes / 1e6, unique_rows,
                      flops / us / 1e6, mem_us, tc_us, std::max(mem_us, tc_us) / us});
@@ -610,6 +619,26 @@ int Main(int argc, char** argv) {
         return 2;
       }
       o.distinct_windows = v == "distinct";
+    } else if (a == "--combine" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      command += " " + v;
+      using attention_internal::SparseAttnCombineForm;
+      o.combine.clear();
+      for (size_t pos = 0; pos <= v.size();) {
+        const size_t comma = std::min(v.find(',', pos), v.size());
+        const std::string f = v.substr(pos, comma - pos);
+        if (f != "auto" && f != "cluster" && f != "shared" && f != "per-thread") {
+          std::fprintf(stderr,
+                       "--combine takes a comma-separated list of auto, cluster, shared, "
+                       "per-thread\n");
+          return 2;
+        }
+        o.combine.push_back(f == "auto"      ? SparseAttnCombineForm::kAuto
+                            : f == "cluster" ? SparseAttnCombineForm::kCluster
+                            : f == "shared"  ? SparseAttnCombineForm::kShared
+                                             : SparseAttnCombineForm::kPerThread);
+        pos = comma + 1;
+      }
     } else if (a == "--no-roofs") {
       o.roofs = false;
     } else if (a == "--no-graph") {
@@ -624,6 +653,7 @@ int Main(int argc, char** argv) {
           "usage: %s [--iters N] [--warmup N] [--compressed ROWS] "
           "[--path both|all|ws|auto|wgmma|wgmma-ws|wgmma-splitk|mma.sync|rows|once|tproto|probe] "
           "[--tokens N[,N..]] [--rope 0|1] [--windows shared|distinct] "
+          "[--combine auto|cluster|shared|per-thread[,..]] "
           "[--no-roofs] [--no-graph] [--ncu]\n",
           argv[0]);
       return 2;
@@ -644,8 +674,13 @@ int Main(int argc, char** argv) {
   bench.Roofs();
   for (const Run& run : o.paths) {
     if (run.once) bench.TimeDecodeAlone();
-    for (int64_t tokens : o.tokens)
-      bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss, run.probe, run.once);
+    for (const auto form : o.combine) {
+      attention_internal::SetSparseAttnCombineFormOverride(form);
+      for (int64_t tokens : o.tokens)
+        bench.Decode(tokens, run.path, run.rows, run.tproto, run.tproto_ss, run.probe, run.once);
+    }
+    attention_internal::SetSparseAttnCombineFormOverride(
+        attention_internal::SparseAttnCombineForm::kAuto);
   }
   return bench.Print(command);
 }

@@ -67,6 +67,8 @@ class DeviceCase {
   }
 
   const AttnCase& c() const { return c_; }
+  // Whether the last Run's attention took the row kernel's cluster merge.
+  bool last_cluster() const { return last_cluster_; }
 
   // The row form with the decode-once scratch (attention.h SparseAttnKvRows::decoded; the default
   // rule decides whether it is used).
@@ -133,6 +135,7 @@ class DeviceCase {
       }
     }
     *path = SparseAttnCudaPathFor(p);
+    last_cluster_ = attention_internal::SparseAttnMergesInCluster(p);
     const absl::Status st = LaunchSparseAttn(p, nullptr);
     if (!st.ok()) return st;
     if (separate && rope_out) CHECK_OK(LaunchRope(RopeOf(p.out, true), nullptr));
@@ -166,6 +169,7 @@ class DeviceCase {
   testing::KvRowPools pools_;
   std::vector<int64_t> positions_;
   DeviceBuffer dq_, dkv_, didx_, dsink_, dpos_, dwin_, dcmp_, dws_, ddecoded_;
+  bool last_cluster_ = false;
 };
 
 // Fused against separate for the given flags; `rd` for the rope_out-only dims check.
@@ -341,6 +345,34 @@ TEST(SparseAttnRopeGpuTest, WidthZeroIsZeroOnEveryWgmmaBody) {
                               << SparseAttnCudaPathName(path) << ")";
       }
     }
+  }
+}
+
+// The row kernel's cluster merge (sparse_attn_wgmma_cluster.cuh) with the fused RoPE: fused equals
+// separate (q's RoPE before, the output's inverse after) under the cluster merge and under the
+// combine kernel, and the two forms give the same bits — 1, 3 and 8 tokens (10 splits, one
+// cluster per token) and 2 tokens of 80 heads (two head groups, the second partly empty).
+TEST(SparseAttnRopeGpuTest, RowFormClusterMergeWithRope) {
+  FS_SKIP_WITHOUT_GPU();
+  using attention_internal::SparseAttnCombineForm;
+  const RopeTable table = testing::TextRopeTable(64);
+  const std::pair<int64_t, int64_t> cases[] = {{1, 64}, {3, 64}, {8, 64}, {2, 80}};
+  for (const auto& [tokens, heads] : cases) {
+    DeviceCase dc(Decode(tokens, heads, 1400 + static_cast<uint32_t>(tokens * heads)), table, 128);
+    std::vector<uint16_t> out[2];
+    const SparseAttnCombineForm forms[2] = {SparseAttnCombineForm::kCluster,
+                                            SparseAttnCombineForm::kShared};
+    for (int f = 0; f < 2; ++f) {
+      testing::CombineFormOverride form(forms[f]);
+      char label[96];
+      std::snprintf(label, sizeof(label), "row form %ld x %ld heads, %s", static_cast<long>(tokens),
+                    static_cast<long>(heads), f == 0 ? "cluster merge" : "combine kernel");
+      ExpectFused(dc, true, true, 64, label, SparseAttnCudaPath::kWgmma);
+      SparseAttnCudaPath path;
+      ASSERT_TRUE(dc.Run(true, true, false, &out[f], &path).ok()) << label;
+      EXPECT_EQ(dc.last_cluster(), f == 0) << label;
+    }
+    EXPECT_EQ(testing::CountBitDiffs(out[0], out[1]), 0) << tokens << " x " << heads;
   }
 }
 

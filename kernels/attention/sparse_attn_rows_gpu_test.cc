@@ -45,7 +45,12 @@ struct RowOutputs {
   // wgmma and wgmma-ws bodies (heads a multiple of 64; otherwise it runs the row kernels).
   std::vector<uint16_t> once;
   std::vector<uint16_t> once_ws;
-  std::vector<uint16_t> cpu;  // SparseAttnCpu on the serving rows
+  // The wgmma row kernel with its split states merged in clusters (SparseAttnCombineForm::
+  // kCluster, where the list splits into 2–16) and through the combine kernel (kPerThread).
+  std::vector<uint16_t> rows_cluster;
+  std::vector<uint16_t> rows_combine;
+  bool cluster_taken = false;  // SparseAttnMergesInCluster under kCluster
+  std::vector<uint16_t> cpu;   // SparseAttnCpu on the serving rows
 };
 
 // A row-form case's device copies (q, the decoded bf16 pool, indices, sink, both row pools, the
@@ -103,7 +108,9 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
       SparseAttnDecodedBytes(pools.n_window, pools.n_compressed, c.head_dim);
   const std::vector<uint16_t> poison(decoded_bytes / 2, kPoison);
   DeviceBuffer ddecoded = ToDevice(poison);
-  auto run = [&](bool rows, SparseAttnCudaPath path, bool once = false) {
+  using attention_internal::SparseAttnCombineForm;
+  auto run = [&](bool rows, SparseAttnCudaPath path, bool once = false,
+                 SparseAttnCombineForm form = SparseAttnCombineForm::kAuto) {
     DeviceBuffer dout = ToDevice(std::vector<uint16_t>(out_elems, kPoison));
     SparseAttnParams dp = dev.Params(dout.get<uint16_t>(), rows);
     if (once) {
@@ -113,6 +120,10 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
     }
     {
       PathOverride force(path);
+      testing::CombineFormOverride force_form(form);
+      if (form == SparseAttnCombineForm::kCluster) {
+        o.cluster_taken = attention_internal::SparseAttnMergesInCluster(dp);
+      }
       testing::DecodeOnceOverride force_once(once ? attention_internal::SparseAttnDecodeOnce::kOn
                                                   : attention_internal::SparseAttnDecodeOnce::kOff);
       EXPECT_EQ(attention_internal::SparseAttnDecodesOnce(dp), once && c.heads % 64 == 0);
@@ -130,6 +141,8 @@ RowOutputs RunRowForms(const AttnCase& c, const testing::KvRowPools& pools) {
   o.ws_rows = run(true, SparseAttnCudaPath::kWgmmaWs);
   o.once = run(true, SparseAttnCudaPath::kWgmma, /*once=*/true);
   o.once_ws = run(true, SparseAttnCudaPath::kWgmmaWs, /*once=*/true);
+  o.rows_cluster = run(true, SparseAttnCudaPath::kWgmma, false, SparseAttnCombineForm::kCluster);
+  o.rows_combine = run(true, SparseAttnCudaPath::kWgmma, false, SparseAttnCombineForm::kPerThread);
   return o;
 }
 
@@ -160,6 +173,13 @@ void ExpectRowForm(AttnCase c, int64_t n_window, int64_t pad, const char* label)
   check("wgmma-ws rows", o.ws_rows);
   check("decode-once wgmma", o.once);
   check("decode-once wgmma-ws", o.once_ws);
+  check("wgmma rows, cluster merge", o.rows_cluster);
+  check("wgmma rows, combine kernel", o.rows_combine);
+  // The cluster merge is taken wherever the row kernel's list splits into 2–16.
+  const int64_t splits = attention_internal::SparseAttnCudaCutFor(
+                             c.tokens, c.heads, c.width, attention_internal::kSparseAttnWgmmaHeads)
+                             .splits;
+  EXPECT_EQ(o.cluster_taken, splits >= 2 && splits <= 16) << label << ": " << splits << " splits";
 }
 
 // Released dims: 64 heads × 512, window 128 + 512 compressed entries per token (10 blocks: the

@@ -13,6 +13,7 @@
 #include "kernels/attention/cuda/sparse_attn_kernels.cuh"
 #include "kernels/attention/cuda/sparse_attn_path.h"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_cluster.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_combine.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_kernel.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_rows.cuh"
@@ -197,17 +198,95 @@ void LaunchWgmma(const SparseAttnParams& p, cudaStream_t stream) {
   LaunchWgmmaKernel<kSplitK, false>(p, geo, stream);
 }
 
+// The row form's cluster-merge kernel (sparse_attn_wgmma_cluster.cuh) as a launch config: one
+// unit per CTA, clusters of geo.splits CTAs (an item's splits, consecutive units). Its
+// shared-memory limit and the non-portable cluster sizes (9–16) are opted into once per device.
+template <bool kRope>
+cudaLaunchConfig_t RowsClusterConfig(const Geometry& geo, cudaStream_t stream,
+                                     cudaLaunchAttribute* attr) {
+  auto* kernel = attn_device::WgmmaRowsKernel<kRope, true>;
+  static std::atomic<uint64_t> set{0};
+  SetSmemLimitOnce(kernel, attn_device::WgmmaRowsShape::kSmemBytes, set);
+  static PerDeviceInt non_portable;
+  non_portable.Get(CurrentDevice(), [kernel] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    return 1;
+  });
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(geo.units));
+  config.blockDim = dim3(attn_device::WgmmaShape::kThreads);
+  config.dynamicSmemBytes = attn_device::WgmmaRowsShape::kSmemBytes;
+  config.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(geo.splits);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// How many clusters of `splits` row-kernel CTAs the device runs at once (a driver query, once per
+// device and split count): the items the cluster merge takes in one wave.
+template <bool kRope>
+int RowsClusterCapacity(int64_t splits) {
+  static PerDeviceInt cache[attn_device::kWgmmaClusterMaxSplits + 1];
+  return cache[splits].Get(CurrentDevice(), [splits] {
+    Geometry geo;
+    geo.splits = splits;
+    geo.units = splits;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = RowsClusterConfig<kRope>(geo, nullptr, &attr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, attn_device::WgmmaRowsKernel<kRope, true>,
+                                       &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // not schedulable as a cluster here: never taken
+      return 0;
+    }
+    return clusters;
+  });
+}
+
+// Whether the row kernel merges geo's split states in clusters (attention_internal::
+// SparseAttnCombineForm): kAuto where the items fit in one wave of clusters, kCluster wherever a
+// cluster of geo.splits CTAs can run, never under kShared / kPerThread.
+bool RowsMergeInCluster(const Geometry& geo) {
+  using attention_internal::SparseAttnCombineForm;
+  if (geo.splits < 2 || geo.splits > attn_device::kWgmmaClusterMaxSplits) return false;
+  const auto form =
+      static_cast<SparseAttnCombineForm>(g_combine_form_override.load(std::memory_order_relaxed));
+  if (form != SparseAttnCombineForm::kAuto && form != SparseAttnCombineForm::kCluster) {
+    return false;
+  }
+  const int capacity = geo.rope.pairs > 0 ? RowsClusterCapacity<true>(geo.splits)
+                                          : RowsClusterCapacity<false>(geo.splits);
+  const int64_t items = geo.units / geo.splits;
+  return form == SparseAttnCombineForm::kCluster ? capacity > 0 : items <= capacity;
+}
+
 // The row form's wgmma kernel (sparse_attn_wgmma_rows.cuh): same units, states and combine as
-// LaunchWgmma, WgmmaShape's bf16 layout plus the per-thread slots.
+// LaunchWgmma, WgmmaShape's bf16 layout plus the per-thread slots; or, where RowsMergeInCluster,
+// its cluster-merge instantiation (no combine launch, no states in the workspace).
 template <bool kRope>
 void LaunchWgmmaRowsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
+  if (RowsMergeInCluster(geo)) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = RowsClusterConfig<kRope>(geo, stream, &attr);
+    CUDA_CHECK(cudaLaunchKernelEx(&config, attn_device::WgmmaRowsKernel<kRope, true>, p, geo));
+    return;
+  }
   LaunchWgmmaUnits<attn_device::WgmmaRowsKernel<kRope>, attn_device::WgmmaRowsShape::kSmemBytes,
                    attn_device::WgmmaShape::kThreads, kRope>(p, geo, stream);
 }
 
-void LaunchWgmmaRows(const SparseAttnParams& p, cudaStream_t stream) {
+Geometry RowsGeometry(const SparseAttnParams& p) {
   Geometry geo = MakeGeometry(p, attn_device::WgmmaShape::kHeads);
   SetRope(p, &geo);
+  return geo;
+}
+
+void LaunchWgmmaRows(const SparseAttnParams& p, cudaStream_t stream) {
+  const Geometry geo = RowsGeometry(p);
   if (geo.rope.pairs > 0) return LaunchWgmmaRowsKernel<true>(p, geo, stream);
   LaunchWgmmaRowsKernel<false>(p, geo, stream);
 }
@@ -397,6 +476,12 @@ bool SparseAttnDecodesOnce(const SparseAttnParams& p) {
       break;
   }
   return SparseAttnDecodeOncePays(p.tokens, p.width, r.n_window + r.n_compressed);
+}
+
+bool SparseAttnMergesInCluster(const SparseAttnParams& p) {
+  if (!UsesKvRows(p) || SparseAttnDecodesOnce(p) || !CheckRowFormFits(p).ok()) return false;
+  if (SparseAttnCudaPathFor(p) != SparseAttnCudaPath::kWgmma) return false;
+  return RowsMergeInCluster(RowsGeometry(p));
 }
 
 SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p) {

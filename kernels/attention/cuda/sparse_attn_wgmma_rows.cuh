@@ -25,6 +25,7 @@
 #include "kernels/attention/cuda/row_decode.cuh"
 #include "kernels/attention/cuda/sparse_attn_device.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma.cuh"
+#include "kernels/attention/cuda/sparse_attn_wgmma_cluster.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_epilogue.cuh"
 #include "kernels/attention/cuda/sparse_attn_wgmma_ws.cuh"
 #include "kernels/common/stream_load.cuh"
@@ -179,9 +180,11 @@ __device__ __forceinline__ int32_t RowsRowCheck(const SparseAttnParams& p, int32
   return (idx >= 0 && idx < p.kv_rows.n_window + p.kv_rows.n_compressed) ? idx : -1;
 }
 
-// A template on kRope only (kD = 512). kRope: the RoPE code (Geometry::rope) is compiled in; the
-// launcher takes this instantiation only when it fills geo.rope.
-template <bool kRope>
+// A template on kRope and kCluster (kD = 512). kRope: the RoPE code (Geometry::rope) is compiled
+// in; the launcher takes this instantiation only when it fills geo.rope. kCluster: a split list's
+// CTAs merge their states in their cluster (sparse_attn_wgmma_cluster.cuh; launched as clusters of
+// geo.splits CTAs, one unit per CTA) instead of writing them for WgmmaCombineKernel.
+template <bool kRope, bool kCluster = false>
 __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
     WgmmaRowsKernel(const SparseAttnParams p, const Geometry geo) {
   using W = WgmmaShape;
@@ -322,10 +325,15 @@ __global__ void __launch_bounds__(WgmmaShape::kThreads, 1)
       WgmmaStoreOutput<!kRope>(p, t, u.h0, half, wtid, seen, acc, m_run, den_run, sink, geo.rope,
                                kRope && geo.rope.pairs > 0 && geo.rope.out ? rope_table : nullptr,
                                smem + W::kQOff);
+    } else if constexpr (kCluster) {
+      WgmmaClusterMerge<kRope>(p, geo, t, u.h0, tid, acc, m_run, den_run, smem);
     } else {
       WgmmaStoreSplitState(geo, unit, tid, acc, m_run, den_run);  // for WgmmaCombineKernel
     }
     CpAsyncWait<0>();
+    // One unit per CTA (the launcher's grid); without the loop ptxas keeps the merge in 238
+    // registers, with it the merge spilled (~0.9 KB).
+    if constexpr (kCluster) break;
     __syncthreads();  // the next unit reuses Q, the tiles, the slots and the exchange arrays
   }
 }
