@@ -206,9 +206,9 @@
 // batch: 54 against 93 µs at 256 tokens in bench_sparse_attn, kernels/attention/wgmma_ws.md; A/B).
 // Both forms attend over the same values (the pool holds the serving rows' decoded values) and
 // are checked bit-identical before timing. --attn-combine picks the attention's split-combine
-// form (session 85: at 1–8 tokens the row kernel merges its 10 splits inside clusters by default;
-// `shared` forces the combine kernel's form of session 84; A/B, the same bits). Before session
-// 30 the step timed the bf16 form over a random bf16 pool.
+// form (session 85: `cluster` lets the row kernel merge its 10 splits inside thread-block
+// clusters, measured slower; `auto`, the default, the combine kernel; A/B, the same bits). Before
+// session 30 the step timed the bf16 form over a random bf16 pool.
 //
 // Per batch size it prints the whole step (median of N back-to-back steps, CUDA events; and the
 // replay of a CUDA graph of one step), its bytes, FLOPs and roofline bound

@@ -60,11 +60,13 @@ size_t PartialBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64
 }
 
 // The workspace a plan needs at m rows: K-split partials, or x in the fragment order where the
-// FP8 form's swapped-role kernel streams it (M > kFloatLinearCudaSwapFp8MaxM).
+// FP8 form's swapped-role kernel streams it (M > kFloatLinearCudaSwapFp8MaxM; M rounded up to
+// whole row tiles).
 size_t PlanWorkspaceBytes(const FloatLinearCudaPlan& plan, int64_t m, int64_t n, int64_t k,
                           int64_t groups) {
   if (plan.tile_rows == kFloatLinearCudaSwapFp8Rows && m > kFloatLinearCudaSwapFp8MaxM) {
-    return static_cast<size_t>(2 * std::max<int64_t>(1, groups) * m * k);
+    return static_cast<size_t>(2 * std::max<int64_t>(1, groups) *
+                               FloatLinearCudaSwapFp8StreamPaddedRows(m) * k);
   }
   return PartialBytes(plan, m, n, groups);
 }

@@ -258,12 +258,13 @@ TEST(FloatLinearCudaParamsTest, Fp8OnlyWeightValidationPlanAndWorkspace) {
       EXPECT_EQ(at % 256, 0);
     }
     // The call needs the plan's own region (x in the fragment order above 8 rows on the FP8
-    // kernel; no K split here) and, where it expands, the expansion after it; one byte less is
+    // kernel, above 64 rows in whole 128-row tiles; no K split here) and, where it expands, the
+    // expansion after it; one byte less is
     // refused, naming the workspace. FloatLinearCudaWorkspaceBytes covers it (and fp32 or
     // misaligned x, whose plans expand from 5 rows).
     const size_t call = expands ? static_cast<size_t>(at) + expansion
                         : m > kFloatLinearCudaSwapFp8MaxM && m <= kFloatLinearCudaSwapFp8OnlyMaxM
-                            ? size_t{2} * 8 * m * 4096
+                            ? size_t{2} * 8 * FloatLinearCudaSwapFp8StreamPaddedRows(m) * 4096
                             : 0;
     EXPECT_GE(FloatLinearCudaWorkspaceBytes(wo_a, m), call);
     FloatLinearCudaParams p = wo_a;
@@ -397,12 +398,18 @@ TEST(FloatLinearCudaParamsTest, Fp8SwappedRoleKernelValidationAndPlan) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
     EXPECT_NE(s.message().find("tile_rows"), std::string::npos) << what << ": " << s;
   };
-  // Above 8 rows x is streamed through the workspace: 2 · G · M · K bytes, named when short; K
-  // then has no shared-memory limit, but still whole 128-K stages.
+  // Above 8 rows x is streamed through the workspace: 2 · G · M' · K bytes (M' = M up to 64 rows,
+  // above that M rounded up to whole 128-row tiles), named when short; K then has no
+  // shared-memory limit, but still whole 128-K stages.
   FloatLinearCudaParams p = good();
   p.m = 9;
+  EXPECT_EQ(FloatLinearCudaSwapFp8StreamPaddedRows(9), 9);
+  EXPECT_EQ(FloatLinearCudaSwapFp8StreamPaddedRows(40), 40);
+  EXPECT_EQ(FloatLinearCudaSwapFp8StreamPaddedRows(65), 128);
+  EXPECT_EQ(FloatLinearCudaSwapFp8StreamPaddedRows(128), 128);
+  EXPECT_EQ(FloatLinearCudaSwapFp8StreamPaddedRows(200), 256);
   EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 9), size_t{2 * 2 * 9 * 256});
-  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 200), size_t{2 * 2 * 200 * 256});
+  EXPECT_EQ(FloatLinearCudaWorkspaceBytes(p, 200), size_t{2 * 2 * 256 * 256});
   EXPECT_EQ(PlanFloatLinearCuda(p).m_tiles, 1);
   p.m = 130;
   EXPECT_EQ(PlanFloatLinearCuda(p).m_tiles, 2);  // 128-row tiles

@@ -84,15 +84,30 @@ inline constexpr int64_t kFloatLinearCudaSwapFp8KStep = 128;
 inline constexpr int64_t kFloatLinearCudaSwapFp8MaxK = 12288;
 // Above kFloatLinearCudaSwapFp8MaxM rows the same kernel streams x
 // (cuda/float_linear_swap_fp8_stream.cuh): a first pass writes x in the A fragments' k order into
-// the workspace (FloatLinearCudaWorkspaceBytes counts groups · M · K bf16), and each ring stage
-// carries x's K slice beside the codes, up to kFloatLinearCudaSwapFp8StreamMaxBM x rows per CTA
-// (16 / 32 / 64 / 128, the smallest that holds M; 128 in one consumer warpgroup whatever
+// the workspace (FloatLinearCudaWorkspaceBytes counts groups · M' · K bf16, M' below), and each
+// ring stage carries x's K slice beside the codes, up to kFloatLinearCudaSwapFp8StreamMaxBM x rows
+// per CTA (16 / 32 / 64 / 128, the smallest that holds M; 128 in one consumer warpgroup whatever
 // swap_fp8_warpgroups says; more rows take more row tiles, each reading the codes again); any K
 // multiple of kFloatLinearCudaSwapFp8KStep. The automatic plan takes it up to
 // kFloatLinearCudaSwapFp8AutoMaxM rows (session 82, kit s140, H100, wo_a with 2 warpgroups: 20.8
 // / 21.1 / 21.7 / 23.6 µs at M = 9 / 16 / 32 / 64 against the bf16 swapped-role kernel's 28.8 /
 // 29.0 / 29.7 / 30.9; as two 64-row tiles 96 / 128 rows took 43.5 / 42.9 against 33.9 / 35.0).
 inline constexpr int64_t kFloatLinearCudaSwapFp8StreamMaxBM = 128;
+// The streamed form's x rows per CTA at M rows (16 / 32 / 64 / 128, the smallest that holds M,
+// else 128), and M' = the rows of x in the workspace: M rounded up to whole 128-row tiles where
+// the call takes them (M > 64; the first pass writes zeros past M, so that no TMA box reads past
+// the rows its map holds), else M. Session 85 (fp8_weight_form.md "Ragged row tiles"): with the
+// map's rows at M the 128-row tile took longer the more of its rows lay past M (kit s149, H100:
+// 160 / 192 / 224 / 256 rows 69.2–70.0 / 67.8–68.1 / 64.7–65.3 / 62.3–62.5 µs); padded, 160 /
+// 192 / 288 / 320 rows 2–3 µs faster (kit s150), while padding the 16- to 64-row tiles made
+// 40 / 48 rows 1.3–2.2 µs slower.
+constexpr int64_t FloatLinearCudaSwapFp8StreamTileRows(int64_t m) {
+  return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : kFloatLinearCudaSwapFp8StreamMaxBM;
+}
+constexpr int64_t FloatLinearCudaSwapFp8StreamPaddedRows(int64_t m) {
+  const int64_t bm = FloatLinearCudaSwapFp8StreamTileRows(m);
+  return bm < kFloatLinearCudaSwapFp8StreamMaxBM ? m : (m + bm - 1) / bm * bm;
+}
 inline constexpr int64_t kFloatLinearCudaSwapFp8AutoMaxM = 64;
 // The automatic form (swap_fp8_warpgroups 0) runs 3 consumer warpgroups up to this many rows, 2
 // above (session 83, kit s142: the figures at FloatLinearCudaParams::swap_fp8_warpgroups).
@@ -265,7 +280,8 @@ int64_t FloatLinearCudaWsTileCols(const FloatLinearCudaParams& p, const FloatLin
 
 // Workspace bytes for any m <= max_m with p's n, k, groups, tile_rows, split_k and, for an FP8
 // only weight, w_group_stride (any x and W dtypes; the other fields are ignored): 4 · G · splits ·
-// M · N when the plan splits K, 2 · G · M · K where the FP8 form's kernel streams x, and for an
+// M · N when the plan splits K, 2 · G · M' · K where the FP8 form's kernel streams x (M' =
+// FloatLinearCudaSwapFp8StreamPaddedRows(M)), and for an
 // FP8-only weight, where the plan expands it, the expansion after that (see
 // FloatLinearCudaExpansionOffset). Monotone in max_m, so size once for the largest M. Cost:
 // O(min(max_m, 16896)) plans.

@@ -5,7 +5,8 @@
 # (sparse_attn_wgmma_cluster.cuh; SparseAttnCombineForm::kCluster) against the combine kernel.
 #   t  kernels_attention_gpu_test: the row-form tests (cluster merge and combine kernel bit for
 #      bit against the bf16 form; the cluster merge taken wherever 2-16 splits), the cluster
-#      merge with the fused RoPE, the combine forms; then the whole binary
+#      merge with the fused RoPE, the combine forms
+#   T  the whole attention GPU test binary
 #   a  bench_sparse_attn --path rows at 1, 2, 4, 8, 9, 12 tokens with the fused RoPE, the
 #      cluster merge (auto) against the combine kernel (shared), run twice
 #   o  the step at 1, 2, 8 tokens: --attn-combine auto / shared, alternated twice (the step
@@ -27,7 +28,8 @@ for mode in "$@"; do
         --gtest_filter='*RowForm*:*Combine*:*Cluster*' > $OUT/attn_rows.log 2>&1
       echo "row-form tests rc $?"
       grep -E "^\[( +OK|  FAILED|  PASSED|==========)|Failure|Expected|differ|splits" \
-        $OUT/attn_rows.log | grep -v " 0 of " | head -60
+        $OUT/attn_rows.log | grep -v " 0 of " | head -60 ;;
+    T)
       timeout 280 $K/kernels_attention_gpu_test > $OUT/attn_all.log 2>&1
       echo "attention tests rc $?"
       grep -E "^\[(  FAILED|  PASSED|==========)|Failure" $OUT/attn_all.log | head -20 ;;

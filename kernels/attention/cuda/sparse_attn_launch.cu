@@ -227,7 +227,8 @@ cudaLaunchConfig_t RowsClusterConfig(const Geometry& geo, cudaStream_t stream,
 }
 
 // How many clusters of `splits` row-kernel CTAs the device runs at once (a driver query, once per
-// device and split count): the items the cluster merge takes in one wave.
+// device and split count; 0: such a cluster cannot run here, and the merge is never taken). H100,
+// 10 splits: between 4 and 7 (kit s148 took it at 4 items, not at 8).
 template <bool kRope>
 int RowsClusterCapacity(int64_t splits) {
   static PerDeviceInt cache[attn_device::kWgmmaClusterMaxSplits + 1];
@@ -247,26 +248,27 @@ int RowsClusterCapacity(int64_t splits) {
   });
 }
 
-// Whether the row kernel merges geo's split states in clusters (attention_internal::
-// SparseAttnCombineForm): kAuto where the items fit in one wave of clusters, kCluster wherever a
-// cluster of geo.splits CTAs can run, never under kShared / kPerThread.
+// Whether the row kernel merges geo's split states in clusters: only under
+// SparseAttnCombineForm::kCluster, where 2–16 splits and the device runs such a cluster. Not by
+// default: measured slower (session 85, H100, kit s148: 1 token graph 14.7 → 19.0 µs, the step
+// 186 → 194 µs; under ncu the cluster kernel took 30.0 µs against 16.1 + 7.4 for the split kernel
+// and the combine kernel) — each of the 10 CTAs takes in ~128 KB of the others' states through
+// distributed shared memory, where the combine kernel spreads the 1.3 MB over 32 CTAs reading the
+// L2 (kernels/attention/split_states.md "Cluster merge").
 bool RowsMergeInCluster(const Geometry& geo) {
   using attention_internal::SparseAttnCombineForm;
   if (geo.splits < 2 || geo.splits > attn_device::kWgmmaClusterMaxSplits) return false;
   const auto form =
       static_cast<SparseAttnCombineForm>(g_combine_form_override.load(std::memory_order_relaxed));
-  if (form != SparseAttnCombineForm::kAuto && form != SparseAttnCombineForm::kCluster) {
-    return false;
-  }
+  if (form != SparseAttnCombineForm::kCluster) return false;
   const int capacity = geo.rope.pairs > 0 ? RowsClusterCapacity<true>(geo.splits)
                                           : RowsClusterCapacity<false>(geo.splits);
-  const int64_t items = geo.units / geo.splits;
-  return form == SparseAttnCombineForm::kCluster ? capacity > 0 : items <= capacity;
+  return capacity > 0;
 }
 
 // The row form's wgmma kernel (sparse_attn_wgmma_rows.cuh): same units, states and combine as
-// LaunchWgmma, WgmmaShape's bf16 layout plus the per-thread slots; or, where RowsMergeInCluster,
-// its cluster-merge instantiation (no combine launch, no states in the workspace).
+// LaunchWgmma, WgmmaShape's bf16 layout plus the per-thread slots; or, where RowsMergeInCluster
+// (opt-in), its cluster-merge instantiation (no combine launch, no states in the workspace).
 template <bool kRope>
 void LaunchWgmmaRowsKernel(const SparseAttnParams& p, const Geometry& geo, cudaStream_t stream) {
   if (RowsMergeInCluster(geo)) {

@@ -100,21 +100,19 @@ SparseAttnCudaPath SparseAttnCudaPathFor(const SparseAttnParams& p);
 enum class SparseAttnDecodeOnce { kAuto, kOff, kOn };
 void SetSparseAttnDecodeOnceOverride(SparseAttnDecodeOnce mode);
 
-// The wgmma family's combine form. kAuto: the row kernel merges a split list's states inside
-// thread-block clusters of `splits` CTAs (sparse_attn_wgmma_cluster.cuh: no combine launch) where
-// 2–16 splits and the items fit in one wave of such clusters (at the released width 1 token up to
-// the device's cluster capacity, 8 or so on a 132-SM H100/H200), else the combine kernel in the
-// form SparseAttnCombineShared picks. kCluster: the cluster merge wherever the row kernel splits
-// into 2–16 (and the device runs such a cluster), else as kAuto; kShared / kPerThread: the
-// combine kernel in that form at any split count, never the cluster merge. All forms run the same
+// The wgmma family's combine form. kAuto: the combine kernel in the form SparseAttnCombineShared
+// picks. kShared / kPerThread: the combine kernel in that form at any split count. kCluster
+// (session 85; opt-in, measured slower): the row kernel merges a split list's states inside
+// thread-block clusters of `splits` CTAs (sparse_attn_wgmma_cluster.cuh: no combine launch)
+// where 2–16 splits and the device runs such a cluster, else as kAuto. All forms run the same
 // operations in the same order and give the same bits (tests). Not synchronised with launches in
 // flight.
 enum class SparseAttnCombineForm { kAuto, kShared, kPerThread, kCluster };
 void SetSparseAttnCombineFormOverride(SparseAttnCombineForm form);
 
 // Whether LaunchSparseAttn(p) would run the row kernel with the cluster merge (under the
-// overrides): the row form, not decoded once, on its wgmma body, with RowsMergeInCluster's split
-// and capacity rule. Asks the driver for the device's cluster capacity on first use.
+// overrides): the row form, not decoded once, on its wgmma body, kCluster, 2–16 splits and a
+// device that runs such a cluster (asked of the driver on first use).
 bool SparseAttnMergesInCluster(const SparseAttnParams& p);
 
 // Whether LaunchSparseAttn decodes p's rows once into kv_rows.decoded (under the override): the

@@ -1,7 +1,9 @@
-// The cluster merge of the row form's split states (README.md "Cluster merge"; session 85): where
-// WgmmaRowsKernel<kRope, true> runs, the `geo.splits` CTAs of one item (token, group of 64 heads)
-// form one thread-block cluster, and instead of writing their split states to global memory for
-// WgmmaCombineKernel they merge them through distributed shared memory:
+// The cluster merge of the row form's split states (split_states.md "Cluster merge"; session 85;
+// opt-in, SparseAttnCombineForm::kCluster: measured slower than the combine kernel, 1 token 19.0
+// against 14.7 µs graph on an H100): where WgmmaRowsKernel<kRope, true> runs, the `geo.splits` CTAs
+// of one item (token, group of 64 heads) form one thread-block cluster, and instead of writing
+// their split states to global memory for WgmmaCombineKernel they merge them through distributed
+// shared memory:
 //   1. each CTA writes its state (acc in fragment order, 128 KB: its two KV tiles; its rows'
 //      (m, denom): the Q tile) into its own shared memory, then the cluster meets at a barrier;
 //   2. CTA rank r merges the float4 groups j = r, r + n, r + 2n, ... (n = splits) of every

@@ -269,6 +269,10 @@ void LaunchSwapFp8StreamKernel(const float_swap_fp8::StreamArgs& g, dim3 grid,
   cuda_common::LaunchPdl(kernel, grid, dim3(float_swap_fp8::kThreads<kWgs>), kSmem, stream, g);
 }
 
+#ifndef FS_FP8_STREAM_PAD
+#define FS_FP8_STREAM_PAD 1
+#endif
+
 constexpr const char* kSwapFp8MapRefused =
     "LaunchFloatLinear: the driver refused a TMA tensor map for the FP8 form's swapped-role kernel";
 
@@ -276,9 +280,12 @@ constexpr const char* kSwapFp8MapRefused =
 // kernel that streams it (cuda/float_linear_swap_fp8_stream.cuh). `g.w` is made.
 absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8::StreamArgs g,
                                  cudaStream_t stream) {
-  uint16_t* xp = static_cast<uint16_t*>(p.workspace);  // validated: groups · M · K bf16
-  const int bm = p.m <= 16 ? 16 : p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
-  if (!wgmma_ws::MakeTmaOperand(&g.xp, xp, 2, p.k, p.m, p.k, p.groups, p.m * p.k, 64,
+  uint16_t* xp = static_cast<uint16_t*>(p.workspace);  // validated: groups · M' · K bf16
+  const int bm = static_cast<int>(FloatLinearCudaSwapFp8StreamTileRows(p.m));
+  // Whole row tiles (fp8_weight_form.md "Ragged row tiles"); FS_FP8_STREAM_PAD=0 builds the
+  // unpadded map of sessions 82-84 (a kit variant's A/B; the workspace stays the padded size).
+  const int64_t m_pad = FS_FP8_STREAM_PAD ? FloatLinearCudaSwapFp8StreamPaddedRows(p.m) : p.m;
+  if (!wgmma_ws::MakeTmaOperand(&g.xp, xp, 2, p.k, m_pad, p.k, p.groups, m_pad * p.k, 64,
                                 static_cast<uint32_t>(bm), true)) {
     return absl::InternalError(kSwapFp8MapRefused);
   }
@@ -289,9 +296,10 @@ absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8:
   a.m = p.m;
   a.k = p.k;
   a.groups = p.groups;
+  a.m_pad = m_pad;
   a.xp = xp;
   a.wait = p.programmatic;
-  const int64_t segs = p.groups * p.m * (p.k / 16);
+  const int64_t segs = p.groups * m_pad * (p.k / 16);
   const int64_t blocks = std::min<int64_t>(
       2048, (segs + float_swap_fp8::kPermuteThreads - 1) / float_swap_fp8::kPermuteThreads);
   LaunchMaybePdl(p.programmatic, float_swap_fp8::FloatLinearFp8PermuteXKernel,

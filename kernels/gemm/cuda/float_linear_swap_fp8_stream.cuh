@@ -44,27 +44,33 @@ struct PermuteArgs {
   const uint16_t* x = nullptr;  // bf16 rows, 16-byte aligned (validated)
   int64_t x_stride = 0, x_group_stride = 0;
   int64_t m = 0, k = 0, groups = 1;
-  uint16_t* xp = nullptr;  // [groups][m][k], 16-byte aligned (the workspace)
+  int64_t m_pad = 0;       // rows of xp per group (>= m: FloatLinearCudaSwapFp8StreamPaddedRows)
+  uint16_t* xp = nullptr;  // [groups][m_pad][k], 16-byte aligned (the workspace); rows >= m: 0
   bool wait = false;       // a programmatic dependent itself (FloatLinearCudaParams::programmatic)
 };
 inline constexpr int kPermuteThreads = 256;
 
-// One thread per (group, row, k16 step): 32 bytes in, the even words then the odd ones out.
+// One thread per (group, row, k16 step): 32 bytes in, the even words then the odd ones out; the
+// rows from m to m_pad are written as zeros (so that the GEMM's TMA boxes stay inside the map).
 __global__ void __launch_bounds__(kPermuteThreads)
     FloatLinearFp8PermuteXKernel(const PermuteArgs a) {
   cuda_common::PdlLaunchDependents();  // the GEMM's set-up and first codes overlap this pass
   if (a.wait) cuda_common::PdlWaitPrerequisites();
   const int64_t segs = a.k / 16;
-  const int64_t total = a.groups * a.m * segs;
+  const int64_t total = a.groups * a.m_pad * segs;
   for (int64_t i = int64_t{blockIdx.x} * kPermuteThreads + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kPermuteThreads) {
-    const int64_t row = i / segs;  // g · m + r
+    const int64_t row = i / segs;  // g · m_pad + r
     const int64_t j = i - row * segs;
-    const int64_t g = row / a.m, r = row - g * a.m;
+    const int64_t g = row / a.m_pad, r = row - g * a.m_pad;
+    uint4* dst = reinterpret_cast<uint4*>(a.xp + row * a.k + 16 * j);
+    if (r >= a.m) {
+      dst[0] = dst[1] = make_uint4(0u, 0u, 0u, 0u);
+      continue;
+    }
     const uint4* src =
         reinterpret_cast<const uint4*>(a.x + g * a.x_group_stride + r * a.x_stride + 16 * j);
     const uint4 p0 = __ldg(src), p1 = __ldg(src + 1);
-    uint4* dst = reinterpret_cast<uint4*>(a.xp + row * a.k + 16 * j);
     dst[0] = make_uint4(p0.x, p0.z, p1.x, p1.z);
     dst[1] = make_uint4(p0.y, p0.w, p1.y, p1.w);
   }
