@@ -2,8 +2,9 @@
 # Kit s150 (built by scripts/gpu_kit.sh s150; runs on the GPU machine from the repository root):
 #   bash build-gpu-bin/s150_run.sh t g
 # Session 85: the FP8 form's streamed kernel with x padded to whole row tiles (the permute pass
-# writes zeros past M; fp8_weight_form.md "Ragged row tiles") against the unpadded map. Run as
-# built then (every row tile padded); the landed rule pads the 128-row tiles only.
+# writes zeros past M; fp8_weight_form.md "Ragged row tiles") against the unpadded map. Run twice
+# in session 85: as first built (every row tile padded), then with the landed rule (the 128-row
+# tiles only).
 #   t  kernels_gemm_gpu_test: FloatLinearFp8GpuTest.* and FloatLinearFp8OnlyGpuTest.* (bits
 #      against the bf16 kernel at ragged M)
 #   g  bench_gemm_float_gpu (padded) and bench_gemm_float_gpu_nopad alternated twice: wo_a's FP8
