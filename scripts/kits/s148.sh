@@ -8,9 +8,11 @@
 #      merge with the fused RoPE, the combine forms
 #   T  the whole attention GPU test binary
 #   a  bench_sparse_attn --path rows at 1, 2, 4, 8, 9, 12 tokens with the fused RoPE, the
-#      cluster merge (auto) against the combine kernel (shared), run twice
-#   o  the step at 1, 2, 8 tokens: --attn-combine auto / shared, alternated twice (the step
+#      cluster merge against the combine kernel (shared), run twice
+#   o  the step at 1, 2, 8 tokens: --attn-combine cluster / shared, alternated twice (the step
 #      checks the row form bit-identical to the bf16 form before timing)
+# Run in session 85 when `auto` still took the cluster merge up to the device's capacity (4
+# items on the H100); the modes below now name `cluster` (forced at every token count).
 #   n  ncu on the 1-token row form with the cluster merge (one kernel now)
 # kit-target: kernels_attention_gpu_test bench_sparse_attn bench_decoder_layer_step
 set -u
@@ -36,18 +38,18 @@ for mode in "$@"; do
     a)
       for r in 1 2; do
         timeout 120 $K/bench_sparse_attn --path rows --tokens 1,2,4,8,9,12 --rope 1 --iters 30 \
-          --no-roofs --combine auto,shared 2>&1 | grep -E "^(wgmma|path|device)" | head -40
+          --no-roofs --combine cluster,shared 2>&1 | grep -E "^(wgmma|path|device)" | head -40
       done ;;
     o)
       for r in 1 2; do
-        for c in auto shared; do
+        for c in cluster shared; do
           echo "[--attn-combine $c]"; eval timeout 90 $B --tokens 1,2,8 --attn-combine $c 2>&1 | show
         done
       done ;;
     n)
       [ -n "$NCU" ] && timeout 200 $NCU --section SpeedOfLight --section WarpStateStats \
         --section LaunchStats -k regex:'WgmmaRows|WgmmaCombine' $K/bench_sparse_attn --ncu \
-        --path rows --tokens 1 --rope 1 --combine auto,shared 2>&1 | grep -v "^==PROF==" |
+        --path rows --tokens 1 --rope 1 --combine cluster,shared 2>&1 | grep -v "^==PROF==" |
         grep -E "Wgmma|Duration|Elapsed Cycles|Grid Size|Cluster|Registers|Warp Cycles|Memory Throughput" |
         head -50 ;;
   esac
