@@ -272,6 +272,13 @@ void LaunchSwapFp8StreamKernel(const float_swap_fp8::StreamArgs& g, dim3 grid,
 #ifndef FS_FP8_STREAM_PAD
 #define FS_FP8_STREAM_PAD 1
 #endif
+// FS_FP8_STREAM_BM256=1 (a kit variant's A/B, session 85; not measured yet): above 128 rows the
+// streamed kernel takes 256-row x tiles (wgmma N 256, one consumer warpgroup, three 72 KB stages),
+// so that the codes are decoded once per 256 rows instead of once per 128 (fp8_weight_form.md
+// "Ragged row tiles", its last paragraph).
+#ifndef FS_FP8_STREAM_BM256
+#define FS_FP8_STREAM_BM256 0
+#endif
 
 constexpr const char* kSwapFp8MapRefused =
     "LaunchFloatLinear: the driver refused a TMA tensor map for the FP8 form's swapped-role kernel";
@@ -281,7 +288,9 @@ constexpr const char* kSwapFp8MapRefused =
 absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8::StreamArgs g,
                                  cudaStream_t stream) {
   uint16_t* xp = static_cast<uint16_t*>(p.workspace);  // validated: groups · M' · K bf16
-  const int bm = static_cast<int>(FloatLinearCudaSwapFp8StreamTileRows(p.m));
+  const int bm = FS_FP8_STREAM_BM256 && p.m > 128
+                     ? 256
+                     : static_cast<int>(FloatLinearCudaSwapFp8StreamTileRows(p.m));
   // Whole row tiles (fp8_weight_form.md "Ragged row tiles"); FS_FP8_STREAM_PAD=0 builds the
   // unpadded map of sessions 82-84 (a kit variant's A/B; the workspace stays the padded size).
   const int64_t m_pad = FS_FP8_STREAM_PAD ? FloatLinearCudaSwapFp8StreamPaddedRows(p.m) : p.m;
@@ -322,8 +331,14 @@ absl::Status LaunchSwapFp8Stream(const FloatLinearCudaParams& p, float_swap_fp8:
     wgs == 3 ? LaunchSwapFp8StreamKernel<64, 3>(g, grid, stream)
     : two    ? LaunchSwapFp8StreamKernel<64, 2>(g, grid, stream)
              : LaunchSwapFp8StreamKernel<64, 1>(g, grid, stream);
-  } else {  // one warpgroup: a 40 KB stage leaves room for 5, not 3 per warpgroup for two
+  } else if (bm == 128) {  // one warpgroup: a 40 KB stage leaves room for 5, not 3 per warpgroup
     LaunchSwapFp8StreamKernel<128, 1>(g, grid, stream);
+  } else {
+#if FS_FP8_STREAM_BM256
+    // The map holds M rounded up to 128-row tiles (the workspace's size): a 256-row box past it
+    // is zero-filled by the copy engine.
+    LaunchSwapFp8StreamKernel<256, 1>(g, grid, stream);
+#endif
   }
   return absl::OkStatus();
 }
